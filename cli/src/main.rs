@@ -1,0 +1,214 @@
+//! `evc`: the event-contract toolchain's command line, a thin shell over evc-codegen.
+//!
+//! Exit codes: 0 clean, 100 findings, 1 the tool could not run.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use evc_codegen::structure::FileKind;
+use evc_codegen::{ContractSet, Diagnostic, LoadError, Sources, diagnostic};
+
+/// Exit code when the contracts have problems.
+const EXIT_FINDINGS: u8 = 100;
+/// Exit code when the tool could not run.
+const EXIT_FAILURE: u8 = 1;
+
+#[derive(Parser)]
+#[command(
+    name = "evc",
+    version,
+    about = "Event contracts: check, generate, gate and dispatch."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate a contract directory and report every problem with file:line:col.
+    Check {
+        /// The contract directory.
+        #[arg(default_value = "contracts")]
+        dir: PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Colors in text output.
+        #[arg(long, value_enum, default_value_t = Color::Auto)]
+        color: Color,
+    },
+    /// Print the JSON Schema of a contract file kind (for editors), or write all of them.
+    Schema {
+        /// Which kind of file.
+        #[arg(value_enum, default_value_t = SchemaKind::Event)]
+        kind: SchemaKind,
+        /// Write every kind's schema into this directory as `<kind>.schema.json` instead.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    /// Diagnostics with source snippets, for people.
+    Text,
+    /// One JSON document, for tools.
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Color {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SchemaKind {
+    Project,
+    Event,
+    Consumer,
+    RetryPolicies,
+    Topics,
+}
+
+impl From<SchemaKind> for FileKind {
+    fn from(kind: SchemaKind) -> Self {
+        match kind {
+            SchemaKind::Project => FileKind::Project,
+            SchemaKind::Event => FileKind::Event,
+            SchemaKind::Consumer => FileKind::Consumer,
+            SchemaKind::RetryPolicies => FileKind::RetryPolicies,
+            SchemaKind::Topics => FileKind::Topics,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Check { dir, format, color } => check(&dir, format, color),
+        Command::Schema { kind, out } => schema(kind.into(), out.as_deref()),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("evc: error: {error:#}");
+            ExitCode::from(EXIT_FAILURE)
+        }
+    }
+}
+
+fn check(dir: &Path, format: Format, color: Color) -> anyhow::Result<ExitCode> {
+    let use_color = match color {
+        Color::Always => true,
+        Color::Never => false,
+        Color::Auto => std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+    };
+    let (diagnostics, sources, summary) = match ContractSet::load(dir) {
+        Ok(loaded) => {
+            let set = &loaded.contracts;
+            let summary = Summary {
+                event_types: set.events.len(),
+                versions: set.version_count(),
+                consumers: set.consumers.len(),
+                retry_policies: set.retry_policies.len(),
+                topics: set.topics.len(),
+            };
+            (loaded.warnings, set.sources.clone(), Some(summary))
+        }
+        Err(LoadError::Invalid {
+            diagnostics,
+            sources,
+        }) => (diagnostics, sources, None),
+        Err(error) => {
+            return Err(error).with_context(|| format!("cannot check `{}`", dir.display()));
+        }
+    };
+    let errors = diagnostics.iter().filter(|d| d.is_error()).count();
+    let warnings = diagnostics.len() - errors;
+    let mut stdout = std::io::stdout().lock();
+    match format {
+        Format::Json => {
+            let document = serde_json::json!({
+                "ok": summary.is_some(),
+                "errors": errors,
+                "warnings": warnings,
+                "summary": summary,
+                "diagnostics": diagnostics,
+            });
+            serde_json::to_writer_pretty(&mut stdout, &document)?;
+            writeln!(stdout)?;
+        }
+        Format::Text => {
+            write_human(&mut stdout, &diagnostics, &sources, use_color)?;
+            match &summary {
+                Some(summary) => writeln!(
+                    stdout,
+                    "ok: {} event types, {} versions, {} consumers, {} retry policies, {} topics ({} warnings)",
+                    summary.event_types,
+                    summary.versions,
+                    summary.consumers,
+                    summary.retry_policies,
+                    summary.topics,
+                    warnings
+                )?,
+                None => writeln!(
+                    stdout,
+                    "failed: {errors} errors, {warnings} warnings in `{}`",
+                    dir.display()
+                )?,
+            }
+        }
+    }
+    Ok(if summary.is_some() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FINDINGS)
+    })
+}
+
+fn write_human(
+    out: &mut impl Write,
+    diagnostics: &[Diagnostic],
+    sources: &Sources,
+    color: bool,
+) -> std::io::Result<()> {
+    if !diagnostics.is_empty() {
+        out.write_all(diagnostic::render_human(diagnostics, sources, color).as_bytes())?;
+    }
+    Ok(())
+}
+
+/// The counts `evc check` prints for a clean contract set.
+#[derive(serde::Serialize)]
+struct Summary {
+    event_types: usize,
+    versions: usize,
+    consumers: usize,
+    retry_policies: usize,
+    topics: usize,
+}
+
+fn schema(kind: FileKind, out: Option<&Path>) -> anyhow::Result<ExitCode> {
+    match out {
+        None => {
+            println!("{}", serde_json::to_string_pretty(&kind.schema())?);
+        }
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create `{}`", dir.display()))?;
+            for kind in FileKind::ALL {
+                let path = dir.join(format!("{}.schema.json", kind.name()));
+                let text = serde_json::to_string_pretty(&kind.schema())? + "\n";
+                std::fs::write(&path, text)
+                    .with_context(|| format!("cannot write `{}`", path.display()))?;
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

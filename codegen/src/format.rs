@@ -1,0 +1,537 @@
+//! The contract file format: one serde type per kind of file.
+//!
+//! These types are the format. The loader deserializes into them, and `evc schema` derives the
+//! editor schema from them with schemars, so the two cannot drift. Values that need parsing
+//! (versions, durations, requirements) stay text here; validation parses them and points at the
+//! exact node when one is wrong.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+
+use crate::names;
+
+macro_rules! pattern_string {
+    ($(#[$doc:meta])* $name:ident, $pattern:expr, $description:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub String);
+
+        impl $name {
+            /// The text as written.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl JsonSchema for $name {
+            fn schema_name() -> Cow<'static, str> {
+                stringify!($name).into()
+            }
+
+            fn json_schema(_: &mut SchemaGenerator) -> Schema {
+                json_schema!({
+                    "type": "string",
+                    "pattern": $pattern,
+                    "description": $description,
+                })
+            }
+        }
+    };
+}
+
+pattern_string!(
+    /// An event type name (`iu.born`).
+    EventTypeName,
+    names::EVENT_TYPE_PATTERN,
+    "Event type: lower-case segments separated by dots, at least two (`iu.born`)."
+);
+pattern_string!(
+    /// A consumer, producer class, retry policy or topic name.
+    Name,
+    names::NAME_PATTERN,
+    "Name: lower-case segments separated by dots (`worker.dot.iu_axis`)."
+);
+pattern_string!(
+    /// A duration (`30s`).
+    DurationText,
+    names::DURATION_PATTERN,
+    "Duration: a whole number and a unit: ms, s, m, h or d (`30s`, `10m`, `14d`)."
+);
+pattern_string!(
+    /// A semantic version (`1.2.0`).
+    VersionText,
+    names::VERSION_PATTERN,
+    "Semantic version (`1.2.0`)."
+);
+pattern_string!(
+    /// A subscription (`iu.born@^1`).
+    SubscriptionText,
+    names::SUBSCRIPTION_PATTERN,
+    "Subscription: an event type, `@`, and a semver requirement (`iu.born@^1`, `step.ready@>=1.2, <3`)."
+);
+pattern_string!(
+    /// A topic's event pattern (`iu.*`).
+    EventPattern,
+    names::EVENT_PATTERN_PATTERN,
+    "Event type pattern; `*` stands for any run of characters (`iu.*`, `*_failed`)."
+);
+pattern_string!(
+    /// A topic key (`payload.iu_unit_id`, `envelope.trace_id`).
+    TopicKey,
+    names::TOPIC_KEY_PATTERN,
+    "Partition key of a topic: `envelope.<field>` or `payload.<field>`."
+);
+pattern_string!(
+    /// A payload field name.
+    FieldName,
+    names::FIELD_PATTERN,
+    "A top-level payload property name."
+);
+
+/// `evc.yaml`: project-wide settings.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "evc project settings (evc.yaml)")]
+pub struct ProjectFile {
+    /// Name of the project the contracts belong to.
+    pub project: Name,
+    /// What payloads may carry.
+    pub payload_policy: PayloadPolicyDef,
+    /// Envelope requirements.
+    #[serde(default)]
+    pub envelope: EnvelopeDef,
+    /// Defaults for event types and consumers that do not say otherwise.
+    #[serde(default)]
+    pub defaults: DefaultsDef,
+    /// Dispatcher defaults.
+    #[serde(default)]
+    pub dispatcher: DispatcherDef,
+}
+
+/// The payload policy: keys that may never appear and size caps.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PayloadPolicyDef {
+    /// Keys that may never appear in any schema or payload (bodies, blobs).
+    pub denied_keys: Vec<FieldName>,
+    /// Credential-shaped names: a key containing one as a whole `_`-separated part is refused.
+    pub credential_key_names: Vec<FieldName>,
+    /// Size cap of one payload in bytes, unless an event type sets `max_payload_bytes`.
+    #[serde(default = "default_max_payload_bytes")]
+    #[schemars(range(min = 1))]
+    pub default_max_bytes: u32,
+    /// No event type may set `max_payload_bytes` above this.
+    #[serde(default = "default_hard_max_payload_bytes")]
+    #[schemars(range(min = 1))]
+    pub hard_max_bytes: u32,
+}
+
+fn default_max_payload_bytes() -> u32 {
+    4096
+}
+
+fn default_hard_max_payload_bytes() -> u32 {
+    65536
+}
+
+/// Envelope requirements every event must meet.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EnvelopeDef {
+    /// Whether every event must carry a tenant scope.
+    #[serde(default)]
+    pub require_tenant_scope: bool,
+    /// Whether every event must carry a W3C trace context.
+    #[serde(default = "default_true")]
+    pub require_trace_context: bool,
+}
+
+impl Default for EnvelopeDef {
+    fn default() -> Self {
+        Self {
+            require_tenant_scope: false,
+            require_trace_context: true,
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// Defaults applied where a contract is silent.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DefaultsDef {
+    /// Compatibility mode of event types that set none (default `forward`).
+    #[serde(default)]
+    pub compat: Option<CompatMode>,
+    /// Retry policy of consumers that set none.
+    #[serde(default)]
+    pub retry_policy: Option<Name>,
+    /// Heartbeat threshold of consumers that set none (default `60s`).
+    #[serde(default)]
+    pub heartbeat_threshold: Option<DurationText>,
+}
+
+/// Dispatcher defaults.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DispatcherDef {
+    /// Deliveries claimed per batch (default 50).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 10000))]
+    pub batch_size: Option<u32>,
+    /// How long a claim holds before another dispatcher may take it over (default `30s`).
+    #[serde(default)]
+    pub lease: Option<DurationText>,
+    /// How often a dispatcher reports it is alive (default `10s`).
+    #[serde(default)]
+    pub heartbeat: Option<DurationText>,
+    /// Attempts before a delivery is dead-lettered, whatever its policy says (default 12).
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub max_attempts: Option<u32>,
+    /// Longest backoff between attempts (default `15m`).
+    #[serde(default)]
+    pub backoff_ceiling: Option<DurationText>,
+}
+
+/// `events/<event.type>.yaml`: one event type and all its versions.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "evc event type (events/<event.type>.yaml)")]
+pub struct EventFile {
+    /// The event type; must match the file name.
+    pub event: EventTypeName,
+    /// What happened, in one or two sentences.
+    pub description: String,
+    /// The class of producer that emits it.
+    pub producer_class: Name,
+    /// Payload field (or fields) that order deliveries per key; absent: the envelope's aggregate.
+    #[serde(default)]
+    pub order_key: Option<OrderKeyDef>,
+    /// How versions may evolve (default from `evc.yaml`, else `forward`).
+    #[serde(default)]
+    pub compat: Option<CompatMode>,
+    /// `active`, or `deprecated` on the way to removal.
+    #[serde(default)]
+    pub status: EventStatus,
+    /// Payload size cap in bytes; overrides `payload_policy.default_max_bytes`.
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub max_payload_bytes: Option<u32>,
+    /// Versions, oldest first.
+    #[schemars(length(min = 1))]
+    pub versions: Vec<VersionDef>,
+}
+
+/// One field name or several.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum OrderKeyDef {
+    /// A single payload field.
+    One(FieldName),
+    /// Several payload fields, combined in order.
+    Many(Vec<FieldName>),
+}
+
+impl OrderKeyDef {
+    /// The fields, in order.
+    pub fn fields(&self) -> Vec<&FieldName> {
+        match self {
+            Self::One(field) => vec![field],
+            Self::Many(fields) => fields.iter().collect(),
+        }
+    }
+}
+
+/// One version of an event type.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VersionDef {
+    /// Semantic version.
+    pub version: VersionText,
+    /// What changed in this version.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// JSON Schema 2020-12 of the payload. Payloads are references (ids), never bodies.
+    #[schemars(schema_with = "payload_schema_schema")]
+    pub schema: serde_json::Value,
+    /// How producers and consumers move across a major bump (required under
+    /// `breaking_with_policy`).
+    #[serde(default)]
+    pub migration_policy: Option<MigrationPolicyDef>,
+}
+
+fn payload_schema_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "description": "JSON Schema 2020-12 of the payload: an object schema with `additionalProperties: false`.",
+    })
+}
+
+/// The plan for a breaking change.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MigrationPolicyDef {
+    /// How long producers keep emitting the previous major.
+    pub producer_window: DurationText,
+    /// How long consumers have to move to the new major.
+    pub consumer_window: DurationText,
+    /// What is emitted during the window.
+    pub dual_write: String,
+    /// How to roll back.
+    pub rollback: String,
+}
+
+/// How an event type's versions may evolve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CompatMode {
+    /// New writers, old readers: each version's payloads are readable by the previous version.
+    Forward,
+    /// Old writers, new readers: each version reads the previous version's payloads.
+    Backward,
+    /// Both forward and backward.
+    Full,
+    /// Forward against every earlier version of the same major.
+    ForwardTransitive,
+    /// Backward against every earlier version of the same major.
+    BackwardTransitive,
+    /// Full against every earlier version of the same major.
+    FullTransitive,
+    /// No compatibility checks.
+    None,
+    /// Forward within a major; a major bump is allowed with a `migration_policy`.
+    BreakingWithPolicy,
+}
+
+/// Lifecycle of an event type.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EventStatus {
+    /// In use.
+    #[default]
+    Active,
+    /// On the way out; removal needs this first.
+    Deprecated,
+}
+
+/// `consumers/<consumer>.yaml`: one consumer.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "evc consumer (consumers/<consumer>.yaml)")]
+pub struct ConsumerFile {
+    /// The consumer; must match the file name.
+    pub consumer: Name,
+    /// What it does with the events.
+    pub description: String,
+    /// What kind of executor runs the handler.
+    pub executor_kind: ExecutorKind,
+    /// Event types and the versions it accepts (`iu.born@^1`).
+    #[schemars(length(min = 1))]
+    pub subscribes: Vec<SubscriptionText>,
+    /// Retry policy by name (default from `evc.yaml`).
+    #[serde(default)]
+    pub retry_policy: Option<Name>,
+    /// How the handler runs.
+    pub handler: HandlerKind,
+    /// Delivery order (default `per_key`).
+    #[serde(default)]
+    pub ordering: Ordering,
+    /// Whether deliveries are made (default `live`).
+    #[serde(default)]
+    pub mode: ConsumerMode,
+    /// Silence after which the consumer counts as stuck (default from `evc.yaml`, else `60s`).
+    #[serde(default)]
+    pub heartbeat_threshold: Option<DurationText>,
+}
+
+/// What kind of executor runs a consumer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecutorKind {
+    /// A deterministic pipeline step.
+    Dot,
+    /// A SQL aggregation.
+    Sql,
+    /// A model call.
+    Ai,
+    /// A person.
+    Human,
+    /// A third-party system.
+    External,
+    /// A notification sender.
+    Notification,
+    /// A view renderer.
+    Render,
+}
+
+/// How a consumer's handler runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HandlerKind {
+    /// Database-only: handler, effect and ack commit in one transaction.
+    Transactional,
+    /// External I/O outside a transaction, fenced by a lease token.
+    Leased,
+}
+
+/// Delivery order of a consumer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Ordering {
+    /// One in flight per order key; the oldest blocks later ones.
+    #[default]
+    PerKey,
+    /// Any order.
+    None,
+}
+
+/// Whether a consumer receives deliveries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ConsumerMode {
+    /// No deliveries are created.
+    Off,
+    /// Deliveries are created and handled, effects are not committed.
+    Shadow,
+    /// Deliveries are created and handled.
+    #[default]
+    Live,
+}
+
+/// `retry-policies.yaml`: named retry policies.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "evc retry policies (retry-policies.yaml)")]
+pub struct RetryPoliciesFile {
+    /// Policies by name.
+    #[schemars(extend("propertyNames" = { "pattern": names::NAME_PATTERN }))]
+    pub policies: BTreeMap<String, RetryPolicyDef>,
+}
+
+/// One retry policy.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetryPolicyDef {
+    /// What the policy is for.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// How delays grow.
+    pub kind: RetryKind,
+    /// First delay (required unless `kind: no_retry`).
+    #[serde(default)]
+    pub base_delay: Option<DurationText>,
+    /// Longest delay.
+    #[serde(default)]
+    pub max_delay: Option<DurationText>,
+    /// Attempts in all, the first included.
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_attempts: u32,
+    /// Randomization of delays (default `none`).
+    #[serde(default)]
+    pub jitter: Jitter,
+    /// Failure classes that are retried (default `[transient]`).
+    #[serde(default = "default_retry_on")]
+    pub retry_on: Vec<FailureClass>,
+}
+
+fn default_retry_on() -> Vec<FailureClass> {
+    vec![FailureClass::Transient]
+}
+
+/// How retry delays grow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryKind {
+    /// `base * 2^(attempt-1)`, capped.
+    ExponentialBackoff,
+    /// `base` every time.
+    FixedDelay,
+    /// `base * fib(attempt)`, capped.
+    Fibonacci,
+    /// One attempt only.
+    NoRetry,
+}
+
+/// Randomization of retry delays.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Jitter {
+    /// Exact delays.
+    #[default]
+    None,
+    /// Uniform in `[0, delay]`.
+    Full,
+    /// `delay/2` plus uniform in `[0, delay/2]`.
+    Equal,
+    /// Uniform in `[base, previous * 3]`, capped.
+    Decorrelated,
+}
+
+/// Classes of handler failure.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureClass {
+    /// May succeed later (timeouts, unavailable peers).
+    Transient,
+    /// Will never succeed; dead-lettered.
+    Permanent,
+    /// The event itself breaks the handler; dead-lettered.
+    Poison,
+    /// Outside the consumer's scope; quarantined.
+    Scope,
+    /// Payload does not match the schema; quarantined.
+    Schema,
+    /// Data integrity violated; quarantined.
+    Integrity,
+}
+
+impl FailureClass {
+    /// Whether failures of this class are quarantined (never retried).
+    pub fn is_quarantined(self) -> bool {
+        matches!(self, Self::Scope | Self::Schema | Self::Integrity)
+    }
+}
+
+/// `topics.yaml`: realtime topics that group events for gateways and dashboards.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "evc topics (topics.yaml)")]
+pub struct TopicsFile {
+    /// Topics by name.
+    #[schemars(extend("propertyNames" = { "pattern": names::NAME_PATTERN }))]
+    pub topics: BTreeMap<String, TopicDef>,
+}
+
+/// One topic.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TopicDef {
+    /// What subscribers of the topic see.
+    pub description: String,
+    /// Event type patterns routed to the topic.
+    #[schemars(length(min = 1))]
+    pub events: Vec<EventPattern>,
+    /// Partition key; one stream per value.
+    #[serde(default)]
+    pub key: Option<TopicKey>,
+    /// Payload field equality filters: an event passes when each named field has one of the
+    /// listed values.
+    #[serde(default)]
+    pub filter: BTreeMap<String, Vec<serde_json::Value>>,
+}

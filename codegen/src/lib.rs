@@ -1,0 +1,71 @@
+//! evc-codegen: the core of evc.
+//!
+//! One loader turns a contract directory into a validated [`ContractSet`]:
+//! `parse` (YAML with spans, [`yaml`]) → `structure` (each file against the format schema,
+//! [`structure`]) → `validate` (values, references and policies across files) → the model
+//! ([`model`]). Every emitter and check downstream reads the model, never YAML.
+//!
+//! ```no_run
+//! let loaded = evc_codegen::ContractSet::load("contracts")?;
+//! println!("{} event types", loaded.contracts.events.len());
+//! # Ok::<(), evc_codegen::LoadError>(())
+//! ```
+
+pub mod diagnostic;
+pub mod duration;
+mod error;
+pub mod format;
+pub mod loader;
+pub mod model;
+pub mod names;
+pub mod payload_schema;
+pub mod source;
+pub mod structure;
+mod validate;
+pub mod yaml;
+
+use std::path::Path;
+
+pub use diagnostic::{Diagnostic, Rule, Severity};
+pub use error::LoadError;
+pub use model::ContractSet;
+pub use source::{Location, SourceFile, Sources};
+
+/// A valid contract set and the warnings found while loading it.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The validated model.
+    pub contracts: ContractSet,
+    /// Findings that do not make the set invalid.
+    pub warnings: Vec<Diagnostic>,
+}
+
+impl ContractSet {
+    /// Loads and validates the contract directory `dir`, reporting every problem at once.
+    ///
+    /// # Errors
+    /// [`LoadError::Invalid`] with all diagnostics when the contracts have errors;
+    /// [`LoadError::Io`] or [`LoadError::NotADirectory`] when `dir` cannot be read at all.
+    pub fn load(dir: impl AsRef<Path>) -> Result<Loaded, LoadError> {
+        let dir = dir.as_ref();
+        let parsed = loader::read_dir(dir)?;
+        let sources = parsed
+            .files
+            .values()
+            .filter_map(|file| file.source.clone())
+            .fold(Sources::default(), |mut sources, file| {
+                sources.insert(file);
+                sources
+            });
+        match validate::validate(dir, parsed) {
+            (Some(contracts), warnings) => Ok(Loaded {
+                contracts,
+                warnings,
+            }),
+            (None, diagnostics) => Err(LoadError::Invalid {
+                diagnostics,
+                sources,
+            }),
+        }
+    }
+}

@@ -1,0 +1,360 @@
+//! Finding, reading and parsing the files of a contract directory.
+//!
+//! Reading is defensive: sizes are checked before reading, reads are capped, symlinks are
+//! followed only to files (a loop is an unreadable file, not a hang), bytes must be UTF-8, and
+//! YAML is parsed under a budget. Each problem becomes a diagnostic on its file; the load goes on
+//! with the other files so one run reports everything.
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+
+use crate::diagnostic::{Diagnostic, Rule};
+use crate::error::LoadError;
+use crate::format::{ConsumerFile, EventFile, ProjectFile, RetryPoliciesFile, TopicsFile};
+use crate::source::{Location, SourceFile};
+use crate::structure::{self, FileKind};
+use crate::yaml::{self, Node};
+
+/// Largest contract file accepted, in bytes. Contracts are small; a bigger file is a mistake or
+/// an attack and is refused without being read whole.
+pub const MAX_FILE_BYTES: usize = 1024 * 1024;
+
+/// The project settings file.
+pub const PROJECT_FILE: &str = "evc.yaml";
+/// The retry policies file.
+pub const RETRY_POLICIES_FILE: &str = "retry-policies.yaml";
+/// The topics file.
+pub const TOPICS_FILE: &str = "topics.yaml";
+/// The folder of event type files.
+pub const EVENTS_DIR: &str = "events";
+/// The folder of consumer files.
+pub const CONSUMERS_DIR: &str = "consumers";
+
+/// A file's content in the form of its kind, once it has passed the structural checks.
+#[derive(Debug, Clone)]
+pub enum Typed {
+    /// `evc.yaml`.
+    Project(ProjectFile),
+    /// An event type file.
+    Event(Box<EventFile>),
+    /// A consumer file.
+    Consumer(ConsumerFile),
+    /// `retry-policies.yaml`.
+    RetryPolicies(RetryPoliciesFile),
+    /// `topics.yaml`.
+    Topics(TopicsFile),
+}
+
+/// One contract file after reading and parsing.
+#[derive(Debug, Clone)]
+pub struct ParsedFile {
+    /// What kind of file the path says it is.
+    pub kind: FileKind,
+    /// The source text, when it could be read.
+    pub source: Option<SourceFile>,
+    /// The YAML tree, when it parsed.
+    pub tree: Option<Node>,
+    /// The typed content, when the file passed every structural check.
+    pub typed: Option<Typed>,
+}
+
+/// Everything read from a contract directory, before cross-file validation.
+#[derive(Debug, Clone, Default)]
+pub struct ParsedDir {
+    /// Files by display path (relative, `/`-separated), in path order.
+    pub files: std::collections::BTreeMap<String, ParsedFile>,
+    /// Problems found so far.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// Reads and parses every contract file under `dir`.
+pub fn read_dir(dir: &Path) -> Result<ParsedDir, LoadError> {
+    let metadata = fs::metadata(dir).map_err(|source| LoadError::Io {
+        path: dir.to_owned(),
+        source,
+    })?;
+    if !metadata.is_dir() {
+        return Err(LoadError::NotADirectory {
+            path: dir.to_owned(),
+        });
+    }
+    let mut parsed = ParsedDir::default();
+    for (display, path, kind) in discover(dir, &mut parsed.diagnostics)? {
+        let file = parse_file(&display, &path, kind, &mut parsed.diagnostics);
+        parsed.files.insert(display, file);
+    }
+    if !parsed.files.contains_key(PROJECT_FILE) {
+        parsed.diagnostics.push(Diagnostic::new(
+            Rule::MissingProjectFile,
+            Location::file(PROJECT_FILE),
+            format!(
+                "the contract directory `{}` has no `{PROJECT_FILE}`",
+                dir.display()
+            ),
+            "create `evc.yaml` with `project:` and `payload_policy:` (see docs/contracts.md)",
+        ));
+    }
+    Ok(parsed)
+}
+
+/// Lists the contract files of `dir` by kind; reports files that do not belong.
+fn discover(
+    dir: &Path,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Result<Vec<(String, PathBuf, FileKind)>, LoadError> {
+    let mut found = Vec::new();
+    for entry in sorted_entries(dir)? {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        if name.starts_with('.') {
+            continue;
+        }
+        let kind = match name.as_str() {
+            PROJECT_FILE => Some(FileKind::Project),
+            RETRY_POLICIES_FILE => Some(FileKind::RetryPolicies),
+            TOPICS_FILE => Some(FileKind::Topics),
+            EVENTS_DIR | CONSUMERS_DIR if path.is_dir() => {
+                let kind = if name == EVENTS_DIR {
+                    FileKind::Event
+                } else {
+                    FileKind::Consumer
+                };
+                for inner in sorted_entries(&path)? {
+                    let inner_name = inner.file_name().to_string_lossy().into_owned();
+                    if inner_name.starts_with('.') {
+                        continue;
+                    }
+                    let display = format!("{name}/{inner_name}");
+                    if inner_name.ends_with(".yaml") && !inner.path().is_dir() {
+                        found.push((display, inner.path(), kind));
+                    } else {
+                        diagnostics.push(unexpected_file(&display));
+                    }
+                }
+                None
+            }
+            _ => {
+                if is_yaml_name(&name) || path.is_dir() {
+                    diagnostics.push(unexpected_file(&name));
+                }
+                None
+            }
+        };
+        if let Some(kind) = kind {
+            found.push((name, path, kind));
+        }
+    }
+    Ok(found)
+}
+
+fn is_yaml_name(name: &str) -> bool {
+    name.ends_with(".yaml") || name.ends_with(".yml")
+}
+
+fn unexpected_file(display: &str) -> Diagnostic {
+    Diagnostic::new(
+        Rule::UnexpectedFile,
+        Location::file(display),
+        format!("`{display}` is not a contract file and is ignored"),
+        "event types go in `events/<event.type>.yaml`, consumers in `consumers/<consumer>.yaml`; \
+         settings in `evc.yaml`, `retry-policies.yaml` and `topics.yaml`; move or delete it",
+    )
+}
+
+fn sorted_entries(dir: &Path) -> Result<Vec<fs::DirEntry>, LoadError> {
+    let io_error = |source| LoadError::Io {
+        path: dir.to_owned(),
+        source,
+    };
+    let mut entries = fs::read_dir(dir)
+        .map_err(io_error)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(io_error)?;
+    entries.sort_by_key(fs::DirEntry::file_name);
+    Ok(entries)
+}
+
+/// Reads, decodes, parses and structurally checks one file. Problems go to `diagnostics`.
+pub fn parse_file(
+    display: &str,
+    path: &Path,
+    kind: FileKind,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> ParsedFile {
+    let mut parsed = ParsedFile {
+        kind,
+        source: None,
+        tree: None,
+        typed: None,
+    };
+    let bytes = match read_capped(path) {
+        Ok(bytes) => bytes,
+        Err(problem) => {
+            diagnostics.push(problem.into_diagnostic(display));
+            return parsed;
+        }
+    };
+    let source = match decode(display, bytes) {
+        Ok(source) => source,
+        Err(diagnostic) => {
+            diagnostics.push(diagnostic);
+            return parsed;
+        }
+    };
+    parse_source(&mut parsed, source, diagnostics);
+    parsed
+}
+
+/// Parses and structurally checks text already in memory (used by `parse_file` and by tests
+/// that feed arbitrary text).
+pub fn parse_text(display: &str, text: &str, kind: FileKind) -> (ParsedFile, Vec<Diagnostic>) {
+    let mut parsed = ParsedFile {
+        kind,
+        source: None,
+        tree: None,
+        typed: None,
+    };
+    let mut diagnostics = Vec::new();
+    parse_source(
+        &mut parsed,
+        SourceFile::new(display, text),
+        &mut diagnostics,
+    );
+    (parsed, diagnostics)
+}
+
+fn parse_source(parsed: &mut ParsedFile, source: SourceFile, diagnostics: &mut Vec<Diagnostic>) {
+    let tree = match yaml::parse(&source) {
+        Ok(Some(tree)) => tree,
+        Ok(None) => {
+            diagnostics.push(Diagnostic::new(
+                Rule::FileEmpty,
+                Location::file(source.path()),
+                format!("`{}` holds no YAML document", source.path()),
+                "write the contract, or delete the file",
+            ));
+            parsed.source = Some(source);
+            return;
+        }
+        Err(diagnostic) => {
+            diagnostics.push(diagnostic);
+            parsed.source = Some(source);
+            return;
+        }
+    };
+    let json = tree.to_json();
+    let problems = structure::check(parsed.kind, &source, &tree, &json);
+    if problems.is_empty() {
+        match to_typed(parsed.kind, json) {
+            Ok(typed) => parsed.typed = Some(typed),
+            Err(error) => diagnostics.push(Diagnostic::new(
+                Rule::InvalidValue,
+                tree.location(&source),
+                format!("the file does not fit its format: {error}"),
+                "compare the file with docs/contracts.md",
+            )),
+        }
+    }
+    diagnostics.extend(problems);
+    parsed.tree = Some(tree);
+    parsed.source = Some(source);
+}
+
+fn to_typed(kind: FileKind, json: serde_json::Value) -> Result<Typed, serde_json::Error> {
+    fn from<T: DeserializeOwned>(json: serde_json::Value) -> Result<T, serde_json::Error> {
+        serde_json::from_value(json)
+    }
+    Ok(match kind {
+        FileKind::Project => Typed::Project(from(json)?),
+        FileKind::Event => Typed::Event(Box::new(from(json)?)),
+        FileKind::Consumer => Typed::Consumer(from(json)?),
+        FileKind::RetryPolicies => Typed::RetryPolicies(from(json)?),
+        FileKind::Topics => Typed::Topics(from(json)?),
+    })
+}
+
+enum ReadProblem {
+    Io(std::io::Error),
+    TooLarge(u64),
+}
+
+impl ReadProblem {
+    fn into_diagnostic(self, display: &str) -> Diagnostic {
+        match self {
+            Self::Io(error) => Diagnostic::new(
+                Rule::FileUnreadable,
+                Location::file(display),
+                format!("`{display}` cannot be read: {error}"),
+                "make it a readable regular file (check permissions and symlinks), or delete it",
+            ),
+            Self::TooLarge(size) => Diagnostic::new(
+                Rule::FileTooLarge,
+                Location::file(display),
+                format!(
+                    "`{display}` is {size} bytes; contract files may be at most {MAX_FILE_BYTES} bytes"
+                ),
+                "split the contract or remove what does not belong in it (payload schemas hold \
+                 references, not data)",
+            ),
+        }
+    }
+}
+
+/// Reads a file, refusing it without reading it whole when it is too large.
+fn read_capped(path: &Path) -> Result<Vec<u8>, ReadProblem> {
+    let file = fs::File::open(path).map_err(ReadProblem::Io)?;
+    let metadata = file.metadata().map_err(ReadProblem::Io)?;
+    if !metadata.is_file() {
+        return Err(ReadProblem::Io(std::io::Error::other("not a regular file")));
+    }
+    if metadata.len() > MAX_FILE_BYTES as u64 {
+        return Err(ReadProblem::TooLarge(metadata.len()));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or(0));
+    // The cap holds even if the file grows between the size check and the read.
+    file.take(MAX_FILE_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(ReadProblem::Io)?;
+    if bytes.len() > MAX_FILE_BYTES {
+        return Err(ReadProblem::TooLarge(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
+/// Decodes UTF-8 (a leading byte-order mark is dropped), pointing at the first bad byte.
+fn decode(display: &str, bytes: Vec<u8>) -> Result<SourceFile, Diagnostic> {
+    match String::from_utf8(bytes) {
+        Ok(text) => {
+            let text = text
+                .strip_prefix('\u{feff}')
+                .map(str::to_owned)
+                .unwrap_or(text);
+            Ok(SourceFile::new(display, text))
+        }
+        Err(error) => {
+            let valid_up_to = error.utf8_error().valid_up_to();
+            let bytes = error.into_bytes();
+            let prefix = String::from_utf8_lossy(&bytes[..valid_up_to]).into_owned();
+            let prefix_file = SourceFile::new(display, prefix);
+            let (line, column) = prefix_file.line_column(valid_up_to);
+            Err(Diagnostic::new(
+                Rule::FileNotUtf8,
+                Location {
+                    file: display.to_owned(),
+                    line,
+                    column,
+                    offset: 0,
+                    len: 0,
+                },
+                format!(
+                    "`{display}` is not valid UTF-8 (byte 0x{:02x} at offset {valid_up_to})",
+                    bytes[valid_up_to]
+                ),
+                "save the file as UTF-8",
+            ))
+        }
+    }
+}

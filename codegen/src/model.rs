@@ -1,0 +1,331 @@
+//! The validated contract model: what every emitter and check downstream of the loader reads.
+//!
+//! Everything here has passed validation: names are valid and unique, versions are parsed and
+//! ordered, references resolve and defaults are applied. Collections are ordered maps, so
+//! anything generated from the model is byte-stable.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use crate::format::{
+    CompatMode, ConsumerMode, EventStatus, ExecutorKind, FailureClass, HandlerKind, Jitter,
+    Ordering, RetryKind,
+};
+use crate::source::{Location, Sources};
+use crate::yaml::Node;
+
+/// A whole, valid contract set.
+#[derive(Debug, Clone)]
+pub struct ContractSet {
+    /// The directory it was loaded from.
+    pub dir: PathBuf,
+    /// Project-wide settings from `evc.yaml`.
+    pub project: Project,
+    /// Event types by name.
+    pub events: BTreeMap<String, EventType>,
+    /// Consumers by name.
+    pub consumers: BTreeMap<String, Consumer>,
+    /// Retry policies by name.
+    pub retry_policies: BTreeMap<String, RetryPolicy>,
+    /// Topics by name.
+    pub topics: BTreeMap<String, Topic>,
+    /// Every file read, for diagnostics and for build scripts' `rerun-if-changed`.
+    pub sources: Sources,
+    /// The YAML tree of every parsed file, by display path: the source map from any node
+    /// (schema keywords included) to its line and column.
+    pub trees: BTreeMap<String, Node>,
+}
+
+impl ContractSet {
+    /// The location of the node at `pointer` in `file`, or of the file itself when the node is
+    /// not there.
+    pub fn locate(&self, file: &str, pointer: &str) -> Location {
+        self.trees
+            .get(file)
+            .and_then(|tree| tree.pointer(pointer))
+            .zip(self.sources.get(file))
+            .map_or_else(
+                || Location::file(file),
+                |(node, source)| node.location(source),
+            )
+    }
+
+    /// Number of event versions across all event types.
+    pub fn version_count(&self) -> usize {
+        self.events.values().map(|event| event.versions.len()).sum()
+    }
+}
+
+/// Project-wide settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Project {
+    /// Project name.
+    pub name: String,
+    /// What payloads may carry.
+    pub payload_policy: PayloadPolicy,
+    /// Whether every event must carry a tenant scope.
+    pub require_tenant_scope: bool,
+    /// Whether every event must carry a W3C trace context.
+    pub require_trace_context: bool,
+    /// Dispatcher defaults.
+    pub dispatcher: DispatcherSettings,
+}
+
+/// The payload policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PayloadPolicy {
+    /// Keys that may never appear in a schema or payload.
+    pub denied_keys: Vec<String>,
+    /// Credential-shaped name parts.
+    pub credential_key_names: Vec<String>,
+    /// Default size cap of one payload, in bytes.
+    pub default_max_bytes: u32,
+    /// Largest cap an event type may set, in bytes.
+    pub hard_max_bytes: u32,
+}
+
+impl Default for PayloadPolicy {
+    fn default() -> Self {
+        Self {
+            denied_keys: ["body_text", "instruction_text", "payload_blob", "iu_body"]
+                .map(String::from)
+                .to_vec(),
+            credential_key_names: [
+                "password",
+                "token",
+                "api_key",
+                "secret",
+                "credential",
+                "authorization",
+            ]
+            .map(String::from)
+            .to_vec(),
+            default_max_bytes: 4096,
+            hard_max_bytes: 65536,
+        }
+    }
+}
+
+impl PayloadPolicy {
+    /// Whether `key` is on the deny-list.
+    pub fn is_denied(&self, key: &str) -> bool {
+        self.denied_keys.iter().any(|denied| denied == key)
+    }
+
+    /// The credential name `key` is shaped like, if any: a key matches when the name's
+    /// `_`-separated parts appear, in order and adjacent, among the key's parts (`api_key`
+    /// matches `partner_api_key`; `token` matches `refresh_token` but not `tokenizer`).
+    pub fn credential_shape(&self, key: &str) -> Option<&str> {
+        let key_parts = name_parts(key);
+        self.credential_key_names
+            .iter()
+            .find(|name| {
+                let name_parts = name_parts(name);
+                !name_parts.is_empty()
+                    && key_parts
+                        .windows(name_parts.len())
+                        .any(|window| window == name_parts.as_slice())
+            })
+            .map(String::as_str)
+    }
+}
+
+/// Splits a key into lower-case parts at `_`, `-`, `.` and camelCase boundaries.
+fn name_parts(key: &str) -> Vec<String> {
+    let mut parts = Vec::new();
+    let mut current = String::new();
+    let mut previous_lower = false;
+    for c in key.chars() {
+        if matches!(c, '_' | '-' | '.' | ' ') {
+            if !current.is_empty() {
+                parts.push(std::mem::take(&mut current));
+            }
+            previous_lower = false;
+            continue;
+        }
+        if c.is_uppercase() && previous_lower && !current.is_empty() {
+            parts.push(std::mem::take(&mut current));
+        }
+        previous_lower = c.is_lowercase() || c.is_ascii_digit();
+        current.extend(c.to_lowercase());
+    }
+    if !current.is_empty() {
+        parts.push(current);
+    }
+    parts
+}
+
+/// Dispatcher defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DispatcherSettings {
+    /// Deliveries claimed per batch.
+    pub batch_size: u32,
+    /// Lease length.
+    pub lease: Duration,
+    /// Heartbeat interval.
+    pub heartbeat: Duration,
+    /// Attempts before dead-lettering, whatever a policy says.
+    pub max_attempts: u32,
+    /// Longest delay between attempts.
+    pub backoff_ceiling: Duration,
+}
+
+impl Default for DispatcherSettings {
+    fn default() -> Self {
+        Self {
+            batch_size: 50,
+            lease: Duration::from_secs(30),
+            heartbeat: Duration::from_secs(10),
+            max_attempts: 12,
+            backoff_ceiling: Duration::from_secs(15 * 60),
+        }
+    }
+}
+
+/// One event type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventType {
+    /// Name (`iu.born`).
+    pub name: String,
+    /// What happened.
+    pub description: String,
+    /// Who emits it.
+    pub producer_class: String,
+    /// Payload fields that order deliveries; empty: the envelope's aggregate.
+    pub order_key: Vec<String>,
+    /// How versions may evolve.
+    pub compat: CompatMode,
+    /// Lifecycle status.
+    pub status: EventStatus,
+    /// Payload size cap in bytes (policy default applied).
+    pub max_payload_bytes: u32,
+    /// Versions, ascending.
+    pub versions: Vec<EventVersion>,
+    /// Display path of the file that defines it.
+    pub file: String,
+}
+
+impl EventType {
+    /// The newest version of each major, ascending by major.
+    pub fn latest_per_major(&self) -> Vec<&EventVersion> {
+        let mut latest: BTreeMap<u64, &EventVersion> = BTreeMap::new();
+        for version in &self.versions {
+            latest.insert(version.version.major, version);
+        }
+        latest.into_values().collect()
+    }
+}
+
+/// One version of an event type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventVersion {
+    /// The version.
+    pub version: semver::Version,
+    /// What changed.
+    pub description: Option<String>,
+    /// JSON Schema 2020-12 of the payload.
+    pub schema: serde_json::Value,
+    /// The plan for a breaking change, on major bumps.
+    pub migration_policy: Option<MigrationPolicy>,
+    /// JSON pointer of this version in its file (`/versions/1`).
+    pub pointer: String,
+}
+
+/// The plan for a breaking change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationPolicy {
+    /// How long producers keep emitting the previous major.
+    pub producer_window: Duration,
+    /// How long consumers have to move.
+    pub consumer_window: Duration,
+    /// What is emitted during the window.
+    pub dual_write: String,
+    /// How to roll back.
+    pub rollback: String,
+}
+
+/// One consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Consumer {
+    /// Name (`worker.notification.iu`).
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// Executor kind.
+    pub executor_kind: ExecutorKind,
+    /// Subscriptions, in file order.
+    pub subscriptions: Vec<Subscription>,
+    /// Retry policy name (default applied; it exists).
+    pub retry_policy: String,
+    /// Handler kind.
+    pub handler: HandlerKind,
+    /// Delivery order.
+    pub ordering: Ordering,
+    /// Delivery mode.
+    pub mode: ConsumerMode,
+    /// Silence after which the consumer counts as stuck.
+    pub heartbeat_threshold: Duration,
+    /// Display path of the file that defines it.
+    pub file: String,
+}
+
+/// A consumer's subscription to an event type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subscription {
+    /// The event type.
+    pub event: String,
+    /// The versions accepted.
+    pub requirement: semver::VersionReq,
+}
+
+/// One retry policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Name.
+    pub name: String,
+    /// What it is for.
+    pub description: Option<String>,
+    /// How delays grow.
+    pub kind: RetryKind,
+    /// First delay (zero for `no_retry`).
+    pub base_delay: Duration,
+    /// Longest delay, if capped.
+    pub max_delay: Option<Duration>,
+    /// Attempts in all.
+    pub max_attempts: u32,
+    /// Delay randomization.
+    pub jitter: Jitter,
+    /// Failure classes that are retried.
+    pub retry_on: Vec<FailureClass>,
+}
+
+/// One topic.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Topic {
+    /// Name.
+    pub name: String,
+    /// What subscribers see.
+    pub description: String,
+    /// Event type patterns.
+    pub events: Vec<String>,
+    /// Partition key (`payload.iu_unit_id`, `envelope.trace_id`).
+    pub key: Option<String>,
+    /// Payload field filters.
+    pub filter: BTreeMap<String, Vec<serde_json::Value>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credential_shapes_match_whole_parts() {
+        let policy = PayloadPolicy::default();
+        assert_eq!(policy.credential_shape("refresh_token"), Some("token"));
+        assert_eq!(policy.credential_shape("partnerApiKey"), Some("api_key"));
+        assert_eq!(policy.credential_shape("DB_PASSWORD"), Some("password"));
+        assert_eq!(policy.credential_shape("tokenizer"), None);
+        assert_eq!(policy.credential_shape("iu_unit_id"), None);
+    }
+}

@@ -1,0 +1,123 @@
+//! Identifier and value patterns of the contract format, shared by the format schema (what editors
+//! check as people type) and the loader (which maps a pattern failure to its rule).
+
+/// Event types: lower-case, dot-separated, at least two segments (`iu.born`).
+pub const EVENT_TYPE_PATTERN: &str = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$";
+/// Consumers, producer classes, retry policies and topics: lower-case segments separated by dots;
+/// segments after the first may start with a digit (`audit`, `default.transient.5x.30s.exp`).
+pub const NAME_PATTERN: &str = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$";
+/// Durations: a whole number and a unit (`250ms`, `30s`, `10m`, `2h`, `14d`).
+pub const DURATION_PATTERN: &str = r"^[0-9]+(ms|s|m|h|d)$";
+/// Semantic versions (semver.org's own expression, without a leading `v`).
+pub const VERSION_PATTERN: &str = r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-((0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*))*))?(\+([0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*))?$";
+/// Subscriptions: an event type, `@`, and a semver requirement (`iu.born@^1`).
+pub const SUBSCRIPTION_PATTERN: &str = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+@[^@\s][^@]*$";
+/// Topic event patterns: an event type in which `*` stands for any run of characters.
+pub const EVENT_PATTERN_PATTERN: &str = r"^[a-z0-9_.*]+$";
+/// Topic keys: an envelope field or a payload field.
+pub const TOPIC_KEY_PATTERN: &str = r"^(envelope\.(trace_id|correlation_id|causation_id|tenant_scope|order_key|producer_class)|payload\.[a-z_][a-z0-9_]*)$";
+/// Payload field names used by `order_key` and topic filters.
+pub const FIELD_PATTERN: &str = r"^[a-z_][a-z0-9_]*$";
+
+/// What a name names, for messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameKind {
+    /// An event type.
+    EventType,
+    /// A consumer, producer class or topic.
+    Name,
+    /// A retry policy.
+    Policy,
+}
+
+impl NameKind {
+    /// The pattern names of this kind must match.
+    pub fn pattern(self) -> &'static str {
+        match self {
+            Self::EventType => EVENT_TYPE_PATTERN,
+            Self::Name | Self::Policy => NAME_PATTERN,
+        }
+    }
+}
+
+/// Whether `pattern` (glob with `*` for any run of characters) matches `event_type`.
+pub fn glob_matches(pattern: &str, event_type: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or_default();
+    let Some(mut rest) = event_type.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(index) => rest = &rest[index + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
+/// The closest of `candidates` to `wanted`, when one is close enough to be a likely typo.
+pub fn did_you_mean<'a>(
+    wanted: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    candidates
+        .into_iter()
+        .map(|candidate| (strsim::jaro_winkler(wanted, candidate), candidate))
+        .filter(|(score, _)| *score >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0).then_with(|| b.1.cmp(a.1)))
+        .map(|(_, candidate)| candidate)
+}
+
+/// A "did you mean" clause (`did you mean `x`?`) or a fallback listing the choices.
+pub fn suggestion<'a>(
+    wanted: &str,
+    candidates: impl IntoIterator<Item = &'a str> + Clone,
+) -> String {
+    match did_you_mean(wanted, candidates.clone()) {
+        Some(best) => format!("did you mean `{best}`?"),
+        None => {
+            let all: Vec<&str> = candidates.into_iter().collect();
+            if all.is_empty() {
+                "nothing is defined to choose from".to_owned()
+            } else if all.len() <= 12 {
+                format!("expected one of: {}", all.join(", "))
+            } else {
+                format!(
+                    "expected one of: {}, ... ({} in all)",
+                    all[..12].join(", "),
+                    all.len()
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_matches_prefix_suffix_and_exact() {
+        assert!(glob_matches("iu.*", "iu.born"));
+        assert!(!glob_matches("iu.*", "step.ready"));
+        assert!(glob_matches("*.failed", "dot.command_failed") == false);
+        assert!(glob_matches("*failed", "dot.command_failed"));
+        assert!(glob_matches("*", "anything.at_all"));
+        assert!(glob_matches("step.ready", "step.ready"));
+        assert!(!glob_matches("step.ready", "step.ready_now"));
+        assert!(glob_matches("a.*.c*", "a.b.cd"));
+        assert!(!glob_matches("ab*ba", "aba"));
+    }
+
+    #[test]
+    fn did_you_mean_finds_typos_only() {
+        let names = ["iu.born", "iu.edited", "step.ready"];
+        assert_eq!(did_you_mean("iu.bron", names), Some("iu.born"));
+        assert_eq!(did_you_mean("completely.else", names), None);
+    }
+}

@@ -1,0 +1,238 @@
+//! Checks on the payload schemas inside event contracts: valid JSON Schema 2020-12, an object
+//! at the root, every object closed, and no key the payload policy forbids.
+
+use serde_json::Value as Json;
+
+use crate::diagnostic::Rule;
+use crate::model::PayloadPolicy;
+use crate::yaml::escape_pointer_segment;
+
+/// The dialect payload schemas are written in.
+pub const DIALECT: &str = "https://json-schema.org/draft/2020-12/schema";
+
+/// One problem in a payload schema, at a JSON pointer relative to the schema's root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaProblem {
+    /// The rule broken.
+    pub rule: Rule,
+    /// Where, relative to the schema root.
+    pub pointer: String,
+    /// What is wrong.
+    pub message: String,
+    /// What to do.
+    pub fix: String,
+}
+
+/// Checks one payload schema; returns every problem found.
+pub fn check(schema: &Json, policy: &PayloadPolicy) -> Vec<SchemaProblem> {
+    if let Some(dialect) = schema.get("$schema") {
+        if dialect.as_str() != Some(DIALECT) {
+            return vec![SchemaProblem {
+                rule: Rule::InvalidJsonSchema,
+                pointer: "/$schema".to_owned(),
+                message: format!("payload schemas are JSON Schema 2020-12, not {dialect}"),
+                fix: format!("remove `$schema` or set it to `{DIALECT}`"),
+            }];
+        }
+    }
+    if let Err(error) = jsonschema::draft202012::options()
+        .should_validate_formats(true)
+        .build(schema)
+    {
+        return vec![SchemaProblem {
+            rule: Rule::InvalidJsonSchema,
+            pointer: error.instance_path().as_str().to_owned(),
+            message: format!("the payload schema is not valid JSON Schema 2020-12: {error}"),
+            fix: "correct the keyword (see https://json-schema.org/draft/2020-12)".to_owned(),
+        }];
+    }
+    let mut problems = Vec::new();
+    if schema.get("type").and_then(Json::as_str) != Some("object") {
+        problems.push(SchemaProblem {
+            rule: Rule::PayloadNotObject,
+            pointer: String::new(),
+            message: "the payload schema's root must be `type: object`".to_owned(),
+            fix: "set `type: object` and list the payload's fields under `properties`".to_owned(),
+        });
+    }
+    walk(schema, "", policy, &mut problems);
+    problems
+}
+
+/// Visits every subschema, checking objects and their property names.
+fn walk(schema: &Json, pointer: &str, policy: &PayloadPolicy, problems: &mut Vec<SchemaProblem>) {
+    let Json::Object(map) = schema else {
+        return;
+    };
+    let is_object_schema =
+        map.get("type").and_then(Json::as_str) == Some("object") || map.contains_key("properties");
+    if is_object_schema {
+        check_closed(map, pointer, problems);
+    }
+    if let Some(Json::Object(properties)) = map.get("properties") {
+        for key in properties.keys() {
+            let key_pointer = format!("{pointer}/properties/{}", escape_pointer_segment(key));
+            if policy.is_denied(key) {
+                problems.push(SchemaProblem {
+                    rule: Rule::DeniedKeyInSchema,
+                    pointer: key_pointer.clone(),
+                    message: format!("`{key}` is on the payload policy's deny-list"),
+                    fix: "payloads carry references, not content: replace it with an id of where \
+                          the content is stored"
+                        .to_owned(),
+                });
+            } else if let Some(shape) = policy.credential_shape(key) {
+                problems.push(SchemaProblem {
+                    rule: Rule::CredentialKeyInSchema,
+                    pointer: key_pointer,
+                    message: format!("`{key}` is shaped like a credential (`{shape}`)"),
+                    fix: "never put credentials in events; pass a reference to a secret store \
+                          entry under a name without the credential word"
+                        .to_owned(),
+                });
+            }
+        }
+    }
+    for (keyword, child) in map {
+        let child_pointer = format!("{pointer}/{}", escape_pointer_segment(keyword));
+        match keyword.as_str() {
+            "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas" => {
+                if let Json::Object(children) = child {
+                    for (name, grandchild) in children {
+                        let pointer = format!("{child_pointer}/{}", escape_pointer_segment(name));
+                        walk(grandchild, &pointer, policy, problems);
+                    }
+                }
+            }
+            "allOf" | "anyOf" | "oneOf" | "prefixItems" => {
+                if let Json::Array(children) = child {
+                    for (index, grandchild) in children.iter().enumerate() {
+                        walk(
+                            grandchild,
+                            &format!("{child_pointer}/{index}"),
+                            policy,
+                            problems,
+                        );
+                    }
+                }
+            }
+            "items"
+            | "additionalProperties"
+            | "not"
+            | "if"
+            | "then"
+            | "else"
+            | "contains"
+            | "unevaluatedProperties"
+            | "unevaluatedItems"
+            | "propertyNames" => {
+                walk(child, &child_pointer, policy, problems);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// An object must list its keys: otherwise it accepts any key, deny-listed ones included.
+fn check_closed(
+    map: &serde_json::Map<String, Json>,
+    pointer: &str,
+    problems: &mut Vec<SchemaProblem>,
+) {
+    if map.contains_key("patternProperties") {
+        problems.push(SchemaProblem {
+            rule: Rule::OpenPayloadObject,
+            pointer: format!("{pointer}/patternProperties"),
+            message: "`patternProperties` lets the object carry keys the contract does not name"
+                .to_owned(),
+            fix: "list each key under `properties` and set `additionalProperties: false`"
+                .to_owned(),
+        });
+    }
+    let closed = |keyword: &str| map.get(keyword) == Some(&Json::Bool(false));
+    if !closed("additionalProperties") && !closed("unevaluatedProperties") {
+        problems.push(SchemaProblem {
+            rule: Rule::OpenPayloadObject,
+            pointer: pointer.to_owned(),
+            message: "this object accepts keys it does not list, including deny-listed ones"
+                .to_owned(),
+            fix: "add `additionalProperties: false`".to_owned(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn rules(schema: Json) -> Vec<(Rule, String)> {
+        check(&schema, &PayloadPolicy::default())
+            .into_iter()
+            .map(|problem| (problem.rule, problem.pointer))
+            .collect()
+    }
+
+    #[test]
+    fn a_closed_reference_payload_passes() {
+        let schema = json!({
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["id"],
+            "properties": {
+                "id": {"type": "string", "format": "uuid"},
+                "error": {"type": "object", "additionalProperties": false,
+                          "properties": {"code": {"type": "string"}}}
+            }
+        });
+        assert_eq!(rules(schema), []);
+    }
+
+    #[test]
+    fn nested_open_objects_and_forbidden_keys_are_found() {
+        let schema = json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "body_text": {"type": "string"},
+                "auth": {"type": "object", "properties": {"api_key": {"type": "string"}},
+                         "additionalProperties": false},
+                "meta": {"type": "object"}
+            }
+        });
+        assert_eq!(
+            rules(schema),
+            [
+                (Rule::DeniedKeyInSchema, "/properties/body_text".to_owned()),
+                (
+                    Rule::CredentialKeyInSchema,
+                    "/properties/auth/properties/api_key".to_owned()
+                ),
+                (Rule::OpenPayloadObject, "/properties/meta".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn invalid_keywords_and_foreign_dialects_are_invalid_schemas() {
+        assert_eq!(
+            rules(
+                json!({"type": "object", "additionalProperties": false, "properties": {"n": {"type": "integr"}}})
+            ),
+            [(Rule::InvalidJsonSchema, "/properties/n/type".to_owned())]
+        );
+        assert_eq!(
+            rules(json!({"$schema": "http://json-schema.org/draft-04/schema#", "type": "object"})),
+            [(Rule::InvalidJsonSchema, "/$schema".to_owned())]
+        );
+    }
+
+    #[test]
+    fn the_root_must_be_an_object() {
+        assert_eq!(
+            rules(json!({"type": "string"})),
+            [(Rule::PayloadNotObject, String::new())]
+        );
+    }
+}

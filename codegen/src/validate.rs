@@ -1,0 +1,850 @@
+//! Cross-file validation and lowering: from parsed files to a [`ContractSet`].
+//!
+//! Each file that passed its structural checks is lowered into the model while its values are
+//! parsed (versions, requirements, durations) and its references resolved. Every problem is
+//! collected; a set with any error yields no model.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use crate::diagnostic::{Diagnostic, Rule};
+use crate::format::{
+    CompatMode, ConsumerFile, EventFile, EventStatus, ProjectFile, RetryKind, RetryPoliciesFile,
+    TopicsFile,
+};
+use crate::loader::{EVENTS_DIR, ParsedDir, ParsedFile, Typed};
+use crate::model::{
+    Consumer, ContractSet, DispatcherSettings, EventType, EventVersion, MigrationPolicy,
+    PayloadPolicy, Project, RetryPolicy, Subscription, Topic,
+};
+use crate::names::{self, glob_matches};
+use crate::payload_schema;
+use crate::source::{Location, Sources};
+use crate::yaml::escape_pointer_segment;
+use crate::{duration, loader};
+
+/// Default heartbeat threshold of consumers when neither they nor `evc.yaml` set one.
+const DEFAULT_HEARTBEAT_THRESHOLD: Duration = Duration::from_secs(60);
+
+/// Validates parsed files and builds the model; the model is `None` when any error was found.
+pub(crate) fn validate(dir: &Path, parsed: ParsedDir) -> (Option<ContractSet>, Vec<Diagnostic>) {
+    let mut checker = Checker {
+        files: &parsed.files,
+        diagnostics: parsed.diagnostics.clone(),
+    };
+    let project_file = checker.typed_project();
+    let project = checker.project(project_file);
+    let retry_policies = checker.retry_policies();
+    let events = checker.events(&project);
+    let defaults = project_file.map(|file| &file.defaults);
+    let consumers = checker.consumers(&events, &retry_policies, defaults);
+    if let Some(name) = defaults.and_then(|defaults| defaults.retry_policy.as_ref()) {
+        checker.require_policy(
+            loader::PROJECT_FILE,
+            "/defaults/retry_policy",
+            name.as_str(),
+            &retry_policies,
+        );
+    }
+    let topics = checker.topics(&events);
+
+    let mut diagnostics = checker.diagnostics;
+    crate::diagnostic::sort(&mut diagnostics);
+    diagnostics.dedup();
+    if diagnostics.iter().any(Diagnostic::is_error) {
+        return (None, diagnostics);
+    }
+    let mut sources = Sources::default();
+    let mut trees = BTreeMap::new();
+    for (path, file) in parsed.files {
+        if let Some(source) = file.source {
+            sources.insert(source);
+        }
+        if let Some(tree) = file.tree {
+            trees.insert(path, tree);
+        }
+    }
+    let set = ContractSet {
+        dir: dir.to_owned(),
+        project,
+        events,
+        consumers,
+        retry_policies,
+        topics,
+        sources,
+        trees,
+    };
+    (Some(set), diagnostics)
+}
+
+struct Checker<'a> {
+    files: &'a BTreeMap<String, ParsedFile>,
+    diagnostics: Vec<Diagnostic>,
+}
+
+impl<'a> Checker<'a> {
+    /// The location of the value at `pointer` in `path`.
+    fn at(&self, path: &str, pointer: &str) -> Location {
+        self.node_location(path, pointer, false)
+    }
+
+    /// The location of the key of the entry at `pointer` in `path` (the value's when it has
+    /// no key).
+    fn at_key(&self, path: &str, pointer: &str) -> Location {
+        self.node_location(path, pointer, true)
+    }
+
+    fn node_location(&self, path: &str, pointer: &str, key: bool) -> Location {
+        let Some(file) = self.files.get(path) else {
+            return Location::file(path);
+        };
+        let (Some(tree), Some(source)) = (&file.tree, &file.source) else {
+            return Location::file(path);
+        };
+        match tree.pointer_entry(pointer) {
+            Some((Some(key_node), _)) if key => key_node.location(source),
+            Some((_, node)) => node.location(source),
+            None => Location::file(path),
+        }
+    }
+
+    fn report(&mut self, rule: Rule, location: Location, message: String, fix: String) {
+        self.diagnostics
+            .push(Diagnostic::new(rule, location, message, fix));
+    }
+
+    fn typed_project(&self) -> Option<&'a ProjectFile> {
+        match self.files.get(loader::PROJECT_FILE)?.typed.as_ref()? {
+            Typed::Project(project) => Some(project),
+            _ => None,
+        }
+    }
+
+    fn project(&mut self, file: Option<&ProjectFile>) -> Project {
+        let Some(file) = file else {
+            return Project {
+                name: String::new(),
+                payload_policy: PayloadPolicy::default(),
+                require_tenant_scope: false,
+                require_trace_context: true,
+                dispatcher: DispatcherSettings::default(),
+            };
+        };
+        let path = loader::PROJECT_FILE;
+        let policy = &file.payload_policy;
+        if policy.default_max_bytes > policy.hard_max_bytes {
+            self.report(
+                Rule::InvalidPayloadPolicy,
+                self.at(path, "/payload_policy/default_max_bytes"),
+                format!(
+                    "`default_max_bytes` ({}) is above `hard_max_bytes` ({})",
+                    policy.default_max_bytes, policy.hard_max_bytes
+                ),
+                "lower `default_max_bytes` or raise `hard_max_bytes`".to_owned(),
+            );
+        }
+        let defaults = DispatcherSettings::default();
+        let dispatcher = &file.dispatcher;
+        let duration_or = |text: &Option<crate::format::DurationText>, default| {
+            text.as_ref()
+                .and_then(|text| duration::parse(text.as_str()))
+                .unwrap_or(default)
+        };
+        let dispatcher = DispatcherSettings {
+            batch_size: dispatcher.batch_size.unwrap_or(defaults.batch_size),
+            lease: duration_or(&dispatcher.lease, defaults.lease),
+            heartbeat: duration_or(&dispatcher.heartbeat, defaults.heartbeat),
+            max_attempts: dispatcher.max_attempts.unwrap_or(defaults.max_attempts),
+            backoff_ceiling: duration_or(&dispatcher.backoff_ceiling, defaults.backoff_ceiling),
+        };
+        if dispatcher.heartbeat >= dispatcher.lease {
+            self.report(
+                Rule::InvalidValue,
+                self.at(path, "/dispatcher/heartbeat"),
+                format!(
+                    "the dispatcher heartbeat ({}) must be shorter than the lease ({})",
+                    duration::format(dispatcher.heartbeat),
+                    duration::format(dispatcher.lease)
+                ),
+                "make `heartbeat` a fraction of `lease` (the default is 10s against 30s)"
+                    .to_owned(),
+            );
+        }
+        for (pointer, text) in [
+            ("/dispatcher/lease", &file.dispatcher.lease),
+            ("/dispatcher/heartbeat", &file.dispatcher.heartbeat),
+            (
+                "/dispatcher/backoff_ceiling",
+                &file.dispatcher.backoff_ceiling,
+            ),
+            (
+                "/defaults/heartbeat_threshold",
+                &file.defaults.heartbeat_threshold,
+            ),
+        ] {
+            if let Some(text) = text {
+                self.duration(path, pointer, text.as_str());
+            }
+        }
+        Project {
+            name: file.project.0.clone(),
+            payload_policy: PayloadPolicy {
+                denied_keys: policy.denied_keys.iter().map(|k| k.0.clone()).collect(),
+                credential_key_names: policy
+                    .credential_key_names
+                    .iter()
+                    .map(|k| k.0.clone())
+                    .collect(),
+                default_max_bytes: policy.default_max_bytes,
+                hard_max_bytes: policy.hard_max_bytes,
+            },
+            require_tenant_scope: file.envelope.require_tenant_scope,
+            require_trace_context: file.envelope.require_trace_context,
+            dispatcher,
+        }
+    }
+
+    /// Parses a duration the format schema already shaped; reports one that overflows or is zero.
+    fn duration(&mut self, path: &str, pointer: &str, text: &str) -> Duration {
+        match duration::parse(text) {
+            Some(value) if !value.is_zero() => value,
+            _ => {
+                self.report(
+                    Rule::InvalidDuration,
+                    self.at(path, pointer),
+                    format!("`{text}` is not a usable duration (zero or too large)"),
+                    "write a positive duration such as `30s`, `10m` or `14d`".to_owned(),
+                );
+                Duration::ZERO
+            }
+        }
+    }
+
+    fn retry_policies(&mut self) -> BTreeMap<String, RetryPolicy> {
+        let path = loader::RETRY_POLICIES_FILE;
+        let Some(Typed::RetryPolicies(RetryPoliciesFile { policies })) =
+            self.files.get(path).and_then(|file| file.typed.as_ref())
+        else {
+            return BTreeMap::new();
+        };
+        let mut lowered = BTreeMap::new();
+        for (name, def) in policies {
+            let pointer = format!("/policies/{}", escape_pointer_segment(name));
+            let base_delay = def
+                .base_delay
+                .as_ref()
+                .map(|text| self.duration(path, &format!("{pointer}/base_delay"), text.as_str()));
+            let max_delay = def
+                .max_delay
+                .as_ref()
+                .map(|text| self.duration(path, &format!("{pointer}/max_delay"), text.as_str()));
+            let invalid = |this: &mut Self, key: &str, message: String, fix: &str| {
+                let location = this.at(path, &format!("{pointer}{key}"));
+                this.report(Rule::InvalidRetryPolicy, location, message, fix.to_owned());
+            };
+            if def.kind == RetryKind::NoRetry {
+                if def.max_attempts != 1 {
+                    invalid(
+                        self,
+                        "/max_attempts",
+                        format!(
+                            "`{name}` is `no_retry` but allows {} attempts",
+                            def.max_attempts
+                        ),
+                        "set `max_attempts: 1`, or choose a retrying `kind`",
+                    );
+                }
+            } else if base_delay.is_none() {
+                invalid(
+                    self,
+                    "",
+                    format!("`{name}` retries but sets no `base_delay`"),
+                    "add `base_delay:` (for example `30s`)",
+                );
+            }
+            if let (Some(base), Some(max)) = (base_delay, max_delay)
+                && base > max
+            {
+                invalid(
+                    self,
+                    "/max_delay",
+                    format!(
+                        "`{name}` has `max_delay` ({}) below `base_delay` ({})",
+                        duration::format(max),
+                        duration::format(base)
+                    ),
+                    "raise `max_delay` or lower `base_delay`",
+                );
+            }
+            for (index, class) in def.retry_on.iter().enumerate() {
+                if class.is_quarantined() {
+                    invalid(
+                        self,
+                        &format!("/retry_on/{index}"),
+                        format!(
+                            "`{name}` retries `{}` failures, which are quarantined and never retried",
+                            serde_json::to_value(class)
+                                .ok()
+                                .and_then(|v| v.as_str().map(str::to_owned))
+                                .unwrap_or_default()
+                        ),
+                        "retry only `transient`, `permanent` or `poison` failures",
+                    );
+                }
+            }
+            lowered.insert(
+                name.clone(),
+                RetryPolicy {
+                    name: name.clone(),
+                    description: def.description.clone(),
+                    kind: def.kind,
+                    base_delay: base_delay.unwrap_or(Duration::ZERO),
+                    max_delay,
+                    max_attempts: def.max_attempts,
+                    jitter: def.jitter,
+                    retry_on: def.retry_on.clone(),
+                },
+            );
+        }
+        lowered
+    }
+
+    fn events(&mut self, project: &Project) -> BTreeMap<String, EventType> {
+        let mut events: BTreeMap<String, EventType> = BTreeMap::new();
+        let files = self.files;
+        for (path, file) in files {
+            let Some(Typed::Event(def)) = &file.typed else {
+                continue;
+            };
+            let Some(event) = self.event(path, def, project) else {
+                continue;
+            };
+            if let Some(first) = events.get(&event.name) {
+                let first_location = self.at(&first.file, "/event");
+                let diagnostic = Diagnostic::new(
+                    Rule::DuplicateEventType,
+                    self.at(path, "/event"),
+                    format!("the event type `{}` is defined twice", event.name),
+                    format!("keep one definition; the other is in `{}`", first.file),
+                )
+                .with_related(first_location, "first defined here");
+                self.diagnostics.push(diagnostic);
+                continue;
+            }
+            events.insert(event.name.clone(), event);
+        }
+        events
+    }
+
+    fn event(&mut self, path: &str, def: &EventFile, project: &Project) -> Option<EventType> {
+        let name = def.event.as_str();
+        let expected_path = format!("{EVENTS_DIR}/{name}.yaml");
+        if path != expected_path {
+            self.report(
+                Rule::FileNameMismatch,
+                self.at(path, "/event"),
+                format!("`{path}` defines `{name}`, so it must be named `{expected_path}`"),
+                format!("rename the file to `{expected_path}`, or correct `event:`"),
+            );
+        }
+        let compat = def.compat.unwrap_or_else(|| {
+            self.typed_project()
+                .and_then(|p| p.defaults.compat)
+                .unwrap_or(CompatMode::Forward)
+        });
+        let policy = &project.payload_policy;
+        let max_payload_bytes = def.max_payload_bytes.unwrap_or(policy.default_max_bytes);
+        if max_payload_bytes > policy.hard_max_bytes {
+            self.report(
+                Rule::PayloadCapAboveHardCap,
+                self.at(path, "/max_payload_bytes"),
+                format!(
+                    "`max_payload_bytes` ({max_payload_bytes}) is above the hard cap ({}) of `evc.yaml`",
+                    policy.hard_max_bytes
+                ),
+                format!(
+                    "lower it to at most {}; large content belongs in storage, referenced by id",
+                    policy.hard_max_bytes
+                ),
+            );
+        }
+        let mut versions: Vec<EventVersion> = Vec::new();
+        for (index, version_def) in def.versions.iter().enumerate() {
+            let pointer = format!("/versions/{index}");
+            let Ok(version) = semver::Version::parse(version_def.version.as_str()) else {
+                self.report(
+                    Rule::InvalidVersion,
+                    self.at(path, &format!("{pointer}/version")),
+                    format!("`{}` is not a semantic version", version_def.version),
+                    "write MAJOR.MINOR.PATCH (`1.2.0`)".to_owned(),
+                );
+                continue;
+            };
+            for problem in payload_schema::check(&version_def.schema, policy) {
+                let location = self.at_key(path, &format!("{pointer}/schema{}", problem.pointer));
+                self.report(
+                    problem.rule,
+                    location,
+                    format!("{name} {version}: {}", problem.message),
+                    problem.fix,
+                );
+            }
+            let migration_policy = version_def
+                .migration_policy
+                .as_ref()
+                .map(|m| MigrationPolicy {
+                    producer_window: self.duration(
+                        path,
+                        &format!("{pointer}/migration_policy/producer_window"),
+                        m.producer_window.as_str(),
+                    ),
+                    consumer_window: self.duration(
+                        path,
+                        &format!("{pointer}/migration_policy/consumer_window"),
+                        m.consumer_window.as_str(),
+                    ),
+                    dual_write: m.dual_write.clone(),
+                    rollback: m.rollback.clone(),
+                });
+            if let Some(previous) = versions.last() {
+                self.version_step(
+                    path,
+                    name,
+                    compat,
+                    previous,
+                    &version,
+                    &pointer,
+                    migration_policy.is_some(),
+                );
+            } else if migration_policy.is_some() {
+                self.report(
+                    Rule::UnneededMigrationPolicy,
+                    self.at_key(path, &format!("{pointer}/migration_policy")),
+                    format!(
+                        "{name} {version} is the first version; it has nothing to migrate from"
+                    ),
+                    "remove `migration_policy`".to_owned(),
+                );
+            }
+            versions.push(EventVersion {
+                version,
+                description: version_def.description.clone(),
+                schema: version_def.schema.clone(),
+                migration_policy,
+                pointer,
+            });
+        }
+        let order_key: Vec<String> = def
+            .order_key
+            .as_ref()
+            .map(|key| key.fields().into_iter().map(|f| f.0.clone()).collect())
+            .unwrap_or_default();
+        for field in &order_key {
+            for version in &versions {
+                let required = version
+                    .schema
+                    .get("required")
+                    .and_then(|r| r.as_array())
+                    .is_some_and(|r| r.iter().any(|v| v.as_str() == Some(field)));
+                if !required {
+                    self.report(
+                        Rule::OrderKeyNotRequired,
+                        self.at(path, "/order_key"),
+                        format!(
+                            "the order key `{field}` is not a required property of {name} {}",
+                            version.version
+                        ),
+                        format!(
+                            "add `{field}` to `properties` and `required` of version {}, or choose another order key",
+                            version.version
+                        ),
+                    );
+                }
+            }
+        }
+        Some(EventType {
+            name: name.to_owned(),
+            description: def.description.clone(),
+            producer_class: def.producer_class.0.clone(),
+            order_key,
+            compat,
+            status: def.status,
+            max_payload_bytes,
+            versions,
+            file: path.to_owned(),
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn version_step(
+        &mut self,
+        path: &str,
+        name: &str,
+        compat: CompatMode,
+        previous: &EventVersion,
+        version: &semver::Version,
+        pointer: &str,
+        has_migration_policy: bool,
+    ) {
+        let location = self.at(path, &format!("{pointer}/version"));
+        if *version == previous.version {
+            let first = self.at(path, &format!("{}/version", previous.pointer));
+            let diagnostic = Diagnostic::new(
+                Rule::DuplicateVersion,
+                location,
+                format!("{name} lists version {version} twice"),
+                "give each version its own number; bump the new one",
+            )
+            .with_related(first, "first listed here");
+            self.diagnostics.push(diagnostic);
+            return;
+        }
+        if *version < previous.version {
+            self.report(
+                Rule::VersionsOutOfOrder,
+                location,
+                format!("{name} {version} is listed after {}", previous.version),
+                "list versions oldest first".to_owned(),
+            );
+            return;
+        }
+        let major_bump = version.major > previous.version.major;
+        match (major_bump, compat, has_migration_policy) {
+            (true, CompatMode::BreakingWithPolicy, false) => self.report(
+                Rule::MissingMigrationPolicy,
+                location,
+                format!(
+                    "{name} {version} is a major bump from {} without a `migration_policy`",
+                    previous.version
+                ),
+                "add `migration_policy:` with `producer_window`, `consumer_window`, `dual_write` and `rollback`".to_owned(),
+            ),
+            (true, CompatMode::BreakingWithPolicy | CompatMode::None, _) => {}
+            (true, mode, _) => self.report(
+                Rule::MajorBumpNotAllowed,
+                location,
+                format!(
+                    "{name} {version} is a major bump from {}, which `compat: {}` does not allow",
+                    previous.version,
+                    compat_name(mode)
+                ),
+                "keep the change compatible under a minor version, or set `compat: breaking_with_policy` and add a `migration_policy`".to_owned(),
+            ),
+            (false, _, true) => self.report(
+                Rule::UnneededMigrationPolicy,
+                self.at_key(path, &format!("{pointer}/migration_policy")),
+                format!("{name} {version} is not a major bump; its `migration_policy` is never used"),
+                "remove `migration_policy`".to_owned(),
+            ),
+            (false, _, false) => {}
+        }
+    }
+
+    /// Event type names defined by files that failed their structural checks, so references to
+    /// them are not reported a second time as unknown.
+    fn names_in_broken_event_files(&self) -> BTreeSet<String> {
+        self.files
+            .values()
+            .filter(|file| file.kind == crate::structure::FileKind::Event && file.typed.is_none())
+            .filter_map(|file| {
+                file.tree
+                    .as_ref()?
+                    .get("event")?
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .collect()
+    }
+
+    fn consumers(
+        &mut self,
+        events: &BTreeMap<String, EventType>,
+        policies: &BTreeMap<String, RetryPolicy>,
+        defaults: Option<&crate::format::DefaultsDef>,
+    ) -> BTreeMap<String, Consumer> {
+        let broken_event_names = self.names_in_broken_event_files();
+        let mut consumers: BTreeMap<String, Consumer> = BTreeMap::new();
+        let files = self.files;
+        for (path, file) in files {
+            let Some(Typed::Consumer(def)) = &file.typed else {
+                continue;
+            };
+            let consumer =
+                self.consumer(path, def, events, policies, defaults, &broken_event_names);
+            if let Some(first) = consumers.get(&consumer.name) {
+                let diagnostic = Diagnostic::new(
+                    Rule::DuplicateConsumer,
+                    self.at(path, "/consumer"),
+                    format!("the consumer `{}` is defined twice", consumer.name),
+                    format!("keep one definition; the other is in `{}`", first.file),
+                )
+                .with_related(self.at(&first.file, "/consumer"), "first defined here");
+                self.diagnostics.push(diagnostic);
+                continue;
+            }
+            consumers.insert(consumer.name.clone(), consumer);
+        }
+        consumers
+    }
+
+    fn consumer(
+        &mut self,
+        path: &str,
+        def: &ConsumerFile,
+        events: &BTreeMap<String, EventType>,
+        policies: &BTreeMap<String, RetryPolicy>,
+        defaults: Option<&crate::format::DefaultsDef>,
+        broken_event_names: &BTreeSet<String>,
+    ) -> Consumer {
+        let name = def.consumer.as_str();
+        let expected_path = format!("{}/{name}.yaml", loader::CONSUMERS_DIR);
+        if path != expected_path {
+            self.report(
+                Rule::FileNameMismatch,
+                self.at(path, "/consumer"),
+                format!("`{path}` defines `{name}`, so it must be named `{expected_path}`"),
+                format!("rename the file to `{expected_path}`, or correct `consumer:`"),
+            );
+        }
+        let mut subscriptions: Vec<Subscription> = Vec::new();
+        let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+        for (index, text) in def.subscribes.iter().enumerate() {
+            let pointer = format!("/subscribes/{index}");
+            let location = self.at(path, &pointer);
+            let Some((event, requirement)) = text.as_str().split_once('@') else {
+                continue;
+            };
+            let requirement = match semver::VersionReq::parse(requirement) {
+                Ok(requirement) => requirement,
+                Err(error) => {
+                    self.report(
+                        Rule::InvalidSubscription,
+                        location,
+                        format!(
+                            "`{requirement}` in `{text}` is not a version requirement: {error}"
+                        ),
+                        "write a semver requirement such as `^1`, `>=1.2, <3` or `=2.0.0`"
+                            .to_owned(),
+                    );
+                    continue;
+                }
+            };
+            if let Some(first) = seen.insert(event, index) {
+                let first_location = self.at(path, &format!("/subscribes/{first}"));
+                let diagnostic = Diagnostic::new(
+                    Rule::DuplicateSubscription,
+                    location.clone(),
+                    format!("`{name}` subscribes to `{event}` twice"),
+                    "merge the two into one requirement (`>=1, <3`)",
+                )
+                .with_related(first_location, "first subscription");
+                self.diagnostics.push(diagnostic);
+                continue;
+            }
+            match events.get(event) {
+                None if broken_event_names.contains(event) => {}
+                None => self.report(
+                    Rule::UnknownEventType,
+                    location,
+                    format!("`{name}` subscribes to `{event}`, which no contract defines"),
+                    names::suggestion(event, events.keys().map(String::as_str)),
+                ),
+                Some(event_type) => {
+                    let matching = event_type
+                        .versions
+                        .iter()
+                        .any(|v| requirement.matches(&v.version));
+                    if !matching {
+                        let available: Vec<String> = event_type
+                            .versions
+                            .iter()
+                            .map(|v| v.version.to_string())
+                            .collect();
+                        self.report(
+                            Rule::VersionReqMatchesNothing,
+                            location.clone(),
+                            format!(
+                                "`{requirement}` matches no version of `{event}` (it has {})",
+                                available.join(", ")
+                            ),
+                            format!(
+                                "subscribe to a version that exists, for example `{event}@^{}`",
+                                event_type.versions.last().map_or(1, |v| v.version.major)
+                            ),
+                        );
+                    }
+                    if event_type.status == EventStatus::Deprecated {
+                        self.report(
+                            Rule::SubscribesToDeprecated,
+                            location,
+                            format!("`{name}` subscribes to `{event}`, which is deprecated"),
+                            "move to its replacement and drop the subscription before the type is removed".to_owned(),
+                        );
+                    }
+                }
+            }
+            subscriptions.push(Subscription {
+                event: event.to_owned(),
+                requirement,
+            });
+        }
+        let retry_policy = match (
+            &def.retry_policy,
+            defaults.and_then(|d| d.retry_policy.as_ref()),
+        ) {
+            (Some(own), _) => {
+                self.require_policy(path, "/retry_policy", own.as_str(), policies);
+                own.0.clone()
+            }
+            (None, Some(default)) => default.0.clone(),
+            (None, None) => {
+                self.report(
+                    Rule::MissingKey,
+                    self.at(path, ""),
+                    format!("`{name}` names no `retry_policy` and `evc.yaml` sets no default"),
+                    "add `retry_policy:` to the consumer or `defaults.retry_policy` to evc.yaml"
+                        .to_owned(),
+                );
+                String::new()
+            }
+        };
+        let heartbeat_threshold = match (
+            &def.heartbeat_threshold,
+            defaults.and_then(|d| d.heartbeat_threshold.as_ref()),
+        ) {
+            (Some(own), _) => self.duration(path, "/heartbeat_threshold", own.as_str()),
+            (None, Some(default)) => {
+                duration::parse(default.as_str()).unwrap_or(DEFAULT_HEARTBEAT_THRESHOLD)
+            }
+            (None, None) => DEFAULT_HEARTBEAT_THRESHOLD,
+        };
+        Consumer {
+            name: name.to_owned(),
+            description: def.description.clone(),
+            executor_kind: def.executor_kind,
+            subscriptions,
+            retry_policy,
+            handler: def.handler,
+            ordering: def.ordering,
+            mode: def.mode,
+            heartbeat_threshold,
+            file: path.to_owned(),
+        }
+    }
+
+    fn require_policy(
+        &mut self,
+        path: &str,
+        pointer: &str,
+        name: &str,
+        policies: &BTreeMap<String, RetryPolicy>,
+    ) {
+        let policies_broken = self
+            .files
+            .get(loader::RETRY_POLICIES_FILE)
+            .is_some_and(|file| file.typed.is_none());
+        if !policies.contains_key(name) && !policies_broken {
+            self.report(
+                Rule::UnknownRetryPolicy,
+                self.at(path, pointer),
+                format!(
+                    "the retry policy `{name}` is not defined in `{}`",
+                    loader::RETRY_POLICIES_FILE
+                ),
+                names::suggestion(name, policies.keys().map(String::as_str)),
+            );
+        }
+    }
+
+    fn topics(&mut self, events: &BTreeMap<String, EventType>) -> BTreeMap<String, Topic> {
+        let path = loader::TOPICS_FILE;
+        let Some(Typed::Topics(TopicsFile { topics })) =
+            self.files.get(path).and_then(|file| file.typed.as_ref())
+        else {
+            return BTreeMap::new();
+        };
+        let broken_event_names = self.names_in_broken_event_files();
+        let mut lowered = BTreeMap::new();
+        for (name, def) in topics {
+            let pointer = format!("/topics/{}", escape_pointer_segment(name));
+            let mut matched: BTreeSet<&str> = BTreeSet::new();
+            for (index, pattern) in def.events.iter().enumerate() {
+                let hits: Vec<&str> = events
+                    .keys()
+                    .map(String::as_str)
+                    .filter(|event| glob_matches(pattern.as_str(), event))
+                    .collect();
+                let broken_hit = broken_event_names
+                    .iter()
+                    .any(|event| glob_matches(pattern.as_str(), event));
+                if hits.is_empty() && !broken_hit {
+                    self.report(
+                        Rule::TopicMatchesNothing,
+                        self.at(path, &format!("{pointer}/events/{index}")),
+                        format!("the pattern `{pattern}` of topic `{name}` matches no event type"),
+                        names::suggestion(pattern.as_str(), events.keys().map(String::as_str)),
+                    );
+                }
+                matched.extend(hits);
+            }
+            let mut payload_fields: Vec<(String, String)> = Vec::new();
+            if let Some(field) = def
+                .key
+                .as_ref()
+                .and_then(|key| key.as_str().strip_prefix("payload."))
+            {
+                payload_fields.push((field.to_owned(), format!("{pointer}/key")));
+            }
+            for field in def.filter.keys() {
+                payload_fields.push((
+                    field.clone(),
+                    format!("{pointer}/filter/{}", escape_pointer_segment(field)),
+                ));
+            }
+            for (field, field_pointer) in payload_fields {
+                let missing: Vec<String> = matched
+                    .iter()
+                    .flat_map(|event| events[*event].versions.iter().map(move |v| (event, v)))
+                    .filter(|(_, version)| {
+                        version
+                            .schema
+                            .pointer(&format!("/properties/{}", escape_pointer_segment(&field)))
+                            .is_none()
+                    })
+                    .map(|(event, version)| format!("{event} {}", version.version))
+                    .collect();
+                if !missing.is_empty() {
+                    self.report(
+                        Rule::TopicFieldNotInPayload,
+                        self.at(path, &field_pointer),
+                        format!(
+                            "topic `{name}` uses the payload field `{field}`, which {} lack{}",
+                            missing.join(", "),
+                            if missing.len() == 1 { "s" } else { "" }
+                        ),
+                        format!("add `{field}` to those payloads, or narrow the topic's `events`"),
+                    );
+                }
+            }
+            lowered.insert(
+                name.clone(),
+                Topic {
+                    name: name.clone(),
+                    description: def.description.clone(),
+                    events: def.events.iter().map(|p| p.0.clone()).collect(),
+                    key: def.key.as_ref().map(|k| k.0.clone()),
+                    filter: def.filter.clone(),
+                },
+            );
+        }
+        lowered
+    }
+}
+
+fn compat_name(mode: CompatMode) -> String {
+    serde_json::to_value(mode)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
