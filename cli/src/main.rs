@@ -149,17 +149,19 @@ fn check(dir: &Path, format: Format, color: Color) -> anyhow::Result<ExitCode> {
             match &summary {
                 Some(summary) => writeln!(
                     stdout,
-                    "ok: {} event types, {} versions, {} consumers, {} retry policies, {} topics ({} warnings)",
+                    "ok: {} event types, {} versions, {} consumers, {} retry policies, {} topics ({})",
                     summary.event_types,
                     summary.versions,
                     summary.consumers,
                     summary.retry_policies,
                     summary.topics,
-                    warnings
+                    count(warnings, "warning")
                 )?,
                 None => writeln!(
                     stdout,
-                    "failed: {errors} errors, {warnings} warnings in `{}`",
+                    "failed: {}, {} in `{}`",
+                    count(errors, "error"),
+                    count(warnings, "warning"),
                     dir.display()
                 )?,
             }
@@ -182,6 +184,14 @@ fn write_human(
         out.write_all(diagnostic::render_human(diagnostics, sources, color).as_bytes())?;
     }
     Ok(())
+}
+
+fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 /// The counts `evc check` prints for a clean contract set.

@@ -101,6 +101,11 @@ rules! {
     VersionsOutOfOrder = "VERSIONS_OUT_OF_ORDER", Error;
     /// A payload schema is not a valid JSON Schema 2020-12 document.
     InvalidJsonSchema = "INVALID_JSON_SCHEMA", Error;
+    /// A payload schema uses a keyword JSON Schema 2020-12 does not define (a typo such as
+    /// `requried` would otherwise be ignored).
+    UnknownSchemaKeyword = "UNKNOWN_SCHEMA_KEYWORD", Error;
+    /// A payload schema uses a `format` JSON Schema 2020-12 does not define; it is not checked.
+    UnknownSchemaFormat = "UNKNOWN_SCHEMA_FORMAT", Warning;
     /// A payload schema's root is not an object schema.
     PayloadNotObject = "PAYLOAD_NOT_OBJECT", Error;
     /// An object in a payload schema accepts keys it does not list.
@@ -266,7 +271,8 @@ pub fn render_human(diagnostics: &[Diagnostic], sources: &Sources, color: bool) 
 struct MietteReport {
     heading: String,
     code: String,
-    severity: Severity,
+    /// `None` for related places, which miette then shows as advice.
+    severity: Option<Severity>,
     fix: String,
     source: Option<miette::NamedSource<String>>,
     labels: Vec<miette::LabeledSpan>,
@@ -296,7 +302,7 @@ impl MietteReport {
                 Self {
                     heading: format!("{}: {}", related.location, related.message),
                     code: String::new(),
-                    severity: Severity::Warning,
+                    severity: None,
                     fix: String::new(),
                     labels: source
                         .as_ref()
@@ -315,7 +321,7 @@ impl MietteReport {
         Self {
             heading: format!("{}: {}", diagnostic.location, diagnostic.message),
             code: diagnostic.rule.id().to_owned(),
-            severity: diagnostic.severity,
+            severity: Some(diagnostic.severity),
             fix: diagnostic.fix.clone(),
             source,
             labels,
@@ -339,8 +345,9 @@ impl miette::Diagnostic for MietteReport {
 
     fn severity(&self) -> Option<miette::Severity> {
         Some(match self.severity {
-            Severity::Error => miette::Severity::Error,
-            Severity::Warning => miette::Severity::Warning,
+            Some(Severity::Error) => miette::Severity::Error,
+            Some(Severity::Warning) => miette::Severity::Warning,
+            None => miette::Severity::Advice,
         })
     }
 

@@ -26,12 +26,12 @@ pub fn parse(text: &str) -> Option<Duration> {
 /// Writes a duration back in the largest unit that divides it exactly.
 pub fn format(duration: Duration) -> String {
     let millis = duration.as_millis();
-    if millis % 1_000 != 0 {
+    if !millis.is_multiple_of(1_000) {
         return format!("{millis}ms");
     }
     let seconds = duration.as_secs();
     for (unit, size) in [("d", 86_400), ("h", 3_600), ("m", 60)] {
-        if seconds != 0 && seconds % size == 0 {
+        if seconds != 0 && seconds.is_multiple_of(size) {
             return format!("{}{unit}", seconds / size);
         }
     }

@@ -9,7 +9,7 @@ use crate::source::Sources;
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     /// The contract directory (or one of its folders) could not be read at all.
-    #[error("cannot read `{path}`: {source}")]
+    #[error("cannot read `{path}`")]
     Io {
         /// The path that failed.
         path: PathBuf,

@@ -128,11 +128,11 @@ pub struct PayloadPolicyDef {
     pub credential_key_names: Vec<FieldName>,
     /// Size cap of one payload in bytes, unless an event type sets `max_payload_bytes`.
     #[serde(default = "default_max_payload_bytes")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 67108864))]
     pub default_max_bytes: u32,
     /// No event type may set `max_payload_bytes` above this.
     #[serde(default = "default_hard_max_payload_bytes")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 67108864))]
     pub hard_max_bytes: u32,
 }
 
@@ -200,7 +200,7 @@ pub struct DispatcherDef {
     pub heartbeat: Option<DurationText>,
     /// Attempts before a delivery is dead-lettered, whatever its policy says (default 12).
     #[serde(default)]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 1000))]
     pub max_attempts: Option<u32>,
     /// Longest backoff between attempts (default `15m`).
     #[serde(default)]
@@ -229,7 +229,7 @@ pub struct EventFile {
     pub status: EventStatus,
     /// Payload size cap in bytes; overrides `payload_policy.default_max_bytes`.
     #[serde(default)]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 67108864))]
     pub max_payload_bytes: Option<u32>,
     /// Versions, oldest first.
     #[schemars(length(min = 1))]
@@ -533,5 +533,6 @@ pub struct TopicDef {
     /// Payload field equality filters: an event passes when each named field has one of the
     /// listed values.
     #[serde(default)]
+    #[schemars(extend("propertyNames" = { "pattern": names::FIELD_PATTERN }))]
     pub filter: BTreeMap<String, Vec<serde_json::Value>>,
 }

@@ -61,6 +61,17 @@ pub struct ParsedFile {
     pub typed: Option<Typed>,
 }
 
+impl ParsedFile {
+    fn unread(kind: FileKind) -> Self {
+        Self {
+            kind,
+            source: None,
+            tree: None,
+            typed: None,
+        }
+    }
+}
+
 /// Everything read from a contract directory, before cross-file validation.
 #[derive(Debug, Clone, Default)]
 pub struct ParsedDir {
@@ -90,10 +101,7 @@ pub fn read_dir(dir: &Path) -> Result<ParsedDir, LoadError> {
         parsed.diagnostics.push(Diagnostic::new(
             Rule::MissingProjectFile,
             Location::file(PROJECT_FILE),
-            format!(
-                "the contract directory `{}` has no `{PROJECT_FILE}`",
-                dir.display()
-            ),
+            format!("the contract directory has no `{PROJECT_FILE}`"),
             "create `evc.yaml` with `project:` and `payload_policy:` (see docs/contracts.md)",
         ));
     }
@@ -137,7 +145,11 @@ fn discover(
                 None
             }
             _ => {
-                if is_yaml_name(&name) || path.is_dir() {
+                if is_yaml_name(&name)
+                    || path.is_dir()
+                    || name == EVENTS_DIR
+                    || name == CONSUMERS_DIR
+                {
                     diagnostics.push(unexpected_file(&name));
                 }
                 None
@@ -184,46 +196,33 @@ pub fn parse_file(
     kind: FileKind,
     diagnostics: &mut Vec<Diagnostic>,
 ) -> ParsedFile {
-    let mut parsed = ParsedFile {
-        kind,
-        source: None,
-        tree: None,
-        typed: None,
-    };
-    let bytes = match read_capped(path) {
-        Ok(bytes) => bytes,
+    match read_capped(path) {
+        Ok(bytes) => parse_bytes(display, bytes, kind, diagnostics),
         Err(problem) => {
             diagnostics.push(problem.into_diagnostic(display));
-            return parsed;
+            ParsedFile::unread(kind)
         }
-    };
-    let source = match decode(display, bytes) {
-        Ok(source) => source,
-        Err(diagnostic) => {
-            diagnostics.push(diagnostic);
-            return parsed;
-        }
-    };
-    parse_source(&mut parsed, source, diagnostics);
-    parsed
+    }
 }
 
-/// Parses and structurally checks text already in memory (used by `parse_file` and by tests
-/// that feed arbitrary text).
-pub fn parse_text(display: &str, text: &str, kind: FileKind) -> (ParsedFile, Vec<Diagnostic>) {
-    let mut parsed = ParsedFile {
-        kind,
-        source: None,
-        tree: None,
-        typed: None,
-    };
-    let mut diagnostics = Vec::new();
-    parse_source(
-        &mut parsed,
-        SourceFile::new(display, text),
-        &mut diagnostics,
-    );
-    (parsed, diagnostics)
+/// Decodes, parses and structurally checks the bytes of one file. Problems go to `diagnostics`.
+/// Any input is accepted without panicking; the fuzz target and property tests call this.
+pub fn parse_bytes(
+    display: &str,
+    bytes: Vec<u8>,
+    kind: FileKind,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> ParsedFile {
+    let mut parsed = ParsedFile::unread(kind);
+    if bytes.len() > MAX_FILE_BYTES {
+        diagnostics.push(ReadProblem::TooLarge(bytes.len() as u64).into_diagnostic(display));
+        return parsed;
+    }
+    match decode(display, bytes) {
+        Ok(source) => parse_source(&mut parsed, source, diagnostics),
+        Err(diagnostic) => diagnostics.push(*diagnostic),
+    }
+    parsed
 }
 
 fn parse_source(parsed: &mut ParsedFile, source: SourceFile, diagnostics: &mut Vec<Diagnostic>) {
@@ -240,7 +239,7 @@ fn parse_source(parsed: &mut ParsedFile, source: SourceFile, diagnostics: &mut V
             return;
         }
         Err(diagnostic) => {
-            diagnostics.push(diagnostic);
+            diagnostics.push(*diagnostic);
             parsed.source = Some(source);
             return;
         }
@@ -325,7 +324,7 @@ fn read_capped(path: &Path) -> Result<Vec<u8>, ReadProblem> {
 }
 
 /// Decodes UTF-8 (a leading byte-order mark is dropped), pointing at the first bad byte.
-fn decode(display: &str, bytes: Vec<u8>) -> Result<SourceFile, Diagnostic> {
+fn decode(display: &str, bytes: Vec<u8>) -> Result<SourceFile, Box<Diagnostic>> {
     match String::from_utf8(bytes) {
         Ok(text) => {
             let text = text
@@ -340,7 +339,7 @@ fn decode(display: &str, bytes: Vec<u8>) -> Result<SourceFile, Diagnostic> {
             let prefix = String::from_utf8_lossy(&bytes[..valid_up_to]).into_owned();
             let prefix_file = SourceFile::new(display, prefix);
             let (line, column) = prefix_file.line_column(valid_up_to);
-            Err(Diagnostic::new(
+            Err(Box::new(Diagnostic::new(
                 Rule::FileNotUtf8,
                 Location {
                     file: display.to_owned(),
@@ -354,7 +353,7 @@ fn decode(display: &str, bytes: Vec<u8>) -> Result<SourceFile, Diagnostic> {
                     bytes[valid_up_to]
                 ),
                 "save the file as UTF-8",
-            ))
+            )))
         }
     }
 }

@@ -108,9 +108,14 @@ impl Default for PayloadPolicy {
 }
 
 impl PayloadPolicy {
-    /// Whether `key` is on the deny-list.
-    pub fn is_denied(&self, key: &str) -> bool {
-        self.denied_keys.iter().any(|denied| denied == key)
+    /// The deny-listed key `key` is a spelling of, if any. Spellings are compared by their
+    /// parts, so `bodyText` and `Body_Text` are `body_text`.
+    pub fn denied_as(&self, key: &str) -> Option<&str> {
+        let key_parts = name_parts(key);
+        self.denied_keys
+            .iter()
+            .find(|denied| name_parts(denied) == key_parts)
+            .map(String::as_str)
     }
 
     /// The credential name `key` is shaped like, if any: a key matches when the name's
@@ -327,5 +332,8 @@ mod tests {
         assert_eq!(policy.credential_shape("DB_PASSWORD"), Some("password"));
         assert_eq!(policy.credential_shape("tokenizer"), None);
         assert_eq!(policy.credential_shape("iu_unit_id"), None);
+        assert_eq!(policy.denied_as("bodyText"), Some("body_text"));
+        assert_eq!(policy.denied_as("Body_Text"), Some("body_text"));
+        assert_eq!(policy.denied_as("body_text_ref"), None);
     }
 }

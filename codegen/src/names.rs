@@ -105,7 +105,7 @@ mod tests {
     fn glob_matches_prefix_suffix_and_exact() {
         assert!(glob_matches("iu.*", "iu.born"));
         assert!(!glob_matches("iu.*", "step.ready"));
-        assert!(glob_matches("*.failed", "dot.command_failed") == false);
+        assert!(!glob_matches("*.failed", "dot.command_failed"));
         assert!(glob_matches("*failed", "dot.command_failed"));
         assert!(glob_matches("*", "anything.at_all"));
         assert!(glob_matches("step.ready", "step.ready"));

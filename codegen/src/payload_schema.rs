@@ -10,6 +10,91 @@ use crate::yaml::escape_pointer_segment;
 /// The dialect payload schemas are written in.
 pub const DIALECT: &str = "https://json-schema.org/draft/2020-12/schema";
 
+/// Every keyword of JSON Schema 2020-12 (core, applicator, unevaluated, validation, format,
+/// content and meta-data vocabularies). Extensions are written `x-...`.
+pub const KEYWORDS: &[&str] = &[
+    "$schema",
+    "$id",
+    "$ref",
+    "$anchor",
+    "$dynamicRef",
+    "$dynamicAnchor",
+    "$vocabulary",
+    "$comment",
+    "$defs",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "dependentSchemas",
+    "prefixItems",
+    "items",
+    "contains",
+    "properties",
+    "patternProperties",
+    "additionalProperties",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "type",
+    "enum",
+    "const",
+    "multipleOf",
+    "maximum",
+    "exclusiveMaximum",
+    "minimum",
+    "exclusiveMinimum",
+    "maxLength",
+    "minLength",
+    "pattern",
+    "maxItems",
+    "minItems",
+    "uniqueItems",
+    "maxContains",
+    "minContains",
+    "maxProperties",
+    "minProperties",
+    "required",
+    "dependentRequired",
+    "format",
+    "contentEncoding",
+    "contentMediaType",
+    "contentSchema",
+    "title",
+    "description",
+    "default",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "examples",
+];
+
+/// The formats JSON Schema 2020-12 defines; payload validation checks them.
+pub const FORMATS: &[&str] = &[
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+];
+
 /// One problem in a payload schema, at a JSON pointer relative to the schema's root.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SchemaProblem {
@@ -25,15 +110,15 @@ pub struct SchemaProblem {
 
 /// Checks one payload schema; returns every problem found.
 pub fn check(schema: &Json, policy: &PayloadPolicy) -> Vec<SchemaProblem> {
-    if let Some(dialect) = schema.get("$schema") {
-        if dialect.as_str() != Some(DIALECT) {
-            return vec![SchemaProblem {
-                rule: Rule::InvalidJsonSchema,
-                pointer: "/$schema".to_owned(),
-                message: format!("payload schemas are JSON Schema 2020-12, not {dialect}"),
-                fix: format!("remove `$schema` or set it to `{DIALECT}`"),
-            }];
-        }
+    if let Some(dialect) = schema.get("$schema")
+        && dialect.as_str() != Some(DIALECT)
+    {
+        return vec![SchemaProblem {
+            rule: Rule::InvalidJsonSchema,
+            pointer: "/$schema".to_owned(),
+            message: format!("payload schemas are JSON Schema 2020-12, not {dialect}"),
+            fix: format!("remove `$schema` or set it to `{DIALECT}`"),
+        }];
     }
     if let Err(error) = jsonschema::draft202012::options()
         .should_validate_formats(true)
@@ -64,19 +149,23 @@ fn walk(schema: &Json, pointer: &str, policy: &PayloadPolicy, problems: &mut Vec
     let Json::Object(map) = schema else {
         return;
     };
-    let is_object_schema =
-        map.get("type").and_then(Json::as_str) == Some("object") || map.contains_key("properties");
+    let is_object_schema = match map.get("type") {
+        Some(Json::String(single)) => single == "object",
+        Some(Json::Array(types)) => types.iter().any(|t| t == "object"),
+        _ => false,
+    } || map.contains_key("properties");
     if is_object_schema {
         check_closed(map, pointer, problems);
     }
+    check_vocabulary(map, pointer, problems);
     if let Some(Json::Object(properties)) = map.get("properties") {
         for key in properties.keys() {
             let key_pointer = format!("{pointer}/properties/{}", escape_pointer_segment(key));
-            if policy.is_denied(key) {
+            if let Some(denied) = policy.denied_as(key) {
                 problems.push(SchemaProblem {
                     rule: Rule::DeniedKeyInSchema,
                     pointer: key_pointer.clone(),
-                    message: format!("`{key}` is on the payload policy's deny-list"),
+                    message: format!("`{key}` is on the payload policy's deny-list (`{denied}`)"),
                     fix: "payloads carry references, not content: replace it with an id of where \
                           the content is stored"
                         .to_owned(),
@@ -130,6 +219,50 @@ fn walk(schema: &Json, pointer: &str, policy: &PayloadPolicy, problems: &mut Vec
             }
             _ => {}
         }
+    }
+}
+
+/// Keywords outside 2020-12 are typos or another dialect's; unknown formats go unchecked.
+fn check_vocabulary(
+    map: &serde_json::Map<String, Json>,
+    pointer: &str,
+    problems: &mut Vec<SchemaProblem>,
+) {
+    for keyword in map.keys() {
+        if KEYWORDS.contains(&keyword.as_str()) || keyword.starts_with("x-") {
+            continue;
+        }
+        let fix = match keyword.as_str() {
+            "definitions" => "use `$defs` (JSON Schema 2020-12)".to_owned(),
+            "nullable" => "write `type: [string, \"null\"]` instead of `nullable`".to_owned(),
+            _ => match crate::names::did_you_mean(keyword, KEYWORDS.iter().copied()) {
+                Some(best) => {
+                    format!("did you mean `{best}`? Extensions are written `x-{keyword}`")
+                }
+                None => format!("remove it, or write an extension as `x-{keyword}`"),
+            },
+        };
+        problems.push(SchemaProblem {
+            rule: Rule::UnknownSchemaKeyword,
+            pointer: format!("{pointer}/{}", escape_pointer_segment(keyword)),
+            message: format!("`{keyword}` is not a JSON Schema 2020-12 keyword"),
+            fix,
+        });
+    }
+    if let Some(Json::String(format)) = map.get("format")
+        && !FORMATS.contains(&format.as_str())
+    {
+        problems.push(SchemaProblem {
+            rule: Rule::UnknownSchemaFormat,
+            pointer: format!("{pointer}/format"),
+            message: format!(
+                "the format `{format}` is not defined by JSON Schema 2020-12 and is not checked"
+            ),
+            fix: match crate::names::did_you_mean(format, FORMATS.iter().copied()) {
+                Some(best) => format!("did you mean `{best}`?"),
+                None => "use a standard format, or a `pattern`".to_owned(),
+            },
+        });
     }
 }
 

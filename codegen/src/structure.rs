@@ -100,6 +100,9 @@ fn forbid_null(schema: &mut Json) {
                     map.insert("type".to_owned(), single);
                 }
             }
+            if map.get("default") == Some(&Json::Null) {
+                map.remove("default");
+            }
             if let Some(Json::Array(values)) = map.get_mut("enum") {
                 values.retain(|v| !v.is_null());
             }
@@ -140,8 +143,13 @@ fn to_diagnostics(
     root: &Node,
 ) -> Vec<Diagnostic> {
     let path = error.instance_path().as_str();
-    let node = root.pointer(path).unwrap_or(root);
+    let (key_node, node) = root.pointer_entry(path).unwrap_or((None, root));
     let here = node.location(file);
+    // A container's own position is its first child; its key says better where it is.
+    let container_here = match (key_node, error.instance().as_ref()) {
+        (Some(key), Json::Object(_) | Json::Array(_)) => key.location(file),
+        _ => here.clone(),
+    };
     let subject = describe_path(path);
     let schema_path = error.schema_path().as_str();
     match error.kind() {
@@ -190,7 +198,7 @@ fn to_diagnostics(
                 .unwrap_or_default();
             vec![Diagnostic::new(
                 Rule::MissingKey,
-                here,
+                container_here,
                 format!("{subject} is missing the required key `{property}`"),
                 format!("add `{property}:`{description}"),
             )]
@@ -206,7 +214,7 @@ fn to_diagnostics(
             };
             vec![Diagnostic::new(
                 Rule::WrongType,
-                here,
+                container_here,
                 format!(
                     "{subject} must be {expected}, found {}",
                     json_kind(error.instance())
@@ -253,19 +261,22 @@ fn to_diagnostics(
                 .pointer_entry(&key_pointer)
                 .and_then(|(key_node, _)| key_node)
                 .map_or(here, |key_node| key_node.location(file));
-            vec![Diagnostic::new(
-                Rule::InvalidIdentifier,
+            let pattern = match inner.kind() {
+                ValidationErrorKind::Pattern { pattern } => pattern.as_str(),
+                _ => names::NAME_PATTERN,
+            };
+            let subject = format!("a key in {subject}");
+            vec![pattern_diagnostic(
+                pattern,
+                &subject,
+                inner.instance(),
                 location,
-                format!("`{name}` in {subject} is not a valid name"),
-                format!(
-                    "use lower-case segments of letters, digits and `_`, separated by dots (pattern {})",
-                    names::NAME_PATTERN
-                ),
             )]
         }
         ValidationErrorKind::AnyOf { .. } | ValidationErrorKind::OneOfNotValid { .. } => {
             let alternatives = resolve(schema, schema_path);
-            if let Some(options) = alternatives.and_then(|a| constant_options(schema, a)) {
+            let options = alternatives.and_then(|a| constant_options(schema, a));
+            if let (Some(options), Json::String(_)) = (options, error.instance().as_ref()) {
                 let found = display_value(error.instance());
                 let fix = match error
                     .instance()
@@ -285,21 +296,30 @@ fn to_diagnostics(
                     fix,
                 )];
             }
-            let description = resolve(schema, parent_path(schema_path))
-                .and_then(|s| s.get("description"))
-                .and_then(Json::as_str)
-                .unwrap_or("one of the accepted forms");
+            let options = alternatives.and_then(|a| constant_options(schema, a));
+            if let (Json::String(_), Some(pattern)) = (
+                error.instance().as_ref(),
+                alternatives.and_then(|a| string_pattern(schema, a)),
+            ) {
+                return vec![pattern_diagnostic(
+                    pattern,
+                    &subject,
+                    error.instance(),
+                    here,
+                )];
+            }
+            let fix = match options {
+                Some(options) => format!("write {subject} as one of: {}", options.join(", ")),
+                None => format!("see docs/contracts.md for the forms {subject} accepts"),
+            };
             vec![Diagnostic::new(
                 Rule::WrongType,
-                here,
+                container_here,
                 format!(
                     "{subject} is {}, which is not an accepted form",
                     json_kind(error.instance())
                 ),
-                format!(
-                    "write {subject} as {}",
-                    lowercase_first(description.trim_end_matches('.'))
-                ),
+                fix,
             )]
         }
         _ => vec![Diagnostic::new(
@@ -338,6 +358,21 @@ fn pattern_diagnostic(
         names::SUBSCRIPTION_PATTERN => (
             Rule::InvalidSubscription,
             "write the event type, `@`, and a version requirement (`iu.born@^1`)".to_owned(),
+        ),
+        names::TOPIC_KEY_PATTERN => (
+            Rule::InvalidValue,
+            "write `payload.<field>` or `envelope.<field>` (trace_id, correlation_id, \
+             causation_id, tenant_scope, order_key, producer_class)"
+                .to_owned(),
+        ),
+        names::EVENT_PATTERN_PATTERN => (
+            Rule::InvalidValue,
+            "write an event type in which `*` stands for any run of characters (`iu.*`)"
+                .to_owned(),
+        ),
+        names::FIELD_PATTERN => (
+            Rule::InvalidIdentifier,
+            "payload field names are lower-case letters, digits and `_` (`iu_unit_id`)".to_owned(),
         ),
         _ => (
             Rule::InvalidValue,
@@ -417,12 +452,14 @@ fn constant_options(schema: &Json, alternatives: &Json) -> Option<Vec<String>> {
     (!options.is_empty()).then_some(options)
 }
 
-fn lowercase_first(text: &str) -> String {
-    let mut chars = text.chars();
-    chars
-        .next()
-        .map(|first| first.to_lowercase().chain(chars).collect())
-        .unwrap_or_default()
+/// The pattern of the first string alternative that has one (`order_key: One(FieldName)`).
+fn string_pattern<'a>(schema: &'a Json, alternatives: &'a Json) -> Option<&'a str> {
+    alternatives.as_array()?.iter().find_map(|alternative| {
+        let alternative = resolve_ref(schema, alternative)?;
+        (alternative.get("type")? == "string")
+            .then(|| alternative.get("pattern")?.as_str())
+            .flatten()
+    })
 }
 
 fn type_name(json_type: &str) -> &str {

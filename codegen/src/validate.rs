@@ -32,7 +32,9 @@ pub(crate) fn validate(dir: &Path, parsed: ParsedDir) -> (Option<ContractSet>, V
     let mut checker = Checker {
         files: &parsed.files,
         diagnostics: parsed.diagnostics.clone(),
+        broken_events: BTreeSet::new(),
     };
+    checker.broken_events = checker.names_in_broken_event_files();
     let project_file = checker.typed_project();
     let project = checker.project(project_file);
     let retry_policies = checker.retry_policies();
@@ -81,6 +83,9 @@ pub(crate) fn validate(dir: &Path, parsed: ParsedDir) -> (Option<ContractSet>, V
 struct Checker<'a> {
     files: &'a BTreeMap<String, ParsedFile>,
     diagnostics: Vec<Diagnostic>,
+    /// Event types whose files or versions are broken (already reported): references to them
+    /// are not reported again as unknown.
+    broken_events: BTreeSet<String>,
 }
 
 impl<'a> Checker<'a> {
@@ -355,7 +360,7 @@ impl<'a> Checker<'a> {
         });
         let policy = &project.payload_policy;
         let max_payload_bytes = def.max_payload_bytes.unwrap_or(policy.default_max_bytes);
-        if max_payload_bytes > policy.hard_max_bytes {
+        if def.max_payload_bytes.is_some() && max_payload_bytes > policy.hard_max_bytes {
             self.report(
                 Rule::PayloadCapAboveHardCap,
                 self.at(path, "/max_payload_bytes"),
@@ -370,6 +375,7 @@ impl<'a> Checker<'a> {
             );
         }
         let mut versions: Vec<EventVersion> = Vec::new();
+        let mut complete = true;
         for (index, version_def) in def.versions.iter().enumerate() {
             let pointer = format!("/versions/{index}");
             let Ok(version) = semver::Version::parse(version_def.version.as_str()) else {
@@ -379,6 +385,7 @@ impl<'a> Checker<'a> {
                     format!("`{}` is not a semantic version", version_def.version),
                     "write MAJOR.MINOR.PATCH (`1.2.0`)".to_owned(),
                 );
+                complete = false;
                 continue;
             };
             for problem in payload_schema::check(&version_def.schema, policy) {
@@ -407,12 +414,12 @@ impl<'a> Checker<'a> {
                     dual_write: m.dual_write.clone(),
                     rollback: m.rollback.clone(),
                 });
-            if let Some(previous) = versions.last() {
+            if !versions.is_empty() {
                 self.version_step(
                     path,
                     name,
                     compat,
-                    previous,
+                    &versions,
                     &version,
                     &pointer,
                     migration_policy.is_some(),
@@ -450,7 +457,7 @@ impl<'a> Checker<'a> {
                 if !required {
                     self.report(
                         Rule::OrderKeyNotRequired,
-                        self.at(path, "/order_key"),
+                        self.at(path, &order_key_pointer(def, field)),
                         format!(
                             "the order key `{field}` is not a required property of {name} {}",
                             version.version
@@ -462,6 +469,12 @@ impl<'a> Checker<'a> {
                     );
                 }
             }
+        }
+        if !complete {
+            // References to this type were not checked against half its versions; the version
+            // error is reported, and the type is left out so nothing cascades from it.
+            self.broken_events.insert(name.to_owned());
+            return None;
         }
         Some(EventType {
             name: name.to_owned(),
@@ -482,14 +495,18 @@ impl<'a> Checker<'a> {
         path: &str,
         name: &str,
         compat: CompatMode,
-        previous: &EventVersion,
+        earlier: &[EventVersion],
         version: &semver::Version,
         pointer: &str,
         has_migration_policy: bool,
     ) {
         let location = self.at(path, &format!("{pointer}/version"));
-        if *version == previous.version {
-            let first = self.at(path, &format!("{}/version", previous.pointer));
+        // Build metadata does not order versions (semver §10): `1.0.0+b2` is `1.0.0` again.
+        if let Some(same) = earlier
+            .iter()
+            .find(|v| v.version.cmp_precedence(version).is_eq())
+        {
+            let first = self.at(path, &format!("{}/version", same.pointer));
             let diagnostic = Diagnostic::new(
                 Rule::DuplicateVersion,
                 location,
@@ -500,7 +517,10 @@ impl<'a> Checker<'a> {
             self.diagnostics.push(diagnostic);
             return;
         }
-        if *version < previous.version {
+        let Some(previous) = earlier.last() else {
+            return;
+        };
+        if version.cmp_precedence(&previous.version).is_lt() {
             self.report(
                 Rule::VersionsOutOfOrder,
                 location,
@@ -545,14 +565,20 @@ impl<'a> Checker<'a> {
     /// them are not reported a second time as unknown.
     fn names_in_broken_event_files(&self) -> BTreeSet<String> {
         self.files
-            .values()
-            .filter(|file| file.kind == crate::structure::FileKind::Event && file.typed.is_none())
-            .filter_map(|file| {
-                file.tree
-                    .as_ref()?
-                    .get("event")?
-                    .as_str()
-                    .map(str::to_owned)
+            .iter()
+            .filter(|(_, file)| {
+                file.kind == crate::structure::FileKind::Event && file.typed.is_none()
+            })
+            .filter_map(|(path, file)| {
+                let declared = file
+                    .tree
+                    .as_ref()
+                    .and_then(|tree| tree.get("event"))
+                    .and_then(|node| node.as_str());
+                let from_path = path
+                    .strip_prefix("events/")
+                    .and_then(|name| name.strip_suffix(".yaml"));
+                declared.or(from_path).map(str::to_owned)
             })
             .collect()
     }
@@ -563,7 +589,7 @@ impl<'a> Checker<'a> {
         policies: &BTreeMap<String, RetryPolicy>,
         defaults: Option<&crate::format::DefaultsDef>,
     ) -> BTreeMap<String, Consumer> {
-        let broken_event_names = self.names_in_broken_event_files();
+        let broken_event_names = self.broken_events.clone();
         let mut consumers: BTreeMap<String, Consumer> = BTreeMap::new();
         let files = self.files;
         for (path, file) in files {
@@ -698,6 +724,7 @@ impl<'a> Checker<'a> {
                 own.0.clone()
             }
             (None, Some(default)) => default.0.clone(),
+            (None, None) if self.typed_project().is_none() => String::new(),
             (None, None) => {
                 self.report(
                     Rule::MissingKey,
@@ -745,6 +772,14 @@ impl<'a> Checker<'a> {
             .get(loader::RETRY_POLICIES_FILE)
             .is_some_and(|file| file.typed.is_none());
         if !policies.contains_key(name) && !policies_broken {
+            let fix = if policies.is_empty() {
+                format!(
+                    "define `{name}` under `policies:` in `{}`",
+                    loader::RETRY_POLICIES_FILE
+                )
+            } else {
+                names::suggestion(name, policies.keys().map(String::as_str))
+            };
             self.report(
                 Rule::UnknownRetryPolicy,
                 self.at(path, pointer),
@@ -752,7 +787,7 @@ impl<'a> Checker<'a> {
                     "the retry policy `{name}` is not defined in `{}`",
                     loader::RETRY_POLICIES_FILE
                 ),
-                names::suggestion(name, policies.keys().map(String::as_str)),
+                fix,
             );
         }
     }
@@ -764,7 +799,7 @@ impl<'a> Checker<'a> {
         else {
             return BTreeMap::new();
         };
-        let broken_event_names = self.names_in_broken_event_files();
+        let broken_event_names = self.broken_events.clone();
         let mut lowered = BTreeMap::new();
         for (name, def) in topics {
             let pointer = format!("/topics/{}", escape_pointer_segment(name));
@@ -817,7 +852,7 @@ impl<'a> Checker<'a> {
                 if !missing.is_empty() {
                     self.report(
                         Rule::TopicFieldNotInPayload,
-                        self.at(path, &field_pointer),
+                        self.at_key(path, &field_pointer),
                         format!(
                             "topic `{name}` uses the payload field `{field}`, which {} lack{}",
                             missing.join(", "),
@@ -847,4 +882,17 @@ fn compat_name(mode: CompatMode) -> String {
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
         .unwrap_or_default()
+}
+
+/// The pointer of one order key field: the list item when several are given.
+fn order_key_pointer(def: &EventFile, field: &str) -> String {
+    match &def.order_key {
+        Some(crate::format::OrderKeyDef::Many(fields)) => {
+            fields.iter().position(|f| f.as_str() == field).map_or_else(
+                || "/order_key".to_owned(),
+                |index| format!("/order_key/{index}"),
+            )
+        }
+        _ => "/order_key".to_owned(),
+    }
 }

@@ -117,6 +117,10 @@ impl Node {
             Value::Bool(value) => serde_json::Value::Bool(*value),
             Value::Int(value) => serde_json::Value::from(*value),
             Value::UInt(value) => serde_json::Value::from(*value),
+            // JSON Schema counts `50.0` as an integer; so do the typed formats.
+            Value::Float(value) if value.fract() == 0.0 && value.abs() < 9.0e15 => {
+                serde_json::Value::from(*value as i64)
+            }
             Value::Float(value) => serde_json::Number::from_f64(*value)
                 .map_or(serde_json::Value::Null, serde_json::Value::Number),
             Value::String(text) => serde_json::Value::String(text.clone()),
@@ -149,7 +153,7 @@ pub fn escape_pointer_segment(segment: &str) -> String {
 }
 
 /// Parses one YAML document. An empty document (only comments or whitespace) gives `Ok(None)`.
-pub fn parse(file: &SourceFile) -> Result<Option<Node>, Diagnostic> {
+pub fn parse(file: &SourceFile) -> Result<Option<Node>, Box<Diagnostic>> {
     let mut budget = Budget::default();
     budget.max_depth = MAX_DEPTH;
     budget.max_nodes = MAX_NODES;
@@ -171,7 +175,7 @@ pub fn parse(file: &SourceFile) -> Result<Option<Node>, Diagnostic> {
             let node = lower(file, spanned)?;
             Ok((node.value != Value::Null || !is_blank(file.text())).then_some(node))
         }
-        Err(error) => Err(syntax_diagnostic(file, &error)),
+        Err(error) => Err(Box::new(syntax_diagnostic(file, &error))),
     }
 }
 
@@ -266,7 +270,7 @@ impl<'de> Visitor<'de> for RawNodeVisitor {
 }
 
 /// Turns serde-saphyr's character positions into byte ranges and checks keys are strings.
-fn lower(file: &SourceFile, spanned: Spanned<RawNode>) -> Result<Node, Diagnostic> {
+fn lower(file: &SourceFile, spanned: Spanned<RawNode>) -> Result<Node, Box<Diagnostic>> {
     let location = spanned.referenced;
     let offset = match location.span().byte_offset() {
         Some(offset) => usize::try_from(offset).unwrap_or(usize::MAX),
@@ -297,12 +301,12 @@ fn lower(file: &SourceFile, spanned: Spanned<RawNode>) -> Result<Node, Diagnosti
             for (key, value) in entries {
                 let key = lower(file, key)?;
                 if key.as_str().is_none() {
-                    return Err(Diagnostic::new(
+                    return Err(Box::new(Diagnostic::new(
                         Rule::YamlNonStringKey,
                         key.location(file),
                         "mapping keys must be strings",
                         "quote the key (`\"1\": ...`) or rename it",
-                    ));
+                    )));
                 }
                 lowered.push((key, lower(file, value)?));
             }
@@ -340,15 +344,49 @@ fn syntax_diagnostic(file: &SourceFile, error: &serde_saphyr::Error) -> Diagnost
             "keep one of the two entries and delete the other",
         );
     }
+    if lower.contains("unknown anchor") {
+        return Diagnostic::new(
+            Rule::YamlSyntax,
+            location,
+            "an alias (`*name`) refers to an anchor (`&name`) that is not defined",
+            "define the anchor first, or quote the value if `*` is meant literally (`\"*failed\"`)",
+        );
+    }
+    if lower.contains("documents") {
+        return Diagnostic::new(
+            Rule::YamlSyntax,
+            location,
+            "the file holds more than one YAML document",
+            "keep one contract per file: remove the `---` separator and move the rest to its own file",
+        );
+    }
     if lower.contains("budget") || lower.contains("recursion limit") || lower.contains("alias") {
+        let (what, fix) = if lower.contains("nodes") || lower.contains("events") {
+            (
+                format!("expands to more than {MAX_NODES} YAML nodes (an alias expansion bomb?)"),
+                "write values out instead of multiplying them through aliases",
+            )
+        } else if lower.contains("alias") || lower.contains("anchor") {
+            (
+                format!("uses more than {MAX_ALIASES} aliases or anchors"),
+                "write values out instead of referencing them through aliases",
+            )
+        } else if lower.contains("depth") || lower.contains("recursion") {
+            (
+                format!("nests deeper than {MAX_DEPTH} levels"),
+                "flatten the document; contracts never need this much nesting",
+            )
+        } else {
+            (
+                "exceeds a YAML safety limit".to_owned(),
+                "shrink the document; contract files are small",
+            )
+        };
         return Diagnostic::new(
             Rule::YamlLimitExceeded,
             location,
-            format!(
-                "the document exceeds a safety limit ({message}); at most {MAX_DEPTH} levels of \
-                 nesting, {MAX_ALIASES} aliases and {MAX_NODES} nodes are accepted"
-            ),
-            "flatten the document and write values out instead of expanding aliases",
+            format!("the document {what}"),
+            fix,
         );
     }
     let fix = if lower.contains("tab") {
@@ -385,7 +423,7 @@ fn strip_position_prefix(message: &str) -> String {
 mod tests {
     use super::*;
 
-    fn parse_text(text: &str) -> Result<Option<Node>, Diagnostic> {
+    fn parse_text(text: &str) -> Result<Option<Node>, Box<Diagnostic>> {
         parse(&SourceFile::new("t.yaml", text))
     }
 

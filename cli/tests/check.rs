@@ -1,0 +1,103 @@
+//! `evc check` end to end: exit codes, the summary line and the JSON format.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repository() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn evc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_evc"))
+        .args(args)
+        .current_dir(repository())
+        .output()
+        .expect("evc runs")
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("readable") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).expect("copy");
+        }
+    }
+}
+
+#[test]
+fn the_reference_contracts_pass_with_a_one_line_summary() {
+    let output = evc(&["check"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    let summary = stdout.lines().last().expect("a summary line");
+    assert!(summary.starts_with("ok: 29 event types, "), "{summary}");
+    assert!(
+        summary.contains("7 consumers, 4 retry policies"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn findings_exit_100_and_json_names_file_line_column_rule_and_fix() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    copy_dir(&repository().join("contracts"), dir.path());
+    let consumer = dir.path().join("consumers/audit.yaml");
+    let text = std::fs::read_to_string(&consumer).expect("audit consumer");
+    std::fs::write(&consumer, text.replace("handler:", "handlr:")).expect("write");
+
+    let dir_arg = dir.path().to_str().expect("utf-8 path");
+    let output = evc(&["check", dir_arg, "--format", "json"]);
+    assert_eq!(output.status.code(), Some(100));
+    let document: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON output");
+    assert_eq!(document["ok"], false);
+    let diagnostics = document["diagnostics"].as_array().expect("diagnostics");
+    let rules: Vec<&str> = diagnostics
+        .iter()
+        .filter_map(|d| d["rule"].as_str())
+        .collect();
+    assert_eq!(rules, ["MISSING_KEY", "UNKNOWN_KEY"], "{document:#}");
+    let unknown = &diagnostics[1];
+    assert_eq!(unknown["file"], "consumers/audit.yaml");
+    assert!(unknown["line"].as_u64().expect("line") > 1);
+    assert_eq!(unknown["column"], 1);
+    assert_eq!(
+        unknown["fix"],
+        "did you mean `handler`? Otherwise remove the key"
+    );
+
+    let text_output = evc(&["check", dir_arg, "--color", "never"]);
+    assert_eq!(text_output.status.code(), Some(100));
+    let stdout = String::from_utf8_lossy(&text_output.stdout);
+    assert!(stdout.contains("consumers/audit.yaml:"), "{stdout}");
+    assert!(stdout.contains("UNKNOWN_KEY"), "{stdout}");
+    assert!(
+        stdout
+            .trim_end()
+            .ends_with(&format!("failed: 2 errors, 0 warnings in `{dir_arg}`")),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn an_unreadable_directory_exits_1() {
+    let output = evc(&["check", "/nonexistent/contracts"]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("cannot check `/nonexistent/contracts`"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn schema_prints_the_event_file_schema() {
+    let output = evc(&["schema", "event"]);
+    assert_eq!(output.status.code(), Some(0));
+    let schema: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(schema["title"], "evc event type (events/<event.type>.yaml)");
+    assert_eq!(schema["additionalProperties"], false);
+}

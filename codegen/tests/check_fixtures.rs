@@ -1,0 +1,228 @@
+//! Every malformed-contract fixture, with its diagnostics pinned as a snapshot.
+//!
+//! A fixture is an overlay: `fixtures/base/` (a small valid contract set) is copied to a
+//! temporary directory, then `fixtures/invalid/<case>/` is copied over it. Two control files in a
+//! case are not copied: `EXPECT` lists the rule ids that must be reported (one per line) and
+//! `REMOVE` lists base files to delete. Inputs that cannot live in git comfortably (a file over
+//! the size cap, a symlink loop, non-UTF-8 bytes, hostile YAML) are built by the tests below.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use evc_codegen::{ContractSet, Diagnostic, LoadError};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    for entry in fs::read_dir(from).expect("fixture directory is readable") {
+        let entry = entry.expect("fixture entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            fs::create_dir_all(&target).expect("create fixture folder");
+            copy_tree(&entry.path(), &target);
+        } else if !matches!(entry.file_name().to_str(), Some("EXPECT" | "REMOVE")) {
+            fs::copy(entry.path(), &target).expect("copy fixture file");
+        }
+    }
+}
+
+/// The base set with `overlay` applied, in a fresh temporary directory.
+fn compose(overlay: Option<&Path>) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    copy_tree(&fixtures().join("base"), dir.path());
+    if let Some(overlay) = overlay {
+        copy_tree(overlay, dir.path());
+        if let Ok(remove) = fs::read_to_string(overlay.join("REMOVE")) {
+            for line in remove.lines().map(str::trim).filter(|l| !l.is_empty()) {
+                let path = dir.path().join(line);
+                if path.is_dir() {
+                    fs::remove_dir_all(path).expect("remove folder");
+                } else {
+                    fs::remove_file(path).expect("remove file");
+                }
+            }
+        }
+    }
+    dir
+}
+
+fn diagnostics_of(dir: &Path) -> Vec<Diagnostic> {
+    match ContractSet::load(dir) {
+        Ok(loaded) => loaded.warnings,
+        Err(LoadError::Invalid { diagnostics, .. }) => diagnostics,
+        Err(other) => panic!("the load failed as a whole: {other}"),
+    }
+}
+
+fn render(diagnostics: &[Diagnostic]) -> String {
+    diagnostics
+        .iter()
+        .map(Diagnostic::to_short_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn the_base_fixture_is_valid_and_warning_free() {
+    let dir = compose(None);
+    let loaded = ContractSet::load(dir.path()).unwrap_or_else(|error| match error {
+        LoadError::Invalid { diagnostics, .. } => {
+            panic!("base is invalid:\n{}", render(&diagnostics))
+        }
+        other => panic!("{other}"),
+    });
+    assert!(loaded.warnings.is_empty(), "{}", render(&loaded.warnings));
+}
+
+#[test]
+fn every_invalid_fixture_reports_its_rules_at_a_position() {
+    let mut cases: Vec<PathBuf> = fs::read_dir(fixtures().join("invalid"))
+        .expect("invalid fixtures exist")
+        .map(|entry| entry.expect("entry").path())
+        .filter(|path| path.is_dir())
+        .collect();
+    cases.sort();
+    assert!(cases.len() >= 40, "only {} fixtures", cases.len());
+    let mut failures = Vec::new();
+    for case in &cases {
+        let name = case
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("utf-8 name")
+            .to_owned();
+        let dir = compose(Some(case));
+        let diagnostics = diagnostics_of(dir.path());
+        let expected: BTreeSet<String> = fs::read_to_string(case.join("EXPECT"))
+            .unwrap_or_else(|_| panic!("{name} has no EXPECT file"))
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect();
+        assert!(!expected.is_empty(), "{name}: EXPECT is empty");
+        let reported: BTreeSet<String> =
+            diagnostics.iter().map(|d| d.rule.id().to_owned()).collect();
+        let missing: Vec<_> = expected.difference(&reported).collect();
+        if !missing.is_empty() {
+            failures.push(format!(
+                "{name}: expected {missing:?}, got:\n{}",
+                render(&diagnostics)
+            ));
+        }
+        for diagnostic in &diagnostics {
+            assert!(
+                diagnostic.location.line >= 1 && diagnostic.location.column >= 1,
+                "{name}: {diagnostic:?}"
+            );
+            assert!(
+                !diagnostic.fix.is_empty(),
+                "{name}: no fix in {diagnostic:?}"
+            );
+        }
+        insta::with_settings!({ snapshot_suffix => name.clone(), prepend_module_to_snapshot => false }, {
+            insta::assert_snapshot!("invalid", render(&diagnostics));
+        });
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Builds a case in code, loads it and returns its rendered diagnostics.
+fn built_case(build: impl FnOnce(&Path)) -> (Vec<Diagnostic>, String) {
+    let dir = compose(None);
+    build(dir.path());
+    let diagnostics = diagnostics_of(dir.path());
+    let text = render(&diagnostics);
+    (diagnostics, text)
+}
+
+fn rules(diagnostics: &[Diagnostic]) -> Vec<&'static str> {
+    diagnostics.iter().map(|d| d.rule.id()).collect()
+}
+
+#[test]
+fn a_file_over_the_size_cap_is_refused_without_being_parsed() {
+    let (diagnostics, text) = built_case(|dir| {
+        let mut big = String::from("event: big.event\n# ");
+        big.push_str(&"x".repeat(10 * 1024 * 1024 + 1));
+        fs::write(dir.join("events/big.event.yaml"), big).expect("write big file");
+    });
+    assert_eq!(rules(&diagnostics), ["FILE_TOO_LARGE"]);
+    insta::assert_snapshot!(text);
+}
+
+#[cfg(unix)]
+#[test]
+fn a_symlink_loop_is_an_unreadable_file() {
+    let (diagnostics, text) = built_case(|dir| {
+        std::os::unix::fs::symlink("loop.event.yaml", dir.join("events/loop.event.yaml"))
+            .expect("create symlink");
+        std::os::unix::fs::symlink("..", dir.join("events/up")).expect("create dir symlink");
+    });
+    assert_eq!(rules(&diagnostics), ["FILE_UNREADABLE", "UNEXPECTED_FILE"]);
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn non_utf8_bytes_are_located() {
+    let (diagnostics, text) = built_case(|dir| {
+        fs::write(
+            dir.join("events/bytes.event.yaml"),
+            b"event: bytes.event\ndescription: caf\xe9\n",
+        )
+        .expect("write file");
+    });
+    assert_eq!(rules(&diagnostics), ["FILE_NOT_UTF8"]);
+    assert_eq!(
+        (diagnostics[0].location.line, diagnostics[0].location.column),
+        (2, 17)
+    );
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn ten_thousand_levels_of_nesting_are_refused_without_overflow() {
+    let (diagnostics, text) = built_case(|dir| {
+        let mut deep = String::from("event: deep.event\ndescription: ");
+        deep.push_str(&"[".repeat(10_000));
+        deep.push_str(&"]".repeat(10_000));
+        deep.push('\n');
+        fs::write(dir.join("events/deep.event.yaml"), &deep).expect("write file");
+        let mapping = "{a: ".repeat(10_000) + "1" + &"}".repeat(10_000);
+        fs::write(dir.join("events/deep.mapping.yaml"), mapping).expect("write file");
+    });
+    assert_eq!(
+        rules(&diagnostics),
+        ["YAML_LIMIT_EXCEEDED", "YAML_LIMIT_EXCEEDED"]
+    );
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn an_alias_expansion_bomb_is_refused() {
+    let (diagnostics, text) = built_case(|dir| {
+        let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for level in 1..=9 {
+            let previous = format!("*a{}", level - 1);
+            let items = [previous.as_str(); 10].join(", ");
+            bomb.push_str(&format!("a{level}: &a{level} [{items}]\n"));
+        }
+        fs::write(dir.join("events/bomb.event.yaml"), bomb).expect("write file");
+    });
+    assert_eq!(rules(&diagnostics), ["YAML_LIMIT_EXCEEDED"]);
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn a_missing_directory_is_a_load_failure_not_a_finding() {
+    let error = ContractSet::load("/nonexistent/evc/contracts").expect_err("missing dir");
+    assert!(matches!(error, LoadError::Io { .. }), "{error:?}");
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    let error = ContractSet::load(file.path()).expect_err("a file, not a dir");
+    assert!(
+        matches!(error, LoadError::NotADirectory { .. }),
+        "{error:?}"
+    );
+}

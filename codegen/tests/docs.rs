@@ -1,0 +1,40 @@
+//! The docs name every rule the checker applies, and no rule it does not.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use evc_codegen::Rule;
+
+#[test]
+fn rules_md_has_a_section_per_rule_in_table_order() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/rules.md");
+    let text = std::fs::read_to_string(path).expect("docs/rules.md exists");
+    let documented: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("## "))
+        .map(str::trim)
+        .filter(|heading| {
+            heading
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        })
+        .collect();
+    let expected: Vec<&str> = Rule::ALL.iter().map(|rule| rule.id()).collect();
+    let missing: BTreeSet<_> = expected
+        .iter()
+        .filter(|id| !documented.contains(id))
+        .collect();
+    let unknown: BTreeSet<_> = documented
+        .iter()
+        .filter(|id| !expected.contains(id))
+        .collect();
+    assert!(missing.is_empty(), "docs/rules.md lacks {missing:?}");
+    assert!(
+        unknown.is_empty(),
+        "docs/rules.md documents unknown rules {unknown:?}"
+    );
+    assert_eq!(
+        documented, expected,
+        "docs/rules.md sections are not in rule-table order"
+    );
+}
