@@ -41,6 +41,19 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Color::Auto)]
         color: Color,
     },
+    /// Generate the Rust crate, registry manifest, SQL migrations and AsyncAPI document from the
+    /// contracts; write only files whose content changed.
+    Generate {
+        /// The contract directory.
+        #[arg(default_value = "contracts")]
+        dir: PathBuf,
+        /// Render in memory and report stale or missing files instead of writing (exit 100).
+        #[arg(long)]
+        check: bool,
+        /// The directory generated paths are relative to.
+        #[arg(long, default_value = ".")]
+        root: PathBuf,
+    },
     /// Print the JSON Schema of a contract file kind (for editors), or write all of them.
     Schema {
         /// Which kind of file.
@@ -93,6 +106,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Check { dir, format, color } => check(&dir, format, color),
         Command::Schema { kind, out } => schema(kind.into(), out.as_deref()),
+        Command::Generate { dir, check, root } => generate(&dir, &root, check),
     };
     match result {
         Ok(code) => code,
@@ -202,6 +216,59 @@ struct Summary {
     consumers: usize,
     retry_policies: usize,
     topics: usize,
+}
+
+fn generate(dir: &Path, root: &Path, check_only: bool) -> anyhow::Result<ExitCode> {
+    let loaded = match ContractSet::load(dir) {
+        Ok(loaded) => loaded,
+        Err(LoadError::Invalid {
+            diagnostics,
+            sources,
+        }) => {
+            let mut stdout = std::io::stdout().lock();
+            write_human(&mut stdout, &diagnostics, &sources, false)?;
+            writeln!(
+                stdout,
+                "failed: the contracts are invalid; nothing was generated (run `cargo evc check`)"
+            )?;
+            return Ok(ExitCode::from(EXIT_FINDINGS));
+        }
+        Err(error) => {
+            return Err(error).with_context(|| format!("cannot load `{}`", dir.display()));
+        }
+    };
+    let layout = evc_codegen::emit::Layout::default();
+    let artifacts = evc_codegen::generate::render(&loaded.contracts, root, &layout)?;
+    if check_only {
+        let drifted = evc_codegen::generate::drift(&artifacts, root)?;
+        if drifted.is_empty() {
+            println!("ok: {} generated files are up to date", artifacts.len());
+            return Ok(ExitCode::SUCCESS);
+        }
+        for (path, drift) in &drifted {
+            let what = match drift {
+                evc_codegen::generate::Drift::Missing => "missing",
+                evc_codegen::generate::Drift::Stale => "stale",
+            };
+            println!("{what}: {}", path.display());
+        }
+        println!(
+            "failed: {} of {} generated files differ from the contracts; run `cargo evc generate`",
+            drifted.len(),
+            artifacts.len()
+        );
+        return Ok(ExitCode::from(EXIT_FINDINGS));
+    }
+    let report = evc_codegen::generate::write(&artifacts, root)?;
+    for path in &report.written {
+        println!("wrote {}", path.display());
+    }
+    println!(
+        "ok: {} changed, {} unchanged",
+        count(report.written.len(), "file"),
+        report.unchanged
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn schema(kind: FileKind, out: Option<&Path>) -> anyhow::Result<ExitCode> {

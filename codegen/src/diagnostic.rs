@@ -106,6 +106,8 @@ rules! {
     UnknownSchemaKeyword = "UNKNOWN_SCHEMA_KEYWORD", Error;
     /// A payload schema uses a `format` JSON Schema 2020-12 does not define; it is not checked.
     UnknownSchemaFormat = "UNKNOWN_SCHEMA_FORMAT", Warning;
+    /// A payload schema uses a keyword the code generator cannot turn into a Rust type.
+    UnsupportedSchemaKeyword = "UNSUPPORTED_SCHEMA_KEYWORD", Error;
     /// A payload schema's root is not an object schema.
     PayloadNotObject = "PAYLOAD_NOT_OBJECT", Error;
     /// An object in a payload schema accepts keys it does not list.
@@ -142,6 +144,25 @@ rules! {
     TopicMatchesNothing = "TOPIC_MATCHES_NOTHING", Error;
     /// A topic key or filter names a payload field that a matched event type does not have.
     TopicFieldNotInPayload = "TOPIC_FIELD_NOT_IN_PAYLOAD", Error;
+    /// The AsyncAPI document has no channel for an event type of the registry.
+    AsyncApiMissingChannel = "ASYNCAPI_MISSING_CHANNEL", Error;
+    /// The AsyncAPI document lacks a message for a version of an event type, in its channel or in
+    /// an operation that should list it.
+    AsyncApiMissingMessage = "ASYNCAPI_MISSING_MESSAGE", Error;
+    /// The AsyncAPI document lacks the `send` operation of an event type or the `receive`
+    /// operation of a consumer's subscription.
+    AsyncApiMissingOperation = "ASYNCAPI_MISSING_OPERATION", Error;
+    /// The AsyncAPI document has a channel for an event type the registry does not define.
+    AsyncApiUnknownChannel = "ASYNCAPI_UNKNOWN_CHANNEL", Error;
+    /// The AsyncAPI document has a message (in a channel or an operation) for a version the
+    /// registry does not define, or one the operation's consumer does not accept.
+    AsyncApiUnknownMessage = "ASYNCAPI_UNKNOWN_MESSAGE", Error;
+    /// The AsyncAPI document has an operation for a producer class, consumer or subscription the
+    /// registry does not define.
+    AsyncApiUnknownOperation = "ASYNCAPI_UNKNOWN_OPERATION", Error;
+    /// A reference in the AsyncAPI document points at nothing, or an operation refers to a
+    /// channel or message it may not (the cross-object rules the AsyncAPI schema misses).
+    AsyncApiBrokenReference = "ASYNCAPI_BROKEN_REFERENCE", Error;
 }
 
 /// Another place that helps explain a diagnostic (the first definition of a duplicate, say).

@@ -12,12 +12,16 @@
 //! ```
 
 pub mod diagnostic;
+pub mod digest;
 pub mod duration;
+pub mod emit;
 mod error;
 pub mod format;
+pub mod generate;
 pub mod loader;
 pub mod model;
 pub mod names;
+pub mod naming;
 pub mod payload_schema;
 pub mod source;
 pub mod structure;

@@ -95,6 +95,25 @@ pub const FORMATS: &[&str] = &[
     "regex",
 ];
 
+/// Keywords that would change the shape of the generated type, which the Rust generator does not
+/// map. Keywords that only constrain values (`pattern`, `maximum`, ...) are kept and enforced by
+/// run-time schema validation.
+pub const SHAPE_KEYWORDS_NOT_GENERATED: &[&str] = &[
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "dependentSchemas",
+    "prefixItems",
+    "contains",
+    "unevaluatedItems",
+    "$dynamicRef",
+    "$dynamicAnchor",
+];
+
 /// One problem in a payload schema, at a JSON pointer relative to the schema's root.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SchemaProblem {
@@ -158,6 +177,7 @@ fn walk(schema: &Json, pointer: &str, policy: &PayloadPolicy, problems: &mut Vec
         check_closed(map, pointer, problems);
     }
     check_vocabulary(map, pointer, problems);
+    check_generatable(map, pointer, problems);
     if let Some(Json::Object(properties)) = map.get("properties") {
         for key in properties.keys() {
             let key_pointer = format!("{pointer}/properties/{}", escape_pointer_segment(key));
@@ -263,6 +283,66 @@ fn check_vocabulary(
                 None => "use a standard format, or a `pattern`".to_owned(),
             },
         });
+    }
+}
+
+/// Shapes the Rust generator maps: one type (or one type and `null`), string enums and consts,
+/// references into `#/$defs`.
+fn check_generatable(
+    map: &serde_json::Map<String, Json>,
+    pointer: &str,
+    problems: &mut Vec<SchemaProblem>,
+) {
+    let mut unsupported = |keyword: &str, message: String, fix: &str| {
+        problems.push(SchemaProblem {
+            rule: Rule::UnsupportedSchemaKeyword,
+            pointer: format!("{pointer}/{}", escape_pointer_segment(keyword)),
+            message,
+            fix: fix.to_owned(),
+        });
+    };
+    for keyword in SHAPE_KEYWORDS_NOT_GENERATED {
+        if map.contains_key(*keyword) {
+            unsupported(
+                keyword,
+                format!("`{keyword}` has no Rust type mapping in evc's generator"),
+                "model the payload as one closed object with optional fields, or split the \
+                 variants into their own event types",
+            );
+        }
+    }
+    if let Some(Json::Array(types)) = map.get("type") {
+        let non_null = types.iter().filter(|t| *t != "null").count();
+        if non_null > 1 {
+            unsupported(
+                "type",
+                "a union of several types has no Rust type mapping".to_owned(),
+                "use one type, optionally with `null`",
+            );
+        }
+    }
+    for keyword in ["enum", "const"] {
+        let values: Vec<&Json> = match map.get(keyword) {
+            Some(Json::Array(values)) if keyword == "enum" => values.iter().collect(),
+            Some(value) if keyword == "const" => vec![value],
+            _ => continue,
+        };
+        if values.iter().any(|value| !value.is_string()) {
+            unsupported(
+                keyword,
+                format!("`{keyword}` with non-string values has no Rust type mapping"),
+                "use string values, or `type: integer` with `minimum`/`maximum`",
+            );
+        }
+    }
+    if let Some(reference) = map.get("$ref").and_then(Json::as_str)
+        && !reference.starts_with("#/$defs/")
+    {
+        unsupported(
+            "$ref",
+            format!("`$ref: {reference}` does not point into this schema's `$defs`"),
+            "define the shared part under `$defs` and refer to it as `#/$defs/<name>`",
+        );
     }
 }
 

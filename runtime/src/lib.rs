@@ -1,9 +1,19 @@
 //! evc-runtime: what running code needs from the contracts.
 //!
-//! This crate holds the `'static` registry descriptors that generated code fills in; the
-//! envelope, payload policy, stores and dispatcher build on them. It depends on neither
+//! Generated code (`evc generate`) fills the `'static` registry descriptors of [`registry`],
+//! builds [`OutgoingEvent`]s in its producer functions and routes deliveries to consumer
+//! handlers that answer with a [`HandlerError`] when they fail. This crate depends on neither
 //! evc-codegen nor any code-generation crate.
 
+pub mod handler;
+pub mod publish;
 pub mod registry;
+pub mod trace;
 
-pub use registry::{EventDescriptor, Registry, VersionDescriptor};
+pub use handler::{Delivery, FailureClass, HandlerError};
+pub use publish::{OutgoingEvent, PayloadError, Publish};
+pub use registry::{
+    ConsumerDescriptor, ConsumerMode, EventDescriptor, HandlerKind, Registry,
+    RetryPolicyDescriptor, SubscriptionDescriptor, VersionDescriptor,
+};
+pub use trace::{TraceContext, TraceContextError};

@@ -1,16 +1,17 @@
-//! The static registry: every event type and version the contracts define, as `'static` data.
+//! The static registry: every event type, consumer and retry policy the contracts define, as
+//! `'static` data that generated code fills in.
 
 /// One version of an event type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VersionDescriptor {
+    /// The semantic version (`1.2.0`).
+    pub version: &'static str,
     /// Major version.
     pub major: u64,
-    /// Minor version.
-    pub minor: u64,
-    /// Patch version.
-    pub patch: u64,
-    /// The payload's JSON Schema, as JSON text.
+    /// The payload's JSON Schema 2020-12, as canonical JSON text.
     pub schema: &'static str,
+    /// SHA-256 of `schema`, lower-case hex.
+    pub schema_digest: &'static str,
 }
 
 /// One event type.
@@ -18,15 +19,102 @@ pub struct VersionDescriptor {
 pub struct EventDescriptor {
     /// Event type name (`iu.born`).
     pub name: &'static str,
+    /// What happened.
+    pub description: &'static str,
+    /// Who emits it.
+    pub producer_class: &'static str,
+    /// Payload fields that order deliveries (empty: the envelope's aggregate).
+    pub order_key: &'static [&'static str],
+    /// Whether the type is deprecated.
+    pub deprecated: bool,
+    /// Payload size cap in bytes.
+    pub max_payload_bytes: u32,
     /// Versions, ascending.
     pub versions: &'static [VersionDescriptor],
 }
 
-/// Every registered event type, sorted by name.
+/// How a consumer's handler runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandlerKind {
+    /// Handler, effect and ack in one database transaction.
+    Transactional,
+    /// External I/O outside a transaction, fenced by a lease token.
+    Leased,
+}
+
+/// Whether a consumer receives deliveries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsumerMode {
+    /// No deliveries.
+    Off,
+    /// Deliveries handled, effects not committed.
+    Shadow,
+    /// Deliveries handled.
+    Live,
+}
+
+/// A consumer's subscription to one event type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubscriptionDescriptor {
+    /// Event type.
+    pub event: &'static str,
+    /// Semver requirement (`^1`).
+    pub requirement: &'static str,
+    /// The versions of the event type the requirement matches.
+    pub versions: &'static [&'static str],
+}
+
+/// One consumer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsumerDescriptor {
+    /// Name.
+    pub name: &'static str,
+    /// Handler kind.
+    pub handler: HandlerKind,
+    /// Delivery mode.
+    pub mode: ConsumerMode,
+    /// Whether deliveries are ordered per key.
+    pub per_key_ordering: bool,
+    /// Retry policy name.
+    pub retry_policy: &'static str,
+    /// Heartbeat threshold in milliseconds.
+    pub heartbeat_threshold_ms: u64,
+    /// Subscriptions.
+    pub subscriptions: &'static [SubscriptionDescriptor],
+}
+
+/// One retry policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicyDescriptor {
+    /// Name.
+    pub name: &'static str,
+    /// `exponential_backoff`, `fixed_delay`, `fibonacci` or `no_retry`.
+    pub kind: &'static str,
+    /// First delay in milliseconds.
+    pub base_delay_ms: u64,
+    /// Longest delay in milliseconds, if capped.
+    pub max_delay_ms: Option<u64>,
+    /// Attempts in all.
+    pub max_attempts: u32,
+    /// `none`, `full`, `equal` or `decorrelated`.
+    pub jitter: &'static str,
+    /// Failure classes retried.
+    pub retry_on: &'static [&'static str],
+}
+
+/// Everything registered, each list sorted by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Registry {
+    /// Project name.
+    pub project: &'static str,
+    /// Digest of the registry (the same as `registry.json`'s).
+    pub digest: &'static str,
     /// Event types, sorted by name.
     pub events: &'static [EventDescriptor],
+    /// Consumers, sorted by name.
+    pub consumers: &'static [ConsumerDescriptor],
+    /// Retry policies, sorted by name.
+    pub retry_policies: &'static [RetryPolicyDescriptor],
 }
 
 impl Registry {
@@ -39,15 +127,35 @@ impl Registry {
     }
 
     /// The exact version of an event type, if registered.
-    pub fn version(
-        &self,
-        name: &str,
-        (major, minor, patch): (u64, u64, u64),
-    ) -> Option<&'static VersionDescriptor> {
+    pub fn version(&self, name: &str, version: &str) -> Option<&'static VersionDescriptor> {
         self.event(name)?
             .versions
             .iter()
-            .find(|v| (v.major, v.minor, v.patch) == (major, minor, patch))
+            .find(|v| v.version == version)
+    }
+
+    /// The consumer called `name`, if registered.
+    pub fn consumer(&self, name: &str) -> Option<&'static ConsumerDescriptor> {
+        self.consumers
+            .binary_search_by(|consumer| consumer.name.cmp(name))
+            .ok()
+            .map(|index| &self.consumers[index])
+    }
+
+    /// The consumers a new event of `name` at `version` fans out to: subscribed, with a
+    /// matching requirement, and not off.
+    pub fn subscribers<'a>(
+        &'a self,
+        name: &'a str,
+        version: &'a str,
+    ) -> impl Iterator<Item = &'static ConsumerDescriptor> + 'a {
+        self.consumers.iter().filter(move |consumer| {
+            consumer.mode != ConsumerMode::Off
+                && consumer
+                    .subscriptions
+                    .iter()
+                    .any(|s| s.event == name && s.versions.contains(&version))
+        })
     }
 }
 
@@ -57,37 +165,82 @@ mod tests {
 
     const BORN: &[VersionDescriptor] = &[
         VersionDescriptor {
+            version: "1.0.0",
             major: 1,
-            minor: 0,
-            patch: 0,
             schema: "{}",
+            schema_digest: "",
         },
         VersionDescriptor {
+            version: "1.1.0",
             major: 1,
-            minor: 1,
-            patch: 0,
             schema: "{}",
+            schema_digest: "",
         },
     ];
+    const fn event(name: &'static str, versions: &'static [VersionDescriptor]) -> EventDescriptor {
+        EventDescriptor {
+            name,
+            description: "",
+            producer_class: "p",
+            order_key: &[],
+            deprecated: false,
+            max_payload_bytes: 4096,
+            versions,
+        }
+    }
+    const fn consumer(
+        name: &'static str,
+        mode: ConsumerMode,
+        subscriptions: &'static [SubscriptionDescriptor],
+    ) -> ConsumerDescriptor {
+        ConsumerDescriptor {
+            name,
+            handler: HandlerKind::Transactional,
+            mode,
+            per_key_ordering: true,
+            retry_policy: "r",
+            heartbeat_threshold_ms: 60_000,
+            subscriptions,
+        }
+    }
+    const ONLY_1_1: &[SubscriptionDescriptor] = &[SubscriptionDescriptor {
+        event: "iu.born",
+        requirement: "^1.1",
+        versions: &["1.1.0"],
+    }];
     const REGISTRY: Registry = Registry {
-        events: &[
-            EventDescriptor {
-                name: "iu.born",
-                versions: BORN,
-            },
-            EventDescriptor {
-                name: "step.ready",
-                versions: &[],
-            },
+        project: "t",
+        digest: "",
+        events: &[event("iu.born", BORN), event("step.ready", &[])],
+        consumers: &[
+            consumer("a", ConsumerMode::Live, ONLY_1_1),
+            consumer("b", ConsumerMode::Off, ONLY_1_1),
         ],
+        retry_policies: &[],
     };
 
     #[test]
     fn finds_registered_types_and_versions_only() {
         assert_eq!(REGISTRY.event("iu.born").map(|e| e.name), Some("iu.born"));
         assert!(REGISTRY.event("iu.bron").is_none());
-        assert!(REGISTRY.version("iu.born", (1, 1, 0)).is_some());
-        assert!(REGISTRY.version("iu.born", (2, 0, 0)).is_none());
-        assert!(REGISTRY.version("step.ready", (1, 0, 0)).is_none());
+        assert!(REGISTRY.version("iu.born", "1.1.0").is_some());
+        assert!(REGISTRY.version("iu.born", "2.0.0").is_none());
+        assert!(REGISTRY.version("step.ready", "1.0.0").is_none());
+    }
+
+    #[test]
+    fn fan_out_follows_requirements_and_skips_off_consumers() {
+        let names = |version| -> Vec<&str> {
+            REGISTRY
+                .subscribers("iu.born", version)
+                .map(|c| c.name)
+                .collect()
+        };
+        assert_eq!(names("1.1.0"), ["a"]);
+        assert!(names("1.0.0").is_empty());
+        assert_eq!(
+            REGISTRY.consumer("b").map(|c| c.mode),
+            Some(ConsumerMode::Off)
+        );
     }
 }

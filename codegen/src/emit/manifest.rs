@@ -1,0 +1,204 @@
+//! `registry.json`: the registry as data, for non-Rust readers and for the runtime's start-up
+//! parity check against the database.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{Artifact, EmitError, GENERATED_NOTICE, Layout};
+use crate::digest;
+use crate::duration;
+use crate::model::{
+    CompatMode, ConsumerMode, ContractSet, EventStatus, ExecutorKind, FailureClass, HandlerKind,
+    Jitter, Ordering, RetryKind,
+};
+
+/// The manifest document.
+#[derive(Debug, Serialize)]
+pub struct Manifest<'a> {
+    #[serde(rename = "$comment")]
+    comment: &'static str,
+    /// Project name.
+    pub project: &'a str,
+    /// Digest of everything below, so a database can tell whether it holds this registry.
+    pub digest: String,
+    /// The registry content.
+    #[serde(flatten)]
+    pub registry: Registry<'a>,
+}
+
+/// Everything the manifest digest covers.
+#[derive(Debug, Serialize)]
+pub struct Registry<'a> {
+    /// Event types by name.
+    pub event_types: BTreeMap<&'a str, EventEntry<'a>>,
+    /// Consumers by name.
+    pub consumers: BTreeMap<&'a str, ConsumerEntry<'a>>,
+    /// Retry policies by name.
+    pub retry_policies: BTreeMap<&'a str, RetryPolicyEntry<'a>>,
+}
+
+/// One event type.
+#[derive(Debug, Serialize)]
+pub struct EventEntry<'a> {
+    /// What happened.
+    pub description: &'a str,
+    /// Who emits it.
+    pub producer_class: &'a str,
+    /// Payload fields ordering deliveries (empty: the envelope's aggregate).
+    pub order_key: &'a [String],
+    /// Compatibility mode.
+    pub compat: CompatMode,
+    /// Lifecycle status.
+    pub status: EventStatus,
+    /// Payload size cap in bytes.
+    pub max_payload_bytes: u32,
+    /// Versions, ascending.
+    pub versions: Vec<VersionEntry<'a>>,
+}
+
+/// One event version.
+#[derive(Debug, Serialize)]
+pub struct VersionEntry<'a> {
+    /// Semantic version.
+    pub version: String,
+    /// SHA-256 of the canonical schema JSON.
+    pub schema_digest: String,
+    /// The payload schema.
+    pub schema: &'a serde_json::Value,
+}
+
+/// One consumer.
+#[derive(Debug, Serialize)]
+pub struct ConsumerEntry<'a> {
+    /// What it does.
+    pub description: &'a str,
+    /// Executor kind.
+    pub executor_kind: ExecutorKind,
+    /// Subscriptions: event type to version requirement.
+    pub subscribes: BTreeMap<&'a str, String>,
+    /// Retry policy.
+    pub retry_policy: &'a str,
+    /// Handler kind.
+    pub handler: HandlerKind,
+    /// Delivery order.
+    pub ordering: Ordering,
+    /// Delivery mode.
+    pub mode: ConsumerMode,
+    /// Heartbeat threshold.
+    pub heartbeat_threshold: String,
+}
+
+/// One retry policy.
+#[derive(Debug, Serialize)]
+pub struct RetryPolicyEntry<'a> {
+    /// How delays grow.
+    pub kind: RetryKind,
+    /// First delay.
+    pub base_delay: String,
+    /// Longest delay, if capped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_delay: Option<String>,
+    /// Attempts in all.
+    pub max_attempts: u32,
+    /// Delay randomization.
+    pub jitter: Jitter,
+    /// Failure classes retried.
+    pub retry_on: &'a [FailureClass],
+}
+
+/// Builds the manifest's registry part.
+pub fn registry(set: &ContractSet) -> Registry<'_> {
+    Registry {
+        event_types: set
+            .events
+            .iter()
+            .map(|(name, event)| {
+                let versions = event
+                    .versions
+                    .iter()
+                    .map(|version| VersionEntry {
+                        version: version.version.to_string(),
+                        schema_digest: digest::json_digest(&version.schema),
+                        schema: &version.schema,
+                    })
+                    .collect();
+                let entry = EventEntry {
+                    description: &event.description,
+                    producer_class: &event.producer_class,
+                    order_key: &event.order_key,
+                    compat: event.compat,
+                    status: event.status,
+                    max_payload_bytes: event.max_payload_bytes,
+                    versions,
+                };
+                (name.as_str(), entry)
+            })
+            .collect(),
+        consumers: set
+            .consumers
+            .iter()
+            .map(|(name, consumer)| {
+                let entry = ConsumerEntry {
+                    description: &consumer.description,
+                    executor_kind: consumer.executor_kind,
+                    subscribes: consumer
+                        .subscriptions
+                        .iter()
+                        .map(|s| (s.event.as_str(), s.requirement.to_string()))
+                        .collect(),
+                    retry_policy: &consumer.retry_policy,
+                    handler: consumer.handler,
+                    ordering: consumer.ordering,
+                    mode: consumer.mode,
+                    heartbeat_threshold: duration::format(consumer.heartbeat_threshold),
+                };
+                (name.as_str(), entry)
+            })
+            .collect(),
+        retry_policies: set
+            .retry_policies
+            .iter()
+            .map(|(name, policy)| {
+                let entry = RetryPolicyEntry {
+                    kind: policy.kind,
+                    base_delay: duration::format(policy.base_delay),
+                    max_delay: policy.max_delay.map(duration::format),
+                    max_attempts: policy.max_attempts,
+                    jitter: policy.jitter,
+                    retry_on: &policy.retry_on,
+                };
+                (name.as_str(), entry)
+            })
+            .collect(),
+    }
+}
+
+/// The digest of the registry: SHA-256 of its canonical JSON.
+pub fn registry_digest(set: &ContractSet) -> Result<String, EmitError> {
+    let value = serde_json::to_value(registry(set)).map_err(|error| EmitError::Serialize {
+        document: "registry.json",
+        message: error.to_string(),
+    })?;
+    Ok(digest::json_digest(&value))
+}
+
+/// Renders `registry.json`.
+pub fn render(set: &ContractSet, layout: &Layout) -> Result<Artifact, EmitError> {
+    let manifest = Manifest {
+        comment: GENERATED_NOTICE,
+        project: &set.project.name,
+        digest: registry_digest(set)?,
+        registry: registry(set),
+    };
+    let mut contents =
+        serde_json::to_string_pretty(&manifest).map_err(|error| EmitError::Serialize {
+            document: "registry.json",
+            message: error.to_string(),
+        })?;
+    contents.push('\n');
+    Ok(Artifact {
+        path: layout.crate_dir.join("registry.json"),
+        contents,
+    })
+}

@@ -1,0 +1,605 @@
+//! The generated Rust crate: payload types, versions enums, producer functions, consumer traits,
+//! the `Handlers` value and the static `REGISTRY`.
+//!
+//! Built as tokens with `quote!`, parsed into a `syn::File` and printed with prettyplease.
+
+mod types;
+
+use std::collections::BTreeSet;
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote};
+
+use super::{Artifact, EmitError, GENERATED_NOTICE, Layout};
+use crate::digest;
+use crate::model::{
+    ConsumerMode, ContractSet, EventStatus, EventType, EventVersion, HandlerKind, Ordering,
+};
+use crate::naming::{self, Names};
+
+/// Renders `<crate_dir>/src/lib.rs`.
+pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitError> {
+    let runtime: TokenStream = layout.runtime_path.parse().map_err(|_| EmitError::Rust {
+        subject: "the runtime path".to_owned(),
+        message: format!("`{}` is not a Rust path", layout.runtime_path),
+    })?;
+    let tokens = crate_tokens(set, &runtime)?;
+    Ok(vec![Artifact {
+        path: layout.crate_dir.join("src/lib.rs"),
+        contents: format_file(tokens)?,
+    }])
+}
+
+/// The crate's source as one formatted file with the generated-code header.
+pub fn crate_source(set: &ContractSet, runtime_path: &str) -> Result<String, EmitError> {
+    let runtime: TokenStream = runtime_path.parse().map_err(|_| EmitError::Rust {
+        subject: "the runtime path".to_owned(),
+        message: format!("`{runtime_path}` is not a Rust path"),
+    })?;
+    format_file(crate_tokens(set, &runtime)?)
+}
+
+fn format_file(tokens: TokenStream) -> Result<String, EmitError> {
+    let file: syn::File = syn::parse2(tokens).map_err(|error| EmitError::Rust {
+        subject: "the generated crate".to_owned(),
+        message: error.to_string(),
+    })?;
+    let text = prettyplease::unparse(&file);
+    Ok(format!(
+        "// {GENERATED_NOTICE}\n\n{}",
+        space_doc_comments(&text)
+    ))
+}
+
+/// prettyplease prints `#[doc = "Text"]` as `///Text`; rustfmt style is `/// Text`.
+fn space_doc_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + text.len() / 20);
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        let indent = &line[..line.len() - trimmed.len()];
+        match ["///", "//!"]
+            .iter()
+            .find(|marker| trimmed.starts_with(**marker))
+        {
+            Some(marker) => {
+                let rest = &trimmed[marker.len()..];
+                out.push_str(indent);
+                out.push_str(marker);
+                if !rest.is_empty() && !rest.starts_with(' ') {
+                    out.push(' ');
+                }
+                out.push_str(rest);
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn crate_tokens(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream, EmitError> {
+    let mut names = Names::default();
+    let mut payloads = Vec::new();
+    let mut producers = Vec::new();
+    for event in set.events.values() {
+        payloads.push(event_payloads(event, runtime, &mut names)?);
+        producers.extend(event_producers(event, runtime));
+    }
+    let consumers = consumer_items(set, runtime, &mut names)?;
+    let registry = registry_item(set, runtime)?;
+    let doc = format!(
+        "Typed events of the `{}` contracts: payload types, producer functions, consumer \
+         traits and the static registry.",
+        set.project.name
+    );
+    let any_event = any_event_item(set);
+    Ok(quote! {
+        #![doc = #doc]
+        #![doc = ""]
+        #![doc = #GENERATED_NOTICE]
+        #![deny(warnings, missing_docs)]
+        #![allow(clippy::all)]
+
+        /// Payload types: one struct per event type and major version, one enum per event type.
+        pub mod payloads {
+            #(#payloads)*
+            #any_event
+        }
+
+        /// Producer functions: append a typed event in the caller's transaction.
+        pub mod producers {
+            use super::payloads::*;
+            #(#producers)*
+        }
+
+        /// Consumer traits and the `Handlers` value that routes deliveries to them.
+        pub mod consumers {
+            use super::payloads::*;
+            #consumers
+        }
+
+        #registry
+    })
+}
+
+/// The payload structs of every major, the versions enum and their constants.
+fn event_payloads(
+    event: &EventType,
+    runtime: &TokenStream,
+    names: &mut Names,
+) -> Result<TokenStream, EmitError> {
+    let mut items = Vec::new();
+    let mut variants = Vec::new();
+    let mut decode_arms = Vec::new();
+    for version in event.latest_per_major() {
+        let major = version.version.major;
+        let major_literal = proc_macro2::Literal::u64_unsuffixed(major);
+        let type_name = naming::payload_type(&event.name, major);
+        let subject = format!("{} {}", event.name, version.version);
+        let mut generator = types::TypeGen::new(&version.schema, type_name.clone(), subject, names);
+        generator.root_struct()?;
+        items.extend(generator.items);
+        let ident = format_ident!("{type_name}");
+        let event_name = &event.name;
+        let version_text = version.version.to_string();
+        let order_key = order_key_body(event, runtime);
+        items.push(quote! {
+            impl #ident {
+                /// The event type.
+                pub const EVENT_TYPE: &'static str = #event_name;
+                /// The contract version this type was generated from (the newest of its major).
+                pub const VERSION: &'static str = #version_text;
+                /// The major version.
+                pub const MAJOR: u64 = #major_literal;
+
+                /// The per-key ordering value of this payload, from the contract's `order_key`.
+                pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+                    #order_key
+                }
+            }
+        });
+        let variant = format_ident!("V{major}");
+        let variant_doc = format!("Major version {major} ({version_text}).");
+        variants.push(quote! {
+            #[doc = #variant_doc]
+            #variant(#ident),
+        });
+        decode_arms.push(quote! {
+            #major_literal => ::serde_json::from_value(payload).map(Self::#variant),
+        });
+    }
+    let enum_name = naming::versions_enum(&event.name);
+    names
+        .take(&enum_name, &format!("{} versions", event.name))
+        .map_err(|existing| EmitError::Rust {
+            subject: event.name.clone(),
+            message: format!("the enum name `{enum_name}` is already the name of {existing}"),
+        })?;
+    let enum_ident = format_ident!("{enum_name}");
+    let enum_doc = format!("`{}`: {}", event.name, event.description.trim());
+    let event_name = &event.name;
+    let deprecated = (event.status == EventStatus::Deprecated)
+        .then(|| quote!(#[deprecated(note = "the event type is deprecated in the contracts")]));
+    items.push(quote! {
+        #[doc = #enum_doc]
+        #deprecated
+        #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+        #[serde(untagged)]
+        #[non_exhaustive]
+        pub enum #enum_ident {
+            #(#variants)*
+        }
+
+        #[allow(deprecated)]
+        impl #enum_ident {
+            /// The event type.
+            pub const EVENT_TYPE: &'static str = #event_name;
+
+            /// Decodes a payload produced under major version `major`.
+            ///
+            /// # Errors
+            /// When the major is not registered or the payload does not fit its type.
+            pub fn from_json(major: u64, payload: ::serde_json::Value) -> ::std::result::Result<Self, ::serde_json::Error> {
+                match major {
+                    #(#decode_arms)*
+                    other => ::std::result::Result::Err(<::serde_json::Error as ::serde::de::Error>::custom(
+                        ::std::format!("{} has no major version {}", #event_name, other),
+                    )),
+                }
+            }
+        }
+    });
+    Ok(quote!(#(#items)*))
+}
+
+/// `Event`: any registered payload, decoded by event type and major version.
+fn any_event_item(set: &ContractSet) -> TokenStream {
+    let mut variants = Vec::new();
+    let mut arms = Vec::new();
+    for event in set.events.values() {
+        let ident = format_ident!("{}", naming::versions_enum(&event.name));
+        let name = &event.name;
+        let doc = format!("`{name}`.");
+        let deprecated =
+            (event.status == EventStatus::Deprecated).then(|| quote!(#[allow(deprecated)]));
+        variants.push(quote! {
+            #[doc = #doc]
+            #deprecated
+            #ident(#ident),
+        });
+        arms.push(quote! {
+            #name => #ident::from_json(major, payload).map(Self::#ident),
+        });
+    }
+    quote! {
+        /// Any registered event payload.
+        #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+        #[serde(untagged)]
+        #[non_exhaustive]
+        #[allow(deprecated)]
+        pub enum Event {
+            #(#variants)*
+        }
+
+        #[allow(deprecated)]
+        impl Event {
+            /// Decodes a payload of `event_type` produced under major version `major`.
+            ///
+            /// # Errors
+            /// When the event type or major is not registered, or the payload does not fit.
+            pub fn from_json(event_type: &str, major: u64, payload: ::serde_json::Value) -> ::std::result::Result<Self, ::serde_json::Error> {
+                match event_type {
+                    #(#arms)*
+                    other => ::std::result::Result::Err(<::serde_json::Error as ::serde::de::Error>::custom(
+                        ::std::format!("{} is not a registered event type", other),
+                    )),
+                }
+            }
+        }
+    }
+}
+
+fn order_key_body(event: &EventType, runtime: &TokenStream) -> TokenStream {
+    if event.order_key.is_empty() {
+        return quote!(::std::option::Option::None);
+    }
+    let parts = event.order_key.iter().map(|field| {
+        let ident = naming::ident(&naming::snake(field));
+        quote!(#runtime::publish::order_key_part(&self.#ident))
+    });
+    quote! {
+        let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![#(#parts),*];
+        ::std::option::Option::Some(parts.join("/"))
+    }
+}
+
+fn event_producers(event: &EventType, runtime: &TokenStream) -> Vec<TokenStream> {
+    event
+        .latest_per_major()
+        .into_iter()
+        .map(|version| {
+            let major = version.version.major;
+            let fn_ident = format_ident!("{}", naming::producer_fn(&event.name, major));
+            let type_ident = format_ident!("{}", naming::payload_type(&event.name, major));
+            let doc = format!(
+                "Appends a `{}` event ({}, major {major}) in the caller's transaction.",
+                event.name, version.version
+            );
+            let deprecated = (event.status == EventStatus::Deprecated).then(
+                || quote!(#[deprecated(note = "the event type is deprecated in the contracts")]),
+            );
+            quote! {
+                #[doc = #doc]
+                ///
+                /// # Errors
+                /// When the payload does not serialize or the publisher refuses the event.
+                #deprecated
+                pub async fn #fn_ident<P: #runtime::Publish>(
+                    publisher: &mut P,
+                    trace: &#runtime::TraceContext,
+                    payload: &#type_ident,
+                ) -> ::std::result::Result<P::Receipt, P::Error> {
+                    let event = #runtime::OutgoingEvent::new(
+                        #type_ident::EVENT_TYPE,
+                        #type_ident::VERSION,
+                        payload.order_key(),
+                        trace,
+                        payload,
+                    )?;
+                    publisher.publish(event).await
+                }
+            }
+        })
+        .collect()
+}
+
+/// The versions of `event` a requirement matches, and their distinct majors.
+fn matched<'a>(
+    event: &'a EventType,
+    requirement: &semver::VersionReq,
+) -> (Vec<&'a EventVersion>, BTreeSet<u64>) {
+    let versions: Vec<&EventVersion> = event
+        .versions
+        .iter()
+        .filter(|v| requirement.matches(&v.version))
+        .collect();
+    let majors = versions.iter().map(|v| v.version.major).collect();
+    (versions, majors)
+}
+
+fn consumer_items(
+    set: &ContractSet,
+    runtime: &TokenStream,
+    names: &mut Names,
+) -> Result<TokenStream, EmitError> {
+    let mut traits = Vec::new();
+    let mut generics = Vec::new();
+    let mut fields = Vec::new();
+    let mut arms = Vec::new();
+    for consumer in set
+        .consumers
+        .values()
+        .filter(|c| c.mode != ConsumerMode::Off)
+    {
+        let trait_name = naming::consumer_trait(&consumer.name);
+        names
+            .take(&trait_name, &format!("consumer {}", consumer.name))
+            .map_err(|existing| EmitError::Rust {
+                subject: consumer.name.clone(),
+                message: format!("the trait name `{trait_name}` is already the name of {existing}"),
+            })?;
+        let trait_ident = format_ident!("{trait_name}");
+        let mut methods = Vec::new();
+        let field_ident = naming::ident(&naming::consumer_field(&consumer.name));
+        let generic = format_ident!("H{trait_name}");
+        for subscription in &consumer.subscriptions {
+            let event = &set.events[&subscription.event];
+            let (versions, majors) = matched(event, &subscription.requirement);
+            let method = format_ident!("{}", naming::handler_method(&event.name));
+            let payload_type = match majors.iter().collect::<Vec<_>>().as_slice() {
+                [major] => {
+                    let ident = format_ident!("{}", naming::payload_type(&event.name, **major));
+                    quote!(#ident)
+                }
+                _ => {
+                    let ident = format_ident!("{}", naming::versions_enum(&event.name));
+                    quote!(#ident)
+                }
+            };
+            let doc = format!(
+                "Handles `{}` deliveries ({}: {}).",
+                event.name,
+                subscription.requirement,
+                versions
+                    .iter()
+                    .map(|v| v.version.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            methods.push(quote! {
+                #[doc = #doc]
+                fn #method(
+                    &self,
+                    delivery: &#runtime::Delivery,
+                    payload: #payload_type,
+                ) -> impl ::std::future::Future<Output = ::std::result::Result<(), #runtime::HandlerError>> + Send;
+            });
+            let consumer_name = &consumer.name;
+            let event_name = &event.name;
+            let version_texts: Vec<String> =
+                versions.iter().map(|v| v.version.to_string()).collect();
+            let decode = if majors.len() == 1 {
+                quote! {
+                    ::serde_json::from_value::<#payload_type>(payload)
+                }
+            } else {
+                quote! {
+                    #payload_type::from_json(delivery.major().unwrap_or_default(), payload)
+                }
+            };
+            arms.push(quote! {
+                (#consumer_name, #event_name) => {
+                    if ![#(#version_texts),*].contains(&delivery.version.as_str()) {
+                        return ::std::result::Result::Err(#runtime::HandlerError::new(
+                            #runtime::FailureClass::Scope,
+                            "version_not_subscribed",
+                        ));
+                    }
+                    let payload = #decode.map_err(|_| #runtime::HandlerError::new(
+                        #runtime::FailureClass::Schema,
+                        "payload_does_not_match_type",
+                    ))?;
+                    self.#field_ident.#method(delivery, payload).await
+                }
+            });
+        }
+        let doc = format!(
+            "Handler of the consumer `{}`: {}",
+            consumer.name,
+            consumer.description.trim()
+        );
+        let deprecated_use = consumer
+            .subscriptions
+            .iter()
+            .any(|s| set.events[&s.event].status == EventStatus::Deprecated)
+            .then(|| quote!(#[allow(deprecated)]));
+        traits.push(quote! {
+            #[doc = #doc]
+            #deprecated_use
+            pub trait #trait_ident: Send + Sync {
+                #(#methods)*
+            }
+        });
+        generics.push(quote!(#generic: #trait_ident));
+        let field_doc = format!("The handler of `{}`.", consumer.name);
+        fields.push(quote! {
+            #[doc = #field_doc]
+            pub #field_ident: #generic,
+        });
+    }
+    let generic_names: Vec<TokenStream> = generics
+        .iter()
+        .map(|g| {
+            let name = g.clone().into_iter().next();
+            quote!(#name)
+        })
+        .collect();
+    Ok(quote! {
+        #(#traits)*
+
+        /// One handler per consumer that receives deliveries (mode `live` or `shadow`); leaving
+        /// one out does not compile.
+        pub struct Handlers<#(#generics),*> {
+            #(#fields)*
+        }
+
+        impl<#(#generics),*> Handlers<#(#generic_names),*> {
+            /// Decodes a delivery's payload into the type its consumer subscribed to and calls
+            /// the consumer's handler.
+            ///
+            /// # Errors
+            /// The handler's error; a `scope` failure when the consumer is not subscribed to the
+            /// event or version; a `schema` failure when the payload does not fit the type.
+            #[allow(deprecated)]
+            pub async fn dispatch(
+                &self,
+                delivery: &#runtime::Delivery,
+                payload: ::serde_json::Value,
+            ) -> ::std::result::Result<(), #runtime::HandlerError> {
+                match (delivery.consumer.as_str(), delivery.event_type.as_str()) {
+                    #(#arms)*
+                    _ => ::std::result::Result::Err(#runtime::HandlerError::new(
+                        #runtime::FailureClass::Scope,
+                        "not_subscribed",
+                    )),
+                }
+            }
+        }
+    })
+}
+
+fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream, EmitError> {
+    let events = set.events.values().map(|event| {
+        let name = &event.name;
+        let description = event.description.trim();
+        let producer_class = &event.producer_class;
+        let order_key = &event.order_key;
+        let deprecated = event.status == EventStatus::Deprecated;
+        let max = proc_macro2::Literal::u32_unsuffixed(event.max_payload_bytes);
+        let versions = event.versions.iter().map(|version| {
+            let text = version.version.to_string();
+            let major = proc_macro2::Literal::u64_unsuffixed(version.version.major);
+            let schema = digest::canonical_json(&version.schema);
+            let schema_digest = digest::sha256_hex(&schema);
+            quote! {
+                #runtime::VersionDescriptor {
+                    version: #text,
+                    major: #major,
+                    schema: #schema,
+                    schema_digest: #schema_digest,
+                }
+            }
+        });
+        quote! {
+            #runtime::EventDescriptor {
+                name: #name,
+                description: #description,
+                producer_class: #producer_class,
+                order_key: &[#(#order_key),*],
+                deprecated: #deprecated,
+                max_payload_bytes: #max,
+                versions: &[#(#versions),*],
+            }
+        }
+    });
+    let consumers = set.consumers.values().map(|consumer| {
+        let name = &consumer.name;
+        let handler = match consumer.handler {
+            HandlerKind::Transactional => quote!(#runtime::HandlerKind::Transactional),
+            HandlerKind::Leased => quote!(#runtime::HandlerKind::Leased),
+        };
+        let mode = match consumer.mode {
+            ConsumerMode::Off => quote!(#runtime::ConsumerMode::Off),
+            ConsumerMode::Shadow => quote!(#runtime::ConsumerMode::Shadow),
+            ConsumerMode::Live => quote!(#runtime::ConsumerMode::Live),
+        };
+        let per_key = consumer.ordering == Ordering::PerKey;
+        let policy = &consumer.retry_policy;
+        let heartbeat = proc_macro2::Literal::u64_unsuffixed(
+            u64::try_from(consumer.heartbeat_threshold.as_millis()).unwrap_or(u64::MAX),
+        );
+        let subscriptions = consumer.subscriptions.iter().map(|subscription| {
+            let event = &subscription.event;
+            let requirement = subscription.requirement.to_string();
+            let (versions, _) = matched(&set.events[event], &subscription.requirement);
+            let versions = versions.iter().map(|v| v.version.to_string());
+            quote! {
+                #runtime::SubscriptionDescriptor {
+                    event: #event,
+                    requirement: #requirement,
+                    versions: &[#(#versions),*],
+                }
+            }
+        });
+        quote! {
+            #runtime::ConsumerDescriptor {
+                name: #name,
+                handler: #handler,
+                mode: #mode,
+                per_key_ordering: #per_key,
+                retry_policy: #policy,
+                heartbeat_threshold_ms: #heartbeat,
+                subscriptions: &[#(#subscriptions),*],
+            }
+        }
+    });
+    let policies = set.retry_policies.values().map(|policy| {
+        let name = &policy.name;
+        let kind = enum_text(&policy.kind);
+        let base = proc_macro2::Literal::u64_unsuffixed(
+            u64::try_from(policy.base_delay.as_millis()).unwrap_or(u64::MAX),
+        );
+        let max_delay = match policy.max_delay {
+            Some(max) => {
+                let max = proc_macro2::Literal::u64_unsuffixed(
+                    u64::try_from(max.as_millis()).unwrap_or(u64::MAX),
+                );
+                quote!(::std::option::Option::Some(#max))
+            }
+            None => quote!(::std::option::Option::None),
+        };
+        let attempts = proc_macro2::Literal::u32_unsuffixed(policy.max_attempts);
+        let jitter = enum_text(&policy.jitter);
+        let retry_on = policy.retry_on.iter().map(enum_text);
+        quote! {
+            #runtime::RetryPolicyDescriptor {
+                name: #name,
+                kind: #kind,
+                base_delay_ms: #base,
+                max_delay_ms: #max_delay,
+                max_attempts: #attempts,
+                jitter: #jitter,
+                retry_on: &[#(#retry_on),*],
+            }
+        }
+    });
+    let project = &set.project.name;
+    let registry_digest = super::manifest::registry_digest(set)?;
+    Ok(quote! {
+        /// Every event type, consumer and retry policy of the contracts.
+        pub static REGISTRY: #runtime::Registry = #runtime::Registry {
+            project: #project,
+            digest: #registry_digest,
+            events: &[#(#events),*],
+            consumers: &[#(#consumers),*],
+            retry_policies: &[#(#policies),*],
+        };
+    })
+}
+
+fn enum_text<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}

@@ -1,0 +1,533 @@
+//! SQL migrations for the runtime tables and the registry rows (askama templates).
+//!
+//! Two files go to `<crate>/migrations/`, named the way `sqlx::migrate!` and sqlx-cli read them
+//! (`<version>_<description>.sql`):
+//!
+//! - `0001_evc_runtime.sql`: the runtime tables of ARCHITECTURE §7, all `IF NOT EXISTS`.
+//! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
+//!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
+//!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
+//!   renders one content. When a file for the current digest is already checked in, that name is
+//!   rendered again; otherwise the number follows the highest one checked in.
+//!
+//! Migrations are additive: nothing here ever renders a `DELETE` or a `DROP`.
+
+use std::path::Path;
+
+use askama::Template;
+use serde::Serialize;
+
+use super::manifest::{self, Registry};
+use super::{Artifact, EmitError, GENERATED_NOTICE, Layout};
+use crate::digest;
+use crate::duration;
+use crate::model::ContractSet;
+
+/// File name of the runtime-tables migration.
+pub const RUNTIME_MIGRATION: &str = "0001_evc_runtime.sql";
+
+/// What registry migration file names contain before the digest prefix.
+const REGISTRY_INFIX: &str = "_evc_registry_";
+
+/// Hex digits of the registry digest in a registry migration's file name.
+const DIGEST_PREFIX_LEN: usize = 12;
+
+/// Where [`EmitError::Serialize`] says a bad value was headed.
+const REGISTRY_DOCUMENT: &str = "registry migration";
+
+/// `0001_evc_runtime.sql`.
+#[derive(Template)]
+#[template(path = "evc_runtime.sql", escape = "none")]
+struct RuntimeMigration {
+    notice: &'static str,
+}
+
+/// `NNNN_evc_registry_<digest12>.sql`.
+#[derive(Template)]
+#[template(path = "evc_registry.sql", escape = "none")]
+struct RegistryMigration {
+    notice: &'static str,
+    /// The full registry digest, hex (safe in a comment).
+    digest: String,
+    /// The digest as a SQL literal.
+    digest_literal: String,
+    /// Upserts, in foreign-key order.
+    tables: Vec<Upsert>,
+}
+
+/// One multi-row `INSERT ... ON CONFLICT (key) DO UPDATE` statement.
+struct Upsert {
+    comment: &'static str,
+    name: &'static str,
+    key: &'static [&'static str],
+    columns: &'static [&'static str],
+    /// SQL expressions, one per column, already quoted.
+    rows: Vec<Vec<String>>,
+}
+
+impl Upsert {
+    /// The columns an upsert overwrites: every column outside the conflict key.
+    fn updated(&self) -> Vec<&'static str> {
+        self.columns
+            .iter()
+            .copied()
+            .filter(|column| !self.key.contains(column))
+            .collect()
+    }
+}
+
+/// Renders the migrations `evc generate` adds to `<crate>/migrations/`: the runtime tables and
+/// the registry rows of `set`.
+///
+/// # Errors
+/// [`EmitError::Template`] when a template fails; [`EmitError::Serialize`] when a registry value
+/// cannot be written as SQL (a NUL character, which PostgreSQL text cannot hold).
+pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitError> {
+    let dir = layout.crate_dir.join("migrations");
+    let runtime = RuntimeMigration {
+        notice: GENERATED_NOTICE,
+    }
+    .render()
+    .map_err(|source| EmitError::Template {
+        template: "evc_runtime.sql",
+        source,
+    })?;
+
+    let registry = manifest::registry(set);
+    let digest = manifest::registry_digest(set)?;
+    let registry_sql = RegistryMigration {
+        notice: GENERATED_NOTICE,
+        digest_literal: literal(&digest)?,
+        tables: upserts(&registry, &digest)?,
+        digest: digest.clone(),
+    }
+    .render()
+    .map_err(|source| EmitError::Template {
+        template: "evc_registry.sql",
+        source,
+    })?;
+
+    Ok(vec![
+        Artifact {
+            path: dir.join(RUNTIME_MIGRATION),
+            contents: with_final_newline(runtime),
+        },
+        Artifact {
+            path: dir.join(registry_file_name(&digest, &layout.existing_migrations)),
+            contents: with_final_newline(registry_sql),
+        },
+    ])
+}
+
+/// The registry migration's file name for `digest`, given the migration files already present.
+///
+/// A present file for the same digest (`*_evc_registry_<digest12>.sql`) is named again, so
+/// regenerating an unchanged registry changes nothing; otherwise the version is one more than
+/// the highest present (and at least 2, after the runtime tables), zero-padded to four digits.
+pub fn registry_file_name(digest: &str, existing: &[String]) -> String {
+    let short = digest.get(..DIGEST_PREFIX_LEN).unwrap_or(digest);
+    let suffix = format!("{REGISTRY_INFIX}{short}.sql");
+    let names = existing.iter().map(|name| {
+        Path::new(name)
+            .file_name()
+            .and_then(|file| file.to_str())
+            .unwrap_or(name)
+    });
+    let mut same_digest: Vec<&str> = names
+        .clone()
+        .filter(|name| name.ends_with(&suffix) && version_of(name).is_some())
+        .collect();
+    same_digest.sort_unstable();
+    if let Some(name) = same_digest.first() {
+        return (*name).to_owned();
+    }
+    let highest = names.filter_map(version_of).max().unwrap_or(0).max(1);
+    format!("{:04}{suffix}", highest.saturating_add(1))
+}
+
+/// The version of a migration file name (`0003_x.sql` is 3), as sqlx reads it: the digits
+/// before the first `_`.
+fn version_of(name: &str) -> Option<u64> {
+    let (version, _) = name.split_once('_')?;
+    if version.is_empty() || !version.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    version.parse().ok()
+}
+
+/// The upserts of the registry rows, parents before children.
+fn upserts(registry: &Registry<'_>, digest: &str) -> Result<Vec<Upsert>, EmitError> {
+    let digest = literal(digest)?;
+
+    let mut policies = Vec::new();
+    for (name, policy) in &registry.retry_policies {
+        let retry_on = policy
+            .retry_on
+            .iter()
+            .map(keyword)
+            .collect::<Result<Vec<_>, _>>()?;
+        policies.push(vec![
+            literal(name)?,
+            literal(&keyword(&policy.kind)?)?,
+            millis(&policy.base_delay)?,
+            policy
+                .max_delay
+                .as_deref()
+                .map_or_else(|| Ok("NULL".to_owned()), millis)?,
+            policy.max_attempts.to_string(),
+            literal(&keyword(&policy.jitter)?)?,
+            text_array(&retry_on)?,
+            digest.clone(),
+        ]);
+    }
+
+    let mut types = Vec::new();
+    let mut versions = Vec::new();
+    for (name, event) in &registry.event_types {
+        types.push(vec![
+            literal(name)?,
+            literal(event.description)?,
+            literal(event.producer_class)?,
+            text_array(event.order_key)?,
+            literal(&keyword(&event.compat)?)?,
+            literal(&keyword(&event.status)?)?,
+            event.max_payload_bytes.to_string(),
+            digest.clone(),
+        ]);
+        for version in &event.versions {
+            let parsed = semver::Version::parse(&version.version)
+                .map_err(|error| invalid(format!("{name} version {}: {error}", version.version)))?;
+            versions.push(vec![
+                literal(name)?,
+                literal(&version.version)?,
+                bigint(parsed.major)?,
+                bigint(parsed.minor)?,
+                bigint(parsed.patch)?,
+                jsonb(version.schema)?,
+                literal(&version.schema_digest)?,
+                digest.clone(),
+            ]);
+        }
+    }
+
+    let mut consumers = Vec::new();
+    let mut subscriptions = Vec::new();
+    for (name, consumer) in &registry.consumers {
+        consumers.push(vec![
+            literal(name)?,
+            literal(consumer.description)?,
+            literal(&keyword(&consumer.executor_kind)?)?,
+            literal(consumer.retry_policy)?,
+            literal(&keyword(&consumer.handler)?)?,
+            literal(&keyword(&consumer.ordering)?)?,
+            literal(&keyword(&consumer.mode)?)?,
+            millis(&consumer.heartbeat_threshold)?,
+            digest.clone(),
+        ]);
+        for (event, requirement) in &consumer.subscribes {
+            subscriptions.push(vec![
+                literal(name)?,
+                literal(event)?,
+                literal(requirement)?,
+                digest.clone(),
+            ]);
+        }
+    }
+
+    let tables = vec![
+        Upsert {
+            comment: "Retry policies, before the consumers that name them.",
+            name: "evc_retry_policies",
+            key: &["name"],
+            columns: &[
+                "name",
+                "kind",
+                "base_delay_ms",
+                "max_delay_ms",
+                "max_attempts",
+                "jitter",
+                "retry_on",
+                "registry_digest",
+            ],
+            rows: policies,
+        },
+        Upsert {
+            comment: "Event types.",
+            name: "evc_event_types",
+            key: &["name"],
+            columns: &[
+                "name",
+                "description",
+                "producer_class",
+                "order_key",
+                "compat",
+                "status",
+                "max_payload_bytes",
+                "registry_digest",
+            ],
+            rows: types,
+        },
+        Upsert {
+            comment: "Event versions: the payload schema and the digest of its canonical JSON.",
+            name: "evc_event_versions",
+            key: &["event_type", "version"],
+            columns: &[
+                "event_type",
+                "version",
+                "major",
+                "minor",
+                "patch",
+                "schema",
+                "schema_digest",
+                "registry_digest",
+            ],
+            rows: versions,
+        },
+        Upsert {
+            comment: "Consumers.",
+            name: "evc_consumers",
+            key: &["name"],
+            columns: &[
+                "name",
+                "description",
+                "executor_kind",
+                "retry_policy",
+                "handler",
+                "ordering",
+                "mode",
+                "heartbeat_threshold_ms",
+                "registry_digest",
+            ],
+            rows: consumers,
+        },
+        Upsert {
+            comment: "Subscriptions: the event versions each consumer accepts.",
+            name: "evc_subscriptions",
+            key: &["consumer", "event_type"],
+            columns: &["consumer", "event_type", "requirement", "registry_digest"],
+            rows: subscriptions,
+        },
+    ];
+    // `INSERT ... VALUES` needs at least one row.
+    Ok(tables
+        .into_iter()
+        .filter(|table| !table.rows.is_empty())
+        .collect())
+}
+
+/// A SQL string literal holding `text` exactly, whatever `standard_conforming_strings` says:
+/// `'...'` with quotes doubled, or `E'...'` with backslashes doubled too when `text` has any.
+fn literal(text: &str) -> Result<String, EmitError> {
+    if text.contains('\0') {
+        return Err(invalid(format!(
+            "{text:?} contains a NUL character, which PostgreSQL text cannot hold"
+        )));
+    }
+    let quoted = text.replace('\'', "''");
+    Ok(if text.contains('\\') {
+        format!("E'{}'", quoted.replace('\\', "\\\\"))
+    } else {
+        format!("'{quoted}'")
+    })
+}
+
+/// A `text[]` literal.
+fn text_array(items: &[String]) -> Result<String, EmitError> {
+    let items = items
+        .iter()
+        .map(|item| literal(item))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(format!("ARRAY[{}]::text[]", items.join(", ")))
+}
+
+/// A `jsonb` literal of `value`'s canonical JSON (the text its digest is computed over).
+fn jsonb(value: &serde_json::Value) -> Result<String, EmitError> {
+    if has_nul(value) {
+        return Err(invalid(
+            "a schema contains a NUL character, which jsonb cannot hold".to_owned(),
+        ));
+    }
+    Ok(format!(
+        "{}::jsonb",
+        literal(&digest::canonical_json(value))?
+    ))
+}
+
+/// Whether any key or string in `value` contains NUL.
+fn has_nul(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::String(text) => text.contains('\0'),
+        serde_json::Value::Array(items) => items.iter().any(has_nul),
+        serde_json::Value::Object(map) => map
+            .iter()
+            .any(|(key, value)| key.contains('\0') || has_nul(value)),
+        _ => false,
+    }
+}
+
+/// A `bigint` literal.
+fn bigint(number: u64) -> Result<String, EmitError> {
+    i64::try_from(number)
+        .map(|number| number.to_string())
+        .map_err(|_| invalid(format!("{number} does not fit a bigint")))
+}
+
+/// A contract duration (`30s`) as a `bigint` of milliseconds.
+fn millis(text: &str) -> Result<String, EmitError> {
+    let duration =
+        duration::parse(text).ok_or_else(|| invalid(format!("{text:?} is not a duration")))?;
+    bigint(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The snake_case keyword a format enum is written as in contracts and in registry.json.
+fn keyword<T: Serialize>(value: &T) -> Result<String, EmitError> {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(text)) => Ok(text),
+        Ok(other) => Err(invalid(format!("{other} is not a keyword"))),
+        Err(error) => Err(invalid(error.to_string())),
+    }
+}
+
+/// A registry value that cannot be written as SQL.
+fn invalid(message: String) -> EmitError {
+    EmitError::Serialize {
+        document: REGISTRY_DOCUMENT,
+        message,
+    }
+}
+
+/// `text` ending in exactly one newline.
+fn with_final_newline(text: String) -> String {
+    let mut text = text.trim_end_matches('\n').to_owned();
+    text.push('\n');
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIGEST: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    fn names(names: &[&str]) -> Vec<String> {
+        names.iter().map(|name| (*name).to_owned()).collect()
+    }
+
+    #[test]
+    fn first_registry_migration_follows_the_runtime_tables() {
+        assert_eq!(
+            registry_file_name(DIGEST, &[]),
+            "0002_evc_registry_0123456789ab.sql"
+        );
+        assert_eq!(
+            registry_file_name(DIGEST, &names(&[RUNTIME_MIGRATION])),
+            "0002_evc_registry_0123456789ab.sql"
+        );
+    }
+
+    #[test]
+    fn a_present_file_for_the_same_digest_is_named_again() {
+        let existing = names(&[
+            RUNTIME_MIGRATION,
+            "0002_evc_registry_0123456789ab.sql",
+            "0003_evc_registry_ffffffffffff.sql",
+            "0004_app_tables.sql",
+        ]);
+        assert_eq!(
+            registry_file_name(DIGEST, &existing),
+            "0002_evc_registry_0123456789ab.sql"
+        );
+    }
+
+    #[test]
+    fn a_new_digest_numbers_after_the_highest_present_file() {
+        let existing = names(&[
+            "0004_app_tables.sql",
+            RUNTIME_MIGRATION,
+            "0002_evc_registry_ffffffffffff.sql",
+            "README.md",
+            "x_not_a_migration.sql",
+        ]);
+        assert_eq!(
+            registry_file_name(DIGEST, &existing),
+            "0005_evc_registry_0123456789ab.sql"
+        );
+        // Timestamp versions (sqlx-cli's default) are numbers too.
+        let existing = names(&["20240101120000_app.sql"]);
+        assert_eq!(
+            registry_file_name(DIGEST, &existing),
+            "20240101120001_evc_registry_0123456789ab.sql"
+        );
+        // A digest-looking name without a version is not a migration.
+        let existing = names(&["draft_evc_registry_0123456789ab.sql"]);
+        assert_eq!(
+            registry_file_name(DIGEST, &existing),
+            "0002_evc_registry_0123456789ab.sql"
+        );
+    }
+
+    #[test]
+    fn literals_double_quotes_and_escape_backslashes() {
+        assert_eq!(literal("plain").ok(), Some("'plain'".to_owned()));
+        assert_eq!(literal("it's").ok(), Some("'it''s'".to_owned()));
+        assert_eq!(literal("''").ok(), Some("''''''".to_owned()));
+        assert_eq!(
+            literal(r"a\'b").ok(),
+            Some(r"E'a\\''b'".to_owned()),
+            "with a backslash, an E'' literal keeps it whatever standard_conforming_strings is"
+        );
+        assert_eq!(literal("two\nlines").ok(), Some("'two\nlines'".to_owned()));
+        assert!(literal("nul\0").is_err());
+        assert!(jsonb(&serde_json::json!({"a": ["x\u{0}"]})).is_err());
+        assert_eq!(
+            jsonb(&serde_json::json!({"pattern": "^[a-z]\\d'"})).ok(),
+            Some(r#"E'{"pattern":"^[a-z]\\\\d''"}'::jsonb"#.to_owned())
+        );
+        assert_eq!(
+            text_array(&names(&["a", "b'c"])).ok(),
+            Some("ARRAY['a', 'b''c']::text[]".to_owned())
+        );
+        assert_eq!(text_array(&[]).ok(), Some("ARRAY[]::text[]".to_owned()));
+    }
+
+    #[test]
+    fn reference_contracts_render_stably() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../contracts");
+        let set = crate::ContractSet::load(dir)?.contracts;
+        let digest = manifest::registry_digest(&set)?;
+        let first = render(&set, &Layout::default())?;
+        let names: Vec<String> = first
+            .iter()
+            .filter_map(|artifact| artifact.path.file_name()?.to_str().map(str::to_owned))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                RUNTIME_MIGRATION.to_owned(),
+                format!("0002_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN])
+            ]
+        );
+        for artifact in &first {
+            assert!(artifact.path.starts_with("generated/migrations"));
+            assert!(
+                artifact
+                    .contents
+                    .starts_with(&format!("-- {GENERATED_NOTICE}\n"))
+            );
+            assert!(artifact.contents.ends_with(";\n"));
+        }
+        let layout = Layout {
+            existing_migrations: names,
+            ..Layout::default()
+        };
+        assert_eq!(render(&set, &layout)?, first);
+        Ok(())
+    }
+
+    #[test]
+    fn durations_are_milliseconds() {
+        assert_eq!(millis("30s").ok(), Some("30000".to_owned()));
+        assert_eq!(millis("250ms").ok(), Some("250".to_owned()));
+        assert!(millis("soon").is_err());
+    }
+}

@@ -1,0 +1,355 @@
+//! The generated migrations against a real PostgreSQL: they apply with `sqlx::migrate`, apply
+//! again as no-ops, run raw a second time without effect, and leave exactly the registry of
+//! `contracts/` in the database.
+//!
+//! The server comes from `DATABASE_URL` (default `postgres://root@localhost/test`); the test
+//! creates its own database there and drops it at the end. When the server cannot be reached the
+//! test is skipped with a message, except under `CI=true`, where that is a failure.
+
+use std::collections::BTreeMap;
+use std::hash::{BuildHasher, Hasher};
+use std::path::Path;
+use std::str::FromStr;
+
+use evc_codegen::ContractSet;
+use evc_codegen::emit::{GENERATED_NOTICE, Layout, manifest, sql};
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Connection, Row};
+
+type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+const DEFAULT_URL: &str = "postgres://root@localhost/test";
+
+#[tokio::test]
+async fn generated_migrations_apply_idempotently_to_postgres() -> TestResult {
+    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
+    let mut admin = match PgConnection::connect(&url).await {
+        Ok(connection) => connection,
+        Err(error) => {
+            let ci = std::env::var("CI").is_ok_and(|value| value.eq_ignore_ascii_case("true"));
+            assert!(
+                !ci,
+                "CI=true and PostgreSQL at {url} is unreachable: {error}"
+            );
+            eprintln!("skipped: PostgreSQL at {url} is unreachable ({error}); set DATABASE_URL");
+            return Ok(());
+        }
+    };
+
+    let database = format!("evc_mig_{:016x}", random());
+    sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {database}")))
+        .execute(&mut admin)
+        .await?;
+    let options = PgConnectOptions::from_str(&url)?.database(&database);
+
+    // Run the checks in their own task so a failed assertion still drops the database.
+    let outcome = tokio::spawn(check(options)).await;
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS {database} WITH (FORCE)"
+    )))
+    .execute(&mut admin)
+    .await?;
+    admin.close().await?;
+    match outcome {
+        Ok(result) => result,
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        Err(error) => Err(error.into()),
+    }
+}
+
+async fn check(options: PgConnectOptions) -> TestResult {
+    let contracts = Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts");
+    let set = ContractSet::load(&contracts)?.contracts;
+    let digest = manifest::registry_digest(&set)?;
+
+    // The files and their names.
+    let artifacts = sql::render(&set, &Layout::default())?;
+    let names: Vec<String> = artifacts
+        .iter()
+        .map(|artifact| file_name(&artifact.path))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "0001_evc_runtime.sql".to_owned(),
+            format!("0002_evc_registry_{}.sql", &digest[..12]),
+        ]
+    );
+    for artifact in &artifacts {
+        assert_eq!(
+            artifact.contents.lines().next(),
+            Some(format!("-- {GENERATED_NOTICE}").as_str())
+        );
+        let statements = artifact
+            .contents
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("--"));
+        for line in statements {
+            let upper = line.to_ascii_uppercase();
+            assert!(
+                !upper.contains("DELETE ")
+                    && !upper.contains("DROP ")
+                    && !upper.contains("TRUNCATE "),
+                "migrations are additive: {line}"
+            );
+        }
+    }
+    // Regenerating with the files checked in renders the same names and bytes.
+    let layout = Layout {
+        existing_migrations: names.clone(),
+        ..Layout::default()
+    };
+    assert_eq!(sql::render(&set, &layout)?, artifacts);
+
+    let dir = tempfile::tempdir()?;
+    for artifact in &artifacts {
+        std::fs::write(
+            dir.path().join(file_name(&artifact.path)),
+            &artifact.contents,
+        )?;
+    }
+
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options)
+        .await?;
+
+    // sqlx applies both files once; a second run finds nothing to do.
+    let migrator = Migrator::new(dir.path()).await?;
+    assert_eq!(migrator.iter().count(), artifacts.len());
+    migrator.run(&pool).await?;
+    let applied = applied_migrations(&pool).await?;
+    assert_eq!(applied, i64::try_from(artifacts.len())?);
+    Migrator::new(dir.path()).await?.run(&pool).await?;
+    assert_eq!(applied_migrations(&pool).await?, applied);
+
+    // Every file run raw a second time succeeds and rewrites no row.
+    let before = row_versions(&pool).await?;
+    for artifact in &artifacts {
+        sqlx::raw_sql(AssertSqlSafe(artifact.contents.clone()))
+            .execute(&pool)
+            .await?;
+    }
+    assert_eq!(row_versions(&pool).await?, before);
+    assert_eq!(applied_migrations(&pool).await?, applied);
+
+    // The registry rows are the model's.
+    let subscriptions: usize = set
+        .consumers
+        .values()
+        .map(|consumer| consumer.subscriptions.len())
+        .sum();
+    assert_eq!(set.events.len(), 29);
+    assert_eq!(set.version_count(), 41);
+    assert_eq!(set.consumers.len(), 7);
+    assert_eq!(set.retry_policies.len(), 4);
+    assert_eq!(count(&pool, "evc_event_types").await?, 29);
+    assert_eq!(count(&pool, "evc_event_versions").await?, 41);
+    assert_eq!(count(&pool, "evc_consumers").await?, 7);
+    assert_eq!(count(&pool, "evc_retry_policies").await?, 4);
+    assert_eq!(
+        count(&pool, "evc_subscriptions").await?,
+        i64::try_from(subscriptions)?
+    );
+    assert_eq!(count(&pool, "evc_registry_state").await?, 1);
+    let stored: String = sqlx::query_scalar("SELECT digest FROM evc_registry_state")
+        .fetch_one(&pool)
+        .await?;
+    assert_eq!(stored, digest);
+
+    // Text and schemas survive quoting exactly.
+    let rows = sqlx::query(
+        "SELECT event_type, version, schema::text AS schema, schema_digest \
+         FROM evc_event_versions ORDER BY event_type, major, minor, patch",
+    )
+    .fetch_all(&pool)
+    .await?;
+    let mut expected = Vec::new();
+    for (name, event) in &set.events {
+        for version in &event.versions {
+            expected.push((name.clone(), version.version.to_string(), &version.schema));
+        }
+    }
+    assert_eq!(rows.len(), expected.len());
+    for (row, (name, version, schema)) in rows.iter().zip(&expected) {
+        assert_eq!(&row.try_get::<String, _>("event_type")?, name);
+        assert_eq!(&row.try_get::<String, _>("version")?, version);
+        let stored: serde_json::Value = serde_json::from_str(&row.try_get::<String, _>("schema")?)?;
+        assert_eq!(&stored, *schema, "schema of {name} {version}");
+        assert_eq!(
+            row.try_get::<String, _>("schema_digest")?,
+            evc_codegen::digest::json_digest(schema)
+        );
+    }
+    let descriptions: BTreeMap<String, String> = sqlx::query_as(
+        "SELECT name, description FROM evc_event_types \
+         UNION ALL SELECT name, description FROM evc_consumers",
+    )
+    .fetch_all(&pool)
+    .await?
+    .into_iter()
+    .collect();
+    for (name, event) in &set.events {
+        assert_eq!(descriptions.get(name), Some(&event.description));
+    }
+    for (name, consumer) in &set.consumers {
+        assert_eq!(descriptions.get(name), Some(&consumer.description));
+    }
+
+    runtime_constraints(&pool).await?;
+    pool.close().await;
+    Ok(())
+}
+
+/// The runtime tables accept a well-formed event and delivery and refuse the malformed ones.
+async fn runtime_constraints(pool: &PgPool) -> TestResult {
+    const INSERT_EVENT: &str = "INSERT INTO evc_events (event_id, event_type, schema_version, \
+        order_key, producer_class, idempotency_key, trace_id, parent_span_id, trace_flags, \
+        payload, payload_bytes) \
+        VALUES ($1::uuid, 'iu.born', '1.0.0', 'iu-1', 'dot', $2, $3, $4, '01', '{}'::jsonb, 2)";
+    let event_id = "01890a5d-ac96-774b-bcce-b302099a8057";
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let span_id = "00f067aa0ba902b7";
+
+    sqlx::query(INSERT_EVENT)
+        .bind(event_id)
+        .bind("key-1")
+        .bind(trace_id)
+        .bind(span_id)
+        .execute(pool)
+        .await?;
+    let refused = [
+        // Same producer class and idempotency key.
+        (
+            "01890a5d-ac96-774b-bcce-b302099a8058",
+            "key-1",
+            trace_id,
+            span_id,
+        ),
+        // Upper-case trace id.
+        (
+            "01890a5d-ac96-774b-bcce-b302099a8059",
+            "key-2",
+            "4BF92F3577B34DA6A3CE929D0E0E4736",
+            span_id,
+        ),
+        // All-zero span id.
+        (
+            "01890a5d-ac96-774b-bcce-b302099a805a",
+            "key-3",
+            trace_id,
+            "0000000000000000",
+        ),
+    ];
+    for (id, key, trace, span) in refused {
+        let result = sqlx::query(INSERT_EVENT)
+            .bind(id)
+            .bind(key)
+            .bind(trace)
+            .bind(span)
+            .execute(pool)
+            .await;
+        assert!(
+            result.is_err(),
+            "accepted event {id} ({key}, {trace}, {span})"
+        );
+    }
+    assert!(
+        sqlx::query("UPDATE evc_events SET order_key = 'iu-2'")
+            .execute(pool)
+            .await
+            .is_err(),
+        "events are append-only"
+    );
+
+    const INSERT_DELIVERY: &str = "INSERT INTO evc_deliveries \
+        (event_id, consumer, event_seq, order_key, status) \
+        SELECT event_id, $1, seq, order_key, $2 FROM evc_events WHERE event_id = $3::uuid";
+    sqlx::query(INSERT_DELIVERY)
+        .bind("audit")
+        .bind("pending")
+        .bind(event_id)
+        .execute(pool)
+        .await?;
+    for (consumer, status) in [
+        ("audit", "pending"),
+        ("worker.a", "bogus"),
+        ("worker.b", "leased"),
+    ] {
+        // A second delivery for the same pair; an unknown status; a lease without owner.
+        let result = sqlx::query(INSERT_DELIVERY)
+            .bind(consumer)
+            .bind(status)
+            .bind(event_id)
+            .execute(pool)
+            .await;
+        assert!(result.is_err(), "accepted delivery ({consumer}, {status})");
+    }
+
+    for reason in ["", &"x".repeat(501)] {
+        let result = sqlx::query(
+            "INSERT INTO evc_replays (plan_digest, reason, approval_ref, idempotency_key) \
+             VALUES ('d', $1, 'ticket-1', $2)",
+        )
+        .bind(reason)
+        .bind(format!("replay-{}", reason.len()))
+        .execute(pool)
+        .await;
+        assert!(
+            result.is_err(),
+            "accepted a replay reason of {} chars",
+            reason.len()
+        );
+    }
+    Ok(())
+}
+
+async fn applied_migrations(pool: &PgPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
+        .fetch_one(pool)
+        .await
+}
+
+async fn count(pool: &PgPool, table: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+        .fetch_one(pool)
+        .await
+}
+
+/// The row versions (`xmin`) of every registry row: unchanged when nothing was rewritten.
+async fn row_versions(pool: &PgPool) -> Result<Vec<Option<String>>, sqlx::Error> {
+    let mut versions = Vec::new();
+    for (table, key) in [
+        ("evc_retry_policies", "name"),
+        ("evc_event_types", "name"),
+        ("evc_event_versions", "event_type, version"),
+        ("evc_consumers", "name"),
+        ("evc_subscriptions", "consumer, event_type"),
+        ("evc_registry_state", "id"),
+    ] {
+        let sql = format!("SELECT string_agg(xmin::text, ',' ORDER BY {key}) FROM {table}");
+        versions.push(
+            sqlx::query_scalar(AssertSqlSafe(sql))
+                .fetch_one(pool)
+                .await?,
+        );
+    }
+    Ok(versions)
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// A random number from the standard library's hash seed, mixed with the process and the time.
+fn random() -> u64 {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    if let Ok(elapsed) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        hasher.write_u128(elapsed.as_nanos());
+    }
+    hasher.finish()
+}
