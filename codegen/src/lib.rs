@@ -18,6 +18,7 @@ pub mod emit;
 mod error;
 pub mod format;
 pub mod generate;
+pub mod import;
 pub mod loader;
 pub mod model;
 pub mod names;

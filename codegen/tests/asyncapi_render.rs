@@ -154,9 +154,3 @@ fn the_rendered_document_is_in_parity_with_its_contracts() {
             .join("\n")
     );
 }
-#[test]
-fn zz_dump() {
-    let set = contracts();
-    let artifact = asyncapi::render(&set, &Layout::default()).expect("renders");
-    std::fs::write("/tmp/evc_asyncapi.yaml", &artifact.contents).unwrap();
-}

@@ -69,7 +69,7 @@ fn every_fixture_set_generates_its_pinned_output() {
 
         let rust = artifacts
             .iter()
-            .find(|a| a.path.ends_with("src/lib.rs"))
+            .find(|a| a.path.ends_with("src/contracts.rs"))
             .expect("a Rust artifact");
         let pinned =
             Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/generated/{name}.rs"));

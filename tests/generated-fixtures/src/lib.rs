@@ -1,23 +1,72 @@
 //! Compiles the pinned generated Rust of every fixture in `codegen/tests/fixtures/generate/`;
 //! `codegen/tests/generate_fixtures.rs` keeps the files equal to what the generator renders.
 
+/// The `base` fixture set.
+#[rustfmt::skip]
+#[deny(warnings, missing_docs)]
+#[allow(clippy::all)]
 #[path = "../../../codegen/tests/generated/base.rs"]
 pub mod base;
+
+/// The `consumer_modes` fixture set.
+#[rustfmt::skip]
+#[deny(warnings, missing_docs)]
+#[allow(clippy::all)]
 #[path = "../../../codegen/tests/generated/consumer_modes.rs"]
 pub mod consumer_modes;
+
+/// The `defs_and_refs` fixture set.
+#[rustfmt::skip]
+#[deny(warnings, missing_docs)]
+#[allow(clippy::all)]
 #[path = "../../../codegen/tests/generated/defs_and_refs.rs"]
 pub mod defs_and_refs;
+
+/// The `deprecated_and_composite_key` fixture set.
+#[rustfmt::skip]
+#[deny(warnings, missing_docs)]
+#[allow(clippy::all)]
 #[path = "../../../codegen/tests/generated/deprecated_and_composite_key.rs"]
 pub mod deprecated_and_composite_key;
+
+/// The `enums_and_consts` fixture set.
+#[rustfmt::skip]
+#[deny(warnings, missing_docs)]
+#[allow(clippy::all)]
 #[path = "../../../codegen/tests/generated/enums_and_consts.rs"]
 pub mod enums_and_consts;
+
+/// The `integer_narrowing` fixture set.
+#[rustfmt::skip]
+#[deny(warnings, missing_docs)]
+#[allow(clippy::all)]
 #[path = "../../../codegen/tests/generated/integer_narrowing.rs"]
 pub mod integer_narrowing;
+
+/// The `keyword_field_names` fixture set.
+#[rustfmt::skip]
+#[deny(warnings, missing_docs)]
+#[allow(clippy::all)]
 #[path = "../../../codegen/tests/generated/keyword_field_names.rs"]
 pub mod keyword_field_names;
+
+/// The `multi_major` fixture set.
+#[rustfmt::skip]
+#[deny(warnings, missing_docs)]
+#[allow(clippy::all)]
 #[path = "../../../codegen/tests/generated/multi_major.rs"]
 pub mod multi_major;
+
+/// The `nested_objects` fixture set.
+#[rustfmt::skip]
+#[deny(warnings, missing_docs)]
+#[allow(clippy::all)]
 #[path = "../../../codegen/tests/generated/nested_objects.rs"]
 pub mod nested_objects;
+
+/// The `nullable_and_optional` fixture set.
+#[rustfmt::skip]
+#[deny(warnings, missing_docs)]
+#[allow(clippy::all)]
 #[path = "../../../codegen/tests/generated/nullable_and_optional.rs"]
 pub mod nullable_and_optional;

@@ -38,7 +38,7 @@ use serde::ser::SerializeMap;
 use serde_json::Value as Json;
 
 pub use check::{DocumentProblem, ProblemKind, check_document, resolve_pointer};
-pub(crate) use check::{deref, local_pointer, root_channel_id};
+pub(crate) use check::{local_pointer, root_channel_id};
 pub use parity::parity;
 
 use super::{Artifact, EmitError, GENERATED_NOTICE, Layout};

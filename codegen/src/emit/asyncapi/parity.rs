@@ -320,10 +320,8 @@ impl Parity<'_> {
                 let event_name = event_name.clone();
                 let event = &self.set.events[&event_name];
                 match operation.get("action").and_then(Json::as_str) {
-                    Some("send") => {
-                        if self.send(event, id, operation, &pointer) {
-                            sends.insert(event_name);
-                        }
+                    Some("send") if self.send(event, id, operation, &pointer) => {
+                        sends.insert(event_name);
                     }
                     Some("receive") => {
                         if let Some(consumer) = self.receive(event, id, operation, &pointer) {

@@ -17,21 +17,49 @@ use crate::model::{
 };
 use crate::naming::{self, Names};
 
-/// Renders `<crate_dir>/src/lib.rs`.
+/// The file of generated items, beside the crate root that includes it.
+pub const ITEMS_FILE: &str = "src/contracts.rs";
+
+/// Renders `<crate_dir>/src/lib.rs` and `<crate_dir>/src/contracts.rs`.
+///
+/// The items live in `contracts.rs`, a module file without inner attributes, so a build script
+/// user can also `include!` it; `lib.rs` is a short root that rustfmt leaves as it is and that
+/// keeps rustfmt away from the items (`#[rustfmt::skip]`), so `cargo fmt` never makes the
+/// checked-in output drift.
 pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitError> {
-    let runtime: TokenStream = layout.runtime_path.parse().map_err(|_| EmitError::Rust {
-        subject: "the runtime path".to_owned(),
-        message: format!("`{}` is not a Rust path", layout.runtime_path),
-    })?;
-    let tokens = crate_tokens(set, &runtime)?;
-    Ok(vec![Artifact {
-        path: layout.crate_dir.join("src/lib.rs"),
-        contents: format_file(tokens)?,
-    }])
+    Ok(vec![
+        Artifact {
+            path: layout.crate_dir.join("src/lib.rs"),
+            contents: crate_root(set),
+        },
+        Artifact {
+            path: layout.crate_dir.join(ITEMS_FILE),
+            contents: items_source(set, &layout.runtime_path)?,
+        },
+    ])
 }
 
-/// The crate's source as one formatted file with the generated-code header.
-pub fn crate_source(set: &ContractSet, runtime_path: &str) -> Result<String, EmitError> {
+fn crate_root(set: &ContractSet) -> String {
+    format!(
+        "// {GENERATED_NOTICE}\n\
+         \n\
+         //! Typed events of the `{}` contracts: payload types, producer functions, consumer\n\
+         //! traits and the static registry.\n\
+         //!\n\
+         //! {GENERATED_NOTICE}\n\
+         #![deny(warnings, missing_docs)]\n\
+         \n\
+         #[rustfmt::skip]\n\
+         #[allow(clippy::all)]\n\
+         mod contracts;\n\
+         \n\
+         pub use contracts::*;\n",
+        set.project.name
+    )
+}
+
+/// The generated items as one formatted module file with the generated-code header.
+pub fn items_source(set: &ContractSet, runtime_path: &str) -> Result<String, EmitError> {
     let runtime: TokenStream = runtime_path.parse().map_err(|_| EmitError::Rust {
         subject: "the runtime path".to_owned(),
         message: format!("`{runtime_path}` is not a Rust path"),
@@ -87,19 +115,8 @@ fn crate_tokens(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream,
     }
     let consumers = consumer_items(set, runtime, &mut names)?;
     let registry = registry_item(set, runtime)?;
-    let doc = format!(
-        "Typed events of the `{}` contracts: payload types, producer functions, consumer \
-         traits and the static registry.",
-        set.project.name
-    );
     let any_event = any_event_item(set);
     Ok(quote! {
-        #![doc = #doc]
-        #![doc = ""]
-        #![doc = #GENERATED_NOTICE]
-        #![deny(warnings, missing_docs)]
-        #![allow(clippy::all)]
-
         /// Payload types: one struct per event type and major version, one enum per event type.
         pub mod payloads {
             #(#payloads)*
