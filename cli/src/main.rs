@@ -11,6 +11,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 use evc_codegen::structure::FileKind;
 use evc_codegen::{ContractSet, Diagnostic, LoadError, Sources, diagnostic};
 
+/// Where `evc generate` writes the AsyncAPI document, relative to the repository root.
+const ASYNCAPI_DEFAULT: &str = "asyncapi/asyncapi.yaml";
+
 /// Exit code when the contracts have problems.
 const EXIT_FINDINGS: u8 = 100;
 /// Exit code when the tool could not run.
@@ -40,6 +43,10 @@ enum Command {
         /// Colors in text output.
         #[arg(long, value_enum, default_value_t = Color::Auto)]
         color: Color,
+        /// The AsyncAPI document to check for drift against the contracts (default:
+        /// `asyncapi/asyncapi.yaml` beside the contract directory, when it exists).
+        #[arg(long)]
+        asyncapi: Option<PathBuf>,
     },
     /// Generate the Rust crate, registry manifest, SQL migrations and AsyncAPI document from the
     /// contracts; write only files whose content changed.
@@ -54,14 +61,35 @@ enum Command {
         #[arg(long, default_value = ".")]
         root: PathBuf,
     },
+    /// Turn another description of events into contracts.
+    Import {
+        #[command(subcommand)]
+        source: ImportSource,
+    },
     /// Print the JSON Schema of a contract file kind (for editors), or write all of them.
     Schema {
-        /// Which kind of file.
-        #[arg(value_enum, default_value_t = SchemaKind::Event)]
-        kind: SchemaKind,
+        /// Which kind of file (default `event`); with `--out`, only that kind is written.
+        #[arg(value_enum)]
+        kind: Option<SchemaKind>,
         /// Write every kind's schema into this directory as `<kind>.schema.json` instead.
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ImportSource {
+    /// An AsyncAPI 3.0 document: channels and messages become event types, operations
+    /// producers and consumers; unsupported parts are reported.
+    Asyncapi {
+        /// The AsyncAPI document (YAML or JSON).
+        file: PathBuf,
+        /// The contract directory to write.
+        #[arg(long, default_value = "contracts")]
+        out: PathBuf,
+        /// Overwrite files that already exist.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -104,8 +132,16 @@ impl From<SchemaKind> for FileKind {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Check { dir, format, color } => check(&dir, format, color),
-        Command::Schema { kind, out } => schema(kind.into(), out.as_deref()),
+        Command::Check {
+            dir,
+            format,
+            color,
+            asyncapi,
+        } => check(&dir, format, color, asyncapi.as_deref()),
+        Command::Import {
+            source: ImportSource::Asyncapi { file, out, force },
+        } => import_asyncapi(&file, &out, force),
+        Command::Schema { kind, out } => schema(kind.map(FileKind::from), out.as_deref()),
         Command::Generate { dir, check, root } => generate(&dir, &root, check),
     };
     match result {
@@ -117,13 +153,18 @@ fn main() -> ExitCode {
     }
 }
 
-fn check(dir: &Path, format: Format, color: Color) -> anyhow::Result<ExitCode> {
+fn check(
+    dir: &Path,
+    format: Format,
+    color: Color,
+    asyncapi: Option<&Path>,
+) -> anyhow::Result<ExitCode> {
     let use_color = match color {
         Color::Always => true,
         Color::Never => false,
         Color::Auto => std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
     };
-    let (diagnostics, sources, summary) = match ContractSet::load(dir) {
+    let (mut diagnostics, sources, summary) = match ContractSet::load(dir) {
         Ok(loaded) => {
             let set = &loaded.contracts;
             let summary = Summary {
@@ -133,7 +174,23 @@ fn check(dir: &Path, format: Format, color: Color) -> anyhow::Result<ExitCode> {
                 retry_policies: set.retry_policies.len(),
                 topics: set.topics.len(),
             };
-            (loaded.warnings, set.sources.clone(), Some(summary))
+            let mut diagnostics = loaded.warnings.clone();
+            let mut sources = set.sources.clone();
+            let default_document = dir.join("..").join(ASYNCAPI_DEFAULT);
+            let document = match asyncapi {
+                Some(path) => Some((path.to_owned(), path.display().to_string())),
+                None if default_document.is_file() => {
+                    Some((default_document, ASYNCAPI_DEFAULT.to_owned()))
+                }
+                None => None,
+            };
+            if let Some((path, display)) = document {
+                let text = std::fs::read_to_string(&path)
+                    .with_context(|| format!("cannot read `{}`", path.display()))?;
+                diagnostics.extend(evc_codegen::emit::asyncapi::parity(set, &display, &text));
+                sources.insert(evc_codegen::SourceFile::new(display, text));
+            }
+            (diagnostics, sources, Some(summary))
         }
         Err(LoadError::Invalid {
             diagnostics,
@@ -143,6 +200,8 @@ fn check(dir: &Path, format: Format, color: Color) -> anyhow::Result<ExitCode> {
             return Err(error).with_context(|| format!("cannot check `{}`", dir.display()));
         }
     };
+    diagnostic::sort(&mut diagnostics);
+    let summary = summary.filter(|_| !diagnostics.iter().any(Diagnostic::is_error));
     let errors = diagnostics.iter().filter(|d| d.is_error()).count();
     let warnings = diagnostics.len() - errors;
     let mut stdout = std::io::stdout().lock();
@@ -163,12 +222,12 @@ fn check(dir: &Path, format: Format, color: Color) -> anyhow::Result<ExitCode> {
             match &summary {
                 Some(summary) => writeln!(
                     stdout,
-                    "ok: {} event types, {} versions, {} consumers, {} retry policies, {} topics ({})",
-                    summary.event_types,
-                    summary.versions,
-                    summary.consumers,
-                    summary.retry_policies,
-                    summary.topics,
+                    "ok: {}, {}, {}, {}, {} ({})",
+                    count(summary.event_types, "event type"),
+                    count(summary.versions, "version"),
+                    count(summary.consumers, "consumer"),
+                    plural_policies(summary.retry_policies),
+                    count(summary.topics, "topic"),
                     count(warnings, "warning")
                 )?,
                 None => writeln!(
@@ -198,6 +257,14 @@ fn write_human(
         out.write_all(diagnostic::render_human(diagnostics, sources, color).as_bytes())?;
     }
     Ok(())
+}
+
+fn plural_policies(n: usize) -> String {
+    if n == 1 {
+        "1 retry policy".to_owned()
+    } else {
+        format!("{n} retry policies")
+    }
 }
 
 fn count(n: usize, noun: &str) -> String {
@@ -271,15 +338,77 @@ fn generate(dir: &Path, root: &Path, check_only: bool) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-fn schema(kind: FileKind, out: Option<&Path>) -> anyhow::Result<ExitCode> {
+fn import_asyncapi(file: &Path, out: &Path, force: bool) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read `{}`", file.display()))?;
+    let imported = evc_codegen::import::asyncapi::import(&text)
+        .with_context(|| format!("cannot import `{}`", file.display()))?;
+    if !force {
+        let existing: Vec<String> = imported
+            .files
+            .iter()
+            .filter(|artifact| out.join(&artifact.path).exists())
+            .map(|artifact| artifact.path.display().to_string())
+            .collect();
+        anyhow::ensure!(
+            existing.is_empty(),
+            "{} already exist in `{}` ({}); pass --force to overwrite",
+            count(existing.len(), "file"),
+            out.display(),
+            existing.join(", ")
+        );
+    }
+    let report = evc_codegen::generate::write(&imported.files, out)?;
+    let mut stdout = std::io::stdout().lock();
+    for path in &report.written {
+        writeln!(stdout, "wrote {}", out.join(path).display())?;
+    }
+    for note in &imported.unsupported {
+        writeln!(stdout, "unsupported: {note}")?;
+    }
+    for note in &imported.adapted {
+        writeln!(stdout, "adapted: {note}")?;
+    }
+    match ContractSet::load(out) {
+        Ok(loaded) => {
+            writeln!(
+                stdout,
+                "ok: imported {} event types and {} consumers into `{}` ({} unsupported, {} adapted)",
+                loaded.contracts.events.len(),
+                loaded.contracts.consumers.len(),
+                out.display(),
+                imported.unsupported.len(),
+                imported.adapted.len()
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(LoadError::Invalid {
+            diagnostics,
+            sources,
+        }) => {
+            write_human(&mut stdout, &diagnostics, &sources, false)?;
+            writeln!(
+                stdout,
+                "failed: the imported contracts do not pass `evc check`"
+            )?;
+            Ok(ExitCode::from(EXIT_FINDINGS))
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+fn schema(kind: Option<FileKind>, out: Option<&Path>) -> anyhow::Result<ExitCode> {
     match out {
         None => {
-            println!("{}", serde_json::to_string_pretty(&kind.schema())?);
+            let kind = kind.unwrap_or(FileKind::Event);
+            let mut stdout = std::io::stdout().lock();
+            writeln!(stdout, "{}", serde_json::to_string_pretty(&kind.schema())?)?;
         }
         Some(dir) => {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("cannot create `{}`", dir.display()))?;
-            for kind in FileKind::ALL {
+            let kinds = kind.map_or_else(|| FileKind::ALL.to_vec(), |kind| vec![kind]);
+            for kind in kinds {
                 let path = dir.join(format!("{}.schema.json", kind.name()));
                 let text = serde_json::to_string_pretty(&kind.schema())? + "\n";
                 std::fs::write(&path, text)

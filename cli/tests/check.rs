@@ -34,7 +34,10 @@ fn the_reference_contracts_pass_with_a_one_line_summary() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(0), "{stdout}");
     let summary = stdout.lines().last().expect("a summary line");
-    assert!(summary.starts_with("ok: 29 event types, "), "{summary}");
+    assert!(
+        summary.starts_with("ok: 29 event types, 41 versions, "),
+        "{summary}"
+    );
     assert!(
         summary.contains("7 consumers, 4 retry policies"),
         "{summary}"
@@ -100,4 +103,46 @@ fn schema_prints_the_event_file_schema() {
     let schema: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
     assert_eq!(schema["title"], "evc event type (events/<event.type>.yaml)");
     assert_eq!(schema["additionalProperties"], false);
+}
+
+#[test]
+fn asyncapi_drift_is_reported_in_both_files() {
+    let root = tempfile::tempdir().expect("temp dir");
+    copy_dir(
+        &repository().join("contracts"),
+        &root.path().join("contracts"),
+    );
+    copy_dir(
+        &repository().join("asyncapi"),
+        &root.path().join("asyncapi"),
+    );
+    let contracts = root.path().join("contracts");
+    let dir_arg = contracts.to_str().expect("utf-8 path");
+    assert_eq!(evc(&["check", dir_arg]).status.code(), Some(0));
+
+    // A new event type that the document does not describe yet.
+    let born = std::fs::read_to_string(contracts.join("events/iu.born.yaml")).expect("event");
+    std::fs::write(
+        contracts.join("events/iu.reborn.yaml"),
+        born.replace("event: iu.born", "event: iu.reborn"),
+    )
+    .expect("write");
+    let output = evc(&["check", dir_arg, "--format", "json"]);
+    assert_eq!(output.status.code(), Some(100));
+    let document: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let drift: Vec<&serde_json::Value> = document["diagnostics"]
+        .as_array()
+        .expect("diagnostics")
+        .iter()
+        .filter(|d| d["rule"] == "ASYNCAPI_MISSING_CHANNEL")
+        .collect();
+    assert_eq!(drift.len(), 1, "{document:#}");
+    assert_eq!(drift[0]["file"], "asyncapi/asyncapi.yaml");
+    assert_eq!(drift[0]["related"][0]["file"], "events/iu.reborn.yaml");
+    assert!(
+        drift[0]["fix"]
+            .as_str()
+            .expect("fix")
+            .contains("cargo evc generate")
+    );
 }

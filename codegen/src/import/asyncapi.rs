@@ -18,7 +18,8 @@
 //!   unconstrained schema and reported); AsyncAPI Schema Objects, JSON Schema draft-07 and
 //!   OpenAPI 3.0 schemas are converted to JSON Schema 2020-12 (`definitions` → `$defs`, tuple
 //!   `items` → `prefixItems`, `dependencies` split, `nullable` folded into `type`, keywords
-//!   2020-12 does not know kept as `x-<keyword>`); every object is closed with
+//!   2020-12 does not know, and those evc refuses (it cannot generate code for them), kept as
+//!   `x-<keyword>` annotations and reported); every object is closed with
 //!   `additionalProperties: false` and a root without `type` gets `type: object`. Payloads in
 //!   other formats (Avro, RAML, ...), external references and non-object payloads become an
 //!   empty closed object that keeps the original under an `x-asyncapi-*` annotation, and are
@@ -544,6 +545,14 @@ const SUBSCHEMA_SINGLE: &[&str] = &[
     "contentSchema",
 ];
 
+/// Deepest subschema nesting of an imported payload: each level takes one or two YAML levels in
+/// the event file, which the loader caps at [`yaml::MAX_DEPTH`].
+const MAX_SCHEMA_DEPTH: usize = 28;
+
+/// Most subschemas one payload may grow to once references are inlined (a document that
+/// references one schema twice at every level would otherwise grow exponentially).
+const MAX_INLINED_SUBSCHEMAS: usize = 10_000;
+
 fn empty_payload() -> Json {
     json!({"type": "object", "additionalProperties": false})
 }
@@ -563,6 +572,10 @@ struct Importer<'a> {
     consumers: Vec<ConsumerPlan>,
     policies: BTreeMap<String, PolicyOut>,
     operations: Vec<ImportedOperation>,
+    /// Subschema nesting of the payload being inlined.
+    inline_depth: usize,
+    /// Subschemas the payload being inlined may still grow by.
+    inline_budget: usize,
 }
 
 impl<'a> Importer<'a> {
@@ -578,6 +591,8 @@ impl<'a> Importer<'a> {
             consumers: Vec::new(),
             policies: BTreeMap::new(),
             operations: Vec::new(),
+            inline_depth: 0,
+            inline_budget: MAX_INLINED_SUBSCHEMAS,
         }
     }
 
@@ -694,31 +709,30 @@ impl<'a> Importer<'a> {
             );
             return None;
         }
-        if let Some(Json::Object(map)) = Some(settings) {
-            let mut map = map.clone();
-            map.remove("name");
-            if map.is_empty() {
-                return Some(name.to_owned());
+        let Json::Object(map) = settings else {
+            self.notes
+                .unsupported(pointer, "a retry policy is a mapping; ignored");
+            return None;
+        };
+        let mut map = map.clone();
+        map.remove("name");
+        if map.is_empty() {
+            return Some(name.to_owned());
+        }
+        match serde_json::from_value::<RetryPolicyDef>(Json::Object(map)) {
+            // The first definition read wins (`components.x-evc-retry-policies` comes first and
+            // carries descriptions); operations repeat the same settings.
+            Ok(def) => {
+                self.policies
+                    .entry(name.to_owned())
+                    .or_insert_with(|| PolicyOut::from(def));
             }
-            match serde_json::from_value::<RetryPolicyDef>(Json::Object(map)) {
-                Ok(def) => {
-                    let out = PolicyOut::from(def);
-                    let previous_description = self
-                        .policies
-                        .get(name)
-                        .and_then(|policy| policy.description.clone());
-                    let entry = self.policies.entry(name.to_owned()).or_insert(out);
-                    if entry.description.is_none() {
-                        entry.description = previous_description;
-                    }
-                }
-                Err(error) => {
-                    self.notes.unsupported(
-                        pointer,
-                        format!("retry policy not understood ({error}); ignored"),
-                    );
-                    return None;
-                }
+            Err(error) => {
+                self.notes.unsupported(
+                    pointer,
+                    format!("retry policy not understood ({error}); ignored"),
+                );
+                return None;
             }
         }
         Some(name.to_owned())
@@ -1134,6 +1148,8 @@ impl<'a> Importer<'a> {
             None => (schema_pointer, schema),
         };
         let mut stack = vec![schema_pointer.clone()];
+        self.inline_depth = 0;
+        self.inline_budget = MAX_INLINED_SUBSCHEMAS;
         let mut converted = self.inline(
             schema,
             &schema_pointer,
@@ -1272,6 +1288,31 @@ impl<'a> Importer<'a> {
     /// Resolves references and converts keywords of the subschema `value`, found at `at`; `root`
     /// is the pointer of the payload schema.
     fn inline(
+        &mut self,
+        value: &'a Json,
+        at: &str,
+        root: &str,
+        dialect: Dialect,
+        stack: &mut Vec<String>,
+    ) -> Json {
+        let Json::Object(_) = value else {
+            return value.clone();
+        };
+        if self.inline_depth >= MAX_SCHEMA_DEPTH || self.inline_budget == 0 {
+            self.notes.unsupported(
+                at,
+                "the payload schema nests too deep or grows too large once references are inlined; replaced by an unconstrained schema",
+            );
+            return json!({"x-asyncapi-truncated": true});
+        }
+        self.inline_depth += 1;
+        self.inline_budget -= 1;
+        let out = self.inline_object(value, at, root, dialect, stack);
+        self.inline_depth -= 1;
+        out
+    }
+
+    fn inline_object(
         &mut self,
         value: &'a Json,
         at: &str,
@@ -2524,6 +2565,35 @@ channels:
             "{:#?}",
             imported.unsupported
         );
+    }
+
+    #[test]
+    fn reference_bombs_and_deep_chains_are_cut() {
+        let mut text = String::from(
+            "asyncapi: 3.0.0\ninfo: {title: T, version: 1.0.0}\nchannels:\n  c:\n    address: a.b\n    messages:\n      m:\n        payload: {$ref: '#/components/schemas/s0'}\ncomponents:\n  schemas:\n",
+        );
+        for level in 0..40 {
+            let next = level + 1;
+            text.push_str(&format!(
+                "    s{level}:\n      type: object\n      properties:\n        l: {{$ref: '#/components/schemas/s{next}'}}\n        r: {{$ref: '#/components/schemas/s{next}'}}\n"
+            ));
+        }
+        text.push_str("    s40: {type: string}\n");
+        let imported = import(&text).expect("imports");
+        assert!(
+            imported
+                .unsupported
+                .iter()
+                .any(|note| note.contains("too deep or grows too large")),
+            "{:#?}",
+            imported.unsupported
+        );
+        let event = imported
+            .files
+            .iter()
+            .find(|file| file.path.ends_with("a.b.yaml"))
+            .expect("the event file");
+        assert!(event.contents.len() < 4_000_000, "{}", event.contents.len());
     }
 
     #[test]

@@ -228,7 +228,9 @@ impl Parity<'_> {
                     Ok(version) => {
                         found.insert(version);
                     }
-                    Err(problem) => self.out.push(
+                    // Unresolvable: reported as a broken reference.
+                    Err(None) => {}
+                    Err(Some(problem)) => self.out.push(
                         Diagnostic::new(
                             Rule::AsyncApiUnknownMessage,
                             self.at(&message_pointer),
@@ -270,30 +272,31 @@ impl Parity<'_> {
         }
     }
 
-    /// The registered version a message stands for, or why it stands for none.
+    /// The registered version a message stands for, or why it stands for none (`None` when the
+    /// message cannot be resolved, which the reference checks report).
     fn registered_version(
         &self,
         event: &EventType,
         message: &Json,
-    ) -> Result<semver::Version, String> {
+    ) -> Result<semver::Version, Option<String>> {
         let Some(message) = deref(self.doc, message) else {
-            return Err("cannot be resolved".to_owned());
+            return Err(None);
         };
         let Some(text) = message.get("x-evc-version").and_then(Json::as_str) else {
-            return Err("names no version (`x-evc-version`)".to_owned());
+            return Err(Some("names no version (`x-evc-version`)".to_owned()));
         };
         let Ok(version) = semver::Version::parse(text) else {
-            return Err(format!(
+            return Err(Some(format!(
                 "has `x-evc-version: {text}`, which is not a version"
-            ));
+            )));
         };
         if event.versions.iter().any(|known| known.version == version) {
             Ok(version)
         } else {
-            Err(format!(
+            Err(Some(format!(
                 "is `{}` {version}, which the registry does not define",
                 event.name
-            ))
+            )))
         }
     }
 
@@ -395,7 +398,8 @@ impl Parity<'_> {
         for (index, message) in messages.iter().enumerate() {
             match self.registered_version(event, message) {
                 Ok(version) => versions.push((index, version)),
-                Err(problem) => self.out.push(
+                Err(None) => {}
+                Err(Some(problem)) => self.out.push(
                     Diagnostic::new(
                         Rule::AsyncApiUnknownMessage,
                         self.at(&format!("{pointer}/messages/{index}")),
