@@ -71,7 +71,8 @@ enum Command {
         /// Which kind of file (default `event`); with `--out`, only that kind is written.
         #[arg(value_enum)]
         kind: Option<SchemaKind>,
-        /// Write every kind's schema into this directory as `<kind>.schema.json` instead.
+        /// Write the schema (every kind's, when no kind is named) into this directory as
+        /// `<kind>.schema.json` instead of printing it.
         #[arg(long)]
         out: Option<PathBuf>,
     },
@@ -373,9 +374,9 @@ fn import_asyncapi(file: &Path, out: &Path, force: bool) -> anyhow::Result<ExitC
         Ok(loaded) => {
             writeln!(
                 stdout,
-                "ok: imported {} event types and {} consumers into `{}` ({} unsupported, {} adapted)",
-                loaded.contracts.events.len(),
-                loaded.contracts.consumers.len(),
+                "ok: imported {} and {} into `{}` ({} unsupported, {} adapted)",
+                count(loaded.contracts.events.len(), "event type"),
+                count(loaded.contracts.consumers.len(), "consumer"),
                 out.display(),
                 imported.unsupported.len(),
                 imported.adapted.len()

@@ -70,6 +70,18 @@ fn generate(c: &mut Criterion) {
     group.bench_function("render_all_1000_event_types_x_3_versions", |b| {
         b.iter(|| emit::render_all(&set, &layout).expect("renders"));
     });
+    group.bench_function("rust_only", |b| {
+        b.iter(|| emit::rust::render(&set, &layout).expect("renders"));
+    });
+    group.bench_function("asyncapi_only", |b| {
+        b.iter(|| emit::asyncapi::render(&set, &layout).expect("renders"));
+    });
+    group.bench_function("sql_and_manifest_only", |b| {
+        b.iter(|| {
+            emit::sql::render(&set, &layout).expect("renders");
+            emit::manifest::render(&set, &layout).expect("renders")
+        });
+    });
     group.bench_function("load_and_render_1000_event_types_x_3_versions", |b| {
         b.iter(|| {
             let set = ContractSet::load(dir.path()).expect("valid").contracts;

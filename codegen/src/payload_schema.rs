@@ -327,7 +327,11 @@ fn check_generatable(
             Some(value) if keyword == "const" => vec![value],
             _ => continue,
         };
-        if values.iter().any(|value| !value.is_string()) {
+        // `null` among the values goes with `type: [string, "null"]` and maps to `Option`.
+        if values
+            .iter()
+            .any(|value| !value.is_string() && !value.is_null())
+        {
             unsupported(
                 keyword,
                 format!("`{keyword}` with non-string values has no Rust type mapping"),

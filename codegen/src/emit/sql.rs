@@ -133,13 +133,17 @@ pub fn registry_file_name(digest: &str, existing: &[String]) -> String {
             .and_then(|file| file.to_str())
             .unwrap_or(name)
     });
-    let mut same_digest: Vec<&str> = names
+    // Reuse a file only when it is the newest registry migration: after A -> B -> A the
+    // database holds B, so A must be applied again under a new number.
+    let newest_registry = names
         .clone()
-        .filter(|name| name.ends_with(&suffix) && version_of(name).is_some())
-        .collect();
-    same_digest.sort_unstable();
-    if let Some(name) = same_digest.first() {
-        return (*name).to_owned();
+        .filter(|name| name.contains(REGISTRY_INFIX))
+        .filter_map(|name| version_of(name).map(|version| (version, name)))
+        .max();
+    if let Some((_, name)) = newest_registry
+        && name.ends_with(&suffix)
+    {
+        return name.to_owned();
     }
     let highest = names.filter_map(version_of).max().unwrap_or(0).max(1);
     format!("{:04}{suffix}", highest.saturating_add(1))
@@ -404,6 +408,27 @@ fn with_final_newline(text: String) -> String {
 }
 
 #[cfg(test)]
+mod revert_tests {
+    use super::*;
+
+    #[test]
+    fn reverting_to_an_older_registry_adds_a_new_migration() {
+        let a = "a".repeat(64);
+        let b = "b".repeat(64);
+        let existing = vec![
+            "0001_evc_runtime.sql".to_owned(),
+            format!("0002_evc_registry_{}.sql", &a[..12]),
+            format!("0003_evc_registry_{}.sql", &b[..12]),
+        ];
+        assert_eq!(registry_file_name(&b, &existing), existing[2]);
+        assert_eq!(
+            registry_file_name(&a, &existing),
+            format!("0004_evc_registry_{}.sql", &a[..12])
+        );
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -426,11 +451,11 @@ mod tests {
     }
 
     #[test]
-    fn a_present_file_for_the_same_digest_is_named_again() {
+    fn the_newest_registry_file_for_the_same_digest_is_named_again() {
         let existing = names(&[
+            "0001_evc_registry_ffffffffffff.sql",
             RUNTIME_MIGRATION,
             "0002_evc_registry_0123456789ab.sql",
-            "0003_evc_registry_ffffffffffff.sql",
             "0004_app_tables.sql",
         ]);
         assert_eq!(

@@ -252,7 +252,7 @@ impl<'a> TypeGen<'a> {
         let ident = format_ident!("{name}");
         let mut variants = Vec::new();
         let mut variant_names = Names::default();
-        for value in values {
+        for value in values.iter().filter(|value| !value.is_null()) {
             let Some(text) = value.as_str() else {
                 return Err(self.error(format!(
                     "{path}: only string enums and consts have a Rust mapping, found {value}"
