@@ -17,3 +17,11 @@ pub use registry::{
     RetryPolicyDescriptor, SubscriptionDescriptor, VersionDescriptor,
 };
 pub use trace::{TraceContext, TraceContextError};
+
+/// A user type that `#[derive(evc::Event)]` checked against a registered event type and version.
+pub trait RegisteredEvent {
+    /// The event type (`iu.born`).
+    const EVENT_TYPE: &'static str;
+    /// The exact contract version the type was checked against.
+    const VERSION: &'static str;
+}

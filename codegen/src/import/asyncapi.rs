@@ -1388,7 +1388,8 @@ impl<'a> Importer<'a> {
                 continue;
             }
             let child_at = format!("{at}/{}", escape_pointer_segment(key));
-            let converted = if SUBSCHEMA_MAPS.contains(&key.as_str()) {
+            // draft-07 `dependencies` maps names to subschemas (or to name lists, kept as is).
+            let converted = if SUBSCHEMA_MAPS.contains(&key.as_str()) || key == "dependencies" {
                 match child {
                     Json::Object(children) => Json::Object(
                         children
@@ -1427,22 +1428,6 @@ impl<'a> Importer<'a> {
                 }
             } else if SUBSCHEMA_SINGLE.contains(&key.as_str()) || key == "items" {
                 self.inline(child, &child_at, root, dialect, stack)
-            } else if key == "dependencies" {
-                match child {
-                    Json::Object(children) => Json::Object(
-                        children
-                            .iter()
-                            .map(|(name, grandchild)| {
-                                let at = format!("{child_at}/{}", escape_pointer_segment(name));
-                                (
-                                    name.clone(),
-                                    self.inline(grandchild, &at, root, dialect, stack),
-                                )
-                            })
-                            .collect(),
-                    ),
-                    other => other.clone(),
-                }
             } else {
                 child.clone()
             };

@@ -1,0 +1,252 @@
+//! `#[derive(Event)]`: the struct must match a registered event type and version.
+
+use std::collections::BTreeSet;
+
+use evc_codegen::ContractSet;
+use proc_macro2::TokenStream;
+use quote::quote;
+use serde_json::Value as Json;
+use syn::{Data, DeriveInput, Fields, LitStr};
+
+use crate::types;
+use crate::{attr, contracts};
+
+/// Checks and expands one derive input; errors come back as `compile_error!`s beside a stub
+/// implementation, so one mistake gives one message.
+pub(crate) fn expand(input: &DeriveInput) -> TokenStream {
+    let mut errors = Vec::new();
+    let attr = attr::parse(&input.attrs, &mut errors);
+    // A malformed attribute already has its message; a "missing key" on top would repeat it.
+    let attribute_ok = errors.is_empty();
+    let dir = contracts::directory(attr.contracts.as_ref().map(LitStr::value).as_deref());
+    let loaded = contracts::load(&dir);
+    let tracking = contracts::tracking(&dir, loaded.as_ref().as_ref().ok());
+
+    let event = require(&attr.event, attr::EVENT, input, attribute_ok, &mut errors);
+    let version = require(
+        &attr.version,
+        attr::VERSION,
+        input,
+        attribute_ok,
+        &mut errors,
+    );
+    if let (Some(event), Some(version)) = (event, version) {
+        match loaded.as_ref() {
+            Ok(set) => check(input, set, event, version, &mut errors),
+            Err(message) => errors.push(syn::Error::new_spanned(event, message)),
+        }
+    }
+
+    let ident = &input.ident;
+    let (impl_generics, type_generics, where_clause) = input.generics.split_for_impl();
+    let event_text = event.map(LitStr::value).unwrap_or_default();
+    let version_text = version.map(LitStr::value).unwrap_or_default();
+    let compile_errors = errors.iter().map(syn::Error::to_compile_error);
+    quote! {
+        #(#compile_errors)*
+        #tracking
+        impl #impl_generics ::evc::RegisteredEvent for #ident #type_generics #where_clause {
+            const EVENT_TYPE: &'static str = #event_text;
+            const VERSION: &'static str = #version_text;
+        }
+    }
+}
+
+fn require<'a>(
+    value: &'a Option<LitStr>,
+    key: &str,
+    input: &DeriveInput,
+    report: bool,
+    errors: &mut Vec<syn::Error>,
+) -> Option<&'a LitStr> {
+    if value.is_none() && report {
+        errors.push(syn::Error::new_spanned(
+            &input.ident,
+            format!("`#[derive(Event)]` needs `#[evc({key} = \"...\")]`"),
+        ));
+    }
+    value.as_ref()
+}
+
+fn check(
+    input: &DeriveInput,
+    set: &ContractSet,
+    event: &LitStr,
+    version: &LitStr,
+    errors: &mut Vec<syn::Error>,
+) {
+    let name = event.value();
+    let Some(event_type) = set.events.get(&name) else {
+        let hint = evc_codegen::names::suggestion(&name, set.events.keys().map(String::as_str));
+        errors.push(syn::Error::new_spanned(
+            event,
+            format!("`{name}` is not a registered event type; {hint}"),
+        ));
+        return;
+    };
+    let wanted = version.value();
+    let Some(registered) = event_type
+        .versions
+        .iter()
+        .find(|v| v.version.to_string() == wanted)
+    else {
+        let versions: Vec<String> = event_type
+            .versions
+            .iter()
+            .map(|v| v.version.to_string())
+            .collect();
+        errors.push(syn::Error::new_spanned(
+            version,
+            format!(
+                "`{name}` has no version `{wanted}`; registered versions: {}",
+                versions.join(", ")
+            ),
+        ));
+        return;
+    };
+    let subject = format!("{name} {wanted}");
+    let Data::Struct(data) = &input.data else {
+        errors.push(syn::Error::new_spanned(
+            &input.ident,
+            "`#[derive(Event)]` supports structs with named fields",
+        ));
+        return;
+    };
+    let Fields::Named(fields) = &data.fields else {
+        errors.push(syn::Error::new_spanned(
+            &input.ident,
+            "`#[derive(Event)]` supports structs with named fields",
+        ));
+        return;
+    };
+    let schema = &registered.schema;
+    let properties = schema.get("properties").and_then(Json::as_object);
+    let required: BTreeSet<&str> = schema
+        .get("required")
+        .and_then(Json::as_array)
+        .map(|r| r.iter().filter_map(Json::as_str).collect())
+        .unwrap_or_default();
+    let mut seen = BTreeSet::new();
+    for field in &fields.named {
+        let Some(ident) = &field.ident else { continue };
+        let property = serde_rename(field)
+            .unwrap_or_else(|| ident.to_string().trim_start_matches("r#").to_owned());
+        let Some(property_schema) = properties.and_then(|p| p.get(&property)) else {
+            let allowed: Vec<&str> = properties
+                .map(|p| p.keys().map(String::as_str).collect())
+                .unwrap_or_default();
+            let hint = evc_codegen::names::suggestion(&property, allowed.iter().copied());
+            errors.push(syn::Error::new_spanned(
+                ident,
+                format!("`{property}` is not a property of {subject}; {hint}"),
+            ));
+            continue;
+        };
+        seen.insert(property.clone());
+        check_type(
+            field,
+            &property,
+            property_schema,
+            schema,
+            required.contains(property.as_str()),
+            &subject,
+            errors,
+        );
+    }
+    let missing: Vec<&str> = required
+        .iter()
+        .copied()
+        .filter(|p| !seen.contains(*p))
+        .collect();
+    if !missing.is_empty() {
+        errors.push(syn::Error::new_spanned(
+            &input.ident,
+            format!(
+                "{subject} requires {}; add {} to `{}`",
+                missing
+                    .iter()
+                    .map(|p| format!("`{p}`"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if missing.len() == 1 {
+                    "the field"
+                } else {
+                    "the fields"
+                },
+                input.ident
+            ),
+        ));
+    }
+}
+
+fn check_type(
+    field: &syn::Field,
+    property: &str,
+    property_schema: &Json,
+    root: &Json,
+    required: bool,
+    subject: &str,
+    errors: &mut Vec<syn::Error>,
+) {
+    let field_type = types::classify(&field.ty);
+    let Some((schema_types, nullable)) = types::schema_types(property_schema, root) else {
+        return;
+    };
+    if let Some(kind) = field_type.kind
+        && !schema_types.iter().any(|t| types::agrees(kind, t))
+    {
+        errors.push(syn::Error::new_spanned(
+            field_type.inner,
+            format!(
+                "`{property}` is {} in {subject}, but this type serializes as {}",
+                schema_types
+                    .iter()
+                    .map(|t| with_article(t))
+                    .collect::<Vec<_>>()
+                    .join(" or "),
+                with_article(kind.name())
+            ),
+        ));
+    }
+    let must_be_option = !required || nullable;
+    if must_be_option && !field_type.optional {
+        let why = if required {
+            "may be null"
+        } else {
+            "is optional"
+        };
+        errors.push(syn::Error::new_spanned(
+            &field.ty,
+            format!("`{property}` {why} in {subject}; make the field an `Option<...>`"),
+        ));
+    } else if !must_be_option && field_type.optional {
+        errors.push(syn::Error::new_spanned(
+            &field.ty,
+            format!("`{property}` is required and not nullable in {subject}; the field cannot be an `Option`"),
+        ));
+    }
+}
+
+fn with_article(json_type: &str) -> String {
+    match json_type {
+        "integer" | "object" | "array" => format!("an {json_type}"),
+        other => format!("a {other}"),
+    }
+}
+
+/// The name serde uses for a field: its `#[serde(rename = "...")]`, if any.
+fn serde_rename(field: &syn::Field) -> Option<String> {
+    let mut rename = None;
+    for attr in field.attrs.iter().filter(|a| a.path().is_ident("serde")) {
+        let _ = attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("rename") {
+                let value: LitStr = meta.value()?.parse()?;
+                rename = Some(value.value());
+            } else if meta.input.peek(syn::Token![=]) {
+                let _: syn::Expr = meta.value()?.parse()?;
+            }
+            Ok(())
+        });
+    }
+    rename
+}

@@ -1,0 +1,16 @@
+//! evc for applications: one dependency for the runtime and the compile-time checks.
+//!
+//! ```ignore
+//! #[derive(evc::Event, serde::Serialize)]
+//! #[evc(event = "iu.born", version = "1.0.0")]
+//! struct Born { /* fields checked against the contract at compile time */ }
+//!
+//! #[evc::consumer("worker.notification.iu")]
+//! impl Notifier { /* on_<event> methods checked against the subscriptions */ }
+//! ```
+//!
+//! The macros read the contracts in `<crate>/contracts` (or `$EVC_CONTRACTS_DIR`, or
+//! `#[evc(contracts = "path")]`); see docs/macros.md.
+
+pub use evc_macros::{Event, consumer};
+pub use evc_runtime::*;

@@ -1,0 +1,7 @@
+#[derive(evc::Event)]
+#[evc(event = "iu.born", version = "1.7.0")]
+struct Born {
+    iu_unit_id: String,
+}
+
+fn main() {}
