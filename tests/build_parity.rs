@@ -28,7 +28,7 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 fn cargo_check(workspace: &Path) -> (bool, String) {
-    let target = repository().join("target/build-parity");
+    let target = repository().join("target/nested-builds");
     let output = Command::new(env!("CARGO"))
         .args(["check", "--offline", "-p", "evc-reference"])
         .env("CARGO_TARGET_DIR", target)

@@ -61,7 +61,7 @@ fn cargo_check(root: &Path) -> (bool, String) {
         .args(["check", "--offline", "--lib"])
         .env(
             "CARGO_TARGET_DIR",
-            repository().join("target/macro-rebuild"),
+            repository().join("target/nested-builds"),
         )
         // This workspace's `.cargo/config.toml` points the macros at its own contracts; the
         // probe crate must read its own.
