@@ -1,6 +1,6 @@
 //! Loading contracts from a macro: the directory, a per-process cache, and file tracking.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -57,7 +57,19 @@ pub(crate) fn load(dir: &Path) -> Cached {
 
 /// `include_bytes!` of every contract file, so cargo rebuilds the crate when one changes
 /// (proc macros have no stable way to declare the files they read).
+///
+/// Emitted by the first expansion that reads `dir` in this compiler process (one process
+/// compiles one crate): once per crate is enough for cargo's dependency tracking, and 200
+/// derives times 200 files would cost more than the checks themselves.
 pub(crate) fn tracking(dir: &Path, set: Option<&ContractSet>) -> TokenStream {
+    static TRACKED: OnceLock<Mutex<HashSet<PathBuf>>> = OnceLock::new();
+    let mut tracked = match TRACKED.get_or_init(Mutex::default).lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    if set.is_none() || !tracked.insert(dir.to_owned()) {
+        return TokenStream::new();
+    }
     let mut files: Vec<String> = match set {
         Some(set) => set
             .sources
