@@ -1,11 +1,9 @@
 //! `evc check` end to end: exit codes, the summary line and the JSON format.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod support;
 
-fn repository() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use std::process::{Command, Output};
+use support::{copy_dir, repository};
 
 fn evc(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_evc"))
@@ -13,19 +11,6 @@ fn evc(args: &[&str]) -> Output {
         .current_dir(repository())
         .output()
         .expect("evc runs")
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("readable") {
-        let entry = entry.expect("entry");
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).expect("copy");
-        }
-    }
 }
 
 #[test]

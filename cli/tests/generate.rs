@@ -1,13 +1,12 @@
 //! `evc generate`: fresh output on a clean checkout, only changed files written, drift reported
 //! with the command that fixes it.
 
-use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod support;
 
-fn repository() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Output};
+use support::{copy_dir, repository};
 
 fn evc(args: &[&str], cwd: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_evc"))
@@ -15,19 +14,6 @@ fn evc(args: &[&str], cwd: &Path) -> Output {
         .current_dir(cwd)
         .output()
         .expect("evc runs")
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).expect("mkdir");
-    for entry in fs::read_dir(from).expect("readable") {
-        let entry = entry.expect("entry");
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            fs::copy(entry.path(), target).expect("copy");
-        }
-    }
 }
 
 /// A temporary root holding copies of the contracts and of everything generated from them.

@@ -98,6 +98,14 @@ pattern_string!(
     "A top-level payload property name."
 );
 
+/// How a format enum is written in contracts (`breaking_with_policy`, `transient`).
+pub fn keyword<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(text)) => text,
+        _ => String::new(),
+    }
+}
+
 /// `evc.yaml`: project-wide settings.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

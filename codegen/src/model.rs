@@ -15,7 +15,8 @@ pub use crate::format::{
 use crate::source::{Location, Sources};
 use crate::yaml::Node;
 
-/// A whole, valid contract set.
+/// A whole, valid contract set. It is read-only after validation: emitters cache values derived
+/// from it (the registry digest).
 #[derive(Debug, Clone)]
 pub struct ContractSet {
     /// The directory it was loaded from.
@@ -35,6 +36,8 @@ pub struct ContractSet {
     /// The YAML tree of every parsed file, by display path: the source map from any node
     /// (schema keywords included) to its line and column.
     pub trees: BTreeMap<String, Node>,
+    /// The registry digest, computed once: every emitter writes it, and it hashes every schema.
+    pub(crate) registry_digest: std::sync::OnceLock<String>,
 }
 
 impl ContractSet {

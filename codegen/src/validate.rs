@@ -76,6 +76,7 @@ pub(crate) fn validate(dir: &Path, parsed: ParsedDir) -> (Option<ContractSet>, V
         topics,
         sources,
         trees,
+        registry_digest: std::sync::OnceLock::new(),
     };
     (Some(set), diagnostics)
 }
@@ -289,10 +290,7 @@ impl<'a> Checker<'a> {
                         &format!("/retry_on/{index}"),
                         format!(
                             "`{name}` retries `{}` failures, which are quarantined and never retried",
-                            serde_json::to_value(class)
-                                .ok()
-                                .and_then(|v| v.as_str().map(str::to_owned))
-                                .unwrap_or_default()
+                            crate::format::keyword(class)
                         ),
                         "retry only `transient`, `permanent` or `poison` failures",
                     );
@@ -547,7 +545,7 @@ impl<'a> Checker<'a> {
                 format!(
                     "{name} {version} is a major bump from {}, which `compat: {}` does not allow",
                     previous.version,
-                    compat_name(mode)
+                    crate::format::keyword(&mode)
                 ),
                 "keep the change compatible under a minor version, or set `compat: breaking_with_policy` and add a `migration_policy`".to_owned(),
             ),
@@ -875,13 +873,6 @@ impl<'a> Checker<'a> {
         }
         lowered
     }
-}
-
-fn compat_name(mode: CompatMode) -> String {
-    serde_json::to_value(mode)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
 }
 
 /// The pointer of one order key field: the list item when several are given.

@@ -6,6 +6,8 @@
 //! `REMOVE` lists base files to delete. Inputs that cannot live in git comfortably (a file over
 //! the size cap, a symlink loop, non-UTF-8 bytes, hostile YAML) are built by the tests below.
 
+mod support;
+
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -16,25 +18,12 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
-fn copy_tree(from: &Path, to: &Path) {
-    for entry in fs::read_dir(from).expect("fixture directory is readable") {
-        let entry = entry.expect("fixture entry");
-        let target = to.join(entry.file_name());
-        if entry.file_type().expect("file type").is_dir() {
-            fs::create_dir_all(&target).expect("create fixture folder");
-            copy_tree(&entry.path(), &target);
-        } else if !matches!(entry.file_name().to_str(), Some("EXPECT" | "REMOVE")) {
-            fs::copy(entry.path(), &target).expect("copy fixture file");
-        }
-    }
-}
-
 /// The base set with `overlay` applied, in a fresh temporary directory.
 fn compose(overlay: Option<&Path>) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temporary directory");
-    copy_tree(&fixtures().join("base"), dir.path());
+    support::copy_fixture(&fixtures().join("base"), dir.path());
     if let Some(overlay) = overlay {
-        copy_tree(overlay, dir.path());
+        support::copy_fixture(overlay, dir.path());
         if let Ok(remove) = fs::read_to_string(overlay.join("REMOVE")) {
             for line in remove.lines().map(str::trim).filter(|l| !l.is_empty()) {
                 let path = dir.path().join(line);

@@ -6,6 +6,8 @@
 //! manifest, SQL and AsyncAPI outputs are insta snapshots. Set `EVC_BLESS=1` to rewrite the Rust
 //! files after reviewing a change.
 
+mod support;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -14,19 +16,6 @@ use evc_codegen::emit::{self, Layout};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    for entry in fs::read_dir(from).expect("readable fixture") {
-        let entry = entry.expect("entry");
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            fs::create_dir_all(&target).expect("mkdir");
-            copy_tree(&entry.path(), &target);
-        } else if entry.file_name() != "README" {
-            fs::copy(entry.path(), target).expect("copy");
-        }
-    }
 }
 
 fn cases() -> Vec<PathBuf> {
@@ -52,8 +41,8 @@ fn every_fixture_set_generates_its_pinned_output() {
             .expect("name")
             .to_owned();
         let dir = tempfile::tempdir().expect("temp dir");
-        copy_tree(&fixtures().join("base"), dir.path());
-        copy_tree(case, dir.path());
+        support::copy_fixture(&fixtures().join("base"), dir.path());
+        support::copy_fixture(case, dir.path());
         let loaded =
             ContractSet::load(dir.path()).unwrap_or_else(|error| panic!("{name}: {error}"));
         let artifacts = emit::render_all(&loaded.contracts, &Layout::default())

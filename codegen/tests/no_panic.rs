@@ -1,6 +1,8 @@
 //! No input panics the loader: property tests over arbitrary bytes and over mutations of real
 //! contracts. `fuzz/` holds a cargo-fuzz target for long runs (see docs/contracts.md).
 
+mod support;
+
 use std::fs;
 use std::path::Path;
 
@@ -103,22 +105,9 @@ proptest! {
     fn mutated_reference_contracts_never_panic_the_whole_load(edits in prop::collection::vec(edit(), 1..6)) {
         let contracts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/base");
         let dir = tempfile::tempdir().expect("temp dir");
-        copy_dir(&contracts, dir.path());
+        support::copy_fixture(&contracts, dir.path());
         let mutated = apply(&reference_event(), &edits);
         fs::write(dir.path().join("events/iu.born.yaml"), mutated).expect("write mutated file");
         load_without_panic(dir.path());
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    for entry in fs::read_dir(from).expect("readable") {
-        let entry = entry.expect("entry");
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            fs::create_dir_all(&target).expect("mkdir");
-            copy_dir(&entry.path(), &target);
-        } else {
-            fs::copy(entry.path(), target).expect("copy");
-        }
     }
 }

@@ -176,11 +176,17 @@ pub fn registry(set: &ContractSet) -> Registry<'_> {
 
 /// The digest of the registry: SHA-256 of its canonical JSON.
 pub fn registry_digest(set: &ContractSet) -> Result<String, EmitError> {
+    if let Some(digest) = set.registry_digest.get() {
+        return Ok(digest.clone());
+    }
     let value = serde_json::to_value(registry(set)).map_err(|error| EmitError::Serialize {
         document: "registry.json",
         message: error.to_string(),
     })?;
-    Ok(digest::json_digest(&value))
+    Ok(set
+        .registry_digest
+        .get_or_init(|| digest::json_digest(&value))
+        .clone())
 }
 
 /// Renders `registry.json`.

@@ -385,11 +385,11 @@ fn millis(text: &str) -> Result<String, EmitError> {
 
 /// The snake_case keyword a format enum is written as in contracts and in registry.json.
 fn keyword<T: Serialize>(value: &T) -> Result<String, EmitError> {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(text)) => Ok(text),
-        Ok(other) => Err(invalid(format!("{other} is not a keyword"))),
-        Err(error) => Err(invalid(error.to_string())),
+    let text = crate::format::keyword(value);
+    if text.is_empty() {
+        return Err(invalid("a registry value is not a keyword".to_owned()));
     }
+    Ok(text)
 }
 
 /// A registry value that cannot be written as SQL.

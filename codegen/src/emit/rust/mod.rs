@@ -572,7 +572,7 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
     });
     let policies = set.retry_policies.values().map(|policy| {
         let name = &policy.name;
-        let kind = enum_text(&policy.kind);
+        let kind = crate::format::keyword(&policy.kind);
         let base = proc_macro2::Literal::u64_unsuffixed(
             u64::try_from(policy.base_delay.as_millis()).unwrap_or(u64::MAX),
         );
@@ -586,8 +586,8 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
             None => quote!(::std::option::Option::None),
         };
         let attempts = proc_macro2::Literal::u32_unsuffixed(policy.max_attempts);
-        let jitter = enum_text(&policy.jitter);
-        let retry_on = policy.retry_on.iter().map(enum_text);
+        let jitter = crate::format::keyword(&policy.jitter);
+        let retry_on = policy.retry_on.iter().map(crate::format::keyword);
         quote! {
             #runtime::RetryPolicyDescriptor {
                 name: #name,
@@ -612,11 +612,4 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
             retry_policies: &[#(#policies),*],
         };
     })
-}
-
-fn enum_text<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_value(value)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
 }
