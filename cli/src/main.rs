@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
+use evc_codegen::compat::{self, git};
 use evc_codegen::structure::FileKind;
 use evc_codegen::{ContractSet, Diagnostic, LoadError, Sources, diagnostic};
 
@@ -61,6 +62,29 @@ enum Command {
         #[arg(long, default_value = ".")]
         root: PathBuf,
     },
+    /// Judge the contracts against a base revision (or directory): which changes break which
+    /// consumers, and which version bump each change needs.
+    Compat {
+        /// The contract directory with the proposed contracts.
+        #[arg(default_value = "contracts")]
+        dir: PathBuf,
+        /// The git revision to compare against (default: the merge-base of HEAD with
+        /// `origin/main`, else with `main`). Read from the local repository, without network.
+        #[arg(long, value_name = "REV", conflicts_with = "against_dir")]
+        against: Option<String>,
+        /// A contract directory to compare against instead of a git revision.
+        #[arg(long, value_name = "DIR")]
+        against_dir: Option<PathBuf>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = CompatFormat::Text)]
+        format: CompatFormat,
+        /// Colors in text output.
+        #[arg(long, value_enum, default_value_t = Color::Auto)]
+        color: Color,
+        /// Write the report to this file instead of standard output.
+        #[arg(long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
     /// Turn another description of events into contracts.
     Import {
         #[command(subcommand)]
@@ -100,6 +124,32 @@ enum Format {
     Text,
     /// One JSON document, for tools.
     Json,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum CompatFormat {
+    /// Findings, a table of event types and a summary line, for people.
+    Text,
+    /// The report as one JSON document, for tools.
+    Json,
+    /// GitHub Actions workflow commands: findings annotate the pull request.
+    Github,
+    /// SARIF 2.1.0, for code-scanning uploads.
+    Sarif,
+    /// JUnit XML, for test dashboards.
+    Junit,
+}
+
+impl From<CompatFormat> for compat::output::Format {
+    fn from(format: CompatFormat) -> Self {
+        match format {
+            CompatFormat::Text => Self::Text,
+            CompatFormat::Json => Self::Json,
+            CompatFormat::Github => Self::Github,
+            CompatFormat::Sarif => Self::Sarif,
+            CompatFormat::Junit => Self::Junit,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -144,6 +194,21 @@ fn main() -> ExitCode {
         } => import_asyncapi(&file, &out, force),
         Command::Schema { kind, out } => schema(kind.map(FileKind::from), out.as_deref()),
         Command::Generate { dir, check, root } => generate(&dir, &root, check),
+        Command::Compat {
+            dir,
+            against,
+            against_dir,
+            format,
+            color,
+            output,
+        } => compat(&CompatArgs {
+            dir,
+            against,
+            against_dir,
+            format,
+            color,
+            output,
+        }),
     };
     match result {
         Ok(code) => code,
@@ -154,17 +219,21 @@ fn main() -> ExitCode {
     }
 }
 
+fn use_color(color: Color) -> bool {
+    match color {
+        Color::Always => true,
+        Color::Never => false,
+        Color::Auto => std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+    }
+}
+
 fn check(
     dir: &Path,
     format: Format,
     color: Color,
     asyncapi: Option<&Path>,
 ) -> anyhow::Result<ExitCode> {
-    let use_color = match color {
-        Color::Always => true,
-        Color::Never => false,
-        Color::Auto => std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
-    };
+    let use_color = use_color(color);
     let (mut diagnostics, sources, summary) = match ContractSet::load(dir) {
         Ok(loaded) => {
             let set = &loaded.contracts;
@@ -337,6 +406,136 @@ fn generate(dir: &Path, root: &Path, check_only: bool) -> anyhow::Result<ExitCod
         report.unchanged
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The arguments of `evc compat`.
+struct CompatArgs {
+    dir: PathBuf,
+    against: Option<String>,
+    against_dir: Option<PathBuf>,
+    format: CompatFormat,
+    color: Color,
+    output: Option<PathBuf>,
+}
+
+fn compat(args: &CompatArgs) -> anyhow::Result<ExitCode> {
+    let dir = &args.dir;
+    let color = match (args.color, &args.output) {
+        (Color::Auto, Some(_)) => false,
+        (color, _) => use_color(color),
+    };
+    // The proposed contracts: their problems are findings (exit 100), shown as `evc check` does.
+    let head = match ContractSet::load(dir) {
+        Ok(loaded) => loaded.contracts,
+        Err(LoadError::Invalid {
+            mut diagnostics,
+            sources,
+        }) => {
+            diagnostic::sort(&mut diagnostics);
+            let errors = diagnostics.iter().filter(|d| d.is_error()).count();
+            let mut stdout = std::io::stdout().lock();
+            write_human(&mut stdout, &diagnostics, &sources, color)?;
+            writeln!(
+                stdout,
+                "failed: {}, {} in `{}`; nothing was compared (run `cargo evc check`)",
+                count(errors, "error"),
+                count(diagnostics.len() - errors, "warning"),
+                dir.display()
+            )?;
+            return Ok(ExitCode::from(EXIT_FINDINGS));
+        }
+        Err(error) => {
+            return Err(error).with_context(|| format!("cannot load `{}`", dir.display()));
+        }
+    };
+    let head_label = format!("dir:{}", dir.display());
+
+    // The published contracts: when they do not load, the tool cannot judge (exit 1).
+    let (base, base_label) = match &args.against_dir {
+        Some(base_dir) => {
+            let base = load_base(
+                base_dir,
+                &format!("the base directory `{}`", base_dir.display()),
+            )?;
+            (base, format!("dir:{}", base_dir.display()))
+        }
+        None => {
+            let rev = match &args.against {
+                Some(rev) => rev.clone(),
+                None => git::default_base(dir).context("cannot choose the base revision")?,
+            };
+            let checkout = git::checkout_contracts(dir, &rev)
+                .with_context(|| format!("cannot read the contracts of revision `{rev}`"))?;
+            let label = format!("git:{}", checkout.short_commit());
+            let base = if checkout.existed() {
+                load_base(
+                    checkout.contracts_dir(),
+                    &format!(
+                        "the contracts of revision `{rev}` ({})",
+                        checkout.short_commit()
+                    ),
+                )?
+            } else {
+                eprintln!(
+                    "evc: note: `{}` did not exist at revision `{rev}` ({}); every event type is new",
+                    dir.display(),
+                    checkout.short_commit()
+                );
+                empty_like(&head)
+            };
+            (base, label)
+        }
+    };
+
+    let report = compat::compare(&base, &head, &base_label, &head_label);
+    let options = compat::output::RenderOptions {
+        color,
+        path_prefix: Some(dir.display().to_string()),
+    };
+    let text = compat::output::render_with(&report, args.format.into(), &options);
+    match &args.output {
+        Some(path) => std::fs::write(path, &text)
+            .with_context(|| format!("cannot write `{}`", path.display()))?,
+        None => {
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(text.as_bytes())?;
+            stdout.flush()?;
+        }
+    }
+    Ok(if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FINDINGS)
+    })
+}
+
+/// Loads base contracts; any problem is a tool failure naming `what`.
+fn load_base(dir: &Path, what: &str) -> anyhow::Result<ContractSet> {
+    match ContractSet::load(dir) {
+        Ok(loaded) => Ok(loaded.contracts),
+        Err(LoadError::Invalid { diagnostics, .. }) => {
+            let errors: Vec<&Diagnostic> = diagnostics.iter().filter(|d| d.is_error()).collect();
+            let first = errors.first().map_or_else(String::new, |d| {
+                format!("; first: {}: {} [{}]", d.location, d.message, d.rule.id())
+            });
+            anyhow::bail!(
+                "cannot load {what}: {}{first}; compare against another base",
+                count(errors.len(), "error")
+            )
+        }
+        Err(error) => Err(error).with_context(|| format!("cannot load {what}")),
+    }
+}
+
+/// A contract set with the project settings of `head` and no event types or consumers: the base
+/// when the contract directory did not exist at the base revision.
+fn empty_like(head: &ContractSet) -> ContractSet {
+    let mut base = head.clone();
+    base.events.clear();
+    base.consumers.clear();
+    base.retry_policies.clear();
+    base.topics.clear();
+    base
 }
 
 fn import_asyncapi(file: &Path, out: &Path, force: bool) -> anyhow::Result<ExitCode> {

@@ -11,6 +11,7 @@
 //! # Ok::<(), evc_codegen::LoadError>(())
 //! ```
 
+pub mod compat;
 pub mod diagnostic;
 pub mod digest;
 pub mod duration;

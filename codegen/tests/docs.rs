@@ -38,3 +38,22 @@ fn rules_md_has_a_section_per_rule_in_table_order() {
         "docs/rules.md sections are not in rule-table order"
     );
 }
+
+#[test]
+fn compat_md_has_a_section_per_compat_rule_in_table_order() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/compat.md");
+    let text = std::fs::read_to_string(path).expect("docs/compat.md exists");
+    let documented: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("### "))
+        .map(str::trim)
+        .collect();
+    let expected: Vec<&str> = evc_codegen::compat::CompatRule::ALL
+        .iter()
+        .map(|rule| rule.id())
+        .collect();
+    assert_eq!(
+        documented, expected,
+        "docs/compat.md must have one `### RULE_ID` section per compat rule, in table order"
+    );
+}

@@ -42,7 +42,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct AgentSuggestionV1 {
         /// The suggestion; its content is stored under this id.
         pub suggestion_id: ::uuid::Uuid,
@@ -124,7 +123,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct CutCompletedV1 {
         /// The completed cut.
         pub cut_id: ::uuid::Uuid,
@@ -199,7 +197,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct CutFailedV1Error {
         /// Error code (SCREAMING_SNAKE), never the message text.
         pub code: ::std::string::String,
@@ -215,7 +212,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct CutFailedV1 {
         /// The failed cut.
         pub cut_id: ::uuid::Uuid,
@@ -284,7 +280,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct CutMarkVerifiedV1 {
         /// The cut the mark belongs to.
         pub cut_id: ::uuid::Uuid,
@@ -380,7 +375,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct DecisionRecordedV1Votes {
         /// Votes to approve.
         pub approve: u64,
@@ -398,7 +392,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct DecisionRecordedV1 {
         /// The decision record.
         pub decision_id: ::uuid::Uuid,
@@ -469,7 +462,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct DlqReplayCompletedV1 {
         /// The replay.
         pub replay_id: ::uuid::Uuid,
@@ -540,7 +532,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct DlqReplayFailedV1Error {
         /// Error code (SCREAMING_SNAKE), never the message text.
         pub code: ::std::string::String,
@@ -556,7 +547,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct DlqReplayFailedV1 {
         /// The replay.
         pub replay_id: ::uuid::Uuid,
@@ -625,7 +615,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct DlqReplayScheduledV1 {
         /// The replay.
         pub replay_id: ::uuid::Uuid,
@@ -696,7 +685,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct DotCommandCompletedV1 {
         /// The workflow run the command belongs to.
         pub workflow_run_id: ::uuid::Uuid,
@@ -771,7 +759,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct DotCommandFailedV1Error {
         /// Error code (SCREAMING_SNAKE), never the message text.
         pub code: ::std::string::String,
@@ -787,7 +774,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct DotCommandFailedV1 {
         /// The workflow run the command belongs to.
         pub workflow_run_id: ::uuid::Uuid,
@@ -866,7 +852,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct DotCommandStartedV1 {
         /// The workflow run the command belongs to.
         pub workflow_run_id: ::uuid::Uuid,
@@ -967,7 +952,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct IuBornV1 {
         /// The new information unit.
         pub iu_unit_id: ::uuid::Uuid,
@@ -1061,7 +1045,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct IuBornV2Axes {
         /// Resolved subject axis.
         pub subject_axis_id: ::uuid::Uuid,
@@ -1080,7 +1063,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct IuBornV2 {
         /// The new information unit.
         pub iu_unit_id: ::uuid::Uuid,
@@ -1185,7 +1167,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct IuDeprecatedV1 {
         /// The deprecated unit.
         pub iu_unit_id: ::uuid::Uuid,
@@ -1285,7 +1266,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct IuEditedV1 {
         /// The edited information unit.
         pub iu_unit_id: ::uuid::Uuid,
@@ -1390,7 +1370,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct IuLinkedV1 {
         /// The unit the link starts from.
         pub iu_unit_id: ::uuid::Uuid,
@@ -1465,7 +1444,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct IuMergedV1UnitRef {
         /// Information unit.
         pub iu_unit_id: ::uuid::Uuid,
@@ -1481,7 +1459,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct IuMergedV1 {
         /// The surviving unit.
         pub iu_unit_id: ::uuid::Uuid,
@@ -1577,7 +1554,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct IuRenderedV1 {
         /// The rendered unit.
         pub iu_unit_id: ::uuid::Uuid,
@@ -1652,7 +1628,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct IuSplitApprovedV1UnitRef {
         /// Information unit.
         pub iu_unit_id: ::uuid::Uuid,
@@ -1668,7 +1643,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct IuSplitApprovedV1 {
         /// The unit that was split.
         pub iu_unit_id: ::uuid::Uuid,
@@ -1739,7 +1713,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct IuSplitProposedV1 {
         /// The unit proposed for splitting.
         pub iu_unit_id: ::uuid::Uuid,
@@ -1810,7 +1783,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct IuUsedInWorkflowV1 {
         /// The unit used.
         pub iu_unit_id: ::uuid::Uuid,
@@ -1907,7 +1879,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct IuValidatedV1 {
         /// The validated unit.
         pub iu_unit_id: ::uuid::Uuid,
@@ -2007,7 +1978,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct JobDeadLetteredV1 {
         /// The dead-lettered delivery job.
         pub job_id: ::uuid::Uuid,
@@ -2090,7 +2060,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct ProposalApprovedV1 {
         /// The approved proposal.
         pub proposal_id: ::uuid::Uuid,
@@ -2187,7 +2156,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct ProposalRejectedV1 {
         /// The rejected proposal.
         pub proposal_id: ::uuid::Uuid,
@@ -2287,7 +2255,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct ProposalSubmittedV1 {
         /// The proposal.
         pub proposal_id: ::uuid::Uuid,
@@ -2388,7 +2355,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct StepCompletedV1 {
         /// The workflow run.
         pub workflow_run_id: ::uuid::Uuid,
@@ -2496,7 +2462,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct StepEscalatedV1 {
         /// The workflow run.
         pub workflow_run_id: ::uuid::Uuid,
@@ -2570,7 +2535,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct StepFailedV1 {
         /// The workflow run.
         pub workflow_run_id: ::uuid::Uuid,
@@ -2645,7 +2609,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct StepFailedV2Error {
         /// Error code (SCREAMING_SNAKE), never the message text.
         pub code: ::std::string::String,
@@ -2663,7 +2626,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct StepFailedV2 {
         /// The workflow run.
         pub workflow_run_id: ::uuid::Uuid,
@@ -2776,7 +2738,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct StepReadyV1 {
         /// The workflow run.
         pub workflow_run_id: ::uuid::Uuid,

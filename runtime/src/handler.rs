@@ -17,6 +17,36 @@ pub enum FailureClass {
     Integrity,
 }
 
+impl FailureClass {
+    /// Every class, in declaration order.
+    pub const ALL: [Self; 6] = [
+        Self::Transient,
+        Self::Permanent,
+        Self::Poison,
+        Self::Scope,
+        Self::Schema,
+        Self::Integrity,
+    ];
+
+    /// The class's name in the contract format (`transient`, `permanent`, ...), as retry
+    /// policies' `retry_on` lists spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Transient => "transient",
+            Self::Permanent => "permanent",
+            Self::Poison => "poison",
+            Self::Scope => "scope",
+            Self::Schema => "schema",
+            Self::Integrity => "integrity",
+        }
+    }
+
+    /// The class called `name` in the contract format.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|class| class.as_str() == name)
+    }
+}
+
 /// A handler failure: a class and a stable error code, never a payload or a secret.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{class:?} failure: {code}")]

@@ -2,19 +2,40 @@
 //!
 //! Generated code (`evc generate`) fills the `'static` registry descriptors of [`registry`],
 //! builds [`OutgoingEvent`]s in its producer functions and routes deliveries to consumer
-//! handlers that answer with a [`HandlerError`] when they fail. This crate depends on neither
-//! evc-codegen nor any code-generation crate.
+//! handlers that answer with a [`HandlerError`] when they fail. Producer functions append through
+//! [`Publish`]; the outbox behind it is a [`store::Store`] (PostgreSQL:
+//! [`store::postgres::PgStore`]), which checks every event ([`append`], [`policy`]) before it
+//! writes the event and its deliveries in the caller's transaction. The [`dispatcher`] claims
+//! deliveries, runs consumer handlers and settles every attempt with a fenced ack or fail,
+//! retried by [`retry`] policy. This crate depends on neither evc-codegen nor any
+//! code-generation crate.
 
+pub mod append;
+pub mod dispatcher;
 pub mod handler;
+pub mod policy;
 pub mod publish;
 pub mod registry;
+pub mod retry;
+pub mod store;
 pub mod trace;
 
+pub use append::{
+    AppendError, AppendOptions, AppendReceipt, Checker, CredentialKind, NewEvent, Rejection,
+    SchemaCompileError,
+};
+pub use dispatcher::{Dispatcher, DispatcherConfig, DispatcherHandle, DynHandler, HandlerContext};
 pub use handler::{Delivery, FailureClass, HandlerError};
+pub use policy::{CredentialShape, PayloadPolicy};
 pub use publish::{OutgoingEvent, PayloadError, Publish};
 pub use registry::{
     ConsumerDescriptor, ConsumerMode, EventDescriptor, HandlerKind, Registry,
     RetryPolicyDescriptor, SubscriptionDescriptor, VersionDescriptor,
+};
+pub use retry::{RetryDecision, RetryPolicy, SplitMix64};
+pub use store::postgres::{PgPublisher, PgStore};
+pub use store::{
+    Claimed, DispatchError, Drift, Lease, RegistryDrift, RegistryObject, Store, StoreError,
 };
 pub use trace::{TraceContext, TraceContextError};
 

@@ -11,7 +11,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct JobFailedV1 {
         /// The `job_id` property.
         pub job_id: ::uuid::Uuid,
@@ -74,7 +73,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct UnitCreatedV1 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
@@ -140,7 +138,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct UnitEditedV1 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
@@ -191,7 +188,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct UnitEditedV2 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,

@@ -11,7 +11,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct JobFailedV1 {
         /// The `job_id` property.
         pub job_id: ::uuid::Uuid,
@@ -74,7 +73,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct MergeRecordedV1UnitRef {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
@@ -90,7 +88,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct MergeRecordedV1TreeNode {
         /// The `unit` property.
         pub unit: MergeRecordedV1UnitRef,
@@ -109,7 +106,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct MergeRecordedV1 {
         /// The `into` property.
         pub into: MergeRecordedV1UnitRef,
@@ -174,7 +170,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct UnitCreatedV1 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
@@ -240,7 +235,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct UnitEditedV1 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
@@ -291,7 +285,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct UnitEditedV2 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,

@@ -11,7 +11,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct JobFailedV1 {
         /// The `job_id` property.
         pub job_id: ::uuid::Uuid,
@@ -146,7 +145,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct RunStateChangedV1 {
         /// The run.
         pub run_id: ::uuid::Uuid,
@@ -216,7 +214,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct UnitCreatedV1 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
@@ -282,7 +279,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct UnitEditedV1 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
@@ -333,7 +329,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct UnitEditedV2 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,

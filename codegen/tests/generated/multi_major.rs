@@ -11,7 +11,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct DocPublishedV1 {
         /// The `doc_id` property.
         pub doc_id: ::std::string::String,
@@ -65,7 +64,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct DocPublishedV2 {
         /// The `doc_id` property.
         pub doc_id: ::std::string::String,
@@ -121,7 +119,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct DocPublishedV3 {
         /// The `doc_id` property.
         pub doc_id: ::std::string::String,
@@ -192,7 +189,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct JobFailedV1 {
         /// The `job_id` property.
         pub job_id: ::uuid::Uuid,
@@ -255,7 +251,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct UnitCreatedV1 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
@@ -321,7 +316,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct UnitEditedV1 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
@@ -372,7 +366,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct UnitEditedV2 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,

@@ -11,7 +11,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct JobFailedV1 {
         /// The `job_id` property.
         pub job_id: ::uuid::Uuid,
@@ -74,7 +73,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct StepReadyV1Context {
         /// The `queue` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -89,7 +87,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct StepReadyV1 {
         /// The `step_id` property.
         pub step_id: ::uuid::Uuid,
@@ -160,7 +157,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct UnitCreatedV1 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
@@ -226,7 +222,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct UnitEditedV1 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
@@ -277,7 +272,6 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
-    #[serde(deny_unknown_fields)]
     pub struct UnitEditedV2 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,

@@ -1,6 +1,8 @@
 //! JSON Schema to Rust types: the payload type of each event major and everything it nests.
 //!
-//! Closed objects become structs (`deny_unknown_fields`), optional properties `Option`s, string
+//! Closed objects become structs that ignore unknown fields when read (the reader view of
+//! `docs/compat.md`: a consumer built for 1.2 reads a 1.3 payload with a new optional field),
+//! optional properties `Option`s, string
 //! enums Rust enums with serde renames, `const` a one-variant enum, nested objects and `$defs`
 //! named types (named from their path, never anonymous). Keywords that only constrain values
 //! (`pattern`, `minLength`, `maximum`, ...) are left to run-time schema validation; keywords
@@ -232,7 +234,6 @@ impl<'a> TypeGen<'a> {
         self.items.push(quote! {
             #[doc = #doc]
             #[derive(Debug, Clone, PartialEq, ::serde::Serialize, ::serde::Deserialize, ::schemars::JsonSchema)]
-            #[serde(deny_unknown_fields)]
             pub struct #ident {
                 #(#fields)*
             }

@@ -1,0 +1,1897 @@
+//! The schema comparison engine: does every value the writer schema accepts also pass the
+//! reader schema (writer ⊆ reader)?
+//!
+//! The engine is sound and incomplete: when it says "compatible", no payload valid for the
+//! writer is rejected by the reader (the property test in `codegen/tests/compat_property.rs`
+//! hunts for one). Where it cannot decide (a changed regex, an external `$ref`, a changed
+//! conditional, an unknown keyword) it reports an incompatibility, never a pass.
+//!
+//! The method: `$ref`s are followed (recursion is assumed to hold on the cycle, coinductively);
+//! the writer is split into alternatives (its `anyOf`/`oneOf`/`if` branches, `allOf` merged);
+//! each alternative is checked against the reader's applicators (`allOf` member by member,
+//! `anyOf`/`oneOf` by finding a member that accepts the alternative or each of its types, `not`
+//! by disjointness, `if`/`then`/`else` by cases) and then keyword by keyword per JSON type.
+//! A writer that lists its values (`enum`, `const`) is judged exactly, value by value, with a
+//! JSON Schema validator.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use serde_json::{Map, Value, json};
+
+use super::report::CompatRule;
+use super::schema::{
+    self, Dialect, JUDGED, additional_properties, count, finite_values, is_annotation, is_false,
+    is_trivial, is_unsatisfiable, lower_bound, type_of_value, type_set, types, upper_bound,
+};
+use super::values::Document;
+use crate::payload_schema::FORMATS;
+
+/// How deep the engine follows nested schemas and references before it gives up (fails closed).
+const MAX_DEPTH: usize = 96;
+/// How many writer alternatives one schema may expand into before the engine gives up.
+const MAX_ALTERNATIVES: usize = 64;
+
+/// One step into a payload.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Segment {
+    /// An object property.
+    Key(String),
+    /// An array position.
+    Index(usize),
+}
+
+/// One reason the reader does not accept everything the writer emits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Incompatibility {
+    /// The rule.
+    pub rule: CompatRule,
+    /// JSON pointer into the writer schema, where the writer's side of the difference is.
+    pub writer_pointer: String,
+    /// JSON pointer into the reader schema, at the keyword that rejects.
+    pub reader_pointer: String,
+    /// Where in the payload the difference shows.
+    pub instance_path: Vec<Segment>,
+    /// What differs, in one sentence.
+    pub message: String,
+    /// A payload fragment (at `instance_path`) likely to show the difference, if one is known.
+    pub hint: Option<Value>,
+}
+
+/// Checks `writer ⊆ reader`: an empty result means every value valid for the writer is valid
+/// for the reader.
+pub fn check(writer: &mut Document, reader: &mut Document) -> Vec<Incompatibility> {
+    let writer_root = Node::root(writer.root());
+    let reader_root = Node::root(reader.root());
+    let mut checker = Checker {
+        writer,
+        reader,
+        assumed: HashSet::new(),
+        depth: 0,
+        regexes: HashMap::new(),
+    };
+    let mut found = checker.sub(writer_root, reader_root, &[]);
+    dedup(&mut found);
+    found
+}
+
+fn dedup(found: &mut Vec<Incompatibility>) {
+    let mut seen = HashSet::new();
+    found.retain(|item| {
+        seen.insert((
+            item.rule,
+            item.reader_pointer.clone(),
+            item.writer_pointer.clone(),
+        ))
+    });
+}
+
+/// A subschema with where it sits.
+#[derive(Debug, Clone)]
+struct Node {
+    schema: Value,
+    /// JSON pointer into its document ("" for the root).
+    pointer: String,
+    /// True when `schema` is exactly what the document holds at `pointer`.
+    real: bool,
+    /// Further conjuncts (a `$ref` with siblings, writer conjunctions that do not merge).
+    also: Vec<Node>,
+    /// True when reached through a `$ref` (cycle detection keys on these).
+    via_ref: bool,
+}
+
+impl Node {
+    fn root(schema: &Value) -> Self {
+        Self::at(schema, String::new())
+    }
+
+    fn at(schema: &Value, pointer: String) -> Self {
+        Self {
+            schema: schema.clone(),
+            pointer,
+            real: true,
+            also: Vec::new(),
+            via_ref: false,
+        }
+    }
+
+    fn child(&self, schema: &Value, suffix: &str) -> Self {
+        Self::at(schema, format!("{}{suffix}", self.pointer))
+    }
+
+    fn synthetic(schema: Value, pointer: &str) -> Self {
+        Self {
+            schema,
+            pointer: pointer.to_owned(),
+            real: false,
+            also: Vec::new(),
+            via_ref: false,
+        }
+    }
+
+    fn map(&self) -> &Map<String, Value> {
+        static EMPTY: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
+        match &self.schema {
+            Value::Object(map) => map,
+            _ => &EMPTY,
+        }
+    }
+
+    fn get(&self, keyword: &str) -> Option<&Value> {
+        self.schema.get(keyword)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Writer,
+    Reader,
+}
+
+struct Checker<'d> {
+    writer: &'d mut Document,
+    reader: &'d mut Document,
+    /// Pairs of referenced schemas under comparison on the current path (coinduction).
+    assumed: HashSet<(String, String)>,
+    depth: usize,
+    regexes: HashMap<String, Option<regex::Regex>>,
+}
+
+fn found(
+    rule: CompatRule,
+    writer: &Node,
+    reader_pointer: String,
+    path: &[Segment],
+    message: String,
+) -> Incompatibility {
+    // Point into the writer at the same keyword when it has one (a forward finding is located
+    // in the writer, the new version): `/properties/a/type`, `/required`.
+    let keyword = match rule {
+        CompatRule::RequiredAdded => Some("required"),
+        _ => reader_pointer.rsplit('/').next(),
+    };
+    let writer_pointer = match keyword {
+        Some(keyword) if writer.real && writer.get(keyword).is_some() => {
+            format!("{}/{keyword}", writer.pointer)
+        }
+        _ => writer.pointer.clone(),
+    };
+    Incompatibility {
+        rule,
+        writer_pointer,
+        reader_pointer,
+        instance_path: path.to_vec(),
+        message,
+        hint: None,
+    }
+}
+
+fn with_segment(path: &[Segment], segment: Segment) -> Vec<Segment> {
+    let mut longer = path.to_vec();
+    longer.push(segment);
+    longer
+}
+
+fn list(names: &[&str]) -> String {
+    names.join(", ")
+}
+
+impl Checker<'_> {
+    fn document(&mut self, side: Side) -> &mut Document {
+        match side {
+            Side::Writer => self.writer,
+            Side::Reader => self.reader,
+        }
+    }
+
+    fn dialect(&self, side: Side) -> Dialect {
+        match side {
+            Side::Writer => self.writer.dialect(),
+            Side::Reader => self.reader.dialect(),
+        }
+    }
+
+    /// Follows `$ref` until the node has none.
+    fn deref(&mut self, side: Side, mut node: Node) -> Result<Node, Box<Incompatibility>> {
+        for _ in 0..32 {
+            let Some(reference) = node.get("$ref").and_then(Value::as_str).map(str::to_owned)
+            else {
+                return Ok(node);
+            };
+            let root = self.document(side).root();
+            let Some((target, pointer)) = schema::resolve(root, &reference) else {
+                return Err(Box::new(found(
+                    CompatRule::Unjudgeable,
+                    &node,
+                    format!("{}/$ref", node.pointer),
+                    &[],
+                    format!(
+                        "the reference `{reference}` is not a local JSON pointer; evc does not follow it"
+                    ),
+                )));
+            };
+            let mut target = Node::at(target, pointer);
+            target.via_ref = true;
+            let siblings: Map<String, Value> = node
+                .map()
+                .iter()
+                .filter(|(keyword, _)| *keyword != "$ref" && !is_annotation(keyword))
+                .map(|(keyword, value)| (keyword.clone(), value.clone()))
+                .collect();
+            if self.dialect(side) == Dialect::Draft2020 && !siblings.is_empty() {
+                let mut rest = Node::synthetic(Value::Object(siblings), &node.pointer);
+                rest.also.push(target);
+                rest.also.extend(node.also);
+                rest.via_ref = true;
+                return Ok(rest);
+            }
+            target.also.extend(node.also);
+            node = target;
+        }
+        Err(Box::new(found(
+            CompatRule::Unjudgeable,
+            &node,
+            node.pointer.clone(),
+            &[],
+            "a chain of more than 32 references".to_owned(),
+        )))
+    }
+
+    /// Is every value of `writer` accepted by `reader`? Returns the reasons it is not.
+    fn sub(&mut self, writer: Node, reader: Node, path: &[Segment]) -> Vec<Incompatibility> {
+        if self.depth >= MAX_DEPTH {
+            return vec![found(
+                CompatRule::Unjudgeable,
+                &writer,
+                reader.pointer.clone(),
+                path,
+                format!("schemas nest deeper than {MAX_DEPTH} levels"),
+            )];
+        }
+        let writer = match self.deref(Side::Writer, writer) {
+            Ok(node) => node,
+            Err(reason) => return vec![*reason],
+        };
+        let reader = match self.deref(Side::Reader, reader) {
+            Ok(node) => node,
+            Err(reason) => return vec![*reason],
+        };
+        let key = (writer.pointer.clone(), reader.pointer.clone());
+        let cyclic = writer.via_ref || reader.via_ref;
+        if cyclic && !self.assumed.insert(key.clone()) {
+            return Vec::new();
+        }
+        self.depth += 1;
+        let result = self.sub_derefed(writer, reader, path);
+        self.depth -= 1;
+        if cyclic {
+            self.assumed.remove(&key);
+        }
+        result
+    }
+
+    fn sub_derefed(
+        &mut self,
+        writer: Node,
+        reader: Node,
+        path: &[Segment],
+    ) -> Vec<Incompatibility> {
+        if is_false(&writer.schema) || (is_trivial(&reader.schema) && reader.also.is_empty()) {
+            return Vec::new();
+        }
+        let (writer, reader) = strip_shared_applicators(writer, reader);
+        let alternatives = match self.alternatives(writer.clone()) {
+            Ok(alternatives) => alternatives,
+            Err(reason) => return vec![*reason],
+        };
+        let mut out = Vec::new();
+        for alternative in alternatives {
+            if alternative.also.is_empty() && is_unsatisfiable(&alternative.schema) {
+                continue;
+            }
+            out.extend(self.sub_flat(alternative, reader.clone(), path));
+        }
+        out
+    }
+
+    /// The writer as a list of alternatives without `anyOf`/`oneOf`/`if`, `allOf` merged where
+    /// merging keeps the meaning.
+    fn alternatives(&mut self, node: Node) -> Result<Vec<Node>, Box<Incompatibility>> {
+        let node = self.deref(Side::Writer, node)?;
+        let Value::Object(map) = &node.schema else {
+            return Ok(vec![node]);
+        };
+        let combinators = ["allOf", "anyOf", "oneOf", "if"];
+        if !combinators.iter().any(|keyword| map.contains_key(*keyword)) && node.also.is_empty() {
+            return Ok(vec![node]);
+        }
+        let mut rest = map.clone();
+        for keyword in ["allOf", "anyOf", "oneOf", "if", "then", "else"] {
+            rest.remove(keyword);
+        }
+        let mut current = vec![Node {
+            schema: Value::Object(rest),
+            pointer: node.pointer.clone(),
+            real: false,
+            also: Vec::new(),
+            via_ref: node.via_ref,
+        }];
+        for also in node.also.clone() {
+            let expanded = self.alternatives(also)?;
+            current = self.cross(current, expanded, &node)?;
+        }
+        if let Some(Value::Array(members)) = map.get("allOf") {
+            for (index, member) in members.iter().enumerate() {
+                let expanded = self.alternatives(node.child(member, &format!("/allOf/{index}")))?;
+                current = self.cross(current, expanded, &node)?;
+            }
+        }
+        for keyword in ["anyOf", "oneOf"] {
+            if let Some(Value::Array(members)) = map.get(keyword) {
+                let mut union = Vec::new();
+                for (index, member) in members.iter().enumerate() {
+                    union.extend(
+                        self.alternatives(node.child(member, &format!("/{keyword}/{index}")))?,
+                    );
+                }
+                current = self.cross(current, union, &node)?;
+            }
+        }
+        if let Some(condition) = map.get("if") {
+            // (if ∧ then) ∨ (¬if ∧ else) is contained in (if ∧ then) ∨ else: checking both
+            // branches is safe, if sometimes stricter than needed.
+            let mut then_branch = node.child(condition, "/if");
+            if let Some(then) = map.get("then") {
+                then_branch.also.push(node.child(then, "/then"));
+            }
+            let else_branch = map.get("else").map_or_else(
+                || Node::synthetic(Value::Bool(true), &node.pointer),
+                |otherwise| node.child(otherwise, "/else"),
+            );
+            let mut union = self.alternatives(then_branch)?;
+            union.extend(self.alternatives(else_branch)?);
+            current = self.cross(current, union, &node)?;
+        }
+        Ok(current)
+    }
+
+    fn cross(
+        &mut self,
+        left: Vec<Node>,
+        right: Vec<Node>,
+        origin: &Node,
+    ) -> Result<Vec<Node>, Box<Incompatibility>> {
+        if left.len() * right.len() > MAX_ALTERNATIVES {
+            return Err(Box::new(found(
+                CompatRule::Unjudgeable,
+                origin,
+                origin.pointer.clone(),
+                &[],
+                format!("the writer schema expands into more than {MAX_ALTERNATIVES} alternatives"),
+            )));
+        }
+        let mut out = Vec::with_capacity(left.len() * right.len());
+        for x in &left {
+            for y in &right {
+                out.push(conjoin(x, y));
+            }
+        }
+        Ok(out)
+    }
+
+    /// `writer` has no combinators left (or keeps unmergeable conjuncts in `also`).
+    fn sub_flat(&mut self, writer: Node, reader: Node, path: &[Segment]) -> Vec<Incompatibility> {
+        if !writer.also.is_empty() {
+            return self.sub_conjunction(writer, reader, path);
+        }
+        let reader = match self.deref(Side::Reader, reader) {
+            Ok(node) => node,
+            Err(reason) => return vec![*reason],
+        };
+        if is_trivial(&reader.schema) && reader.also.is_empty() {
+            return Vec::new();
+        }
+        if is_false(&reader.schema) {
+            return vec![found(
+                CompatRule::SchemaFalse,
+                &writer,
+                reader.pointer.clone(),
+                path,
+                "the reader's schema is `false`: it rejects every value the writer emits"
+                    .to_owned(),
+            )];
+        }
+        // A writer that lists its values is judged value by value.
+        if let Value::Object(writer_map) = &writer.schema
+            && let Some(values) = finite_values(writer_map)
+            && reader.real
+            && reader.also.is_empty()
+        {
+            return self.finite(&writer, writer_map, values, &reader, path);
+        }
+        let mut out = Vec::new();
+        for also in reader.also.clone() {
+            out.extend(self.sub(writer.clone(), also, path));
+        }
+        let reader_map = reader.map();
+        if let Some(Value::Array(members)) = reader_map.get("allOf") {
+            for (index, member) in members.iter().enumerate() {
+                let member = reader.child(member, &format!("/allOf/{index}"));
+                out.extend(self.sub(writer.clone(), member, path));
+            }
+        }
+        for keyword in ["anyOf", "oneOf"] {
+            if let Some(Value::Array(members)) = reader_map.get(keyword) {
+                let members: Vec<Node> = members
+                    .iter()
+                    .enumerate()
+                    .map(|(index, member)| reader.child(member, &format!("/{keyword}/{index}")))
+                    .collect();
+                out.extend(self.sub_union(&writer, &reader, keyword, &members, path));
+            }
+        }
+        if let Some(negated) = reader_map.get("not") {
+            let negated = reader.child(negated, "/not");
+            if !self.disjoint(&writer, &negated) {
+                out.push(found(
+                    CompatRule::NotExtended,
+                    &writer,
+                    negated.pointer.clone(),
+                    path,
+                    "the reader's `not` excludes values the writer may emit".to_owned(),
+                ));
+            }
+        }
+        if let Some(condition) = reader_map.get("if") {
+            out.extend(self.sub_conditional(&writer, &reader, condition, path));
+        }
+        out.extend(self.keywords(&writer, &reader, reader_map, path));
+        out
+    }
+
+    /// A writer conjunction that does not merge: it is contained in the reader when one of its
+    /// conjuncts is.
+    fn sub_conjunction(
+        &mut self,
+        writer: Node,
+        reader: Node,
+        path: &[Segment],
+    ) -> Vec<Incompatibility> {
+        let mut conjuncts = writer.also.clone();
+        let mut head = writer;
+        head.also.clear();
+        conjuncts.insert(0, head);
+        let mut fewest: Option<Vec<Incompatibility>> = None;
+        for conjunct in conjuncts {
+            let result = self.sub(conjunct, reader.clone(), path);
+            if result.is_empty() {
+                return result;
+            }
+            if fewest.as_ref().is_none_or(|best| result.len() < best.len()) {
+                fewest = Some(result);
+            }
+        }
+        fewest.unwrap_or_default()
+    }
+
+    fn finite(
+        &mut self,
+        writer: &Node,
+        writer_map: &Map<String, Value>,
+        values: Vec<Value>,
+        reader: &Node,
+        path: &[Segment],
+    ) -> Vec<Incompatibility> {
+        let mut out = Vec::new();
+        let writer_types = type_set(writer_map);
+        for value in values {
+            if type_of_value(&value) & writer_types == 0 {
+                continue;
+            }
+            // Values the writer's other keywords reject are never emitted.
+            let emitted = match simple_accepts(&writer.schema, &value) {
+                Some(verdict) => Some(verdict),
+                None if writer.real => self.writer.accepts(&writer.pointer, &value),
+                None => None,
+            };
+            if emitted == Some(false) {
+                continue;
+            }
+            let accepted = match simple_accepts(&reader.schema, &value) {
+                Some(verdict) => Some(verdict),
+                None => self.reader.accepts(&reader.pointer, &value),
+            };
+            if accepted != Some(true) {
+                let reason = if accepted.is_none() {
+                    "the reader's schema at this place could not be compiled to check it"
+                } else {
+                    "the reader rejects it"
+                };
+                let keyword = if reader.get("enum").is_some() {
+                    "/enum"
+                } else if reader.get("const").is_some() {
+                    "/const"
+                } else {
+                    ""
+                };
+                let mut item = found(
+                    CompatRule::EnumNarrowed,
+                    writer,
+                    format!("{}{keyword}", reader.pointer),
+                    path,
+                    format!("the writer may emit {value}; {reason}"),
+                );
+                item.hint = Some(value);
+                out.push(item);
+            }
+        }
+        out
+    }
+
+    fn sub_union(
+        &mut self,
+        writer: &Node,
+        reader: &Node,
+        keyword: &str,
+        members: &[Node],
+        path: &[Segment],
+    ) -> Vec<Incompatibility> {
+        let one_of = keyword == "oneOf";
+        if self.some_member_accepts(writer, members, one_of, path) {
+            return Vec::new();
+        }
+        // Split the writer by JSON type and look for a member per type.
+        let writer_map = writer.map();
+        let writer_types = type_set(writer_map);
+        let groups: Vec<u8> = [
+            types::NULL,
+            types::BOOLEAN,
+            types::OBJECT,
+            types::ARRAY,
+            types::STRING,
+            types::NUMBER,
+        ]
+        .into_iter()
+        .filter(|group| writer_types & group != 0)
+        .collect();
+        if groups.len() > 1 {
+            let all_covered = groups.iter().all(|group| {
+                let mut restricted = writer_map.clone();
+                let names: Vec<Value> = types::names(writer_types & group)
+                    .into_iter()
+                    .map(|name| {
+                        Value::String(if name == "non-integer number" {
+                            "number".to_owned()
+                        } else {
+                            name.to_owned()
+                        })
+                    })
+                    .collect();
+                restricted.insert("type".to_owned(), Value::Array(names));
+                let part = Node::synthetic(Value::Object(restricted), &writer.pointer);
+                self.some_member_accepts(&part, members, one_of, path)
+            });
+            if all_covered {
+                return Vec::new();
+            }
+        }
+        vec![found(
+            CompatRule::AlternativeRemoved,
+            writer,
+            format!("{}/{keyword}", reader.pointer),
+            path,
+            format!(
+                "no alternative of the reader's `{keyword}` accepts every value the writer may emit here"
+            ),
+        )]
+    }
+
+    fn some_member_accepts(
+        &mut self,
+        writer: &Node,
+        members: &[Node],
+        one_of: bool,
+        path: &[Segment],
+    ) -> bool {
+        for (index, member) in members.iter().enumerate() {
+            if !self.sub(writer.clone(), member.clone(), path).is_empty() {
+                continue;
+            }
+            if !one_of {
+                return true;
+            }
+            let exclusive = members
+                .iter()
+                .enumerate()
+                .filter(|(other, _)| *other != index)
+                .all(|(_, other)| self.disjoint(writer, other));
+            if exclusive {
+                return true;
+            }
+        }
+        false
+    }
+
+    fn sub_conditional(
+        &mut self,
+        writer: &Node,
+        reader: &Node,
+        condition: &Value,
+        path: &[Segment],
+    ) -> Vec<Incompatibility> {
+        let condition = reader.child(condition, "/if");
+        let then = reader.get("then").map(|then| reader.child(then, "/then"));
+        let otherwise = reader
+            .get("else")
+            .map(|otherwise| reader.child(otherwise, "/else"));
+        let holds = |checker: &mut Self, branch: &Option<Node>| {
+            branch
+                .as_ref()
+                .is_none_or(|branch| checker.sub(writer.clone(), branch.clone(), path).is_empty())
+        };
+        let then_holds = holds(self, &then);
+        let else_holds = holds(self, &otherwise);
+        if then_holds && else_holds {
+            return Vec::new();
+        }
+        if then_holds && self.sub(writer.clone(), condition.clone(), path).is_empty() {
+            return Vec::new();
+        }
+        if else_holds && self.disjoint(writer, &condition) {
+            return Vec::new();
+        }
+        vec![found(
+            CompatRule::Unjudgeable,
+            writer,
+            condition.pointer.clone(),
+            path,
+            "the reader's if/then/else cannot be shown to accept every value the writer may emit"
+                .to_owned(),
+        )]
+    }
+
+    /// True when no value can satisfy both (proved, never guessed).
+    fn disjoint(&mut self, writer: &Node, reader: &Node) -> bool {
+        let Ok(reader) = self.deref(Side::Reader, reader.clone()) else {
+            return false;
+        };
+        let Ok(writer) = self.deref(Side::Writer, writer.clone()) else {
+            return false;
+        };
+        if is_false(&reader.schema) || is_false(&writer.schema) {
+            return true;
+        }
+        let (Value::Object(writer_map), Value::Object(reader_map)) =
+            (&writer.schema, &reader.schema)
+        else {
+            return false;
+        };
+        if type_set(writer_map) & type_set(reader_map) == 0 {
+            return true;
+        }
+        // The writer excludes a set of types the reader's values all belong to.
+        if let Some(Value::Object(excluded)) = writer_map.get("not")
+            && excluded
+                .keys()
+                .all(|keyword| keyword == "type" || is_annotation(keyword))
+            && excluded.contains_key("type")
+            && type_set(reader_map) & !type_set(excluded) == 0
+        {
+            return true;
+        }
+        if reader.real
+            && reader.also.is_empty()
+            && let Some(values) = finite_values(writer_map)
+        {
+            let all_rejected = values
+                .iter()
+                .all(|value| self.reader.accepts(&reader.pointer, value) == Some(false));
+            if all_rejected {
+                return true;
+            }
+        }
+        if writer.real
+            && writer.also.is_empty()
+            && let Some(values) = finite_values(reader_map)
+        {
+            let all_rejected = values
+                .iter()
+                .all(|value| self.writer.accepts(&writer.pointer, value) == Some(false));
+            if all_rejected {
+                return true;
+            }
+        }
+        // Objects told apart by a required property whose values cannot meet (a discriminator).
+        let writer_required = schema::required(writer_map);
+        let reader_required = schema::required(reader_map);
+        for name in writer_required {
+            if !reader_required.contains(&name) {
+                continue;
+            }
+            let (Some(left), Some(right)) = (
+                writer_map.get("properties").and_then(|p| p.get(name)),
+                reader_map.get("properties").and_then(|p| p.get(name)),
+            ) else {
+                continue;
+            };
+            let segment = format!("/properties/{}", schema::escape(name));
+            let left = writer.child(left, &segment);
+            let right = reader.child(right, &segment);
+            if type_set(writer_map) & types::OBJECT == type_set(writer_map)
+                && self.disjoint(&left, &right)
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    fn keywords(
+        &mut self,
+        writer: &Node,
+        reader: &Node,
+        reader_map: &Map<String, Value>,
+        path: &[Segment],
+    ) -> Vec<Incompatibility> {
+        let writer_map = writer.map();
+        let mut out = Vec::new();
+        for (keyword, value) in reader_map {
+            if is_annotation(keyword) || JUDGED.contains(&keyword.as_str()) {
+                continue;
+            }
+            if writer_map.get(keyword) != Some(value) {
+                out.push(found(
+                    CompatRule::Unjudgeable,
+                    writer,
+                    format!("{}/{}", reader.pointer, schema::escape(keyword)),
+                    path,
+                    format!("the reader uses `{keyword}`, which evc does not judge, and the writer does not have the same value"),
+                ));
+            }
+        }
+        let writer_types = type_set(writer_map);
+        let reader_types = type_set(reader_map);
+        let missing = writer_types & !reader_types;
+        if missing != 0 {
+            let mut item = found(
+                CompatRule::TypeNarrowed,
+                writer,
+                format!("{}/type", reader.pointer),
+                path,
+                format!(
+                    "the writer may emit {} where the reader accepts only {}",
+                    list(&types::names(missing)),
+                    if reader_types == 0 {
+                        "nothing".to_owned()
+                    } else {
+                        list(&types::names(reader_types))
+                    }
+                ),
+            );
+            item.hint = Some(sample_of_type(missing));
+            if reader_map.get("type").is_none() {
+                item.reader_pointer = reader.pointer.clone();
+            }
+            out.push(item);
+        }
+        let shared = writer_types & reader_types;
+        if shared == 0 {
+            return out;
+        }
+        if let Some(allowed) = finite_values(reader_map) {
+            let covered = (shared & !(types::NULL | types::BOOLEAN)) == 0
+                && (shared & types::NULL == 0 || allowed.contains(&Value::Null))
+                && (shared & types::BOOLEAN == 0
+                    || (allowed.contains(&Value::Bool(true))
+                        && allowed.contains(&Value::Bool(false))));
+            if !covered {
+                let keyword = if reader_map.contains_key("const") {
+                    "const"
+                } else {
+                    "enum"
+                };
+                out.push(found(
+                    CompatRule::EnumNarrowed,
+                    writer,
+                    format!("{}/{keyword}", reader.pointer),
+                    path,
+                    format!(
+                        "the reader accepts only the listed values ({}), the writer may emit any {}",
+                        short_list(&allowed),
+                        list(&types::names(shared))
+                    ),
+                ));
+            }
+        }
+        if shared & types::NUMBER != 0 {
+            self.numbers(
+                writer, writer_map, reader, reader_map, shared, path, &mut out,
+            );
+        }
+        if shared & types::STRING != 0 {
+            strings(writer, writer_map, reader, reader_map, path, &mut out);
+        }
+        if shared & types::ARRAY != 0 {
+            self.arrays(writer, writer_map, reader, reader_map, path, &mut out);
+        }
+        if shared & types::OBJECT != 0 {
+            self.objects(writer, writer_map, reader, reader_map, path, &mut out);
+        }
+        out
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn numbers(
+        &mut self,
+        writer: &Node,
+        writer_map: &Map<String, Value>,
+        reader: &Node,
+        reader_map: &Map<String, Value>,
+        shared: u8,
+        path: &[Segment],
+        out: &mut Vec<Incompatibility>,
+    ) {
+        if let Some(bound) = lower_bound(reader_map) {
+            let holds = lower_bound(writer_map).is_some_and(|own| {
+                own.value > bound.value
+                    || (own.value == bound.value && (own.exclusive || !bound.exclusive))
+            });
+            if !holds {
+                let mut item = found(
+                    CompatRule::NumberRangeNarrowed,
+                    writer,
+                    format!("{}/{}", reader.pointer, bound.keyword),
+                    path,
+                    format!(
+                        "the reader's `{}: {}` rejects lower numbers the writer may emit ({})",
+                        bound.keyword,
+                        number_text(bound.value),
+                        describe_bound(lower_bound(writer_map), "no lower bound")
+                    ),
+                );
+                item.hint = Some(number_value(if bound.exclusive {
+                    bound.value
+                } else {
+                    bound.value - 1.0
+                }));
+                out.push(item);
+            }
+        }
+        if let Some(bound) = upper_bound(reader_map) {
+            let holds = upper_bound(writer_map).is_some_and(|own| {
+                own.value < bound.value
+                    || (own.value == bound.value && (own.exclusive || !bound.exclusive))
+            });
+            if !holds {
+                let mut item = found(
+                    CompatRule::NumberRangeNarrowed,
+                    writer,
+                    format!("{}/{}", reader.pointer, bound.keyword),
+                    path,
+                    format!(
+                        "the reader's `{}: {}` rejects higher numbers the writer may emit ({})",
+                        bound.keyword,
+                        number_text(bound.value),
+                        describe_bound(upper_bound(writer_map), "no upper bound")
+                    ),
+                );
+                item.hint = Some(number_value(if bound.exclusive {
+                    bound.value
+                } else {
+                    bound.value + 1.0
+                }));
+                out.push(item);
+            }
+        }
+        if let Some(divisor) = reader_map.get("multipleOf").and_then(Value::as_f64) {
+            let writer_divisor = writer_map.get("multipleOf").and_then(Value::as_f64);
+            let integers_only = shared & types::NUMBER == types::INTEGER;
+            let holds = writer_divisor.is_some_and(|own| is_multiple(own, divisor))
+                || (integers_only && is_multiple(1.0, divisor));
+            if !holds {
+                let _ = self;
+                out.push(found(
+                    CompatRule::NumberRangeNarrowed,
+                    writer,
+                    format!("{}/multipleOf", reader.pointer),
+                    path,
+                    format!(
+                        "the reader requires multiples of {}; the writer's numbers are {}",
+                        number_text(divisor),
+                        writer_divisor.map_or_else(
+                            || "not restricted so".to_owned(),
+                            |own| format!("multiples of {}", number_text(own))
+                        )
+                    ),
+                ));
+            }
+        }
+    }
+
+    fn arrays(
+        &mut self,
+        writer: &Node,
+        writer_map: &Map<String, Value>,
+        reader: &Node,
+        reader_map: &Map<String, Value>,
+        path: &[Segment],
+        out: &mut Vec<Incompatibility>,
+    ) {
+        let writer_dialect = self.writer.dialect();
+        let reader_dialect = self.reader.dialect();
+        let writer_tuple = schema::tuple(writer_map, writer_dialect);
+        let reader_tuple = schema::tuple(reader_map, reader_dialect);
+        let writer_max = count(writer_map, "maxItems");
+        let positions = writer_tuple.prefix.len().max(reader_tuple.prefix.len());
+        let writer_item = |index: usize| -> Node {
+            match writer_tuple.prefix.get(index) {
+                Some((item, suffix)) => writer.child(item, suffix),
+                None => match writer_tuple.rest {
+                    Some((rest, keyword)) => writer.child(rest, &format!("/{keyword}")),
+                    None => Node::synthetic(Value::Bool(true), &writer.pointer),
+                },
+            }
+        };
+        let reader_item = |index: usize| -> Node {
+            match reader_tuple.prefix.get(index) {
+                Some((item, suffix)) => reader.child(item, suffix),
+                None => match reader_tuple.rest {
+                    Some((rest, keyword)) => reader.child(rest, &format!("/{keyword}")),
+                    None => Node::synthetic(Value::Bool(true), &reader.pointer),
+                },
+            }
+        };
+        let mut writer_ends = false;
+        for index in 0..positions {
+            if writer_max.is_some_and(|max| index as u64 >= max) {
+                writer_ends = true;
+                break;
+            }
+            let own = writer_item(index);
+            if is_false(&own.schema) {
+                writer_ends = true;
+                break;
+            }
+            let other = reader_item(index);
+            out.extend(self.sub(own, other, &with_segment(path, Segment::Index(index))));
+        }
+        if !writer_ends && writer_max.is_none_or(|max| max > positions as u64) {
+            let own = writer_item(positions);
+            if !is_false(&own.schema) {
+                let other = reader_item(positions);
+                out.extend(self.sub(own, other, &with_segment(path, Segment::Index(positions))));
+            }
+        }
+        let writer_effective_max = writer_max.or_else(|| {
+            writer_tuple
+                .rest
+                .filter(|(rest, _)| is_false(rest))
+                .map(|_| writer_tuple.prefix.len() as u64)
+        });
+        if let Some(min) = count(reader_map, "minItems")
+            && count(writer_map, "minItems").unwrap_or(0) < min
+        {
+            out.push(found(
+                CompatRule::ArrayNarrowed,
+                writer,
+                format!("{}/minItems", reader.pointer),
+                path,
+                format!(
+                    "the reader requires at least {min} items; the writer may emit {}",
+                    count(writer_map, "minItems").unwrap_or(0)
+                ),
+            ));
+        }
+        if let Some(max) = count(reader_map, "maxItems")
+            && writer_effective_max.is_none_or(|own| own > max)
+        {
+            out.push(found(
+                CompatRule::ArrayNarrowed,
+                writer,
+                format!("{}/maxItems", reader.pointer),
+                path,
+                format!(
+                    "the reader allows at most {max} items; the writer may emit {}",
+                    writer_effective_max
+                        .map_or_else(|| "any number".to_owned(), |own| own.to_string())
+                ),
+            ));
+        }
+        if reader_map.get("uniqueItems") == Some(&Value::Bool(true))
+            && writer_map.get("uniqueItems") != Some(&Value::Bool(true))
+            && writer_effective_max.is_none_or(|own| own > 1)
+        {
+            out.push(found(
+                CompatRule::ArrayNarrowed,
+                writer,
+                format!("{}/uniqueItems", reader.pointer),
+                path,
+                "the reader requires unique items; the writer may repeat items".to_owned(),
+            ));
+        }
+        if let Some(contains) = reader_map.get("contains") {
+            let same = writer_map.get("contains") == Some(contains);
+            let min = |map: &Map<String, Value>| count(map, "minContains").unwrap_or(1);
+            let holds = same
+                && min(writer_map) >= min(reader_map)
+                && count(reader_map, "maxContains").is_none_or(|max| {
+                    count(writer_map, "maxContains").is_some_and(|own| own <= max)
+                });
+            if !holds {
+                out.push(found(
+                    CompatRule::ArrayNarrowed,
+                    writer,
+                    format!("{}/contains", reader.pointer),
+                    path,
+                    "the reader's `contains` (or its counts) is new or differs from the writer's"
+                        .to_owned(),
+                ));
+            }
+        }
+        if reader_map.contains_key("unevaluatedItems")
+            && (schema::has_applicators(reader_map) || reader_map.contains_key("contains"))
+            && writer_map.get("unevaluatedItems") != reader_map.get("unevaluatedItems")
+        {
+            out.push(found(
+                CompatRule::Unjudgeable,
+                writer,
+                format!("{}/unevaluatedItems", reader.pointer),
+                path,
+                "the reader's `unevaluatedItems` depends on its applicators, which evc does not judge"
+                    .to_owned(),
+            ));
+        }
+    }
+
+    fn objects(
+        &mut self,
+        writer: &Node,
+        writer_map: &Map<String, Value>,
+        reader: &Node,
+        reader_map: &Map<String, Value>,
+        path: &[Segment],
+        out: &mut Vec<Incompatibility>,
+    ) {
+        let empty = Map::new();
+        let writer_properties = writer_map
+            .get("properties")
+            .and_then(Value::as_object)
+            .unwrap_or(&empty);
+        let reader_properties = reader_map
+            .get("properties")
+            .and_then(Value::as_object)
+            .unwrap_or(&empty);
+        let writer_patterns = patterns(writer_map);
+        let reader_patterns = patterns(reader_map);
+        let writer_additional = additional_properties(writer_map);
+        let reader_additional = additional_properties(reader_map);
+
+        let mut names: Vec<&String> = writer_properties.keys().collect();
+        names.extend(
+            reader_properties
+                .keys()
+                .filter(|name| !writer_properties.contains_key(*name)),
+        );
+        for name in names {
+            let child_path = with_segment(path, Segment::Key(name.clone()));
+            let own = match self.property_schema(
+                writer,
+                writer_properties,
+                &writer_patterns,
+                writer_additional,
+                name,
+                Side::Writer,
+            ) {
+                Ok(parts) => parts,
+                Err(reason) => {
+                    out.push(reason.at(writer, &reader.pointer, &child_path));
+                    continue;
+                }
+            };
+            if own.iter().any(|part| is_false(&part.schema)) {
+                continue;
+            }
+            let mut own_parts = own.into_iter();
+            let Some(mut own) = own_parts.next() else {
+                continue;
+            };
+            own.also.extend(own_parts);
+            let others = match self.property_schema(
+                reader,
+                reader_properties,
+                &reader_patterns,
+                reader_additional,
+                name,
+                Side::Reader,
+            ) {
+                Ok(parts) => parts,
+                Err(reason) => {
+                    out.push(reason.at(writer, &reader.pointer, &child_path));
+                    continue;
+                }
+            };
+            for other in others {
+                if is_false(&other.schema) {
+                    if !self.writer_is_empty(&own) {
+                        let mut item = found(
+                            CompatRule::PropertyRejected,
+                            &own,
+                            other.pointer.clone(),
+                            &child_path,
+                            format!(
+                                "the writer may emit property `{name}`; the reader does not allow it"
+                            ),
+                        );
+                        item.hint = Some(super::witness::sample(self.writer.root(), &own.schema));
+                        out.push(item);
+                    }
+                    continue;
+                }
+                out.extend(self.sub(own.clone(), other, &child_path));
+            }
+        }
+
+        let writer_required = schema::required(writer_map);
+        for (index, name) in schema::required(reader_map).into_iter().enumerate() {
+            if writer_required.contains(&name) {
+                continue;
+            }
+            let reason = if writer_properties.get(name).is_some_and(is_false) {
+                format!("the reader requires `{name}`; the writer never emits it")
+            } else {
+                format!("the reader requires `{name}`; the writer may leave it out")
+            };
+            out.push(found(
+                CompatRule::RequiredAdded,
+                writer,
+                format!("{}/required/{index}", reader.pointer),
+                &with_segment(path, Segment::Key(name.to_owned())),
+                reason,
+            ));
+        }
+
+        // Names only patterns or additionalProperties describe.
+        for (pattern, own, suffix) in &writer_patterns {
+            if is_false(own) {
+                continue;
+            }
+            let own = writer.child(own, suffix);
+            let child_path = with_segment(path, Segment::Key(format!("<{pattern}>")));
+            for (other_pattern, other, other_suffix) in &reader_patterns {
+                if patterns_disjoint(pattern, other_pattern) {
+                    continue;
+                }
+                out.extend(self.sub(own.clone(), reader.child(other, other_suffix), &child_path));
+            }
+            let same_pattern = reader_patterns.iter().any(|(other, _, _)| other == pattern);
+            if !same_pattern && let Some((other, keyword)) = reader_additional {
+                out.extend(self.open_names(&own, reader, other, keyword, &child_path));
+            }
+        }
+        let writer_open = writer_additional.is_none_or(|(own, _)| !is_false(own));
+        if writer_open {
+            let own = match writer_additional {
+                Some((own, keyword)) => writer.child(own, &format!("/{keyword}")),
+                None => Node::synthetic(Value::Bool(true), &writer.pointer),
+            };
+            let child_path = with_segment(path, Segment::Key("<other>".to_owned()));
+            for (_, other, other_suffix) in &reader_patterns {
+                out.extend(self.sub(own.clone(), reader.child(other, other_suffix), &child_path));
+            }
+            if let Some((other, keyword)) = reader_additional {
+                out.extend(self.open_names(&own, reader, other, keyword, &child_path));
+            }
+        }
+        if reader_map.contains_key("unevaluatedProperties")
+            && schema::has_applicators(reader_map)
+            && !reader_map.contains_key("additionalProperties")
+            && writer_map.get("unevaluatedProperties") != reader_map.get("unevaluatedProperties")
+        {
+            out.push(found(
+                CompatRule::Unjudgeable,
+                writer,
+                format!("{}/unevaluatedProperties", reader.pointer),
+                path,
+                "the reader's `unevaluatedProperties` depends on its applicators, which evc does not judge"
+                    .to_owned(),
+            ));
+        }
+
+        if let Some(names_schema) = reader_map.get("propertyNames")
+            && !is_trivial(names_schema)
+            && writer_map.get("propertyNames") != Some(names_schema)
+        {
+            let closed = writer_patterns.is_empty()
+                && writer_additional.is_some_and(|(own, _)| is_false(own));
+            let pointer = format!("{}/propertyNames", reader.pointer);
+            let all_named_pass = closed
+                && reader.real
+                && writer_properties.keys().all(|name| {
+                    self.reader.accepts(&pointer, &Value::String(name.clone())) == Some(true)
+                });
+            if !all_named_pass {
+                out.push(found(
+                    CompatRule::ObjectNarrowed,
+                    writer,
+                    pointer,
+                    path,
+                    "the reader's `propertyNames` may reject property names the writer emits"
+                        .to_owned(),
+                ));
+            }
+        }
+        if let Some(min) = count(reader_map, "minProperties") {
+            let own = count(writer_map, "minProperties")
+                .unwrap_or(0)
+                .max(writer_required.len() as u64);
+            if own < min {
+                out.push(found(
+                    CompatRule::ObjectNarrowed,
+                    writer,
+                    format!("{}/minProperties", reader.pointer),
+                    path,
+                    format!(
+                        "the reader requires at least {min} properties; the writer may emit {own}"
+                    ),
+                ));
+            }
+        }
+        if let Some(max) = count(reader_map, "maxProperties") {
+            let closed = writer_patterns.is_empty()
+                && writer_additional.is_some_and(|(own, _)| is_false(own));
+            let own = count(writer_map, "maxProperties")
+                .or_else(|| closed.then_some(writer_properties.len() as u64));
+            if own.is_none_or(|own| own > max) {
+                out.push(found(
+                    CompatRule::ObjectNarrowed,
+                    writer,
+                    format!("{}/maxProperties", reader.pointer),
+                    path,
+                    format!("the reader allows at most {max} properties; the writer may emit more"),
+                ));
+            }
+        }
+        let writer_dependencies = schema::dependent_required(writer_map);
+        for (key, needed, suffix) in schema::dependent_required(reader_map) {
+            if writer_properties.get(key).is_some_and(is_false) {
+                continue;
+            }
+            for name in needed {
+                let holds = writer_required.contains(&name)
+                    || writer_dependencies
+                        .iter()
+                        .any(|(own_key, own, _)| *own_key == key && own.contains(&name));
+                if !holds {
+                    out.push(found(
+                        CompatRule::ObjectNarrowed,
+                        writer,
+                        format!("{}{suffix}", reader.pointer),
+                        path,
+                        format!("the reader requires `{name}` whenever `{key}` is present; the writer does not"),
+                    ));
+                }
+            }
+        }
+        let writer_dependent_schemas = schema::dependent_schemas(writer_map);
+        for (key, other, suffix) in schema::dependent_schemas(reader_map) {
+            if writer_properties.get(key).is_some_and(is_false) {
+                continue;
+            }
+            let other = reader.child(other, &suffix);
+            let own_dependency = writer_dependent_schemas
+                .iter()
+                .find(|(own_key, _, _)| *own_key == key)
+                .map(|(_, own, own_suffix)| writer.child(own, own_suffix));
+            let by_dependency =
+                own_dependency.is_some_and(|own| self.sub(own, other.clone(), path).is_empty());
+            if by_dependency {
+                continue;
+            }
+            let whole = self.sub(writer.clone(), other.clone(), path);
+            if !whole.is_empty() {
+                out.push(found(
+                    CompatRule::ObjectNarrowed,
+                    writer,
+                    other.pointer.clone(),
+                    path,
+                    format!("the reader applies a schema whenever `{key}` is present that the writer's objects may not meet"),
+                ));
+            }
+        }
+    }
+
+    /// Names covered by the reader's `additionalProperties` (or `unevaluatedProperties`).
+    fn open_names(
+        &mut self,
+        own: &Node,
+        reader: &Node,
+        other: &Value,
+        keyword: &str,
+        path: &[Segment],
+    ) -> Vec<Incompatibility> {
+        if is_false(other) {
+            if self.writer_is_empty(own) {
+                return Vec::new();
+            }
+            return vec![found(
+                CompatRule::PropertyRejected,
+                own,
+                format!("{}/{keyword}", reader.pointer),
+                path,
+                "the writer may emit properties the reader does not list, and the reader rejects them"
+                    .to_owned(),
+            )];
+        }
+        self.sub(
+            own.clone(),
+            reader.child(other, &format!("/{keyword}")),
+            path,
+        )
+    }
+
+    fn writer_is_empty(&mut self, node: &Node) -> bool {
+        node.also.is_empty() && (is_false(&node.schema) || is_unsatisfiable(&node.schema))
+    }
+
+    /// The schemas that apply to property `name`: its `properties` entry and every matching
+    /// `patternProperties` entry, or else `additionalProperties`.
+    #[allow(clippy::too_many_arguments)]
+    fn property_schema(
+        &mut self,
+        node: &Node,
+        properties: &Map<String, Value>,
+        node_patterns: &[(String, Value, String)],
+        additional: Option<(&Value, &'static str)>,
+        name: &str,
+        side: Side,
+    ) -> Result<Vec<Node>, PatternError> {
+        let mut parts = Vec::new();
+        if let Some(schema) = properties.get(name) {
+            parts.push(node.child(schema, &format!("/properties/{}", schema::escape(name))));
+        }
+        let mut matched = false;
+        for (pattern, schema, suffix) in node_patterns {
+            match self.matches(pattern, name) {
+                Some(true) => {
+                    matched = true;
+                    parts.push(node.child(schema, suffix));
+                }
+                Some(false) => {}
+                None => return Err(PatternError(pattern.clone())),
+            }
+        }
+        if parts.is_empty() && !matched {
+            parts.push(match additional {
+                Some((schema, keyword)) => node.child(schema, &format!("/{keyword}")),
+                None => Node::synthetic(Value::Bool(true), &node.pointer),
+            });
+        }
+        let _ = side;
+        Ok(parts)
+    }
+
+    fn matches(&mut self, pattern: &str, name: &str) -> Option<bool> {
+        self.regexes
+            .entry(pattern.to_owned())
+            .or_insert_with(|| regex::Regex::new(pattern).ok())
+            .as_ref()
+            .map(|regex| regex.is_match(name))
+    }
+}
+
+/// A `patternProperties` regex the engine could not compile.
+struct PatternError(String);
+
+impl PatternError {
+    fn at(self, writer: &Node, reader_pointer: &str, path: &[Segment]) -> Incompatibility {
+        found(
+            CompatRule::Unjudgeable,
+            writer,
+            reader_pointer.to_owned(),
+            path,
+            format!(
+                "the pattern `{}` cannot be compiled, so which properties it covers is unknown",
+                self.0
+            ),
+        )
+    }
+}
+
+/// True when no name can match both patterns: both are anchored literal prefixes (`^S_`,
+/// `^I_`) and neither prefix starts the other.
+fn patterns_disjoint(left: &str, right: &str) -> bool {
+    fn literal_prefix(pattern: &str) -> Option<&str> {
+        let rest = pattern.strip_prefix('^')?;
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
+            .unwrap_or(rest.len());
+        // A quantifier right after the prefix would make its last character optional.
+        let next = rest[end..].chars().next();
+        let prefix = &rest[..end];
+        let quantified = matches!(next, Some('*' | '?' | '{'));
+        (!prefix.is_empty() && !quantified).then_some(prefix)
+    }
+    match (literal_prefix(left), literal_prefix(right)) {
+        (Some(a), Some(b)) => !a.starts_with(b) && !b.starts_with(a),
+        _ => false,
+    }
+}
+
+fn patterns(map: &Map<String, Value>) -> Vec<(String, Value, String)> {
+    map.get("patternProperties")
+        .and_then(Value::as_object)
+        .map(|patterns| {
+            patterns
+                .iter()
+                .map(|(pattern, schema)| {
+                    (
+                        pattern.clone(),
+                        schema.clone(),
+                        format!("/patternProperties/{}", schema::escape(pattern)),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn strings(
+    writer: &Node,
+    writer_map: &Map<String, Value>,
+    reader: &Node,
+    reader_map: &Map<String, Value>,
+    path: &[Segment],
+    out: &mut Vec<Incompatibility>,
+) {
+    if let Some(min) = count(reader_map, "minLength")
+        && count(writer_map, "minLength").unwrap_or(0) < min
+    {
+        let mut item = found(
+            CompatRule::StringLengthNarrowed,
+            writer,
+            format!("{}/minLength", reader.pointer),
+            path,
+            format!(
+                "the reader requires at least {min} characters; the writer may emit {}",
+                count(writer_map, "minLength").unwrap_or(0)
+            ),
+        );
+        item.hint = Some(Value::String(
+            "a".repeat(count(writer_map, "minLength").unwrap_or(0) as usize),
+        ));
+        out.push(item);
+    }
+    if let Some(max) = count(reader_map, "maxLength")
+        && count(writer_map, "maxLength").is_none_or(|own| own > max)
+    {
+        let mut item = found(
+            CompatRule::StringLengthNarrowed,
+            writer,
+            format!("{}/maxLength", reader.pointer),
+            path,
+            format!(
+                "the reader allows at most {max} characters; the writer may emit {}",
+                count(writer_map, "maxLength")
+                    .map_or_else(|| "more".to_owned(), |own| own.to_string())
+            ),
+        );
+        item.hint = Some(Value::String(
+            "a".repeat((max as usize).saturating_add(1).min(4096)),
+        ));
+        out.push(item);
+    }
+    if let Some(pattern) = reader_map.get("pattern")
+        && writer_map.get("pattern") != Some(pattern)
+    {
+        out.push(found(
+            CompatRule::PatternChanged,
+            writer,
+            format!("{}/pattern", reader.pointer),
+            path,
+            match writer_map.get("pattern") {
+                Some(own) => format!("the reader's pattern {pattern} differs from the writer's {own}; evc does not decide whether one regex contains another"),
+                None => format!("the reader requires the pattern {pattern}; the writer's strings are not restricted by it"),
+            },
+        ));
+    }
+    if let Some(format) = reader_map.get("format").and_then(Value::as_str)
+        && FORMATS.contains(&format)
+        && writer_map.get("format").and_then(Value::as_str) != Some(format)
+    {
+        let mut item = found(
+            CompatRule::FormatChanged,
+            writer,
+            format!("{}/format", reader.pointer),
+            path,
+            match writer_map.get("format").and_then(Value::as_str) {
+                Some(own) => format!(
+                    "the reader checks `format: {format}`; the writer emits `format: {own}`"
+                ),
+                None => format!(
+                    "the reader checks `format: {format}`; the writer's strings have no format"
+                ),
+            },
+        );
+        item.hint = Some(Value::String("not-a-formatted-value".to_owned()));
+        out.push(item);
+    }
+}
+
+/// Removes applicators both sides share verbatim: `X ∧ C ⊆ Y ∧ C` holds when `X ⊆ Y`.
+fn strip_shared_applicators(writer: Node, reader: Node) -> (Node, Node) {
+    let (Value::Object(own), Value::Object(other)) = (&writer.schema, &reader.schema) else {
+        return (writer, reader);
+    };
+    let unevaluated = |map: &Map<String, Value>| {
+        map.contains_key("unevaluatedProperties") || map.contains_key("unevaluatedItems")
+    };
+    if unevaluated(own) || unevaluated(other) {
+        return (writer, reader);
+    }
+    let mut shared = Vec::new();
+    for keyword in ["allOf", "anyOf", "oneOf", "not"] {
+        if own.get(keyword).is_some() && own.get(keyword) == other.get(keyword) {
+            shared.push(keyword);
+        }
+    }
+    let conditional_equal = ["if", "then", "else"]
+        .iter()
+        .all(|keyword| own.get(*keyword) == other.get(*keyword));
+    if own.contains_key("if") && conditional_equal {
+        shared.extend(["if", "then", "else"]);
+    }
+    if shared.is_empty() {
+        return (writer, reader);
+    }
+    let strip = |node: Node| {
+        let mut map = node.map().clone();
+        for keyword in &shared {
+            map.remove(*keyword);
+        }
+        Node {
+            schema: Value::Object(map),
+            real: false,
+            ..node
+        }
+    };
+    (strip(writer), strip(reader))
+}
+
+/// The conjunction of two writer alternatives, merged when merging keeps the meaning.
+fn conjoin(left: &Node, right: &Node) -> Node {
+    if is_trivial(&left.schema) && left.also.is_empty() {
+        return right.clone();
+    }
+    if is_trivial(&right.schema) && right.also.is_empty() {
+        let mut node = left.clone();
+        node.pointer = if node.real {
+            node.pointer
+        } else {
+            right.pointer.clone().min(node.pointer)
+        };
+        return node;
+    }
+    if left.also.is_empty()
+        && right.also.is_empty()
+        && let Some(merged) = schema::merge(&left.schema, &right.schema)
+    {
+        return Node::synthetic(merged, &right.pointer);
+    }
+    let mut node = left.clone();
+    node.real = false;
+    node.also.push(right.clone());
+    node
+}
+
+/// Decides simple readers (types, enum and const only) without compiling a validator.
+fn simple_accepts(reader: &Value, value: &Value) -> Option<bool> {
+    let Value::Object(map) = reader else {
+        return Some(reader.as_bool().unwrap_or(false));
+    };
+    let simple = map.keys().all(|keyword| {
+        is_annotation(keyword) || matches!(keyword.as_str(), "type" | "enum" | "const")
+    });
+    if !simple {
+        return None;
+    }
+    if type_of_value(value) & type_set(&without_values(map)) == 0 {
+        return Some(false);
+    }
+    if let Some(constant) = map.get("const")
+        && !json_equal(constant, value)
+    {
+        return Some(false);
+    }
+    if let Some(Value::Array(allowed)) = map.get("enum")
+        && !allowed.iter().any(|item| json_equal(item, value))
+    {
+        return Some(false);
+    }
+    Some(true)
+}
+
+fn without_values(map: &Map<String, Value>) -> Map<String, Value> {
+    let mut map = map.clone();
+    map.remove("enum");
+    map.remove("const");
+    map
+}
+
+/// JSON equality where `1` and `1.0` are the same number.
+fn json_equal(left: &Value, right: &Value) -> bool {
+    match (left, right) {
+        (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
+        (Value::Array(a), Value::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| json_equal(x, y))
+        }
+        (Value::Object(a), Value::Object(b)) => {
+            a.len() == b.len()
+                && a.iter()
+                    .all(|(key, x)| b.get(key).is_some_and(|y| json_equal(x, y)))
+        }
+        _ => left == right,
+    }
+}
+
+fn is_multiple(value: f64, divisor: f64) -> bool {
+    if divisor <= 0.0 {
+        return false;
+    }
+    let ratio = value / divisor;
+    ratio >= 1.0 - 1e-9 && (ratio - ratio.round()).abs() < 1e-9
+}
+
+fn number_text(value: f64) -> String {
+    number_value(value).to_string()
+}
+
+fn number_value(value: f64) -> Value {
+    if value.fract() == 0.0 && value.abs() < 9.0e15 {
+        json!(value as i64)
+    } else {
+        json!(value)
+    }
+}
+
+fn describe_bound(bound: Option<schema::Bound>, none: &str) -> String {
+    bound.map_or_else(
+        || format!("the writer has {none}"),
+        |bound| {
+            format!(
+                "the writer's `{}: {}`",
+                bound.keyword,
+                number_text(bound.value)
+            )
+        },
+    )
+}
+
+fn short_list(values: &[Value]) -> String {
+    let shown: Vec<String> = values.iter().take(6).map(Value::to_string).collect();
+    if values.len() > 6 {
+        format!("{}, …", shown.join(", "))
+    } else {
+        shown.join(", ")
+    }
+}
+
+fn sample_of_type(set: u8) -> Value {
+    if set & types::STRING != 0 {
+        json!("a")
+    } else if set & types::FRACTION != 0 {
+        json!(0.5)
+    } else if set & types::INTEGER != 0 {
+        json!(1)
+    } else if set & types::BOOLEAN != 0 {
+        json!(true)
+    } else if set & types::NULL != 0 {
+        Value::Null
+    } else if set & types::ARRAY != 0 {
+        json!([])
+    } else {
+        json!({})
+    }
+}
+
+/// Property names either side mentions, for callers that list them.
+pub fn mentioned_properties(schema: &Value) -> BTreeSet<String> {
+    schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|properties| properties.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn judge(writer: Value, reader: Value) -> Vec<CompatRule> {
+        let mut writer = Document::new(writer, Dialect::Draft2020);
+        let mut reader = Document::new(reader, Dialect::Draft2020);
+        check(&mut writer, &mut reader)
+            .into_iter()
+            .map(|item| item.rule)
+            .collect()
+    }
+
+    #[test]
+    fn identical_schemas_are_compatible() {
+        let schema =
+            json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]});
+        assert!(judge(schema.clone(), schema).is_empty());
+    }
+
+    #[test]
+    fn widening_passes_and_narrowing_fails() {
+        assert!(judge(json!({"type": "integer"}), json!({"type": "number"})).is_empty());
+        assert_eq!(
+            judge(json!({"type": "number"}), json!({"type": "integer"})),
+            [CompatRule::TypeNarrowed]
+        );
+        assert!(
+            judge(
+                json!({"enum": ["a", "b"]}),
+                json!({"enum": ["a", "b", "c"]})
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            judge(json!({"enum": ["a", "b"]}), json!({"enum": ["a"]})),
+            [CompatRule::EnumNarrowed]
+        );
+        assert_eq!(
+            judge(
+                json!({"type": "string", "maxLength": 9}),
+                json!({"type": "string", "maxLength": 5})
+            ),
+            [CompatRule::StringLengthNarrowed]
+        );
+    }
+
+    #[test]
+    fn required_and_closed_objects() {
+        let writer =
+            json!({"type": "object", "properties": {"a": {}}, "additionalProperties": false});
+        let reader = json!({"type": "object", "properties": {"a": {}, "b": {}}, "required": ["b"]});
+        assert_eq!(judge(writer.clone(), reader), [CompatRule::RequiredAdded]);
+        let closed_reader =
+            json!({"type": "object", "properties": {}, "additionalProperties": false});
+        assert_eq!(judge(writer, closed_reader), [CompatRule::PropertyRejected]);
+    }
+
+    #[test]
+    fn recursive_references_terminate() {
+        let tree = json!({
+            "$defs": {"node": {"type": "object", "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}},
+            "$ref": "#/$defs/node"
+        });
+        assert!(judge(tree.clone(), tree).is_empty());
+    }
+
+    #[test]
+    fn unions_are_matched_per_type() {
+        assert!(
+            judge(
+                json!({"type": ["string", "integer"]}),
+                json!({"anyOf": [{"type": "integer"}, {"type": "string"}]})
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            judge(
+                json!({"oneOf": [{"type": "number"}, {"type": "string"}]}),
+                json!({"oneOf": [{"type": "string"}]})
+            ),
+            [CompatRule::AlternativeRemoved]
+        );
+    }
+
+    #[test]
+    fn changed_patterns_fail_closed() {
+        assert_eq!(
+            judge(
+                json!({"type": "string", "pattern": "^a"}),
+                json!({"type": "string", "pattern": "^a|b"})
+            ),
+            [CompatRule::PatternChanged]
+        );
+    }
+
+    #[test]
+    fn conditionals_are_judged_by_cases_and_fail_closed_otherwise() {
+        let conditional = json!({
+            "type": "object",
+            "properties": {"kind": {"enum": ["a", "b"]}, "n": {"type": "integer"}},
+            "if": {"properties": {"kind": {"const": "a"}}},
+            "then": {"required": ["n"]}
+        });
+        assert!(judge(conditional.clone(), conditional.clone()).is_empty());
+        // A writer that always satisfies `then` fits the reader whatever `if` says.
+        let always_n = json!({"type": "object", "required": ["n"],
+            "properties": {"kind": {"enum": ["a", "b"]}, "n": {"type": "integer"}}});
+        assert!(judge(always_n, conditional.clone()).is_empty());
+        let sometimes_n = json!({"type": "object",
+            "properties": {"kind": {"enum": ["a", "b"]}, "n": {"type": "integer"}}});
+        assert_eq!(judge(sometimes_n, conditional), [CompatRule::Unjudgeable]);
+    }
+
+    #[test]
+    fn negations_need_disjointness() {
+        assert!(
+            judge(
+                json!({"type": "string"}),
+                json!({"not": {"type": "number"}})
+            )
+            .is_empty()
+        );
+        assert!(
+            judge(
+                json!({"not": {"type": "number"}}),
+                json!({"not": {"type": "integer"}})
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            judge(
+                json!({"type": "number"}),
+                json!({"not": {"type": "integer"}})
+            ),
+            [CompatRule::NotExtended]
+        );
+    }
+
+    #[test]
+    fn draft7_tuples_compare_position_by_position() {
+        let mut writer = Document::new(
+            json!({"type": "array", "items": [{"type": "string"}, {"type": "integer"}], "additionalItems": false}),
+            Dialect::Draft7,
+        );
+        let mut reader = Document::new(
+            json!({"type": "array", "items": [{"type": "string"}], "additionalItems": {"type": "number"}}),
+            Dialect::Draft7,
+        );
+        assert!(check(&mut writer, &mut reader).is_empty());
+        let mut narrower = Document::new(
+            json!({"type": "array", "items": [{"type": "string"}], "additionalItems": {"type": "string"}}),
+            Dialect::Draft7,
+        );
+        let rules: Vec<CompatRule> = check(&mut writer, &mut narrower)
+            .into_iter()
+            .map(|i| i.rule)
+            .collect();
+        assert_eq!(rules, [CompatRule::TypeNarrowed]);
+    }
+
+    #[test]
+    fn unknown_reader_keywords_fail_closed() {
+        assert_eq!(
+            judge(
+                json!({"type": "string"}),
+                json!({"type": "string", "x-evc": 1, "madeUp": 2})
+            ),
+            [CompatRule::Unjudgeable]
+        );
+    }
+}

@@ -1,0 +1,571 @@
+//! The append path shared by every store: envelope options, the checks an event passes before
+//! it is written, and why an append is refused.
+//!
+//! Checks run in this order (docs/runtime.md, "Append path"): registered event type, registered
+//! version, the payload against the version's compiled JSON Schema (formats on), the payload
+//! policy (deny-listed keys, credential-shaped keys, credential-shaped values), the size caps.
+//! The first failing check decides the [`Rejection`]. No check reports a payload value: errors
+//! name the JSON pointer of the failing location and the rule, never what was there.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::policy::{CompiledPolicy, CredentialShape, Finding, PayloadPolicy};
+use crate::publish::{OutgoingEvent, PayloadError};
+use crate::registry::{EventDescriptor, Registry};
+
+/// Envelope fields of an append that the producer function does not know: idempotency key,
+/// tenant scope, correlation and causation ids, the aggregate key.
+///
+/// The event type, version, order key, trace context and payload come from the
+/// [`OutgoingEvent`]; the producer class comes from the event type's descriptor.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AppendOptions {
+    /// A retried append with the same key (in the same producer class) is the same event: it
+    /// returns the first append's event id and writes nothing.
+    pub idempotency_key: Option<String>,
+    /// The tenant the event belongs to.
+    pub tenant_scope: Option<String>,
+    /// The id that ties the event to a business conversation.
+    pub correlation_id: Option<String>,
+    /// The id of the event or command that caused this one.
+    pub causation_id: Option<String>,
+    /// The order key when the event type names no `order_key` fields (the aggregate the event
+    /// belongs to). Without one, such an event is its own key and orders with nothing.
+    pub aggregate_key: Option<String>,
+}
+
+impl AppendOptions {
+    /// No options: no idempotency key, tenant, correlation, causation or aggregate.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the idempotency key.
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// Sets the tenant scope.
+    pub fn tenant_scope(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant_scope = Some(tenant.into());
+        self
+    }
+
+    /// Sets the correlation id.
+    pub fn correlation_id(mut self, id: impl Into<String>) -> Self {
+        self.correlation_id = Some(id.into());
+        self
+    }
+
+    /// Sets the causation id.
+    pub fn causation_id(mut self, id: impl Into<String>) -> Self {
+        self.causation_id = Some(id.into());
+        self
+    }
+
+    /// Sets the aggregate key.
+    pub fn aggregate_key(mut self, key: impl Into<String>) -> Self {
+        self.aggregate_key = Some(key.into());
+        self
+    }
+}
+
+/// One event of a batch append: the event and its envelope options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    /// The event, as a producer function builds it.
+    pub event: OutgoingEvent,
+    /// Its envelope options.
+    pub options: AppendOptions,
+}
+
+impl NewEvent {
+    /// An event with its options.
+    pub fn new(event: OutgoingEvent, options: AppendOptions) -> Self {
+        Self { event, options }
+    }
+}
+
+impl From<OutgoingEvent> for NewEvent {
+    fn from(event: OutgoingEvent) -> Self {
+        Self::new(event, AppendOptions::default())
+    }
+}
+
+/// What an append returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AppendReceipt {
+    /// The event's id (UUID v7), or the first append's id when the idempotency key repeated.
+    pub event_id: uuid::Uuid,
+    /// The event's place in the global append order.
+    pub seq: i64,
+    /// `false` when the idempotency key repeated and nothing was written.
+    pub created: bool,
+    /// Deliveries written (one per subscribed live or shadow consumer; 0 when not created).
+    pub deliveries: u32,
+}
+
+/// Why an append was refused. Recorded as one `evc_validation_rejects` row (event type,
+/// version, [`Rejection::reason_code`], payload digest) and never carrying a payload value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// The event type is not in the registry.
+    #[error("event type {event_type} is not registered")]
+    UnregisteredType {
+        /// Event type.
+        event_type: String,
+    },
+    /// The event type is registered, the version is not.
+    #[error("event type {event_type} has no registered version {version}")]
+    UnregisteredVersion {
+        /// Event type.
+        event_type: String,
+        /// Version.
+        version: String,
+    },
+    /// The payload does not validate against the version's schema.
+    #[error("payload of {event_type} {version} violates its schema: `{keyword}` at `{pointer}`")]
+    SchemaViolation {
+        /// Event type.
+        event_type: String,
+        /// Version.
+        version: String,
+        /// JSON pointer of the failing location in the payload (`""` for the root).
+        pointer: String,
+        /// The schema keyword that failed (`required`, `format`, `additionalProperties`).
+        keyword: String,
+    },
+    /// The payload carries a deny-listed key.
+    #[error("payload of {event_type} {version} has a deny-listed key at `{pointer}` (`{entry}`)")]
+    ForbiddenKey {
+        /// Event type.
+        event_type: String,
+        /// Version.
+        version: String,
+        /// JSON pointer of the key.
+        pointer: String,
+        /// The deny-list entry the key spells.
+        entry: String,
+    },
+    /// The payload carries a credential-shaped key or value.
+    #[error("payload of {event_type} {version} has a credential-shaped {what} at `{pointer}`")]
+    CredentialShaped {
+        /// Event type.
+        event_type: String,
+        /// Version.
+        version: String,
+        /// JSON pointer of the key or value.
+        pointer: String,
+        /// What looked like a credential.
+        what: CredentialKind,
+    },
+    /// The payload is larger than its cap.
+    #[error("payload of {event_type} {version} is {bytes} bytes, over its cap of {cap}")]
+    Oversize {
+        /// Event type.
+        event_type: String,
+        /// Version.
+        version: String,
+        /// Canonical JSON size of the payload.
+        bytes: usize,
+        /// The smaller of the event type's cap and the policy's hard cap.
+        cap: u32,
+    },
+}
+
+/// What looked like a credential in a payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CredentialKind {
+    /// A key containing a credential name of the policy (the name).
+    Key(String),
+    /// A string value of a credential shape.
+    Value(CredentialShape),
+}
+
+impl std::fmt::Display for CredentialKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Key(name) => write!(f, "key (`{name}`)"),
+            Self::Value(shape) => write!(f, "value ({shape})"),
+        }
+    }
+}
+
+impl Rejection {
+    /// The stable code stored in `evc_validation_rejects.reason_code`.
+    pub fn reason_code(&self) -> &'static str {
+        match self {
+            Self::UnregisteredType { .. } => "unregistered_type",
+            Self::UnregisteredVersion { .. } => "unregistered_version",
+            Self::SchemaViolation { .. } => "schema_violation",
+            Self::ForbiddenKey { .. } => "forbidden_key",
+            Self::CredentialShaped {
+                what: CredentialKind::Key(_),
+                ..
+            } => "credential_key",
+            Self::CredentialShaped {
+                what: CredentialKind::Value(_),
+                ..
+            } => "credential_value",
+            Self::Oversize { .. } => "oversize",
+        }
+    }
+
+    /// The event type of the refused event.
+    pub fn event_type(&self) -> &str {
+        match self {
+            Self::UnregisteredType { event_type }
+            | Self::UnregisteredVersion { event_type, .. }
+            | Self::SchemaViolation { event_type, .. }
+            | Self::ForbiddenKey { event_type, .. }
+            | Self::CredentialShaped { event_type, .. }
+            | Self::Oversize { event_type, .. } => event_type,
+        }
+    }
+}
+
+/// Why an append failed. Neither `Display` nor `Debug` ever shows a payload value.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AppendError {
+    /// The event was refused; a reject row was recorded and nothing else written.
+    #[error("append refused: {0}")]
+    Rejected(Rejection),
+    /// An event of a batch was refused; the whole batch was refused, a reject row was recorded
+    /// for every refused event and nothing else written.
+    #[error("batch append refused: event {index} (of {rejected} refused): {rejection}")]
+    BatchRejected {
+        /// Index of the first refused event in the batch.
+        index: usize,
+        /// Why it was refused.
+        rejection: Rejection,
+        /// How many events of the batch were refused.
+        rejected: usize,
+    },
+    /// The payload did not serialize (a producer function's error).
+    #[error(transparent)]
+    Payload(#[from] PayloadError),
+    /// The idempotency key repeated, but the first event is not visible to this transaction
+    /// (it was committed after a `REPEATABLE READ` snapshot began): retry the transaction.
+    #[error(
+        "idempotency key of producer class {producer_class} is taken by an event this transaction cannot see; retry the transaction"
+    )]
+    IdempotencyConflict {
+        /// Producer class.
+        producer_class: String,
+    },
+    /// The database failed.
+    #[error("outbox database error: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+impl AppendError {
+    /// The rejection, when the append (or an event of the batch) was refused.
+    pub fn rejection(&self) -> Option<&Rejection> {
+        match self {
+            Self::Rejected(rejection) | Self::BatchRejected { rejection, .. } => Some(rejection),
+            _ => None,
+        }
+    }
+}
+
+/// A registered schema did not compile.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the schema of {event_type} {version} does not compile: {message}")]
+pub struct SchemaCompileError {
+    /// Event type.
+    pub event_type: &'static str,
+    /// Version.
+    pub version: &'static str,
+    /// The validator's message (about the schema, never a payload).
+    pub message: String,
+}
+
+/// An event that passed every check, ready to insert.
+#[derive(Debug, Clone)]
+pub(crate) struct CheckedEvent<'a> {
+    pub(crate) descriptor: &'static EventDescriptor,
+    /// The payload as canonical JSON (keys sorted, no whitespace).
+    pub(crate) payload: String,
+    /// The consumers the event fans out to.
+    pub(crate) consumers: &'a [&'static str],
+}
+
+/// A refused event: why, and the digest of its canonical payload.
+#[derive(Debug, Clone)]
+pub(crate) struct Refused {
+    pub(crate) rejection: Rejection,
+    pub(crate) version: String,
+    pub(crate) digest: String,
+}
+
+struct VersionEntry {
+    validator: jsonschema::Validator,
+    consumers: Vec<&'static str>,
+}
+
+struct EventEntry {
+    descriptor: &'static EventDescriptor,
+    versions: HashMap<&'static str, VersionEntry>,
+}
+
+/// The compiled registry: one validator per event version (compiled once), the fan-out of each
+/// version and the payload policy. Store-independent.
+pub struct Checker {
+    registry: Registry,
+    events: HashMap<&'static str, EventEntry>,
+    policy: CompiledPolicy,
+}
+
+impl std::fmt::Debug for Checker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checker")
+            .field("project", &self.registry.project)
+            .field("digest", &self.registry.digest)
+            .field("events", &self.events.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Checker {
+    /// Compiles every schema of `registry` (formats on) and the fan-out of every version.
+    ///
+    /// # Errors
+    /// [`SchemaCompileError`] when a registered schema is not valid JSON or not a valid schema.
+    pub fn new(registry: Registry, policy: &PayloadPolicy) -> Result<Self, SchemaCompileError> {
+        let mut events = HashMap::with_capacity(registry.events.len());
+        for descriptor in registry.events {
+            let mut versions = HashMap::with_capacity(descriptor.versions.len());
+            for version in descriptor.versions {
+                let fail = |message: String| SchemaCompileError {
+                    event_type: descriptor.name,
+                    version: version.version,
+                    message,
+                };
+                let schema: Value =
+                    serde_json::from_str(version.schema).map_err(|e| fail(e.to_string()))?;
+                let validator = jsonschema::draft202012::options()
+                    .should_validate_formats(true)
+                    .build(&schema)
+                    .map_err(|e| fail(e.to_string()))?;
+                let consumers: Vec<&'static str> = registry
+                    .subscribers(descriptor.name, version.version)
+                    .map(|consumer| consumer.name)
+                    .collect();
+                versions.insert(
+                    version.version,
+                    VersionEntry {
+                        validator,
+                        consumers,
+                    },
+                );
+            }
+            events.insert(
+                descriptor.name,
+                EventEntry {
+                    descriptor,
+                    versions,
+                },
+            );
+        }
+        Ok(Self {
+            registry,
+            events,
+            policy: policy.compile(),
+        })
+    }
+
+    /// The registry the checker was built from.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Checks one event in the documented order.
+    pub(crate) fn check(&self, event: &OutgoingEvent) -> Result<CheckedEvent<'_>, Box<Refused>> {
+        let payload = canonical_json(&event.payload);
+        let refuse = |rejection: Rejection| {
+            Box::new(Refused {
+                rejection,
+                version: event.version.to_owned(),
+                digest: sha256_hex(payload.as_bytes()),
+            })
+        };
+        let event_type = || event.event_type.to_owned();
+        let version = || event.version.to_owned();
+
+        let Some(entry) = self.events.get(event.event_type) else {
+            return Err(refuse(Rejection::UnregisteredType {
+                event_type: event_type(),
+            }));
+        };
+        let Some(version_entry) = entry.versions.get(event.version) else {
+            return Err(refuse(Rejection::UnregisteredVersion {
+                event_type: event_type(),
+                version: version(),
+            }));
+        };
+        if let Err(error) = version_entry.validator.validate(&event.payload) {
+            return Err(refuse(Rejection::SchemaViolation {
+                event_type: event_type(),
+                version: version(),
+                pointer: error.instance_path().as_str().to_owned(),
+                keyword: error.kind().keyword().to_owned(),
+            }));
+        }
+        if let Some(finding) = self.policy.scan(&event.payload) {
+            return Err(refuse(match finding {
+                Finding::DeniedKey { pointer, entry } => Rejection::ForbiddenKey {
+                    event_type: event_type(),
+                    version: version(),
+                    pointer,
+                    entry,
+                },
+                Finding::CredentialKey { pointer, name } => Rejection::CredentialShaped {
+                    event_type: event_type(),
+                    version: version(),
+                    pointer,
+                    what: CredentialKind::Key(name),
+                },
+                Finding::CredentialValue { pointer, shape } => Rejection::CredentialShaped {
+                    event_type: event_type(),
+                    version: version(),
+                    pointer,
+                    what: CredentialKind::Value(shape),
+                },
+            }));
+        }
+        let cap = entry
+            .descriptor
+            .max_payload_bytes
+            .min(self.policy.hard_max_bytes);
+        if payload.len() > cap as usize {
+            return Err(refuse(Rejection::Oversize {
+                event_type: event_type(),
+                version: version(),
+                bytes: payload.len(),
+                cap,
+            }));
+        }
+        Ok(CheckedEvent {
+            descriptor: entry.descriptor,
+            payload,
+            consumers: &version_entry.consumers,
+        })
+    }
+}
+
+/// The order key of an event: the payload's order-key fields, else the aggregate key of the
+/// options, else the event id (an event that orders with nothing).
+pub(crate) fn order_key(event: &OutgoingEvent, options: &AppendOptions, id: uuid::Uuid) -> String {
+    event
+        .order_key
+        .clone()
+        .or_else(|| options.aggregate_key.clone())
+        .unwrap_or_else(|| id.to_string())
+}
+
+/// Canonical JSON: object keys sorted (by their UTF-8 bytes), no whitespace; the same form the
+/// registry digests use.
+pub fn canonical_json(value: &Value) -> String {
+    let mut out = String::with_capacity(128);
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (index, (key, child)) in entries.into_iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                write_string(key, out);
+                out.push(':');
+                write_canonical(child, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (index, child) in items.iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                write_canonical(child, out);
+            }
+            out.push(']');
+        }
+        Value::String(text) => write_string(text, out),
+        Value::Null => out.push_str("null"),
+        Value::Bool(flag) => out.push_str(if *flag { "true" } else { "false" }),
+        Value::Number(number) => {
+            let _ = write!(out, "{number}");
+        }
+    }
+}
+
+fn write_string(text: &str, out: &mut String) {
+    // serde_json's escaping of a string is infallible.
+    match serde_json::to_string(text) {
+        Ok(quoted) => out.push_str(&quoted),
+        Err(_) => out.push_str("\"\""),
+    }
+}
+
+/// SHA-256 of `bytes`, lower-case hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    let mut out = String::with_capacity(64);
+    for byte in digest {
+        let _ = write!(out, "{byte:02x}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn canonical_json_sorts_keys_and_drops_whitespace() {
+        let value = json!({"b": [1, {"z": null, "a": "x\"y"}], "a": true});
+        assert_eq!(
+            canonical_json(&value),
+            r#"{"a":true,"b":[1,{"a":"x\"y","z":null}]}"#
+        );
+    }
+
+    #[test]
+    fn digests_are_lower_case_hex() {
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn rejections_name_their_reason_codes() {
+        let rejection = Rejection::CredentialShaped {
+            event_type: "a.b".into(),
+            version: "1.0.0".into(),
+            pointer: "/x".into(),
+            what: CredentialKind::Value(CredentialShape::Jwt),
+        };
+        assert_eq!(rejection.reason_code(), "credential_value");
+        assert_eq!(
+            rejection.to_string(),
+            "payload of a.b 1.0.0 has a credential-shaped value (jwt) at `/x`"
+        );
+    }
+}

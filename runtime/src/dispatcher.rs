@@ -1,0 +1,824 @@
+//! The dispatcher: worker tasks that claim deliveries, run consumer handlers and end every
+//! attempt with a fenced ack or fail (docs/runtime.md, "Dispatch").
+//!
+//! ```no_run
+//! # use evc_runtime::dispatcher::{BoxFuture, Dispatcher, DispatcherConfig, DynHandler, HandlerContext};
+//! # use evc_runtime::{HandlerError, PgStore};
+//! struct Audit;
+//!
+//! impl DynHandler for Audit {
+//!     fn handle<'a>(&'a self, mut context: HandlerContext<'a>) -> BoxFuture<'a, Result<(), HandlerError>> {
+//!         Box::pin(async move {
+//!             let lease = context.claimed.lease.clone();
+//!             let store = context.store;
+//!             let tx = context.transaction().ok_or_else(|| HandlerError::permanent("not_transactional"))?;
+//!             // The effect row, the handler's own writes and the ack commit together.
+//!             if store.record_effect(tx, &lease, &lease.event_id.to_string(), "-").await
+//!                 .map_err(|_| HandlerError::transient("fenced"))?
+//!             {
+//!                 // ... write the side effect on `tx` ...
+//!             }
+//!             Ok(())
+//!         })
+//!     }
+//! }
+//!
+//! # async fn run(store: PgStore) -> Result<(), Box<dyn std::error::Error>> {
+//! let handle = Dispatcher::new(store, DispatcherConfig::default())
+//!     .consumer("audit.log", Audit)?
+//!     .start();
+//! // ... until the process should stop ...
+//! let report = handle.shutdown().await; // stop claiming, drain, release leases
+//! # let _ = report; Ok(()) }
+//! ```
+//!
+//! Per consumer, [`DispatcherConfig::workers`] tasks each loop: claim a batch
+//! ([`crate::Store::claim`]); run its deliveries one after another — a *transactional* handler
+//! inside a transaction that first fences the lease ([`crate::Store::lock_lease`]) and ends
+//! with the ack, a *leased* handler outside any transaction followed by a fenced ack — while
+//! renewing the batch's leases every [`DispatcherConfig::renew_every`]; end a failed attempt
+//! with the [`RetryPolicy`]'s decision ([`crate::Store::fail`]). An idle worker waits for a
+//! notification on [`crate::store::postgres::NOTIFY_CHANNEL`] naming its consumer, its own
+//! next retry, or the polling interval, whichever comes first. Beside the workers: one
+//! `LISTEN` task, one lease-expiry recovery task and one heartbeat task.
+//!
+//! Shutdown ([`DispatcherHandle::shutdown`]): workers stop claiming, finish the handler they
+//! are running, skip the rest of their batch and release every lease they still hold
+//! ([`crate::Store::release`]); then the helper tasks stop.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnection, PgListener};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, Interval, MissedTickBehavior};
+
+use crate::handler::{Delivery, FailureClass, HandlerError};
+use crate::registry::HandlerKind;
+use crate::retry::{RetryDecision, RetryPolicy, SplitMix64};
+use crate::store::postgres::{NOTIFY_CHANNEL, PgStore};
+use crate::store::{Claimed, DispatchError, Lease};
+
+/// A boxed, sendable future: what [`DynHandler::handle`] returns.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a handler is called with.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct HandlerContext<'a> {
+    /// The claimed delivery: its lease (token), the delivery and the payload.
+    pub claimed: &'a Claimed,
+    /// The store, for fenced effect writes ([`PgStore::record_effect`]).
+    pub store: &'a PgStore,
+    transaction: Option<&'a mut PgConnection>,
+}
+
+impl<'a> HandlerContext<'a> {
+    /// A context (the dispatcher builds these; public for tests of handlers).
+    pub fn new(
+        claimed: &'a Claimed,
+        store: &'a PgStore,
+        transaction: Option<&'a mut PgConnection>,
+    ) -> Self {
+        Self {
+            claimed,
+            store,
+            transaction,
+        }
+    }
+
+    /// The delivery.
+    pub fn delivery(&self) -> &Delivery {
+        &self.claimed.delivery
+    }
+
+    /// The event's payload.
+    pub fn payload(&self) -> &serde_json::Value {
+        &self.claimed.payload
+    }
+
+    /// The lease (its fencing token is what effect writes present).
+    pub fn lease(&self) -> &Lease {
+        &self.claimed.lease
+    }
+
+    /// The transactional kind's transaction: the handler's writes on it commit with the
+    /// effect row and the ack, or roll back with them. `None` for the leased kind.
+    pub fn transaction(&mut self) -> Option<&mut PgConnection> {
+        self.transaction.as_deref_mut()
+    }
+}
+
+/// A consumer handler behind a trait object: takes the delivery and its payload (JSON), answers
+/// with a [`HandlerError`] when it fails. The generated consumer traits adapt to it.
+pub trait DynHandler: Send + Sync + 'static {
+    /// Handles one delivery. A panic counts as a [`FailureClass::Poison`] failure with code
+    /// `handler_panicked`.
+    fn handle<'a>(&'a self, context: HandlerContext<'a>)
+    -> BoxFuture<'a, Result<(), HandlerError>>;
+}
+
+/// Dispatcher settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DispatcherConfig {
+    /// Lease owner prefix; each worker's owner is `<owner>/<consumer>/<n>`. Unique per process.
+    pub owner: String,
+    /// Worker tasks per consumer.
+    pub workers: usize,
+    /// Deliveries per claim.
+    pub batch: u32,
+    /// Lease length.
+    pub lease: Duration,
+    /// Renewal interval of held leases while a handler runs (well below `lease`).
+    pub renew_every: Duration,
+    /// How long an idle worker waits without a notification before claiming again.
+    pub poll_interval: Duration,
+    /// Lease-expiry recovery interval.
+    pub recovery_interval: Duration,
+    /// Heartbeat interval.
+    pub heartbeat_interval: Duration,
+    /// Whether to `LISTEN` for append notifications (else polling only).
+    pub listen: bool,
+    /// Jitter seed (each worker derives its own); `None`: from entropy.
+    pub seed: Option<u64>,
+}
+
+impl Default for DispatcherConfig {
+    fn default() -> Self {
+        let mut rng = SplitMix64::from_entropy();
+        Self {
+            owner: format!("evc-{}-{:08x}", std::process::id(), rng.next_u64() as u32),
+            workers: 4,
+            batch: 50,
+            lease: Duration::from_secs(30),
+            renew_every: Duration::from_secs(10),
+            poll_interval: Duration::from_secs(1),
+            recovery_interval: Duration::from_secs(5),
+            heartbeat_interval: Duration::from_secs(10),
+            listen: true,
+            seed: None,
+        }
+    }
+}
+
+impl DispatcherConfig {
+    /// Sets the owner prefix.
+    #[must_use]
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = owner.into();
+        self
+    }
+
+    /// Sets the workers per consumer (at least 1).
+    #[must_use]
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.workers = workers.max(1);
+        self
+    }
+
+    /// Sets the claim batch size (at least 1).
+    #[must_use]
+    pub fn batch(mut self, batch: u32) -> Self {
+        self.batch = batch.max(1);
+        self
+    }
+
+    /// Sets the lease length and renews every third of it.
+    #[must_use]
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self.renew_every = (lease / 3).max(Duration::from_millis(1));
+        self
+    }
+
+    /// Sets the polling interval.
+    #[must_use]
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// Sets the recovery interval.
+    #[must_use]
+    pub fn recovery_interval(mut self, interval: Duration) -> Self {
+        self.recovery_interval = interval;
+        self
+    }
+
+    /// Sets the heartbeat interval.
+    #[must_use]
+    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
+        self.heartbeat_interval = interval;
+        self
+    }
+
+    /// Turns `LISTEN` on or off.
+    #[must_use]
+    pub fn listen(mut self, listen: bool) -> Self {
+        self.listen = listen;
+        self
+    }
+
+    /// Seeds the jitter.
+    #[must_use]
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+}
+
+/// Counts of what a dispatcher did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DispatchStats {
+    /// Deliveries claimed.
+    pub claimed: u64,
+    /// Attempts acked.
+    pub acked: u64,
+    /// Attempts failed and scheduled again.
+    pub retried: u64,
+    /// Attempts that dead-lettered their delivery.
+    pub dead: u64,
+    /// Attempts that quarantined their delivery.
+    pub quarantined: u64,
+    /// Fenced operations of this dispatcher refused for a stale token.
+    pub stale: u64,
+    /// Leases released at shutdown.
+    pub released: u64,
+    /// Leases recovered after expiry by this dispatcher's recovery task.
+    pub recovered: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    claimed: AtomicU64,
+    acked: AtomicU64,
+    retried: AtomicU64,
+    dead: AtomicU64,
+    quarantined: AtomicU64,
+    stale: AtomicU64,
+    released: AtomicU64,
+    recovered: AtomicU64,
+}
+
+impl Counters {
+    fn snapshot(&self) -> DispatchStats {
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        DispatchStats {
+            claimed: get(&self.claimed),
+            acked: get(&self.acked),
+            retried: get(&self.retried),
+            dead: get(&self.dead),
+            quarantined: get(&self.quarantined),
+            stale: get(&self.stale),
+            released: get(&self.released),
+            recovered: get(&self.recovered),
+        }
+    }
+}
+
+fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+/// One consumer the dispatcher serves.
+struct ConsumerSetup {
+    name: String,
+    kind: HandlerKind,
+    per_key: bool,
+    policy: RetryPolicy,
+    handler: Arc<dyn DynHandler>,
+}
+
+/// A dispatcher for one or more consumers over one store. Build it, add consumers, then
+/// [`Dispatcher::start`].
+pub struct Dispatcher {
+    store: PgStore,
+    config: DispatcherConfig,
+    consumers: Vec<ConsumerSetup>,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("config", &self.config)
+            .field(
+                "consumers",
+                &self.consumers.iter().map(|c| &c.name).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Dispatcher {
+    /// A dispatcher with no consumers yet.
+    pub fn new(store: PgStore, config: DispatcherConfig) -> Self {
+        Self {
+            store,
+            config,
+            consumers: Vec::new(),
+        }
+    }
+
+    /// Serves the registered consumer `name` with `handler`: its handler kind, per-key ordering
+    /// and retry policy come from the static registry.
+    ///
+    /// # Errors
+    /// [`DispatchError::UnknownConsumer`], [`DispatchError::UnknownRetryPolicy`] or
+    /// [`DispatchError::RetryPolicy`].
+    pub fn consumer(self, name: &str, handler: impl DynHandler) -> Result<Self, DispatchError> {
+        let registry = self.store.registry();
+        let descriptor = registry
+            .consumer(name)
+            .ok_or_else(|| DispatchError::UnknownConsumer(name.to_owned()))?;
+        let policy = registry
+            .retry_policies
+            .iter()
+            .find(|p| p.name == descriptor.retry_policy)
+            .ok_or_else(|| DispatchError::UnknownRetryPolicy {
+                consumer: name.to_owned(),
+                policy: descriptor.retry_policy.to_owned(),
+            })?;
+        let policy = RetryPolicy::from_descriptor(policy)?;
+        Ok(self.consumer_with_policy(
+            name,
+            descriptor.handler,
+            descriptor.per_key_ordering,
+            policy,
+            handler,
+        ))
+    }
+
+    /// Serves consumer `name` with explicit settings instead of the registry's (operations
+    /// overrides, tests).
+    pub fn consumer_with_policy(
+        mut self,
+        name: &str,
+        kind: HandlerKind,
+        per_key: bool,
+        policy: RetryPolicy,
+        handler: impl DynHandler,
+    ) -> Self {
+        self.consumers.push(ConsumerSetup {
+            name: name.to_owned(),
+            kind,
+            per_key,
+            policy,
+            handler: Arc::new(handler),
+        });
+        self
+    }
+
+    /// Starts the worker, listener, recovery and heartbeat tasks on the current tokio runtime.
+    pub fn start(self) -> DispatcherHandle {
+        let (shutdown, signal) = watch::channel(false);
+        let counters = Arc::new(Counters::default());
+        let config = Arc::new(self.config);
+        let mut wakers: HashMap<String, Arc<Notify>> = HashMap::new();
+        let mut workers = Vec::new();
+        let mut owners = Vec::new();
+        let mut index = 0u64;
+        for consumer in self.consumers {
+            let consumer = Arc::new(consumer);
+            let wake = Arc::clone(
+                wakers
+                    .entry(consumer.name.clone())
+                    .or_insert_with(|| Arc::new(Notify::new())),
+            );
+            for n in 0..config.workers {
+                index += 1;
+                let owner = format!("{}/{}/{n}", config.owner, consumer.name);
+                owners.push((owner.clone(), consumer.name.clone()));
+                let rng = match config.seed {
+                    Some(seed) => SplitMix64::seeded(seed ^ index.wrapping_mul(0x9E37_79B9)),
+                    None => SplitMix64::from_entropy(),
+                };
+                let worker = Worker {
+                    store: self.store.clone(),
+                    config: Arc::clone(&config),
+                    consumer: Arc::clone(&consumer),
+                    owner,
+                    wake: Arc::clone(&wake),
+                    shutdown: signal.clone(),
+                    counters: Arc::clone(&counters),
+                    rng,
+                };
+                workers.push(tokio::spawn(worker.run()));
+            }
+        }
+        let mut helpers = Vec::new();
+        if config.listen && !wakers.is_empty() {
+            helpers.push(tokio::spawn(listen(
+                self.store.clone(),
+                wakers,
+                config.poll_interval,
+                signal.clone(),
+            )));
+        }
+        helpers.push(tokio::spawn(recover(
+            self.store.clone(),
+            config.recovery_interval,
+            Arc::clone(&counters),
+            signal.clone(),
+        )));
+        helpers.push(tokio::spawn(heartbeat(
+            self.store.clone(),
+            owners,
+            config.heartbeat_interval,
+            signal,
+        )));
+        DispatcherHandle {
+            shutdown,
+            workers,
+            helpers,
+            counters,
+        }
+    }
+}
+
+/// A running dispatcher.
+#[derive(Debug)]
+pub struct DispatcherHandle {
+    shutdown: watch::Sender<bool>,
+    workers: Vec<JoinHandle<()>>,
+    helpers: Vec<JoinHandle<()>>,
+    counters: Arc<Counters>,
+}
+
+impl DispatcherHandle {
+    /// What the dispatcher did so far.
+    pub fn stats(&self) -> DispatchStats {
+        self.counters.snapshot()
+    }
+
+    /// Graceful shutdown: stop claiming, let running handlers finish, release the leases still
+    /// held, stop the helper tasks. Returns the final counts.
+    pub async fn shutdown(self) -> DispatchStats {
+        let _ = self.shutdown.send(true);
+        for task in self.workers.into_iter().chain(self.helpers) {
+            if let Err(error) = task.await {
+                tracing::error!(%error, "dispatcher task ended abnormally");
+            }
+        }
+        self.counters.snapshot()
+    }
+}
+
+struct Worker {
+    store: PgStore,
+    config: Arc<DispatcherConfig>,
+    consumer: Arc<ConsumerSetup>,
+    owner: String,
+    wake: Arc<Notify>,
+    shutdown: watch::Receiver<bool>,
+    counters: Arc<Counters>,
+    rng: SplitMix64,
+}
+
+impl Worker {
+    fn stopping(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    async fn run(mut self) {
+        // The earliest moment a delivery this worker scheduled for retry becomes due.
+        let mut next_due: Option<Instant> = None;
+        while !self.stopping() {
+            let wake = Arc::clone(&self.wake);
+            let notified = wake.notified();
+            tokio::pin!(notified);
+            // Registered before the claim, so a notification during the claim is not lost.
+            notified.as_mut().enable();
+            let claimed = self
+                .store
+                .claim(
+                    &self.consumer.name,
+                    &self.owner,
+                    self.config.batch,
+                    self.config.lease,
+                    self.consumer.per_key,
+                )
+                .await;
+            match claimed {
+                Ok(batch) if !batch.is_empty() => {
+                    add(&self.counters.claimed, batch.len() as u64);
+                    if let Some(due) = self.run_batch(batch).await {
+                        next_due = Some(next_due.map_or(due, |d| d.min(due)));
+                    }
+                    continue;
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(consumer = %self.consumer.name, %error, "claim failed");
+                }
+            }
+            let now = Instant::now();
+            let mut wait = self.config.poll_interval;
+            if let Some(due) = next_due {
+                if due <= now {
+                    next_due = None;
+                    continue;
+                }
+                wait = wait.min(due - now);
+            }
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep(wait) => {}
+                changed = self.shutdown.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                }
+            }
+            if next_due.is_some_and(|due| due <= Instant::now()) {
+                next_due = None;
+            }
+        }
+        match self.store.release(&self.owner).await {
+            Ok(released) => add(&self.counters.released, released),
+            Err(error) => {
+                tracing::warn!(owner = %self.owner, %error, "could not release leases; they expire");
+            }
+        }
+    }
+
+    /// Runs a claimed batch in order; returns when the earliest retry it scheduled is due.
+    async fn run_batch(&mut self, batch: Vec<Claimed>) -> Option<Instant> {
+        let mut remaining: VecDeque<Claimed> = batch.into();
+        let mut ticker = tokio::time::interval_at(
+            Instant::now() + self.config.renew_every,
+            self.config.renew_every,
+        );
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut next_due = None;
+        while let Some(mut claimed) = remaining.pop_front() {
+            if self.stopping() {
+                // Not started: released with the rest at the end of `run`.
+                break;
+            }
+            claimed.lease.mark_started();
+            let outcome = match self.consumer.kind {
+                HandlerKind::Transactional => {
+                    self.run_transactional(&claimed, &remaining, &mut ticker)
+                        .await
+                }
+                HandlerKind::Leased => self.run_leased(&claimed, &remaining, &mut ticker).await,
+            };
+            let failure = match outcome {
+                Ok(None) => {
+                    add(&self.counters.acked, 1);
+                    continue;
+                }
+                Ok(Some(failure)) => failure,
+                Err(error) => {
+                    self.count_error(&error);
+                    continue;
+                }
+            };
+            let decision =
+                self.consumer
+                    .policy
+                    .decide(failure.class, claimed.lease.attempt, &mut self.rng);
+            match self
+                .store
+                .fail(&claimed.lease, failure.class, &failure.code, decision)
+                .await
+            {
+                Ok(()) => match decision {
+                    RetryDecision::Retry(delay) => {
+                        add(&self.counters.retried, 1);
+                        let due = Instant::now() + delay;
+                        next_due = Some(next_due.map_or(due, |d: Instant| d.min(due)));
+                    }
+                    RetryDecision::Dead => add(&self.counters.dead, 1),
+                    RetryDecision::Quarantine => add(&self.counters.quarantined, 1),
+                },
+                Err(error) => self.count_error(&error),
+            }
+        }
+        next_due
+    }
+
+    fn count_error(&self, error: &DispatchError) {
+        if error.is_stale_token() {
+            add(&self.counters.stale, 1);
+        } else {
+            tracing::warn!(consumer = %self.consumer.name, %error, "delivery not settled; its lease expires");
+        }
+    }
+
+    /// The transactional kind: fence, handler, ack, all in one transaction. `Ok(None)`: acked;
+    /// `Ok(Some(failure))`: the handler failed and everything it wrote was rolled back.
+    async fn run_transactional(
+        &self,
+        claimed: &Claimed,
+        remaining: &VecDeque<Claimed>,
+        ticker: &mut Interval,
+    ) -> Result<Option<HandlerError>, DispatchError> {
+        let mut tx = self.store.pool().begin().await?;
+        // Row-locks the delivery: recovery and renewal leave it alone until we commit.
+        self.store.lock_lease(&mut tx, &claimed.lease).await?;
+        // The current delivery's row is locked by `tx`; renewing it from another connection
+        // would wait for `tx`, so only the rest of the batch is renewed.
+        let held: Vec<&Lease> = remaining.iter().map(|c| &c.lease).collect();
+        let handler = Arc::clone(&self.consumer.handler);
+        let result = {
+            let context = HandlerContext::new(claimed, &self.store, Some(&mut *tx));
+            let future = CatchUnwind(handler.handle(context));
+            self.with_renewal(future, &held, ticker).await
+        };
+        match flatten(result) {
+            Ok(()) => {
+                self.store.ack_in(&mut tx, &claimed.lease).await?;
+                tx.commit().await?;
+                Ok(None)
+            }
+            Err(failure) => {
+                tx.rollback().await?;
+                Ok(Some(failure))
+            }
+        }
+    }
+
+    /// The leased kind: the handler outside any transaction, then a fenced ack.
+    async fn run_leased(
+        &self,
+        claimed: &Claimed,
+        remaining: &VecDeque<Claimed>,
+        ticker: &mut Interval,
+    ) -> Result<Option<HandlerError>, DispatchError> {
+        let held: Vec<&Lease> = std::iter::once(&claimed.lease)
+            .chain(remaining.iter().map(|c| &c.lease))
+            .collect();
+        let handler = Arc::clone(&self.consumer.handler);
+        let result = {
+            let context = HandlerContext::new(claimed, &self.store, None);
+            let future = CatchUnwind(handler.handle(context));
+            self.with_renewal(future, &held, ticker).await
+        };
+        match flatten(result) {
+            Ok(()) => {
+                self.store.ack(&claimed.lease).await?;
+                Ok(None)
+            }
+            Err(failure) => Ok(Some(failure)),
+        }
+    }
+
+    /// Drives `future`, renewing `held` leases on every tick meanwhile.
+    async fn with_renewal<F: Future + Unpin>(
+        &self,
+        mut future: F,
+        held: &[&Lease],
+        ticker: &mut Interval,
+    ) -> F::Output {
+        loop {
+            tokio::select! {
+                output = &mut future => return output,
+                _ = ticker.tick() => {
+                    if held.is_empty() {
+                        continue;
+                    }
+                    match self.store.renew(held, self.config.lease).await {
+                        Ok(renewed) if renewed < held.len() => {
+                            add(&self.counters.stale, (held.len() - renewed) as u64);
+                        }
+                        Ok(_) => {}
+                        Err(error) => tracing::warn!(%error, "lease renewal failed"),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A handler's result with a panic turned into a poison failure.
+fn flatten(result: std::thread::Result<Result<(), HandlerError>>) -> Result<(), HandlerError> {
+    match result {
+        Ok(result) => result,
+        Err(_) => Err(HandlerError::new(FailureClass::Poison, "handler_panicked")),
+    }
+}
+
+/// Catches a panic while polling the inner future.
+struct CatchUnwind<F>(F);
+
+impl<F: Future + Unpin> Future for CatchUnwind<F> {
+    type Output = std::thread::Result<F::Output>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = &mut self.0;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut *inner).poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+            Err(panic) => Poll::Ready(Err(panic)),
+        }
+    }
+}
+
+/// Wakes the workers of a consumer when an append notifies it. Reconnects after errors; the
+/// workers' polling covers what is missed meanwhile.
+async fn listen(
+    store: PgStore,
+    wakers: HashMap<String, Arc<Notify>>,
+    retry: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    while !*shutdown.borrow() {
+        let mut listener = match PgListener::connect_with(store.pool()).await {
+            Ok(listener) => listener,
+            Err(error) => {
+                tracing::warn!(%error, "LISTEN connection failed; polling meanwhile");
+                tokio::select! {
+                    () = tokio::time::sleep(retry) => continue,
+                    _ = shutdown.changed() => return,
+                }
+            }
+        };
+        if let Err(error) = listener.listen(NOTIFY_CHANNEL).await {
+            tracing::warn!(%error, "LISTEN failed; polling meanwhile");
+            tokio::select! {
+                () = tokio::time::sleep(retry) => continue,
+                _ = shutdown.changed() => return,
+            }
+        }
+        // Anything appended before LISTEN took effect is picked up by this wake-up.
+        wakers.values().for_each(|wake| wake.notify_waiters());
+        loop {
+            tokio::select! {
+                received = listener.recv() => match received {
+                    Ok(notification) => {
+                        if let Some(wake) = wakers.get(notification.payload()) {
+                            wake.notify_waiters();
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "LISTEN connection lost; reconnecting");
+                        break;
+                    }
+                },
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+}
+
+/// Lease-expiry recovery every `interval`.
+async fn recover(
+    store: PgStore,
+    interval: Duration,
+    counters: Arc<Counters>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    const LIMIT: u32 = 1_000;
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        loop {
+            match store.recover_expired(LIMIT).await {
+                Ok(recovered) => {
+                    add(&counters.recovered, recovered);
+                    if recovered < u64::from(LIMIT) {
+                        break;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "lease-expiry recovery failed");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Heartbeats of every worker every `interval`.
+async fn heartbeat(
+    store: PgStore,
+    owners: Vec<(String, String)>,
+    interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        if let Err(error) = store.heartbeat(&owners).await {
+            tracing::warn!(%error, "heartbeat failed");
+        }
+    }
+}

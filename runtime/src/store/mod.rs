@@ -1,0 +1,322 @@
+//! The store boundary: what producers and the dispatcher need from an outbox database.
+//!
+//! [`Store`] is the only thing the dispatcher and the producers talk to. PostgreSQL
+//! ([`postgres::PgStore`]) is the production store; an embedded store (SQLite) comes later
+//! behind the same trait, with the same checks ([`crate::append::Checker`]) and the same
+//! registry parity rules ([`parity`]).
+//!
+//! What a store provides, and in which part of the runtime it lands:
+//!
+//! | Method | Used by | Status |
+//! | --- | --- | --- |
+//! | [`Store::verify_registry`] | start-up of producers and dispatchers | implemented |
+//! | [`Store::append`] | producer functions (through [`crate::Publish`]) | implemented |
+//! | [`Store::append_batch`] | bulk producers | implemented |
+//! | [`Store::claim`] (`FOR UPDATE SKIP LOCKED`, lease owner, lease end, new fencing token, per-key head-of-line) | dispatcher | implemented |
+//! | [`Store::ack`], [`Store::ack_in`], [`Store::fail`], [`Store::renew`] (each presenting the fencing token; a stale token is rejected and counted) | dispatcher | implemented |
+//! | [`Store::lock_lease`] (the transactional kind's fence) | dispatcher | implemented |
+//! | [`Store::release`] (graceful shutdown), [`Store::recover_expired`] | dispatcher | implemented |
+//! | [`Store::record_effect`] (idempotent effect row, fenced) | consumer handlers | implemented |
+//!
+//! Appends run on the caller's connection ([`Store::Connection`], inside the caller's
+//! transaction), so an event commits or rolls back with the caller's own writes. Rejections are
+//! audited on the store's own connection so they survive the caller's rollback
+//! (docs/runtime.md, "Transaction semantics").
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use uuid::Uuid;
+
+use crate::append::{AppendError, AppendOptions, AppendReceipt, NewEvent, SchemaCompileError};
+use crate::handler::{Delivery, FailureClass};
+use crate::publish::OutgoingEvent;
+use crate::registry::Registry;
+use crate::retry::{RetryDecision, RetryPolicyError};
+use crate::trace::TraceContext;
+
+pub mod parity;
+pub mod postgres;
+
+pub use parity::{Drift, RegistryDrift, RegistryObject};
+
+/// An outbox store: appends events with their deliveries and, later, leases deliveries to the
+/// dispatcher.
+pub trait Store: Send + Sync {
+    /// The connection appends run on: the caller's transaction (`PgConnection` for PostgreSQL;
+    /// a `Transaction` dereferences to it).
+    type Connection: ?Sized + Send;
+
+    /// The static registry the store checks events against and fans out from.
+    fn registry(&self) -> &Registry;
+
+    /// Compares the database's registry mirror with the static registry. Producers and
+    /// dispatchers call it at start-up and refuse to start on drift.
+    ///
+    /// # Errors
+    /// [`StoreError::Drift`] naming every difference, or [`StoreError::Database`].
+    fn verify_registry(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Appends one event and its deliveries in the caller's transaction, after the checks of
+    /// [`crate::append`].
+    ///
+    /// # Errors
+    /// [`AppendError::Rejected`] when a check fails (one reject row is recorded, nothing else
+    /// is written); [`AppendError::Database`] when the database fails.
+    fn append(
+        &self,
+        connection: &mut Self::Connection,
+        event: OutgoingEvent,
+        options: AppendOptions,
+    ) -> impl Future<Output = Result<AppendReceipt, AppendError>> + Send;
+
+    /// Appends many events and their deliveries in the caller's transaction, in few
+    /// statements. Every event is checked first; one refused event refuses the whole batch.
+    /// Receipts come back in the order of `events`.
+    ///
+    /// # Errors
+    /// [`AppendError::BatchRejected`] naming the first refused event (a reject row is recorded
+    /// for every refused one, nothing else is written); [`AppendError::Database`].
+    fn append_batch(
+        &self,
+        connection: &mut Self::Connection,
+        events: Vec<NewEvent>,
+    ) -> impl Future<Output = Result<Vec<AppendReceipt>, AppendError>> + Send;
+
+    /// Claims up to `batch` due pending deliveries of `consumer` for `owner`, oldest first,
+    /// each leased until now + `lease` with its attempt counted and a new fencing token. With
+    /// `per_key` only the head of each key is claimed, and never while another delivery of the
+    /// key is leased: at most one delivery per key and consumer is in flight.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`] or [`DispatchError::Payload`].
+    fn claim(
+        &self,
+        consumer: &str,
+        owner: &str,
+        batch: u32,
+        lease: Duration,
+        per_key: bool,
+    ) -> impl Future<Output = Result<Vec<Claimed>, DispatchError>> + Send;
+
+    /// Acks a lease (fenced) and writes its `acked` attempt row, on the store's own connection
+    /// (the leased kind).
+    ///
+    /// # Errors
+    /// [`DispatchError::StaleToken`] (counted) when the lease's token is no longer current;
+    /// [`DispatchError::Database`].
+    fn ack(&self, lease: &Lease) -> impl Future<Output = Result<(), DispatchError>> + Send;
+
+    /// [`Store::ack`] on the caller's connection: the transactional kind acks in the handler's
+    /// transaction, so the handler's writes, its effect row and the ack commit together.
+    ///
+    /// # Errors
+    /// As [`Store::ack`].
+    fn ack_in(
+        &self,
+        connection: &mut Self::Connection,
+        lease: &Lease,
+    ) -> impl Future<Output = Result<(), DispatchError>> + Send;
+
+    /// Ends a failed attempt (fenced) as `decision` says — back to pending after the delay,
+    /// dead or quarantined — with the failure's class and code, and writes its attempt row.
+    ///
+    /// # Errors
+    /// As [`Store::ack`].
+    fn fail(
+        &self,
+        lease: &Lease,
+        class: FailureClass,
+        code: &str,
+        decision: RetryDecision,
+    ) -> impl Future<Output = Result<(), DispatchError>> + Send;
+
+    /// Extends the leases that still carry their tokens until now + `lease`; returns how many
+    /// were renewed. A lease not renewed was lost (its token is stale, counted).
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn renew(
+        &self,
+        leases: &[&Lease],
+        lease: Duration,
+    ) -> impl Future<Output = Result<usize, DispatchError>> + Send;
+
+    /// Locks the delivery of `lease` in the caller's transaction if its token is current: the
+    /// transactional kind's fence, taken before the handler runs, which also keeps lease-expiry
+    /// recovery off the row while the transaction runs.
+    ///
+    /// # Errors
+    /// [`DispatchError::StaleToken`] (counted); [`DispatchError::Database`].
+    fn lock_lease(
+        &self,
+        connection: &mut Self::Connection,
+        lease: &Lease,
+    ) -> impl Future<Output = Result<(), DispatchError>> + Send;
+
+    /// Graceful shutdown: every lease of `owner` back to pending as if never claimed (attempt
+    /// count restored, no attempt row, the token stays raised). Returns how many.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn release(&self, owner: &str) -> impl Future<Output = Result<u64, DispatchError>> + Send;
+
+    /// Lease-expiry recovery: up to `limit` leases that ended back to pending (attempt kept, an
+    /// attempt row with outcome `lease_expired`). Returns how many.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn recover_expired(
+        &self,
+        limit: u32,
+    ) -> impl Future<Output = Result<u64, DispatchError>> + Send;
+
+    /// Records a handler's effect once, in the caller's transaction, checked against the
+    /// lease's fencing token. `Ok(true)`: first time, perform the effect in the same
+    /// transaction; `Ok(false)`: recorded before (a redelivery), skip it.
+    ///
+    /// # Errors
+    /// [`DispatchError::StaleToken`] (counted) when the lease is no longer current;
+    /// [`DispatchError::Database`].
+    fn record_effect(
+        &self,
+        connection: &mut Self::Connection,
+        lease: &Lease,
+        effect_key: &str,
+        outcome_digest: &str,
+    ) -> impl Future<Output = Result<bool, DispatchError>> + Send;
+}
+
+/// A claimed delivery's lease: what every fenced operation presents.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Lease {
+    /// The event.
+    pub event_id: Uuid,
+    /// The consumer.
+    pub consumer: String,
+    /// The lease owner (one dispatcher worker).
+    pub owner: String,
+    /// The fencing token the claim set; only the latest claim's token is current.
+    pub token: i64,
+    /// The attempt number, from 1.
+    pub attempt: u32,
+    /// The database's clock at the claim, in epoch seconds.
+    pub claimed_at: f64,
+    /// When the handler started, in epoch seconds of the database's clock (the claim time
+    /// until [`Lease::mark_started`]); the attempt row's `started_at`.
+    pub started_at: f64,
+    claimed: Instant,
+}
+
+impl Lease {
+    /// A lease as a claim returns it.
+    pub fn new(
+        event_id: Uuid,
+        consumer: impl Into<String>,
+        owner: impl Into<String>,
+        token: i64,
+        attempt: u32,
+        claimed_at: f64,
+    ) -> Self {
+        Self {
+            event_id,
+            consumer: consumer.into(),
+            owner: owner.into(),
+            token,
+            attempt,
+            claimed_at,
+            started_at: claimed_at,
+            claimed: Instant::now(),
+        }
+    }
+
+    /// Marks the handler's start: the claim's database time plus the local time elapsed since.
+    pub fn mark_started(&mut self) {
+        self.started_at = self.claimed_at + self.claimed.elapsed().as_secs_f64();
+    }
+}
+
+/// A claimed delivery: its lease, what the handler is told and the event's payload.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Claimed {
+    /// The lease every fenced operation presents.
+    pub lease: Lease,
+    /// The delivery as a handler sees it.
+    pub delivery: Delivery,
+    /// The event's global append order.
+    pub event_seq: i64,
+    /// The event's order key.
+    pub order_key: String,
+    /// The event's payload.
+    pub payload: serde_json::Value,
+    /// The event's W3C trace context, if it carried one.
+    pub trace: Option<TraceContext>,
+}
+
+/// Why a dispatch operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DispatchError {
+    /// The lease's fencing token is no longer current: the lease expired and the delivery was
+    /// recovered (and maybe claimed again), or it was acked, failed or released. Nothing was
+    /// written; the store counts these.
+    #[error("stale fencing token {token} for delivery {event_id} of consumer {consumer}")]
+    StaleToken {
+        /// The event.
+        event_id: Uuid,
+        /// The consumer.
+        consumer: String,
+        /// The token presented.
+        token: i64,
+    },
+    /// A consumer handed to the dispatcher is not in the static registry.
+    #[error("consumer {0} is not registered")]
+    UnknownConsumer(String),
+    /// A consumer names a retry policy the static registry lacks.
+    #[error("consumer {consumer} names retry policy {policy}, which is not registered")]
+    UnknownRetryPolicy {
+        /// The consumer.
+        consumer: String,
+        /// The policy it names.
+        policy: String,
+    },
+    /// A retry policy names an unknown kind, jitter or failure class.
+    #[error(transparent)]
+    RetryPolicy(#[from] RetryPolicyError),
+    /// A claimed event's payload did not parse (the column is `jsonb`, so this means a broken
+    /// database).
+    #[error("payload of event {event_id} is not JSON: {source}")]
+    Payload {
+        /// The event.
+        event_id: Uuid,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// The database failed.
+    #[error("outbox database error: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+impl DispatchError {
+    /// Whether this is [`DispatchError::StaleToken`].
+    pub fn is_stale_token(&self) -> bool {
+        matches!(self, Self::StaleToken { .. })
+    }
+}
+
+/// Why a store could not be built or refuses to start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// A registered schema does not compile.
+    #[error(transparent)]
+    Schema(#[from] SchemaCompileError),
+    /// The database's registry differs from the static registry.
+    #[error(transparent)]
+    Drift(#[from] RegistryDrift),
+    /// The database failed.
+    #[error("outbox database error: {0}")]
+    Database(#[from] sqlx::Error),
+}

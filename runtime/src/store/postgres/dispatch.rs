@@ -1,0 +1,324 @@
+//! The PostgreSQL store's lease operations: claim, fenced ack / fail / renew, release,
+//! lease-expiry recovery and the idempotent effect row. Statements live in [`super::sql`];
+//! docs/runtime.md ("Dispatch") explains the claim and the fencing.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use sqlx::Row;
+use sqlx::postgres::{PgConnection, PgRow};
+use uuid::Uuid;
+
+use super::{PgStore, sql};
+use crate::handler::{Delivery, FailureClass};
+use crate::retry::RetryDecision;
+use crate::store::{Claimed, DispatchError, Lease};
+use crate::trace::TraceContext;
+
+/// Milliseconds of a duration as a bind parameter (`int8`).
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl PgStore {
+    /// Fenced operations refused so far because their token was stale (acks, fails, renewals,
+    /// effect writes, transactional fences). Monotonic for the life of the store.
+    pub fn stale_tokens(&self) -> u64 {
+        self.inner.stale_tokens.load(Ordering::Relaxed)
+    }
+
+    fn stale(&self, lease: &Lease) -> DispatchError {
+        self.inner.stale_tokens.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            event_id = %lease.event_id,
+            consumer = %lease.consumer,
+            token = lease.token,
+            "fenced operation refused: stale token"
+        );
+        DispatchError::StaleToken {
+            event_id: lease.event_id,
+            consumer: lease.consumer.clone(),
+            token: lease.token,
+        }
+    }
+
+    /// Claims a batch (see [`crate::Store::claim`]).
+    ///
+    /// Without per-key ordering: one statement ([`sql::CLAIM_BATCH`]). With it: one transaction
+    /// of two statements — candidates that head their key, row-locked `SKIP LOCKED` and
+    /// key-locked with a transaction-scoped advisory lock ([`sql::CLAIM_KEY_HEADS_LOCK`]), then
+    /// the lease, re-checking the head predicate on a snapshot taken after the key locks were
+    /// granted ([`sql::CLAIM_KEY_HEADS_LEASE`]).
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`] or [`DispatchError::Payload`].
+    pub async fn claim(
+        &self,
+        consumer: &str,
+        owner: &str,
+        batch: u32,
+        lease: Duration,
+        per_key: bool,
+    ) -> Result<Vec<Claimed>, DispatchError> {
+        let batch = i64::from(batch.max(1));
+        let rows = if per_key {
+            let mut tx = self.inner.pool.begin().await?;
+            let candidates: Vec<Uuid> = sqlx::query_scalar(sql::CLAIM_KEY_HEADS_LOCK)
+                .bind(consumer)
+                .bind(batch)
+                .fetch_all(&mut *tx)
+                .await?;
+            if candidates.is_empty() {
+                tx.rollback().await?;
+                return Ok(Vec::new());
+            }
+            let rows = sqlx::query(sql::CLAIM_KEY_HEADS_LEASE)
+                .bind(consumer)
+                .bind(&candidates)
+                .bind(owner)
+                .bind(millis(lease))
+                .fetch_all(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            rows
+        } else {
+            sqlx::query(sql::CLAIM_BATCH)
+                .bind(consumer)
+                .bind(batch)
+                .bind(owner)
+                .bind(millis(lease))
+                .fetch_all(&self.inner.pool)
+                .await?
+        };
+        rows.iter().map(|row| claimed(row, owner)).collect()
+    }
+
+    /// Acks a lease on the store's pool (see [`crate::Store::ack`]).
+    ///
+    /// # Errors
+    /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
+    pub async fn ack(&self, lease: &Lease) -> Result<(), DispatchError> {
+        let mut connection = self.inner.pool.acquire().await?;
+        self.ack_in(&mut connection, lease).await
+    }
+
+    /// Acks a lease on the caller's connection (see [`crate::Store::ack_in`]).
+    ///
+    /// # Errors
+    /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
+    pub async fn ack_in(
+        &self,
+        connection: &mut PgConnection,
+        lease: &Lease,
+    ) -> Result<(), DispatchError> {
+        let row = sqlx::query(sql::ACK_FENCED)
+            .bind(lease.event_id)
+            .bind(&lease.consumer)
+            .bind(lease.token)
+            .bind(lease.started_at)
+            .fetch_optional(connection)
+            .await?;
+        match row {
+            Some(_) => Ok(()),
+            None => Err(self.stale(lease)),
+        }
+    }
+
+    /// Ends a failed attempt (see [`crate::Store::fail`]).
+    ///
+    /// # Errors
+    /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
+    pub async fn fail(
+        &self,
+        lease: &Lease,
+        class: FailureClass,
+        code: &str,
+        decision: RetryDecision,
+    ) -> Result<(), DispatchError> {
+        let (status, outcome, delay) = match decision {
+            RetryDecision::Retry(delay) => ("pending", "retry", delay),
+            RetryDecision::Dead => ("dead", "dead", Duration::ZERO),
+            RetryDecision::Quarantine => ("quarantined", "quarantined", Duration::ZERO),
+        };
+        tracing::debug!(
+            event_id = %lease.event_id,
+            consumer = %lease.consumer,
+            attempt = lease.attempt,
+            class = class.as_str(),
+            code,
+            outcome,
+            "delivery attempt failed"
+        );
+        let row = sqlx::query(sql::FAIL_FENCED)
+            .bind(lease.event_id)
+            .bind(&lease.consumer)
+            .bind(lease.token)
+            .bind(status)
+            .bind(millis(delay))
+            .bind(code)
+            .bind(lease.started_at)
+            .bind(outcome)
+            .fetch_optional(&self.inner.pool)
+            .await?;
+        match row {
+            Some(_) => Ok(()),
+            None => Err(self.stale(lease)),
+        }
+    }
+
+    /// Extends leases (see [`crate::Store::renew`]); every lease not renewed counts as a stale
+    /// token.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    pub async fn renew(&self, leases: &[&Lease], lease: Duration) -> Result<usize, DispatchError> {
+        let Some(first) = leases.first() else {
+            return Ok(0);
+        };
+        let ids: Vec<Uuid> = leases.iter().map(|l| l.event_id).collect();
+        let tokens: Vec<i64> = leases.iter().map(|l| l.token).collect();
+        let renewed: Vec<Uuid> = sqlx::query_scalar(sql::RENEW_FENCED)
+            .bind(&ids)
+            .bind(&tokens)
+            .bind(&first.consumer)
+            .bind(millis(lease))
+            .fetch_all(&self.inner.pool)
+            .await?;
+        if renewed.len() < leases.len() {
+            for lost in leases.iter().filter(|l| !renewed.contains(&l.event_id)) {
+                let _ = self.stale(lost);
+            }
+        }
+        Ok(renewed.len())
+    }
+
+    /// Locks the lease's delivery in the caller's transaction if its token is current (see
+    /// [`crate::Store::lock_lease`]).
+    ///
+    /// # Errors
+    /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
+    pub async fn lock_lease(
+        &self,
+        connection: &mut PgConnection,
+        lease: &Lease,
+    ) -> Result<(), DispatchError> {
+        let held = sqlx::query(sql::LOCK_LEASE)
+            .bind(lease.event_id)
+            .bind(&lease.consumer)
+            .bind(lease.token)
+            .fetch_optional(connection)
+            .await?;
+        match held {
+            Some(_) => Ok(()),
+            None => Err(self.stale(lease)),
+        }
+    }
+
+    /// Releases every lease of `owner` (see [`crate::Store::release`]).
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    pub async fn release(&self, owner: &str) -> Result<u64, DispatchError> {
+        let released: i64 = sqlx::query_scalar(sql::RELEASE_LEASES)
+            .bind(owner)
+            .fetch_one(&self.inner.pool)
+            .await?;
+        Ok(u64::try_from(released).unwrap_or(0))
+    }
+
+    /// Recovers up to `limit` expired leases (see [`crate::Store::recover_expired`]).
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    pub async fn recover_expired(&self, limit: u32) -> Result<u64, DispatchError> {
+        let row = sqlx::query(sql::RECOVER_EXPIRED)
+            .bind(i64::from(limit.max(1)))
+            .fetch_one(&self.inner.pool)
+            .await?;
+        let recovered: i64 = row.try_get("recovered")?;
+        Ok(u64::try_from(recovered).unwrap_or(0))
+    }
+
+    /// Records an effect once, fenced (see [`crate::Store::record_effect`]).
+    ///
+    /// # Errors
+    /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
+    pub async fn record_effect(
+        &self,
+        connection: &mut PgConnection,
+        lease: &Lease,
+        effect_key: &str,
+        outcome_digest: &str,
+    ) -> Result<bool, DispatchError> {
+        let row = sqlx::query(sql::RECORD_EFFECT)
+            .bind(&lease.consumer)
+            .bind(effect_key)
+            .bind(lease.event_id)
+            .bind(outcome_digest)
+            .bind(lease.token)
+            .fetch_one(connection)
+            .await?;
+        let leased: i64 = row.try_get("leased")?;
+        let inserted: i64 = row.try_get("inserted")?;
+        if leased == 0 {
+            return Err(self.stale(lease));
+        }
+        Ok(inserted > 0)
+    }
+
+    /// Writes the heartbeat of every `(owner, consumer)` pair.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    pub async fn heartbeat(&self, workers: &[(String, String)]) -> Result<(), DispatchError> {
+        let owners: Vec<&str> = workers.iter().map(|(owner, _)| owner.as_str()).collect();
+        let consumers: Vec<&str> = workers
+            .iter()
+            .map(|(_, consumer)| consumer.as_str())
+            .collect();
+        sqlx::query(sql::HEARTBEAT)
+            .bind(&owners)
+            .bind(&consumers)
+            .execute(&self.inner.pool)
+            .await?;
+        Ok(())
+    }
+}
+
+/// A claimed row: the lease and the event.
+fn claimed(row: &PgRow, owner: &str) -> Result<Claimed, DispatchError> {
+    let event_id: Uuid = row.try_get("event_id")?;
+    let consumer: String = row.try_get("consumer")?;
+    let attempt: i32 = row.try_get("attempt")?;
+    let attempt = u32::try_from(attempt).unwrap_or(0);
+    let token: i64 = row.try_get("fencing_token")?;
+    let claimed_at: f64 = row.try_get("claimed_at")?;
+    let event_type: String = row.try_get("event_type")?;
+    let version: String = row.try_get("schema_version")?;
+    let payload: String = row.try_get("payload")?;
+    let payload = serde_json::from_str(&payload)
+        .map_err(|source| DispatchError::Payload { event_id, source })?;
+    let trace_id: Option<String> = row.try_get("trace_id")?;
+    let span_id: Option<String> = row.try_get("parent_span_id")?;
+    let flags: Option<String> = row.try_get("trace_flags")?;
+    let trace = match (trace_id, span_id, flags) {
+        (Some(trace_id), Some(span_id), Some(flags)) => u8::from_str_radix(&flags, 16)
+            .ok()
+            .and_then(|flags| TraceContext::new(trace_id, span_id, flags).ok()),
+        _ => None,
+    };
+    Ok(Claimed {
+        delivery: Delivery::new(
+            event_id.to_string(),
+            event_type,
+            version,
+            consumer.clone(),
+            attempt,
+        ),
+        lease: Lease::new(event_id, consumer, owner, token, attempt, claimed_at),
+        event_seq: row.try_get("event_seq")?,
+        order_key: row.try_get("order_key")?,
+        payload,
+        trace,
+    })
+}

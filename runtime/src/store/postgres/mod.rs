@@ -1,0 +1,653 @@
+//! The PostgreSQL store: appends in the caller's transaction, rejections audited on the
+//! store's pool, registry parity at start-up, and the fenced lease operations the dispatcher
+//! ([`crate::dispatcher`]) runs on.
+//!
+//! ```no_run
+//! # async fn example(pool: sqlx::PgPool, registry: evc_runtime::Registry,
+//! #     event: evc_runtime::OutgoingEvent) -> Result<(), Box<dyn std::error::Error>> {
+//! use evc_runtime::store::postgres::PgStore;
+//! use evc_runtime::{AppendOptions, PayloadPolicy, Publish};
+//!
+//! // Refuses to start when the database's registry differs from the compiled one.
+//! let store = PgStore::start(pool.clone(), registry, PayloadPolicy::default()).await?;
+//! let mut tx = pool.begin().await?;
+//! // ... the caller's own writes on `tx` ...
+//! let mut publisher = store
+//!     .publisher(&mut tx)
+//!     .with_options(AppendOptions::new().idempotency_key("order-42"));
+//! let receipt = publisher.publish(event).await?;
+//! tx.commit().await?; // the event, its deliveries and the notification, or nothing
+//! # let _ = receipt; Ok(()) }
+//! ```
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use sqlx::Row;
+use sqlx::postgres::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use crate::append::{
+    AppendError, AppendOptions, AppendReceipt, CheckedEvent, Checker, NewEvent, Refused, order_key,
+};
+use crate::handler::FailureClass;
+use crate::policy::PayloadPolicy;
+use crate::publish::{OutgoingEvent, Publish};
+use crate::registry::Registry;
+use crate::retry::RetryDecision;
+use crate::store::parity::{self, Mirror};
+use crate::store::{Claimed, DispatchError, Lease, RegistryDrift, Store, StoreError};
+
+mod dispatch;
+pub mod sql;
+
+pub use sql::NOTIFY_CHANNEL;
+
+/// Events per statement of a batch append. Large enough that per-statement costs vanish, small
+/// enough that one statement's arrays stay a few megabytes.
+const BATCH_CHUNK: usize = 5_000;
+
+/// The PostgreSQL outbox store. Cheap to clone (shared state behind an `Arc`).
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    pool: PgPool,
+    checker: Checker,
+    /// Fenced operations refused for a stale token (acks, fails, renewals, effect writes).
+    stale_tokens: AtomicU64,
+}
+
+impl PgStore {
+    /// A store over `pool` for `registry`: compiles every registered schema once (formats on)
+    /// and the fan-out of every event version. Does not touch the database; call
+    /// [`PgStore::verify_registry`] (or use [`PgStore::start`]) before serving.
+    ///
+    /// The pool records rejected appends on a connection of its own, so it must have a
+    /// connection to spare while a caller's transaction holds one.
+    ///
+    /// # Errors
+    /// [`StoreError::Schema`] when a registered schema does not compile.
+    pub fn new(
+        pool: PgPool,
+        registry: Registry,
+        policy: PayloadPolicy,
+    ) -> Result<Self, StoreError> {
+        let checker = Checker::new(registry, &policy)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                pool,
+                checker,
+                stale_tokens: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// [`PgStore::new`], then [`PgStore::verify_registry`]: a store that refuses to start on
+    /// registry drift.
+    ///
+    /// # Errors
+    /// [`StoreError::Schema`], [`StoreError::Drift`] or [`StoreError::Database`].
+    pub async fn start(
+        pool: PgPool,
+        registry: Registry,
+        policy: PayloadPolicy,
+    ) -> Result<Self, StoreError> {
+        let store = Self::new(pool, registry, policy)?;
+        store.verify_registry().await?;
+        Ok(store)
+    }
+
+    /// The pool rejections are recorded on.
+    pub fn pool(&self) -> &PgPool {
+        &self.inner.pool
+    }
+
+    /// The static registry.
+    pub fn registry(&self) -> &Registry {
+        self.inner.checker.registry()
+    }
+
+    /// A [`Publish`] implementation over the caller's connection or transaction, for the
+    /// generated producer functions (`emit_*`).
+    pub fn publisher<'a>(&'a self, connection: &'a mut PgConnection) -> PgPublisher<'a> {
+        PgPublisher {
+            store: self,
+            connection,
+            options: AppendOptions::default(),
+        }
+    }
+
+    /// Compares the database's registry mirror with the static registry.
+    ///
+    /// # Errors
+    /// [`StoreError::Drift`] naming every difference, or [`StoreError::Database`].
+    pub async fn verify_registry(&self) -> Result<(), StoreError> {
+        let mirror = read_mirror(&self.inner.pool).await?;
+        let differences = parity::compare(self.registry(), &mirror);
+        if differences.is_empty() {
+            Ok(())
+        } else {
+            Err(RegistryDrift { differences }.into())
+        }
+    }
+
+    /// Appends one event in the caller's transaction (see [`Store::append`]).
+    ///
+    /// # Errors
+    /// [`AppendError::Rejected`], [`AppendError::IdempotencyConflict`] or
+    /// [`AppendError::Database`].
+    pub async fn append(
+        &self,
+        connection: &mut PgConnection,
+        event: OutgoingEvent,
+        options: AppendOptions,
+    ) -> Result<AppendReceipt, AppendError> {
+        let checked = match self.inner.checker.check(&event) {
+            Ok(checked) => checked,
+            Err(refused) => {
+                let rejection = refused.rejection.clone();
+                self.record_rejects(&[(&event, &*refused)]).await;
+                return Err(AppendError::Rejected(rejection));
+            }
+        };
+        let event_id = Uuid::now_v7();
+        let row = EventRow::new(&event, &options, &checked, event_id);
+        let inserted = sqlx::query(sql::APPEND_EVENT)
+            .bind(event_id)
+            .bind(event.event_type)
+            .bind(event.version)
+            .bind(&row.order_key)
+            .bind(&options.tenant_scope)
+            .bind(checked.descriptor.producer_class)
+            .bind(&options.idempotency_key)
+            .bind(event.trace.trace_id())
+            .bind(event.trace.parent_span_id())
+            .bind(&row.trace_flags)
+            .bind(&options.correlation_id)
+            .bind(&options.causation_id)
+            .bind(&checked.payload)
+            .bind(row.payload_bytes)
+            .bind(checked.consumers)
+            .fetch_optional(&mut *connection)
+            .await?;
+        if let Some(inserted) = inserted {
+            let deliveries: i64 = inserted.try_get("deliveries")?;
+            return Ok(AppendReceipt {
+                event_id: inserted.try_get("event_id")?,
+                seq: inserted.try_get("seq")?,
+                created: true,
+                deliveries: u32::try_from(deliveries).unwrap_or(u32::MAX),
+            });
+        }
+        let producer_class = checked.descriptor.producer_class;
+        let existing = sqlx::query(sql::FIND_BY_IDEMPOTENCY_KEY)
+            .bind(producer_class)
+            .bind(&options.idempotency_key)
+            .fetch_optional(&mut *connection)
+            .await?;
+        match existing {
+            Some(existing) => Ok(AppendReceipt {
+                event_id: existing.try_get("event_id")?,
+                seq: existing.try_get("seq")?,
+                created: false,
+                deliveries: 0,
+            }),
+            None => Err(AppendError::IdempotencyConflict {
+                producer_class: producer_class.to_owned(),
+            }),
+        }
+    }
+
+    /// Appends many events in the caller's transaction (see [`Store::append_batch`]): every
+    /// event is checked first, then the events go in chunks of 5,000, one statement per chunk
+    /// for the events, their deliveries and the notifications.
+    ///
+    /// Run it inside a transaction: on a connection in autocommit mode each chunk commits on
+    /// its own.
+    ///
+    /// # Errors
+    /// [`AppendError::BatchRejected`], [`AppendError::IdempotencyConflict`] or
+    /// [`AppendError::Database`].
+    pub async fn append_batch(
+        &self,
+        connection: &mut PgConnection,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<AppendReceipt>, AppendError> {
+        let mut checked = Vec::with_capacity(events.len());
+        let mut refused: Vec<(usize, Box<Refused>)> = Vec::new();
+        for (index, new) in events.iter().enumerate() {
+            match self.inner.checker.check(&new.event) {
+                Ok(event) => checked.push(event),
+                Err(why) => refused.push((index, why)),
+            }
+        }
+        if let Some((index, first)) = refused.first() {
+            let rows: Vec<(&OutgoingEvent, &Refused)> = refused
+                .iter()
+                .map(|(index, why)| (&events[*index].event, &**why))
+                .collect();
+            self.record_rejects(&rows).await;
+            return Err(AppendError::BatchRejected {
+                index: *index,
+                rejection: first.rejection.clone(),
+                rejected: refused.len(),
+            });
+        }
+
+        let mut receipts = Vec::with_capacity(events.len());
+        for (chunk, checked) in events.chunks(BATCH_CHUNK).zip(checked.chunks(BATCH_CHUNK)) {
+            receipts.extend(append_chunk(connection, chunk, checked).await?);
+        }
+        Ok(receipts)
+    }
+
+    /// Records reject rows on the store's pool, outside the caller's transaction, so the audit
+    /// survives the caller's rollback. A failure to record is logged, never returned: the
+    /// caller must learn that its event was refused either way.
+    async fn record_rejects(&self, refused: &[(&OutgoingEvent, &Refused)]) {
+        let mut types = Vec::with_capacity(refused.len());
+        let mut versions = Vec::with_capacity(refused.len());
+        let mut reasons = Vec::with_capacity(refused.len());
+        let mut digests = Vec::with_capacity(refused.len());
+        for (event, why) in refused {
+            types.push(event.event_type);
+            versions.push(why.version.as_str());
+            reasons.push(why.rejection.reason_code());
+            digests.push(why.digest.as_str());
+        }
+        let result = sqlx::query(sql::RECORD_REJECTS)
+            .bind(&types)
+            .bind(&versions)
+            .bind(&reasons)
+            .bind(&digests)
+            .execute(&self.inner.pool)
+            .await;
+        if let Err(error) = result {
+            tracing::warn!(
+                rejects = refused.len(),
+                error = %error,
+                "could not record rejected appends in evc_validation_rejects"
+            );
+        }
+    }
+}
+
+/// The envelope columns computed for one event.
+struct EventRow {
+    order_key: String,
+    trace_flags: String,
+    payload_bytes: i32,
+}
+
+impl EventRow {
+    fn new(
+        event: &OutgoingEvent,
+        options: &AppendOptions,
+        checked: &CheckedEvent<'_>,
+        event_id: Uuid,
+    ) -> Self {
+        Self {
+            order_key: order_key(event, options, event_id),
+            trace_flags: format!("{:02x}", event.trace.trace_flags()),
+            // Below the hard cap, which is a u32 of at most a few megabytes in practice.
+            payload_bytes: i32::try_from(checked.payload.len()).unwrap_or(i32::MAX),
+        }
+    }
+}
+
+/// Column arrays of one batch statement.
+#[derive(Default)]
+struct Columns<'a> {
+    event_id: Vec<Uuid>,
+    event_type: Vec<&'a str>,
+    version: Vec<&'a str>,
+    order_key: Vec<String>,
+    tenant_scope: Vec<Option<&'a str>>,
+    producer_class: Vec<&'a str>,
+    idempotency_key: Vec<Option<&'a str>>,
+    trace_id: Vec<&'a str>,
+    parent_span_id: Vec<&'a str>,
+    trace_flags: Vec<String>,
+    correlation_id: Vec<Option<&'a str>>,
+    causation_id: Vec<Option<&'a str>>,
+    payload: Vec<&'a str>,
+    payload_bytes: Vec<i32>,
+    delivery_event: Vec<Uuid>,
+    delivery_consumer: Vec<&'a str>,
+}
+
+async fn append_chunk(
+    connection: &mut PgConnection,
+    events: &[NewEvent],
+    checked: &[CheckedEvent<'_>],
+) -> Result<Vec<AppendReceipt>, AppendError> {
+    let mut columns = Columns::default();
+    for (new, checked) in events.iter().zip(checked) {
+        let (event, options) = (&new.event, &new.options);
+        let event_id = Uuid::now_v7();
+        let row = EventRow::new(event, options, checked, event_id);
+        columns.event_id.push(event_id);
+        columns.event_type.push(event.event_type);
+        columns.version.push(event.version);
+        columns.order_key.push(row.order_key);
+        columns.tenant_scope.push(options.tenant_scope.as_deref());
+        columns
+            .producer_class
+            .push(checked.descriptor.producer_class);
+        columns
+            .idempotency_key
+            .push(options.idempotency_key.as_deref());
+        columns.trace_id.push(event.trace.trace_id());
+        columns.parent_span_id.push(event.trace.parent_span_id());
+        columns.trace_flags.push(row.trace_flags);
+        columns
+            .correlation_id
+            .push(options.correlation_id.as_deref());
+        columns.causation_id.push(options.causation_id.as_deref());
+        columns.payload.push(&checked.payload);
+        columns.payload_bytes.push(row.payload_bytes);
+        for consumer in checked.consumers {
+            columns.delivery_event.push(event_id);
+            columns.delivery_consumer.push(consumer);
+        }
+    }
+    let rows = sqlx::query(sql::APPEND_BATCH)
+        .bind(&columns.event_id)
+        .bind(&columns.event_type)
+        .bind(&columns.version)
+        .bind(&columns.order_key)
+        .bind(&columns.tenant_scope)
+        .bind(&columns.producer_class)
+        .bind(&columns.idempotency_key)
+        .bind(&columns.trace_id)
+        .bind(&columns.parent_span_id)
+        .bind(&columns.trace_flags)
+        .bind(&columns.correlation_id)
+        .bind(&columns.causation_id)
+        .bind(&columns.payload)
+        .bind(&columns.payload_bytes)
+        .bind(&columns.delivery_event)
+        .bind(&columns.delivery_consumer)
+        .fetch_all(&mut *connection)
+        .await?;
+    let mut written: HashMap<Uuid, i64> = HashMap::with_capacity(rows.len());
+    for row in rows {
+        written.insert(row.try_get("event_id")?, row.try_get("seq")?);
+    }
+
+    // Events whose idempotency key was taken (earlier, or by an earlier event of this batch).
+    let mut existing: HashMap<(&str, &str), (Uuid, i64)> = HashMap::new();
+    if written.len() < events.len() {
+        let mut classes = Vec::new();
+        let mut keys = Vec::new();
+        for (index, event_id) in columns.event_id.iter().enumerate() {
+            if !written.contains_key(event_id)
+                && let Some(key) = columns.idempotency_key[index]
+            {
+                classes.push(columns.producer_class[index]);
+                keys.push(key);
+            }
+        }
+        let rows = sqlx::query(sql::FIND_BY_IDEMPOTENCY_KEYS)
+            .bind(&classes)
+            .bind(&keys)
+            .fetch_all(&mut *connection)
+            .await?;
+        for row in &rows {
+            let class: String = row.try_get("producer_class")?;
+            let key: String = row.try_get("idempotency_key")?;
+            let found = (row.try_get("event_id")?, row.try_get("seq")?);
+            if let Some(index) = (0..classes.len()).find(|&i| classes[i] == class && keys[i] == key)
+            {
+                existing.insert((classes[index], keys[index]), found);
+            }
+        }
+    }
+
+    let mut receipts = Vec::with_capacity(events.len());
+    for (index, checked) in checked.iter().enumerate() {
+        let event_id = columns.event_id[index];
+        let receipt = if let Some(&seq) = written.get(&event_id) {
+            AppendReceipt {
+                event_id,
+                seq,
+                created: true,
+                deliveries: u32::try_from(checked.consumers.len()).unwrap_or(u32::MAX),
+            }
+        } else {
+            let producer_class = columns.producer_class[index];
+            let found =
+                columns.idempotency_key[index].and_then(|key| existing.get(&(producer_class, key)));
+            let Some(&(event_id, seq)) = found else {
+                return Err(AppendError::IdempotencyConflict {
+                    producer_class: producer_class.to_owned(),
+                });
+            };
+            AppendReceipt {
+                event_id,
+                seq,
+                created: false,
+                deliveries: 0,
+            }
+        };
+        receipts.push(receipt);
+    }
+    Ok(receipts)
+}
+
+/// Reads every registry mirror row.
+async fn read_mirror(pool: &PgPool) -> Result<Mirror, sqlx::Error> {
+    let mut connection = pool.acquire().await?;
+    let connection = &mut *connection;
+    let digest: Option<String> = sqlx::query_scalar(sql::REGISTRY_DIGEST)
+        .fetch_optional(&mut *connection)
+        .await?;
+    let mut mirror = Mirror {
+        digest,
+        ..Mirror::default()
+    };
+    for row in fetch(connection, sql::REGISTRY_EVENT_TYPES).await? {
+        mirror.event_types.push(parity::EventTypeRow {
+            name: row.try_get("name")?,
+            description: row.try_get("description")?,
+            producer_class: row.try_get("producer_class")?,
+            order_key: row.try_get("order_key")?,
+            status: row.try_get("status")?,
+            max_payload_bytes: row.try_get("max_payload_bytes")?,
+            registry_digest: row.try_get("registry_digest")?,
+        });
+    }
+    for row in fetch(connection, sql::REGISTRY_EVENT_VERSIONS).await? {
+        mirror.versions.push(parity::EventVersionRow {
+            event_type: row.try_get("event_type")?,
+            version: row.try_get("version")?,
+            major: row.try_get("major")?,
+            schema_digest: row.try_get("schema_digest")?,
+            registry_digest: row.try_get("registry_digest")?,
+        });
+    }
+    for row in fetch(connection, sql::REGISTRY_CONSUMERS).await? {
+        mirror.consumers.push(parity::ConsumerRow {
+            name: row.try_get("name")?,
+            retry_policy: row.try_get("retry_policy")?,
+            handler: row.try_get("handler")?,
+            ordering: row.try_get("ordering")?,
+            mode: row.try_get("mode")?,
+            heartbeat_threshold_ms: row.try_get("heartbeat_threshold_ms")?,
+            registry_digest: row.try_get("registry_digest")?,
+        });
+    }
+    for row in fetch(connection, sql::REGISTRY_SUBSCRIPTIONS).await? {
+        mirror.subscriptions.push(parity::SubscriptionRow {
+            consumer: row.try_get("consumer")?,
+            event_type: row.try_get("event_type")?,
+            requirement: row.try_get("requirement")?,
+            registry_digest: row.try_get("registry_digest")?,
+        });
+    }
+    for row in fetch(connection, sql::REGISTRY_RETRY_POLICIES).await? {
+        mirror.retry_policies.push(parity::RetryPolicyRow {
+            name: row.try_get("name")?,
+            kind: row.try_get("kind")?,
+            base_delay_ms: row.try_get("base_delay_ms")?,
+            max_delay_ms: row.try_get("max_delay_ms")?,
+            max_attempts: row.try_get("max_attempts")?,
+            jitter: row.try_get("jitter")?,
+            retry_on: row.try_get("retry_on")?,
+            registry_digest: row.try_get("registry_digest")?,
+        });
+    }
+    Ok(mirror)
+}
+
+async fn fetch(
+    connection: &mut PgConnection,
+    statement: &'static str,
+) -> Result<Vec<sqlx::postgres::PgRow>, sqlx::Error> {
+    sqlx::query(statement).fetch_all(connection).await
+}
+
+impl Store for PgStore {
+    type Connection = PgConnection;
+
+    fn registry(&self) -> &Registry {
+        PgStore::registry(self)
+    }
+
+    async fn verify_registry(&self) -> Result<(), StoreError> {
+        PgStore::verify_registry(self).await
+    }
+
+    async fn append(
+        &self,
+        connection: &mut PgConnection,
+        event: OutgoingEvent,
+        options: AppendOptions,
+    ) -> Result<AppendReceipt, AppendError> {
+        PgStore::append(self, connection, event, options).await
+    }
+
+    async fn append_batch(
+        &self,
+        connection: &mut PgConnection,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<AppendReceipt>, AppendError> {
+        PgStore::append_batch(self, connection, events).await
+    }
+
+    async fn claim(
+        &self,
+        consumer: &str,
+        owner: &str,
+        batch: u32,
+        lease: Duration,
+        per_key: bool,
+    ) -> Result<Vec<Claimed>, DispatchError> {
+        PgStore::claim(self, consumer, owner, batch, lease, per_key).await
+    }
+
+    async fn ack(&self, lease: &Lease) -> Result<(), DispatchError> {
+        PgStore::ack(self, lease).await
+    }
+
+    async fn ack_in(
+        &self,
+        connection: &mut PgConnection,
+        lease: &Lease,
+    ) -> Result<(), DispatchError> {
+        PgStore::ack_in(self, connection, lease).await
+    }
+
+    async fn fail(
+        &self,
+        lease: &Lease,
+        class: FailureClass,
+        code: &str,
+        decision: RetryDecision,
+    ) -> Result<(), DispatchError> {
+        PgStore::fail(self, lease, class, code, decision).await
+    }
+
+    async fn renew(&self, leases: &[&Lease], lease: Duration) -> Result<usize, DispatchError> {
+        PgStore::renew(self, leases, lease).await
+    }
+
+    async fn lock_lease(
+        &self,
+        connection: &mut PgConnection,
+        lease: &Lease,
+    ) -> Result<(), DispatchError> {
+        PgStore::lock_lease(self, connection, lease).await
+    }
+
+    async fn release(&self, owner: &str) -> Result<u64, DispatchError> {
+        PgStore::release(self, owner).await
+    }
+
+    async fn recover_expired(&self, limit: u32) -> Result<u64, DispatchError> {
+        PgStore::recover_expired(self, limit).await
+    }
+
+    async fn record_effect(
+        &self,
+        connection: &mut PgConnection,
+        lease: &Lease,
+        effect_key: &str,
+        outcome_digest: &str,
+    ) -> Result<bool, DispatchError> {
+        PgStore::record_effect(self, connection, lease, effect_key, outcome_digest).await
+    }
+}
+
+/// The [`Publish`] implementation of the PostgreSQL store: appends on the caller's connection
+/// or transaction with the envelope options set on it.
+///
+/// The per-event options (idempotency key, aggregate key) apply to the next published event
+/// only and are cleared after it, so one key never names two events; the context options
+/// (tenant scope, correlation and causation ids) stay for every event published through it.
+#[derive(Debug)]
+pub struct PgPublisher<'a> {
+    store: &'a PgStore,
+    connection: &'a mut PgConnection,
+    options: AppendOptions,
+}
+
+impl PgPublisher<'_> {
+    /// Replaces the envelope options.
+    #[must_use]
+    pub fn with_options(mut self, options: AppendOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// The envelope options the next publish uses.
+    pub fn options_mut(&mut self) -> &mut AppendOptions {
+        &mut self.options
+    }
+
+    /// Sets the idempotency key of the next published event.
+    pub fn idempotency_key(&mut self, key: impl Into<String>) -> &mut Self {
+        self.options.idempotency_key = Some(key.into());
+        self
+    }
+}
+
+impl Publish for PgPublisher<'_> {
+    type Receipt = AppendReceipt;
+    type Error = AppendError;
+
+    async fn publish(&mut self, event: OutgoingEvent) -> Result<AppendReceipt, AppendError> {
+        let options = AppendOptions {
+            idempotency_key: self.options.idempotency_key.take(),
+            aggregate_key: self.options.aggregate_key.take(),
+            ..self.options.clone()
+        };
+        self.store.append(self.connection, event, options).await
+    }
+}

@@ -1,0 +1,367 @@
+//! Every SQL statement of the PostgreSQL store, named after what it does. All are static text
+//! with bind parameters (prepared once per connection by sqlx); the tables and the indexes that
+//! serve them are declared in `generated/migrations/0001_evc_runtime.sql`.
+
+/// The channel every append notifies after commit; the payload is the name of a consumer that
+/// got a delivery (never event data). Dispatchers `LISTEN` on it.
+pub const NOTIFY_CHANNEL: &str = "evc_deliveries";
+
+/// Appends one event, its deliveries and one notification per delivery's consumer, in one
+/// statement on the caller's connection.
+///
+/// `$1` event id, `$2` type, `$3` version, `$4` order key, `$5` tenant scope, `$6` producer
+/// class, `$7` idempotency key, `$8` trace id, `$9` parent span id, `$10` trace flags, `$11`
+/// correlation id, `$12` causation id, `$13` canonical payload text, `$14` payload bytes,
+/// `$15` consumers (`text[]`). Returns one row (event id, seq, deliveries) when the event was
+/// written, none when the idempotency key of the producer class is taken.
+///
+/// The `pg_notify` calls sit in an uncorrelated subquery that reads the inserted deliveries, so
+/// they run once, after the inserts, and only when a delivery was written; notifications are
+/// sent by PostgreSQL at commit and discarded on rollback.
+pub(crate) const APPEND_EVENT: &str = "\
+WITH e AS (
+    INSERT INTO evc_events (event_id, event_type, schema_version, order_key, tenant_scope,
+        producer_class, idempotency_key, trace_id, parent_span_id, trace_flags, correlation_id,
+        causation_id, payload, payload_bytes)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14)
+    ON CONFLICT ON CONSTRAINT evc_events_idempotency_key DO NOTHING
+    RETURNING event_id, seq, order_key
+), d AS (
+    INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key)
+    SELECT e.event_id, c.consumer, e.seq, e.order_key
+    FROM e CROSS JOIN UNNEST($15::text[]) AS c (consumer)
+    RETURNING consumer
+)
+SELECT e.event_id, e.seq,
+    (SELECT count(*) FROM (SELECT pg_notify('evc_deliveries', d.consumer) FROM d) AS n)
+        AS deliveries
+FROM e";
+
+/// The event an idempotency key of a producer class names: `$1` producer class, `$2` key.
+pub(crate) const FIND_BY_IDEMPOTENCY_KEY: &str = "\
+SELECT event_id, seq FROM evc_events WHERE producer_class = $1 AND idempotency_key = $2";
+
+/// Appends a chunk of events and their deliveries in one statement, then notifies each
+/// consumer that got a delivery once.
+///
+/// Events are parallel arrays `$1`..`$14` in the column order of [`APPEND_EVENT`] (`$13`
+/// canonical payload text, `$14` payload bytes as `int4[]`); deliveries are the parallel arrays
+/// `$15` event ids and `$16` consumers. Events are inserted in array order (so `seq` follows
+/// it); an event whose idempotency key is taken is skipped with its deliveries. Returns the
+/// event id and seq of every event written.
+pub(crate) const APPEND_BATCH: &str = "\
+WITH input AS (
+    SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+        $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[],
+        $14::int4[])
+        WITH ORDINALITY AS t (event_id, event_type, schema_version, order_key, tenant_scope,
+            producer_class, idempotency_key, trace_id, parent_span_id, trace_flags,
+            correlation_id, causation_id, payload, payload_bytes, ord)
+), e AS (
+    INSERT INTO evc_events (event_id, event_type, schema_version, order_key, tenant_scope,
+        producer_class, idempotency_key, trace_id, parent_span_id, trace_flags, correlation_id,
+        causation_id, payload, payload_bytes)
+    SELECT event_id, event_type, schema_version, order_key, tenant_scope, producer_class,
+        idempotency_key, trace_id, parent_span_id, trace_flags, correlation_id, causation_id,
+        payload::jsonb, payload_bytes
+    FROM input ORDER BY ord
+    ON CONFLICT ON CONSTRAINT evc_events_idempotency_key DO NOTHING
+    RETURNING event_id, seq, order_key
+), d AS (
+    INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key)
+    SELECT e.event_id, f.consumer, e.seq, e.order_key
+    FROM UNNEST($15::uuid[], $16::text[]) AS f (event_id, consumer)
+    JOIN e ON e.event_id = f.event_id
+    RETURNING consumer
+)
+SELECT e.event_id, e.seq,
+    (SELECT count(*) FROM (
+        SELECT pg_notify('evc_deliveries', n.consumer) FROM (SELECT DISTINCT consumer FROM d) AS n
+    ) AS x) AS notified
+FROM e";
+
+/// The events that idempotency keys name: parallel arrays `$1` producer classes, `$2` keys.
+pub(crate) const FIND_BY_IDEMPOTENCY_KEYS: &str = "\
+SELECT k.producer_class, k.idempotency_key, e.event_id, e.seq
+FROM UNNEST($1::text[], $2::text[]) AS k (producer_class, idempotency_key)
+JOIN evc_events e
+    ON e.producer_class = k.producer_class AND e.idempotency_key = k.idempotency_key";
+
+/// Records refused appends, one row each, on the store's own connection: parallel arrays `$1`
+/// event types, `$2` versions, `$3` reason codes, `$4` payload digests. Never the payload.
+pub(crate) const RECORD_REJECTS: &str = "\
+INSERT INTO evc_validation_rejects (event_type, schema_version, reason_code, payload_digest)
+SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[])";
+
+/// The registry digest the database holds (no row: the migrations were not applied).
+pub(crate) const REGISTRY_DIGEST: &str = "SELECT digest FROM evc_registry_state";
+
+/// The event type mirror rows.
+pub(crate) const REGISTRY_EVENT_TYPES: &str = "\
+SELECT name, description, producer_class, order_key, status, max_payload_bytes::int8 AS max_payload_bytes,
+    registry_digest
+FROM evc_event_types ORDER BY name";
+
+/// The event version mirror rows.
+pub(crate) const REGISTRY_EVENT_VERSIONS: &str = "\
+SELECT event_type, version, major, schema_digest, registry_digest
+FROM evc_event_versions ORDER BY event_type, major, minor, patch";
+
+/// The consumer mirror rows.
+pub(crate) const REGISTRY_CONSUMERS: &str = "\
+SELECT name, retry_policy, handler, ordering, mode, heartbeat_threshold_ms, registry_digest
+FROM evc_consumers ORDER BY name";
+
+/// The subscription mirror rows.
+pub(crate) const REGISTRY_SUBSCRIPTIONS: &str = "\
+SELECT consumer, event_type, requirement, registry_digest
+FROM evc_subscriptions ORDER BY consumer, event_type";
+
+/// The retry policy mirror rows.
+pub(crate) const REGISTRY_RETRY_POLICIES: &str = "\
+SELECT name, kind, base_delay_ms, max_delay_ms, max_attempts::int8 AS max_attempts, jitter,
+    retry_on, registry_digest
+FROM evc_retry_policies ORDER BY name";
+
+// ---------------------------------------------------------------------------------------------
+// Dispatch (docs/runtime.md, "Dispatch"). Served by evc_deliveries_claim_idx (due pending
+// deliveries of a consumer), evc_deliveries_key_head_idx (the head of a key) and
+// evc_deliveries_lease_idx (expired leases).
+// ---------------------------------------------------------------------------------------------
+
+/// Claims up to `$2` due deliveries of consumer `$1` that need no per-key ordering, oldest
+/// first, in one statement: locks them (`SKIP LOCKED`, so concurrent claimers take disjoint
+/// rows), leases them to owner `$3` until now + `$4` milliseconds, counts the attempt and raises
+/// the fencing token. Returns the leases joined with their events, in `event_seq` order.
+pub(crate) const CLAIM_BATCH: &str = "\
+WITH c AS (
+    SELECT event_id FROM evc_deliveries
+    WHERE consumer = $1 AND status = 'pending' AND next_attempt_at <= now()
+    ORDER BY event_seq
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), d AS (
+    UPDATE evc_deliveries d
+    SET status = 'leased', lease_owner = $3,
+        lease_until = now() + $4::int8 * interval '1 millisecond',
+        attempt = d.attempt + 1, fencing_token = d.fencing_token + 1, updated_at = now()
+    FROM c
+    WHERE d.consumer = $1 AND d.event_id = c.event_id
+    RETURNING d.event_id, d.consumer, d.attempt, d.fencing_token, d.event_seq, d.order_key
+)
+SELECT d.event_id, d.consumer, d.attempt, d.fencing_token, d.event_seq, d.order_key,
+    e.event_type, e.schema_version, e.payload::text AS payload, e.trace_id, e.parent_span_id,
+    e.trace_flags, extract(epoch FROM now())::float8 AS claimed_at
+FROM d JOIN evc_events e ON e.event_id = d.event_id
+ORDER BY d.event_seq";
+
+/// Step 1 of a per-key claim (inside one transaction with [`CLAIM_KEY_HEADS_LEASE`]): the due
+/// pending deliveries of consumer `$1` that head their key (no other delivery of the key is
+/// leased, none with a lower `event_seq` is pending), oldest first, at most `$2`, row-locked
+/// `SKIP LOCKED`; of those, the ones whose key's transaction-scoped advisory lock
+/// (`hashtext(consumer), hashtext(order_key)`) this transaction obtains. The advisory lock is
+/// taken in the outer query, after `LIMIT`, so only the returned candidates' keys are locked.
+///
+/// The head predicate is evaluated on this statement's snapshot, which may predate a
+/// concurrent claim of the same key; step 2 re-checks it on a snapshot taken after the key's
+/// advisory lock was granted (docs/runtime.md, "At most one in flight per key").
+pub(crate) const CLAIM_KEY_HEADS_LOCK: &str = "\
+SELECT c.event_id FROM (
+    SELECT d.event_id, d.order_key, d.event_seq FROM evc_deliveries d
+    WHERE d.consumer = $1 AND d.status = 'pending' AND d.next_attempt_at <= now()
+        AND NOT EXISTS (
+            SELECT 1 FROM evc_deliveries p
+            WHERE p.consumer = d.consumer AND p.order_key = d.order_key
+                AND p.status IN ('pending', 'leased')
+                AND (p.status = 'leased' OR p.event_seq < d.event_seq)
+        )
+    ORDER BY d.event_seq
+    LIMIT $2
+    FOR UPDATE OF d SKIP LOCKED
+) AS c
+WHERE pg_try_advisory_xact_lock(hashtext($1), hashtext(c.order_key))
+ORDER BY c.event_seq";
+
+/// Step 2 of a per-key claim: leases the candidates `$2` (event ids, row- and key-locked by
+/// step 1) of consumer `$1` to owner `$3` until now + `$4` milliseconds, re-checking the head
+/// predicate on this statement's fresh snapshot; counts the attempt and raises the fencing
+/// token. Returns what [`CLAIM_BATCH`] returns.
+pub(crate) const CLAIM_KEY_HEADS_LEASE: &str = "\
+WITH d AS (
+    UPDATE evc_deliveries d
+    SET status = 'leased', lease_owner = $3,
+        lease_until = now() + $4::int8 * interval '1 millisecond',
+        attempt = d.attempt + 1, fencing_token = d.fencing_token + 1, updated_at = now()
+    WHERE d.consumer = $1 AND d.event_id = ANY($2::uuid[]) AND d.status = 'pending'
+        AND NOT EXISTS (
+            SELECT 1 FROM evc_deliveries p
+            WHERE p.consumer = d.consumer AND p.order_key = d.order_key
+                AND p.event_id <> d.event_id
+                AND p.status IN ('pending', 'leased')
+                AND (p.status = 'leased' OR p.event_seq < d.event_seq)
+        )
+    RETURNING d.event_id, d.consumer, d.attempt, d.fencing_token, d.event_seq, d.order_key
+)
+SELECT d.event_id, d.consumer, d.attempt, d.fencing_token, d.event_seq, d.order_key,
+    e.event_type, e.schema_version, e.payload::text AS payload, e.trace_id, e.parent_span_id,
+    e.trace_flags, extract(epoch FROM now())::float8 AS claimed_at
+FROM d JOIN evc_events e ON e.event_id = d.event_id
+ORDER BY d.event_seq";
+
+/// Acks a lease, fenced: delivery `$1` of consumer `$2` still leased with token `$3`. Sets
+/// `acked` and writes the attempt row (owner, token, started at epoch seconds `$4`, finished
+/// now, outcome `acked`) in the same statement. Returns one row when the token was current,
+/// none when it was stale.
+pub(crate) const ACK_FENCED: &str = "\
+WITH d AS (
+    UPDATE evc_deliveries
+    SET status = 'acked', lease_until = NULL, last_error_code = NULL, updated_at = now()
+    WHERE event_id = $1 AND consumer = $2 AND fencing_token = $3 AND status = 'leased'
+    RETURNING event_id, consumer, attempt, lease_owner, fencing_token
+), a AS (
+    INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, fencing_token,
+        started_at, finished_at, outcome, error_code, duration_ms)
+    SELECT d.event_id, d.consumer, d.attempt, d.lease_owner, d.fencing_token, t.started,
+        t.finished, 'acked', NULL,
+        floor(extract(epoch FROM t.finished - t.started) * 1000)::int8
+    FROM d CROSS JOIN (
+        SELECT to_timestamp($4::float8) AS started,
+            greatest(clock_timestamp(), to_timestamp($4::float8)) AS finished
+    ) AS t
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM a) AS attempts FROM d";
+
+/// Ends a failed attempt, fenced like [`ACK_FENCED`]: `$4` the new status (`pending` to
+/// retry, `dead`, `quarantined`), due again after `$5` milliseconds when pending, `$6` the
+/// error code, `$7` started at (epoch seconds), `$8` the attempt's outcome (`retry`, `dead`,
+/// `quarantined`). Writes the attempt row in the same statement.
+pub(crate) const FAIL_FENCED: &str = "\
+WITH d AS (
+    UPDATE evc_deliveries
+    SET status = $4, lease_until = NULL, last_error_code = $6, updated_at = now(),
+        next_attempt_at = CASE WHEN $4 = 'pending'
+            THEN now() + $5::int8 * interval '1 millisecond' ELSE next_attempt_at END
+    WHERE event_id = $1 AND consumer = $2 AND fencing_token = $3 AND status = 'leased'
+    RETURNING event_id, consumer, attempt, lease_owner, fencing_token
+), a AS (
+    INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, fencing_token,
+        started_at, finished_at, outcome, error_code, duration_ms)
+    SELECT d.event_id, d.consumer, d.attempt, d.lease_owner, d.fencing_token, t.started,
+        t.finished, $8, $6,
+        floor(extract(epoch FROM t.finished - t.started) * 1000)::int8
+    FROM d CROSS JOIN (
+        SELECT to_timestamp($7::float8) AS started,
+            greatest(clock_timestamp(), to_timestamp($7::float8)) AS finished
+    ) AS t
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM a) AS attempts FROM d";
+
+/// Extends leases, fenced: parallel arrays `$1` event ids and `$2` tokens of consumer `$3`,
+/// each still leased with its token, until now + `$4` milliseconds. Returns the renewed ids.
+pub(crate) const RENEW_FENCED: &str = "\
+UPDATE evc_deliveries d
+SET lease_until = now() + $4::int8 * interval '1 millisecond'
+FROM UNNEST($1::uuid[], $2::int8[]) AS r (event_id, fencing_token)
+WHERE d.event_id = r.event_id AND d.consumer = $3 AND d.fencing_token = r.fencing_token
+    AND d.status = 'leased'
+RETURNING d.event_id";
+
+/// Graceful shutdown: every lease of owner `$1` back to `pending`, as if never claimed (the
+/// claim's attempt count is taken back, the token stays raised so the released lease's token
+/// is stale, no attempt row: no handler ran). Returns the number released.
+pub(crate) const RELEASE_LEASES: &str = "\
+WITH d AS (
+    UPDATE evc_deliveries
+    SET status = 'pending', lease_until = NULL, attempt = greatest(attempt - 1, 0),
+        updated_at = now()
+    WHERE lease_owner = $1 AND status = 'leased'
+    RETURNING 1
+)
+SELECT count(*) FROM d";
+
+/// Lease-expiry recovery: leased deliveries whose lease ended (`lease_until < now()`) and
+/// whose row no transaction holds (`SKIP LOCKED`: a running transactional handler keeps its
+/// row) go back to `pending`, due now, attempt kept; each gets an attempt row with outcome
+/// `lease_expired` (started at the claim, `updated_at`). At most `$1` rows per call. Returns
+/// the number recovered.
+pub(crate) const RECOVER_EXPIRED: &str = "\
+WITH x AS (
+    SELECT event_id, consumer, attempt, lease_owner, fencing_token, updated_at
+    FROM evc_deliveries
+    WHERE status = 'leased' AND lease_until < now()
+    ORDER BY lease_until
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), d AS (
+    UPDATE evc_deliveries d
+    SET status = 'pending', lease_until = NULL, next_attempt_at = now(),
+        last_error_code = 'lease_expired', updated_at = now()
+    FROM x
+    WHERE d.event_id = x.event_id AND d.consumer = x.consumer
+    RETURNING d.event_id
+), a AS (
+    INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, fencing_token,
+        started_at, finished_at, outcome, error_code, duration_ms)
+    SELECT x.event_id, x.consumer, greatest(x.attempt, 1), x.lease_owner, x.fencing_token,
+        x.updated_at, greatest(clock_timestamp(), x.updated_at), 'lease_expired',
+        'lease_expired',
+        floor(extract(epoch FROM greatest(clock_timestamp(), x.updated_at) - x.updated_at)
+            * 1000)::int8
+    FROM x
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM d) AS recovered, (SELECT count(*) FROM a) AS attempts";
+
+/// Locks delivery `$1` of consumer `$2` for the rest of the transaction if it is still leased
+/// with token `$3` (the transactional kind's fence, and [`RECORD_EFFECT`]'s). No row: stale.
+pub(crate) const LOCK_LEASE: &str = "\
+SELECT 1 AS held FROM evc_deliveries
+WHERE event_id = $1 AND consumer = $2 AND fencing_token = $3 AND status = 'leased'
+FOR UPDATE";
+
+/// Records an effect once, fenced: consumer `$1`, effect key `$2`, event `$3`, outcome digest
+/// `$4`, token `$5`. The delivery must still be leased with the token (row-locked here for the
+/// rest of the caller's transaction); the effect row is inserted `ON CONFLICT DO NOTHING`.
+/// Returns `leased` (0: stale token) and `inserted` (0: recorded before).
+pub(crate) const RECORD_EFFECT: &str = "\
+WITH l AS (
+    SELECT 1 FROM evc_deliveries
+    WHERE event_id = $3 AND consumer = $1 AND fencing_token = $5 AND status = 'leased'
+    FOR UPDATE
+), i AS (
+    INSERT INTO evc_consumer_effects (consumer, effect_key, event_id, outcome_digest,
+        fencing_token)
+    SELECT $1, $2, $3, $4, $5 FROM l
+    ON CONFLICT (consumer, effect_key) DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM l) AS leased, (SELECT count(*) FROM i) AS inserted";
+
+/// Heartbeats: parallel arrays `$1` owners and `$2` consumers seen now.
+pub(crate) const HEARTBEAT: &str = "\
+INSERT INTO evc_heartbeats (owner, consumer, seen_at)
+SELECT owner, consumer, now() FROM UNNEST($1::text[], $2::text[]) AS h (owner, consumer)
+ON CONFLICT (owner) DO UPDATE SET consumer = EXCLUDED.consumer, seen_at = EXCLUDED.seen_at";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fenced_statements_present_the_token() {
+        for statement in [ACK_FENCED, FAIL_FENCED, LOCK_LEASE] {
+            assert!(statement.contains("fencing_token = $3 AND status = 'leased'"));
+        }
+        assert!(RENEW_FENCED.contains("d.fencing_token = r.fencing_token"));
+        assert!(RECORD_EFFECT.contains("fencing_token = $5 AND status = 'leased'"));
+    }
+
+    #[test]
+    fn appends_notify_on_the_documented_channel() {
+        for statement in [APPEND_EVENT, APPEND_BATCH] {
+            assert!(statement.contains(&format!("pg_notify('{NOTIFY_CHANNEL}'")));
+        }
+    }
+}

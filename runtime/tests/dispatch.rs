@@ -1,0 +1,684 @@
+//! The dispatcher against a real server: every delivery acked exactly once by 1, 2 and 4
+//! dispatchers with per-key order kept and never two live leases on a key; stale tokens
+//! refused and counted; idempotent effects; transactional rollback; per-key head-of-line;
+//! lease renewal; graceful shutdown.
+
+mod support;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
+use evc_runtime::{
+    DispatchError, Dispatcher, DispatcherConfig, FailureClass, HandlerError, PgStore, RetryDecision,
+};
+use sqlx::postgres::PgPool;
+use support::{TestResult, append_notes, dispatch_store, statuses, with_database};
+
+/// Keys the ack-exactly-once events spread over (2,000 events: 4 per key).
+const KEYS: u64 = 500;
+const PER_KEY: [&str; 2] = ["d.leased", "d.tx"];
+const CONSUMERS: [&str; 3] = ["d.leased", "d.tx", "d.unordered"];
+
+fn config(owner: &str) -> DispatcherConfig {
+    DispatcherConfig::default()
+        .owner(owner)
+        .workers(2)
+        .batch(20)
+        .lease(Duration::from_secs(10))
+        .poll_interval(Duration::from_millis(20))
+        .recovery_interval(Duration::from_millis(500))
+        .heartbeat_interval(Duration::from_millis(200))
+        .seed(7)
+}
+
+fn store_error(error: DispatchError) -> HandlerError {
+    HandlerError::transient(if error.is_stale_token() {
+        "stale_token"
+    } else {
+        "store"
+    })
+}
+
+/// Records every call per (consumer, key) and any overlap of two calls on one key.
+#[derive(Default)]
+struct Recorder {
+    calls: Mutex<BTreeMap<(String, String), Vec<i64>>>,
+    in_flight: Mutex<HashSet<(String, String)>>,
+    overlaps: AtomicU64,
+    total: AtomicU64,
+}
+
+struct Recording {
+    recorder: Arc<Recorder>,
+    per_key: bool,
+}
+
+impl DynHandler for Recording {
+    fn handle<'a>(
+        &'a self,
+        mut context: HandlerContext<'a>,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async move {
+            let key = (
+                context.lease().consumer.clone(),
+                context.claimed.order_key.clone(),
+            );
+            if self.per_key
+                && !self
+                    .recorder
+                    .in_flight
+                    .lock()
+                    .expect("lock")
+                    .insert(key.clone())
+            {
+                self.recorder.overlaps.fetch_add(1, Ordering::SeqCst);
+            }
+            self.recorder
+                .calls
+                .lock()
+                .expect("lock")
+                .entry(key.clone())
+                .or_default()
+                .push(context.claimed.event_seq);
+            self.recorder.total.fetch_add(1, Ordering::SeqCst);
+            tokio::task::yield_now().await;
+            let lease = context.lease().clone();
+            let store = context.store;
+            if let Some(tx) = context.transaction() {
+                let first = store
+                    .record_effect(tx, &lease, &lease.event_id.to_string(), "digest")
+                    .await
+                    .map_err(store_error)?;
+                if first {
+                    sqlx::query("INSERT INTO t_effects (event_id, consumer) VALUES ($1, $2)")
+                        .bind(lease.event_id)
+                        .bind(&lease.consumer)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(|_| HandlerError::transient("effect_insert"))?;
+                }
+            }
+            if self.per_key {
+                self.recorder.in_flight.lock().expect("lock").remove(&key);
+            }
+            Ok(())
+        })
+    }
+}
+
+async fn create_effects_table(pool: &PgPool) -> Result<(), sqlx::Error> {
+    sqlx::query("CREATE TABLE t_effects (event_id uuid NOT NULL, consumer text NOT NULL)")
+        .execute(pool)
+        .await
+        .map(|_| ())
+}
+
+/// Keys with more than one live lease of a per-key consumer, right now.
+async fn doubly_leased_keys(pool: &PgPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT consumer, order_key FROM evc_deliveries \
+         WHERE status = 'leased' AND consumer = ANY($1) GROUP BY 1, 2 HAVING count(*) > 1) AS x",
+    )
+    .bind(&PER_KEY[..])
+    .fetch_one(pool)
+    .await
+}
+
+async fn wait_until_settled(pool: &PgPool, timeout: Duration) -> Result<(), sqlx::Error> {
+    let start = Instant::now();
+    loop {
+        let open: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM evc_deliveries WHERE status IN ('pending', 'leased')",
+        )
+        .fetch_one(pool)
+        .await?;
+        if open == 0 {
+            return Ok(());
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "{open} deliveries still open after {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn exactly_once(dispatchers: usize, events: u64) -> TestResult {
+    with_database(move |pool| async move {
+        create_effects_table(&pool).await?;
+        let producer = dispatch_store(&pool, 2).await?;
+        append_notes(&producer, events, KEYS).await?;
+        let recorder = Arc::new(Recorder::default());
+        let started = Instant::now();
+        let mut handles = Vec::new();
+        let mut stores = Vec::new();
+        for n in 0..dispatchers {
+            let store = dispatch_store(&pool, 12).await?;
+            let mut dispatcher = Dispatcher::new(store.clone(), config(&format!("d{n}")));
+            for consumer in CONSUMERS {
+                dispatcher = dispatcher.consumer(
+                    consumer,
+                    Recording {
+                        recorder: Arc::clone(&recorder),
+                        per_key: PER_KEY.contains(&consumer),
+                    },
+                )?;
+            }
+            stores.push(store);
+            handles.push(dispatcher.start());
+        }
+        // Sample live leases while the dispatchers run.
+        let done = Arc::new(AtomicBool::new(false));
+        let sampler = {
+            let (pool, done) = (pool.clone(), Arc::clone(&done));
+            tokio::spawn(async move {
+                let (mut samples, mut worst) = (0u64, 0i64);
+                while !done.load(Ordering::SeqCst) {
+                    worst = worst.max(doubly_leased_keys(&pool).await?);
+                    samples += 1;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Ok::<_, sqlx::Error>((samples, worst))
+            })
+        };
+        wait_until_settled(&pool, Duration::from_secs(120)).await?;
+        let elapsed = started.elapsed();
+        done.store(true, Ordering::SeqCst);
+        let (samples, worst) = sampler.await??;
+        let mut acked = 0;
+        for handle in handles {
+            acked += handle.shutdown().await.acked;
+        }
+        let deliveries = events * 3;
+        eprintln!(
+            "{dispatchers} dispatcher(s): {deliveries} deliveries settled in {elapsed:?} \
+             ({:.0}/s), {samples} lease samples",
+            deliveries as f64 / elapsed.as_secs_f64()
+        );
+
+        assert_eq!(acked, deliveries, "acks counted by the dispatchers");
+        assert_eq!(worst, 0, "a key of a per-key consumer had two live leases");
+        assert_eq!(recorder.overlaps.load(Ordering::SeqCst), 0);
+        assert_eq!(recorder.total.load(Ordering::SeqCst), deliveries);
+        for consumer in CONSUMERS {
+            assert_eq!(
+                statuses(&pool, consumer).await?,
+                [("acked".to_owned(), i64::try_from(events)?)]
+            );
+        }
+        // One attempt row per delivery, `acked`, with the delivery's final token.
+        let bad: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM evc_deliveries d WHERE (SELECT count(*) FROM \
+             evc_delivery_attempts a WHERE a.event_id = d.event_id AND a.consumer = d.consumer \
+             AND a.outcome = 'acked' AND a.fencing_token = d.fencing_token) <> 1",
+        )
+        .fetch_one(&pool)
+        .await?;
+        assert_eq!(bad, 0);
+        let outcomes: Vec<(String, String, Option<String>, i64)> = sqlx::query_as(
+            "SELECT consumer, outcome, error_code, count(*) FROM evc_delivery_attempts \
+             GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+        )
+        .fetch_all(&pool)
+        .await?;
+        let expected: Vec<(String, String, Option<String>, i64)> = CONSUMERS
+            .iter()
+            .map(|c| {
+                (
+                    (*c).to_owned(),
+                    "acked".to_owned(),
+                    None,
+                    i64::try_from(events).unwrap_or(0),
+                )
+            })
+            .collect();
+        assert_eq!(outcomes, expected);
+        // The transactional consumer's effects: one per delivery.
+        let effects: (i64, i64) = sqlx::query_as(
+            "SELECT count(*), count(DISTINCT event_id) FROM t_effects WHERE consumer = 'd.tx'",
+        )
+        .fetch_one(&pool)
+        .await?;
+        assert_eq!(effects, (i64::try_from(events)?, i64::try_from(events)?));
+        // Per-key order: every per-key consumer saw each key's events in seq order.
+        for ((consumer, key), seqs) in recorder.calls.lock().expect("lock").iter() {
+            if PER_KEY.contains(&consumer.as_str()) {
+                assert!(
+                    seqs.windows(2).all(|w| w[0] < w[1]),
+                    "{consumer} {key} out of order: {seqs:?}"
+                );
+            }
+        }
+        let stale: u64 = stores.iter().map(PgStore::stale_tokens).sum();
+        assert_eq!(stale, 0);
+        let heartbeats = support::count(&pool, "evc_heartbeats").await?;
+        assert_eq!(heartbeats, i64::try_from(dispatchers * 3 * 2)?);
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_dispatcher_acks_every_delivery_exactly_once_in_key_order() -> TestResult {
+    exactly_once(1, 2_000).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_dispatchers_ack_every_delivery_exactly_once_in_key_order() -> TestResult {
+    exactly_once(2, 2_000).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_dispatchers_ack_every_delivery_exactly_once_in_key_order() -> TestResult {
+    exactly_once(4, 2_000).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "10,000 events x 3 consumers x 4 dispatchers; run with --ignored"]
+async fn four_dispatchers_ten_thousand_events() -> TestResult {
+    exactly_once(4, 10_000).await
+}
+
+#[tokio::test]
+async fn a_stale_token_is_refused_and_counted_after_expiry_and_reclaim() -> TestResult {
+    with_database(|pool| async move {
+        let store = dispatch_store(&pool, 4).await?;
+        append_notes(&store, 1, 1).await?;
+        let short = Duration::from_millis(100);
+        let first = store.claim("d.leased", "owner-a", 10, short, true).await?;
+        assert_eq!(first.len(), 1);
+        let old = first[0].lease.clone();
+        assert_eq!((old.attempt, old.token), (1, 1));
+        // Still leased: nothing to claim, nothing to recover.
+        assert!(
+            store
+                .claim("d.leased", "owner-b", 10, short, true)
+                .await?
+                .is_empty()
+        );
+        assert_eq!(store.recover_expired(100).await?, 0);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert_eq!(store.recover_expired(100).await?, 1);
+        let second = store
+            .claim("d.leased", "owner-b", 10, Duration::from_secs(10), true)
+            .await?;
+        assert_eq!(second.len(), 1);
+        let new = second[0].lease.clone();
+        assert_eq!((new.attempt, new.token), (2, 2));
+
+        assert_eq!(store.stale_tokens(), 0);
+        let error = store.ack(&old).await.expect_err("old token");
+        assert!(error.is_stale_token(), "{error}");
+        assert_eq!(store.stale_tokens(), 1);
+        let error = store
+            .fail(&old, FailureClass::Transient, "late", RetryDecision::Dead)
+            .await
+            .expect_err("old token");
+        assert!(error.is_stale_token());
+        assert_eq!(store.renew(&[&old], short).await?, 0);
+        let mut tx = store.pool().begin().await?;
+        let error = store
+            .record_effect(&mut tx, &old, "effect", "d")
+            .await
+            .expect_err("old token");
+        assert!(error.is_stale_token());
+        tx.rollback().await?;
+        assert_eq!(store.stale_tokens(), 4);
+
+        assert_eq!(store.renew(&[&new], Duration::from_secs(10)).await?, 1);
+        store.ack(&new).await?;
+        assert_eq!(
+            statuses(&pool, "d.leased").await?,
+            [("acked".to_owned(), 1)]
+        );
+        let attempts: Vec<(i32, String, i64, String)> = sqlx::query_as(
+            "SELECT attempt, owner, fencing_token, outcome FROM evc_delivery_attempts \
+             WHERE consumer = 'd.leased' ORDER BY id",
+        )
+        .fetch_all(&pool)
+        .await?;
+        assert_eq!(
+            attempts,
+            [
+                (1, "owner-a".to_owned(), 1, "lease_expired".to_owned()),
+                (2, "owner-b".to_owned(), 2, "acked".to_owned()),
+            ]
+        );
+        // A second ack of the same (now acked) lease is stale too.
+        assert!(store.ack(&new).await.expect_err("acked").is_stale_token());
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_redelivered_event_records_its_effect_once() -> TestResult {
+    with_database(|pool| async move {
+        create_effects_table(&pool).await?;
+        let store = dispatch_store(&pool, 4).await?;
+        append_notes(&store, 1, 1).await?;
+        let short = Duration::from_millis(100);
+        // Attempt 1: effect and side effect commit, then the worker "dies" before its ack.
+        let claimed = store.claim("d.leased", "owner-a", 1, short, true).await?;
+        let lease = &claimed[0].lease;
+        let mut tx = store.pool().begin().await?;
+        assert!(store.record_effect(&mut tx, lease, "note", "d1").await?);
+        sqlx::query("INSERT INTO t_effects VALUES ($1, 'd.leased')")
+            .bind(lease.event_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(store.recover_expired(10).await?, 1);
+        // Attempt 2: the effect is known; the handler skips its side effect and acks.
+        let claimed = store
+            .claim("d.leased", "owner-b", 1, Duration::from_secs(5), true)
+            .await?;
+        let lease = &claimed[0].lease;
+        let mut tx = store.pool().begin().await?;
+        assert!(!store.record_effect(&mut tx, lease, "note", "d1").await?);
+        tx.commit().await?;
+        store.ack(lease).await?;
+        assert_eq!(support::count(&pool, "t_effects").await?, 1);
+        assert_eq!(support::count(&pool, "evc_consumer_effects").await?, 1);
+        Ok(())
+    })
+    .await
+}
+
+/// Writes a row on the handler's transaction, then fails as the payload's `text` says.
+struct WritesThenFails;
+
+impl DynHandler for WritesThenFails {
+    fn handle<'a>(
+        &'a self,
+        mut context: HandlerContext<'a>,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async move {
+            let mode = context.payload()["text"].as_str().unwrap_or("").to_owned();
+            let event_id = context.lease().event_id;
+            let tx = context
+                .transaction()
+                .ok_or_else(|| HandlerError::permanent("not_transactional"))?;
+            sqlx::query("INSERT INTO t_effects VALUES ($1, 'd.tx')")
+                .bind(event_id)
+                .execute(&mut *tx)
+                .await
+                .map_err(|_| HandlerError::transient("insert"))?;
+            match mode.as_str() {
+                "error" => Err(HandlerError::permanent("refused")),
+                "panic" => panic!("handler panics after its write"),
+                _ => Ok(()),
+            }
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_transactional_handler_leaves_no_write() -> TestResult {
+    with_database(|pool| async move {
+        create_effects_table(&pool).await?;
+        let store = dispatch_store(&pool, 8).await?;
+        let mut tx = store.pool().begin().await?;
+        for (key, mode) in [(1, "ok"), (2, "error"), (3, "panic")] {
+            let payload = serde_json::json!({"note_id": support::note_key(key), "text": mode});
+            store
+                .append(
+                    &mut tx,
+                    support::event("test.note", "1.0.0", payload),
+                    evc_runtime::AppendOptions::new(),
+                )
+                .await?;
+        }
+        tx.commit().await?;
+        let handle = Dispatcher::new(store.clone(), config("rollback"))
+            .consumer("d.tx", WritesThenFails)?
+            .start();
+        let start = Instant::now();
+        while statuses(&pool, "d.tx")
+            .await?
+            .iter()
+            .any(|(s, _)| s == "pending" || s == "leased")
+        {
+            assert!(start.elapsed() < Duration::from_secs(20), "not settled");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let stats = handle.shutdown().await;
+        assert_eq!((stats.acked, stats.dead), (1, 2));
+        assert_eq!(
+            statuses(&pool, "d.tx").await?,
+            [("acked".to_owned(), 1), ("dead".to_owned(), 2)]
+        );
+        // Only the successful handler's write committed.
+        assert_eq!(support::count(&pool, "t_effects").await?, 1);
+        let codes: Vec<(String, Option<String>)> = sqlx::query_as(
+            "SELECT outcome, error_code FROM evc_delivery_attempts ORDER BY outcome, error_code",
+        )
+        .fetch_all(&pool)
+        .await?;
+        assert_eq!(
+            codes,
+            [
+                ("acked".to_owned(), None),
+                ("dead".to_owned(), Some("handler_panicked".to_owned())),
+                ("dead".to_owned(), Some("refused".to_owned())),
+            ]
+        );
+        Ok(())
+    })
+    .await
+}
+
+/// Fails transiently for events whose `text` is `fail`; records when each event was handled.
+#[derive(Default)]
+struct FailsSome {
+    handled: Mutex<Vec<(i64, String, Instant)>>,
+}
+
+struct FailsSomeHandler(Arc<FailsSome>);
+
+impl DynHandler for FailsSomeHandler {
+    fn handle<'a>(
+        &'a self,
+        context: HandlerContext<'a>,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async move {
+            let text = context.payload()["text"].as_str().unwrap_or("").to_owned();
+            self.0.handled.lock().expect("lock").push((
+                context.claimed.event_seq,
+                text.clone(),
+                Instant::now(),
+            ));
+            if text == "fail" {
+                Err(HandlerError::transient("unavailable"))
+            } else {
+                Ok(())
+            }
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_head_blocks_its_key_while_other_keys_proceed() -> TestResult {
+    with_database(|pool| async move {
+        let store = dispatch_store(&pool, 8).await?;
+        let mut tx = store.pool().begin().await?;
+        // Key 1: a failing head, then a follower; key 2: two events.
+        for (key, text) in [(1, "fail"), (1, "after"), (2, "b1"), (2, "b2")] {
+            let payload = serde_json::json!({"note_id": support::note_key(key), "text": text});
+            store
+                .append(
+                    &mut tx,
+                    support::event("test.note", "1.0.0", payload),
+                    evc_runtime::AppendOptions::new(),
+                )
+                .await?;
+        }
+        tx.commit().await?;
+        let handler = Arc::new(FailsSome::default());
+        let handle = Dispatcher::new(store.clone(), config("hol"))
+            .consumer("d.leased", FailsSomeHandler(Arc::clone(&handler)))?
+            .start();
+
+        // While the head backs off (200 ms between its 4 attempts), key 2 is done and the
+        // follower waits, untouched.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let follower: (String, i32) = sqlx::query_as(
+            "SELECT d.status, d.attempt FROM evc_deliveries d JOIN evc_events e USING (event_id) \
+             WHERE d.consumer = 'd.leased' AND e.payload->>'text' = 'after'",
+        )
+        .fetch_one(&pool)
+        .await?;
+        assert_eq!(follower, ("pending".to_owned(), 0));
+        let key2: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM evc_deliveries d JOIN evc_events e USING (event_id) \
+             WHERE d.consumer = 'd.leased' AND e.payload->>'text' IN ('b1', 'b2') \
+             AND d.status = 'acked'",
+        )
+        .fetch_one(&pool)
+        .await?;
+        assert_eq!(key2, 2);
+
+        let start = Instant::now();
+        while statuses(&pool, "d.leased").await?
+            != [("acked".to_owned(), 3), ("dead".to_owned(), 1)]
+        {
+            assert!(start.elapsed() < Duration::from_secs(20), "not settled");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        handle.shutdown().await;
+        let handled = handler.handled.lock().expect("lock").clone();
+        let fails: Vec<&Instant> = handled
+            .iter()
+            .filter(|h| h.1 == "fail")
+            .map(|h| &h.2)
+            .collect();
+        assert_eq!(fails.len(), 4, "max_attempts of the policy");
+        let after = handled
+            .iter()
+            .find(|h| h.1 == "after")
+            .map(|h| h.2)
+            .expect("handled");
+        assert!(
+            fails.iter().all(|&&fail| fail < after),
+            "the follower ran before the head ended"
+        );
+        let b2 = handled
+            .iter()
+            .find(|h| h.1 == "b2")
+            .map(|h| h.2)
+            .expect("handled");
+        assert!(b2 < *fails[1], "key 2 waited for key 1");
+        Ok(())
+    })
+    .await
+}
+
+/// Sleeps `delay` and signals when it started and finished.
+struct Slow {
+    delay: Duration,
+    started: Arc<tokio::sync::Notify>,
+    finished: Arc<AtomicU64>,
+}
+
+impl DynHandler for Slow {
+    fn handle<'a>(
+        &'a self,
+        _context: HandlerContext<'a>,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async move {
+            self.started.notify_one();
+            tokio::time::sleep(self.delay).await;
+            self.finished.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_the_running_handler_and_releases_the_rest() -> TestResult {
+    with_database(|pool| async move {
+        let store = dispatch_store(&pool, 8).await?;
+        append_notes(&store, 5, 5).await?;
+        let started = Arc::new(tokio::sync::Notify::new());
+        let finished = Arc::new(AtomicU64::new(0));
+        let handle = Dispatcher::new(store.clone(), config("shutdown").workers(1).batch(5))
+            .consumer(
+                "d.unordered",
+                Slow {
+                    delay: Duration::from_millis(500),
+                    started: Arc::clone(&started),
+                    finished: Arc::clone(&finished),
+                },
+            )?
+            .start();
+        tokio::time::timeout(Duration::from_secs(10), started.notified()).await?;
+        let leased = statuses(&pool, "d.unordered").await?;
+        assert_eq!(leased, [("leased".to_owned(), 5)]);
+        let stats = handle.shutdown().await;
+        assert_eq!(
+            finished.load(Ordering::SeqCst),
+            1,
+            "the running handler finished"
+        );
+        assert_eq!((stats.acked, stats.released), (1, 4));
+        assert_eq!(
+            statuses(&pool, "d.unordered").await?,
+            [("acked".to_owned(), 1), ("pending".to_owned(), 4)]
+        );
+        // Released as if never claimed: attempt 0 again, no attempt rows.
+        let attempts: Vec<i32> = sqlx::query_scalar(
+            "SELECT attempt FROM evc_deliveries WHERE consumer = 'd.unordered' AND status = 'pending' \
+             ORDER BY event_seq",
+        )
+        .fetch_all(&pool)
+        .await?;
+        assert_eq!(attempts, [0, 0, 0, 0]);
+        assert_eq!(support::count(&pool, "evc_delivery_attempts").await?, 1);
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_keeps_a_long_handler_s_lease() -> TestResult {
+    with_database(|pool| async move {
+        let store = dispatch_store(&pool, 8).await?;
+        append_notes(&store, 2, 2).await?;
+        let handle = Dispatcher::new(
+            store.clone(),
+            config("renew")
+                .workers(1)
+                .batch(2)
+                .lease(Duration::from_millis(300))
+                .recovery_interval(Duration::from_millis(50)),
+        )
+        .consumer(
+            "d.leased",
+            Slow {
+                delay: Duration::from_millis(800),
+                started: Arc::new(tokio::sync::Notify::new()),
+                finished: Arc::new(AtomicU64::new(0)),
+            },
+        )?
+        .start();
+        let start = Instant::now();
+        while statuses(&pool, "d.leased").await? != [("acked".to_owned(), 2)] {
+            assert!(start.elapsed() < Duration::from_secs(20), "not settled");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let stats = handle.shutdown().await;
+        assert_eq!((stats.acked, stats.recovered, stats.stale), (2, 0, 0));
+        assert_eq!(store.stale_tokens(), 0);
+        let outcomes: Vec<String> =
+            sqlx::query_scalar("SELECT outcome FROM evc_delivery_attempts ORDER BY id")
+                .fetch_all(&pool)
+                .await?;
+        assert_eq!(outcomes, ["acked", "acked"]);
+        Ok(())
+    })
+    .await
+}

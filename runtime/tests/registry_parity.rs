@@ -1,0 +1,154 @@
+//! Start-up registry parity against the generated migrations, and the generated producer
+//! functions appending through the PostgreSQL store.
+
+mod support;
+
+use evc_generated::REGISTRY;
+use evc_generated::payloads::CutCompletedV1;
+use evc_generated::producers::emit_cut_completed_v1;
+use evc_runtime::{Drift, PayloadPolicy, PgStore, RegistryObject, StoreError};
+use serde_json::json;
+use support::{TestResult, count, with_database};
+
+#[tokio::test]
+async fn matching_registry_starts_and_drift_is_named() -> TestResult {
+    with_database(|pool| async move {
+        let store = PgStore::start(pool.clone(), REGISTRY, PayloadPolicy::default()).await?;
+
+        // A tampered schema digest.
+        let tampered = "ab".repeat(32);
+        sqlx::query(
+            "UPDATE evc_event_versions SET schema_digest = $1 \
+             WHERE event_type = 'iu.born' AND version = '2.0.0'",
+        )
+        .bind(&tampered)
+        .execute(&pool)
+        .await?;
+        let Err(StoreError::Drift(drift)) = store.verify_registry().await else {
+            panic!("a tampered schema digest must fail the parity check");
+        };
+        let compiled = REGISTRY
+            .version("iu.born", "2.0.0")
+            .map(|v| v.schema_digest)
+            .unwrap_or_default();
+        assert_eq!(
+            drift.differences,
+            [Drift::Field {
+                object: RegistryObject::EventVersion("iu.born".into(), "2.0.0".into()),
+                field: "schema digest",
+                database: tampered.clone(),
+                compiled: compiled.to_owned(),
+            }]
+        );
+        let message = drift.to_string();
+        assert!(
+            message.contains(&format!(
+                "event version iu.born 2.0.0: schema digest in database {tampered}, compiled {compiled}"
+            )),
+            "{message}"
+        );
+        assert!(
+            PgStore::start(pool.clone(), REGISTRY, PayloadPolicy::default())
+                .await
+                .is_err(),
+            "refuses to start"
+        );
+
+        // More drift: a consumer's mode, a missing subscription, a foreign digest.
+        sqlx::query("UPDATE evc_consumers SET mode = 'off' WHERE name = 'audit'")
+            .execute(&pool)
+            .await?;
+        sqlx::query(
+            "DELETE FROM evc_subscriptions \
+             WHERE consumer = 'worker.dot.iu_axis' AND event_type = 'iu.linked'",
+        )
+        .execute(&pool)
+        .await?;
+        sqlx::query("UPDATE evc_registry_state SET digest = $1")
+            .bind("cd".repeat(32))
+            .execute(&pool)
+            .await?;
+        let Err(StoreError::Drift(drift)) = store.verify_registry().await else {
+            panic!("drift expected");
+        };
+        let messages: Vec<String> = drift.differences.iter().map(ToString::to_string).collect();
+        assert_eq!(messages.len(), 4, "{messages:?}");
+        assert!(messages[0].starts_with("registry digest in database cdcd"));
+        assert!(messages.contains(
+            &"consumer audit: mode in database off, compiled live".to_owned()
+        ));
+        assert!(messages.contains(
+            &"subscription of worker.dot.iu_axis to iu.linked missing from database".to_owned()
+        ));
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn missing_registry_rows_are_named() -> TestResult {
+    with_database(|pool| async move {
+        sqlx::query("DELETE FROM evc_registry_state")
+            .execute(&pool)
+            .await?;
+        sqlx::query("DELETE FROM evc_subscriptions WHERE consumer = 'audit'")
+            .execute(&pool)
+            .await?;
+        sqlx::query("DELETE FROM evc_consumers WHERE name = 'audit'")
+            .execute(&pool)
+            .await?;
+        let Err(StoreError::Drift(drift)) =
+            PgStore::start(pool.clone(), REGISTRY, PayloadPolicy::default()).await
+        else {
+            panic!("drift expected");
+        };
+        let message = drift.to_string();
+        assert!(
+            message.contains("registry state missing from database"),
+            "{message}"
+        );
+        assert!(
+            message.contains("consumer audit missing from database"),
+            "{message}"
+        );
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn generated_producers_append_through_the_store() -> TestResult {
+    with_database(|pool| async move {
+        let store = PgStore::start(pool.clone(), REGISTRY, PayloadPolicy::default()).await?;
+        let payload: CutCompletedV1 = serde_json::from_value(json!({
+            "cut_id": "01890a5d-ac96-774b-bcce-b302099a8057",
+            "unit_count": 3,
+            "mark_count": 2,
+            "completed_at": "2024-05-01T12:30:00Z",
+        }))?;
+        let trace = support::trace();
+        let mut tx = pool.begin().await?;
+        let receipt =
+            emit_cut_completed_v1(&mut store.publisher(&mut tx), &trace, &payload).await?;
+        tx.commit().await?;
+        let subscribers = REGISTRY
+            .subscribers(CutCompletedV1::EVENT_TYPE, CutCompletedV1::VERSION)
+            .count();
+        assert!(subscribers > 0);
+        assert_eq!(usize::try_from(receipt.deliveries)?, subscribers);
+        assert_eq!(count(&pool, "evc_events").await?, 1);
+        assert_eq!(
+            count(&pool, "evc_deliveries").await?,
+            i64::try_from(subscribers)?
+        );
+        let (producer_class, order_key): (String, String) =
+            sqlx::query_as("SELECT producer_class, order_key FROM evc_events")
+                .fetch_one(&pool)
+                .await?;
+        let descriptor = REGISTRY.event("cut.completed").map(|e| e.producer_class);
+        assert_eq!(Some(producer_class.as_str()), descriptor);
+        assert_eq!(order_key, "01890a5d-ac96-774b-bcce-b302099a8057");
+        Ok(())
+    })
+    .await
+}

@@ -1,0 +1,348 @@
+//! Shared helpers of the PostgreSQL tests: a throw-away database per test with the generated
+//! migrations applied, and a small hand-written registry with open schemas (so payload-policy
+//! checks can be reached past schema validation).
+//!
+//! The server comes from `DATABASE_URL` (default `postgres://root@localhost/test`). When it
+//! cannot be reached a test is skipped with a message, except under `CI=true`, where that is a
+//! failure.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::path::Path;
+use std::str::FromStr;
+
+use evc_runtime::{
+    ConsumerDescriptor, ConsumerMode, EventDescriptor, HandlerKind, OutgoingEvent, Registry,
+    SubscriptionDescriptor, TraceContext, VersionDescriptor,
+};
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Connection};
+
+pub type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+const DEFAULT_URL: &str = "postgres://root@localhost/test";
+
+/// Runs `check` against a fresh database with the generated migrations applied, then drops the
+/// database (also when `check` fails or panics).
+pub async fn with_database<F, Fut>(check: F) -> TestResult
+where
+    F: FnOnce(PgPool) -> Fut + Send + 'static,
+    Fut: Future<Output = TestResult> + Send + 'static,
+{
+    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
+    let mut admin = match PgConnection::connect(&url).await {
+        Ok(connection) => connection,
+        Err(error) => {
+            let ci = std::env::var("CI").is_ok_and(|value| value.eq_ignore_ascii_case("true"));
+            assert!(
+                !ci,
+                "CI=true and PostgreSQL at {url} is unreachable: {error}"
+            );
+            eprintln!("skipped: PostgreSQL at {url} is unreachable ({error}); set DATABASE_URL");
+            return Ok(());
+        }
+    };
+
+    let database = format!("evc_rt_{:016x}", random());
+    sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {database}")))
+        .execute(&mut admin)
+        .await?;
+    let options = PgConnectOptions::from_str(&url)?.database(&database);
+
+    // Run the checks in their own task so a failed assertion still drops the database.
+    let outcome = tokio::spawn(async move {
+        let pool = PgPoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await?;
+        let migrations = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/migrations");
+        Migrator::new(migrations.as_path())
+            .await?
+            .run(&pool)
+            .await?;
+        let result = check(pool.clone()).await;
+        pool.close().await;
+        result
+    })
+    .await;
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS {database} WITH (FORCE)"
+    )))
+    .execute(&mut admin)
+    .await?;
+    admin.close().await?;
+    match outcome {
+        Ok(result) => result,
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// A random number from the standard library's hash seed, mixed with the process and the time.
+pub fn random() -> u64 {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    if let Ok(elapsed) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        hasher.write_u128(elapsed.as_nanos());
+    }
+    hasher.finish()
+}
+
+/// Rows in `table`.
+pub async fn count(pool: &PgPool, table: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+        .fetch_one(pool)
+        .await
+}
+
+pub const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+pub const SPAN_ID: &str = "00f067aa0ba902b7";
+
+pub fn trace() -> TraceContext {
+    TraceContext::new(TRACE_ID, SPAN_ID, 1).expect("valid trace context")
+}
+
+/// An event of the test registry, built as a producer function builds it.
+pub fn event(
+    event_type: &'static str,
+    version: &'static str,
+    payload: serde_json::Value,
+) -> OutgoingEvent {
+    let order_key = payload
+        .get("note_id")
+        .map(evc_runtime::publish::order_key_part);
+    OutgoingEvent::new(event_type, version, order_key, &trace(), &payload).expect("serializes")
+}
+
+/// A `test.note` 1.0.0 payload.
+pub fn note(note_id: &str) -> serde_json::Value {
+    serde_json::json!({"note_id": note_id, "text": "a note", "count": 1})
+}
+
+const NOTE_SCHEMA: &str = r#"{"properties":{"count":{"minimum":0,"type":"integer"},"meta":{"type":"object"},"note_id":{"format":"uuid","type":"string"},"text":{"type":"string"}},"required":["note_id"],"type":"object"}"#;
+const NOTE_V2_SCHEMA: &str = r#"{"properties":{"note_id":{"format":"uuid","type":"string"},"title":{"type":"string"}},"required":["note_id","title"],"type":"object"}"#;
+const PING_SCHEMA: &str = r#"{"type":"object"}"#;
+const DIGEST: &str = "0000000000000000000000000000000000000000000000000000000000000001";
+
+/// Two event types with open schemas and three consumers (live, off, shadow):
+///
+/// - `test.note` 1.0.0 fans out to `c.live` and `c.shadow` (`c.off` is off), 2.0.0 to
+///   `c.shadow`; producer class `notes`, order key `note_id`, cap 512 bytes;
+/// - `test.ping` 1.0.0 fans out to `c.live`; producer class `pinger`, no order key.
+pub static TEST_REGISTRY: Registry = Registry {
+    project: "runtime_tests",
+    digest: DIGEST,
+    events: &[
+        EventDescriptor {
+            name: "test.note",
+            description: "A note.",
+            producer_class: "notes",
+            order_key: &["note_id"],
+            deprecated: false,
+            max_payload_bytes: 512,
+            versions: &[
+                VersionDescriptor {
+                    version: "1.0.0",
+                    major: 1,
+                    schema: NOTE_SCHEMA,
+                    schema_digest: DIGEST,
+                },
+                VersionDescriptor {
+                    version: "2.0.0",
+                    major: 2,
+                    schema: NOTE_V2_SCHEMA,
+                    schema_digest: DIGEST,
+                },
+            ],
+        },
+        EventDescriptor {
+            name: "test.ping",
+            description: "A ping.",
+            producer_class: "pinger",
+            order_key: &[],
+            deprecated: false,
+            max_payload_bytes: 4096,
+            versions: &[VersionDescriptor {
+                version: "1.0.0",
+                major: 1,
+                schema: PING_SCHEMA,
+                schema_digest: DIGEST,
+            }],
+        },
+    ],
+    consumers: &[
+        consumer(
+            "c.live",
+            ConsumerMode::Live,
+            &[
+                SubscriptionDescriptor {
+                    event: "test.note",
+                    requirement: "^1",
+                    versions: &["1.0.0"],
+                },
+                SubscriptionDescriptor {
+                    event: "test.ping",
+                    requirement: "^1",
+                    versions: &["1.0.0"],
+                },
+            ],
+        ),
+        consumer(
+            "c.off",
+            ConsumerMode::Off,
+            &[SubscriptionDescriptor {
+                event: "test.note",
+                requirement: "^1",
+                versions: &["1.0.0"],
+            }],
+        ),
+        consumer(
+            "c.shadow",
+            ConsumerMode::Shadow,
+            &[SubscriptionDescriptor {
+                event: "test.note",
+                requirement: ">=1, <3",
+                versions: &["1.0.0", "2.0.0"],
+            }],
+        ),
+    ],
+    retry_policies: &[],
+};
+
+const fn consumer(
+    name: &'static str,
+    mode: ConsumerMode,
+    subscriptions: &'static [SubscriptionDescriptor],
+) -> ConsumerDescriptor {
+    ConsumerDescriptor {
+        name,
+        handler: HandlerKind::Transactional,
+        mode,
+        per_key_ordering: true,
+        retry_policy: "r",
+        heartbeat_threshold_ms: 60_000,
+        subscriptions,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dispatch tests.
+// ---------------------------------------------------------------------------------------------
+
+/// A fixed 200 ms retry policy, 4 attempts, no jitter, transient failures retried.
+pub const FIXED_200MS: evc_runtime::RetryPolicyDescriptor = evc_runtime::RetryPolicyDescriptor {
+    name: "fixed.200ms",
+    kind: "fixed_delay",
+    base_delay_ms: 200,
+    max_delay_ms: None,
+    max_attempts: 4,
+    jitter: "none",
+    retry_on: &["transient"],
+};
+
+const NOTE_1: &[SubscriptionDescriptor] = &[SubscriptionDescriptor {
+    event: "test.note",
+    requirement: "^1",
+    versions: &["1.0.0"],
+}];
+
+const fn dispatch_consumer(
+    name: &'static str,
+    handler: HandlerKind,
+    per_key_ordering: bool,
+) -> ConsumerDescriptor {
+    ConsumerDescriptor {
+        name,
+        handler,
+        mode: ConsumerMode::Live,
+        per_key_ordering,
+        retry_policy: "fixed.200ms",
+        heartbeat_threshold_ms: 60_000,
+        subscriptions: NOTE_1,
+    }
+}
+
+/// `test.note` 1.0.0 (order key `note_id`) fanned out to three live consumers, all on
+/// [`FIXED_200MS`]: `d.leased` (leased, per key), `d.tx` (transactional, per key) and
+/// `d.unordered` (leased, no per-key ordering).
+pub static DISPATCH_REGISTRY: Registry = Registry {
+    project: "runtime_dispatch_tests",
+    digest: DIGEST,
+    events: &[EventDescriptor {
+        name: "test.note",
+        description: "A note.",
+        producer_class: "notes",
+        order_key: &["note_id"],
+        deprecated: false,
+        max_payload_bytes: 512,
+        versions: &[VersionDescriptor {
+            version: "1.0.0",
+            major: 1,
+            schema: NOTE_SCHEMA,
+            schema_digest: DIGEST,
+        }],
+    }],
+    consumers: &[
+        dispatch_consumer("d.leased", HandlerKind::Leased, true),
+        dispatch_consumer("d.tx", HandlerKind::Transactional, true),
+        dispatch_consumer("d.unordered", HandlerKind::Leased, false),
+    ],
+    retry_policies: &[FIXED_200MS],
+};
+
+/// The store of [`DISPATCH_REGISTRY`] over a pool of `connections` to the test database of
+/// `pool` (the dispatcher needs more than the four of [`with_database`]).
+pub async fn dispatch_store(
+    pool: &PgPool,
+    connections: u32,
+) -> Result<evc_runtime::PgStore, Box<dyn std::error::Error + Send + Sync>> {
+    let options = (*pool.connect_options()).clone();
+    let pool = PgPoolOptions::new()
+        .max_connections(connections)
+        .connect_with(options)
+        .await?;
+    Ok(evc_runtime::PgStore::new(
+        pool,
+        DISPATCH_REGISTRY,
+        evc_runtime::PayloadPolicy::default(),
+    )?)
+}
+
+/// A UUID-shaped note id for key number `key`.
+pub fn note_key(key: u64) -> String {
+    format!("00000000-0000-4000-8000-{key:012x}")
+}
+
+/// Appends `events` notes in one transaction, round-robin over `keys` keys; payload `count` is
+/// the event's number.
+pub async fn append_notes(
+    store: &evc_runtime::PgStore,
+    events: u64,
+    keys: u64,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let batch: Vec<evc_runtime::NewEvent> = (0..events)
+        .map(|n| {
+            let payload =
+                serde_json::json!({"note_id": note_key(n % keys), "text": "n", "count": n});
+            event("test.note", "1.0.0", payload).into()
+        })
+        .collect();
+    let mut tx = store.pool().begin().await?;
+    store.append_batch(&mut tx, batch).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Deliveries by status: `(status, count)` sorted.
+pub async fn statuses(pool: &PgPool, consumer: &str) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT status, count(*) FROM evc_deliveries WHERE consumer = $1 GROUP BY status \
+         ORDER BY status",
+    )
+    .bind(consumer)
+    .fetch_all(pool)
+    .await
+}
