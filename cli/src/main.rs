@@ -424,8 +424,17 @@ fn compat(args: &CompatArgs) -> anyhow::Result<ExitCode> {
         (Color::Auto, Some(_)) => false,
         (color, _) => use_color(color),
     };
+    // Both sides load at once: the head on another thread while the base is read from git.
+    let (head, base) = std::thread::scope(|scope| {
+        let head = scope.spawn(|| ContractSet::load(dir));
+        let base = base_side(args, dir);
+        let head = head
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (head, base)
+    });
     // The proposed contracts: their problems are findings (exit 100), shown as `evc check` does.
-    let head = match ContractSet::load(dir) {
+    let head = match head {
         Ok(loaded) => loaded.contracts,
         Err(LoadError::Invalid {
             mut diagnostics,
@@ -450,42 +459,8 @@ fn compat(args: &CompatArgs) -> anyhow::Result<ExitCode> {
     };
     let head_label = format!("dir:{}", dir.display());
 
-    // The published contracts: when they do not load, the tool cannot judge (exit 1).
-    let (base, base_label) = match &args.against_dir {
-        Some(base_dir) => {
-            let base = load_base(
-                base_dir,
-                &format!("the base directory `{}`", base_dir.display()),
-            )?;
-            (base, format!("dir:{}", base_dir.display()))
-        }
-        None => {
-            let rev = match &args.against {
-                Some(rev) => rev.clone(),
-                None => git::default_base(dir).context("cannot choose the base revision")?,
-            };
-            let checkout = git::checkout_contracts(dir, &rev)
-                .with_context(|| format!("cannot read the contracts of revision `{rev}`"))?;
-            let label = format!("git:{}", checkout.short_commit());
-            let base = if checkout.existed() {
-                load_base(
-                    checkout.contracts_dir(),
-                    &format!(
-                        "the contracts of revision `{rev}` ({})",
-                        checkout.short_commit()
-                    ),
-                )?
-            } else {
-                eprintln!(
-                    "evc: note: `{}` did not exist at revision `{rev}` ({}); every event type is new",
-                    dir.display(),
-                    checkout.short_commit()
-                );
-                empty_like(&head)
-            };
-            (base, label)
-        }
-    };
+    let (base, base_label) = base?;
+    let base = base.unwrap_or_else(|| empty_like(&head));
 
     let report = compat::compare(&base, &head, &base_label, &head_label);
     let options = compat::output::RenderOptions {
@@ -506,6 +481,47 @@ fn compat(args: &CompatArgs) -> anyhow::Result<ExitCode> {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(EXIT_FINDINGS)
+    })
+}
+
+/// The base contracts and their label; `None` when the contract directory did not exist at the
+/// base revision (every event type is then new).
+fn base_side(args: &CompatArgs, dir: &Path) -> anyhow::Result<(Option<ContractSet>, String)> {
+    // The published contracts: when they do not load, the tool cannot judge (exit 1).
+    Ok(match &args.against_dir {
+        Some(base_dir) => {
+            let base = load_base(
+                base_dir,
+                &format!("the base directory `{}`", base_dir.display()),
+            )?;
+            (Some(base), format!("dir:{}", base_dir.display()))
+        }
+        None => {
+            let rev = match &args.against {
+                Some(rev) => rev.clone(),
+                None => git::default_base(dir).context("cannot choose the base revision")?,
+            };
+            let checkout = git::checkout_contracts(dir, &rev)
+                .with_context(|| format!("cannot read the contracts of revision `{rev}`"))?;
+            let label = format!("git:{}", checkout.short_commit());
+            let base = if checkout.existed() {
+                Some(load_base(
+                    checkout.contracts_dir(),
+                    &format!(
+                        "the contracts of revision `{rev}` ({})",
+                        checkout.short_commit()
+                    ),
+                )?)
+            } else {
+                eprintln!(
+                    "evc: note: `{}` did not exist at revision `{rev}` ({}); every event type is new",
+                    dir.display(),
+                    checkout.short_commit()
+                );
+                None
+            };
+            (base, label)
+        }
     })
 }
 

@@ -5,7 +5,8 @@
 //! 1.3.0 under `full_transitive`, so every type needs four schema judgements for the new version
 //! (both directions against 1.1.0 and 1.2.0), two more for the suggested bump, and the in-place
 //! comparison of the versions both sides share. Every other type narrows an enum in 1.3.0, so
-//! half the types produce findings with witness searches.
+//! half the types produce findings with witness searches. `load_both_and_compare` is the whole
+//! of `evc compat --against-dir`: both sets loaded (at once, as the CLI does), then compared.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -105,9 +106,14 @@ fn compare(c: &mut Criterion) {
         b.iter(|| compat::compare(&base, &head, "dir:base", "dir:head"));
     });
     group.bench_function("load_both_and_compare", |b| {
+        // As `evc compat` does: both sides load at once.
         b.iter(|| {
-            let base = ContractSet::load(base_dir.path()).expect("valid").contracts;
-            let head = ContractSet::load(head_dir.path()).expect("valid").contracts;
+            let (base, head) = std::thread::scope(|scope| {
+                let head = scope.spawn(|| ContractSet::load(head_dir.path()));
+                let base = ContractSet::load(base_dir.path()).expect("valid").contracts;
+                let head = head.join().expect("no panic").expect("valid").contracts;
+                (base, head)
+            });
             compat::compare(&base, &head, "dir:base", "dir:head")
         });
     });

@@ -19,6 +19,8 @@
 //! Conformance data is read from `EVC_CONFORMANCE_DIR` (default `<repo>/../shared/conformance`).
 //! When it is absent the tests fail under `CI=true` and are skipped with a note otherwise.
 
+mod conformance_data;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -36,26 +38,8 @@ const EXAMPLES: &[&str] = &[
     "streetlights-mqtt-asyncapi.yml",
 ];
 
-/// The AsyncAPI conformance folder, or `None` (after saying so) when it is absent outside CI.
 fn conformance_dir() -> Option<PathBuf> {
-    let root = std::env::var_os("EVC_CONFORMANCE_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance"),
-        PathBuf::from,
-    );
-    let dir = root.join("asyncapi");
-    if dir.join("3.0.0-without-id.json").is_file() {
-        return Some(dir);
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "conformance data missing at {} (set EVC_CONFORMANCE_DIR)",
-        dir.display()
-    );
-    eprintln!(
-        "skipping: no AsyncAPI conformance data at {} (set EVC_CONFORMANCE_DIR)",
-        dir.display()
-    );
-    None
+    conformance_data::folder("asyncapi", "3.0.0-without-id.json")
 }
 
 fn official_validator(dir: &Path) -> jsonschema::Validator {

@@ -6,6 +6,8 @@
 //! `<repo>/../shared/conformance`). When it is absent the schema test fails under `CI=true` and is
 //! skipped with a note otherwise.
 
+mod conformance_data;
+
 use std::path::{Path, PathBuf};
 
 use evc_codegen::ContractSet;
@@ -19,26 +21,8 @@ fn contracts() -> ContractSet {
         .contracts
 }
 
-/// The AsyncAPI conformance folder, or `None` (after saying so) when it is absent outside CI.
 fn conformance_dir() -> Option<PathBuf> {
-    let root = std::env::var_os("EVC_CONFORMANCE_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance"),
-        PathBuf::from,
-    );
-    let dir = root.join("asyncapi");
-    if dir.join("3.0.0-without-id.json").is_file() {
-        return Some(dir);
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "conformance data missing at {} (set EVC_CONFORMANCE_DIR)",
-        dir.display()
-    );
-    eprintln!(
-        "skipping: no AsyncAPI conformance data at {} (set EVC_CONFORMANCE_DIR)",
-        dir.display()
-    );
-    None
+    conformance_data::folder("asyncapi", "3.0.0-without-id.json")
 }
 
 fn official_validator(dir: &Path) -> jsonschema::Validator {

@@ -4,7 +4,9 @@
 //! The SARIF schema is read from `EVC_CONFORMANCE_DIR` (default `<repo>/../shared/conformance`).
 //! When it is absent the schema test fails under `CI=true` and is skipped with a note otherwise.
 
-use std::path::{Path, PathBuf};
+mod conformance_data;
+
+use std::path::PathBuf;
 
 use evc_codegen::compat::output::{self, Format, RenderOptions};
 use evc_codegen::compat::{
@@ -310,26 +312,8 @@ fn every_format_has_a_name() {
     assert_eq!(names, ["text", "json", "github", "sarif", "junit"]);
 }
 
-/// The SARIF conformance folder, or `None` (after saying so) when it is absent outside CI.
 fn conformance_dir() -> Option<PathBuf> {
-    let root = std::env::var_os("EVC_CONFORMANCE_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance"),
-        PathBuf::from,
-    );
-    let dir = root.join("sarif");
-    if dir.join("sarif-schema-2.1.0.json").is_file() {
-        return Some(dir);
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "conformance data missing at {} (set EVC_CONFORMANCE_DIR)",
-        dir.display()
-    );
-    eprintln!(
-        "skipping: no SARIF schema at {} (set EVC_CONFORMANCE_DIR)",
-        dir.display()
-    );
-    None
+    conformance_data::folder("sarif", "sarif-schema-2.1.0.json")
 }
 
 /// Panics unless `text` is well-formed XML as far as this format uses it: one root element,

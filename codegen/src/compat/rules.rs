@@ -54,10 +54,73 @@ pub(super) fn compare(
     base_label: &str,
     head_label: &str,
 ) -> Report {
-    let names: BTreeSet<&String> = base.events.keys().chain(head.events.keys()).collect();
+    let names: Vec<&String> = base
+        .events
+        .keys()
+        .chain(head.events.keys())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    // Event types are judged independently: spread them over the cores, keep name order.
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(8);
+    let chunk = names.len().div_ceil(threads).max(1);
+    let parts: Vec<(Vec<Finding>, Vec<EventSummary>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = names
+            .chunks(chunk)
+            .map(|names| scope.spawn(move || compare_events(base, head, names)))
+            .collect();
+        workers
+            .into_iter()
+            .map(|worker| {
+                worker
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
     let mut findings = Vec::new();
     let mut events = Vec::new();
-    for name in names {
+    for (part_findings, part_events) in parts {
+        findings.extend(part_findings);
+        events.extend(part_events);
+    }
+    findings.sort_by(|a, b| {
+        (
+            &a.event,
+            &a.version,
+            a.severity,
+            a.rule,
+            &a.pointer,
+            &a.base_version,
+        )
+            .cmp(&(
+                &b.event,
+                &b.version,
+                b.severity,
+                b.rule,
+                &b.pointer,
+                &b.base_version,
+            ))
+    });
+    Report {
+        base: base_label.to_owned(),
+        head: head_label.to_owned(),
+        findings,
+        events,
+    }
+}
+
+/// Judges the event types `names` of either side.
+fn compare_events(
+    base: &ContractSet,
+    head: &ContractSet,
+    names: &[&String],
+) -> (Vec<Finding>, Vec<EventSummary>) {
+    let mut findings = Vec::new();
+    let mut events = Vec::new();
+    for &name in names {
         match (base.events.get(name), head.events.get(name)) {
             (Some(old), None) => {
                 if old.status != EventStatus::Deprecated {
@@ -99,30 +162,7 @@ pub(super) fn compare(
             (None, None) => {}
         }
     }
-    findings.sort_by(|a, b| {
-        (
-            &a.event,
-            &a.version,
-            a.severity,
-            a.rule,
-            &a.pointer,
-            &a.base_version,
-        )
-            .cmp(&(
-                &b.event,
-                &b.version,
-                b.severity,
-                b.rule,
-                &b.pointer,
-                &b.base_version,
-            ))
-    });
-    Report {
-        base: base_label.to_owned(),
-        head: head_label.to_owned(),
-        findings,
-        events,
-    }
+    (findings, events)
 }
 
 fn compare_event(

@@ -46,50 +46,15 @@ pub const ANNOTATIONS: &[&str] = &[
     "contentSchema",
 ];
 
-/// Keywords the engine understands as assertions or applicators.
-pub const JUDGED: &[&str] = &[
-    "$ref",
-    "allOf",
-    "anyOf",
-    "oneOf",
-    "not",
-    "if",
-    "then",
-    "else",
-    "dependentSchemas",
-    "dependencies",
-    "prefixItems",
-    "items",
-    "additionalItems",
-    "contains",
-    "properties",
-    "patternProperties",
-    "additionalProperties",
-    "propertyNames",
-    "unevaluatedItems",
-    "unevaluatedProperties",
-    "type",
-    "enum",
-    "const",
-    "multipleOf",
-    "maximum",
-    "exclusiveMaximum",
-    "minimum",
-    "exclusiveMinimum",
-    "maxLength",
-    "minLength",
-    "pattern",
-    "maxItems",
-    "minItems",
-    "uniqueItems",
-    "maxContains",
-    "minContains",
-    "maxProperties",
-    "minProperties",
-    "required",
-    "dependentRequired",
-    "format",
-];
+/// True when the engine judges `keyword`: every assertion and applicator of 2020-12 (the
+/// contract vocabulary, [`crate::payload_schema::KEYWORDS`]) except `$dynamicRef`, plus the
+/// draft-07 spellings `dependencies` and `additionalItems`.
+pub fn is_judged(keyword: &str) -> bool {
+    let in_2020_12 = crate::payload_schema::KEYWORDS.contains(&keyword)
+        && keyword != "$dynamicRef"
+        && !is_annotation(keyword);
+    in_2020_12 || matches!(keyword, "dependencies" | "additionalItems")
+}
 
 /// True when `keyword` is an annotation or an extension (`x-...`).
 pub fn is_annotation(keyword: &str) -> bool {

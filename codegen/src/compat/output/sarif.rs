@@ -145,16 +145,7 @@ fn fingerprint(finding: &Finding) -> String {
 
 /// Percent-encodes what may not stand in a URI path (spaces, `%`, `#`, `?`, non-ASCII).
 fn uri_path(path: &str) -> String {
-    let mut out = String::with_capacity(path.len());
-    for byte in path.bytes() {
-        let keep = byte.is_ascii_alphanumeric() || b"-._~/!$&'()*+,;=:@".contains(&byte);
-        if keep {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
+    crate::compat::values::percent_encode(path)
 }
 
 #[cfg(test)]
