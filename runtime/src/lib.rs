@@ -35,7 +35,8 @@ pub use registry::{
 pub use retry::{RetryDecision, RetryPolicy, SplitMix64};
 pub use store::postgres::{PgPublisher, PgStore};
 pub use store::{
-    Claimed, DispatchError, Drift, Lease, RegistryDrift, RegistryObject, Store, StoreError,
+    AckBatch, Claimed, DispatchError, Drift, Lease, RegistryDrift, RegistryObject, Store,
+    StoreError,
 };
 pub use trace::{TraceContext, TraceContextError};
 

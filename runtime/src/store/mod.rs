@@ -14,6 +14,7 @@
 //! | [`Store::append_batch`] | bulk producers | implemented |
 //! | [`Store::claim`] (`FOR UPDATE SKIP LOCKED`, lease owner, lease end, new fencing token, per-key head-of-line) | dispatcher | implemented |
 //! | [`Store::ack`], [`Store::ack_in`], [`Store::fail`], [`Store::renew`] (each presenting the fencing token; a stale token is rejected and counted) | dispatcher | implemented |
+//! | [`Store::ack_batch`] (many fenced acks in one statement; stale ones refused, counted and reported) | batching workers, the outbox benchmark | implemented |
 //! | [`Store::lock_lease`] (the transactional kind's fence) | dispatcher | implemented |
 //! | [`Store::release`] (graceful shutdown), [`Store::recover_expired`] | dispatcher | implemented |
 //! | [`Store::record_effect`] (idempotent effect row, fenced) | consumer handlers | implemented |
@@ -106,6 +107,19 @@ pub trait Store: Send + Sync {
     /// [`DispatchError::StaleToken`] (counted) when the lease's token is no longer current;
     /// [`DispatchError::Database`].
     fn ack(&self, lease: &Lease) -> impl Future<Output = Result<(), DispatchError>> + Send;
+
+    /// Acks many leases of `owner` in one statement on the store's own connection: each
+    /// `(event_id, consumer, token)` is fenced on its own (still leased to `owner` with that
+    /// token), and every acked one gets its `acked` attempt row (started at the claim). Entries
+    /// whose token is stale write nothing; they are counted like [`Store::ack`]'s and returned.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`] (nothing is acked then).
+    fn ack_batch(
+        &self,
+        acks: &[(Uuid, &str, i64)],
+        owner: &str,
+    ) -> impl Future<Output = Result<AckBatch, DispatchError>> + Send;
 
     /// [`Store::ack`] on the caller's connection: the transactional kind acks in the handler's
     /// transaction, so the handler's writes, its effect row and the ack commit together.
@@ -235,6 +249,17 @@ impl Lease {
     pub fn mark_started(&mut self) {
         self.started_at = self.claimed_at + self.claimed.elapsed().as_secs_f64();
     }
+}
+
+/// What [`Store::ack_batch`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AckBatch {
+    /// Deliveries acked (each with its attempt row).
+    pub acked: usize,
+    /// Entries refused for a stale token (or another owner, or already settled), in input
+    /// order: `(event_id, consumer, token)` as presented.
+    pub stale: Vec<(Uuid, String, i64)>,
 }
 
 /// A claimed delivery: its lease, what the handler is told and the event's payload.

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::{PgStore, sql};
 use crate::handler::{Delivery, FailureClass};
 use crate::retry::RetryDecision;
-use crate::store::{Claimed, DispatchError, Lease};
+use crate::store::{AckBatch, Claimed, DispatchError, Lease};
 use crate::trace::TraceContext;
 
 /// Milliseconds of a duration as a bind parameter (`int8`).
@@ -28,18 +28,22 @@ impl PgStore {
     }
 
     fn stale(&self, lease: &Lease) -> DispatchError {
-        self.inner.stale_tokens.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(
-            event_id = %lease.event_id,
-            consumer = %lease.consumer,
-            token = lease.token,
-            "fenced operation refused: stale token"
-        );
+        self.count_stale(lease.event_id, &lease.consumer, lease.token);
         DispatchError::StaleToken {
             event_id: lease.event_id,
             consumer: lease.consumer.clone(),
             token: lease.token,
         }
+    }
+
+    fn count_stale(&self, event_id: Uuid, consumer: &str, token: i64) {
+        self.inner.stale_tokens.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            %event_id,
+            consumer,
+            token,
+            "fenced operation refused: stale token"
+        );
     }
 
     /// Claims a batch (see [`crate::Store::claim`]).
@@ -122,6 +126,50 @@ impl PgStore {
             Some(_) => Ok(()),
             None => Err(self.stale(lease)),
         }
+    }
+
+    /// Acks many leases of `owner` in one statement (see [`crate::Store::ack_batch`]): each
+    /// `(event_id, consumer, token)` is fenced on its own, every acked one gets its `acked`
+    /// attempt row (started at the claim), and every refused one is counted as a stale token
+    /// and returned in [`AckBatch::stale`].
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`] (nothing is acked then).
+    pub async fn ack_batch(
+        &self,
+        acks: &[(Uuid, &str, i64)],
+        owner: &str,
+    ) -> Result<AckBatch, DispatchError> {
+        if acks.is_empty() {
+            return Ok(AckBatch::default());
+        }
+        let ids: Vec<Uuid> = acks.iter().map(|&(id, _, _)| id).collect();
+        let consumers: Vec<&str> = acks.iter().map(|&(_, consumer, _)| consumer).collect();
+        let tokens: Vec<i64> = acks.iter().map(|&(_, _, token)| token).collect();
+        let rows = sqlx::query(sql::ACK_BATCH_FENCED)
+            .bind(&ids)
+            .bind(&consumers)
+            .bind(&tokens)
+            .bind(owner)
+            .fetch_all(&self.inner.pool)
+            .await?;
+        let mut acked = std::collections::HashSet::with_capacity(rows.len());
+        for row in &rows {
+            let event_id: Uuid = row.try_get("event_id")?;
+            let consumer: String = row.try_get("consumer")?;
+            acked.insert((event_id, consumer));
+        }
+        let mut outcome = AckBatch {
+            acked: acked.len(),
+            stale: Vec::new(),
+        };
+        for &(event_id, consumer, token) in acks {
+            if !acked.contains(&(event_id, consumer.to_owned())) {
+                self.count_stale(event_id, consumer, token);
+                outcome.stale.push((event_id, consumer.to_owned(), token));
+            }
+        }
+        Ok(outcome)
     }
 
     /// Ends a failed attempt (see [`crate::Store::fail`]).

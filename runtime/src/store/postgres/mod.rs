@@ -38,7 +38,7 @@ use crate::publish::{OutgoingEvent, Publish};
 use crate::registry::Registry;
 use crate::retry::RetryDecision;
 use crate::store::parity::{self, Mirror};
-use crate::store::{Claimed, DispatchError, Lease, RegistryDrift, Store, StoreError};
+use crate::store::{AckBatch, Claimed, DispatchError, Lease, RegistryDrift, Store, StoreError};
 
 mod dispatch;
 pub mod sql;
@@ -554,6 +554,14 @@ impl Store for PgStore {
 
     async fn ack(&self, lease: &Lease) -> Result<(), DispatchError> {
         PgStore::ack(self, lease).await
+    }
+
+    async fn ack_batch(
+        &self,
+        acks: &[(Uuid, &str, i64)],
+        owner: &str,
+    ) -> Result<AckBatch, DispatchError> {
+        PgStore::ack_batch(self, acks, owner).await
     }
 
     async fn ack_in(

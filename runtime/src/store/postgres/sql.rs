@@ -232,6 +232,43 @@ WITH d AS (
 )
 SELECT (SELECT count(*) FROM a) AS attempts FROM d";
 
+/// Acks many leases in one statement, each fenced on its own: parallel arrays `$1` event ids,
+/// `$2` consumers and `$3` tokens, all leased to owner `$4`. A delivery still leased to `$4`
+/// with its token is set `acked` and gets its `acked` attempt row (started at the claim,
+/// `updated_at`; finished now); any other entry (stale token, settled, released, another
+/// owner) writes nothing. The rows are locked in key order first, so concurrent batches cannot
+/// deadlock on each other. Returns the acked `(event_id, consumer)` pairs.
+pub(crate) const ACK_BATCH_FENCED: &str = "\
+WITH r AS (
+    SELECT DISTINCT event_id, consumer, fencing_token
+    FROM UNNEST($1::uuid[], $2::text[], $3::int8[]) AS r (event_id, consumer, fencing_token)
+), x AS (
+    SELECT d.event_id, d.consumer, d.attempt, d.lease_owner, d.fencing_token, d.updated_at
+    FROM evc_deliveries d
+    JOIN r ON d.event_id = r.event_id AND d.consumer = r.consumer
+        AND d.fencing_token = r.fencing_token
+    WHERE d.status = 'leased' AND d.lease_owner = $4
+    ORDER BY d.event_id, d.consumer
+    FOR UPDATE OF d
+), u AS (
+    UPDATE evc_deliveries d
+    SET status = 'acked', lease_until = NULL, last_error_code = NULL, updated_at = now()
+    FROM x
+    WHERE d.event_id = x.event_id AND d.consumer = x.consumer
+    RETURNING d.event_id, d.consumer
+), a AS (
+    INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, fencing_token,
+        started_at, finished_at, outcome, error_code, duration_ms)
+    SELECT x.event_id, x.consumer, x.attempt, x.lease_owner, x.fencing_token, x.updated_at,
+        t.finished, 'acked', NULL,
+        floor(extract(epoch FROM t.finished - x.updated_at) * 1000)::int8
+    FROM x CROSS JOIN LATERAL (
+        SELECT greatest(clock_timestamp(), x.updated_at) AS finished
+    ) AS t
+    RETURNING 1
+)
+SELECT u.event_id, u.consumer, (SELECT count(*) FROM a) AS attempts FROM u";
+
 /// Ends a failed attempt, fenced like [`ACK_FENCED`]: `$4` the new status (`pending` to
 /// retry, `dead`, `quarantined`), due again after `$5` milliseconds when pending, `$6` the
 /// error code, `$7` started at (epoch seconds), `$8` the attempt's outcome (`retry`, `dead`,
@@ -355,6 +392,8 @@ mod tests {
             assert!(statement.contains("fencing_token = $3 AND status = 'leased'"));
         }
         assert!(RENEW_FENCED.contains("d.fencing_token = r.fencing_token"));
+        assert!(ACK_BATCH_FENCED.contains("d.fencing_token = r.fencing_token"));
+        assert!(ACK_BATCH_FENCED.contains("d.status = 'leased' AND d.lease_owner = $4"));
         assert!(RECORD_EFFECT.contains("fencing_token = $5 AND status = 'leased'"));
     }
 

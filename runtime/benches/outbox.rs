@@ -1,0 +1,903 @@
+//! The outbox benchmark (docs/runtime.md, "Benchmark"): in one invocation on the local
+//! PostgreSQL, the pure-SQL ceiling of `../shared/bench/pg_ceiling.sh` (same statements, run by
+//! `pgbench` exactly as the script runs them, or by 4 Rust connections when `pgbench` is not on
+//! PATH), then evc's own paths — single-event produce, claim+ack with a no-op handler (4
+//! workers, batch 50 and 100, fencing and the attempt audit on) through the `Dispatcher` and
+//! through `claim` + `ack_batch`, and one batch append of 100,000 events — each printed with its
+//! ratio to the ceiling and the goal of issue 6.
+//!
+//! ```sh
+//! cargo bench -p evc-runtime --bench outbox
+//! EVC_BENCH_SECONDS=3 cargo bench -p evc-runtime --bench outbox   # a quick run
+//! ```
+//!
+//! Environment: `DATABASE_URL` (default `postgres://root@localhost/test`; the benchmark creates
+//! its own databases there and drops them at the end), `EVC_BENCH_SECONDS` (seconds per timed
+//! run, default 10), `EVC_BENCH_CLAIM_EVENTS` (deliveries pre-inserted per claim run, default
+//! 300,000), `EVC_CEILING_SCRIPT` (the script whose statements are checked against the copies
+//! here; default `../shared/bench/pg_ceiling.sh` beside the workspace).
+
+#![allow(missing_docs)]
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
+use evc_runtime::{
+    AppendOptions, ConsumerDescriptor, ConsumerMode, Dispatcher, DispatcherConfig, EventDescriptor,
+    HandlerError, HandlerKind, NewEvent, OutgoingEvent, PayloadPolicy, PgStore, Publish, Registry,
+    RetryPolicyDescriptor, SubscriptionDescriptor, TraceContext, VersionDescriptor,
+};
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Connection};
+
+type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+const DEFAULT_URL: &str = "postgres://root@localhost/test";
+/// Concurrent clients / workers, as in the script (`pgbench -c 4`).
+const CLIENTS: usize = 4;
+/// Events of the batch-append figure.
+const BATCH_EVENTS: usize = 100_000;
+/// Goals of issue 6.
+const PRODUCE_GOAL: f64 = 0.8;
+const CLAIM_GOAL: f64 = 1.0;
+const BATCH_GOAL: f64 = 80_000.0;
+
+// ---------------------------------------------------------------------------------------------
+// The ceiling: the statements of pg_ceiling.sh, verbatim.
+// ---------------------------------------------------------------------------------------------
+
+const CEILING_SCHEMA: &str = "\
+create table ev(id bigserial primary key, event_type text not null, payload jsonb not null, created_at timestamptz not null default now());
+create table dl(id bigserial primary key, event_id bigint not null, consumer text not null, status text not null default 'pending', attempt int not null default 0, lease_until timestamptz, lease_owner text, fencing bigint not null default 0, next_at timestamptz not null default now());
+create index dl_claim on dl(consumer, next_at, id) where status='pending';
+create index dl_owner on dl(lease_owner) where status='leased';
+";
+
+const CEILING_INSERT1: &str = "insert into ev(event_type,payload) values ('x','{}');\n";
+
+const CEILING_PRODUCE: &str = "\
+with e as (insert into ev(event_type,payload) values ('iu.born','{\"iu_unit_id\":\"abc\"}') returning id)
+insert into dl(event_id,consumer) select id, c from e, (values ('a'),('b')) v(c);
+";
+
+const CEILING_CLAIMACK: &str = "\
+\\set owner random(1,1000000000)
+begin;
+with c as (select id from dl where consumer='a' and status='pending' and next_at<=now() order by next_at, id limit 100 for update skip locked)
+update dl set status='leased', lease_until=now()+interval '30 s', lease_owner=:owner::text, fencing=fencing+1, attempt=attempt+1 from c where dl.id=c.id;
+commit;
+update dl set status='acked' where lease_owner=:owner::text and status='leased';
+";
+
+/// The script's reload before the claim+ack run (its `psql -c` arguments, unescaped).
+const CEILING_RELOAD: [&str; 4] = [
+    "truncate ev, dl",
+    "insert into ev(event_type,payload) select 'iu.born','{\"iu_unit_id\":\"abc\"}' from generate_series(1,1000000)",
+    "insert into dl(event_id,consumer) select id,'a' from ev",
+    "vacuum analyze dl",
+];
+
+/// Deliveries per claim+ack transaction of the script.
+const CEILING_BATCH: f64 = 100.0;
+
+// ---------------------------------------------------------------------------------------------
+// evc's side: a small static registry.
+// ---------------------------------------------------------------------------------------------
+
+const SCHEMA: &str = r#"{"additionalProperties":false,"properties":{"iu_unit_id":{"format":"uuid","type":"string"}},"required":["iu_unit_id"],"type":"object"}"#;
+const DIGEST: &str = "0000000000000000000000000000000000000000000000000000000000000001";
+const VERSIONS: &[VersionDescriptor] = &[VersionDescriptor {
+    version: "1.0.0",
+    major: 1,
+    schema: SCHEMA,
+    schema_digest: DIGEST,
+}];
+const POLICY: RetryPolicyDescriptor = RetryPolicyDescriptor {
+    name: "bench.retry",
+    kind: "fixed_delay",
+    base_delay_ms: 1_000,
+    max_delay_ms: None,
+    max_attempts: 3,
+    jitter: "none",
+    retry_on: &["transient"],
+};
+/// The produce figure's type: two deliveries per event, like the script's produce.
+const PRODUCED: &str = "bench.produced";
+/// The claim and batch-append figures' type: one delivery per event.
+const CLAIMED: &str = "bench.claimed";
+const CLAIM_CONSUMER: &str = "bench.claim";
+
+const fn event_type(name: &'static str) -> EventDescriptor {
+    EventDescriptor {
+        name,
+        description: "A benchmark event.",
+        producer_class: "bench",
+        order_key: &["iu_unit_id"],
+        deprecated: false,
+        max_payload_bytes: 4096,
+        versions: VERSIONS,
+    }
+}
+
+const fn consumer(
+    name: &'static str,
+    subscriptions: &'static [SubscriptionDescriptor],
+) -> ConsumerDescriptor {
+    ConsumerDescriptor {
+        name,
+        handler: HandlerKind::Leased,
+        mode: ConsumerMode::Live,
+        per_key_ordering: false,
+        retry_policy: "bench.retry",
+        heartbeat_threshold_ms: 60_000,
+        subscriptions,
+    }
+}
+
+const PRODUCED_SUBSCRIPTION: &[SubscriptionDescriptor] = &[SubscriptionDescriptor {
+    event: PRODUCED,
+    requirement: "^1",
+    versions: &["1.0.0"],
+}];
+const CLAIMED_SUBSCRIPTION: &[SubscriptionDescriptor] = &[SubscriptionDescriptor {
+    event: CLAIMED,
+    requirement: "^1",
+    versions: &["1.0.0"],
+}];
+
+/// `bench.produced` fans out to `bench.a` and `bench.b`; `bench.claimed` to `bench.claim`.
+static REGISTRY: Registry = Registry {
+    project: "evc_bench",
+    digest: DIGEST,
+    events: &[event_type(PRODUCED), event_type(CLAIMED)],
+    consumers: &[
+        consumer("bench.a", PRODUCED_SUBSCRIPTION),
+        consumer("bench.b", PRODUCED_SUBSCRIPTION),
+        consumer(CLAIM_CONSUMER, CLAIMED_SUBSCRIPTION),
+    ],
+    retry_policies: &[POLICY],
+};
+
+fn trace() -> TraceContext {
+    TraceContext::new("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", 1)
+        .expect("valid trace context")
+}
+
+/// An event built as a generated producer function builds it; `n` makes the unit id unique.
+fn event(event_type: &'static str, trace: &TraceContext, n: u64) -> OutgoingEvent {
+    let unit = format!("00000000-0000-4000-8000-{n:012x}");
+    let payload = serde_json::json!({ "iu_unit_id": unit });
+    OutgoingEvent::new(event_type, "1.0.0", Some(unit), trace, &payload).expect("serializes")
+}
+
+/// The no-op handler of the claim+ack figures.
+struct NoOp;
+
+impl DynHandler for NoOp {
+    fn handle<'a>(&'a self, _: HandlerContext<'a>) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Databases.
+// ---------------------------------------------------------------------------------------------
+
+/// The server and the databases this run created (dropped at the end, also after a panic).
+struct Server {
+    url: String,
+    admin: PgConnection,
+    created: Arc<Mutex<Vec<String>>>,
+}
+
+impl Server {
+    /// A fresh, empty database.
+    async fn create(&mut self, purpose: &str) -> BenchResult<String> {
+        let name = {
+            let mut created = self.created.lock().expect("not poisoned");
+            let name = format!(
+                "evc_bench_{}_{}_{purpose}",
+                std::process::id(),
+                created.len()
+            );
+            created.push(name.clone());
+            name
+        };
+        sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut self.admin)
+            .await?;
+        Ok(name)
+    }
+
+    /// A fresh database with `generated/migrations` applied, and a pool of `connections`.
+    async fn migrated(&mut self, purpose: &str, connections: u32) -> BenchResult<PgPool> {
+        let name = self.create(purpose).await?;
+        let options = PgConnectOptions::from_str(&self.url)?.database(&name);
+        let pool = PgPoolOptions::new()
+            .max_connections(connections)
+            .connect_with(options)
+            .await?;
+        let migrations = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/migrations");
+        Migrator::new(migrations.as_path())
+            .await?
+            .run(&pool)
+            .await?;
+        Ok(pool)
+    }
+}
+
+/// Drops every database in `created`.
+async fn drop_all(admin: &mut PgConnection, created: &Mutex<Vec<String>>) {
+    let names = std::mem::take(&mut *created.lock().expect("not poisoned"));
+    for name in names {
+        let statement = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+        if let Err(error) = sqlx::raw_sql(AssertSqlSafe(statement))
+            .execute(&mut *admin)
+            .await
+        {
+            eprintln!("could not drop database {name}: {error}");
+        }
+    }
+}
+
+/// `url` with its database replaced by `database` (for pgbench's connection string).
+fn url_for(url: &str, database: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let authority = base.find("://").map_or(0, |i| i + 3);
+    let base = match base[authority..].find('/') {
+        Some(slash) => &base[..authority + slash],
+        None => base,
+    };
+    match query {
+        Some(query) => format!("{base}/{database}?{query}"),
+        None => format!("{base}/{database}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Figures.
+// ---------------------------------------------------------------------------------------------
+
+struct Settings {
+    seconds: u64,
+    claim_events: usize,
+}
+
+#[derive(Default)]
+struct Ceiling {
+    commits: f64,
+    produce: f64,
+    claim_ack: f64,
+    driver: &'static str,
+}
+
+struct Figure {
+    name: String,
+    value: f64,
+    unit: &'static str,
+    /// The ceiling figure it compares with.
+    ceiling: Option<f64>,
+    goal: Goal,
+}
+
+enum Goal {
+    None,
+    /// At least this ratio of the ceiling.
+    Ratio(f64),
+    /// At least this many per second.
+    Rate(f64),
+}
+
+impl Figure {
+    fn ratio(&self) -> Option<f64> {
+        self.ceiling
+            .filter(|c| *c > 0.0)
+            .map(|ceiling| self.value / ceiling)
+    }
+
+    fn goal(&self) -> (String, String) {
+        match self.goal {
+            Goal::None => ("-".into(), "-".into()),
+            Goal::Ratio(goal) => {
+                let met = self.ratio().is_some_and(|r| r >= goal);
+                (format!(">= {goal:.2}x"), yes_no(met))
+            }
+            Goal::Rate(goal) => (
+                format!(">= {} {}", thousands(goal), self.unit),
+                yes_no(self.value >= goal),
+            ),
+        }
+    }
+}
+
+fn yes_no(met: bool) -> String {
+    if met { "yes" } else { "no" }.into()
+}
+
+fn thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() -> BenchResult<()> {
+    let settings = Settings {
+        seconds: env_number("EVC_BENCH_SECONDS", 10).max(1),
+        claim_events: usize::try_from(env_number("EVC_BENCH_CLAIM_EVENTS", 300_000))?,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
+        let admin = match PgConnection::connect(&url).await {
+            Ok(admin) => admin,
+            Err(error) => {
+                let ci = std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true"));
+                if ci {
+                    return Err(format!("PostgreSQL at {url} is unreachable: {error}").into());
+                }
+                eprintln!(
+                    "skipped: PostgreSQL at {url} is unreachable ({error}); set DATABASE_URL"
+                );
+                return Ok(());
+            }
+        };
+        let mut admin = admin;
+        let created = Arc::new(Mutex::new(Vec::new()));
+        // The run in its own task, so a failure or a panic still drops the databases.
+        let run = tokio::spawn({
+            let created = Arc::clone(&created);
+            async move {
+                let mut server = Server {
+                    admin: PgConnection::connect(&url).await?,
+                    url,
+                    created,
+                };
+                run(&mut server, &settings).await
+            }
+        })
+        .await;
+        drop_all(&mut admin, &created).await;
+        match run {
+            Ok(result) => result,
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            Err(error) => Err(error.into()),
+        }
+    })
+}
+
+async fn run(server: &mut Server, settings: &Settings) -> BenchResult<()> {
+    println!(
+        "outbox benchmark: {} s per timed run, {CLIENTS} clients/workers, {} deliveries pre-inserted per claim run",
+        settings.seconds, settings.claim_events
+    );
+    check_script();
+
+    let ceiling = ceiling(server, settings.seconds).await?;
+    println!(
+        "ceiling ({}): single-row commits/s {:.0}, produce tx/s {:.0}, claim+ack deliveries/s {:.0}",
+        ceiling.driver, ceiling.commits, ceiling.produce, ceiling.claim_ack
+    );
+    let mut figures = vec![
+        Figure {
+            name: "ceiling: single-row commits/s".into(),
+            value: ceiling.commits,
+            unit: "/s",
+            ceiling: None,
+            goal: Goal::None,
+        },
+        Figure {
+            name: "ceiling: produce tx/s (1 event + 2 deliveries)".into(),
+            value: ceiling.produce,
+            unit: "/s",
+            ceiling: None,
+            goal: Goal::None,
+        },
+        Figure {
+            name: "ceiling: claim+ack deliveries/s (batch 100)".into(),
+            value: ceiling.claim_ack,
+            unit: "/s",
+            ceiling: None,
+            goal: Goal::None,
+        },
+    ];
+
+    let produce = produce(server, settings.seconds).await?;
+    println!("evc produce: {produce:.0} events/s (2 deliveries each)");
+    figures.push(Figure {
+        name: "evc produce events/s (append, 2 deliveries)".into(),
+        value: produce,
+        unit: "events/s",
+        ceiling: Some(ceiling.produce),
+        goal: Goal::Ratio(PRODUCE_GOAL),
+    });
+
+    for batch in [50, 100] {
+        for batched_ack in [false, true] {
+            let run = claim_ack(server, settings, batch, batched_ack).await?;
+            let how = if batched_ack {
+                "claim + ack_batch"
+            } else {
+                "Dispatcher, ack per delivery"
+            };
+            println!(
+                "evc claim+ack ({how}, batch {batch}): {:.0} deliveries/s, {} attempt rows, {} pending left; pre-insert {:.0} events/s",
+                run.rate, run.attempts, run.pending, run.insert_rate
+            );
+            if run.pending == 0 {
+                println!(
+                    "  warning: the workers ran dry; raise EVC_BENCH_CLAIM_EVENTS for a true figure"
+                );
+            }
+            figures.push(Figure {
+                name: format!("evc claim+ack deliveries/s ({how}, batch {batch})"),
+                value: run.rate,
+                unit: "/s",
+                ceiling: Some(ceiling.claim_ack),
+                goal: Goal::Ratio(CLAIM_GOAL),
+            });
+            if batch == 50 && !batched_ack {
+                figures.push(Figure {
+                    name: format!(
+                        "evc pre-insert append_batch events/s ({} events, 1 call)",
+                        settings.claim_events
+                    ),
+                    value: run.insert_rate,
+                    unit: "events/s",
+                    ceiling: None,
+                    goal: Goal::None,
+                });
+            }
+        }
+    }
+
+    let batch = batch_append(server).await?;
+    println!("evc batch append: {BATCH_EVENTS} events in one call, {batch:.0} events/s");
+    figures.push(Figure {
+        name: format!("evc batch append events/s ({BATCH_EVENTS}, 1 call)"),
+        value: batch,
+        unit: "events/s",
+        ceiling: None,
+        goal: Goal::Rate(BATCH_GOAL),
+    });
+
+    print_table(&figures);
+    Ok(())
+}
+
+fn print_table(figures: &[Figure]) {
+    let width = figures
+        .iter()
+        .map(|f| f.name.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    println!();
+    println!(
+        "{:<width$}  {:>10}  {:>8}  {:>18}  {:>4}",
+        "figure", "value", "ratio", "goal", "met"
+    );
+    println!("{}", "-".repeat(width + 48));
+    for figure in figures {
+        let ratio = figure
+            .ratio()
+            .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}x"));
+        let (goal, met) = figure.goal();
+        println!(
+            "{:<width$}  {:>10}  {:>8}  {:>18}  {:>4}",
+            figure.name,
+            thousands(figure.value),
+            ratio,
+            goal,
+            met
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The ceiling.
+// ---------------------------------------------------------------------------------------------
+
+/// Warns when the script's statements differ from the copies here.
+fn check_script() {
+    let path = std::env::var_os("EVC_CEILING_SCRIPT").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/bench/pg_ceiling.sh"),
+        PathBuf::from,
+    );
+    let Ok(script) = std::fs::read_to_string(&path) else {
+        println!(
+            "note: {} not found; using the statements copied here",
+            path.display()
+        );
+        return;
+    };
+    let squash = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let script = squash(&script);
+    let differ: Vec<&str> = [
+        ("schema", CEILING_SCHEMA),
+        ("insert1.sql", CEILING_INSERT1),
+        ("produce.sql", CEILING_PRODUCE),
+        ("claimack.sql", CEILING_CLAIMACK),
+    ]
+    .into_iter()
+    .filter(|(_, statements)| !script.contains(&squash(statements)))
+    .map(|(name, _)| name)
+    .collect();
+    if differ.is_empty() {
+        println!("ceiling statements match {}", path.display());
+    } else {
+        println!(
+            "warning: {} differ from {}; the ceiling runs the copies here",
+            differ.join(", "),
+            path.display()
+        );
+    }
+}
+
+async fn ceiling(server: &mut Server, seconds: u64) -> BenchResult<Ceiling> {
+    let database = server.create("ceiling").await?;
+    let url = url_for(&server.url, &database);
+    let mut connection = PgConnection::connect(&url).await?;
+    sqlx::raw_sql(CEILING_SCHEMA)
+        .execute(&mut connection)
+        .await?;
+    let pgbench = which("pgbench");
+    let mut ceiling = Ceiling {
+        driver: if pgbench.is_some() {
+            "pgbench -n -c 4 -j 2, as pg_ceiling.sh runs it"
+        } else {
+            "4 Rust connections (pgbench not on PATH)"
+        },
+        ..Ceiling::default()
+    };
+    let dir = std::env::temp_dir().join(format!("evc_bench_{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let result = async {
+        ceiling.commits = ceiling_run(&pgbench, &dir, &url, Script::Insert1, seconds).await?;
+        ceiling.produce = ceiling_run(&pgbench, &dir, &url, Script::Produce, seconds).await?;
+        for statement in CEILING_RELOAD {
+            sqlx::raw_sql(statement).execute(&mut connection).await?;
+        }
+        let tps = ceiling_run(&pgbench, &dir, &url, Script::ClaimAck, seconds).await?;
+        ceiling.claim_ack = (tps * CEILING_BATCH).round();
+        let left: i64 = sqlx::query_scalar("select count(*) from dl where status='pending'")
+            .fetch_one(&mut connection)
+            .await?;
+        println!("ceiling claim+ack: pending left {left}");
+        BenchResult::Ok(())
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    connection.close().await?;
+    result.map(|()| ceiling)
+}
+
+#[derive(Clone, Copy)]
+enum Script {
+    Insert1,
+    Produce,
+    ClaimAck,
+}
+
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|path| path.is_file())
+    })
+}
+
+/// Transactions per second of one script: pgbench's `tps`, or the Rust driver's count.
+async fn ceiling_run(
+    pgbench: &Option<PathBuf>,
+    dir: &Path,
+    url: &str,
+    script: Script,
+    seconds: u64,
+) -> BenchResult<f64> {
+    let (file, text) = match script {
+        Script::Insert1 => ("insert1.sql", CEILING_INSERT1),
+        Script::Produce => ("produce.sql", CEILING_PRODUCE),
+        Script::ClaimAck => ("claimack.sql", CEILING_CLAIMACK),
+    };
+    let Some(pgbench) = pgbench else {
+        return rust_ceiling(url, script, seconds).await;
+    };
+    let path = dir.join(file);
+    std::fs::write(&path, text)?;
+    let mut command = std::process::Command::new(pgbench);
+    command
+        .args(["-n", "-c", "4", "-j", "2", "-T", &seconds.to_string(), "-f"])
+        .arg(&path)
+        .arg(url);
+    let output = tokio::task::spawn_blocking(move || command.output()).await??;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    text.lines()
+        .find_map(|line| line.strip_prefix("tps = "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|tps| tps.parse().ok())
+        .ok_or_else(|| format!("pgbench {file} printed no tps:\n{text}").into())
+}
+
+/// The script's transactions from 4 Rust connections (when pgbench is missing).
+async fn rust_ceiling(url: &str, script: Script, seconds: u64) -> BenchResult<f64> {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for client in 0..CLIENTS {
+        let url = url.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let mut connection = PgConnection::connect(&url).await?;
+            let mut owner = (std::process::id() as u64) << 20 | (client as u64) << 40;
+            let mut done = 0u64;
+            while Instant::now() < deadline {
+                match script {
+                    Script::Insert1 => {
+                        sqlx::raw_sql(CEILING_INSERT1)
+                            .execute(&mut connection)
+                            .await?;
+                    }
+                    Script::Produce => {
+                        sqlx::raw_sql(CEILING_PRODUCE)
+                            .execute(&mut connection)
+                            .await?;
+                    }
+                    Script::ClaimAck => {
+                        owner += 1;
+                        let claim = CEILING_CLAIMACK
+                            .lines()
+                            .filter(|line| !line.starts_with('\\'))
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                            .replace(":owner", &owner.to_string());
+                        sqlx::raw_sql(AssertSqlSafe(claim))
+                            .execute(&mut connection)
+                            .await?;
+                    }
+                }
+                done += 1;
+            }
+            BenchResult::Ok(done)
+        }));
+    }
+    let mut total = 0;
+    for task in tasks {
+        total += task.await??;
+    }
+    Ok(total as f64 / started.elapsed().as_secs_f64())
+}
+
+// ---------------------------------------------------------------------------------------------
+// evc.
+// ---------------------------------------------------------------------------------------------
+
+fn store(pool: PgPool) -> BenchResult<PgStore> {
+    Ok(PgStore::new(pool, REGISTRY, PayloadPolicy::default())?)
+}
+
+/// Runs `work(task)` in `CLIENTS` tasks until `seconds` pass; returns the total per second.
+async fn timed<F, Fut>(seconds: u64, work: F) -> BenchResult<f64>
+where
+    F: Fn(usize, Instant) -> Fut,
+    Fut: Future<Output = BenchResult<u64>> + Send + 'static,
+{
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(seconds);
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|task| tokio::spawn(work(task, deadline)))
+        .collect();
+    let mut total = 0;
+    for task in tasks {
+        total += task.await??;
+    }
+    Ok(total as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Single-event appends through `PgPublisher`, one transaction per event, 4 tasks.
+async fn produce(server: &mut Server, seconds: u64) -> BenchResult<f64> {
+    let pool = server.migrated("produce", 8).await?;
+    let store = store(pool.clone())?;
+    let rate = timed(seconds, |task, deadline| {
+        let store = store.clone();
+        async move {
+            let trace = trace();
+            let mut n = (task as u64) << 36;
+            let mut done = 0u64;
+            while Instant::now() < deadline {
+                n += 1;
+                let mut tx = store.pool().begin().await?;
+                let receipt = store
+                    .publisher(&mut tx)
+                    .publish(event(PRODUCED, &trace, n))
+                    .await?;
+                tx.commit().await?;
+                debug_assert_eq!(receipt.deliveries, 2);
+                done += 1;
+            }
+            Ok(done)
+        }
+    })
+    .await?;
+    let deliveries: i64 = sqlx::query_scalar("SELECT count(*) FROM evc_deliveries")
+        .fetch_one(&pool)
+        .await?;
+    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM evc_events")
+        .fetch_one(&pool)
+        .await?;
+    if deliveries != 2 * events {
+        return Err(format!("produce: {events} events but {deliveries} deliveries").into());
+    }
+    pool.close().await;
+    Ok(rate)
+}
+
+struct ClaimRun {
+    rate: f64,
+    insert_rate: f64,
+    attempts: i64,
+    pending: i64,
+}
+
+/// Appends `events` events of `bench.claimed` (one delivery each) in one `append_batch` call
+/// and one transaction; returns events per second of the call and its commit.
+async fn append_claimed(store: &PgStore, events: usize) -> BenchResult<f64> {
+    let trace = trace();
+    let built = Instant::now();
+    let batch: Vec<NewEvent> = (0..events as u64)
+        .map(|n| NewEvent::new(event(CLAIMED, &trace, n), AppendOptions::default()))
+        .collect();
+    let built = built.elapsed();
+    // Timed: the call (checks, statements) and the commit; building the events is the caller's.
+    let started = Instant::now();
+    let mut tx = store.pool().begin().await?;
+    let receipts = store.append_batch(&mut tx, batch).await?;
+    let called = started.elapsed();
+    tx.commit().await?;
+    let elapsed = started.elapsed();
+    println!(
+        "  append_batch of {events}: events built in {:.3} s (not timed), call {:.3} s, commit {:.3} s",
+        built.as_secs_f64(),
+        called.as_secs_f64(),
+        (elapsed - called).as_secs_f64()
+    );
+    if receipts.len() != events {
+        return Err(format!("append_batch returned {} receipts", receipts.len()).into());
+    }
+    Ok(events as f64 / elapsed.as_secs_f64())
+}
+
+/// Claim+ack of pre-inserted deliveries with a no-op handler, 4 workers: through the
+/// `Dispatcher` (leased kind: one fenced ack statement per delivery), or `claim` + `ack_batch`
+/// driven directly (one fenced statement per claimed batch).
+async fn claim_ack(
+    server: &mut Server,
+    settings: &Settings,
+    batch: u32,
+    batched_ack: bool,
+) -> BenchResult<ClaimRun> {
+    let purpose = if batched_ack { "ackbatch" } else { "dispatch" };
+    let pool = server
+        .migrated(&format!("claim{batch}_{purpose}"), 10)
+        .await?;
+    let store = store(pool.clone())?;
+    let insert_rate = append_claimed(&store, settings.claim_events).await?;
+    sqlx::raw_sql("VACUUM ANALYZE evc_deliveries")
+        .execute(&pool)
+        .await?;
+    sqlx::raw_sql("ANALYZE evc_events").execute(&pool).await?;
+
+    let rate = if batched_ack {
+        timed(settings.seconds, |task, deadline| {
+            let store = store.clone();
+            async move {
+                let owner = format!("bench/{CLAIM_CONSUMER}/{task}");
+                let lease = Duration::from_secs(30);
+                let mut done = 0u64;
+                while Instant::now() < deadline {
+                    let mut claimed = store
+                        .claim(CLAIM_CONSUMER, &owner, batch, lease, false)
+                        .await?;
+                    if claimed.is_empty() {
+                        break;
+                    }
+                    for claimed in &mut claimed {
+                        claimed.lease.mark_started();
+                        let context = HandlerContext::new(claimed, &store, None);
+                        NoOp.handle(context).await?;
+                    }
+                    let entries: Vec<_> = claimed
+                        .iter()
+                        .map(|c| (c.lease.event_id, c.lease.consumer.as_str(), c.lease.token))
+                        .collect();
+                    let outcome = store.ack_batch(&entries, &owner).await?;
+                    if !outcome.stale.is_empty() {
+                        return Err(format!("{} stale acks", outcome.stale.len()).into());
+                    }
+                    done += outcome.acked as u64;
+                }
+                Ok(done)
+            }
+        })
+        .await?
+    } else {
+        let config = DispatcherConfig::default()
+            .owner(format!("bench-{}", std::process::id()))
+            .workers(CLIENTS)
+            .batch(batch)
+            .lease(Duration::from_secs(30))
+            .poll_interval(Duration::from_millis(20))
+            .recovery_interval(Duration::from_secs(60))
+            .heartbeat_interval(Duration::from_secs(60))
+            .listen(false);
+        let started = Instant::now();
+        let handle = Dispatcher::new(store.clone(), config)
+            .consumer(CLAIM_CONSUMER, NoOp)?
+            .start();
+        tokio::time::sleep(Duration::from_secs(settings.seconds)).await;
+        let acked = handle.stats().acked;
+        let elapsed = started.elapsed();
+        let stats = handle.shutdown().await;
+        if stats.stale > 0 {
+            return Err(format!("{} stale acks", stats.stale).into());
+        }
+        acked as f64 / elapsed.as_secs_f64()
+    };
+
+    let attempts: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM evc_delivery_attempts WHERE outcome = 'acked'")
+            .fetch_one(&pool)
+            .await?;
+    let acked: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM evc_deliveries WHERE status = 'acked'")
+            .fetch_one(&pool)
+            .await?;
+    if attempts != acked {
+        return Err(format!("{acked} acked deliveries but {attempts} attempt rows").into());
+    }
+    let pending: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM evc_deliveries WHERE status = 'pending'")
+            .fetch_one(&pool)
+            .await?;
+    pool.close().await;
+    Ok(ClaimRun {
+        rate,
+        insert_rate,
+        attempts,
+        pending,
+    })
+}
+
+/// One `append_batch` call of 100,000 events (one delivery each) in one transaction.
+async fn batch_append(server: &mut Server) -> BenchResult<f64> {
+    let pool = server.migrated("batch", 4).await?;
+    let store = store(pool.clone())?;
+    let rate = append_claimed(&store, BATCH_EVENTS).await?;
+    pool.close().await;
+    Ok(rate)
+}

@@ -1,0 +1,824 @@
+//! Crash injection with separate processes killed by SIGKILL, and dispatchers as separate
+//! processes.
+//!
+//! Child processes are this test binary itself, re-run with `--exact crash_child`: the
+//! `crash_child` test does nothing unless [`ROLE`] is set in its environment. A child connects
+//! to the parent's test database, serves one or more consumers and, at the crash point the
+//! environment names, tells the parent through a row of `t_signal` and then blocks forever (its
+//! lease renewals keep running), so the parent kills it at a known moment. A second child (the
+//! restart) then serves the same consumers until nothing is open. After each crash the parent
+//! checks that nothing is lost, that no effect is visible twice and that the killed attempt's
+//! token — presented late, as the dead process would have — is refused.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
+use evc_runtime::{
+    DispatchError, Dispatcher, DispatcherConfig, FailureClass, HandlerError, HandlerKind, Lease,
+    PayloadPolicy, PgStore, RetryDecision,
+};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use support::{DISPATCH_REGISTRY, TestResult, append_notes, dispatch_store, statuses};
+use uuid::Uuid;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The child's role: `claim`, `victim`, `restart` or `worker`. Unset: not a child.
+const ROLE: &str = "EVC_CRASH_ROLE";
+/// Where a `victim` stops: `after_effect`, `between_renewals` or `during_shutdown`.
+const POINT: &str = "EVC_CRASH_POINT";
+/// The server URL (the parent's `DATABASE_URL` or the default).
+const URL: &str = "EVC_CRASH_URL";
+/// The test database on that server.
+const DATABASE: &str = "EVC_CRASH_DATABASE";
+/// Comma-separated consumers the child serves.
+const CONSUMERS: &str = "EVC_CRASH_CONSUMERS";
+/// The child's lease owner prefix.
+const OWNER: &str = "EVC_CRASH_OWNER";
+
+const DEFAULT_URL: &str = "postgres://root@localhost/test";
+/// The crashing children's lease: short, so the parent waits little for expiry.
+const VICTIM_LEASE: Duration = Duration::from_millis(1_000);
+const ALL_CONSUMERS: [&str; 3] = ["d.leased", "d.tx", "d.unordered"];
+const PER_KEY: [&str; 2] = ["d.leased", "d.tx"];
+
+// ---------------------------------------------------------------------------------------------
+// The child side.
+// ---------------------------------------------------------------------------------------------
+
+/// Entry point of the child processes; a no-op in a normal test run.
+#[test]
+fn crash_child() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    if let Err(error) = runtime.block_on(child(&role)) {
+        panic!("crash child {role} failed: {error}");
+    }
+}
+
+fn env(name: &str) -> Result<String, BoxError> {
+    std::env::var(name).map_err(|_| format!("{name} is not set").into())
+}
+
+async fn child(role: &str) -> TestResult {
+    let options = PgConnectOptions::from_str(&env(URL)?)?.database(&env(DATABASE)?);
+    let pool = PgPoolOptions::new()
+        .max_connections(8)
+        .connect_with(options)
+        .await?;
+    let store = PgStore::new(pool.clone(), DISPATCH_REGISTRY, PayloadPolicy::default())?;
+    let consumers: Vec<String> = env(CONSUMERS)?.split(',').map(str::to_owned).collect();
+    let owner = env(OWNER)?;
+    match role {
+        // A dispatcher that claimed and dies before its handler runs.
+        "claim" => {
+            for consumer in &consumers {
+                for claimed in store
+                    .claim(consumer, &owner, 10, VICTIM_LEASE, true)
+                    .await?
+                {
+                    signal(&pool, "claimed", Some(&claimed.lease)).await?;
+                }
+            }
+            std::future::pending::<()>().await;
+            Ok(())
+        }
+        "victim" => {
+            let point = Point::parse(&env(POINT)?)?;
+            let config = DispatcherConfig::default()
+                .owner(owner)
+                .workers(1)
+                .batch(10)
+                .lease(VICTIM_LEASE)
+                .poll_interval(Duration::from_millis(50))
+                .recovery_interval(Duration::from_millis(200))
+                .heartbeat_interval(Duration::from_millis(500))
+                .seed(1);
+            let mut dispatcher = Dispatcher::new(store.clone(), config);
+            for consumer in &consumers {
+                dispatcher = dispatcher.consumer(consumer, Effects { point })?;
+            }
+            let handle = dispatcher.start();
+            if point == Point::DuringShutdown {
+                // Once a handler runs, ask for a graceful shutdown; it drains forever because
+                // the handler never returns.
+                wait_for_signal(&pool, "handler_started", 1, Duration::from_secs(20)).await?;
+                let draining = tokio::spawn(handle.shutdown());
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                signal(&pool, "draining", None).await?;
+                let _ = draining.await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+            Ok(())
+        }
+        // The restarted dispatcher, or one of several dispatcher processes: serves until
+        // nothing is open, then shuts down and reports its counts.
+        "restart" | "worker" => {
+            let config = if role == "restart" {
+                DispatcherConfig::default()
+                    .workers(1)
+                    .lease(Duration::from_secs(5))
+                    .recovery_interval(Duration::from_millis(100))
+            } else {
+                DispatcherConfig::default()
+                    .workers(2)
+                    .batch(20)
+                    .lease(Duration::from_secs(10))
+                    .recovery_interval(Duration::from_millis(500))
+            }
+            .owner(owner)
+            .poll_interval(Duration::from_millis(20))
+            .heartbeat_interval(Duration::from_millis(200))
+            .seed(2);
+            let calls = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let mut dispatcher = Dispatcher::new(store.clone(), config);
+            for consumer in &consumers {
+                dispatcher = dispatcher.consumer(
+                    consumer,
+                    Counting {
+                        calls: std::sync::Arc::clone(&calls),
+                        effects: role == "restart",
+                    },
+                )?;
+            }
+            let handle = dispatcher.start();
+            let start = Instant::now();
+            while open(&pool, &consumers).await? > 0 {
+                if start.elapsed() > Duration::from_secs(150) {
+                    return Err("deliveries still open after 150 s".into());
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let stats = handle.shutdown().await;
+            sqlx::query(
+                "INSERT INTO t_signal (point, owner, calls, acked) VALUES ($1, $2, $3, $4)",
+            )
+            .bind(format!("{role}_done"))
+            .bind(env(OWNER)?)
+            .bind(i64::try_from(
+                calls.load(std::sync::atomic::Ordering::SeqCst),
+            )?)
+            .bind(i64::try_from(stats.acked)?)
+            .execute(&pool)
+            .await?;
+            pool.close().await;
+            Ok(())
+        }
+        other => Err(format!("unknown crash role {other}").into()),
+    }
+}
+
+/// Where a victim blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Point {
+    /// After the effect row and the side effect are written (committed for the leased kind,
+    /// in the still-open transaction for the transactional kind), before the ack.
+    AfterEffect,
+    /// At the start of a long handler, whose lease the dispatcher keeps renewing.
+    BetweenRenewals,
+    /// At the start of a long handler; the child then asks for a graceful shutdown.
+    DuringShutdown,
+}
+
+impl Point {
+    fn parse(name: &str) -> Result<Self, BoxError> {
+        match name {
+            "after_effect" => Ok(Self::AfterEffect),
+            "between_renewals" => Ok(Self::BetweenRenewals),
+            "during_shutdown" => Ok(Self::DuringShutdown),
+            other => Err(format!("unknown crash point {other}").into()),
+        }
+    }
+}
+
+fn store_error(error: DispatchError) -> HandlerError {
+    HandlerError::transient(if error.is_stale_token() {
+        "stale_token"
+    } else {
+        "store"
+    })
+}
+
+fn db_error(_: sqlx::Error) -> HandlerError {
+    HandlerError::transient("database")
+}
+
+/// Tells the parent that `point` was reached (committed on its own connection).
+async fn signal(pool: &PgPool, point: &str, lease: Option<&Lease>) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO t_signal (point, event_id, consumer, owner, token, attempt) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(point)
+    .bind(lease.map(|l| l.event_id))
+    .bind(lease.map(|l| l.consumer.clone()))
+    .bind(lease.map(|l| l.owner.clone()))
+    .bind(lease.map(|l| l.token))
+    .bind(lease.map(|l| i32::try_from(l.attempt).unwrap_or(i32::MAX)))
+    .execute(pool)
+    .await
+    .map(|_| ())
+}
+
+/// Writes the effect row and the side effect (`t_effects`) once per delivery, and a `t_seen`
+/// row per attempt saying whether it was the first; blocks forever at `point`.
+struct Effects {
+    point: Point,
+}
+
+impl DynHandler for Effects {
+    fn handle<'a>(
+        &'a self,
+        mut context: HandlerContext<'a>,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async move {
+            let lease = context.lease().clone();
+            let store = context.store;
+            if matches!(self.point, Point::BetweenRenewals | Point::DuringShutdown) {
+                signal(store.pool(), "handler_started", Some(&lease))
+                    .await
+                    .map_err(db_error)?;
+                std::future::pending::<()>().await;
+            }
+            match context.transaction() {
+                Some(tx) => {
+                    write_effect(store, tx, &lease).await?;
+                    if self.point == Point::AfterEffect {
+                        // The transaction (effect, side effect, ack) is still open.
+                        signal(store.pool(), "effect_written", Some(&lease))
+                            .await
+                            .map_err(db_error)?;
+                        std::future::pending::<()>().await;
+                    }
+                }
+                None => {
+                    let mut tx = store.pool().begin().await.map_err(db_error)?;
+                    write_effect(store, &mut tx, &lease).await?;
+                    tx.commit().await.map_err(db_error)?;
+                    if self.point == Point::AfterEffect {
+                        signal(store.pool(), "effect_written", Some(&lease))
+                            .await
+                            .map_err(db_error)?;
+                        std::future::pending::<()>().await;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The idempotent effect: the effect row (fenced) and, the first time only, the side effect;
+/// every attempt leaves a `t_seen` row in the same transaction.
+async fn write_effect(
+    store: &PgStore,
+    tx: &mut sqlx::PgConnection,
+    lease: &Lease,
+) -> Result<(), HandlerError> {
+    let first = store
+        .record_effect(tx, lease, &lease.event_id.to_string(), "digest")
+        .await
+        .map_err(store_error)?;
+    if first {
+        sqlx::query("INSERT INTO t_effects (event_id, consumer, attempt) VALUES ($1, $2, $3)")
+            .bind(lease.event_id)
+            .bind(&lease.consumer)
+            .bind(i32::try_from(lease.attempt).unwrap_or(i32::MAX))
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+    }
+    sqlx::query("INSERT INTO t_seen (event_id, consumer, attempt, first) VALUES ($1, $2, $3, $4)")
+        .bind(lease.event_id)
+        .bind(&lease.consumer)
+        .bind(i32::try_from(lease.attempt).unwrap_or(i32::MAX))
+        .bind(first)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+    Ok(())
+}
+
+/// Counts its calls; with `effects` writes the idempotent effect like [`Effects`] does, else
+/// only the transactional kind's side effect (on the handler's transaction).
+struct Counting {
+    calls: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    effects: bool,
+}
+
+impl DynHandler for Counting {
+    fn handle<'a>(
+        &'a self,
+        mut context: HandlerContext<'a>,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async move {
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let lease = context.lease().clone();
+            let store = context.store;
+            match context.transaction() {
+                Some(tx) => write_effect(store, tx, &lease).await?,
+                None if self.effects => {
+                    let mut tx = store.pool().begin().await.map_err(db_error)?;
+                    write_effect(store, &mut tx, &lease).await?;
+                    tx.commit().await.map_err(db_error)?;
+                }
+                None => {}
+            }
+            Ok(())
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The parent side.
+// ---------------------------------------------------------------------------------------------
+
+/// A child process, killed (SIGKILL) and reaped when dropped.
+struct ChildProcess {
+    child: Child,
+    role: String,
+}
+
+impl ChildProcess {
+    fn spawn(pool: &PgPool, role: &str, point: &str, consumers: &[&str], owner: &str) -> Self {
+        let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
+        let database = pool
+            .connect_options()
+            .get_database()
+            .expect("the test pool names its database")
+            .to_owned();
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let child = Command::new(exe)
+            .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+            .env(ROLE, role)
+            .env(POINT, point)
+            .env(URL, url)
+            .env(DATABASE, database)
+            .env(CONSUMERS, consumers.join(","))
+            .env(OWNER, owner)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn the child process");
+        Self {
+            child,
+            role: role.to_owned(),
+        }
+    }
+
+    /// SIGKILL, then reap.
+    fn kill(&mut self) -> std::io::Result<()> {
+        self.child.kill()?;
+        let status = self.child.wait()?;
+        assert!(!status.success(), "{} exited before the kill", self.role);
+        Ok(())
+    }
+
+    /// Waits for a successful exit.
+    async fn finish(&mut self, timeout: Duration) -> TestResult {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                assert!(status.success(), "{} failed: {status}", self.role);
+                return Ok(());
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "{} still running after {timeout:?}",
+                self.role
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+async fn create_tables(pool: &PgPool) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql(
+        "CREATE TABLE t_signal (id bigint GENERATED ALWAYS AS IDENTITY, point text NOT NULL, \
+             event_id uuid, consumer text, owner text, token bigint, attempt int, calls bigint, \
+             acked bigint); \
+         CREATE TABLE t_effects (event_id uuid NOT NULL, consumer text NOT NULL, \
+             attempt int NOT NULL); \
+         CREATE TABLE t_seen (event_id uuid NOT NULL, consumer text NOT NULL, \
+             attempt int NOT NULL, first boolean NOT NULL);",
+    )
+    .execute(pool)
+    .await
+    .map(|_| ())
+}
+
+async fn signals(pool: &PgPool, point: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT count(*) FROM t_signal WHERE point = $1")
+        .bind(point)
+        .fetch_one(pool)
+        .await
+}
+
+async fn wait_for_signal(pool: &PgPool, point: &str, n: i64, timeout: Duration) -> TestResult {
+    let start = Instant::now();
+    while signals(pool, point).await? < n {
+        if start.elapsed() > timeout {
+            return Err(format!("no {point} signal after {timeout:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
+/// Deliveries of `consumers` still pending or leased.
+async fn open(pool: &PgPool, consumers: &[String]) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM evc_deliveries WHERE status IN ('pending', 'leased') \
+         AND consumer = ANY($1)",
+    )
+    .bind(consumers)
+    .fetch_one(pool)
+    .await
+}
+
+/// The leases held right now, as the killed process held them.
+async fn leases(pool: &PgPool) -> Result<Vec<Lease>, sqlx::Error> {
+    let rows: Vec<(Uuid, String, String, i64, i32)> = sqlx::query_as(
+        "SELECT event_id, consumer, lease_owner, fencing_token, attempt FROM evc_deliveries \
+         WHERE status = 'leased' ORDER BY event_seq, consumer",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(event_id, consumer, owner, token, attempt)| {
+            Lease::new(
+                event_id,
+                consumer,
+                owner,
+                token,
+                u32::try_from(attempt).unwrap_or(0),
+                0.0,
+            )
+        })
+        .collect())
+}
+
+/// One crash: `events` notes (one key each) for `consumer`; a child in `role` stopping at
+/// `point` is killed once it signalled `ready` `events_ready` times; a restarted child serves
+/// the consumer; then nothing is lost, every effect is visible once and the killed leases'
+/// tokens are refused.
+async fn crash(consumer: &'static str, events: u64, role: &'static str, point: &'static str) {
+    let result = support::with_database(move |pool| async move {
+        create_tables(&pool).await?;
+        let store = dispatch_store(&pool, 4).await?;
+        append_notes(&store, events, events).await?;
+        let kind = DISPATCH_REGISTRY
+            .consumer(consumer)
+            .map(|c| c.handler)
+            .ok_or("unknown consumer")?;
+
+        let mut victim = ChildProcess::spawn(&pool, role, point, &[consumer], "victim");
+        let ready = match point {
+            "before_handler" => ("claimed", i64::try_from(events)?),
+            "after_effect" => ("effect_written", 1),
+            "between_renewals" => ("handler_started", 1),
+            "during_shutdown" => ("draining", 1),
+            other => return Err(format!("unknown point {other}").into()),
+        };
+        wait_for_signal(&pool, ready.0, ready.1, Duration::from_secs(30)).await?;
+
+        // What the victim left visible before it dies.
+        let effects = support::count(&pool, "t_effects").await?;
+        match (point, kind) {
+            // The transactional kind's effect is in its open transaction: invisible.
+            ("after_effect", HandlerKind::Transactional) => assert_eq!(effects, 0),
+            // The leased kind committed its effect before the ack.
+            ("after_effect", HandlerKind::Leased) => assert_eq!(effects, 1),
+            _ => assert_eq!(effects, 0),
+        }
+        if point == "between_renewals" {
+            // Kill right after a renewal: between two of them.
+            let first: f64 = lease_until(&pool).await?;
+            let start = Instant::now();
+            while lease_until(&pool).await? <= first {
+                assert!(start.elapsed() < Duration::from_secs(10), "never renewed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        let killed = leases(&pool).await?;
+        assert!(!killed.is_empty(), "the victim held no lease");
+        if point == "during_shutdown" {
+            // The running handler and the rest of its batch: none released yet.
+            assert_eq!(killed.len(), usize::try_from(events)?);
+        }
+        victim.kill()?;
+        let killed_at = Instant::now();
+
+        // Nothing settled by the dead process; its leases are still live for a while.
+        assert_eq!(
+            statuses(&pool, consumer).await?,
+            [("leased".to_owned(), i64::try_from(killed.len())?)]
+                .into_iter()
+                .chain((killed.len() < usize::try_from(events)?).then(|| {
+                    (
+                        "pending".to_owned(),
+                        i64::try_from(events).unwrap_or(0) - killed.len() as i64,
+                    )
+                }))
+                .collect::<Vec<_>>()
+        );
+        if point == "between_renewals" {
+            let live: bool = sqlx::query_scalar(
+                "SELECT bool_and(lease_until > now()) FROM evc_deliveries WHERE status = 'leased'",
+            )
+            .fetch_one(&pool)
+            .await?;
+            assert!(live, "the lease expired before the kill");
+        }
+        if kind == HandlerKind::Transactional {
+            // The killed transaction rolled back: nothing of the attempt is visible.
+            assert_eq!(support::count(&pool, "t_effects").await?, 0);
+            assert_eq!(support::count(&pool, "evc_consumer_effects").await?, 0);
+        }
+
+        let mut restart = ChildProcess::spawn(&pool, "restart", "", &[consumer], "restart");
+        restart.finish(Duration::from_secs(45)).await?;
+        eprintln!(
+            "{consumer} killed {point}: {} lease(s) recovered and settled {:?} after the kill",
+            killed.len(),
+            killed_at.elapsed()
+        );
+
+        assert_outcome(&pool, consumer, events, &killed).await?;
+        if (point, kind) == ("after_effect", HandlerKind::Leased) {
+            // The redelivered attempt found the effect recorded and skipped the side effect.
+            let seen: Vec<(i32, bool)> =
+                sqlx::query_as("SELECT attempt, first FROM t_seen ORDER BY attempt")
+                    .fetch_all(&pool)
+                    .await?;
+            assert_eq!(seen, [(1, true), (2, false)]);
+        }
+
+        // The killed attempts' tokens, presented late: refused, and nothing changes.
+        let before = store.stale_tokens();
+        for lease in &killed {
+            let error = store.ack(lease).await.expect_err("late ack");
+            assert!(error.is_stale_token(), "{error}");
+            let error = store
+                .fail(lease, FailureClass::Transient, "late", RetryDecision::Dead)
+                .await
+                .expect_err("late fail");
+            assert!(error.is_stale_token(), "{error}");
+            let mut tx = store.pool().begin().await?;
+            let error = store
+                .record_effect(&mut tx, lease, &lease.event_id.to_string(), "late")
+                .await
+                .expect_err("late effect");
+            assert!(error.is_stale_token(), "{error}");
+            tx.rollback().await?;
+            assert_eq!(store.renew(&[lease], VICTIM_LEASE).await?, 0);
+        }
+        assert!(store.stale_tokens() >= before + 3 * killed.len() as u64);
+        assert_outcome(&pool, consumer, events, &killed).await?;
+        Ok(())
+    })
+    .await;
+    if let Err(error) = result {
+        panic!("{consumer} {point}: {error}");
+    }
+}
+
+async fn lease_until(pool: &PgPool) -> Result<f64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT extract(epoch FROM max(lease_until))::float8 FROM evc_deliveries \
+         WHERE status = 'leased'",
+    )
+    .fetch_one(pool)
+    .await
+}
+
+/// Every delivery acked once, with one `acked` attempt row carrying its final token; each
+/// killed lease ended as `lease_expired`; one effect row and one side effect per delivery.
+async fn assert_outcome(
+    pool: &PgPool,
+    consumer: &str,
+    events: u64,
+    killed: &[Lease],
+) -> TestResult {
+    let events = i64::try_from(events)?;
+    assert_eq!(
+        statuses(pool, consumer).await?,
+        [("acked".to_owned(), events)]
+    );
+    let bad: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM evc_deliveries d WHERE ((SELECT count(*) FROM \
+         evc_delivery_attempts a WHERE a.event_id = d.event_id AND a.consumer = d.consumer \
+         AND a.outcome = 'acked' AND a.fencing_token = d.fencing_token) <> 1 \
+         OR (SELECT count(*) FROM evc_delivery_attempts a WHERE a.event_id = d.event_id \
+         AND a.consumer = d.consumer AND a.outcome = 'acked') <> 1) AND d.consumer = $1",
+    )
+    .bind(consumer)
+    .fetch_one(pool)
+    .await?;
+    assert_eq!(bad, 0, "a delivery without exactly one acked attempt");
+    for lease in killed {
+        let outcome: Vec<String> = sqlx::query_scalar(
+            "SELECT outcome FROM evc_delivery_attempts WHERE event_id = $1 AND consumer = $2 \
+             AND fencing_token = $3",
+        )
+        .bind(lease.event_id)
+        .bind(&lease.consumer)
+        .bind(lease.token)
+        .fetch_all(pool)
+        .await?;
+        assert_eq!(outcome, ["lease_expired"], "the killed attempt's row");
+    }
+    let effects: (i64, i64) =
+        sqlx::query_as("SELECT count(*), count(DISTINCT event_id) FROM t_effects")
+            .fetch_one(pool)
+            .await?;
+    assert_eq!(effects, (events, events), "side effects visible once each");
+    let rows: (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(DISTINCT event_id) FROM evc_consumer_effects WHERE consumer = $1",
+    )
+    .bind(consumer)
+    .fetch_one(pool)
+    .await?;
+    assert_eq!(rows, (events, events), "effect rows once each");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_after_the_claim_before_the_handler_is_recovered_and_acked_once() {
+    crash("d.tx", 2, "claim", "before_handler").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_after_the_side_effect_before_the_ack_transactional_rolls_back() {
+    crash("d.tx", 1, "victim", "after_effect").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_after_the_effect_row_before_the_ack_leased_records_it_once() {
+    crash("d.leased", 1, "victim", "after_effect").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_between_renewals_of_a_long_handler_is_recovered_after_expiry() {
+    crash("d.leased", 1, "victim", "between_renewals").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_while_draining_at_shutdown_leaves_nothing_leased_forever() {
+    crash("d.leased", 3, "victim", "during_shutdown").await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dispatchers as separate processes.
+// ---------------------------------------------------------------------------------------------
+
+/// Keys the events spread over (2,000 events: 4 per key).
+const KEYS: u64 = 500;
+
+/// Keys of a per-key consumer with more than one live lease, right now.
+async fn doubly_leased_keys(pool: &PgPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT consumer, order_key FROM evc_deliveries \
+         WHERE status = 'leased' AND consumer = ANY($1) GROUP BY 1, 2 HAVING count(*) > 1) AS x",
+    )
+    .bind(&PER_KEY[..])
+    .fetch_one(pool)
+    .await
+}
+
+async fn processes(dispatchers: usize, events: u64) -> TestResult {
+    support::with_database(move |pool| async move {
+        create_tables(&pool).await?;
+        let producer = dispatch_store(&pool, 2).await?;
+        append_notes(&producer, events, KEYS).await?;
+        let started = Instant::now();
+        let mut children: Vec<ChildProcess> = (0..dispatchers)
+            .map(|n| ChildProcess::spawn(&pool, "worker", "", &ALL_CONSUMERS, &format!("p{n}")))
+            .collect();
+        let (mut samples, mut worst) = (0u64, 0i64);
+        while children
+            .iter_mut()
+            .any(|c| matches!(c.child.try_wait(), Ok(None)))
+        {
+            worst = worst.max(doubly_leased_keys(&pool).await?);
+            samples += 1;
+            assert!(
+                started.elapsed() < Duration::from_secs(160),
+                "dispatcher processes still running"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        for child in &mut children {
+            child.finish(Duration::from_secs(1)).await?;
+        }
+        let elapsed = started.elapsed();
+        let deliveries = events * 3;
+        eprintln!(
+            "{dispatchers} dispatcher processes: {deliveries} deliveries in {elapsed:?} \
+             ({:.0}/s), {samples} lease samples",
+            deliveries as f64 / elapsed.as_secs_f64()
+        );
+
+        // Every process reported; together they called and acked each delivery once.
+        let (reports, calls, acked): (i64, Option<i64>, Option<i64>) = sqlx::query_as(
+            "SELECT count(*), sum(calls)::int8, sum(acked)::int8 FROM t_signal \
+             WHERE point = 'worker_done'",
+        )
+        .fetch_one(&pool)
+        .await?;
+        let deliveries = i64::try_from(deliveries)?;
+        assert_eq!(reports, i64::try_from(dispatchers)?);
+        assert_eq!(calls, Some(deliveries), "handler calls");
+        assert_eq!(acked, Some(deliveries), "acks counted by the dispatchers");
+        assert_eq!(worst, 0, "a key of a per-key consumer had two live leases");
+        let events = i64::try_from(events)?;
+        for consumer in ALL_CONSUMERS {
+            assert_eq!(
+                statuses(&pool, consumer).await?,
+                [("acked".to_owned(), events)]
+            );
+        }
+        // One attempt row per delivery, `acked`, with the delivery's final token.
+        let outcomes: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT consumer, outcome, count(*) FROM evc_delivery_attempts GROUP BY 1, 2 \
+             ORDER BY 1, 2",
+        )
+        .fetch_all(&pool)
+        .await?;
+        let expected: Vec<(String, String, i64)> = ALL_CONSUMERS
+            .iter()
+            .map(|c| ((*c).to_owned(), "acked".to_owned(), events))
+            .collect();
+        assert_eq!(outcomes, expected);
+        let bad: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM evc_deliveries d WHERE (SELECT count(*) FROM \
+             evc_delivery_attempts a WHERE a.event_id = d.event_id AND a.consumer = d.consumer \
+             AND a.outcome = 'acked' AND a.fencing_token = d.fencing_token) <> 1",
+        )
+        .fetch_one(&pool)
+        .await?;
+        assert_eq!(bad, 0);
+        // Per-key order: acks of a key's deliveries (attempt rows, in insertion order) follow
+        // the key's append order, for every per-key consumer, across processes.
+        let out_of_order: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT d.event_seq, lag(d.event_seq) OVER \
+             (PARTITION BY d.consumer, d.order_key ORDER BY a.id) AS previous \
+             FROM evc_delivery_attempts a JOIN evc_deliveries d USING (event_id, consumer) \
+             WHERE a.outcome = 'acked' AND d.consumer = ANY($1)) AS x \
+             WHERE previous > event_seq",
+        )
+        .bind(&PER_KEY[..])
+        .fetch_one(&pool)
+        .await?;
+        assert_eq!(out_of_order, 0, "per-key order broken");
+        // The transactional consumer's side effects: one per delivery.
+        let effects: (i64, i64) = sqlx::query_as(
+            "SELECT count(*), count(DISTINCT event_id) FROM t_effects WHERE consumer = 'd.tx'",
+        )
+        .fetch_one(&pool)
+        .await?;
+        assert_eq!(effects, (events, events));
+        // Work was spread: every process handled something (only meaningful with enough
+        // events per process).
+        let idle: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM t_signal WHERE point = 'worker_done' AND calls = 0",
+        )
+        .fetch_one(&pool)
+        .await?;
+        eprintln!("{idle} of {dispatchers} dispatcher processes handled nothing");
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_dispatcher_processes_ack_every_delivery_exactly_once_in_key_order() -> TestResult {
+    processes(2, 2_000).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_dispatcher_processes_ack_every_delivery_exactly_once_in_key_order() -> TestResult {
+    processes(4, 2_000).await
+}

@@ -1,0 +1,312 @@
+//! The end-to-end example's flow (`cargo run --example outbox`, docs/runtime.md, "Example: end
+//! to end"): the generated producers append events in the caller's transaction, and a
+//! generated consumer trait, adapted to the dispatcher, receives them from PostgreSQL.
+//!
+//! [`run`] creates a throw-away database on the server, applies `generated/migrations`,
+//! verifies the registry, publishes, dispatches the `worker.notification.iu` consumer until its
+//! deliveries are acked, and drops the database again.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use evc_generated::consumers::WorkerNotificationIu;
+use evc_generated::payloads::{
+    IuBorn, IuBornV1, IuBornV1GovernanceState, IuDeprecatedV1, IuDeprecatedV1ReasonCode,
+    ProposalApprovedV1, ProposalRejectedV1, StepEscalatedV1,
+};
+use evc_generated::producers::{emit_iu_born_v1, emit_iu_deprecated_v1};
+use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
+use evc_runtime::{
+    Delivery, Dispatcher, DispatcherConfig, FailureClass, HandlerError, PayloadPolicy, PgStore,
+    TraceContext,
+};
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Connection};
+use uuid::Uuid;
+
+/// Any error of the example.
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// The consumer the example serves.
+pub const CONSUMER: &str = "worker.notification.iu";
+
+/// What the example did.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// The throw-away database it used (dropped at the end).
+    pub database: String,
+    /// Events published and committed: `(event type, event id, deliveries)`.
+    pub published: Vec<(String, Uuid, u32)>,
+    /// Events in the database after a producer's transaction that was rolled back (0).
+    pub after_rollback: i64,
+    /// What the consumer did, one line per handled delivery.
+    pub notifications: Vec<String>,
+    /// Deliveries the dispatcher acked.
+    pub acked: u64,
+    /// Deliveries by `(consumer, status, count)` at the end; consumers the example does not
+    /// serve keep theirs pending.
+    pub deliveries: Vec<(String, String, i64)>,
+}
+
+/// The consumer: implements the generated trait of `worker.notification.iu`. A real one would
+/// send mail; this one writes down what it would send.
+#[derive(Debug, Default)]
+pub struct Notifier {
+    sent: Mutex<Vec<String>>,
+}
+
+impl Notifier {
+    fn note(&self, line: String) {
+        if let Ok(mut sent) = self.sent.lock() {
+            sent.push(line);
+        }
+    }
+
+    /// The notifications so far.
+    pub fn sent(&self) -> Vec<String> {
+        self.sent
+            .lock()
+            .map(|sent| sent.clone())
+            .unwrap_or_default()
+    }
+}
+
+impl WorkerNotificationIu for Notifier {
+    async fn on_iu_born(&self, delivery: &Delivery, payload: IuBornV1) -> Result<(), HandlerError> {
+        self.note(format!(
+            "attempt {}: unit {} born ({:?}), telling its owners",
+            delivery.attempt, payload.iu_unit_id, payload.governance_state
+        ));
+        Ok(())
+    }
+
+    async fn on_iu_deprecated(
+        &self,
+        delivery: &Delivery,
+        payload: IuDeprecatedV1,
+    ) -> Result<(), HandlerError> {
+        self.note(format!(
+            "attempt {}: unit {} deprecated ({:?}), telling its readers",
+            delivery.attempt, payload.iu_unit_id, payload.reason_code
+        ));
+        Ok(())
+    }
+
+    async fn on_proposal_approved(
+        &self,
+        _delivery: &Delivery,
+        payload: ProposalApprovedV1,
+    ) -> Result<(), HandlerError> {
+        self.note(format!("proposal approved: {payload:?}"));
+        Ok(())
+    }
+
+    async fn on_proposal_rejected(
+        &self,
+        _delivery: &Delivery,
+        payload: ProposalRejectedV1,
+    ) -> Result<(), HandlerError> {
+        self.note(format!("proposal rejected: {payload:?}"));
+        Ok(())
+    }
+
+    async fn on_step_escalated(
+        &self,
+        _delivery: &Delivery,
+        payload: StepEscalatedV1,
+    ) -> Result<(), HandlerError> {
+        self.note(format!("step escalated: {payload:?}"));
+        Ok(())
+    }
+}
+
+/// Adapts a [`WorkerNotificationIu`] implementation to the dispatcher's [`DynHandler`]:
+/// decodes the payload into the generated type of the delivery's event and major version and
+/// calls the trait's method. A payload that does not fit is a `schema` failure (quarantined);
+/// an event or major the consumer does not subscribe to is a `scope` failure.
+#[derive(Debug)]
+pub struct NotificationAdapter<H>(pub Arc<H>);
+
+fn decode<T: serde::de::DeserializeOwned>(payload: &serde_json::Value) -> Result<T, HandlerError> {
+    serde_json::from_value(payload.clone())
+        .map_err(|_| HandlerError::new(FailureClass::Schema, "payload_does_not_match_type"))
+}
+
+impl<H: WorkerNotificationIu + 'static> DynHandler for NotificationAdapter<H> {
+    fn handle<'a>(
+        &'a self,
+        context: HandlerContext<'a>,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async move {
+            let delivery = context.delivery();
+            let payload = context.payload();
+            let handler = &*self.0;
+            match delivery.event_type.as_str() {
+                "iu.born" => {
+                    let major = delivery.major().unwrap_or_default();
+                    match IuBorn::from_json(major, payload.clone()).map_err(|_| {
+                        HandlerError::new(FailureClass::Schema, "payload_does_not_match_type")
+                    })? {
+                        IuBorn::V1(born) => handler.on_iu_born(delivery, born).await,
+                        _ => Err(HandlerError::new(
+                            FailureClass::Scope,
+                            "version_not_subscribed",
+                        )),
+                    }
+                }
+                "iu.deprecated" => handler.on_iu_deprecated(delivery, decode(payload)?).await,
+                "proposal.approved" => {
+                    handler
+                        .on_proposal_approved(delivery, decode(payload)?)
+                        .await
+                }
+                "proposal.rejected" => {
+                    handler
+                        .on_proposal_rejected(delivery, decode(payload)?)
+                        .await
+                }
+                "step.escalated" => handler.on_step_escalated(delivery, decode(payload)?).await,
+                _ => Err(HandlerError::new(
+                    FailureClass::Scope,
+                    "event_not_subscribed",
+                )),
+            }
+        })
+    }
+}
+
+/// Runs the example against the server at `url` (a throw-away database is created there and
+/// dropped at the end, also when a step fails).
+///
+/// # Errors
+/// When the server is unreachable or a step fails.
+pub async fn run(url: &str) -> Result<Report, Error> {
+    let mut admin = PgConnection::connect(url).await?;
+    let database = format!("evc_example_{}", Uuid::now_v7().simple());
+    sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {database}")))
+        .execute(&mut admin)
+        .await?;
+    let options = PgConnectOptions::from_str(url)?.database(&database);
+    let result = flow(options, database.clone()).await;
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS {database} WITH (FORCE)"
+    )))
+    .execute(&mut admin)
+    .await?;
+    admin.close().await?;
+    result
+}
+
+async fn flow(options: PgConnectOptions, database: String) -> Result<Report, Error> {
+    let mut report = Report {
+        database,
+        ..Report::default()
+    };
+    let pool = PgPoolOptions::new()
+        .max_connections(8)
+        .connect_with(options)
+        .await?;
+    // The generated migrations create the outbox tables and the registry mirror.
+    let migrations = Path::new(env!("CARGO_MANIFEST_DIR")).join("generated/migrations");
+    Migrator::new(migrations.as_path())
+        .await?
+        .run(&pool)
+        .await?;
+    // Start-up parity: the database's registry must match the generated one.
+    let store = PgStore::new(
+        pool.clone(),
+        evc_generated::REGISTRY,
+        PayloadPolicy::default(),
+    )?;
+    store.verify_registry().await?;
+
+    let trace = TraceContext::new("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", 1)?;
+    let units = [Uuid::now_v7(), Uuid::now_v7()];
+
+    // A producer transaction that rolls back leaves nothing behind.
+    let mut tx = pool.begin().await?;
+    emit_iu_born_v1(&mut store.publisher(&mut tx), &trace, &born(Uuid::now_v7())).await?;
+    tx.rollback().await?;
+    report.after_rollback = sqlx::query_scalar("SELECT count(*) FROM evc_events")
+        .fetch_one(&pool)
+        .await?;
+
+    // The producer's own writes would go on `tx` too; the events commit with them.
+    let mut tx = pool.begin().await?;
+    {
+        let mut publisher = store.publisher(&mut tx);
+        for unit in units {
+            let receipt = emit_iu_born_v1(&mut publisher, &trace, &born(unit)).await?;
+            report
+                .published
+                .push(("iu.born".to_owned(), receipt.event_id, receipt.deliveries));
+        }
+        let deprecated = IuDeprecatedV1 {
+            iu_unit_id: units[0],
+            iu_version_id: Uuid::now_v7(),
+            reason_code: IuDeprecatedV1ReasonCode::Superseded,
+            superseded_by_unit_id: Some(units[1]),
+            deprecated_at: chrono::Utc::now(),
+        };
+        let receipt = emit_iu_deprecated_v1(&mut publisher, &trace, &deprecated).await?;
+        report.published.push((
+            "iu.deprecated".to_owned(),
+            receipt.event_id,
+            receipt.deliveries,
+        ));
+    }
+    tx.commit().await?;
+
+    // The consumer, adapted to the dispatcher.
+    let notifier = Arc::new(Notifier::default());
+    let handle = Dispatcher::new(
+        store.clone(),
+        DispatcherConfig::default()
+            .owner("example")
+            .workers(1)
+            .poll_interval(Duration::from_millis(100)),
+    )
+    .consumer(CONSUMER, NotificationAdapter(Arc::clone(&notifier)))?
+    .start();
+    let start = Instant::now();
+    loop {
+        let open: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM evc_deliveries WHERE consumer = $1 \
+             AND status IN ('pending', 'leased')",
+        )
+        .bind(CONSUMER)
+        .fetch_one(&pool)
+        .await?;
+        if open == 0 {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            handle.shutdown().await;
+            return Err(format!("{open} deliveries of {CONSUMER} still open after 30 s").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    report.acked = handle.shutdown().await.acked;
+    report.notifications = notifier.sent();
+    report.deliveries = sqlx::query_as(
+        "SELECT consumer, status, count(*) FROM evc_deliveries GROUP BY 1, 2 ORDER BY 1, 2",
+    )
+    .fetch_all(&pool)
+    .await?;
+    pool.close().await;
+    Ok(report)
+}
+
+fn born(unit: Uuid) -> IuBornV1 {
+    IuBornV1 {
+        iu_unit_id: unit,
+        iu_version_id: Uuid::now_v7(),
+        governance_state: IuBornV1GovernanceState::Draft,
+        born_at: chrono::Utc::now(),
+        source_run_id: None,
+        axis_count: Some(2),
+    }
+}
