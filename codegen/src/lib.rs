@@ -27,6 +27,7 @@ pub mod naming;
 pub mod payload_schema;
 pub mod source;
 pub mod structure;
+mod uri;
 mod validate;
 pub mod yaml;
 

@@ -383,28 +383,11 @@ pub fn escape(segment: &str) -> String {
 /// Resolves a local `$ref` (`#`, `#/json/pointer`) in `root`; `None` for anything else.
 pub fn resolve<'a>(root: &'a Value, reference: &str) -> Option<(&'a Value, String)> {
     let fragment = reference.strip_prefix('#')?;
-    let decoded = percent_decode(fragment)?;
+    let decoded = crate::uri::percent_decode(fragment)?;
     if !decoded.is_empty() && !decoded.starts_with('/') {
         return None;
     }
     root.pointer(&decoded).map(|target| (target, decoded))
-}
-
-fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut index = 0;
-    while index < bytes.len() {
-        if bytes[index] == b'%' {
-            let hex = text.get(index + 1..index + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            index += 3;
-        } else {
-            out.push(bytes[index]);
-            index += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// Merges two flat conjuncts into one schema with the same meaning, or `None` when the

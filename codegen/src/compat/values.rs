@@ -68,7 +68,7 @@ impl Document {
             // `true`/`false` documents: the pointer can only be the root.
             return pointer.is_empty().then(|| self.build(&embedded)).flatten();
         }
-        let reference = format!("{DOCUMENT_ID}#{}", percent_encode(pointer));
+        let reference = format!("{DOCUMENT_ID}#{}", crate::uri::percent_encode(pointer));
         let wrapper = match self.dialect {
             Dialect::Draft7 => json!({
                 "$schema": "http://json-schema.org/draft-07/schema#",
@@ -95,21 +95,6 @@ impl Document {
             .build(schema)
             .ok()
     }
-}
-
-/// Percent-encodes what may not stand in a URI path or fragment (spaces, `%`, `#`, `?`,
-/// non-ASCII): JSON pointers in `$ref`s, file paths in SARIF.
-pub(crate) fn percent_encode(pointer: &str) -> String {
-    let mut out = String::with_capacity(pointer.len());
-    for byte in pointer.bytes() {
-        let keep = byte.is_ascii_alphanumeric() || b"-._~/!$&'()*+,;=:@".contains(&byte);
-        if keep {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]

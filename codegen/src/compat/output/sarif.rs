@@ -145,7 +145,7 @@ fn fingerprint(finding: &Finding) -> String {
 
 /// Percent-encodes what may not stand in a URI path (spaces, `%`, `#`, `?`, non-ASCII).
 fn uri_path(path: &str) -> String {
-    crate::compat::values::percent_encode(path)
+    crate::uri::percent_encode(path)
 }
 
 #[cfg(test)]

@@ -77,7 +77,7 @@ pub fn resolve_pointer<'a>(doc: &'a Json, reference: &str) -> Option<&'a Json> {
 /// The JSON pointer a document-local reference stands for (`#/a/b%20c` → `/a/b c`), or `None`
 /// for a reference to another document.
 pub(crate) fn local_pointer(reference: &str) -> Option<String> {
-    let fragment = percent_decode(reference.strip_prefix('#')?)?;
+    let fragment = crate::uri::percent_decode(reference.strip_prefix('#')?)?;
     (fragment.is_empty() || fragment.starts_with('/')).then_some(fragment)
 }
 
@@ -91,26 +91,6 @@ pub(crate) fn deref<'a>(doc: &'a Json, value: &'a Json) -> Option<&'a Json> {
         }
     }
     None
-}
-
-fn percent_decode(text: &str) -> Option<String> {
-    if !text.contains('%') {
-        return Some(text.to_owned());
-    }
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut index = 0;
-    while index < bytes.len() {
-        if bytes[index] == b'%' {
-            let hex = text.get(index + 1..index + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            index += 3;
-        } else {
-            out.push(bytes[index]);
-            index += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 const DATA_KEYWORDS: &[&str] = &["const", "enum", "default", "examples", "example"];
