@@ -264,7 +264,7 @@ pub struct Tuple<'a> {
 }
 
 /// The tuple view of an array schema in `dialect`.
-pub fn tuple(schema: &Map<String, Value>, dialect: Dialect) -> Tuple<'_> {
+pub fn tuple(schema: &Map<String, Value>) -> Tuple<'_> {
     fn indexed<'v>(keyword: &str, items: &'v [Value]) -> Vec<(&'v Value, String)> {
         items
             .iter()
@@ -286,7 +286,6 @@ pub fn tuple(schema: &Map<String, Value>, dialect: Dialect) -> Tuple<'_> {
         (_, Some(rest)) => (Vec::new(), Some((rest, "items"))),
         (_, None) => (Vec::new(), None),
     };
-    let _ = dialect;
     let rest = rest.or_else(|| {
         let unevaluated_applies = !has_applicators(schema) && !schema.contains_key("contains");
         unevaluated_applies

@@ -31,7 +31,7 @@ pub fn find(
         tries.push(without);
     }
     for local in locals {
-        if let Some(payload) = set_at(&base, &finding.instance_path, local, writer.root()) {
+        if let Some(payload) = set_at(&base, &finding.instance_path, local) {
             tries.push(payload);
         }
     }
@@ -133,7 +133,7 @@ fn object(root: &Value, map: &Map<String, Value>, depth: usize, every_property: 
 }
 
 fn array(root: &Value, map: &Map<String, Value>, depth: usize) -> Value {
-    let tuple = schema::tuple(map, schema::Dialect::Draft2020);
+    let tuple = schema::tuple(map);
     let mut items: Vec<Value> = tuple
         .prefix
         .iter()
@@ -261,8 +261,7 @@ fn candidates(root: &Value, schema: &Value) -> Vec<Value> {
 }
 
 /// `base` with `value` placed at `path`, creating objects on the way.
-fn set_at(base: &Value, path: &[Segment], value: Value, root: &Value) -> Option<Value> {
-    let _ = root;
+fn set_at(base: &Value, path: &[Segment], value: Value) -> Option<Value> {
     let mut out = base.clone();
     let mut slot = &mut out;
     for segment in path {
@@ -341,7 +340,7 @@ mod tests {
             Segment::Index(1),
         ];
         assert_eq!(
-            set_at(&base, &path, json!(true), &Value::Null),
+            set_at(&base, &path, json!(true)),
             Some(json!({"a": {"b": 1, "c": [null, true]}}))
         );
     }

@@ -14,10 +14,8 @@ impl Checker<'_> {
         path: &[Segment],
         out: &mut Vec<Incompatibility>,
     ) {
-        let writer_dialect = self.writer.dialect();
-        let reader_dialect = self.reader.dialect();
-        let writer_tuple = schema::tuple(writer_map, writer_dialect);
-        let reader_tuple = schema::tuple(reader_map, reader_dialect);
+        let writer_tuple = schema::tuple(writer_map);
+        let reader_tuple = schema::tuple(reader_map);
         let writer_max = count(writer_map, "maxItems");
         let positions = writer_tuple.prefix.len().max(reader_tuple.prefix.len());
         let writer_item = |index: usize| -> Node {

@@ -14,7 +14,7 @@
 //! A writer that lists its values (`enum`, `const`) is judged exactly, value by value, with a
 //! JSON Schema validator.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value, json};
 
@@ -981,15 +981,6 @@ fn sample_of_type(set: u8) -> Value {
     } else {
         json!({})
     }
-}
-
-/// Property names either side mentions, for callers that list them.
-pub fn mentioned_properties(schema: &Value) -> BTreeSet<String> {
-    schema
-        .get("properties")
-        .and_then(Value::as_object)
-        .map(|properties| properties.keys().cloned().collect())
-        .unwrap_or_default()
 }
 
 mod arrays;

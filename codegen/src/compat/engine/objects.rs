@@ -43,7 +43,6 @@ impl Checker<'_> {
                 &writer_patterns,
                 writer_additional,
                 name,
-                Side::Writer,
             ) {
                 Ok(parts) => parts,
                 Err(reason) => {
@@ -65,7 +64,6 @@ impl Checker<'_> {
                 &reader_patterns,
                 reader_additional,
                 name,
-                Side::Reader,
             ) {
                 Ok(parts) => parts,
                 Err(reason) => {
@@ -309,7 +307,6 @@ impl Checker<'_> {
         node_patterns: &[(String, Value, String)],
         additional: Option<(&Value, &'static str)>,
         name: &str,
-        side: Side,
     ) -> Result<Vec<Node>, PatternError> {
         let mut parts = Vec::new();
         if let Some(schema) = properties.get(name) {
@@ -332,7 +329,6 @@ impl Checker<'_> {
                 None => Node::synthetic(Value::Bool(true), &node.pointer),
             });
         }
-        let _ = side;
         Ok(parts)
     }
 

@@ -56,7 +56,6 @@ impl Checker<'_> {
             let holds = writer_divisor.is_some_and(|own| is_multiple(own, divisor))
                 || (integers_only && is_multiple(1.0, divisor));
             if !holds {
-                let _ = self;
                 out.push(found(
                     CompatRule::NumberRangeNarrowed,
                     writer,
