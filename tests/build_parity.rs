@@ -1,6 +1,14 @@
-//! The root build script refuses to build when the checked-in output drifts from the contracts,
-//! naming the command that fixes it. Builds a copy of the workspace with cargo (offline, in its
-//! own target directory, kept between runs so only the first run compiles dependencies).
+//! Builds that must break when contracts and code disagree, and heal when they agree again:
+//!
+//! - the root build script refuses to build when the checked-in output drifts from the
+//!   contracts, naming the command that fixes it;
+//! - editing a contract re-runs the evc macros: a crate whose derived struct no longer matches
+//!   stops building, and builds again once the contract is reverted.
+//!
+//! Both run in one copy of the workspace, with a probe crate added as a member, through one
+//! `cargo check` command (offline, in a target directory kept between runs). One command for both
+//! packages means one dependency build: the dependencies are the slow part, and two copies of
+//! them (one per nested workspace) cost minutes of CI time.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -27,11 +35,70 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// The probe's contract: one event the probe's struct derives.
+const EVENT: &str = "event: job.failed
+description: A job failed.
+producer_class: job_runner
+versions:
+  - version: 1.0.0
+    schema:
+      type: object
+      additionalProperties: false
+      required: [job_id]
+      properties:
+        job_id: {type: string, format: uuid}
+        error_code: {type: string}
+";
+
+/// Adds `probe/`, a crate with its own contracts that derives `evc::Event`, to the workspace
+/// copy at `root`.
+fn add_probe(root: &Path) {
+    let probe = root.join("probe");
+    fs::create_dir_all(probe.join("src")).expect("src");
+    fs::write(
+        probe.join("Cargo.toml"),
+        "[package]\nname = \"evc-rebuild-probe\"\nversion = \"0.0.0\"\nedition = \"2024\"\npublish = false\n\n\
+         [dependencies]\nevc.workspace = true\nserde.workspace = true\n\
+         uuid = { workspace = true, features = [\"serde\"] }\n",
+    )
+    .expect("probe manifest");
+    fs::write(
+        probe.join("src/lib.rs"),
+        "//! Probe.\n\n/// A failure.\n#[derive(evc::Event, serde::Serialize)]\n#[evc(event = \"job.failed\", version = \"1.0.0\")]\n\
+         pub struct Failed {\n    /// The job.\n    pub job_id: uuid::Uuid,\n    /// Why.\n    pub error_code: Option<String>,\n}\n",
+    )
+    .expect("lib.rs");
+    let contracts = probe.join("contracts");
+    fs::create_dir_all(contracts.join("events")).expect("events");
+    fs::write(
+        contracts.join("evc.yaml"),
+        "project: probe\npayload_policy:\n  denied_keys: [body_text]\n  credential_key_names: [password]\n",
+    )
+    .expect("evc.yaml");
+    fs::write(contracts.join("events/job.failed.yaml"), EVENT).expect("event");
+
+    let manifest = root.join("Cargo.toml");
+    let text = fs::read_to_string(&manifest).expect("workspace manifest");
+    let text = text.replacen("members = [", "members = [\"probe\", ", 1);
+    fs::write(&manifest, text).expect("add the probe member");
+    // The workspace's cargo config points every crate's macros at the reference contracts;
+    // the probe must read its own (`<crate>/contracts`).
+    fs::remove_file(root.join(".cargo/config.toml")).expect("no cargo config in the copy");
+}
+
 fn cargo_check(workspace: &Path) -> (bool, String) {
     let target = repository().join("target/nested-builds");
     let output = Command::new(env!("CARGO"))
-        .args(["check", "--offline", "-p", "evc-reference"])
+        .args([
+            "check",
+            "--offline",
+            "-p",
+            "evc-reference",
+            "-p",
+            "evc-rebuild-probe",
+        ])
         .env("CARGO_TARGET_DIR", target)
+        .env_remove("EVC_CONTRACTS_DIR")
         .current_dir(workspace)
         .output()
         .expect("cargo runs");
@@ -42,10 +109,14 @@ fn cargo_check(workspace: &Path) -> (bool, String) {
 }
 
 #[test]
-fn the_build_fails_on_drift_and_names_the_fix() {
+fn builds_fail_on_drift_and_on_edited_contracts_and_heal_when_reverted() {
     let copy = tempfile::tempdir().expect("temp dir");
     copy_dir(&repository(), copy.path());
+    add_probe(copy.path());
+    let (ok, stderr) = cargo_check(copy.path());
+    assert!(ok, "the workspace copy does not build: {stderr}");
 
+    // Drift: the checked-in manifest no longer matches the contracts.
     let registry = copy.path().join("generated/registry.json");
     let text = fs::read_to_string(&registry).expect("manifest");
     fs::write(&registry, text.replacen("\"project\"", "\"projekt\"", 1)).expect("tamper");
@@ -56,8 +127,26 @@ fn the_build_fails_on_drift_and_names_the_fix() {
         "{stderr}"
     );
     assert!(stderr.contains("run `cargo evc generate`"), "{stderr}");
-
     fs::write(&registry, text).expect("restore");
+
+    // An edited contract: the derived struct no longer matches it.
+    let event = copy.path().join("probe/contracts/events/job.failed.yaml");
+    fs::write(
+        &event,
+        EVENT.replace("required: [job_id]", "required: [job_id, error_code]"),
+    )
+    .expect("edit");
     let (ok, stderr) = cargo_check(copy.path());
-    assert!(ok, "the build failed after restoring: {stderr}");
+    assert!(!ok, "the build passed after the contract changed");
+    assert!(
+        stderr.contains("`error_code` is required and not nullable in job.failed 1.0.0"),
+        "{stderr}"
+    );
+
+    fs::write(&event, EVENT).expect("revert");
+    let (ok, stderr) = cargo_check(copy.path());
+    assert!(
+        ok,
+        "the build still fails after restoring and reverting: {stderr}"
+    );
 }

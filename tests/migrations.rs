@@ -23,6 +23,21 @@ const DEFAULT_URL: &str = "postgres://root@localhost/test";
 
 #[tokio::test]
 async fn generated_migrations_apply_idempotently_to_postgres() -> TestResult {
+    in_fresh_database(check).await
+}
+
+#[tokio::test]
+async fn the_runtime_step_keeps_every_existing_row() -> TestResult {
+    in_fresh_database(runtime_step_keeps_rows).await
+}
+
+/// Runs `test` on a database of its own, created on the server of `DATABASE_URL` and dropped
+/// afterwards (also when `test` fails).
+async fn in_fresh_database<F, Fut>(test: F) -> TestResult
+where
+    F: FnOnce(PgConnectOptions) -> Fut,
+    Fut: std::future::Future<Output = TestResult> + Send + 'static,
+{
     let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
     let mut admin = match PgConnection::connect(&url).await {
         Ok(connection) => connection,
@@ -44,7 +59,7 @@ async fn generated_migrations_apply_idempotently_to_postgres() -> TestResult {
     let options = PgConnectOptions::from_str(&url)?.database(&database);
 
     // Run the checks in their own task so a failed assertion still drops the database.
-    let outcome = tokio::spawn(check(options)).await;
+    let outcome = tokio::spawn(test(options)).await;
     sqlx::raw_sql(AssertSqlSafe(format!(
         "DROP DATABASE IF EXISTS {database} WITH (FORCE)"
     )))
@@ -56,6 +71,93 @@ async fn generated_migrations_apply_idempotently_to_postgres() -> TestResult {
         Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
         Err(error) => Err(error.into()),
     }
+}
+
+/// A database on the first runtime step with events, deliveries and attempts in it: the second
+/// step leaves every row as it was.
+async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
+    let contracts = Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts");
+    let set = ContractSet::load(&contracts)?.contracts;
+    let artifacts = sql::render(&set, &Layout::default())?;
+    let (step, earlier): (Vec<_>, Vec<_>) = artifacts
+        .iter()
+        .partition(|artifact| file_name(&artifact.path).ends_with(sql::RUNTIME_V2_SUFFIX));
+    assert_eq!(step.len(), 1);
+
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await?;
+    for artifact in earlier {
+        sqlx::raw_sql(AssertSqlSafe(artifact.contents.clone()))
+            .execute(&pool)
+            .await?;
+    }
+    sqlx::raw_sql(
+        "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, producer_class, \
+             idempotency_key, trace_id, parent_span_id, trace_flags, payload, payload_bytes) \
+         SELECT ('01890a5d-ac96-774b-bcce-' || lpad(g::text, 12, '0'))::uuid, 'iu.born', '1.0.0', \
+             'iu-' || g % 7, 'dot', CASE WHEN g % 2 = 0 THEN 'key-' || g END, \
+             '4bf92f3577b34da6a3ce929d0e0e4736', '00f067aa0ba902b7', '01', \
+             jsonb_build_object('n', g), 8 \
+         FROM generate_series(1, 50) AS g; \
+         INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key) \
+         SELECT event_id, c, seq, order_key FROM evc_events, (VALUES ('a'), ('b')) AS v (c); \
+         INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, fencing_token, \
+             started_at, finished_at, outcome, duration_ms) \
+         SELECT event_id, consumer, 1, 'w', 1, now(), now(), 'acked', 0 FROM evc_deliveries",
+    )
+    .execute(&pool)
+    .await?;
+    let before = table_digests(&pool).await?;
+
+    sqlx::raw_sql(AssertSqlSafe(step[0].contents.clone()))
+        .execute(&pool)
+        .await?;
+    assert_eq!(
+        table_digests(&pool).await?,
+        before,
+        "rows changed by the step"
+    );
+    // Again: a no-op.
+    sqlx::raw_sql(AssertSqlSafe(step[0].contents.clone()))
+        .execute(&pool)
+        .await?;
+    assert_eq!(table_digests(&pool).await?, before);
+
+    // The old rows' keys still hold under the new unique index.
+    let taken = sqlx::raw_sql(
+        "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, producer_class, \
+             idempotency_key, payload, payload_bytes) \
+         VALUES ('01890a5d-ac96-774b-bcce-999999999999', 'iu.born', '1.0.0', 'k', 'dot', \
+             'key-2', '{}', 2)",
+    )
+    .execute(&pool)
+    .await;
+    assert!(
+        taken.is_err(),
+        "an idempotency key of an old row was accepted again"
+    );
+    pool.close().await;
+    Ok(())
+}
+
+/// One digest of every row of each outbox table, in key order.
+async fn table_digests(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
+    let mut digests = Vec::new();
+    for (table, key) in [
+        ("evc_events", "seq"),
+        ("evc_deliveries", "event_id, consumer"),
+        ("evc_delivery_attempts", "id"),
+    ] {
+        let digest: String = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT md5(coalesce(string_agg(t::text, '|' ORDER BY {key}), '')) FROM {table} AS t"
+        )))
+        .fetch_one(pool)
+        .await?;
+        digests.push(digest);
+    }
+    Ok(digests)
 }
 
 async fn check(options: PgConnectOptions) -> TestResult {
@@ -73,7 +175,8 @@ async fn check(options: PgConnectOptions) -> TestResult {
         names,
         [
             "0001_evc_runtime.sql".to_owned(),
-            format!("0002_evc_registry_{}.sql", &digest[..12]),
+            "0002_evc_runtime_v2.sql".to_owned(),
+            format!("0003_evc_registry_{}.sql", &digest[..12]),
         ]
     );
     for artifact in &artifacts {
@@ -85,13 +188,20 @@ async fn check(options: PgConnectOptions) -> TestResult {
             .contents
             .lines()
             .filter(|line| !line.trim_start().starts_with("--"));
+        let runtime_step = file_name(&artifact.path).ends_with(sql::RUNTIME_V2_SUFFIX);
         for line in statements {
             let upper = line.to_ascii_uppercase();
             assert!(
                 !upper.contains("DELETE ")
-                    && !upper.contains("DROP ")
-                    && !upper.contains("TRUNCATE "),
-                "migrations are additive: {line}"
+                    && !upper.contains("TRUNCATE ")
+                    && !upper.contains("DROP TABLE")
+                    && !upper.contains("DROP COLUMN"),
+                "migrations never remove data: {line}"
+            );
+            // Only a runtime step replaces an index or a constraint of an earlier step.
+            assert!(
+                runtime_step || !upper.contains("DROP "),
+                "only a runtime step drops: {line}"
             );
         }
     }

@@ -296,6 +296,9 @@ pub(crate) struct CheckedEvent<'a> {
     pub(crate) payload: String,
     /// The consumers the event fans out to.
     pub(crate) consumers: &'a [&'static str],
+    /// Per consumer of `consumers`: whether it orders per key (its delivery then carries the
+    /// event's order key; otherwise none).
+    pub(crate) ordered: &'a [bool],
 }
 
 /// A refused event: why, and the digest of its canonical payload.
@@ -309,6 +312,7 @@ pub(crate) struct Refused {
 struct VersionEntry {
     validator: jsonschema::Validator,
     consumers: Vec<&'static str>,
+    ordered: Vec<bool>,
 }
 
 struct EventEntry {
@@ -355,15 +359,16 @@ impl Checker {
                     .should_validate_formats(true)
                     .build(&schema)
                     .map_err(|e| fail(e.to_string()))?;
-                let consumers: Vec<&'static str> = registry
+                let (consumers, ordered) = registry
                     .subscribers(descriptor.name, version.version)
-                    .map(|consumer| consumer.name)
-                    .collect();
+                    .map(|consumer| (consumer.name, consumer.per_key_ordering))
+                    .unzip();
                 versions.insert(
                     version.version,
                     VersionEntry {
                         validator,
                         consumers,
+                        ordered,
                     },
                 );
             }
@@ -457,6 +462,7 @@ impl Checker {
             descriptor: entry.descriptor,
             payload,
             consumers: &version_entry.consumers,
+            ordered: &version_entry.ordered,
         })
     }
 }

@@ -35,7 +35,9 @@
 //! Per consumer, [`DispatcherConfig::workers`] tasks each loop: claim a batch
 //! ([`crate::Store::claim`]); run its deliveries one after another — a *transactional* handler
 //! inside a transaction that first fences the lease ([`crate::Store::lock_lease`]) and ends
-//! with the ack, a *leased* handler outside any transaction followed by a fenced ack — while
+//! with the ack, a *leased* handler outside any transaction, its success acked with the
+//! batch's others in one fenced statement ([`crate::Store::ack_batch`], at the end of the
+//! batch or after [`DispatcherConfig::ack_window`]) — while
 //! renewing the batch's leases every [`DispatcherConfig::renew_every`]; end a failed attempt
 //! with the [`RetryPolicy`]'s decision ([`crate::Store::fail`]). An idle worker waits for a
 //! notification on [`crate::store::postgres::NOTIFY_CHANNEL`] naming its consumer, its own
@@ -149,6 +151,11 @@ pub struct DispatcherConfig {
     pub listen: bool,
     /// Jitter seed (each worker derives its own); `None`: from entropy.
     pub seed: Option<u64>,
+    /// How long a leased handler's success may wait to be acked together with the batch's
+    /// later ones ([`crate::Store::ack_batch`]). The acks of a batch are written at its end or
+    /// once the oldest waiting one is this old, whichever comes first; a crash meanwhile runs
+    /// those deliveries again (at least once). Zero acks every delivery on its own.
+    pub ack_window: Duration,
 }
 
 impl Default for DispatcherConfig {
@@ -165,6 +172,7 @@ impl Default for DispatcherConfig {
             heartbeat_interval: Duration::from_secs(10),
             listen: true,
             seed: None,
+            ack_window: Duration::from_millis(100),
         }
     }
 }
@@ -231,6 +239,13 @@ impl DispatcherConfig {
     #[must_use]
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
+        self
+    }
+
+    /// Sets the ack window of leased handlers ([`DispatcherConfig::ack_window`]).
+    #[must_use]
+    pub fn ack_window(mut self, window: Duration) -> Self {
+        self.ack_window = window;
         self
     }
 }
@@ -559,6 +574,9 @@ impl Worker {
         );
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut next_due = None;
+        // Leased handlers that succeeded, not acked yet, and when the oldest succeeded.
+        let mut unacked: Vec<Lease> = Vec::new();
+        let mut oldest_unacked: Option<Instant> = None;
         while let Some(mut claimed) = remaining.pop_front() {
             if self.stopping() {
                 // Not started: released with the rest at the end of `run`.
@@ -570,11 +588,24 @@ impl Worker {
                     self.run_transactional(&claimed, &remaining, &mut ticker)
                         .await
                 }
-                HandlerKind::Leased => self.run_leased(&claimed, &remaining, &mut ticker).await,
+                HandlerKind::Leased => {
+                    self.run_leased(&claimed, &unacked, &remaining, &mut ticker)
+                        .await
+                }
             };
             let failure = match outcome {
                 Ok(None) => {
-                    add(&self.counters.acked, 1);
+                    match self.consumer.kind {
+                        HandlerKind::Transactional => add(&self.counters.acked, 1),
+                        HandlerKind::Leased => {
+                            unacked.push(claimed.lease);
+                            let oldest = *oldest_unacked.get_or_insert_with(Instant::now);
+                            if oldest.elapsed() >= self.config.ack_window {
+                                self.flush_acks(&mut unacked).await;
+                                oldest_unacked = None;
+                            }
+                        }
+                    }
                     continue;
                 }
                 Ok(Some(failure)) => failure,
@@ -604,7 +635,30 @@ impl Worker {
                 Err(error) => self.count_error(&error),
             }
         }
+        // Also when stopping: the handlers ran, so their acks must not be released.
+        self.flush_acks(&mut unacked).await;
         next_due
+    }
+
+    /// Acks the leased handlers' successes in one fenced statement.
+    async fn flush_acks(&self, unacked: &mut Vec<Lease>) {
+        if unacked.is_empty() {
+            return;
+        }
+        let leases: Vec<&Lease> = unacked.iter().collect();
+        match self.store.ack_batch(&leases).await {
+            Ok(outcome) => {
+                add(&self.counters.acked, outcome.acked as u64);
+                add(&self.counters.stale, outcome.stale.len() as u64);
+            }
+            Err(error) => tracing::warn!(
+                consumer = %self.consumer.name,
+                deliveries = unacked.len(),
+                %error,
+                "acks not written; the leases expire and the deliveries run again"
+            ),
+        }
+        unacked.clear();
     }
 
     fn count_error(&self, error: &DispatchError) {
@@ -648,14 +702,18 @@ impl Worker {
         }
     }
 
-    /// The leased kind: the handler outside any transaction, then a fenced ack.
+    /// The leased kind: the handler outside any transaction. `Ok(None)`: it succeeded and its
+    /// lease waits for the batch's fenced ack ([`Worker::flush_acks`]).
     async fn run_leased(
         &self,
         claimed: &Claimed,
+        unacked: &[Lease],
         remaining: &VecDeque<Claimed>,
         ticker: &mut Interval,
     ) -> Result<Option<HandlerError>, DispatchError> {
-        let held: Vec<&Lease> = std::iter::once(&claimed.lease)
+        let held: Vec<&Lease> = unacked
+            .iter()
+            .chain(std::iter::once(&claimed.lease))
             .chain(remaining.iter().map(|c| &c.lease))
             .collect();
         let handler = Arc::clone(&self.consumer.handler);
@@ -665,10 +723,7 @@ impl Worker {
             self.with_renewal(future, &held, ticker).await
         };
         match flatten(result) {
-            Ok(()) => {
-                self.store.ack(&claimed.lease).await?;
-                Ok(None)
-            }
+            Ok(()) => Ok(None),
             Err(failure) => Ok(Some(failure)),
         }
     }

@@ -12,8 +12,11 @@ use support::{TestResult, append_notes, dispatch_store, statuses, with_database}
 const CONSUMER: &str = "d.unordered";
 const LEASE: Duration = Duration::from_secs(30);
 
-fn entry(lease: &Lease) -> (uuid::Uuid, &str, i64) {
-    (lease.event_id, lease.consumer.as_str(), lease.token)
+/// `lease` as `owner` would present it.
+fn presented_by(lease: &Lease, owner: &str) -> Lease {
+    let mut presented = lease.clone();
+    presented.owner = owner.to_owned();
+    presented
 }
 
 async fn claim(store: &PgStore, owner: &str, batch: u32) -> Result<Vec<Lease>, DispatchError> {
@@ -47,8 +50,8 @@ async fn batched_acks_are_fenced_per_row() -> TestResult {
         assert!(taken.token > lost.token);
 
         let before = store.stale_tokens();
-        let entries: Vec<_> = first.iter().map(entry).collect();
-        let outcome = store.ack_batch(&entries, "w1").await?;
+        let entries: Vec<&Lease> = first.iter().collect();
+        let outcome = store.ack_batch(&entries).await?;
         assert_eq!(outcome.acked, 3);
         assert_eq!(
             outcome.stale,
@@ -57,19 +60,17 @@ async fn batched_acks_are_fenced_per_row() -> TestResult {
         assert_eq!(store.stale_tokens(), before + 1);
 
         // w2's current lease presented by another owner: refused; by its owner: acked.
-        let outcome = store.ack_batch(&[entry(taken)], "w1").await?;
+        let outcome = store.ack_batch(&[&presented_by(taken, "w1")]).await?;
         assert_eq!((outcome.acked, outcome.stale.len()), (0, 1));
         // An already acked delivery in the batch is refused too; the rest goes through.
-        let outcome = store
-            .ack_batch(&[entry(&first[0]), entry(taken)], "w2")
-            .await?;
+        let outcome = store.ack_batch(&[&first[0], taken]).await?;
         assert_eq!(outcome.acked, 1);
         assert_eq!(
             outcome.stale,
             vec![(first[0].event_id, CONSUMER.to_owned(), first[0].token)]
         );
         assert_eq!(store.stale_tokens(), before + 3);
-        assert_eq!(store.ack_batch(&[], "w2").await?.acked, 0);
+        assert_eq!(store.ack_batch(&[]).await?.acked, 0);
 
         assert_eq!(statuses(&pool, CONSUMER).await?, vec![("acked".into(), 4)]);
         // One acked attempt row per acked delivery, with the acking lease's owner and token,

@@ -155,8 +155,8 @@ async fn child(role: &str) -> TestResult {
             let handle = dispatcher.start();
             let start = Instant::now();
             while open(&pool, &consumers).await? > 0 {
-                if start.elapsed() > Duration::from_secs(150) {
-                    return Err("deliveries still open after 150 s".into());
+                if start.elapsed() > Duration::from_secs(270) {
+                    return Err("deliveries still open after 270 s".into());
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
@@ -694,8 +694,14 @@ async fn killed_while_draining_at_shutdown_leaves_nothing_leased_forever() {
 // Dispatchers as separate processes.
 // ---------------------------------------------------------------------------------------------
 
-/// Keys the events spread over (2,000 events: 4 per key).
-const KEYS: u64 = 500;
+/// Keys the events spread over (10,000 events: 4 per key).
+const KEYS: u64 = 2_500;
+
+/// Events of the dispatcher-process runs, as the issue asks: 10,000 × 3 consumers.
+const EVENTS: u64 = 10_000;
+
+/// The dispatcher-process runs take turns (see `runtime/tests/dispatch.rs`).
+static ONE_RUN_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Keys of a per-key consumer with more than one live lease, right now.
 async fn doubly_leased_keys(pool: &PgPool) -> Result<i64, sqlx::Error> {
@@ -725,7 +731,7 @@ async fn processes(dispatchers: usize, events: u64) -> TestResult {
             worst = worst.max(doubly_leased_keys(&pool).await?);
             samples += 1;
             assert!(
-                started.elapsed() < Duration::from_secs(160),
+                started.elapsed() < Duration::from_secs(280),
                 "dispatcher processes still running"
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -815,10 +821,12 @@ async fn processes(dispatchers: usize, events: u64) -> TestResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_dispatcher_processes_ack_every_delivery_exactly_once_in_key_order() -> TestResult {
-    processes(2, 2_000).await
+    let _turn = ONE_RUN_AT_A_TIME.lock().await;
+    processes(2, EVENTS).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_dispatcher_processes_ack_every_delivery_exactly_once_in_key_order() -> TestResult {
-    processes(4, 2_000).await
+    let _turn = ONE_RUN_AT_A_TIME.lock().await;
+    processes(4, EVENTS).await
 }

@@ -1,6 +1,7 @@
 //! Retry schedules on a real server: transient failures land at the policy's delays and then
 //! dead-letter; permanent and poison failures dead-letter at once; scope, schema and integrity
-//! failures quarantine at once and are never retried.
+//! failures quarantine at once and are never retried; a delivery whose lease expires at every
+//! attempt (its handler takes the process down) dead-letters at the policy's last attempt.
 
 mod support;
 
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{AppendOptions, Dispatcher, DispatcherConfig, FailureClass, HandlerError};
-use support::{TestResult, dispatch_store, with_database};
+use support::{TestResult, append_notes, dispatch_store, with_database};
 
 /// Per delivery: payload text, status, attempt, attempt outcomes, last error code.
 type ClassRow = (String, String, i32, Vec<String>, Option<String>);
@@ -132,6 +133,64 @@ async fn attempts_follow_the_policy_then_dead_and_quarantine_is_never_retried() 
         for gap in gaps {
             assert!((195.0..=450.0).contains(&gap), "gap {gap} ms outside 200 ms + slack");
         }
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_lease_that_expires_at_every_attempt_goes_dead_at_the_last_one() -> TestResult {
+    with_database(|pool| async move {
+        // `d.unordered` runs on `fixed.200ms`: at most 4 attempts.
+        const CONSUMER: &str = "d.unordered";
+        let store = dispatch_store(&pool, 4).await?;
+        append_notes(&store, 1, 1).await?;
+        let status = || async {
+            sqlx::query_as::<_, (String, i32)>(
+                "SELECT status, attempt FROM evc_deliveries WHERE consumer = $1",
+            )
+            .bind(CONSUMER)
+            .fetch_one(&pool)
+            .await
+        };
+        for attempt in 1..=4 {
+            let claimed = store
+                .claim(CONSUMER, "w", 1, Duration::from_secs(30), false)
+                .await?;
+            assert_eq!(claimed.len(), 1, "attempt {attempt} claims the delivery");
+            // The process dies: nothing settles the lease, which expires.
+            sqlx::query(
+                "UPDATE evc_deliveries SET lease_until = now() - interval '1 second' \
+                 WHERE consumer = $1",
+            )
+            .bind(CONSUMER)
+            .execute(&pool)
+            .await?;
+            assert_eq!(store.recover_expired(10).await?, 1);
+            let expected = if attempt < 4 { "pending" } else { "dead" };
+            assert_eq!(status().await?, (expected.to_owned(), attempt));
+        }
+        let none = store
+            .claim(CONSUMER, "w", 1, Duration::from_secs(30), false)
+            .await?;
+        assert!(none.is_empty(), "a dead delivery is not claimed again");
+        let outcomes: Vec<(String, Option<String>)> = sqlx::query_as(
+            "SELECT outcome, error_code FROM evc_delivery_attempts WHERE consumer = $1 \
+             ORDER BY attempt",
+        )
+        .bind(CONSUMER)
+        .fetch_all(&pool)
+        .await?;
+        let expired = ("lease_expired".to_owned(), Some("lease_expired".to_owned()));
+        assert_eq!(
+            outcomes,
+            [
+                expired.clone(),
+                expired.clone(),
+                expired,
+                ("dead".to_owned(), Some("lease_expired".to_owned()))
+            ]
+        );
         Ok(())
     })
     .await

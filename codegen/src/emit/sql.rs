@@ -4,13 +4,18 @@
 //! (`<version>_<description>.sql`):
 //!
 //! - `0001_evc_runtime.sql`: the runtime tables of ARCHITECTURE §7, all `IF NOT EXISTS`.
+//! - `NNNN_evc_runtime_v2.sql`: the second step of the runtime tables (leaner indexes and
+//!   constraints for batched dispatch and bulk appends; docs/design.md). A checked-in file for
+//!   the step keeps its name; otherwise it numbers after the highest file checked in, so it
+//!   lands after an application's own migrations as a later step must.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
 //!   renders one content. When a file for the current digest is already checked in, that name is
 //!   rendered again; otherwise the number follows the highest one checked in.
 //!
-//! Migrations are additive: nothing here ever renders a `DELETE` or a `DROP`.
+//! Migrations never remove data: nothing here renders a `DELETE`, and a later runtime step drops
+//! only indexes and constraints that an earlier step created.
 
 use std::path::Path;
 
@@ -26,6 +31,9 @@ use crate::model::ContractSet;
 /// File name of the runtime-tables migration.
 pub const RUNTIME_MIGRATION: &str = "0001_evc_runtime.sql";
 
+/// The file name of the runtime tables' second step, after its version.
+pub const RUNTIME_V2_SUFFIX: &str = "_evc_runtime_v2.sql";
+
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
 
@@ -39,6 +47,13 @@ const REGISTRY_DOCUMENT: &str = "registry migration";
 #[derive(Template)]
 #[template(path = "evc_runtime.sql", escape = "none")]
 struct RuntimeMigration {
+    notice: &'static str,
+}
+
+/// `NNNN_evc_runtime_v2.sql`.
+#[derive(Template)]
+#[template(path = "evc_runtime_v2.sql", escape = "none")]
+struct RuntimeMigrationV2 {
     notice: &'static str,
 }
 
@@ -93,6 +108,19 @@ pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitE
         source,
     })?;
 
+    let runtime_v2 = RuntimeMigrationV2 {
+        notice: GENERATED_NOTICE,
+    }
+    .render()
+    .map_err(|source| EmitError::Template {
+        template: "evc_runtime_v2.sql",
+        source,
+    })?;
+    let runtime_v2_name = step_file_name(RUNTIME_V2_SUFFIX, &layout.existing_migrations);
+    // The registry file numbers after the step when both are new (a fresh crate).
+    let mut present = layout.existing_migrations.clone();
+    present.push(runtime_v2_name.clone());
+
     let registry = manifest::registry(set);
     let digest = manifest::registry_digest(set)?;
     let registry_sql = RegistryMigration {
@@ -113,7 +141,11 @@ pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitE
             contents: with_final_newline(runtime),
         },
         Artifact {
-            path: dir.join(registry_file_name(&digest, &layout.existing_migrations)),
+            path: dir.join(runtime_v2_name),
+            contents: with_final_newline(runtime_v2),
+        },
+        Artifact {
+            path: dir.join(registry_file_name(&digest, &present)),
             contents: with_final_newline(registry_sql),
         },
     ])
@@ -142,6 +174,27 @@ pub fn registry_file_name(digest: &str, existing: &[String]) -> String {
         .max();
     if let Some((_, name)) = newest_registry
         && name.ends_with(&suffix)
+    {
+        return name.to_owned();
+    }
+    let highest = names.filter_map(version_of).max().unwrap_or(0).max(1);
+    format!("{:04}{suffix}", highest.saturating_add(1))
+}
+
+/// The file name of a runtime step whose name ends with `suffix`, given the migration files
+/// already present: the present file for the step keeps its name; otherwise the version is one
+/// more than the highest present (and at least 2, after the runtime tables), zero-padded to four
+/// digits.
+pub fn step_file_name(suffix: &str, existing: &[String]) -> String {
+    let names = existing.iter().map(|name| {
+        Path::new(name)
+            .file_name()
+            .and_then(|file| file.to_str())
+            .unwrap_or(name)
+    });
+    if let Some(name) = names
+        .clone()
+        .find(|name| name.ends_with(suffix) && version_of(name).is_some())
     {
         return name.to_owned();
     }
@@ -529,7 +582,8 @@ mod tests {
             names,
             [
                 RUNTIME_MIGRATION.to_owned(),
-                format!("0002_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN])
+                format!("0002{RUNTIME_V2_SUFFIX}"),
+                format!("0003_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN])
             ]
         );
         for artifact in &first {
@@ -547,6 +601,33 @@ mod tests {
         };
         assert_eq!(render(&set, &layout)?, first);
         Ok(())
+    }
+
+    #[test]
+    fn a_runtime_step_keeps_its_name_or_numbers_after_the_highest_file() {
+        assert_eq!(
+            step_file_name(RUNTIME_V2_SUFFIX, &[]),
+            "0002_evc_runtime_v2.sql"
+        );
+        let existing = names(&[
+            RUNTIME_MIGRATION,
+            "0002_evc_registry_0123456789ab.sql",
+            "0007_app_tables.sql",
+        ]);
+        assert_eq!(
+            step_file_name(RUNTIME_V2_SUFFIX, &existing),
+            "0008_evc_runtime_v2.sql"
+        );
+        let existing = names(&[
+            RUNTIME_MIGRATION,
+            "0002_evc_registry_0123456789ab.sql",
+            "0003_evc_runtime_v2.sql",
+            "0004_evc_registry_ffffffffffff.sql",
+        ]);
+        assert_eq!(
+            step_file_name(RUNTIME_V2_SUFFIX, &existing),
+            "0003_evc_runtime_v2.sql"
+        );
     }
 
     #[test]

@@ -108,17 +108,16 @@ pub trait Store: Send + Sync {
     /// [`DispatchError::Database`].
     fn ack(&self, lease: &Lease) -> impl Future<Output = Result<(), DispatchError>> + Send;
 
-    /// Acks many leases of `owner` in one statement on the store's own connection: each
-    /// `(event_id, consumer, token)` is fenced on its own (still leased to `owner` with that
-    /// token), and every acked one gets its `acked` attempt row (started at the claim). Entries
-    /// whose token is stale write nothing; they are counted like [`Store::ack`]'s and returned.
+    /// Acks many leases in one statement on the store's own connection: each lease is fenced
+    /// on its own (still leased to its owner with its token), and every acked one gets its
+    /// `acked` attempt row (started at [`Lease::started_at`]). Leases whose token is stale
+    /// write nothing; they are counted like [`Store::ack`]'s and returned.
     ///
     /// # Errors
     /// [`DispatchError::Database`] (nothing is acked then).
     fn ack_batch(
         &self,
-        acks: &[(Uuid, &str, i64)],
-        owner: &str,
+        leases: &[&Lease],
     ) -> impl Future<Output = Result<AckBatch, DispatchError>> + Send;
 
     /// [`Store::ack`] on the caller's connection: the transactional kind acks in the handler's
@@ -176,7 +175,9 @@ pub trait Store: Send + Sync {
     fn release(&self, owner: &str) -> impl Future<Output = Result<u64, DispatchError>> + Send;
 
     /// Lease-expiry recovery: up to `limit` leases that ended back to pending (attempt kept, an
-    /// attempt row with outcome `lease_expired`). Returns how many.
+    /// attempt row with outcome `lease_expired`), or to `dead` when the attempts reached the
+    /// consumer's retry policy's `max_attempts` (outcome `dead`, error code `lease_expired`).
+    /// Returns how many.
     ///
     /// # Errors
     /// [`DispatchError::Database`].

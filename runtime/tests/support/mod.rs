@@ -127,7 +127,8 @@ const NOTE_V2_SCHEMA: &str = r#"{"properties":{"note_id":{"format":"uuid","type"
 const PING_SCHEMA: &str = r#"{"type":"object"}"#;
 const DIGEST: &str = "0000000000000000000000000000000000000000000000000000000000000001";
 
-/// Two event types with open schemas and three consumers (live, off, shadow):
+/// Two event types with open schemas and three consumers (live, off, shadow; `c.shadow` does
+/// not order per key, so its deliveries carry no order key):
 ///
 /// - `test.note` 1.0.0 fans out to `c.live` and `c.shadow` (`c.off` is off), 2.0.0 to
 ///   `c.shadow`; producer class `notes`, order key `note_id`, cap 512 bytes;
@@ -177,6 +178,7 @@ pub static TEST_REGISTRY: Registry = Registry {
         consumer(
             "c.live",
             ConsumerMode::Live,
+            true,
             &[
                 SubscriptionDescriptor {
                     event: "test.note",
@@ -193,6 +195,7 @@ pub static TEST_REGISTRY: Registry = Registry {
         consumer(
             "c.off",
             ConsumerMode::Off,
+            true,
             &[SubscriptionDescriptor {
                 event: "test.note",
                 requirement: "^1",
@@ -202,6 +205,7 @@ pub static TEST_REGISTRY: Registry = Registry {
         consumer(
             "c.shadow",
             ConsumerMode::Shadow,
+            false,
             &[SubscriptionDescriptor {
                 event: "test.note",
                 requirement: ">=1, <3",
@@ -215,13 +219,14 @@ pub static TEST_REGISTRY: Registry = Registry {
 const fn consumer(
     name: &'static str,
     mode: ConsumerMode,
+    per_key_ordering: bool,
     subscriptions: &'static [SubscriptionDescriptor],
 ) -> ConsumerDescriptor {
     ConsumerDescriptor {
         name,
         handler: HandlerKind::Transactional,
         mode,
-        per_key_ordering: true,
+        per_key_ordering,
         retry_policy: "r",
         heartbeat_threshold_ms: 60_000,
         subscriptions,

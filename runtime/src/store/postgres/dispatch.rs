@@ -49,10 +49,10 @@ impl PgStore {
     /// Claims a batch (see [`crate::Store::claim`]).
     ///
     /// Without per-key ordering: one statement ([`sql::CLAIM_BATCH`]). With it: one transaction
-    /// of two statements — candidates that head their key, row-locked `SKIP LOCKED` and
-    /// key-locked with a transaction-scoped advisory lock ([`sql::CLAIM_KEY_HEADS_LOCK`]), then
-    /// the lease, re-checking the head predicate on a snapshot taken after the key locks were
-    /// granted ([`sql::CLAIM_KEY_HEADS_LEASE`]).
+    /// of two statements — candidates that head their key and whose key's transaction-scoped
+    /// advisory lock this transaction obtains ([`sql::CLAIM_KEY_HEADS_LOCK`]), then the lease,
+    /// re-checking the head predicate on a snapshot taken after the key locks were granted
+    /// ([`sql::CLAIM_KEY_HEADS_LEASE`]).
     ///
     /// # Errors
     /// [`DispatchError::Database`] or [`DispatchError::Payload`].
@@ -128,29 +128,28 @@ impl PgStore {
         }
     }
 
-    /// Acks many leases of `owner` in one statement (see [`crate::Store::ack_batch`]): each
-    /// `(event_id, consumer, token)` is fenced on its own, every acked one gets its `acked`
-    /// attempt row (started at the claim), and every refused one is counted as a stale token
+    /// Acks many leases in one statement (see [`crate::Store::ack_batch`]): each lease is
+    /// fenced on its own (owner and token), every acked one gets its `acked` attempt row
+    /// (started when its handler started), and every refused one is counted as a stale token
     /// and returned in [`AckBatch::stale`].
     ///
     /// # Errors
     /// [`DispatchError::Database`] (nothing is acked then).
-    pub async fn ack_batch(
-        &self,
-        acks: &[(Uuid, &str, i64)],
-        owner: &str,
-    ) -> Result<AckBatch, DispatchError> {
-        if acks.is_empty() {
+    pub async fn ack_batch(&self, leases: &[&Lease]) -> Result<AckBatch, DispatchError> {
+        if leases.is_empty() {
             return Ok(AckBatch::default());
         }
-        let ids: Vec<Uuid> = acks.iter().map(|&(id, _, _)| id).collect();
-        let consumers: Vec<&str> = acks.iter().map(|&(_, consumer, _)| consumer).collect();
-        let tokens: Vec<i64> = acks.iter().map(|&(_, _, token)| token).collect();
+        let ids: Vec<Uuid> = leases.iter().map(|lease| lease.event_id).collect();
+        let consumers: Vec<&str> = leases.iter().map(|lease| lease.consumer.as_str()).collect();
+        let tokens: Vec<i64> = leases.iter().map(|lease| lease.token).collect();
+        let owners: Vec<&str> = leases.iter().map(|lease| lease.owner.as_str()).collect();
+        let started: Vec<f64> = leases.iter().map(|lease| lease.started_at).collect();
         let rows = sqlx::query(sql::ACK_BATCH_FENCED)
             .bind(&ids)
             .bind(&consumers)
             .bind(&tokens)
-            .bind(owner)
+            .bind(&owners)
+            .bind(&started)
             .fetch_all(&self.inner.pool)
             .await?;
         let mut acked = std::collections::HashSet::with_capacity(rows.len());
@@ -163,10 +162,12 @@ impl PgStore {
             acked: acked.len(),
             stale: Vec::new(),
         };
-        for &(event_id, consumer, token) in acks {
-            if !acked.contains(&(event_id, consumer.to_owned())) {
-                self.count_stale(event_id, consumer, token);
-                outcome.stale.push((event_id, consumer.to_owned(), token));
+        for lease in leases {
+            if !acked.contains(&(lease.event_id, lease.consumer.clone())) {
+                self.count_stale(lease.event_id, &lease.consumer, lease.token);
+                outcome
+                    .stale
+                    .push((lease.event_id, lease.consumer.clone(), lease.token));
             }
         }
         Ok(outcome)
@@ -279,11 +280,34 @@ impl PgStore {
     /// # Errors
     /// [`DispatchError::Database`].
     pub async fn recover_expired(&self, limit: u32) -> Result<u64, DispatchError> {
+        // Each consumer's attempt limit, from its retry policy in the static registry.
+        let registry = self.registry();
+        let mut consumers = Vec::with_capacity(registry.consumers.len());
+        let mut limits = Vec::with_capacity(registry.consumers.len());
+        for consumer in registry.consumers {
+            if let Some(policy) = registry
+                .retry_policies
+                .iter()
+                .find(|policy| policy.name == consumer.retry_policy)
+            {
+                consumers.push(consumer.name);
+                limits.push(i32::try_from(policy.max_attempts).unwrap_or(i32::MAX));
+            }
+        }
         let row = sqlx::query(sql::RECOVER_EXPIRED)
             .bind(i64::from(limit.max(1)))
+            .bind(&consumers)
+            .bind(&limits)
             .fetch_one(&self.inner.pool)
             .await?;
         let recovered: i64 = row.try_get("recovered")?;
+        let dead: i64 = row.try_get("dead")?;
+        if dead > 0 {
+            tracing::warn!(
+                dead,
+                "expired leases dead-lettered: their attempts reached the retry policy's maximum"
+            );
+        }
         Ok(u64::try_from(recovered).unwrap_or(0))
     }
 

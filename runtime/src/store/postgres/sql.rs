@@ -1,6 +1,7 @@
 //! Every SQL statement of the PostgreSQL store, named after what it does. All are static text
 //! with bind parameters (prepared once per connection by sqlx); the tables and the indexes that
-//! serve them are declared in `generated/migrations/0001_evc_runtime.sql`.
+//! serve them are declared in `generated/migrations/0001_evc_runtime.sql` and changed by
+//! `0003_evc_runtime_v2.sql`.
 
 /// The channel every append notifies after commit; the payload is the name of a consumer that
 /// got a delivery (never event data). Dispatchers `LISTEN` on it.
@@ -12,8 +13,10 @@ pub const NOTIFY_CHANNEL: &str = "evc_deliveries";
 /// `$1` event id, `$2` type, `$3` version, `$4` order key, `$5` tenant scope, `$6` producer
 /// class, `$7` idempotency key, `$8` trace id, `$9` parent span id, `$10` trace flags, `$11`
 /// correlation id, `$12` causation id, `$13` canonical payload text, `$14` payload bytes,
-/// `$15` consumers (`text[]`). Returns one row (event id, seq, deliveries) when the event was
-/// written, none when the idempotency key of the producer class is taken.
+/// `$15` consumers (`text[]`), `$16` per consumer whether it orders per key (`bool[]`: its
+/// delivery carries the order key, the others' carry NULL). Returns one row (event id, seq,
+/// deliveries) when the event was written, none when the idempotency key of the producer class
+/// is taken.
 ///
 /// The `pg_notify` calls sit in an uncorrelated subquery that reads the inserted deliveries, so
 /// they run once, after the inserts, and only when a delivery was written; notifications are
@@ -24,12 +27,12 @@ WITH e AS (
         producer_class, idempotency_key, trace_id, parent_span_id, trace_flags, correlation_id,
         causation_id, payload, payload_bytes)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14)
-    ON CONFLICT ON CONSTRAINT evc_events_idempotency_key DO NOTHING
+    ON CONFLICT (producer_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING event_id, seq, order_key
 ), d AS (
     INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key)
-    SELECT e.event_id, c.consumer, e.seq, e.order_key
-    FROM e CROSS JOIN UNNEST($15::text[]) AS c (consumer)
+    SELECT e.event_id, c.consumer, e.seq, CASE WHEN c.ordered THEN e.order_key END
+    FROM e CROSS JOIN UNNEST($15::text[], $16::bool[]) AS c (consumer, ordered)
     RETURNING consumer
 )
 SELECT e.event_id, e.seq,
@@ -46,9 +49,12 @@ SELECT event_id, seq FROM evc_events WHERE producer_class = $1 AND idempotency_k
 ///
 /// Events are parallel arrays `$1`..`$14` in the column order of [`APPEND_EVENT`] (`$13`
 /// canonical payload text, `$14` payload bytes as `int4[]`); deliveries are the parallel arrays
-/// `$15` event ids and `$16` consumers. Events are inserted in array order (so `seq` follows
-/// it); an event whose idempotency key is taken is skipped with its deliveries. Returns the
-/// event id and seq of every event written.
+/// `$15` event ids, `$16` consumers and `$17` whether the consumer orders per key. Events are
+/// inserted in array order (so `seq` follows it); an event whose idempotency key is taken is
+/// skipped with its deliveries. Returns the event id and seq of every event written.
+///
+/// Batches whose events carry no idempotency key go through `COPY` instead
+/// ([`COPY_EVENTS`], [`COPY_DELIVERIES`]).
 pub(crate) const APPEND_BATCH: &str = "\
 WITH input AS (
     SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
@@ -65,12 +71,12 @@ WITH input AS (
         idempotency_key, trace_id, parent_span_id, trace_flags, correlation_id, causation_id,
         payload::jsonb, payload_bytes
     FROM input ORDER BY ord
-    ON CONFLICT ON CONSTRAINT evc_events_idempotency_key DO NOTHING
+    ON CONFLICT (producer_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING event_id, seq, order_key
 ), d AS (
     INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key)
-    SELECT e.event_id, f.consumer, e.seq, e.order_key
-    FROM UNNEST($15::uuid[], $16::text[]) AS f (event_id, consumer)
+    SELECT e.event_id, f.consumer, e.seq, CASE WHEN f.ordered THEN e.order_key END
+    FROM UNNEST($15::uuid[], $16::text[], $17::bool[]) AS f (event_id, consumer, ordered)
     JOIN e ON e.event_id = f.event_id
     RETURNING consumer
 )
@@ -79,6 +85,30 @@ SELECT e.event_id, e.seq,
         SELECT pg_notify('evc_deliveries', n.consumer) FROM (SELECT DISTINCT consumer FROM d) AS n
     ) AS x) AS notified
 FROM e";
+
+/// Reserves `$1` values of the events' sequence for a `COPY` of as many events (the deliveries
+/// copy the seq of their event, so it must be known before either copy), as one `int8[]`.
+pub(crate) const RESERVE_SEQS: &str = "\
+WITH s AS MATERIALIZED (
+    -- Materialized: resolving the name once, not once per value, is most of the cost.
+    SELECT pg_get_serial_sequence('evc_events', 'seq')::regclass AS id
+)
+SELECT array_agg(nextval(s.id)) AS seqs FROM s CROSS JOIN generate_series(1, $1)";
+
+/// `COPY` of events in text format, columns in this order; the rows are encoded by
+/// [`super::copy`].
+pub(crate) const COPY_EVENTS: &str = "\
+COPY evc_events (seq, event_id, event_type, schema_version, order_key, tenant_scope,
+    producer_class, trace_id, parent_span_id, trace_flags, correlation_id, causation_id, payload,
+    payload_bytes) FROM STDIN";
+
+/// `COPY` of deliveries in text format, columns in this order.
+pub(crate) const COPY_DELIVERIES: &str = "\
+COPY evc_deliveries (event_id, consumer, event_seq, order_key) FROM STDIN";
+
+/// One notification per consumer in `$1` (after a `COPY`, which cannot notify).
+pub(crate) const NOTIFY_CONSUMERS: &str = "\
+SELECT count(pg_notify('evc_deliveries', c)) AS notified FROM UNNEST($1::text[]) AS c";
 
 /// The events that idempotency keys name: parallel arrays `$1` producer classes, `$2` keys.
 pub(crate) const FIND_BY_IDEMPOTENCY_KEYS: &str = "\
@@ -124,9 +154,10 @@ SELECT name, kind, base_delay_ms, max_delay_ms, max_attempts::int8 AS max_attemp
 FROM evc_retry_policies ORDER BY name";
 
 // ---------------------------------------------------------------------------------------------
-// Dispatch (docs/runtime.md, "Dispatch"). Served by evc_deliveries_claim_idx (due pending
-// deliveries of a consumer), evc_deliveries_key_head_idx (the head of a key) and
-// evc_deliveries_lease_idx (expired leases).
+// Dispatch (docs/runtime.md, "Dispatch"). Served by evc_deliveries_due_idx (pending deliveries
+// of a consumer in seq order), evc_deliveries_key_order_idx (the head of a key; only deliveries
+// of consumers with per-key ordering carry the key) and evc_deliveries_lease_idx (expired
+// leases).
 // ---------------------------------------------------------------------------------------------
 
 /// Claims up to `$2` due deliveries of consumer `$1` that need no per-key ordering, oldest
@@ -135,21 +166,22 @@ FROM evc_retry_policies ORDER BY name";
 /// the fencing token. Returns the leases joined with their events, in `event_seq` order.
 pub(crate) const CLAIM_BATCH: &str = "\
 WITH c AS (
-    SELECT event_id FROM evc_deliveries
+    SELECT ctid FROM evc_deliveries
     WHERE consumer = $1 AND status = 'pending' AND next_attempt_at <= now()
     ORDER BY event_seq
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 ), d AS (
+    -- By ctid: the rows are locked, so they stay where the claim found them.
     UPDATE evc_deliveries d
     SET status = 'leased', lease_owner = $3,
         lease_until = now() + $4::int8 * interval '1 millisecond',
         attempt = d.attempt + 1, fencing_token = d.fencing_token + 1, updated_at = now()
     FROM c
-    WHERE d.consumer = $1 AND d.event_id = c.event_id
-    RETURNING d.event_id, d.consumer, d.attempt, d.fencing_token, d.event_seq, d.order_key
+    WHERE d.ctid = c.ctid
+    RETURNING d.event_id, d.consumer, d.attempt, d.fencing_token, d.event_seq
 )
-SELECT d.event_id, d.consumer, d.attempt, d.fencing_token, d.event_seq, d.order_key,
+SELECT d.event_id, d.consumer, d.attempt, d.fencing_token, d.event_seq, e.order_key,
     e.event_type, e.schema_version, e.payload::text AS payload, e.trace_id, e.parent_span_id,
     e.trace_flags, extract(epoch FROM now())::float8 AS claimed_at
 FROM d JOIN evc_events e ON e.event_id = d.event_id
@@ -157,33 +189,41 @@ ORDER BY d.event_seq";
 
 /// Step 1 of a per-key claim (inside one transaction with [`CLAIM_KEY_HEADS_LEASE`]): the due
 /// pending deliveries of consumer `$1` that head their key (no other delivery of the key is
-/// leased, none with a lower `event_seq` is pending), oldest first, at most `$2`, row-locked
-/// `SKIP LOCKED`; of those, the ones whose key's transaction-scoped advisory lock
-/// (`hashtext(consumer), hashtext(order_key)`) this transaction obtains. The advisory lock is
-/// taken in the outer query, after `LIMIT`, so only the returned candidates' keys are locked.
+/// leased, none with a lower `event_seq` is pending) and whose key's transaction-scoped
+/// advisory lock (`hashtext(consumer), hashtext(order_key)`) this transaction obtains, oldest
+/// first, at most `$2`. The `CASE` fixes the order: the lock is tried only for a head, and the
+/// scan stops once `$2` heads are locked, so a concurrent claimer skips the keys taken here and
+/// goes on to the next heads. A delivery without a key (written while its consumer did not
+/// order per key) orders with nothing and needs no key lock.
+///
+/// No row locks: the key lock is what keeps two claimers off one key. (An earlier version also
+/// took `FOR UPDATE SKIP LOCKED` row locks here; under load, re-checking concurrently updated
+/// rows through the anti-join kept claims running for minutes, and a row lock kept after a
+/// failed re-check blocked transactional handlers.)
 ///
 /// The head predicate is evaluated on this statement's snapshot, which may predate a
 /// concurrent claim of the same key; step 2 re-checks it on a snapshot taken after the key's
 /// advisory lock was granted (docs/runtime.md, "At most one in flight per key").
 pub(crate) const CLAIM_KEY_HEADS_LOCK: &str = "\
-SELECT c.event_id FROM (
-    SELECT d.event_id, d.order_key, d.event_seq FROM evc_deliveries d
-    WHERE d.consumer = $1 AND d.status = 'pending' AND d.next_attempt_at <= now()
-        AND NOT EXISTS (
+SELECT d.event_id FROM evc_deliveries d
+WHERE d.consumer = $1 AND d.status = 'pending' AND d.next_attempt_at <= now()
+    AND CASE
+        WHEN EXISTS (
             SELECT 1 FROM evc_deliveries p
             WHERE p.consumer = d.consumer AND p.order_key = d.order_key
+                -- Implied by the equality; spelled out so the planner matches the partial
+                -- index evc_deliveries_key_order_idx.
+                AND p.order_key IS NOT NULL
                 AND p.status IN ('pending', 'leased')
                 AND (p.status = 'leased' OR p.event_seq < d.event_seq)
-        )
-    ORDER BY d.event_seq
-    LIMIT $2
-    FOR UPDATE OF d SKIP LOCKED
-) AS c
-WHERE pg_try_advisory_xact_lock(hashtext($1), hashtext(c.order_key))
-ORDER BY c.event_seq";
+        ) THEN false
+        WHEN d.order_key IS NULL THEN true
+        ELSE pg_try_advisory_xact_lock(hashtext($1), hashtext(d.order_key))
+    END
+ORDER BY d.event_seq
+LIMIT $2";
 
-/// Step 2 of a per-key claim: leases the candidates `$2` (event ids, row- and key-locked by
-/// step 1) of consumer `$1` to owner `$3` until now + `$4` milliseconds, re-checking the head
+/// Step 2 of a per-key claim: leases the candidates `$2` (event ids, key-locked by step 1) of consumer `$1` to owner `$3` until now + `$4` milliseconds, re-checking the head
 /// predicate on this statement's fresh snapshot; counts the attempt and raises the fencing
 /// token. Returns what [`CLAIM_BATCH`] returns.
 pub(crate) const CLAIM_KEY_HEADS_LEASE: &str = "\
@@ -196,13 +236,14 @@ WITH d AS (
         AND NOT EXISTS (
             SELECT 1 FROM evc_deliveries p
             WHERE p.consumer = d.consumer AND p.order_key = d.order_key
+                AND p.order_key IS NOT NULL
                 AND p.event_id <> d.event_id
                 AND p.status IN ('pending', 'leased')
                 AND (p.status = 'leased' OR p.event_seq < d.event_seq)
         )
-    RETURNING d.event_id, d.consumer, d.attempt, d.fencing_token, d.event_seq, d.order_key
+    RETURNING d.event_id, d.consumer, d.attempt, d.fencing_token, d.event_seq
 )
-SELECT d.event_id, d.consumer, d.attempt, d.fencing_token, d.event_seq, d.order_key,
+SELECT d.event_id, d.consumer, d.attempt, d.fencing_token, d.event_seq, e.order_key,
     e.event_type, e.schema_version, e.payload::text AS payload, e.trace_id, e.parent_span_id,
     e.trace_flags, extract(epoch FROM now())::float8 AS claimed_at
 FROM d JOIN evc_events e ON e.event_id = d.event_id
@@ -233,37 +274,41 @@ WITH d AS (
 SELECT (SELECT count(*) FROM a) AS attempts FROM d";
 
 /// Acks many leases in one statement, each fenced on its own: parallel arrays `$1` event ids,
-/// `$2` consumers and `$3` tokens, all leased to owner `$4`. A delivery still leased to `$4`
-/// with its token is set `acked` and gets its `acked` attempt row (started at the claim,
-/// `updated_at`; finished now); any other entry (stale token, settled, released, another
+/// `$2` consumers, `$3` tokens, `$4` owners and `$5` handler start times (epoch seconds). A
+/// delivery still leased to its owner with its token is set `acked` and gets its `acked` attempt
+/// row (started at `$5`, finished now); any other entry (stale token, settled, released, another
 /// owner) writes nothing. The rows are locked in key order first, so concurrent batches cannot
 /// deadlock on each other. Returns the acked `(event_id, consumer)` pairs.
 pub(crate) const ACK_BATCH_FENCED: &str = "\
 WITH r AS (
-    SELECT DISTINCT event_id, consumer, fencing_token
-    FROM UNNEST($1::uuid[], $2::text[], $3::int8[]) AS r (event_id, consumer, fencing_token)
+    SELECT DISTINCT ON (event_id, consumer, fencing_token, owner)
+        event_id, consumer, fencing_token, owner, started
+    FROM UNNEST($1::uuid[], $2::text[], $3::int8[], $4::text[], $5::float8[])
+        AS r (event_id, consumer, fencing_token, owner, started)
 ), x AS (
-    SELECT d.event_id, d.consumer, d.attempt, d.lease_owner, d.fencing_token, d.updated_at
+    SELECT d.ctid, d.event_id, d.consumer, d.attempt, d.lease_owner, d.fencing_token,
+        to_timestamp(r.started) AS started
     FROM evc_deliveries d
     JOIN r ON d.event_id = r.event_id AND d.consumer = r.consumer
-        AND d.fencing_token = r.fencing_token
-    WHERE d.status = 'leased' AND d.lease_owner = $4
+        AND d.fencing_token = r.fencing_token AND d.lease_owner = r.owner
+    WHERE d.status = 'leased'
     ORDER BY d.event_id, d.consumer
     FOR UPDATE OF d
 ), u AS (
+    -- By ctid: the rows are locked, so they stay where `x` found them.
     UPDATE evc_deliveries d
     SET status = 'acked', lease_until = NULL, last_error_code = NULL, updated_at = now()
     FROM x
-    WHERE d.event_id = x.event_id AND d.consumer = x.consumer
+    WHERE d.ctid = x.ctid
     RETURNING d.event_id, d.consumer
 ), a AS (
     INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, fencing_token,
         started_at, finished_at, outcome, error_code, duration_ms)
-    SELECT x.event_id, x.consumer, x.attempt, x.lease_owner, x.fencing_token, x.updated_at,
+    SELECT x.event_id, x.consumer, x.attempt, x.lease_owner, x.fencing_token, x.started,
         t.finished, 'acked', NULL,
-        floor(extract(epoch FROM t.finished - x.updated_at) * 1000)::int8
+        floor(extract(epoch FROM t.finished - x.started) * 1000)::int8
     FROM x CROSS JOIN LATERAL (
-        SELECT greatest(clock_timestamp(), x.updated_at) AS finished
+        SELECT greatest(clock_timestamp(), x.started) AS finished
     ) AS t
     RETURNING 1
 )
@@ -321,8 +366,11 @@ SELECT count(*) FROM d";
 /// Lease-expiry recovery: leased deliveries whose lease ended (`lease_until < now()`) and
 /// whose row no transaction holds (`SKIP LOCKED`: a running transactional handler keeps its
 /// row) go back to `pending`, due now, attempt kept; each gets an attempt row with outcome
-/// `lease_expired` (started at the claim, `updated_at`). At most `$1` rows per call. Returns
-/// the number recovered.
+/// `lease_expired` (started at the claim, `updated_at`). A delivery whose attempts reached its
+/// consumer's `max_attempts` (parallel arrays `$2` consumers, `$3` max attempts; a consumer not
+/// named has no limit) goes `dead` instead, with outcome `dead` and error code
+/// `lease_expired`: a handler that takes its process down every time is not claimed forever.
+/// At most `$1` rows per call. Returns the numbers recovered (pending or dead) and dead.
 pub(crate) const RECOVER_EXPIRED: &str = "\
 WITH x AS (
     SELECT event_id, consumer, attempt, lease_owner, fencing_token, updated_at
@@ -331,25 +379,30 @@ WITH x AS (
     ORDER BY lease_until
     LIMIT $1
     FOR UPDATE SKIP LOCKED
+), y AS (
+    SELECT x.*, x.attempt >= coalesce(p.max_attempts, 2147483647) AS exhausted
+    FROM x LEFT JOIN UNNEST($2::text[], $3::int4[]) AS p (consumer, max_attempts)
+        ON p.consumer = x.consumer
 ), d AS (
     UPDATE evc_deliveries d
-    SET status = 'pending', lease_until = NULL, next_attempt_at = now(),
-        last_error_code = 'lease_expired', updated_at = now()
-    FROM x
-    WHERE d.event_id = x.event_id AND d.consumer = x.consumer
+    SET status = CASE WHEN y.exhausted THEN 'dead' ELSE 'pending' END, lease_until = NULL,
+        next_attempt_at = now(), last_error_code = 'lease_expired', updated_at = now()
+    FROM y
+    WHERE d.event_id = y.event_id AND d.consumer = y.consumer
     RETURNING d.event_id
 ), a AS (
     INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, fencing_token,
         started_at, finished_at, outcome, error_code, duration_ms)
-    SELECT x.event_id, x.consumer, greatest(x.attempt, 1), x.lease_owner, x.fencing_token,
-        x.updated_at, greatest(clock_timestamp(), x.updated_at), 'lease_expired',
-        'lease_expired',
-        floor(extract(epoch FROM greatest(clock_timestamp(), x.updated_at) - x.updated_at)
+    SELECT y.event_id, y.consumer, greatest(y.attempt, 1), y.lease_owner, y.fencing_token,
+        y.updated_at, greatest(clock_timestamp(), y.updated_at),
+        CASE WHEN y.exhausted THEN 'dead' ELSE 'lease_expired' END, 'lease_expired',
+        floor(extract(epoch FROM greatest(clock_timestamp(), y.updated_at) - y.updated_at)
             * 1000)::int8
-    FROM x
+    FROM y
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM d) AS recovered, (SELECT count(*) FROM a) AS attempts";
+SELECT (SELECT count(*) FROM d) AS recovered, (SELECT count(*) FROM a) AS attempts,
+    (SELECT count(*) FROM y WHERE y.exhausted) AS dead";
 
 /// Locks delivery `$1` of consumer `$2` for the rest of the transaction if it is still leased
 /// with token `$3` (the transactional kind's fence, and [`RECORD_EFFECT`]'s). No row: stale.
@@ -393,7 +446,8 @@ mod tests {
         }
         assert!(RENEW_FENCED.contains("d.fencing_token = r.fencing_token"));
         assert!(ACK_BATCH_FENCED.contains("d.fencing_token = r.fencing_token"));
-        assert!(ACK_BATCH_FENCED.contains("d.status = 'leased' AND d.lease_owner = $4"));
+        assert!(ACK_BATCH_FENCED.contains("AND d.lease_owner = r.owner"));
+        assert!(ACK_BATCH_FENCED.contains("WHERE d.status = 'leased'"));
         assert!(RECORD_EFFECT.contains("fencing_token = $5 AND status = 'leased'"));
     }
 

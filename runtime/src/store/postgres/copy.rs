@@ -1,0 +1,165 @@
+//! Batch appends through `COPY ... FROM STDIN` (text format): the bulk path for batches whose
+//! events carry no idempotency key. `COPY` skips the per-row executor work of `INSERT`, which
+//! halves the database's share of a bulk append (docs/runtime.md, "Batch append").
+//!
+//! `COPY` cannot skip a row on conflict, so events with an idempotency key take the
+//! `INSERT ... ON CONFLICT` path ([`super::sql::APPEND_BATCH`]); and it cannot return the
+//! generated `seq`, so the seqs are reserved first ([`super::sql::RESERVE_SEQS`]) and written
+//! explicitly to the event and its deliveries.
+
+use std::fmt::Write as _;
+
+use sqlx::postgres::PgConnection;
+use uuid::Uuid;
+
+use super::{EventRow, sql};
+use crate::append::{AppendError, AppendReceipt, CheckedEvent, NewEvent};
+
+/// Bytes of `COPY` data sent per message: large enough that per-message costs vanish, small
+/// enough that the server starts on the rows while the rest are encoded.
+const SEND_BYTES: usize = 1 << 20;
+
+/// Appends `events` (all without an idempotency key, all checked) with one `COPY` for the
+/// events and one for their deliveries, then notifies each consumer that got a delivery once.
+pub(super) async fn append(
+    connection: &mut PgConnection,
+    events: &[NewEvent],
+    checked: &[CheckedEvent<'_>],
+) -> Result<Vec<AppendReceipt>, AppendError> {
+    let count = i64::try_from(events.len()).unwrap_or(i64::MAX);
+    let mut seqs: Vec<i64> = sqlx::query_scalar(sql::RESERVE_SEQS)
+        .bind(count)
+        .fetch_one(&mut *connection)
+        .await?;
+    // Increasing already (one call after the other); sorted so the batch order is seq order
+    // whatever the plan.
+    seqs.sort_unstable();
+
+    let mut receipts = Vec::with_capacity(events.len());
+    let mut deliveries = String::new();
+    let mut consumers: Vec<&str> = Vec::new();
+    let mut copy = connection.copy_in_raw(sql::COPY_EVENTS).await?;
+    let mut buffer = String::with_capacity(SEND_BYTES + 4096);
+    for ((new, checked), &seq) in events.iter().zip(checked).zip(&seqs) {
+        let (event, options) = (&new.event, &new.options);
+        let event_id = Uuid::now_v7();
+        let row = EventRow::new(event, options, checked, event_id);
+        field(&mut buffer, &seq);
+        field(&mut buffer, &event_id);
+        text(&mut buffer, Some(event.event_type));
+        text(&mut buffer, Some(event.version));
+        text(&mut buffer, Some(&row.order_key));
+        text(&mut buffer, options.tenant_scope.as_deref());
+        text(&mut buffer, Some(checked.descriptor.producer_class));
+        text(&mut buffer, Some(event.trace.trace_id()));
+        text(&mut buffer, Some(event.trace.parent_span_id()));
+        text(&mut buffer, Some(&row.trace_flags));
+        text(&mut buffer, options.correlation_id.as_deref());
+        text(&mut buffer, options.causation_id.as_deref());
+        text(&mut buffer, Some(&checked.payload));
+        let _ = write!(buffer, "{}", row.payload_bytes);
+        buffer.push('\n');
+
+        for (consumer, &ordered) in checked.consumers.iter().zip(checked.ordered) {
+            field(&mut deliveries, &event_id);
+            text(&mut deliveries, Some(consumer));
+            field(&mut deliveries, &seq);
+            text_last(&mut deliveries, ordered.then_some(row.order_key.as_str()));
+            if !consumers.contains(consumer) {
+                consumers.push(consumer);
+            }
+        }
+        receipts.push(AppendReceipt {
+            event_id,
+            seq,
+            created: true,
+            deliveries: u32::try_from(checked.consumers.len()).unwrap_or(u32::MAX),
+        });
+        if buffer.len() >= SEND_BYTES {
+            copy.send(buffer.as_bytes()).await?;
+            buffer.clear();
+        }
+    }
+    if !buffer.is_empty() {
+        copy.send(buffer.as_bytes()).await?;
+    }
+    copy.finish().await?;
+
+    if !deliveries.is_empty() {
+        let mut copy = connection.copy_in_raw(sql::COPY_DELIVERIES).await?;
+        for chunk in deliveries.as_bytes().chunks(SEND_BYTES) {
+            copy.send(chunk).await?;
+        }
+        copy.finish().await?;
+        sqlx::query(sql::NOTIFY_CONSUMERS)
+            .bind(&consumers)
+            .execute(&mut *connection)
+            .await?;
+    }
+    Ok(receipts)
+}
+
+/// A value without characters `COPY` escapes (numbers, UUIDs), then the column separator.
+fn field(buffer: &mut String, value: &dyn std::fmt::Display) {
+    let _ = write!(buffer, "{value}");
+    buffer.push('\t');
+}
+
+/// A text value (or `\N` for NULL), then the column separator.
+fn text(buffer: &mut String, value: Option<&str>) {
+    escape(buffer, value);
+    buffer.push('\t');
+}
+
+/// A text value (or `\N` for NULL) that ends its row.
+fn text_last(buffer: &mut String, value: Option<&str>) {
+    escape(buffer, value);
+    buffer.push('\n');
+}
+
+/// `COPY` text format: backslash, tab, newline and carriage return are escaped with a
+/// backslash; NULL is `\N`.
+fn escape(buffer: &mut String, value: Option<&str>) {
+    let Some(value) = value else {
+        buffer.push_str("\\N");
+        return;
+    };
+    if !value
+        .bytes()
+        .any(|b| matches!(b, b'\\' | b'\t' | b'\n' | b'\r'))
+    {
+        buffer.push_str(value);
+        return;
+    }
+    for c in value.chars() {
+        match c {
+            '\\' => buffer.push_str("\\\\"),
+            '\t' => buffer.push_str("\\t"),
+            '\n' => buffer.push_str("\\n"),
+            '\r' => buffer.push_str("\\r"),
+            c => buffer.push(c),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_text_escapes_separators_and_backslashes() {
+        let mut buffer = String::new();
+        text(&mut buffer, Some("a\tb\nc\rd\\e"));
+        text_last(&mut buffer, None);
+        assert_eq!(buffer, "a\\tb\\nc\\rd\\\\e\t\\N\n");
+    }
+
+    #[test]
+    fn json_escapes_survive_copy_escaping() {
+        // Canonical JSON escapes control characters itself; its backslashes are doubled once
+        // more for COPY, which PostgreSQL undoes before parsing the jsonb.
+        let mut buffer = String::new();
+        text_last(&mut buffer, Some(r#"{"a":"line\nbreak \"q\""}"#));
+        assert_eq!(buffer, "{\"a\":\"line\\\\nbreak \\\\\"q\\\\\"\"}\n");
+    }
+}
