@@ -33,7 +33,7 @@ pub use registry::{
     RetryPolicyDescriptor, SubscriptionDescriptor, VersionDescriptor,
 };
 pub use retry::{RetryDecision, RetryPolicy, SplitMix64};
-pub use store::postgres::{PgPublisher, PgStore};
+pub use store::postgres::{ConsumerState, PgPublisher, PgStore};
 pub use store::{
     AckBatch, Claimed, DispatchError, Drift, Lease, RegistryDrift, RegistryObject, Store,
     StoreError,

@@ -53,6 +53,24 @@ pub enum ConsumerMode {
     Live,
 }
 
+impl ConsumerMode {
+    /// The contract format's keyword (`off`, `shadow`, `live`), as the database stores it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Shadow => "shadow",
+            Self::Live => "live",
+        }
+    }
+
+    /// The mode a keyword names.
+    pub fn parse(keyword: &str) -> Option<Self> {
+        [Self::Off, Self::Shadow, Self::Live]
+            .into_iter()
+            .find(|mode| mode.as_str() == keyword)
+    }
+}
+
 /// A consumer's subscription to one event type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SubscriptionDescriptor {

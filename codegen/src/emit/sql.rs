@@ -99,23 +99,9 @@ impl Upsert {
 /// cannot be written as SQL (a NUL character, which PostgreSQL text cannot hold).
 pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitError> {
     let dir = layout.crate_dir.join("migrations");
-    let runtime = RuntimeMigration {
-        notice: GENERATED_NOTICE,
-    }
-    .render()
-    .map_err(|source| EmitError::Template {
-        template: "evc_runtime.sql",
-        source,
-    })?;
-
-    let runtime_v2 = RuntimeMigrationV2 {
-        notice: GENERATED_NOTICE,
-    }
-    .render()
-    .map_err(|source| EmitError::Template {
-        template: "evc_runtime_v2.sql",
-        source,
-    })?;
+    let notice = GENERATED_NOTICE;
+    let runtime = render_template(&RuntimeMigration { notice }, "evc_runtime.sql")?;
+    let runtime_v2 = render_template(&RuntimeMigrationV2 { notice }, "evc_runtime_v2.sql")?;
     let runtime_v2_name = step_file_name(RUNTIME_V2_SUFFIX, &layout.existing_migrations);
     // The registry file numbers after the step when both are new (a fresh crate).
     let mut present = layout.existing_migrations.clone();
@@ -123,17 +109,15 @@ pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitE
 
     let registry = manifest::registry(set);
     let digest = manifest::registry_digest(set)?;
-    let registry_sql = RegistryMigration {
-        notice: GENERATED_NOTICE,
-        digest_literal: literal(&digest)?,
-        tables: upserts(&registry, &digest)?,
-        digest: digest.clone(),
-    }
-    .render()
-    .map_err(|source| EmitError::Template {
-        template: "evc_registry.sql",
-        source,
-    })?;
+    let registry_sql = render_template(
+        &RegistryMigration {
+            notice,
+            digest_literal: literal(&digest)?,
+            tables: upserts(&registry, &digest)?,
+            digest: digest.clone(),
+        },
+        "evc_registry.sql",
+    )?;
 
     Ok(vec![
         Artifact {
@@ -149,6 +133,14 @@ pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitE
             contents: with_final_newline(registry_sql),
         },
     ])
+}
+
+/// Renders `template` (the file `name` under `codegen/templates/`).
+fn render_template(template: &impl Template, name: &'static str) -> Result<String, EmitError> {
+    template.render().map_err(|source| EmitError::Template {
+        template: name,
+        source,
+    })
 }
 
 /// The registry migration's file name for `digest`, given the migration files already present.

@@ -212,14 +212,6 @@ fn handler_name(kind: HandlerKind) -> &'static str {
     }
 }
 
-fn mode_name(mode: ConsumerMode) -> &'static str {
-    match mode {
-        ConsumerMode::Off => "off",
-        ConsumerMode::Shadow => "shadow",
-        ConsumerMode::Live => "live",
-    }
-}
-
 /// Every difference between `mirror` and `registry`, in a fixed order (digest, event types,
 /// versions, retry policies, consumers, subscriptions).
 pub(crate) fn compare(registry: &Registry, mirror: &Mirror) -> Vec<Drift> {
@@ -365,7 +357,7 @@ pub(crate) fn compare(registry: &Registry, mirror: &Mirror) -> Vec<Drift> {
                         "none"
                     },
                 );
-                fields.compare("mode", &row.mode, mode_name(consumer.mode));
+                fields.compare("mode", &row.mode, ConsumerMode::as_str(consumer.mode));
                 fields.compare("retry policy", &row.retry_policy, consumer.retry_policy);
                 fields.compare(
                     "heartbeat threshold ms",

@@ -42,7 +42,10 @@ use crate::store::{AckBatch, Claimed, DispatchError, Lease, RegistryDrift, Store
 
 mod copy;
 mod dispatch;
+mod operations;
 pub mod sql;
+
+pub use operations::ConsumerState;
 
 pub use sql::NOTIFY_CHANNEL;
 

@@ -161,13 +161,18 @@ FROM evc_retry_policies ORDER BY name";
 // ---------------------------------------------------------------------------------------------
 
 /// Claims up to `$2` due deliveries of consumer `$1` that need no per-key ordering, oldest
-/// first, in one statement: locks them (`SKIP LOCKED`, so concurrent claimers take disjoint
+/// first, in one statement (nothing while the consumer is paused or its mode is `off` in
+/// `evc_consumer_state`): locks them (`SKIP LOCKED`, so concurrent claimers take disjoint
 /// rows), leases them to owner `$3` until now + `$4` milliseconds, counts the attempt and raises
 /// the fencing token. Returns the leases joined with their events, in `event_seq` order.
 pub(crate) const CLAIM_BATCH: &str = "\
 WITH c AS (
     SELECT ctid FROM evc_deliveries
     WHERE consumer = $1 AND status = 'pending' AND next_attempt_at <= now()
+        AND NOT EXISTS (
+            SELECT 1 FROM evc_consumer_state s
+            WHERE s.consumer = $1 AND (s.paused OR s.mode = 'off')
+        )
     ORDER BY event_seq
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -207,6 +212,10 @@ ORDER BY d.event_seq";
 pub(crate) const CLAIM_KEY_HEADS_LOCK: &str = "\
 SELECT d.event_id FROM evc_deliveries d
 WHERE d.consumer = $1 AND d.status = 'pending' AND d.next_attempt_at <= now()
+    AND NOT EXISTS (
+        SELECT 1 FROM evc_consumer_state s
+        WHERE s.consumer = $1 AND (s.paused OR s.mode = 'off')
+    )
     AND CASE
         WHEN EXISTS (
             SELECT 1 FROM evc_deliveries p
@@ -428,6 +437,22 @@ WITH l AS (
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM l) AS leased, (SELECT count(*) FROM i) AS inserted";
+
+/// A consumer's operator state: `$1` consumer. No row: never changed by an operator.
+pub(crate) const CONSUMER_STATE: &str = "\
+SELECT paused, mode, revision FROM evc_consumer_state WHERE consumer = $1";
+
+/// Changes a consumer's operator state and raises its revision: `$1` consumer, `$2` paused
+/// (NULL: unchanged), `$3` mode (NULL: unchanged), `$4` the contract's mode (for a first row).
+pub(crate) const CHANGE_CONSUMER_STATE: &str = "\
+INSERT INTO evc_consumer_state AS s (consumer, paused, mode, revision, updated_at)
+VALUES ($1, coalesce($2, false), coalesce($3, $4), 1, now())
+ON CONFLICT (consumer) DO UPDATE SET
+    paused = coalesce($2, s.paused),
+    mode = coalesce($3, s.mode),
+    revision = s.revision + 1,
+    updated_at = now()
+RETURNING paused, mode, revision";
 
 /// Heartbeats: parallel arrays `$1` owners and `$2` consumers seen now.
 pub(crate) const HEARTBEAT: &str = "\

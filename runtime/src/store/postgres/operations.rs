@@ -1,0 +1,120 @@
+//! Operator controls per consumer: pause, resume and the mode override, kept in
+//! `evc_consumer_state` with a revision that grows on every change (docs/runtime.md,
+//! "Pause, resume and modes"). The claim reads the row: a paused consumer, or one whose mode is
+//! `off`, claims nothing, and its deliveries wait, in order, until it is resumed.
+
+use sqlx::Row;
+
+use super::{PgStore, sql};
+use crate::registry::ConsumerMode;
+use crate::store::DispatchError;
+
+/// A consumer's operator state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConsumerState {
+    /// The consumer.
+    pub consumer: String,
+    /// Whether it is paused (claims nothing).
+    pub paused: bool,
+    /// Its mode: the operator's override, else the contract's.
+    pub mode: ConsumerMode,
+    /// Grows on every change; 0 while the operator never changed the consumer.
+    pub revision: i64,
+}
+
+impl PgStore {
+    /// Pauses `consumer`: from its next claim on, no dispatcher claims its deliveries.
+    /// Deliveries already leased run to their end.
+    ///
+    /// # Errors
+    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
+    pub async fn pause(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
+        self.change_state(consumer, Some(true), None).await
+    }
+
+    /// Resumes a paused `consumer`; its waiting deliveries are claimed in order again.
+    ///
+    /// # Errors
+    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
+    pub async fn resume(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
+        self.change_state(consumer, Some(false), None).await
+    }
+
+    /// Overrides the mode of `consumer` (`off` claims nothing, like a pause).
+    ///
+    /// # Errors
+    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
+    pub async fn set_mode(
+        &self,
+        consumer: &str,
+        mode: ConsumerMode,
+    ) -> Result<ConsumerState, DispatchError> {
+        self.change_state(consumer, None, Some(mode)).await
+    }
+
+    /// The operator state of `consumer` (the contract's mode, unpaused, revision 0, while no
+    /// operator changed it).
+    ///
+    /// # Errors
+    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
+    pub async fn consumer_state(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
+        let declared = self.declared_mode(consumer)?;
+        let row = sqlx::query(sql::CONSUMER_STATE)
+            .bind(consumer)
+            .fetch_optional(&self.inner.pool)
+            .await?;
+        match row {
+            Some(row) => state(consumer, &row),
+            None => Ok(ConsumerState {
+                consumer: consumer.to_owned(),
+                paused: false,
+                mode: declared,
+                revision: 0,
+            }),
+        }
+    }
+
+    fn declared_mode(&self, consumer: &str) -> Result<ConsumerMode, DispatchError> {
+        self.registry()
+            .consumer(consumer)
+            .map(|descriptor| descriptor.mode)
+            .ok_or_else(|| DispatchError::UnknownConsumer(consumer.to_owned()))
+    }
+
+    async fn change_state(
+        &self,
+        consumer: &str,
+        paused: Option<bool>,
+        mode: Option<ConsumerMode>,
+    ) -> Result<ConsumerState, DispatchError> {
+        let declared = self.declared_mode(consumer)?;
+        let row = sqlx::query(sql::CHANGE_CONSUMER_STATE)
+            .bind(consumer)
+            .bind(paused)
+            .bind(mode.map(ConsumerMode::as_str))
+            .bind(declared.as_str())
+            .fetch_one(&self.inner.pool)
+            .await?;
+        let changed = state(consumer, &row)?;
+        tracing::info!(
+            consumer,
+            paused = changed.paused,
+            mode = changed.mode.as_str(),
+            revision = changed.revision,
+            "consumer state changed"
+        );
+        Ok(changed)
+    }
+}
+
+fn state(consumer: &str, row: &sqlx::postgres::PgRow) -> Result<ConsumerState, DispatchError> {
+    let mode: String = row.try_get("mode")?;
+    Ok(ConsumerState {
+        consumer: consumer.to_owned(),
+        paused: row.try_get("paused")?,
+        // The table's CHECK allows only the three keywords.
+        mode: ConsumerMode::parse(&mode).unwrap_or(ConsumerMode::Off),
+        revision: row.try_get("revision")?,
+    })
+}

@@ -1,0 +1,153 @@
+//! Operator controls on a real server: a paused consumer (or one whose mode is `off`) receives
+//! nothing while the others go on, and after resuming gets everything it missed, in key order;
+//! every change raises the consumer's revision.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
+use evc_runtime::{ConsumerMode, DispatchError, Dispatcher, DispatcherConfig, HandlerError};
+use support::{TestResult, append_notes, dispatch_store, statuses, with_database};
+
+const PAUSED: &str = "d.leased";
+const RUNNING: &str = "d.unordered";
+const EVENTS: u64 = 200;
+
+/// Seqs handled per (consumer, key), in call order.
+#[derive(Default)]
+struct Calls(Mutex<BTreeMap<(String, String), Vec<i64>>>);
+
+struct Records(Arc<Calls>);
+
+impl DynHandler for Records {
+    fn handle<'a>(
+        &'a self,
+        context: HandlerContext<'a>,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async move {
+            let key = (
+                context.lease().consumer.clone(),
+                context.claimed.order_key.clone(),
+            );
+            let mut calls = self.0.0.lock().expect("lock");
+            calls
+                .entry(key)
+                .or_default()
+                .push(context.claimed.event_seq);
+            Ok(())
+        })
+    }
+}
+
+async fn acked(pool: &sqlx::PgPool, consumer: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM evc_deliveries WHERE consumer = $1 AND status = 'acked'",
+    )
+    .bind(consumer)
+    .fetch_one(pool)
+    .await
+}
+
+async fn wait_for_acks(pool: &sqlx::PgPool, consumer: &str, expected: i64) -> TestResult {
+    let started = std::time::Instant::now();
+    while acked(pool, consumer).await? < expected {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{consumer}: {} of {expected} acked after 60 s",
+            acked(pool, consumer).await?
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_consumer_receives_nothing_and_resumes_in_order() -> TestResult {
+    with_database(|pool| async move {
+        let store = dispatch_store(&pool, 8).await?;
+        let state = store.consumer_state(PAUSED).await?;
+        assert_eq!(
+            (state.paused, state.mode, state.revision),
+            (false, ConsumerMode::Live, 0),
+            "never changed: the contract's mode"
+        );
+        let paused = store.pause(PAUSED).await?;
+        assert_eq!((paused.paused, paused.revision), (true, 1));
+
+        let calls = Arc::new(Calls::default());
+        let config = DispatcherConfig::default()
+            .owner("ops")
+            .workers(2)
+            .batch(20)
+            .poll_interval(Duration::from_millis(20))
+            .seed(3);
+        let handle = Dispatcher::new(store.clone(), config)
+            .consumer(PAUSED, Records(Arc::clone(&calls)))?
+            .consumer(RUNNING, Records(Arc::clone(&calls)))?
+            .start();
+        append_notes(&store, EVENTS, 20).await?;
+
+        // The other consumer gets everything; the paused one nothing, however long it waits.
+        wait_for_acks(&pool, RUNNING, i64::try_from(EVENTS)?).await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            statuses(&pool, PAUSED).await?,
+            [("pending".to_owned(), i64::try_from(EVENTS)?)]
+        );
+
+        // Mode `off` holds it back too, after the pause is lifted.
+        let off = store.set_mode(PAUSED, ConsumerMode::Off).await?;
+        assert_eq!(
+            (off.paused, off.mode, off.revision),
+            (true, ConsumerMode::Off, 2)
+        );
+        let resumed = store.resume(PAUSED).await?;
+        assert_eq!((resumed.paused, resumed.revision), (false, 3));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(acked(&pool, PAUSED).await?, 0, "mode off claims nothing");
+
+        let live = store.set_mode(PAUSED, ConsumerMode::Live).await?;
+        assert_eq!(
+            (live.paused, live.mode, live.revision),
+            (false, ConsumerMode::Live, 4)
+        );
+        assert_eq!(store.consumer_state(PAUSED).await?, live);
+        wait_for_acks(&pool, PAUSED, i64::try_from(EVENTS)?).await?;
+        let stats = handle.shutdown().await;
+        assert_eq!(stats.acked, EVENTS * 2);
+
+        // Everything it missed, once each, each key in append order.
+        let calls = calls.0.lock().expect("lock");
+        let mut handled = 0;
+        for ((consumer, key), seqs) in calls.iter() {
+            if consumer == PAUSED {
+                handled += seqs.len();
+                assert!(
+                    seqs.windows(2).all(|w| w[0] < w[1]),
+                    "{key} out of order: {seqs:?}"
+                );
+            }
+        }
+        assert_eq!(handled, usize::try_from(EVENTS)?);
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn an_unknown_consumer_cannot_be_paused() -> TestResult {
+    with_database(|pool| async move {
+        let store = dispatch_store(&pool, 2).await?;
+        let error = store.pause("nobody").await.expect_err("unknown");
+        assert!(
+            matches!(&error, DispatchError::UnknownConsumer(name) if name == "nobody"),
+            "{error:?}"
+        );
+        assert_eq!(support::count(&pool, "evc_consumer_state").await?, 0);
+        Ok(())
+    })
+    .await
+}
