@@ -1,6 +1,6 @@
 //! Batch appends through `COPY ... FROM STDIN` (text format): the bulk path for batches whose
 //! events carry no idempotency key. `COPY` skips the per-row executor work of `INSERT`, which
-//! halves the database's share of a bulk append (docs/runtime.md, "Batch append").
+//! cut the database's time for a 100,000-event append from 1.7–2.0 s to about 1.1 s in `psql` (docs/runtime.md, "Batch append").
 //!
 //! `COPY` cannot skip a row on conflict, so events with an idempotency key take the
 //! `INSERT ... ON CONFLICT` path ([`super::sql::APPEND_BATCH`]); and it cannot return the

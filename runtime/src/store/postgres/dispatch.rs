@@ -280,24 +280,11 @@ impl PgStore {
     /// # Errors
     /// [`DispatchError::Database`].
     pub async fn recover_expired(&self, limit: u32) -> Result<u64, DispatchError> {
-        // Each consumer's attempt limit, from its retry policy in the static registry.
-        let registry = self.registry();
-        let mut consumers = Vec::with_capacity(registry.consumers.len());
-        let mut limits = Vec::with_capacity(registry.consumers.len());
-        for consumer in registry.consumers {
-            if let Some(policy) = registry
-                .retry_policies
-                .iter()
-                .find(|policy| policy.name == consumer.retry_policy)
-            {
-                consumers.push(consumer.name);
-                limits.push(i32::try_from(policy.max_attempts).unwrap_or(i32::MAX));
-            }
-        }
+        let (consumers, limits) = &self.inner.attempt_limits;
         let row = sqlx::query(sql::RECOVER_EXPIRED)
             .bind(i64::from(limit.max(1)))
-            .bind(&consumers)
-            .bind(&limits)
+            .bind(consumers)
+            .bind(limits)
             .fetch_one(&self.inner.pool)
             .await?;
         let recovered: i64 = row.try_get("recovered")?;

@@ -66,6 +66,9 @@ pub struct PgStore {
 struct Inner {
     pool: PgPool,
     checker: Checker,
+    /// Each consumer's attempt limit from its retry policy, as parallel arrays for
+    /// [`sql::RECOVER_EXPIRED`] (fixed with the registry, so computed once).
+    attempt_limits: (Vec<&'static str>, Vec<i32>),
     /// Fenced operations refused for a stale token (acks, fails, renewals, effect writes).
     stale_tokens: AtomicU64,
 }
@@ -85,11 +88,13 @@ impl PgStore {
         registry: Registry,
         policy: PayloadPolicy,
     ) -> Result<Self, StoreError> {
+        let attempt_limits = attempt_limits(&registry);
         let checker = Checker::new(registry, &policy)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
                 checker,
+                attempt_limits,
                 stale_tokens: AtomicU64::new(0),
             }),
         })
@@ -333,6 +338,24 @@ impl PgStore {
             );
         }
     }
+}
+
+/// Each consumer whose retry policy is registered, with that policy's `max_attempts`.
+fn attempt_limits(registry: &Registry) -> (Vec<&'static str>, Vec<i32>) {
+    registry
+        .consumers
+        .iter()
+        .filter_map(|consumer| {
+            let policy = registry
+                .retry_policies
+                .iter()
+                .find(|policy| policy.name == consumer.retry_policy)?;
+            Some((
+                consumer.name,
+                i32::try_from(policy.max_attempts).unwrap_or(i32::MAX),
+            ))
+        })
+        .unzip()
 }
 
 /// The envelope columns computed for one event.
