@@ -331,8 +331,10 @@ pub(crate) const FAIL_FENCED: &str = "\
 WITH d AS (
     UPDATE evc_deliveries
     SET status = $4, lease_until = NULL, last_error_code = $6, updated_at = now(),
+        -- From the clock, not the transaction start: the delay runs from the attempt's end
+        -- (its `finished_at`), however long this statement waited.
         next_attempt_at = CASE WHEN $4 = 'pending'
-            THEN now() + $5::int8 * interval '1 millisecond' ELSE next_attempt_at END
+            THEN clock_timestamp() + $5::int8 * interval '1 millisecond' ELSE next_attempt_at END
     WHERE event_id = $1 AND consumer = $2 AND fencing_token = $3 AND status = 'leased'
     RETURNING event_id, consumer, attempt, lease_owner, fencing_token
 ), a AS (
