@@ -116,6 +116,9 @@ const PRODUCED: &str = "bench.produced";
 /// The claim and batch-append figures' type: one delivery per event.
 const CLAIMED: &str = "bench.claimed";
 const CLAIM_CONSUMER: &str = "bench.claim";
+/// The held-batch claim figure's type and its transactional consumer.
+const CLAIMED_HELD: &str = "bench.claimed_held";
+const HELD_CONSUMER: &str = "bench.held";
 
 const fn event_type(name: &'static str) -> EventDescriptor {
     EventDescriptor {
@@ -131,11 +134,12 @@ const fn event_type(name: &'static str) -> EventDescriptor {
 
 const fn consumer(
     name: &'static str,
+    handler: HandlerKind,
     subscriptions: &'static [SubscriptionDescriptor],
 ) -> ConsumerDescriptor {
     ConsumerDescriptor {
         name,
-        handler: HandlerKind::Leased,
+        handler,
         mode: ConsumerMode::Live,
         per_key_ordering: false,
         retry_policy: "bench.retry",
@@ -154,16 +158,32 @@ const CLAIMED_SUBSCRIPTION: &[SubscriptionDescriptor] = &[SubscriptionDescriptor
     requirement: "^1",
     versions: &["1.0.0"],
 }];
+const CLAIMED_HELD_SUBSCRIPTION: &[SubscriptionDescriptor] = &[SubscriptionDescriptor {
+    event: CLAIMED_HELD,
+    requirement: "^1",
+    versions: &["1.0.0"],
+}];
 
-/// `bench.produced` fans out to `bench.a` and `bench.b`; `bench.claimed` to `bench.claim`.
+/// `bench.produced` fans out to `bench.a` and `bench.b` (leased); `bench.claimed` to
+/// `bench.claim` (leased); `bench.claimed_held` to `bench.held` (transactional). Each list
+/// sorted by name, as the registry's lookups expect.
 static REGISTRY: Registry = Registry {
     project: "evc_bench",
     digest: DIGEST,
-    events: &[event_type(PRODUCED), event_type(CLAIMED)],
+    events: &[
+        event_type(CLAIMED),
+        event_type(CLAIMED_HELD),
+        event_type(PRODUCED),
+    ],
     consumers: &[
-        consumer("bench.a", PRODUCED_SUBSCRIPTION),
-        consumer("bench.b", PRODUCED_SUBSCRIPTION),
-        consumer(CLAIM_CONSUMER, CLAIMED_SUBSCRIPTION),
+        consumer("bench.a", HandlerKind::Leased, PRODUCED_SUBSCRIPTION),
+        consumer("bench.b", HandlerKind::Leased, PRODUCED_SUBSCRIPTION),
+        consumer(CLAIM_CONSUMER, HandlerKind::Leased, CLAIMED_SUBSCRIPTION),
+        consumer(
+            HELD_CONSUMER,
+            HandlerKind::Transactional,
+            CLAIMED_HELD_SUBSCRIPTION,
+        ),
     ],
     retry_policies: &[POLICY],
 };
@@ -470,12 +490,14 @@ async fn measure_against_ceiling(
     ]);
 
     if settings.runs("produce") {
-        for own_transaction in [false, true] {
-            let rate = produce(server, settings.seconds, own_transaction).await?;
-            let how = if own_transaction {
-                "own transaction: BEGIN, append, COMMIT"
-            } else {
-                "one autocommit statement, as the script"
+        for (own_transaction, asleep) in [(false, false), (true, false), (false, true)] {
+            let rate = produce(server, settings.seconds, own_transaction, asleep).await?;
+            let how = match (own_transaction, asleep) {
+                (true, _) => "own transaction: BEGIN, append, COMMIT",
+                (false, false) => "one autocommit statement, as the script",
+                (false, true) => {
+                    "autocommit, both consumers' doorbells held: every append notifies"
+                }
             };
             println!("evc produce ({how}): {rate:.0} events/s (2 deliveries each)");
             figures.push(Figure {
@@ -483,7 +505,7 @@ async fn measure_against_ceiling(
                 value: rate,
                 unit: "events/s",
                 ceiling: Some(ceiling.produce),
-                goal: if own_transaction {
+                goal: if own_transaction || asleep {
                     Goal::None
                 } else {
                     Goal::Ratio(PRODUCE_GOAL)
@@ -495,13 +517,13 @@ async fn measure_against_ceiling(
         return Ok(());
     }
     for batch in [50, 100] {
-        for batched_ack in [false, true] {
-            let run = claim_ack(server, settings, batch, batched_ack).await?;
-            let how = if batched_ack {
-                "claim + ack_batch"
-            } else {
-                "Dispatcher"
-            };
+        for path in [
+            ClaimPath::Dispatcher,
+            ClaimPath::StoreCalls,
+            ClaimPath::HeldBatches,
+        ] {
+            let run = claim_ack(server, settings, batch, path).await?;
+            let how = path.describe();
             println!(
                 "evc claim+ack ({how}, batch {batch}): {:.0} deliveries/s, {} attempt rows, {} pending left; pre-insert {:.0} events/s",
                 run.rate, run.attempts, run.pending, run.insert_rate
@@ -518,7 +540,7 @@ async fn measure_against_ceiling(
                 ceiling: Some(ceiling.claim_ack),
                 goal: Goal::Ratio(CLAIM_GOAL),
             });
-            if batch == 50 && !batched_ack {
+            if batch == 50 && path == ClaimPath::Dispatcher {
                 figures.push(Figure {
                     name: format!(
                         "evc pre-insert append_batch events/s ({} events, 1 call)",
@@ -767,18 +789,35 @@ where
     Ok(total as f64 / started.elapsed().as_secs_f64())
 }
 
-/// Single-event appends through `PgPublisher`, one transaction per event, 4 tasks.
 /// Single-event produce, 4 tasks for `seconds`: each event its own transaction, either the
 /// caller's own (`BEGIN`, append, `COMMIT`: three round trips) or, as the script's `produce.sql`
 /// runs, one statement in autocommit mode on the task's connection.
-async fn produce(server: &mut Server, seconds: u64, own_transaction: bool) -> BenchResult<f64> {
-    let purpose = if own_transaction {
-        "produce_tx"
-    } else {
-        "produce"
+///
+/// With `asleep`, the doorbells of both consumers are held for the run, as workers sleeping
+/// for them hold them: every append then notifies (the dispatcher-idle case).
+async fn produce(
+    server: &mut Server,
+    seconds: u64,
+    own_transaction: bool,
+    asleep: bool,
+) -> BenchResult<f64> {
+    let purpose = match (own_transaction, asleep) {
+        (true, _) => "produce_tx",
+        (false, false) => "produce",
+        (false, true) => "produce_rung",
     };
-    let pool = server.migrated(purpose, 8).await?;
+    let pool = server.migrated(purpose, 10).await?;
     let store = store(pool.clone())?;
+    let mut doorbells = Vec::new();
+    if asleep {
+        for consumer in ["bench.a", "bench.b"] {
+            let doorbell = store
+                .hold_doorbell(consumer, Duration::from_secs(5))
+                .await?
+                .ok_or("a doorbell was taken")?;
+            doorbells.push(doorbell);
+        }
+    }
     let rate = timed(seconds, |task, deadline| {
         let store = store.clone();
         async move {
@@ -818,8 +857,40 @@ async fn produce(server: &mut Server, seconds: u64, own_transaction: bool) -> Be
     if deliveries != 2 * events {
         return Err(format!("produce: {events} events but {deliveries} deliveries").into());
     }
+    for doorbell in doorbells {
+        doorbell.release().await?;
+    }
     pool.close().await;
     Ok(rate)
+}
+
+/// How the claim+ack figures drain their deliveries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClaimPath {
+    /// The `Dispatcher`, leased handlers: claim (lease), handlers, one fenced `ack_batch`.
+    Dispatcher,
+    /// `claim` + `ack_batch` called directly, one fenced statement per claimed batch.
+    StoreCalls,
+    /// The `Dispatcher`, transactional handlers in held batches: one transaction claims with
+    /// row locks, runs the handlers and acks.
+    HeldBatches,
+}
+
+impl ClaimPath {
+    fn describe(self) -> &'static str {
+        match self {
+            Self::Dispatcher => "Dispatcher, leased",
+            Self::StoreCalls => "claim + ack_batch",
+            Self::HeldBatches => "Dispatcher, held batches",
+        }
+    }
+
+    fn event_and_consumer(self) -> (&'static str, &'static str) {
+        match self {
+            Self::HeldBatches => (CLAIMED_HELD, HELD_CONSUMER),
+            Self::Dispatcher | Self::StoreCalls => (CLAIMED, CLAIM_CONSUMER),
+        }
+    }
 }
 
 struct ClaimRun {
@@ -829,13 +900,17 @@ struct ClaimRun {
     pending: i64,
 }
 
-/// Appends `events` events of `bench.claimed` (one delivery each) in one `append_batch` call
+/// Appends `events` events of `event_type` (one delivery each) in one `append_batch` call
 /// and one transaction; returns events per second of the call and its commit.
-async fn append_claimed(store: &PgStore, events: usize) -> BenchResult<f64> {
+async fn append_claimed(
+    store: &PgStore,
+    event_type: &'static str,
+    events: usize,
+) -> BenchResult<f64> {
     let trace = trace();
     let built = Instant::now();
     let batch: Vec<NewEvent> = (0..events as u64)
-        .map(|n| NewEvent::new(event(CLAIMED, &trace, n), AppendOptions::default()))
+        .map(|n| NewEvent::new(event(event_type, &trace, n), AppendOptions::default()))
         .collect();
     let built = built.elapsed();
     // Timed: the call (checks, statements) and the commit; building the events is the caller's.
@@ -857,27 +932,30 @@ async fn append_claimed(store: &PgStore, events: usize) -> BenchResult<f64> {
     Ok(events as f64 / elapsed.as_secs_f64())
 }
 
-/// Claim+ack of pre-inserted deliveries with a no-op handler, 4 workers: through the
-/// `Dispatcher` (leased kind: the batch's acks in one fenced statement), or `claim` + `ack_batch`
-/// driven directly (one fenced statement per claimed batch).
+/// Claim+ack of pre-inserted deliveries with a no-op handler, 4 workers, along `path`.
 async fn claim_ack(
     server: &mut Server,
     settings: &Settings,
     batch: u32,
-    batched_ack: bool,
+    path: ClaimPath,
 ) -> BenchResult<ClaimRun> {
-    let purpose = if batched_ack { "ackbatch" } else { "dispatch" };
+    let purpose = match path {
+        ClaimPath::Dispatcher => "dispatch",
+        ClaimPath::StoreCalls => "ackbatch",
+        ClaimPath::HeldBatches => "held",
+    };
+    let (event_type, consumer) = path.event_and_consumer();
     let pool = server
         .migrated(&format!("claim{batch}_{purpose}"), 10)
         .await?;
     let store = store(pool.clone())?;
-    let insert_rate = append_claimed(&store, settings.claim_events).await?;
+    let insert_rate = append_claimed(&store, event_type, settings.claim_events).await?;
     sqlx::raw_sql("VACUUM ANALYZE evc_deliveries")
         .execute(&pool)
         .await?;
     sqlx::raw_sql("ANALYZE evc_events").execute(&pool).await?;
 
-    let rate = if batched_ack {
+    let rate = if path == ClaimPath::StoreCalls {
         timed(settings.seconds, |task, deadline| {
             let store = store.clone();
             async move {
@@ -916,10 +994,11 @@ async fn claim_ack(
             .poll_interval(Duration::from_millis(20))
             .recovery_interval(Duration::from_secs(60))
             .heartbeat_interval(Duration::from_secs(60))
-            .listen(false);
+            .listen(false)
+            .held_batches(path == ClaimPath::HeldBatches);
         let started = Instant::now();
         let handle = Dispatcher::new(store.clone(), config)
-            .consumer(CLAIM_CONSUMER, NoOp)?
+            .consumer(consumer, NoOp)?
             .start();
         tokio::time::sleep(Duration::from_secs(settings.seconds)).await;
         let acked = handle.stats().acked;
@@ -965,7 +1044,7 @@ async fn batch_append(server: &mut Server) -> BenchResult<f64> {
         let store = store(pool.clone())?;
         // Flushes what the previous runs left dirty, so no run pays for another's writes.
         sqlx::raw_sql("CHECKPOINT").execute(&pool).await?;
-        rates.push(append_claimed(&store, BATCH_EVENTS).await?);
+        rates.push(append_claimed(&store, CLAIMED, BATCH_EVENTS).await?);
         pool.close().await;
     }
     rates.sort_by(f64::total_cmp);

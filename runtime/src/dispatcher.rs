@@ -65,8 +65,12 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 use crate::handler::{Delivery, FailureClass, HandlerError};
 use crate::registry::HandlerKind;
 use crate::retry::{RetryDecision, RetryPolicy, SplitMix64};
-use crate::store::postgres::{NOTIFY_CHANNEL, PgStore};
+use crate::store::postgres::{Doorbell, NOTIFY_CHANNEL, PgStore};
 use crate::store::{Claimed, DispatchError, Lease};
+
+/// How long a worker about to sleep waits for its consumer's doorbell: long enough for the
+/// appends in flight to commit, short enough not to matter when another worker holds it.
+const DOORBELL_WAIT: Duration = Duration::from_millis(50);
 
 /// A boxed, sendable future: what [`DynHandler::handle`] returns.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -156,6 +160,13 @@ pub struct DispatcherConfig {
     /// once the oldest waiting one is this old, whichever comes first; a crash meanwhile runs
     /// those deliveries again (at least once). Zero acks every delivery on its own.
     pub ack_window: Duration,
+    /// Whether transactional consumers that do not order per key run their batches held
+    /// (docs/runtime.md, "Held batches"): one transaction claims the batch with row locks and
+    /// no write, runs every handler on it and acks them all before it commits. A failing
+    /// handler rolls the batch back (its siblings run again in the next batch) and its failure
+    /// is recorded with its attempt. Off by default: a held batch keeps a transaction open for
+    /// all its handlers, and a process that dies mid-batch counts no attempt.
+    pub held_batches: bool,
 }
 
 impl Default for DispatcherConfig {
@@ -173,6 +184,7 @@ impl Default for DispatcherConfig {
             listen: true,
             seed: None,
             ack_window: Duration::from_millis(100),
+            held_batches: false,
         }
     }
 }
@@ -246,6 +258,13 @@ impl DispatcherConfig {
     #[must_use]
     pub fn ack_window(mut self, window: Duration) -> Self {
         self.ack_window = window;
+        self
+    }
+
+    /// Turns held batches on or off ([`DispatcherConfig::held_batches`]).
+    #[must_use]
+    pub fn held_batches(mut self, held: bool) -> Self {
+        self.held_batches = held;
         self
     }
 }
@@ -512,6 +531,61 @@ impl Worker {
             tokio::pin!(notified);
             // Registered before the claim, so a notification during the claim is not lost.
             notified.as_mut().enable();
+            if self.claim_and_run(&mut next_due).await {
+                continue;
+            }
+            let now = Instant::now();
+            let mut wait = self.config.poll_interval;
+            if let Some(due) = next_due {
+                if due <= now {
+                    next_due = None;
+                    continue;
+                }
+                wait = wait.min(due - now);
+            }
+            // About to sleep: ring-while-asleep. With the doorbell held, appends notify; the
+            // claim after taking it sees every append that got in before.
+            let doorbell = self.take_doorbell().await;
+            if doorbell.is_some() && self.claim_and_run(&mut next_due).await {
+                self.give_back(doorbell).await;
+                continue;
+            }
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep(wait) => {}
+                changed = self.shutdown.changed() => {
+                    if changed.is_err() {
+                        self.give_back(doorbell).await;
+                        break;
+                    }
+                }
+            }
+            self.give_back(doorbell).await;
+            if next_due.is_some_and(|due| due <= Instant::now()) {
+                next_due = None;
+            }
+        }
+        match self.store.release(&self.owner).await {
+            Ok(released) => add(&self.counters.released, released),
+            Err(error) => {
+                tracing::warn!(owner = %self.owner, %error, "could not release leases; they expire");
+            }
+        }
+    }
+
+    /// One claim and its batch; `true` when it found work. Moves `next_due` earlier when the
+    /// batch scheduled a retry.
+    async fn claim_and_run(&mut self, next_due: &mut Option<Instant>) -> bool {
+        let due = if self.holds_batches() {
+            match self.run_held_batch().await {
+                Ok((0, _)) => return false,
+                Ok((_, due)) => due,
+                Err(error) => {
+                    tracing::warn!(consumer = %self.consumer.name, %error, "held batch failed");
+                    return false;
+                }
+            }
+        } else {
             let claimed = self
                 .store
                 .claim(
@@ -525,44 +599,117 @@ impl Worker {
             match claimed {
                 Ok(batch) if !batch.is_empty() => {
                     add(&self.counters.claimed, batch.len() as u64);
-                    if let Some(due) = self.run_batch(batch).await {
-                        next_due = Some(next_due.map_or(due, |d| d.min(due)));
-                    }
-                    continue;
+                    self.run_batch(batch).await
                 }
-                Ok(_) => {}
+                Ok(_) => return false,
                 Err(error) => {
                     tracing::warn!(consumer = %self.consumer.name, %error, "claim failed");
+                    return false;
                 }
             }
-            let now = Instant::now();
-            let mut wait = self.config.poll_interval;
-            if let Some(due) = next_due {
-                if due <= now {
-                    next_due = None;
-                    continue;
-                }
-                wait = wait.min(due - now);
-            }
-            tokio::select! {
-                () = &mut notified => {}
-                () = tokio::time::sleep(wait) => {}
-                changed = self.shutdown.changed() => {
-                    if changed.is_err() {
-                        break;
-                    }
-                }
-            }
-            if next_due.is_some_and(|due| due <= Instant::now()) {
-                next_due = None;
-            }
+        };
+        if let Some(due) = due {
+            *next_due = Some(next_due.map_or(due, |d| d.min(due)));
         }
-        match self.store.release(&self.owner).await {
-            Ok(released) => add(&self.counters.released, released),
+        true
+    }
+
+    /// The consumer's doorbell, when this dispatcher listens and no other worker holds it.
+    async fn take_doorbell(&self) -> Option<Doorbell> {
+        if !self.config.listen {
+            return None;
+        }
+        match self
+            .store
+            .hold_doorbell(&self.consumer.name, DOORBELL_WAIT)
+            .await
+        {
+            Ok(doorbell) => doorbell,
             Err(error) => {
-                tracing::warn!(owner = %self.owner, %error, "could not release leases; they expire");
+                tracing::debug!(consumer = %self.consumer.name, %error, "doorbell not taken");
+                None
             }
         }
+    }
+
+    async fn give_back(&self, doorbell: Option<Doorbell>) {
+        if let Some(doorbell) = doorbell
+            && let Err(error) = doorbell.release().await
+        {
+            tracing::debug!(consumer = %self.consumer.name, %error, "doorbell released by closing its connection");
+        }
+    }
+
+    fn holds_batches(&self) -> bool {
+        self.config.held_batches
+            && self.consumer.kind == HandlerKind::Transactional
+            && !self.consumer.per_key
+    }
+
+    /// A held batch: claim with row locks, every handler, the acks and their attempt rows, all
+    /// in one transaction. Returns how many deliveries it claimed, and when a retry it
+    /// scheduled is due. A failing (or panicking) handler rolls everything back, its
+    /// siblings' writes too (the next batch runs them again); its failure is then recorded
+    /// with its attempt and the retry policy's decision. Stopping between handlers acks the
+    /// ones that ran; the rest are simply unlocked.
+    async fn run_held_batch(&mut self) -> Result<(usize, Option<Instant>), DispatchError> {
+        let mut tx = self.store.pool().begin().await?;
+        let mut batch = self
+            .store
+            .claim_held(&mut tx, &self.consumer.name, &self.owner, self.config.batch)
+            .await?;
+        if batch.is_empty() {
+            tx.rollback().await?;
+            return Ok((0, None));
+        }
+        let claimed = batch.len();
+        add(&self.counters.claimed, claimed as u64);
+        let mut ran = 0;
+        for held in &mut batch {
+            if self.stopping() {
+                break;
+            }
+            held.lease.mark_started();
+            let handler = Arc::clone(&self.consumer.handler);
+            let context = HandlerContext::new(held, &self.store, Some(&mut *tx));
+            if let Err(failure) = flatten(CatchUnwind(handler.handle(context)).await) {
+                tx.rollback().await?;
+                let due = self.record_failure(&held.lease, &failure).await;
+                return Ok((claimed, due));
+            }
+            ran += 1;
+        }
+        let leases: Vec<&Lease> = batch[..ran].iter().map(|held| &held.lease).collect();
+        let acked = self.store.ack_held(&mut tx, &leases).await?;
+        tx.commit().await?;
+        add(&self.counters.acked, acked as u64);
+        add(&self.counters.stale, (ran - acked) as u64);
+        Ok((claimed, None))
+    }
+
+    /// Ends a failed attempt with the retry policy's decision, counted; returns when a retry
+    /// it scheduled is due.
+    async fn record_failure(&mut self, lease: &Lease, failure: &HandlerError) -> Option<Instant> {
+        let decision = self
+            .consumer
+            .policy
+            .decide(failure.class, lease.attempt, &mut self.rng);
+        match self
+            .store
+            .fail(lease, failure.class, &failure.code, decision)
+            .await
+        {
+            Ok(()) => match decision {
+                RetryDecision::Retry(delay) => {
+                    add(&self.counters.retried, 1);
+                    return Some(Instant::now() + delay);
+                }
+                RetryDecision::Dead => add(&self.counters.dead, 1),
+                RetryDecision::Quarantine => add(&self.counters.quarantined, 1),
+            },
+            Err(error) => self.count_error(&error),
+        }
+        None
     }
 
     /// Runs a claimed batch in order; returns when the earliest retry it scheduled is due.
@@ -614,25 +761,8 @@ impl Worker {
                     continue;
                 }
             };
-            let decision =
-                self.consumer
-                    .policy
-                    .decide(failure.class, claimed.lease.attempt, &mut self.rng);
-            match self
-                .store
-                .fail(&claimed.lease, failure.class, &failure.code, decision)
-                .await
-            {
-                Ok(()) => match decision {
-                    RetryDecision::Retry(delay) => {
-                        add(&self.counters.retried, 1);
-                        let due = Instant::now() + delay;
-                        next_due = Some(next_due.map_or(due, |d: Instant| d.min(due)));
-                    }
-                    RetryDecision::Dead => add(&self.counters.dead, 1),
-                    RetryDecision::Quarantine => add(&self.counters.quarantined, 1),
-                },
-                Err(error) => self.count_error(&error),
+            if let Some(due) = self.record_failure(&claimed.lease, &failure).await {
+                next_due = Some(next_due.map_or(due, |d: Instant| d.min(due)));
             }
         }
         // Also when stopping: the handlers ran, so their acks must not be released.
@@ -870,10 +1000,15 @@ async fn heartbeat(
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
-            _ = shutdown.changed() => return,
+            _ = shutdown.changed() => break,
         }
         if let Err(error) = store.heartbeat(&owners).await {
             tracing::warn!(%error, "heartbeat failed");
         }
+    }
+    // Shut down, not silent: the status report must not flag these workers.
+    let owners: Vec<String> = owners.into_iter().map(|(owner, _)| owner).collect();
+    if let Err(error) = store.forget_heartbeats(&owners).await {
+        tracing::warn!(%error, "heartbeats of a stopped dispatcher not removed");
     }
 }

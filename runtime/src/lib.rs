@@ -33,7 +33,10 @@ pub use registry::{
     RetryPolicyDescriptor, SubscriptionDescriptor, VersionDescriptor,
 };
 pub use retry::{RetryDecision, RetryPolicy, SplitMix64};
-pub use store::postgres::{ConsumerState, PgPublisher, PgStore};
+pub use store::postgres::{
+    AttemptLatency, ConsumerState, ConsumerStatus, Doorbell, Lag, Percentiles, PgPublisher,
+    PgStore, Problem, SilentWorker, StatusReport, TimelineEntry,
+};
 pub use store::{
     AckBatch, Claimed, DispatchError, Drift, Lease, RegistryDrift, RegistryObject, Store,
     StoreError,

@@ -1,6 +1,7 @@
 //! The PostgreSQL append path against a real server: one event and one delivery per subscribed
-//! consumer in the caller's transaction, a notification after commit and none after rollback,
-//! every reject class typed and audited without its payload, idempotency keys and batches.
+//! consumer in the caller's transaction, a notification after commit (for the consumers whose
+//! doorbell a sleeping worker holds) and none after rollback, every reject class typed and
+//! audited without its payload, idempotency keys and batches.
 
 mod support;
 
@@ -35,6 +36,29 @@ async fn listener(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     Ok(listener)
 }
 
+/// The doorbells of `consumers`, as sleeping dispatcher workers hold them: on a pool of their
+/// own, so they leave the test's four connections free.
+async fn doorbells(
+    pool: &PgPool,
+    consumers: &[&str],
+) -> Result<Vec<evc_runtime::Doorbell>, Box<dyn std::error::Error + Send + Sync>> {
+    let options = (*pool.connect_options()).clone();
+    let own = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(u32::try_from(consumers.len())?.max(1))
+        .connect_with(options)
+        .await?;
+    let store = store(&own);
+    let mut held = Vec::new();
+    for consumer in consumers {
+        let doorbell = store
+            .hold_doorbell(consumer, Duration::from_secs(2))
+            .await?
+            .ok_or("doorbell taken")?;
+        held.push(doorbell);
+    }
+    Ok(held)
+}
+
 /// Notification payloads that arrive within `wait`.
 async fn notifications(listener: &mut PgListener, wait: Duration) -> Vec<String> {
     let mut payloads = Vec::new();
@@ -52,6 +76,7 @@ async fn append_writes_one_event_and_a_delivery_per_subscriber_then_notifies_on_
     with_database(|pool| async move {
         let store = store(&pool);
         let mut listener = listener(&pool).await?;
+        let _asleep = doorbells(&pool, &["c.live", "c.shadow"]).await?;
         let mut tx = pool.begin().await?;
         let mut publisher = store.publisher(&mut tx).with_options(
             AppendOptions::new()
@@ -170,11 +195,88 @@ async fn append_writes_one_event_and_a_delivery_per_subscriber_then_notifies_on_
     .await
 }
 
+/// Appends `n` committed notes, each in its own transaction.
+async fn append_committed(store: &PgStore, pool: &PgPool, n: usize) -> TestResult {
+    for _ in 0..n {
+        let mut tx = pool.begin().await?;
+        store
+            .publisher(&mut tx)
+            .publish(event("test.note", "1.0.0", note(NOTE_ID)))
+            .await?;
+        tx.commit().await?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn appends_notify_only_consumers_whose_doorbell_is_held() -> TestResult {
+    with_database(|pool| async move {
+        let store = store(&pool);
+        let mut listener = listener(&pool).await?;
+        let short = Duration::from_millis(200);
+
+        // Nobody asleep: committed appends send nothing.
+        append_committed(&store, &pool, 2).await?;
+        assert_eq!(
+            notifications(&mut listener, Duration::from_millis(500)).await,
+            Vec::<String>::new()
+        );
+
+        // One consumer's doorbell held: only it is notified (once per transaction).
+        let live = store
+            .hold_doorbell("c.live", short)
+            .await?
+            .ok_or("c.live taken")?;
+        assert_eq!(live.consumer(), "c.live");
+        assert!(
+            store.hold_doorbell("c.live", short).await?.is_none(),
+            "a doorbell is exclusive"
+        );
+        append_committed(&store, &pool, 1).await?;
+        assert_eq!(
+            notifications(&mut listener, Duration::from_millis(1_000)).await,
+            ["c.live"]
+        );
+
+        // An append in flight keeps the doorbell from being taken until it commits, so a
+        // worker cannot go to sleep past an event its last claim could not see.
+        let mut tx = pool.begin().await?;
+        store
+            .publisher(&mut tx)
+            .publish(event("test.note", "1.0.0", note(NOTE_ID)))
+            .await?;
+        assert!(store.hold_doorbell("c.shadow", short).await?.is_none());
+        tx.commit().await?;
+        // (It rang c.live, whose doorbell is held.)
+        assert_eq!(
+            notifications(&mut listener, Duration::from_millis(1_000)).await,
+            ["c.live"]
+        );
+        let shadow = store
+            .hold_doorbell("c.shadow", short)
+            .await?
+            .ok_or("c.shadow taken")?;
+
+        // Released, or dropped (its connection closes), a doorbell can be taken again.
+        live.release().await?;
+        drop(shadow);
+        let _again = doorbells(&pool, &["c.live", "c.shadow"]).await?;
+        append_committed(&store, &pool, 1).await?;
+        assert_eq!(
+            notifications(&mut listener, Duration::from_millis(1_000)).await,
+            ["c.live", "c.shadow"]
+        );
+        Ok(())
+    })
+    .await
+}
+
 #[tokio::test]
 async fn rollback_leaves_no_event_delivery_or_notification() -> TestResult {
     with_database(|pool| async move {
         let store = store(&pool);
         let mut listener = listener(&pool).await?;
+        let _asleep = doorbells(&pool, &["c.live", "c.shadow"]).await?;
 
         let mut tx = pool.begin().await?;
         sqlx::query("CREATE TABLE caller_rows (id int)")

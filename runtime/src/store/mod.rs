@@ -222,6 +222,7 @@ pub struct Lease {
     /// until [`Lease::mark_started`]); the attempt row's `started_at`.
     pub started_at: f64,
     claimed: Instant,
+    held: bool,
 }
 
 impl Lease {
@@ -243,7 +244,23 @@ impl Lease {
             claimed_at,
             started_at: claimed_at,
             claimed: Instant::now(),
+            held: false,
         }
+    }
+
+    /// A held claim's lease: the delivery stays `pending`, row-locked by the claiming
+    /// transaction, and `token` and `attempt` are the values its ack writes (see
+    /// [`crate::PgStore::claim_held`]).
+    pub(crate) fn held(mut self) -> Self {
+        self.held = true;
+        self
+    }
+
+    /// Whether the delivery is held by an open transaction (a batched transactional claim)
+    /// rather than leased: its fence is the row lock, and its effect writes and ack must go
+    /// through that transaction.
+    pub fn is_held(&self) -> bool {
+        self.held
     }
 
     /// Marks the handler's start: the claim's database time plus the local time elapsed since.

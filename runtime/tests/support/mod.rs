@@ -254,6 +254,12 @@ const NOTE_1: &[SubscriptionDescriptor] = &[SubscriptionDescriptor {
     versions: &["1.0.0"],
 }];
 
+const JOB_1: &[SubscriptionDescriptor] = &[SubscriptionDescriptor {
+    event: "test.job",
+    requirement: "^1",
+    versions: &["1.0.0"],
+}];
+
 const fn dispatch_consumer(
     name: &'static str,
     handler: HandlerKind,
@@ -272,25 +278,47 @@ const fn dispatch_consumer(
 
 /// `test.note` 1.0.0 (order key `note_id`) fanned out to three live consumers, all on
 /// [`FIXED_200MS`]: `d.leased` (leased, per key), `d.tx` (transactional, per key) and
-/// `d.unordered` (leased, no per-key ordering).
+/// `d.unordered` (leased, no per-key ordering); and `test.job` 1.0.0 (same schema) for one
+/// consumer, `d.held` (transactional, no per-key ordering: it can run held batches).
 pub static DISPATCH_REGISTRY: Registry = Registry {
     project: "runtime_dispatch_tests",
     digest: DIGEST,
-    events: &[EventDescriptor {
-        name: "test.note",
-        description: "A note.",
-        producer_class: "notes",
-        order_key: &["note_id"],
-        deprecated: false,
-        max_payload_bytes: 512,
-        versions: &[VersionDescriptor {
-            version: "1.0.0",
-            major: 1,
-            schema: NOTE_SCHEMA,
-            schema_digest: DIGEST,
-        }],
-    }],
+    events: &[
+        EventDescriptor {
+            name: "test.job",
+            description: "A job.",
+            producer_class: "jobs",
+            order_key: &["note_id"],
+            deprecated: false,
+            max_payload_bytes: 512,
+            versions: &[VersionDescriptor {
+                version: "1.0.0",
+                major: 1,
+                schema: NOTE_SCHEMA,
+                schema_digest: DIGEST,
+            }],
+        },
+        EventDescriptor {
+            name: "test.note",
+            description: "A note.",
+            producer_class: "notes",
+            order_key: &["note_id"],
+            deprecated: false,
+            max_payload_bytes: 512,
+            versions: &[VersionDescriptor {
+                version: "1.0.0",
+                major: 1,
+                schema: NOTE_SCHEMA,
+                schema_digest: DIGEST,
+            }],
+        },
+    ],
+    // Sorted by name, as the registry's lookups expect.
     consumers: &[
+        ConsumerDescriptor {
+            subscriptions: JOB_1,
+            ..dispatch_consumer("d.held", HandlerKind::Transactional, false)
+        },
         dispatch_consumer("d.leased", HandlerKind::Leased, true),
         dispatch_consumer("d.tx", HandlerKind::Transactional, true),
         dispatch_consumer("d.unordered", HandlerKind::Leased, false),

@@ -97,6 +97,78 @@ impl PgStore {
         rows.iter().map(|row| claimed(row, owner)).collect()
     }
 
+    /// Claims a batch held by the caller's transaction: the due deliveries of `consumer` (one
+    /// that does not order per key), oldest first, row-locked until `transaction` ends and
+    /// otherwise untouched ([`sql::CLAIM_HELD`]). Nothing is committed by the claim: if the
+    /// transaction rolls back or its connection dies, the deliveries are simply due again, with
+    /// no attempt counted. Run the handlers on `transaction`, then [`PgStore::ack_held`] and
+    /// commit: the handlers' writes, the acks and the attempt rows commit together.
+    ///
+    /// The leases returned are [held](Lease::is_held): their `token` and `attempt` are the
+    /// values the ack writes.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`] or [`DispatchError::Payload`].
+    pub async fn claim_held(
+        &self,
+        transaction: &mut PgConnection,
+        consumer: &str,
+        owner: &str,
+        batch: u32,
+    ) -> Result<Vec<Claimed>, DispatchError> {
+        let rows = sqlx::query(sql::CLAIM_HELD)
+            .bind(consumer)
+            .bind(i64::from(batch.max(1)))
+            .fetch_all(&mut *transaction)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                claimed(row, owner).map(|mut claimed| {
+                    claimed.lease = claimed.lease.held();
+                    claimed
+                })
+            })
+            .collect()
+    }
+
+    /// Acks held deliveries ([`PgStore::claim_held`]) of one consumer in the transaction that
+    /// claimed them, with their `acked` attempt rows, in one statement ([`sql::ACK_HELD`]).
+    /// Returns how many were acked; a lease that is not held by this transaction's claim is
+    /// refused (counted as stale) and skipped.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    pub async fn ack_held(
+        &self,
+        transaction: &mut PgConnection,
+        leases: &[&Lease],
+    ) -> Result<usize, DispatchError> {
+        let Some(first) = leases.first() else {
+            return Ok(0);
+        };
+        let held: Vec<&&Lease> = leases
+            .iter()
+            .filter(|lease| lease.is_held() && lease.consumer == first.consumer)
+            .collect();
+        let ids: Vec<Uuid> = held.iter().map(|lease| lease.event_id).collect();
+        let tokens: Vec<i64> = held.iter().map(|lease| lease.token).collect();
+        let started: Vec<f64> = held.iter().map(|lease| lease.started_at).collect();
+        let acked: Vec<Uuid> = sqlx::query_scalar(sql::ACK_HELD)
+            .bind(&ids)
+            .bind(&tokens)
+            .bind(&first.consumer)
+            .bind(&started)
+            .bind(&first.owner)
+            .fetch_all(&mut *transaction)
+            .await?;
+        for lease in leases {
+            if !(lease.consumer == first.consumer && acked.contains(&lease.event_id)) {
+                self.count_stale(lease.event_id, &lease.consumer, lease.token);
+            }
+        }
+        Ok(acked.len())
+    }
+
     /// Acks a lease on the store's pool (see [`crate::Store::ack`]).
     ///
     /// # Errors
@@ -173,7 +245,9 @@ impl PgStore {
         Ok(outcome)
     }
 
-    /// Ends a failed attempt (see [`crate::Store::fail`]).
+    /// Ends a failed attempt (see [`crate::Store::fail`]). A [held](Lease::is_held) lease is
+    /// failed after its batch rolled back: the attempt is counted then ([`sql::FAIL_HELD`]),
+    /// unless another claimer took the delivery meanwhile (then: stale).
     ///
     /// # Errors
     /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
@@ -198,7 +272,12 @@ impl PgStore {
             outcome,
             "delivery attempt failed"
         );
-        let row = sqlx::query(sql::FAIL_FENCED)
+        let statement = if lease.is_held() {
+            sql::FAIL_HELD
+        } else {
+            sql::FAIL_FENCED
+        };
+        let query = sqlx::query(statement)
             .bind(lease.event_id)
             .bind(&lease.consumer)
             .bind(lease.token)
@@ -206,9 +285,13 @@ impl PgStore {
             .bind(millis(delay))
             .bind(code)
             .bind(lease.started_at)
-            .bind(outcome)
-            .fetch_optional(&self.inner.pool)
-            .await?;
+            .bind(outcome);
+        let query = if lease.is_held() {
+            query.bind(&lease.owner)
+        } else {
+            query
+        };
+        let row = query.fetch_optional(&self.inner.pool).await?;
         match row {
             Some(_) => Ok(()),
             None => Err(self.stale(lease)),
@@ -298,7 +381,9 @@ impl PgStore {
         Ok(u64::try_from(recovered).unwrap_or(0))
     }
 
-    /// Records an effect once, fenced (see [`crate::Store::record_effect`]).
+    /// Records an effect once, fenced (see [`crate::Store::record_effect`]). For a
+    /// [held](Lease::is_held) lease the fence is the claiming transaction's row lock: the
+    /// delivery must still be pending with the token below the held one.
     ///
     /// # Errors
     /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
@@ -309,7 +394,12 @@ impl PgStore {
         effect_key: &str,
         outcome_digest: &str,
     ) -> Result<bool, DispatchError> {
-        let row = sqlx::query(sql::RECORD_EFFECT)
+        let statement = if lease.is_held() {
+            sql::RECORD_EFFECT_HELD
+        } else {
+            sql::RECORD_EFFECT
+        };
+        let row = sqlx::query(statement)
             .bind(&lease.consumer)
             .bind(effect_key)
             .bind(lease.event_id)

@@ -42,9 +42,16 @@ use crate::store::{AckBatch, Claimed, DispatchError, Lease, RegistryDrift, Store
 
 mod copy;
 mod dispatch;
+mod doorbell;
+mod observe;
 mod operations;
 pub mod sql;
 
+pub use doorbell::Doorbell;
+pub use observe::{
+    AttemptLatency, ConsumerStatus, Lag, Percentiles, Problem, SilentWorker, StatusReport,
+    TimelineEntry,
+};
 pub use operations::ConsumerState;
 
 pub use sql::NOTIFY_CHANNEL;

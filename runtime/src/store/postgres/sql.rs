@@ -18,9 +18,13 @@ pub const NOTIFY_CHANNEL: &str = "evc_deliveries";
 /// deliveries) when the event was written, none when the idempotency key of the producer class
 /// is taken.
 ///
-/// The `pg_notify` calls sit in an uncorrelated subquery that reads the inserted deliveries, so
-/// they run once, after the inserts, and only when a delivery was written; notifications are
-/// sent by PostgreSQL at commit and discarded on rollback.
+/// Notifies only while a dispatcher waits for the consumer (docs/runtime.md, "Doorbell"): for
+/// each delivery's consumer the statement tries the shared transaction lock of the consumer's
+/// doorbell ([`HOLD_DOORBELL`]); it is refused only while a sleeping worker holds the doorbell,
+/// and then the consumer is notified. Otherwise the shared lock stays held to the commit, so a
+/// worker cannot take the doorbell (and go to sleep) before this event is visible to its last
+/// claim. The notify calls read the inserted deliveries, so they run after the inserts;
+/// notifications are sent by PostgreSQL at commit and discarded on rollback.
 pub(crate) const APPEND_EVENT: &str = "\
 WITH e AS (
     INSERT INTO evc_events (event_id, event_type, schema_version, order_key, tenant_scope,
@@ -34,10 +38,12 @@ WITH e AS (
     SELECT e.event_id, c.consumer, e.seq, CASE WHEN c.ordered THEN e.order_key END
     FROM e CROSS JOIN UNNEST($15::text[], $16::bool[]) AS c (consumer, ordered)
     RETURNING consumer
+), n AS (
+    SELECT pg_notify('evc_deliveries', d.consumer) FROM d
+    WHERE NOT pg_try_advisory_xact_lock_shared(hashtextextended(d.consumer, 7265))
 )
-SELECT e.event_id, e.seq,
-    (SELECT count(*) FROM (SELECT pg_notify('evc_deliveries', d.consumer) FROM d) AS n)
-        AS deliveries
+SELECT e.event_id, e.seq, (SELECT count(*) FROM d) AS deliveries,
+    (SELECT count(*) FROM n) AS notified
 FROM e";
 
 /// The event an idempotency key of a producer class names: `$1` producer class, `$2` key.
@@ -258,6 +264,61 @@ SELECT d.event_id, d.consumer, d.attempt, d.fencing_token, d.event_seq, e.order_
 FROM d JOIN evc_events e ON e.event_id = d.event_id
 ORDER BY d.event_seq";
 
+/// Held claim (a batched transactional claim, run in the transaction that will ack): locks up
+/// to `$2` due deliveries of consumer `$1` that need no per-key ordering, oldest first
+/// (`FOR UPDATE SKIP LOCKED`; nothing while the consumer is paused or off), and returns them
+/// joined with their events. Nothing is written: the rows stay `pending`, and the row locks,
+/// held until the transaction ends, keep every other claimer, recovery and renewal off them.
+/// `attempt` and `fencing_token` are returned raised by one: the values [`ACK_HELD`] writes.
+pub(crate) const CLAIM_HELD: &str = "\
+WITH c AS (
+    SELECT event_id, consumer, attempt + 1 AS attempt, fencing_token + 1 AS fencing_token,
+        event_seq
+    FROM evc_deliveries
+    WHERE consumer = $1 AND status = 'pending' AND next_attempt_at <= now()
+        AND NOT EXISTS (
+            SELECT 1 FROM evc_consumer_state s
+            WHERE s.consumer = $1 AND (s.paused OR s.mode = 'off')
+        )
+    ORDER BY event_seq
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+SELECT c.event_id, c.consumer, c.attempt, c.fencing_token, c.event_seq, e.order_key,
+    e.event_type, e.schema_version, e.payload::text AS payload, e.trace_id, e.parent_span_id,
+    e.trace_flags, extract(epoch FROM now())::float8 AS claimed_at
+FROM c JOIN evc_events e ON e.event_id = c.event_id
+ORDER BY c.event_seq";
+
+/// Acks held deliveries in the transaction that claimed them ([`CLAIM_HELD`]): parallel
+/// arrays `$1` event ids, `$2` their held tokens and `$4` handler start times (epoch seconds),
+/// all of consumer `$3`, worker `$5`. Each delivery still `pending` with the token below the
+/// held one is set `acked` with the held attempt number, token and owner, and gets its `acked`
+/// attempt row (the data-modifying `a` runs whether or not it is read). Returns the acked
+/// event ids.
+pub(crate) const ACK_HELD: &str = "\
+WITH u AS (
+    UPDATE evc_deliveries d
+    SET status = 'acked', attempt = d.attempt + 1, fencing_token = d.fencing_token + 1,
+        lease_owner = $5, lease_until = NULL, last_error_code = NULL, updated_at = now()
+    FROM UNNEST($1::uuid[], $2::int8[], $4::float8[]) AS r (event_id, fencing_token, started)
+    WHERE d.event_id = r.event_id AND d.consumer = $3 AND d.status = 'pending'
+        AND d.fencing_token = r.fencing_token - 1
+    RETURNING d.event_id, d.consumer, d.attempt, d.lease_owner, d.fencing_token,
+        to_timestamp(r.started) AS started
+), a AS (
+    INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, fencing_token,
+        started_at, finished_at, outcome, error_code, duration_ms)
+    SELECT u.event_id, u.consumer, u.attempt, u.lease_owner, u.fencing_token, u.started,
+        t.finished, 'acked', NULL,
+        floor(extract(epoch FROM t.finished - u.started) * 1000)::int8
+    FROM u CROSS JOIN LATERAL (
+        SELECT greatest(clock_timestamp(), u.started) AS finished
+    ) AS t
+    RETURNING 1
+)
+SELECT u.event_id FROM u";
+
 /// Acks a lease, fenced: delivery `$1` of consumer `$2` still leased with token `$3`. Sets
 /// `acked` and writes the attempt row (owner, token, started at epoch seconds `$4`, finished
 /// now, outcome `acked`) in the same statement. Returns one row when the token was current,
@@ -336,6 +397,34 @@ WITH d AS (
         next_attempt_at = CASE WHEN $4 = 'pending'
             THEN clock_timestamp() + $5::int8 * interval '1 millisecond' ELSE next_attempt_at END
     WHERE event_id = $1 AND consumer = $2 AND fencing_token = $3 AND status = 'leased'
+    RETURNING event_id, consumer, attempt, lease_owner, fencing_token
+), a AS (
+    INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, fencing_token,
+        started_at, finished_at, outcome, error_code, duration_ms)
+    SELECT d.event_id, d.consumer, d.attempt, d.lease_owner, d.fencing_token, t.started,
+        t.finished, $8, $6,
+        floor(extract(epoch FROM t.finished - t.started) * 1000)::int8
+    FROM d CROSS JOIN (
+        SELECT to_timestamp($7::float8) AS started,
+            greatest(clock_timestamp(), to_timestamp($7::float8)) AS finished
+    ) AS t
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM a) AS attempts FROM d";
+
+/// [`FAIL_FENCED`] for a held delivery ([`CLAIM_HELD`]) after its batch rolled back: the
+/// delivery must still be `pending` with the token below the held token `$3` (the rows are
+/// unlocked now; if another claimer took the delivery meanwhile, its run is the attempt and
+/// this writes nothing). Counts the attempt, raises the token and records worker `$9` as the
+/// owner, like a claim would have.
+pub(crate) const FAIL_HELD: &str = "\
+WITH d AS (
+    UPDATE evc_deliveries
+    SET status = $4, attempt = attempt + 1, fencing_token = fencing_token + 1,
+        lease_owner = $9, lease_until = NULL, last_error_code = $6, updated_at = now(),
+        next_attempt_at = CASE WHEN $4 = 'pending'
+            THEN clock_timestamp() + $5::int8 * interval '1 millisecond' ELSE next_attempt_at END
+    WHERE event_id = $1 AND consumer = $2 AND fencing_token = $3 - 1 AND status = 'pending'
     RETURNING event_id, consumer, attempt, lease_owner, fencing_token
 ), a AS (
     INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, fencing_token,
@@ -440,6 +529,36 @@ WITH l AS (
 )
 SELECT (SELECT count(*) FROM l) AS leased, (SELECT count(*) FROM i) AS inserted";
 
+/// [`RECORD_EFFECT`] for a held delivery ([`CLAIM_HELD`]): the delivery must still be
+/// `pending` with the token below the held token `$5` (it is row-locked by the caller's
+/// transaction, which claimed it).
+pub(crate) const RECORD_EFFECT_HELD: &str = "\
+WITH l AS (
+    SELECT 1 FROM evc_deliveries
+    WHERE event_id = $3 AND consumer = $1 AND fencing_token = $5 - 1 AND status = 'pending'
+    FOR UPDATE
+), i AS (
+    INSERT INTO evc_consumer_effects (consumer, effect_key, event_id, outcome_digest,
+        fencing_token)
+    SELECT $1, $2, $3, $4, $5 FROM l
+    ON CONFLICT (consumer, effect_key) DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM l) AS leased, (SELECT count(*) FROM i) AS inserted";
+
+/// Takes consumer `$1`'s doorbell: the session-level exclusive advisory lock on
+/// `hashtextextended(consumer, 7265)` that [`APPEND_EVENT`] tests with a shared transaction lock.
+/// Run in a transaction with a short `lock_timeout`: it waits for the appends in flight (they
+/// hold the shared lock to their commit) and fails fast while another worker holds it.
+pub(crate) const HOLD_DOORBELL: &str = "SELECT pg_advisory_lock(hashtextextended($1, 7265))";
+
+/// Gives consumer `$1`'s doorbell back.
+pub(crate) const RELEASE_DOORBELL: &str =
+    "SELECT pg_advisory_unlock(hashtextextended($1, 7265)) AS released";
+
+/// Sets the current transaction's `lock_timeout` to `$1` (text, e.g. `50ms`).
+pub(crate) const LOCAL_LOCK_TIMEOUT: &str = "SELECT set_config('lock_timeout', $1, true)";
+
 /// A consumer's operator state: `$1` consumer. No row: never changed by an operator.
 pub(crate) const CONSUMER_STATE: &str = "\
 SELECT paused, mode, revision FROM evc_consumer_state WHERE consumer = $1";
@@ -462,6 +581,100 @@ INSERT INTO evc_heartbeats (owner, consumer, seen_at)
 SELECT owner, consumer, now() FROM UNNEST($1::text[], $2::text[]) AS h (owner, consumer)
 ON CONFLICT (owner) DO UPDATE SET consumer = EXCLUDED.consumer, seen_at = EXCLUDED.seen_at";
 
+// ---------------------------------------------------------------------------------------------
+// Observation (read only): status, lag, silent workers, the trace timeline.
+// ---------------------------------------------------------------------------------------------
+
+/// Per consumer of `$1` (`text[]`): deliveries pending, leased, dead and quarantined (each
+/// counted through the partial index of its status), the age in seconds of the oldest pending
+/// delivery, and the operator state (paused, mode override; NULL mode: the contract's).
+pub(crate) const STATUS_COUNTS: &str = "\
+SELECT c.consumer,
+    (SELECT count(*) FROM evc_deliveries d
+        WHERE d.consumer = c.consumer AND d.status = 'pending') AS pending,
+    (SELECT count(*) FROM evc_deliveries d
+        WHERE d.consumer = c.consumer AND d.status = 'leased') AS leased,
+    (SELECT count(*) FROM evc_deliveries d
+        WHERE d.consumer = c.consumer AND d.status = 'dead') AS dead,
+    (SELECT count(*) FROM evc_deliveries d
+        WHERE d.consumer = c.consumer AND d.status = 'quarantined') AS quarantined,
+    (SELECT extract(epoch FROM now() - d.created_at)::float8 FROM evc_deliveries d
+        WHERE d.consumer = c.consumer AND d.status = 'pending'
+        ORDER BY d.event_seq LIMIT 1) AS oldest_pending_s,
+    coalesce(s.paused, false) AS paused, s.mode AS mode
+FROM UNNEST($1::text[]) AS c (consumer)
+LEFT JOIN evc_consumer_state s ON s.consumer = c.consumer
+ORDER BY c.consumer";
+
+/// Produce-to-ack lag per producer class and consumer: over the newest `$2` attempt rows (the
+/// primary key, read backwards), those acked in the last `$1` milliseconds; seconds from the
+/// event's `produced_at` to the ack, as p50, p95 and p99.
+pub(crate) const LAG: &str = "\
+WITH a AS (
+    SELECT event_id, consumer, outcome, finished_at FROM evc_delivery_attempts
+    ORDER BY id DESC LIMIT $2
+)
+SELECT e.producer_class, a.consumer, count(*) AS samples,
+    percentile_cont(ARRAY[0.5, 0.95, 0.99]::float8[]) WITHIN GROUP (
+        ORDER BY extract(epoch FROM a.finished_at - e.produced_at)::float8) AS seconds
+FROM a JOIN evc_events e ON e.event_id = a.event_id
+WHERE a.outcome = 'acked' AND a.finished_at >= now() - $1::int8 * interval '1 millisecond'
+GROUP BY e.producer_class, a.consumer
+ORDER BY e.producer_class, a.consumer";
+
+/// Attempt duration per consumer, over the same sample as [`LAG`] (every outcome): seconds as
+/// p50, p95 and p99.
+pub(crate) const ATTEMPT_LATENCY: &str = "\
+WITH a AS (
+    SELECT consumer, duration_ms, finished_at FROM evc_delivery_attempts
+    ORDER BY id DESC LIMIT $2
+)
+SELECT a.consumer, count(*) AS samples,
+    percentile_cont(ARRAY[0.5, 0.95, 0.99]::float8[]) WITHIN GROUP (
+        ORDER BY a.duration_ms / 1000.0::float8) AS seconds
+FROM a
+WHERE a.finished_at >= now() - $1::int8 * interval '1 millisecond'
+GROUP BY a.consumer
+ORDER BY a.consumer";
+
+/// Workers silent for longer than their consumer's heartbeat threshold: parallel arrays `$1`
+/// consumers and `$2` thresholds in milliseconds. Longest silent first.
+pub(crate) const SILENT_WORKERS: &str = "\
+SELECT h.owner, h.consumer, extract(epoch FROM now() - h.seen_at)::float8 AS silent_s,
+    t.threshold_ms
+FROM evc_heartbeats h
+JOIN UNNEST($1::text[], $2::int8[]) AS t (consumer, threshold_ms) ON t.consumer = h.consumer
+WHERE h.seen_at < now() - t.threshold_ms * interval '1 millisecond'
+ORDER BY h.seen_at, h.owner";
+
+/// Forgets the heartbeats of owners `$1` (a dispatcher that shut down is not silent).
+pub(crate) const FORGET_HEARTBEATS: &str = "DELETE FROM evc_heartbeats WHERE owner = ANY($1)";
+
+/// Everything recorded for trace `$1`, in order: its events (when produced), their deliveries
+/// (when created; detail: the current status) and their attempts (when finished; detail: the
+/// outcome and error code).
+pub(crate) const TIMELINE: &str = "\
+WITH e AS (
+    SELECT event_id, event_type, schema_version, produced_at, seq FROM evc_events
+    WHERE trace_id = $1
+)
+SELECT extract(epoch FROM t.at)::float8 AS at, t.kind, t.event_id, t.consumer, t.detail,
+    t.attempt
+FROM (
+    SELECT e.produced_at AS at, 0 AS rank, e.seq, 'event' AS kind, e.event_id,
+        NULL::text AS consumer, e.event_type || ' ' || e.schema_version AS detail,
+        NULL::int4 AS attempt
+    FROM e
+    UNION ALL
+    SELECT d.created_at, 1, e.seq, 'delivery', d.event_id, d.consumer, d.status, d.attempt
+    FROM e JOIN evc_deliveries d ON d.event_id = e.event_id
+    UNION ALL
+    SELECT a.finished_at, 2, e.seq, 'attempt', a.event_id, a.consumer,
+        a.outcome || coalesce(' (' || a.error_code || ')', ''), a.attempt
+    FROM e JOIN evc_delivery_attempts a ON a.event_id = e.event_id
+) AS t
+ORDER BY t.at, t.rank, t.seq, t.consumer, t.attempt";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -476,6 +689,8 @@ mod tests {
         assert!(ACK_BATCH_FENCED.contains("AND d.lease_owner = r.owner"));
         assert!(ACK_BATCH_FENCED.contains("WHERE d.status = 'leased'"));
         assert!(RECORD_EFFECT.contains("fencing_token = $5 AND status = 'leased'"));
+        assert!(RECORD_EFFECT_HELD.contains("fencing_token = $5 - 1 AND status = 'pending'"));
+        assert!(ACK_HELD.contains("d.fencing_token = r.fencing_token - 1"));
     }
 
     #[test]

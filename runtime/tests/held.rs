@@ -1,0 +1,388 @@
+//! Held batches on a real server (`DispatcherConfig::held_batches`): one transaction claims a
+//! batch with row locks, runs every transactional handler on it and acks them all before it
+//! commits.
+//!
+//! - two dispatchers drain 3,000 jobs: every delivery acked once, with one attempt row, and
+//!   every handler write and effect row committed once;
+//! - a failing handler rolls its batch back (its siblings' writes too, and they run again), and
+//!   its failure is recorded with its attempt: retried per the policy, or dead-lettered;
+//! - the store API: a held claim hides its rows from every other claimer, fences effect writes
+//!   and acks on the held token, and leaves nothing behind when its connection dies.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
+use evc_runtime::{Dispatcher, DispatcherConfig, HandlerError, PgStore};
+use sqlx::PgPool;
+use support::{TestResult, dispatch_store, note_key, statuses, with_database};
+
+const CONSUMER: &str = "d.held";
+
+/// Appends `jobs` `test.job` events; payload `text` is `text_of(n)`.
+async fn append_jobs(
+    store: &PgStore,
+    jobs: u64,
+    text_of: impl Fn(u64) -> &'static str,
+) -> TestResult {
+    let batch: Vec<evc_runtime::NewEvent> = (0..jobs)
+        .map(|n| {
+            let payload =
+                serde_json::json!({"note_id": note_key(n), "text": text_of(n), "count": n});
+            support::event("test.job", "1.0.0", payload).into()
+        })
+        .collect();
+    let mut tx = store.pool().begin().await?;
+    store.append_batch(&mut tx, batch).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+async fn create_effects_table(pool: &PgPool) -> TestResult {
+    sqlx::raw_sql("CREATE TABLE t_effects (event_id text PRIMARY KEY, count bigint NOT NULL)")
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Writes the job's effect on the handler's transaction (a second write of one event would
+/// violate the primary key), records the effect row, and fails as the payload's `text` says:
+/// `fail_once` fails transiently on its first call, `poison` fails permanently every time.
+#[derive(Default)]
+struct WritesEffects {
+    calls: Mutex<HashMap<String, u32>>,
+}
+
+impl DynHandler for WritesEffects {
+    fn handle<'a>(
+        &'a self,
+        mut context: HandlerContext<'a>,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async move {
+            let event_id = context.delivery().event_id.clone();
+            let calls = {
+                let mut calls = self.calls.lock().expect("calls");
+                let entry = calls.entry(event_id.clone()).or_default();
+                *entry += 1;
+                *entry
+            };
+            let count = context.payload()["count"].as_i64().unwrap_or(-1);
+            let text = context.payload()["text"].as_str().unwrap_or("").to_owned();
+            let lease = context.lease().clone();
+            let store = context.store;
+            let tx = context
+                .transaction()
+                .ok_or_else(|| HandlerError::permanent("no_transaction"))?;
+            sqlx::query("INSERT INTO t_effects (event_id, count) VALUES ($1, $2)")
+                .bind(&event_id)
+                .bind(count)
+                .execute(&mut *tx)
+                .await
+                .map_err(|_| HandlerError::transient("effect_write_failed"))?;
+            store
+                .record_effect(tx, &lease, &event_id, "done")
+                .await
+                .map_err(|_| HandlerError::transient("effect_row_failed"))?;
+            match text.as_str() {
+                "fail_once" if calls == 1 => Err(HandlerError::transient("first_call_fails")),
+                "poison" => Err(HandlerError::permanent("always_fails")),
+                _ => Ok(()),
+            }
+        })
+    }
+}
+
+async fn settle(pool: &PgPool, limit: Duration) -> TestResult {
+    let start = Instant::now();
+    loop {
+        let open: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM evc_deliveries WHERE consumer = $1 \
+             AND status IN ('pending', 'leased')",
+        )
+        .bind(CONSUMER)
+        .fetch_one(pool)
+        .await?;
+        if open == 0 {
+            return Ok(());
+        }
+        assert!(start.elapsed() < limit, "{open} deliveries still open");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn held_config(owner: &str) -> DispatcherConfig {
+    DispatcherConfig::default()
+        .owner(owner)
+        .workers(2)
+        .batch(50)
+        .poll_interval(Duration::from_millis(20))
+        .seed(7)
+        .held_batches(true)
+}
+
+/// The event id (text) of job number `n`.
+async fn event_of(pool: &PgPool, n: i64) -> Result<String, sqlx::Error> {
+    sqlx::query_scalar("SELECT event_id::text FROM evc_events WHERE (payload->>'count')::int8 = $1")
+        .bind(n)
+        .fetch_one(pool)
+        .await
+}
+
+/// Attempts of one delivery: `(attempt, outcome, fencing_token)` in order.
+async fn attempts_of(
+    pool: &PgPool,
+    event_id: &str,
+) -> Result<Vec<(i32, String, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT attempt, outcome, fencing_token FROM evc_delivery_attempts \
+         WHERE consumer = $1 AND event_id = $2::uuid ORDER BY id",
+    )
+    .bind(CONSUMER)
+    .bind(event_id)
+    .fetch_all(pool)
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_dispatchers_drain_held_batches_each_delivery_acked_and_written_once() -> TestResult {
+    with_database(|pool| async move {
+        const JOBS: u64 = 3_000;
+        create_effects_table(&pool).await?;
+        let store = dispatch_store(&pool, 12).await?;
+        append_jobs(&store, JOBS, |_| "n").await?;
+        let handler = Arc::new(WritesEffects::default());
+        let first = Dispatcher::new(store.clone(), held_config("held-a"))
+            .consumer(CONSUMER, SharedHandler(Arc::clone(&handler)))?
+            .start();
+        let second = Dispatcher::new(store.clone(), held_config("held-b"))
+            .consumer(CONSUMER, SharedHandler(Arc::clone(&handler)))?
+            .start();
+        settle(&pool, Duration::from_secs(60)).await?;
+        let (a, b) = (first.shutdown().await, second.shutdown().await);
+        assert_eq!(a.acked + b.acked, JOBS, "acks counted by the dispatchers");
+        assert_eq!((a.stale, b.stale), (0, 0));
+        assert_eq!(
+            statuses(&pool, CONSUMER).await?,
+            vec![("acked".to_owned(), JOBS as i64)]
+        );
+        // One attempt row per delivery: attempt 1, acked, with the delivery's final token (1)
+        // and owner.
+        let wrong: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM evc_deliveries d WHERE d.consumer = $1 AND (d.attempt <> 1 \
+             OR d.fencing_token <> 1 OR d.lease_owner IS NULL OR (SELECT count(*) \
+             FROM evc_delivery_attempts a WHERE a.event_id = d.event_id AND a.consumer = d.consumer \
+             AND a.outcome = 'acked' AND a.attempt = 1 AND a.fencing_token = 1 \
+             AND a.owner = d.lease_owner) <> 1)",
+        )
+        .bind(CONSUMER)
+        .fetch_one(&pool)
+        .await?;
+        assert_eq!(wrong, 0, "deliveries without exactly one matching acked attempt");
+        assert_eq!(support::count(&pool, "evc_delivery_attempts").await?, JOBS as i64);
+        // Each handler write and effect row once; both dispatchers took part.
+        assert_eq!(support::count(&pool, "t_effects").await?, JOBS as i64);
+        assert_eq!(support::count(&pool, "evc_consumer_effects").await?, JOBS as i64);
+        let owners: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT split_part(lease_owner, '/', 1) FROM evc_deliveries \
+             WHERE consumer = $1 ORDER BY 1",
+        )
+        .bind(CONSUMER)
+        .fetch_all(&pool)
+        .await?;
+        assert_eq!(owners, ["held-a", "held-b"]);
+        Ok(())
+    })
+    .await
+}
+
+/// Lets two dispatchers share one handler (and its call counts).
+struct SharedHandler(Arc<WritesEffects>);
+
+impl DynHandler for SharedHandler {
+    fn handle<'a>(
+        &'a self,
+        context: HandlerContext<'a>,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        self.0.handle(context)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_handler_rolls_its_held_batch_back_and_its_failure_is_recorded() -> TestResult {
+    with_database(|pool| async move {
+        const JOBS: u64 = 120;
+        create_effects_table(&pool).await?;
+        let store = dispatch_store(&pool, 8).await?;
+        // Job 10 fails once (transient: retried after 200 ms), job 70 always fails (permanent:
+        // dead at once); the rest succeed.
+        append_jobs(&store, JOBS, |n| match n {
+            10 => "fail_once",
+            70 => "poison",
+            _ => "n",
+        })
+        .await?;
+        let handler = Arc::new(WritesEffects::default());
+        let dispatcher = Dispatcher::new(store.clone(), held_config("held-f").workers(1))
+            .consumer(CONSUMER, SharedHandler(Arc::clone(&handler)))?
+            .start();
+        settle(&pool, Duration::from_secs(30)).await?;
+        let stats = dispatcher.shutdown().await;
+
+        assert_eq!(
+            statuses(&pool, CONSUMER).await?,
+            vec![
+                ("acked".to_owned(), JOBS as i64 - 1),
+                ("dead".to_owned(), 1)
+            ]
+        );
+        assert_eq!((stats.retried, stats.dead), (1, 1));
+        let (retried, dead) = (event_of(&pool, 10).await?, event_of(&pool, 70).await?);
+        // The failures are counted attempts, with the policy's outcome.
+        let retried_attempts = attempts_of(&pool, &retried).await?;
+        assert_eq!(
+            retried_attempts
+                .iter()
+                .map(|a| (a.0, a.1.as_str()))
+                .collect::<Vec<_>>(),
+            [(1, "retry"), (2, "acked")]
+        );
+        let dead_attempts = attempts_of(&pool, &dead).await?;
+        assert_eq!(
+            dead_attempts
+                .iter()
+                .map(|a| (a.0, a.1.as_str()))
+                .collect::<Vec<_>>(),
+            [(1, "dead")]
+        );
+        // Rolled-back work left nothing: one write per acked job (the primary key would have
+        // refused a second), none for the dead one, and every other delivery has one attempt.
+        assert_eq!(support::count(&pool, "t_effects").await?, JOBS as i64 - 1);
+        let dead_writes: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM t_effects WHERE event_id = $1")
+                .bind(&dead)
+                .fetch_one(&pool)
+                .await?;
+        assert_eq!(dead_writes, 0);
+        assert_eq!(
+            support::count(&pool, "evc_delivery_attempts").await?,
+            JOBS as i64 + 1
+        );
+        // The rolled-back siblings ran again: more calls than deliveries.
+        let calls: u32 = handler.calls.lock().expect("calls").values().sum();
+        assert!(
+            calls > JOBS as u32 + 1,
+            "{calls} calls: no batch was rolled back and rerun"
+        );
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_claim_hides_its_rows_fences_on_its_token_and_dies_with_its_connection() -> TestResult
+{
+    with_database(|pool| async move {
+        let store = dispatch_store(&pool, 8).await?;
+        append_jobs(&store, 3, |_| "n").await?;
+
+        let mut holder = store.pool().begin().await?;
+        let held = store.claim_held(&mut holder, CONSUMER, "w1", 10).await?;
+        assert_eq!(held.len(), 3);
+        assert!(held.iter().all(|c| c.lease.is_held()));
+        assert!(
+            held.iter()
+                .all(|c| (c.lease.token, c.lease.attempt) == (1, 1))
+        );
+        // Nothing was written: the rows are pending, and hidden from every other claimer.
+        assert_eq!(
+            statuses(&pool, CONSUMER).await?,
+            vec![("pending".to_owned(), 3)]
+        );
+        let mut other = store.pool().begin().await?;
+        assert!(
+            store
+                .claim_held(&mut other, CONSUMER, "w2", 10)
+                .await?
+                .is_empty()
+        );
+        other.rollback().await?;
+        let leased = store
+            .claim(CONSUMER, "w3", 10, Duration::from_secs(30), false)
+            .await?;
+        assert!(leased.is_empty(), "a leased claim took held rows");
+
+        // Effect writes are fenced on the held token; a forged token is refused.
+        let lease = held[0].lease.clone();
+        let key = lease.event_id.to_string();
+        assert!(store.record_effect(&mut holder, &lease, &key, "d").await?);
+        assert!(!store.record_effect(&mut holder, &lease, &key, "d").await?);
+        let mut forged = held[1].lease.clone();
+        forged.token = 5;
+        let before = store.stale_tokens();
+        let error = store
+            .record_effect(&mut holder, &forged, "forged", "d")
+            .await
+            .expect_err("a forged token");
+        assert!(error.is_stale_token(), "{error}");
+        // Acks likewise: the forged lease is refused, the held ones acked.
+        let leases = [&held[0].lease, &forged, &held[2].lease];
+        assert_eq!(store.ack_held(&mut holder, &leases).await?, 2);
+        assert_eq!(store.stale_tokens(), before + 2);
+        holder.commit().await?;
+        assert_eq!(
+            statuses(&pool, CONSUMER).await?,
+            vec![("acked".to_owned(), 2), ("pending".to_owned(), 1)]
+        );
+
+        // A held claim whose connection dies (as when its process is killed) leaves nothing:
+        // the delivery is due again, no attempt counted, its effect row gone.
+        let mut doomed = store.pool().acquire().await?;
+        sqlx::raw_sql("BEGIN").execute(&mut *doomed).await?;
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut *doomed)
+            .await?;
+        let last = store.claim_held(&mut doomed, CONSUMER, "w4", 10).await?;
+        assert_eq!(last.len(), 1);
+        let key = last[0].lease.event_id.to_string();
+        assert!(
+            store
+                .record_effect(&mut doomed, &last[0].lease, &key, "d")
+                .await?
+        );
+        let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+            .bind(pid)
+            .fetch_one(&pool)
+            .await?;
+        assert!(killed);
+        doomed.detach();
+        let (attempt, token): (i32, i64) = sqlx::query_as(
+            "SELECT attempt, fencing_token FROM evc_deliveries WHERE consumer = $1 \
+             AND status = 'pending'",
+        )
+        .bind(CONSUMER)
+        .fetch_one(&pool)
+        .await?;
+        assert_eq!((attempt, token), (0, 0));
+        let effects: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM evc_consumer_effects WHERE effect_key = $1")
+                .bind(&key)
+                .fetch_one(&pool)
+                .await?;
+        assert_eq!(effects, 0);
+        let mut again = store.pool().begin().await?;
+        let retaken = store.claim_held(&mut again, CONSUMER, "w5", 10).await?;
+        assert_eq!(retaken.len(), 1);
+        let leases: Vec<_> = retaken.iter().map(|c| &c.lease).collect();
+        assert_eq!(store.ack_held(&mut again, &leases).await?, 1);
+        again.commit().await?;
+        assert_eq!(
+            statuses(&pool, CONSUMER).await?,
+            vec![("acked".to_owned(), 3)]
+        );
+        Ok(())
+    })
+    .await
+}
