@@ -1,4 +1,5 @@
-//! `evc`: the event-contract toolchain's command line, a thin shell over evc-codegen.
+//! `evc`: the event-contract toolchain's command line, a thin shell over evc-codegen (and, for
+//! the operator commands, evc-runtime).
 //!
 //! Exit codes: 0 clean, 100 findings, 1 the tool could not run.
 
@@ -11,6 +12,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use evc_codegen::compat::{self, git};
 use evc_codegen::structure::FileKind;
 use evc_codegen::{ContractSet, Diagnostic, LoadError, Sources, diagnostic};
+
+mod operate;
 
 /// Where `evc generate` writes the AsyncAPI document, relative to the repository root.
 const ASYNCAPI_DEFAULT: &str = "asyncapi/asyncapi.yaml";
@@ -99,6 +102,37 @@ enum Command {
         /// `<kind>.schema.json` instead of printing it.
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+    /// The outbox's state: problems first (dead letters, silent workers, lag over the limit,
+    /// paused or stopped consumers), then each deployed consumer. Exit 100 when there are
+    /// problems.
+    Status {
+        #[command(flatten)]
+        database: operate::Database,
+        /// How far back lag and attempt durations look.
+        #[arg(long, default_value = "1h")]
+        window: String,
+        /// The p99 produce-to-ack lag above which a consumer has a problem.
+        #[arg(long, default_value = "30s")]
+        lag_limit: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = operate::StatusFormat::Text)]
+        format: operate::StatusFormat,
+    },
+    /// Everything recorded for one W3C trace id, in time order: its events, their deliveries
+    /// and their attempts. Exit 100 when nothing was recorded.
+    Timeline {
+        /// The trace id (32 lower-case hex digits).
+        trace_id: String,
+        #[command(flatten)]
+        database: operate::Database,
+    },
+    /// Pause, resume, or change the mode of a deployed consumer.
+    Consumer {
+        #[command(subcommand)]
+        action: operate::ConsumerAction,
+        #[command(flatten)]
+        database: operate::Database,
     },
 }
 
@@ -209,6 +243,19 @@ fn main() -> ExitCode {
             color,
             output,
         }),
+        Command::Status {
+            database,
+            window,
+            lag_limit,
+            format,
+        } => operate::status(&operate::StatusArgs {
+            database,
+            window,
+            lag_limit,
+            format,
+        }),
+        Command::Timeline { trace_id, database } => operate::timeline(&trace_id, &database),
+        Command::Consumer { action, database } => operate::consumer(&action, &database),
     };
     match result {
         Ok(code) => code,

@@ -16,8 +16,8 @@
 //! run, default 10), `EVC_BENCH_CLAIM_EVENTS` (deliveries pre-inserted per claim run, default
 //! 300,000), `EVC_CEILING_SCRIPT` (the script whose statements are checked against the copies
 //! here; default `../shared/bench/pg_ceiling.sh` beside the workspace), `EVC_BENCH_ONLY` (a
-//! comma-separated subset of `produce`, `claim`, `append`; the ceiling runs whenever `produce`
-//! or `claim` does; default all).
+//! comma-separated subset of `produce`, `claim`, `append`, `vacuum`; the ceiling runs whenever
+//! `produce` or `claim` does; default all).
 
 #![allow(missing_docs)]
 
@@ -316,7 +316,8 @@ struct Figure {
     name: String,
     value: f64,
     unit: &'static str,
-    /// The ceiling figure it compares with.
+    /// The figure it compares with: the ceiling, or (the vacuum figure) the same run without
+    /// the long transaction.
     ceiling: Option<f64>,
     goal: Goal,
 }
@@ -437,6 +438,9 @@ async fn run(server: &mut Server, settings: &Settings) -> BenchResult<()> {
     if settings.runs("produce") || settings.runs("claim") {
         measure_against_ceiling(server, settings, &mut figures).await?;
     }
+    if settings.runs("vacuum") {
+        figures.push(vacuum_horizon(server, settings).await?);
+    }
     if settings.runs("append") {
         let batch = batch_append(server).await?;
         println!(
@@ -522,7 +526,7 @@ async fn measure_against_ceiling(
             ClaimPath::StoreCalls,
             ClaimPath::HeldBatches,
         ] {
-            let run = claim_ack(server, settings, batch, path).await?;
+            let run = claim_ack(server, settings, batch, path, false).await?;
             let how = path.describe();
             println!(
                 "evc claim+ack ({how}, batch {batch}): {:.0} deliveries/s, {} attempt rows, {} pending left; pre-insert {:.0} events/s",
@@ -932,17 +936,42 @@ async fn append_claimed(
     Ok(events as f64 / elapsed.as_secs_f64())
 }
 
-/// Claim+ack of pre-inserted deliveries with a no-op handler, 4 workers, along `path`.
+/// The Dispatcher's claim+ack (leased, batch 100) twice: without, then with a transaction
+/// that holds back vacuum (a repeatable-read snapshot taken before the run, open until its
+/// end). The figure is the second rate, its ratio the one to the first.
+async fn vacuum_horizon(server: &mut Server, settings: &Settings) -> BenchResult<Figure> {
+    let free = claim_ack(server, settings, 100, ClaimPath::Dispatcher, false).await?;
+    let held = claim_ack(server, settings, 100, ClaimPath::Dispatcher, true).await?;
+    println!(
+        "evc claim+ack (Dispatcher, leased, batch 100): {:.0} deliveries/s without, {:.0} with a transaction holding back vacuum ({:.2}x)",
+        free.rate,
+        held.rate,
+        held.rate / free.rate
+    );
+    Ok(Figure {
+        name: "evc claim+ack with vacuum held back (Dispatcher, leased, batch 100; ratio: to the same run without)".into(),
+        value: held.rate,
+        unit: "/s",
+        ceiling: Some(free.rate),
+        goal: Goal::None,
+    })
+}
+
+/// Claim+ack of pre-inserted deliveries with a no-op handler, 4 workers, along `path`; with
+/// `hold_horizon`, a repeatable-read transaction stays open on another connection for the
+/// whole run, so vacuum (and index entry clean-up) cannot remove what the run leaves dead.
 async fn claim_ack(
     server: &mut Server,
     settings: &Settings,
     batch: u32,
     path: ClaimPath,
+    hold_horizon: bool,
 ) -> BenchResult<ClaimRun> {
-    let purpose = match path {
-        ClaimPath::Dispatcher => "dispatch",
-        ClaimPath::StoreCalls => "ackbatch",
-        ClaimPath::HeldBatches => "held",
+    let purpose = match (path, hold_horizon) {
+        (_, true) => "horizon",
+        (ClaimPath::Dispatcher, false) => "dispatch",
+        (ClaimPath::StoreCalls, false) => "ackbatch",
+        (ClaimPath::HeldBatches, false) => "held",
     };
     let (event_type, consumer) = path.event_and_consumer();
     let pool = server
@@ -954,6 +983,17 @@ async fn claim_ack(
         .execute(&pool)
         .await?;
     sqlx::raw_sql("ANALYZE evc_events").execute(&pool).await?;
+    let mut horizon = if hold_horizon {
+        let mut holder = pool.acquire().await?;
+        sqlx::raw_sql(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM evc_delivery_attempts",
+        )
+        .execute(&mut *holder)
+        .await?;
+        Some(holder)
+    } else {
+        None
+    };
 
     let rate = if path == ClaimPath::StoreCalls {
         timed(settings.seconds, |task, deadline| {
@@ -1010,6 +1050,10 @@ async fn claim_ack(
         acked as f64 / elapsed.as_secs_f64()
     };
 
+    if let Some(holder) = horizon.as_mut() {
+        sqlx::raw_sql("ROLLBACK").execute(&mut **holder).await?;
+    }
+    drop(horizon);
     let attempts: i64 =
         sqlx::query_scalar("SELECT count(*) FROM evc_delivery_attempts WHERE outcome = 'acked'")
             .fetch_one(&pool)

@@ -53,7 +53,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -330,6 +330,10 @@ struct ConsumerSetup {
     per_key: bool,
     policy: RetryPolicy,
     handler: Arc<dyn DynHandler>,
+    /// Set while one of this dispatcher's workers of the consumer holds or asks for its
+    /// doorbell: one asking worker per dispatcher is enough (the holder's notifications wake
+    /// them all), and the others keep their pool connections for claims.
+    doorbell_busy: AtomicBool,
 }
 
 /// A dispatcher for one or more consumers over one store. Build it, add consumers, then
@@ -407,6 +411,7 @@ impl Dispatcher {
             per_key,
             policy,
             handler: Arc::new(handler),
+            doorbell_busy: AtomicBool::new(false),
         });
         self
     }
@@ -614,12 +619,22 @@ impl Worker {
         true
     }
 
-    /// The consumer's doorbell, when this dispatcher listens and no other worker holds it.
+    /// The consumer's doorbell, when this dispatcher listens, none of its other workers of the
+    /// consumer holds or asks for it, and no other dispatcher's worker holds it. Not taken when
+    /// the poll interval is at most [`DOORBELL_WAIT`]: the next poll comes as soon as a
+    /// notification could, and the idle worker keeps its connection.
     async fn take_doorbell(&self) -> Option<Doorbell> {
-        if !self.config.listen {
+        if !self.config.listen
+            || self.config.poll_interval <= DOORBELL_WAIT
+            || self
+                .consumer
+                .doorbell_busy
+                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
             return None;
         }
-        match self
+        let doorbell = match self
             .store
             .hold_doorbell(&self.consumer.name, DOORBELL_WAIT)
             .await
@@ -629,15 +644,21 @@ impl Worker {
                 tracing::debug!(consumer = %self.consumer.name, %error, "doorbell not taken");
                 None
             }
+        };
+        if doorbell.is_none() {
+            self.consumer.doorbell_busy.store(false, Ordering::Release);
         }
+        doorbell
     }
 
     async fn give_back(&self, doorbell: Option<Doorbell>) {
-        if let Some(doorbell) = doorbell
-            && let Err(error) = doorbell.release().await
-        {
+        let Some(doorbell) = doorbell else {
+            return;
+        };
+        if let Err(error) = doorbell.release().await {
             tracing::debug!(consumer = %self.consumer.name, %error, "doorbell released by closing its connection");
         }
+        self.consumer.doorbell_busy.store(false, Ordering::Release);
     }
 
     fn holds_batches(&self) -> bool {

@@ -34,8 +34,8 @@ pub use registry::{
 };
 pub use retry::{RetryDecision, RetryPolicy, SplitMix64};
 pub use store::postgres::{
-    AttemptLatency, ConsumerState, ConsumerStatus, Doorbell, Lag, Percentiles, PgPublisher,
-    PgStore, Problem, SilentWorker, StatusReport, TimelineEntry,
+    AttemptLatency, Console, ConsumerState, ConsumerStatus, Doorbell, Lag, Percentiles,
+    PgPublisher, PgStore, Problem, SilentWorker, StatusReport, TimelineEntry, WatchedConsumer,
 };
 pub use store::{
     AckBatch, Claimed, DispatchError, Drift, Lease, RegistryDrift, RegistryObject, Store,

@@ -296,12 +296,7 @@ async fn rollback_leaves_no_event_delivery_or_notification() -> TestResult {
         assert_eq!(count(&pool, "evc_deliveries").await?, 0);
 
         // The same append committed is announced.
-        let mut tx = pool.begin().await?;
-        store
-            .publisher(&mut tx)
-            .publish(event("test.note", "1.0.0", note(NOTE_ID)))
-            .await?;
-        tx.commit().await?;
+        append_committed(&store, &pool, 1).await?;
         assert_eq!(
             notifications(&mut listener, Duration::from_millis(2_000)).await,
             ["c.live", "c.shadow"]

@@ -262,8 +262,8 @@ async fn exactly_once(dispatchers: usize, events: u64) -> TestResult {
         }
         let stale: u64 = stores.iter().map(PgStore::stale_tokens).sum();
         assert_eq!(stale, 0);
-        let heartbeats = support::count(&pool, "evc_heartbeats").await?;
-        assert_eq!(heartbeats, i64::try_from(dispatchers * 3 * 4)?);
+        // The dispatchers shut down: their workers are not silent, so no heartbeat is left.
+        assert_eq!(support::count(&pool, "evc_heartbeats").await?, 0);
         Ok(())
     })
     .await

@@ -40,6 +40,7 @@ use crate::retry::RetryDecision;
 use crate::store::parity::{self, Mirror};
 use crate::store::{AckBatch, Claimed, DispatchError, Lease, RegistryDrift, Store, StoreError};
 
+mod console;
 mod copy;
 mod dispatch;
 mod doorbell;
@@ -47,10 +48,11 @@ mod observe;
 mod operations;
 pub mod sql;
 
+pub use console::Console;
 pub use doorbell::Doorbell;
 pub use observe::{
     AttemptLatency, ConsumerStatus, Lag, Percentiles, Problem, SilentWorker, StatusReport,
-    TimelineEntry,
+    TimelineEntry, WatchedConsumer,
 };
 pub use operations::ConsumerState;
 

@@ -11,7 +11,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry as MetricRegistry;
 use sqlx::Row;
-use sqlx::postgres::PgRow;
+use sqlx::postgres::{PgPool, PgRow};
 use uuid::Uuid;
 
 use super::{PgStore, sql};
@@ -362,128 +362,64 @@ pub struct TimelineEntry {
     pub attempt: Option<i32>,
 }
 
+/// A consumer as the status report watches it: its name, the mode its contract declares and
+/// its heartbeat threshold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WatchedConsumer {
+    /// The consumer.
+    pub name: String,
+    /// The mode the contract declares (an operator may override it).
+    pub declared_mode: ConsumerMode,
+    /// How long its workers may go without a heartbeat.
+    pub heartbeat_threshold: Duration,
+}
+
+impl WatchedConsumer {
+    /// A watched consumer.
+    pub fn new(
+        name: impl Into<String>,
+        declared_mode: ConsumerMode,
+        heartbeat_threshold: Duration,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            declared_mode,
+            heartbeat_threshold,
+        }
+    }
+}
+
 impl PgStore {
-    /// The status report: every registered consumer's deliveries by status (from the partial
-    /// indexes, so acked deliveries are not counted), oldest pending age and operator state;
-    /// lag and attempt latency percentiles over the attempts of the last `window` (at most the
-    /// newest 100,000 attempt rows); workers silent past their consumer's heartbeat threshold.
+    /// The status report (see [`status`]) for the consumers of the static registry, with
+    /// this store's stale-token count.
     ///
     /// # Errors
     /// [`DispatchError::Database`].
     pub async fn status(&self, window: Duration) -> Result<StatusReport, DispatchError> {
-        let registry = self.registry();
-        let names: Vec<&str> = registry.consumers.iter().map(|c| c.name).collect();
-        let rows = sqlx::query(sql::STATUS_COUNTS)
-            .bind(&names)
-            .fetch_all(&self.inner.pool)
-            .await?;
-        let mut consumers = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let consumer: String = row.try_get("consumer")?;
-            let contract_mode = registry
-                .consumer(&consumer)
-                .map_or(ConsumerMode::Live, |c| c.mode);
-            let mode: Option<String> = row.try_get("mode")?;
-            consumers.push(ConsumerStatus {
-                pending: row.try_get("pending")?,
-                leased: row.try_get("leased")?,
-                dead: row.try_get("dead")?,
-                quarantined: row.try_get("quarantined")?,
-                oldest_pending: row
-                    .try_get::<Option<f64>, _>("oldest_pending_s")?
-                    .map(seconds),
-                paused: row.try_get("paused")?,
-                mode: mode
-                    .as_deref()
-                    .and_then(ConsumerMode::parse)
-                    .unwrap_or(contract_mode),
-                consumer,
-            });
-        }
-
-        let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
-        let lag = sqlx::query(sql::LAG)
-            .bind(window_ms)
-            .bind(SAMPLE_ATTEMPTS)
-            .fetch_all(&self.inner.pool)
-            .await?
-            .iter()
-            .map(|row| {
-                Ok(Lag {
-                    producer_class: row.try_get("producer_class")?,
-                    consumer: row.try_get("consumer")?,
-                    latency: percentiles(row)?,
-                })
-            })
-            .collect::<Result<Vec<_>, sqlx::Error>>()?;
-        let attempts = sqlx::query(sql::ATTEMPT_LATENCY)
-            .bind(window_ms)
-            .bind(SAMPLE_ATTEMPTS)
-            .fetch_all(&self.inner.pool)
-            .await?
-            .iter()
-            .map(|row| {
-                Ok(AttemptLatency {
-                    consumer: row.try_get("consumer")?,
-                    latency: percentiles(row)?,
-                })
-            })
-            .collect::<Result<Vec<_>, sqlx::Error>>()?;
-
-        let thresholds: Vec<i64> = registry
+        let consumers: Vec<WatchedConsumer> = self
+            .registry()
             .consumers
             .iter()
-            .map(|c| i64::try_from(c.heartbeat_threshold_ms).unwrap_or(i64::MAX))
-            .collect();
-        let silent_workers = sqlx::query(sql::SILENT_WORKERS)
-            .bind(&names)
-            .bind(&thresholds)
-            .fetch_all(&self.inner.pool)
-            .await?
-            .iter()
-            .map(|row| {
-                let threshold: i64 = row.try_get("threshold_ms")?;
-                Ok(SilentWorker {
-                    owner: row.try_get("owner")?,
-                    consumer: row.try_get("consumer")?,
-                    silent_for: seconds(row.try_get("silent_s")?),
-                    threshold: Duration::from_millis(u64::try_from(threshold).unwrap_or(0)),
-                })
+            .map(|c| {
+                WatchedConsumer::new(
+                    c.name,
+                    c.mode,
+                    Duration::from_millis(c.heartbeat_threshold_ms),
+                )
             })
-            .collect::<Result<Vec<_>, sqlx::Error>>()?;
-
-        Ok(StatusReport {
-            consumers,
-            lag,
-            attempts,
-            silent_workers,
-            stale_tokens: self.stale_tokens(),
-        })
+            .collect();
+        let mut report = status(&self.inner.pool, &consumers, window).await?;
+        report.stale_tokens = self.stale_tokens();
+        Ok(report)
     }
 
-    /// Everything recorded for one W3C trace id, in time order: its events, their deliveries
-    /// and their attempts. Empty for an unknown trace.
+    /// Everything recorded for one W3C trace id (see [`timeline`]).
     ///
     /// # Errors
     /// [`DispatchError::Database`].
     pub async fn timeline(&self, trace_id: &str) -> Result<Vec<TimelineEntry>, DispatchError> {
-        let rows = sqlx::query(sql::TIMELINE)
-            .bind(trace_id)
-            .fetch_all(&self.inner.pool)
-            .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(TimelineEntry {
-                    at: row.try_get("at")?,
-                    kind: row.try_get("kind")?,
-                    event_id: row.try_get("event_id")?,
-                    consumer: row.try_get("consumer")?,
-                    detail: row.try_get("detail")?,
-                    attempt: row.try_get("attempt")?,
-                })
-            })
-            .collect::<Result<Vec<_>, sqlx::Error>>()
-            .map_err(DispatchError::from)
+        timeline(&self.inner.pool, trace_id).await
     }
 
     /// Forgets the heartbeats of `owners` (a dispatcher that shut down is not silent).
@@ -494,6 +430,144 @@ impl PgStore {
             .await?;
         Ok(())
     }
+}
+
+/// The status report of `consumers`: each one's deliveries by status (from the partial
+/// indexes, so acked deliveries are not counted), oldest pending age and operator state; lag
+/// and attempt latency percentiles over the attempts of the last `window` (at most the newest
+/// 100,000 attempt rows); workers silent past their consumer's heartbeat threshold.
+/// `stale_tokens` is 0: that count lives in the dispatching process's store.
+///
+/// # Errors
+/// [`DispatchError::Database`].
+pub(crate) async fn status(
+    pool: &PgPool,
+    consumers: &[WatchedConsumer],
+    window: Duration,
+) -> Result<StatusReport, DispatchError> {
+    let names: Vec<&str> = consumers.iter().map(|c| c.name.as_str()).collect();
+    let rows = sqlx::query(sql::STATUS_COUNTS)
+        .bind(&names)
+        .fetch_all(pool)
+        .await?;
+    let mut statuses = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let consumer: String = row.try_get("consumer")?;
+        let declared = consumers
+            .iter()
+            .find(|c| c.name == consumer)
+            .map_or(ConsumerMode::Live, |c| c.declared_mode);
+        let mode: Option<String> = row.try_get("mode")?;
+        statuses.push(ConsumerStatus {
+            pending: row.try_get("pending")?,
+            leased: row.try_get("leased")?,
+            dead: row.try_get("dead")?,
+            quarantined: row.try_get("quarantined")?,
+            oldest_pending: row
+                .try_get::<Option<f64>, _>("oldest_pending_s")?
+                .map(seconds),
+            paused: row.try_get("paused")?,
+            mode: mode
+                .as_deref()
+                .and_then(ConsumerMode::parse)
+                .unwrap_or(declared),
+            consumer,
+        });
+    }
+
+    let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+    let lag = sampled(pool, sql::LAG, window_ms, |row, latency| {
+        Ok(Lag {
+            producer_class: row.try_get("producer_class")?,
+            consumer: row.try_get("consumer")?,
+            latency,
+        })
+    })
+    .await?;
+    let attempts = sampled(pool, sql::ATTEMPT_LATENCY, window_ms, |row, latency| {
+        Ok(AttemptLatency {
+            consumer: row.try_get("consumer")?,
+            latency,
+        })
+    })
+    .await?;
+
+    let thresholds: Vec<i64> = consumers
+        .iter()
+        .map(|c| i64::try_from(c.heartbeat_threshold.as_millis()).unwrap_or(i64::MAX))
+        .collect();
+    let silent_workers = sqlx::query(sql::SILENT_WORKERS)
+        .bind(&names)
+        .bind(&thresholds)
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(|row| {
+            let threshold: i64 = row.try_get("threshold_ms")?;
+            Ok(SilentWorker {
+                owner: row.try_get("owner")?,
+                consumer: row.try_get("consumer")?,
+                silent_for: seconds(row.try_get("silent_s")?),
+                threshold: Duration::from_millis(u64::try_from(threshold).unwrap_or(0)),
+            })
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+
+    Ok(StatusReport {
+        consumers: statuses,
+        lag,
+        attempts,
+        silent_workers,
+        stale_tokens: 0,
+    })
+}
+
+/// Everything recorded for one W3C trace id, in time order: its events, their deliveries and
+/// their attempts. Empty for an unknown trace.
+///
+/// # Errors
+/// [`DispatchError::Database`].
+pub(crate) async fn timeline(
+    pool: &PgPool,
+    trace_id: &str,
+) -> Result<Vec<TimelineEntry>, DispatchError> {
+    let rows = sqlx::query(sql::TIMELINE)
+        .bind(trace_id)
+        .fetch_all(pool)
+        .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(TimelineEntry {
+                at: row.try_get("at")?,
+                kind: row.try_get("kind")?,
+                event_id: row.try_get("event_id")?,
+                consumer: row.try_get("consumer")?,
+                detail: row.try_get("detail")?,
+                attempt: row.try_get("attempt")?,
+            })
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()
+        .map_err(DispatchError::from)
+}
+
+/// Runs a percentile statement ([`sql::LAG`], [`sql::ATTEMPT_LATENCY`]) over the attempt
+/// sample of the last `window_ms`, building one `T` per row from it and its percentiles.
+async fn sampled<T>(
+    pool: &PgPool,
+    statement: &'static str,
+    window_ms: i64,
+    build: impl Fn(&PgRow, Percentiles) -> Result<T, sqlx::Error>,
+) -> Result<Vec<T>, DispatchError> {
+    let rows = sqlx::query(statement)
+        .bind(window_ms)
+        .bind(SAMPLE_ATTEMPTS)
+        .fetch_all(pool)
+        .await?;
+    let built = rows
+        .iter()
+        .map(|row| build(row, percentiles(row)?))
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+    Ok(built)
 }
 
 fn seconds(value: f64) -> Duration {

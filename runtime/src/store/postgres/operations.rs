@@ -4,6 +4,7 @@
 //! `off`, claims nothing, and its deliveries wait, in order, until it is resumed.
 
 use sqlx::Row;
+use sqlx::postgres::PgPool;
 
 use super::{PgStore, sql};
 use crate::registry::ConsumerMode;
@@ -60,19 +61,7 @@ impl PgStore {
     /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
     pub async fn consumer_state(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
         let declared = self.declared_mode(consumer)?;
-        let row = sqlx::query(sql::CONSUMER_STATE)
-            .bind(consumer)
-            .fetch_optional(&self.inner.pool)
-            .await?;
-        match row {
-            Some(row) => state(consumer, &row),
-            None => Ok(ConsumerState {
-                consumer: consumer.to_owned(),
-                paused: false,
-                mode: declared,
-                revision: 0,
-            }),
-        }
+        state_of(&self.inner.pool, consumer, declared).await
     }
 
     fn declared_mode(&self, consumer: &str) -> Result<ConsumerMode, DispatchError> {
@@ -89,23 +78,55 @@ impl PgStore {
         mode: Option<ConsumerMode>,
     ) -> Result<ConsumerState, DispatchError> {
         let declared = self.declared_mode(consumer)?;
-        let row = sqlx::query(sql::CHANGE_CONSUMER_STATE)
-            .bind(consumer)
-            .bind(paused)
-            .bind(mode.map(ConsumerMode::as_str))
-            .bind(declared.as_str())
-            .fetch_one(&self.inner.pool)
-            .await?;
-        let changed = state(consumer, &row)?;
-        tracing::info!(
-            consumer,
-            paused = changed.paused,
-            mode = changed.mode.as_str(),
-            revision = changed.revision,
-            "consumer state changed"
-        );
-        Ok(changed)
+        change_state_of(&self.inner.pool, consumer, declared, paused, mode).await
     }
+}
+
+/// The operator state of `consumer`, whose contract declares mode `declared`.
+pub(crate) async fn state_of(
+    pool: &PgPool,
+    consumer: &str,
+    declared: ConsumerMode,
+) -> Result<ConsumerState, DispatchError> {
+    let row = sqlx::query(sql::CONSUMER_STATE)
+        .bind(consumer)
+        .fetch_optional(pool)
+        .await?;
+    match row {
+        Some(row) => state(consumer, &row),
+        None => Ok(ConsumerState {
+            consumer: consumer.to_owned(),
+            paused: false,
+            mode: declared,
+            revision: 0,
+        }),
+    }
+}
+
+/// Changes the operator state of `consumer` (contract mode `declared`) and raises its revision.
+pub(crate) async fn change_state_of(
+    pool: &PgPool,
+    consumer: &str,
+    declared: ConsumerMode,
+    paused: Option<bool>,
+    mode: Option<ConsumerMode>,
+) -> Result<ConsumerState, DispatchError> {
+    let row = sqlx::query(sql::CHANGE_CONSUMER_STATE)
+        .bind(consumer)
+        .bind(paused)
+        .bind(mode.map(ConsumerMode::as_str))
+        .bind(declared.as_str())
+        .fetch_one(pool)
+        .await?;
+    let changed = state(consumer, &row)?;
+    tracing::info!(
+        consumer,
+        paused = changed.paused,
+        mode = changed.mode.as_str(),
+        revision = changed.revision,
+        "consumer state changed"
+    );
+    Ok(changed)
 }
 
 fn state(consumer: &str, row: &sqlx::postgres::PgRow) -> Result<ConsumerState, DispatchError> {

@@ -166,12 +166,25 @@ FROM evc_retry_policies ORDER BY name";
 // leases).
 // ---------------------------------------------------------------------------------------------
 
+/// The end every claim statement shares: its claimed rows `d` joined with their events, in
+/// `event_seq` order (what `dispatch::claimed` reads).
+macro_rules! claimed_rows {
+    () => {
+        "SELECT d.event_id, d.consumer, d.attempt, d.fencing_token, d.event_seq, e.order_key,
+    e.event_type, e.schema_version, e.payload::text AS payload, e.trace_id, e.parent_span_id,
+    e.trace_flags, extract(epoch FROM now())::float8 AS claimed_at
+FROM d JOIN evc_events e ON e.event_id = d.event_id
+ORDER BY d.event_seq"
+    };
+}
+
 /// Claims up to `$2` due deliveries of consumer `$1` that need no per-key ordering, oldest
 /// first, in one statement (nothing while the consumer is paused or its mode is `off` in
 /// `evc_consumer_state`): locks them (`SKIP LOCKED`, so concurrent claimers take disjoint
 /// rows), leases them to owner `$3` until now + `$4` milliseconds, counts the attempt and raises
 /// the fencing token. Returns the leases joined with their events, in `event_seq` order.
-pub(crate) const CLAIM_BATCH: &str = "\
+pub(crate) const CLAIM_BATCH: &str = concat!(
+    "\
 WITH c AS (
     SELECT ctid FROM evc_deliveries
     WHERE consumer = $1 AND status = 'pending' AND next_attempt_at <= now()
@@ -192,11 +205,9 @@ WITH c AS (
     WHERE d.ctid = c.ctid
     RETURNING d.event_id, d.consumer, d.attempt, d.fencing_token, d.event_seq
 )
-SELECT d.event_id, d.consumer, d.attempt, d.fencing_token, d.event_seq, e.order_key,
-    e.event_type, e.schema_version, e.payload::text AS payload, e.trace_id, e.parent_span_id,
-    e.trace_flags, extract(epoch FROM now())::float8 AS claimed_at
-FROM d JOIN evc_events e ON e.event_id = d.event_id
-ORDER BY d.event_seq";
+",
+    claimed_rows!()
+);
 
 /// Step 1 of a per-key claim (inside one transaction with [`CLAIM_KEY_HEADS_LEASE`]): the due
 /// pending deliveries of consumer `$1` that head their key (no other delivery of the key is
@@ -241,7 +252,8 @@ LIMIT $2";
 /// Step 2 of a per-key claim: leases the candidates `$2` (event ids, key-locked by step 1) of consumer `$1` to owner `$3` until now + `$4` milliseconds, re-checking the head
 /// predicate on this statement's fresh snapshot; counts the attempt and raises the fencing
 /// token. Returns what [`CLAIM_BATCH`] returns.
-pub(crate) const CLAIM_KEY_HEADS_LEASE: &str = "\
+pub(crate) const CLAIM_KEY_HEADS_LEASE: &str = concat!(
+    "\
 WITH d AS (
     UPDATE evc_deliveries d
     SET status = 'leased', lease_owner = $3,
@@ -258,11 +270,9 @@ WITH d AS (
         )
     RETURNING d.event_id, d.consumer, d.attempt, d.fencing_token, d.event_seq
 )
-SELECT d.event_id, d.consumer, d.attempt, d.fencing_token, d.event_seq, e.order_key,
-    e.event_type, e.schema_version, e.payload::text AS payload, e.trace_id, e.parent_span_id,
-    e.trace_flags, extract(epoch FROM now())::float8 AS claimed_at
-FROM d JOIN evc_events e ON e.event_id = d.event_id
-ORDER BY d.event_seq";
+",
+    claimed_rows!()
+);
 
 /// Held claim (a batched transactional claim, run in the transaction that will ack): locks up
 /// to `$2` due deliveries of consumer `$1` that need no per-key ordering, oldest first
@@ -270,8 +280,9 @@ ORDER BY d.event_seq";
 /// joined with their events. Nothing is written: the rows stay `pending`, and the row locks,
 /// held until the transaction ends, keep every other claimer, recovery and renewal off them.
 /// `attempt` and `fencing_token` are returned raised by one: the values [`ACK_HELD`] writes.
-pub(crate) const CLAIM_HELD: &str = "\
-WITH c AS (
+pub(crate) const CLAIM_HELD: &str = concat!(
+    "\
+WITH d AS (
     SELECT event_id, consumer, attempt + 1 AS attempt, fencing_token + 1 AS fencing_token,
         event_seq
     FROM evc_deliveries
@@ -284,11 +295,9 @@ WITH c AS (
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 )
-SELECT c.event_id, c.consumer, c.attempt, c.fencing_token, c.event_seq, e.order_key,
-    e.event_type, e.schema_version, e.payload::text AS payload, e.trace_id, e.parent_span_id,
-    e.trace_flags, extract(epoch FROM now())::float8 AS claimed_at
-FROM c JOIN evc_events e ON e.event_id = c.event_id
-ORDER BY c.event_seq";
+",
+    claimed_rows!()
+);
 
 /// Acks held deliveries in the transaction that claimed them ([`CLAIM_HELD`]): parallel
 /// arrays `$1` event ids, `$2` their held tokens and `$4` handler start times (epoch seconds),
@@ -646,6 +655,13 @@ FROM evc_heartbeats h
 JOIN UNNEST($1::text[], $2::int8[]) AS t (consumer, threshold_ms) ON t.consumer = h.consumer
 WHERE h.seen_at < now() - t.threshold_ms * interval '1 millisecond'
 ORDER BY h.seen_at, h.owner";
+
+/// The consumers the database's registry mirror lists for the registry digest it is on (the
+/// deployed contracts): name, declared mode and heartbeat threshold.
+pub(crate) const DEPLOYED_CONSUMERS: &str = "\
+SELECT c.name, c.mode, c.heartbeat_threshold_ms
+FROM evc_consumers c JOIN evc_registry_state r ON r.digest = c.registry_digest
+ORDER BY c.name";
 
 /// Forgets the heartbeats of owners `$1` (a dispatcher that shut down is not silent).
 pub(crate) const FORGET_HEARTBEATS: &str = "DELETE FROM evc_heartbeats WHERE owner = ANY($1)";

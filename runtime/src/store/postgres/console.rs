@@ -1,0 +1,116 @@
+//! The operator console: status, timeline and consumer controls over a database, for the
+//! consumers its registry mirror lists (the contracts deployed there, as the generated registry
+//! migration wrote them). It needs no static registry, so a command-line tool can run it
+//! against any evc database; `evc status`, `evc timeline` and `evc consumer` do.
+
+use std::time::Duration;
+
+use sqlx::Row;
+use sqlx::postgres::PgPool;
+
+use super::observe::{self, WatchedConsumer};
+use super::operations::{self, ConsumerState};
+use super::sql;
+use crate::registry::ConsumerMode;
+use crate::store::DispatchError;
+use crate::store::postgres::{StatusReport, TimelineEntry};
+
+/// Operator commands over one database.
+#[derive(Debug, Clone)]
+pub struct Console {
+    pool: PgPool,
+    consumers: Vec<WatchedConsumer>,
+}
+
+impl Console {
+    /// A console over `pool`, reading the deployed consumers from the registry mirror.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`] (also when the database has no evc tables).
+    pub async fn connect(pool: PgPool) -> Result<Self, DispatchError> {
+        let rows = sqlx::query(sql::DEPLOYED_CONSUMERS)
+            .fetch_all(&pool)
+            .await?;
+        let mut consumers = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let mode: String = row.try_get("mode")?;
+            let threshold: i64 = row.try_get("heartbeat_threshold_ms")?;
+            consumers.push(WatchedConsumer::new(
+                row.try_get::<String, _>("name")?,
+                ConsumerMode::parse(&mode).unwrap_or(ConsumerMode::Live),
+                Duration::from_millis(u64::try_from(threshold).unwrap_or(0)),
+            ));
+        }
+        Ok(Self { pool, consumers })
+    }
+
+    /// The deployed consumers, by name.
+    pub fn consumers(&self) -> &[WatchedConsumer] {
+        &self.consumers
+    }
+
+    fn declared_mode(&self, consumer: &str) -> Result<ConsumerMode, DispatchError> {
+        self.consumers
+            .iter()
+            .find(|c| c.name == consumer)
+            .map(|c| c.declared_mode)
+            .ok_or_else(|| DispatchError::UnknownConsumer(consumer.to_owned()))
+    }
+
+    /// The status report of every deployed consumer over the last `window` (see
+    /// [`crate::PgStore::status`]; the stale-token count is the dispatchers' and reads 0 here).
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    pub async fn status(&self, window: Duration) -> Result<StatusReport, DispatchError> {
+        observe::status(&self.pool, &self.consumers, window).await
+    }
+
+    /// Everything recorded for one W3C trace id, in time order.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    pub async fn timeline(&self, trace_id: &str) -> Result<Vec<TimelineEntry>, DispatchError> {
+        observe::timeline(&self.pool, trace_id).await
+    }
+
+    /// The operator state of a deployed consumer.
+    ///
+    /// # Errors
+    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
+    pub async fn consumer_state(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
+        let declared = self.declared_mode(consumer)?;
+        operations::state_of(&self.pool, consumer, declared).await
+    }
+
+    /// Pauses a deployed consumer (see [`crate::PgStore::pause`]).
+    ///
+    /// # Errors
+    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
+    pub async fn pause(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
+        let declared = self.declared_mode(consumer)?;
+        operations::change_state_of(&self.pool, consumer, declared, Some(true), None).await
+    }
+
+    /// Resumes a deployed consumer.
+    ///
+    /// # Errors
+    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
+    pub async fn resume(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
+        let declared = self.declared_mode(consumer)?;
+        operations::change_state_of(&self.pool, consumer, declared, Some(false), None).await
+    }
+
+    /// Overrides the mode of a deployed consumer.
+    ///
+    /// # Errors
+    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
+    pub async fn set_mode(
+        &self,
+        consumer: &str,
+        mode: ConsumerMode,
+    ) -> Result<ConsumerState, DispatchError> {
+        let declared = self.declared_mode(consumer)?;
+        operations::change_state_of(&self.pool, consumer, declared, None, Some(mode)).await
+    }
+}
