@@ -393,11 +393,32 @@ WITH r AS (
 )
 SELECT u.event_id, u.consumer, (SELECT count(*) FROM a) AS attempts FROM u";
 
+/// The end both fail statements share: the failed attempt's row for the delivery `d` they
+/// updated (`$6` error code, `$7` handler start in epoch seconds, `$8` outcome), and the count.
+macro_rules! failed_attempt_row {
+    () => {
+        "), a AS (
+    INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, fencing_token,
+        started_at, finished_at, outcome, error_code, duration_ms)
+    SELECT d.event_id, d.consumer, d.attempt, d.lease_owner, d.fencing_token, t.started,
+        t.finished, $8, $6,
+        floor(extract(epoch FROM t.finished - t.started) * 1000)::int8
+    FROM d CROSS JOIN (
+        SELECT to_timestamp($7::float8) AS started,
+            greatest(clock_timestamp(), to_timestamp($7::float8)) AS finished
+    ) AS t
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM a) AS attempts FROM d"
+    };
+}
+
 /// Ends a failed attempt, fenced like [`ACK_FENCED`]: `$4` the new status (`pending` to
 /// retry, `dead`, `quarantined`), due again after `$5` milliseconds when pending, `$6` the
 /// error code, `$7` started at (epoch seconds), `$8` the attempt's outcome (`retry`, `dead`,
 /// `quarantined`). Writes the attempt row in the same statement.
-pub(crate) const FAIL_FENCED: &str = "\
+pub(crate) const FAIL_FENCED: &str = concat!(
+    "\
 WITH d AS (
     UPDATE evc_deliveries
     SET status = $4, lease_until = NULL, last_error_code = $6, updated_at = now(),
@@ -407,26 +428,17 @@ WITH d AS (
             THEN clock_timestamp() + $5::int8 * interval '1 millisecond' ELSE next_attempt_at END
     WHERE event_id = $1 AND consumer = $2 AND fencing_token = $3 AND status = 'leased'
     RETURNING event_id, consumer, attempt, lease_owner, fencing_token
-), a AS (
-    INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, fencing_token,
-        started_at, finished_at, outcome, error_code, duration_ms)
-    SELECT d.event_id, d.consumer, d.attempt, d.lease_owner, d.fencing_token, t.started,
-        t.finished, $8, $6,
-        floor(extract(epoch FROM t.finished - t.started) * 1000)::int8
-    FROM d CROSS JOIN (
-        SELECT to_timestamp($7::float8) AS started,
-            greatest(clock_timestamp(), to_timestamp($7::float8)) AS finished
-    ) AS t
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM a) AS attempts FROM d";
+",
+    failed_attempt_row!()
+);
 
 /// [`FAIL_FENCED`] for a held delivery ([`CLAIM_HELD`]) after its batch rolled back: the
 /// delivery must still be `pending` with the token below the held token `$3` (the rows are
 /// unlocked now; if another claimer took the delivery meanwhile, its run is the attempt and
 /// this writes nothing). Counts the attempt, raises the token and records worker `$9` as the
 /// owner, like a claim would have.
-pub(crate) const FAIL_HELD: &str = "\
+pub(crate) const FAIL_HELD: &str = concat!(
+    "\
 WITH d AS (
     UPDATE evc_deliveries
     SET status = $4, attempt = attempt + 1, fencing_token = fencing_token + 1,
@@ -435,19 +447,9 @@ WITH d AS (
             THEN clock_timestamp() + $5::int8 * interval '1 millisecond' ELSE next_attempt_at END
     WHERE event_id = $1 AND consumer = $2 AND fencing_token = $3 - 1 AND status = 'pending'
     RETURNING event_id, consumer, attempt, lease_owner, fencing_token
-), a AS (
-    INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, fencing_token,
-        started_at, finished_at, outcome, error_code, duration_ms)
-    SELECT d.event_id, d.consumer, d.attempt, d.lease_owner, d.fencing_token, t.started,
-        t.finished, $8, $6,
-        floor(extract(epoch FROM t.finished - t.started) * 1000)::int8
-    FROM d CROSS JOIN (
-        SELECT to_timestamp($7::float8) AS started,
-            greatest(clock_timestamp(), to_timestamp($7::float8)) AS finished
-    ) AS t
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM a) AS attempts FROM d";
+",
+    failed_attempt_row!()
+);
 
 /// Extends leases, fenced: parallel arrays `$1` event ids and `$2` tokens of consumer `$3`,
 /// each still leased with its token, until now + `$4` milliseconds. Returns the renewed ids.
