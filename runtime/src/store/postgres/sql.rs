@@ -178,6 +178,24 @@ ORDER BY d.event_seq"
     };
 }
 
+/// The `acked` attempt rows both batched acks write, as CTE `a`: one per row of `x` (columns
+/// `event_id, consumer, attempt, lease_owner, fencing_token, started`), finished now.
+macro_rules! acked_attempt_rows {
+    () => {
+        "a AS (
+    INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, fencing_token,
+        started_at, finished_at, outcome, error_code, duration_ms)
+    SELECT x.event_id, x.consumer, x.attempt, x.lease_owner, x.fencing_token, x.started,
+        t.finished, 'acked', NULL,
+        floor(extract(epoch FROM t.finished - x.started) * 1000)::int8
+    FROM x CROSS JOIN LATERAL (
+        SELECT greatest(clock_timestamp(), x.started) AS finished
+    ) AS t
+    RETURNING 1
+)"
+    };
+}
+
 /// Claims up to `$2` due deliveries of consumer `$1` that need no per-key ordering, oldest
 /// first, in one statement (nothing while the consumer is paused or its mode is `off` in
 /// `evc_consumer_state`): locks them (`SKIP LOCKED`, so concurrent claimers take disjoint
@@ -305,8 +323,9 @@ WITH d AS (
 /// held one is set `acked` with the held attempt number, token and owner, and gets its `acked`
 /// attempt row (the data-modifying `a` runs whether or not it is read). Returns the acked
 /// event ids.
-pub(crate) const ACK_HELD: &str = "\
-WITH u AS (
+pub(crate) const ACK_HELD: &str = concat!(
+    "\
+WITH x AS (
     UPDATE evc_deliveries d
     SET status = 'acked', attempt = d.attempt + 1, fencing_token = d.fencing_token + 1,
         lease_owner = $5, lease_until = NULL, last_error_code = NULL, updated_at = now()
@@ -315,18 +334,11 @@ WITH u AS (
         AND d.fencing_token = r.fencing_token - 1
     RETURNING d.event_id, d.consumer, d.attempt, d.lease_owner, d.fencing_token,
         to_timestamp(r.started) AS started
-), a AS (
-    INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, fencing_token,
-        started_at, finished_at, outcome, error_code, duration_ms)
-    SELECT u.event_id, u.consumer, u.attempt, u.lease_owner, u.fencing_token, u.started,
-        t.finished, 'acked', NULL,
-        floor(extract(epoch FROM t.finished - u.started) * 1000)::int8
-    FROM u CROSS JOIN LATERAL (
-        SELECT greatest(clock_timestamp(), u.started) AS finished
-    ) AS t
-    RETURNING 1
-)
-SELECT u.event_id FROM u";
+), ",
+    acked_attempt_rows!(),
+    "
+SELECT x.event_id FROM x"
+);
 
 /// Acks a lease, fenced: delivery `$1` of consumer `$2` still leased with token `$3`. Sets
 /// `acked` and writes the attempt row (owner, token, started at epoch seconds `$4`, finished
@@ -358,7 +370,8 @@ SELECT (SELECT count(*) FROM a) AS attempts FROM d";
 /// row (started at `$5`, finished now); any other entry (stale token, settled, released, another
 /// owner) writes nothing. The rows are locked in key order first, so concurrent batches cannot
 /// deadlock on each other. Returns the acked `(event_id, consumer)` pairs.
-pub(crate) const ACK_BATCH_FENCED: &str = "\
+pub(crate) const ACK_BATCH_FENCED: &str = concat!(
+    "\
 WITH r AS (
     SELECT DISTINCT ON (event_id, consumer, fencing_token, owner)
         event_id, consumer, fencing_token, owner, started
@@ -380,18 +393,11 @@ WITH r AS (
     FROM x
     WHERE d.ctid = x.ctid
     RETURNING d.event_id, d.consumer
-), a AS (
-    INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, fencing_token,
-        started_at, finished_at, outcome, error_code, duration_ms)
-    SELECT x.event_id, x.consumer, x.attempt, x.lease_owner, x.fencing_token, x.started,
-        t.finished, 'acked', NULL,
-        floor(extract(epoch FROM t.finished - x.started) * 1000)::int8
-    FROM x CROSS JOIN LATERAL (
-        SELECT greatest(clock_timestamp(), x.started) AS finished
-    ) AS t
-    RETURNING 1
-)
-SELECT u.event_id, u.consumer, (SELECT count(*) FROM a) AS attempts FROM u";
+), ",
+    acked_attempt_rows!(),
+    "
+SELECT u.event_id, u.consumer, (SELECT count(*) FROM a) AS attempts FROM u"
+);
 
 /// The end both fail statements share: the failed attempt's row for the delivery `d` they
 /// updated (`$6` error code, `$7` handler start in epoch seconds, `$8` outcome), and the count.
