@@ -74,15 +74,16 @@ where
 }
 
 /// A database on the first runtime step with events, deliveries and attempts in it: the second
-/// step leaves every row as it was.
+/// and third steps leave every row as it was (the third adds columns, at their defaults).
 async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
     let contracts = Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts");
     let set = ContractSet::load(&contracts)?.contracts;
     let artifacts = sql::render(&set, &Layout::default())?;
-    let (step, earlier): (Vec<_>, Vec<_>) = artifacts
-        .iter()
-        .partition(|artifact| file_name(&artifact.path).ends_with(sql::RUNTIME_V2_SUFFIX));
-    assert_eq!(step.len(), 1);
+    let (steps, earlier): (Vec<_>, Vec<_>) = artifacts.iter().partition(|artifact| {
+        let name = file_name(&artifact.path);
+        name.ends_with(sql::RUNTIME_V2_SUFFIX) || name.ends_with(sql::RUNTIME_V3_SUFFIX)
+    });
+    assert_eq!(steps.len(), 2);
 
     let pool = PgPoolOptions::new()
         .max_connections(1)
@@ -111,19 +112,28 @@ async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
     .await?;
     let before = table_digests(&pool).await?;
 
-    sqlx::raw_sql(AssertSqlSafe(step[0].contents.clone()))
-        .execute(&pool)
-        .await?;
-    assert_eq!(
-        table_digests(&pool).await?,
-        before,
-        "rows changed by the step"
-    );
-    // Again: a no-op.
-    sqlx::raw_sql(AssertSqlSafe(step[0].contents.clone()))
-        .execute(&pool)
-        .await?;
-    assert_eq!(table_digests(&pool).await?, before);
+    for step in &steps {
+        sqlx::raw_sql(AssertSqlSafe(step.contents.clone()))
+            .execute(&pool)
+            .await?;
+        assert_eq!(
+            table_digests(&pool).await?,
+            before,
+            "rows changed by {}",
+            file_name(&step.path)
+        );
+        // Again: a no-op.
+        sqlx::raw_sql(AssertSqlSafe(step.contents.clone()))
+            .execute(&pool)
+            .await?;
+        assert_eq!(table_digests(&pool).await?, before);
+    }
+    let first_generation: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM evc_deliveries WHERE generation = 0 AND replay_id IS NULL",
+    )
+    .fetch_one(&pool)
+    .await?;
+    assert_eq!(first_generation, 100);
 
     // The old rows' keys still hold under the new unique index.
     let taken = sqlx::raw_sql(
@@ -142,7 +152,8 @@ async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
     Ok(())
 }
 
-/// One digest of every row of each outbox table, in key order.
+/// One digest of every row of each outbox table, in key order, over the first step's columns
+/// (the third step's columns, at their defaults, are checked on their own).
 async fn table_digests(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
     let mut digests = Vec::new();
     for (table, key) in [
@@ -151,7 +162,8 @@ async fn table_digests(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
         ("evc_delivery_attempts", "id"),
     ] {
         let digest: String = sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT md5(coalesce(string_agg(t::text, '|' ORDER BY {key}), '')) FROM {table} AS t"
+            "SELECT md5(coalesce(string_agg((to_jsonb(t) - 'generation' - 'replay_id')::text, \
+                '|' ORDER BY {key}), '')) FROM {table} AS t"
         )))
         .fetch_one(pool)
         .await?;
@@ -176,7 +188,8 @@ async fn check(options: PgConnectOptions) -> TestResult {
         [
             "0001_evc_runtime.sql".to_owned(),
             "0002_evc_runtime_v2.sql".to_owned(),
-            format!("0003_evc_registry_{}.sql", &digest[..12]),
+            "0003_evc_runtime_v3.sql".to_owned(),
+            format!("0004_evc_registry_{}.sql", &digest[..12]),
         ]
     );
     for artifact in &artifacts {
@@ -188,7 +201,9 @@ async fn check(options: PgConnectOptions) -> TestResult {
             .contents
             .lines()
             .filter(|line| !line.trim_start().starts_with("--"));
-        let runtime_step = file_name(&artifact.path).ends_with(sql::RUNTIME_V2_SUFFIX);
+        let name = file_name(&artifact.path);
+        let runtime_step =
+            name.ends_with(sql::RUNTIME_V2_SUFFIX) || name.ends_with(sql::RUNTIME_V3_SUFFIX);
         for line in statements {
             let upper = line.to_ascii_uppercase();
             assert!(

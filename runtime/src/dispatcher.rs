@@ -65,7 +65,7 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 use crate::handler::{Delivery, FailureClass, HandlerError};
 use crate::registry::HandlerKind;
 use crate::retry::{RetryDecision, RetryPolicy, SplitMix64};
-use crate::store::postgres::{Doorbell, NOTIFY_CHANNEL, PgStore};
+use crate::store::postgres::{Doorbell, NOTIFY_CHANNEL, PgStore, sql};
 use crate::store::{Claimed, DispatchError, Lease};
 
 /// How long a worker about to sleep waits for its consumer's doorbell: long enough for the
@@ -119,6 +119,13 @@ impl<'a> HandlerContext<'a> {
     /// effect row and the ack, or roll back with them. `None` for the leased kind.
     pub fn transaction(&mut self) -> Option<&mut PgConnection> {
         self.transaction.as_deref_mut()
+    }
+
+    /// Whether the consumer runs in shadow mode for this delivery ([`Lease::is_shadow`]): the
+    /// handler's transaction writes are rolled back and its effect writes become intents, kept
+    /// as the delivery's reconciliation row. A leased handler must make no external call then.
+    pub fn is_shadow(&self) -> bool {
+        self.claimed.lease.is_shadow()
     }
 }
 
@@ -691,12 +698,22 @@ impl Worker {
                 break;
             }
             held.lease.mark_started();
+            let shadow = held.lease.is_shadow();
+            if shadow {
+                sqlx::query(sql::SHADOW_SAVEPOINT).execute(&mut *tx).await?;
+            }
             let handler = Arc::clone(&self.consumer.handler);
             let context = HandlerContext::new(held, &self.store, Some(&mut *tx));
             if let Err(failure) = flatten(CatchUnwind(handler.handle(context)).await) {
                 tx.rollback().await?;
                 let due = self.record_failure(&held.lease, &failure).await;
                 return Ok((claimed, due));
+            }
+            if shadow {
+                sqlx::query(sql::SHADOW_ROLLBACK).execute(&mut *tx).await?;
+                self.store
+                    .record_reconciliation(&mut tx, &held.lease)
+                    .await?;
             }
             ran += 1;
         }
@@ -831,6 +848,10 @@ impl Worker {
         let mut tx = self.store.pool().begin().await?;
         // Row-locks the delivery: recovery and renewal leave it alone until we commit.
         self.store.lock_lease(&mut tx, &claimed.lease).await?;
+        let shadow = claimed.lease.is_shadow();
+        if shadow {
+            sqlx::query(sql::SHADOW_SAVEPOINT).execute(&mut *tx).await?;
+        }
         // The current delivery's row is locked by `tx`; renewing it from another connection
         // would wait for `tx`, so only the rest of the batch is renewed.
         let held: Vec<&Lease> = remaining.iter().map(|c| &c.lease).collect();
@@ -842,6 +863,13 @@ impl Worker {
         };
         match flatten(result) {
             Ok(()) => {
+                if shadow {
+                    // No side effect: the handler's writes go, its intents stay.
+                    sqlx::query(sql::SHADOW_ROLLBACK).execute(&mut *tx).await?;
+                    self.store
+                        .record_reconciliation(&mut tx, &claimed.lease)
+                        .await?;
+                }
                 self.store.ack_in(&mut tx, &claimed.lease).await?;
                 tx.commit().await?;
                 Ok(None)
@@ -874,7 +902,15 @@ impl Worker {
             self.with_renewal(future, &held, ticker).await
         };
         match flatten(result) {
-            Ok(()) => Ok(None),
+            Ok(()) => {
+                if claimed.lease.is_shadow() {
+                    let mut connection = self.store.pool().acquire().await?;
+                    self.store
+                        .record_reconciliation(&mut connection, &claimed.lease)
+                        .await?;
+                }
+                Ok(None)
+            }
             Err(failure) => Ok(Some(failure)),
         }
     }

@@ -35,11 +35,13 @@ pub use registry::{
 pub use retry::{RetryDecision, RetryPolicy, SplitMix64};
 pub use store::postgres::{
     AttemptLatency, Console, ConsumerState, ConsumerStatus, Doorbell, Lag, Percentiles,
-    PgPublisher, PgStore, Problem, SilentWorker, StatusReport, TimelineEntry, WatchedConsumer,
+    PgPublisher, PgStore, Problem, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
+    ReplaySelection, SettledDelivery, SettledStatus, SilentWorker, StatusReport, TimelineEntry,
+    WatchedConsumer,
 };
 pub use store::{
-    AckBatch, Claimed, DispatchError, Drift, Lease, RegistryDrift, RegistryObject, Store,
-    StoreError,
+    AckBatch, Claimed, DispatchError, Drift, Intent, Lease, RegistryDrift, RegistryObject,
+    ShadowLog, Store, StoreError,
 };
 pub use trace::{TraceContext, TraceContextError};
 

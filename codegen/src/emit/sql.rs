@@ -8,6 +8,8 @@
 //!   constraints for batched dispatch and bulk appends; docs/design.md). A checked-in file for
 //!   the step keeps its name; otherwise it numbers after the highest file checked in, so it
 //!   lands after an application's own migrations as a later step must.
+//! - `NNNN_evc_runtime_v3.sql`: the third step (replay generations, shadow-mode
+//!   reconciliation rows, stale-token counts), named the same way.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
@@ -34,6 +36,9 @@ pub const RUNTIME_MIGRATION: &str = "0001_evc_runtime.sql";
 /// The file name of the runtime tables' second step, after its version.
 pub const RUNTIME_V2_SUFFIX: &str = "_evc_runtime_v2.sql";
 
+/// The file name of the runtime tables' third step, after its version.
+pub const RUNTIME_V3_SUFFIX: &str = "_evc_runtime_v3.sql";
+
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
 
@@ -54,6 +59,13 @@ struct RuntimeMigration {
 #[derive(Template)]
 #[template(path = "evc_runtime_v2.sql", escape = "none")]
 struct RuntimeMigrationV2 {
+    notice: &'static str,
+}
+
+/// `NNNN_evc_runtime_v3.sql`.
+#[derive(Template)]
+#[template(path = "evc_runtime_v3.sql", escape = "none")]
+struct RuntimeMigrationV3 {
     notice: &'static str,
 }
 
@@ -102,10 +114,14 @@ pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitE
     let notice = GENERATED_NOTICE;
     let runtime = render_template(&RuntimeMigration { notice }, "evc_runtime.sql")?;
     let runtime_v2 = render_template(&RuntimeMigrationV2 { notice }, "evc_runtime_v2.sql")?;
-    let runtime_v2_name = step_file_name(RUNTIME_V2_SUFFIX, &layout.existing_migrations);
-    // The registry file numbers after the step when both are new (a fresh crate).
+    let runtime_v3 = render_template(&RuntimeMigrationV3 { notice }, "evc_runtime_v3.sql")?;
+    // Each step numbers after the files before it when they are new (a fresh crate), and the
+    // registry file after both.
     let mut present = layout.existing_migrations.clone();
+    let runtime_v2_name = step_file_name(RUNTIME_V2_SUFFIX, &present);
     present.push(runtime_v2_name.clone());
+    let runtime_v3_name = step_file_name(RUNTIME_V3_SUFFIX, &present);
+    present.push(runtime_v3_name.clone());
 
     let registry = manifest::registry(set);
     let digest = manifest::registry_digest(set)?;
@@ -127,6 +143,10 @@ pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitE
         Artifact {
             path: dir.join(runtime_v2_name),
             contents: with_final_newline(runtime_v2),
+        },
+        Artifact {
+            path: dir.join(runtime_v3_name),
+            contents: with_final_newline(runtime_v3),
         },
         Artifact {
             path: dir.join(registry_file_name(&digest, &present)),
@@ -575,7 +595,8 @@ mod tests {
             [
                 RUNTIME_MIGRATION.to_owned(),
                 format!("0002{RUNTIME_V2_SUFFIX}"),
-                format!("0003_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN])
+                format!("0003{RUNTIME_V3_SUFFIX}"),
+                format!("0004_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN])
             ]
         );
         for artifact in &first {

@@ -223,6 +223,45 @@ pub struct Lease {
     pub started_at: f64,
     claimed: Instant,
     held: bool,
+    shadow: Option<ShadowLog>,
+}
+
+/// What a shadow-mode handler meant to do: the effects it would have recorded, in order
+/// (shared by the clones of one lease, so the dispatcher reads what the handler wrote).
+#[derive(Debug, Clone, Default)]
+pub struct ShadowLog(std::sync::Arc<std::sync::Mutex<Vec<Intent>>>);
+
+/// One effect a shadow-mode handler would have recorded.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Intent {
+    /// The effect key it presented.
+    pub effect_key: String,
+    /// The outcome digest it presented.
+    pub outcome_digest: String,
+}
+
+impl ShadowLog {
+    /// Adds an intended effect.
+    pub(crate) fn push(&self, intent: Intent) {
+        if let Ok(mut intents) = self.0.lock() {
+            intents.push(intent);
+        }
+    }
+
+    /// The intended effects so far.
+    pub fn intents(&self) -> Vec<Intent> {
+        self.0
+            .lock()
+            .map(|intents| intents.clone())
+            .unwrap_or_default()
+    }
+}
+
+impl PartialEq for ShadowLog {
+    /// The same log (clones of one lease), not equal contents.
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 impl Lease {
@@ -245,7 +284,29 @@ impl Lease {
             started_at: claimed_at,
             claimed: Instant::now(),
             held: false,
+            shadow: None,
         }
+    }
+
+    /// A lease of a consumer running in shadow mode: its effect writes are recorded as intents
+    /// ([`Lease::shadow_log`]) instead of effect rows, and the dispatcher rolls back what its
+    /// handler wrote on the transaction.
+    pub(crate) fn shadowed(mut self) -> Self {
+        self.shadow = Some(ShadowLog::default());
+        self
+    }
+
+    /// Whether the consumer runs in shadow mode for this delivery: the handler computes its
+    /// outcome, but must cause no side effect (the dispatcher rolls back its transaction's
+    /// writes, and effect writes only record intents); a leased handler must check this before
+    /// any external call.
+    pub fn is_shadow(&self) -> bool {
+        self.shadow.is_some()
+    }
+
+    /// The shadow-mode intent log (`None` in live mode).
+    pub fn shadow_log(&self) -> Option<&ShadowLog> {
+        self.shadow.as_ref()
     }
 
     /// A held claim's lease: the delivery stays `pending`, row-locked by the claiming

@@ -10,6 +10,9 @@ use sqlx::postgres::PgPool;
 
 use super::observe::{self, WatchedConsumer};
 use super::operations::{self, ConsumerState};
+use super::replay::{
+    self, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, SettledDelivery,
+};
 use super::sql;
 use crate::registry::ConsumerMode;
 use crate::store::DispatchError;
@@ -112,5 +115,55 @@ impl Console {
     ) -> Result<ConsumerState, DispatchError> {
         let declared = self.declared_mode(consumer)?;
         operations::change_state_of(&self.pool, consumer, declared, None, Some(mode)).await
+    }
+
+    /// The dead and quarantined deliveries `selection` takes, oldest first (`evc dlq list`).
+    ///
+    /// # Errors
+    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
+    pub async fn dead_letters(
+        &self,
+        selection: &ReplaySelection,
+    ) -> Result<Vec<SettledDelivery>, DispatchError> {
+        self.declared_mode(&selection.consumer)?;
+        Ok(replay::settled(&self.pool, selection).await?)
+    }
+
+    /// A replay's dry run: the deliveries `selection` would replay and the plan's digest.
+    /// Nothing is written.
+    ///
+    /// # Errors
+    /// [`ReplayError::UnknownConsumer`] or [`ReplayError::Database`].
+    pub async fn replay_plan(
+        &self,
+        selection: &ReplaySelection,
+    ) -> Result<ReplayPlan, ReplayError> {
+        self.deployed(&selection.consumer)?;
+        Ok(replay::plan(&self.pool, selection).await?)
+    }
+
+    /// Applies a replay in one transaction: the approval's fields are checked, a key applied
+    /// before answers with its first result, the plan is taken again with its rows locked and
+    /// must have the approval's digest, and every planned event's version must still be
+    /// accepted by the consumer. Then each planned delivery becomes `replayed`, and a new
+    /// delivery (its next generation, due now, referencing the replay) is written; the replay
+    /// and its items are recorded for audit. On any refusal nothing is written.
+    ///
+    /// # Errors
+    /// Every [`ReplayError`] but [`ReplayError::Database`] names a refusal.
+    pub async fn replay(
+        &self,
+        selection: &ReplaySelection,
+        approval: &ReplayApproval,
+    ) -> Result<ReplayApplied, ReplayError> {
+        self.deployed(&selection.consumer)?;
+        replay::apply(&self.pool, selection, approval).await
+    }
+
+    fn deployed(&self, consumer: &str) -> Result<(), ReplayError> {
+        match self.declared_mode(consumer) {
+            Ok(_) => Ok(()),
+            Err(_) => Err(ReplayError::UnknownConsumer(consumer.to_owned())),
+        }
     }
 }

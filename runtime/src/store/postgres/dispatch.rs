@@ -11,8 +11,9 @@ use uuid::Uuid;
 
 use super::{PgStore, sql};
 use crate::handler::{Delivery, FailureClass};
+use crate::registry::ConsumerMode;
 use crate::retry::RetryDecision;
-use crate::store::{AckBatch, Claimed, DispatchError, Lease};
+use crate::store::{AckBatch, Claimed, DispatchError, Intent, Lease};
 use crate::trace::TraceContext;
 
 /// Milliseconds of a duration as a bind parameter (`int8`).
@@ -44,6 +45,75 @@ impl PgStore {
             token,
             "fenced operation refused: stale token"
         );
+        // Counted in the database too, so `evc status` adds up every process's refusals. On
+        // its own task: the refusal is the caller's answer, and the count must not hold it
+        // up (nor wait for a connection a caller's transaction holds).
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let pool = self.inner.pool.clone();
+            let consumer = consumer.to_owned();
+            runtime.spawn(async move {
+                if let Err(error) = sqlx::query(sql::COUNT_STALE)
+                    .bind(&consumer)
+                    .bind(1_i64)
+                    .execute(&pool)
+                    .await
+                {
+                    tracing::debug!(%error, consumer, "stale-token count not stored");
+                }
+            });
+        }
+    }
+
+    /// Whether `consumer`'s claims run in shadow mode: the operator's override (the claim
+    /// reads it, `mode_override`), else the mode its contract declares.
+    fn shadow_mode(&self, consumer: &str, mode_override: Option<&str>) -> bool {
+        match mode_override {
+            Some(mode) => mode == ConsumerMode::Shadow.as_str(),
+            None => self
+                .registry()
+                .consumer(consumer)
+                .is_some_and(|descriptor| descriptor.mode == ConsumerMode::Shadow),
+        }
+    }
+
+    /// A claimed row, shadowed when its consumer runs in shadow mode.
+    fn claimed(&self, row: &PgRow, owner: &str) -> Result<Claimed, DispatchError> {
+        let mut claimed = claimed(row, owner)?;
+        let mode_override: Option<String> = row.try_get("mode_override")?;
+        if self.shadow_mode(&claimed.lease.consumer, mode_override.as_deref()) {
+            claimed.lease = claimed.lease.shadowed();
+        }
+        Ok(claimed)
+    }
+
+    /// Records what a shadow-mode handler meant to do (its lease's intents), fenced like an
+    /// effect write: on `connection` (the handler's transaction for the transactional kind,
+    /// after its writes were rolled back). One row per delivery generation.
+    ///
+    /// # Errors
+    /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
+    pub async fn record_reconciliation(
+        &self,
+        connection: &mut PgConnection,
+        lease: &Lease,
+    ) -> Result<(), DispatchError> {
+        let intents: Vec<Intent> = lease
+            .shadow_log()
+            .map(|log| log.intents())
+            .unwrap_or_default();
+        let intended = serde_json::to_string(&intents).unwrap_or_else(|_| "[]".to_owned());
+        let leased: i64 = sqlx::query_scalar(sql::RECORD_RECONCILIATION)
+            .bind(&lease.consumer)
+            .bind(lease.event_id)
+            .bind(lease.token)
+            .bind(intended)
+            .bind(lease.is_held())
+            .fetch_one(connection)
+            .await?;
+        if leased == 0 {
+            return Err(self.stale(lease));
+        }
+        Ok(())
     }
 
     /// Claims a batch (see [`crate::Store::claim`]).
@@ -94,7 +164,7 @@ impl PgStore {
                 .fetch_all(&self.inner.pool)
                 .await?
         };
-        rows.iter().map(|row| claimed(row, owner)).collect()
+        rows.iter().map(|row| self.claimed(row, owner)).collect()
     }
 
     /// Claims a batch held by the caller's transaction: the due deliveries of `consumer` (one
@@ -123,7 +193,7 @@ impl PgStore {
             .await?;
         rows.iter()
             .map(|row| {
-                claimed(row, owner).map(|mut claimed| {
+                self.claimed(row, owner).map(|mut claimed| {
                     claimed.lease = claimed.lease.held();
                     claimed
                 })
@@ -383,7 +453,10 @@ impl PgStore {
 
     /// Records an effect once, fenced (see [`crate::Store::record_effect`]). For a
     /// [held](Lease::is_held) lease the fence is the claiming transaction's row lock: the
-    /// delivery must still be pending with the token below the held one.
+    /// delivery must still be pending with the token below the held one. For a
+    /// [shadow](Lease::is_shadow) lease nothing is written: the effect is added to the lease's
+    /// intents (the dispatcher stores them as the delivery's reconciliation row), and the
+    /// answer is whether a live run would record it for the first time.
     ///
     /// # Errors
     /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
@@ -394,6 +467,20 @@ impl PgStore {
         effect_key: &str,
         outcome_digest: &str,
     ) -> Result<bool, DispatchError> {
+        if let Some(log) = lease.shadow_log() {
+            // Shadow mode: no effect row, only the intent; the answer is what a live run
+            // would get.
+            let recorded: bool = sqlx::query_scalar(sql::EFFECT_RECORDED)
+                .bind(&lease.consumer)
+                .bind(effect_key)
+                .fetch_one(connection)
+                .await?;
+            log.push(Intent {
+                effect_key: effect_key.to_owned(),
+                outcome_digest: outcome_digest.to_owned(),
+            });
+            return Ok(!recorded);
+        }
         let statement = if lease.is_held() {
             sql::RECORD_EFFECT_HELD
         } else {

@@ -46,6 +46,7 @@ mod dispatch;
 mod doorbell;
 mod observe;
 mod operations;
+mod replay;
 pub mod sql;
 
 pub use console::Console;
@@ -55,6 +56,10 @@ pub use observe::{
     TimelineEntry, WatchedConsumer,
 };
 pub use operations::ConsumerState;
+pub use replay::{
+    DEFAULT_REPLAY_LIMIT, MAX_REPLAY_REASON_CHARS, ReplayApplied, ReplayApproval, ReplayError,
+    ReplayPlan, ReplaySelection, SettledDelivery, SettledStatus,
+};
 
 pub use sql::NOTIFY_CHANNEL;
 

@@ -41,6 +41,9 @@ pub struct ConsumerStatus {
     pub paused: bool,
     /// The mode in force: the operator's override, else the contract's.
     pub mode: ConsumerMode,
+    /// Fenced operations refused for a stale token, by every process, since the database was
+    /// set up (`evc_stale_rejections`; stored after the refusal, on its own task).
+    pub stale_rejections: i64,
 }
 
 /// p50, p95 and p99 of a sample.
@@ -260,6 +263,12 @@ impl StatusReport {
             "silent_workers",
             "Workers past their consumer's heartbeat threshold",
         );
+        let rejections = Family::<Labels, Counter<u64>>::default();
+        registry.register(
+            "stale_rejections",
+            "Fenced operations refused for a stale token, by every process",
+            rejections.clone(),
+        );
         let stale = Counter::<u64>::default();
         registry.register(
             "stale_tokens",
@@ -291,6 +300,9 @@ impl StatusReport {
                 .filter(|w| w.consumer == c.consumer)
                 .count();
             silent.get_or_create(&consumer).set(silent_count as f64);
+            rejections
+                .get_or_create(&consumer)
+                .inc_by(u64::try_from(c.stale_rejections).unwrap_or(0));
         }
         for l in &self.lag {
             set_quantiles(
@@ -347,16 +359,17 @@ fn set_quantiles(family: &GaugeFamily, pairs: &[(&str, &str)], latency: &Percent
 #[non_exhaustive]
 pub struct TimelineEntry {
     /// When, in epoch seconds of the database's clock: an event's `produced_at`, a delivery's
-    /// creation, an attempt's end.
+    /// creation, an attempt's end, a replay's application.
     pub at: f64,
-    /// `event`, `delivery` or `attempt`.
+    /// `event`, `delivery`, `attempt` or `replay`.
     pub kind: String,
     /// The event.
     pub event_id: Uuid,
     /// The consumer (deliveries and attempts).
     pub consumer: Option<String>,
-    /// An event's type and version; a delivery's current status; an attempt's outcome and
-    /// error code.
+    /// An event's type and version; a delivery's current status (and generation); an
+    /// attempt's outcome and error code; a replay's id, the generation it superseded and the
+    /// approval reference.
     pub detail: String,
     /// The attempt number (attempts), or the delivery's attempts so far (deliveries).
     pub attempt: Option<i32>,
@@ -467,6 +480,7 @@ pub(crate) async fn status(
                 .try_get::<Option<f64>, _>("oldest_pending_s")?
                 .map(seconds),
             paused: row.try_get("paused")?,
+            stale_rejections: row.try_get("stale_rejections")?,
             mode: mode
                 .as_deref()
                 .and_then(ConsumerMode::parse)

@@ -172,20 +172,23 @@ macro_rules! claimed_rows {
     () => {
         "SELECT d.event_id, d.consumer, d.attempt, d.fencing_token, d.event_seq, e.order_key,
     e.event_type, e.schema_version, e.payload::text AS payload, e.trace_id, e.parent_span_id,
-    e.trace_flags, extract(epoch FROM now())::float8 AS claimed_at
+    e.trace_flags, extract(epoch FROM now())::float8 AS claimed_at,
+    (SELECT s.mode FROM evc_consumer_state s WHERE s.consumer = $1) AS mode_override
 FROM d JOIN evc_events e ON e.event_id = d.event_id
 ORDER BY d.event_seq"
     };
 }
 
 /// The `acked` attempt rows both batched acks write, as CTE `a`: one per row of `x` (columns
-/// `event_id, consumer, attempt, lease_owner, fencing_token, started`), finished now.
+/// `event_id, consumer, generation, attempt, lease_owner, fencing_token, started`), finished
+/// now.
 macro_rules! acked_attempt_rows {
     () => {
         "a AS (
-    INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, fencing_token,
-        started_at, finished_at, outcome, error_code, duration_ms)
-    SELECT x.event_id, x.consumer, x.attempt, x.lease_owner, x.fencing_token, x.started,
+    INSERT INTO evc_delivery_attempts (event_id, consumer, generation, attempt, owner,
+        fencing_token, started_at, finished_at, outcome, error_code, duration_ms)
+    SELECT x.event_id, x.consumer, x.generation, x.attempt, x.lease_owner, x.fencing_token,
+        x.started,
         t.finished, 'acked', NULL,
         floor(extract(epoch FROM t.finished - x.started) * 1000)::int8
     FROM x CROSS JOIN LATERAL (
@@ -332,7 +335,7 @@ WITH x AS (
     FROM UNNEST($1::uuid[], $2::int8[], $4::float8[]) AS r (event_id, fencing_token, started)
     WHERE d.event_id = r.event_id AND d.consumer = $3 AND d.status = 'pending'
         AND d.fencing_token = r.fencing_token - 1
-    RETURNING d.event_id, d.consumer, d.attempt, d.lease_owner, d.fencing_token,
+    RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.lease_owner, d.fencing_token,
         to_timestamp(r.started) AS started
 ), ",
     acked_attempt_rows!(),
@@ -349,11 +352,12 @@ WITH d AS (
     UPDATE evc_deliveries
     SET status = 'acked', lease_until = NULL, last_error_code = NULL, updated_at = now()
     WHERE event_id = $1 AND consumer = $2 AND fencing_token = $3 AND status = 'leased'
-    RETURNING event_id, consumer, attempt, lease_owner, fencing_token
+    RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token
 ), a AS (
-    INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, fencing_token,
-        started_at, finished_at, outcome, error_code, duration_ms)
-    SELECT d.event_id, d.consumer, d.attempt, d.lease_owner, d.fencing_token, t.started,
+    INSERT INTO evc_delivery_attempts (event_id, consumer, generation, attempt, owner,
+        fencing_token, started_at, finished_at, outcome, error_code, duration_ms)
+    SELECT d.event_id, d.consumer, d.generation, d.attempt, d.lease_owner, d.fencing_token,
+        t.started,
         t.finished, 'acked', NULL,
         floor(extract(epoch FROM t.finished - t.started) * 1000)::int8
     FROM d CROSS JOIN (
@@ -378,8 +382,8 @@ WITH r AS (
     FROM UNNEST($1::uuid[], $2::text[], $3::int8[], $4::text[], $5::float8[])
         AS r (event_id, consumer, fencing_token, owner, started)
 ), x AS (
-    SELECT d.ctid, d.event_id, d.consumer, d.attempt, d.lease_owner, d.fencing_token,
-        to_timestamp(r.started) AS started
+    SELECT d.ctid, d.event_id, d.consumer, d.generation, d.attempt, d.lease_owner,
+        d.fencing_token, to_timestamp(r.started) AS started
     FROM evc_deliveries d
     JOIN r ON d.event_id = r.event_id AND d.consumer = r.consumer
         AND d.fencing_token = r.fencing_token AND d.lease_owner = r.owner
@@ -404,10 +408,10 @@ SELECT u.event_id, u.consumer, (SELECT count(*) FROM a) AS attempts FROM u"
 macro_rules! failed_attempt_row {
     () => {
         "), a AS (
-    INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, fencing_token,
-        started_at, finished_at, outcome, error_code, duration_ms)
-    SELECT d.event_id, d.consumer, d.attempt, d.lease_owner, d.fencing_token, t.started,
-        t.finished, $8, $6,
+    INSERT INTO evc_delivery_attempts (event_id, consumer, generation, attempt, owner,
+        fencing_token, started_at, finished_at, outcome, error_code, duration_ms)
+    SELECT d.event_id, d.consumer, d.generation, d.attempt, d.lease_owner, d.fencing_token,
+        t.started, t.finished, $8, $6,
         floor(extract(epoch FROM t.finished - t.started) * 1000)::int8
     FROM d CROSS JOIN (
         SELECT to_timestamp($7::float8) AS started,
@@ -433,7 +437,7 @@ WITH d AS (
         next_attempt_at = CASE WHEN $4 = 'pending'
             THEN clock_timestamp() + $5::int8 * interval '1 millisecond' ELSE next_attempt_at END
     WHERE event_id = $1 AND consumer = $2 AND fencing_token = $3 AND status = 'leased'
-    RETURNING event_id, consumer, attempt, lease_owner, fencing_token
+    RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token
 ",
     failed_attempt_row!()
 );
@@ -452,7 +456,7 @@ WITH d AS (
         next_attempt_at = CASE WHEN $4 = 'pending'
             THEN clock_timestamp() + $5::int8 * interval '1 millisecond' ELSE next_attempt_at END
     WHERE event_id = $1 AND consumer = $2 AND fencing_token = $3 - 1 AND status = 'pending'
-    RETURNING event_id, consumer, attempt, lease_owner, fencing_token
+    RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token
 ",
     failed_attempt_row!()
 );
@@ -490,7 +494,7 @@ SELECT count(*) FROM d";
 /// At most `$1` rows per call. Returns the numbers recovered (pending or dead) and dead.
 pub(crate) const RECOVER_EXPIRED: &str = "\
 WITH x AS (
-    SELECT event_id, consumer, attempt, lease_owner, fencing_token, updated_at
+    SELECT ctid, event_id, consumer, generation, attempt, lease_owner, fencing_token, updated_at
     FROM evc_deliveries
     WHERE status = 'leased' AND lease_until < now()
     ORDER BY lease_until
@@ -505,12 +509,14 @@ WITH x AS (
     SET status = CASE WHEN y.exhausted THEN 'dead' ELSE 'pending' END, lease_until = NULL,
         next_attempt_at = now(), last_error_code = 'lease_expired', updated_at = now()
     FROM y
-    WHERE d.event_id = y.event_id AND d.consumer = y.consumer
+    -- By ctid: the rows are locked, so they stay where `x` found them (and an earlier,
+    -- replayed generation of the delivery is left alone).
+    WHERE d.ctid = y.ctid
     RETURNING d.event_id
 ), a AS (
-    INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, fencing_token,
-        started_at, finished_at, outcome, error_code, duration_ms)
-    SELECT y.event_id, y.consumer, greatest(y.attempt, 1), y.lease_owner, y.fencing_token,
+    INSERT INTO evc_delivery_attempts (event_id, consumer, generation, attempt, owner,
+        fencing_token, started_at, finished_at, outcome, error_code, duration_ms)
+    SELECT y.event_id, y.consumer, y.generation, greatest(y.attempt, 1), y.lease_owner, y.fencing_token,
         y.updated_at, greatest(clock_timestamp(), y.updated_at),
         CASE WHEN y.exhausted THEN 'dead' ELSE 'lease_expired' END, 'lease_expired',
         floor(extract(epoch FROM greatest(clock_timestamp(), y.updated_at) - y.updated_at)
@@ -618,9 +624,11 @@ SELECT c.consumer,
     (SELECT extract(epoch FROM now() - d.created_at)::float8 FROM evc_deliveries d
         WHERE d.consumer = c.consumer AND d.status = 'pending'
         ORDER BY d.event_seq LIMIT 1) AS oldest_pending_s,
-    coalesce(s.paused, false) AS paused, s.mode AS mode
+    coalesce(s.paused, false) AS paused, s.mode AS mode,
+    coalesce(r.rejected, 0) AS stale_rejections
 FROM UNNEST($1::text[]) AS c (consumer)
 LEFT JOIN evc_consumer_state s ON s.consumer = c.consumer
+LEFT JOIN evc_stale_rejections r ON r.consumer = c.consumer
 ORDER BY c.consumer";
 
 /// Produce-to-ack lag per producer class and consumer: over the newest `$2` attempt rows (the
@@ -674,9 +682,134 @@ ORDER BY c.name";
 /// Forgets the heartbeats of owners `$1` (a dispatcher that shut down is not silent).
 pub(crate) const FORGET_HEARTBEATS: &str = "DELETE FROM evc_heartbeats WHERE owner = ANY($1)";
 
+// ---------------------------------------------------------------------------------------------
+// Replay (docs/runtime.md, "Replay"). A replay supersedes settled deliveries with a next
+// generation; served by evc_deliveries_settled_idx.
+// ---------------------------------------------------------------------------------------------
+
+/// The settled deliveries of consumer `$1` a replay would take (and `evc dlq list` lists):
+/// status in `$2` (`dead`, `quarantined`), event type `$3` (NULL: any), event ids `$4` (empty:
+/// any), oldest first, at most `$5`; each with its event's type and version and the requirement
+/// under which the deployed registry subscribes the consumer to that type (NULL: no longer
+/// subscribed).
+macro_rules! settled_deliveries {
+    () => {
+        "SELECT d.event_id, d.consumer, d.generation, d.status, d.attempt, d.last_error_code,
+    extract(epoch FROM d.updated_at)::float8 AS settled_at, e.event_type, e.schema_version,
+    s.requirement
+FROM evc_deliveries d
+JOIN evc_events e ON e.event_id = d.event_id
+LEFT JOIN evc_subscriptions s ON s.consumer = d.consumer AND s.event_type = e.event_type
+    AND s.registry_digest = (SELECT digest FROM evc_registry_state)
+WHERE d.consumer = $1 AND d.status IN ('dead', 'quarantined') AND d.status = ANY($2::text[])
+    AND ($3::text IS NULL OR e.event_type = $3)
+    AND (cardinality($4::uuid[]) = 0 OR d.event_id = ANY($4::uuid[]))
+ORDER BY d.event_seq, d.generation
+LIMIT $5"
+    };
+}
+
+/// [`settled_deliveries!`], read only.
+pub(crate) const SETTLED_DELIVERIES: &str = settled_deliveries!();
+
+/// [`settled_deliveries!`], row-locked for the rest of the replay's transaction.
+pub(crate) const SETTLED_DELIVERIES_LOCKED: &str =
+    concat!(settled_deliveries!(), "\nFOR UPDATE OF d");
+
+/// Serializes replays that present idempotency key `$1` (transaction-scoped).
+pub(crate) const LOCK_REPLAY_KEY: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 7266))";
+
+/// The replay recorded under idempotency key `$1`, if any.
+pub(crate) const REPLAY_BY_KEY: &str = "\
+SELECT id, plan_digest, deliveries FROM evc_replays WHERE idempotency_key = $1";
+
+/// Records a replay as applied: `$1` plan digest, `$2` reason, `$3` approval reference, `$4`
+/// idempotency key, `$5` deliveries. Returns its id.
+pub(crate) const INSERT_REPLAY: &str = "\
+INSERT INTO evc_replays (plan_digest, reason, approval_ref, idempotency_key, applied_at, counts,
+    deliveries)
+VALUES ($1, $2, $3, $4, now(), jsonb_build_object('planned', $5::int4, 'replayed', $5::int4), $5)
+RETURNING id";
+
+/// Applies replay `$1` to consumer `$2`'s settled deliveries named by parallel arrays `$3`
+/// event ids and `$4` generations (locked by [`SETTLED_DELIVERIES_LOCKED`]): each original
+/// becomes `replayed`, gets its `evc_replay_items` row (the status it left and its event's
+/// version), and a next generation is written `pending`, due now, with no attempt counted, the
+/// original's fencing token (so no token of the original is ever current again) and the
+/// replay's id. Returns the number of new deliveries.
+pub(crate) const APPLY_REPLAY: &str = "\
+WITH p AS (
+    SELECT d.ctid, d.event_id, d.consumer, d.generation, d.status, d.event_seq, d.order_key,
+        d.fencing_token
+    FROM evc_deliveries d
+    JOIN UNNEST($3::uuid[], $4::int4[]) AS r (event_id, generation)
+        ON d.event_id = r.event_id AND d.generation = r.generation
+    WHERE d.consumer = $2 AND d.status IN ('dead', 'quarantined')
+), o AS (
+    UPDATE evc_deliveries d SET status = 'replayed', updated_at = now()
+    FROM p WHERE d.ctid = p.ctid
+    RETURNING 1
+), i AS (
+    INSERT INTO evc_replay_items (replay_id, event_id, consumer, generation, replayed_from,
+        schema_version)
+    SELECT $1, p.event_id, p.consumer, p.generation, p.status, e.schema_version
+    FROM p JOIN evc_events e ON e.event_id = p.event_id
+    RETURNING 1
+), n AS (
+    INSERT INTO evc_deliveries (event_id, consumer, generation, event_seq, order_key, status,
+        attempt, next_attempt_at, fencing_token, replay_id)
+    SELECT p.event_id, p.consumer, p.generation + 1, p.event_seq, p.order_key, 'pending', 0,
+        now(), p.fencing_token, $1
+    FROM p
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM n) AS created, (SELECT count(*) FROM o) AS superseded,
+    (SELECT count(*) FROM i) AS items";
+
+// ---------------------------------------------------------------------------------------------
+// Shadow mode and stale-token counts (docs/runtime.md, "Modes").
+// ---------------------------------------------------------------------------------------------
+
+/// Records what a shadow-mode handler meant to do, fenced like [`RECORD_EFFECT`]: consumer
+/// `$1`, event `$2`, token `$3`, intended effects `$4` (a JSON array). `$5`: the lease is held
+/// (the delivery is still `pending` with the token below `$3`, row-locked by the caller's
+/// transaction) rather than leased. One row per delivery generation; a rerun after a lost ack
+/// keeps the first. Returns `leased` (0: stale token).
+pub(crate) const RECORD_RECONCILIATION: &str = "\
+WITH l AS (
+    SELECT generation FROM evc_deliveries
+    WHERE event_id = $2 AND consumer = $1
+        AND CASE WHEN $5 THEN fencing_token = $3 - 1 AND status = 'pending'
+            ELSE fencing_token = $3 AND status = 'leased' END
+    FOR UPDATE
+), i AS (
+    INSERT INTO evc_reconciliations (consumer, event_id, generation, fencing_token, intended)
+    SELECT $1, $2, l.generation, $3, $4::jsonb FROM l
+    ON CONFLICT (consumer, event_id, generation) DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM l) AS leased";
+
+/// Opens the shadow-mode handler's savepoint (its writes are rolled back to it).
+pub(crate) const SHADOW_SAVEPOINT: &str = "SAVEPOINT evc_shadow";
+
+/// Undoes everything a shadow-mode handler wrote on the transaction.
+pub(crate) const SHADOW_ROLLBACK: &str = "ROLLBACK TO SAVEPOINT evc_shadow";
+
+/// Whether consumer `$1` has an effect row under key `$2` (a shadow-mode handler is told, as
+/// a live one would be, whether the effect was recorded before).
+pub(crate) const EFFECT_RECORDED: &str = "\
+SELECT EXISTS (SELECT 1 FROM evc_consumer_effects WHERE consumer = $1 AND effect_key = $2)";
+
+/// Counts `$2` stale-token refusals for consumer `$1`, for every process to see.
+pub(crate) const COUNT_STALE: &str = "\
+INSERT INTO evc_stale_rejections AS r (consumer, rejected) VALUES ($1, $2)
+ON CONFLICT (consumer) DO UPDATE SET rejected = r.rejected + EXCLUDED.rejected, last_at = now()";
+
 /// Everything recorded for trace `$1`, in order: its events (when produced), their deliveries
-/// (when created; detail: the current status) and their attempts (when finished; detail: the
-/// outcome and error code).
+/// (when created; detail: the current status, and the generation and replay of a replayed
+/// one), their attempts (when finished; detail: the outcome and error code) and the replays
+/// that superseded their deliveries (when applied).
 pub(crate) const TIMELINE: &str = "\
 WITH e AS (
     SELECT event_id, event_type, schema_version, produced_at, seq FROM evc_events
@@ -690,12 +823,24 @@ FROM (
         NULL::int4 AS attempt
     FROM e
     UNION ALL
-    SELECT d.created_at, 1, e.seq, 'delivery', d.event_id, d.consumer, d.status, d.attempt
+    SELECT d.created_at, 1, e.seq, 'delivery', d.event_id, d.consumer,
+        d.status || CASE WHEN d.generation > 0
+            THEN ' (generation ' || d.generation || ', replay ' || d.replay_id || ')' ELSE '' END,
+        d.attempt
     FROM e JOIN evc_deliveries d ON d.event_id = e.event_id
     UNION ALL
     SELECT a.finished_at, 2, e.seq, 'attempt', a.event_id, a.consumer,
-        a.outcome || coalesce(' (' || a.error_code || ')', ''), a.attempt
+        a.outcome || coalesce(' (' || a.error_code || ')', '')
+            || CASE WHEN a.generation > 0 THEN ' [generation ' || a.generation || ']' ELSE '' END,
+        a.attempt
     FROM e JOIN evc_delivery_attempts a ON a.event_id = e.event_id
+    UNION ALL
+    SELECT r.applied_at, 3, e.seq, 'replay', i.event_id, i.consumer,
+        'replay ' || r.id || ' of generation ' || i.generation || ' from ' || i.replayed_from
+            || ' (approval ' || r.approval_ref || ')',
+        NULL::int4
+    FROM e JOIN evc_replay_items i ON i.event_id = e.event_id
+    JOIN evc_replays r ON r.id = i.replay_id
 ) AS t
 ORDER BY t.at, t.rank, t.seq, t.consumer, t.attempt";
 

@@ -1,0 +1,541 @@
+//! Replay from dead-letter or quarantine (docs/runtime.md, "Replay"): a dry run returns the
+//! plan and its digest; apply presents that digest with a reason, an approval reference and an
+//! idempotency key, and supersedes each planned delivery with a next generation that references
+//! the replay. Everything is checked against the registry the database deploys (its mirror), so
+//! a consumer that no longer accepts an event's version refuses the replay.
+
+use std::fmt::Write as _;
+
+use sqlx::Row;
+use sqlx::postgres::{PgPool, PgRow};
+use uuid::Uuid;
+
+use super::sql;
+use crate::append::sha256_hex;
+
+/// Longest replay reason, in characters.
+pub const MAX_REPLAY_REASON_CHARS: usize = 500;
+
+/// Most deliveries one replay plan takes when the selection names no limit.
+pub const DEFAULT_REPLAY_LIMIT: u32 = 1_000;
+
+/// A settled status a replay starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SettledStatus {
+    /// Dead-lettered: retries exhausted, or a permanent or poison failure.
+    Dead,
+    /// Quarantined: a scope, schema or integrity failure.
+    Quarantined,
+}
+
+impl SettledStatus {
+    /// The status as the database stores it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Dead => "dead",
+            Self::Quarantined => "quarantined",
+        }
+    }
+
+    fn parse(status: &str) -> Option<Self> {
+        match status {
+            "dead" => Some(Self::Dead),
+            "quarantined" => Some(Self::Quarantined),
+            _ => None,
+        }
+    }
+}
+
+/// Which settled deliveries of one consumer a replay (or a dead-letter listing) takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplaySelection {
+    /// The consumer.
+    pub consumer: String,
+    /// The statuses taken (both by default).
+    pub statuses: Vec<SettledStatus>,
+    /// Only events of this type.
+    pub event_type: Option<String>,
+    /// Only these events (empty: any).
+    pub event_ids: Vec<Uuid>,
+    /// At most this many deliveries, oldest first.
+    pub limit: u32,
+}
+
+impl ReplaySelection {
+    /// Every dead or quarantined delivery of `consumer`, up to [`DEFAULT_REPLAY_LIMIT`].
+    pub fn consumer(consumer: impl Into<String>) -> Self {
+        Self {
+            consumer: consumer.into(),
+            statuses: vec![SettledStatus::Dead, SettledStatus::Quarantined],
+            event_type: None,
+            event_ids: Vec::new(),
+            limit: DEFAULT_REPLAY_LIMIT,
+        }
+    }
+
+    /// Only deliveries in `statuses`.
+    pub fn statuses(mut self, statuses: impl IntoIterator<Item = SettledStatus>) -> Self {
+        self.statuses = statuses.into_iter().collect();
+        self
+    }
+
+    /// Only events of `event_type`.
+    pub fn event_type(mut self, event_type: impl Into<String>) -> Self {
+        self.event_type = Some(event_type.into());
+        self
+    }
+
+    /// Only the events `ids`.
+    pub fn event_ids(mut self, ids: impl IntoIterator<Item = Uuid>) -> Self {
+        self.event_ids = ids.into_iter().collect();
+        self
+    }
+
+    /// At most `limit` deliveries.
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
+    }
+}
+
+/// A dead or quarantined delivery: what `evc dlq list` shows and a replay plan holds.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct SettledDelivery {
+    /// The event.
+    pub event_id: Uuid,
+    /// The consumer.
+    pub consumer: String,
+    /// 0 for the delivery the append wrote; one more for each replay since.
+    pub generation: i32,
+    /// Dead or quarantined.
+    pub status: SettledStatus,
+    /// Attempts made.
+    pub attempts: i32,
+    /// The last attempt's error code (never a message).
+    pub last_error_code: Option<String>,
+    /// When it settled, epoch seconds.
+    pub settled_at: f64,
+    /// The event type.
+    pub event_type: String,
+    /// The version the event was produced with.
+    pub version: String,
+    /// The requirement under which the deployed registry subscribes the consumer to the type
+    /// (`None`: no longer subscribed).
+    pub requirement: Option<String>,
+}
+
+impl SettledDelivery {
+    /// Whether the deployed registry's consumer still accepts this event's version.
+    pub fn version_supported(&self) -> bool {
+        let Some(requirement) = &self.requirement else {
+            return false;
+        };
+        match (
+            semver::VersionReq::parse(requirement),
+            semver::Version::parse(&self.version),
+        ) {
+            (Ok(requirement), Ok(version)) => requirement.matches(&version),
+            _ => false,
+        }
+    }
+
+    fn from_row(row: &PgRow) -> Result<Self, sqlx::Error> {
+        let status: String = row.try_get("status")?;
+        Ok(Self {
+            event_id: row.try_get("event_id")?,
+            consumer: row.try_get("consumer")?,
+            generation: row.try_get("generation")?,
+            status: SettledStatus::parse(&status).unwrap_or(SettledStatus::Dead),
+            attempts: row.try_get("attempt")?,
+            last_error_code: row.try_get("last_error_code")?,
+            settled_at: row.try_get("settled_at")?,
+            event_type: row.try_get("event_type")?,
+            version: row.try_get("schema_version")?,
+            requirement: row.try_get("requirement")?,
+        })
+    }
+}
+
+/// A dry run's answer: the deliveries a replay would supersede, and the digest apply must
+/// present.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ReplayPlan {
+    /// The selection planned.
+    pub selection: ReplaySelection,
+    /// The deliveries, oldest event first.
+    pub deliveries: Vec<SettledDelivery>,
+    /// SHA-256 (hex) of the consumer and of each delivery's event, generation, status and
+    /// version, in order: any change to what would be replayed changes it.
+    pub digest: String,
+}
+
+impl ReplayPlan {
+    /// The deliveries whose version the consumer no longer accepts (apply refuses them).
+    pub fn unsupported(&self) -> impl Iterator<Item = &SettledDelivery> {
+        self.deliveries.iter().filter(|d| !d.version_supported())
+    }
+}
+
+/// What apply needs besides the selection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplayApproval {
+    /// The dry run's digest.
+    pub digest: String,
+    /// Why, 1 to 500 characters.
+    pub reason: String,
+    /// Who or what approved it (a ticket, a change request).
+    pub approval_ref: String,
+    /// The same key applies once; repeating it answers with the first result.
+    pub idempotency_key: String,
+}
+
+impl ReplayApproval {
+    /// An approval.
+    pub fn new(
+        digest: impl Into<String>,
+        reason: impl Into<String>,
+        approval_ref: impl Into<String>,
+        idempotency_key: impl Into<String>,
+    ) -> Self {
+        Self {
+            digest: digest.into(),
+            reason: reason.into(),
+            approval_ref: approval_ref.into(),
+            idempotency_key: idempotency_key.into(),
+        }
+    }
+}
+
+/// What apply did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplayApplied {
+    /// The replay's id (`evc_replays.id`; the new deliveries' `replay_id`).
+    pub replay_id: i64,
+    /// New deliveries created (by the first apply, when repeated).
+    pub deliveries: u64,
+    /// Whether the idempotency key had been applied before: nothing new was created.
+    pub repeated: bool,
+}
+
+/// Why a replay was refused. Nothing was written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplayError {
+    /// The consumer is not deployed (not in the database's registry mirror).
+    #[error("consumer {0} is not deployed in this database")]
+    UnknownConsumer(String),
+    /// The digest presented is not the current plan's: the dead-letter set changed since the
+    /// dry run, or the selection differs.
+    #[error(
+        "plan digest {presented} does not match the current plan {current}; run the dry run again"
+    )]
+    DigestMismatch {
+        /// The digest presented.
+        presented: String,
+        /// The current plan's digest.
+        current: String,
+    },
+    /// No reason was given.
+    #[error("a replay needs a reason (1 to {MAX_REPLAY_REASON_CHARS} characters)")]
+    ReasonMissing,
+    /// The reason is too long.
+    #[error(
+        "the replay reason has {chars} characters; at most {MAX_REPLAY_REASON_CHARS} are allowed"
+    )]
+    ReasonTooLong {
+        /// Its length in characters.
+        chars: usize,
+    },
+    /// No approval reference was given.
+    #[error("a replay needs an approval reference")]
+    ApprovalMissing,
+    /// No idempotency key was given.
+    #[error("a replay needs an idempotency key")]
+    IdempotencyKeyMissing,
+    /// The idempotency key was applied before, to another plan.
+    #[error("idempotency key {key} was applied to another plan (digest {digest})")]
+    IdempotencyKeyReused {
+        /// The key.
+        key: String,
+        /// The digest it was applied with.
+        digest: String,
+    },
+    /// The plan is empty: nothing is dead or quarantined under the selection.
+    #[error("nothing to replay: no dead or quarantined delivery matches")]
+    NothingToReplay,
+    /// The consumer no longer accepts the version of a planned event.
+    #[error(
+        "consumer {consumer} no longer accepts {event_type} {version} (event {event_id}; {})",
+        requirement.as_deref().map_or_else(|| "no longer subscribed".to_owned(), |r| format!("accepts {r}"))
+    )]
+    UnsupportedVersion {
+        /// The event.
+        event_id: Uuid,
+        /// The consumer.
+        consumer: String,
+        /// The event type.
+        event_type: String,
+        /// The event's version.
+        version: String,
+        /// What the consumer accepts now (`None`: not subscribed any more).
+        requirement: Option<String>,
+    },
+    /// The database failed.
+    #[error("outbox database error: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+/// The settled deliveries `selection` takes, read only.
+pub(crate) async fn settled(
+    pool: &PgPool,
+    selection: &ReplaySelection,
+) -> Result<Vec<SettledDelivery>, sqlx::Error> {
+    let rows = settled_query(sql::SETTLED_DELIVERIES, selection)
+        .fetch_all(pool)
+        .await?;
+    rows.iter().map(SettledDelivery::from_row).collect()
+}
+
+fn settled_query<'q>(
+    statement: &'static str,
+    selection: &'q ReplaySelection,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let statuses: Vec<&str> = selection.statuses.iter().map(|s| s.as_str()).collect();
+    sqlx::query(statement)
+        .bind(&selection.consumer)
+        .bind(statuses)
+        .bind(selection.event_type.as_deref())
+        .bind(&selection.event_ids)
+        .bind(i64::from(selection.limit.max(1)))
+}
+
+/// The plan of `selection` (a dry run: nothing is written).
+pub(crate) async fn plan(
+    pool: &PgPool,
+    selection: &ReplaySelection,
+) -> Result<ReplayPlan, sqlx::Error> {
+    let deliveries = settled(pool, selection).await?;
+    Ok(plan_of(selection, deliveries))
+}
+
+fn plan_of(selection: &ReplaySelection, deliveries: Vec<SettledDelivery>) -> ReplayPlan {
+    let mut canonical = format!("evc-replay-plan/1\n{}\n", selection.consumer);
+    for d in &deliveries {
+        let _ = writeln!(
+            canonical,
+            "{} {} {} {} {}",
+            d.event_id,
+            d.generation,
+            d.status.as_str(),
+            d.event_type,
+            d.version
+        );
+    }
+    ReplayPlan {
+        selection: selection.clone(),
+        digest: sha256_hex(canonical.as_bytes()),
+        deliveries,
+    }
+}
+
+/// Checks the approval's fields before anything is read.
+fn check_approval(approval: &ReplayApproval) -> Result<(), ReplayError> {
+    let chars = approval.reason.chars().count();
+    if approval.reason.trim().is_empty() {
+        return Err(ReplayError::ReasonMissing);
+    }
+    if chars > MAX_REPLAY_REASON_CHARS {
+        return Err(ReplayError::ReasonTooLong { chars });
+    }
+    if approval.approval_ref.trim().is_empty() {
+        return Err(ReplayError::ApprovalMissing);
+    }
+    if approval.idempotency_key.trim().is_empty() {
+        return Err(ReplayError::IdempotencyKeyMissing);
+    }
+    Ok(())
+}
+
+/// Applies `selection` under `approval`, in one transaction (see [`crate::Console::replay`]).
+pub(crate) async fn apply(
+    pool: &PgPool,
+    selection: &ReplaySelection,
+    approval: &ReplayApproval,
+) -> Result<ReplayApplied, ReplayError> {
+    check_approval(approval)?;
+    let mut tx = pool.begin().await?;
+    sqlx::query(sql::LOCK_REPLAY_KEY)
+        .bind(&approval.idempotency_key)
+        .execute(&mut *tx)
+        .await?;
+    if let Some(row) = sqlx::query(sql::REPLAY_BY_KEY)
+        .bind(&approval.idempotency_key)
+        .fetch_optional(&mut *tx)
+        .await?
+    {
+        let digest: String = row.try_get("plan_digest")?;
+        tx.rollback().await?;
+        if digest != approval.digest {
+            return Err(ReplayError::IdempotencyKeyReused {
+                key: approval.idempotency_key.clone(),
+                digest,
+            });
+        }
+        let deliveries: i32 = row.try_get("deliveries")?;
+        return Ok(ReplayApplied {
+            replay_id: row.try_get("id")?,
+            deliveries: u64::try_from(deliveries).unwrap_or(0),
+            repeated: true,
+        });
+    }
+
+    // The plan again, its rows locked until commit: what is checked is what is replayed.
+    let rows = settled_query(sql::SETTLED_DELIVERIES_LOCKED, selection)
+        .fetch_all(&mut *tx)
+        .await?;
+    let deliveries = rows
+        .iter()
+        .map(SettledDelivery::from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    let plan = plan_of(selection, deliveries);
+    if plan.digest != approval.digest {
+        return Err(ReplayError::DigestMismatch {
+            presented: approval.digest.clone(),
+            current: plan.digest,
+        });
+    }
+    if plan.deliveries.is_empty() {
+        return Err(ReplayError::NothingToReplay);
+    }
+    if let Some(d) = plan.unsupported().next() {
+        return Err(ReplayError::UnsupportedVersion {
+            event_id: d.event_id,
+            consumer: d.consumer.clone(),
+            event_type: d.event_type.clone(),
+            version: d.version.clone(),
+            requirement: d.requirement.clone(),
+        });
+    }
+
+    let count = i32::try_from(plan.deliveries.len()).unwrap_or(i32::MAX);
+    let replay_id: i64 = sqlx::query_scalar(sql::INSERT_REPLAY)
+        .bind(&plan.digest)
+        .bind(&approval.reason)
+        .bind(&approval.approval_ref)
+        .bind(&approval.idempotency_key)
+        .bind(count)
+        .fetch_one(&mut *tx)
+        .await?;
+    let ids: Vec<Uuid> = plan.deliveries.iter().map(|d| d.event_id).collect();
+    let generations: Vec<i32> = plan.deliveries.iter().map(|d| d.generation).collect();
+    let row = sqlx::query(sql::APPLY_REPLAY)
+        .bind(replay_id)
+        .bind(&selection.consumer)
+        .bind(&ids)
+        .bind(&generations)
+        .fetch_one(&mut *tx)
+        .await?;
+    let created: i64 = row.try_get("created")?;
+    sqlx::query(sql::NOTIFY_CONSUMERS)
+        .bind(vec![selection.consumer.as_str()])
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    tracing::info!(
+        replay_id,
+        consumer = %selection.consumer,
+        deliveries = created,
+        approval = %approval.approval_ref,
+        "replay applied"
+    );
+    Ok(ReplayApplied {
+        replay_id,
+        deliveries: u64::try_from(created).unwrap_or(0),
+        repeated: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delivery(version: &str, requirement: Option<&str>) -> SettledDelivery {
+        SettledDelivery {
+            event_id: Uuid::nil(),
+            consumer: "c".to_owned(),
+            generation: 0,
+            status: SettledStatus::Dead,
+            attempts: 3,
+            last_error_code: None,
+            settled_at: 0.0,
+            event_type: "t".to_owned(),
+            version: version.to_owned(),
+            requirement: requirement.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn versions_are_checked_against_the_deployed_requirement() {
+        assert!(delivery("1.2.0", Some("^1")).version_supported());
+        assert!(delivery("2.0.0", Some(">=1, <3")).version_supported());
+        assert!(!delivery("1.2.0", Some("^2")).version_supported());
+        assert!(!delivery("1.2.0", None).version_supported());
+    }
+
+    #[test]
+    fn the_digest_covers_every_planned_field() {
+        let selection = ReplaySelection::consumer("c");
+        let base = plan_of(&selection, vec![delivery("1.0.0", Some("^1"))]).digest;
+        let mut other = delivery("1.0.0", Some("^1"));
+        other.generation = 1;
+        assert_ne!(plan_of(&selection, vec![other]).digest, base);
+        let mut other = delivery("1.0.0", Some("^1"));
+        other.status = SettledStatus::Quarantined;
+        assert_ne!(plan_of(&selection, vec![other]).digest, base);
+        assert_ne!(
+            plan_of(&selection, vec![delivery("1.0.1", Some("^1"))]).digest,
+            base
+        );
+        assert_ne!(plan_of(&selection, Vec::new()).digest, base);
+        assert_eq!(
+            plan_of(&selection, vec![delivery("1.0.0", Some("^1"))]).digest,
+            base
+        );
+    }
+
+    #[test]
+    fn approvals_are_checked_before_anything_is_read() {
+        let ok = ReplayApproval::new("d", "fixed the bug", "CHG-1", "k");
+        assert!(check_approval(&ok).is_ok());
+        let mut a = ok.clone();
+        a.reason = "  ".to_owned();
+        assert!(matches!(
+            check_approval(&a),
+            Err(ReplayError::ReasonMissing)
+        ));
+        a.reason = "é".repeat(500);
+        assert!(check_approval(&a).is_ok());
+        a.reason = "é".repeat(501);
+        assert!(matches!(
+            check_approval(&a),
+            Err(ReplayError::ReasonTooLong { chars: 501 })
+        ));
+        let mut a = ok.clone();
+        a.approval_ref.clear();
+        assert!(matches!(
+            check_approval(&a),
+            Err(ReplayError::ApprovalMissing)
+        ));
+        let mut a = ok;
+        a.idempotency_key.clear();
+        assert!(matches!(
+            check_approval(&a),
+            Err(ReplayError::IdempotencyKeyMissing)
+        ));
+    }
+}

@@ -1,0 +1,358 @@
+//! Replay from dead-letter and quarantine, on a real server: the dry run's plan and digest,
+//! every refusal (wrong digest, missing or over-long reason, missing approval, a key reused for
+//! another plan, a version the consumer no longer accepts, an unknown consumer) leaving nothing
+//! written, and an apply that supersedes the originals with new deliveries referencing them,
+//! once per idempotency key, audited and visible in the trace's timeline.
+
+mod support;
+
+use std::time::Duration;
+
+use evc_runtime::{
+    Console, FailureClass, ReplayApproval, ReplayError, ReplaySelection, RetryDecision,
+    SettledStatus,
+};
+use sqlx::postgres::PgPool;
+use support::{TRACE_ID, TestResult, append_notes, dispatch_store, with_database};
+
+const CONSUMER: &str = "d.unordered";
+
+/// Lists `consumer` in the database's registry mirror, subscribed to `test.note` under
+/// `requirement`, as a deployed registry migration would (the test registry is not one).
+async fn deploy(pool: &PgPool, consumer: &str, requirement: &str) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql(
+        "INSERT INTO evc_retry_policies (name, kind, base_delay_ms, max_attempts, jitter, \
+             retry_on, registry_digest) \
+         SELECT 'fixed.200ms', 'fixed_delay', 200, 4, 'none', '{transient}', digest \
+         FROM evc_registry_state ON CONFLICT DO NOTHING; \
+         INSERT INTO evc_event_types (name, description, producer_class, order_key, compat, \
+             status, max_payload_bytes, registry_digest) \
+         SELECT 'test.note', 'A note.', 'notes', '{note_id}', 'backward', 'active', 512, digest \
+         FROM evc_registry_state ON CONFLICT DO NOTHING",
+    )
+    .execute(pool)
+    .await?;
+    sqlx::query(
+        "INSERT INTO evc_consumers (name, description, executor_kind, retry_policy, handler, \
+             ordering, mode, heartbeat_threshold_ms, registry_digest) \
+         SELECT $1, 'test', 'leased', 'fixed.200ms', 'h', 'none', 'live', 60000, digest \
+         FROM evc_registry_state ON CONFLICT DO NOTHING",
+    )
+    .bind(consumer)
+    .execute(pool)
+    .await?;
+    sqlx::query(
+        "INSERT INTO evc_subscriptions (consumer, event_type, requirement, registry_digest) \
+         SELECT $1, 'test.note', $2, digest FROM evc_registry_state \
+         ON CONFLICT (consumer, event_type) DO UPDATE SET requirement = EXCLUDED.requirement",
+    )
+    .bind(consumer)
+    .bind(requirement)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Four notes for the dispatch consumers; `d.unordered`'s first two dead, the third
+/// quarantined, the fourth acked. Returns the leases of those attempts.
+async fn settle_some(
+    store: &evc_runtime::PgStore,
+) -> Result<Vec<evc_runtime::Lease>, Box<dyn std::error::Error + Send + Sync>> {
+    append_notes(store, 4, 4).await?;
+    let claimed = store
+        .claim(CONSUMER, "w/1", 4, Duration::from_secs(30), false)
+        .await?;
+    assert_eq!(claimed.len(), 4);
+    for (claimed, (class, code, decision)) in claimed.iter().zip([
+        (FailureClass::Permanent, "boom", RetryDecision::Dead),
+        (FailureClass::Poison, "crash", RetryDecision::Dead),
+        (FailureClass::Schema, "bad_shape", RetryDecision::Quarantine),
+    ]) {
+        store.fail(&claimed.lease, class, code, decision).await?;
+    }
+    store.ack(&claimed[3].lease).await?;
+    Ok(claimed.into_iter().map(|c| c.lease).collect())
+}
+
+/// `(status, generation, count)` of `d.unordered`'s deliveries.
+async fn generations(pool: &PgPool) -> Result<Vec<(String, i32, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT status, generation, count(*) FROM evc_deliveries WHERE consumer = $1 \
+         GROUP BY status, generation ORDER BY generation, status",
+    )
+    .bind(CONSUMER)
+    .fetch_all(pool)
+    .await
+}
+
+async fn replays(pool: &PgPool) -> Result<(i64, i64), sqlx::Error> {
+    sqlx::query_as(
+        "SELECT (SELECT count(*) FROM evc_replays), (SELECT count(*) FROM evc_replay_items)",
+    )
+    .fetch_one(pool)
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_is_planned_checked_applied_once_and_audited() -> TestResult {
+    with_database(|pool| async move {
+        let store = dispatch_store(&pool, 4).await?;
+        let original_leases = settle_some(&store).await?;
+        deploy(&pool, CONSUMER, "^1").await?;
+        let console = Console::connect(pool.clone()).await?;
+        let before = generations(&pool).await?;
+        assert_eq!(
+            before,
+            [
+                ("acked".to_owned(), 0, 1),
+                ("dead".to_owned(), 0, 2),
+                ("quarantined".to_owned(), 0, 1)
+            ]
+        );
+
+        // The dead-letter listing and the dry run.
+        let all = ReplaySelection::consumer(CONSUMER);
+        let listed = console.dead_letters(&all).await?;
+        assert_eq!(listed.len(), 3);
+        assert_eq!(
+            listed
+                .iter()
+                .map(|d| (d.status, d.last_error_code.as_deref(), d.attempts))
+                .collect::<Vec<_>>(),
+            [
+                (SettledStatus::Dead, Some("boom"), 1),
+                (SettledStatus::Dead, Some("crash"), 1),
+                (SettledStatus::Quarantined, Some("bad_shape"), 1)
+            ]
+        );
+        let dead_only = console
+            .replay_plan(&all.clone().statuses([SettledStatus::Dead]))
+            .await?;
+        assert_eq!(dead_only.deliveries.len(), 2);
+        let plan = console.replay_plan(&all).await?;
+        assert_eq!(plan.deliveries, listed);
+        assert_ne!(plan.digest, dead_only.digest);
+        assert_eq!(plan.unsupported().count(), 0);
+        // A dry run writes nothing.
+        assert_eq!(console.replay_plan(&all).await?.digest, plan.digest);
+        assert_eq!(generations(&pool).await?, before);
+
+        // Refusals, each leaving nothing behind.
+        let good = ReplayApproval::new(&plan.digest, "handler fixed in 1.4.2", "CHG-7", "r-1");
+        let wrong_digest =
+            ReplayApproval::new(&dead_only.digest, "handler fixed in 1.4.2", "CHG-7", "r-1");
+        match console.replay(&all, &wrong_digest).await {
+            Err(ReplayError::DigestMismatch { presented, current }) => {
+                assert_eq!(presented, dead_only.digest);
+                assert_eq!(current, plan.digest);
+            }
+            other => panic!("expected a digest mismatch, got {other:?}"),
+        }
+        let no_reason = ReplayApproval::new(&plan.digest, "", "CHG-7", "r-1");
+        assert!(matches!(
+            console.replay(&all, &no_reason).await,
+            Err(ReplayError::ReasonMissing)
+        ));
+        let long_reason = ReplayApproval::new(&plan.digest, "x".repeat(501), "CHG-7", "r-1");
+        assert!(matches!(
+            console.replay(&all, &long_reason).await,
+            Err(ReplayError::ReasonTooLong { chars: 501 })
+        ));
+        let no_approval = ReplayApproval::new(&plan.digest, "fixed", " ", "r-1");
+        assert!(matches!(
+            console.replay(&all, &no_approval).await,
+            Err(ReplayError::ApprovalMissing)
+        ));
+        assert!(matches!(
+            console
+                .replay(&ReplaySelection::consumer("nobody"), &good)
+                .await,
+            Err(ReplayError::UnknownConsumer(name)) if name == "nobody"
+        ));
+        assert_eq!(generations(&pool).await?, before);
+        assert_eq!(replays(&pool).await?, (0, 0));
+
+        // Apply: three new deliveries, generation 1, pending, referencing the replay.
+        let applied = console.replay(&all, &good).await?;
+        assert_eq!(applied.deliveries, 3);
+        assert!(!applied.repeated);
+        assert_eq!(
+            generations(&pool).await?,
+            [
+                ("acked".to_owned(), 0, 1),
+                ("replayed".to_owned(), 0, 3),
+                ("pending".to_owned(), 1, 3)
+            ]
+        );
+        let referencing: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM evc_deliveries n JOIN evc_replay_items i \
+                ON i.event_id = n.event_id AND i.consumer = n.consumer \
+                AND i.generation = n.generation - 1 AND i.replay_id = n.replay_id \
+             WHERE n.consumer = $1 AND n.replay_id = $2",
+        )
+        .bind(CONSUMER)
+        .bind(applied.replay_id)
+        .fetch_one(&pool)
+        .await?;
+        assert_eq!(referencing, 3);
+        let (reason, approval, deliveries): (String, String, i32) = sqlx::query_as(
+            "SELECT reason, approval_ref, deliveries FROM evc_replays WHERE id = $1",
+        )
+        .bind(applied.replay_id)
+        .fetch_one(&pool)
+        .await?;
+        assert_eq!(
+            (reason.as_str(), approval.as_str(), deliveries),
+            ("handler fixed in 1.4.2", "CHG-7", 3)
+        );
+
+        // The same key again: the first result, nothing new. Another plan under it: refused.
+        let again = console.replay(&all, &good).await?;
+        assert_eq!(again.replay_id, applied.replay_id);
+        assert_eq!(again.deliveries, 3);
+        assert!(again.repeated);
+        assert!(matches!(
+            console.replay(&all, &wrong_digest).await,
+            Err(ReplayError::IdempotencyKeyReused { key, .. }) if key == "r-1"
+        ));
+        assert_eq!(replays(&pool).await?, (1, 3));
+        assert_eq!(
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM evc_deliveries WHERE consumer = $1")
+                .bind(CONSUMER)
+                .fetch_one(&pool)
+                .await?,
+            7
+        );
+
+        // Nothing is left to replay under a new key.
+        let empty = console.replay_plan(&all).await?;
+        assert!(empty.deliveries.is_empty());
+        let new_key = ReplayApproval::new(&empty.digest, "again", "CHG-8", "r-2");
+        assert!(matches!(
+            console.replay(&all, &new_key).await,
+            Err(ReplayError::NothingToReplay)
+        ));
+
+        // The new deliveries run with a fresh attempt budget; the originals' tokens stay stale.
+        let old_token: i64 = sqlx::query_scalar(
+            "SELECT max(fencing_token) FROM evc_deliveries WHERE consumer = $1 \
+             AND status = 'replayed'",
+        )
+        .bind(CONSUMER)
+        .fetch_one(&pool)
+        .await?;
+        let claimed = store
+            .claim(CONSUMER, "w/2", 10, Duration::from_secs(30), false)
+            .await?;
+        assert_eq!(claimed.len(), 3);
+        assert!(claimed.iter().all(|c| c.lease.attempt == 1));
+        assert!(claimed.iter().all(|c| c.lease.token > old_token));
+        // A late ack from an original attempt's token touches neither generation, and is
+        // counted where every process's status report sees it.
+        let late = store.ack(&original_leases[0]).await;
+        assert!(late.is_err_and(|error| error.is_stale_token()));
+        let leases: Vec<_> = claimed.iter().map(|c| &c.lease).collect();
+        assert_eq!(store.ack_batch(&leases).await?.acked, 3);
+        let start = std::time::Instant::now();
+        let stale = loop {
+            let status = console.status(Duration::from_secs(60)).await?;
+            let stale = status
+                .consumers
+                .iter()
+                .find(|c| c.consumer == CONSUMER)
+                .map_or(0, |c| c.stale_rejections);
+            if stale > 0 || start.elapsed() > Duration::from_secs(10) {
+                break stale;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(stale, 1);
+        let attempts: Vec<(i32, String)> = sqlx::query_as(
+            "SELECT generation, outcome FROM evc_delivery_attempts WHERE consumer = $1 \
+             ORDER BY generation, id",
+        )
+        .bind(CONSUMER)
+        .fetch_all(&pool)
+        .await?;
+        let outcomes: Vec<(i32, &str)> = attempts.iter().map(|(g, o)| (*g, o.as_str())).collect();
+        assert_eq!(
+            outcomes,
+            [
+                (0, "dead"),
+                (0, "dead"),
+                (0, "quarantined"),
+                (0, "acked"),
+                (1, "acked"),
+                (1, "acked"),
+                (1, "acked")
+            ]
+        );
+
+        // The timeline shows the replays, after the failures they replayed.
+        let timeline = console.timeline(TRACE_ID).await?;
+        let replay_entries: Vec<_> = timeline
+            .iter()
+            .filter(|entry| entry.kind == "replay")
+            .collect();
+        assert_eq!(replay_entries.len(), 3);
+        assert!(replay_entries[0].detail.contains("approval CHG-7"));
+        let first_replay = timeline.iter().position(|e| e.kind == "replay");
+        let last_dead = timeline
+            .iter()
+            .rposition(|e| e.kind == "attempt" && e.detail.starts_with("dead"));
+        assert!(first_replay > last_dead);
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_is_refused_when_the_consumer_no_longer_accepts_the_version() -> TestResult {
+    with_database(|pool| async move {
+        let store = dispatch_store(&pool, 4).await?;
+        settle_some(&store).await?;
+        // The deployed registry moved the consumer to test.note ^2.
+        deploy(&pool, CONSUMER, "^2").await?;
+        let console = Console::connect(pool.clone()).await?;
+        let all = ReplaySelection::consumer(CONSUMER);
+        let plan = console.replay_plan(&all).await?;
+        assert_eq!(plan.unsupported().count(), 3);
+        let before = generations(&pool).await?;
+        let approval = ReplayApproval::new(&plan.digest, "retry after fix", "CHG-9", "r-9");
+        match console.replay(&all, &approval).await {
+            Err(ReplayError::UnsupportedVersion {
+                consumer,
+                event_type,
+                version,
+                requirement,
+                ..
+            }) => {
+                assert_eq!(consumer, CONSUMER);
+                assert_eq!(event_type, "test.note");
+                assert_eq!(version, "1.0.0");
+                assert_eq!(requirement.as_deref(), Some("^2"));
+            }
+            other => panic!("expected an unsupported version, got {other:?}"),
+        }
+        assert_eq!(generations(&pool).await?, before);
+        assert_eq!(replays(&pool).await?, (0, 0));
+
+        // Not subscribed at all any more: refused the same way.
+        sqlx::query("DELETE FROM evc_subscriptions WHERE consumer = $1")
+            .bind(CONSUMER)
+            .execute(&pool)
+            .await?;
+        let plan = console.replay_plan(&all).await?;
+        let approval = ReplayApproval::new(&plan.digest, "retry after fix", "CHG-9", "r-9");
+        assert!(matches!(
+            console.replay(&all, &approval).await,
+            Err(ReplayError::UnsupportedVersion {
+                requirement: None,
+                ..
+            })
+        ));
+        assert_eq!(replays(&pool).await?, (0, 0));
+        Ok(())
+    })
+    .await
+}
