@@ -13,7 +13,9 @@ use evc_codegen::compat::{self, git};
 use evc_codegen::structure::FileKind;
 use evc_codegen::{ContractSet, Diagnostic, LoadError, Sources, diagnostic};
 
+mod migrate;
 mod operate;
+mod replay;
 
 /// Where `evc generate` writes the AsyncAPI document, relative to the repository root.
 const ASYNCAPI_DEFAULT: &str = "asyncapi/asyncapi.yaml";
@@ -131,6 +133,34 @@ enum Command {
     Consumer {
         #[command(subcommand)]
         action: operate::ConsumerAction,
+        #[command(flatten)]
+        database: operate::Database,
+    },
+    /// Dead-lettered and quarantined deliveries.
+    Dlq {
+        #[command(subcommand)]
+        action: replay::DlqAction,
+        #[command(flatten)]
+        database: operate::Database,
+    },
+    /// Replay a consumer's dead-lettered or quarantined deliveries: `--dry-run` prints the plan
+    /// and its digest; `--apply` needs that digest, a reason, an approval reference and an
+    /// idempotency key.
+    Replay {
+        #[command(flatten)]
+        args: replay::ReplayArgs,
+        #[command(flatten)]
+        database: operate::Database,
+    },
+    /// Apply the SQL migrations of a directory (default `generated/migrations`) to the outbox
+    /// database, each once, in order, printing each step.
+    Migrate {
+        /// The migrations directory.
+        #[arg(long, default_value = "generated/migrations")]
+        dir: PathBuf,
+        /// List the applied and pending migrations; apply nothing.
+        #[arg(long)]
+        status: bool,
         #[command(flatten)]
         database: operate::Database,
     },
@@ -256,6 +286,13 @@ fn main() -> ExitCode {
         }),
         Command::Timeline { trace_id, database } => operate::timeline(&trace_id, &database),
         Command::Consumer { action, database } => operate::consumer(&action, &database),
+        Command::Dlq { action, database } => replay::dlq(&action, &database),
+        Command::Replay { args, database } => replay::replay(&args, &database),
+        Command::Migrate {
+            dir,
+            status,
+            database,
+        } => migrate::migrate(&dir, status, &database),
     };
     match result {
         Ok(code) => code,

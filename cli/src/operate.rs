@@ -18,6 +18,17 @@ pub(crate) struct Database {
     database_url: Option<String>,
 }
 
+impl Database {
+    /// The URL: `--database-url`, else `$DATABASE_URL`.
+    pub(crate) fn url(&self) -> anyhow::Result<String> {
+        match &self.database_url {
+            Some(url) => Ok(url.clone()),
+            None => std::env::var("DATABASE_URL")
+                .context("no database: pass --database-url or set DATABASE_URL"),
+        }
+    }
+}
+
 #[derive(Subcommand)]
 pub(crate) enum ConsumerAction {
     /// Stop claiming the consumer's deliveries; they wait, in order.
@@ -84,15 +95,11 @@ fn duration(text: &str, flag: &str) -> anyhow::Result<Duration> {
 }
 
 /// Runs `work` with a console on the database of `database`.
-fn with_console<T>(
+pub(crate) fn with_console<T>(
     database: &Database,
     work: impl AsyncFnOnce(&Console) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    let url = match &database.database_url {
-        Some(url) => url.clone(),
-        None => std::env::var("DATABASE_URL")
-            .context("no database: pass --database-url or set DATABASE_URL")?,
-    };
+    let url = database.url()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

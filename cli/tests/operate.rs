@@ -1,7 +1,8 @@
 //! The operator commands against a real server: `evc status` (problems first, exit 100 with
 //! problems, Prometheus output), `evc consumer pause | resume | mode | show` on the consumers the
-//! database's registry mirror lists, and `evc timeline`. The database gets this repository's
-//! generated migrations, so its deployed consumers are the reference contracts'.
+//! database's registry mirror lists, `evc timeline`, `evc dlq list`, `evc replay` and
+//! `evc migrate`. The database gets this repository's generated migrations, so its deployed
+//! consumers are the reference contracts'.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -20,9 +21,9 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
-/// A fresh database with the generated migrations applied; `None` (after saying why) when the
-/// server is unreachable outside CI.
-async fn create_database(name: &str) -> Option<String> {
+/// A fresh database, with the generated migrations applied when `migrated`; `None` (after
+/// saying why) when the server is unreachable outside CI.
+async fn create_database(name: &str, migrated: bool) -> Option<String> {
     let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
     let mut admin = match PgConnection::connect(&url).await {
         Ok(connection) => connection,
@@ -49,6 +50,9 @@ async fn create_database(name: &str) -> Option<String> {
     let options = PgConnectOptions::from_str(&url)
         .expect("url")
         .database(name);
+    if !migrated {
+        return Some(options.to_url_lossy().to_string());
+    }
     let mut connection = options.connect().await.expect("connect");
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/migrations");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
@@ -101,7 +105,7 @@ fn stdout(output: &Output) -> String {
 fn operator_commands_report_and_steer_the_deployed_consumers() {
     let name = format!("evc_cli_operate_{}", std::process::id());
     let runtime = runtime();
-    let Some(url) = runtime.block_on(create_database(&name)) else {
+    let Some(url) = runtime.block_on(create_database(&name, true)) else {
         return;
     };
     let outcome = std::panic::catch_unwind(|| check(&runtime, &url));
@@ -213,6 +217,140 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
         "nothing recorded for trace 0af7651916cd43dd8448eb211c80319c\n"
     );
 
+    // The dead letters, then their replay: dry run, refusals, apply, the same key again.
+    let output = evc(url, &["dlq", "list", "audit"]);
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    let fields: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(
+        fields[..7],
+        [
+            "01890a5d-ac96-774b-bcce-b302099a8057",
+            "0",
+            "dead",
+            "1",
+            "-",
+            "iu.born",
+            "1.0.0"
+        ],
+        "{text}"
+    );
+    let output = evc(url, &["replay", "audit", "--dry-run"]);
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(
+        text.starts_with(
+            "replay plan for audit: 1 deliveries
+"
+        ),
+        "{text}"
+    );
+    let digest = text
+        .lines()
+        .find_map(|line| line.strip_prefix("digest: "))
+        .expect("the dry run prints the digest")
+        .to_owned();
+    assert_eq!(digest.len(), 64);
+    let apply = |reason: &str, key: &str| {
+        evc(
+            url,
+            &[
+                "replay",
+                "audit",
+                "--apply",
+                "--digest",
+                &digest,
+                "--reason",
+                reason,
+                "--approval",
+                "CHG-1",
+                "--idempotency-key",
+                key,
+            ],
+        )
+    };
+    let output = apply(&"x".repeat(501), "k-1");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains(
+            "replay refused, nothing written: the replay reason has 501 characters; at most 500"
+        ),
+        "{output:?}"
+    );
+    // `--apply` without its approval fields is a usage error.
+    let output = evc(url, &["replay", "audit", "--apply", "--digest", &digest]);
+    assert_eq!(output.status.code(), Some(2));
+    let output = apply("audit sink fixed", "k-1");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(
+        stdout(&output),
+        "replay 1: 1 new deliveries of audit, pending
+"
+    );
+    let output = apply("audit sink fixed", "k-1");
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(
+        stdout(&output),
+        "replay 1 was applied before under this idempotency key (1 deliveries); nothing new
+"
+    );
+    let output = evc(url, &["dlq", "list", "audit"]);
+    assert_eq!(
+        stdout(&output),
+        "audit: no dead-lettered or quarantined deliveries
+"
+    );
+    let output = evc(url, &["timeline", TRACE]);
+    assert!(
+        stdout(&output).contains("  replay    01890a5d-ac96-774b-bcce-b302099a8057  audit  replay 1 of generation 0 from dead (approval CHG-1)"),
+        "{}",
+        stdout(&output)
+    );
+    // worker.sql.aggregate does not subscribe to iu.born: its dry run says apply will refuse,
+    // and apply does.
+    let output = evc(url, &["replay", "worker.sql.aggregate", "--dry-run"]);
+    let text = stdout(&output);
+    assert!(
+        text.contains("iu.born 1.0.0 (no longer accepted)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "1 of them carry a version the consumer no longer accepts: apply will refuse"
+        ),
+        "{text}"
+    );
+    let digest = text
+        .lines()
+        .find_map(|line| line.strip_prefix("digest: "))
+        .expect("digest")
+        .to_owned();
+    let output = evc(
+        url,
+        &[
+            "replay",
+            "worker.sql.aggregate",
+            "--apply",
+            "--digest",
+            &digest,
+            "--reason",
+            "r",
+            "--approval",
+            "CHG-2",
+            "--idempotency-key",
+            "k-2",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains(
+            "consumer worker.sql.aggregate no longer accepts iu.born 1.0.0 (event 01890a5d-ac96-774b-bcce-b302099a8057; no longer subscribed)"
+        ),
+        "{output:?}"
+    );
+
     // No database named: a clear error, exit 1.
     let output = Command::new(env!("CARGO_BIN_EXE_evc"))
         .arg("status")
@@ -224,4 +362,65 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
         String::from_utf8_lossy(&output.stderr)
             .contains("no database: pass --database-url or set DATABASE_URL")
     );
+}
+
+#[test]
+fn migrate_applies_each_migration_once_and_reports_progress() {
+    let name = format!("evc_cli_migrate_{}", std::process::id());
+    let runtime = runtime();
+    let Some(url) = runtime.block_on(create_database(&name, false)) else {
+        return;
+    };
+    let outcome =
+        std::panic::catch_unwind(|| {
+            let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/migrations");
+            let dir = dir.to_str().expect("utf-8 path");
+            let files = std::fs::read_dir(dir).expect("migrations").count();
+
+            let output = evc(&url, &["migrate", "--dir", dir, "--status"]);
+            let text = stdout(&output);
+            assert_eq!(output.status.code(), Some(0), "{text}");
+            assert!(
+                text.lines().next().is_some_and(|line| line
+                    .ends_with(&format!(": {files} migrations, 0 applied, {files} pending"))),
+                "{text}"
+            );
+            assert!(text.contains("  pending  0001  evc runtime\n"), "{text}");
+
+            let output = evc(&url, &["migrate", "--dir", dir]);
+            let text = stdout(&output);
+            assert_eq!(output.status.code(), Some(0), "{text}");
+            assert!(
+                text.contains(&format!("[1/{files}] 0001 evc runtime ...")),
+                "{text}"
+            );
+            assert!(text.contains(&format!("[{files}/{files}] ")), "{text}");
+            assert!(
+                text.ends_with(&format!("applied {files} migrations\n")),
+                "{text}"
+            );
+
+            // The evc tables are there: the operator commands work on the database.
+            assert_eq!(evc(&url, &["status"]).status.code(), Some(0));
+
+            let output = evc(&url, &["migrate", "--dir", dir]);
+            let text = stdout(&output);
+            assert!(
+                text.ends_with(&format!("{files} applied, 0 pending\nup to date\n")),
+                "{text}"
+            );
+
+            // A directory without migrations: a clear error.
+            let output = evc(&url, &["migrate", "--dir", "/nonexistent/migrations"]);
+            assert_eq!(output.status.code(), Some(1));
+            assert!(
+                String::from_utf8_lossy(&output.stderr)
+                    .contains("cannot read the migrations in /nonexistent/migrations"),
+                "{output:?}"
+            );
+        });
+    runtime.block_on(drop_database(&name));
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
 }

@@ -1,0 +1,221 @@
+//! `evc dlq list` and `evc replay`: dead letters and their replay, a thin shell over
+//! `evc_runtime::Console` (docs/cli.md, "evc dlq list" and "evc replay").
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use anyhow::anyhow;
+use clap::{Args, Subcommand, ValueEnum};
+use evc_runtime::{
+    ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, SettledDelivery, SettledStatus,
+};
+use uuid::Uuid;
+
+use crate::operate::{Database, with_console};
+
+/// Which dead or quarantined deliveries a command takes.
+#[derive(Args)]
+pub(crate) struct Selection {
+    /// The consumer.
+    consumer: String,
+    /// Only this status (default: dead and quarantined).
+    #[arg(long, value_enum)]
+    status: Option<StatusArg>,
+    /// Only events of this type.
+    #[arg(long, value_name = "TYPE")]
+    event_type: Option<String>,
+    /// Only this event (repeatable).
+    #[arg(long = "event", value_name = "EVENT_ID")]
+    events: Vec<Uuid>,
+    /// At most this many deliveries, oldest first.
+    #[arg(long, default_value_t = evc_runtime::store::postgres::DEFAULT_REPLAY_LIMIT)]
+    limit: u32,
+}
+
+impl Selection {
+    fn to_runtime(&self) -> ReplaySelection {
+        let mut selection = ReplaySelection::consumer(&self.consumer)
+            .event_ids(self.events.iter().copied())
+            .limit(self.limit);
+        if let Some(status) = self.status {
+            selection = selection.statuses([status.into()]);
+        }
+        if let Some(event_type) = &self.event_type {
+            selection = selection.event_type(event_type);
+        }
+        selection
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum StatusArg {
+    Dead,
+    Quarantined,
+}
+
+impl From<StatusArg> for SettledStatus {
+    fn from(status: StatusArg) -> Self {
+        match status {
+            StatusArg::Dead => Self::Dead,
+            StatusArg::Quarantined => Self::Quarantined,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+pub(crate) enum DlqAction {
+    /// List a consumer's dead-lettered and quarantined deliveries, oldest first.
+    List {
+        #[command(flatten)]
+        selection: Selection,
+    },
+}
+
+/// `evc replay` settings.
+#[derive(Args)]
+pub(crate) struct ReplayArgs {
+    #[command(flatten)]
+    selection: Selection,
+    /// Print the plan and its digest; write nothing.
+    #[arg(long, conflicts_with = "apply", required_unless_present = "apply")]
+    dry_run: bool,
+    /// Apply the plan whose digest `--digest` names.
+    #[arg(long, requires_all = ["digest", "reason", "approval", "idempotency_key"])]
+    apply: bool,
+    /// The dry run's digest.
+    #[arg(long)]
+    digest: Option<String>,
+    /// Why (1 to 500 characters).
+    #[arg(long)]
+    reason: Option<String>,
+    /// Who or what approved the replay (a ticket, a change request).
+    #[arg(long)]
+    approval: Option<String>,
+    /// Applies once; repeating it answers with the first result.
+    #[arg(long)]
+    idempotency_key: Option<String>,
+}
+
+/// `evc dlq list`.
+pub(crate) fn dlq(action: &DlqAction, database: &Database) -> anyhow::Result<ExitCode> {
+    let DlqAction::List { selection } = action;
+    let runtime = selection.to_runtime();
+    let listed = with_console(database, async |console| {
+        console.dead_letters(&runtime).await.map_err(unknown)
+    })?;
+    if listed.is_empty() {
+        println!(
+            "{}: no dead-lettered or quarantined deliveries",
+            selection.consumer
+        );
+    } else {
+        print!("{}", deliveries_text(&listed));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn unknown(error: evc_runtime::DispatchError) -> anyhow::Error {
+    match error {
+        evc_runtime::DispatchError::UnknownConsumer(name) => {
+            anyhow!("consumer {name} is not deployed in this database")
+        }
+        other => other.into(),
+    }
+}
+
+fn deliveries_text(deliveries: &[SettledDelivery]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:36}  {:4}  {:11}  {:8}  {:16}  {:24}  settled at",
+        "event", "gen", "status", "attempts", "last error", "type and version"
+    );
+    for d in deliveries {
+        let settled = chrono::DateTime::from_timestamp_micros((d.settled_at * 1e6).round() as i64)
+            .map_or_else(
+                || d.settled_at.to_string(),
+                |at| at.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+            );
+        let mut kind = format!("{} {}", d.event_type, d.version);
+        if !d.version_supported() {
+            kind.push_str(" (no longer accepted)");
+        }
+        let _ = writeln!(
+            out,
+            "{:36}  {:<4}  {:11}  {:<8}  {:16}  {:24}  {settled}",
+            d.event_id.to_string(),
+            d.generation,
+            d.status.as_str(),
+            d.attempts,
+            d.last_error_code.as_deref().unwrap_or("-"),
+            kind
+        );
+    }
+    out
+}
+
+/// `evc replay --dry-run | --apply`.
+pub(crate) fn replay(args: &ReplayArgs, database: &Database) -> anyhow::Result<ExitCode> {
+    let selection = args.selection.to_runtime();
+    if args.dry_run {
+        let plan = with_console(database, async |console| {
+            Ok(console.replay_plan(&selection).await?)
+        })?;
+        print!("{}", plan_text(&plan));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let approval = ReplayApproval::new(
+        args.digest.clone().unwrap_or_default(),
+        args.reason.clone().unwrap_or_default(),
+        args.approval.clone().unwrap_or_default(),
+        args.idempotency_key.clone().unwrap_or_default(),
+    );
+    let applied = with_console(database, async |console| {
+        match console.replay(&selection, &approval).await {
+            Err(ReplayError::Database(error)) => Err(error.into()),
+            Err(refusal) => Err(anyhow!("replay refused, nothing written: {refusal}")),
+            Ok(applied) => Ok(applied),
+        }
+    })?;
+    if applied.repeated {
+        println!(
+            "replay {} was applied before under this idempotency key ({} deliveries); nothing new",
+            applied.replay_id, applied.deliveries
+        );
+    } else {
+        println!(
+            "replay {}: {} new deliveries of {}, pending",
+            applied.replay_id, applied.deliveries, args.selection.consumer
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn plan_text(plan: &ReplayPlan) -> String {
+    let mut out = String::new();
+    if plan.deliveries.is_empty() {
+        let _ = writeln!(out, "{}: nothing to replay", plan.selection.consumer);
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "replay plan for {}: {} deliveries",
+        plan.selection.consumer,
+        plan.deliveries.len()
+    );
+    out.push_str(&deliveries_text(&plan.deliveries));
+    let unsupported = plan.unsupported().count();
+    if unsupported > 0 {
+        let _ = writeln!(
+            out,
+            "{unsupported} of them carry a version the consumer no longer accepts: apply will refuse"
+        );
+    }
+    let _ = writeln!(out, "digest: {}", plan.digest);
+    let _ = writeln!(
+        out,
+        "apply with: evc replay {} --apply --digest {} --reason TEXT --approval REF --idempotency-key KEY (and the same selection flags)",
+        plan.selection.consumer, plan.digest
+    );
+    out
+}
