@@ -13,6 +13,7 @@ use evc_codegen::compat::{self, git};
 use evc_codegen::structure::FileKind;
 use evc_codegen::{ContractSet, Diagnostic, LoadError, Sources, diagnostic};
 
+mod dispatch;
 mod migrate;
 mod operate;
 mod replay;
@@ -152,6 +153,22 @@ enum Command {
         #[command(flatten)]
         database: operate::Database,
     },
+    /// Run dispatcher workers for the consumers a configuration file names, each delivery
+    /// handed to a command (payload on standard input; exit 0 acks, 75 retries, 65
+    /// quarantines, anything else dead-letters).
+    Dispatch {
+        /// The configuration file (YAML).
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// Stop once none of the consumers' deliveries is pending or leased.
+        #[arg(long)]
+        exit_when_idle: bool,
+        /// Print the counts on standard error this often (`0s`: never).
+        #[arg(long, default_value = "10s", value_name = "DURATION")]
+        progress: String,
+        #[command(flatten)]
+        database: operate::Database,
+    },
     /// Apply the SQL migrations of a directory (default `generated/migrations`) to the outbox
     /// database, each once, in order, printing each step.
     Migrate {
@@ -288,6 +305,12 @@ fn main() -> ExitCode {
         Command::Consumer { action, database } => operate::consumer(&action, &database),
         Command::Dlq { action, database } => replay::dlq(&action, &database),
         Command::Replay { args, database } => replay::replay(&args, &database),
+        Command::Dispatch {
+            config,
+            exit_when_idle,
+            progress,
+            database,
+        } => dispatch::dispatch(&config, exit_when_idle, &progress, &database),
         Command::Migrate {
             dir,
             status,

@@ -424,3 +424,130 @@ fn migrate_applies_each_migration_once_and_reports_progress() {
         std::panic::resume_unwind(panic);
     }
 }
+
+#[test]
+fn dispatch_hands_each_delivery_to_its_command_and_settles_it_by_exit_status() {
+    let name = format!("evc_cli_dispatch_{}", std::process::id());
+    let runtime = runtime();
+    let Some(url) = runtime.block_on(create_database(&name, true)) else {
+        return;
+    };
+    let outcome = std::panic::catch_unwind(|| {
+        // Three events: audit (transactional) writes each payload to a file; the leased
+        // worker.render.mout_view fails for good (exit 3); worker.notification.iu quarantines
+        // (exit 65).
+        runtime.block_on(execute(
+            &url,
+            "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, \
+                 producer_class, payload, payload_bytes) \
+             SELECT ('01890a5d-ac96-774b-bcce-00000000000' || g)::uuid, 'iu.born', '1.0.0', \
+                 'k' || g, 'dot', jsonb_build_object('n', g), 8 \
+             FROM generate_series(1, 3) AS g; \
+             INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key) \
+             SELECT event_id, 'audit', seq, NULL FROM evc_events; \
+             INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key) \
+             SELECT event_id, 'worker.render.mout_view', seq, order_key FROM evc_events \
+             WHERE payload->>'n' = '1'; \
+             INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key) \
+             SELECT event_id, 'worker.notification.iu', seq, NULL FROM evc_events \
+             WHERE payload->>'n' = '2'",
+        ));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("dispatch.yaml");
+        std::fs::write(
+            &config,
+            "defaults:\n  poll_interval: 50ms\n  workers: 2\nconsumers:\n  \
+             audit:\n    command: [sh, -c, 'cat > \"$OUT/$EVC_EVENT_ID.$EVC_ATTEMPT.json\"']\n  \
+             worker.render.mout_view:\n    command: [sh, -c, 'exit 3']\n  \
+             worker.notification.iu:\n    command: [sh, -c, 'exit 65']\n",
+        )
+        .expect("config");
+        let output = Command::new(env!("CARGO_BIN_EXE_evc"))
+            .args([
+                "dispatch",
+                "--exit-when-idle",
+                "--progress",
+                "0s",
+                "--config",
+            ])
+            .arg(&config)
+            .args(["--database-url", &url])
+            .env("OUT", dir.path())
+            .output()
+            .expect("evc runs");
+        let text = stdout(&output);
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        assert!(
+            text.contains(": 3 acked (")
+                && text.contains(", 0 retried, 1 dead, 1 quarantined, 0 stale"),
+            "{text}"
+        );
+        // Each payload reached its command once, on standard input.
+        for n in 1..=3 {
+            let file = dir
+                .path()
+                .join(format!("01890a5d-ac96-774b-bcce-00000000000{n}.1.json"));
+            let payload: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&file).expect("payload file"))
+                    .expect("JSON");
+            assert_eq!(payload, serde_json::json!({"n": n}));
+        }
+        let settled: Vec<(String, String, Option<String>)> = runtime.block_on(async {
+            let mut connection = PgConnection::connect(&url).await.expect("connect");
+            sqlx::query_as(
+                "SELECT consumer, status, last_error_code FROM evc_deliveries \
+                 ORDER BY consumer, event_seq",
+            )
+            .fetch_all(&mut connection)
+            .await
+            .expect("deliveries")
+        });
+        assert_eq!(
+            settled,
+            [
+                ("audit".to_owned(), "acked".to_owned(), None),
+                ("audit".to_owned(), "acked".to_owned(), None),
+                ("audit".to_owned(), "acked".to_owned(), None),
+                (
+                    "worker.notification.iu".to_owned(),
+                    "quarantined".to_owned(),
+                    Some("exit_65".to_owned())
+                ),
+                (
+                    "worker.render.mout_view".to_owned(),
+                    "dead".to_owned(),
+                    Some("exit_3".to_owned())
+                ),
+            ]
+        );
+
+        // A consumer the database does not deploy, and a malformed file: clear errors.
+        std::fs::write(
+            &config,
+            "consumers:\n  worker.nope:\n    command: [/bin/true]\n",
+        )
+        .expect("config");
+        let output = evc(
+            &url,
+            &["dispatch", "--config", config.to_str().expect("utf-8")],
+        );
+        assert_eq!(output.status.code(), Some(1));
+        assert!(
+            String::from_utf8_lossy(&output.stderr)
+                .contains("consumer worker.nope is not deployed in this database"),
+            "{output:?}"
+        );
+        std::fs::write(&config, "consumers: [oops\n").expect("config");
+        let output = evc(
+            &url,
+            &["dispatch", "--config", config.to_str().expect("utf-8")],
+        );
+        assert_eq!(output.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("dispatch.yaml:"), "{stderr}");
+    });
+    runtime.block_on(drop_database(&name));
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}

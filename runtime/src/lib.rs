@@ -37,7 +37,7 @@ pub use store::postgres::{
     AttemptLatency, Console, ConsumerState, ConsumerStatus, Doorbell, Lag, Percentiles,
     PgPublisher, PgStore, Problem, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
     ReplaySelection, SettledDelivery, SettledStatus, SilentWorker, StatusReport, TimelineEntry,
-    WatchedConsumer,
+    WatchedConsumer, deployed_registry,
 };
 pub use store::{
     AckBatch, Claimed, DispatchError, Drift, Intent, Lease, RegistryDrift, RegistryObject,

@@ -42,6 +42,7 @@ use crate::store::{AckBatch, Claimed, DispatchError, Lease, RegistryDrift, Store
 
 mod console;
 mod copy;
+mod deployed;
 mod dispatch;
 mod doorbell;
 mod observe;
@@ -50,6 +51,7 @@ mod replay;
 pub mod sql;
 
 pub use console::Console;
+pub use deployed::deployed_registry;
 pub use doorbell::Doorbell;
 pub use observe::{
     AttemptLatency, ConsumerStatus, Lag, Percentiles, Problem, SilentWorker, StatusReport,

@@ -679,6 +679,38 @@ SELECT c.name, c.mode, c.heartbeat_threshold_ms
 FROM evc_consumers c JOIN evc_registry_state r ON r.digest = c.registry_digest
 ORDER BY c.name";
 
+/// The deployed (current-digest) event types, by name.
+pub(crate) const DEPLOYED_EVENT_TYPES: &str = "\
+SELECT t.name, t.description, t.producer_class, t.order_key, t.status,
+    t.max_payload_bytes::int8 AS max_payload_bytes
+FROM evc_event_types t JOIN evc_registry_state r ON r.digest = t.registry_digest
+ORDER BY t.name";
+
+/// The deployed event versions with their schemas, ascending per type.
+pub(crate) const DEPLOYED_VERSIONS: &str = "\
+SELECT v.event_type, v.version, v.major, v.schema::text AS schema, v.schema_digest
+FROM evc_event_versions v JOIN evc_registry_state r ON r.digest = v.registry_digest
+ORDER BY v.event_type, v.major, v.minor, v.patch";
+
+/// The deployed consumers, by name.
+pub(crate) const DEPLOYED_CONSUMER_ROWS: &str = "\
+SELECT c.name, c.handler, c.ordering, c.mode, c.retry_policy, c.heartbeat_threshold_ms
+FROM evc_consumers c JOIN evc_registry_state r ON r.digest = c.registry_digest
+ORDER BY c.name";
+
+/// The deployed subscriptions.
+pub(crate) const DEPLOYED_SUBSCRIPTIONS: &str = "\
+SELECT s.consumer, s.event_type, s.requirement
+FROM evc_subscriptions s JOIN evc_registry_state r ON r.digest = s.registry_digest
+ORDER BY s.consumer, s.event_type";
+
+/// The deployed retry policies, by name.
+pub(crate) const DEPLOYED_RETRY_POLICIES: &str = "\
+SELECT p.name, p.kind, p.base_delay_ms, p.max_delay_ms, p.max_attempts::int8 AS max_attempts,
+    p.jitter, p.retry_on
+FROM evc_retry_policies p JOIN evc_registry_state r ON r.digest = p.registry_digest
+ORDER BY p.name";
+
 /// Forgets the heartbeats of owners `$1` (a dispatcher that shut down is not silent).
 pub(crate) const FORGET_HEARTBEATS: &str = "DELETE FROM evc_heartbeats WHERE owner = ANY($1)";
 
