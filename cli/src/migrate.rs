@@ -20,11 +20,7 @@ pub(crate) fn migrate(
     database: &Database,
 ) -> anyhow::Result<ExitCode> {
     let url = database.url()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(async move {
+    crate::operate::async_runtime()?.block_on(async move {
         let migrator = Migrator::new(dir)
             .await
             .with_context(|| format!("cannot read the migrations in {}", dir.display()))?;

@@ -94,17 +94,21 @@ fn duration(text: &str, flag: &str) -> anyhow::Result<Duration> {
         .ok_or_else(|| anyhow!("{flag} {text:?} is not a duration (like 30s, 5m, 1h)"))
 }
 
+/// A single-threaded async runtime for one command.
+pub(crate) fn async_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
 /// Runs `work` with a console on the database of `database`.
 pub(crate) fn with_console<T>(
     database: &Database,
     work: impl AsyncFnOnce(&Console) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
     let url = database.url()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(async move {
+    async_runtime()?.block_on(async move {
         let pool = PgPoolOptions::new()
             .max_connections(2)
             .acquire_timeout(Duration::from_secs(10))

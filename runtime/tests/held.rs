@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{Dispatcher, DispatcherConfig, HandlerError, PgStore};
 use sqlx::PgPool;
-use support::{TestResult, dispatch_store, note_key, statuses, with_database};
+use support::{TestResult, dispatch_store, statuses, with_database};
 
 const CONSUMER: &str = "d.held";
 
@@ -28,17 +28,7 @@ async fn append_jobs(
     jobs: u64,
     text_of: impl Fn(u64) -> &'static str,
 ) -> TestResult {
-    let batch: Vec<evc_runtime::NewEvent> = (0..jobs)
-        .map(|n| {
-            let payload =
-                serde_json::json!({"note_id": note_key(n), "text": text_of(n), "count": n});
-            support::event("test.job", "1.0.0", payload).into()
-        })
-        .collect();
-    let mut tx = store.pool().begin().await?;
-    store.append_batch(&mut tx, batch).await?;
-    tx.commit().await?;
-    Ok(())
+    support::append_numbered(store, "test.job", 0..jobs, text_of).await
 }
 
 async fn create_effects_table(pool: &PgPool) -> TestResult {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{ConsumerMode, Dispatcher, DispatcherConfig, HandlerError, PgStore};
 use sqlx::PgPool;
-use support::{TestResult, append_notes, dispatch_store, note_key, with_database};
+use support::{TestResult, append_notes, dispatch_store, with_database};
 
 /// One of each handler path: transactional (per key), held batches, leased.
 const CONSUMERS: [&str; 3] = ["d.tx", "d.held", "d.unordered"];
@@ -65,16 +65,7 @@ impl DynHandler for WritesEffects {
 }
 
 async fn append_jobs(store: &PgStore, from: u64, jobs: u64) -> TestResult {
-    let batch: Vec<evc_runtime::NewEvent> = (from..from + jobs)
-        .map(|n| {
-            let payload = serde_json::json!({"note_id": note_key(n), "text": "j", "count": n});
-            support::event("test.job", "1.0.0", payload).into()
-        })
-        .collect();
-    let mut tx = store.pool().begin().await?;
-    store.append_batch(&mut tx, batch).await?;
-    tx.commit().await?;
-    Ok(())
+    support::append_numbered(store, "test.job", from..from + jobs, |_| "j").await
 }
 
 /// Runs a dispatcher for [`CONSUMERS`] until none of their deliveries is open.
@@ -171,16 +162,7 @@ async fn shadow_mode_causes_no_side_effect_and_records_what_it_meant_to_do() -> 
         sqlx::raw_sql("DELETE FROM evc_deliveries WHERE consumer = 'd.leased'")
             .execute(&pool)
             .await?;
-        let batch: Vec<evc_runtime::NewEvent> = (10..12)
-            .map(|n| {
-                let payload =
-                    serde_json::json!({"note_id": note_key(n), "text": "n", "count": n});
-                support::event("test.note", "1.0.0", payload).into()
-            })
-            .collect();
-        let mut tx = store.pool().begin().await?;
-        store.append_batch(&mut tx, batch).await?;
-        tx.commit().await?;
+        support::append_numbered(&store, "test.note", 10..12, |_| "n").await?;
         append_jobs(&store, 10, 2).await?;
         dispatch(&store).await?;
         assert_eq!(per_consumer(&pool, "t_effects").await?, [2, 2, 2]);

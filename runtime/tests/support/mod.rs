@@ -369,6 +369,27 @@ pub async fn append_notes(
     Ok(())
 }
 
+/// Appends one `event_type` 1.0.0 event per number in `numbers`, in one transaction: payload
+/// `note_id` is the number's key, `text` is `text_of(n)` and `count` the number.
+pub async fn append_numbered(
+    store: &evc_runtime::PgStore,
+    event_type: &'static str,
+    numbers: std::ops::Range<u64>,
+    text_of: impl Fn(u64) -> &'static str,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let batch: Vec<evc_runtime::NewEvent> = numbers
+        .map(|n| {
+            let payload =
+                serde_json::json!({"note_id": note_key(n), "text": text_of(n), "count": n});
+            event(event_type, "1.0.0", payload).into()
+        })
+        .collect();
+    let mut tx = store.pool().begin().await?;
+    store.append_batch(&mut tx, batch).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
 /// Deliveries by status: `(status, count)` sorted.
 pub async fn statuses(pool: &PgPool, consumer: &str) -> Result<Vec<(String, i64)>, sqlx::Error> {
     sqlx::query_as(
