@@ -2,8 +2,8 @@
 //! batch with row locks, runs every transactional handler on it and acks them all before it
 //! commits.
 //!
-//! - two dispatchers drain 3,000 jobs: every delivery acked once, with one attempt row, and
-//!   every handler write and effect row committed once;
+//! - two dispatchers drain 3,000 jobs: every delivery acked once (removed, its one `acked`
+//!   attempt row its record), and every handler write and effect row committed once;
 //! - a failing handler rolls its batch back (its siblings' writes too, and they run again), and
 //!   its failure is recorded with its attempt: retried per the policy, or dead-lettered;
 //! - the store API: a held claim hides its rows from every other claimer, fences effect writes
@@ -121,6 +121,17 @@ async fn event_of(pool: &PgPool, n: i64) -> Result<String, sqlx::Error> {
         .await
 }
 
+/// `acked` attempt rows of the consumer: its acked deliveries (a held ack removes the
+/// delivery).
+async fn acked_attempts(pool: &PgPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM evc_delivery_attempts WHERE consumer = $1 AND outcome = 'acked'",
+    )
+    .bind(CONSUMER)
+    .fetch_one(pool)
+    .await
+}
+
 /// Attempts of one delivery: `(attempt, outcome, fencing_token)` in order.
 async fn attempts_of(
     pool: &PgPool,
@@ -154,29 +165,34 @@ async fn two_dispatchers_drain_held_batches_each_delivery_acked_and_written_once
         let (a, b) = (first.shutdown().await, second.shutdown().await);
         assert_eq!(a.acked + b.acked, JOBS, "acks counted by the dispatchers");
         assert_eq!((a.stale, b.stale), (0, 0));
-        assert_eq!(
-            statuses(&pool, CONSUMER).await?,
-            vec![("acked".to_owned(), JOBS as i64)]
-        );
-        // One attempt row per delivery: attempt 1, acked, with the delivery's final token (1)
-        // and owner.
+        // Acked deliveries are removed; each event's record is one attempt row: attempt 1,
+        // acked, with the held token (1) and the worker that ran it.
+        assert_eq!(statuses(&pool, CONSUMER).await?, vec![]);
         let wrong: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM evc_deliveries d WHERE d.consumer = $1 AND (d.attempt <> 1 \
-             OR d.fencing_token <> 1 OR d.lease_owner IS NULL OR (SELECT count(*) \
-             FROM evc_delivery_attempts a WHERE a.event_id = d.event_id AND a.consumer = d.consumer \
-             AND a.outcome = 'acked' AND a.attempt = 1 AND a.fencing_token = 1 \
-             AND a.owner = d.lease_owner) <> 1)",
+            "SELECT count(*) FROM evc_events e WHERE e.event_type = 'test.job' AND (\
+             SELECT count(*) FROM evc_delivery_attempts a WHERE a.event_id = e.event_id \
+             AND a.consumer = $1 AND a.outcome = 'acked' AND a.attempt = 1 \
+             AND a.fencing_token = 1 AND a.owner LIKE 'held-_/%') <> 1",
         )
         .bind(CONSUMER)
         .fetch_one(&pool)
         .await?;
-        assert_eq!(wrong, 0, "deliveries without exactly one matching acked attempt");
-        assert_eq!(support::count(&pool, "evc_delivery_attempts").await?, JOBS as i64);
+        assert_eq!(
+            wrong, 0,
+            "events without exactly one matching acked attempt"
+        );
+        assert_eq!(
+            support::count(&pool, "evc_delivery_attempts").await?,
+            JOBS as i64
+        );
         // Each handler write and effect row once; both dispatchers took part.
         assert_eq!(support::count(&pool, "t_effects").await?, JOBS as i64);
-        assert_eq!(support::count(&pool, "evc_consumer_effects").await?, JOBS as i64);
+        assert_eq!(
+            support::count(&pool, "evc_consumer_effects").await?,
+            JOBS as i64
+        );
         let owners: Vec<String> = sqlx::query_scalar(
-            "SELECT DISTINCT split_part(lease_owner, '/', 1) FROM evc_deliveries \
+            "SELECT DISTINCT split_part(owner, '/', 1) FROM evc_delivery_attempts \
              WHERE consumer = $1 ORDER BY 1",
         )
         .bind(CONSUMER)
@@ -223,11 +239,9 @@ async fn a_failing_handler_rolls_its_held_batch_back_and_its_failure_is_recorded
 
         assert_eq!(
             statuses(&pool, CONSUMER).await?,
-            vec![
-                ("acked".to_owned(), JOBS as i64 - 1),
-                ("dead".to_owned(), 1)
-            ]
+            vec![("dead".to_owned(), 1)]
         );
+        assert_eq!(acked_attempts(&pool).await?, JOBS as i64 - 1);
         assert_eq!((stats.retried, stats.dead), (1, 1));
         let (retried, dead) = (event_of(&pool, 10).await?, event_of(&pool, 70).await?);
         // The failures are counted attempts, with the policy's outcome.
@@ -324,8 +338,9 @@ async fn a_held_claim_hides_its_rows_fences_on_its_token_and_dies_with_its_conne
         holder.commit().await?;
         assert_eq!(
             statuses(&pool, CONSUMER).await?,
-            vec![("acked".to_owned(), 2), ("pending".to_owned(), 1)]
+            vec![("pending".to_owned(), 1)]
         );
+        assert_eq!(acked_attempts(&pool).await?, 2);
 
         // A held claim whose connection dies (as when its process is killed) leaves nothing:
         // the delivery is due again, no attempt counted, its effect row gone.
@@ -368,10 +383,8 @@ async fn a_held_claim_hides_its_rows_fences_on_its_token_and_dies_with_its_conne
         let leases: Vec<_> = retaken.iter().map(|c| &c.lease).collect();
         assert_eq!(store.ack_held(&mut again, &leases).await?, 1);
         again.commit().await?;
-        assert_eq!(
-            statuses(&pool, CONSUMER).await?,
-            vec![("acked".to_owned(), 3)]
-        );
+        assert_eq!(statuses(&pool, CONSUMER).await?, vec![]);
+        assert_eq!(acked_attempts(&pool).await?, 3);
         Ok(())
     })
     .await

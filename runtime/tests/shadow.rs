@@ -142,14 +142,16 @@ async fn shadow_mode_causes_no_side_effect_and_records_what_it_meant_to_do() -> 
         assert_eq!(per_consumer(&pool, "t_effects").await?, [0, 0, 0]);
         assert_eq!(per_consumer(&pool, "evc_consumer_effects").await?, [0, 0, 0]);
         assert_eq!(per_consumer(&pool, "evc_reconciliations").await?, [3, 3, 3]);
+        // Each row holds its handler's intent, and the token of the attempt that acked it.
         let mismatched: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM evc_reconciliations r JOIN evc_events e \
                 ON e.event_id = r.event_id \
-             JOIN evc_deliveries d ON d.event_id = r.event_id AND d.consumer = r.consumer \
              WHERE r.intended <> jsonb_build_array(jsonb_build_object( \
                     'effect_key', r.event_id::text, \
                     'outcome_digest', 'count-' || (e.payload->>'count'))) \
-                OR d.status <> 'acked' OR r.fencing_token <> d.fencing_token",
+                OR NOT EXISTS (SELECT 1 FROM evc_delivery_attempts a \
+                    WHERE a.event_id = r.event_id AND a.consumer = r.consumer \
+                    AND a.outcome = 'acked' AND a.fencing_token = r.fencing_token)",
         )
         .fetch_one(&pool)
         .await?;

@@ -323,19 +323,19 @@ WITH d AS (
 /// Acks held deliveries in the transaction that claimed them ([`CLAIM_HELD`]): parallel
 /// arrays `$1` event ids, `$2` their held tokens and `$4` handler start times (epoch seconds),
 /// all of consumer `$3`, worker `$5`. Each delivery still `pending` with the token below the
-/// held one is set `acked` with the held attempt number, token and owner, and gets its `acked`
-/// attempt row (the data-modifying `a` runs whether or not it is read). Returns the acked
-/// event ids.
+/// held one is deleted, and its `acked` attempt row (the held attempt number, token and owner)
+/// is its record from then on (the data-modifying `a` runs whether or not it is read). A
+/// `DELETE` leaves no new row version and no index entry behind, where setting `acked` wrote
+/// both (docs/design.md, "Held batches"). Returns the acked event ids.
 pub(crate) const ACK_HELD: &str = concat!(
     "\
 WITH x AS (
-    UPDATE evc_deliveries d
-    SET status = 'acked', attempt = d.attempt + 1, fencing_token = d.fencing_token + 1,
-        lease_owner = $5, lease_until = NULL, last_error_code = NULL, updated_at = now()
-    FROM UNNEST($1::uuid[], $2::int8[], $4::float8[]) AS r (event_id, fencing_token, started)
+    DELETE FROM evc_deliveries d
+    USING UNNEST($1::uuid[], $2::int8[], $4::float8[]) AS r (event_id, fencing_token, started)
     WHERE d.event_id = r.event_id AND d.consumer = $3 AND d.status = 'pending'
         AND d.fencing_token = r.fencing_token - 1
-    RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.lease_owner, d.fencing_token,
+    RETURNING d.event_id, d.consumer, d.generation, d.attempt + 1 AS attempt,
+        $5::text AS lease_owner, d.fencing_token + 1 AS fencing_token,
         to_timestamp(r.started) AS started
 ), ",
     acked_attempt_rows!(),
