@@ -72,6 +72,9 @@ use crate::store::{Claimed, DispatchError, Lease};
 /// appends in flight to commit, short enough not to matter when another worker holds it.
 const DOORBELL_WAIT: Duration = Duration::from_millis(50);
 
+/// How soon a worker that asked for the doorbell and did not get it looks again.
+const DOORBELL_RETRY: Duration = Duration::from_millis(100);
+
 /// A boxed, sendable future: what [`DynHandler::handle`] returns.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -557,10 +560,16 @@ impl Worker {
             }
             // About to sleep: ring-while-asleep. With the doorbell held, appends notify; the
             // claim after taking it sees every append that got in before.
-            let doorbell = self.take_doorbell().await;
+            let (doorbell, asked) = self.take_doorbell().await;
             if doorbell.is_some() && self.claim_and_run(&mut next_due).await {
                 self.give_back(doorbell).await;
                 continue;
+            }
+            if asked && doorbell.is_none() {
+                // The doorbell could not be had in time (appends kept it busy, or another
+                // dispatcher holds it): nobody may be ringing for this worker, so it looks
+                // again soon instead of after a whole poll interval.
+                wait = wait.min(DOORBELL_RETRY);
             }
             tokio::select! {
                 () = &mut notified => {}
@@ -630,7 +639,8 @@ impl Worker {
     /// consumer holds or asks for it, and no other dispatcher's worker holds it. Not taken when
     /// the poll interval is at most [`DOORBELL_WAIT`]: the next poll comes as soon as a
     /// notification could, and the idle worker keeps its connection.
-    async fn take_doorbell(&self) -> Option<Doorbell> {
+    /// Also says whether it was asked for (`false`: not this worker's turn, or no doorbells).
+    async fn take_doorbell(&self) -> (Option<Doorbell>, bool) {
         if !self.config.listen
             || self.config.poll_interval <= DOORBELL_WAIT
             || self
@@ -639,7 +649,7 @@ impl Worker {
                 .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
                 .is_err()
         {
-            return None;
+            return (None, false);
         }
         let doorbell = match self
             .store
@@ -655,7 +665,7 @@ impl Worker {
         if doorbell.is_none() {
             self.consumer.doorbell_busy.store(false, Ordering::Release);
         }
-        doorbell
+        (doorbell, true)
     }
 
     async fn give_back(&self, doorbell: Option<Doorbell>) {
