@@ -1,0 +1,366 @@
+//! The peer benchmark: the same no-op workload on evc, awa and graphile_worker against the same
+//! local PostgreSQL, in one invocation (README.md beside this crate).
+//!
+//! Per system: a short sweep of its own knobs on a smaller job count, at 4 and at 16
+//! concurrent handlers; then the full run (100,000 jobs pre-inserted, drained) at the best
+//! setting of each concurrency; then one table with every system's insert rate, drain rates
+//! and evc's ratio to the best peer. Last, evc's produce-to-handler latency at a steady
+//! 1,000 events/s. Every run gets a fresh database, created here and dropped after it.
+//!
+//! ```sh
+//! cargo run --release                               # everything
+//! PEER_BENCH_ONLY=evc cargo run --release           # one part: evc, awa, graphile or latency
+//! PEER_BENCH_JOBS=20000 cargo run --release         # a smaller full run
+//! ```
+
+mod awa_peer;
+mod evc;
+mod graphile;
+mod latency;
+
+use std::fmt::Display;
+use std::future::Future;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
+
+/// Errors of any part: each part reports its own and the others still run.
+pub(crate) type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+const DEFAULT_URL: &str = "postgres://root@localhost/test";
+/// Jobs of the full runs (`PEER_BENCH_JOBS`).
+const DEFAULT_JOBS: usize = 100_000;
+/// Jobs of each sweep run: enough for a steady rate, small enough to keep the sweep short.
+const SWEEP_JOBS: usize = 20_000;
+/// The concurrencies the issue asks for.
+const CONCURRENCIES: [usize; 2] = [4, 16];
+
+/// What one run measured.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Run {
+    /// Jobs inserted per second (the insert call(s) and their commit; building the jobs in
+    /// memory is not timed, for any system).
+    pub(crate) insert_rate: f64,
+    /// Jobs completed per second, from the start of the handlers until the last completion
+    /// is in the database.
+    pub(crate) drain_rate: f64,
+    /// `false` when the drain hit its time cap before all jobs completed (the rate is then
+    /// what completed within the cap).
+    pub(crate) finished: bool,
+}
+
+/// How long a drain of `jobs` may take before it is cut off, so that a slow system or a badly
+/// tuned setting cannot eat the run's time budget: 0.5 ms per job, at least 10 s (a sweep run
+/// of 20,000 jobs) and at most 60 s.
+pub(crate) fn drain_cap(jobs: usize) -> Duration {
+    Duration::from_millis(jobs as u64 / 2).clamp(Duration::from_secs(10), Duration::from_secs(60))
+}
+
+/// Waits until `done()` reports `target` or `cap` passes, polling every millisecond; returns
+/// whether the target was reached.
+pub(crate) async fn wait_until<F>(started: Instant, cap: Duration, mut done: F) -> bool
+where
+    F: FnMut() -> bool,
+{
+    loop {
+        if done() {
+            return true;
+        }
+        if started.elapsed() >= cap {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// One system under test: its knob settings and one run at a setting.
+pub(crate) trait System {
+    /// A point of the system's knob sweep.
+    type Setting: Display + Clone;
+
+    /// The name printed in the tables.
+    const NAME: &'static str;
+
+    /// The settings swept, the system's recommended high-throughput configuration first.
+    fn settings() -> Vec<Self::Setting>;
+
+    /// Inserts `jobs` no-op jobs into the fresh database `url`, then drains them with
+    /// `concurrency` concurrent handlers.
+    fn run(
+        url: &str,
+        setting: &Self::Setting,
+        concurrency: usize,
+        jobs: usize,
+    ) -> impl Future<Output = BenchResult<Run>>;
+}
+
+/// The server, and the databases of this invocation (each dropped after its run, and all of
+/// them again at the end in case a run failed half-way).
+pub(crate) struct Server {
+    url: String,
+    admin: PgConnection,
+    created: Vec<String>,
+}
+
+impl Server {
+    /// A fresh, empty database; returns its URL.
+    pub(crate) async fn create(&mut self, purpose: &str) -> BenchResult<(String, String)> {
+        let name = format!(
+            "evc_peers_{}_{}_{purpose}",
+            std::process::id(),
+            self.created.len()
+        );
+        self.created.push(name.clone());
+        sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut self.admin)
+            .await?;
+        let url = PgConnectOptions::from_str(&self.url)?
+            .database(&name)
+            .to_url_lossy()
+            .to_string();
+        Ok((name, url))
+    }
+
+    /// Drops `name` (its connections are closed by force: a peer may keep some open).
+    pub(crate) async fn drop_database(&mut self, name: &str) {
+        let statement = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+        if let Err(error) = sqlx::raw_sql(AssertSqlSafe(statement))
+            .execute(&mut self.admin)
+            .await
+        {
+            eprintln!("could not drop database {name}: {error}");
+        }
+    }
+
+    async fn drop_all(&mut self) {
+        for name in std::mem::take(&mut self.created) {
+            self.drop_database(&name).await;
+        }
+    }
+}
+
+/// A fresh database, `S::run` on it, the database dropped.
+async fn run_once<S: System>(
+    server: &mut Server,
+    setting: &S::Setting,
+    concurrency: usize,
+    jobs: usize,
+) -> BenchResult<Run> {
+    let (name, url) = server.create(S::NAME).await?;
+    let result = S::run(&url, setting, concurrency, jobs).await;
+    server.drop_database(&name).await;
+    result
+}
+
+/// The full result of one system: best settings and the full runs at 4 and 16.
+struct Outcome {
+    name: &'static str,
+    /// Per concurrency: the best setting (printed) and the full run at it.
+    runs: Vec<(usize, String, BenchResult<Run>)>,
+}
+
+impl Outcome {
+    fn drain(&self, concurrency: usize) -> Option<f64> {
+        self.runs
+            .iter()
+            .find(|(c, _, _)| *c == concurrency)
+            .and_then(|(_, _, run)| run.as_ref().ok())
+            .map(|run| run.drain_rate)
+    }
+
+    fn insert(&self) -> Option<f64> {
+        let rates: Vec<f64> = self
+            .runs
+            .iter()
+            .filter_map(|(_, _, run)| run.as_ref().ok().map(|run| run.insert_rate))
+            .collect();
+        (!rates.is_empty()).then(|| rates.iter().sum::<f64>() / rates.len() as f64)
+    }
+}
+
+/// Sweeps `S`'s settings at each concurrency on [`SWEEP_JOBS`] jobs, then runs `jobs` at the
+/// best one of each concurrency. Prints every figure as it comes.
+async fn measure<S: System>(server: &mut Server, jobs: usize) -> Outcome {
+    println!("\n== {} ==", S::NAME);
+    let sweep_jobs = SWEEP_JOBS.min(jobs);
+    let mut runs = Vec::new();
+    for concurrency in CONCURRENCIES {
+        println!("sweep, {sweep_jobs} jobs, {concurrency} concurrent handlers:");
+        let mut best: Option<(f64, S::Setting)> = None;
+        for setting in S::settings() {
+            match run_once::<S>(server, &setting, concurrency, sweep_jobs).await {
+                Ok(run) => {
+                    println!(
+                        "  {setting}: insert {} jobs/s, drain {} jobs/s{}",
+                        thousands(run.insert_rate),
+                        thousands(run.drain_rate),
+                        capped(&run)
+                    );
+                    if best.as_ref().is_none_or(|(rate, _)| run.drain_rate > *rate) {
+                        best = Some((run.drain_rate, setting));
+                    }
+                }
+                Err(error) => println!("  {setting}: FAILED: {error}"),
+            }
+        }
+        let Some((_, setting)) = best else {
+            runs.push((
+                concurrency,
+                "-".to_owned(),
+                Err("every setting of the sweep failed".into()),
+            ));
+            continue;
+        };
+        let run = run_once::<S>(server, &setting, concurrency, jobs).await;
+        match &run {
+            Ok(run) => println!(
+                "full run, {jobs} jobs, {concurrency} concurrent handlers, best setting {setting}: insert {} jobs/s, drain {} jobs/s{}",
+                thousands(run.insert_rate),
+                thousands(run.drain_rate),
+                capped(run)
+            ),
+            Err(error) => println!(
+                "full run, {jobs} jobs, {concurrency} concurrent handlers, best setting {setting}: FAILED: {error}"
+            ),
+        }
+        runs.push((concurrency, setting.to_string(), run));
+    }
+    Outcome {
+        name: S::NAME,
+        runs,
+    }
+}
+
+fn capped(run: &Run) -> &'static str {
+    if run.finished {
+        ""
+    } else {
+        " (cut off at the time cap: not all completed)"
+    }
+}
+
+/// `12345.6` as `12,346`.
+pub(crate) fn thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn figure(value: Option<f64>) -> String {
+    value.map_or_else(|| "failed".to_owned(), thousands)
+}
+
+/// The final table: insert and drain rates of every system, best settings, evc's ratios.
+fn report(outcomes: &[Outcome], jobs: usize) {
+    println!("\n== Summary: {jobs} no-op jobs, each run in a fresh database ==");
+    println!(
+        "{:<16} {:>14} {:>16} {:>16}",
+        "system", "insert jobs/s", "drain @4 jobs/s", "drain @16 jobs/s"
+    );
+    for outcome in outcomes {
+        println!(
+            "{:<16} {:>14} {:>16} {:>16}",
+            outcome.name,
+            figure(outcome.insert()),
+            figure(outcome.drain(4)),
+            figure(outcome.drain(16))
+        );
+    }
+    println!("best settings:");
+    for outcome in outcomes {
+        for (concurrency, setting, _) in &outcome.runs {
+            println!("  {:<16} @{concurrency:<3} {setting}", outcome.name);
+        }
+    }
+    let Some(evc) = outcomes.iter().find(|o| o.name == evc::Evc::NAME) else {
+        return;
+    };
+    for concurrency in CONCURRENCIES {
+        let best_peer = outcomes
+            .iter()
+            .filter(|o| o.name != evc::Evc::NAME)
+            .filter_map(|o| o.drain(concurrency).map(|rate| (o.name, rate)))
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        match (evc.drain(concurrency), best_peer) {
+            (Some(ours), Some((peer, theirs))) => println!(
+                "evc / best peer at {concurrency:>2} handlers: {:.2}x ({} vs {peer} {} jobs/s; goal > 1.0, aim 1.5)",
+                ours / theirs,
+                thousands(ours),
+                thousands(theirs)
+            ),
+            _ => {
+                println!("evc / best peer at {concurrency:>2} handlers: n/a (a figure is missing)")
+            }
+        }
+    }
+}
+
+fn main() -> BenchResult<()> {
+    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
+    let jobs = std::env::var("PEER_BENCH_JOBS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(DEFAULT_JOBS)
+        .max(1);
+    let only: Vec<String> = std::env::var("PEER_BENCH_ONLY")
+        .unwrap_or_default()
+        .split(',')
+        .map(|part| part.trim().to_owned())
+        .filter(|part| !part.is_empty())
+        .collect();
+    let runs = |part: &str| only.is_empty() || only.iter().any(|p| p == part);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let admin = PgConnection::connect(&url)
+            .await
+            .map_err(|error| format!("PostgreSQL at {url} is unreachable: {error}"))?;
+        let mut server = Server {
+            url: url.clone(),
+            admin,
+            created: Vec::new(),
+        };
+        println!(
+            "peer benchmark on {url}: {jobs} jobs per full run, {} per sweep run, {} cores",
+            SWEEP_JOBS.min(jobs),
+            std::thread::available_parallelism().map_or(1, usize::from)
+        );
+        let started = Instant::now();
+        let mut outcomes = Vec::new();
+        if runs("evc") {
+            outcomes.push(measure::<evc::Evc>(&mut server, jobs).await);
+        }
+        if runs("awa") {
+            outcomes.push(measure::<awa_peer::Awa>(&mut server, jobs).await);
+        }
+        if runs("graphile") {
+            outcomes.push(measure::<graphile::Graphile>(&mut server, jobs).await);
+        }
+        if !outcomes.is_empty() {
+            report(&outcomes, jobs);
+        }
+        if runs("latency") {
+            match server.create("latency").await {
+                Ok((name, db_url)) => {
+                    if let Err(error) = latency::run(&db_url).await {
+                        println!("latency: FAILED: {error}");
+                    }
+                    server.drop_database(&name).await;
+                }
+                Err(error) => println!("latency: FAILED: {error}"),
+            }
+        }
+        server.drop_all().await;
+        println!("\ntotal wall time {:.0} s", started.elapsed().as_secs_f64());
+        Ok(())
+    })
+}
