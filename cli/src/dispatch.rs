@@ -60,12 +60,9 @@ struct ConsumerEntry {
     settings: Settings,
 }
 
+/// A setting's duration, or `default` when the file does not set it.
 fn duration(text: Option<&str>, what: &str, default: Duration) -> anyhow::Result<Duration> {
-    match text {
-        None => Ok(default),
-        Some(text) => evc_codegen::duration::parse(text)
-            .ok_or_else(|| anyhow!("{what}: {text:?} is not a duration (like 500ms, 30s, 5m)")),
-    }
+    text.map_or(Ok(default), |text| crate::operate::duration(text, what))
 }
 
 /// A consumer's own setting, else the default's.
@@ -161,7 +158,7 @@ pub(crate) fn dispatch(
     database: &Database,
 ) -> anyhow::Result<ExitCode> {
     let config = load(config_path)?;
-    let progress_every = duration(Some(progress_every), "--progress", Duration::ZERO)?;
+    let progress_every = crate::operate::duration(progress_every, "--progress")?;
     let url = database.url()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -89,7 +89,8 @@ pub(crate) struct StatusArgs {
     pub(crate) format: StatusFormat,
 }
 
-fn duration(text: &str, flag: &str) -> anyhow::Result<Duration> {
+/// `text` as a duration in the contracts' notation; the error names `flag`.
+pub(crate) fn duration(text: &str, flag: &str) -> anyhow::Result<Duration> {
     evc_codegen::duration::parse(text)
         .ok_or_else(|| anyhow!("{flag} {text:?} is not a duration (like 30s, 5m, 1h)"))
 }

@@ -177,6 +177,19 @@ impl Registry {
     }
 }
 
+/// Whether the semver `requirement` (`^1`, `>=1, <3`) accepts `version`; `false` when either
+/// does not parse. The one rule for "a consumer accepts this version" at run time (replay's
+/// check, the registry read back from a database).
+pub(crate) fn accepts(requirement: &str, version: &str) -> bool {
+    match (
+        semver::VersionReq::parse(requirement),
+        semver::Version::parse(version),
+    ) {
+        (Ok(requirement), Ok(version)) => requirement.matches(&version),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

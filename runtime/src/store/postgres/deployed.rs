@@ -142,14 +142,11 @@ fn accepted_versions(
     event: &str,
     requirement: &str,
 ) -> Vec<&'static str> {
-    let Ok(requirement) = semver::VersionReq::parse(requirement) else {
-        return Vec::new();
-    };
     events
         .iter()
         .filter(|e| e.name == event)
         .flat_map(|e| e.versions.iter())
-        .filter(|v| semver::Version::parse(v.version).is_ok_and(|v| requirement.matches(&v)))
+        .filter(|v| crate::registry::accepts(requirement, v.version))
         .map(|v| v.version)
         .collect()
 }

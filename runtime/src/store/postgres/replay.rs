@@ -129,16 +129,9 @@ pub struct SettledDelivery {
 impl SettledDelivery {
     /// Whether the deployed registry's consumer still accepts this event's version.
     pub fn version_supported(&self) -> bool {
-        let Some(requirement) = &self.requirement else {
-            return false;
-        };
-        match (
-            semver::VersionReq::parse(requirement),
-            semver::Version::parse(&self.version),
-        ) {
-            (Ok(requirement), Ok(version)) => requirement.matches(&version),
-            _ => false,
-        }
+        self.requirement
+            .as_deref()
+            .is_some_and(|requirement| crate::registry::accepts(requirement, &self.version))
     }
 
     fn from_row(row: &PgRow) -> Result<Self, sqlx::Error> {
