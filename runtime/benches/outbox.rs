@@ -3,8 +3,8 @@
 //! `pgbench` exactly as the script runs them, or by 4 Rust connections when `pgbench` is not on
 //! PATH), then evc's own paths — single-event produce, claim+ack with a no-op handler (4
 //! workers, batch 50 and 100, fencing and the attempt audit on) through the `Dispatcher` and
-//! through `claim` + `ack_batch`, and one batch append of 100,000 events — each printed with its
-//! ratio to the ceiling and the goal of issue 6.
+//! through `claim_in` + `ack_batch_in` (one connection per task), and one batch append of
+//! 100,000 events — each printed with its ratio to the ceiling and the goal of issue 6.
 //!
 //! ```sh
 //! cargo bench -p evc-runtime --bench outbox
@@ -16,8 +16,9 @@
 //! run, default 10), `EVC_BENCH_CLAIM_EVENTS` (deliveries pre-inserted per claim run, default
 //! 300,000), `EVC_CEILING_SCRIPT` (the script whose statements are checked against the copies
 //! here; default `../shared/bench/pg_ceiling.sh` beside the workspace), `EVC_BENCH_ONLY` (a
-//! comma-separated subset of `produce`, `claim`, `append`, `vacuum`; the ceiling runs whenever
-//! `produce` or `claim` does; default all).
+//! comma-separated subset of `produce`, `claim`, `held` (only the held-batch claim+ack runs),
+//! `append`, `vacuum`; the ceiling runs whenever `produce`, `claim` or `held` does; default
+//! all).
 
 #![allow(missing_docs)]
 
@@ -435,7 +436,7 @@ async fn run(server: &mut Server, settings: &Settings) -> BenchResult<()> {
     );
     check_script();
     let mut figures = Vec::new();
-    if settings.runs("produce") || settings.runs("claim") {
+    if settings.runs("produce") || settings.runs("claim") || settings.runs("held") {
         measure_against_ceiling(server, settings, &mut figures).await?;
     }
     if settings.runs("vacuum") {
@@ -517,15 +518,17 @@ async fn measure_against_ceiling(
             });
         }
     }
-    if !settings.runs("claim") {
-        return Ok(());
-    }
     for batch in [50, 100] {
         for path in [
             ClaimPath::Dispatcher,
             ClaimPath::StoreCalls,
             ClaimPath::HeldBatches,
         ] {
+            let wanted =
+                settings.runs("claim") || (path == ClaimPath::HeldBatches && settings.runs("held"));
+            if !wanted {
+                continue;
+            }
             let run = claim_ack(server, settings, batch, path, false).await?;
             let how = path.describe();
             println!(
@@ -873,7 +876,8 @@ async fn produce(
 enum ClaimPath {
     /// The `Dispatcher`, leased handlers: claim (lease), handlers, one fenced `ack_batch`.
     Dispatcher,
-    /// `claim` + `ack_batch` called directly, one fenced statement per claimed batch.
+    /// `claim_in` + `ack_batch_in` called directly on one connection per task, one fenced
+    /// statement per claimed batch.
     StoreCalls,
     /// The `Dispatcher`, transactional handlers in held batches: one transaction claims with
     /// row locks, runs the handlers and acks.
@@ -884,7 +888,7 @@ impl ClaimPath {
     fn describe(self) -> &'static str {
         match self {
             Self::Dispatcher => "Dispatcher, leased",
-            Self::StoreCalls => "claim + ack_batch",
+            Self::StoreCalls => "claim_in + ack_batch_in",
             Self::HeldBatches => "Dispatcher, held batches",
         }
     }
@@ -1002,9 +1006,11 @@ async fn claim_ack(
                 let owner = format!("bench/{CLAIM_CONSUMER}/{task}");
                 let lease = Duration::from_secs(30);
                 let mut done = 0u64;
+                // One connection per task, as a dispatcher's busy worker keeps one.
+                let mut connection = store.pool().acquire().await?;
                 while Instant::now() < deadline {
                     let mut claimed = store
-                        .claim(CLAIM_CONSUMER, &owner, batch, lease, false)
+                        .claim_in(&mut connection, CLAIM_CONSUMER, &owner, batch, lease, false)
                         .await?;
                     if claimed.is_empty() {
                         break;
@@ -1015,7 +1021,7 @@ async fn claim_ack(
                         NoOp.handle(context).await?;
                     }
                     let leases: Vec<_> = claimed.iter().map(|c| &c.lease).collect();
-                    let outcome = store.ack_batch(&leases).await?;
+                    let outcome = store.ack_batch_in(&mut connection, &leases).await?;
                     if !outcome.stale.is_empty() {
                         return Err(format!("{} stale acks", outcome.stale.len()).into());
                     }

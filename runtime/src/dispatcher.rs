@@ -57,7 +57,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnection, PgListener};
+use sqlx::Connection;
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgConnection, PgListener, Postgres};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
@@ -459,6 +461,7 @@ impl Dispatcher {
                     shutdown: signal.clone(),
                     counters: Arc::clone(&counters),
                     rng,
+                    connection: None,
                 };
                 workers.push(tokio::spawn(worker.run()));
             }
@@ -530,6 +533,11 @@ struct Worker {
     shutdown: watch::Receiver<bool>,
     counters: Arc<Counters>,
     rng: SplitMix64,
+    /// The pool connection a busy worker keeps for its claims and acks, batch after batch.
+    /// Taking one from the pool costs a round trip (the pool pings a connection before handing
+    /// it out): a fifth more for a held batch's four. The worker gives it back when a claim
+    /// finds nothing (idle workers hold no connection) and after an error or a failed batch.
+    connection: Option<PoolConnection<Postgres>>,
 }
 
 impl Worker {
@@ -586,6 +594,7 @@ impl Worker {
                 next_due = None;
             }
         }
+        self.connection = None;
         match self.store.release(&self.owner).await {
             Ok(released) => add(&self.counters.released, released),
             Err(error) => {
@@ -607,17 +616,7 @@ impl Worker {
                 }
             }
         } else {
-            let claimed = self
-                .store
-                .claim(
-                    &self.consumer.name,
-                    &self.owner,
-                    self.config.batch,
-                    self.config.lease,
-                    self.consumer.per_key,
-                )
-                .await;
-            match claimed {
+            match self.claim().await {
                 Ok(batch) if !batch.is_empty() => {
                     add(&self.counters.claimed, batch.len() as u64);
                     self.run_batch(batch).await
@@ -633,6 +632,34 @@ impl Worker {
             *next_due = Some(next_due.map_or(due, |d| d.min(due)));
         }
         true
+    }
+
+    /// The worker's kept connection ([`Worker::connection`]), or one from the pool.
+    async fn take_connection(&mut self) -> Result<PoolConnection<Postgres>, DispatchError> {
+        match self.connection.take() {
+            Some(connection) => Ok(connection),
+            None => Ok(self.store.pool().acquire().await?),
+        }
+    }
+
+    /// Claims a leased batch on the kept connection; keeps it when the claim found work.
+    async fn claim(&mut self) -> Result<Vec<Claimed>, DispatchError> {
+        let mut connection = self.take_connection().await?;
+        let batch = self
+            .store
+            .claim_in(
+                &mut connection,
+                &self.consumer.name,
+                &self.owner,
+                self.config.batch,
+                self.config.lease,
+                self.consumer.per_key,
+            )
+            .await?;
+        if !batch.is_empty() {
+            self.connection = Some(connection);
+        }
+        Ok(batch)
     }
 
     /// The consumer's doorbell, when this dispatcher listens, none of its other workers of the
@@ -691,7 +718,10 @@ impl Worker {
     /// with its attempt and the retry policy's decision. Stopping between handlers acks the
     /// ones that ran; the rest are simply unlocked.
     async fn run_held_batch(&mut self) -> Result<(usize, Option<Instant>), DispatchError> {
-        let mut tx = self.store.pool().begin().await?;
+        // Taken out for the batch: an error or a failed handler returns it to the pool (where a
+        // connection left inside a transaction is rolled back), a claim that finds nothing too.
+        let mut connection = self.take_connection().await?;
+        let mut tx = connection.begin().await?;
         let mut batch = self
             .store
             .claim_held(&mut tx, &self.consumer.name, &self.owner, self.config.batch)
@@ -730,6 +760,7 @@ impl Worker {
         let leases: Vec<&Lease> = batch[..ran].iter().map(|held| &held.lease).collect();
         let acked = self.store.ack_held(&mut tx, &leases).await?;
         tx.commit().await?;
+        self.connection = Some(connection);
         add(&self.counters.acked, acked as u64);
         add(&self.counters.stale, (ran - acked) as u64);
         Ok((claimed, None))
@@ -779,10 +810,18 @@ impl Worker {
             }
             claimed.lease.mark_started();
             let outcome = match self.consumer.kind {
-                HandlerKind::Transactional => {
-                    self.run_transactional(&claimed, &remaining, &mut ticker)
-                        .await
-                }
+                HandlerKind::Transactional => match self.take_connection().await {
+                    Ok(mut connection) => {
+                        let outcome = self
+                            .run_transactional(&mut connection, &claimed, &remaining, &mut ticker)
+                            .await;
+                        if matches!(outcome, Ok(None)) {
+                            self.connection = Some(connection);
+                        }
+                        outcome
+                    }
+                    Err(error) => Err(error),
+                },
                 HandlerKind::Leased => {
                     self.run_leased(&claimed, &unacked, &remaining, &mut ticker)
                         .await
@@ -819,12 +858,22 @@ impl Worker {
     }
 
     /// Acks the leased handlers' successes in one fenced statement.
-    async fn flush_acks(&self, unacked: &mut Vec<Lease>) {
+    async fn flush_acks(&mut self, unacked: &mut Vec<Lease>) {
         if unacked.is_empty() {
             return;
         }
         let leases: Vec<&Lease> = unacked.iter().collect();
-        match self.store.ack_batch(&leases).await {
+        let acked = match self.take_connection().await {
+            Ok(mut connection) => {
+                let acked = self.store.ack_batch_in(&mut connection, &leases).await;
+                if acked.is_ok() {
+                    self.connection = Some(connection);
+                }
+                acked
+            }
+            Err(error) => Err(error),
+        };
+        match acked {
             Ok(outcome) => {
                 add(&self.counters.acked, outcome.acked as u64);
                 add(&self.counters.stale, outcome.stale.len() as u64);
@@ -847,15 +896,17 @@ impl Worker {
         }
     }
 
-    /// The transactional kind: fence, handler, ack, all in one transaction. `Ok(None)`: acked;
+    /// The transactional kind: fence, handler, ack, all in one transaction on `connection` (the
+    /// worker's kept connection). `Ok(None)`: acked;
     /// `Ok(Some(failure))`: the handler failed and everything it wrote was rolled back.
     async fn run_transactional(
         &self,
+        connection: &mut PgConnection,
         claimed: &Claimed,
         remaining: &VecDeque<Claimed>,
         ticker: &mut Interval,
     ) -> Result<Option<HandlerError>, DispatchError> {
-        let mut tx = self.store.pool().begin().await?;
+        let mut tx = connection.begin().await?;
         // Row-locks the delivery: recovery and renewal leave it alone until we commit.
         self.store.lock_lease(&mut tx, &claimed.lease).await?;
         let shadow = claimed.lease.is_shadow();

@@ -389,3 +389,101 @@ async fn a_held_claim_hides_its_rows_fences_on_its_token_and_dies_with_its_conne
     })
     .await
 }
+
+/// Records the server process that ran each call (its transaction's connection).
+#[derive(Default)]
+struct RecordsBackend {
+    backends: Mutex<Vec<i32>>,
+}
+
+impl DynHandler for RecordsBackend {
+    fn handle<'a>(
+        &'a self,
+        mut context: HandlerContext<'a>,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async move {
+            let tx = context
+                .transaction()
+                .ok_or_else(|| HandlerError::permanent("no_transaction"))?;
+            let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(|_| HandlerError::transient("pid_query_failed"))?;
+            self.backends.lock().expect("backends").push(backend);
+            Ok(())
+        })
+    }
+}
+
+/// Lets the test read what the dispatcher's handler recorded.
+struct SharedRecorder(Arc<RecordsBackend>);
+
+impl DynHandler for SharedRecorder {
+    fn handle<'a>(
+        &'a self,
+        context: HandlerContext<'a>,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        self.0.handle(context)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_held_worker_keeps_its_connection_and_an_idle_one_gives_it_back() -> TestResult {
+    with_database(|pool| async move {
+        const JOBS: u64 = 600;
+        let store = dispatch_store(&pool, 4).await?;
+        // Four connections open and idle: a worker that took one from the pool for each batch
+        // would run its batches on several of them (the pool hands idle connections out in
+        // turn).
+        let mut warm = Vec::new();
+        for _ in 0..4 {
+            warm.push(store.pool().acquire().await?);
+        }
+        drop(warm);
+        let start = Instant::now();
+        // Connections go back to the pool in the background.
+        while store.pool().num_idle() < 4 {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "warm connections not back"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        append_jobs(&store, JOBS, |_| "n").await?;
+        let handler = Arc::new(RecordsBackend::default());
+        let dispatcher = Dispatcher::new(
+            store.clone(),
+            held_config("held-c").workers(1).listen(false),
+        )
+        .consumer(CONSUMER, SharedRecorder(Arc::clone(&handler)))?
+        .start();
+        settle(&pool, Duration::from_secs(30)).await?;
+        // Idle now (its claims find nothing): the worker holds no connection between polls.
+        let start = Instant::now();
+        while store.pool().num_idle() < store.pool().size() as usize {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "{} of {} connections still taken by an idle dispatcher",
+                store.pool().size() as usize - store.pool().num_idle(),
+                store.pool().size()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let stats = dispatcher.shutdown().await;
+        assert_eq!(stats.acked, JOBS);
+        let backends = handler.backends.lock().expect("backends").clone();
+        assert_eq!(backends.len(), JOBS as usize);
+        let mut distinct = backends.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(
+            distinct.len(),
+            1,
+            "{} batches of 50 ran on {} connections",
+            JOBS / 50,
+            distinct.len()
+        );
+        Ok(())
+    })
+    .await
+}

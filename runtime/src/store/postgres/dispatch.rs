@@ -5,8 +5,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use sqlx::Row;
 use sqlx::postgres::{PgConnection, PgRow};
+use sqlx::{Connection, Row};
 use uuid::Uuid;
 
 use super::{PgStore, sql};
@@ -134,9 +134,29 @@ impl PgStore {
         lease: Duration,
         per_key: bool,
     ) -> Result<Vec<Claimed>, DispatchError> {
+        let mut connection = self.inner.pool.acquire().await?;
+        self.claim_in(&mut connection, consumer, owner, batch, lease, per_key)
+            .await
+    }
+
+    /// [`PgStore::claim`] on the caller's connection (outside a transaction: the claim commits
+    /// its leases itself). A worker that claims batch after batch keeps one connection rather
+    /// than taking one from the pool for each statement.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`] or [`DispatchError::Payload`].
+    pub async fn claim_in(
+        &self,
+        connection: &mut PgConnection,
+        consumer: &str,
+        owner: &str,
+        batch: u32,
+        lease: Duration,
+        per_key: bool,
+    ) -> Result<Vec<Claimed>, DispatchError> {
         let batch = i64::from(batch.max(1));
         let rows = if per_key {
-            let mut tx = self.inner.pool.begin().await?;
+            let mut tx = connection.begin().await?;
             let candidates: Vec<Uuid> = sqlx::query_scalar(sql::CLAIM_KEY_HEADS_LOCK)
                 .bind(consumer)
                 .bind(batch)
@@ -161,7 +181,7 @@ impl PgStore {
                 .bind(batch)
                 .bind(owner)
                 .bind(millis(lease))
-                .fetch_all(&self.inner.pool)
+                .fetch_all(&mut *connection)
                 .await?
         };
         rows.iter().map(|row| self.claimed(row, owner)).collect()
@@ -281,6 +301,22 @@ impl PgStore {
         if leases.is_empty() {
             return Ok(AckBatch::default());
         }
+        let mut connection = self.inner.pool.acquire().await?;
+        self.ack_batch_in(&mut connection, leases).await
+    }
+
+    /// [`PgStore::ack_batch`] on the caller's connection (see [`PgStore::claim_in`]).
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    pub async fn ack_batch_in(
+        &self,
+        connection: &mut PgConnection,
+        leases: &[&Lease],
+    ) -> Result<AckBatch, DispatchError> {
+        if leases.is_empty() {
+            return Ok(AckBatch::default());
+        }
         let ids: Vec<Uuid> = leases.iter().map(|lease| lease.event_id).collect();
         let consumers: Vec<&str> = leases.iter().map(|lease| lease.consumer.as_str()).collect();
         let tokens: Vec<i64> = leases.iter().map(|lease| lease.token).collect();
@@ -292,7 +328,7 @@ impl PgStore {
             .bind(&tokens)
             .bind(&owners)
             .bind(&started)
-            .fetch_all(&self.inner.pool)
+            .fetch_all(&mut *connection)
             .await?;
         let mut acked = std::collections::HashSet::with_capacity(rows.len());
         for row in &rows {
