@@ -165,10 +165,13 @@ pub(crate) fn dispatch(
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
+        // Per worker: the connection it keeps while busy, one for lease renewals and one for
+        // failures and reconciliations (docs/runtime.md, "Dispatch"); the rest for the
+        // dispatcher's doorbells, recovery and heartbeats.
         let connections: usize = config
             .consumers
             .values()
-            .map(|c| c.settings.workers.or(config.defaults.workers).unwrap_or(1) * 2)
+            .map(|c| c.settings.workers.or(config.defaults.workers).unwrap_or(1) * 3)
             .sum::<usize>()
             + 4;
         let pool = PgPoolOptions::new()
