@@ -533,10 +533,11 @@ struct Worker {
     shutdown: watch::Receiver<bool>,
     counters: Arc<Counters>,
     rng: SplitMix64,
-    /// The pool connection a busy worker keeps for its claims and acks, batch after batch.
-    /// Taking one from the pool costs a round trip (the pool pings a connection before handing
-    /// it out): a fifth more for a held batch's four. The worker gives it back when a claim
-    /// finds nothing (idle workers hold no connection) and after an error or a failed batch.
+    /// The pool connection a busy worker keeps for its claims, acks and transactions, batch
+    /// after batch. An sqlx pool pings a connection when it hands it out (a round trip the
+    /// worker waits for: a fifth more for a held batch's four) and again when it comes back.
+    /// The worker gives it back when a claim finds nothing (idle workers hold no connection)
+    /// and after an error or a failed batch.
     connection: Option<PoolConnection<Postgres>>,
 }
 
