@@ -415,6 +415,21 @@ impl DynHandler for RecordsBackend {
     }
 }
 
+/// Waits (5 s at most) until every open connection of `pool` is back and idle; connections go
+/// back to an sqlx pool in the background.
+async fn all_idle(pool: &PgPool, whose: &str) {
+    let start = Instant::now();
+    while pool.num_idle() < pool.size() as usize {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{} of {} connections still taken: {whose}",
+            pool.size() as usize - pool.num_idle(),
+            pool.size()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_held_worker_keeps_its_connection_and_an_idle_one_gives_it_back() -> TestResult {
     with_database(|pool| async move {
@@ -428,15 +443,8 @@ async fn a_busy_held_worker_keeps_its_connection_and_an_idle_one_gives_it_back()
             warm.push(store.pool().acquire().await?);
         }
         drop(warm);
-        let start = Instant::now();
-        // Connections go back to the pool in the background.
-        while store.pool().num_idle() < 4 {
-            assert!(
-                start.elapsed() < Duration::from_secs(5),
-                "warm connections not back"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        all_idle(store.pool(), "the warm-up's").await;
+        assert_eq!(store.pool().size(), 4);
         append_jobs(&store, JOBS, |_| "n").await?;
         let handler = Arc::new(RecordsBackend::default());
         let dispatcher = Dispatcher::new(
@@ -447,16 +455,7 @@ async fn a_busy_held_worker_keeps_its_connection_and_an_idle_one_gives_it_back()
         .start();
         settle(&pool, Duration::from_secs(30)).await?;
         // Idle now (its claims find nothing): the worker holds no connection between polls.
-        let start = Instant::now();
-        while store.pool().num_idle() < store.pool().size() as usize {
-            assert!(
-                start.elapsed() < Duration::from_secs(5),
-                "{} of {} connections still taken by an idle dispatcher",
-                store.pool().size() as usize - store.pool().num_idle(),
-                store.pool().size()
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        all_idle(store.pool(), "an idle dispatcher's").await;
         let stats = dispatcher.shutdown().await;
         assert_eq!(stats.acked, JOBS);
         let backends = handler.backends.lock().expect("backends").clone();
