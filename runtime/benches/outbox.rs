@@ -91,6 +91,12 @@ const CEILING_RELOAD: [&str; 4] = [
 /// Deliveries per claim+ack transaction of the script.
 const CEILING_BATCH: f64 = 100.0;
 
+/// The script's claim+ack at `limit 50`: not the script's figure, a reference for evc's
+/// batch-50 runs (the same statements claiming half as many rows per transaction).
+fn ceiling_claim_ack_50() -> String {
+    CEILING_CLAIMACK.replace("limit 100", "limit 50")
+}
+
 // ---------------------------------------------------------------------------------------------
 // evc's side: a small static registry.
 // ---------------------------------------------------------------------------------------------
@@ -310,6 +316,8 @@ struct Ceiling {
     commits: f64,
     produce: f64,
     claim_ack: f64,
+    /// [`ceiling_claim_ack_50`]'s deliveries/s.
+    claim_ack_50: f64,
     driver: &'static str,
 }
 
@@ -467,8 +475,8 @@ async fn measure_against_ceiling(
 ) -> BenchResult<()> {
     let ceiling = ceiling(server, settings.seconds).await?;
     println!(
-        "ceiling ({}): single-row commits/s {:.0}, produce tx/s {:.0}, claim+ack deliveries/s {:.0}",
-        ceiling.driver, ceiling.commits, ceiling.produce, ceiling.claim_ack
+        "ceiling ({}): single-row commits/s {:.0}, produce tx/s {:.0}, claim+ack deliveries/s {:.0} (at limit 50: {:.0})",
+        ceiling.driver, ceiling.commits, ceiling.produce, ceiling.claim_ack, ceiling.claim_ack_50
     );
     figures.extend([
         Figure {
@@ -488,6 +496,13 @@ async fn measure_against_ceiling(
         Figure {
             name: "ceiling: claim+ack deliveries/s (batch 100)".into(),
             value: ceiling.claim_ack,
+            unit: "/s",
+            ceiling: None,
+            goal: Goal::None,
+        },
+        Figure {
+            name: "reference: the script's claim+ack at limit 50".into(),
+            value: ceiling.claim_ack_50,
             unit: "/s",
             ceiling: None,
             goal: Goal::None,
@@ -547,6 +562,15 @@ async fn measure_against_ceiling(
                 ceiling: Some(ceiling.claim_ack),
                 goal: Goal::Ratio(CLAIM_GOAL),
             });
+            if batch == 50 {
+                figures.push(Figure {
+                    name: "  the same, ratio to the script's claim+ack at limit 50".into(),
+                    value: run.rate,
+                    unit: "/s",
+                    ceiling: Some(ceiling.claim_ack_50),
+                    goal: Goal::None,
+                });
+            }
             if batch == 50 && path == ClaimPath::Dispatcher {
                 figures.push(Figure {
                     name: format!(
@@ -663,6 +687,11 @@ async fn ceiling(server: &mut Server, seconds: u64) -> BenchResult<Ceiling> {
             .fetch_one(&mut connection)
             .await?;
         println!("ceiling claim+ack: pending left {left}");
+        for statement in CEILING_RELOAD {
+            sqlx::raw_sql(statement).execute(&mut connection).await?;
+        }
+        let tps = ceiling_run(&pgbench, &dir, &url, Script::ClaimAck50, seconds).await?;
+        ceiling.claim_ack_50 = (tps * CEILING_BATCH / 2.0).round();
         BenchResult::Ok(())
     }
     .await;
@@ -676,6 +705,8 @@ enum Script {
     Insert1,
     Produce,
     ClaimAck,
+    /// [`ceiling_claim_ack_50`].
+    ClaimAck50,
 }
 
 fn which(program: &str) -> Option<PathBuf> {
@@ -695,9 +726,10 @@ async fn ceiling_run(
     seconds: u64,
 ) -> BenchResult<f64> {
     let (file, text) = match script {
-        Script::Insert1 => ("insert1.sql", CEILING_INSERT1),
-        Script::Produce => ("produce.sql", CEILING_PRODUCE),
-        Script::ClaimAck => ("claimack.sql", CEILING_CLAIMACK),
+        Script::Insert1 => ("insert1.sql", CEILING_INSERT1.to_owned()),
+        Script::Produce => ("produce.sql", CEILING_PRODUCE.to_owned()),
+        Script::ClaimAck => ("claimack.sql", CEILING_CLAIMACK.to_owned()),
+        Script::ClaimAck50 => ("claimack50.sql", ceiling_claim_ack_50()),
     };
     let Some(pgbench) = pgbench else {
         return rust_ceiling(url, script, seconds).await;
@@ -745,9 +777,13 @@ async fn rust_ceiling(url: &str, script: Script, seconds: u64) -> BenchResult<f6
                             .execute(&mut connection)
                             .await?;
                     }
-                    Script::ClaimAck => {
+                    Script::ClaimAck | Script::ClaimAck50 => {
                         owner += 1;
-                        let claim = CEILING_CLAIMACK
+                        let statements = match script {
+                            Script::ClaimAck50 => ceiling_claim_ack_50(),
+                            _ => CEILING_CLAIMACK.to_owned(),
+                        };
+                        let claim = statements
                             .lines()
                             .filter(|line| !line.starts_with('\\'))
                             .collect::<Vec<_>>()

@@ -64,6 +64,10 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 
+mod cursor;
+
+use cursor::{ClaimCursor, HEAD};
+
 use crate::handler::{Delivery, FailureClass, HandlerError};
 use crate::registry::HandlerKind;
 use crate::retry::{RetryDecision, RetryPolicy, SplitMix64};
@@ -346,6 +350,8 @@ struct ConsumerSetup {
     /// doorbell: one asking worker per dispatcher is enough (the holder's notifications wake
     /// them all), and the others keep their pool connections for claims.
     doorbell_busy: AtomicBool,
+    /// Where the next claim starts (consumers without per-key ordering).
+    cursor: ClaimCursor,
 }
 
 /// A dispatcher for one or more consumers over one store. Build it, add consumers, then
@@ -424,6 +430,7 @@ impl Dispatcher {
             policy,
             handler: Arc::new(handler),
             doorbell_busy: AtomicBool::new(false),
+            cursor: ClaimCursor::new(),
         });
         self
     }
@@ -643,20 +650,51 @@ impl Worker {
         }
     }
 
-    /// Claims a leased batch on the kept connection; keeps it when the claim found work.
+    /// Where this worker's next claim starts: the consumer's claim cursor, or the head for a
+    /// consumer that orders per key.
+    fn claim_start(&self) -> i64 {
+        if self.consumer.per_key {
+            HEAD
+        } else {
+            self.consumer.cursor.start()
+        }
+    }
+
+    /// Moves the consumer's claim cursor after a claim (not for per-key consumers).
+    fn claimed(&self, batch: &[Claimed]) {
+        if !self.consumer.per_key {
+            self.consumer.cursor.claimed(
+                self.config.batch,
+                batch.len(),
+                batch.iter().map(|claimed| claimed.event_seq).max(),
+            );
+        }
+    }
+
+    /// Claims a leased batch on the kept connection; keeps it when the claim found work. A
+    /// claim from the cursor that finds nothing is tried again from the head.
     async fn claim(&mut self) -> Result<Vec<Claimed>, DispatchError> {
         let mut connection = self.take_connection().await?;
-        let batch = self
-            .store
-            .claim_in(
-                &mut connection,
-                &self.consumer.name,
-                &self.owner,
-                self.config.batch,
-                self.config.lease,
-                self.consumer.per_key,
-            )
-            .await?;
+        let mut start = self.claim_start();
+        let batch = loop {
+            let batch = self
+                .store
+                .claim_after_in(
+                    &mut connection,
+                    &self.consumer.name,
+                    &self.owner,
+                    self.config.batch,
+                    self.config.lease,
+                    self.consumer.per_key,
+                    start,
+                )
+                .await?;
+            if !batch.is_empty() || start == HEAD {
+                break batch;
+            }
+            start = HEAD;
+        };
+        self.claimed(&batch);
         if !batch.is_empty() {
             self.connection = Some(connection);
         }
@@ -723,10 +761,24 @@ impl Worker {
         // connection left inside a transaction is rolled back), a claim that finds nothing too.
         let mut connection = self.take_connection().await?;
         let mut tx = connection.begin().await?;
-        let mut batch = self
-            .store
-            .claim_held(&mut tx, &self.consumer.name, &self.owner, self.config.batch)
-            .await?;
+        let mut start = self.claim_start();
+        let mut batch = loop {
+            let batch = self
+                .store
+                .claim_held_after(
+                    &mut tx,
+                    &self.consumer.name,
+                    &self.owner,
+                    self.config.batch,
+                    start,
+                )
+                .await?;
+            if !batch.is_empty() || start == HEAD {
+                break batch;
+            }
+            start = HEAD;
+        };
+        self.claimed(&batch);
         if batch.is_empty() {
             tx.rollback().await?;
             return Ok((0, None));

@@ -154,6 +154,28 @@ impl PgStore {
         lease: Duration,
         per_key: bool,
     ) -> Result<Vec<Claimed>, DispatchError> {
+        self.claim_after_in(connection, consumer, owner, batch, lease, per_key, 0)
+            .await
+    }
+
+    /// [`PgStore::claim_in`] that considers only deliveries whose `event_seq` is above
+    /// `after_seq` (0: all of them). The dispatcher's claim cursor: a claim that starts after
+    /// the deliveries it knows were claimed skips their index entries (docs/runtime.md, "Claim
+    /// cursor"). A per-key claim ignores `after_seq`: it must see every head of a key.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`] or [`DispatchError::Payload`].
+    #[allow(clippy::too_many_arguments)]
+    pub async fn claim_after_in(
+        &self,
+        connection: &mut PgConnection,
+        consumer: &str,
+        owner: &str,
+        batch: u32,
+        lease: Duration,
+        per_key: bool,
+        after_seq: i64,
+    ) -> Result<Vec<Claimed>, DispatchError> {
         let batch = i64::from(batch.max(1));
         let rows = if per_key {
             let mut tx = connection.begin().await?;
@@ -181,6 +203,7 @@ impl PgStore {
                 .bind(batch)
                 .bind(owner)
                 .bind(millis(lease))
+                .bind(after_seq)
                 .fetch_all(&mut *connection)
                 .await?
         };
@@ -206,9 +229,27 @@ impl PgStore {
         owner: &str,
         batch: u32,
     ) -> Result<Vec<Claimed>, DispatchError> {
+        self.claim_held_after(transaction, consumer, owner, batch, 0)
+            .await
+    }
+
+    /// [`PgStore::claim_held`] that considers only deliveries whose `event_seq` is above
+    /// `after_seq` (0: all of them), like [`PgStore::claim_after_in`].
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`] or [`DispatchError::Payload`].
+    pub async fn claim_held_after(
+        &self,
+        transaction: &mut PgConnection,
+        consumer: &str,
+        owner: &str,
+        batch: u32,
+        after_seq: i64,
+    ) -> Result<Vec<Claimed>, DispatchError> {
         let rows = sqlx::query(sql::CLAIM_HELD)
             .bind(consumer)
             .bind(i64::from(batch.max(1)))
+            .bind(after_seq)
             .fetch_all(&mut *transaction)
             .await?;
         rows.iter()

@@ -199,8 +199,9 @@ macro_rules! acked_attempt_rows {
     };
 }
 
-/// Claims up to `$2` due deliveries of consumer `$1` that need no per-key ordering, oldest
-/// first, in one statement (nothing while the consumer is paused or its mode is `off` in
+/// Claims up to `$2` due deliveries of consumer `$1` that need no per-key ordering and come
+/// after `event_seq` `$5` (0: from the head; the dispatcher's claim cursor), oldest first, in
+/// one statement (nothing while the consumer is paused or its mode is `off` in
 /// `evc_consumer_state`): locks them (`SKIP LOCKED`, so concurrent claimers take disjoint
 /// rows), leases them to owner `$3` until now + `$4` milliseconds, counts the attempt and raises
 /// the fencing token. Returns the leases joined with their events, in `event_seq` order.
@@ -209,6 +210,7 @@ pub(crate) const CLAIM_BATCH: &str = concat!(
 WITH c AS (
     SELECT ctid FROM evc_deliveries
     WHERE consumer = $1 AND status = 'pending' AND next_attempt_at <= now()
+        AND event_seq > $5
         AND NOT EXISTS (
             SELECT 1 FROM evc_consumer_state s
             WHERE s.consumer = $1 AND (s.paused OR s.mode = 'off')
@@ -296,7 +298,8 @@ WITH d AS (
 );
 
 /// Held claim (a batched transactional claim, run in the transaction that will ack): locks up
-/// to `$2` due deliveries of consumer `$1` that need no per-key ordering, oldest first
+/// to `$2` due deliveries of consumer `$1` that need no per-key ordering and come after
+/// `event_seq` `$3` (0: from the head), oldest first
 /// (`FOR UPDATE SKIP LOCKED`; nothing while the consumer is paused or off), and returns them
 /// joined with their events. Nothing is written: the rows stay `pending`, and the row locks,
 /// held until the transaction ends, keep every other claimer, recovery and renewal off them.
@@ -308,6 +311,7 @@ WITH d AS (
         event_seq
     FROM evc_deliveries
     WHERE consumer = $1 AND status = 'pending' AND next_attempt_at <= now()
+        AND event_seq > $3
         AND NOT EXISTS (
             SELECT 1 FROM evc_consumer_state s
             WHERE s.consumer = $1 AND (s.paused OR s.mode = 'off')
