@@ -47,6 +47,8 @@ struct Settings {
     lease: Option<String>,
     poll_interval: Option<String>,
     held_batches: Option<bool>,
+    /// Whether claims start after the claim cursor (default on).
+    claim_cursor: Option<bool>,
     /// How long one command may run before it is killed (a transient failure).
     timeout: Option<String>,
 }
@@ -212,7 +214,8 @@ pub(crate) fn dispatch(
                     "poll_interval",
                     Duration::from_secs(1),
                 )?)
-                .held_batches(s.held_batches.or(d.held_batches).unwrap_or(false));
+                .held_batches(s.held_batches.or(d.held_batches).unwrap_or(false))
+                .claim_cursor(s.claim_cursor.or(d.claim_cursor).unwrap_or(true));
             let handler = CommandHandler {
                 command: entry.command.clone(),
                 timeout: duration(

@@ -309,6 +309,11 @@ impl Settings {
     fn runs(&self, part: &str) -> bool {
         self.only.is_empty() || self.only.iter().any(|p| p == part)
     }
+
+    /// Parts a full run leaves out: run only when named.
+    fn names(&self, part: &str) -> bool {
+        self.only.iter().any(|p| p == part)
+    }
 }
 
 #[derive(Default)]
@@ -450,6 +455,9 @@ async fn run(server: &mut Server, settings: &Settings) -> BenchResult<()> {
     if settings.runs("vacuum") {
         figures.push(vacuum_horizon(server, settings).await?);
     }
+    if settings.names("cursor") {
+        figures.extend(cursor_comparison(server, settings).await?);
+    }
     if settings.runs("append") {
         let batch = batch_append(server).await?;
         println!(
@@ -544,7 +552,7 @@ async fn measure_against_ceiling(
             if !wanted {
                 continue;
             }
-            let run = claim_ack(server, settings, batch, path, false).await?;
+            let run = claim_ack(server, settings, batch, path, false, true).await?;
             let how = path.describe();
             println!(
                 "evc claim+ack ({how}, batch {batch}): {:.0} deliveries/s, {} attempt rows, {} pending left; pre-insert {:.0} events/s",
@@ -980,8 +988,8 @@ async fn append_claimed(
 /// that holds back vacuum (a repeatable-read snapshot taken before the run, open until its
 /// end). The figure is the second rate, its ratio the one to the first.
 async fn vacuum_horizon(server: &mut Server, settings: &Settings) -> BenchResult<Figure> {
-    let free = claim_ack(server, settings, 100, ClaimPath::Dispatcher, false).await?;
-    let held = claim_ack(server, settings, 100, ClaimPath::Dispatcher, true).await?;
+    let free = claim_ack(server, settings, 100, ClaimPath::Dispatcher, false, true).await?;
+    let held = claim_ack(server, settings, 100, ClaimPath::Dispatcher, true, true).await?;
     println!(
         "evc claim+ack (Dispatcher, leased, batch 100): {:.0} deliveries/s without, {:.0} with a transaction holding back vacuum ({:.2}x)",
         free.rate,
@@ -997,15 +1005,45 @@ async fn vacuum_horizon(server: &mut Server, settings: &Settings) -> BenchResult
     })
 }
 
+/// The Dispatcher's claim+ack at batch 50, held and leased, each with the claim cursor off
+/// and then on (`EVC_BENCH_ONLY=cursor`). Each figure is the rate with it on, its ratio the
+/// one to the same path with it off, in the same invocation.
+async fn cursor_comparison(server: &mut Server, settings: &Settings) -> BenchResult<Vec<Figure>> {
+    let mut figures = Vec::new();
+    for path in [ClaimPath::HeldBatches, ClaimPath::Dispatcher] {
+        let off = claim_ack(server, settings, 50, path, false, false).await?;
+        let on = claim_ack(server, settings, 50, path, false, true).await?;
+        let how = path.describe();
+        println!(
+            "evc claim+ack ({how}, batch 50): {:.0} deliveries/s with the claim cursor off, {:.0} with it on ({:.2}x)",
+            off.rate,
+            on.rate,
+            on.rate / off.rate
+        );
+        figures.push(Figure {
+            name: format!(
+                "evc claim+ack ({how}, batch 50), claim cursor on (ratio: to the same run with it off)"
+            ),
+            value: on.rate,
+            unit: "/s",
+            ceiling: Some(off.rate),
+            goal: Goal::None,
+        });
+    }
+    Ok(figures)
+}
+
 /// Claim+ack of pre-inserted deliveries with a no-op handler, 4 workers, along `path`; with
 /// `hold_horizon`, a repeatable-read transaction stays open on another connection for the
-/// whole run, so vacuum (and index entry clean-up) cannot remove what the run leaves dead.
+/// whole run, so vacuum (and index entry clean-up) cannot remove what the run leaves dead;
+/// `cursor` turns the Dispatcher's claim cursor on or off.
 async fn claim_ack(
     server: &mut Server,
     settings: &Settings,
     batch: u32,
     path: ClaimPath,
     hold_horizon: bool,
+    cursor: bool,
 ) -> BenchResult<ClaimRun> {
     let purpose = match (path, hold_horizon) {
         (_, true) => "horizon",
@@ -1077,7 +1115,8 @@ async fn claim_ack(
             .recovery_interval(Duration::from_secs(60))
             .heartbeat_interval(Duration::from_secs(60))
             .listen(false)
-            .held_batches(path == ClaimPath::HeldBatches);
+            .held_batches(path == ClaimPath::HeldBatches)
+            .claim_cursor(cursor);
         let started = Instant::now();
         let handle = Dispatcher::new(store.clone(), config)
             .consumer(consumer, NoOp)?

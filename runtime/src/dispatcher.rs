@@ -183,6 +183,13 @@ pub struct DispatcherConfig {
     /// is recorded with its attempt. Off by default: a held batch keeps a transaction open for
     /// all its handlers, and a process that dies mid-batch counts no attempt.
     pub held_batches: bool,
+    /// Whether claims of consumers that do not order per key start after the claim cursor
+    /// (docs/runtime.md, "Claim cursor"): after the highest `event_seq` a full batch claimed,
+    /// with a claim from the head after a short or empty one and at least every 100 ms. On by
+    /// default; off, every claim starts at the head of the due index, so a delivery that
+    /// becomes due behind a backlog is seen at the next claim rather than within 100 ms, at
+    /// the cost of walking the backlog's claimed region on every claim.
+    pub claim_cursor: bool,
 }
 
 impl Default for DispatcherConfig {
@@ -201,6 +208,7 @@ impl Default for DispatcherConfig {
             seed: None,
             ack_window: Duration::from_millis(100),
             held_batches: false,
+            claim_cursor: true,
         }
     }
 }
@@ -281,6 +289,13 @@ impl DispatcherConfig {
     #[must_use]
     pub fn held_batches(mut self, held: bool) -> Self {
         self.held_batches = held;
+        self
+    }
+
+    /// Turns the claim cursor on or off ([`DispatcherConfig::claim_cursor`]).
+    #[must_use]
+    pub fn claim_cursor(mut self, on: bool) -> Self {
+        self.claim_cursor = on;
         self
     }
 }
@@ -650,19 +665,24 @@ impl Worker {
         }
     }
 
-    /// Where this worker's next claim starts: the consumer's claim cursor, or the head for a
-    /// consumer that orders per key.
+    /// Whether this worker's claims use the consumer's claim cursor: not for a consumer that
+    /// orders per key (its claim must see every key's head), nor when it is turned off.
+    fn uses_cursor(&self) -> bool {
+        self.config.claim_cursor && !self.consumer.per_key
+    }
+
+    /// Where this worker's next claim starts: after the consumer's claim cursor, or the head.
     fn claim_start(&self) -> i64 {
-        if self.consumer.per_key {
-            HEAD
-        } else {
+        if self.uses_cursor() {
             self.consumer.cursor.start()
+        } else {
+            HEAD
         }
     }
 
-    /// Moves the consumer's claim cursor after a claim (not for per-key consumers).
+    /// Moves the consumer's claim cursor after a claim.
     fn claimed(&self, batch: &[Claimed]) {
-        if !self.consumer.per_key {
+        if self.uses_cursor() {
             self.consumer.cursor.claimed(
                 self.config.batch,
                 batch.len(),
