@@ -680,6 +680,51 @@ impl Worker {
         }
     }
 
+    /// Claims a batch on `connection` from where the claim cursor says, held (in the
+    /// transaction open on `connection`) or leased, and moves the cursor. A claim from the
+    /// cursor that finds nothing runs once more from the head, so a worker never sleeps with
+    /// due work behind the cursor.
+    async fn claim_from_cursor(
+        &self,
+        connection: &mut PgConnection,
+        held: bool,
+    ) -> Result<Vec<Claimed>, DispatchError> {
+        let start = self.claim_start();
+        let mut batch = self.claim_once(connection, held, start).await?;
+        if batch.is_empty() && start != HEAD {
+            batch = self.claim_once(connection, held, HEAD).await?;
+        }
+        self.claimed(&batch);
+        Ok(batch)
+    }
+
+    /// One claim statement after `event_seq` `start`, held or leased.
+    async fn claim_once(
+        &self,
+        connection: &mut PgConnection,
+        held: bool,
+        start: i64,
+    ) -> Result<Vec<Claimed>, DispatchError> {
+        let (consumer, owner, batch) = (&self.consumer.name, &self.owner, self.config.batch);
+        if held {
+            self.store
+                .claim_held_after(connection, consumer, owner, batch, start)
+                .await
+        } else {
+            self.store
+                .claim_after_in(
+                    connection,
+                    consumer,
+                    owner,
+                    batch,
+                    self.config.lease,
+                    self.consumer.per_key,
+                    start,
+                )
+                .await
+        }
+    }
+
     /// Moves the consumer's claim cursor after a claim.
     fn claimed(&self, batch: &[Claimed]) {
         if self.uses_cursor() {
@@ -695,26 +740,7 @@ impl Worker {
     /// claim from the cursor that finds nothing is tried again from the head.
     async fn claim(&mut self) -> Result<Vec<Claimed>, DispatchError> {
         let mut connection = self.take_connection().await?;
-        let mut start = self.claim_start();
-        let batch = loop {
-            let batch = self
-                .store
-                .claim_after_in(
-                    &mut connection,
-                    &self.consumer.name,
-                    &self.owner,
-                    self.config.batch,
-                    self.config.lease,
-                    self.consumer.per_key,
-                    start,
-                )
-                .await?;
-            if !batch.is_empty() || start == HEAD {
-                break batch;
-            }
-            start = HEAD;
-        };
-        self.claimed(&batch);
+        let batch = self.claim_from_cursor(&mut connection, false).await?;
         if !batch.is_empty() {
             self.connection = Some(connection);
         }
@@ -781,24 +807,7 @@ impl Worker {
         // connection left inside a transaction is rolled back), a claim that finds nothing too.
         let mut connection = self.take_connection().await?;
         let mut tx = connection.begin().await?;
-        let mut start = self.claim_start();
-        let mut batch = loop {
-            let batch = self
-                .store
-                .claim_held_after(
-                    &mut tx,
-                    &self.consumer.name,
-                    &self.owner,
-                    self.config.batch,
-                    start,
-                )
-                .await?;
-            if !batch.is_empty() || start == HEAD {
-                break batch;
-            }
-            start = HEAD;
-        };
-        self.claimed(&batch);
+        let mut batch = self.claim_from_cursor(&mut tx, true).await?;
         if batch.is_empty() {
             tx.rollback().await?;
             return Ok((0, None));
