@@ -147,6 +147,17 @@ pub trait DynHandler: Send + Sync + 'static {
     -> BoxFuture<'a, Result<(), HandlerError>>;
 }
 
+/// A shared handler is a handler: the caller keeps a clone of the `Arc` to read what the
+/// handler recorded (a test's counts, a service's metrics) while the dispatcher runs it.
+impl<H: DynHandler + ?Sized> DynHandler for Arc<H> {
+    fn handle<'a>(
+        &'a self,
+        context: HandlerContext<'a>,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        (**self).handle(context)
+    }
+}
+
 /// Dispatcher settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

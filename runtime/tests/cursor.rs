@@ -22,7 +22,7 @@ const BACKLOG: u64 = 2_000;
 const LATE: i64 = 1_000_000;
 
 /// Records the `count` of every delivery it handles, in order, and takes a millisecond for
-/// each, so the backlog lasts a few seconds.
+/// each, so the backlog lasts a few seconds. Shared with the test through an `Arc`.
 #[derive(Default)]
 struct Records {
     handled: Mutex<Vec<i64>>,
@@ -34,15 +34,13 @@ impl Records {
     }
 }
 
-struct Shared(Arc<Records>);
-
-impl DynHandler for Shared {
+impl DynHandler for Records {
     fn handle<'a>(
         &'a self,
         context: HandlerContext<'a>,
     ) -> BoxFuture<'a, Result<(), HandlerError>> {
         let count = context.payload()["count"].as_i64().unwrap_or(i64::MIN);
-        self.0.handled.lock().expect("not poisoned").push(count);
+        self.handled.lock().expect("not poisoned").push(count);
         Box::pin(async {
             tokio::time::sleep(Duration::from_millis(1)).await;
             Ok(())
@@ -50,8 +48,9 @@ impl DynHandler for Shared {
     }
 }
 
-/// The late event's position among the handled deliveries, and how many were handled after
-/// it, for `consumer` (of `event_type`) with or without held batches.
+/// Commits a late event behind the cursor of `consumer` (of `event_type`, with or without held
+/// batches) while a backlog drains, and checks that it is handled long before the backlog
+/// ends, every delivery acked once and the backlog in order.
 async fn late_event_run(
     pool: sqlx::PgPool,
     event_type: &'static str,
@@ -79,7 +78,7 @@ async fn late_event_run(
         .poll_interval(Duration::from_millis(20))
         .held_batches(held);
     let dispatcher = Dispatcher::new(store.clone(), config)
-        .consumer(consumer, Shared(Arc::clone(&records)))?
+        .consumer(consumer, Arc::clone(&records))?
         .start();
     // Let the cursor run well past the late event's seq, then commit it.
     let waited = tokio::time::Instant::now();

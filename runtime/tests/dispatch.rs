@@ -483,16 +483,14 @@ struct FailsSome {
     handled: Mutex<Vec<(i64, String, Instant)>>,
 }
 
-struct FailsSomeHandler(Arc<FailsSome>);
-
-impl DynHandler for FailsSomeHandler {
+impl DynHandler for FailsSome {
     fn handle<'a>(
         &'a self,
         context: HandlerContext<'a>,
     ) -> BoxFuture<'a, Result<(), HandlerError>> {
         Box::pin(async move {
             let text = context.payload()["text"].as_str().unwrap_or("").to_owned();
-            self.0.handled.lock().expect("lock").push((
+            self.handled.lock().expect("lock").push((
                 context.claimed.event_seq,
                 text.clone(),
                 Instant::now(),
@@ -525,7 +523,7 @@ async fn a_failing_head_blocks_its_key_while_other_keys_proceed() -> TestResult 
         tx.commit().await?;
         let handler = Arc::new(FailsSome::default());
         let handle = Dispatcher::new(store.clone(), config("hol"))
-            .consumer("d.leased", FailsSomeHandler(Arc::clone(&handler)))?
+            .consumer("d.leased", Arc::clone(&handler))?
             .start();
 
         // While the head backs off (200 ms between its 4 attempts), key 2 is done and the

@@ -156,10 +156,10 @@ async fn two_dispatchers_drain_held_batches_each_delivery_acked_and_written_once
         append_jobs(&store, JOBS, |_| "n").await?;
         let handler = Arc::new(WritesEffects::default());
         let first = Dispatcher::new(store.clone(), held_config("held-a"))
-            .consumer(CONSUMER, Shared(Arc::clone(&handler)))?
+            .consumer(CONSUMER, Arc::clone(&handler))?
             .start();
         let second = Dispatcher::new(store.clone(), held_config("held-b"))
-            .consumer(CONSUMER, Shared(Arc::clone(&handler)))?
+            .consumer(CONSUMER, Arc::clone(&handler))?
             .start();
         settle(&pool, Duration::from_secs(60)).await?;
         let (a, b) = (first.shutdown().await, second.shutdown().await);
@@ -204,18 +204,6 @@ async fn two_dispatchers_drain_held_batches_each_delivery_acked_and_written_once
     .await
 }
 
-/// Lets dispatchers share one handler (and its records) with the test.
-struct Shared<H>(Arc<H>);
-
-impl<H: DynHandler> DynHandler for Shared<H> {
-    fn handle<'a>(
-        &'a self,
-        context: HandlerContext<'a>,
-    ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        self.0.handle(context)
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_handler_rolls_its_held_batch_back_and_its_failure_is_recorded() -> TestResult {
     with_database(|pool| async move {
@@ -232,7 +220,7 @@ async fn a_failing_handler_rolls_its_held_batch_back_and_its_failure_is_recorded
         .await?;
         let handler = Arc::new(WritesEffects::default());
         let dispatcher = Dispatcher::new(store.clone(), held_config("held-f").workers(1))
-            .consumer(CONSUMER, Shared(Arc::clone(&handler)))?
+            .consumer(CONSUMER, Arc::clone(&handler))?
             .start();
         settle(&pool, Duration::from_secs(30)).await?;
         let stats = dispatcher.shutdown().await;
@@ -451,7 +439,7 @@ async fn a_busy_held_worker_keeps_its_connection_and_an_idle_one_gives_it_back()
             store.clone(),
             held_config("held-c").workers(1).listen(false),
         )
-        .consumer(CONSUMER, Shared(Arc::clone(&handler)))?
+        .consumer(CONSUMER, Arc::clone(&handler))?
         .start();
         settle(&pool, Duration::from_secs(30)).await?;
         // Idle now (its claims find nothing): the worker holds no connection between polls.

@@ -20,9 +20,7 @@ const EVENTS: u64 = 200;
 #[derive(Default)]
 struct Calls(Mutex<BTreeMap<(String, String), Vec<i64>>>);
 
-struct Records(Arc<Calls>);
-
-impl DynHandler for Records {
+impl DynHandler for Calls {
     fn handle<'a>(
         &'a self,
         context: HandlerContext<'a>,
@@ -32,7 +30,7 @@ impl DynHandler for Records {
                 context.lease().consumer.clone(),
                 context.claimed.order_key.clone(),
             );
-            let mut calls = self.0.0.lock().expect("lock");
+            let mut calls = self.0.lock().expect("lock");
             calls
                 .entry(key)
                 .or_default()
@@ -85,8 +83,8 @@ async fn a_paused_consumer_receives_nothing_and_resumes_in_order() -> TestResult
             .poll_interval(Duration::from_millis(20))
             .seed(3);
         let handle = Dispatcher::new(store.clone(), config)
-            .consumer(PAUSED, Records(Arc::clone(&calls)))?
-            .consumer(RUNNING, Records(Arc::clone(&calls)))?
+            .consumer(PAUSED, Arc::clone(&calls))?
+            .consumer(RUNNING, Arc::clone(&calls))?
             .start();
         append_notes(&store, EVENTS, 20).await?;
 
