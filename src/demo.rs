@@ -46,8 +46,9 @@ pub struct Report {
     pub notifications: Vec<String>,
     /// Deliveries the dispatcher acked.
     pub acked: u64,
-    /// Deliveries by `(consumer, status, count)` at the end; consumers the example does not
-    /// serve keep theirs pending.
+    /// Deliveries by `(consumer, state, count)` at the end: the delivery rows by status, and
+    /// `acked` for the acked attempt rows (an ack deletes its delivery). Consumers the example
+    /// does not serve keep theirs pending.
     pub deliveries: Vec<(String, String, i64)>,
 }
 
@@ -292,7 +293,11 @@ async fn flow(options: PgConnectOptions, database: String) -> Result<Report, Err
     report.acked = handle.shutdown().await.acked;
     report.notifications = notifier.sent();
     report.deliveries = sqlx::query_as(
-        "SELECT consumer, status, count(*) FROM evc_deliveries GROUP BY 1, 2 ORDER BY 1, 2",
+        "SELECT consumer, status, count(*) FROM evc_deliveries GROUP BY 1, 2 \
+         UNION ALL \
+         SELECT consumer, 'acked', count(*) FROM evc_delivery_attempts WHERE outcome = 'acked' \
+         GROUP BY 1 \
+         ORDER BY 1, 2",
     )
     .fetch_all(&pool)
     .await?;

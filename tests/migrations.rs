@@ -73,17 +73,30 @@ where
     }
 }
 
-/// A database on the first runtime step with events, deliveries and attempts in it: the second
-/// and third steps leave every row as it was (the third adds columns, at their defaults).
+/// Whether `name` is a later runtime step (the only files that may drop what an earlier one
+/// created).
+fn is_runtime_step(name: &str) -> bool {
+    [
+        sql::RUNTIME_V2_SUFFIX,
+        sql::RUNTIME_V3_SUFFIX,
+        sql::RUNTIME_V4_SUFFIX,
+    ]
+    .iter()
+    .any(|suffix| name.ends_with(suffix))
+}
+
+/// A database on the first runtime step with events, deliveries and attempts in it: the second,
+/// third and fourth steps leave every row as it was (the third adds columns, at their
+/// defaults).
 async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
     let contracts = Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts");
     let set = ContractSet::load(&contracts)?.contracts;
     let artifacts = sql::render(&set, &Layout::default())?;
     let (steps, earlier): (Vec<_>, Vec<_>) = artifacts.iter().partition(|artifact| {
         let name = file_name(&artifact.path);
-        name.ends_with(sql::RUNTIME_V2_SUFFIX) || name.ends_with(sql::RUNTIME_V3_SUFFIX)
+        is_runtime_step(&name)
     });
-    assert_eq!(steps.len(), 2);
+    assert_eq!(steps.len(), 3);
 
     let pool = PgPoolOptions::new()
         .max_connections(1)
@@ -189,7 +202,8 @@ async fn check(options: PgConnectOptions) -> TestResult {
             "0001_evc_runtime.sql".to_owned(),
             "0002_evc_runtime_v2.sql".to_owned(),
             "0003_evc_runtime_v3.sql".to_owned(),
-            format!("0004_evc_registry_{}.sql", &digest[..12]),
+            "0004_evc_runtime_v4.sql".to_owned(),
+            format!("0005_evc_registry_{}.sql", &digest[..12]),
         ]
     );
     for artifact in &artifacts {
@@ -202,8 +216,7 @@ async fn check(options: PgConnectOptions) -> TestResult {
             .lines()
             .filter(|line| !line.trim_start().starts_with("--"));
         let name = file_name(&artifact.path);
-        let runtime_step =
-            name.ends_with(sql::RUNTIME_V2_SUFFIX) || name.ends_with(sql::RUNTIME_V3_SUFFIX);
+        let runtime_step = is_runtime_step(&name);
         for line in statements {
             let upper = line.to_ascii_uppercase();
             assert!(
@@ -323,7 +336,41 @@ async fn check(options: PgConnectOptions) -> TestResult {
     }
 
     runtime_constraints(&pool).await?;
+    fenced_lookups_use_the_primary_key(&pool).await?;
     pool.close().await;
+    Ok(())
+}
+
+/// A fenced statement names its delivery by key and lease (`event_id = $1 AND consumer = $2 AND
+/// fencing_token = $3 AND status = 'leased'`, docs/runtime.md, "Fencing"). With statistics that
+/// see no leased row, its generic plan must still read the primary key, not the lease index
+/// (which the fourth runtime step made partial on `lease_until IS NOT NULL` for this reason).
+async fn fenced_lookups_use_the_primary_key(pool: &PgPool) -> TestResult {
+    let mut connection = pool.acquire().await?;
+    sqlx::raw_sql(
+        "INSERT INTO evc_deliveries (event_id, consumer, event_seq) \
+         SELECT ('01890a5d-ac96-774b-bcce-' || lpad(g::text, 12, '0'))::uuid, 'c', g \
+         FROM generate_series(1, 2000) AS g; \
+         ANALYZE evc_deliveries; \
+         SET plan_cache_mode = force_generic_plan; \
+         PREPARE fenced (uuid, text, int8) AS SELECT 1 FROM evc_deliveries \
+         WHERE event_id = $1 AND consumer = $2 AND fencing_token = $3 AND status = 'leased'",
+    )
+    .execute(&mut *connection)
+    .await?;
+    let plan: Vec<String> = sqlx::query_scalar(
+        "EXPLAIN EXECUTE fenced ('01890a5d-ac96-774b-bcce-000000000001', 'c', 1)",
+    )
+    .fetch_all(&mut *connection)
+    .await?;
+    let plan = plan.join("\n");
+    assert!(
+        plan.contains("using evc_deliveries_generation_key"),
+        "a fenced lookup not planned over the primary key:\n{plan}"
+    );
+    sqlx::raw_sql("DEALLOCATE fenced; RESET plan_cache_mode")
+        .execute(&mut *connection)
+        .await?;
     Ok(())
 }
 

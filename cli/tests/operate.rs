@@ -492,11 +492,15 @@ fn dispatch_hands_each_delivery_to_its_command_and_settles_it_by_exit_status() {
                     .expect("JSON");
             assert_eq!(payload, serde_json::json!({"n": n}));
         }
+        // The delivery rows left, and the acked ones' attempt rows (an ack deletes its delivery).
         let settled: Vec<(String, String, Option<String>)> = runtime.block_on(async {
             let mut connection = PgConnection::connect(&url).await.expect("connect");
             sqlx::query_as(
                 "SELECT consumer, status, last_error_code FROM evc_deliveries \
-                 ORDER BY consumer, event_seq",
+                 UNION ALL \
+                 SELECT consumer, outcome, error_code FROM evc_delivery_attempts \
+                 WHERE outcome = 'acked' \
+                 ORDER BY 1, 2",
             )
             .fetch_all(&mut connection)
             .await

@@ -17,8 +17,9 @@
 //! 300,000), `EVC_CEILING_SCRIPT` (the script whose statements are checked against the copies
 //! here; default `../shared/bench/pg_ceiling.sh` beside the workspace), `EVC_BENCH_ONLY` (a
 //! comma-separated subset of `produce`, `claim`, `held` (only the held-batch claim+ack runs),
-//! `append`, `vacuum`; the ceiling runs whenever `produce`, `claim` or `held` does; default
-//! all).
+//! `leased` (only the leased Dispatcher's claim+ack runs), `append`, `vacuum`, and `cursor`
+//! (run only when named); the ceiling runs whenever `produce`, `claim`, `held` or `leased`
+//! does; default all but `cursor`).
 
 #![allow(missing_docs)]
 
@@ -449,7 +450,10 @@ async fn run(server: &mut Server, settings: &Settings) -> BenchResult<()> {
     );
     check_script();
     let mut figures = Vec::new();
-    if settings.runs("produce") || settings.runs("claim") || settings.runs("held") {
+    if ["produce", "claim", "held", "leased"]
+        .iter()
+        .any(|part| settings.runs(part))
+    {
         measure_against_ceiling(server, settings, &mut figures).await?;
     }
     if settings.runs("vacuum") {
@@ -481,7 +485,7 @@ async fn measure_against_ceiling(
     settings: &Settings,
     figures: &mut Vec<Figure>,
 ) -> BenchResult<()> {
-    let claims = settings.runs("claim") || settings.runs("held");
+    let claims = settings.runs("claim") || settings.runs("held") || settings.runs("leased");
     let ceiling = ceiling(server, settings.seconds, claims).await?;
     println!(
         "ceiling ({}): single-row commits/s {:.0}, produce tx/s {:.0}, claim+ack deliveries/s {:.0}",
@@ -551,8 +555,9 @@ async fn measure_against_ceiling(
             ClaimPath::StoreCalls,
             ClaimPath::HeldBatches,
         ] {
-            let wanted =
-                settings.runs("claim") || (path == ClaimPath::HeldBatches && settings.runs("held"));
+            let wanted = settings.runs("claim")
+                || (path == ClaimPath::HeldBatches && settings.runs("held"))
+                || (path == ClaimPath::Dispatcher && settings.runs("leased"));
             if !wanted {
                 continue;
             }
@@ -1146,14 +1151,11 @@ async fn claim_ack(
         sqlx::query_scalar("SELECT count(*) FROM evc_delivery_attempts WHERE outcome = 'acked'")
             .fetch_one(&pool)
             .await?;
-    // Acked deliveries: kept with status `acked`, or removed by a held batch's ack (its
-    // attempt row is the record).
-    let (kept, present): (i64, i64) = sqlx::query_as(
-        "SELECT count(*) FILTER (WHERE status = 'acked'), count(*) FROM evc_deliveries",
-    )
-    .fetch_one(&pool)
-    .await?;
-    let acked = kept + i64::try_from(settings.claim_events)? - present;
+    // Acked deliveries: removed by their ack (the attempt row is the record).
+    let present: i64 = sqlx::query_scalar("SELECT count(*) FROM evc_deliveries")
+        .fetch_one(&pool)
+        .await?;
+    let acked = i64::try_from(settings.claim_events)? - present;
     if attempts != acked {
         return Err(format!("{acked} acked deliveries but {attempts} attempt rows").into());
     }

@@ -40,9 +40,11 @@ impl DynHandler for Calls {
     }
 }
 
+/// Deliveries of `consumer` acked so far: their `acked` attempt rows (an ack deletes the
+/// delivery).
 async fn acked(pool: &sqlx::PgPool, consumer: &str) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
-        "SELECT count(*) FROM evc_deliveries WHERE consumer = $1 AND status = 'acked'",
+        "SELECT count(*) FROM evc_delivery_attempts WHERE consumer = $1 AND outcome = 'acked'",
     )
     .bind(consumer)
     .fetch_one(pool)

@@ -86,7 +86,7 @@ async fn dispatch(store: &PgStore) -> TestResult {
     loop {
         let open: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM evc_deliveries WHERE consumer = ANY($1) \
-             AND status <> 'acked'",
+             AND status IN ('pending', 'leased')",
         )
         .bind(&CONSUMERS[..])
         .fetch_one(store.pool())

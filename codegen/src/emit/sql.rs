@@ -10,6 +10,8 @@
 //!   lands after an application's own migrations as a later step must.
 //! - `NNNN_evc_runtime_v3.sql`: the third step (replay generations, shadow-mode
 //!   reconciliation rows, stale-token counts), named the same way.
+//! - `NNNN_evc_runtime_v4.sql`: the fourth step (the lease index that leaves fenced statements
+//!   to the primary key, for acks that delete), named the same way.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
@@ -39,6 +41,9 @@ pub const RUNTIME_V2_SUFFIX: &str = "_evc_runtime_v2.sql";
 /// The file name of the runtime tables' third step, after its version.
 pub const RUNTIME_V3_SUFFIX: &str = "_evc_runtime_v3.sql";
 
+/// The file name of the runtime tables' fourth step, after its version.
+pub const RUNTIME_V4_SUFFIX: &str = "_evc_runtime_v4.sql";
+
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
 
@@ -66,6 +71,13 @@ struct RuntimeMigrationV2 {
 #[derive(Template)]
 #[template(path = "evc_runtime_v3.sql", escape = "none")]
 struct RuntimeMigrationV3 {
+    notice: &'static str,
+}
+
+/// `NNNN_evc_runtime_v4.sql`.
+#[derive(Template)]
+#[template(path = "evc_runtime_v4.sql", escape = "none")]
+struct RuntimeMigrationV4 {
     notice: &'static str,
 }
 
@@ -115,13 +127,16 @@ pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitE
     let runtime = render_template(&RuntimeMigration { notice }, "evc_runtime.sql")?;
     let runtime_v2 = render_template(&RuntimeMigrationV2 { notice }, "evc_runtime_v2.sql")?;
     let runtime_v3 = render_template(&RuntimeMigrationV3 { notice }, "evc_runtime_v3.sql")?;
+    let runtime_v4 = render_template(&RuntimeMigrationV4 { notice }, "evc_runtime_v4.sql")?;
     // Each step numbers after the files before it when they are new (a fresh crate), and the
-    // registry file after both.
+    // registry file after them.
     let mut present = layout.existing_migrations.clone();
     let runtime_v2_name = step_file_name(RUNTIME_V2_SUFFIX, &present);
     present.push(runtime_v2_name.clone());
     let runtime_v3_name = step_file_name(RUNTIME_V3_SUFFIX, &present);
     present.push(runtime_v3_name.clone());
+    let runtime_v4_name = step_file_name(RUNTIME_V4_SUFFIX, &present);
+    present.push(runtime_v4_name.clone());
 
     let registry = manifest::registry(set);
     let digest = manifest::registry_digest(set)?;
@@ -147,6 +162,10 @@ pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitE
         Artifact {
             path: dir.join(runtime_v3_name),
             contents: with_final_newline(runtime_v3),
+        },
+        Artifact {
+            path: dir.join(runtime_v4_name),
+            contents: with_final_newline(runtime_v4),
         },
         Artifact {
             path: dir.join(registry_file_name(&digest, &present)),
@@ -596,7 +615,8 @@ mod tests {
                 RUNTIME_MIGRATION.to_owned(),
                 format!("0002{RUNTIME_V2_SUFFIX}"),
                 format!("0003{RUNTIME_V3_SUFFIX}"),
-                format!("0004_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN])
+                format!("0004{RUNTIME_V4_SUFFIX}"),
+                format!("0005_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN])
             ]
         );
         for artifact in &first {

@@ -100,8 +100,8 @@ pub trait Store: Send + Sync {
         per_key: bool,
     ) -> impl Future<Output = Result<Vec<Claimed>, DispatchError>> + Send;
 
-    /// Acks a lease (fenced) and writes its `acked` attempt row, on the store's own connection
-    /// (the leased kind).
+    /// Acks a lease (fenced): deletes the delivery and writes its `acked` attempt row, the
+    /// delivery's record from then on, on the store's own connection (the leased kind).
     ///
     /// # Errors
     /// [`DispatchError::StaleToken`] (counted) when the lease's token is no longer current;
@@ -109,8 +109,9 @@ pub trait Store: Send + Sync {
     fn ack(&self, lease: &Lease) -> impl Future<Output = Result<(), DispatchError>> + Send;
 
     /// Acks many leases in one statement on the store's own connection: each lease is fenced
-    /// on its own (still leased to its owner with its token), and every acked one gets its
-    /// `acked` attempt row (started at [`Lease::started_at`]). Leases whose token is stale
+    /// on its own (still leased to its owner with its token), and every acked one is deleted
+    /// and gets its `acked` attempt row (started at [`Lease::started_at`]). Leases whose token
+    /// is stale
     /// write nothing; they are counted like [`Store::ack`]'s and returned.
     ///
     /// # Errors

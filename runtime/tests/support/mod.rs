@@ -390,11 +390,18 @@ pub async fn append_numbered(
     Ok(())
 }
 
-/// Deliveries by status: `(status, count)` sorted.
+/// Deliveries of `consumer` by state, `(state, count)` sorted: the statuses of its delivery
+/// rows, and `acked` for its acked attempt rows (an ack deletes the delivery; its attempt row is
+/// its record). A delivery row left `acked` would show as a second `acked` entry.
 pub async fn statuses(pool: &PgPool, consumer: &str) -> Result<Vec<(String, i64)>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT status, count(*) FROM evc_deliveries WHERE consumer = $1 GROUP BY status \
-         ORDER BY status",
+        "SELECT status, n FROM ( \
+             SELECT status, count(*) AS n FROM evc_deliveries WHERE consumer = $1 \
+             GROUP BY status \
+             UNION ALL \
+             SELECT 'acked', count(*) FROM evc_delivery_attempts \
+             WHERE consumer = $1 AND outcome = 'acked' HAVING count(*) > 0 \
+         ) AS s ORDER BY status, n",
     )
     .bind(consumer)
     .fetch_all(pool)

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnection, PgRow};
-use sqlx::{Connection, Row};
+use sqlx::{AssertSqlSafe, Connection, Row};
 use uuid::Uuid;
 
 use super::{PgStore, sql};
@@ -176,12 +176,11 @@ impl PgStore {
         per_key: bool,
         after_seq: i64,
     ) -> Result<Vec<Claimed>, DispatchError> {
-        let batch = i64::from(batch.max(1));
         let rows = if per_key {
             let mut tx = connection.begin().await?;
-            let candidates: Vec<Uuid> = sqlx::query_scalar(sql::CLAIM_KEY_HEADS_LOCK)
+            let heads = sql::with_batch(sql::CLAIM_KEY_HEADS_LOCK, batch);
+            let candidates: Vec<Uuid> = sqlx::query_scalar(AssertSqlSafe(heads))
                 .bind(consumer)
-                .bind(batch)
                 .fetch_all(&mut *tx)
                 .await?;
             if candidates.is_empty() {
@@ -198,9 +197,8 @@ impl PgStore {
             tx.commit().await?;
             rows
         } else {
-            sqlx::query(sql::CLAIM_BATCH)
+            sqlx::query(AssertSqlSafe(sql::with_batch(sql::CLAIM_BATCH, batch)))
                 .bind(consumer)
-                .bind(batch)
                 .bind(owner)
                 .bind(millis(lease))
                 .bind(after_seq)
@@ -246,9 +244,8 @@ impl PgStore {
         batch: u32,
         after_seq: i64,
     ) -> Result<Vec<Claimed>, DispatchError> {
-        let rows = sqlx::query(sql::CLAIM_HELD)
+        let rows = sqlx::query(AssertSqlSafe(sql::with_batch(sql::CLAIM_HELD, batch)))
             .bind(consumer)
-            .bind(i64::from(batch.max(1)))
             .bind(after_seq)
             .fetch_all(&mut *transaction)
             .await?;

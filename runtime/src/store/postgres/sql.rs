@@ -162,7 +162,7 @@ FROM evc_retry_policies ORDER BY name";
 // ---------------------------------------------------------------------------------------------
 // Dispatch (docs/runtime.md, "Dispatch"). Served by evc_deliveries_due_idx (pending deliveries
 // of a consumer in seq order), evc_deliveries_key_order_idx (the head of a key; only deliveries
-// of consumers with per-key ordering carry the key) and evc_deliveries_lease_idx (expired
+// of consumers with per-key ordering carry the key) and evc_deliveries_lease_expiry_idx (expired
 // leases).
 // ---------------------------------------------------------------------------------------------
 
@@ -179,7 +179,7 @@ ORDER BY d.event_seq"
     };
 }
 
-/// The `acked` attempt rows both batched acks write, as CTE `a`: one per row of `x` (columns
+/// The `acked` attempt rows every ack writes, as CTE `a`: one per row of `x` (columns
 /// `event_id, consumer, generation, attempt, lease_owner, fencing_token, started`), finished
 /// now.
 macro_rules! acked_attempt_rows {
@@ -199,30 +199,47 @@ macro_rules! acked_attempt_rows {
     };
 }
 
-/// Claims up to `$2` due deliveries of consumer `$1` that need no per-key ordering and come
-/// after `event_seq` `$5` (0: from the head; the dispatcher's claim cursor), oldest first, in
-/// one statement (nothing while the consumer is paused or its mode is `off` in
-/// `evc_consumer_state`): locks them (`SKIP LOCKED`, so concurrent claimers take disjoint
-/// rows), leases them to owner `$3` until now + `$4` milliseconds, counts the attempt and raises
-/// the fencing token. Returns the leases joined with their events, in `event_seq` order.
+/// Stands for the batch size in the claim statements ([`CLAIM_BATCH`], [`CLAIM_HELD`],
+/// [`CLAIM_KEY_HEADS_LOCK`]); [`with_batch`] writes the number in.
+const BATCH_LIMIT: &str = "LIMIT $batch";
+
+/// A claim statement with its batch size written in as a constant (one prepared statement per
+/// batch size and connection).
+///
+/// Not a bind parameter: PostgreSQL's generic plan cannot know a `LIMIT $n`, estimates it at a
+/// third of the rows, and hash-joins whole tables for it, so every execution was planned anew
+/// (a custom plan, about 0.2 ms of server CPU per claim of 100, docs/design.md, "Claim
+/// statements"). With the number in the text the generic plan is the custom one, and
+/// PostgreSQL keeps it from the sixth execution on.
+pub(crate) fn with_batch(statement: &str, batch: u32) -> String {
+    statement.replacen(BATCH_LIMIT, &format!("LIMIT {}", batch.max(1)), 1)
+}
+
+/// Claims up to a batch ([`with_batch`]) of due deliveries of consumer `$1` that need no
+/// per-key ordering and come after `event_seq` `$4` (0: from the head; the dispatcher's claim
+/// cursor), oldest first, in one statement (nothing while the consumer is paused or its mode is
+/// `off` in `evc_consumer_state`): locks them (`SKIP LOCKED`, so concurrent claimers take
+/// disjoint rows), leases them to owner `$2` until now + `$3` milliseconds, counts the attempt
+/// and raises the fencing token. Returns the leases joined with their events, in `event_seq`
+/// order.
 pub(crate) const CLAIM_BATCH: &str = concat!(
     "\
 WITH c AS (
     SELECT ctid FROM evc_deliveries
     WHERE consumer = $1 AND status = 'pending' AND next_attempt_at <= now()
-        AND event_seq > $5
+        AND event_seq > $4
         AND NOT EXISTS (
             SELECT 1 FROM evc_consumer_state s
             WHERE s.consumer = $1 AND (s.paused OR s.mode = 'off')
         )
     ORDER BY event_seq
-    LIMIT $2
+    LIMIT $batch
     FOR UPDATE SKIP LOCKED
 ), d AS (
     -- By ctid: the rows are locked, so they stay where the claim found them.
     UPDATE evc_deliveries d
-    SET status = 'leased', lease_owner = $3,
-        lease_until = now() + $4::int8 * interval '1 millisecond',
+    SET status = 'leased', lease_owner = $2,
+        lease_until = now() + $3::int8 * interval '1 millisecond',
         attempt = d.attempt + 1, fencing_token = d.fencing_token + 1, updated_at = now()
     FROM c
     WHERE d.ctid = c.ctid
@@ -236,8 +253,8 @@ WITH c AS (
 /// pending deliveries of consumer `$1` that head their key (no other delivery of the key is
 /// leased, none with a lower `event_seq` is pending) and whose key's transaction-scoped
 /// advisory lock (`hashtext(consumer), hashtext(order_key)`) this transaction obtains, oldest
-/// first, at most `$2`. The `CASE` fixes the order: the lock is tried only for a head, and the
-/// scan stops once `$2` heads are locked, so a concurrent claimer skips the keys taken here and
+/// first, at most a batch ([`with_batch`]). The `CASE` fixes the order: the lock is tried only
+/// for a head, and the scan stops once a batch of heads is locked, so a concurrent claimer skips the keys taken here and
 /// goes on to the next heads. A delivery without a key (written while its consumer did not
 /// order per key) orders with nothing and needs no key lock.
 ///
@@ -270,7 +287,7 @@ WHERE d.consumer = $1 AND d.status = 'pending' AND d.next_attempt_at <= now()
         ELSE pg_try_advisory_xact_lock(hashtext($1), hashtext(d.order_key))
     END
 ORDER BY d.event_seq
-LIMIT $2";
+LIMIT $batch";
 
 /// Step 2 of a per-key claim: leases the candidates `$2` (event ids, key-locked by step 1) of consumer `$1` to owner `$3` until now + `$4` milliseconds, re-checking the head
 /// predicate on this statement's fresh snapshot; counts the attempt and raises the fencing
@@ -298,8 +315,8 @@ WITH d AS (
 );
 
 /// Held claim (a batched transactional claim, run in the transaction that will ack): locks up
-/// to `$2` due deliveries of consumer `$1` that need no per-key ordering and come after
-/// `event_seq` `$3` (0: from the head), oldest first
+/// to a batch ([`with_batch`]) of due deliveries of consumer `$1` that need no per-key ordering
+/// and come after `event_seq` `$2` (0: from the head), oldest first
 /// (`FOR UPDATE SKIP LOCKED`; nothing while the consumer is paused or off), and returns them
 /// joined with their events. Nothing is written: the rows stay `pending`, and the row locks,
 /// held until the transaction ends, keep every other claimer, recovery and renewal off them.
@@ -311,13 +328,13 @@ WITH d AS (
         event_seq
     FROM evc_deliveries
     WHERE consumer = $1 AND status = 'pending' AND next_attempt_at <= now()
-        AND event_seq > $3
+        AND event_seq > $2
         AND NOT EXISTS (
             SELECT 1 FROM evc_consumer_state s
             WHERE s.consumer = $1 AND (s.paused OR s.mode = 'off')
         )
     ORDER BY event_seq
-    LIMIT $2
+    LIMIT $batch
     FOR UPDATE SKIP LOCKED
 )
 ",
@@ -347,37 +364,34 @@ WITH x AS (
 SELECT x.event_id FROM x"
 );
 
-/// Acks a lease, fenced: delivery `$1` of consumer `$2` still leased with token `$3`. Sets
-/// `acked` and writes the attempt row (owner, token, started at epoch seconds `$4`, finished
-/// now, outcome `acked`) in the same statement. Returns one row when the token was current,
-/// none when it was stale.
-pub(crate) const ACK_FENCED: &str = "\
-WITH d AS (
-    UPDATE evc_deliveries
-    SET status = 'acked', lease_until = NULL, last_error_code = NULL, updated_at = now()
+/// Acks a lease, fenced: delivery `$1` of consumer `$2` still leased with token `$3`. Deletes
+/// the delivery and writes its `acked` attempt row (owner, token, started at epoch seconds `$4`,
+/// finished now) in the same statement, like every ack ([`ACK_HELD`]: the attempt row is the
+/// acked delivery's record). Returns one row when the token was current, none when it was
+/// stale.
+pub(crate) const ACK_FENCED: &str = concat!(
+    "\
+WITH x AS (
+    DELETE FROM evc_deliveries
     WHERE event_id = $1 AND consumer = $2 AND fencing_token = $3 AND status = 'leased'
-    RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token
-), a AS (
-    INSERT INTO evc_delivery_attempts (event_id, consumer, generation, attempt, owner,
-        fencing_token, started_at, finished_at, outcome, error_code, duration_ms)
-    SELECT d.event_id, d.consumer, d.generation, d.attempt, d.lease_owner, d.fencing_token,
-        t.started,
-        t.finished, 'acked', NULL,
-        floor(extract(epoch FROM t.finished - t.started) * 1000)::int8
-    FROM d CROSS JOIN (
-        SELECT to_timestamp($4::float8) AS started,
-            greatest(clock_timestamp(), to_timestamp($4::float8)) AS finished
-    ) AS t
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM a) AS attempts FROM d";
+    RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token,
+        to_timestamp($4::float8) AS started
+), ",
+    acked_attempt_rows!(),
+    "
+SELECT (SELECT count(*) FROM a) AS attempts FROM x"
+);
 
 /// Acks many leases in one statement, each fenced on its own: parallel arrays `$1` event ids,
 /// `$2` consumers, `$3` tokens, `$4` owners and `$5` handler start times (epoch seconds). A
-/// delivery still leased to its owner with its token is set `acked` and gets its `acked` attempt
+/// delivery still leased to its owner with its token is deleted and gets its `acked` attempt
 /// row (started at `$5`, finished now); any other entry (stale token, settled, released, another
-/// owner) writes nothing. The rows are locked in key order first, so concurrent batches cannot
-/// deadlock on each other. Returns the acked `(event_id, consumer)` pairs.
+/// owner) writes nothing. Returns the acked `(event_id, consumer)` pairs.
+///
+/// No `FOR UPDATE` first: a row lock is a heap write and a WAL record of its own, and the only
+/// writers that could hold these rows while the statement waits (lease-expiry recovery, other
+/// claimers) take their rows with `SKIP LOCKED` and never wait for this one, so no cycle of
+/// waits can form. `r` is sorted by `DISTINCT ON`, so the deletes go in key order all the same.
 pub(crate) const ACK_BATCH_FENCED: &str = concat!(
     "\
 WITH r AS (
@@ -386,25 +400,17 @@ WITH r AS (
     FROM UNNEST($1::uuid[], $2::text[], $3::int8[], $4::text[], $5::float8[])
         AS r (event_id, consumer, fencing_token, owner, started)
 ), x AS (
-    SELECT d.ctid, d.event_id, d.consumer, d.generation, d.attempt, d.lease_owner,
-        d.fencing_token, to_timestamp(r.started) AS started
-    FROM evc_deliveries d
-    JOIN r ON d.event_id = r.event_id AND d.consumer = r.consumer
+    DELETE FROM evc_deliveries d
+    USING r
+    WHERE d.event_id = r.event_id AND d.consumer = r.consumer
         AND d.fencing_token = r.fencing_token AND d.lease_owner = r.owner
-    WHERE d.status = 'leased'
-    ORDER BY d.event_id, d.consumer
-    FOR UPDATE OF d
-), u AS (
-    -- By ctid: the rows are locked, so they stay where `x` found them.
-    UPDATE evc_deliveries d
-    SET status = 'acked', lease_until = NULL, last_error_code = NULL, updated_at = now()
-    FROM x
-    WHERE d.ctid = x.ctid
-    RETURNING d.event_id, d.consumer
+        AND d.status = 'leased'
+    RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.lease_owner,
+        d.fencing_token, to_timestamp(r.started) AS started
 ), ",
     acked_attempt_rows!(),
     "
-SELECT u.event_id, u.consumer, (SELECT count(*) FROM a) AS attempts FROM u"
+SELECT x.event_id, x.consumer, (SELECT count(*) FROM a) AS attempts FROM x"
 );
 
 /// The end both fail statements share: the failed attempt's row for the delivery `d` they
@@ -842,9 +848,9 @@ pub(crate) const COUNT_STALE: &str = "\
 INSERT INTO evc_stale_rejections AS r (consumer, rejected) VALUES ($1, $2)
 ON CONFLICT (consumer) DO UPDATE SET rejected = r.rejected + EXCLUDED.rejected, last_at = now()";
 
-/// Everything recorded for trace `$1`, in order: its events (when produced), their deliveries
-/// (when created; detail: the current status, and the generation and replay of a replayed
-/// one), their attempts (when finished; detail: the outcome and error code) and the replays
+/// Everything recorded for trace `$1`, in order: its events (when produced), their delivery
+/// rows (when created; detail: the current status, and the generation and replay of a replayed
+/// one; an acked delivery has no row, its `acked` attempt is its entry), their attempts (when finished; detail: the outcome and error code) and the replays
 /// that superseded their deliveries (when applied).
 pub(crate) const TIMELINE: &str = "\
 WITH e AS (
@@ -892,10 +898,21 @@ mod tests {
         assert!(RENEW_FENCED.contains("d.fencing_token = r.fencing_token"));
         assert!(ACK_BATCH_FENCED.contains("d.fencing_token = r.fencing_token"));
         assert!(ACK_BATCH_FENCED.contains("AND d.lease_owner = r.owner"));
-        assert!(ACK_BATCH_FENCED.contains("WHERE d.status = 'leased'"));
+        assert!(ACK_BATCH_FENCED.contains("AND d.status = 'leased'"));
         assert!(RECORD_EFFECT.contains("fencing_token = $5 AND status = 'leased'"));
         assert!(RECORD_EFFECT_HELD.contains("fencing_token = $5 - 1 AND status = 'pending'"));
         assert!(ACK_HELD.contains("d.fencing_token = r.fencing_token - 1"));
+    }
+
+    #[test]
+    fn claims_take_their_batch_size_as_a_constant() {
+        for statement in [CLAIM_BATCH, CLAIM_HELD, CLAIM_KEY_HEADS_LOCK] {
+            assert_eq!(statement.matches(BATCH_LIMIT).count(), 1);
+            let written = with_batch(statement, 50);
+            assert!(!written.contains("$batch"), "{written}");
+            assert_eq!(written.matches("LIMIT 50").count(), 1, "{written}");
+        }
+        assert!(with_batch(CLAIM_BATCH, 0).contains("LIMIT 1\n"));
     }
 
     #[test]
