@@ -835,6 +835,12 @@ async fn processes(dispatchers: usize, events: u64) -> TestResult {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_dispatcher_process_acks_every_delivery_exactly_once_in_key_order() -> TestResult {
+    let _turn = ONE_RUN_AT_A_TIME.lock().await;
+    processes(1, EVENTS).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_dispatcher_processes_ack_every_delivery_exactly_once_in_key_order() -> TestResult {
     let _turn = ONE_RUN_AT_A_TIME.lock().await;
     processes(2, EVENTS).await
