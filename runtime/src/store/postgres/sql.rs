@@ -388,10 +388,12 @@ SELECT (SELECT count(*) FROM a) AS attempts FROM x"
 /// row (started at `$5`, finished now); any other entry (stale token, settled, released, another
 /// owner) writes nothing. Returns the acked `(event_id, consumer)` pairs.
 ///
-/// No `FOR UPDATE` first: a row lock is a heap write and a WAL record of its own, and the only
-/// writers that could hold these rows while the statement waits (lease-expiry recovery, other
-/// claimers) take their rows with `SKIP LOCKED` and never wait for this one, so no cycle of
-/// waits can form. `r` is sorted by `DISTINCT ON`, so the deletes go in key order all the same.
+/// No `FOR UPDATE` first: a row lock is a heap write and a WAL record of its own, and no order
+/// of locks is needed to rule out deadlocks. An ack waits only for a row whose lease it held
+/// when the statement began and another writer has moved on since (recovery, a reclaim), and
+/// those writers never wait for an ack: recovery and claims take their rows `SKIP LOCKED`, and
+/// renewals and fails touch only their own owner's leases, which one worker never acks and
+/// renews at once. `r` is sorted by `DISTINCT ON`, so the deletes go in key order all the same.
 pub(crate) const ACK_BATCH_FENCED: &str = concat!(
     "\
 WITH r AS (
