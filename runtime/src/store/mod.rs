@@ -111,8 +111,7 @@ pub trait Store: Send + Sync {
     /// Acks many leases in one statement on the store's own connection: each lease is fenced
     /// on its own (still leased to its owner with its token), and every acked one is deleted
     /// and gets its `acked` attempt row (started at [`Lease::started_at`]). Leases whose token
-    /// is stale
-    /// write nothing; they are counted like [`Store::ack`]'s and returned.
+    /// is stale write nothing; they are counted like [`Store::ack`]'s and returned.
     ///
     /// # Errors
     /// [`DispatchError::Database`] (nothing is acked then).

@@ -254,9 +254,9 @@ WITH c AS (
 /// leased, none with a lower `event_seq` is pending) and whose key's transaction-scoped
 /// advisory lock (`hashtext(consumer), hashtext(order_key)`) this transaction obtains, oldest
 /// first, at most a batch ([`with_batch`]). The `CASE` fixes the order: the lock is tried only
-/// for a head, and the scan stops once a batch of heads is locked, so a concurrent claimer skips the keys taken here and
-/// goes on to the next heads. A delivery without a key (written while its consumer did not
-/// order per key) orders with nothing and needs no key lock.
+/// for a head, and the scan stops once a batch of heads is locked, so a concurrent claimer
+/// skips the keys taken here and goes on to the next heads. A delivery without a key (written
+/// while its consumer did not order per key) orders with nothing and needs no key lock.
 ///
 /// No row locks: the key lock is what keeps two claimers off one key. (An earlier version also
 /// took `FOR UPDATE SKIP LOCKED` row locks here; under load, re-checking concurrently updated
