@@ -311,6 +311,17 @@ impl Settings {
         self.only.is_empty() || self.only.iter().any(|p| p == part)
     }
 
+    /// Whether any claim+ack run is asked for.
+    fn runs_claims(&self) -> bool {
+        ClaimPath::ALL.iter().any(|path| self.runs_path(*path))
+    }
+
+    /// Whether `path`'s claim+ack runs are asked for: all paths run with `claim`, one alone
+    /// with its [`ClaimPath::part`].
+    fn runs_path(&self, path: ClaimPath) -> bool {
+        self.runs("claim") || path.part().is_some_and(|part| self.runs(part))
+    }
+
     /// Parts a full run leaves out: run only when named.
     fn names(&self, part: &str) -> bool {
         self.only.iter().any(|p| p == part)
@@ -450,10 +461,7 @@ async fn run(server: &mut Server, settings: &Settings) -> BenchResult<()> {
     );
     check_script();
     let mut figures = Vec::new();
-    if ["produce", "claim", "held", "leased"]
-        .iter()
-        .any(|part| settings.runs(part))
-    {
+    if settings.runs("produce") || settings.runs_claims() {
         measure_against_ceiling(server, settings, &mut figures).await?;
     }
     if settings.runs("vacuum") {
@@ -485,8 +493,7 @@ async fn measure_against_ceiling(
     settings: &Settings,
     figures: &mut Vec<Figure>,
 ) -> BenchResult<()> {
-    let claims = settings.runs("claim") || settings.runs("held") || settings.runs("leased");
-    let ceiling = ceiling(server, settings.seconds, claims).await?;
+    let ceiling = ceiling(server, settings.seconds, settings.runs_claims()).await?;
     println!(
         "ceiling ({}): single-row commits/s {:.0}, produce tx/s {:.0}, claim+ack deliveries/s {:.0}",
         ceiling.driver, ceiling.commits, ceiling.produce, ceiling.claim_ack
@@ -550,15 +557,8 @@ async fn measure_against_ceiling(
         }
     }
     for batch in [50, 100] {
-        for path in [
-            ClaimPath::Dispatcher,
-            ClaimPath::StoreCalls,
-            ClaimPath::HeldBatches,
-        ] {
-            let wanted = settings.runs("claim")
-                || (path == ClaimPath::HeldBatches && settings.runs("held"))
-                || (path == ClaimPath::Dispatcher && settings.runs("leased"));
-            if !wanted {
+        for path in ClaimPath::ALL {
+            if !settings.runs_path(path) {
                 continue;
             }
             let run = claim_ack(server, settings, batch, path, false, true).await?;
@@ -941,6 +941,18 @@ enum ClaimPath {
 }
 
 impl ClaimPath {
+    /// The paths, in the order the benchmark runs them.
+    const ALL: [Self; 3] = [Self::Dispatcher, Self::StoreCalls, Self::HeldBatches];
+
+    /// The `EVC_BENCH_ONLY` part that runs only this path's claim+ack (`claim` runs them all).
+    fn part(self) -> Option<&'static str> {
+        match self {
+            Self::Dispatcher => Some("leased"),
+            Self::HeldBatches => Some("held"),
+            Self::StoreCalls => None,
+        }
+    }
+
     fn describe(self) -> &'static str {
         match self {
             Self::Dispatcher => "Dispatcher, leased",

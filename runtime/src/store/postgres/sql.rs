@@ -207,9 +207,9 @@ const BATCH_LIMIT: &str = "LIMIT $batch";
 /// batch size and connection).
 ///
 /// Not a bind parameter: PostgreSQL's generic plan cannot know a `LIMIT $n`, estimates it at a
-/// third of the rows, and hash-joins whole tables for it, so every execution was planned anew
-/// (a custom plan, about 0.2 ms of server CPU per claim of 100, docs/design.md, "Claim
-/// statements"). With the number in the text the generic plan is the custom one, and
+/// tenth of the rows it limits (tens of thousands under a backlog), and hash-joins whole tables
+/// for it, so every execution was planned anew (a custom plan, about 0.2 ms of server CPU per
+/// claim of 100, docs/design.md, "Claim statements"). With the number in the text the generic plan is the custom one, and
 /// PostgreSQL keeps it from the sixth execution on.
 pub(crate) fn with_batch(statement: &str, batch: u32) -> String {
     statement.replacen(BATCH_LIMIT, &format!("LIMIT {}", batch.max(1)), 1)
