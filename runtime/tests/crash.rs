@@ -761,7 +761,20 @@ async fn processes(dispatchers: usize, events: u64) -> TestResult {
             deliveries as f64 / elapsed.as_secs_f64()
         );
 
-        // Every process reported; together they called and acked each delivery once.
+        // A lease may expire under load while its handler runs (a process starved of the CPU
+        // misses its renewals): recovery hands the delivery on and the late ack is refused.
+        // That is fencing at work; the checks count it and allow it, and never allow a
+        // delivery acked twice, left unacked or acked out of key order.
+        let expired: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM evc_delivery_attempts WHERE outcome = 'lease_expired'",
+        )
+        .fetch_one(&pool)
+        .await?;
+        if expired > 0 {
+            eprintln!("{expired} lease(s) expired under load and were redelivered");
+        }
+        // Every process reported; together they called each delivery at least once (again
+        // only after an expired lease) and acked each once.
         let (reports, calls, acked): (i64, Option<i64>, Option<i64>) = sqlx::query_as(
             "SELECT count(*), sum(calls)::int8, sum(acked)::int8 FROM t_signal \
              WHERE point = 'worker_done'",
@@ -770,7 +783,11 @@ async fn processes(dispatchers: usize, events: u64) -> TestResult {
         .await?;
         let deliveries = i64::try_from(deliveries)?;
         assert_eq!(reports, i64::try_from(dispatchers)?);
-        assert_eq!(calls, Some(deliveries), "handler calls");
+        let calls = calls.unwrap_or(0);
+        assert!(
+            (deliveries..=deliveries + expired).contains(&calls),
+            "{calls} handler calls for {deliveries} deliveries and {expired} expired leases"
+        );
         assert_eq!(acked, Some(deliveries), "acks counted by the dispatchers");
         assert_eq!(worst, 0, "a key of a per-key consumer had two live leases");
         let events = i64::try_from(events)?;
@@ -780,10 +797,11 @@ async fn processes(dispatchers: usize, events: u64) -> TestResult {
                 [("acked".to_owned(), events)]
             );
         }
-        // One attempt row per delivery, `acked`, with the delivery's final token; no other.
+        // One `acked` attempt row per delivery, with the delivery's final token; no outcome
+        // but `acked`, and `lease_expired` where a lease expired under load.
         let outcomes: Vec<(String, String, i64)> = sqlx::query_as(
-            "SELECT consumer, outcome, count(*) FROM evc_delivery_attempts GROUP BY 1, 2 \
-             ORDER BY 1, 2",
+            "SELECT consumer, outcome, count(*) FROM evc_delivery_attempts \
+             WHERE outcome <> 'lease_expired' GROUP BY 1, 2 ORDER BY 1, 2",
         )
         .fetch_all(&pool)
         .await?;
