@@ -988,6 +988,40 @@ fn operator_commands_bound_their_input() {
             let output = evc(url, args);
             assert_eq!(output.status.code(), Some(2), "{args:?}: {output:?}");
         }
+        // Replay approvals are kept for audit and shown to other operators: printable and short.
+        for (approval, message) in [
+            (
+                "CHG\u{1b}[2J".to_owned(),
+                "replay refused, nothing written: the replay approval reference has control \
+                 characters",
+            ),
+            (
+                "x".repeat(201),
+                "replay refused, nothing written: the replay approval reference has 201 \
+                 characters; at most 200 are allowed",
+            ),
+        ] {
+            let output = evc(
+                url,
+                &[
+                    "replay",
+                    "audit",
+                    "--apply",
+                    "--digest",
+                    "0",
+                    "--reason",
+                    "r",
+                    "--approval",
+                    &approval,
+                    "--idempotency-key",
+                    "k",
+                ],
+            );
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(1), "{output:?}");
+            assert!(stderr.contains(message), "{stderr}");
+        }
+
         // A window PostgreSQL cannot subtract from now: refused up front, not a database error.
         let output = evc(url, &["status", "--window", "9999999999d"]);
         assert_eq!(output.status.code(), Some(1), "{output:?}");
