@@ -6,6 +6,7 @@
 //! and audit. docs/cli.md ("evc dispatch") describes the file and the exit statuses.
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::Path;
 use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -16,9 +17,9 @@ use evc_runtime::{
     Dispatcher, DispatcherConfig, FailureClass, HandlerError, PayloadPolicy, PgStore,
 };
 use serde::Deserialize;
-use sqlx::postgres::PgPoolOptions;
 use tokio::io::AsyncWriteExt;
 
+use crate::escape::printable;
 use crate::operate::Database;
 
 /// The exit status of a handler command that asks for a retry (`EX_TEMPFAIL`).
@@ -62,9 +63,80 @@ struct ConsumerEntry {
     settings: Settings,
 }
 
-/// A setting's duration, or `default` when the file does not set it.
-fn duration(text: Option<&str>, what: &str, default: Duration) -> anyhow::Result<Duration> {
-    text.map_or(Ok(default), |text| crate::operate::duration(text, what))
+/// The largest configuration file read, as for contract files: a bigger one is a mistake.
+const MAX_CONFIG_BYTES: usize = evc_codegen::loader::MAX_FILE_BYTES;
+
+/// Most workers per consumer: each holds up to three connections.
+const MAX_WORKERS: usize = 64;
+/// Largest claim batch.
+const MAX_BATCH: u32 = 10_000;
+/// Longest `owner`: it is part of every lease row and heartbeat.
+const MAX_OWNER_CHARS: usize = 100;
+
+/// A duration setting's range, as the contracts write durations: `lease`, `poll_interval`,
+/// `timeout`. Outside it a value is a mistake (a zero timeout kills every command, a lease of
+/// years overflows PostgreSQL's `interval` and no claim succeeds).
+struct Range {
+    name: &'static str,
+    min: Duration,
+    max: Duration,
+    default: Duration,
+}
+
+const LEASE: Range = Range {
+    name: "lease",
+    min: Duration::from_secs(1),
+    max: Duration::from_secs(86_400),
+    default: Duration::from_secs(30),
+};
+const POLL_INTERVAL: Range = Range {
+    name: "poll_interval",
+    min: Duration::from_millis(10),
+    max: Duration::from_secs(3_600),
+    default: Duration::from_secs(1),
+};
+const TIMEOUT: Range = Range {
+    name: "timeout",
+    min: Duration::from_millis(10),
+    max: Duration::from_secs(86_400),
+    default: Duration::from_secs(60),
+};
+
+/// A consumer's duration setting (else the default's, else `range.default`), checked against
+/// `range`.
+fn duration(text: Option<&str>, range: &Range, consumer: &str) -> anyhow::Result<Duration> {
+    let Some(text) = text else {
+        return Ok(range.default);
+    };
+    let value = crate::operate::duration(text, &format!("`{}`", range.name))?;
+    if value < range.min || value > range.max {
+        bail!(
+            "consumer {}: `{}` is {}; it must be {} to {}",
+            printable(consumer),
+            range.name,
+            printable(text),
+            evc_codegen::duration::format(range.min),
+            evc_codegen::duration::format(range.max)
+        );
+    }
+    Ok(value)
+}
+
+/// A consumer's number setting (else the default's, else `default`), checked to be in
+/// `min..=max`.
+fn number<T: Copy + PartialOrd + std::fmt::Display>(
+    value: Option<T>,
+    (name, min, max, default): (&str, T, T, T),
+    consumer: &str,
+) -> anyhow::Result<T> {
+    let value = value.unwrap_or(default);
+    if value < min || value > max {
+        bail!(
+            "consumer {}: `{name}` is {value}; it must be {min} to {max}",
+            printable(consumer)
+        );
+    }
+    Ok(value)
 }
 
 /// A consumer's own setting, else the default's.
@@ -72,9 +144,38 @@ fn pick<'a>(own: Option<&'a String>, default: Option<&'a String>) -> Option<&'a 
     own.or(default).map(String::as_str)
 }
 
+/// Reads the configuration file: a regular file (a FIFO or a device would block or never
+/// end), at most [`MAX_CONFIG_BYTES`], UTF-8.
+fn read(path: &Path) -> anyhow::Result<String> {
+    let cannot = || format!("cannot read {}", path.display());
+    // `metadata` follows symlinks without opening: opening a FIFO would wait for a writer.
+    let metadata = std::fs::metadata(path).with_context(cannot)?;
+    if !metadata.is_file() {
+        bail!("{} is not a regular file", path.display());
+    }
+    let too_large = |size: u64| {
+        anyhow!(
+            "{} is {size} bytes; a dispatch configuration may be at most {MAX_CONFIG_BYTES} bytes",
+            path.display()
+        )
+    };
+    if metadata.len() > MAX_CONFIG_BYTES as u64 {
+        return Err(too_large(metadata.len()));
+    }
+    let file = std::fs::File::open(path).with_context(cannot)?;
+    let mut bytes = Vec::new();
+    // The cap holds even if the file grew, or was swapped, after the check.
+    file.take(MAX_CONFIG_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .with_context(cannot)?;
+    if bytes.len() > MAX_CONFIG_BYTES {
+        return Err(too_large(bytes.len() as u64));
+    }
+    String::from_utf8(bytes).map_err(|_| anyhow!("{} is not UTF-8", path.display()))
+}
+
 fn load(path: &Path) -> anyhow::Result<DispatchFile> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = read(path)?;
     let file = evc_codegen::SourceFile::new(path.display().to_string(), text);
     let node = evc_codegen::yaml::parse(&file).map_err(|d| {
         anyhow!(
@@ -94,12 +195,76 @@ fn load(path: &Path) -> anyhow::Result<DispatchFile> {
     if config.consumers.is_empty() {
         bail!("{}: `consumers` names no consumer", path.display());
     }
+    if let Some(owner) = &config.owner {
+        if owner.chars().any(char::is_control) {
+            bail!(
+                "{}: `owner` has control characters (\"{}\"); it is shown in other operators' \
+                 status output",
+                path.display(),
+                printable(owner)
+            );
+        }
+        let chars = owner.chars().count();
+        if chars == 0 || chars > MAX_OWNER_CHARS {
+            bail!(
+                "{}: `owner` has {chars} characters; it must have 1 to {MAX_OWNER_CHARS}",
+                path.display()
+            );
+        }
+    }
     for (name, entry) in &config.consumers {
         if entry.command.is_empty() {
-            bail!("{}: consumer {name} has an empty `command`", path.display());
+            bail!(
+                "{}: consumer {} has an empty `command`",
+                path.display(),
+                printable(name)
+            );
         }
     }
     Ok(config)
+}
+
+/// One consumer's settings, its own else the defaults', checked.
+struct Checked {
+    workers: usize,
+    batch: u32,
+    lease: Duration,
+    poll_interval: Duration,
+    timeout: Duration,
+    held_batches: bool,
+    claim_cursor: bool,
+}
+
+fn settings(name: &str, own: &Settings, defaults: &Settings) -> anyhow::Result<Checked> {
+    Ok(Checked {
+        workers: number(
+            own.workers.or(defaults.workers),
+            ("workers", 1, MAX_WORKERS, 1),
+            name,
+        )?,
+        batch: number(
+            own.batch.or(defaults.batch),
+            ("batch", 1, MAX_BATCH, 50),
+            name,
+        )?,
+        lease: duration(
+            pick(own.lease.as_ref(), defaults.lease.as_ref()),
+            &LEASE,
+            name,
+        )?,
+        poll_interval: duration(
+            pick(own.poll_interval.as_ref(), defaults.poll_interval.as_ref()),
+            &POLL_INTERVAL,
+            name,
+        )?,
+        timeout: duration(
+            pick(own.timeout.as_ref(), defaults.timeout.as_ref()),
+            &TIMEOUT,
+            name,
+        )?,
+        held_batches: own.held_batches.or(defaults.held_batches).unwrap_or(false),
+        claim_cursor: own.claim_cursor.or(defaults.claim_cursor).unwrap_or(true),
+    })
 }
 
 /// Hands each delivery to a command.
@@ -160,8 +325,16 @@ pub(crate) fn dispatch(
     database: &Database,
 ) -> anyhow::Result<ExitCode> {
     let config = load(config_path)?;
+    let mut checked = Vec::with_capacity(config.consumers.len());
+    for (name, entry) in &config.consumers {
+        checked.push((
+            name.clone(),
+            entry.command.clone(),
+            settings(name, &entry.settings, &config.defaults)?,
+        ));
+    }
     let progress_every = crate::operate::duration(progress_every, "--progress")?;
-    let url = database.url()?;
+    let options = database.options()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -169,19 +342,11 @@ pub(crate) fn dispatch(
     runtime.block_on(async move {
         // Per worker: the connection it keeps while busy, one for lease renewals and one for
         // failures and reconciliations (docs/runtime.md, "Dispatch"); the rest for the
-        // dispatcher's doorbells, recovery and heartbeats.
-        let connections: usize = config
-            .consumers
-            .values()
-            .map(|c| c.settings.workers.or(config.defaults.workers).unwrap_or(1) * 3)
-            .sum::<usize>()
-            + 4;
-        let pool = PgPoolOptions::new()
-            .max_connections(u32::try_from(connections).unwrap_or(u32::MAX))
-            .acquire_timeout(Duration::from_secs(10))
-            .connect(&url)
-            .await
-            .context("cannot connect to the outbox database")?;
+        // dispatcher's doorbells, recovery and heartbeats. The caps on consumers' workers keep
+        // the sum small.
+        let connections: usize = checked.iter().map(|(_, _, s)| s.workers * 3).sum::<usize>() + 4;
+        let pool =
+            crate::operate::pool(&options, u32::try_from(connections).unwrap_or(u32::MAX)).await?;
         let registry = evc_runtime::deployed_registry(&pool)
             .await
             .context("cannot read the deployed registry (are the evc migrations applied?)")?;
@@ -197,42 +362,33 @@ pub(crate) fn dispatch(
             .clone()
             .unwrap_or_else(|| format!("evc-dispatch-{}", std::process::id()));
         let mut handles = Vec::new();
-        for (name, entry) in &config.consumers {
-            let s = &entry.settings;
-            let d = &config.defaults;
-            let settings = DispatcherConfig::default()
+        for (name, command, s) in checked {
+            let dispatcher_settings = DispatcherConfig::default()
                 .owner(format!("{owner}/{name}"))
-                .workers(s.workers.or(d.workers).unwrap_or(1))
-                .batch(s.batch.or(d.batch).unwrap_or(50))
-                .lease(duration(
-                    pick(s.lease.as_ref(), d.lease.as_ref()),
-                    "lease",
-                    Duration::from_secs(30),
-                )?)
-                .poll_interval(duration(
-                    pick(s.poll_interval.as_ref(), d.poll_interval.as_ref()),
-                    "poll_interval",
-                    Duration::from_secs(1),
-                )?)
-                .held_batches(s.held_batches.or(d.held_batches).unwrap_or(false))
-                .claim_cursor(s.claim_cursor.or(d.claim_cursor).unwrap_or(true));
+                .workers(s.workers)
+                .batch(s.batch)
+                .lease(s.lease)
+                .poll_interval(s.poll_interval)
+                .held_batches(s.held_batches)
+                .claim_cursor(s.claim_cursor);
             let handler = CommandHandler {
-                command: entry.command.clone(),
-                timeout: duration(
-                    pick(s.timeout.as_ref(), d.timeout.as_ref()),
-                    "timeout",
-                    Duration::from_secs(60),
-                )?,
+                command,
+                timeout: s.timeout,
             };
-            let dispatcher = Dispatcher::new(store.clone(), settings)
-                .consumer(name, handler)
-                .with_context(|| format!("consumer {name} is not deployed in this database"))?;
-            handles.push((name.clone(), dispatcher.start()));
+            let dispatcher = Dispatcher::new(store.clone(), dispatcher_settings)
+                .consumer(&name, handler)
+                .with_context(|| {
+                    format!(
+                        "consumer {} is not deployed in this database",
+                        printable(&name)
+                    )
+                })?;
+            handles.push((name, dispatcher.start()));
         }
         let names: Vec<String> = handles.iter().map(|(name, _)| name.clone()).collect();
         eprintln!(
             "evc dispatch: running {} as {owner}; Ctrl-C stops after the deliveries in hand",
-            names.join(", ")
+            printable(&names.join(", "))
         );
 
         let started = Instant::now();

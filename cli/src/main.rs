@@ -1,7 +1,7 @@
 //! `evc`: the event-contract toolchain's command line, a thin shell over evc-codegen (and, for
 //! the operator commands, evc-runtime).
 //!
-//! Exit codes: 0 clean, 100 findings, 1 the tool could not run.
+//! Exit codes: 0 clean, 100 findings, 1 the tool could not run, 2 invalid arguments.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -14,6 +14,7 @@ use evc_codegen::structure::FileKind;
 use evc_codegen::{ContractSet, Diagnostic, LoadError, Sources, diagnostic};
 
 mod dispatch;
+mod escape;
 mod migrate;
 mod operate;
 mod replay;
@@ -25,6 +26,8 @@ const ASYNCAPI_DEFAULT: &str = "asyncapi/asyncapi.yaml";
 const EXIT_FINDINGS: u8 = 100;
 /// Exit code when the tool could not run.
 const EXIT_FAILURE: u8 = 1;
+/// Exit code for invalid arguments (clap's own, for the checks clap cannot make).
+const EXIT_USAGE: u8 = 2;
 
 #[derive(Parser)]
 #[command(
@@ -125,7 +128,8 @@ enum Command {
     /// Everything recorded for one W3C trace id, in time order: its events, their deliveries
     /// and their attempts. Exit 100 when nothing was recorded.
     Timeline {
-        /// The trace id (32 lower-case hex digits).
+        /// The trace id: 32 hex digits (upper case is read as lower case), or a whole
+        /// `traceparent` header.
         trace_id: String,
         #[command(flatten)]
         database: operate::Database,
@@ -170,12 +174,14 @@ enum Command {
         database: operate::Database,
     },
     /// Apply the SQL migrations of a directory (default `generated/migrations`) to the outbox
-    /// database, each once, in order, printing each step.
+    /// database, each once, in order, printing each step; one run at a time (sqlx's migration
+    /// lock). Nothing is applied while a migration is changed, failed, missing or out of order.
     Migrate {
         /// The migrations directory.
         #[arg(long, default_value = "generated/migrations")]
         dir: PathBuf,
-        /// List the applied and pending migrations; apply nothing.
+        /// List each migration as applied, pending, changed, failed, missing or out of order;
+        /// apply nothing. Exit 100 when one needs attention.
         #[arg(long)]
         status: bool,
         #[command(flatten)]
@@ -320,7 +326,11 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("evc: error: {error:#}");
+            // Errors quote names from the command line, files and the database.
+            eprintln!(
+                "evc: error: {}",
+                escape::printable_lines(&format!("{error:#}"))
+            );
             ExitCode::from(EXIT_FAILURE)
         }
     }

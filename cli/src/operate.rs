@@ -1,14 +1,30 @@
 //! `evc status`, `evc timeline` and `evc consumer`: the operator commands, a thin shell over
 //! `evc_runtime::Console` (the consumers deployed in the database, from its registry mirror).
+//! Also what every database command shares: the URL, the first connection, the console.
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
+use std::str::FromStr;
 use std::time::Duration;
 
-use anyhow::{Context, anyhow};
+use anyhow::{Context, anyhow, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use evc_runtime::{Console, ConsumerMode, ConsumerState, Percentiles, StatusReport, TimelineEntry};
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection};
+
+use crate::escape::printable;
+
+/// How long the first connection may take. A refused connection fails at once; this bounds a
+/// host that does not answer at all.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a busy pool may make a query wait for a connection, once the database answered.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest `--window` of `evc status`: ten years of attempts is already all of them, and a
+/// much longer one overflows PostgreSQL's `interval`.
+const MAX_WINDOW: Duration = Duration::from_secs(3_650 * 86_400);
 
 /// Where the outbox lives.
 #[derive(Args)]
@@ -20,13 +36,81 @@ pub(crate) struct Database {
 
 impl Database {
     /// The URL: `--database-url`, else `$DATABASE_URL`.
-    pub(crate) fn url(&self) -> anyhow::Result<String> {
+    fn url(&self) -> anyhow::Result<String> {
         match &self.database_url {
             Some(url) => Ok(url.clone()),
             None => std::env::var("DATABASE_URL")
                 .context("no database: pass --database-url or set DATABASE_URL"),
         }
     }
+
+    /// The connection settings the URL names. Errors never repeat the URL: it may hold a
+    /// password.
+    pub(crate) fn options(&self) -> anyhow::Result<PgConnectOptions> {
+        let url = self.url()?;
+        let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+        if !matches!(scheme, Some("postgres" | "postgresql")) {
+            bail!("the database URL must start with postgres:// or postgresql://");
+        }
+        PgConnectOptions::from_str(&url)
+            .map_err(|error| anyhow!("the database URL is not valid: {}", cause(&error)))
+    }
+}
+
+/// The innermost message of a sqlx error: sqlx repeats its source in its own message, so the
+/// whole chain would say everything twice.
+fn cause(error: &sqlx::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(inner) = source {
+        message = inner.to_string();
+        source = inner.source();
+    }
+    message
+}
+
+/// `host:port/database` (or the socket path), to say which database did not answer; never
+/// the user's password.
+fn target(options: &PgConnectOptions) -> String {
+    let database = options.get_database().unwrap_or(options.get_username());
+    match options.get_socket() {
+        Some(socket) => format!("{}/{database}", socket.display()),
+        None => format!("{}:{}/{database}", options.get_host(), options.get_port()),
+    }
+}
+
+/// One connection to the outbox database. Connection errors come back at once with their
+/// cause (a pool would retry a refused connection until its acquire timeout and then report
+/// only the timeout).
+pub(crate) async fn connect(options: &PgConnectOptions) -> anyhow::Result<PgConnection> {
+    let failed = || {
+        format!(
+            "cannot connect to the outbox database at {}",
+            target(options)
+        )
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT, options.connect()).await {
+        Ok(Ok(connection)) => Ok(connection),
+        Ok(Err(error)) => Err(anyhow!("{}", cause(&error))).with_context(failed),
+        Err(_) => {
+            Err(anyhow!("no answer within {} s", CONNECT_TIMEOUT.as_secs())).with_context(failed)
+        }
+    }
+}
+
+/// A pool of up to `max_connections` on the outbox database, after one connection proved
+/// that the database answers ([`connect`]).
+pub(crate) async fn pool(
+    options: &PgConnectOptions,
+    max_connections: u32,
+) -> anyhow::Result<PgPool> {
+    // The first connection's only job is the error: the pool opens its own as it needs them.
+    let first = connect(options).await?;
+    let _ = first.close().await;
+    Ok(PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .connect_lazy_with(options.clone()))
 }
 
 #[derive(Subcommand)]
@@ -91,8 +175,12 @@ pub(crate) struct StatusArgs {
 
 /// `text` as a duration in the contracts' notation; the error names `flag`.
 pub(crate) fn duration(text: &str, flag: &str) -> anyhow::Result<Duration> {
-    evc_codegen::duration::parse(text)
-        .ok_or_else(|| anyhow!("{flag} {text:?} is not a duration (like 30s, 5m, 1h)"))
+    evc_codegen::duration::parse(text).ok_or_else(|| {
+        anyhow!(
+            "{flag} \"{}\" is not a duration (like 30s, 5m, 1h)",
+            printable(text)
+        )
+    })
 }
 
 /// A single-threaded async runtime for one command.
@@ -108,14 +196,9 @@ pub(crate) fn with_console<T>(
     database: &Database,
     work: impl AsyncFnOnce(&Console) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    let url = database.url()?;
+    let options = database.options()?;
     async_runtime()?.block_on(async move {
-        let pool = PgPoolOptions::new()
-            .max_connections(2)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect(&url)
-            .await
-            .context("cannot connect to the outbox database")?;
+        let pool = pool(&options, 2).await?;
         let console = Console::connect(pool.clone())
             .await
             .context("cannot read the registry mirror (are the evc migrations applied?)")?;
@@ -128,6 +211,13 @@ pub(crate) fn with_console<T>(
 /// `evc status`: exit 100 when there are problems.
 pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let window = duration(&args.window, "--window")?;
+    if window > MAX_WINDOW {
+        bail!(
+            "--window {} is longer than {}, the longest window evc status reads",
+            printable(&args.window),
+            evc_codegen::duration::format(MAX_WINDOW)
+        );
+    }
     let lag_limit = duration(&args.lag_limit, "--lag-limit")?;
     let report = with_console(&args.database, async |console| {
         Ok(console.status(window).await?)
@@ -153,13 +243,13 @@ fn status_text(report: &StatusReport, window: &str, lag_limit: Duration) -> Stri
     } else {
         let _ = writeln!(out, "problems ({}):", problems.len());
         for problem in &problems {
-            let _ = writeln!(out, "  {problem}");
+            let _ = writeln!(out, "  {}", printable(&problem.to_string()));
         }
     }
     let width = report
         .consumers
         .iter()
-        .map(|c| c.consumer.len())
+        .map(|c| printable(&c.consumer).chars().count())
         .max()
         .unwrap_or(0)
         .max("consumer".len());
@@ -176,7 +266,7 @@ fn status_text(report: &StatusReport, window: &str, lag_limit: Duration) -> Stri
         let _ = writeln!(
             out,
             "{:width$}  {:>8}  {:>7}  {:>6}  {:>11}  {:>14}  {:6}  {}",
-            c.consumer,
+            printable(&c.consumer),
             c.pending,
             c.leased,
             c.dead,
@@ -192,14 +282,23 @@ fn status_text(report: &StatusReport, window: &str, lag_limit: Duration) -> Stri
             "\nlag, produce to ack (p50 / p95 / p99, last {window}):"
         );
         for lag in &report.lag {
-            let what = format!("{} -> {}", lag.producer_class, lag.consumer);
+            let what = format!(
+                "{} -> {}",
+                printable(&lag.producer_class),
+                printable(&lag.consumer)
+            );
             percentile_line(&mut out, &what, &lag.latency, "acks");
         }
     }
     if !report.attempts.is_empty() {
         let _ = writeln!(out, "\nattempt duration (p50 / p95 / p99, last {window}):");
         for attempts in &report.attempts {
-            percentile_line(&mut out, &attempts.consumer, &attempts.latency, "attempts");
+            percentile_line(
+                &mut out,
+                &printable(&attempts.consumer),
+                &attempts.latency,
+                "attempts",
+            );
         }
     }
     out
@@ -216,10 +315,22 @@ fn percentile_line(out: &mut String, what: &str, latency: &Percentiles, unit: &s
     );
 }
 
-/// `evc timeline TRACE_ID`: exit 100 when nothing was recorded for the trace.
-pub(crate) fn timeline(trace_id: &str, database: &Database) -> anyhow::Result<ExitCode> {
+/// `evc timeline TRACE_ID`: exit 100 when nothing was recorded for the trace, 2 when the
+/// argument is not a trace id.
+pub(crate) fn timeline(argument: &str, database: &Database) -> anyhow::Result<ExitCode> {
+    let Some(trace_id) = trace_id(argument) else {
+        eprintln!(
+            "evc: error: `{}` is not a W3C trace id: 32 lower-case hex digits, not all zero \
+             (or a traceparent header, 00-<trace id>-<parent id>-<flags>)",
+            printable(argument)
+        );
+        return Ok(ExitCode::from(crate::EXIT_USAGE));
+    };
+    if argument.bytes().any(|b| b.is_ascii_uppercase()) {
+        eprintln!("evc: note: trace ids are lower-case hex; showing trace {trace_id}");
+    }
     let entries = with_console(database, async |console| {
-        Ok(console.timeline(trace_id).await?)
+        Ok(console.timeline(&trace_id).await?)
     })?;
     if entries.is_empty() {
         println!("nothing recorded for trace {trace_id}");
@@ -227,6 +338,19 @@ pub(crate) fn timeline(trace_id: &str, database: &Database) -> anyhow::Result<Ex
     }
     print!("{}", timeline_text(&entries));
     Ok(ExitCode::SUCCESS)
+}
+
+/// The trace id `argument` names: 32 hex digits, or a version-00 `traceparent` header (its
+/// trace id). Upper-case digits are read as lower case: W3C writes ids in lower case, but
+/// tools and people pass them on upper-cased, and the stored ids are lower case.
+fn trace_id(argument: &str) -> Option<String> {
+    let lower = argument.to_ascii_lowercase();
+    if lower.starts_with("00-") {
+        let context = evc_runtime::TraceContext::from_traceparent(&lower).ok()?;
+        return Some(context.trace_id().to_owned());
+    }
+    evc_runtime::trace::check_trace_id(&lower).ok()?;
+    Some(lower)
 }
 
 fn timeline_text(entries: &[TimelineEntry]) -> String {
@@ -237,14 +361,16 @@ fn timeline_text(entries: &[TimelineEntry]) -> String {
                 || entry.at.to_string(),
                 |at| at.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
             );
-        let consumer = entry.consumer.as_deref().unwrap_or("-");
+        let consumer = printable(entry.consumer.as_deref().unwrap_or("-"));
         let attempt = entry
             .attempt
             .map_or_else(String::new, |n| format!(" (attempt {n})"));
         let _ = writeln!(
             out,
             "{at}  {:8}  {}  {consumer}  {}{attempt}",
-            entry.kind, entry.event_id, entry.detail
+            printable(&entry.kind),
+            entry.event_id,
+            printable(&entry.detail)
         );
     }
     out
@@ -269,8 +395,9 @@ pub(crate) fn consumer(action: &ConsumerAction, database: &Database) -> anyhow::
                     .map(|c| c.name.as_str())
                     .collect();
                 Err(anyhow!(
-                    "consumer {name} is not deployed in this database (deployed: {})",
-                    deployed.join(", ")
+                    "consumer {} is not deployed in this database (deployed: {})",
+                    printable(&name),
+                    printable(&deployed.join(", "))
                 ))
             }
             other => Ok(other?),
@@ -283,7 +410,7 @@ pub(crate) fn consumer(action: &ConsumerAction, database: &Database) -> anyhow::
 fn state_line(state: &ConsumerState) -> String {
     format!(
         "{}: {}, mode {} (revision {})",
-        state.consumer,
+        printable(&state.consumer),
         if state.paused { "paused" } else { "running" },
         state.mode.as_str(),
         state.revision

@@ -11,7 +11,12 @@ use evc_runtime::{
 };
 use uuid::Uuid;
 
+use crate::escape::printable;
 use crate::operate::{Database, with_console};
+
+/// The largest `--limit`: a plan is held in memory and printed whole. 0 is refused too, since
+/// it would select nothing and read as "nothing to replay".
+const MAX_LIMIT: u32 = 100_000;
 
 /// Which dead or quarantined deliveries a command takes.
 #[derive(Args)]
@@ -27,8 +32,12 @@ pub(crate) struct Selection {
     /// Only this event (repeatable).
     #[arg(long = "event", value_name = "EVENT_ID")]
     events: Vec<Uuid>,
-    /// At most this many deliveries, oldest first.
-    #[arg(long, default_value_t = evc_runtime::store::postgres::DEFAULT_REPLAY_LIMIT)]
+    /// At most this many deliveries, oldest first (1 to 100000).
+    #[arg(
+        long,
+        default_value_t = evc_runtime::store::postgres::DEFAULT_REPLAY_LIMIT,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_LIMIT))
+    )]
     limit: u32,
 }
 
@@ -106,7 +115,7 @@ pub(crate) fn dlq(action: &DlqAction, database: &Database) -> anyhow::Result<Exi
     if listed.is_empty() {
         println!(
             "{}: no dead-lettered or quarantined deliveries",
-            selection.consumer
+            printable(&selection.consumer)
         );
     } else {
         print!("{}", deliveries_text(&listed));
@@ -116,9 +125,21 @@ pub(crate) fn dlq(action: &DlqAction, database: &Database) -> anyhow::Result<Exi
 
 fn unknown(error: evc_runtime::DispatchError) -> anyhow::Error {
     match error {
-        evc_runtime::DispatchError::UnknownConsumer(name) => {
-            anyhow!("consumer {name} is not deployed in this database")
-        }
+        evc_runtime::DispatchError::UnknownConsumer(name) => anyhow!(
+            "consumer {} is not deployed in this database",
+            printable(&name)
+        ),
+        other => other.into(),
+    }
+}
+
+/// A replay error for the terminal: the consumer name is quoted from the command line.
+fn refused(error: ReplayError) -> anyhow::Error {
+    match error {
+        ReplayError::UnknownConsumer(name) => anyhow!(
+            "consumer {} is not deployed in this database",
+            printable(&name)
+        ),
         other => other.into(),
     }
 }
@@ -136,7 +157,7 @@ fn deliveries_text(deliveries: &[SettledDelivery]) -> String {
                 || d.settled_at.to_string(),
                 |at| at.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
             );
-        let mut kind = format!("{} {}", d.event_type, d.version);
+        let mut kind = format!("{} {}", printable(&d.event_type), printable(&d.version));
         if !d.version_supported() {
             kind.push_str(" (no longer accepted)");
         }
@@ -147,7 +168,7 @@ fn deliveries_text(deliveries: &[SettledDelivery]) -> String {
             d.generation,
             d.status.as_str(),
             d.attempts,
-            d.last_error_code.as_deref().unwrap_or("-"),
+            printable(d.last_error_code.as_deref().unwrap_or("-")),
             kind
         );
     }
@@ -159,7 +180,7 @@ pub(crate) fn replay(args: &ReplayArgs, database: &Database) -> anyhow::Result<E
     let selection = args.selection.to_runtime();
     if args.dry_run {
         let plan = with_console(database, async |console| {
-            Ok(console.replay_plan(&selection).await?)
+            console.replay_plan(&selection).await.map_err(refused)
         })?;
         print!("{}", plan_text(&plan));
         return Ok(ExitCode::SUCCESS);
@@ -173,6 +194,7 @@ pub(crate) fn replay(args: &ReplayArgs, database: &Database) -> anyhow::Result<E
     let applied = with_console(database, async |console| {
         match console.replay(&selection, &approval).await {
             Err(ReplayError::Database(error)) => Err(error.into()),
+            Err(error @ ReplayError::UnknownConsumer(_)) => Err(refused(error)),
             Err(refusal) => Err(anyhow!("replay refused, nothing written: {refusal}")),
             Ok(applied) => Ok(applied),
         }
@@ -185,7 +207,9 @@ pub(crate) fn replay(args: &ReplayArgs, database: &Database) -> anyhow::Result<E
     } else {
         println!(
             "replay {}: {} new deliveries of {}, pending",
-            applied.replay_id, applied.deliveries, args.selection.consumer
+            applied.replay_id,
+            applied.deliveries,
+            printable(&args.selection.consumer)
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -194,13 +218,17 @@ pub(crate) fn replay(args: &ReplayArgs, database: &Database) -> anyhow::Result<E
 fn plan_text(plan: &ReplayPlan) -> String {
     let mut out = String::new();
     if plan.deliveries.is_empty() {
-        let _ = writeln!(out, "{}: nothing to replay", plan.selection.consumer);
+        let _ = writeln!(
+            out,
+            "{}: nothing to replay",
+            printable(&plan.selection.consumer)
+        );
         return out;
     }
     let _ = writeln!(
         out,
         "replay plan for {}: {} deliveries",
-        plan.selection.consumer,
+        printable(&plan.selection.consumer),
         plan.deliveries.len()
     );
     out.push_str(&deliveries_text(&plan.deliveries));
@@ -215,7 +243,8 @@ fn plan_text(plan: &ReplayPlan) -> String {
     let _ = writeln!(
         out,
         "apply with: evc replay {} --apply --digest {} --reason TEXT --approval REF --idempotency-key KEY (and the same selection flags)",
-        plan.selection.consumer, plan.digest
+        printable(&plan.selection.consumer),
+        plan.digest
     );
     out
 }

@@ -555,3 +555,589 @@ fn dispatch_hands_each_delivery_to_its_command_and_settles_it_by_exit_status() {
         std::panic::resume_unwind(panic);
     }
 }
+
+/// The repository's generated migrations directory.
+fn migrations_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/migrations")
+}
+
+/// Runs `command` to its end; a run that is still going after a minute is killed and fails the
+/// test (a hang guard, so a command that blocks fails instead of hanging the suite).
+fn finish(command: &mut Command) -> Output {
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("evc starts");
+    for _ in 0..600 {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let output = child.wait_with_output().expect("output");
+    panic!("evc did not finish within a minute (killed): {output:?}");
+}
+
+/// Runs `f` on a fresh database named `name`, migrated when `migrated`, and drops it after.
+fn on_database(name: &str, migrated: bool, f: impl FnOnce(&tokio::runtime::Runtime, &str)) {
+    let runtime = runtime();
+    let Some(url) = runtime.block_on(create_database(name, migrated)) else {
+        return;
+    };
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&runtime, &url)));
+    runtime.block_on(drop_database(name));
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// The versions a `evc migrate` run printed as applied (`[n/m] VERSION description ...`).
+fn applied_steps(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|line| line.starts_with('['))
+        .filter_map(|line| line.split_whitespace().nth(1))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn concurrent_migrations_apply_each_migration_once() {
+    let dir = migrations_dir();
+    let dir = dir.to_str().expect("utf-8 path");
+    let files = std::fs::read_dir(dir).expect("migrations").count();
+    for round in 0..5 {
+        let name = format!("evc_cli_migrate_race_{}_{round}", std::process::id());
+        on_database(&name, false, |_, url| {
+            let start = || {
+                Command::new(env!("CARGO_BIN_EXE_evc"))
+                    .args(["migrate", "--dir", dir, "--database-url", url])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("evc starts")
+            };
+            let (first, second) = (start(), start());
+            let outputs = [
+                first.wait_with_output().expect("first"),
+                second.wait_with_output().expect("second"),
+            ];
+            let mut steps = Vec::new();
+            let mut total = 0;
+            for output in &outputs {
+                let text = stdout(output);
+                assert_eq!(output.status.code(), Some(0), "{output:?}");
+                steps.extend(applied_steps(&text));
+                let last = text.lines().last().unwrap_or_default();
+                total += match last.strip_prefix("applied ") {
+                    Some(rest) => rest
+                        .trim_end_matches(" migrations")
+                        .trim_end_matches(" migration")
+                        .parse::<usize>()
+                        .expect("a count"),
+                    None => {
+                        assert_eq!(last, "up to date", "{text}");
+                        0
+                    }
+                };
+            }
+            steps.sort();
+            let mut unique = steps.clone();
+            unique.dedup();
+            assert_eq!(steps, unique, "a migration was applied twice: {outputs:?}");
+            assert_eq!(steps.len(), files, "{outputs:?}");
+            assert_eq!(total, files, "{outputs:?}");
+            let output = evc(url, &["migrate", "--dir", dir, "--status"]);
+            assert!(
+                stdout(&output).starts_with(&format!(
+                    "{dir}: {files} migrations, {files} applied, 0 pending\n"
+                )),
+                "{output:?}"
+            );
+        });
+    }
+}
+
+#[test]
+fn migrate_status_and_migrate_refuse_changed_failed_missing_and_out_of_order_migrations() {
+    let name = format!("evc_cli_migrate_drift_{}", std::process::id());
+    on_database(&name, false, |runtime, url| {
+        let copy = tempfile::tempdir().expect("tempdir");
+        let dir = copy.path().to_str().expect("utf-8 path").to_owned();
+        for entry in std::fs::read_dir(migrations_dir()).expect("migrations") {
+            let path = entry.expect("entry").path();
+            std::fs::copy(&path, copy.path().join(path.file_name().expect("name"))).expect("copy");
+        }
+        let file = |prefix: &str| {
+            std::fs::read_dir(copy.path())
+                .expect("dir")
+                .map(|entry| entry.expect("entry").path())
+                .find(|path| {
+                    path.file_name()
+                        .and_then(|name| name.to_str())
+                        .is_some_and(|name| name.starts_with(prefix))
+                })
+                .expect("migration file")
+        };
+        let output = evc(url, &["migrate", "--dir", &dir]);
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        let recorded = || -> i64 {
+            runtime.block_on(async {
+                let mut connection = PgConnection::connect(url).await.expect("connect");
+                sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations")
+                    .fetch_one(&mut connection)
+                    .await
+                    .expect("count")
+            })
+        };
+        assert_eq!(recorded(), 5);
+
+        // An applied migration edited afterwards: `changed` in the listing, exit 100;
+        // `evc migrate` refuses.
+        let v3 = file("0003_");
+        let original = std::fs::read_to_string(&v3).expect("read");
+        std::fs::write(&v3, format!("{original}\n-- edited after it was applied\n"))
+            .expect("write");
+        let output = evc(url, &["migrate", "--dir", &dir, "--status"]);
+        let text = stdout(&output);
+        assert_eq!(output.status.code(), Some(100), "{text}");
+        assert!(text.contains("  changed  0003  evc runtime v2"), "{text}");
+        assert!(text.contains("  applied  0002  "), "{text}");
+        let output = evc(url, &["migrate", "--dir", &dir]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{output:?}");
+        assert!(
+            stderr.contains("migration 0003 (evc runtime v2) changed since it was applied"),
+            "{stderr}"
+        );
+        std::fs::write(&v3, &original).expect("restore");
+
+        // A new migration numbered below the applied ones: `out of order`, and refused by name
+        // with what to do; nothing of it runs.
+        std::fs::write(
+            copy.path().join("0000_early.sql"),
+            "CREATE TABLE early_marker (x int);\n",
+        )
+        .expect("write");
+        let output = evc(url, &["migrate", "--dir", &dir, "--status"]);
+        let text = stdout(&output);
+        assert_eq!(output.status.code(), Some(100), "{text}");
+        assert!(text.contains("  out of order  0000  early"), "{text}");
+        let output = evc(url, &["migrate", "--dir", &dir]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{output:?}");
+        assert!(
+            stderr.contains(
+                "migration 0000 (early) is numbered below the highest applied migration 0005"
+            ) && stderr.contains("renumber it above 0005")
+                && stderr.contains("nothing was applied"),
+            "{stderr}"
+        );
+        assert_eq!(recorded(), 5);
+        let early: bool = runtime.block_on(async {
+            let mut connection = PgConnection::connect(url).await.expect("connect");
+            sqlx::query_scalar("SELECT to_regclass('early_marker') IS NOT NULL")
+                .fetch_one(&mut connection)
+                .await
+                .expect("query")
+        });
+        assert!(!early, "the out-of-order migration ran");
+        std::fs::remove_file(copy.path().join("0000_early.sql")).expect("remove");
+
+        // An applied migration whose file is gone, and one recorded as failed.
+        let v5 = file("0005_");
+        let v5_text = std::fs::read_to_string(&v5).expect("read");
+        std::fs::remove_file(&v5).expect("remove");
+        runtime.block_on(execute(
+            url,
+            "UPDATE _sqlx_migrations SET success = false WHERE version = 4",
+        ));
+        let output = evc(url, &["migrate", "--dir", &dir, "--status"]);
+        let text = stdout(&output);
+        assert_eq!(output.status.code(), Some(100), "{text}");
+        assert!(text.contains("  missing  0005"), "{text}");
+        assert!(text.contains("  failed  0004  evc runtime v3"), "{text}");
+        let output = evc(url, &["migrate", "--dir", &dir]);
+        assert_eq!(output.status.code(), Some(1), "{output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("migration 0005 was applied but its file is not in"),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("migration 0004 (evc runtime v3) failed"),
+            "{stderr}"
+        );
+        std::fs::write(&v5, v5_text).expect("restore");
+        runtime.block_on(execute(
+            url,
+            "UPDATE _sqlx_migrations SET success = true WHERE version = 4",
+        ));
+        let output = evc(url, &["migrate", "--dir", &dir, "--status"]);
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+    });
+}
+
+/// A local port nothing listens on: bound, then released.
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("address").port()
+}
+
+#[test]
+fn an_unreachable_database_fails_with_its_cause_and_never_shows_the_password() {
+    let port = closed_port();
+    let url = format!("postgres://root:s3cr3t-marker@127.0.0.1:{port}/x");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("dispatch.yaml");
+    std::fs::write(&config, "consumers:\n  audit:\n    command: [/bin/true]\n").expect("config");
+    let config = config.to_str().expect("utf-8");
+    let migrations = migrations_dir();
+    let migrations = migrations.to_str().expect("utf-8");
+    let commands: [&[&str]; 9] = [
+        &["migrate", "--dir", migrations],
+        &["migrate", "--dir", migrations, "--status"],
+        &["status"],
+        &["timeline", TRACE],
+        &["consumer", "show", "audit"],
+        &["dlq", "list", "audit"],
+        &["replay", "audit", "--dry-run"],
+        &["dispatch", "--config", config],
+        &["consumer", "pause", "audit"],
+    ];
+    for args in commands {
+        let started = std::time::Instant::now();
+        let output = evc(&url, args);
+        let elapsed = started.elapsed();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        eprintln!("{args:?}: {:.2} s: {stderr}", elapsed.as_secs_f64());
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {output:?}");
+        assert!(
+            stderr.to_lowercase().contains("connection refused"),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("127.0.0.1:{port}")),
+            "{args:?}: {stderr}"
+        );
+        let all = format!("{}{stderr}", stdout(&output));
+        assert!(!all.contains("s3cr3t-marker"), "{args:?}: {all}");
+    }
+
+    // URLs that do not parse, or name another database kind: a clear error, no password.
+    for url in [
+        format!("postgres://root:s3cr3t-marker@127.0.0.1:{port}9999/x"),
+        "postgres://root:s3cr3t-marker@127.0.0.1:notaport/x".to_owned(),
+        "postgres://root:s3cr3t-marker%zz@127.0.0.1/x".to_owned(),
+        "mysql://root:s3cr3t-marker@127.0.0.1/x".to_owned(),
+        "s3cr3t-marker".to_owned(),
+    ] {
+        let output = evc(&url, &["status"]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{url}: {output:?}");
+        assert!(stderr.starts_with("evc: error: "), "{url}: {stderr}");
+        let all = format!("{}{stderr}", stdout(&output));
+        assert!(!all.contains("s3cr3t-marker"), "{url}: {all}");
+    }
+}
+
+#[test]
+fn timeline_takes_w3c_trace_ids_only() {
+    // Malformed ids are refused before any connection (the port is closed): exit 2.
+    let url = format!("postgres://root@127.0.0.1:{}/x", closed_port());
+    for bad in [
+        "xyz",
+        "00000000000000000000000000000000",
+        "4bf92f3577b34da6a3ce929d0e0e473",
+        "4bf92f3577b34da6a3ce929d0e0e4736a",
+        "4bf92f3577b34da6a3ce929d0e0e473g",
+        "'; DROP TABLE evc_events; --",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+    ] {
+        let output = evc(&url, &["timeline", bad]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{bad}: {output:?}");
+        assert!(
+            stderr.contains("is not a W3C trace id: 32 lower-case hex digits, not all zero"),
+            "{bad}: {stderr}"
+        );
+    }
+    // Control characters in the refused id are escaped, not sent to the terminal.
+    let output = evc(&url, &["timeline", "\u{1b}[31mred\u{7}"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert!(
+        !stderr.contains('\u{1b}') && !stderr.contains('\u{7}'),
+        "{stderr:?}"
+    );
+    assert!(stderr.contains("\\u{1b}[31mred\\u{7}"), "{stderr}");
+
+    let name = format!("evc_cli_timeline_{}", std::process::id());
+    on_database(&name, true, |runtime, url| {
+        runtime.block_on(execute(
+            url,
+            &format!(
+                "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, \
+                     producer_class, trace_id, parent_span_id, trace_flags, payload, \
+                     payload_bytes) \
+                 VALUES ('01890a5d-ac96-774b-bcce-b302099a8057', 'iu.born', '1.0.0', 'k', \
+                     'dot', '{TRACE}', '00f067aa0ba902b7', '01', '{{}}', 2)"
+            ),
+        ));
+        // Upper case is read as the lower-case id, with a note.
+        let output = evc(url, &["timeline", &TRACE.to_uppercase()]);
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        assert!(
+            stdout(&output).contains("  event     01890a5d-"),
+            "{output:?}"
+        );
+        assert!(
+            String::from_utf8_lossy(&output.stderr).contains(&format!(
+                "evc: note: trace ids are lower-case hex; showing trace {TRACE}"
+            )),
+            "{output:?}"
+        );
+        // A whole traceparent header names its trace.
+        let output = evc(
+            url,
+            &["timeline", &format!("00-{TRACE}-00f067aa0ba902b7-01")],
+        );
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        assert!(
+            stdout(&output).contains("  event     01890a5d-"),
+            "{output:?}"
+        );
+    });
+}
+
+#[test]
+fn operator_output_escapes_control_characters() {
+    let name = format!("evc_cli_escape_{}", std::process::id());
+    on_database(&name, true, |runtime, url| {
+        let evil = "evil\u{1b}]0;pwned\u{7}\u{1b}[31mred\nforged line";
+        let clean = |output: &Output, what: &str| {
+            let all = format!(
+                "{}{}",
+                stdout(output),
+                String::from_utf8_lossy(&output.stderr)
+            );
+            assert!(
+                !all.chars()
+                    .any(|c| c.is_control() && c != '\n' || c == '\u{202e}'),
+                "{what}: raw control characters in {all:?}"
+            );
+            all
+        };
+        for args in [
+            &["consumer", "pause", evil][..],
+            &["consumer", "show", evil],
+            &["dlq", "list", evil],
+            &["replay", evil, "--dry-run"],
+        ] {
+            let output = evc(url, args);
+            assert_eq!(output.status.code(), Some(1), "{args:?}: {output:?}");
+            let all = clean(&output, &format!("{args:?}"));
+            assert!(
+                all.contains("evil\\u{1b}]0;pwned\\u{7}\\u{1b}[31mred\\nforged line"),
+                "{args:?}: {all}"
+            );
+        }
+
+        // Text another writer put in the database (an error code) is escaped on the way out.
+        runtime.block_on(execute(
+            url,
+            &format!(
+                "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, \
+                     producer_class, trace_id, parent_span_id, trace_flags, payload, \
+                     payload_bytes) \
+                 VALUES ('01890a5d-ac96-774b-bcce-b302099a8057', 'iu.born', '1.0.0', 'k', \
+                     'dot', '{TRACE}', '00f067aa0ba902b7', '01', '{{}}', 2); \
+                 INSERT INTO evc_deliveries (event_id, consumer, event_seq, status, attempt, \
+                     last_error_code) \
+                 SELECT event_id, 'audit', seq, 'dead', 1, E'x\\u001b[2J\\u202egnp.exe' \
+                 FROM evc_events; \
+                 INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, \
+                     fencing_token, started_at, finished_at, outcome, error_code, duration_ms) \
+                 VALUES ('01890a5d-ac96-774b-bcce-b302099a8057', 'audit', 1, 'w', 1, \
+                     now(), now(), 'dead', E'boom\\u001b[2J\\nforged', 0)"
+            ),
+        ));
+        let output = evc(url, &["timeline", TRACE]);
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        let all = clean(&output, "timeline");
+        assert!(all.contains("dead (boom\\u{1b}[2J\\nforged)"), "{all}");
+        let output = evc(url, &["dlq", "list", "audit"]);
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        let all = clean(&output, "dlq list");
+        assert!(all.contains("x\\u{1b}[2J\\u{202e}gnp.exe"), "{all}");
+    });
+}
+
+#[test]
+fn operator_commands_bound_their_input() {
+    let name = format!("evc_cli_bounds_{}", std::process::id());
+    on_database(&name, true, |_, url| {
+        // `--limit 0` would list nothing and say there is nothing: a usage error.
+        for args in [
+            &["dlq", "list", "audit", "--limit", "0"][..],
+            &["replay", "audit", "--dry-run", "--limit", "0"],
+            &["dlq", "list", "audit", "--limit", "100001"],
+            &["dlq", "list", "audit", "--limit", "99999999999"],
+        ] {
+            let output = evc(url, args);
+            assert_eq!(output.status.code(), Some(2), "{args:?}: {output:?}");
+        }
+        // Replay approvals are kept for audit and shown to other operators: printable and short.
+        for (approval, message) in [
+            (
+                "CHG\u{1b}[2J".to_owned(),
+                "replay refused, nothing written: the replay approval reference has control \
+                 characters",
+            ),
+            (
+                "x".repeat(201),
+                "replay refused, nothing written: the replay approval reference has 201 \
+                 characters; at most 200 are allowed",
+            ),
+        ] {
+            let output = evc(
+                url,
+                &[
+                    "replay",
+                    "audit",
+                    "--apply",
+                    "--digest",
+                    "0",
+                    "--reason",
+                    "r",
+                    "--approval",
+                    &approval,
+                    "--idempotency-key",
+                    "k",
+                ],
+            );
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(1), "{output:?}");
+            assert!(stderr.contains(message), "{stderr}");
+        }
+
+        // A window PostgreSQL cannot subtract from now: refused up front, not a database error.
+        let output = evc(url, &["status", "--window", "9999999999d"]);
+        assert_eq!(output.status.code(), Some(1), "{output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("--window 9999999999d is longer than 3650d"),
+            "{stderr}"
+        );
+        let output = evc(url, &["status", "--window=-1s"]);
+        assert_eq!(output.status.code(), Some(1), "{output:?}");
+
+        // The dispatch configuration: only a regular file, at most 1 MiB, read without blocking.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("fifo.yaml");
+        let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+        assert!(made.success());
+        let large = dir.path().join("large.yaml");
+        std::fs::write(
+            &large,
+            format!("consumers: {{}}\n#{}\n", "x".repeat(1024 * 1024)),
+        )
+        .expect("write");
+        for (path, message) in [
+            (fifo.as_path(), "is not a regular file"),
+            (Path::new("/dev/zero"), "is not a regular file"),
+            (dir.path(), "is not a regular file"),
+            (
+                large.as_path(),
+                "bytes; a dispatch configuration may be at most 1048576 bytes",
+            ),
+        ] {
+            let output = finish(
+                Command::new(env!("CARGO_BIN_EXE_evc"))
+                    .args(["dispatch", "--database-url", url, "--config"])
+                    .arg(path),
+            );
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(1), "{path:?}: {output:?}");
+            assert!(stderr.contains(message), "{path:?}: {stderr}");
+        }
+
+        // Settings out of range are refused by name, before anything runs.
+        let config = dir.path().join("dispatch.yaml");
+        for (settings, message) in [
+            (
+                "workers: 18446744073709551615",
+                "consumer audit: `workers` is 18446744073709551615; it must be 1 to 64",
+            ),
+            (
+                "workers: 0",
+                "consumer audit: `workers` is 0; it must be 1 to 64",
+            ),
+            (
+                "batch: 0",
+                "consumer audit: `batch` is 0; it must be 1 to 10000",
+            ),
+            (
+                "lease: 9999999999d",
+                "consumer audit: `lease` is 9999999999d; it must be 1s to 1d",
+            ),
+            (
+                "poll_interval: 0ms",
+                "consumer audit: `poll_interval` is 0ms; it must be 10ms to 1h",
+            ),
+            (
+                "timeout: 0ms",
+                "consumer audit: `timeout` is 0ms; it must be 10ms to 1d",
+            ),
+            ("lease: -1s", "`lease` \"-1s\" is not a duration"),
+        ] {
+            std::fs::write(
+                &config,
+                format!("consumers:\n  audit:\n    command: [/bin/true]\n    {settings}\n"),
+            )
+            .expect("config");
+            let output = finish(
+                Command::new(env!("CARGO_BIN_EXE_evc"))
+                    .args(["dispatch", "--database-url", url, "--config"])
+                    .arg(&config),
+            );
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(1), "{settings}: {output:?}");
+            assert!(stderr.contains(message), "{settings}: {stderr}");
+            assert!(!stderr.contains("panicked"), "{settings}: {stderr}");
+        }
+        // An owner ends up in lease rows and other operators' status output: printable only.
+        std::fs::write(
+            &config,
+            "owner: \"host\\e[2J\"\nconsumers:\n  audit:\n    command: [/bin/true]\n",
+        )
+        .expect("config");
+        let output = evc(
+            url,
+            &["dispatch", "--config", config.to_str().expect("utf-8")],
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{output:?}");
+        assert!(
+            stderr.contains("`owner` has control characters (\"host\\u{1b}[2J\")"),
+            "{stderr}"
+        );
+        // A consumer name from the file is escaped in the refusal.
+        std::fs::write(
+            &config,
+            "consumers:\n  \"evil\\e[31m\\n\":\n    command: [/bin/true]\n",
+        )
+        .expect("config");
+        let output = evc(
+            url,
+            &["dispatch", "--config", config.to_str().expect("utf-8")],
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{output:?}");
+        assert!(
+            stderr.contains("consumer evil\\u{1b}[31m\\n is not deployed in this database"),
+            "{stderr:?}"
+        );
+    });
+}

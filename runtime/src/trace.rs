@@ -24,6 +24,19 @@ pub enum TraceContextError {
     Traceparent,
 }
 
+/// Checks a W3C trace id: 32 lower-case hex digits, not all zero.
+///
+/// # Errors
+/// [`TraceContextError::TraceId`] otherwise (upper-case digits included: W3C trace context
+/// writes ids in lower case).
+pub fn check_trace_id(trace_id: &str) -> Result<(), TraceContextError> {
+    if is_id(trace_id, 32) {
+        Ok(())
+    } else {
+        Err(TraceContextError::TraceId)
+    }
+}
+
 fn is_id(text: &str, len: usize) -> bool {
     text.len() == len
         && text
@@ -44,9 +57,7 @@ impl TraceContext {
     ) -> Result<Self, TraceContextError> {
         let trace_id = trace_id.into();
         let parent_span_id = parent_span_id.into();
-        if !is_id(&trace_id, 32) {
-            return Err(TraceContextError::TraceId);
-        }
+        check_trace_id(&trace_id)?;
         if !is_id(&parent_span_id, 16) {
             return Err(TraceContextError::ParentSpanId);
         }
@@ -108,6 +119,25 @@ mod tests {
         assert_eq!(context.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
         assert_eq!(context.trace_flags(), 1);
         assert_eq!(context.traceparent(), header);
+    }
+
+    #[test]
+    fn trace_ids_are_checked_alone() {
+        assert_eq!(check_trace_id("4bf92f3577b34da6a3ce929d0e0e4736"), Ok(()));
+        for bad in [
+            "",
+            "4BF92F3577B34DA6A3CE929D0E0E4736",
+            "4bf92f3577b34da6a3ce929d0e0e473",
+            "4bf92f3577b34da6a3ce929d0e0e47360",
+            "4bf92f3577b34da6a3ce929d0e0e473g",
+            "00000000000000000000000000000000",
+        ] {
+            assert_eq!(
+                check_trace_id(bad),
+                Err(TraceContextError::TraceId),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

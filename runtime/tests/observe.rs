@@ -8,7 +8,8 @@ mod support;
 use std::time::Duration;
 
 use evc_runtime::{
-    ConsumerMode, Dispatcher, DispatcherConfig, FailureClass, Problem, RetryDecision,
+    ConsumerMode, DispatchError, Dispatcher, DispatcherConfig, FailureClass, Problem,
+    RetryDecision, TraceContextError,
 };
 use support::{TestResult, append_notes, dispatch_store, with_database};
 
@@ -220,6 +221,21 @@ async fn a_trace_timeline_lists_events_deliveries_and_attempts_in_order() -> Tes
                 .await?
                 .is_empty()
         );
+        // Ids that are not W3C trace ids are refused, not answered with an empty timeline:
+        // the upper-case form of the trace above, a short one, all zeros.
+        for bad in [
+            support::TRACE_ID.to_uppercase(),
+            support::TRACE_ID[1..].to_owned(),
+            "0".repeat(32),
+        ] {
+            assert!(
+                matches!(
+                    store.timeline(&bad).await,
+                    Err(DispatchError::TraceId(TraceContextError::TraceId))
+                ),
+                "{bad}"
+            );
+        }
         Ok(())
     })
     .await

@@ -160,6 +160,34 @@ async fn a_replay_is_planned_checked_applied_once_and_audited() -> TestResult {
             console.replay(&all, &no_approval).await,
             Err(ReplayError::ApprovalMissing)
         ));
+        // Approval and key are kept for audit and shown to other operators: short, printable.
+        for (approval, field) in [
+            (
+                ReplayApproval::new(&plan.digest, "fixed", "CHG\u{1b}[2J", "r-1"),
+                "approval reference",
+            ),
+            (
+                ReplayApproval::new(&plan.digest, "fixed", "CHG-7", "r-1\nforged"),
+                "idempotency key",
+            ),
+            (
+                ReplayApproval::new(&plan.digest, "fixed\u{1b}[31m", "CHG-7", "r-1"),
+                "reason",
+            ),
+        ] {
+            assert!(matches!(
+                console.replay(&all, &approval).await,
+                Err(ReplayError::ControlCharacters { field: f }) if f == field
+            ));
+        }
+        let long_approval = ReplayApproval::new(&plan.digest, "fixed", "x".repeat(201), "r-1");
+        assert!(matches!(
+            console.replay(&all, &long_approval).await,
+            Err(ReplayError::RefTooLong {
+                field: "approval reference",
+                chars: 201
+            })
+        ));
         assert!(matches!(
             console
                 .replay(&ReplaySelection::consumer("nobody"), &good)

@@ -34,7 +34,7 @@ use crate::handler::{Delivery, FailureClass};
 use crate::publish::OutgoingEvent;
 use crate::registry::Registry;
 use crate::retry::{RetryDecision, RetryPolicyError};
-use crate::trace::TraceContext;
+use crate::trace::{TraceContext, TraceContextError};
 
 pub mod parity;
 pub mod postgres;
@@ -398,6 +398,9 @@ pub enum DispatchError {
         /// Why.
         source: serde_json::Error,
     },
+    /// A trace id given to a timeline is not a W3C trace id; nothing was read.
+    #[error("{0}")]
+    TraceId(#[from] TraceContextError),
     /// The database failed.
     #[error("outbox database error: {0}")]
     Database(#[from] sqlx::Error),

@@ -72,7 +72,8 @@ impl Console {
     /// Everything recorded for one W3C trace id, in time order.
     ///
     /// # Errors
-    /// [`DispatchError::Database`].
+    /// [`DispatchError::TraceId`] when `trace_id` is not 32 lower-case hex digits (not all
+    /// zero); [`DispatchError::Database`].
     pub async fn timeline(&self, trace_id: &str) -> Result<Vec<TimelineEntry>, DispatchError> {
         observe::timeline(&self.pool, trace_id).await
     }

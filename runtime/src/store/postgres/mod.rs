@@ -59,8 +59,8 @@ pub use observe::{
 };
 pub use operations::ConsumerState;
 pub use replay::{
-    DEFAULT_REPLAY_LIMIT, MAX_REPLAY_REASON_CHARS, ReplayApplied, ReplayApproval, ReplayError,
-    ReplayPlan, ReplaySelection, SettledDelivery, SettledStatus,
+    DEFAULT_REPLAY_LIMIT, MAX_REPLAY_REASON_CHARS, MAX_REPLAY_REF_CHARS, ReplayApplied,
+    ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, SettledDelivery, SettledStatus,
 };
 
 pub use sql::NOTIFY_CHANNEL;

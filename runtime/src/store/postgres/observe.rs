@@ -430,7 +430,8 @@ impl PgStore {
     /// Everything recorded for one W3C trace id (see [`timeline`]).
     ///
     /// # Errors
-    /// [`DispatchError::Database`].
+    /// [`DispatchError::TraceId`] when `trace_id` is not 32 lower-case hex digits (not all
+    /// zero); [`DispatchError::Database`].
     pub async fn timeline(&self, trace_id: &str) -> Result<Vec<TimelineEntry>, DispatchError> {
         timeline(&self.inner.pool, trace_id).await
     }
@@ -540,11 +541,14 @@ pub(crate) async fn status(
 /// their attempts. Empty for an unknown trace.
 ///
 /// # Errors
+/// [`DispatchError::TraceId`] when `trace_id` is not a W3C trace id (checked before any
+/// query: an upper-case or malformed id would match nothing and look like an empty trace);
 /// [`DispatchError::Database`].
 pub(crate) async fn timeline(
     pool: &PgPool,
     trace_id: &str,
 ) -> Result<Vec<TimelineEntry>, DispatchError> {
+    crate::trace::check_trace_id(trace_id)?;
     let rows = sqlx::query(sql::TIMELINE)
         .bind(trace_id)
         .fetch_all(pool)

@@ -16,6 +16,10 @@ use crate::append::sha256_hex;
 /// Longest replay reason, in characters.
 pub const MAX_REPLAY_REASON_CHARS: usize = 500;
 
+/// Longest approval reference and idempotency key, in characters: a ticket or change id, not a
+/// document.
+pub const MAX_REPLAY_REF_CHARS: usize = 200;
+
 /// Most deliveries one replay plan takes when the selection names no limit.
 pub const DEFAULT_REPLAY_LIMIT: u32 = 1_000;
 
@@ -250,6 +254,24 @@ pub enum ReplayError {
     /// No idempotency key was given.
     #[error("a replay needs an idempotency key")]
     IdempotencyKeyMissing,
+    /// The approval reference or the idempotency key is longer than
+    /// [`MAX_REPLAY_REF_CHARS`].
+    #[error(
+        "the replay {field} has {chars} characters; at most {MAX_REPLAY_REF_CHARS} are allowed"
+    )]
+    RefTooLong {
+        /// `approval reference` or `idempotency key`.
+        field: &'static str,
+        /// Its length in characters.
+        chars: usize,
+    },
+    /// A field has control characters: they are kept for audit and shown to other operators
+    /// (the reason may have line breaks and tabs).
+    #[error("the replay {field} has control characters")]
+    ControlCharacters {
+        /// `reason`, `approval reference` or `idempotency key`.
+        field: &'static str,
+    },
     /// The idempotency key was applied before, to another plan.
     #[error("idempotency key {key} was applied to another plan (digest {digest})")]
     IdempotencyKeyReused {
@@ -350,6 +372,25 @@ fn check_approval(approval: &ReplayApproval) -> Result<(), ReplayError> {
     }
     if approval.idempotency_key.trim().is_empty() {
         return Err(ReplayError::IdempotencyKeyMissing);
+    }
+    if approval
+        .reason
+        .chars()
+        .any(|c| c.is_control() && !matches!(c, '\n' | '\t'))
+    {
+        return Err(ReplayError::ControlCharacters { field: "reason" });
+    }
+    for (field, text) in [
+        ("approval reference", &approval.approval_ref),
+        ("idempotency key", &approval.idempotency_key),
+    ] {
+        if text.chars().any(char::is_control) {
+            return Err(ReplayError::ControlCharacters { field });
+        }
+        let chars = text.chars().count();
+        if chars > MAX_REPLAY_REF_CHARS {
+            return Err(ReplayError::RefTooLong { field, chars });
+        }
     }
     Ok(())
 }
