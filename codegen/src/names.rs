@@ -61,16 +61,54 @@ pub fn glob_matches(pattern: &str, event_type: &str) -> bool {
 }
 
 /// The closest of `candidates` to `wanted`, when one is close enough to be a likely typo.
+///
+/// Dotted names are compared segment by segment (`order.payed` against `order.paid`), other
+/// names whole. The candidate with the fewest edits (a character inserted, deleted, replaced, or
+/// two neighbours swapped) wins; ties go to fewer changed segments, then to the longer prefix
+/// shared with the first changed segment (typos rarely hit the start of a word), then to the
+/// name in byte order. A changed segment is close enough when its edits are at most a third of
+/// its length (two for short words) and fewer than the length of either side.
 pub fn did_you_mean<'a>(
     wanted: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
     candidates
         .into_iter()
-        .map(|candidate| (strsim::jaro_winkler(wanted, candidate), candidate))
-        .filter(|(score, _)| *score >= 0.8)
-        .max_by(|a, b| a.0.total_cmp(&b.0).then_with(|| b.1.cmp(a.1)))
+        .filter_map(|candidate| closeness(wanted, candidate).map(|rank| (rank, candidate)))
+        .min()
         .map(|(_, candidate)| candidate)
+}
+
+/// How far `candidate` is from `wanted`, smaller is closer: (edits, changed segments, shared
+/// prefix of the first changed segment reversed); `None` when it is too far to suggest.
+fn closeness(wanted: &str, candidate: &str) -> Option<(usize, usize, std::cmp::Reverse<usize>)> {
+    let wanted_segments: Vec<&str> = wanted.split('.').collect();
+    let candidate_segments: Vec<&str> = candidate.split('.').collect();
+    let pairs: Vec<(&str, &str)> = if wanted_segments.len() == candidate_segments.len() {
+        wanted_segments
+            .into_iter()
+            .zip(candidate_segments)
+            .collect()
+    } else {
+        vec![(wanted, candidate)]
+    };
+    let (mut edits, mut changed, mut prefix) = (0, 0, None);
+    for (want, have) in pairs.into_iter().filter(|(want, have)| want != have) {
+        let distance = strsim::osa_distance(want, have);
+        let (want_len, have_len) = (want.chars().count(), have.chars().count());
+        if distance > (want_len / 3).max(2) || distance >= want_len.min(have_len) {
+            return None;
+        }
+        edits += distance;
+        changed += 1;
+        prefix.get_or_insert_with(|| {
+            want.chars()
+                .zip(have.chars())
+                .take_while(|(a, b)| a == b)
+                .count()
+        });
+    }
+    Some((edits, changed, std::cmp::Reverse(prefix.unwrap_or(0))))
 }
 
 /// A "did you mean" clause (`did you mean `x`?`) or a fallback listing the choices.
@@ -119,5 +157,34 @@ mod tests {
         let names = ["iu.born", "iu.edited", "step.ready"];
         assert_eq!(did_you_mean("iu.bron", names), Some("iu.born"));
         assert_eq!(did_you_mean("completely.else", names), None);
+    }
+
+    #[test]
+    fn did_you_mean_ranks_by_edits_per_segment() {
+        // Two edits each way: the longer shared prefix decides.
+        let orders = ["order.placed", "order.paid", "order.shipped"];
+        assert_eq!(did_you_mean("order.payed", orders), Some("order.paid"));
+        assert_eq!(did_you_mean("order.plcaed", orders), Some("order.placed"));
+        // One edit beats several, wherever the shared letters are.
+        let steps = ["step.escalated", "step.failed", "step.ready"];
+        assert_eq!(did_you_mean("step.eailed", steps), Some("step.failed"));
+        // A changed segment count compares whole names.
+        assert_eq!(did_you_mean("step.faile.d", steps), Some("step.failed"));
+        assert_eq!(did_you_mean("step.failed.now.again", steps), None);
+        assert_eq!(
+            did_you_mean("stepfailed", ["step_failed"]),
+            Some("step_failed")
+        );
+        // Short words are not rewritten wholesale.
+        assert_eq!(did_you_mean("ab", ["cd"]), None);
+        // Keys without dots.
+        assert_eq!(
+            did_you_mean("odering", ["ordering", "handler"]),
+            Some("ordering")
+        );
+        assert_eq!(
+            did_you_mean("additionalProperty", ["additionalProperties", "properties"]),
+            Some("additionalProperties")
+        );
     }
 }
