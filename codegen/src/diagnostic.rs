@@ -358,7 +358,7 @@ fn snippet(
     let Some(file) = sources.get(&location.file) else {
         return (None, Vec::new());
     };
-    let snippet = Snippet::new(file.text(), location.offset, location.len);
+    let snippet = Snippet::new(file, location.offset, location.len);
     let labels = vec![miette::LabeledSpan::new_primary_with_span(
         Some(escape(label).into_owned()),
         snippet.label,

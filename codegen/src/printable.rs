@@ -9,6 +9,8 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
+use crate::source::SourceFile;
+
 /// Characters of a line shown in full in a snippet; a longer line is cut to a window of this
 /// many characters around the finding.
 pub const SNIPPET_WIDTH: usize = 120;
@@ -70,16 +72,19 @@ pub struct Snippet {
 }
 
 impl Snippet {
-    /// The excerpt of `text` around the byte range `offset..offset + len`. A range past the end
+    /// The excerpt of `file` around the byte range `offset..offset + len`. A range past the end
     /// or inside a character is clamped; a range over several lines is shown on its first line.
-    pub fn new(text: &str, offset: usize, len: usize) -> Self {
+    pub fn new(file: &SourceFile, offset: usize, len: usize) -> Self {
+        let text = file.text();
         let offset = floor_char_boundary(text, offset.min(text.len()));
         let line_start = text[..offset].rfind('\n').map_or(0, |index| index + 1);
         let line_end = text[offset..]
             .find('\n')
             .map_or(text.len(), |index| offset + index);
         let label_end = floor_char_boundary(text, offset.saturating_add(len).min(line_end));
-        let line_index = text[..line_start].matches('\n').count();
+        // The file's line index, not a count of line feeds: a file with many findings would
+        // otherwise be scanned from the top for each.
+        let line_index = (file.line_column(offset).0 as usize).saturating_sub(1);
 
         // The finding's column and width in characters decide the window; context lines share
         // it so the columns line up.
@@ -208,7 +213,7 @@ mod tests {
     fn a_short_line_is_shown_whole_with_its_neighbours() {
         let text = "a: 1\nbb: 2\nc: 3\n";
         let offset = text.find("bb").expect("bb");
-        let snippet = Snippet::new(text, offset, 2);
+        let snippet = Snippet::new(&SourceFile::new("t", text), offset, 2);
         assert_eq!(snippet.text, "a: 1\nbb: 2\nc: 3");
         assert_eq!((snippet.first_line, snippet.line_count), (0, 3));
         let (at, len) = snippet.label;
@@ -219,7 +224,7 @@ mod tests {
     fn a_long_line_is_cut_around_the_finding() {
         let text = format!("k: {{{}zz: 1}}\n", "a: 1, ".repeat(20_000));
         let offset = text.find("zz").expect("zz");
-        let snippet = Snippet::new(&text, offset, 2);
+        let snippet = Snippet::new(&SourceFile::new("t", text.as_str()), offset, 2);
         assert!(snippet.text.starts_with(ELLIPSIS), "{}", snippet.text);
         assert!(snippet.text.chars().count() <= SNIPPET_WIDTH + 2);
         let (at, len) = snippet.label;
@@ -230,7 +235,7 @@ mod tests {
     #[test]
     fn escapes_in_the_source_move_the_label_with_them() {
         let text = "\u{1b}[2J\u{7}: x\nbad: 1\n";
-        let snippet = Snippet::new(text, 0, 4);
+        let snippet = Snippet::new(&SourceFile::new("t", text), 0, 4);
         assert!(!snippet.text.contains('\u{1b}') && !snippet.text.contains('\u{7}'));
         let (at, len) = snippet.label;
         assert_eq!(&snippet.text[at..at + len], "\\u{1b}[2J");
@@ -238,10 +243,10 @@ mod tests {
 
     #[test]
     fn ranges_past_the_end_or_over_lines_are_clamped() {
-        let text = "é: 1\nb: [1,\n  2]";
-        let snippet = Snippet::new(text, 1, 1000);
+        let file = SourceFile::new("t", "é: 1\nb: [1,\n  2]");
+        let snippet = Snippet::new(&file, 1, 1000);
         assert_eq!(snippet.label, (0, "é: 1".len()));
-        let snippet = Snippet::new(text, 10_000, 3);
+        let snippet = Snippet::new(&file, 10_000, 3);
         assert_eq!(snippet.label.1, 0);
         assert_eq!(snippet.first_line, 1);
     }

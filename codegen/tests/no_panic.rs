@@ -10,7 +10,7 @@ use evc_codegen::diagnostic::render_human;
 use evc_codegen::loader::parse_bytes;
 use evc_codegen::printable::Snippet;
 use evc_codegen::structure::FileKind;
-use evc_codegen::{ContractSet, Diagnostic, LoadError, Sources};
+use evc_codegen::{ContractSet, Diagnostic, LoadError, SourceFile, Sources};
 use proptest::prelude::*;
 
 const KINDS: [FileKind; 5] = FileKind::ALL;
@@ -112,7 +112,7 @@ proptest! {
     ) {
         // Some cases put the range on a line far longer than a screen.
         let text = format!("{}{text}", "k: v, ".repeat(wide * 30_000));
-        let snippet = Snippet::new(&text, offset, len);
+        let snippet = Snippet::new(&SourceFile::new("t.yaml", text), offset, len);
         let (at, len) = snippet.label;
         prop_assert!(snippet.text.get(at..at + len).is_some());
         let raw_control = snippet.text.contains('\u{1b}') || snippet.text.contains('\r');
