@@ -302,3 +302,50 @@ fn integer_keywords_refuse_numbers_json_schema_tools_cannot_hold() {
     found_sorted.sort();
     assert_eq!(found_sorted, expected, "{diagnostics:#?}");
 }
+
+#[test]
+fn a_directory_of_more_than_max_files_is_read_only_up_to_the_cap() {
+    let dir = base();
+    let root = contracts(&dir);
+    let consumers = fs::read_dir(root.join("consumers"))
+        .expect("consumers")
+        .count();
+    let events = fs::read_dir(root.join("events")).expect("events").count();
+    let extra = evc_codegen::loader::MAX_FILES + 5 - consumers - events;
+    for index in 0..extra {
+        fs::write(
+            root.join(format!("events/e{index:05}.many.yaml")),
+            "description: x\n",
+        )
+        .expect("write");
+    }
+    let parsed = evc_codegen::loader::read_dir(&root).expect("reads");
+    assert_eq!(parsed.files.len(), evc_codegen::loader::MAX_FILES);
+    let capped: Vec<&Diagnostic> = parsed
+        .diagnostics
+        .iter()
+        .filter(|d| d.rule.id() == "CONTRACT_DIR_TOO_LARGE")
+        .collect();
+    assert_eq!(capped.len(), 1, "{capped:#?}");
+}
+
+#[cfg(unix)]
+#[test]
+fn a_file_name_that_is_not_utf8_is_reported_not_panicked_on() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = base();
+    let root = contracts(&dir);
+    let name = std::ffi::OsStr::from_bytes(b"bad\xff\x1b.event.yaml");
+    fs::write(root.join("events").join(name), "event: bad.event\n").expect("write");
+    let (diagnostics, sources) = load(&root);
+    let named: Vec<&Diagnostic> = diagnostics
+        .iter()
+        .filter(|d| d.location.file.starts_with("events/bad"))
+        .collect();
+    assert!(!named.is_empty(), "{diagnostics:#?}");
+    let text = render_human(&diagnostics, &sources, false);
+    assert!(
+        text.contains("events/bad\u{fffd}\\u{1b}.event.yaml"),
+        "{text}"
+    );
+}
