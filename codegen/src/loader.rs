@@ -350,8 +350,8 @@ pub enum ReadError {
     /// The path resolves (through a symlink) to a place outside the directory it must stay in.
     #[error("it is a symlink that leads out of the directory being read")]
     Outside,
-    /// The path is a folder, FIFO, socket or device, not a regular file.
-    #[error("it is not a regular file (a folder, FIFO, socket or device)")]
+    /// The path is a FIFO, socket or device, not a regular file.
+    #[error("it is not a regular file (a FIFO, socket or device)")]
     NotRegular,
 }
 
@@ -387,7 +387,7 @@ impl ReadError {
                 Rule::UnsafeFile,
                 Location::file(display),
                 format!(
-                    "`{display}` is not a regular file (a folder, FIFO, socket or device); it is not read"
+                    "`{display}` is not a regular file (a FIFO, socket or device); it is not read"
                 ),
                 "replace it with a regular file, or delete it",
             ),
@@ -411,6 +411,10 @@ pub fn read_capped(path: &Path, inside: Option<&Path>) -> Result<Vec<u8>, ReadEr
     }
     let file = open_nonblocking(&target)?;
     let metadata = file.metadata()?;
+    if metadata.is_dir() {
+        // A mistake rather than an attack; reported like any file that cannot be read.
+        return Err(ReadError::Io(std::io::Error::other("it is a folder")));
+    }
     if !metadata.is_file() {
         return Err(ReadError::NotRegular);
     }

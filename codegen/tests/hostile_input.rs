@@ -138,7 +138,11 @@ fn a_symlink_to_a_folder_a_dangling_one_and_a_loop_are_findings() {
         .expect("symlink");
     std::os::unix::fs::symlink("loop.event.yaml", root.join("events/loop.event.yaml"))
         .expect("symlink");
+    // A folder where a settings file belongs is a mistake, reported as unreadable.
+    fs::remove_file(root.join("topics.yaml")).expect("remove");
+    fs::create_dir(root.join("topics.yaml")).expect("mkdir");
     let (diagnostics, _) = load(&root);
+    assert_eq!(rule_of(&diagnostics, "topics.yaml"), ["FILE_UNREADABLE"]);
     assert!(
         !rule_of(&diagnostics, "events/dir.event.yaml").is_empty(),
         "{diagnostics:#?}"
