@@ -19,8 +19,8 @@ use evc_runtime::{
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
 
-use crate::escape::printable;
 use crate::operate::Database;
+use evc_codegen::printable::escape;
 
 /// The exit status of a handler command that asks for a retry (`EX_TEMPFAIL`).
 const EXIT_RETRY: i32 = 75;
@@ -112,9 +112,9 @@ fn duration(text: Option<&str>, range: &Range, consumer: &str) -> anyhow::Result
     if value < range.min || value > range.max {
         bail!(
             "consumer {}: `{}` is {}; it must be {} to {}",
-            printable(consumer),
+            escape(consumer),
             range.name,
-            printable(text),
+            escape(text),
             evc_codegen::duration::format(range.min),
             evc_codegen::duration::format(range.max)
         );
@@ -133,7 +133,7 @@ fn number<T: Copy + PartialOrd + std::fmt::Display>(
     if value < min || value > max {
         bail!(
             "consumer {}: `{name}` is {value}; it must be {min} to {max}",
-            printable(consumer)
+            escape(consumer)
         );
     }
     Ok(value)
@@ -201,7 +201,7 @@ fn load(path: &Path) -> anyhow::Result<DispatchFile> {
                 "{}: `owner` has control characters (\"{}\"); it is shown in other operators' \
                  status output",
                 path.display(),
-                printable(owner)
+                escape(owner)
             );
         }
         let chars = owner.chars().count();
@@ -217,7 +217,7 @@ fn load(path: &Path) -> anyhow::Result<DispatchFile> {
             bail!(
                 "{}: consumer {} has an empty `command`",
                 path.display(),
-                printable(name)
+                escape(name)
             );
         }
     }
@@ -380,7 +380,7 @@ pub(crate) fn dispatch(
                 .with_context(|| {
                     format!(
                         "consumer {} is not deployed in this database",
-                        printable(&name)
+                        escape(&name)
                     )
                 })?;
             handles.push((name, dispatcher.start()));
@@ -388,7 +388,7 @@ pub(crate) fn dispatch(
         let names: Vec<String> = handles.iter().map(|(name, _)| name.clone()).collect();
         eprintln!(
             "evc dispatch: running {} as {owner}; Ctrl-C stops after the deliveries in hand",
-            printable(&names.join(", "))
+            escape(&names.join(", "))
         );
 
         let started = Instant::now();

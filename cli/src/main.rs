@@ -10,11 +10,11 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use evc_codegen::compat::{self, git};
+use evc_codegen::printable::escape;
 use evc_codegen::structure::FileKind;
 use evc_codegen::{ContractSet, Diagnostic, LoadError, Sources, diagnostic};
 
 mod dispatch;
-mod escape;
 mod migrate;
 mod operate;
 mod replay;
@@ -326,11 +326,8 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            // Errors quote names from the command line, files and the database.
-            eprintln!(
-                "evc: error: {}",
-                escape::printable_lines(&format!("{error:#}"))
-            );
+            // Errors quote names from the command line, files, contracts and the database.
+            eprintln!("evc: error: {}", escape(&format!("{error:#}")));
             ExitCode::from(EXIT_FAILURE)
         }
     }
@@ -363,17 +360,24 @@ fn check(
             };
             let mut diagnostics = loaded.warnings.clone();
             let mut sources = set.sources.clone();
-            let default_document = dir.join("..").join(ASYNCAPI_DEFAULT);
+            let beside = dir.join("..");
+            let default_document = beside.join(ASYNCAPI_DEFAULT);
+            // The default document comes with the contracts, so like them it must stay inside
+            // the repository; one named on the command line is the caller's choice.
             let document = match asyncapi {
-                Some(path) => Some((path.to_owned(), path.display().to_string())),
-                None if default_document.is_file() => {
-                    Some((default_document, ASYNCAPI_DEFAULT.to_owned()))
-                }
+                Some(path) => Some((path.to_owned(), path.display().to_string(), None)),
+                None if default_document.symlink_metadata().is_ok() => Some((
+                    default_document,
+                    ASYNCAPI_DEFAULT.to_owned(),
+                    Some(
+                        std::fs::canonicalize(&beside)
+                            .with_context(|| format!("cannot resolve `{}`", beside.display()))?,
+                    ),
+                )),
                 None => None,
             };
-            if let Some((path, display)) = document {
-                let text = std::fs::read_to_string(&path)
-                    .with_context(|| format!("cannot read `{}`", path.display()))?;
+            if let Some((path, display, inside)) = document {
+                let text = read_text(&path, inside.as_deref())?;
                 diagnostics.extend(evc_codegen::emit::asyncapi::parity(set, &display, &text));
                 sources.insert(evc_codegen::SourceFile::new(display, text));
             }
@@ -432,6 +436,14 @@ fn check(
     } else {
         ExitCode::from(EXIT_FINDINGS)
     })
+}
+
+/// Reads a UTF-8 text file the way the loader reads contracts: a regular file, opened without
+/// blocking, at most `MAX_FILE_BYTES`, and (with `inside`) resolving inside that directory.
+fn read_text(path: &Path, inside: Option<&Path>) -> anyhow::Result<String> {
+    let bytes = evc_codegen::loader::read_capped(path, inside)
+        .with_context(|| format!("cannot read `{}`", path.display()))?;
+    String::from_utf8(bytes).with_context(|| format!("`{}` is not UTF-8", path.display()))
 }
 
 fn write_human(
@@ -504,7 +516,7 @@ fn generate(dir: &Path, root: &Path, check_only: bool) -> anyhow::Result<ExitCod
                 evc_codegen::generate::Drift::Missing => "missing",
                 evc_codegen::generate::Drift::Stale => "stale",
             };
-            println!("{what}: {}", path.display());
+            println!("{what}: {}", escape(&path.display().to_string()));
         }
         println!(
             "failed: {} of {} generated files differ from the contracts; run `cargo evc generate`",
@@ -515,7 +527,7 @@ fn generate(dir: &Path, root: &Path, check_only: bool) -> anyhow::Result<ExitCod
     }
     let report = evc_codegen::generate::write(&artifacts, root)?;
     for path in &report.written {
-        println!("wrote {}", path.display());
+        println!("wrote {}", escape(&path.display().to_string()));
     }
     println!(
         "ok: {} changed, {} unchanged",
@@ -649,7 +661,12 @@ fn load_base(dir: &Path, what: &str) -> anyhow::Result<ContractSet> {
         Err(LoadError::Invalid { diagnostics, .. }) => {
             let errors: Vec<&Diagnostic> = diagnostics.iter().filter(|d| d.is_error()).collect();
             let first = errors.first().map_or_else(String::new, |d| {
-                format!("; first: {}: {} [{}]", d.location, d.message, d.rule.id())
+                format!(
+                    "; first: {}: {} [{}]",
+                    escape(&d.location.to_string()),
+                    escape(&d.message),
+                    d.rule.id()
+                )
             });
             anyhow::bail!(
                 "cannot load {what}: {}{first}; compare against another base",
@@ -672,8 +689,7 @@ fn empty_like(head: &ContractSet) -> ContractSet {
 }
 
 fn import_asyncapi(file: &Path, out: &Path, force: bool) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(file)
-        .with_context(|| format!("cannot read `{}`", file.display()))?;
+    let text = read_text(file, None)?;
     let imported = evc_codegen::import::asyncapi::import(&text)
         .with_context(|| format!("cannot import `{}`", file.display()))?;
     if !force {
@@ -681,7 +697,7 @@ fn import_asyncapi(file: &Path, out: &Path, force: bool) -> anyhow::Result<ExitC
             .files
             .iter()
             .filter(|artifact| out.join(&artifact.path).exists())
-            .map(|artifact| artifact.path.display().to_string())
+            .map(|artifact| escape(&artifact.path.display().to_string()).into_owned())
             .collect();
         anyhow::ensure!(
             existing.is_empty(),
@@ -694,13 +710,17 @@ fn import_asyncapi(file: &Path, out: &Path, force: bool) -> anyhow::Result<ExitC
     let report = evc_codegen::generate::write(&imported.files, out)?;
     let mut stdout = std::io::stdout().lock();
     for path in &report.written {
-        writeln!(stdout, "wrote {}", out.join(path).display())?;
+        writeln!(
+            stdout,
+            "wrote {}",
+            escape(&out.join(path).display().to_string())
+        )?;
     }
     for note in &imported.unsupported {
-        writeln!(stdout, "unsupported: {note}")?;
+        writeln!(stdout, "unsupported: {}", escape(note))?;
     }
     for note in &imported.adapted {
-        writeln!(stdout, "adapted: {note}")?;
+        writeln!(stdout, "adapted: {}", escape(note))?;
     }
     match ContractSet::load(out) {
         Ok(loaded) => {

@@ -18,8 +18,8 @@ use sqlx::Connection;
 use sqlx::migrate::{Migrate, Migration, Migrator};
 use sqlx::postgres::PgConnection;
 
-use crate::escape::printable;
 use crate::operate::Database;
+use evc_codegen::printable::escape;
 
 /// sqlx's table of applied migrations.
 const TABLE: &str = "_sqlx_migrations";
@@ -60,7 +60,7 @@ pub(crate) fn migrate(
             .count();
         println!(
             "{}: {}, {applied} applied, {} pending",
-            printable(&dir.display().to_string()),
+            escape(&dir.display().to_string()),
             crate::count(migrations.len(), "migration"),
             migrations.len() - applied
         );
@@ -72,7 +72,7 @@ pub(crate) fn migrate(
                     entry.version,
                     entry
                         .migration
-                        .map_or_else(|| "(no file)".into(), |m| printable(&m.description))
+                        .map_or_else(|| "(no file)".into(), |m| escape(&m.description))
                 );
             }
             let _ = connection.close().await;
@@ -110,7 +110,7 @@ pub(crate) fn migrate(
                 n + 1,
                 pending.len(),
                 m.version,
-                printable(&m.description)
+                escape(&m.description)
             );
             connection.apply(TABLE, m).await.with_context(|| {
                 format!(
@@ -241,7 +241,7 @@ impl Entry<'_> {
         let version = self.version;
         let name = self
             .migration
-            .map_or_else(String::new, |m| format!(" ({})", printable(&m.description)));
+            .map_or_else(String::new, |m| format!(" ({})", escape(&m.description)));
         match self.state {
             State::Changed => format!(
                 "migration {version:04}{name} changed since it was applied (its checksum \
@@ -255,7 +255,7 @@ impl Entry<'_> {
             State::Missing => format!(
                 "migration {version:04} was applied but its file is not in {}; restore the \
                  file, or pass the directory it was applied from",
-                printable(&dir.display().to_string())
+                escape(&dir.display().to_string())
             ),
             State::OutOfOrder => {
                 let highest = highest.unwrap_or(version);

@@ -13,7 +13,7 @@ use evc_runtime::{Console, ConsumerMode, ConsumerState, Percentiles, StatusRepor
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection};
 
-use crate::escape::printable;
+use evc_codegen::printable::escape;
 
 /// How long the first connection may take. A refused connection fails at once; this bounds a
 /// host that does not answer at all.
@@ -178,7 +178,7 @@ pub(crate) fn duration(text: &str, flag: &str) -> anyhow::Result<Duration> {
     evc_codegen::duration::parse(text).ok_or_else(|| {
         anyhow!(
             "{flag} \"{}\" is not a duration (like 30s, 5m, 1h)",
-            printable(text)
+            escape(text)
         )
     })
 }
@@ -214,7 +214,7 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     if window > MAX_WINDOW {
         bail!(
             "--window {} is longer than {}, the longest window evc status reads",
-            printable(&args.window),
+            escape(&args.window),
             evc_codegen::duration::format(MAX_WINDOW)
         );
     }
@@ -243,13 +243,13 @@ fn status_text(report: &StatusReport, window: &str, lag_limit: Duration) -> Stri
     } else {
         let _ = writeln!(out, "problems ({}):", problems.len());
         for problem in &problems {
-            let _ = writeln!(out, "  {}", printable(&problem.to_string()));
+            let _ = writeln!(out, "  {}", escape(&problem.to_string()));
         }
     }
     let width = report
         .consumers
         .iter()
-        .map(|c| printable(&c.consumer).chars().count())
+        .map(|c| escape(&c.consumer).chars().count())
         .max()
         .unwrap_or(0)
         .max("consumer".len());
@@ -266,7 +266,7 @@ fn status_text(report: &StatusReport, window: &str, lag_limit: Duration) -> Stri
         let _ = writeln!(
             out,
             "{:width$}  {:>8}  {:>7}  {:>6}  {:>11}  {:>14}  {:6}  {}",
-            printable(&c.consumer),
+            escape(&c.consumer),
             c.pending,
             c.leased,
             c.dead,
@@ -284,8 +284,8 @@ fn status_text(report: &StatusReport, window: &str, lag_limit: Duration) -> Stri
         for lag in &report.lag {
             let what = format!(
                 "{} -> {}",
-                printable(&lag.producer_class),
-                printable(&lag.consumer)
+                escape(&lag.producer_class),
+                escape(&lag.consumer)
             );
             percentile_line(&mut out, &what, &lag.latency, "acks");
         }
@@ -295,7 +295,7 @@ fn status_text(report: &StatusReport, window: &str, lag_limit: Duration) -> Stri
         for attempts in &report.attempts {
             percentile_line(
                 &mut out,
-                &printable(&attempts.consumer),
+                &escape(&attempts.consumer),
                 &attempts.latency,
                 "attempts",
             );
@@ -322,7 +322,7 @@ pub(crate) fn timeline(argument: &str, database: &Database) -> anyhow::Result<Ex
         eprintln!(
             "evc: error: `{}` is not a W3C trace id: 32 lower-case hex digits, not all zero \
              (or a traceparent header, 00-<trace id>-<parent id>-<flags>)",
-            printable(argument)
+            escape(argument)
         );
         return Ok(ExitCode::from(crate::EXIT_USAGE));
     };
@@ -361,16 +361,16 @@ fn timeline_text(entries: &[TimelineEntry]) -> String {
                 || entry.at.to_string(),
                 |at| at.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
             );
-        let consumer = printable(entry.consumer.as_deref().unwrap_or("-"));
+        let consumer = escape(entry.consumer.as_deref().unwrap_or("-"));
         let attempt = entry
             .attempt
             .map_or_else(String::new, |n| format!(" (attempt {n})"));
         let _ = writeln!(
             out,
             "{at}  {:8}  {}  {consumer}  {}{attempt}",
-            printable(&entry.kind),
+            escape(&entry.kind),
             entry.event_id,
-            printable(&entry.detail)
+            escape(&entry.detail)
         );
     }
     out
@@ -396,8 +396,8 @@ pub(crate) fn consumer(action: &ConsumerAction, database: &Database) -> anyhow::
                     .collect();
                 Err(anyhow!(
                     "consumer {} is not deployed in this database (deployed: {})",
-                    printable(&name),
-                    printable(&deployed.join(", "))
+                    escape(&name),
+                    escape(&deployed.join(", "))
                 ))
             }
             other => Ok(other?),
@@ -410,7 +410,7 @@ pub(crate) fn consumer(action: &ConsumerAction, database: &Database) -> anyhow::
 fn state_line(state: &ConsumerState) -> String {
     format!(
         "{}: {}, mode {} (revision {})",
-        printable(&state.consumer),
+        escape(&state.consumer),
         if state.paused { "paused" } else { "running" },
         state.mode.as_str(),
         state.revision

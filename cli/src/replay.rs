@@ -11,8 +11,8 @@ use evc_runtime::{
 };
 use uuid::Uuid;
 
-use crate::escape::printable;
 use crate::operate::{Database, with_console};
+use evc_codegen::printable::escape;
 
 /// The largest `--limit`: a plan is held in memory and printed whole. 0 is refused too, since
 /// it would select nothing and read as "nothing to replay".
@@ -115,7 +115,7 @@ pub(crate) fn dlq(action: &DlqAction, database: &Database) -> anyhow::Result<Exi
     if listed.is_empty() {
         println!(
             "{}: no dead-lettered or quarantined deliveries",
-            printable(&selection.consumer)
+            escape(&selection.consumer)
         );
     } else {
         print!("{}", deliveries_text(&listed));
@@ -127,7 +127,7 @@ fn unknown(error: evc_runtime::DispatchError) -> anyhow::Error {
     match error {
         evc_runtime::DispatchError::UnknownConsumer(name) => anyhow!(
             "consumer {} is not deployed in this database",
-            printable(&name)
+            escape(&name)
         ),
         other => other.into(),
     }
@@ -138,7 +138,7 @@ fn refused(error: ReplayError) -> anyhow::Error {
     match error {
         ReplayError::UnknownConsumer(name) => anyhow!(
             "consumer {} is not deployed in this database",
-            printable(&name)
+            escape(&name)
         ),
         other => other.into(),
     }
@@ -157,7 +157,7 @@ fn deliveries_text(deliveries: &[SettledDelivery]) -> String {
                 || d.settled_at.to_string(),
                 |at| at.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
             );
-        let mut kind = format!("{} {}", printable(&d.event_type), printable(&d.version));
+        let mut kind = format!("{} {}", escape(&d.event_type), escape(&d.version));
         if !d.version_supported() {
             kind.push_str(" (no longer accepted)");
         }
@@ -168,7 +168,7 @@ fn deliveries_text(deliveries: &[SettledDelivery]) -> String {
             d.generation,
             d.status.as_str(),
             d.attempts,
-            printable(d.last_error_code.as_deref().unwrap_or("-")),
+            escape(d.last_error_code.as_deref().unwrap_or("-")),
             kind
         );
     }
@@ -209,7 +209,7 @@ pub(crate) fn replay(args: &ReplayArgs, database: &Database) -> anyhow::Result<E
             "replay {}: {} new deliveries of {}, pending",
             applied.replay_id,
             applied.deliveries,
-            printable(&args.selection.consumer)
+            escape(&args.selection.consumer)
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -221,14 +221,14 @@ fn plan_text(plan: &ReplayPlan) -> String {
         let _ = writeln!(
             out,
             "{}: nothing to replay",
-            printable(&plan.selection.consumer)
+            escape(&plan.selection.consumer)
         );
         return out;
     }
     let _ = writeln!(
         out,
         "replay plan for {}: {} deliveries",
-        printable(&plan.selection.consumer),
+        escape(&plan.selection.consumer),
         plan.deliveries.len()
     );
     out.push_str(&deliveries_text(&plan.deliveries));
@@ -243,7 +243,7 @@ fn plan_text(plan: &ReplayPlan) -> String {
     let _ = writeln!(
         out,
         "apply with: evc replay {} --apply --digest {} --reason TEXT --approval REF --idempotency-key KEY (and the same selection flags)",
-        printable(&plan.selection.consumer),
+        escape(&plan.selection.consumer),
         plan.digest
     );
     out

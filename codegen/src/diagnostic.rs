@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::printable::{Snippet, escape};
 use crate::source::{Location, Sources};
 
 /// How bad a finding is. Errors fail `evc check`; warnings are reported and do not.
@@ -61,6 +62,11 @@ rules! {
     FileNotUtf8 = "FILE_NOT_UTF8", Error;
     /// A contract file holds no YAML document.
     FileEmpty = "FILE_EMPTY", Error;
+    /// A contract file or folder that is not read: a symlink leading outside the contract
+    /// directory, or a FIFO, socket or device instead of a regular file.
+    UnsafeFile = "UNSAFE_FILE", Error;
+    /// The contract directory holds more files or bytes than one load reads.
+    ContractDirTooLarge = "CONTRACT_DIR_TOO_LARGE", Error;
     /// A file in the contract directory that the loader does not know what to do with.
     UnexpectedFile = "UNEXPECTED_FILE", Warning;
     /// The contract directory has no `evc.yaml`.
@@ -231,18 +237,24 @@ impl Diagnostic {
         self.severity == Severity::Error
     }
 
-    /// The compact, one-finding-per-block text form used in logs and snapshots.
+    /// The compact, one-finding-per-block text form used in logs and snapshots. Control
+    /// characters from the contracts are escaped ([`crate::printable::escape`]).
     pub fn to_short_string(&self) -> String {
         let mut out = format!(
             "{}: {}[{}]: {}\n  fix: {}",
-            self.location,
+            escape(&self.location.to_string()),
             self.severity.as_str(),
             self.rule.id(),
-            self.message,
-            self.fix
+            escape(&self.message),
+            escape(&self.fix)
         );
         for related in &self.related {
-            let _ = write!(out, "\n  see: {}: {}", related.location, related.message);
+            let _ = write!(
+                out,
+                "\n  see: {}: {}",
+                escape(&related.location.to_string()),
+                escape(&related.message)
+            );
         }
         out
     }
@@ -268,14 +280,18 @@ pub fn sort(diagnostics: &mut [Diagnostic]) {
     });
 }
 
-/// Renders diagnostics for people, with source snippets, through miette.
+/// Renders diagnostics for people, with source snippets, through miette. Text from the
+/// contracts (messages, file names, source lines) is escaped, and a long source line is cut to
+/// a window around the finding ([`Snippet`]).
 pub fn render_human(diagnostics: &[Diagnostic], sources: &Sources, color: bool) -> String {
     let theme = if color {
         miette::GraphicalTheme::unicode()
     } else {
         miette::GraphicalTheme::unicode_nocolor()
     };
-    let handler = miette::GraphicalReportHandler::new_themed(theme).with_width(100);
+    let handler = miette::GraphicalReportHandler::new_themed(theme)
+        .with_width(100)
+        .with_context_lines(1);
     let mut out = String::new();
     for diagnostic in diagnostics {
         let report = MietteReport::new(diagnostic, sources);
@@ -295,59 +311,99 @@ struct MietteReport {
     /// `None` for related places, which miette then shows as advice.
     severity: Option<Severity>,
     fix: String,
-    source: Option<miette::NamedSource<String>>,
+    source: Option<SnippetSource>,
     labels: Vec<miette::LabeledSpan>,
     related: Vec<MietteReport>,
 }
 
 impl MietteReport {
     fn new(diagnostic: &Diagnostic, sources: &Sources) -> Self {
-        let source_file = sources.get(&diagnostic.location.file);
-        let source =
-            source_file.map(|file| miette::NamedSource::new(file.path(), file.text().to_owned()));
-        let labels = source_file
-            .map(|_| {
-                vec![miette::LabeledSpan::new_primary_with_span(
-                    Some(diagnostic.rule.id().to_owned()),
-                    (diagnostic.location.offset, diagnostic.location.len),
-                )]
-            })
-            .unwrap_or_default();
+        let (source, labels) = snippet(sources, &diagnostic.location, diagnostic.rule.id());
         let related = diagnostic
             .related
             .iter()
             .map(|related| {
-                let source = sources
-                    .get(&related.location.file)
-                    .map(|file| miette::NamedSource::new(file.path(), file.text().to_owned()));
+                let (source, labels) = snippet(sources, &related.location, &related.message);
                 Self {
-                    heading: format!("{}: {}", related.location, related.message),
+                    heading: escape(&format!("{}: {}", related.location, related.message))
+                        .into_owned(),
                     code: String::new(),
                     severity: None,
                     fix: String::new(),
-                    labels: source
-                        .as_ref()
-                        .map(|_| {
-                            vec![miette::LabeledSpan::new_primary_with_span(
-                                Some(related.message.clone()),
-                                (related.location.offset, related.location.len),
-                            )]
-                        })
-                        .unwrap_or_default(),
+                    labels,
                     source,
                     related: Vec::new(),
                 }
             })
             .collect();
         Self {
-            heading: format!("{}: {}", diagnostic.location, diagnostic.message),
+            heading: escape(&format!("{}: {}", diagnostic.location, diagnostic.message))
+                .into_owned(),
             code: diagnostic.rule.id().to_owned(),
             severity: Some(diagnostic.severity),
-            fix: diagnostic.fix.clone(),
+            fix: escape(&diagnostic.fix).into_owned(),
             source,
             labels,
             related,
         }
+    }
+}
+
+/// The excerpt of the file `location` points into, when it was read, and its one label.
+fn snippet(
+    sources: &Sources,
+    location: &Location,
+    label: &str,
+) -> (Option<SnippetSource>, Vec<miette::LabeledSpan>) {
+    let Some(file) = sources.get(&location.file) else {
+        return (None, Vec::new());
+    };
+    let snippet = Snippet::new(file, location.offset, location.len);
+    let labels = vec![miette::LabeledSpan::new_primary_with_span(
+        Some(escape(label).into_owned()),
+        snippet.label,
+    )];
+    let source = SnippetSource {
+        name: escape(file.path()).into_owned(),
+        snippet,
+        line: location.line.saturating_sub(1) as usize,
+        column: location.column.saturating_sub(1) as usize,
+    };
+    (Some(source), labels)
+}
+
+/// A [`Snippet`] as miette's source: whatever span miette asks for, it gets the whole excerpt,
+/// numbered with the file's own line numbers. Asked without context lines (for the heading's
+/// `file:line:col`), it answers with the finding's own line and column (0-based).
+#[derive(Debug)]
+struct SnippetSource {
+    name: String,
+    snippet: Snippet,
+    line: usize,
+    column: usize,
+}
+
+impl miette::SourceCode for SnippetSource {
+    fn read_span<'a>(
+        &'a self,
+        _span: &miette::SourceSpan,
+        context_lines_before: usize,
+        context_lines_after: usize,
+    ) -> Result<Box<dyn miette::SpanContents<'a> + 'a>, miette::MietteError> {
+        let text = &self.snippet.text;
+        let (line, column) = if context_lines_before == 0 && context_lines_after == 0 {
+            (self.line, self.column)
+        } else {
+            (self.snippet.first_line, 0)
+        };
+        Ok(Box::new(miette::MietteSpanContents::new_named(
+            self.name.clone(),
+            text.as_bytes(),
+            (0, text.len()).into(),
+            line,
+            column,
+            self.snippet.line_count,
+        )))
     }
 }
 

@@ -25,6 +25,7 @@ pub mod model;
 pub mod names;
 pub mod naming;
 pub mod payload_schema;
+pub mod printable;
 pub mod source;
 pub mod structure;
 mod uri;

@@ -1,9 +1,12 @@
 //! Finding, reading and parsing the files of a contract directory.
 //!
-//! Reading is defensive: sizes are checked before reading, reads are capped, symlinks are
-//! followed only to files (a loop is an unreadable file, not a hang), bytes must be UTF-8, and
-//! YAML is parsed under a budget. Each problem becomes a diagnostic on its file; the load goes on
-//! with the other files so one run reports everything.
+//! Reading is defensive, since a contract directory can come from an untrusted pull request:
+//! every file and folder must resolve inside the contract directory (a symlink may point
+//! elsewhere in it, never out of it), files are opened without blocking and must be regular
+//! files (a FIFO or device is refused, not waited on), sizes are checked before reading, reads
+//! are capped, bytes must be UTF-8, and YAML is parsed under a budget. A refused file is named
+//! in a diagnostic and nothing of its content is read. Each problem becomes a diagnostic on its
+//! file; the load goes on with the other files so one run reports everything.
 
 use std::fs;
 use std::io::Read;
@@ -21,6 +24,13 @@ use crate::yaml::{self, Node};
 /// Largest contract file accepted, in bytes. Contracts are small; a bigger file is a mistake or
 /// an attack and is refused without being read whole.
 pub const MAX_FILE_BYTES: usize = 1024 * 1024;
+
+/// Most contract files one load reads; the rest are reported, not read. Real contract sets have
+/// tens to a few thousand files.
+pub const MAX_FILES: usize = 10_000;
+
+/// Most bytes one load reads over all its files (64 MiB); later files are reported, not read.
+pub const MAX_TOTAL_BYTES: usize = 64 * 1024 * 1024;
 
 /// The project settings file.
 pub const PROJECT_FILE: &str = "evc.yaml";
@@ -92,10 +102,31 @@ pub fn read_dir(dir: &Path) -> Result<ParsedDir, LoadError> {
             path: dir.to_owned(),
         });
     }
+    // Every file must resolve inside this; symlinks are judged by where they lead.
+    let root = fs::canonicalize(dir).map_err(|source| LoadError::Io {
+        path: dir.to_owned(),
+        source,
+    })?;
     let mut parsed = ParsedDir::default();
-    for (display, path, kind) in discover(dir, &mut parsed.diagnostics)? {
-        let file = parse_file(&display, &path, kind, &mut parsed.diagnostics);
-        parsed.files.insert(display, file);
+    let found = discover(dir, &root, &mut parsed.diagnostics)?;
+    let mut total_bytes = 0;
+    for (index, (display, path, kind)) in found.iter().enumerate() {
+        if index == MAX_FILES || total_bytes > MAX_TOTAL_BYTES {
+            parsed.diagnostics.push(Diagnostic::new(
+                Rule::ContractDirTooLarge,
+                Location::file(display.as_str()),
+                format!(
+                    "the contract directory holds more than {MAX_FILES} files or \
+                     {MAX_TOTAL_BYTES} bytes; `{display}` and the {} files after it are not read",
+                    found.len() - index - 1
+                ),
+                "split the contracts into several directories, or remove what is not a contract",
+            ));
+            break;
+        }
+        let file = parse_file_in(&root, display, path, *kind, &mut parsed.diagnostics);
+        total_bytes += file.source.as_ref().map_or(0, |source| source.text().len());
+        parsed.files.insert(display.clone(), file);
     }
     if !parsed.files.contains_key(PROJECT_FILE) {
         parsed.diagnostics.push(Diagnostic::new(
@@ -111,6 +142,7 @@ pub fn read_dir(dir: &Path) -> Result<ParsedDir, LoadError> {
 /// Lists the contract files of `dir` by kind; reports files that do not belong.
 fn discover(
     dir: &Path,
+    root: &Path,
     diagnostics: &mut Vec<Diagnostic>,
 ) -> Result<Vec<(String, PathBuf, FileKind)>, LoadError> {
     let mut found = Vec::new();
@@ -124,6 +156,11 @@ fn discover(
             PROJECT_FILE => Some(FileKind::Project),
             RETRY_POLICIES_FILE => Some(FileKind::RetryPolicies),
             TOPICS_FILE => Some(FileKind::Topics),
+            EVENTS_DIR | CONSUMERS_DIR if path.is_dir() && !resolves_inside(&path, root) => {
+                // Listing it would echo the names of a folder elsewhere on the machine.
+                diagnostics.push(ReadError::Outside.into_diagnostic(&name));
+                None
+            }
             EVENTS_DIR | CONSUMERS_DIR if path.is_dir() => {
                 let kind = if name == EVENTS_DIR {
                     FileKind::Event
@@ -162,6 +199,12 @@ fn discover(
     Ok(found)
 }
 
+/// Whether `path` exists and resolves (through any symlinks) to a path under `root`, which is
+/// canonical.
+fn resolves_inside(path: &Path, root: &Path) -> bool {
+    fs::canonicalize(path).is_ok_and(|target| target.starts_with(root))
+}
+
 fn is_yaml_name(name: &str) -> bool {
     name.ends_with(".yaml") || name.ends_with(".yml")
 }
@@ -190,13 +233,32 @@ fn sorted_entries(dir: &Path) -> Result<Vec<fs::DirEntry>, LoadError> {
 }
 
 /// Reads, decodes, parses and structurally checks one file. Problems go to `diagnostics`.
+/// The file is read wherever its path leads; [`read_dir`] confines files to the contract
+/// directory.
 pub fn parse_file(
     display: &str,
     path: &Path,
     kind: FileKind,
     diagnostics: &mut Vec<Diagnostic>,
 ) -> ParsedFile {
-    match read_capped(path) {
+    match read_capped(path, None) {
+        Ok(bytes) => parse_bytes(display, bytes, kind, diagnostics),
+        Err(problem) => {
+            diagnostics.push(problem.into_diagnostic(display));
+            ParsedFile::unread(kind)
+        }
+    }
+}
+
+/// [`parse_file`] for a file that must resolve inside the canonical directory `root`.
+fn parse_file_in(
+    root: &Path,
+    display: &str,
+    path: &Path,
+    kind: FileKind,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> ParsedFile {
+    match read_capped(path, Some(root)) {
         Ok(bytes) => parse_bytes(display, bytes, kind, diagnostics),
         Err(problem) => {
             diagnostics.push(problem.into_diagnostic(display));
@@ -215,7 +277,7 @@ pub fn parse_bytes(
 ) -> ParsedFile {
     let mut parsed = ParsedFile::unread(kind);
     if bytes.len() > MAX_FILE_BYTES {
-        diagnostics.push(ReadProblem::TooLarge(bytes.len() as u64).into_diagnostic(display));
+        diagnostics.push(ReadError::TooLarge(bytes.len() as u64).into_diagnostic(display));
         return parsed;
     }
     match decode(display, bytes) {
@@ -275,12 +337,25 @@ fn to_typed(kind: FileKind, json: serde_json::Value) -> Result<Typed, serde_json
     })
 }
 
-enum ReadProblem {
-    Io(std::io::Error),
+/// Why a file was not read. None of them carries any of the file's content.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// Opening, inspecting or reading the file failed (missing, a dangling symlink, a symlink
+    /// loop, permissions).
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The file is larger than [`MAX_FILE_BYTES`].
+    #[error("it is {0} bytes; at most {MAX_FILE_BYTES} bytes are read")]
     TooLarge(u64),
+    /// The path resolves (through a symlink) to a place outside the directory it must stay in.
+    #[error("it is a symlink that leads out of the directory being read")]
+    Outside,
+    /// The path is a FIFO, socket or device, not a regular file.
+    #[error("it is not a regular file (a FIFO, socket or device)")]
+    NotRegular,
 }
 
-impl ReadProblem {
+impl ReadError {
     fn into_diagnostic(self, display: &str) -> Diagnostic {
         match self {
             Self::Io(error) => Diagnostic::new(
@@ -298,29 +373,77 @@ impl ReadProblem {
                 "split the contract or remove what does not belong in it (payload schemas hold \
                  references, not data)",
             ),
+            Self::Outside => Diagnostic::new(
+                Rule::UnsafeFile,
+                Location::file(display),
+                format!(
+                    "`{display}` is a symlink that leads outside the contract directory; it is \
+                     not read"
+                ),
+                "replace the symlink with the file itself, or point it at a file inside the \
+                 contract directory",
+            ),
+            Self::NotRegular => Diagnostic::new(
+                Rule::UnsafeFile,
+                Location::file(display),
+                format!(
+                    "`{display}` is not a regular file (a FIFO, socket or device); it is not read"
+                ),
+                "replace it with a regular file, or delete it",
+            ),
         }
     }
 }
 
-/// Reads a file, refusing it without reading it whole when it is too large.
-fn read_capped(path: &Path) -> Result<Vec<u8>, ReadProblem> {
-    let file = fs::File::open(path).map_err(ReadProblem::Io)?;
-    let metadata = file.metadata().map_err(ReadProblem::Io)?;
+/// Reads a regular file of at most [`MAX_FILE_BYTES`] bytes without blocking on it: a FIFO,
+/// socket or device is refused before anything is read, and a file that grows while it is read
+/// is cut off at the cap. With `inside` (a canonical directory), a path that resolves outside
+/// it is refused unopened.
+///
+/// # Errors
+/// [`ReadError`] saying why the file was not read.
+pub fn read_capped(path: &Path, inside: Option<&Path>) -> Result<Vec<u8>, ReadError> {
+    let target = fs::canonicalize(path)?;
+    if let Some(root) = inside
+        && !target.starts_with(root)
+    {
+        return Err(ReadError::Outside);
+    }
+    let file = open_nonblocking(&target)?;
+    let metadata = file.metadata()?;
+    if metadata.is_dir() {
+        // A mistake rather than an attack; reported like any file that cannot be read.
+        return Err(ReadError::Io(std::io::Error::other("it is a folder")));
+    }
     if !metadata.is_file() {
-        return Err(ReadProblem::Io(std::io::Error::other("not a regular file")));
+        return Err(ReadError::NotRegular);
     }
     if metadata.len() > MAX_FILE_BYTES as u64 {
-        return Err(ReadProblem::TooLarge(metadata.len()));
+        return Err(ReadError::TooLarge(metadata.len()));
     }
     let mut bytes = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or(0));
     // The cap holds even if the file grows between the size check and the read.
     file.take(MAX_FILE_BYTES as u64 + 1)
-        .read_to_end(&mut bytes)
-        .map_err(ReadProblem::Io)?;
+        .read_to_end(&mut bytes)?;
     if bytes.len() > MAX_FILE_BYTES {
-        return Err(ReadProblem::TooLarge(bytes.len() as u64));
+        return Err(ReadError::TooLarge(bytes.len() as u64));
     }
     Ok(bytes)
+}
+
+/// Opens for reading without waiting: opening a FIFO with no writer would block forever.
+#[cfg(unix)]
+fn open_nonblocking(path: &Path) -> std::io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+}
+
+#[cfg(not(unix))]
+fn open_nonblocking(path: &Path) -> std::io::Result<fs::File> {
+    fs::File::open(path)
 }
 
 /// Decodes UTF-8 (a leading byte-order mark is dropped), pointing at the first bad byte.

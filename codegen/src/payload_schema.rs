@@ -178,6 +178,7 @@ fn walk(schema: &Json, pointer: &str, policy: &PayloadPolicy, problems: &mut Vec
     }
     check_vocabulary(map, pointer, problems);
     check_generatable(map, pointer, problems);
+    check_numbers(map, pointer, problems);
     if let Some(Json::Object(properties)) = map.get("properties") {
         for key in properties.keys() {
             let key_pointer = format!("{pointer}/properties/{}", escape_pointer_segment(key));
@@ -238,6 +239,103 @@ fn walk(schema: &Json, pointer: &str, policy: &PayloadPolicy, problems: &mut Vec
                 walk(child, &child_pointer, policy, problems);
             }
             _ => {}
+        }
+    }
+}
+
+/// Keywords whose value is a length or a count, a non-negative integer in JSON Schema.
+const COUNT_KEYWORDS: &[&str] = &[
+    "maxLength",
+    "minLength",
+    "maxItems",
+    "minItems",
+    "maxProperties",
+    "minProperties",
+    "maxContains",
+    "minContains",
+];
+
+/// Keywords whose numbers must be integers when the schema's type is `integer`.
+const INTEGER_KEYWORDS: &[&str] = &[
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "const",
+    "enum",
+];
+
+/// 2^53: every integer up to this magnitude has an exact IEEE double, the number type of most
+/// JSON Schema tools (JavaScript's among them).
+const MAX_EXACT_INTEGER: u64 = 1 << 53;
+
+/// Numbers that a JSON Schema tool would round: a length or count that is not an integer that
+/// fits in 64 bits (`1e38`, `2.5`), and, in an integer schema, a bound, `multipleOf`, `const` or
+/// `enum` member that is not an integer within ±2^53. YAML hands such numbers over as floats;
+/// rounding them silently would change the contract.
+fn check_numbers(
+    map: &serde_json::Map<String, Json>,
+    pointer: &str,
+    problems: &mut Vec<SchemaProblem>,
+) {
+    for &keyword in COUNT_KEYWORDS {
+        if let Some(Json::Number(number)) = map.get(keyword)
+            && number.is_f64()
+        {
+            problems.push(SchemaProblem {
+                rule: Rule::InvalidJsonSchema,
+                pointer: format!("{pointer}/{keyword}"),
+                message: format!(
+                    "`{keyword}: {number}` cannot be held exactly: lengths and counts are whole \
+                     numbers from 0 to {}",
+                    u64::MAX
+                ),
+                fix: format!("write `{keyword}` as a whole number in that range, or remove it"),
+            });
+        }
+    }
+    let is_integer_schema = match map.get("type") {
+        Some(Json::String(single)) => single == "integer",
+        Some(Json::Array(types)) => {
+            types.iter().any(|t| t == "integer") && !types.iter().any(|t| t == "number")
+        }
+        _ => false,
+    };
+    if !is_integer_schema {
+        return;
+    }
+    for &keyword in INTEGER_KEYWORDS {
+        let numbers: Vec<(String, &serde_json::Number)> = match map.get(keyword) {
+            Some(Json::Number(number)) => vec![(format!("{pointer}/{keyword}"), number)],
+            Some(Json::Array(items)) if keyword == "enum" => items
+                .iter()
+                .enumerate()
+                .filter_map(|(index, item)| match item {
+                    Json::Number(number) => Some((format!("{pointer}/{keyword}/{index}"), number)),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        for (at, number) in numbers {
+            let exact = number.as_i64().map(i64::unsigned_abs).or(number.as_u64());
+            if exact.is_some_and(|magnitude| magnitude <= MAX_EXACT_INTEGER) {
+                continue;
+            }
+            problems.push(SchemaProblem {
+                rule: Rule::InvalidJsonSchema,
+                pointer: at,
+                message: format!(
+                    "`{keyword}` holds {number} in an integer schema, which JSON Schema tools \
+                     cannot hold exactly: integers there are whole numbers within ±2^53 \
+                     ({MAX_EXACT_INTEGER})"
+                ),
+                fix: format!(
+                    "write a whole number within ±{MAX_EXACT_INTEGER}, or use `type: string` \
+                     with a `pattern` for larger identifiers"
+                ),
+            });
         }
     }
 }

@@ -216,3 +216,47 @@ fn default_base_says_what_it_tried() {
     assert!(text.contains("`main`"), "{text}");
     assert!(text.contains("--against"), "{text}");
 }
+
+#[cfg(unix)]
+#[test]
+fn symlink_blobs_are_not_followed_and_oversized_blobs_are_refused_by_size() {
+    let repo = Repo::new();
+    let secret = repo.path().join("secret.yaml");
+    repo.write("secret.yaml", "evc_leak_marker_git: 1\n");
+    repo.write("contracts/evc.yaml", "project: one\n");
+    std::os::unix::fs::symlink(&secret, repo.contracts().join("consumers.yaml")).expect("symlink");
+    fs::create_dir_all(repo.contracts().join("events")).expect("mkdir");
+    std::os::unix::fs::symlink(
+        "../../secret.yaml",
+        repo.contracts().join("events/a.b.yaml"),
+    )
+    .expect("symlink");
+    let big = format!("event: big.one\n#{}\n", "x".repeat(2 * 1024 * 1024));
+    repo.write("contracts/events/big.one.yaml", &big);
+    let commit = repo.commit("links and a big file");
+
+    let checkout = git::checkout_contracts(&repo.contracts(), &commit).expect("checkout");
+    let dir = checkout.contracts_dir();
+    // Symlink blobs are left out: nothing is created that could lead anywhere.
+    assert!(fs::symlink_metadata(dir.join("events/a.b.yaml")).is_err());
+    assert!(fs::symlink_metadata(dir.join("consumers.yaml")).is_err());
+    // The big blob keeps its size, so the loader refuses it as too large.
+    let size = fs::metadata(dir.join("events/big.one.yaml"))
+        .expect("copied")
+        .len();
+    assert_eq!(size, big.len() as u64);
+    let Err(evc_codegen::LoadError::Invalid { diagnostics, .. }) =
+        evc_codegen::ContractSet::load(dir)
+    else {
+        panic!("the base loads with findings");
+    };
+    let rules: Vec<(&str, &str)> = diagnostics
+        .iter()
+        .map(|d| (d.location.file.as_str(), d.rule.id()))
+        .filter(|(file, _)| file.starts_with("events/"))
+        .collect();
+    assert_eq!(rules, [("events/big.one.yaml", "FILE_TOO_LARGE")]);
+    for diagnostic in &diagnostics {
+        assert!(!diagnostic.to_short_string().contains("evc_leak_marker_git"));
+    }
+}

@@ -6,9 +6,11 @@ mod support;
 use std::fs;
 use std::path::Path;
 
+use evc_codegen::diagnostic::render_human;
 use evc_codegen::loader::parse_bytes;
+use evc_codegen::printable::Snippet;
 use evc_codegen::structure::FileKind;
-use evc_codegen::{ContractSet, LoadError};
+use evc_codegen::{ContractSet, Diagnostic, LoadError, SourceFile, Sources};
 use proptest::prelude::*;
 
 const KINDS: [FileKind; 5] = FileKind::ALL;
@@ -69,6 +71,16 @@ fn apply(text: &str, edits: &[Edit]) -> String {
     chars.into_iter().collect()
 }
 
+/// Renders the findings of a parse with their snippets, as `evc check` does.
+fn render_without_panic(parsed: &evc_codegen::loader::ParsedFile, diagnostics: &[Diagnostic]) {
+    let mut sources = Sources::default();
+    if let Some(source) = &parsed.source {
+        sources.insert(source.clone());
+    }
+    let text = render_human(diagnostics, &sources, false);
+    assert!(!text.contains('\u{1b}'), "raw ESC in {text}");
+}
+
 fn load_without_panic(dir: &Path) {
     match ContractSet::load(dir) {
         Ok(_) | Err(LoadError::Invalid { .. }) => {}
@@ -88,6 +100,24 @@ proptest! {
         for diagnostic in &diagnostics {
             prop_assert!(diagnostic.location.line >= 1);
         }
+        render_without_panic(&parsed, &diagnostics);
+    }
+
+    #[test]
+    fn snippets_of_any_range_stay_inside_their_text(
+        text in "(\\PC|[\n\r\t\u{1b}\u{7}]){0,300}",
+        wide in 0usize..3,
+        offset in 0usize..100_000,
+        len in 0usize..100_000,
+    ) {
+        // Some cases put the range on a line far longer than a screen.
+        let text = format!("{}{text}", "k: v, ".repeat(wide * 30_000));
+        let snippet = Snippet::new(&SourceFile::new("t.yaml", text), offset, len);
+        let (at, len) = snippet.label;
+        prop_assert!(snippet.text.get(at..at + len).is_some());
+        let raw_control = snippet.text.contains('\u{1b}') || snippet.text.contains('\r');
+        prop_assert!(!raw_control, "raw control characters in {:?}", snippet.text);
+        prop_assert!(snippet.text.lines().all(|line| line.chars().count() < 2_000));
     }
 
     #[test]
@@ -95,6 +125,7 @@ proptest! {
         let mut diagnostics = Vec::new();
         let parsed = parse_bytes("events/x.y.yaml", text.into_bytes(), KINDS[kind], &mut diagnostics);
         prop_assert!(parsed.typed.is_some() || !diagnostics.is_empty());
+        render_without_panic(&parsed, &diagnostics);
     }
 }
 

@@ -182,15 +182,23 @@ pub fn checkout_contracts(contracts_dir: &Path, rev: &str) -> Result<BaseCheckou
     let existed = !blobs.is_empty();
     if existed {
         let contents = read_blobs(&top, blobs.iter().map(|blob| blob.id.as_str()))?;
-        for (blob, bytes) in blobs.iter().zip(contents) {
+        for (blob, content) in blobs.iter().zip(contents) {
             let target = root.path().join(&blob.path);
             if let Some(parent) = target.parent() {
                 create_dir(parent)?;
             }
-            std::fs::write(&target, bytes).map_err(|source| GitError::Io {
+            let write_error = |source| GitError::Io {
                 what: format!("cannot write `{}`", target.display()),
                 source,
-            })?;
+            };
+            match content {
+                BlobContent::Bytes(bytes) => std::fs::write(&target, bytes).map_err(write_error)?,
+                // A sparse file of the blob's size: the loader refuses it by its size, as it
+                // would the file in a work tree, and no memory or disk holds the blob.
+                BlobContent::TooLarge(size) => std::fs::File::create(&target)
+                    .and_then(|file| file.set_len(size))
+                    .map_err(write_error)?,
+            }
         }
     }
     Ok(BaseCheckout {
@@ -199,6 +207,13 @@ pub fn checkout_contracts(contracts_dir: &Path, rev: &str) -> Result<BaseCheckou
         commit,
         existed,
     })
+}
+
+/// What `git cat-file` gave for a blob: its bytes, or only its size when it is over the loader's
+/// cap (its bytes were skipped, not kept).
+enum BlobContent {
+    Bytes(Vec<u8>),
+    TooLarge(u64),
 }
 
 /// A file of the tree at the revision: its path relative to the repository root and blob id.
@@ -293,11 +308,12 @@ fn list_blobs(top: &Path, commit: &str, relative: &Path) -> Result<Vec<Blob>, Gi
     Ok(blobs)
 }
 
-/// The contents of `ids`, in order, read by one `git cat-file --batch` process.
+/// The contents of `ids`, in order, read by one `git cat-file --batch` process. A blob over
+/// [`crate::loader::MAX_FILE_BYTES`] is skipped, not held in memory.
 fn read_blobs<'a>(
     top: &Path,
     ids: impl Iterator<Item = &'a str>,
-) -> Result<Vec<Vec<u8>>, GitError> {
+) -> Result<Vec<BlobContent>, GitError> {
     let input: String = ids.map(|id| format!("{id}\n")).collect();
     let count = input.lines().count();
     let mut child = command(top, ["cat-file", "--batch"])
@@ -343,6 +359,24 @@ fn read_blobs<'a>(
                 stderr: format!("unexpected output `{}`", line.trim_end()),
             });
         };
+        if size > crate::loader::MAX_FILE_BYTES {
+            let skipped = std::io::copy(&mut (&mut reader).take(size as u64), &mut std::io::sink())
+                .map_err(io_error("cannot read `git cat-file --batch` output"))?;
+            if skipped != size as u64 {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(GitError::Failed {
+                    command: "git cat-file --batch".to_owned(),
+                    stderr: "the output ended inside a blob".to_owned(),
+                });
+            }
+            let mut newline = [0; 1];
+            reader
+                .read_exact(&mut newline)
+                .map_err(io_error("cannot read `git cat-file --batch` output"))?;
+            contents.push(BlobContent::TooLarge(size as u64));
+            continue;
+        }
         let mut bytes = vec![0; size];
         reader
             .read_exact(&mut bytes)
@@ -351,7 +385,7 @@ fn read_blobs<'a>(
         reader
             .read_exact(&mut newline)
             .map_err(io_error("cannot read `git cat-file --batch` output"))?;
-        contents.push(bytes);
+        contents.push(BlobContent::Bytes(bytes));
     }
     drop(reader);
     let written = writer.join();

@@ -6,7 +6,10 @@ use std::fmt::Write as _;
 
 use super::{RenderOptions, display_path, versions};
 use crate::compat::report::{Report, Severity};
+use crate::printable::escape;
 
+/// Text from the contracts is escaped twice: control characters first ([`escape`], so none
+/// reaches the log), then GitHub's own escaping of command data and properties.
 pub(super) fn render(report: &Report, options: &RenderOptions) -> String {
     let mut out = String::new();
     for finding in &report.findings {
@@ -17,35 +20,39 @@ pub(super) fn render(report: &Report, options: &RenderOptions) -> String {
         };
         let mut properties = vec![format!(
             "file={}",
-            escape_property(&display_path(finding, options))
+            escape_property(&escape(&display_path(finding, options)))
         )];
         if finding.location.line > 0 {
             properties.push(format!("line={}", finding.location.line));
             properties.push(format!("col={}", finding.location.column));
         }
-        let mut title = format!("{} {}", finding.rule, finding.event);
+        let mut title = format!("{} {}", finding.rule, escape(&finding.event));
         let versions = versions(finding);
         if !versions.is_empty() {
-            let _ = write!(title, " {versions}");
+            let _ = write!(title, " {}", escape(&versions));
         }
         properties.push(format!("title={}", escape_property(&title)));
-        let mut message = finding.message.clone();
+        let mut message = escape(&finding.message).into_owned();
         if !finding.fix.is_empty() {
-            let _ = write!(message, " Fix: {}", finding.fix);
+            let _ = write!(message, " Fix: {}", escape(&finding.fix));
         }
         if !finding.consumers.is_empty() {
             let _ = write!(
                 message,
                 " Consumers affected: {}.",
-                finding.consumers.join(", ")
+                escape(&finding.consumers.join(", "))
             );
         }
         if let Some(witness) = &finding.witness {
+            // JSON escapes C0 controls but leaves DEL, C1 and bidi controls raw.
             let payload = serde_json::to_string(&witness.payload).unwrap_or_default();
+            let payload = escape(&payload);
+            // The one intended line break: GitHub shows it inside the annotation.
             let _ = write!(
                 message,
                 "\nWitness (valid for {}, rejected by {}): {payload}",
-                witness.valid_for, witness.rejected_by
+                escape(&witness.valid_for),
+                escape(&witness.rejected_by)
             );
         }
         let _ = writeln!(

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use super::{RenderOptions, display_path, versions};
 use crate::compat::report::{Finding, Report, Severity};
+use crate::printable::escape as printable;
 
 pub(super) fn render(report: &Report, options: &RenderOptions) -> String {
     // Event types in report order, then any that only findings name.
@@ -104,9 +105,10 @@ pub(super) fn render(report: &Report, options: &RenderOptions) -> String {
     out
 }
 
-/// `iu.born 1.0.0 -> 1.1.0 (backward): message`.
+/// `iu.born 1.0.0 -> 1.1.0 (backward): message`. Text from the contracts has its control
+/// characters written as escapes (the XML keeps line breaks, which CI logs would show).
 fn headline(finding: &Finding) -> String {
-    let mut text = finding.event.clone();
+    let mut text = printable(&finding.event).into_owned();
     let versions = versions(finding);
     if !versions.is_empty() {
         let _ = write!(text, " {versions}");
@@ -114,13 +116,13 @@ fn headline(finding: &Finding) -> String {
     if let Some(direction) = finding.direction {
         let _ = write!(text, " ({})", direction.as_str());
     }
-    let _ = write!(text, ": {}", finding.message);
+    let _ = write!(text, ": {}", printable(&finding.message));
     text
 }
 
 /// The location, fix, consumers and witness, one per line.
 fn details(finding: &Finding, options: &RenderOptions) -> String {
-    let mut text = format!("at {}", display_path(finding, options));
+    let mut text = format!("at {}", printable(&display_path(finding, options)));
     if finding.location.line > 0 {
         let _ = write!(
             text,
@@ -129,13 +131,17 @@ fn details(finding: &Finding, options: &RenderOptions) -> String {
         );
     }
     if let Some(pointer) = &finding.pointer {
-        let _ = write!(text, " ({pointer})");
+        let _ = write!(text, " ({})", printable(pointer));
     }
     if !finding.fix.is_empty() {
-        let _ = write!(text, "\nfix: {}", finding.fix);
+        let _ = write!(text, "\nfix: {}", printable(&finding.fix));
     }
     if !finding.consumers.is_empty() {
-        let _ = write!(text, "\nconsumers: {}", finding.consumers.join(", "));
+        let _ = write!(
+            text,
+            "\nconsumers: {}",
+            printable(&finding.consumers.join(", "))
+        );
     }
     if let Some(witness) = &finding.witness {
         let payload = serde_json::to_string(&witness.payload).unwrap_or_default();

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use super::{RenderOptions, count, display_path, versions};
 use crate::compat::report::{Finding, Report, Severity};
+use crate::printable::escape;
 
 const RESET: &str = "\u{1b}[0m";
 const BOLD: &str = "\u{1b}[1m";
@@ -42,7 +43,7 @@ pub(super) fn render(report: &Report, options: &RenderOptions) -> String {
         report.count(Severity::Warning),
         report.count(Severity::Note),
     );
-    let compared = format!("{} against {}", report.head, report.base);
+    let compared = format!("{} against {}", escape(&report.head), escape(&report.base));
     let verdict = if report.findings.is_empty() {
         format!("{}: no findings", paint.paint(GREEN, "compatible"))
     } else if report.passed() {
@@ -78,18 +79,18 @@ fn write_finding(out: &mut String, finding: &Finding, options: &RenderOptions, p
         paint.paint(BOLD, &format!("[{}]", finding.rule))
     );
     head.push(' ');
-    head.push_str(&finding.event);
+    head.push_str(&escape(&finding.event));
     let versions = versions(finding);
     if !versions.is_empty() {
         head.push(' ');
-        head.push_str(&versions);
+        head.push_str(&escape(&versions));
     }
     if let Some(direction) = finding.direction {
         let _ = write!(head, " ({})", direction.as_str());
     }
-    let _ = writeln!(out, "{head}: {}", finding.message.replace('\n', "\n  "));
+    let _ = writeln!(out, "{head}: {}", escape(&finding.message));
 
-    let mut place = display_path(finding, options);
+    let mut place = escape(&display_path(finding, options)).into_owned();
     if finding.location.line > 0 {
         let _ = write!(
             place,
@@ -98,28 +99,35 @@ fn write_finding(out: &mut String, finding: &Finding, options: &RenderOptions, p
         );
     }
     if let Some(pointer) = &finding.pointer {
-        let _ = write!(place, " ({pointer})");
+        let _ = write!(place, " ({})", escape(pointer));
     }
     let _ = writeln!(out, "  {} {place}", paint.paint(DIM, "-->"));
     if !finding.fix.is_empty() {
-        let _ = writeln!(out, "  {} {}", paint.paint(BOLD, "fix:"), finding.fix);
+        let _ = writeln!(
+            out,
+            "  {} {}",
+            paint.paint(BOLD, "fix:"),
+            escape(&finding.fix)
+        );
     }
     if !finding.consumers.is_empty() {
         let _ = writeln!(
             out,
             "  {} {}",
             paint.paint(BOLD, "consumers:"),
-            finding.consumers.join(", ")
+            escape(&finding.consumers.join(", "))
         );
     }
     if let Some(witness) = &finding.witness {
+        // JSON escapes C0 controls but leaves DEL, C1 and bidi controls raw.
         let payload = serde_json::to_string(&witness.payload).unwrap_or_default();
+        let payload = escape(&payload);
         let _ = writeln!(
             out,
             "  {} {payload} (valid for {}, rejected by {})",
             paint.paint(BOLD, "witness:"),
-            witness.valid_for,
-            witness.rejected_by
+            escape(&witness.valid_for),
+            escape(&witness.rejected_by)
         );
     }
     out.push('\n');
@@ -154,17 +162,17 @@ fn write_table(out: &mut String, report: &Report, paint: &Paint) {
         .iter()
         .map(|event| {
             [
-                event.event.clone(),
-                event.mode.clone(),
+                escape(&event.event).into_owned(),
+                escape(&event.mode).into_owned(),
                 if event.checked.is_empty() {
                     "-".to_owned()
                 } else {
-                    event.checked.join(", ")
+                    escape(&event.checked.join(", ")).into_owned()
                 },
                 event
                     .suggested_bump
-                    .clone()
-                    .unwrap_or_else(|| "-".to_owned()),
+                    .as_deref()
+                    .map_or_else(|| "-".to_owned(), |bump| escape(bump).into_owned()),
             ]
         })
         .collect();
