@@ -161,6 +161,16 @@ fn crate_tokens(
         producers.extend(event_producers(event, runtime, &mut functions, clashes));
     }
     let consumers = consumer_items(set, runtime, &mut names, clashes)?;
+    // An unused glob import is a warning, and the generated crate denies warnings.
+    let payloads_use = |used: bool| {
+        used.then(|| {
+            quote!(
+                use super::payloads::*;
+            )
+        })
+    };
+    let producers_use = payloads_use(!producers.is_empty());
+    let consumers_use = payloads_use(set.consumers.values().any(|c| c.mode != ConsumerMode::Off));
     let registry = registry_item(set, runtime)?;
     let any_event = any_event_item(set);
     Ok(quote! {
@@ -172,13 +182,13 @@ fn crate_tokens(
 
         /// Producer functions: append a typed event in the caller's transaction.
         pub mod producers {
-            use super::payloads::*;
+            #producers_use
             #(#producers)*
         }
 
         /// Consumer traits and the `Handlers` value that routes deliveries to them.
         pub mod consumers {
-            use super::payloads::*;
+            #consumers_use
             #consumers
         }
 
@@ -553,6 +563,8 @@ fn consumer_items(
             pub #field_ident: #generic,
         });
     }
+    // With no consumer, nothing reads the payload.
+    let unused_payload = arms.is_empty().then(|| quote!(let _ = &payload;));
     let generic_names: Vec<TokenStream> = generics
         .iter()
         .map(|g| {
@@ -582,6 +594,7 @@ fn consumer_items(
                 delivery: &#runtime::Delivery,
                 payload: ::serde_json::Value,
             ) -> ::std::result::Result<(), #runtime::HandlerError> {
+                #unused_payload
                 match (delivery.consumer.as_str(), delivery.event_type.as_str()) {
                     #(#arms)*
                     _ => ::std::result::Result::Err(#runtime::HandlerError::new(

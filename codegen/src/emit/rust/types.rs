@@ -327,6 +327,7 @@ impl<'a> TypeGen<'a> {
         let ident = format_ident!("{name}");
         let mut variants = Vec::new();
         let mut variant_names = Names::new("variant");
+        let mut seen = BTreeSet::new();
         for (index, value) in values
             .iter()
             .enumerate()
@@ -338,6 +339,10 @@ impl<'a> TypeGen<'a> {
                     at.path
                 )));
             };
+            // A value listed twice is one variant.
+            if !seen.insert(text) {
+                continue;
+            }
             let variant = naming::pascal(text);
             let pointer = match keyword {
                 "/enum" => format!("{}/enum/{index}", at.pointer),
