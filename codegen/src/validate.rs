@@ -863,7 +863,7 @@ impl<'a> Checker<'a> {
         let mut found = Vec::new();
         for (path, file) in self.files {
             if let (Some(tree), Some(source)) = (&file.tree, &file.source) {
-                control_characters_in(path, tree, "", source, &mut found);
+                control_characters_in(path, tree, "", None, false, source, &mut found);
             }
         }
         self.diagnostics.extend(found);
@@ -1025,52 +1025,71 @@ fn longest_retry_delay(
     Some(Duration::from_millis(longest))
 }
 
-/// Reports every string (value or key) in every parsed file that holds a character generated code
-/// cannot carry (see [`crate::emit::unsafe_character`]).
+/// Keys whose string values generated code carries into comments and docs.
+const PROSE_KEYS: &[&str] = &["description", "title", "summary", "$comment"];
+
+/// Reports strings that hold a character generated code cannot carry (see
+/// [`crate::emit::unsafe_character`]): text that becomes Rust docs (descriptions, titles,
+/// summaries, property names, `enum` and `const` values) must hold none; any other string (data
+/// such as `default`, `examples` or an `x-` extension, which generated files only quote) must
+/// hold no NUL, which PostgreSQL text cannot store.
 fn control_characters_in(
     path: &str,
     node: &crate::yaml::Node,
     pointer: &str,
+    key: Option<&str>,
+    data: bool,
     source: &crate::source::SourceFile,
     out: &mut Vec<Diagnostic>,
 ) {
     use crate::yaml::Value;
-    let check = |text: &str, node: &crate::yaml::Node, what: String, out: &mut Vec<Diagnostic>| {
-        if let Some(c) = crate::emit::unsafe_character(text) {
-            out.push(Diagnostic::new(
-                Rule::ControlCharacter,
-                node.location(source),
-                format!(
-                    "{what} holds {}, which generated code and comments cannot carry safely",
-                    crate::emit::describe_character(c)
-                ),
-                "remove the character; write line breaks as real new lines",
-            ));
-        }
+    let check = |text: &str,
+                 node: &crate::yaml::Node,
+                 prose: bool,
+                 what: String,
+                 out: &mut Vec<Diagnostic>| {
+        let found = match crate::emit::unsafe_character(text) {
+            Some(c) if prose || c == '\0' => c,
+            _ => return,
+        };
+        out.push(Diagnostic::new(
+            Rule::ControlCharacter,
+            node.location(source),
+            format!(
+                "{what} holds {}, which generated code and comments cannot carry safely",
+                crate::emit::describe_character(found)
+            ),
+            "remove the character; write line breaks as real new lines",
+        ));
     };
     match &node.value {
-        Value::String(text) => check(
-            text,
-            node,
-            format!("the value at `{}` in `{path}`", display_pointer(pointer)),
-            out,
-        ),
+        Value::String(text) => {
+            let prose = !data
+                && key.is_some_and(|key| {
+                    PROSE_KEYS.contains(&key) || key == "const" || key == "enum"
+                });
+            let what = format!("the value at `{}` in `{path}`", display_pointer(pointer));
+            check(text, node, prose, what, out);
+        }
         Value::Seq(items) => {
             for (index, item) in items.iter().enumerate() {
-                control_characters_in(path, item, &format!("{pointer}/{index}"), source, out);
+                let pointer = format!("{pointer}/{index}");
+                control_characters_in(path, item, &pointer, key, data, source, out);
             }
         }
         Value::Map(entries) => {
-            for (key, value) in entries {
-                let Some(text) = key.as_str() else { continue };
+            for (key_node, value) in entries {
+                let Some(text) = key_node.as_str() else {
+                    continue;
+                };
                 let child = format!("{pointer}/{}", escape_pointer_segment(text));
-                check(
-                    text,
-                    key,
-                    format!("the key at `{}` in `{path}`", display_pointer(&child)),
-                    out,
-                );
-                control_characters_in(path, value, &child, source, out);
+                let property_name = !data && key == Some("properties");
+                let what = format!("the key at `{}` in `{path}`", display_pointer(&child));
+                check(text, key_node, property_name, what, out);
+                let data = data
+                    || (!property_name
+                        && (text.starts_with("x-") || text == "default" || text == "examples"));
+                control_characters_in(path, value, &child, Some(text), data, source, out);
             }
         }
         _ => {}
