@@ -150,6 +150,16 @@ rules! {
     TopicMatchesNothing = "TOPIC_MATCHES_NOTHING", Error;
     /// A topic key or filter names a payload field that a matched event type does not have.
     TopicFieldNotInPayload = "TOPIC_FIELD_NOT_IN_PAYLOAD", Error;
+    /// Two contract names become one Rust name in one scope of the generated crate.
+    RustNameCollision = "RUST_NAME_COLLISION", Error;
+    /// The Rust generator cannot render the contracts for a reason no other rule names.
+    RustNotGeneratable = "RUST_NOT_GENERATABLE", Error;
+    /// A cycle of `$ref`s that never reaches a schema, or recursion through a non-object.
+    RefCycle = "REF_CYCLE", Error;
+    /// A control or bidirectional-formatting character in contract text.
+    ControlCharacter = "CONTROL_CHARACTER", Error;
+    /// A number or duration beyond what the runtime's columns and intervals hold.
+    ValueOutOfRange = "VALUE_OUT_OF_RANGE", Error;
     /// The AsyncAPI document has no channel for an event type of the registry.
     AsyncApiMissingChannel = "ASYNCAPI_MISSING_CHANNEL", Error;
     /// The AsyncAPI document lacks a message for a version of an event type, in its channel or in

@@ -2,6 +2,11 @@
 
 use std::time::Duration;
 
+/// The longest duration the runtime can use: it stores durations as `bigint` milliseconds and
+/// adds them to or subtracts them from `now()` in PostgreSQL, whose timestamps end in 4713 BC and
+/// 294276 AD; 1,000 years (`365000d`) stays far inside both.
+pub const MAX_RUNTIME: Duration = Duration::from_secs(365_000 * 86_400);
+
 /// Parses a contract duration; `None` when the text is not one.
 pub fn parse(text: &str) -> Option<Duration> {
     let split = text.find(|c: char| !c.is_ascii_digit())?;

@@ -54,6 +54,19 @@ impl ContractSet {
             )
     }
 
+    /// The location of the key of the entry at `pointer` in `file` (of the node itself when it
+    /// has no key, of the file when the node is not there).
+    pub fn locate_key(&self, file: &str, pointer: &str) -> Location {
+        self.trees
+            .get(file)
+            .and_then(|tree| tree.pointer_entry(pointer))
+            .zip(self.sources.get(file))
+            .map_or_else(
+                || Location::file(file),
+                |((key, node), source)| key.unwrap_or(node).location(source),
+            )
+    }
+
     /// Number of event versions across all event types.
     pub fn version_count(&self) -> usize {
         self.events.values().map(|event| event.versions.len()).sum()

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use proc_macro2::Ident;
 use quote::format_ident;
 
-/// `iu.born` → `IuBorn`; `dot.command_started` → `DotCommandStarted`; `1x` → `V1x`.
+/// `iu.born` → `IuBorn`; `dot.command_started` → `DotCommandStarted`; `1x` → `V1x`; text without
+/// ASCII letters or digits → `V`; `self` → `Self_` (`Self` is a keyword that cannot be raw).
 pub fn pascal(text: &str) -> String {
     let mut out = String::new();
     for part in text
@@ -24,6 +25,9 @@ pub fn pascal(text: &str) -> String {
     }
     if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
         out.insert(0, 'V');
+    }
+    if out == "Self" {
+        out.push('_');
     }
     out
 }
@@ -102,22 +106,87 @@ pub fn consumer_field(consumer: &str) -> String {
     snake(consumer)
 }
 
-/// Names taken in one namespace, with what took them, so a second taker is refused.
-#[derive(Debug, Default)]
+/// What takes a generated name: a description for messages and the contract place it comes from
+/// (a file of the contract directory and a JSON pointer in it), for diagnostics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taker {
+    /// What it is (`iu.born 1.0.0 at /properties/state/`).
+    pub what: String,
+    /// The contract file (`events/iu.born.yaml`).
+    pub file: String,
+    /// The JSON pointer in the file (`/versions/0/schema/properties/state`).
+    pub pointer: String,
+}
+
+impl Taker {
+    /// A taker of a name.
+    pub fn new(
+        what: impl Into<String>,
+        file: impl Into<String>,
+        pointer: impl Into<String>,
+    ) -> Self {
+        Self {
+            what: what.into(),
+            file: file.into(),
+            pointer: pointer.into(),
+        }
+    }
+}
+
+/// Two takers of one name in one scope of the generated code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Clash {
+    /// The Rust name both would get.
+    pub name: String,
+    /// What kind of item the name is (`type`, `field`, `variant`, ...).
+    pub kind: &'static str,
+    /// The first taker.
+    pub first: Taker,
+    /// The second taker, refused.
+    pub second: Taker,
+}
+
+impl std::fmt::Display for Clash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} and {} both become the {} `{}`",
+            self.first.what, self.second.what, self.kind, self.name
+        )
+    }
+}
+
+/// Names taken in one scope of the generated code, with what took them, so a second taker is
+/// refused.
+#[derive(Debug)]
 pub struct Names {
-    taken: BTreeMap<String, String>,
+    kind: &'static str,
+    taken: BTreeMap<String, Taker>,
 }
 
 impl Names {
-    /// Takes `name` for `owner`.
+    /// An empty scope whose names are of `kind` (`type`, `field`, ...), for messages.
+    pub fn new(kind: &'static str) -> Self {
+        Self {
+            kind,
+            taken: BTreeMap::new(),
+        }
+    }
+
+    /// Takes `name` for `taker`; taking it again for the same `what` is allowed.
     ///
     /// # Errors
-    /// The owner that already holds the name.
-    pub fn take(&mut self, name: &str, owner: &str) -> Result<(), String> {
+    /// The clash with the taker that already holds the name.
+    pub fn take(&mut self, name: &str, taker: Taker) -> Result<(), Box<Clash>> {
         match self.taken.get(name) {
-            Some(existing) if existing != owner => Err(existing.clone()),
+            Some(existing) if existing.what != taker.what => Err(Box::new(Clash {
+                name: name.to_owned(),
+                kind: self.kind,
+                first: existing.clone(),
+                second: taker,
+            })),
             _ => {
-                self.taken.insert(name.to_owned(), owner.to_owned());
+                self.taken.insert(name.to_owned(), taker);
                 Ok(())
             }
         }
@@ -148,12 +217,26 @@ mod tests {
 
     #[test]
     fn names_refuse_a_second_owner() {
-        let mut names = Names::default();
-        assert!(names.take("IuBornV1", "iu.born 1").is_ok());
-        assert!(names.take("IuBornV1", "iu.born 1").is_ok());
+        let taker = |what: &str| Taker::new(what, "events/x.yaml", "/event");
+        let mut names = Names::new("type");
+        assert!(names.take("IuBornV1", taker("iu.born 1")).is_ok());
+        assert!(names.take("IuBornV1", taker("iu.born 1")).is_ok());
+        let clash = names
+            .take("IuBornV1", taker("iu_born 1"))
+            .expect_err("a second owner");
         assert_eq!(
-            names.take("IuBornV1", "iu_born 1"),
-            Err("iu.born 1".to_owned())
+            clash.to_string(),
+            "iu.born 1 and iu_born 1 both become the type `IuBornV1`"
         );
+    }
+
+    #[test]
+    fn self_never_becomes_a_type_or_variant_name() {
+        assert_eq!(pascal("self"), "Self_");
+        assert_eq!(pascal("Self"), "Self_");
+        assert_eq!(pascal("SELF"), "SELF");
+        assert_eq!(pascal(""), "V");
+        assert_eq!(pascal("!?"), "V");
+        assert_eq!(pascal("_"), "V");
     }
 }

@@ -1,6 +1,8 @@
 //! Checks on the payload schemas inside event contracts: valid JSON Schema 2020-12, an object
 //! at the root, every object closed, and no key the payload policy forbids.
 
+use std::collections::BTreeSet;
+
 use serde_json::Value as Json;
 
 use crate::diagnostic::Rule;
@@ -138,6 +140,11 @@ pub fn check(schema: &Json, policy: &PayloadPolicy) -> Vec<SchemaProblem> {
             message: format!("payload schemas are JSON Schema 2020-12, not {dialect}"),
             fix: format!("remove `$schema` or set it to `{DIALECT}`"),
         }];
+    }
+    // Before the validator is built: a cycle of bare references has no meaning to resolve.
+    let cycles = ref_cycles(schema);
+    if !cycles.is_empty() {
+        return cycles;
     }
     if let Err(error) = jsonschema::draft202012::options()
         .should_validate_formats(true)
@@ -338,6 +345,110 @@ fn check_numbers(
             });
         }
     }
+}
+
+/// Every `$ref` in `schema` with the JSON pointer of the schema object that holds it.
+fn references<'j>(schema: &'j Json, pointer: &str, out: &mut Vec<(String, &'j str)>) {
+    match schema {
+        Json::Object(map) => {
+            if let Some(reference) = map.get("$ref").and_then(Json::as_str) {
+                out.push((pointer.to_owned(), reference));
+            }
+            for (key, child) in map {
+                references(
+                    child,
+                    &format!("{pointer}/{}", escape_pointer_segment(key)),
+                    out,
+                );
+            }
+        }
+        Json::Array(items) => {
+            for (index, item) in items.iter().enumerate() {
+                references(item, &format!("{pointer}/{index}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `$ref` cycles the Rust generator cannot turn into a type: bare references that lead back to
+/// themselves (`a: {$ref: b}`, `b: {$ref: a}`), and recursion that passes through a target that is
+/// not an object (a list of itself), which Rust cannot name. Recursion through objects is fine:
+/// the generator boxes it. Uses the generator's own resolution of references.
+fn ref_cycles(schema: &Json) -> Vec<SchemaProblem> {
+    use crate::emit::rust::{generates_struct, resolve_alias};
+    let mut all = Vec::new();
+    references(schema, "", &mut all);
+    let mut problems = Vec::new();
+    // Targets (after bare references) and the targets their subtrees refer to.
+    let mut edges: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    let mut targets: std::collections::BTreeMap<String, &Json> = Default::default();
+    for (holder, reference) in &all {
+        match resolve_alias(schema, reference) {
+            Ok((pointer, target)) => {
+                targets.insert(pointer, target);
+            }
+            Err(problem) if problem.contains("cycle") => {
+                // Reported at each reference inside the cycle; one that only leads into it is
+                // fixed with it.
+                let in_cycle = problem.contains(&format!("#{holder} "))
+                    || problem.ends_with(&format!("#{holder}"));
+                if in_cycle {
+                    problems.push(SchemaProblem {
+                        rule: Rule::RefCycle,
+                        pointer: format!("{holder}/$ref"),
+                        message: format!("`$ref: {reference}` {problem}"),
+                        fix: "point the reference at a schema that describes a value".to_owned(),
+                    });
+                }
+            }
+            Err(_) => {}
+        }
+    }
+    for (pointer, target) in &targets {
+        let mut inner = Vec::new();
+        references(target, pointer, &mut inner);
+        let next = inner
+            .iter()
+            .filter_map(|(_, reference)| resolve_alias(schema, reference).ok())
+            .map(|(next, _)| next)
+            .collect();
+        edges.insert(pointer.clone(), next);
+    }
+    for (pointer, target) in &targets {
+        if generates_struct(target) {
+            continue;
+        }
+        // Does this non-object target reach itself?
+        let mut stack: Vec<&String> = edges
+            .get(pointer)
+            .map(|n| n.iter().collect())
+            .unwrap_or_default();
+        let mut seen = BTreeSet::new();
+        let mut cyclic = false;
+        while let Some(next) = stack.pop() {
+            if next == pointer {
+                cyclic = true;
+                break;
+            }
+            if seen.insert(next) {
+                stack.extend(edges.get(next).into_iter().flatten());
+            }
+        }
+        if cyclic {
+            problems.push(SchemaProblem {
+                rule: Rule::RefCycle,
+                pointer: pointer.clone(),
+                message: format!(
+                    "`#{pointer}` refers back to itself without passing through an object, so \
+                     no Rust type can hold it"
+                ),
+                fix: "let the recursion pass through an object (a property that holds the list)"
+                    .to_owned(),
+            });
+        }
+    }
+    problems
 }
 
 /// Keywords outside 2020-12 are typos or another dialect's; unknown formats go unchecked.

@@ -50,6 +50,7 @@ pub(crate) fn validate(dir: &Path, parsed: ParsedDir) -> (Option<ContractSet>, V
         );
     }
     let topics = checker.topics(&events);
+    checker.control_characters();
 
     let mut diagnostics = checker.diagnostics;
     crate::diagnostic::sort(&mut diagnostics);
@@ -78,7 +79,56 @@ pub(crate) fn validate(dir: &Path, parsed: ParsedDir) -> (Option<ContractSet>, V
         trees,
         registry_digest: std::sync::OnceLock::new(),
     };
+    let generation = rust_generation(&set);
+    if !generation.is_empty() {
+        diagnostics.extend(generation);
+        crate::diagnostic::sort(&mut diagnostics);
+        return (None, diagnostics);
+    }
     (Some(set), diagnostics)
+}
+
+/// What keeps the Rust generator from rendering a set that passed every other check: names that
+/// become one Rust name in one scope (found by the generator itself, so check and generate agree),
+/// or any other refusal of the generator.
+fn rust_generation(set: &ContractSet) -> Vec<Diagnostic> {
+    let clashes = match crate::emit::rust::name_clashes(set) {
+        Ok(clashes) => clashes,
+        Err(error) => {
+            return vec![Diagnostic::new(
+                Rule::RustNotGeneratable,
+                Location::file(loader::PROJECT_FILE),
+                format!("the Rust generator cannot render these contracts: {error}"),
+                "change the contract it names; please also report this as an evc bug, since \
+                 `evc check` should have named the problem",
+            )];
+        }
+    };
+    let mut seen = BTreeSet::new();
+    let mut diagnostics = Vec::new();
+    for clash in clashes {
+        let here = set.locate_key(&clash.second.file, &clash.second.pointer);
+        let first = (!clash.first.file.is_empty())
+            .then(|| set.locate_key(&clash.first.file, &clash.first.pointer));
+        if !seen.insert((here.clone(), first.clone())) {
+            continue;
+        }
+        let diagnostic = Diagnostic::new(
+            Rule::RustNameCollision,
+            here,
+            format!("{clash} in the generated Rust"),
+            format!(
+                "rename one of them: the generator turns names into Rust by case and separators \
+                 alone (`a.b_c`, `a_b.c` and `aB_c` are all `ABC`), and `{}` is taken",
+                clash.name
+            ),
+        );
+        diagnostics.push(match first {
+            Some(first) => diagnostic.with_related(first, format!("{} is here", clash.first.what)),
+            None => diagnostic,
+        });
+    }
+    diagnostics
 }
 
 struct Checker<'a> {
@@ -214,6 +264,22 @@ impl<'a> Checker<'a> {
     /// Parses a duration the format schema already shaped; reports one that overflows or is zero.
     fn duration(&mut self, path: &str, pointer: &str, text: &str) -> Duration {
         match duration::parse(text) {
+            Some(value) if value > duration::MAX_RUNTIME => {
+                self.report(
+                    Rule::ValueOutOfRange,
+                    self.at(path, pointer),
+                    format!(
+                        "`{text}` is longer than the runtime can use: at most {} (1,000 years), \
+                         since durations become PostgreSQL intervals added to `now()`",
+                        duration::format(duration::MAX_RUNTIME)
+                    ),
+                    format!(
+                        "write at most `{}`",
+                        duration::format(duration::MAX_RUNTIME)
+                    ),
+                );
+                value
+            }
             Some(value) if !value.is_zero() => value,
             _ => {
                 self.report(
@@ -281,6 +347,27 @@ impl<'a> Checker<'a> {
                         duration::format(base)
                     ),
                     "raise `max_delay` or lower `base_delay`",
+                );
+            }
+            if let Some(base) = base_delay
+                && base <= duration::MAX_RUNTIME
+                && max_delay.is_none()
+                && let Some(longest) =
+                    longest_retry_delay(def.kind, def.jitter, base, def.max_attempts)
+                && longest > duration::MAX_RUNTIME
+            {
+                invalid_range(
+                    self,
+                    path,
+                    &format!("{pointer}/max_attempts"),
+                    format!(
+                        "`{name}` has no `max_delay`, and its delay before the last of {} \
+                         attempts grows beyond {}, the longest the runtime can use (delays become \
+                         PostgreSQL intervals added to `now()`)",
+                        def.max_attempts,
+                        duration::format(duration::MAX_RUNTIME)
+                    ),
+                    "set `max_delay` (the longest wait between attempts), or allow fewer attempts",
                 );
             }
             for (index, class) in def.retry_on.iter().enumerate() {
@@ -386,6 +473,20 @@ impl<'a> Checker<'a> {
                 complete = false;
                 continue;
             };
+            // Version parts are `bigint` columns of the runtime's registry tables.
+            let parts = [version.major, version.minor, version.patch];
+            if parts.iter().any(|part| i64::try_from(*part).is_err()) {
+                self.report(
+                    Rule::ValueOutOfRange,
+                    self.at(path, &format!("{pointer}/version")),
+                    format!(
+                        "{name} {version}: a version part is above {}, the largest the registry's \
+                         `bigint` columns hold",
+                        i64::MAX
+                    ),
+                    "number versions with parts of at most 9223372036854775807".to_owned(),
+                );
+            }
             for problem in payload_schema::check(&version_def.schema, policy) {
                 let location = self.at_key(path, &format!("{pointer}/schema{}", problem.pointer));
                 self.report(
@@ -758,6 +859,16 @@ impl<'a> Checker<'a> {
         }
     }
 
+    fn control_characters(&mut self) {
+        let mut found = Vec::new();
+        for (path, file) in self.files {
+            if let (Some(tree), Some(source)) = (&file.tree, &file.source) {
+                control_characters_in(path, tree, "", None, false, source, &mut found);
+            }
+        }
+        self.diagnostics.extend(found);
+    }
+
     fn require_policy(
         &mut self,
         path: &str,
@@ -873,6 +984,132 @@ impl<'a> Checker<'a> {
         }
         lowered
     }
+}
+
+fn invalid_range(checker: &mut Checker<'_>, path: &str, pointer: &str, message: String, fix: &str) {
+    let location = checker.at(path, pointer);
+    checker.report(Rule::ValueOutOfRange, location, message, fix.to_owned());
+}
+
+/// The longest delay a retry policy without `max_delay` can wait between two attempts, as the
+/// runtime computes it (`evc_runtime::retry::RetryPolicy::delay`: the nominal delay after attempt
+/// `n` is `base`, `base × 2^(n-1)` or `base × F(n)`; decorrelated jitter draws up to three times
+/// it); `None` for policies that never wait.
+fn longest_retry_delay(
+    kind: RetryKind,
+    jitter: crate::format::Jitter,
+    base: Duration,
+    max_attempts: u32,
+) -> Option<Duration> {
+    // A retry follows attempts 1 to max_attempts - 1.
+    let last = max_attempts.checked_sub(1).filter(|n| *n >= 1)?;
+    let base = u64::try_from(base.as_millis()).unwrap_or(u64::MAX);
+    let nominal = match kind {
+        RetryKind::NoRetry => return None,
+        RetryKind::FixedDelay => base,
+        RetryKind::ExponentialBackoff => {
+            base.saturating_mul(1u64.checked_shl(last - 1).unwrap_or(u64::MAX))
+        }
+        RetryKind::Fibonacci => {
+            let (mut a, mut b) = (1u64, 1u64);
+            for _ in 2..last {
+                (a, b) = (b, a.saturating_add(b));
+            }
+            base.saturating_mul(b)
+        }
+    };
+    let longest = match jitter {
+        crate::format::Jitter::Decorrelated => nominal.saturating_mul(3),
+        _ => nominal,
+    };
+    Some(Duration::from_millis(longest))
+}
+
+/// Keys whose string values generated code carries into comments and docs.
+const PROSE_KEYS: &[&str] = &["description", "title", "summary", "$comment"];
+
+/// Reports strings that hold a character generated code cannot carry (see
+/// [`crate::emit::unsafe_character`]): text that becomes Rust docs (descriptions, titles,
+/// summaries, property names, `enum` and `const` values) must hold none; any other string (data
+/// such as `default`, `examples` or an `x-` extension, which generated files only quote) must
+/// hold no NUL, which PostgreSQL text cannot store.
+fn control_characters_in(
+    path: &str,
+    node: &crate::yaml::Node,
+    pointer: &str,
+    key: Option<&str>,
+    data: bool,
+    source: &crate::source::SourceFile,
+    out: &mut Vec<Diagnostic>,
+) {
+    use crate::yaml::Value;
+    let check = |text: &str,
+                 node: &crate::yaml::Node,
+                 prose: bool,
+                 what: String,
+                 out: &mut Vec<Diagnostic>| {
+        let found = match crate::emit::unsafe_character(text) {
+            Some(c) if prose || c == '\0' => c,
+            _ => return,
+        };
+        out.push(Diagnostic::new(
+            Rule::ControlCharacter,
+            node.location(source),
+            format!(
+                "{what} holds {}, which generated code and comments cannot carry safely",
+                crate::emit::describe_character(found)
+            ),
+            "remove the character; write line breaks as real new lines",
+        ));
+    };
+    match &node.value {
+        Value::String(text) => {
+            let prose = !data
+                && key.is_some_and(|key| {
+                    PROSE_KEYS.contains(&key) || key == "const" || key == "enum"
+                });
+            let what = format!("the value at `{}` in `{path}`", display_pointer(pointer));
+            check(text, node, prose, what, out);
+        }
+        Value::Seq(items) => {
+            for (index, item) in items.iter().enumerate() {
+                let pointer = format!("{pointer}/{index}");
+                control_characters_in(path, item, &pointer, key, data, source, out);
+            }
+        }
+        Value::Map(entries) => {
+            for (key_node, value) in entries {
+                let Some(text) = key_node.as_str() else {
+                    continue;
+                };
+                let child = format!("{pointer}/{}", escape_pointer_segment(text));
+                let property_name = !data && key == Some("properties");
+                let what = format!("the key at `{}` in `{path}`", display_pointer(&child));
+                check(text, key_node, property_name, what, out);
+                let data = data
+                    || (!property_name
+                        && (text.starts_with("x-") || text == "default" || text == "examples"));
+                control_characters_in(path, value, &child, Some(text), data, source, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A pointer for messages: `/` for the root, characters that are not safe to print escaped.
+fn display_pointer(pointer: &str) -> String {
+    if pointer.is_empty() {
+        return "/".to_owned();
+    }
+    pointer
+        .chars()
+        .map(
+            |c| match crate::emit::unsafe_character(c.encode_utf8(&mut [0; 4])) {
+                Some(_) => c.escape_unicode().to_string(),
+                None => c.to_string(),
+            },
+        )
+        .collect()
 }
 
 /// The pointer of one order key field: the list item when several are given.

@@ -215,3 +215,26 @@ fn a_missing_directory_is_a_load_failure_not_a_finding() {
         "{error:?}"
     );
 }
+
+#[test]
+fn crlf_line_endings_are_not_control_characters() {
+    let (diagnostics, text) = built_case(|dir| {
+        let event = "event: crlf.event\r\ndescription: |\r\n  Two lines,\r\n  written on Windows.\r\nproducer_class: tester\r\nversions:\r\n  - version: 1.0.0\r\n    schema:\r\n      type: object\r\n      additionalProperties: false\r\n      properties:\r\n        note: {type: string, description: \"tab\\tand\\nnew line\"}\r\n";
+        fs::write(dir.join("events/crlf.event.yaml"), event).expect("write file");
+    });
+    assert!(diagnostics.is_empty(), "{text}");
+}
+
+#[test]
+fn a_bidi_override_is_named_by_code_point_and_not_printed() {
+    let (diagnostics, text) = built_case(|dir| {
+        let event = "event: bidi.event\ndescription: \"ok \u{202E}kcatta\"\nproducer_class: tester\nversions:\n  - version: 1.0.0\n    schema: {type: object, additionalProperties: false, properties: {\"a\\u202Eb\": {type: string}}}\n";
+        fs::write(dir.join("events/bidi.event.yaml"), event).expect("write file");
+    });
+    assert_eq!(
+        rules(&diagnostics),
+        ["CONTROL_CHARACTER", "CONTROL_CHARACTER"]
+    );
+    assert!(text.contains("U+202E (RIGHT-TO-LEFT OVERRIDE)"), "{text}");
+    assert!(!text.contains('\u{202E}'), "{text}");
+}

@@ -70,3 +70,20 @@ pub mod nested_objects;
 #[allow(clippy::all)]
 #[path = "../../../codegen/tests/generated/nullable_and_optional.rs"]
 pub mod nullable_and_optional;
+
+/// The `reserved_names` fixture set.
+#[rustfmt::skip]
+#[deny(warnings, missing_docs)]
+#[allow(clippy::all)]
+#[path = "../../../codegen/tests/generated/reserved_names.rs"]
+pub mod reserved_names;
+
+/// The contract sets `codegen/tests/generate_property.rs` drew and `evc check` accepted; built
+/// only by that test (the `property` feature, with `EVC_PROPERTY_CASES` naming the file).
+#[cfg(feature = "property")]
+#[rustfmt::skip]
+#[deny(warnings, missing_docs)]
+#[allow(clippy::all)]
+pub mod property {
+    include!(env!("EVC_PROPERTY_CASES"));
+}

@@ -5,6 +5,8 @@
 
 mod types;
 
+pub use types::{generates_struct, resolve_alias};
+
 use std::collections::BTreeSet;
 
 use proc_macro2::TokenStream;
@@ -15,7 +17,7 @@ use crate::digest;
 use crate::model::{
     ConsumerMode, ContractSet, EventStatus, EventType, EventVersion, HandlerKind, Ordering,
 };
-use crate::naming::{self, Names};
+use crate::naming::{self, Clash, Names, Taker};
 
 /// The file of generated items, beside the crate root that includes it.
 pub const ITEMS_FILE: &str = "src/contracts.rs";
@@ -64,7 +66,34 @@ pub fn items_source(set: &ContractSet, runtime_path: &str) -> Result<String, Emi
         subject: "the runtime path".to_owned(),
         message: format!("`{runtime_path}` is not a Rust path"),
     })?;
-    format_file(crate_tokens(set, &runtime)?)
+    let mut clashes = Vec::new();
+    let tokens = crate_tokens(set, &runtime, &mut clashes)?;
+    if let Some(clash) = clashes.first() {
+        return Err(EmitError::Rust {
+            subject: clash.second.file.clone(),
+            message: clash.to_string(),
+        });
+    }
+    format_file(tokens)
+}
+
+/// Every pair of contract names that would become one Rust name in one scope of the generated
+/// crate (`evc check` reports them as `RUST_NAME_COLLISION`). The tokens are built exactly as
+/// [`render`] builds them, and parsed as Rust.
+///
+/// # Errors
+/// Any other reason the crate cannot be rendered (an [`EmitError`], which `evc check` reports
+/// too).
+pub fn name_clashes(set: &ContractSet) -> Result<Vec<Clash>, EmitError> {
+    let mut clashes = Vec::new();
+    let tokens = crate_tokens(set, &quote!(::evc_runtime), &mut clashes)?;
+    if clashes.is_empty() {
+        syn::parse2::<syn::File>(tokens).map_err(|error| EmitError::Rust {
+            subject: "the generated crate".to_owned(),
+            message: error.to_string(),
+        })?;
+    }
+    Ok(clashes)
 }
 
 fn format_file(tokens: TokenStream) -> Result<String, EmitError> {
@@ -105,15 +134,43 @@ fn space_doc_comments(text: &str) -> String {
     out
 }
 
-fn crate_tokens(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream, EmitError> {
-    let mut names = Names::default();
+/// Names the generated crate defines whatever the contracts say, in the scope of payload types and
+/// consumer traits.
+const RESERVED_TYPE_NAMES: &[(&str, &str)] = &[
+    ("Event", "the generated enum `Event` of all payloads"),
+    (
+        "Handlers",
+        "the generated struct `Handlers` of all consumers",
+    ),
+];
+
+fn crate_tokens(
+    set: &ContractSet,
+    runtime: &TokenStream,
+    clashes: &mut Vec<Clash>,
+) -> Result<TokenStream, EmitError> {
+    let mut names = Names::new("type");
+    for (name, what) in RESERVED_TYPE_NAMES {
+        take(&mut names, clashes, name, Taker::new(*what, "", ""));
+    }
+    let mut functions = Names::new("function");
     let mut payloads = Vec::new();
     let mut producers = Vec::new();
     for event in set.events.values() {
-        payloads.push(event_payloads(event, runtime, &mut names)?);
-        producers.extend(event_producers(event, runtime));
+        payloads.push(event_payloads(event, runtime, &mut names, clashes)?);
+        producers.extend(event_producers(event, runtime, &mut functions, clashes));
     }
-    let consumers = consumer_items(set, runtime, &mut names)?;
+    let consumers = consumer_items(set, runtime, &mut names, clashes)?;
+    // An unused glob import is a warning, and the generated crate denies warnings.
+    let payloads_use = |used: bool| {
+        used.then(|| {
+            quote!(
+                use super::payloads::*;
+            )
+        })
+    };
+    let producers_use = payloads_use(!producers.is_empty());
+    let consumers_use = payloads_use(set.consumers.values().any(|c| c.mode != ConsumerMode::Off));
     let registry = registry_item(set, runtime)?;
     let any_event = any_event_item(set);
     Ok(quote! {
@@ -125,13 +182,13 @@ fn crate_tokens(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream,
 
         /// Producer functions: append a typed event in the caller's transaction.
         pub mod producers {
-            use super::payloads::*;
+            #producers_use
             #(#producers)*
         }
 
         /// Consumer traits and the `Handlers` value that routes deliveries to them.
         pub mod consumers {
-            use super::payloads::*;
+            #consumers_use
             #consumers
         }
 
@@ -139,11 +196,19 @@ fn crate_tokens(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream,
     })
 }
 
+/// Takes `name` in `names`, recording a clash.
+fn take(names: &mut Names, clashes: &mut Vec<Clash>, name: &str, taker: Taker) {
+    if let Err(clash) = names.take(name, taker) {
+        clashes.push(*clash);
+    }
+}
+
 /// The payload structs of every major, the versions enum and their constants.
 fn event_payloads(
     event: &EventType,
     runtime: &TokenStream,
     names: &mut Names,
+    clashes: &mut Vec<Clash>,
 ) -> Result<TokenStream, EmitError> {
     let mut items = Vec::new();
     let mut variants = Vec::new();
@@ -153,7 +218,14 @@ fn event_payloads(
         let major_literal = proc_macro2::Literal::u64_unsuffixed(major);
         let type_name = naming::payload_type(&event.name, major);
         let subject = format!("{} {}", event.name, version.version);
-        let mut generator = types::TypeGen::new(&version.schema, type_name.clone(), subject, names);
+        let mut generator = types::TypeGen::new(
+            &version.schema,
+            type_name.clone(),
+            subject,
+            (event.file.clone(), format!("{}/schema", version.pointer)),
+            names,
+            clashes,
+        );
         generator.root_struct()?;
         items.extend(generator.items);
         let ident = format_ident!("{type_name}");
@@ -186,12 +258,12 @@ fn event_payloads(
         });
     }
     let enum_name = naming::versions_enum(&event.name);
-    names
-        .take(&enum_name, &format!("{} versions", event.name))
-        .map_err(|existing| EmitError::Rust {
-            subject: event.name.clone(),
-            message: format!("the enum name `{enum_name}` is already the name of {existing}"),
-        })?;
+    let taker = Taker::new(
+        format!("the versions enum of `{}`", event.name),
+        &event.file,
+        "/event",
+    );
+    take(names, clashes, &enum_name, taker);
     let enum_ident = format_ident!("{enum_name}");
     let enum_doc = format!("`{}`: {}", event.name, event.description.trim());
     let event_name = &event.name;
@@ -290,13 +362,25 @@ fn order_key_body(event: &EventType, runtime: &TokenStream) -> TokenStream {
     }
 }
 
-fn event_producers(event: &EventType, runtime: &TokenStream) -> Vec<TokenStream> {
+fn event_producers(
+    event: &EventType,
+    runtime: &TokenStream,
+    functions: &mut Names,
+    clashes: &mut Vec<Clash>,
+) -> Vec<TokenStream> {
     event
         .latest_per_major()
         .into_iter()
         .map(|version| {
             let major = version.version.major;
-            let fn_ident = format_ident!("{}", naming::producer_fn(&event.name, major));
+            let fn_name = naming::producer_fn(&event.name, major);
+            let taker = Taker::new(
+                format!("the producer of `{}` major {major}", event.name),
+                &event.file,
+                "/event",
+            );
+            take(functions, clashes, &fn_name, taker);
+            let fn_ident = format_ident!("{fn_name}");
             let type_ident = format_ident!("{}", naming::payload_type(&event.name, major));
             let doc = format!(
                 "Appends a `{}` event ({}, major {major}) in the caller's transaction.",
@@ -348,7 +432,9 @@ fn consumer_items(
     set: &ContractSet,
     runtime: &TokenStream,
     names: &mut Names,
+    clashes: &mut Vec<Clash>,
 ) -> Result<TokenStream, EmitError> {
+    let mut field_names = Names::new("field of `Handlers`");
     let mut traits = Vec::new();
     let mut generics = Vec::new();
     let mut fields = Vec::new();
@@ -359,20 +445,43 @@ fn consumer_items(
         .filter(|c| c.mode != ConsumerMode::Off)
     {
         let trait_name = naming::consumer_trait(&consumer.name);
-        names
-            .take(&trait_name, &format!("consumer {}", consumer.name))
-            .map_err(|existing| EmitError::Rust {
-                subject: consumer.name.clone(),
-                message: format!("the trait name `{trait_name}` is already the name of {existing}"),
-            })?;
+        let at = |what: &str| {
+            Taker::new(
+                format!("{what} `{}`", consumer.name),
+                &consumer.file,
+                "/consumer",
+            )
+        };
+        take(names, clashes, &trait_name, at("the trait of consumer"));
         let trait_ident = format_ident!("{trait_name}");
         let mut methods = Vec::new();
-        let field_ident = naming::ident(&naming::consumer_field(&consumer.name));
-        let generic = format_ident!("H{trait_name}");
-        for subscription in &consumer.subscriptions {
+        let field_name = naming::consumer_field(&consumer.name);
+        take(&mut field_names, clashes, &field_name, at("the consumer"));
+        let field_ident = naming::ident(&field_name);
+        // The generic parameter is in scope beside the traits and payload types it names.
+        let generic_name = format!("H{trait_name}");
+        take(
+            names,
+            clashes,
+            &generic_name,
+            at("the handler parameter of consumer"),
+        );
+        let generic = format_ident!("{generic_name}");
+        let mut method_names = Names::new("handler method");
+        for (index, subscription) in consumer.subscriptions.iter().enumerate() {
             let event = &set.events[&subscription.event];
             let (versions, majors) = matched(event, &subscription.requirement);
-            let method = format_ident!("{}", naming::handler_method(&event.name));
+            let method_name = naming::handler_method(&event.name);
+            let taker = Taker::new(
+                format!(
+                    "the subscription of `{}` to `{}`",
+                    consumer.name, event.name
+                ),
+                &consumer.file,
+                format!("/subscribes/{index}"),
+            );
+            take(&mut method_names, clashes, &method_name, taker);
+            let method = format_ident!("{method_name}");
             let payload_type = match majors.iter().collect::<Vec<_>>().as_slice() {
                 [major] => {
                     let ident = format_ident!("{}", naming::payload_type(&event.name, **major));
@@ -454,6 +563,8 @@ fn consumer_items(
             pub #field_ident: #generic,
         });
     }
+    // With no consumer, nothing reads the payload.
+    let unused_payload = arms.is_empty().then(|| quote!(let _ = &payload;));
     let generic_names: Vec<TokenStream> = generics
         .iter()
         .map(|g| {
@@ -483,6 +594,7 @@ fn consumer_items(
                 delivery: &#runtime::Delivery,
                 payload: ::serde_json::Value,
             ) -> ::std::result::Result<(), #runtime::HandlerError> {
+                #unused_payload
                 match (delivery.consumer.as_str(), delivery.event_type.as_str()) {
                     #(#arms)*
                     _ => ::std::result::Result::Err(#runtime::HandlerError::new(

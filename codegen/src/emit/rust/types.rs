@@ -16,7 +16,7 @@ use quote::{format_ident, quote};
 use serde_json::Value as Json;
 
 use super::super::EmitError;
-use crate::naming::{self, Names};
+use crate::naming::{self, Clash, Names, Taker};
 
 /// Generates the types of one payload schema.
 pub(super) struct TypeGen<'a> {
@@ -25,26 +25,49 @@ pub(super) struct TypeGen<'a> {
     base: String,
     /// What is being generated, for errors (`iu.born 1.1.0`).
     subject: String,
+    /// The contract file and the JSON pointer of the schema in it, for name clashes.
+    file: String,
+    schema_pointer: String,
     /// Items generated so far.
     pub(super) items: Vec<TokenStream>,
-    /// Type names generated for `$ref` targets, by reference.
-    refs: BTreeMap<String, String>,
-    /// `$ref` targets being generated, to box recursive references.
-    in_progress: BTreeSet<String>,
+    /// The Rust type of every `$ref` target generated so far, by resolved pointer.
+    refs: BTreeMap<String, TokenStream>,
+    /// `$ref` targets being generated (resolved pointer → type name), to box recursive references.
+    in_progress: BTreeMap<String, String>,
     names: &'a mut Names,
+    clashes: &'a mut Vec<Clash>,
+}
+
+/// Where a schema of a payload is: the path used in messages and docs (`/properties/state/`)
+/// and its JSON pointer from the schema root (`/properties/state`).
+#[derive(Clone, Copy)]
+struct At<'p> {
+    path: &'p str,
+    pointer: &'p str,
 }
 
 impl<'a> TypeGen<'a> {
-    /// A generator for `root`, whose types are named from `base`.
-    pub(super) fn new(root: &'a Json, base: String, subject: String, names: &'a mut Names) -> Self {
+    /// A generator for `root` (at `schema_pointer` in `file`), whose types are named from `base`;
+    /// names go to `names`, and refused names to `clashes`.
+    pub(super) fn new(
+        root: &'a Json,
+        base: String,
+        subject: String,
+        (file, schema_pointer): (String, String),
+        names: &'a mut Names,
+        clashes: &'a mut Vec<Clash>,
+    ) -> Self {
         Self {
             root,
             base,
             subject,
+            file,
+            schema_pointer,
             items: Vec::new(),
             refs: BTreeMap::new(),
-            in_progress: BTreeSet::new(),
+            in_progress: BTreeMap::new(),
             names,
+            clashes,
         }
     }
 
@@ -55,19 +78,33 @@ impl<'a> TypeGen<'a> {
         }
     }
 
-    fn take_name(&mut self, name: &str, owner: &str) -> Result<(), EmitError> {
-        self.names.take(name, owner).map_err(|existing| {
-            self.error(format!(
-                "the type name `{name}` of {owner} is already the name of {existing}"
-            ))
-        })
+    /// The taker of a name generated for the schema at `pointer`.
+    fn taker(&self, what: String, pointer: &str) -> Taker {
+        Taker::new(
+            what,
+            &self.file,
+            format!("{}{pointer}", self.schema_pointer),
+        )
+    }
+
+    fn take(names: &mut Names, clashes: &mut Vec<Clash>, name: &str, taker: Taker) {
+        if let Err(clash) = names.take(name, taker) {
+            clashes.push(*clash);
+        }
     }
 
     /// Generates the root struct, named `base`.
     pub(super) fn root_struct(&mut self) -> Result<(), EmitError> {
         let name = self.base.clone();
         let root = self.root;
-        self.struct_type(root, &name, "/")?;
+        self.struct_type(
+            root,
+            &name,
+            At {
+                path: "/",
+                pointer: "",
+            },
+        )?;
         Ok(())
     }
 
@@ -76,9 +113,9 @@ impl<'a> TypeGen<'a> {
         &mut self,
         schema: &Json,
         name: &str,
-        path: &str,
+        at: At<'_>,
     ) -> Result<TokenStream, EmitError> {
-        Ok(self.mapped(schema, name, path)?.0)
+        Ok(self.mapped(schema, name, at)?.0)
     }
 
     /// The Rust type for `schema`, and whether it is already an `Option` because the schema
@@ -87,7 +124,7 @@ impl<'a> TypeGen<'a> {
         &mut self,
         schema: &Json,
         name: &str,
-        path: &str,
+        at: At<'_>,
     ) -> Result<(TokenStream, bool), EmitError> {
         let Json::Object(map) = schema else {
             return Ok((quote!(::serde_json::Value), false));
@@ -109,12 +146,12 @@ impl<'a> TypeGen<'a> {
             _ => (Vec::new(), false),
         };
         let inner = if let Some(constant) = map.get("const") {
-            self.string_enum(schema, std::slice::from_ref(constant), name, path)?
+            self.string_enum(schema, std::slice::from_ref(constant), name, at, "/const")?
         } else if let Some(Json::Array(values)) = map.get("enum") {
-            self.string_enum(schema, values, name, path)?
+            self.string_enum(schema, values, name, at, "/enum")?
         } else {
             match types.as_slice() {
-                ["object"] => self.struct_type(schema, name, path)?,
+                ["object"] => self.struct_type(schema, name, at)?,
                 ["string"] => match map.get("format").and_then(Json::as_str) {
                     Some("uuid") => quote!(::uuid::Uuid),
                     Some("date-time") => quote!(::chrono::DateTime<::chrono::Utc>),
@@ -126,17 +163,27 @@ impl<'a> TypeGen<'a> {
                 ["array"] => {
                     let item = match map.get("items") {
                         Some(items) => {
-                            self.type_for(items, &format!("{name}Item"), &format!("{path}items/"))?
+                            let path = format!("{}items/", at.path);
+                            let pointer = format!("{}/items", at.pointer);
+                            self.type_for(
+                                items,
+                                &format!("{name}Item"),
+                                At {
+                                    path: &path,
+                                    pointer: &pointer,
+                                },
+                            )?
                         }
                         None => quote!(::serde_json::Value),
                     };
                     quote!(::std::vec::Vec<#item>)
                 }
-                [] if map.contains_key("properties") => self.struct_type(schema, name, path)?,
+                [] if map.contains_key("properties") => self.struct_type(schema, name, at)?,
                 [] => quote!(::serde_json::Value),
                 other => {
                     return Err(self.error(format!(
-                        "{path}: the type union {other:?} has no Rust mapping"
+                        "{}: the type union {other:?} has no Rust mapping",
+                        at.path
                     )));
                 }
             }
@@ -149,39 +196,56 @@ impl<'a> TypeGen<'a> {
     }
 
     fn reference(&mut self, reference: &str) -> Result<TokenStream, EmitError> {
-        if let Some(name) = self.refs.get(reference) {
-            let ident = format_ident!("{name}");
-            return Ok(if self.in_progress.contains(reference) {
-                quote!(::std::boxed::Box<#ident>)
-            } else {
-                quote!(#ident)
-            });
+        let (pointer, target) = resolve_alias(self.root, reference)
+            .map_err(|problem| self.error(format!("`$ref: {reference}` {problem}")))?;
+        if let Some(generated) = self.refs.get(&pointer) {
+            return Ok(generated.clone());
         }
-        let Some(target) = reference
-            .strip_prefix('#')
-            .and_then(|pointer| self.root.pointer(pointer))
-        else {
-            return Err(self.error(format!(
-                "`$ref: {reference}` does not resolve inside the schema"
-            )));
-        };
-        let last = reference.rsplit('/').next().unwrap_or_default();
-        let name = format!("{}{}", self.base, naming::pascal(last));
-        self.refs.insert(reference.to_owned(), name.clone());
-        self.in_progress.insert(reference.to_owned());
-        let generated = self.type_for(target, &name, &format!("{reference}/"));
-        self.in_progress.remove(reference);
-        generated
+        if let Some(name) = self.in_progress.get(&pointer) {
+            // Only a struct is named before its fields are generated; `evc check` refuses other
+            // cycles (REF_CYCLE).
+            if !generates_struct(target) {
+                return Err(self.error(format!(
+                    "`$ref: {reference}` is recursive through something other than an object"
+                )));
+            }
+            let ident = format_ident!("{name}");
+            return Ok(quote!(::std::boxed::Box<#ident>));
+        }
+        let last = pointer.rsplit('/').next().unwrap_or_default();
+        let last = crate::yaml::pointer_segments(&format!("/{last}"))
+            .next()
+            .unwrap_or_default();
+        let name = format!("{}{}", self.base, naming::pascal(&last));
+        self.in_progress.insert(pointer.clone(), name.clone());
+        let path = format!("#{pointer}/");
+        let generated = self.type_for(
+            target,
+            &name,
+            At {
+                path: &path,
+                pointer: &pointer,
+            },
+        );
+        self.in_progress.remove(&pointer);
+        let generated = generated?;
+        self.refs.insert(pointer, generated.clone());
+        Ok(generated)
     }
 
     fn struct_type(
         &mut self,
         schema: &Json,
         name: &str,
-        path: &str,
+        at: At<'_>,
     ) -> Result<TokenStream, EmitError> {
-        let owner = format!("{} at {path}", self.subject);
-        self.take_name(name, &owner)?;
+        let owner = format!("{} at {}", self.subject, at.path);
+        let what = match at.path {
+            "/" => format!("the payload type of {}", self.subject),
+            _ => format!("the type of {owner}"),
+        };
+        let taker = self.taker(what, at.pointer);
+        Self::take(self.names, self.clashes, name, taker);
         let ident = format_ident!("{name}");
         let required: BTreeSet<&str> = schema
             .get("required")
@@ -189,19 +253,27 @@ impl<'a> TypeGen<'a> {
             .map(|r| r.iter().filter_map(Json::as_str).collect())
             .unwrap_or_default();
         let mut fields = Vec::new();
-        let mut field_names = Names::default();
+        let mut field_names = Names::new("field");
         if let Some(Json::Object(properties)) = schema.get("properties") {
             for (property, property_schema) in properties {
                 let field_name = naming::snake(property);
-                field_names
-                    .take(&field_name, property)
-                    .map_err(|other| self.error(format!("{path}: properties `{property}` and `{other}` both become the field `{field_name}`")))?;
+                let path = format!("{}properties/{property}/", at.path);
+                let pointer = format!(
+                    "{}/properties/{}",
+                    at.pointer,
+                    crate::yaml::escape_pointer_segment(property)
+                );
+                let taker = self.taker(format!("the property `{property}`"), &pointer);
+                Self::take(&mut field_names, self.clashes, &field_name, taker);
                 let field_ident = naming::ident(&field_name);
                 let type_name = format!("{name}{}", naming::pascal(property));
                 let (ty, nullable) = self.mapped(
                     property_schema,
                     &type_name,
-                    &format!("{path}properties/{property}/"),
+                    At {
+                        path: &path,
+                        pointer: &pointer,
+                    },
                 )?;
                 let doc = description(property_schema)
                     .unwrap_or_else(|| format!("The `{property}` property."));
@@ -246,25 +318,38 @@ impl<'a> TypeGen<'a> {
         schema: &Json,
         values: &[Json],
         name: &str,
-        path: &str,
+        at: At<'_>,
+        keyword: &str,
     ) -> Result<TokenStream, EmitError> {
-        let owner = format!("{} at {path}", self.subject);
-        self.take_name(name, &owner)?;
+        let owner = format!("{} at {}", self.subject, at.path);
+        let taker = self.taker(format!("the type of {owner}"), at.pointer);
+        Self::take(self.names, self.clashes, name, taker);
         let ident = format_ident!("{name}");
         let mut variants = Vec::new();
-        let mut variant_names = Names::default();
-        for value in values.iter().filter(|value| !value.is_null()) {
+        let mut variant_names = Names::new("variant");
+        let mut seen = BTreeSet::new();
+        for (index, value) in values
+            .iter()
+            .enumerate()
+            .filter(|(_, value)| !value.is_null())
+        {
             let Some(text) = value.as_str() else {
                 return Err(self.error(format!(
-                    "{path}: only string enums and consts have a Rust mapping, found {value}"
+                    "{}: only string enums and consts have a Rust mapping, found {value}",
+                    at.path
                 )));
             };
+            // A value listed twice is one variant.
+            if !seen.insert(text) {
+                continue;
+            }
             let variant = naming::pascal(text);
-            variant_names.take(&variant, text).map_err(|other| {
-                self.error(format!(
-                    "{path}: the values `{text}` and `{other}` both become the variant `{variant}`"
-                ))
-            })?;
+            let pointer = match keyword {
+                "/enum" => format!("{}/enum/{index}", at.pointer),
+                _ => format!("{}{keyword}", at.pointer),
+            };
+            let taker = self.taker(format!("the value `{text}`"), &pointer);
+            Self::take(&mut variant_names, self.clashes, &variant, taker);
             let variant_ident = format_ident!("{variant}");
             let doc = format!("`{text}`");
             variants.push(quote! {
@@ -274,7 +359,7 @@ impl<'a> TypeGen<'a> {
             });
         }
         let doc = description(schema)
-            .unwrap_or_else(|| format!("Values of {path} in the {} payload.", self.subject));
+            .unwrap_or_else(|| format!("Values of {} in the {} payload.", at.path, self.subject));
         self.items.push(quote! {
             #[doc = #doc]
             #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ::serde::Serialize, ::serde::Deserialize, ::schemars::JsonSchema)]
@@ -283,6 +368,62 @@ impl<'a> TypeGen<'a> {
             }
         });
         Ok(quote!(#ident))
+    }
+}
+
+/// Whether the Rust generator makes a named struct of `schema` (an object without `enum` or
+/// `const`), the only kind of item a recursive `$ref` can point back to.
+pub fn generates_struct(schema: &Json) -> bool {
+    let Json::Object(map) = schema else {
+        return false;
+    };
+    if map.contains_key("$ref") || map.contains_key("const") || map.contains_key("enum") {
+        return false;
+    }
+    let types: Vec<&str> = match map.get("type") {
+        Some(Json::String(single)) => vec![single.as_str()],
+        Some(Json::Array(list)) => list
+            .iter()
+            .filter_map(Json::as_str)
+            .filter(|t| *t != "null")
+            .collect(),
+        _ => Vec::new(),
+    };
+    match types.as_slice() {
+        ["object"] => true,
+        [] => map.contains_key("properties"),
+        _ => false,
+    }
+}
+
+/// Follows `reference` and every `$ref` its target holds in turn to a schema that is not itself
+/// a reference; returns that schema's JSON pointer and the schema.
+///
+/// # Errors
+/// What is wrong: the reference does not resolve in `root`, or the chain comes back to a
+/// reference it already followed (a cycle of bare `$ref`s, which names no type at all).
+pub fn resolve_alias<'j>(root: &'j Json, reference: &str) -> Result<(String, &'j Json), String> {
+    let mut seen: Vec<String> = Vec::new();
+    let mut reference = reference.to_owned();
+    loop {
+        let Some((target, pointer)) = crate::compat::schema::resolve(root, &reference) else {
+            return Err("does not resolve inside the schema".to_owned());
+        };
+        if seen.contains(&pointer) {
+            seen.push(pointer);
+            return Err(format!(
+                "is a cycle of references that never reaches a schema: {}",
+                seen.iter()
+                    .map(|p| format!("#{p}"))
+                    .collect::<Vec<_>>()
+                    .join(" -> ")
+            ));
+        }
+        seen.push(pointer.clone());
+        match target.get("$ref").and_then(Json::as_str) {
+            Some(next) => reference = next.to_owned(),
+            None => return Ok((pointer, target)),
+        }
     }
 }
 
