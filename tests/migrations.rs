@@ -489,7 +489,10 @@ fn statements_run(sql: &str) -> Vec<&str> {
         if trimmed.starts_with("--") {
             continue;
         }
-        if trimmed.to_ascii_uppercase().starts_with("CREATE OR REPLACE FUNCTION") {
+        if trimmed
+            .to_ascii_uppercase()
+            .starts_with("CREATE OR REPLACE FUNCTION")
+        {
             in_function = true;
         }
         if in_function && line.contains("$$") {

@@ -67,7 +67,11 @@ async fn ledger_rows_cannot_be_updated_deleted_or_truncated() -> TestResult {
     with_database(|pool| async move {
         one_row_each(&pool).await?;
         // The purge audit table gets its row from a purge that finds nothing to remove.
-        let store = PgStore::new(pool.clone(), support::TEST_REGISTRY, PayloadPolicy::default())?;
+        let store = PgStore::new(
+            pool.clone(),
+            support::TEST_REGISTRY,
+            PayloadPolicy::default(),
+        )?;
         store
             .purge_events(SystemTime::UNIX_EPOCH, "retention", "ops@example")
             .await?;
@@ -106,7 +110,9 @@ async fn a_hand_set_purge_setting_opens_nothing() -> TestResult {
                 .bind(value)
                 .execute(&mut *tx)
                 .await?;
-            let deleted = sqlx::query("DELETE FROM evc_events").execute(&mut *tx).await;
+            let deleted = sqlx::query("DELETE FROM evc_events")
+                .execute(&mut *tx)
+                .await;
             let message = deleted.err().map(|e| e.to_string()).unwrap_or_default();
             assert!(
                 message.contains("evc_events is append-only"),
@@ -116,7 +122,11 @@ async fn a_hand_set_purge_setting_opens_nothing() -> TestResult {
         }
         // The id of an earlier purge's audit row, from another transaction, opens nothing
         // either.
-        let store = PgStore::new(pool.clone(), support::TEST_REGISTRY, PayloadPolicy::default())?;
+        let store = PgStore::new(
+            pool.clone(),
+            support::TEST_REGISTRY,
+            PayloadPolicy::default(),
+        )?;
         let purge = store
             .purge_events(SystemTime::UNIX_EPOCH, "retention", "ops@example")
             .await?;
@@ -129,7 +139,10 @@ async fn a_hand_set_purge_setting_opens_nothing() -> TestResult {
         let deleted = sqlx::query("DELETE FROM evc_delivery_attempts")
             .execute(&mut *connection)
             .await;
-        assert!(deleted.is_err(), "a session-wide evc.purge deleted attempts");
+        assert!(
+            deleted.is_err(),
+            "a session-wide evc.purge deleted attempts"
+        );
         assert_eq!(count(&pool, "evc_events").await?, 1);
         assert_eq!(count(&pool, "evc_delivery_attempts").await?, 1);
         Ok(())
@@ -166,7 +179,10 @@ async fn the_database_refuses_a_payload_over_the_hard_cap() -> TestResult {
                 .and_then(|e| e.code())
                 .map(|c| c.into_owned());
             assert_eq!(code.as_deref(), Some("23514"), "a check violation: {error}");
-            assert!(error.to_string().contains("evc_events_payload_cap"), "{error}");
+            assert!(
+                error.to_string().contains("evc_events_payload_cap"),
+                "{error}"
+            );
         }
         assert_eq!(count(&pool, "evc_events").await?, 1);
         Ok(())
@@ -239,7 +255,10 @@ async fn a_purge_removes_old_settled_rows_keeps_open_ones_and_is_audited() -> Te
 
         // Refused before anything is read: no audit row, nothing deleted.
         let refused = store.purge_events(cutoff, " ", "ops@example").await;
-        assert!(matches!(refused, Err(PurgeError::ReasonMissing)), "{refused:?}");
+        assert!(
+            matches!(refused, Err(PurgeError::ReasonMissing)),
+            "{refused:?}"
+        );
         assert_eq!(count(&pool, "evc_purges").await?, 0);
 
         let purged = store
@@ -247,9 +266,18 @@ async fn a_purge_removes_old_settled_rows_keeps_open_ones_and_is_audited() -> Te
             .await?;
         // Notes 0, 1, 2: every delivery settled; note 3 is open, note 100 is newer.
         assert_eq!(purged.events, 3);
-        assert_eq!(purged.deliveries, 1, "note 0's dead delivery for d.unordered");
-        assert_eq!(purged.attempts, 9, "three notes, three consumers, one attempt each");
-        assert_eq!(rows_of(&pool, "evc_delivery_attempts", &[0, 1, 2]).await?, 0);
+        assert_eq!(
+            purged.deliveries, 1,
+            "note 0's dead delivery for d.unordered"
+        );
+        assert_eq!(
+            purged.attempts, 9,
+            "three notes, three consumers, one attempt each"
+        );
+        assert_eq!(
+            rows_of(&pool, "evc_delivery_attempts", &[0, 1, 2]).await?,
+            0
+        );
         assert_eq!(count(&pool, "evc_events").await?, 2);
         assert_eq!(rows_of(&pool, "evc_deliveries", &[3]).await?, 1);
         assert_eq!(rows_of(&pool, "evc_delivery_attempts", &[3]).await?, 2);
@@ -312,7 +340,11 @@ async fn a_reject_purge_is_audited() -> TestResult {
         )
         .execute(&pool)
         .await?;
-        let store = PgStore::new(pool.clone(), support::TEST_REGISTRY, PayloadPolicy::default())?;
+        let store = PgStore::new(
+            pool.clone(),
+            support::TEST_REGISTRY,
+            PayloadPolicy::default(),
+        )?;
         let none = store
             .purge_rejects(SystemTime::UNIX_EPOCH, "retention", "ops@example")
             .await?;

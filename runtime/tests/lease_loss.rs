@@ -99,7 +99,10 @@ async fn a_lost_lease_cancels_the_running_handler() -> TestResult {
             },
         )?
         .start();
-        until("the first attempt started", || started.load(Ordering::SeqCst)).await;
+        until("the first attempt started", || {
+            started.load(Ordering::SeqCst)
+        })
+        .await;
         let held_token: i64 = sqlx::query_scalar(
             "SELECT fencing_token FROM evc_deliveries WHERE consumer = $1 AND status = 'leased'",
         )

@@ -383,7 +383,11 @@ async fn a_payload_the_deployed_schema_refuses_is_never_requeued() -> TestResult
         let all = ReplaySelection::consumer(CONSUMER);
         let plan = console.replay_plan(&all).await?;
         assert_eq!(plan.deliveries.len(), 3);
-        assert_eq!(plan.unsupported().count(), 0, "the version is still accepted");
+        assert_eq!(
+            plan.unsupported().count(),
+            0,
+            "the version is still accepted"
+        );
         assert_eq!(
             plan.not_replayable
                 .iter()

@@ -55,7 +55,10 @@ pub const RUNTIME_V5_SUFFIX: &str = "_evc_runtime_v5.sql";
 const LEDGERS: &[Ledger] = &[
     Ledger::new("evc_events", "evc_events_append_only"),
     Ledger::new("evc_delivery_attempts", "evc_delivery_attempts_immutable"),
-    Ledger::new("evc_validation_rejects", "evc_validation_rejects_append_only"),
+    Ledger::new(
+        "evc_validation_rejects",
+        "evc_validation_rejects_append_only",
+    ),
     Ledger::new("evc_replays", "evc_replays_append_only"),
     Ledger::new("evc_replay_items", "evc_replay_items_immutable"),
     Ledger::new("evc_reconciliations", "evc_reconciliations_append_only"),
@@ -742,7 +745,13 @@ mod tests {
         };
         assert_eq!(
             cap(&step(&set)?).as_deref(),
-            Some(set.project.payload_policy.hard_max_bytes.to_string().as_str())
+            Some(
+                set.project
+                    .payload_policy
+                    .hard_max_bytes
+                    .to_string()
+                    .as_str()
+            )
         );
         set.project.payload_policy.hard_max_bytes = 1_048_576;
         assert_eq!(cap(&step(&set)?).as_deref(), Some("1048576"));

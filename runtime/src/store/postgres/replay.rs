@@ -344,9 +344,7 @@ pub enum ReplayError {
     },
     /// A planned event's payload does not pass the deployed schema of its version (or no
     /// usable schema is deployed for it). The payload itself is never reported.
-    #[error(
-        "event {event_id} ({event_type} {version}) cannot be replayed to {consumer}: {reason}"
-    )]
+    #[error("event {event_id} ({event_type} {version}) cannot be replayed to {consumer}: {reason}")]
     NotReplayable {
         /// The event.
         event_id: Uuid,

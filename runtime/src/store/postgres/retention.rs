@@ -23,7 +23,9 @@ pub enum PurgeError {
     #[error("a purge needs a reason (1 to {MAX_PURGE_REASON_CHARS} characters)")]
     ReasonMissing,
     /// The reason is too long.
-    #[error("the purge reason has {chars} characters; at most {MAX_PURGE_REASON_CHARS} are allowed")]
+    #[error(
+        "the purge reason has {chars} characters; at most {MAX_PURGE_REASON_CHARS} are allowed"
+    )]
     ReasonTooLong {
         /// Its length in characters.
         chars: usize,
