@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use anyhow::anyhow;
 use clap::{Args, Subcommand, ValueEnum};
 use evc_runtime::{
-    ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, SettledDelivery, SettledStatus,
+    NotReplayableReason, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, SettledDelivery,
+    SettledStatus,
 };
 use uuid::Uuid;
 
@@ -238,6 +239,33 @@ fn plan_text(plan: &ReplayPlan) -> String {
             out,
             "{unsupported} of them carry a version the consumer no longer accepts: apply will refuse"
         );
+    }
+    // The payload checks against the deployed schemas (the version checks are said above).
+    let invalid: Vec<_> = plan
+        .not_replayable
+        .iter()
+        .filter(|n| {
+            !matches!(
+                n.reason,
+                NotReplayableReason::NotSubscribed | NotReplayableReason::VersionNotAccepted
+            )
+        })
+        .collect();
+    if !invalid.is_empty() {
+        let _ = writeln!(
+            out,
+            "{} of them cannot be replayed: apply will refuse (leave them out: --event for the others)",
+            invalid.len()
+        );
+        for n in invalid {
+            let _ = writeln!(
+                out,
+                "  {}  generation {}  {}",
+                n.event_id,
+                n.generation,
+                n.reason.code()
+            );
+        }
     }
     let _ = writeln!(out, "digest: {}", plan.digest);
     let _ = writeln!(

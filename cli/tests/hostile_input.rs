@@ -292,7 +292,10 @@ fn property_names_cannot_forge_annotations_in_compat() {
             // A control character in a property name is refused at load (CONTROL_CHARACTER),
             // and the load report quotes it escaped: no line is a workflow command but ours.
             let stdout = String::from_utf8_lossy(&output.stdout);
-            for line in stdout.lines().filter(|line| line.trim_start().starts_with("::")) {
+            for line in stdout
+                .lines()
+                .filter(|line| line.trim_start().starts_with("::"))
+            {
                 assert!(
                     line.starts_with("::error file=")
                         || line.starts_with("::warning file=")

@@ -13,6 +13,8 @@ use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
 
 const DEFAULT_URL: &str = "postgres://root@localhost/test";
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+/// An iu.born 1.0.0 payload, canonical JSON.
+const BORN: &str = r#"{"born_at":"2026-01-01T00:00:00Z","governance_state":"draft","iu_unit_id":"01890a5d-ac96-774b-bcce-b302099a8057","iu_version_id":"01890a5d-ac96-774b-bcce-b302099a8058"}"#;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -169,14 +171,16 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
         "{stderr}"
     );
 
-    // One event on a trace: delivered twice, one attempt dead-lettered.
+    // One event on a trace: delivered twice, one attempt dead-lettered. Its payload passes
+    // the deployed iu.born 1.0.0 schema (replay checks it again).
+    let born_bytes = BORN.len();
     runtime.block_on(execute(
         url,
         &format!(
             "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, \
                  producer_class, trace_id, parent_span_id, trace_flags, payload, payload_bytes) \
              VALUES ('01890a5d-ac96-774b-bcce-b302099a8057', 'iu.born', '1.0.0', 'k', 'dot', \
-                 '{TRACE}', '00f067aa0ba902b7', '01', '{{}}', 2); \
+                 '{TRACE}', '00f067aa0ba902b7', '01', '{BORN}', {born_bytes}); \
              INSERT INTO evc_deliveries (event_id, consumer, event_seq, status, attempt) \
              SELECT event_id, c, seq, 'dead', 1 FROM evc_events, \
                  (VALUES ('audit'), ('worker.sql.aggregate')) AS v (c); \
@@ -349,6 +353,27 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
             "consumer worker.sql.aggregate no longer accepts iu.born 1.0.0 (event 01890a5d-ac96-774b-bcce-b302099a8057; no longer subscribed)"
         ),
         "{output:?}"
+    );
+
+    // A dead letter whose payload the deployed schema refuses: the dry run names it with its
+    // reason code, and apply refuses.
+    runtime.block_on(execute(
+        url,
+        "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, \
+             producer_class, payload, payload_bytes) \
+         VALUES ('01890a5d-ac96-774b-bcce-b302099a8059', 'iu.born', '1.0.0', 'k', 'dot', \
+             '{\"iu_unit_id\":\"not-a-uuid\"}', 25); \
+         INSERT INTO evc_deliveries (event_id, consumer, event_seq, status, attempt) \
+         SELECT event_id, 'audit', seq, 'dead', 1 FROM evc_events \
+         WHERE event_id = '01890a5d-ac96-774b-bcce-b302099a8059'",
+    ));
+    let output = evc(url, &["replay", "audit", "--dry-run"]);
+    let text = stdout(&output);
+    assert!(
+        text.contains(
+            "1 of them cannot be replayed: apply will refuse (leave them out: --event for the others)\n  01890a5d-ac96-774b-bcce-b302099a8059  generation 0  schema_invalid\n"
+        ),
+        "{text}"
     );
 
     // No database named: a clear error, exit 1.

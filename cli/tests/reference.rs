@@ -3,12 +3,9 @@
 //! the binary lacks, and every long option of a command (and of its subcommands) is named in
 //! that command's section.
 
-mod support;
-
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::process::Command;
-
-use support::repository;
 
 /// The command names under `Commands:` in a clap help text, without `help`.
 fn commands(help: &str) -> Vec<String> {
@@ -77,7 +74,9 @@ fn section(reference: &str, command: &str) -> Option<String> {
 
 #[test]
 fn the_cli_reference_names_every_command_and_option_of_the_binary() {
-    let reference = std::fs::read_to_string(repository().join("docs/cli.md")).expect("cli.md");
+    let reference =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/cli.md"))
+            .expect("cli.md");
     let top = commands(&help(&[]));
     assert!(top.len() >= 10, "too few commands parsed: {top:?}");
 

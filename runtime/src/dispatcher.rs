@@ -331,6 +331,9 @@ pub struct DispatchStats {
     pub released: u64,
     /// Leases recovered after expiry by this dispatcher's recovery task.
     pub recovered: u64,
+    /// Leased handlers stopped unfinished (their future dropped) because their lease could not
+    /// be renewed: refused as stale, or the renewal failed.
+    pub cancelled: u64,
 }
 
 #[derive(Debug, Default)]
@@ -343,6 +346,7 @@ struct Counters {
     stale: AtomicU64,
     released: AtomicU64,
     recovered: AtomicU64,
+    cancelled: AtomicU64,
 }
 
 impl Counters {
@@ -357,6 +361,7 @@ impl Counters {
             stale: get(&self.stale),
             released: get(&self.released),
             recovered: get(&self.recovered),
+            cancelled: get(&self.cancelled),
         }
     }
 }
@@ -908,7 +913,7 @@ impl Worker {
                         let outcome = self
                             .run_transactional(&mut connection, &claimed, &remaining, &mut ticker)
                             .await;
-                        if matches!(outcome, Ok(None)) {
+                        if matches!(outcome, Ok(Ran::Succeeded)) {
                             self.connection = Some(connection);
                         }
                         outcome
@@ -921,7 +926,7 @@ impl Worker {
                 }
             };
             let failure = match outcome {
-                Ok(None) => {
+                Ok(Ran::Succeeded) => {
                     match self.consumer.kind {
                         HandlerKind::Transactional => add(&self.counters.acked, 1),
                         HandlerKind::Leased => {
@@ -935,7 +940,10 @@ impl Worker {
                     }
                     continue;
                 }
-                Ok(Some(failure)) => failure,
+                Ok(Ran::Failed(failure)) => failure,
+                // No ack and no fail: the lease is another claim's now, or expires and is
+                // recovered (its `lease_expired` attempt row is the attempt's record).
+                Ok(Ran::Cancelled) => continue,
                 Err(error) => {
                     self.count_error(&error);
                     continue;
@@ -990,15 +998,15 @@ impl Worker {
     }
 
     /// The transactional kind: fence, handler, ack, all in one transaction on `connection` (the
-    /// worker's kept connection). `Ok(None)`: acked;
-    /// `Ok(Some(failure))`: the handler failed and everything it wrote was rolled back.
+    /// worker's kept connection). [`Ran::Succeeded`]: acked; [`Ran::Failed`]: the handler
+    /// failed and everything it wrote was rolled back.
     async fn run_transactional(
         &self,
         connection: &mut PgConnection,
         claimed: &Claimed,
         remaining: &VecDeque<Claimed>,
         ticker: &mut Interval,
-    ) -> Result<Option<HandlerError>, DispatchError> {
+    ) -> Result<Ran, DispatchError> {
         let mut tx = connection.begin().await?;
         // Row-locks the delivery: recovery and renewal leave it alone until we commit.
         self.store.lock_lease(&mut tx, &claimed.lease).await?;
@@ -1013,7 +1021,11 @@ impl Worker {
         let result = {
             let context = HandlerContext::new(claimed, &self.store, Some(&mut *tx));
             let future = CatchUnwind(handler.handle(context));
-            self.with_renewal(future, &held, ticker).await
+            // The row lock keeps this lease: only another lease's loss ends the renewals.
+            self.with_renewal(future, &held, None, ticker).await
+        };
+        let Some(result) = result else {
+            return Ok(Ran::Cancelled);
         };
         match flatten(result) {
             Ok(()) => {
@@ -1026,24 +1038,25 @@ impl Worker {
                 }
                 self.store.ack_in(&mut tx, &claimed.lease).await?;
                 tx.commit().await?;
-                Ok(None)
+                Ok(Ran::Succeeded)
             }
             Err(failure) => {
                 tx.rollback().await?;
-                Ok(Some(failure))
+                Ok(Ran::Failed(failure))
             }
         }
     }
 
-    /// The leased kind: the handler outside any transaction. `Ok(None)`: it succeeded and its
-    /// lease waits for the batch's fenced ack ([`Worker::flush_acks`]).
+    /// The leased kind: the handler outside any transaction. [`Ran::Succeeded`]: its lease
+    /// waits for the batch's fenced ack ([`Worker::flush_acks`]); [`Ran::Cancelled`]: its lease
+    /// was lost while it ran, and it was stopped.
     async fn run_leased(
         &self,
         claimed: &Claimed,
         unacked: &[Lease],
         remaining: &VecDeque<Claimed>,
         ticker: &mut Interval,
-    ) -> Result<Option<HandlerError>, DispatchError> {
+    ) -> Result<Ran, DispatchError> {
         let held: Vec<&Lease> = unacked
             .iter()
             .chain(std::iter::once(&claimed.lease))
@@ -1053,7 +1066,18 @@ impl Worker {
         let result = {
             let context = HandlerContext::new(claimed, &self.store, None);
             let future = CatchUnwind(handler.handle(context));
-            self.with_renewal(future, &held, ticker).await
+            self.with_renewal(future, &held, Some(&claimed.lease), ticker)
+                .await
+        };
+        let Some(result) = result else {
+            add(&self.counters.cancelled, 1);
+            tracing::warn!(
+                consumer = %claimed.lease.consumer,
+                event_id = %claimed.lease.event_id,
+                token = claimed.lease.token,
+                "lease lost while the handler ran; handler cancelled"
+            );
+            return Ok(Ran::Cancelled);
         };
         match flatten(result) {
             Ok(()) => {
@@ -1063,37 +1087,62 @@ impl Worker {
                         .record_reconciliation(&mut connection, &claimed.lease)
                         .await?;
                 }
-                Ok(None)
+                Ok(Ran::Succeeded)
             }
-            Err(failure) => Ok(Some(failure)),
+            Err(failure) => Ok(Ran::Failed(failure)),
         }
     }
 
-    /// Drives `future`, renewing `held` leases on every tick meanwhile.
+    /// Drives `future`, renewing `held` leases on every tick meanwhile. `None` when the lease
+    /// `current` (the one `future` runs under, when renewals keep it) could not be renewed:
+    /// refused as stale (another claim took it, or it expired and was recovered) or the
+    /// renewal failed, so the lease may end before `future` does. `future` is dropped then,
+    /// unfinished: a leased handler must not go on acting for a delivery it may no longer hold,
+    /// and its ack would be refused anyway.
     async fn with_renewal<F: Future + Unpin>(
         &self,
         mut future: F,
         held: &[&Lease],
+        current: Option<&Lease>,
         ticker: &mut Interval,
-    ) -> F::Output {
+    ) -> Option<F::Output> {
         loop {
             tokio::select! {
-                output = &mut future => return output,
+                output = &mut future => return Some(output),
                 _ = ticker.tick() => {
                     if held.is_empty() {
                         continue;
                     }
-                    match self.store.renew(held, self.config.lease).await {
-                        Ok(renewed) if renewed < held.len() => {
-                            add(&self.counters.stale, (held.len() - renewed) as u64);
+                    let kept = match self.store.renewed(held, self.config.lease).await {
+                        Ok(renewed) => {
+                            if renewed.len() < held.len() {
+                                add(&self.counters.stale, (held.len() - renewed.len()) as u64);
+                            }
+                            current.is_none_or(|lease| renewed.contains(&lease.event_id))
                         }
-                        Ok(_) => {}
-                        Err(error) => tracing::warn!(%error, "lease renewal failed"),
+                        Err(error) => {
+                            tracing::warn!(%error, "lease renewal failed");
+                            current.is_none()
+                        }
+                    };
+                    if !kept {
+                        drop(future);
+                        return None;
                     }
                 }
             }
         }
     }
+}
+
+/// How one handler run ended.
+enum Ran {
+    /// It succeeded: a transactional run is acked, a leased one waits for its batch's ack.
+    Succeeded,
+    /// It failed (or panicked); a transactional run's writes were rolled back.
+    Failed(HandlerError),
+    /// Its lease was lost while it ran, and it was dropped unfinished: no ack, no fail.
+    Cancelled,
 }
 
 /// A handler's result with a panic turned into a poison failure.

@@ -2,15 +2,17 @@
 //! every refusal (wrong digest, missing or over-long reason, missing approval, a key reused for
 //! another plan, a version the consumer no longer accepts, an unknown consumer) leaving nothing
 //! written, and an apply that supersedes the originals with new deliveries referencing them,
-//! once per idempotency key, audited and visible in the trace's timeline.
+//! once per idempotency key, audited and visible in the trace's timeline. A payload that no
+//! longer validates against its version's deployed schema is reported by the dry run and
+//! refuses the apply.
 
 mod support;
 
 use std::time::Duration;
 
 use evc_runtime::{
-    Console, FailureClass, ReplayApproval, ReplayError, ReplaySelection, RetryDecision,
-    SettledStatus,
+    Console, FailureClass, NotReplayableReason, ReplayApproval, ReplayError, ReplaySelection,
+    RetryDecision, SettledStatus,
 };
 use sqlx::postgres::PgPool;
 use support::{TRACE_ID, TestResult, append_notes, dispatch_store, with_database};
@@ -48,6 +50,21 @@ async fn deploy(pool: &PgPool, consumer: &str, requirement: &str) -> Result<(), 
     )
     .bind(consumer)
     .bind(requirement)
+    .execute(pool)
+    .await?;
+    deploy_version(pool, support::NOTE_SCHEMA).await
+}
+
+/// Deploys `schema` as `test.note` 1.0.0's in the database's registry mirror.
+async fn deploy_version(pool: &PgPool, schema: &str) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO evc_event_versions (event_type, version, major, minor, patch, schema, \
+             schema_digest, registry_digest) \
+         SELECT 'test.note', '1.0.0', 1, 0, 0, $1::jsonb, digest, digest \
+         FROM evc_registry_state \
+         ON CONFLICT (event_type, version) DO UPDATE SET schema = EXCLUDED.schema",
+    )
+    .bind(schema)
     .execute(pool)
     .await?;
     Ok(())
@@ -374,6 +391,99 @@ async fn a_replay_is_refused_when_the_consumer_no_longer_accepts_the_version() -
             })
         ));
         assert_eq!(replays(&pool).await?, (0, 0));
+        Ok(())
+    })
+    .await
+}
+
+/// `test.note` 1.0.0 as deployed later: `count` must be at least 1 (note 0 has 0).
+const COUNT_FROM_ONE: &str = r#"{"properties":{"count":{"minimum":1,"type":"integer"},"note_id":{"format":"uuid","type":"string"}},"required":["note_id"],"type":"object"}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_the_deployed_schema_refuses_is_never_requeued() -> TestResult {
+    with_database(|pool| async move {
+        let store = dispatch_store(&pool, 4).await?;
+        let leases = settle_some(&store).await?;
+        deploy(&pool, CONSUMER, "^1").await?;
+        // The schema deployed since: note 0 (dead, `count` 0) no longer validates.
+        deploy_version(&pool, COUNT_FROM_ONE).await?;
+        let console = Console::connect(pool.clone()).await?;
+        let all = ReplaySelection::consumer(CONSUMER);
+        let plan = console.replay_plan(&all).await?;
+        assert_eq!(plan.deliveries.len(), 3);
+        assert_eq!(
+            plan.unsupported().count(),
+            0,
+            "the version is still accepted"
+        );
+        assert_eq!(
+            plan.not_replayable
+                .iter()
+                .map(|n| (n.event_id, n.reason.code()))
+                .collect::<Vec<_>>(),
+            [(leases[0].event_id, "schema_invalid")]
+        );
+        assert_eq!(
+            plan.not_replayable_reason(leases[0].event_id, 0),
+            Some(NotReplayableReason::SchemaInvalid)
+        );
+
+        // Apply refuses the whole plan; nothing is written.
+        let before = generations(&pool).await?;
+        let approval = ReplayApproval::new(&plan.digest, "handler fixed", "CHG-3", "r-3");
+        match console.replay(&all, &approval).await {
+            Err(ReplayError::NotReplayable {
+                event_id, reason, ..
+            }) => {
+                assert_eq!(event_id, leases[0].event_id);
+                assert_eq!(reason, NotReplayableReason::SchemaInvalid);
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert_eq!(generations(&pool).await?, before);
+        assert_eq!(replays(&pool).await?, (0, 0));
+
+        // The version not deployed at all: reported, refused.
+        sqlx::query("DELETE FROM evc_event_versions WHERE event_type = 'test.note'")
+            .execute(&pool)
+            .await?;
+        let missing = console.replay_plan(&all).await?;
+        assert_eq!(missing.not_replayable.len(), 3);
+        assert!(
+            missing
+                .not_replayable
+                .iter()
+                .all(|n| n.reason == NotReplayableReason::VersionNotDeployed)
+        );
+        let approval = ReplayApproval::new(&missing.digest, "handler fixed", "CHG-3", "r-3");
+        assert!(matches!(
+            console.replay(&all, &approval).await,
+            Err(ReplayError::NotReplayable {
+                reason: NotReplayableReason::VersionNotDeployed,
+                ..
+            })
+        ));
+        assert_eq!(replays(&pool).await?, (0, 0));
+
+        // The operator leaves note 0 out: the rest replays.
+        deploy_version(&pool, COUNT_FROM_ONE).await?;
+        let rest = all
+            .clone()
+            .event_ids([leases[1].event_id, leases[2].event_id]);
+        let plan = console.replay_plan(&rest).await?;
+        assert!(plan.not_replayable.is_empty());
+        let approval = ReplayApproval::new(&plan.digest, "handler fixed", "CHG-3", "r-4");
+        let applied = console.replay(&rest, &approval).await?;
+        assert_eq!(applied.deliveries, 2);
+        let dead_zero: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM evc_deliveries WHERE consumer = $1 AND event_id = $2 \
+             AND status = 'dead' AND generation = 0",
+        )
+        .bind(CONSUMER)
+        .bind(leases[0].event_id)
+        .fetch_one(&pool)
+        .await?;
+        assert_eq!(dead_zero, 1, "note 0 stays dead-lettered");
         Ok(())
     })
     .await

@@ -12,13 +12,16 @@
 //!   reconciliation rows, stale-token counts), named the same way.
 //! - `NNNN_evc_runtime_v4.sql`: the fourth step (the lease index that leaves fenced statements
 //!   to the primary key, for acks that delete), named the same way.
+//! - `NNNN_evc_runtime_v5.sql`: the fifth step (append-only ledgers with an audited retention
+//!   purge, and the payload hard cap of the project file as a constraint), named the same way.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
 //!   renders one content. When a file for the current digest is already checked in, that name is
 //!   rendered again; otherwise the number follows the highest one checked in.
 //!
-//! Migrations never remove data: nothing here renders a `DELETE`, and a later runtime step drops
+//! Migrations never remove data: nothing here runs a `DELETE` (the fifth step only defines the
+//! purge functions that do, for an operator to call), and a later runtime step drops
 //! only indexes and constraints that an earlier step created.
 
 use std::path::Path;
@@ -43,6 +46,37 @@ pub const RUNTIME_V3_SUFFIX: &str = "_evc_runtime_v3.sql";
 
 /// The file name of the runtime tables' fourth step, after its version.
 pub const RUNTIME_V4_SUFFIX: &str = "_evc_runtime_v4.sql";
+
+/// The file name of the runtime tables' fifth step, after its version.
+pub const RUNTIME_V5_SUFFIX: &str = "_evc_runtime_v5.sql";
+
+/// The append-only tables of the fifth step, each with the name of its row trigger (the first
+/// and third steps' `BEFORE UPDATE` triggers keep their names and are widened to deletes).
+const LEDGERS: &[Ledger] = &[
+    Ledger::new("evc_events", "evc_events_append_only"),
+    Ledger::new("evc_delivery_attempts", "evc_delivery_attempts_immutable"),
+    Ledger::new(
+        "evc_validation_rejects",
+        "evc_validation_rejects_append_only",
+    ),
+    Ledger::new("evc_replays", "evc_replays_append_only"),
+    Ledger::new("evc_replay_items", "evc_replay_items_immutable"),
+    Ledger::new("evc_reconciliations", "evc_reconciliations_append_only"),
+    Ledger::new("evc_consumer_effects", "evc_consumer_effects_append_only"),
+    Ledger::new("evc_purges", "evc_purges_append_only"),
+];
+
+/// An append-only table and its row trigger.
+struct Ledger {
+    table: &'static str,
+    row_trigger: &'static str,
+}
+
+impl Ledger {
+    const fn new(table: &'static str, row_trigger: &'static str) -> Self {
+        Self { table, row_trigger }
+    }
+}
 
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
@@ -79,6 +113,18 @@ struct RuntimeMigrationV3 {
 #[template(path = "evc_runtime_v4.sql", escape = "none")]
 struct RuntimeMigrationV4 {
     notice: &'static str,
+}
+
+/// `NNNN_evc_runtime_v5.sql`.
+#[derive(Template)]
+#[template(path = "evc_runtime_v5.sql", escape = "none")]
+struct RuntimeMigrationV5 {
+    notice: &'static str,
+    /// The append-only tables.
+    ledgers: &'static [Ledger],
+    /// `payload_policy.hard_max_bytes` of the project file: the cap the runtime's payload
+    /// policy mirrors.
+    hard_max_bytes: u32,
 }
 
 /// `NNNN_evc_registry_<digest12>.sql`.
@@ -128,6 +174,14 @@ pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitE
     let runtime_v2 = render_template(&RuntimeMigrationV2 { notice }, "evc_runtime_v2.sql")?;
     let runtime_v3 = render_template(&RuntimeMigrationV3 { notice }, "evc_runtime_v3.sql")?;
     let runtime_v4 = render_template(&RuntimeMigrationV4 { notice }, "evc_runtime_v4.sql")?;
+    let runtime_v5 = render_template(
+        &RuntimeMigrationV5 {
+            notice,
+            ledgers: LEDGERS,
+            hard_max_bytes: set.project.payload_policy.hard_max_bytes,
+        },
+        "evc_runtime_v5.sql",
+    )?;
     // Each step numbers after the files before it when they are new (a fresh crate), and the
     // registry file after them.
     let mut present = layout.existing_migrations.clone();
@@ -137,6 +191,8 @@ pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitE
     present.push(runtime_v3_name.clone());
     let runtime_v4_name = step_file_name(RUNTIME_V4_SUFFIX, &present);
     present.push(runtime_v4_name.clone());
+    let runtime_v5_name = step_file_name(RUNTIME_V5_SUFFIX, &present);
+    present.push(runtime_v5_name.clone());
 
     let registry = manifest::registry(set);
     let digest = manifest::registry_digest(set)?;
@@ -166,6 +222,10 @@ pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitE
         Artifact {
             path: dir.join(runtime_v4_name),
             contents: with_final_newline(runtime_v4),
+        },
+        Artifact {
+            path: dir.join(runtime_v5_name),
+            contents: with_final_newline(runtime_v5),
         },
         Artifact {
             path: dir.join(registry_file_name(&digest, &present)),
@@ -616,7 +676,8 @@ mod tests {
                 format!("0002{RUNTIME_V2_SUFFIX}"),
                 format!("0003{RUNTIME_V3_SUFFIX}"),
                 format!("0004{RUNTIME_V4_SUFFIX}"),
-                format!("0005_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN])
+                format!("0005{RUNTIME_V5_SUFFIX}"),
+                format!("0006_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN])
             ]
         );
         for artifact in &first {
@@ -661,6 +722,49 @@ mod tests {
             step_file_name(RUNTIME_V2_SUFFIX, &existing),
             "0003_evc_runtime_v2.sql"
         );
+    }
+
+    #[test]
+    fn the_fifth_step_caps_payloads_at_the_project_s_hard_cap()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../contracts");
+        let mut set = crate::ContractSet::load(dir)?.contracts;
+        let step = |set: &ContractSet| -> Result<String, EmitError> {
+            let artifacts = render(set, &Layout::default())?;
+            Ok(artifacts
+                .into_iter()
+                .find(|artifact| artifact.path.to_string_lossy().ends_with(RUNTIME_V5_SUFFIX))
+                .map(|artifact| artifact.contents)
+                .unwrap_or_default())
+        };
+        let cap = |sql: &str| {
+            sql.split("octet_length(replace(replace(payload::text, ', ', ','), ': ', ':'))")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().nth(1))
+                .map(str::to_owned)
+        };
+        assert_eq!(
+            cap(&step(&set)?).as_deref(),
+            Some(
+                set.project
+                    .payload_policy
+                    .hard_max_bytes
+                    .to_string()
+                    .as_str()
+            )
+        );
+        set.project.payload_policy.hard_max_bytes = 1_048_576;
+        assert_eq!(cap(&step(&set)?).as_deref(), Some("1048576"));
+        // Every ledger gets both triggers.
+        let sql = step(&set)?;
+        for ledger in LEDGERS {
+            assert!(sql.contains(&format!(
+                "CREATE OR REPLACE TRIGGER {}\n    BEFORE UPDATE OR DELETE ON {}\n",
+                ledger.row_trigger, ledger.table
+            )));
+            assert!(sql.contains(&format!("BEFORE TRUNCATE ON {}\n", ledger.table)));
+        }
+        Ok(())
     }
 
     #[test]

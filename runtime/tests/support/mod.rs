@@ -122,7 +122,7 @@ pub fn note(note_id: &str) -> serde_json::Value {
     serde_json::json!({"note_id": note_id, "text": "a note", "count": 1})
 }
 
-const NOTE_SCHEMA: &str = r#"{"properties":{"count":{"minimum":0,"type":"integer"},"meta":{"type":"object"},"note_id":{"format":"uuid","type":"string"},"text":{"type":"string"}},"required":["note_id"],"type":"object"}"#;
+pub const NOTE_SCHEMA: &str = r#"{"properties":{"count":{"minimum":0,"type":"integer"},"meta":{"type":"object"},"note_id":{"format":"uuid","type":"string"},"text":{"type":"string"}},"required":["note_id"],"type":"object"}"#;
 const NOTE_V2_SCHEMA: &str = r#"{"properties":{"note_id":{"format":"uuid","type":"string"},"title":{"type":"string"}},"required":["note_id","title"],"type":"object"}"#;
 const PING_SCHEMA: &str = r#"{"type":"object"}"#;
 const DIGEST: &str = "0000000000000000000000000000000000000000000000000000000000000001";

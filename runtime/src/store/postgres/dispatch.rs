@@ -448,8 +448,21 @@ impl PgStore {
     /// # Errors
     /// [`DispatchError::Database`].
     pub async fn renew(&self, leases: &[&Lease], lease: Duration) -> Result<usize, DispatchError> {
+        Ok(self.renewed(leases, lease).await?.len())
+    }
+
+    /// [`PgStore::renew`], answering which leases were renewed (by event id; the leases are of
+    /// one consumer). A lease not in the answer is lost: counted as a stale token.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    pub async fn renewed(
+        &self,
+        leases: &[&Lease],
+        lease: Duration,
+    ) -> Result<Vec<Uuid>, DispatchError> {
         let Some(first) = leases.first() else {
-            return Ok(0);
+            return Ok(Vec::new());
         };
         let ids: Vec<Uuid> = leases.iter().map(|l| l.event_id).collect();
         let tokens: Vec<i64> = leases.iter().map(|l| l.token).collect();
@@ -465,7 +478,7 @@ impl PgStore {
                 let _ = self.stale(lost);
             }
         }
-        Ok(renewed.len())
+        Ok(renewed)
     }
 
     /// Locks the lease's delivery in the caller's transaction if its token is current (see

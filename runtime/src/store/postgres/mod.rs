@@ -48,6 +48,7 @@ mod doorbell;
 mod observe;
 mod operations;
 mod replay;
+mod retention;
 pub mod sql;
 
 pub use console::Console;
@@ -59,10 +60,14 @@ pub use observe::{
 };
 pub use operations::ConsumerState;
 pub use replay::{
-    DEFAULT_REPLAY_LIMIT, MAX_REPLAY_REASON_CHARS, MAX_REPLAY_REF_CHARS, ReplayApplied,
-    ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, SettledDelivery, SettledStatus,
+    DEFAULT_REPLAY_LIMIT, MAX_REPLAY_REASON_CHARS, MAX_REPLAY_REF_CHARS, NotReplayable,
+    NotReplayableReason, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection,
+    SettledDelivery, SettledStatus,
 };
 
+pub use retention::{
+    EventsPurged, MAX_PURGE_ACTOR_CHARS, MAX_PURGE_REASON_CHARS, PurgeError, RejectsPurged,
+};
 pub use sql::NOTIFY_CHANNEL;
 
 /// Events per statement of a batch append. Large enough that per-statement costs vanish, small

@@ -1,13 +1,15 @@
 //! Replay from dead-letter or quarantine (docs/runtime.md, "Replay"): a dry run returns the
 //! plan and its digest; apply presents that digest with a reason, an approval reference and an
 //! idempotency key, and supersedes each planned delivery with a next generation that references
-//! the replay. Everything is checked against the registry the database deploys (its mirror), so
-//! a consumer that no longer accepts an event's version refuses the replay.
+//! the replay. Everything is checked against the registry the database deploys (its mirror): a
+//! consumer that no longer accepts an event's version, or a payload that no longer validates
+//! against its version's deployed schema, refuses the replay.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use sqlx::Row;
-use sqlx::postgres::{PgPool, PgRow};
+use sqlx::postgres::{PgConnection, PgPool, PgRow};
 use uuid::Uuid;
 
 use super::sql;
@@ -155,6 +157,53 @@ impl SettledDelivery {
     }
 }
 
+/// Why a planned delivery cannot be replayed (checked against the deployed registry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NotReplayableReason {
+    /// The consumer is no longer subscribed to the event's type.
+    NotSubscribed,
+    /// The consumer's requirement no longer accepts the event's version.
+    VersionNotAccepted,
+    /// The deployed registry holds no schema for the event's version.
+    VersionNotDeployed,
+    /// The deployed schema of the event's version does not compile.
+    SchemaUnusable,
+    /// The payload does not validate against the deployed schema of its version.
+    SchemaInvalid,
+}
+
+impl NotReplayableReason {
+    /// The reason code (`schema_invalid`, ...), as dry runs print it.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::NotSubscribed => "not_subscribed",
+            Self::VersionNotAccepted => "version_not_accepted",
+            Self::VersionNotDeployed => "version_not_deployed",
+            Self::SchemaUnusable => "schema_unusable",
+            Self::SchemaInvalid => "schema_invalid",
+        }
+    }
+}
+
+impl std::fmt::Display for NotReplayableReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+/// A planned delivery that cannot be replayed, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NotReplayable {
+    /// The event.
+    pub event_id: Uuid,
+    /// The delivery's generation.
+    pub generation: i32,
+    /// Why.
+    pub reason: NotReplayableReason,
+}
+
 /// A dry run's answer: the deliveries a replay would supersede, and the digest apply must
 /// present.
 #[derive(Debug, Clone, PartialEq)]
@@ -167,12 +216,27 @@ pub struct ReplayPlan {
     /// SHA-256 (hex) of the consumer and of each delivery's event, generation, status and
     /// version, in order: any change to what would be replayed changes it.
     pub digest: String,
+    /// The planned deliveries that cannot be replayed, in plan order. Apply refuses the whole
+    /// plan while any is listed: narrow the selection (event ids, type) to leave them out.
+    pub not_replayable: Vec<NotReplayable>,
 }
 
 impl ReplayPlan {
     /// The deliveries whose version the consumer no longer accepts (apply refuses them).
     pub fn unsupported(&self) -> impl Iterator<Item = &SettledDelivery> {
         self.deliveries.iter().filter(|d| !d.version_supported())
+    }
+
+    /// Why the delivery of `event_id` at `generation` cannot be replayed, if it cannot.
+    pub fn not_replayable_reason(
+        &self,
+        event_id: Uuid,
+        generation: i32,
+    ) -> Option<NotReplayableReason> {
+        self.not_replayable
+            .iter()
+            .find(|n| n.event_id == event_id && n.generation == generation)
+            .map(|n| n.reason)
     }
 }
 
@@ -300,6 +364,21 @@ pub enum ReplayError {
         /// What the consumer accepts now (`None`: not subscribed any more).
         requirement: Option<String>,
     },
+    /// A planned event's payload does not pass the deployed schema of its version (or no
+    /// usable schema is deployed for it). The payload itself is never reported.
+    #[error("event {event_id} ({event_type} {version}) cannot be replayed to {consumer}: {reason}")]
+    NotReplayable {
+        /// The event.
+        event_id: Uuid,
+        /// The consumer.
+        consumer: String,
+        /// The event type.
+        event_type: String,
+        /// The event's version.
+        version: String,
+        /// Why.
+        reason: NotReplayableReason,
+    },
     /// The database failed.
     #[error("outbox database error: {0}")]
     Database(#[from] sqlx::Error),
@@ -335,7 +414,76 @@ pub(crate) async fn plan(
     selection: &ReplaySelection,
 ) -> Result<ReplayPlan, sqlx::Error> {
     let deliveries = settled(pool, selection).await?;
-    Ok(plan_of(selection, deliveries))
+    let mut plan = plan_of(selection, deliveries);
+    let mut connection = pool.acquire().await?;
+    plan.not_replayable = not_replayable(&mut connection, &plan.deliveries).await?;
+    Ok(plan)
+}
+
+/// The deliveries of `deliveries` that cannot be replayed: each event's version must still be
+/// accepted by the consumer, and its payload must validate against its version's schema in
+/// the deployed registry (formats on, as at append).
+async fn not_replayable(
+    connection: &mut PgConnection,
+    deliveries: &[SettledDelivery],
+) -> Result<Vec<NotReplayable>, sqlx::Error> {
+    let ids: Vec<Uuid> = deliveries.iter().map(|d| d.event_id).collect();
+    let rows = sqlx::query(sql::REPLAY_PAYLOADS)
+        .bind(&ids)
+        .fetch_all(&mut *connection)
+        .await?;
+    let mut stored: HashMap<Uuid, (String, Option<String>)> = HashMap::with_capacity(rows.len());
+    for row in &rows {
+        stored.insert(
+            row.try_get("event_id")?,
+            (row.try_get("payload")?, row.try_get("schema")?),
+        );
+    }
+    // One validator per deployed schema text (a plan holds few versions).
+    let mut validators: HashMap<String, Option<jsonschema::Validator>> = HashMap::new();
+    let mut refused = Vec::new();
+    for d in deliveries {
+        let reason = if d.requirement.is_none() {
+            Some(NotReplayableReason::NotSubscribed)
+        } else if !d.version_supported() {
+            Some(NotReplayableReason::VersionNotAccepted)
+        } else {
+            match stored.get(&d.event_id) {
+                Some((payload, Some(schema))) => {
+                    let validator = validators
+                        .entry(schema.clone())
+                        .or_insert_with(|| compile(schema));
+                    match validator {
+                        None => Some(NotReplayableReason::SchemaUnusable),
+                        Some(validator) => {
+                            let valid = serde_json::from_str::<serde_json::Value>(payload)
+                                .is_ok_and(|payload| validator.is_valid(&payload));
+                            (!valid).then_some(NotReplayableReason::SchemaInvalid)
+                        }
+                    }
+                }
+                _ => Some(NotReplayableReason::VersionNotDeployed),
+            }
+        };
+        if let Some(reason) = reason {
+            refused.push(NotReplayable {
+                event_id: d.event_id,
+                generation: d.generation,
+                reason,
+            });
+        }
+    }
+    Ok(refused)
+}
+
+/// A deployed schema's validator, as the append path builds them; `None` when it does not
+/// compile.
+fn compile(schema: &str) -> Option<jsonschema::Validator> {
+    let schema: serde_json::Value = serde_json::from_str(schema).ok()?;
+    jsonschema::draft202012::options()
+        .should_validate_formats(true)
+        .build(&schema)
+        .ok()
 }
 
 fn plan_of(selection: &ReplaySelection, deliveries: Vec<SettledDelivery>) -> ReplayPlan {
@@ -355,6 +503,7 @@ fn plan_of(selection: &ReplaySelection, deliveries: Vec<SettledDelivery>) -> Rep
         selection: selection.clone(),
         digest: sha256_hex(canonical.as_bytes()),
         deliveries,
+        not_replayable: Vec::new(),
     }
 }
 
@@ -453,6 +602,21 @@ pub(crate) async fn apply(
             event_type: d.event_type.clone(),
             version: d.version.clone(),
             requirement: d.requirement.clone(),
+        });
+    }
+    // Each payload against its version's deployed schema, on the locked rows: a schema
+    // deployed since the dry run counts.
+    if let Some(refused) = not_replayable(&mut tx, &plan.deliveries).await?.first() {
+        let d = plan
+            .deliveries
+            .iter()
+            .find(|d| d.event_id == refused.event_id && d.generation == refused.generation);
+        return Err(ReplayError::NotReplayable {
+            event_id: refused.event_id,
+            consumer: selection.consumer.clone(),
+            event_type: d.map(|d| d.event_type.clone()).unwrap_or_default(),
+            version: d.map(|d| d.version.clone()).unwrap_or_default(),
+            reason: refused.reason,
         });
     }
 

@@ -1,7 +1,7 @@
 //! Every SQL statement of the PostgreSQL store, named after what it does. All are static text
 //! with bind parameters (prepared once per connection by sqlx); the tables and the indexes that
-//! serve them are declared in `generated/migrations/0001_evc_runtime.sql` and changed by
-//! `0003_evc_runtime_v2.sql`.
+//! serve them are declared in `generated/migrations/0001_evc_runtime.sql` and changed by the
+//! later runtime steps (`*_evc_runtime_v2.sql` to `*_evc_runtime_v5.sql`).
 
 /// The channel every append notifies after commit; the payload is the name of a consumer that
 /// got a delivery (never event data). Dispatchers `LISTEN` on it.
@@ -760,6 +760,15 @@ pub(crate) const SETTLED_DELIVERIES: &str = settled_deliveries!();
 pub(crate) const SETTLED_DELIVERIES_LOCKED: &str =
     concat!(settled_deliveries!(), "\nFOR UPDATE OF d");
 
+/// The payload of each event in `$1` (`uuid[]`) with the schema of its version in the deployed
+/// registry (NULL: that version is not deployed), for replay's re-validation.
+pub(crate) const REPLAY_PAYLOADS: &str = "\
+SELECT e.event_id, e.payload::text AS payload, v.schema::text AS schema
+FROM evc_events e
+LEFT JOIN evc_event_versions v ON v.event_type = e.event_type AND v.version = e.schema_version
+    AND v.registry_digest = (SELECT digest FROM evc_registry_state)
+WHERE e.event_id = ANY($1::uuid[])";
+
 /// Serializes replays that present idempotency key `$1` (transaction-scoped).
 pub(crate) const LOCK_REPLAY_KEY: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 7266))";
 
@@ -887,6 +896,22 @@ FROM (
     JOIN evc_replays r ON r.id = i.replay_id
 ) AS t
 ORDER BY t.at, t.rank, t.seq, t.consumer, t.attempt";
+
+// ---------------------------------------------------------------------------------------------
+// Retention (docs/runtime.md, "Append-only ledgers"): the purge functions of the fifth runtime
+// step, the only way rows leave the append-only tables.
+// ---------------------------------------------------------------------------------------------
+
+/// Purges the events produced before `$1` (epoch seconds) whose deliveries are all settled,
+/// with their rows in the other ledgers; `$2` reason, `$3` actor. One row: the audit row's id
+/// and the counts removed.
+pub(crate) const PURGE_EVENTS: &str = "\
+SELECT purge_id, events, deliveries, attempts, reconciliations, replay_items
+FROM evc_purge_events(to_timestamp($1::float8), $2, $3)";
+
+/// Purges the rejects recorded before `$1` (epoch seconds); `$2` reason, `$3` actor.
+pub(crate) const PURGE_REJECTS: &str = "\
+SELECT purge_id, rejects FROM evc_purge_rejects(to_timestamp($1::float8), $2, $3)";
 
 #[cfg(test)]
 mod tests {

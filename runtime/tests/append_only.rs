@@ -1,0 +1,375 @@
+//! The ledger tables against a real server, written by hand as an application bug or a
+//! non-owner role would write them: `UPDATE`, `DELETE` and `TRUNCATE` are refused on every
+//! append-only table, a hand-set `evc.purge` setting opens nothing, a payload over the hard cap
+//! is refused by the database itself, and the retention purge removes old settled rows (never a
+//! delivery still open) and writes its audit row.
+
+mod support;
+
+use std::time::{Duration, SystemTime};
+
+use evc_runtime::{PayloadPolicy, PgStore, PurgeError};
+use sqlx::postgres::PgPool;
+use sqlx::{AssertSqlSafe, Connection};
+use support::{TestResult, append_notes, count, dispatch_store, with_database};
+
+/// Every append-only table and a `WHERE` that names its rows (for `UPDATE` and `DELETE`).
+const LEDGERS: &[(&str, &str)] = &[
+    ("evc_events", "order_key = order_key"),
+    ("evc_delivery_attempts", "outcome = outcome"),
+    ("evc_validation_rejects", "reason_code = reason_code"),
+    ("evc_replays", "reason = reason"),
+    ("evc_replay_items", "consumer = consumer"),
+    ("evc_reconciliations", "consumer = consumer"),
+    ("evc_consumer_effects", "consumer = consumer"),
+    ("evc_purges", "reason = reason"),
+];
+
+/// One row in every append-only table, written as the runtime writes them.
+async fn one_row_each(pool: &PgPool) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql(
+        "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, \
+             producer_class, payload, payload_bytes) \
+         VALUES ('01890a5d-ac96-774b-bcce-000000000001', 't', '1.0.0', 'k', 'p', '{}', 2); \
+         INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, fencing_token, \
+             started_at, finished_at, outcome, duration_ms) \
+         VALUES ('01890a5d-ac96-774b-bcce-000000000001', 'c', 1, 'w', 1, now(), now(), \
+             'acked', 0); \
+         INSERT INTO evc_validation_rejects (event_type, reason_code, payload_digest) \
+         VALUES ('t', 'oversize', 'd'); \
+         INSERT INTO evc_replays (plan_digest, reason, approval_ref, idempotency_key) \
+         VALUES ('d', 'why', 'CHG-1', 'k-1'); \
+         INSERT INTO evc_replay_items (replay_id, event_id, consumer, generation, \
+             replayed_from, schema_version) \
+         SELECT id, '01890a5d-ac96-774b-bcce-000000000001', 'c', 0, 'dead', '1.0.0' \
+         FROM evc_replays; \
+         INSERT INTO evc_reconciliations (consumer, event_id, fencing_token, intended) \
+         VALUES ('c', '01890a5d-ac96-774b-bcce-000000000001', 1, '[]'); \
+         INSERT INTO evc_consumer_effects (consumer, effect_key, event_id, outcome_digest) \
+         VALUES ('c', 'e', '01890a5d-ac96-774b-bcce-000000000001', 'd')",
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// The error `statement` ends with, as text (`None`: it succeeded).
+async fn refusal(pool: &PgPool, statement: String) -> Option<String> {
+    sqlx::raw_sql(AssertSqlSafe(statement))
+        .execute(pool)
+        .await
+        .err()
+        .map(|error| error.to_string())
+}
+
+#[tokio::test]
+async fn ledger_rows_cannot_be_updated_deleted_or_truncated() -> TestResult {
+    with_database(|pool| async move {
+        one_row_each(&pool).await?;
+        // The purge audit table gets its row from a purge that finds nothing to remove.
+        let store = PgStore::new(
+            pool.clone(),
+            support::TEST_REGISTRY,
+            PayloadPolicy::default(),
+        )?;
+        store
+            .purge_events(SystemTime::UNIX_EPOCH, "retention", "ops@example")
+            .await?;
+        for (table, matching) in LEDGERS {
+            let before = count(&pool, table).await?;
+            assert_eq!(before, 1, "{table} has its row");
+            for statement in [
+                format!("UPDATE {table} SET {matching} WHERE {matching}"),
+                format!("DELETE FROM {table} WHERE {matching}"),
+                // CASCADE: a foreign key alone (evc_replay_items on evc_replays) is no guard.
+                format!("TRUNCATE {table} CASCADE"),
+            ] {
+                let refused = refusal(&pool, statement.clone()).await;
+                let message = refused.unwrap_or_else(|| panic!("accepted: {statement}"));
+                assert!(
+                    message.contains(&format!("{table} is append-only")),
+                    "{statement}: {message}"
+                );
+            }
+            assert_eq!(count(&pool, table).await?, before, "{table} kept its row");
+        }
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_hand_set_purge_setting_opens_nothing() -> TestResult {
+    with_database(|pool| async move {
+        one_row_each(&pool).await?;
+        let mut connection = pool.acquire().await?;
+        // The setting the purge function uses, set by hand, in and out of a transaction.
+        for value in ["on", "1", "true"] {
+            let mut tx = connection.begin().await?;
+            sqlx::query("SELECT set_config('evc.purge', $1, true)")
+                .bind(value)
+                .execute(&mut *tx)
+                .await?;
+            let deleted = sqlx::query("DELETE FROM evc_events")
+                .execute(&mut *tx)
+                .await;
+            let message = deleted.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(
+                message.contains("evc_events is append-only"),
+                "evc.purge = {value}: {message:?}"
+            );
+            tx.rollback().await?;
+        }
+        // The id of an earlier purge's audit row, from another transaction, opens nothing
+        // either.
+        let store = PgStore::new(
+            pool.clone(),
+            support::TEST_REGISTRY,
+            PayloadPolicy::default(),
+        )?;
+        let purge = store
+            .purge_events(SystemTime::UNIX_EPOCH, "retention", "ops@example")
+            .await?;
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "SET evc.purge = '{}'",
+            purge.purge_id
+        )))
+        .execute(&mut *connection)
+        .await?;
+        let deleted = sqlx::query("DELETE FROM evc_delivery_attempts")
+            .execute(&mut *connection)
+            .await;
+        assert!(
+            deleted.is_err(),
+            "a session-wide evc.purge deleted attempts"
+        );
+        assert_eq!(count(&pool, "evc_events").await?, 1);
+        assert_eq!(count(&pool, "evc_delivery_attempts").await?, 1);
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn the_database_refuses_a_payload_over_the_hard_cap() -> TestResult {
+    with_database(|pool| async move {
+        let cap = PayloadPolicy::default().hard_max_bytes as usize;
+        let insert = "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, \
+                      producer_class, payload, payload_bytes) \
+                      VALUES ($1::uuid, 't', '1.0.0', 'k', 'p', $2::jsonb, 2)";
+        // `{"a":"xx…"}`: 8 bytes around the string. At the cap: accepted.
+        let at_cap = format!(r#"{{"a":"{}"}}"#, "x".repeat(cap - 8));
+        assert_eq!(at_cap.len(), cap);
+        sqlx::query(insert)
+            .bind("01890a5d-ac96-774b-bcce-000000000001")
+            .bind(&at_cap)
+            .execute(&pool)
+            .await?;
+        // One byte over, and a megabyte over, with a lying `payload_bytes`: refused.
+        for (id, size) in [("02", cap + 1), ("03", 1 << 20)] {
+            let over = format!(r#"{{"a":"{}"}}"#, "x".repeat(size - 8));
+            let result = sqlx::query(insert)
+                .bind(format!("01890a5d-ac96-774b-bcce-0000000000{id}"))
+                .bind(&over)
+                .execute(&pool)
+                .await;
+            let error = result.expect_err("an oversize payload was stored");
+            let code = error
+                .as_database_error()
+                .and_then(|e| e.code())
+                .map(|c| c.into_owned());
+            assert_eq!(code.as_deref(), Some("23514"), "a check violation: {error}");
+            assert!(
+                error.to_string().contains("evc_events_payload_cap"),
+                "{error}"
+            );
+        }
+        assert_eq!(count(&pool, "evc_events").await?, 1);
+        Ok(())
+    })
+    .await
+}
+
+const LEASE: Duration = Duration::from_secs(30);
+
+/// The database's clock now, for a cutoff between two appends.
+async fn database_now(pool: &PgPool) -> Result<SystemTime, sqlx::Error> {
+    let seconds: f64 = sqlx::query_scalar("SELECT extract(epoch FROM clock_timestamp())::float8")
+        .fetch_one(pool)
+        .await?;
+    Ok(SystemTime::UNIX_EPOCH + Duration::from_secs_f64(seconds))
+}
+
+/// `(event_id, consumer)` rows of `table` for the notes with `count` in `counts`.
+async fn rows_of(pool: &PgPool, table: &str, counts: &[i64]) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT count(*) FROM {table} t JOIN evc_events e ON e.event_id = t.event_id \
+         WHERE (e.payload->>'count')::int8 = ANY($1)"
+    )))
+    .bind(counts)
+    .fetch_one(pool)
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_removes_old_settled_rows_keeps_open_ones_and_is_audited() -> TestResult {
+    with_database(|pool| async move {
+        let store = dispatch_store(&pool, 4).await?;
+        // Notes 0..3 on four keys, each delivered to d.leased, d.tx and d.unordered.
+        append_notes(&store, 4, 4).await?;
+        let mut open = None;
+        for (consumer, per_key) in [("d.leased", true), ("d.tx", true), ("d.unordered", false)] {
+            let claimed = store.claim(consumer, "w/1", 10, LEASE, per_key).await?;
+            assert_eq!(claimed.len(), 4, "{consumer}");
+            for c in claimed {
+                let count = c.payload["count"].as_i64();
+                match (consumer, count) {
+                    // Note 3 stays open (leased) for d.leased.
+                    ("d.leased", Some(3)) => open = Some(c.lease),
+                    // Note 0 dead-letters for d.unordered: settled, its row stays.
+                    ("d.unordered", Some(0)) => {
+                        store
+                            .fail(
+                                &c.lease,
+                                evc_runtime::FailureClass::Permanent,
+                                "boom",
+                                evc_runtime::RetryDecision::Dead,
+                            )
+                            .await?;
+                    }
+                    _ => store.ack(&c.lease).await?,
+                }
+            }
+        }
+        let open = open.expect("note 3 claimed by d.leased");
+        let cutoff = database_now(&pool).await?;
+        // A note after the cutoff, settled everywhere: too new to purge.
+        support::append_numbered(&store, "test.note", 100..101, |_| "late").await?;
+        for (consumer, per_key) in [("d.leased", true), ("d.tx", true), ("d.unordered", false)] {
+            for c in store.claim(consumer, "w/2", 10, LEASE, per_key).await? {
+                store.ack(&c.lease).await?;
+            }
+        }
+        assert_eq!(count(&pool, "evc_events").await?, 5);
+        let attempts_before = count(&pool, "evc_delivery_attempts").await?;
+
+        // Refused before anything is read: no audit row, nothing deleted.
+        let refused = store.purge_events(cutoff, " ", "ops@example").await;
+        assert!(
+            matches!(refused, Err(PurgeError::ReasonMissing)),
+            "{refused:?}"
+        );
+        assert_eq!(count(&pool, "evc_purges").await?, 0);
+
+        let purged = store
+            .purge_events(cutoff, "retention: 30 days", "ops@example")
+            .await?;
+        // Notes 0, 1, 2: every delivery settled; note 3 is open, note 100 is newer.
+        assert_eq!(purged.events, 3);
+        assert_eq!(
+            purged.deliveries, 1,
+            "note 0's dead delivery for d.unordered"
+        );
+        assert_eq!(
+            purged.attempts, 9,
+            "three notes, three consumers, one attempt each"
+        );
+        assert_eq!(
+            rows_of(&pool, "evc_delivery_attempts", &[0, 1, 2]).await?,
+            0
+        );
+        assert_eq!(count(&pool, "evc_events").await?, 2);
+        assert_eq!(rows_of(&pool, "evc_deliveries", &[3]).await?, 1);
+        assert_eq!(rows_of(&pool, "evc_delivery_attempts", &[3]).await?, 2);
+        assert_eq!(
+            count(&pool, "evc_delivery_attempts").await?,
+            attempts_before - 9
+        );
+        // The audit row.
+        let (ledger, reason, actor, counts, at_cutoff): (String, String, String, String, bool) =
+            sqlx::query_as(
+                "SELECT ledger, reason, actor, counts::text, \
+                     abs(extract(epoch FROM cutoff) - $2) < 0.001 \
+                 FROM evc_purges WHERE id = $1",
+            )
+            .bind(purged.purge_id)
+            .bind(cutoff.duration_since(SystemTime::UNIX_EPOCH)?.as_secs_f64())
+            .fetch_one(&pool)
+            .await?;
+        assert_eq!(
+            (ledger.as_str(), reason.as_str(), actor.as_str()),
+            ("events", "retention: 30 days", "ops@example")
+        );
+        let counts: serde_json::Value = serde_json::from_str(&counts)?;
+        assert_eq!(counts["evc_events"], 3);
+        assert_eq!(counts["evc_delivery_attempts"], 9);
+        assert_eq!(counts["evc_deliveries"], 1);
+        assert!(at_cutoff);
+        // The purge's opening ended with it.
+        assert!(
+            sqlx::query("DELETE FROM evc_events")
+                .execute(&pool)
+                .await
+                .is_err()
+        );
+
+        // Once note 3's last delivery settles, a later cutoff takes it and note 100.
+        store.ack(&open).await?;
+        let later = store
+            .purge_events(
+                database_now(&pool).await? + Duration::from_secs(3600),
+                "retention",
+                "ops@example",
+            )
+            .await?;
+        assert_eq!((later.events, later.deliveries), (2, 0));
+        assert_eq!(count(&pool, "evc_events").await?, 0);
+        assert_eq!(count(&pool, "evc_delivery_attempts").await?, 0);
+        assert_eq!(count(&pool, "evc_purges").await?, 2);
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_reject_purge_is_audited() -> TestResult {
+    with_database(|pool| async move {
+        sqlx::raw_sql(
+            "INSERT INTO evc_validation_rejects (event_type, reason_code, payload_digest) \
+             VALUES ('t', 'oversize', 'd1'), ('t', 'denied_key', 'd2')",
+        )
+        .execute(&pool)
+        .await?;
+        let store = PgStore::new(
+            pool.clone(),
+            support::TEST_REGISTRY,
+            PayloadPolicy::default(),
+        )?;
+        let none = store
+            .purge_rejects(SystemTime::UNIX_EPOCH, "retention", "ops@example")
+            .await?;
+        assert_eq!(none.rejects, 0);
+        let purged = store
+            .purge_rejects(
+                database_now(&pool).await? + Duration::from_secs(3600),
+                "retention",
+                "ops@example",
+            )
+            .await?;
+        assert_eq!(purged.rejects, 2);
+        assert_eq!(count(&pool, "evc_validation_rejects").await?, 0);
+        let counts: Vec<String> =
+            sqlx::query_scalar("SELECT counts::text FROM evc_purges ORDER BY id")
+                .fetch_all(&pool)
+                .await?;
+        assert_eq!(
+            counts,
+            [
+                r#"{"evc_validation_rejects": 0}"#,
+                r#"{"evc_validation_rejects": 2}"#
+            ]
+        );
+        Ok(())
+    })
+    .await
+}
