@@ -2,8 +2,8 @@
 --
 -- evc runtime tables, fifth step: the ledgers are append-only, and the outbox refuses a payload
 -- over the hard cap (docs/runtime.md, "Append-only ledgers"). It follows
--- `NNNN_evc_runtime_v4.sql` and only adds: triggers, functions, a constraint that checks new
--- rows only (`NOT VALID`), an index and the purge audit table; no row is rewritten or removed.
+-- `NNNN_evc_runtime_v4.sql` and only adds: triggers (one of them checks new events' payload
+-- size), functions, an index and the purge audit table; no row is rewritten or removed.
 -- Every statement is `IF NOT EXISTS`, `OR REPLACE` or guarded, so running this file again is a
 -- no-op; sqlx runs it once, in one transaction.
 --
@@ -205,19 +205,22 @@ $$;
 -- The payload hard cap (65536 bytes, `payload_policy.hard_max_bytes`), for rows
 -- written by hand too. The runtime measures canonical JSON (no whitespace); `jsonb` prints a
 -- space after every `:` and `,`, taken out again here, so a payload the runtime accepts fits.
--- `NOT VALID`: rows written before this step are not read (an old oversize row must not stop
--- the migration); `ALTER TABLE evc_events VALIDATE CONSTRAINT evc_events_payload_cap` checks
--- them once they are known to fit.
-DO $$
+-- A trigger, not a CHECK constraint: a check violation's DETAIL quotes the whole failing row,
+-- payload included, to the client and into the server log; this error names the event only.
+-- Rows written before this step are not read.
+CREATE OR REPLACE FUNCTION evc_events_payload_cap() RETURNS trigger
+    LANGUAGE plpgsql AS $$
 BEGIN
-    IF NOT EXISTS (
-        SELECT 1 FROM pg_constraint
-        WHERE conrelid = 'evc_events'::regclass AND conname = 'evc_events_payload_cap'
-    ) THEN
-        ALTER TABLE evc_events ADD CONSTRAINT evc_events_payload_cap CHECK (
-            octet_length(replace(replace(payload::text, ', ', ','), ': ', ':'))
-                <= 65536
-        ) NOT VALID;
+    IF octet_length(replace(replace(NEW.payload::text, ', ', ','), ': ', ':'))
+            > 65536 THEN
+        RAISE EXCEPTION 'evc_events_payload_cap: the payload of event % is over the hard cap of 65536 bytes',
+                NEW.event_id
+            USING ERRCODE = 'check_violation',
+                  HINT = 'payload_policy.hard_max_bytes in evc.yaml sets the cap';
     END IF;
+    RETURN NEW;
 END;
 $$;
+CREATE OR REPLACE TRIGGER evc_events_payload_cap
+    BEFORE INSERT ON evc_events
+    FOR EACH ROW EXECUTE FUNCTION evc_events_payload_cap();

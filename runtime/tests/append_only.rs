@@ -165,9 +165,13 @@ async fn the_database_refuses_a_payload_over_the_hard_cap() -> TestResult {
             .bind(&at_cap)
             .execute(&pool)
             .await?;
-        // One byte over, and a megabyte over, with a lying `payload_bytes`: refused.
+        // One byte over, and a megabyte over, with a lying `payload_bytes`: refused, and the
+        // refusal quotes nothing of the payload (a CHECK constraint's error carries the failing
+        // row in its DETAIL, which reaches the client's error and the server's log).
         for (id, size) in [("02", cap + 1), ("03", 1 << 20)] {
-            let over = format!(r#"{{"a":"{}"}}"#, "x".repeat(size - 8));
+            let marker = "payload-marker-";
+            let text = marker.repeat(size / marker.len() + 1);
+            let over = format!(r#"{{"a":"{}"}}"#, &text[..size - 8]);
             let result = sqlx::query(insert)
                 .bind(format!("01890a5d-ac96-774b-bcce-0000000000{id}"))
                 .bind(&over)
@@ -183,6 +187,23 @@ async fn the_database_refuses_a_payload_over_the_hard_cap() -> TestResult {
                 error.to_string().contains("evc_events_payload_cap"),
                 "{error}"
             );
+            let database = error
+                .as_database_error()
+                .and_then(|e| e.try_downcast_ref::<sqlx::postgres::PgDatabaseError>())
+                .expect("a PostgreSQL error");
+            for part in [
+                Some(database.message()),
+                database.detail(),
+                database.hint(),
+                database.r#where(),
+            ] {
+                assert!(
+                    !part.unwrap_or("").contains(marker),
+                    "the refusal quotes the payload: {}",
+                    &part.unwrap_or("")[..200.min(part.unwrap_or("").len())]
+                );
+            }
+            assert!(!format!("{error:?}").contains(marker), "Debug quotes the payload");
         }
         assert_eq!(count(&pool, "evc_events").await?, 1);
         Ok(())

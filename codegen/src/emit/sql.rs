@@ -738,7 +738,7 @@ mod tests {
                 .unwrap_or_default())
         };
         let cap = |sql: &str| {
-            sql.split("octet_length(replace(replace(payload::text, ', ', ','), ': ', ':'))")
+            sql.split("octet_length(replace(replace(NEW.payload::text, ', ', ','), ': ', ':'))")
                 .nth(1)
                 .and_then(|rest| rest.split_whitespace().nth(1))
                 .map(str::to_owned)
