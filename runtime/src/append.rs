@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::policy::{CompiledPolicy, CredentialShape, Finding, PayloadPolicy};
+use crate::policy::{CompiledPolicy, CredentialShape, Finding, PayloadPolicy, redact_pointer};
 use crate::publish::{OutgoingEvent, PayloadError};
 use crate::registry::{EventDescriptor, Registry};
 
@@ -420,7 +420,8 @@ impl Checker {
             return Err(refuse(Rejection::SchemaViolation {
                 event_type: event_type(),
                 version: version(),
-                pointer: error.instance_path().as_str().to_owned(),
+                // A credential used as an object key must not reach the error through the path.
+                pointer: redact_pointer(error.instance_path().as_str()),
                 keyword: error.kind().keyword().to_owned(),
             }));
         }
@@ -541,7 +542,66 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::{EventDescriptor, VersionDescriptor};
+    use crate::trace::TraceContext;
     use serde_json::json;
+
+    const JWT: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.\
+                       dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U";
+    const DIGEST: &str = "0000000000000000000000000000000000000000000000000000000000000001";
+
+    /// `t.map` 1.0.0: an object of integers, any keys; cap 256 bytes.
+    static REGISTRY: Registry = Registry {
+        project: "append_unit",
+        digest: DIGEST,
+        events: &[EventDescriptor {
+            name: "t.map",
+            description: "A map.",
+            producer_class: "maps",
+            order_key: &[],
+            deprecated: false,
+            max_payload_bytes: 256,
+            versions: &[VersionDescriptor {
+                version: "1.0.0",
+                major: 1,
+                schema: r#"{"additionalProperties":{"type":"integer"},"type":"object"}"#,
+                schema_digest: DIGEST,
+            }],
+        }],
+        consumers: &[],
+        retry_policies: &[],
+    };
+
+    fn checker(policy: &PayloadPolicy) -> Checker {
+        Checker::new(REGISTRY, policy).expect("the schema compiles")
+    }
+
+    fn map_event(payload: Value) -> OutgoingEvent {
+        let trace = TraceContext::new("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", 1)
+            .expect("valid trace");
+        OutgoingEvent::new("t.map", "1.0.0", None, &trace, &payload).expect("serializes")
+    }
+
+    fn refusal(checker: &Checker, payload: Value) -> Box<Refused> {
+        checker
+            .check(&map_event(payload))
+            .expect_err("the payload is refused")
+    }
+
+    #[test]
+    fn a_schema_violation_under_a_credential_key_does_not_show_the_key() {
+        let checker = checker(&PayloadPolicy::default());
+        let refused = refusal(&checker, json!({ JWT: "not an integer" }));
+        let rejection = &refused.rejection;
+        assert_eq!(rejection.reason_code(), "schema_violation");
+        assert!(
+            matches!(rejection, Rejection::SchemaViolation { pointer, .. } if pointer == "/*"),
+            "{rejection:?}"
+        );
+        for text in [rejection.to_string(), format!("{rejection:?}")] {
+            assert!(!text.contains("dozjgNryP4J3jVmNHl0w5N"), "{text}");
+        }
+    }
 
     #[test]
     fn canonical_json_sorts_keys_and_drops_whitespace() {

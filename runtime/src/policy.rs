@@ -12,10 +12,12 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PayloadPolicy {
-    /// Keys refused anywhere in a payload, compared by name parts (`bodyText` is `body_text`).
+    /// Keys refused anywhere in a payload, compared by name parts (`bodyText` is `body_text`)
+    /// or by the parts joined (`BODYTEXT` is `bodytext`).
     pub denied_keys: Vec<String>,
-    /// Credential-shaped names: a key that contains one as whole, adjacent parts is refused
-    /// (`refresh_token` contains `token`; `tokenizer` does not).
+    /// Credential-shaped names: a key that contains one as whole, adjacent parts, or whose
+    /// adjacent parts joined spell it, is refused (`refresh_token` contains `token`, `apikey`
+    /// and `APIKey` spell `api_key`; `tokenizer` does not contain `token`).
     pub credential_key_names: Vec<String>,
     /// The cap of every payload in bytes, whatever its event type's own cap says.
     pub hard_max_bytes: u32,
@@ -30,11 +32,14 @@ impl Default for PayloadPolicy {
                 .to_vec(),
             credential_key_names: [
                 "password",
+                "passwd",
+                "pwd",
                 "token",
                 "api_key",
                 "secret",
                 "credential",
                 "authorization",
+                "private_key",
             ]
             .map(String::from)
             .to_vec(),
@@ -63,13 +68,14 @@ impl PayloadPolicy {
             denied: self
                 .denied_keys
                 .iter()
-                .map(|key| (key.clone(), name_parts(key)))
+                .map(|key| (key.clone(), name_parts(key).concat()))
+                .filter(|(_, joined)| !joined.is_empty())
                 .collect(),
             credential: self
                 .credential_key_names
                 .iter()
-                .map(|key| (key.clone(), name_parts(key)))
-                .filter(|(_, parts)| !parts.is_empty())
+                .map(|key| (key.clone(), name_parts(key).concat()))
+                .filter(|(_, joined)| !joined.is_empty())
                 .collect(),
             hard_max_bytes: self.hard_max_bytes,
         }
@@ -90,11 +96,12 @@ pub(crate) enum Finding {
     },
 }
 
-/// The policy with its names split into parts.
+/// The policy with each name's parts joined (`api_key` is `apikey`): a key is compared by its
+/// own parts, joined.
 #[derive(Debug, Clone)]
 pub(crate) struct CompiledPolicy {
-    denied: Vec<(String, Vec<String>)>,
-    credential: Vec<(String, Vec<String>)>,
+    denied: Vec<(String, String)>,
+    credential: Vec<(String, String)>,
     pub(crate) hard_max_bytes: u32,
 }
 
@@ -119,9 +126,19 @@ impl CompiledPolicy {
             Value::Object(map) => {
                 for (key, child) in map {
                     let length = pointer.len();
-                    push_pointer(pointer, key);
+                    // A key can itself be a credential (a map keyed by tokens): it is reported,
+                    // and it never appears in a pointer, which errors show.
+                    let key_shape = credential_shape(key);
+                    if key_shape.is_some() {
+                        pointer.push_str("/*");
+                    } else {
+                        push_pointer(pointer, key);
+                    }
                     let parts = name_parts(key);
-                    if let Some((entry, _)) = self.denied.iter().find(|(_, p)| *p == parts) {
+                    let key_joined = parts.concat();
+                    if let Some((entry, _)) =
+                        self.denied.iter().find(|(_, joined)| key_joined == *joined)
+                    {
                         found.denied = Some(Finding::DeniedKey {
                             pointer: pointer.clone(),
                             entry: entry.clone(),
@@ -129,17 +146,26 @@ impl CompiledPolicy {
                         return;
                     }
                     if found.credential_key.is_none()
-                        && let Some((name, _)) = self.credential.iter().find(|(_, p)| {
-                            parts.windows(p.len()).any(|window| window == p.as_slice())
-                        })
+                        && let Some(name) = self.credential_name(&parts)
                     {
                         found.credential_key = Some(Finding::CredentialKey {
                             pointer: pointer.clone(),
-                            name: name.clone(),
+                            name: name.to_owned(),
+                        });
+                    }
+                    if found.credential_value.is_none()
+                        && let Some(shape) = key_shape
+                    {
+                        found.credential_value = Some(Finding::CredentialValue {
+                            pointer: pointer.clone(),
+                            shape,
                         });
                     }
                     self.walk(child, pointer, found);
                     pointer.truncate(length);
+                }
+                if found.credential_key.is_none() && map.len() > 1 {
+                    found.credential_key = self.named_value(map, pointer);
                 }
             }
             Value::Array(items) => {
@@ -164,6 +190,91 @@ impl CompiledPolicy {
             Value::Null | Value::Bool(_) | Value::Number(_) => {}
         }
     }
+
+    /// The credential name a key of `parts` spells: adjacent parts that, joined, are a
+    /// credential name joined (`api`, `key` and `apikey` both spell `api_key`).
+    fn credential_name(&self, parts: &[String]) -> Option<&str> {
+        self.credential
+            .iter()
+            .find_map(|(name, joined)| spells(parts, joined).then_some(name.as_str()))
+    }
+
+    /// A credential carried as a name/value pair of one object (`{"name": "DB_PASSWORD",
+    /// "value": "..."}`, as environment lists, header lists and parameter stores write them):
+    /// a member named `name`, `key`, `field`, `header`, `param`, `parameter` or `variable`
+    /// (last part) whose string value is a credential-shaped identifier, beside a non-empty
+    /// member named `value` (last part). Reported at the value member.
+    fn named_value(&self, map: &serde_json::Map<String, Value>, pointer: &str) -> Option<Finding> {
+        let last_part = |key: &str| name_parts(key).pop().unwrap_or_default();
+        let name = map.iter().find_map(|(key, value)| {
+            let text = value.as_str()?;
+            let naming = matches!(
+                last_part(key).as_str(),
+                "name" | "key" | "field" | "header" | "param" | "parameter" | "variable"
+            );
+            let identifier =
+                !text.is_empty() && text.len() <= 128 && !text.chars().any(char::is_whitespace);
+            if naming && identifier {
+                self.credential_name(&name_parts(text))
+            } else {
+                None
+            }
+        })?;
+        let (key, _) = map.iter().find(|(key, value)| {
+            last_part(key) == "value"
+                && match value {
+                    Value::String(text) => !text.is_empty(),
+                    Value::Number(_) | Value::Array(_) | Value::Object(_) => true,
+                    Value::Null | Value::Bool(_) => false,
+                }
+        })?;
+        let mut at = pointer.to_owned();
+        if credential_shape(key).is_some() {
+            at.push_str("/*");
+        } else {
+            push_pointer(&mut at, key);
+        }
+        Some(Finding::CredentialKey {
+            pointer: at,
+            name: name.to_owned(),
+        })
+    }
+}
+
+/// Whether adjacent `parts`, joined, are `joined` (`["x", "api", "key"]` spells `apikey`).
+fn spells(parts: &[String], joined: &str) -> bool {
+    (0..parts.len()).any(|start| {
+        let mut length = 0;
+        for part in &parts[start..] {
+            if !joined[length..].starts_with(part.as_str()) {
+                return false;
+            }
+            length += part.len();
+            if length == joined.len() {
+                return true;
+            }
+        }
+        false
+    })
+}
+
+/// `pointer` with every segment that is a credential replaced by `*`, so an error that names a
+/// location never shows a credential used as an object key. Segments are unescaped (RFC 6901)
+/// before they are checked.
+pub(crate) fn redact_pointer(pointer: &str) -> String {
+    pointer
+        .split('/')
+        .enumerate()
+        .map(|(index, segment)| {
+            let unescaped = segment.replace("~1", "/").replace("~0", "~");
+            if index > 0 && credential_shape(&unescaped).is_some() {
+                "*"
+            } else {
+                segment
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 #[derive(Default)]
@@ -223,6 +334,17 @@ pub enum CredentialShape {
     BearerToken,
     /// A URL that carries a password (`postgres://user:pass@host/db`, `redis://:pass@host`).
     ConnectionString,
+    /// An AWS access key id (`AKIA` or `ASIA` and 16 upper-case letters or digits).
+    AwsAccessKeyId,
+    /// An AWS secret access key: 40 base64 characters after a `name=` / `name:` or near the
+    /// word `secret` or `aws`.
+    AwsSecretAccessKey,
+    /// A GitHub token (`ghp_`, `gho_`, `ghu_`, `ghs_`, `ghr_`, `github_pat_`).
+    GitHubToken,
+    /// A Slack token (`xoxb-`, `xoxp-`, `xoxa-`, `xoxs-`, `xapp-`).
+    SlackToken,
+    /// HTTP basic credentials (`Basic <base64 of user:password>`).
+    BasicAuth,
 }
 
 impl CredentialShape {
@@ -233,6 +355,11 @@ impl CredentialShape {
             Self::PemBlock => "pem_block",
             Self::BearerToken => "bearer_token",
             Self::ConnectionString => "connection_string",
+            Self::AwsAccessKeyId => "aws_access_key_id",
+            Self::AwsSecretAccessKey => "aws_secret_access_key",
+            Self::GitHubToken => "github_token",
+            Self::SlackToken => "slack_token",
+            Self::BasicAuth => "basic_auth",
         }
     }
 }
@@ -243,20 +370,47 @@ impl std::fmt::Display for CredentialShape {
     }
 }
 
-/// The credential `text` contains, if any: a JWT, a PEM block, a bearer token or a URL with a
-/// password, anywhere in the text.
+/// The credential `text` contains, if any: a JWT, a PEM block, a bearer token, a URL with a
+/// password, an AWS access key id or secret access key, a GitHub or Slack token or HTTP basic
+/// credentials, anywhere in the text.
 pub fn credential_shape(text: &str) -> Option<CredentialShape> {
+    // Every shape is ASCII; lower-casing ASCII keeps byte offsets.
+    let lower = text.to_ascii_lowercase();
     if contains_jwt(text) {
         Some(CredentialShape::Jwt)
-    } else if contains_pem(text) {
+    } else if contains_pem(&lower) {
         Some(CredentialShape::PemBlock)
-    } else if contains_bearer(text) {
+    } else if contains_bearer(text, &lower) {
         Some(CredentialShape::BearerToken)
     } else if contains_url_password(text) {
         Some(CredentialShape::ConnectionString)
+    } else if contains_aws_access_key_id(text) {
+        Some(CredentialShape::AwsAccessKeyId)
+    } else if contains_aws_secret_access_key(text, &lower) {
+        Some(CredentialShape::AwsSecretAccessKey)
+    } else if contains_github_token(text) {
+        Some(CredentialShape::GitHubToken)
+    } else if contains_slack_token(text) {
+        Some(CredentialShape::SlackToken)
+    } else if contains_basic_auth(text, &lower) {
+        Some(CredentialShape::BasicAuth)
     } else {
         None
     }
+}
+
+/// Byte offsets of `needle` in `haystack` that no ASCII letter or digit precedes.
+fn word_starts<'a>(haystack: &'a str, needle: &'a str) -> impl Iterator<Item = usize> + 'a {
+    let bytes = haystack.as_bytes();
+    haystack
+        .match_indices(needle)
+        .map(|(start, _)| start)
+        .filter(move |&start| start == 0 || !bytes[start - 1].is_ascii_alphanumeric())
+}
+
+/// The length of the run of bytes from `start` that `accept` takes.
+fn run(bytes: &[u8], start: usize, accept: impl Fn(u8) -> bool) -> usize {
+    bytes[start..].iter().take_while(|&&b| accept(b)).count()
 }
 
 fn is_base64url(b: u8) -> bool {
@@ -300,59 +454,35 @@ fn contains_jwt(text: &str) -> bool {
     false
 }
 
-/// `-----BEGIN <LABEL>-----`, the label upper-case letters and spaces.
-fn contains_pem(text: &str) -> bool {
-    let mut from = 0;
-    while let Some(offset) = text[from..].find("-----BEGIN ") {
-        let start = from + offset + "-----BEGIN ".len();
-        from = start;
-        let rest = &text[start..];
+/// `-----BEGIN <LABEL>-----` in any case (`lower` is the text lower-cased), the label letters,
+/// digits and spaces.
+fn contains_pem(lower: &str) -> bool {
+    lower.match_indices("-----begin ").any(|(start, found)| {
+        let rest = &lower[start + found.len()..];
         let label_end = rest
-            .find(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == ' '))
+            .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == ' '))
             .unwrap_or(rest.len());
-        if label_end > 0 && rest[label_end..].starts_with("-----") {
-            return true;
-        }
-    }
-    false
+        label_end > 0 && rest[label_end..].starts_with("-----")
+    })
 }
 
 /// `Bearer` (any case) then spaces and a token68 (RFC 7235) of at least 16 characters with at
 /// least one digit; `bearer of news` is not a token.
-fn contains_bearer(text: &str) -> bool {
-    let lower = text.to_ascii_lowercase();
+fn contains_bearer(text: &str, lower: &str) -> bool {
     let bytes = text.as_bytes();
-    let mut from = 0;
-    while let Some(offset) = lower[from..].find("bearer") {
-        let start = from + offset;
-        from = start + "bearer".len();
-        if start > 0 && bytes[start - 1].is_ascii_alphanumeric() {
-            continue;
+    word_starts(lower, "bearer").any(|start| {
+        let mut position = start + "bearer".len();
+        let spaces = run(bytes, position, |b| b == b' ' || b == b'\t');
+        if spaces == 0 {
+            return false;
         }
-        let mut position = from;
-        let spaces = position;
-        while position < bytes.len() && (bytes[position] == b' ' || bytes[position] == b'\t') {
-            position += 1;
-        }
-        if position == spaces {
-            continue;
-        }
-        let token_start = position;
-        while position < bytes.len()
-            && (bytes[position].is_ascii_alphanumeric()
-                || matches!(bytes[position], b'-' | b'.' | b'_' | b'~' | b'+' | b'/'))
-        {
-            position += 1;
-        }
-        while position < bytes.len() && bytes[position] == b'=' {
-            position += 1;
-        }
-        let token = &bytes[token_start..position];
-        if token.len() >= 16 && token.iter().any(u8::is_ascii_digit) {
-            return true;
-        }
-    }
-    false
+        position += spaces;
+        let token = run(bytes, position, |b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'+' | b'/')
+        });
+        let token = &bytes[position..position + token];
+        token.len() >= 16 && token.iter().any(u8::is_ascii_digit)
+    })
 }
 
 /// `scheme://user:password@host` or `scheme://:password@host`: a URL whose authority holds a
@@ -390,6 +520,150 @@ fn contains_url_password(text: &str) -> bool {
         }
     }
     false
+}
+
+/// `AKIA` (a long-term key) or `ASIA` (a temporary one) and exactly 16 upper-case letters or
+/// digits, not inside a longer word.
+fn contains_aws_access_key_id(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    ["AKIA", "ASIA"].iter().any(|prefix| {
+        word_starts(text, prefix).any(|start| {
+            let body = start + prefix.len();
+            let length = run(bytes, body, |b| {
+                b.is_ascii_uppercase() || b.is_ascii_digit()
+            });
+            length == 16
+                && bytes
+                    .get(body + length)
+                    .is_none_or(|b| !b.is_ascii_alphanumeric())
+        })
+    })
+}
+
+fn is_base64(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'+' || b == b'/'
+}
+
+/// An AWS secret access key: a run of exactly 40 base64 characters with an upper-case letter, a
+/// lower-case letter and a digit (a random key has all three; a hex digest has no upper-case or
+/// no lower-case letter), and a context that says it is a key: `name=`, `name:` (quotes and
+/// spaces allowed) right before it, or `secret` or `aws` among the 64 bytes before it. A bare
+/// 40-character string is not flagged: without a context it is as likely an id or a path.
+fn contains_aws_secret_access_key(text: &str, lower: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut position = 0;
+    while position < bytes.len() {
+        let length = run(bytes, position, is_base64);
+        if length == 0 {
+            position += 1;
+            continue;
+        }
+        let start = position;
+        position += length;
+        let padded = bytes.get(position) == Some(&b'=');
+        if length != 40 || padded {
+            continue;
+        }
+        let candidate = &bytes[start..position];
+        let mixed = candidate.iter().any(u8::is_ascii_uppercase)
+            && candidate.iter().any(u8::is_ascii_lowercase)
+            && candidate.iter().any(u8::is_ascii_digit);
+        if mixed && (after_assignment(bytes, start) || near_key_word(lower, start)) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether `=` or `:` after a name (letters, digits, `_`, `-`, `.`) comes right before `start`,
+/// quotes and spaces aside: `key=VALUE`, `key: "VALUE"`.
+fn after_assignment(bytes: &[u8], start: usize) -> bool {
+    let skip = |b: u8| matches!(b, b' ' | b'\t' | b'"' | b'\'');
+    let mut position = start;
+    while position > 0 && skip(bytes[position - 1]) {
+        position -= 1;
+    }
+    if position == 0 || !matches!(bytes[position - 1], b'=' | b':') {
+        return false;
+    }
+    position -= 1;
+    while position > 0 && skip(bytes[position - 1]) {
+        position -= 1;
+    }
+    position > 0
+        && (bytes[position - 1].is_ascii_alphanumeric()
+            || matches!(bytes[position - 1], b'_' | b'-' | b'.'))
+}
+
+/// Whether `secret` or `aws` occurs among the 64 bytes of `lower` before `start`.
+fn near_key_word(lower: &str, start: usize) -> bool {
+    let bytes = &lower.as_bytes()[start.saturating_sub(64)..start];
+    [b"secret".as_slice(), b"aws".as_slice()]
+        .iter()
+        .any(|word| bytes.windows(word.len()).any(|window| window == *word))
+}
+
+/// A GitHub token: `ghp_`, `gho_`, `ghu_`, `ghs_` or `ghr_` and at least 30 letters or digits
+/// (the current format has 36), or `github_pat_` and at least 22 letters, digits or `_`.
+fn contains_github_token(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let classic = ["ghp_", "gho_", "ghu_", "ghs_", "ghr_"]
+        .iter()
+        .any(|prefix| {
+            word_starts(text, prefix)
+                .any(|start| run(bytes, start + prefix.len(), |b| b.is_ascii_alphanumeric()) >= 30)
+        });
+    classic
+        || word_starts(text, "github_pat_").any(|start| {
+            run(bytes, start + "github_pat_".len(), |b| {
+                b.is_ascii_alphanumeric() || b == b'_'
+            }) >= 22
+        })
+}
+
+/// A Slack token: `xoxb-`, `xoxp-`, `xoxa-`, `xoxs-` or `xapp-` and at least 10 letters,
+/// digits or `-`, a digit among them.
+fn contains_slack_token(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    ["xoxb-", "xoxp-", "xoxa-", "xoxs-", "xapp-"]
+        .iter()
+        .any(|prefix| {
+            word_starts(text, prefix).any(|start| {
+                let body = start + prefix.len();
+                let length = run(bytes, body, |b| b.is_ascii_alphanumeric() || b == b'-');
+                length >= 10 && bytes[body..body + length].iter().any(u8::is_ascii_digit)
+            })
+        })
+}
+
+/// `Basic` (any case), spaces, then base64 that decodes to printable `user:password` text
+/// (RFC 7617). `basic training` does not decode; `Basic YWJj` decodes to `abc`, no colon.
+fn contains_basic_auth(text: &str, lower: &str) -> bool {
+    use base64::Engine as _;
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    const LENIENT: GeneralPurpose = GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+    );
+    let bytes = text.as_bytes();
+    word_starts(lower, "basic").any(|start| {
+        let mut position = start + "basic".len();
+        let spaces = run(bytes, position, |b| b == b' ' || b == b'\t');
+        if spaces == 0 {
+            return false;
+        }
+        position += spaces;
+        let length = run(bytes, position, is_base64);
+        let padding = run(bytes, position + length, |b| b == b'=').min(2);
+        let Ok(decoded) = LENIENT.decode(&bytes[position..position + length + padding]) else {
+            return false;
+        };
+        std::str::from_utf8(&decoded).is_ok_and(|credentials| {
+            credentials.len() >= 2
+                && credentials.contains(':')
+                && !credentials.chars().any(char::is_control)
+        })
+    })
 }
 
 #[cfg(test)]
@@ -508,5 +782,279 @@ mod tests {
         );
         let payload = json!({"body_text_id": "x", "api_version_key": 2, "text": "hello"});
         assert_eq!(policy.scan(&payload), None);
+    }
+
+    #[test]
+    fn cloud_and_service_tokens_are_credentials() {
+        let cases = [
+            ("AKIAIOSFODNN7EXAMPLE", CredentialShape::AwsAccessKeyId),
+            (
+                "key id ASIAY34FZKBOKMUTVV7A, region eu-west-1",
+                CredentialShape::AwsAccessKeyId,
+            ),
+            (
+                "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+                CredentialShape::AwsSecretAccessKey,
+            ),
+            (
+                "secret: \"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\"",
+                CredentialShape::AwsSecretAccessKey,
+            ),
+            (
+                "sk=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+                CredentialShape::AwsSecretAccessKey,
+            ),
+            (
+                "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+                CredentialShape::GitHubToken,
+            ),
+            (
+                "token gho_16C7e42F292c6912E7710c838347Ae178B4a used",
+                CredentialShape::GitHubToken,
+            ),
+            (
+                "ghu_16C7e42F292c6912E7710c838347Ae178B4a",
+                CredentialShape::GitHubToken,
+            ),
+            (
+                "ghs_16C7e42F292c6912E7710c838347Ae178B4a",
+                CredentialShape::GitHubToken,
+            ),
+            (
+                "ghr_16C7e42F292c6912E7710c838347Ae178B4a",
+                CredentialShape::GitHubToken,
+            ),
+            (
+                "github_pat_11ABCDEFG0123456789abc_abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVW",
+                CredentialShape::GitHubToken,
+            ),
+            (
+                "xoxb-2620512345-4212345678901-AbCdEfGhIjKlMnOpQrStUvWx",
+                CredentialShape::SlackToken,
+            ),
+            (
+                "xoxp-1234567890-1234567890-abcdef",
+                CredentialShape::SlackToken,
+            ),
+            (
+                "xoxa-2-1234567890-abcdefABCDEF",
+                CredentialShape::SlackToken,
+            ),
+            (
+                "xoxs-1234567890-1234567890-abcdef",
+                CredentialShape::SlackToken,
+            ),
+            (
+                "xapp-1-A0123456789-1234567890-abcdef0123",
+                CredentialShape::SlackToken,
+            ),
+            // "user:pass"
+            (
+                "Authorization: Basic dXNlcjpwYXNz",
+                CredentialShape::BasicAuth,
+            ),
+            // "aladdin:opensesame"
+            ("basic YWxhZGRpbjpvcGVuc2VzYW1l", CredentialShape::BasicAuth),
+            (
+                "-----begin private key-----\nMIIEvQIBADANBg\n-----end private key-----",
+                CredentialShape::PemBlock,
+            ),
+            ("-----Begin Rsa Private Key-----", CredentialShape::PemBlock),
+        ];
+        for (text, shape) in cases {
+            assert_eq!(credential_shape(text), Some(shape), "{text}");
+        }
+    }
+
+    #[test]
+    fn near_misses_of_token_shapes_are_not_credentials() {
+        let cases = [
+            // A SHA-1 digest and a git commit id: 40 hex characters.
+            "da39a3ee5e6b4b0d3255bfef95601890afd80709",
+            "commit=da39a3ee5e6b4b0d3255bfef95601890afd80709",
+            "DA39A3EE5E6B4B0D3255BFEF95601890AFD80709",
+            // 40 base64 characters with no key name or `name=` before them.
+            "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            "the path is wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY today",
+            // Too short, too long or not bounded for an access key id.
+            "AKIA1234",
+            "AKIAIOSFODNN7EXAMPLEXX",
+            "XAKIAIOSFODNN7EXAMPLE",
+            "AKIAiosfodnn7example",
+            "ghp_short",
+            "the ghp_ prefix",
+            "xoxb-",
+            "xoxb-team",
+            "basic training",
+            "Basic auth is supported",
+            "basic information about the unit",
+            "Basic plan: 10 seats",
+            "basic YWJj",
+            "-----begin-----",
+            "passage",
+            "keyboard",
+            "bypass",
+        ];
+        for text in cases {
+            assert_eq!(credential_shape(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn credential_key_names_match_in_any_case_and_separator() {
+        let policy = PayloadPolicy::default().compile();
+        for key in [
+            "passwd",
+            "pwd",
+            "user_pwd",
+            "private_key",
+            "privateKey",
+            "PRIVATE-KEY",
+            "apikey",
+            "apiKey",
+            "api_key",
+            "api-key",
+            "API_KEY",
+            "API-KEY",
+            "APIKey",
+            "x-api-key",
+            "X-Api-Key",
+            "partnerApiKey",
+            "aws_secret_access_key",
+            "client_secret",
+        ] {
+            let payload = json!({"a": {key: "x"}});
+            assert!(
+                matches!(policy.scan(&payload), Some(Finding::CredentialKey { .. })),
+                "{key}"
+            );
+        }
+        for key in [
+            "passage",
+            "keyboard",
+            "bypass",
+            "compass",
+            "tokenizer",
+            "secretary_id",
+            "api_version_key",
+            "key",
+            "api",
+            "private",
+            "public_key",
+            "keyId",
+        ] {
+            assert_eq!(policy.scan(&json!({key: "x"})), None, "{key}");
+        }
+    }
+
+    #[test]
+    fn credentials_are_found_at_any_depth_and_in_array_elements() {
+        let policy = PayloadPolicy::default().compile();
+        let mut deep = json!({"apiKey": "x"});
+        for _ in 0..100 {
+            deep = json!({"next": deep});
+        }
+        assert!(matches!(
+            policy.scan(&deep),
+            Some(Finding::CredentialKey { .. })
+        ));
+        let mut deep = json!(["AKIAIOSFODNN7EXAMPLE"]);
+        for _ in 0..100 {
+            deep = json!([1, deep]);
+        }
+        assert!(matches!(
+            policy.scan(&deep),
+            Some(Finding::CredentialValue {
+                shape: CredentialShape::AwsAccessKeyId,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn unicode_escaped_credentials_are_scanned_decoded() {
+        let policy = PayloadPolicy::default().compile();
+        let payload: Value =
+            serde_json::from_str(r#"{"note": "\u0041KIAIOSFODNN7EXAMPLE", "p\u0077d": 1}"#)
+                .expect("valid JSON");
+        assert_eq!(payload["note"], "AKIAIOSFODNN7EXAMPLE");
+        assert_eq!(
+            policy.scan(&payload),
+            Some(Finding::CredentialKey {
+                pointer: "/pwd".into(),
+                name: "pwd".into()
+            })
+        );
+        let payload: Value =
+            serde_json::from_str(r#"{"note": "\u0041KIAIOSFODNN7EXAMPLE"}"#).expect("valid JSON");
+        assert!(matches!(
+            policy.scan(&payload),
+            Some(Finding::CredentialValue {
+                shape: CredentialShape::AwsAccessKeyId,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_key_that_is_a_credential_is_found_and_kept_out_of_pointers() {
+        let policy = PayloadPolicy::default().compile();
+        let payload = json!({"sessions": {JWT: {"user": "u1"}}});
+        let found = policy.scan(&payload);
+        assert_eq!(
+            found,
+            Some(Finding::CredentialValue {
+                pointer: "/sessions/*".into(),
+                shape: CredentialShape::Jwt
+            })
+        );
+        // A later finding under a credential-shaped key does not show the key either.
+        let payload =
+            json!({"by_token": {"ghp_16C7e42F292c6912E7710c838347Ae178B4a": {"body_text": "x"}}});
+        assert_eq!(
+            policy.scan(&payload),
+            Some(Finding::DeniedKey {
+                pointer: "/by_token/*/body_text".into(),
+                entry: "body_text".into()
+            })
+        );
+    }
+
+    #[test]
+    fn pointers_lose_credential_segments_only() {
+        assert_eq!(redact_pointer(""), "");
+        assert_eq!(redact_pointer("/a/0/b~1c"), "/a/0/b~1c");
+        assert_eq!(
+            redact_pointer(&format!("/sessions/{JWT}/n")),
+            "/sessions/*/n"
+        );
+        // A segment is unescaped before it is checked: `~1` is the key's `/`.
+        assert_eq!(
+            redact_pointer("/k/aws_secret=wJalrXUtnFEMI~1K7MDENG~1bPxRfiCYEXAMPLEKEY"),
+            "/k/*"
+        );
+    }
+
+    #[test]
+    fn a_credential_named_by_a_sibling_field_is_found() {
+        let policy = PayloadPolicy::default().compile();
+        for payload in [
+            json!({"env": [{"name": "DB_PASSWORD", "value": "hunter2"}]}),
+            json!({"headers": [{"key": "X-Api-Key", "value": "abc123"}]}),
+            json!({"params": [{"Name": "aws_secret_access_key", "Value": "abc"}]}),
+        ] {
+            assert!(
+                matches!(policy.scan(&payload), Some(Finding::CredentialKey { .. })),
+                "{payload}"
+            );
+        }
+        for payload in [
+            json!({"env": [{"name": "DB_HOST", "value": "db.internal"}]}),
+            json!({"field": "password", "error": "too short"}),
+            json!({"name": "password reset", "value": 3}),
+            json!({"name": "password", "value": ""}),
+        ] {
+            assert_eq!(policy.scan(&payload), None, "{payload}");
+        }
     }
 }

@@ -509,6 +509,117 @@ fn cases() -> Vec<Case> {
             },
         },
         Case {
+            name: "AWS access key id, unicode-escaped in the JSON text",
+            event: event(
+                "test.note",
+                "1.0.0",
+                serde_json::from_str(&format!(
+                    r#"{{"note_id": "{NOTE_ID}", "text": "\u0041KIAIOSFODNN7EXAMPLE"}}"#
+                ))
+                .expect("valid JSON"),
+            ),
+            reason: "credential_value",
+            secret: Some("IOSFODNN7EXAMPLE"),
+            check: |r| {
+                matches!(r, Rejection::CredentialShaped { pointer, what: CredentialKind::Value(CredentialShape::AwsAccessKeyId), .. }
+                    if pointer == "/text")
+            },
+        },
+        Case {
+            name: "GitHub token in an array at depth",
+            event: event(
+                "test.note",
+                "1.0.0",
+                json!({"note_id": NOTE_ID, "meta": {"a": {"b": [0, {"c": ["ghp_16C7e42F292c6912E7710c838347Ae178B4a"]}]}}}),
+            ),
+            reason: "credential_value",
+            secret: Some("16C7e42F292c6912E7710c838347Ae178B4a"),
+            check: |r| {
+                matches!(r, Rejection::CredentialShaped { pointer, what: CredentialKind::Value(CredentialShape::GitHubToken), .. }
+                    if pointer == "/meta/a/b/1/c/0")
+            },
+        },
+        Case {
+            name: "Slack token as an object key",
+            event: event(
+                "test.note",
+                "1.0.0",
+                json!({"note_id": NOTE_ID, "meta": {"xoxb-2620512345-4212345678901-AbCdEfGhIjKl": 1}}),
+            ),
+            reason: "credential_value",
+            secret: Some("2620512345-4212345678901"),
+            check: |r| {
+                matches!(r, Rejection::CredentialShaped { pointer, what: CredentialKind::Value(CredentialShape::SlackToken), .. }
+                    if pointer == "/meta/*")
+            },
+        },
+        Case {
+            name: "basic credentials",
+            event: event(
+                "test.note",
+                "1.0.0",
+                with_text("Authorization: Basic aHVudGVyOmh1bnRlcjI="),
+            ),
+            reason: "credential_value",
+            secret: Some("aHVudGVyOmh1bnRlcjI"),
+            check: |r| {
+                matches!(
+                    r,
+                    Rejection::CredentialShaped {
+                        what: CredentialKind::Value(CredentialShape::BasicAuth),
+                        ..
+                    }
+                )
+            },
+        },
+        Case {
+            name: "lower-case PEM header",
+            event: event(
+                "test.note",
+                "1.0.0",
+                with_text("-----begin private key-----\nMIIEvQhunter2"),
+            ),
+            reason: "credential_value",
+            secret: Some("hunter2"),
+            check: |r| {
+                matches!(
+                    r,
+                    Rejection::CredentialShaped {
+                        what: CredentialKind::Value(CredentialShape::PemBlock),
+                        ..
+                    }
+                )
+            },
+        },
+        Case {
+            name: "apikey key without separators",
+            event: event(
+                "test.note",
+                "1.0.0",
+                json!({"note_id": NOTE_ID, "meta": {"APIKEY": "hunter2"}}),
+            ),
+            reason: "credential_key",
+            secret: Some("hunter2"),
+            check: |r| {
+                matches!(r, Rejection::CredentialShaped { pointer, what: CredentialKind::Key(name), .. }
+                    if pointer == "/meta/APIKEY" && name == "api_key")
+            },
+        },
+        Case {
+            name: "credential as a name/value pair",
+            event: event(
+                "test.note",
+                "1.0.0",
+                json!({"note_id": NOTE_ID, "meta": {"env": [{"name": "DB_PWD", "value": "hunter2"}]}}),
+            ),
+            reason: "credential_key",
+            secret: Some("hunter2"),
+            check: |r| {
+                matches!(r, Rejection::CredentialShaped { pointer, what: CredentialKind::Key(name), .. }
+                    if pointer == "/meta/env/0/value" && name == "pwd")
+            },
+        },
+        Case {
             name: "oversize",
             event: event("test.note", "1.0.0", with_text(&"hunter2 ".repeat(80))),
             reason: "oversize",
