@@ -1,9 +1,10 @@
 //! The append path shared by every store: envelope options, the checks an event passes before
 //! it is written, and why an append is refused.
 //!
-//! Checks run in this order (docs/runtime.md, "Append path"): registered event type, registered
-//! version, the payload against the version's compiled JSON Schema (formats on), the payload
-//! policy (deny-listed keys, credential-shaped keys, credential-shaped values), the size caps.
+//! Checks run in this order (docs/runtime.md, "Append path"): the size caps and the nesting
+//! depth (measured without serializing the payload), registered event type, registered version,
+//! the payload against the version's compiled JSON Schema (formats on), the payload policy
+//! (deny-listed keys, credential-shaped keys, credential-shaped values).
 //! The first failing check decides the [`Rejection`]. No check reports a payload value: errors
 //! name the JSON pointer of the failing location and the rule, never what was there.
 
@@ -175,8 +176,23 @@ pub enum Rejection {
         version: String,
         /// Canonical JSON size of the payload.
         bytes: usize,
-        /// The smaller of the event type's cap and the policy's hard cap.
+        /// The smaller of the event type's cap and the policy's hard cap (the hard cap alone
+        /// when the event type is not registered).
         cap: u32,
+    },
+    /// The payload nests arrays and objects deeper than [`MAX_PAYLOAD_DEPTH`].
+    #[error(
+        "payload of {event_type} {version} nests {depth} levels deep, over the limit of {limit}"
+    )]
+    TooDeep {
+        /// Event type.
+        event_type: String,
+        /// Version.
+        version: String,
+        /// How many arrays and objects the deepest value is inside.
+        depth: usize,
+        /// [`MAX_PAYLOAD_DEPTH`].
+        limit: usize,
     },
 }
 
@@ -215,6 +231,7 @@ impl Rejection {
                 ..
             } => "credential_value",
             Self::Oversize { .. } => "oversize",
+            Self::TooDeep { .. } => "too_deep",
         }
     }
 
@@ -226,7 +243,8 @@ impl Rejection {
             | Self::SchemaViolation { event_type, .. }
             | Self::ForbiddenKey { event_type, .. }
             | Self::CredentialShaped { event_type, .. }
-            | Self::Oversize { event_type, .. } => event_type,
+            | Self::Oversize { event_type, .. }
+            | Self::TooDeep { event_type, .. } => event_type,
         }
     }
 }
@@ -394,18 +412,51 @@ impl Checker {
 
     /// Checks one event in the documented order.
     pub(crate) fn check(&self, event: &OutgoingEvent) -> Result<CheckedEvent<'_>, Box<Refused>> {
-        let payload = canonical_json(&event.payload);
-        let refuse = |rejection: Rejection| {
+        let event_type = || event.event_type.to_owned();
+        let version = || event.version.to_owned();
+        let refuse = |rejection: Rejection, digest: String| {
             Box::new(Refused {
                 rejection,
                 version: event.version.to_owned(),
-                digest: sha256_hex(payload.as_bytes()),
+                digest,
             })
         };
-        let event_type = || event.event_type.to_owned();
-        let version = || event.version.to_owned();
 
-        let Some(entry) = self.events.get(event.event_type) else {
+        // Size and depth come first, measured without serializing and without recursion:
+        // nothing else spends work or stack on a payload that is too big or too deep, and such
+        // a payload gets no digest (that would mean serializing it).
+        let entry = self.events.get(event.event_type);
+        let hard_cap = self.policy.hard_max_bytes;
+        let cap = entry.map_or(hard_cap, |entry| {
+            entry.descriptor.max_payload_bytes.min(hard_cap)
+        });
+        let measured = measure(&event.payload);
+        if measured.bytes > cap as usize {
+            return Err(refuse(
+                Rejection::Oversize {
+                    event_type: event_type(),
+                    version: version(),
+                    bytes: measured.bytes,
+                    cap,
+                },
+                String::new(),
+            ));
+        }
+        if measured.depth > MAX_PAYLOAD_DEPTH {
+            return Err(refuse(
+                Rejection::TooDeep {
+                    event_type: event_type(),
+                    version: version(),
+                    depth: measured.depth,
+                    limit: MAX_PAYLOAD_DEPTH,
+                },
+                String::new(),
+            ));
+        }
+
+        let payload = canonical_json(&event.payload);
+        let refuse = |rejection: Rejection| refuse(rejection, sha256_hex(payload.as_bytes()));
+        let Some(entry) = entry else {
             return Err(refuse(Rejection::UnregisteredType {
                 event_type: event_type(),
             }));
@@ -447,18 +498,6 @@ impl Checker {
                 },
             }));
         }
-        let cap = entry
-            .descriptor
-            .max_payload_bytes
-            .min(self.policy.hard_max_bytes);
-        if payload.len() > cap as usize {
-            return Err(refuse(Rejection::Oversize {
-                event_type: event_type(),
-                version: version(),
-                bytes: payload.len(),
-                cap,
-            }));
-        }
         Ok(CheckedEvent {
             descriptor: entry.descriptor,
             payload,
@@ -466,6 +505,102 @@ impl Checker {
             ordered: &version_entry.ordered,
         })
     }
+}
+
+/// The deepest nesting of arrays and objects a payload may have: what `serde_json` parses by
+/// default (its recursion limit is 128), so every consumer that reads a stored payload with it,
+/// the dispatcher included, can read it. It also bounds the recursion of every later check.
+pub const MAX_PAYLOAD_DEPTH: usize = 127;
+
+/// A payload's canonical JSON size and nesting depth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Measured {
+    bytes: usize,
+    depth: usize,
+}
+
+/// The length of `canonical_json(value)` and the depth of `value`, without serializing it and
+/// without recursion (a deep payload must not exhaust the stack before it is refused).
+fn measure(value: &Value) -> Measured {
+    enum Open<'a> {
+        Array(std::slice::Iter<'a, Value>),
+        Object(serde_json::map::Iter<'a>),
+    }
+    let mut bytes = 0_usize;
+    let mut depth = 0;
+    // Open arrays and objects, each with whether a member has been written (for commas).
+    let mut open: Vec<(Open<'_>, bool)> = Vec::new();
+    let mut next = Some(value);
+    loop {
+        match next.take() {
+            Some(Value::Null) => bytes += 4,
+            Some(Value::Bool(flag)) => bytes += if *flag { 4 } else { 5 },
+            Some(Value::Number(number)) => bytes += display_len(number),
+            Some(Value::String(text)) => bytes += quoted_len(text),
+            Some(Value::Array(items)) => {
+                bytes += 2;
+                open.push((Open::Array(items.iter()), false));
+                depth = depth.max(open.len());
+            }
+            Some(Value::Object(map)) => {
+                bytes += 2;
+                open.push((Open::Object(map.iter()), false));
+                depth = depth.max(open.len());
+            }
+            None => {}
+        }
+        let Some((container, started)) = open.last_mut() else {
+            break;
+        };
+        let member = match container {
+            Open::Array(items) => items.next(),
+            Open::Object(entries) => entries.next().map(|(key, child)| {
+                bytes += quoted_len(key) + 1;
+                child
+            }),
+        };
+        match member {
+            Some(child) => {
+                if *started {
+                    bytes += 1;
+                }
+                *started = true;
+                next = Some(child);
+            }
+            None => {
+                open.pop();
+            }
+        }
+    }
+    Measured { bytes, depth }
+}
+
+/// The length of `value`'s `Display` output, counted without allocating.
+fn display_len(value: &impl std::fmt::Display) -> usize {
+    struct Count(usize);
+    impl std::fmt::Write for Count {
+        fn write_str(&mut self, text: &str) -> std::fmt::Result {
+            self.0 += text.len();
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = write!(count, "{value}");
+    count.0
+}
+
+/// The length of `text` as a JSON string as `serde_json` writes it: quotes, `\"`, `\\` and
+/// the short escapes of `\b`, `\f`, `\n`, `\r`, `\t` take two bytes, other control characters
+/// six (`\u001f`), everything else its UTF-8 length.
+fn quoted_len(text: &str) -> usize {
+    2 + text
+        .chars()
+        .map(|c| match c {
+            '"' | '\\' | '\u{8}' | '\u{c}' | '\n' | '\r' | '\t' => 2,
+            c if c < ' ' => 6,
+            c => c.len_utf8(),
+        })
+        .sum::<usize>()
 }
 
 /// The order key of an event: the payload's order-key fields, else the aggregate key of the
@@ -550,24 +685,41 @@ mod tests {
                        dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U";
     const DIGEST: &str = "0000000000000000000000000000000000000000000000000000000000000001";
 
-    /// `t.map` 1.0.0: an object of integers, any keys; cap 256 bytes.
+    /// `t.map` 1.0.0: an object of integers, any keys; cap 256 bytes. `t.open` 1.0.0: any
+    /// object; cap 65,536 bytes.
     static REGISTRY: Registry = Registry {
         project: "append_unit",
         digest: DIGEST,
-        events: &[EventDescriptor {
-            name: "t.map",
-            description: "A map.",
-            producer_class: "maps",
-            order_key: &[],
-            deprecated: false,
-            max_payload_bytes: 256,
-            versions: &[VersionDescriptor {
-                version: "1.0.0",
-                major: 1,
-                schema: r#"{"additionalProperties":{"type":"integer"},"type":"object"}"#,
-                schema_digest: DIGEST,
-            }],
-        }],
+        events: &[
+            EventDescriptor {
+                name: "t.map",
+                description: "A map.",
+                producer_class: "maps",
+                order_key: &[],
+                deprecated: false,
+                max_payload_bytes: 256,
+                versions: &[VersionDescriptor {
+                    version: "1.0.0",
+                    major: 1,
+                    schema: r#"{"additionalProperties":{"type":"integer"},"type":"object"}"#,
+                    schema_digest: DIGEST,
+                }],
+            },
+            EventDescriptor {
+                name: "t.open",
+                description: "Anything.",
+                producer_class: "open",
+                order_key: &[],
+                deprecated: false,
+                max_payload_bytes: 65_536,
+                versions: &[VersionDescriptor {
+                    version: "1.0.0",
+                    major: 1,
+                    schema: r#"{"type":"object"}"#,
+                    schema_digest: DIGEST,
+                }],
+            },
+        ],
         consumers: &[],
         retry_policies: &[],
     };
@@ -576,16 +728,147 @@ mod tests {
         Checker::new(REGISTRY, policy).expect("the schema compiles")
     }
 
-    fn map_event(payload: Value) -> OutgoingEvent {
+    fn event_of(event_type: &'static str, version: &'static str, payload: Value) -> OutgoingEvent {
         let trace = TraceContext::new("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", 1)
             .expect("valid trace");
-        OutgoingEvent::new("t.map", "1.0.0", None, &trace, &payload).expect("serializes")
+        OutgoingEvent {
+            event_type,
+            version,
+            order_key: None,
+            trace,
+            payload,
+        }
     }
 
     fn refusal(checker: &Checker, payload: Value) -> Box<Refused> {
         checker
-            .check(&map_event(payload))
+            .check(&event_of("t.map", "1.0.0", payload))
             .expect_err("the payload is refused")
+    }
+
+    /// `{"a": [[...[1]...]]}`, the array `depth` levels deep (built by hand: `json!` would
+    /// serialize it, recursively).
+    fn nested(depth: usize) -> Value {
+        let mut value = json!(1);
+        for _ in 0..depth {
+            value = Value::Array(vec![value]);
+        }
+        Value::Object([("a".to_owned(), value)].into_iter().collect())
+    }
+
+    #[test]
+    fn size_is_checked_before_the_schema_and_the_scan() {
+        let checker = checker(&PayloadPolicy::default());
+        // Over the cap of 256 bytes, and a schema violation (a string, not an integer).
+        let refused = refusal(&checker, json!({"a": "x".repeat(300)}));
+        assert_eq!(
+            refused.rejection.reason_code(),
+            "oversize",
+            "{:?}",
+            refused.rejection
+        );
+        // Over the cap, and a credential.
+        let refused = refusal(&checker, json!({"a": format!("{JWT} {}", "x".repeat(300))}));
+        assert_eq!(
+            refused.rejection.reason_code(),
+            "oversize",
+            "{:?}",
+            refused.rejection
+        );
+    }
+
+    #[test]
+    fn size_is_checked_before_the_registry() {
+        let checker = checker(&PayloadPolicy::default());
+        // An unregistered version and an unregistered type are measured against their type's
+        // cap and the hard cap (65,536 bytes).
+        let big = json!({"a": "x".repeat(300)});
+        let refused = checker
+            .check(&event_of("t.map", "9.9.9", big))
+            .expect_err("refused");
+        assert_eq!(refused.rejection.reason_code(), "oversize");
+        let huge = json!({"a": "x".repeat(70_000)});
+        let refused = checker
+            .check(&event_of("t.nope", "1.0.0", huge))
+            .expect_err("refused");
+        assert!(
+            matches!(refused.rejection, Rejection::Oversize { cap: 65_536, .. }),
+            "{:?}",
+            refused.rejection
+        );
+    }
+
+    #[test]
+    fn a_deeply_nested_payload_is_refused_without_recursion() {
+        let checker = checker(&PayloadPolicy::default());
+        // Over the cap: refused for its size. Serializing or validating it first would overflow
+        // the stack; so would dropping it, hence the `forget`.
+        let event = event_of("t.map", "1.0.0", nested(200_000));
+        let refused = checker.check(&event).expect_err("refused");
+        std::mem::forget(event);
+        assert_eq!(refused.rejection.reason_code(), "oversize");
+        assert_eq!(
+            refused.digest, "",
+            "no digest: the payload was not serialized"
+        );
+        // Under the hard cap (40 KB) but 20,000 levels deep.
+        let event = event_of("t.open", "1.0.0", nested(20_000));
+        let refused = checker.check(&event).expect_err("refused");
+        assert!(
+            matches!(
+                refused.rejection,
+                Rejection::TooDeep {
+                    depth: 20_001,
+                    limit: MAX_PAYLOAD_DEPTH,
+                    ..
+                }
+            ),
+            "{:?}",
+            refused.rejection
+        );
+        assert_eq!(refused.rejection.reason_code(), "too_deep");
+        assert_eq!(refused.digest, "");
+    }
+
+    #[test]
+    fn the_depth_limit_is_what_serde_json_reads_back() {
+        let checker = checker(&PayloadPolicy::default());
+        // `nested(n)` is n + 1 levels deep.
+        let deepest = nested(MAX_PAYLOAD_DEPTH - 1);
+        let stored = canonical_json(&deepest);
+        assert!(serde_json::from_str::<Value>(&stored).is_ok());
+        assert!(checker.check(&event_of("t.open", "1.0.0", deepest)).is_ok());
+        let deeper = nested(MAX_PAYLOAD_DEPTH);
+        assert!(serde_json::from_str::<Value>(&canonical_json(&deeper)).is_err());
+        let refused = checker
+            .check(&event_of("t.open", "1.0.0", deeper))
+            .expect_err("refused");
+        assert_eq!(refused.rejection.reason_code(), "too_deep");
+    }
+
+    #[test]
+    fn the_measured_size_is_the_canonical_size() {
+        let values = [
+            json!(null),
+            json!(true),
+            json!(false),
+            json!(-12),
+            json!(1.5e300),
+            json!(0.1),
+            json!(u64::MAX),
+            json!(""),
+            json!("a\"b\\c\n\r\t\u{8}\u{c}\u{1}\u{1f}\u{7f} é 😀 /"),
+            json!([]),
+            json!({}),
+            json!([[], {}, [1, [2, [3]]]]),
+            json!({"b": [1, {"z": null, "a": "x\"y"}], "a": true, "\u{1}k": {"": ""}}),
+        ];
+        for value in values {
+            let measured = measure(&value);
+            assert_eq!(measured.bytes, canonical_json(&value).len(), "{value}");
+        }
+        assert_eq!(measure(&json!(1)).depth, 0);
+        assert_eq!(measure(&json!({"a": [1]})).depth, 2);
     }
 
     #[test]

@@ -8,7 +8,7 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use evc_runtime::append::{canonical_json, sha256_hex};
+use evc_runtime::append::{MAX_PAYLOAD_DEPTH, canonical_json, sha256_hex};
 use evc_runtime::store::postgres::NOTIFY_CHANNEL;
 use evc_runtime::{
     AppendError, AppendOptions, CredentialKind, CredentialShape, NewEvent, OutgoingEvent,
@@ -626,6 +626,17 @@ fn cases() -> Vec<Case> {
             secret: Some("hunter2"),
             check: |r| matches!(r, Rejection::Oversize { bytes, cap: 512, .. } if *bytes > 512),
         },
+        Case {
+            name: "oversize beats a schema violation and a credential",
+            event: event(
+                "test.note",
+                "1.0.0",
+                json!({"count": -1, "text": format!("{JWT} {}", "hunter2 ".repeat(80))}),
+            ),
+            reason: "oversize",
+            secret: Some("hunter2"),
+            check: |r| matches!(r, Rejection::Oversize { bytes, cap: 512, .. } if *bytes > 512),
+        },
     ]
 }
 
@@ -677,9 +688,15 @@ async fn every_reject_class_returns_its_error_and_leaves_only_a_reject_row() -> 
                 Some(case.event.version)
             );
             assert_eq!(row.try_get::<String, _>("reason_code")?, case.reason);
+            // A payload refused for its size is never serialized, so it has no digest.
+            let digest = if case.reason == "oversize" {
+                String::new()
+            } else {
+                sha256_hex(canonical_json(&case.event.payload).as_bytes())
+            };
             assert_eq!(
                 row.try_get::<String, _>("payload_digest")?,
-                sha256_hex(canonical_json(&case.event.payload).as_bytes()),
+                digest,
                 "{name}"
             );
             assert_eq!(count(&pool, "evc_events").await?, 0, "{name}");
@@ -901,6 +918,56 @@ async fn batch_with_one_refused_event_writes_only_its_reject_row() -> TestResult
                 .fetch_all(&pool)
                 .await?;
         assert_eq!(rows, [("credential_value".to_owned(), digest)]);
+        Ok(())
+    })
+    .await
+}
+
+/// `{"a": [[...[1]...]]}`, `levels` arrays and objects deep.
+fn nested(levels: usize) -> serde_json::Value {
+    let mut value = json!(1);
+    for _ in 1..levels {
+        value = json!([value]);
+    }
+    json!({ "a": value })
+}
+
+#[tokio::test]
+async fn a_payload_deeper_than_serde_json_reads_is_refused_and_the_deepest_allowed_is_claimed()
+-> TestResult {
+    with_database(|pool| async move {
+        let store = store(&pool);
+        let mut connection = pool.acquire().await?;
+        // One level more than the dispatcher can parse back: a delivery that no claim could
+        // ever read (the claim fails, the lease expires, the claim fails again).
+        let error = store
+            .append(
+                &mut connection,
+                event("test.ping", "1.0.0", nested(MAX_PAYLOAD_DEPTH + 1)),
+                AppendOptions::new(),
+            )
+            .await
+            .expect_err("refused");
+        assert_eq!(
+            error.rejection().map(Rejection::reason_code),
+            Some("too_deep"),
+            "{error}"
+        );
+        assert_eq!(count(&pool, "evc_events").await?, 0);
+
+        let deepest = nested(MAX_PAYLOAD_DEPTH);
+        store
+            .append(
+                &mut connection,
+                event("test.ping", "1.0.0", deepest.clone()),
+                AppendOptions::new(),
+            )
+            .await?;
+        let claimed = store
+            .claim("c.live", "owner-1", 10, Duration::from_secs(30), true)
+            .await?;
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].payload, deepest);
         Ok(())
     })
     .await
