@@ -113,7 +113,8 @@ pub struct AppendReceipt {
 }
 
 /// Why an append was refused. Recorded as one `evc_validation_rejects` row (event type,
-/// version, [`Rejection::reason_code`], payload digest) and never carrying a payload value.
+/// version, [`Rejection::reason_code`], the keyed payload digest) and never carrying a payload
+/// value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Rejection {
@@ -319,7 +320,8 @@ pub(crate) struct CheckedEvent<'a> {
     pub(crate) ordered: &'a [bool],
 }
 
-/// A refused event: why, and the digest of its canonical payload.
+/// A refused event: why, and the keyed digest of its canonical payload (empty without a digest
+/// key, or when the payload was refused for its size or depth and never serialized).
 #[derive(Debug, Clone)]
 pub(crate) struct Refused {
     pub(crate) rejection: Rejection,
@@ -410,6 +412,25 @@ impl Checker {
         &self.registry
     }
 
+    /// The digest a reject row keeps: HMAC-SHA256 of the canonical payload under the policy's
+    /// digest key, or none (empty) without a key. Never a bare hash: a reader of the reject
+    /// table could reverse that for any payload with few possible values.
+    fn payload_digest(&self, canonical: &str) -> String {
+        static NO_KEY: std::sync::Once = std::sync::Once::new();
+        match &self.policy.digest_key {
+            Some(key) => key.digest_hex(canonical.as_bytes()),
+            None => {
+                NO_KEY.call_once(|| {
+                    tracing::warn!(
+                        "no payload digest key ({}): reject rows are recorded without a digest",
+                        crate::policy::DigestKey::ENV
+                    );
+                });
+                String::new()
+            }
+        }
+    }
+
     /// Checks one event in the documented order.
     pub(crate) fn check(&self, event: &OutgoingEvent) -> Result<CheckedEvent<'_>, Box<Refused>> {
         let event_type = || event.event_type.to_owned();
@@ -455,7 +476,7 @@ impl Checker {
         }
 
         let payload = canonical_json(&event.payload);
-        let refuse = |rejection: Rejection| refuse(rejection, sha256_hex(payload.as_bytes()));
+        let refuse = |rejection: Rejection| refuse(rejection, self.payload_digest(&payload));
         let Some(entry) = entry else {
             return Err(refuse(Rejection::UnregisteredType {
                 event_type: event_type(),
@@ -677,6 +698,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::DigestKey;
     use crate::registry::{EventDescriptor, VersionDescriptor};
     use crate::trace::TraceContext;
     use serde_json::json;
@@ -869,6 +891,25 @@ mod tests {
         }
         assert_eq!(measure(&json!(1)).depth, 0);
         assert_eq!(measure(&json!({"a": [1]})).depth, 2);
+    }
+
+    #[test]
+    fn a_refused_payload_keeps_its_keyed_digest_or_none() {
+        let payload = json!({"pin": "1234"});
+        let canonical = canonical_json(&payload);
+        let key = DigestKey::new([7_u8; 32]).expect("long enough");
+        let keyed = checker(&PayloadPolicy::default().with_digest_key(key.clone()));
+        let refused = keyed
+            .check(&event_of("t.map", "9.9.9", payload.clone()))
+            .expect_err("unregistered version");
+        assert_eq!(refused.digest, key.digest_hex(canonical.as_bytes()));
+        assert_ne!(refused.digest, sha256_hex(canonical.as_bytes()));
+        assert_eq!(refused.digest.len(), 64);
+        let unkeyed = checker(&PayloadPolicy::default());
+        let refused = unkeyed
+            .check(&event_of("t.map", "9.9.9", payload))
+            .expect_err("unregistered version");
+        assert_eq!(refused.digest, "");
     }
 
     #[test]

@@ -3,9 +3,14 @@
 //!
 //! The policy mirrors `payload_policy` of the project file (`contracts/evc.yaml`). The static
 //! registry does not carry it yet, so it is a runtime configuration value whose
-//! [`Default`] is the reference policy; keep it in step with the project file.
+//! [`Default`] is the reference policy; keep it in step with the project file. The deployment
+//! adds its [`DigestKey`], which keys the digests of refused payloads.
 
+use std::fmt::Write as _;
+
+use hmac::{Hmac, KeyInit, Mac};
 use serde_json::Value;
+use sha2::Sha256;
 
 /// The payload policy: which keys a payload may never carry, which key names and values look
 /// like credentials, and the hard size cap.
@@ -21,6 +26,9 @@ pub struct PayloadPolicy {
     pub credential_key_names: Vec<String>,
     /// The cap of every payload in bytes, whatever its event type's own cap says.
     pub hard_max_bytes: u32,
+    /// The deployment's key for the digest a reject row keeps (HMAC-SHA256 of the canonical
+    /// payload). Without one, reject rows keep no digest.
+    pub digest_key: Option<DigestKey>,
 }
 
 impl Default for PayloadPolicy {
@@ -44,6 +52,7 @@ impl Default for PayloadPolicy {
             .map(String::from)
             .to_vec(),
             hard_max_bytes: 65_536,
+            digest_key: None,
         }
     }
 }
@@ -59,7 +68,16 @@ impl PayloadPolicy {
             denied_keys: denied_keys.into_iter().map(Into::into).collect(),
             credential_key_names: credential_key_names.into_iter().map(Into::into).collect(),
             hard_max_bytes,
+            digest_key: None,
         }
+    }
+
+    /// The policy with the deployment's digest key: refused payloads are recorded with their
+    /// HMAC-SHA256 under this key.
+    #[must_use]
+    pub fn with_digest_key(mut self, key: DigestKey) -> Self {
+        self.digest_key = Some(key);
+        self
     }
 
     /// The policy compiled for fast checks: names split into parts once.
@@ -78,7 +96,86 @@ impl PayloadPolicy {
                 .filter(|(_, joined)| !joined.is_empty())
                 .collect(),
             hard_max_bytes: self.hard_max_bytes,
+            digest_key: self.digest_key.clone(),
         }
+    }
+}
+
+/// The deployment's secret for the digests of refused payloads: a reject row keeps
+/// HMAC-SHA256(key, canonical payload), which matches a payload a holder of the key presents
+/// but, unlike a bare SHA-256, cannot be reversed by hashing guesses (a refused `{"pin":"1234"}`
+/// is one of 10,000 candidates). Every process of a deployment must use the same key for its
+/// digests to compare.
+///
+/// Neither `Debug` nor any error shows the key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DigestKey(Vec<u8>);
+
+/// Why a digest key was not accepted. Never shows the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DigestKeyError {
+    /// The key is shorter than [`DigestKey::MIN_BYTES`].
+    #[error("the digest key has {bytes} bytes; it needs at least {min}", min = DigestKey::MIN_BYTES)]
+    TooShort {
+        /// The key's length in bytes.
+        bytes: usize,
+    },
+    /// The environment variable is set but not UTF-8 text.
+    #[error("{} is not UTF-8 text", DigestKey::ENV)]
+    NotText,
+}
+
+impl DigestKey {
+    /// The shortest key accepted: 32 bytes, the output size of SHA-256 (`openssl rand -hex 32`
+    /// prints 64).
+    pub const MIN_BYTES: usize = 32;
+
+    /// The environment variable [`DigestKey::from_env`] reads.
+    pub const ENV: &'static str = "EVC_DIGEST_KEY";
+
+    /// A key of `bytes`.
+    ///
+    /// # Errors
+    /// [`DigestKeyError::TooShort`] below [`DigestKey::MIN_BYTES`] bytes.
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Self, DigestKeyError> {
+        let bytes = bytes.into();
+        if bytes.len() < Self::MIN_BYTES {
+            return Err(DigestKeyError::TooShort { bytes: bytes.len() });
+        }
+        Ok(Self(bytes))
+    }
+
+    /// The key in `EVC_DIGEST_KEY` (its text, as bytes), or `None` when the variable is unset.
+    ///
+    /// # Errors
+    /// [`DigestKeyError::TooShort`] or [`DigestKeyError::NotText`] when it is set but unusable.
+    pub fn from_env() -> Result<Option<Self>, DigestKeyError> {
+        match std::env::var(Self::ENV) {
+            Ok(text) => Self::new(text).map(Some),
+            Err(std::env::VarError::NotPresent) => Ok(None),
+            Err(std::env::VarError::NotUnicode(_)) => Err(DigestKeyError::NotText),
+        }
+    }
+
+    /// HMAC-SHA256 of `bytes` under the key, lower-case hex.
+    pub fn digest_hex(&self, bytes: &[u8]) -> String {
+        // HMAC takes a key of any length; `new_from_slice` cannot fail for it.
+        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(&self.0) else {
+            return String::new();
+        };
+        mac.update(bytes);
+        let mut out = String::with_capacity(64);
+        for byte in mac.finalize().into_bytes() {
+            let _ = write!(out, "{byte:02x}");
+        }
+        out
+    }
+}
+
+impl std::fmt::Debug for DigestKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DigestKey(..)")
     }
 }
 
@@ -103,6 +200,7 @@ pub(crate) struct CompiledPolicy {
     denied: Vec<(String, String)>,
     credential: Vec<(String, String)>,
     pub(crate) hard_max_bytes: u32,
+    pub(crate) digest_key: Option<DigestKey>,
 }
 
 impl CompiledPolicy {
@@ -1018,6 +1116,24 @@ mod tests {
                 entry: "body_text".into()
             })
         );
+    }
+
+    #[test]
+    fn digest_keys_are_hmac_sha256_and_never_shown() {
+        // RFC 4231, test case 6 (a key longer than SHA-256's block).
+        let key = DigestKey::new(vec![0xaa; 131]).expect("long enough");
+        assert_eq!(
+            key.digest_hex(b"Test Using Larger Than Block-Size Key - Hash Key First"),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+        );
+        let secret = "k".repeat(31);
+        let error = DigestKey::new(secret.clone()).expect_err("too short");
+        assert_eq!(error, DigestKeyError::TooShort { bytes: 31 });
+        assert!(!format!("{error} {error:?}").contains(&secret));
+        let secret = "s3cret-".repeat(5);
+        let key = DigestKey::new(secret.clone()).expect("long enough");
+        let policy = PayloadPolicy::default().with_digest_key(key.clone());
+        assert!(!format!("{key:?} {policy:?}").contains("s3cret"));
     }
 
     #[test]

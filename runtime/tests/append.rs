@@ -11,8 +11,8 @@ use std::time::Duration;
 use evc_runtime::append::{MAX_PAYLOAD_DEPTH, canonical_json, sha256_hex};
 use evc_runtime::store::postgres::NOTIFY_CHANNEL;
 use evc_runtime::{
-    AppendError, AppendOptions, CredentialKind, CredentialShape, NewEvent, OutgoingEvent,
-    PayloadPolicy, PgStore, Publish, Rejection,
+    AppendError, AppendOptions, CredentialKind, CredentialShape, DigestKey, NewEvent,
+    OutgoingEvent, PayloadPolicy, PgStore, Publish, Rejection,
 };
 use serde_json::json;
 use sqlx::postgres::{PgListener, PgPool};
@@ -21,13 +21,17 @@ use support::{TestResult, count, event, note, with_database};
 
 const NOTE_ID: &str = "01890a5d-ac96-774b-bcce-b302099a8057";
 
+/// The deployment's digest key of these tests.
+fn digest_key() -> DigestKey {
+    DigestKey::new("test-digest-key-0123456789abcdef-0123456789abcdef").expect("long enough")
+}
+
 fn store(pool: &PgPool) -> PgStore {
-    PgStore::new(
-        pool.clone(),
-        support::TEST_REGISTRY,
-        PayloadPolicy::default(),
-    )
-    .expect("test schemas compile")
+    store_with(pool, PayloadPolicy::default().with_digest_key(digest_key()))
+}
+
+fn store_with(pool: &PgPool, policy: PayloadPolicy) -> PgStore {
+    PgStore::new(pool.clone(), support::TEST_REGISTRY, policy).expect("test schemas compile")
 }
 
 async fn listener(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
@@ -688,11 +692,12 @@ async fn every_reject_class_returns_its_error_and_leaves_only_a_reject_row() -> 
                 Some(case.event.version)
             );
             assert_eq!(row.try_get::<String, _>("reason_code")?, case.reason);
-            // A payload refused for its size is never serialized, so it has no digest.
+            // The keyed digest of the canonical payload; a payload refused for its size is
+            // never serialized, so it has none.
             let digest = if case.reason == "oversize" {
                 String::new()
             } else {
-                sha256_hex(canonical_json(&case.event.payload).as_bytes())
+                digest_key().digest_hex(canonical_json(&case.event.payload).as_bytes())
             };
             assert_eq!(
                 row.try_get::<String, _>("payload_digest")?,
@@ -890,7 +895,7 @@ async fn batch_with_one_refused_event_writes_only_its_reject_row() -> TestResult
             .map(|_| NewEvent::from(event("test.note", "1.0.0", note(NOTE_ID))))
             .collect();
         events[57] = NewEvent::from(event("test.note", "1.0.0", with_text(JWT)));
-        let digest = sha256_hex(canonical_json(&events[57].event.payload).as_bytes());
+        let digest = digest_key().digest_hex(canonical_json(&events[57].event.payload).as_bytes());
         let mut connection = pool.acquire().await?;
         let mut tx = connection.begin().await?;
         let error = store
@@ -968,6 +973,60 @@ async fn a_payload_deeper_than_serde_json_reads_is_refused_and_the_deepest_allow
             .await?;
         assert_eq!(claimed.len(), 1);
         assert_eq!(claimed[0].payload, deepest);
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_reject_digest_does_not_give_a_low_entropy_payload_away() -> TestResult {
+    with_database(|pool| async move {
+        let pin = || event("test.note", "9.0.0", json!({"pin": "1234"}));
+        let other_key =
+            DigestKey::new("another-deployment-key-0123456789abcdef").expect("long enough");
+        // The same key in two stores (two processes of one deployment), another key, no key.
+        let stores = [
+            store(&pool),
+            store(&pool),
+            store_with(
+                &pool,
+                PayloadPolicy::default().with_digest_key(other_key.clone()),
+            ),
+            store_with(&pool, PayloadPolicy::default()),
+        ];
+        let mut connection = pool.acquire().await?;
+        for store in &stores {
+            store
+                .append(&mut connection, pin(), AppendOptions::new())
+                .await
+                .expect_err("unregistered version");
+        }
+        let digests: Vec<String> =
+            sqlx::query_scalar("SELECT payload_digest FROM evc_validation_rejects ORDER BY id")
+                .fetch_all(&pool)
+                .await?;
+        let canonical = canonical_json(&pin().payload);
+        assert_eq!(digests[0], digest_key().digest_hex(canonical.as_bytes()));
+        assert_ne!(
+            digests[0],
+            sha256_hex(canonical.as_bytes()),
+            "not the bare SHA-256"
+        );
+        assert_eq!(digests[1], digests[0], "one key, comparable digests");
+        assert_eq!(digests[2], other_key.digest_hex(canonical.as_bytes()));
+        assert_ne!(digests[2], digests[0], "another key, another digest");
+        assert_eq!(digests[3], "", "no key, no digest");
+        // Whoever reads the reject table tries every four-digit PIN, digested as a bare
+        // SHA-256 of the canonical payload would be.
+        for digest in &digests {
+            let recovered = (0..10_000).map(|n| format!("{n:04}")).find(|pin| {
+                sha256_hex(canonical_json(&json!({ "pin": pin })).as_bytes()) == *digest
+            });
+            assert_eq!(
+                recovered, None,
+                "the reject row's digest gives the PIN away"
+            );
+        }
         Ok(())
     })
     .await
