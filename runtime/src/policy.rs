@@ -511,6 +511,17 @@ fn run(bytes: &[u8], start: usize, accept: impl Fn(u8) -> bool) -> usize {
     bytes[start..].iter().take_while(|&&b| accept(b)).count()
 }
 
+/// The longest token body a prefix-anchored shape looks at. Bodies of one shape can overlap
+/// (`xoxb-xoxb-...` has a prefix every five bytes, all inside one run), so an unbounded run
+/// per prefix would make the scan quadratic in the text.
+const TOKEN_BODY_MAX: usize = 256;
+
+/// [`run`], counting at most [`TOKEN_BODY_MAX`] bytes.
+fn bounded_run(bytes: &[u8], start: usize, accept: impl Fn(u8) -> bool) -> usize {
+    let end = bytes.len().min(start + TOKEN_BODY_MAX);
+    run(&bytes[..end], start, accept)
+}
+
 fn is_base64url(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'-' || b == b'_'
 }
@@ -713,7 +724,7 @@ fn contains_github_token(text: &str) -> bool {
         });
     classic
         || word_starts(text, "github_pat_").any(|start| {
-            run(bytes, start + "github_pat_".len(), |b| {
+            bounded_run(bytes, start + "github_pat_".len(), |b| {
                 b.is_ascii_alphanumeric() || b == b'_'
             }) >= 22
         })
@@ -728,7 +739,7 @@ fn contains_slack_token(text: &str) -> bool {
         .any(|prefix| {
             word_starts(text, prefix).any(|start| {
                 let body = start + prefix.len();
-                let length = run(bytes, body, |b| b.is_ascii_alphanumeric() || b == b'-');
+                let length = bounded_run(bytes, body, |b| b.is_ascii_alphanumeric() || b == b'-');
                 length >= 10 && bytes[body..body + length].iter().any(u8::is_ascii_digit)
             })
         })
