@@ -186,7 +186,7 @@ pub(crate) enum Finding {
     DeniedKey { pointer: String, entry: String },
     /// A credential-shaped key at `pointer`, containing `name`.
     CredentialKey { pointer: String, name: String },
-    /// A string value at `pointer` shaped like a credential.
+    /// A string value, or a key, at `pointer` shaped like a credential.
     CredentialValue {
         pointer: String,
         shape: CredentialShape,
@@ -205,7 +205,8 @@ pub(crate) struct CompiledPolicy {
 
 impl CompiledPolicy {
     /// The first finding of the highest class in `payload`: any deny-listed key first, then any
-    /// credential-shaped key, then any credential-shaped string value, each in document order.
+    /// credential-shaped key (or name/value pair), then any credential-shaped string value or
+    /// key, each in document order.
     pub(crate) fn scan(&self, payload: &Value) -> Option<Finding> {
         let mut found = Found::default();
         let mut pointer = String::new();
@@ -704,12 +705,17 @@ fn after_assignment(bytes: &[u8], start: usize) -> bool {
             || matches!(bytes[position - 1], b'_' | b'-' | b'.'))
 }
 
-/// Whether `secret` or `aws` occurs among the 64 bytes of `lower` before `start`.
+/// Whether a word starting with `secret` or `aws` (`aws_secret`, `AWS`, `secrets`; not `laws`)
+/// occurs among the 64 bytes of `lower` before `start`.
 fn near_key_word(lower: &str, start: usize) -> bool {
-    let bytes = &lower.as_bytes()[start.saturating_sub(64)..start];
-    [b"secret".as_slice(), b"aws".as_slice()]
-        .iter()
-        .any(|word| bytes.windows(word.len()).any(|window| window == *word))
+    let bytes = lower.as_bytes();
+    let from = start.saturating_sub(64);
+    ["secret", "aws"].iter().any(|word| {
+        (from..start.saturating_sub(word.len() - 1)).any(|at| {
+            bytes[at..].starts_with(word.as_bytes())
+                && (at == 0 || !bytes[at - 1].is_ascii_alphabetic())
+        })
+    })
 }
 
 /// A GitHub token: `ghp_`, `gho_`, `ghu_`, `ghs_` or `ghr_` and at least 30 letters or digits
@@ -914,6 +920,10 @@ mod tests {
                 CredentialShape::AwsSecretAccessKey,
             ),
             (
+                "AWS wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+                CredentialShape::AwsSecretAccessKey,
+            ),
+            (
                 "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
                 CredentialShape::GitHubToken,
             ),
@@ -985,6 +995,7 @@ mod tests {
             // 40 base64 characters with no key name or `name=` before them.
             "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
             "the path is wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY today",
+            "she draws wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
             // Too short, too long or not bounded for an access key id.
             "AKIA1234",
             "AKIAIOSFODNN7EXAMPLEXX",
