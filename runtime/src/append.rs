@@ -4,7 +4,8 @@
 //! Checks run in this order (docs/runtime.md, "Append path"): the size caps and the nesting
 //! depth (measured without serializing the payload), registered event type, registered version,
 //! the payload against the version's compiled JSON Schema (formats on), the payload policy
-//! (deny-listed keys, credential-shaped keys, credential-shaped values).
+//! (deny-listed keys, credential-shaped keys, credential-shaped values), then the envelope
+//! options' free-text fields (credential-shaped values).
 //! The first failing check decides the [`Rejection`]. No check reports a payload value: errors
 //! name the JSON pointer of the failing location and the rule, never what was there.
 
@@ -14,7 +15,9 @@ use std::fmt::Write as _;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::policy::{CompiledPolicy, CredentialShape, Finding, PayloadPolicy, redact_pointer};
+use crate::policy::{
+    CompiledPolicy, CredentialShape, Finding, PayloadPolicy, credential_shape, redact_pointer,
+};
 use crate::publish::{OutgoingEvent, PayloadError};
 use crate::registry::{EventDescriptor, Registry};
 
@@ -181,6 +184,20 @@ pub enum Rejection {
         /// when the event type is not registered).
         cap: u32,
     },
+    /// An envelope field of the append's options (correlation id, idempotency key, ...) is
+    /// shaped like a credential.
+    #[error("envelope field `{field}` of {event_type} {version} is credential-shaped ({shape})")]
+    CredentialInEnvelope {
+        /// Event type.
+        event_type: String,
+        /// Version.
+        version: String,
+        /// The field (`correlation_id`, `causation_id`, `idempotency_key`, `tenant_scope`,
+        /// `aggregate_key`).
+        field: String,
+        /// The credential's shape.
+        shape: CredentialShape,
+    },
     /// The payload nests arrays and objects deeper than [`MAX_PAYLOAD_DEPTH`].
     #[error(
         "payload of {event_type} {version} nests {depth} levels deep, over the limit of {limit}"
@@ -232,6 +249,7 @@ impl Rejection {
                 ..
             } => "credential_value",
             Self::Oversize { .. } => "oversize",
+            Self::CredentialInEnvelope { .. } => "credential_envelope",
             Self::TooDeep { .. } => "too_deep",
         }
     }
@@ -245,6 +263,7 @@ impl Rejection {
             | Self::ForbiddenKey { event_type, .. }
             | Self::CredentialShaped { event_type, .. }
             | Self::Oversize { event_type, .. }
+            | Self::CredentialInEnvelope { event_type, .. }
             | Self::TooDeep { event_type, .. } => event_type,
         }
     }
@@ -431,8 +450,12 @@ impl Checker {
         }
     }
 
-    /// Checks one event in the documented order.
-    pub(crate) fn check(&self, event: &OutgoingEvent) -> Result<CheckedEvent<'_>, Box<Refused>> {
+    /// Checks one event and its envelope options in the documented order.
+    pub(crate) fn check(
+        &self,
+        event: &OutgoingEvent,
+        options: &AppendOptions,
+    ) -> Result<CheckedEvent<'_>, Box<Refused>> {
         let event_type = || event.event_type.to_owned();
         let version = || event.version.to_owned();
         let refuse = |rejection: Rejection, digest: String| {
@@ -518,6 +541,25 @@ impl Checker {
                     what: CredentialKind::Value(shape),
                 },
             }));
+        }
+        // The envelope's free-text fields are stored beside the payload: a token used as a
+        // correlation id leaks as surely as one in the payload.
+        let envelope = [
+            ("idempotency_key", &options.idempotency_key),
+            ("tenant_scope", &options.tenant_scope),
+            ("correlation_id", &options.correlation_id),
+            ("causation_id", &options.causation_id),
+            ("aggregate_key", &options.aggregate_key),
+        ];
+        for (field, value) in envelope {
+            if let Some(shape) = value.as_deref().and_then(credential_shape) {
+                return Err(refuse(Rejection::CredentialInEnvelope {
+                    event_type: event_type(),
+                    version: version(),
+                    field: field.to_owned(),
+                    shape,
+                }));
+            }
         }
         Ok(CheckedEvent {
             descriptor: entry.descriptor,
@@ -762,9 +804,15 @@ mod tests {
         }
     }
 
+    impl Checker {
+        fn check_event(&self, event: &OutgoingEvent) -> Result<CheckedEvent<'_>, Box<Refused>> {
+            self.check(event, &AppendOptions::new())
+        }
+    }
+
     fn refusal(checker: &Checker, payload: Value) -> Box<Refused> {
         checker
-            .check(&event_of("t.map", "1.0.0", payload))
+            .check_event(&event_of("t.map", "1.0.0", payload))
             .expect_err("the payload is refused")
     }
 
@@ -806,12 +854,12 @@ mod tests {
         // cap and the hard cap (65,536 bytes).
         let big = json!({"a": "x".repeat(300)});
         let refused = checker
-            .check(&event_of("t.map", "9.9.9", big))
+            .check_event(&event_of("t.map", "9.9.9", big))
             .expect_err("refused");
         assert_eq!(refused.rejection.reason_code(), "oversize");
         let huge = json!({"a": "x".repeat(70_000)});
         let refused = checker
-            .check(&event_of("t.nope", "1.0.0", huge))
+            .check_event(&event_of("t.nope", "1.0.0", huge))
             .expect_err("refused");
         assert!(
             matches!(refused.rejection, Rejection::Oversize { cap: 65_536, .. }),
@@ -826,7 +874,7 @@ mod tests {
         // Over the cap: refused for its size. Serializing or validating it first would overflow
         // the stack; so would dropping it, hence the `forget`.
         let event = event_of("t.map", "1.0.0", nested(200_000));
-        let refused = checker.check(&event).expect_err("refused");
+        let refused = checker.check_event(&event).expect_err("refused");
         std::mem::forget(event);
         assert_eq!(refused.rejection.reason_code(), "oversize");
         assert_eq!(
@@ -835,7 +883,7 @@ mod tests {
         );
         // Under the hard cap (40 KB) but 20,000 levels deep.
         let event = event_of("t.open", "1.0.0", nested(20_000));
-        let refused = checker.check(&event).expect_err("refused");
+        let refused = checker.check_event(&event).expect_err("refused");
         assert!(
             matches!(
                 refused.rejection,
@@ -859,11 +907,15 @@ mod tests {
         let deepest = nested(MAX_PAYLOAD_DEPTH - 1);
         let stored = canonical_json(&deepest);
         assert!(serde_json::from_str::<Value>(&stored).is_ok());
-        assert!(checker.check(&event_of("t.open", "1.0.0", deepest)).is_ok());
+        assert!(
+            checker
+                .check_event(&event_of("t.open", "1.0.0", deepest))
+                .is_ok()
+        );
         let deeper = nested(MAX_PAYLOAD_DEPTH);
         assert!(serde_json::from_str::<Value>(&canonical_json(&deeper)).is_err());
         let refused = checker
-            .check(&event_of("t.open", "1.0.0", deeper))
+            .check_event(&event_of("t.open", "1.0.0", deeper))
             .expect_err("refused");
         assert_eq!(refused.rejection.reason_code(), "too_deep");
     }
@@ -900,14 +952,14 @@ mod tests {
         let key = DigestKey::new([7_u8; 32]).expect("long enough");
         let keyed = checker(&PayloadPolicy::default().with_digest_key(key.clone()));
         let refused = keyed
-            .check(&event_of("t.map", "9.9.9", payload.clone()))
+            .check_event(&event_of("t.map", "9.9.9", payload.clone()))
             .expect_err("unregistered version");
         assert_eq!(refused.digest, key.digest_hex(canonical.as_bytes()));
         assert_ne!(refused.digest, sha256_hex(canonical.as_bytes()));
         assert_eq!(refused.digest.len(), 64);
         let unkeyed = checker(&PayloadPolicy::default());
         let refused = unkeyed
-            .check(&event_of("t.map", "9.9.9", payload))
+            .check_event(&event_of("t.map", "9.9.9", payload))
             .expect_err("unregistered version");
         assert_eq!(refused.digest, "");
     }

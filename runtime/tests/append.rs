@@ -1031,3 +1031,70 @@ async fn a_reject_digest_does_not_give_a_low_entropy_payload_away() -> TestResul
     })
     .await
 }
+
+#[tokio::test]
+async fn a_credential_in_an_envelope_field_is_refused() -> TestResult {
+    with_database(|pool| async move {
+        let store = store(&pool);
+        let options = [
+            AppendOptions::new().correlation_id(format!("Bearer {JWT}")),
+            AppendOptions::new().causation_id(JWT),
+            AppendOptions::new().idempotency_key("ghp_16C7e42F292c6912E7710c838347Ae178B4a"),
+            AppendOptions::new().tenant_scope("postgres://app:hunter2@db/prod"),
+            AppendOptions::new().aggregate_key("AKIAIOSFODNN7EXAMPLE"),
+        ];
+        let mut connection = pool.acquire().await?;
+        for (index, options) in options.into_iter().enumerate() {
+            let error = store
+                .append(
+                    &mut connection,
+                    event("test.note", "1.0.0", note(NOTE_ID)),
+                    options,
+                )
+                .await
+                .expect_err("refused");
+            let text = format!("{error} {error:?}");
+            for secret in [
+                "dozjgNryP4J3jVmNHl0w5N",
+                "16C7e42F292c6912",
+                "hunter2",
+                "IOSFODNN7",
+            ] {
+                assert!(
+                    !text.contains(secret),
+                    "{index}: error shows {secret}: {text}"
+                );
+            }
+            assert_eq!(
+                error.rejection().map(Rejection::reason_code),
+                Some("credential_envelope"),
+                "{index}: {error}"
+            );
+        }
+        // In a batch too.
+        let mut events: Vec<NewEvent> = (0..3)
+            .map(|_| NewEvent::from(event("test.note", "1.0.0", note(NOTE_ID))))
+            .collect();
+        events[1].options = AppendOptions::new().correlation_id(JWT);
+        let error = store
+            .append_batch(&mut connection, events)
+            .await
+            .expect_err("refused");
+        assert!(
+            matches!(
+                &error,
+                AppendError::BatchRejected {
+                    index: 1,
+                    rejected: 1,
+                    rejection: Rejection::CredentialInEnvelope { field, .. }
+                } if field == "correlation_id"
+            ),
+            "{error:?}"
+        );
+        assert!(!format!("{error} {error:?}").contains("dozjgNryP4J3jVmNHl0w5N"));
+        assert_eq!(count(&pool, "evc_events").await?, 0);
+        assert_eq!(count(&pool, "evc_validation_rejects").await?, 6);
+        Ok(())
+    })
+    .await
+}
