@@ -1,9 +1,11 @@
 //! The append path shared by every store: envelope options, the checks an event passes before
 //! it is written, and why an append is refused.
 //!
-//! Checks run in this order (docs/runtime.md, "Append path"): registered event type, registered
-//! version, the payload against the version's compiled JSON Schema (formats on), the payload
-//! policy (deny-listed keys, credential-shaped keys, credential-shaped values), the size caps.
+//! Checks run in this order (docs/runtime.md, "Append path"): the size caps and the nesting
+//! depth (measured without serializing the payload), registered event type, registered version,
+//! the payload against the version's compiled JSON Schema (formats on), the payload policy
+//! (deny-listed keys, credential-shaped keys, credential-shaped values), then the envelope
+//! options' free-text fields (credential-shaped values).
 //! The first failing check decides the [`Rejection`]. No check reports a payload value: errors
 //! name the JSON pointer of the failing location and the rule, never what was there.
 
@@ -13,7 +15,9 @@ use std::fmt::Write as _;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::policy::{CompiledPolicy, CredentialShape, Finding, PayloadPolicy};
+use crate::policy::{
+    CompiledPolicy, CredentialShape, Finding, PayloadPolicy, credential_shape, redact_pointer,
+};
 use crate::publish::{OutgoingEvent, PayloadError};
 use crate::registry::{EventDescriptor, Registry};
 
@@ -112,7 +116,8 @@ pub struct AppendReceipt {
 }
 
 /// Why an append was refused. Recorded as one `evc_validation_rejects` row (event type,
-/// version, [`Rejection::reason_code`], payload digest) and never carrying a payload value.
+/// version, [`Rejection::reason_code`], the keyed payload digest) and never carrying a payload
+/// value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Rejection {
@@ -175,8 +180,37 @@ pub enum Rejection {
         version: String,
         /// Canonical JSON size of the payload.
         bytes: usize,
-        /// The smaller of the event type's cap and the policy's hard cap.
+        /// The smaller of the event type's cap and the policy's hard cap (the hard cap alone
+        /// when the event type is not registered).
         cap: u32,
+    },
+    /// An envelope field of the append's options (correlation id, idempotency key, ...) is
+    /// shaped like a credential.
+    #[error("envelope field `{field}` of {event_type} {version} is credential-shaped ({shape})")]
+    CredentialInEnvelope {
+        /// Event type.
+        event_type: String,
+        /// Version.
+        version: String,
+        /// The field (`correlation_id`, `causation_id`, `idempotency_key`, `tenant_scope`,
+        /// `aggregate_key`).
+        field: String,
+        /// The credential's shape.
+        shape: CredentialShape,
+    },
+    /// The payload nests arrays and objects deeper than [`MAX_PAYLOAD_DEPTH`].
+    #[error(
+        "payload of {event_type} {version} nests {depth} levels deep, over the limit of {limit}"
+    )]
+    TooDeep {
+        /// Event type.
+        event_type: String,
+        /// Version.
+        version: String,
+        /// How many arrays and objects the deepest value is inside.
+        depth: usize,
+        /// [`MAX_PAYLOAD_DEPTH`].
+        limit: usize,
     },
 }
 
@@ -215,6 +249,8 @@ impl Rejection {
                 ..
             } => "credential_value",
             Self::Oversize { .. } => "oversize",
+            Self::CredentialInEnvelope { .. } => "credential_envelope",
+            Self::TooDeep { .. } => "too_deep",
         }
     }
 
@@ -226,7 +262,9 @@ impl Rejection {
             | Self::SchemaViolation { event_type, .. }
             | Self::ForbiddenKey { event_type, .. }
             | Self::CredentialShaped { event_type, .. }
-            | Self::Oversize { event_type, .. } => event_type,
+            | Self::Oversize { event_type, .. }
+            | Self::CredentialInEnvelope { event_type, .. }
+            | Self::TooDeep { event_type, .. } => event_type,
         }
     }
 }
@@ -301,7 +339,8 @@ pub(crate) struct CheckedEvent<'a> {
     pub(crate) ordered: &'a [bool],
 }
 
-/// A refused event: why, and the digest of its canonical payload.
+/// A refused event: why, and the keyed digest of its canonical payload (empty without a digest
+/// key, or when the payload was refused for its size or depth and never serialized).
 #[derive(Debug, Clone)]
 pub(crate) struct Refused {
     pub(crate) rejection: Rejection,
@@ -392,20 +431,76 @@ impl Checker {
         &self.registry
     }
 
-    /// Checks one event in the documented order.
-    pub(crate) fn check(&self, event: &OutgoingEvent) -> Result<CheckedEvent<'_>, Box<Refused>> {
-        let payload = canonical_json(&event.payload);
-        let refuse = |rejection: Rejection| {
+    /// The digest a reject row keeps: HMAC-SHA256 of the canonical payload under the policy's
+    /// digest key, or none (empty) without a key. Never a bare hash: a reader of the reject
+    /// table could reverse that for any payload with few possible values.
+    fn payload_digest(&self, canonical: &str) -> String {
+        static NO_KEY: std::sync::Once = std::sync::Once::new();
+        match &self.policy.digest_key {
+            Some(key) => key.digest_hex(canonical.as_bytes()),
+            None => {
+                NO_KEY.call_once(|| {
+                    tracing::warn!(
+                        "no payload digest key ({}): reject rows are recorded without a digest",
+                        crate::policy::DigestKey::ENV
+                    );
+                });
+                String::new()
+            }
+        }
+    }
+
+    /// Checks one event and its envelope options in the documented order.
+    pub(crate) fn check(
+        &self,
+        event: &OutgoingEvent,
+        options: &AppendOptions,
+    ) -> Result<CheckedEvent<'_>, Box<Refused>> {
+        let event_type = || event.event_type.to_owned();
+        let version = || event.version.to_owned();
+        let refuse = |rejection: Rejection, digest: String| {
             Box::new(Refused {
                 rejection,
                 version: event.version.to_owned(),
-                digest: sha256_hex(payload.as_bytes()),
+                digest,
             })
         };
-        let event_type = || event.event_type.to_owned();
-        let version = || event.version.to_owned();
 
-        let Some(entry) = self.events.get(event.event_type) else {
+        // Size and depth come first, measured without serializing and without recursion:
+        // nothing else spends work or stack on a payload that is too big or too deep, and such
+        // a payload gets no digest (that would mean serializing it).
+        let entry = self.events.get(event.event_type);
+        let hard_cap = self.policy.hard_max_bytes;
+        let cap = entry.map_or(hard_cap, |entry| {
+            entry.descriptor.max_payload_bytes.min(hard_cap)
+        });
+        let measured = measure(&event.payload);
+        if measured.bytes > cap as usize {
+            return Err(refuse(
+                Rejection::Oversize {
+                    event_type: event_type(),
+                    version: version(),
+                    bytes: measured.bytes,
+                    cap,
+                },
+                String::new(),
+            ));
+        }
+        if measured.depth > MAX_PAYLOAD_DEPTH {
+            return Err(refuse(
+                Rejection::TooDeep {
+                    event_type: event_type(),
+                    version: version(),
+                    depth: measured.depth,
+                    limit: MAX_PAYLOAD_DEPTH,
+                },
+                String::new(),
+            ));
+        }
+
+        let payload = canonical_json(&event.payload);
+        let refuse = |rejection: Rejection| refuse(rejection, self.payload_digest(&payload));
+        let Some(entry) = entry else {
             return Err(refuse(Rejection::UnregisteredType {
                 event_type: event_type(),
             }));
@@ -420,7 +515,8 @@ impl Checker {
             return Err(refuse(Rejection::SchemaViolation {
                 event_type: event_type(),
                 version: version(),
-                pointer: error.instance_path().as_str().to_owned(),
+                // A credential used as an object key must not reach the error through the path.
+                pointer: redact_pointer(error.instance_path().as_str()),
                 keyword: error.kind().keyword().to_owned(),
             }));
         }
@@ -446,17 +542,24 @@ impl Checker {
                 },
             }));
         }
-        let cap = entry
-            .descriptor
-            .max_payload_bytes
-            .min(self.policy.hard_max_bytes);
-        if payload.len() > cap as usize {
-            return Err(refuse(Rejection::Oversize {
-                event_type: event_type(),
-                version: version(),
-                bytes: payload.len(),
-                cap,
-            }));
+        // The envelope's free-text fields are stored beside the payload: a token used as a
+        // correlation id leaks as surely as one in the payload.
+        let envelope = [
+            ("idempotency_key", &options.idempotency_key),
+            ("tenant_scope", &options.tenant_scope),
+            ("correlation_id", &options.correlation_id),
+            ("causation_id", &options.causation_id),
+            ("aggregate_key", &options.aggregate_key),
+        ];
+        for (field, value) in envelope {
+            if let Some(shape) = value.as_deref().and_then(credential_shape) {
+                return Err(refuse(Rejection::CredentialInEnvelope {
+                    event_type: event_type(),
+                    version: version(),
+                    field: field.to_owned(),
+                    shape,
+                }));
+            }
         }
         Ok(CheckedEvent {
             descriptor: entry.descriptor,
@@ -465,6 +568,102 @@ impl Checker {
             ordered: &version_entry.ordered,
         })
     }
+}
+
+/// The deepest nesting of arrays and objects a payload may have: what `serde_json` parses by
+/// default (its recursion limit is 128), so every consumer that reads a stored payload with it,
+/// the dispatcher included, can read it. It also bounds the recursion of every later check.
+pub const MAX_PAYLOAD_DEPTH: usize = 127;
+
+/// A payload's canonical JSON size and nesting depth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Measured {
+    bytes: usize,
+    depth: usize,
+}
+
+/// The length of `canonical_json(value)` and the depth of `value`, without serializing it and
+/// without recursion (a deep payload must not exhaust the stack before it is refused).
+fn measure(value: &Value) -> Measured {
+    enum Open<'a> {
+        Array(std::slice::Iter<'a, Value>),
+        Object(serde_json::map::Iter<'a>),
+    }
+    let mut bytes = 0_usize;
+    let mut depth = 0;
+    // Open arrays and objects, each with whether a member has been written (for commas).
+    let mut open: Vec<(Open<'_>, bool)> = Vec::new();
+    let mut next = Some(value);
+    loop {
+        match next.take() {
+            Some(Value::Null) => bytes += 4,
+            Some(Value::Bool(flag)) => bytes += if *flag { 4 } else { 5 },
+            Some(Value::Number(number)) => bytes += display_len(number),
+            Some(Value::String(text)) => bytes += quoted_len(text),
+            Some(Value::Array(items)) => {
+                bytes += 2;
+                open.push((Open::Array(items.iter()), false));
+                depth = depth.max(open.len());
+            }
+            Some(Value::Object(map)) => {
+                bytes += 2;
+                open.push((Open::Object(map.iter()), false));
+                depth = depth.max(open.len());
+            }
+            None => {}
+        }
+        let Some((container, started)) = open.last_mut() else {
+            break;
+        };
+        let member = match container {
+            Open::Array(items) => items.next(),
+            Open::Object(entries) => entries.next().map(|(key, child)| {
+                bytes += quoted_len(key) + 1;
+                child
+            }),
+        };
+        match member {
+            Some(child) => {
+                if *started {
+                    bytes += 1;
+                }
+                *started = true;
+                next = Some(child);
+            }
+            None => {
+                open.pop();
+            }
+        }
+    }
+    Measured { bytes, depth }
+}
+
+/// The length of `value`'s `Display` output, counted without allocating.
+fn display_len(value: &impl std::fmt::Display) -> usize {
+    struct Count(usize);
+    impl std::fmt::Write for Count {
+        fn write_str(&mut self, text: &str) -> std::fmt::Result {
+            self.0 += text.len();
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = write!(count, "{value}");
+    count.0
+}
+
+/// The length of `text` as a JSON string as `serde_json` writes it: quotes, `\"`, `\\` and
+/// the short escapes of `\b`, `\f`, `\n`, `\r`, `\t` take two bytes, other control characters
+/// six (`\u001f`), everything else its UTF-8 length.
+fn quoted_len(text: &str) -> usize {
+    2 + text
+        .chars()
+        .map(|c| match c {
+            '"' | '\\' | '\u{8}' | '\u{c}' | '\n' | '\r' | '\t' => 2,
+            c if c < ' ' => 6,
+            c => c.len_utf8(),
+        })
+        .sum::<usize>()
 }
 
 /// The order key of an event: the payload's order-key fields, else the aggregate key of the
@@ -541,7 +740,244 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::DigestKey;
+    use crate::registry::{EventDescriptor, VersionDescriptor};
+    use crate::trace::TraceContext;
     use serde_json::json;
+
+    const JWT: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.\
+                       dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U";
+    const DIGEST: &str = "0000000000000000000000000000000000000000000000000000000000000001";
+
+    /// `t.map` 1.0.0: an object of integers, any keys; cap 256 bytes. `t.open` 1.0.0: any
+    /// object; cap 65,536 bytes.
+    static REGISTRY: Registry = Registry {
+        project: "append_unit",
+        digest: DIGEST,
+        events: &[
+            EventDescriptor {
+                name: "t.map",
+                description: "A map.",
+                producer_class: "maps",
+                order_key: &[],
+                deprecated: false,
+                max_payload_bytes: 256,
+                versions: &[VersionDescriptor {
+                    version: "1.0.0",
+                    major: 1,
+                    schema: r#"{"additionalProperties":{"type":"integer"},"type":"object"}"#,
+                    schema_digest: DIGEST,
+                }],
+            },
+            EventDescriptor {
+                name: "t.open",
+                description: "Anything.",
+                producer_class: "open",
+                order_key: &[],
+                deprecated: false,
+                max_payload_bytes: 65_536,
+                versions: &[VersionDescriptor {
+                    version: "1.0.0",
+                    major: 1,
+                    schema: r#"{"type":"object"}"#,
+                    schema_digest: DIGEST,
+                }],
+            },
+        ],
+        consumers: &[],
+        retry_policies: &[],
+    };
+
+    fn checker(policy: &PayloadPolicy) -> Checker {
+        Checker::new(REGISTRY, policy).expect("the schema compiles")
+    }
+
+    fn event_of(event_type: &'static str, version: &'static str, payload: Value) -> OutgoingEvent {
+        let trace = TraceContext::new("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", 1)
+            .expect("valid trace");
+        OutgoingEvent {
+            event_type,
+            version,
+            order_key: None,
+            trace,
+            payload,
+        }
+    }
+
+    impl Checker {
+        fn check_event(&self, event: &OutgoingEvent) -> Result<CheckedEvent<'_>, Box<Refused>> {
+            self.check(event, &AppendOptions::new())
+        }
+    }
+
+    fn refusal(checker: &Checker, payload: Value) -> Box<Refused> {
+        checker
+            .check_event(&event_of("t.map", "1.0.0", payload))
+            .expect_err("the payload is refused")
+    }
+
+    /// `{"a": [[...[1]...]]}`, the array `depth` levels deep (built by hand: `json!` would
+    /// serialize it, recursively).
+    fn nested(depth: usize) -> Value {
+        let mut value = json!(1);
+        for _ in 0..depth {
+            value = Value::Array(vec![value]);
+        }
+        Value::Object([("a".to_owned(), value)].into_iter().collect())
+    }
+
+    #[test]
+    fn size_is_checked_before_the_schema_and_the_scan() {
+        let checker = checker(&PayloadPolicy::default());
+        // Over the cap of 256 bytes, and a schema violation (a string, not an integer).
+        let refused = refusal(&checker, json!({"a": "x".repeat(300)}));
+        assert_eq!(
+            refused.rejection.reason_code(),
+            "oversize",
+            "{:?}",
+            refused.rejection
+        );
+        // Over the cap, and a credential.
+        let refused = refusal(&checker, json!({"a": format!("{JWT} {}", "x".repeat(300))}));
+        assert_eq!(
+            refused.rejection.reason_code(),
+            "oversize",
+            "{:?}",
+            refused.rejection
+        );
+    }
+
+    #[test]
+    fn size_is_checked_before_the_registry() {
+        let checker = checker(&PayloadPolicy::default());
+        // An unregistered version and an unregistered type are measured against their type's
+        // cap and the hard cap (65,536 bytes).
+        let big = json!({"a": "x".repeat(300)});
+        let refused = checker
+            .check_event(&event_of("t.map", "9.9.9", big))
+            .expect_err("refused");
+        assert_eq!(refused.rejection.reason_code(), "oversize");
+        let huge = json!({"a": "x".repeat(70_000)});
+        let refused = checker
+            .check_event(&event_of("t.nope", "1.0.0", huge))
+            .expect_err("refused");
+        assert!(
+            matches!(refused.rejection, Rejection::Oversize { cap: 65_536, .. }),
+            "{:?}",
+            refused.rejection
+        );
+    }
+
+    #[test]
+    fn a_deeply_nested_payload_is_refused_without_recursion() {
+        let checker = checker(&PayloadPolicy::default());
+        // Over the cap: refused for its size. Serializing or validating it first would overflow
+        // the stack; so would dropping it, hence the `forget`.
+        let event = event_of("t.map", "1.0.0", nested(200_000));
+        let refused = checker.check_event(&event).expect_err("refused");
+        std::mem::forget(event);
+        assert_eq!(refused.rejection.reason_code(), "oversize");
+        assert_eq!(
+            refused.digest, "",
+            "no digest: the payload was not serialized"
+        );
+        // Under the hard cap (40 KB) but 20,000 levels deep.
+        let event = event_of("t.open", "1.0.0", nested(20_000));
+        let refused = checker.check_event(&event).expect_err("refused");
+        assert!(
+            matches!(
+                refused.rejection,
+                Rejection::TooDeep {
+                    depth: 20_001,
+                    limit: MAX_PAYLOAD_DEPTH,
+                    ..
+                }
+            ),
+            "{:?}",
+            refused.rejection
+        );
+        assert_eq!(refused.rejection.reason_code(), "too_deep");
+        assert_eq!(refused.digest, "");
+    }
+
+    #[test]
+    fn the_depth_limit_is_what_serde_json_reads_back() {
+        let checker = checker(&PayloadPolicy::default());
+        // `nested(n)` is n + 1 levels deep.
+        let deepest = nested(MAX_PAYLOAD_DEPTH - 1);
+        let stored = canonical_json(&deepest);
+        assert!(serde_json::from_str::<Value>(&stored).is_ok());
+        assert!(
+            checker
+                .check_event(&event_of("t.open", "1.0.0", deepest))
+                .is_ok()
+        );
+        let deeper = nested(MAX_PAYLOAD_DEPTH);
+        assert!(serde_json::from_str::<Value>(&canonical_json(&deeper)).is_err());
+        let refused = checker
+            .check_event(&event_of("t.open", "1.0.0", deeper))
+            .expect_err("refused");
+        assert_eq!(refused.rejection.reason_code(), "too_deep");
+    }
+
+    #[test]
+    fn the_measured_size_is_the_canonical_size() {
+        let values = [
+            json!(null),
+            json!(true),
+            json!(false),
+            json!(-12),
+            json!(1.5e300),
+            json!(0.1),
+            json!(u64::MAX),
+            json!(""),
+            json!("a\"b\\c\n\r\t\u{8}\u{c}\u{1}\u{1f}\u{7f} é 😀 /"),
+            json!([]),
+            json!({}),
+            json!([[], {}, [1, [2, [3]]]]),
+            json!({"b": [1, {"z": null, "a": "x\"y"}], "a": true, "\u{1}k": {"": ""}}),
+        ];
+        for value in values {
+            let measured = measure(&value);
+            assert_eq!(measured.bytes, canonical_json(&value).len(), "{value}");
+        }
+        assert_eq!(measure(&json!(1)).depth, 0);
+        assert_eq!(measure(&json!({"a": [1]})).depth, 2);
+    }
+
+    #[test]
+    fn a_refused_payload_keeps_its_keyed_digest_or_none() {
+        let payload = json!({"pin": "1234"});
+        let canonical = canonical_json(&payload);
+        let key = DigestKey::new([7_u8; 32]).expect("long enough");
+        let keyed = checker(&PayloadPolicy::default().with_digest_key(key.clone()));
+        let refused = keyed
+            .check_event(&event_of("t.map", "9.9.9", payload.clone()))
+            .expect_err("unregistered version");
+        assert_eq!(refused.digest, key.digest_hex(canonical.as_bytes()));
+        assert_ne!(refused.digest, sha256_hex(canonical.as_bytes()));
+        assert_eq!(refused.digest.len(), 64);
+        let unkeyed = checker(&PayloadPolicy::default());
+        let refused = unkeyed
+            .check_event(&event_of("t.map", "9.9.9", payload))
+            .expect_err("unregistered version");
+        assert_eq!(refused.digest, "");
+    }
+
+    #[test]
+    fn a_schema_violation_under_a_credential_key_does_not_show_the_key() {
+        let checker = checker(&PayloadPolicy::default());
+        let refused = refusal(&checker, json!({ JWT: "not an integer" }));
+        let rejection = &refused.rejection;
+        assert_eq!(rejection.reason_code(), "schema_violation");
+        assert!(
+            matches!(rejection, Rejection::SchemaViolation { pointer, .. } if pointer == "/*"),
+            "{rejection:?}"
+        );
+        for text in [rejection.to_string(), format!("{rejection:?}")] {
+            assert!(!text.contains("dozjgNryP4J3jVmNHl0w5N"), "{text}");
+        }
+    }
 
     #[test]
     fn canonical_json_sorts_keys_and_drops_whitespace() {

@@ -26,7 +26,7 @@ pub use append::{
 };
 pub use dispatcher::{Dispatcher, DispatcherConfig, DispatcherHandle, DynHandler, HandlerContext};
 pub use handler::{Delivery, FailureClass, HandlerError};
-pub use policy::{CredentialShape, PayloadPolicy};
+pub use policy::{CredentialShape, DigestKey, DigestKeyError, PayloadPolicy};
 pub use publish::{OutgoingEvent, PayloadError, Publish};
 pub use registry::{
     ConsumerDescriptor, ConsumerMode, EventDescriptor, HandlerKind, Registry,

@@ -8,11 +8,11 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use evc_runtime::append::{canonical_json, sha256_hex};
+use evc_runtime::append::{MAX_PAYLOAD_DEPTH, canonical_json, sha256_hex};
 use evc_runtime::store::postgres::NOTIFY_CHANNEL;
 use evc_runtime::{
-    AppendError, AppendOptions, CredentialKind, CredentialShape, NewEvent, OutgoingEvent,
-    PayloadPolicy, PgStore, Publish, Rejection,
+    AppendError, AppendOptions, CredentialKind, CredentialShape, DigestKey, NewEvent,
+    OutgoingEvent, PayloadPolicy, PgStore, Publish, Rejection,
 };
 use serde_json::json;
 use sqlx::postgres::{PgListener, PgPool};
@@ -21,13 +21,17 @@ use support::{TestResult, count, event, note, with_database};
 
 const NOTE_ID: &str = "01890a5d-ac96-774b-bcce-b302099a8057";
 
+/// The deployment's digest key of these tests.
+fn digest_key() -> DigestKey {
+    DigestKey::new("test-digest-key-0123456789abcdef-0123456789abcdef").expect("long enough")
+}
+
 fn store(pool: &PgPool) -> PgStore {
-    PgStore::new(
-        pool.clone(),
-        support::TEST_REGISTRY,
-        PayloadPolicy::default(),
-    )
-    .expect("test schemas compile")
+    store_with(pool, PayloadPolicy::default().with_digest_key(digest_key()))
+}
+
+fn store_with(pool: &PgPool, policy: PayloadPolicy) -> PgStore {
+    PgStore::new(pool.clone(), support::TEST_REGISTRY, policy).expect("test schemas compile")
 }
 
 async fn listener(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
@@ -509,8 +513,130 @@ fn cases() -> Vec<Case> {
             },
         },
         Case {
+            name: "AWS access key id, unicode-escaped in the JSON text",
+            event: event(
+                "test.note",
+                "1.0.0",
+                serde_json::from_str(&format!(
+                    r#"{{"note_id": "{NOTE_ID}", "text": "\u0041KIAIOSFODNN7EXAMPLE"}}"#
+                ))
+                .expect("valid JSON"),
+            ),
+            reason: "credential_value",
+            secret: Some("IOSFODNN7EXAMPLE"),
+            check: |r| {
+                matches!(r, Rejection::CredentialShaped { pointer, what: CredentialKind::Value(CredentialShape::AwsAccessKeyId), .. }
+                    if pointer == "/text")
+            },
+        },
+        Case {
+            name: "GitHub token in an array at depth",
+            event: event(
+                "test.note",
+                "1.0.0",
+                json!({"note_id": NOTE_ID, "meta": {"a": {"b": [0, {"c": ["ghp_16C7e42F292c6912E7710c838347Ae178B4a"]}]}}}),
+            ),
+            reason: "credential_value",
+            secret: Some("16C7e42F292c6912E7710c838347Ae178B4a"),
+            check: |r| {
+                matches!(r, Rejection::CredentialShaped { pointer, what: CredentialKind::Value(CredentialShape::GitHubToken), .. }
+                    if pointer == "/meta/a/b/1/c/0")
+            },
+        },
+        Case {
+            name: "Slack token as an object key",
+            event: event(
+                "test.note",
+                "1.0.0",
+                json!({"note_id": NOTE_ID, "meta": {"xoxb-2620512345-4212345678901-AbCdEfGhIjKl": 1}}),
+            ),
+            reason: "credential_value",
+            secret: Some("2620512345-4212345678901"),
+            check: |r| {
+                matches!(r, Rejection::CredentialShaped { pointer, what: CredentialKind::Value(CredentialShape::SlackToken), .. }
+                    if pointer == "/meta/*")
+            },
+        },
+        Case {
+            name: "basic credentials",
+            event: event(
+                "test.note",
+                "1.0.0",
+                with_text("Authorization: Basic aHVudGVyOmh1bnRlcjI="),
+            ),
+            reason: "credential_value",
+            secret: Some("aHVudGVyOmh1bnRlcjI"),
+            check: |r| {
+                matches!(
+                    r,
+                    Rejection::CredentialShaped {
+                        what: CredentialKind::Value(CredentialShape::BasicAuth),
+                        ..
+                    }
+                )
+            },
+        },
+        Case {
+            name: "lower-case PEM header",
+            event: event(
+                "test.note",
+                "1.0.0",
+                with_text("-----begin private key-----\nMIIEvQhunter2"),
+            ),
+            reason: "credential_value",
+            secret: Some("hunter2"),
+            check: |r| {
+                matches!(
+                    r,
+                    Rejection::CredentialShaped {
+                        what: CredentialKind::Value(CredentialShape::PemBlock),
+                        ..
+                    }
+                )
+            },
+        },
+        Case {
+            name: "apikey key without separators",
+            event: event(
+                "test.note",
+                "1.0.0",
+                json!({"note_id": NOTE_ID, "meta": {"APIKEY": "hunter2"}}),
+            ),
+            reason: "credential_key",
+            secret: Some("hunter2"),
+            check: |r| {
+                matches!(r, Rejection::CredentialShaped { pointer, what: CredentialKind::Key(name), .. }
+                    if pointer == "/meta/APIKEY" && name == "api_key")
+            },
+        },
+        Case {
+            name: "credential as a name/value pair",
+            event: event(
+                "test.note",
+                "1.0.0",
+                json!({"note_id": NOTE_ID, "meta": {"env": [{"name": "DB_PWD", "value": "hunter2"}]}}),
+            ),
+            reason: "credential_key",
+            secret: Some("hunter2"),
+            check: |r| {
+                matches!(r, Rejection::CredentialShaped { pointer, what: CredentialKind::Key(name), .. }
+                    if pointer == "/meta/env/0/value" && name == "pwd")
+            },
+        },
+        Case {
             name: "oversize",
             event: event("test.note", "1.0.0", with_text(&"hunter2 ".repeat(80))),
+            reason: "oversize",
+            secret: Some("hunter2"),
+            check: |r| matches!(r, Rejection::Oversize { bytes, cap: 512, .. } if *bytes > 512),
+        },
+        Case {
+            name: "oversize beats a schema violation and a credential",
+            event: event(
+                "test.note",
+                "1.0.0",
+                json!({"count": -1, "text": format!("{JWT} {}", "hunter2 ".repeat(80))}),
+            ),
             reason: "oversize",
             secret: Some("hunter2"),
             check: |r| matches!(r, Rejection::Oversize { bytes, cap: 512, .. } if *bytes > 512),
@@ -566,9 +692,16 @@ async fn every_reject_class_returns_its_error_and_leaves_only_a_reject_row() -> 
                 Some(case.event.version)
             );
             assert_eq!(row.try_get::<String, _>("reason_code")?, case.reason);
+            // The keyed digest of the canonical payload; a payload refused for its size is
+            // never serialized, so it has none.
+            let digest = if case.reason == "oversize" {
+                String::new()
+            } else {
+                digest_key().digest_hex(canonical_json(&case.event.payload).as_bytes())
+            };
             assert_eq!(
                 row.try_get::<String, _>("payload_digest")?,
-                sha256_hex(canonical_json(&case.event.payload).as_bytes()),
+                digest,
                 "{name}"
             );
             assert_eq!(count(&pool, "evc_events").await?, 0, "{name}");
@@ -762,7 +895,7 @@ async fn batch_with_one_refused_event_writes_only_its_reject_row() -> TestResult
             .map(|_| NewEvent::from(event("test.note", "1.0.0", note(NOTE_ID))))
             .collect();
         events[57] = NewEvent::from(event("test.note", "1.0.0", with_text(JWT)));
-        let digest = sha256_hex(canonical_json(&events[57].event.payload).as_bytes());
+        let digest = digest_key().digest_hex(canonical_json(&events[57].event.payload).as_bytes());
         let mut connection = pool.acquire().await?;
         let mut tx = connection.begin().await?;
         let error = store
@@ -790,6 +923,177 @@ async fn batch_with_one_refused_event_writes_only_its_reject_row() -> TestResult
                 .fetch_all(&pool)
                 .await?;
         assert_eq!(rows, [("credential_value".to_owned(), digest)]);
+        Ok(())
+    })
+    .await
+}
+
+/// `{"a": [[...[1]...]]}`, `levels` arrays and objects deep.
+fn nested(levels: usize) -> serde_json::Value {
+    let mut value = json!(1);
+    for _ in 1..levels {
+        value = json!([value]);
+    }
+    json!({ "a": value })
+}
+
+#[tokio::test]
+async fn a_payload_deeper_than_serde_json_reads_is_refused_and_the_deepest_allowed_is_claimed()
+-> TestResult {
+    with_database(|pool| async move {
+        let store = store(&pool);
+        let mut connection = pool.acquire().await?;
+        // One level more than the dispatcher can parse back: a delivery that no claim could
+        // ever read (the claim fails, the lease expires, the claim fails again).
+        let error = store
+            .append(
+                &mut connection,
+                event("test.ping", "1.0.0", nested(MAX_PAYLOAD_DEPTH + 1)),
+                AppendOptions::new(),
+            )
+            .await
+            .expect_err("refused");
+        assert_eq!(
+            error.rejection().map(Rejection::reason_code),
+            Some("too_deep"),
+            "{error}"
+        );
+        assert_eq!(count(&pool, "evc_events").await?, 0);
+
+        let deepest = nested(MAX_PAYLOAD_DEPTH);
+        store
+            .append(
+                &mut connection,
+                event("test.ping", "1.0.0", deepest.clone()),
+                AppendOptions::new(),
+            )
+            .await?;
+        let claimed = store
+            .claim("c.live", "owner-1", 10, Duration::from_secs(30), true)
+            .await?;
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].payload, deepest);
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_reject_digest_does_not_give_a_low_entropy_payload_away() -> TestResult {
+    with_database(|pool| async move {
+        let pin = || event("test.note", "9.0.0", json!({"pin": "1234"}));
+        let other_key =
+            DigestKey::new("another-deployment-key-0123456789abcdef").expect("long enough");
+        // The same key in two stores (two processes of one deployment), another key, no key.
+        let stores = [
+            store(&pool),
+            store(&pool),
+            store_with(
+                &pool,
+                PayloadPolicy::default().with_digest_key(other_key.clone()),
+            ),
+            store_with(&pool, PayloadPolicy::default()),
+        ];
+        let mut connection = pool.acquire().await?;
+        for store in &stores {
+            store
+                .append(&mut connection, pin(), AppendOptions::new())
+                .await
+                .expect_err("unregistered version");
+        }
+        let digests: Vec<String> =
+            sqlx::query_scalar("SELECT payload_digest FROM evc_validation_rejects ORDER BY id")
+                .fetch_all(&pool)
+                .await?;
+        let canonical = canonical_json(&pin().payload);
+        assert_eq!(digests[0], digest_key().digest_hex(canonical.as_bytes()));
+        assert_ne!(
+            digests[0],
+            sha256_hex(canonical.as_bytes()),
+            "not the bare SHA-256"
+        );
+        assert_eq!(digests[1], digests[0], "one key, comparable digests");
+        assert_eq!(digests[2], other_key.digest_hex(canonical.as_bytes()));
+        assert_ne!(digests[2], digests[0], "another key, another digest");
+        assert_eq!(digests[3], "", "no key, no digest");
+        // Whoever reads the reject table tries every four-digit PIN, digested as a bare
+        // SHA-256 of the canonical payload would be.
+        for digest in &digests {
+            let recovered = (0..10_000).map(|n| format!("{n:04}")).find(|pin| {
+                sha256_hex(canonical_json(&json!({ "pin": pin })).as_bytes()) == *digest
+            });
+            assert_eq!(
+                recovered, None,
+                "the reject row's digest gives the PIN away"
+            );
+        }
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_credential_in_an_envelope_field_is_refused() -> TestResult {
+    with_database(|pool| async move {
+        let store = store(&pool);
+        let options = [
+            AppendOptions::new().correlation_id(format!("Bearer {JWT}")),
+            AppendOptions::new().causation_id(JWT),
+            AppendOptions::new().idempotency_key("ghp_16C7e42F292c6912E7710c838347Ae178B4a"),
+            AppendOptions::new().tenant_scope("postgres://app:hunter2@db/prod"),
+            AppendOptions::new().aggregate_key("AKIAIOSFODNN7EXAMPLE"),
+        ];
+        let mut connection = pool.acquire().await?;
+        for (index, options) in options.into_iter().enumerate() {
+            let error = store
+                .append(
+                    &mut connection,
+                    event("test.note", "1.0.0", note(NOTE_ID)),
+                    options,
+                )
+                .await
+                .expect_err("refused");
+            let text = format!("{error} {error:?}");
+            for secret in [
+                "dozjgNryP4J3jVmNHl0w5N",
+                "16C7e42F292c6912",
+                "hunter2",
+                "IOSFODNN7",
+            ] {
+                assert!(
+                    !text.contains(secret),
+                    "{index}: error shows {secret}: {text}"
+                );
+            }
+            assert_eq!(
+                error.rejection().map(Rejection::reason_code),
+                Some("credential_envelope"),
+                "{index}: {error}"
+            );
+        }
+        // In a batch too.
+        let mut events: Vec<NewEvent> = (0..3)
+            .map(|_| NewEvent::from(event("test.note", "1.0.0", note(NOTE_ID))))
+            .collect();
+        events[1].options = AppendOptions::new().correlation_id(JWT);
+        let error = store
+            .append_batch(&mut connection, events)
+            .await
+            .expect_err("refused");
+        assert!(
+            matches!(
+                &error,
+                AppendError::BatchRejected {
+                    index: 1,
+                    rejected: 1,
+                    rejection: Rejection::CredentialInEnvelope { field, .. }
+                } if field == "correlation_id"
+            ),
+            "{error:?}"
+        );
+        assert!(!format!("{error} {error:?}").contains("dozjgNryP4J3jVmNHl0w5N"));
+        assert_eq!(count(&pool, "evc_events").await?, 0);
+        assert_eq!(count(&pool, "evc_validation_rejects").await?, 6);
         Ok(())
     })
     .await

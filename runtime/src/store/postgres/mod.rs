@@ -181,7 +181,7 @@ impl PgStore {
         event: OutgoingEvent,
         options: AppendOptions,
     ) -> Result<AppendReceipt, AppendError> {
-        let checked = match self.inner.checker.check(&event) {
+        let checked = match self.inner.checker.check(&event, &options) {
             Ok(checked) => checked,
             Err(refused) => {
                 let rejection = refused.rejection.clone();
@@ -294,7 +294,7 @@ impl PgStore {
             let mut checked = Vec::with_capacity(part.len());
             let mut refused = Vec::new();
             for (index, new) in part.iter().enumerate() {
-                match self.inner.checker.check(&new.event) {
+                match self.inner.checker.check(&new.event, &new.options) {
                     Ok(event) => checked.push(event),
                     Err(why) => refused.push((offset + index, why)),
                 }
