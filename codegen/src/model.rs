@@ -109,11 +109,14 @@ impl Default for PayloadPolicy {
                 .to_vec(),
             credential_key_names: [
                 "password",
+                "passwd",
+                "pwd",
                 "token",
                 "api_key",
                 "secret",
                 "credential",
                 "authorization",
+                "private_key",
             ]
             .map(String::from)
             .to_vec(),
@@ -125,31 +128,51 @@ impl Default for PayloadPolicy {
 
 impl PayloadPolicy {
     /// The deny-listed key `key` is a spelling of, if any. Spellings are compared by their
-    /// parts, so `bodyText` and `Body_Text` are `body_text`.
+    /// parts joined, so `bodyText`, `Body_Text` and `BODYTEXT` are `body_text`. The runtime's
+    /// scan at append uses the same rule.
     pub fn denied_as(&self, key: &str) -> Option<&str> {
-        let key_parts = name_parts(key);
+        let key_joined = name_parts(key).concat();
         self.denied_keys
             .iter()
-            .find(|denied| name_parts(denied) == key_parts)
+            .find(|denied| {
+                let joined = name_parts(denied).concat();
+                !joined.is_empty() && joined == key_joined
+            })
             .map(String::as_str)
     }
 
-    /// The credential name `key` is shaped like, if any: a key matches when the name's
-    /// `_`-separated parts appear, in order and adjacent, among the key's parts (`api_key`
-    /// matches `partner_api_key`; `token` matches `refresh_token` but not `tokenizer`).
+    /// The credential name `key` is shaped like, if any: a key matches when adjacent whole
+    /// parts of it, joined, spell the name joined (`api_key` matches `partner_api_key`,
+    /// `apiKey`, `APIKEY` and `x-api-key`; `token` matches `refresh_token` but not `tokenizer`).
+    /// The runtime's scan at append uses the same rule, so a schema `evc check` accepts never
+    /// names a key every payload would then be refused for.
     pub fn credential_shape(&self, key: &str) -> Option<&str> {
         let key_parts = name_parts(key);
         self.credential_key_names
             .iter()
             .find(|name| {
-                let name_parts = name_parts(name);
-                !name_parts.is_empty()
-                    && key_parts
-                        .windows(name_parts.len())
-                        .any(|window| window == name_parts.as_slice())
+                let joined = name_parts(name).concat();
+                !joined.is_empty() && spells(&key_parts, &joined)
             })
             .map(String::as_str)
     }
+}
+
+/// Whether adjacent whole parts of `parts`, joined, are exactly `joined`.
+fn spells(parts: &[String], joined: &str) -> bool {
+    (0..parts.len()).any(|start| {
+        let mut length = 0;
+        for part in &parts[start..] {
+            if !joined[length..].starts_with(part.as_str()) {
+                return false;
+            }
+            length += part.len();
+            if length == joined.len() {
+                return true;
+            }
+        }
+        false
+    })
 }
 
 /// Splits a key into lower-case parts at `_`, `-`, `.` and camelCase boundaries.
@@ -351,5 +374,34 @@ mod tests {
         assert_eq!(policy.denied_as("bodyText"), Some("body_text"));
         assert_eq!(policy.denied_as("Body_Text"), Some("body_text"));
         assert_eq!(policy.denied_as("body_text_ref"), None);
+    }
+
+    /// The spellings the runtime's append scan refuses (runtime/src/policy.rs) are the ones
+    /// `evc check` refuses in a schema.
+    #[test]
+    fn joined_spellings_match_like_the_runtime_scan() {
+        let policy = PayloadPolicy::default();
+        for key in [
+            "apikey",
+            "APIKey",
+            "APIKEY",
+            "x-api-key",
+            "api-key",
+            "API_KEY",
+        ] {
+            assert_eq!(policy.credential_shape(key), Some("api_key"), "{key}");
+        }
+        for (key, name) in [
+            ("passwd", "passwd"),
+            ("user_pwd", "pwd"),
+            ("privateKey", "private_key"),
+            ("PRIVATEKEY", "private_key"),
+        ] {
+            assert_eq!(policy.credential_shape(key), Some(name), "{key}");
+        }
+        for key in ["passage", "keyboard", "bypass", "public_key", "tokenizer"] {
+            assert_eq!(policy.credential_shape(key), None, "{key}");
+        }
+        assert_eq!(policy.denied_as("BODYTEXT"), Some("body_text"));
     }
 }

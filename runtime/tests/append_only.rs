@@ -203,7 +203,10 @@ async fn the_database_refuses_a_payload_over_the_hard_cap() -> TestResult {
                     &part.unwrap_or("")[..200.min(part.unwrap_or("").len())]
                 );
             }
-            assert!(!format!("{error:?}").contains(marker), "Debug quotes the payload");
+            assert!(
+                !format!("{error:?}").contains(marker),
+                "Debug quotes the payload"
+            );
         }
         assert_eq!(count(&pool, "evc_events").await?, 1);
         Ok(())

@@ -266,16 +266,7 @@ async fn exactly_once(dispatchers: usize, events: u64) -> TestResult {
         // Per-key order: acks of a key's deliveries (attempt rows, in insertion order) follow
         // the key's append order (its events' seq); handler calls never go back to an earlier
         // event of a key (a redelivery repeats the same one).
-        let (acks, out_of_order): (i64, i64) = sqlx::query_as(
-            "SELECT count(*), count(*) FILTER (WHERE previous > seq) FROM ( \
-                 SELECT e.seq, lag(e.seq) OVER \
-                     (PARTITION BY a.consumer, e.order_key ORDER BY a.id) AS previous \
-                 FROM evc_delivery_attempts a JOIN evc_events e USING (event_id) \
-                 WHERE a.outcome = 'acked' AND a.consumer = ANY($1)) AS x",
-        )
-        .bind(&PER_KEY[..])
-        .fetch_one(&pool)
-        .await?;
+        let (acks, out_of_order) = support::acks_out_of_key_order(&pool, &PER_KEY).await?;
         assert_eq!(
             acks,
             i64::try_from(events)? * i64::try_from(PER_KEY.len())?,

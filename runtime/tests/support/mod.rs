@@ -407,3 +407,22 @@ pub async fn statuses(pool: &PgPool, consumer: &str) -> Result<Vec<(String, i64)
     .fetch_all(pool)
     .await
 }
+
+/// `(acks, out of order)` over the `acked` attempt rows of `consumers`: acks of one order key
+/// (attempt rows in insertion order) that came after an ack of a later event of that key (its
+/// events' `seq`). Holds across processes and through redeliveries of expired leases.
+pub async fn acks_out_of_key_order(
+    pool: &PgPool,
+    consumers: &[&str],
+) -> Result<(i64, i64), sqlx::Error> {
+    sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE previous > seq) FROM ( \
+             SELECT e.seq, lag(e.seq) OVER \
+                 (PARTITION BY a.consumer, e.order_key ORDER BY a.id) AS previous \
+             FROM evc_delivery_attempts a JOIN evc_events e USING (event_id) \
+             WHERE a.outcome = 'acked' AND a.consumer = ANY($1)) AS x",
+    )
+    .bind(consumers)
+    .fetch_one(pool)
+    .await
+}
