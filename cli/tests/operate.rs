@@ -705,6 +705,14 @@ fn migrate_status_and_migrate_refuse_changed_failed_missing_and_out_of_order_mig
                 })
                 .expect("migration file")
         };
+        // Every step the repository ships; the last is the highest applied.
+        let steps = i64::try_from(
+            std::fs::read_dir(migrations_dir())
+                .expect("migrations")
+                .count(),
+        )
+        .expect("count");
+        let last = format!("{steps:04}");
         let output = evc(url, &["migrate", "--dir", &dir]);
         assert_eq!(output.status.code(), Some(0), "{output:?}");
         let recorded = || -> i64 {
@@ -716,7 +724,7 @@ fn migrate_status_and_migrate_refuse_changed_failed_missing_and_out_of_order_mig
                     .expect("count")
             })
         };
-        assert_eq!(recorded(), 5);
+        assert_eq!(recorded(), steps);
 
         // An applied migration edited afterwards: `changed` in the listing, exit 100;
         // `evc migrate` refuses.
@@ -753,13 +761,13 @@ fn migrate_status_and_migrate_refuse_changed_failed_missing_and_out_of_order_mig
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(1), "{output:?}");
         assert!(
-            stderr.contains(
-                "migration 0000 (early) is numbered below the highest applied migration 0005"
-            ) && stderr.contains("renumber it above 0005")
+            stderr.contains(&format!(
+                "migration 0000 (early) is numbered below the highest applied migration {last}"
+            )) && stderr.contains(&format!("renumber it above {last}"))
                 && stderr.contains("nothing was applied"),
             "{stderr}"
         );
-        assert_eq!(recorded(), 5);
+        assert_eq!(recorded(), steps);
         let early: bool = runtime.block_on(async {
             let mut connection = PgConnection::connect(url).await.expect("connect");
             sqlx::query_scalar("SELECT to_regclass('early_marker') IS NOT NULL")
@@ -771,7 +779,7 @@ fn migrate_status_and_migrate_refuse_changed_failed_missing_and_out_of_order_mig
         std::fs::remove_file(copy.path().join("0000_early.sql")).expect("remove");
 
         // An applied migration whose file is gone, and one recorded as failed.
-        let v5 = file("0005_");
+        let v5 = file(&format!("{last}_"));
         let v5_text = std::fs::read_to_string(&v5).expect("read");
         std::fs::remove_file(&v5).expect("remove");
         runtime.block_on(execute(
@@ -781,13 +789,15 @@ fn migrate_status_and_migrate_refuse_changed_failed_missing_and_out_of_order_mig
         let output = evc(url, &["migrate", "--dir", &dir, "--status"]);
         let text = stdout(&output);
         assert_eq!(output.status.code(), Some(100), "{text}");
-        assert!(text.contains("  missing  0005"), "{text}");
+        assert!(text.contains(&format!("  missing  {last}")), "{text}");
         assert!(text.contains("  failed  0004  evc runtime v3"), "{text}");
         let output = evc(url, &["migrate", "--dir", &dir]);
         assert_eq!(output.status.code(), Some(1), "{output:?}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
-            stderr.contains("migration 0005 was applied but its file is not in"),
+            stderr.contains(&format!(
+                "migration {last} was applied but its file is not in"
+            )),
             "{stderr}"
         );
         assert!(
