@@ -495,7 +495,7 @@ fn generate(dir: &Path, root: &Path, check_only: bool) -> anyhow::Result<ExitCod
             write_human(&mut stdout, &diagnostics, &sources, false)?;
             writeln!(
                 stdout,
-                "failed: the contracts are invalid; nothing was generated (run `cargo evc check`)"
+                "failed: the contracts are invalid; nothing was generated (run `evc check`)"
             )?;
             return Ok(ExitCode::from(EXIT_FINDINGS));
         }
@@ -519,7 +519,7 @@ fn generate(dir: &Path, root: &Path, check_only: bool) -> anyhow::Result<ExitCod
             println!("{what}: {}", escape(&path.display().to_string()));
         }
         println!(
-            "failed: {} of {} generated files differ from the contracts; run `cargo evc generate`",
+            "failed: {} of {} generated files differ from the contracts; run `evc generate`",
             drifted.len(),
             artifacts.len()
         );
@@ -575,7 +575,7 @@ fn compat(args: &CompatArgs) -> anyhow::Result<ExitCode> {
             write_human(&mut stdout, &diagnostics, &sources, color)?;
             writeln!(
                 stdout,
-                "failed: {}, {} in `{}`; nothing was compared (run `cargo evc check`)",
+                "failed: {}, {} in `{}`; nothing was compared (run `evc check`)",
                 count(errors, "error"),
                 count(diagnostics.len() - errors, "warning"),
                 dir.display()

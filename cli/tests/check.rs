@@ -128,6 +128,6 @@ fn asyncapi_drift_is_reported_in_both_files() {
         drift[0]["fix"]
             .as_str()
             .expect("fix")
-            .contains("cargo evc generate")
+            .contains("evc generate")
     );
 }

@@ -75,7 +75,7 @@ fn tampered_outputs_are_named_and_regenerated() {
         stdout.contains("missing: generated/registry.json"),
         "{stdout}"
     );
-    assert!(stdout.contains("run `cargo evc generate`"), "{stdout}");
+    assert!(stdout.contains("run `evc generate`"), "{stdout}");
 
     let output = evc(&["generate"], root.path());
     assert_eq!(output.status.code(), Some(0));

@@ -57,3 +57,28 @@ fn compat_md_has_a_section_per_compat_rule_in_table_order() {
         "docs/compat.md must have one `### RULE_ID` section per compat rule, in table order"
     );
 }
+
+/// docs/codegen.md names every kind of migration file `evc generate` writes for the reference
+/// contracts: each runtime step, and the registry file (numbers as `NNNN`, the digest as
+/// `<digest>`).
+#[test]
+fn codegen_md_lists_every_migration_step() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let text = std::fs::read_to_string(root.join("docs/codegen.md")).expect("docs/codegen.md");
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(root.join("generated/migrations")).expect("migrations") {
+        let name = entry.expect("entry").file_name().to_string_lossy().into_owned();
+        let (number, rest) = name.split_at(4);
+        let pattern = if number == "0001" {
+            name.clone()
+        } else if rest.starts_with("_evc_registry_") {
+            "NNNN_evc_registry_<digest>.sql".to_owned()
+        } else {
+            format!("NNNN{rest}")
+        };
+        if !text.contains(&format!("`generated/migrations/{pattern}`")) {
+            missing.push(pattern);
+        }
+    }
+    assert!(missing.is_empty(), "docs/codegen.md does not list {missing:?}");
+}

@@ -46,7 +46,7 @@ pub(crate) fn load(dir: &Path) -> Cached {
                     _ => String::new(),
                 };
                 format!(
-                    "cannot load the contracts in `{}`: {error}{detail}\nrun `cargo evc check {}` to see every problem",
+                    "cannot load the contracts in `{}`: {error}{detail}\nrun `evc check {}` to see every problem",
                     dir.display(),
                     dir.display()
                 )

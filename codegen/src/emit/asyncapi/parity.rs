@@ -60,7 +60,7 @@ pub fn parity(
             Rule::AsyncApiBrokenReference,
             location,
             problem.message,
-            "fix or remove the reference; run `cargo evc generate` to regenerate the document",
+            "fix or remove the reference; run `evc generate` to regenerate the document",
         ));
     }
     let mut out = parity.out;
@@ -88,7 +88,7 @@ struct Parity<'a> {
 impl Parity<'_> {
     fn regenerate(&self) -> String {
         format!(
-            "run `cargo evc generate` to regenerate {}",
+            "run `evc generate` to regenerate {}",
             self.file.path()
         )
     }
