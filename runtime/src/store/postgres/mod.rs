@@ -60,9 +60,9 @@ pub use observe::{
 };
 pub use operations::ConsumerState;
 pub use replay::{
-    DEFAULT_REPLAY_LIMIT, MAX_REPLAY_REASON_CHARS, MAX_REPLAY_REF_CHARS, NotReplayable,
-    NotReplayableReason, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection,
-    SettledDelivery, SettledStatus,
+    DEFAULT_REPLAY_LIMIT, DiscardApplied, DiscardPlan, DiscardedDelivery, MAX_REPLAY_REASON_CHARS,
+    MAX_REPLAY_REF_CHARS, NotReplayable, NotReplayableReason, ReplayApplied, ReplayApproval,
+    ReplayError, ReplayPlan, ReplaySelection, SettledDelivery, SettledStatus,
 };
 
 pub use retention::{
