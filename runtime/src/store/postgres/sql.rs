@@ -14,7 +14,8 @@ pub const NOTIFY_CHANNEL: &str = "evc_deliveries";
 /// class, `$7` idempotency key, `$8` trace id, `$9` parent span id, `$10` trace flags, `$11`
 /// correlation id, `$12` causation id, `$13` canonical payload text, `$14` payload bytes,
 /// `$15` consumers (`text[]`), `$16` per consumer whether it orders per key (`bool[]`: its
-/// delivery carries the order key, the others' carry NULL). Returns one row (event id, seq,
+/// delivery carries the order key, the others' carry NULL), `$17` the deliveries' due time in
+/// epoch seconds (`AppendOptions::not_before`; NULL: now). Returns one row (event id, seq,
 /// deliveries) when the event was written, none when the idempotency key of the producer class
 /// is taken.
 ///
@@ -34,8 +35,9 @@ WITH e AS (
     ON CONFLICT (producer_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING event_id, seq, order_key
 ), d AS (
-    INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key)
-    SELECT e.event_id, c.consumer, e.seq, CASE WHEN c.ordered THEN e.order_key END
+    INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key, next_attempt_at)
+    SELECT e.event_id, c.consumer, e.seq, CASE WHEN c.ordered THEN e.order_key END,
+        coalesce(to_timestamp($17::float8), now())
     FROM e CROSS JOIN UNNEST($15::text[], $16::bool[]) AS c (consumer, ordered)
     RETURNING consumer
 ), n AS (
@@ -55,11 +57,12 @@ SELECT event_id, seq FROM evc_events WHERE producer_class = $1 AND idempotency_k
 ///
 /// Events are parallel arrays `$1`..`$14` in the column order of [`APPEND_EVENT`] (`$13`
 /// canonical payload text, `$14` payload bytes as `int4[]`); deliveries are the parallel arrays
-/// `$15` event ids, `$16` consumers and `$17` whether the consumer orders per key. Events are
+/// `$15` event ids, `$16` consumers, `$17` whether the consumer orders per key and `$18` the
+/// delivery's due time in epoch seconds (NULL: now). Events are
 /// inserted in array order (so `seq` follows it); an event whose idempotency key is taken is
 /// skipped with its deliveries. Returns the event id and seq of every event written.
 ///
-/// Batches whose events carry no idempotency key go through `COPY` instead
+/// Batches whose events carry no idempotency key and no delay go through `COPY` instead
 /// ([`COPY_EVENTS`], [`COPY_DELIVERIES`]).
 pub(crate) const APPEND_BATCH: &str = "\
 WITH input AS (
@@ -80,9 +83,11 @@ WITH input AS (
     ON CONFLICT (producer_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING event_id, seq, order_key
 ), d AS (
-    INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key)
-    SELECT e.event_id, f.consumer, e.seq, CASE WHEN f.ordered THEN e.order_key END
-    FROM UNNEST($15::uuid[], $16::text[], $17::bool[]) AS f (event_id, consumer, ordered)
+    INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key, next_attempt_at)
+    SELECT e.event_id, f.consumer, e.seq, CASE WHEN f.ordered THEN e.order_key END,
+        coalesce(to_timestamp(f.not_before), now())
+    FROM UNNEST($15::uuid[], $16::text[], $17::bool[], $18::float8[])
+        AS f (event_id, consumer, ordered, not_before)
     JOIN e ON e.event_id = f.event_id
     RETURNING consumer
 )
