@@ -81,13 +81,14 @@ fn is_runtime_step(name: &str) -> bool {
         sql::RUNTIME_V3_SUFFIX,
         sql::RUNTIME_V4_SUFFIX,
         sql::RUNTIME_V5_SUFFIX,
+        sql::RUNTIME_V6_SUFFIX,
     ]
     .iter()
     .any(|suffix| name.ends_with(suffix))
 }
 
 /// A database on the first runtime step with events, deliveries and attempts in it: the second
-/// to fifth steps leave every row as it was (the third adds columns, at their defaults).
+/// to sixth steps leave every row as it was (the third adds columns, at their defaults).
 async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
     let contracts = Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts");
     let set = ContractSet::load(&contracts)?.contracts;
@@ -96,7 +97,7 @@ async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
         let name = file_name(&artifact.path);
         is_runtime_step(&name)
     });
-    assert_eq!(steps.len(), 4);
+    assert_eq!(steps.len(), 5);
 
     let pool = PgPoolOptions::new()
         .max_connections(1)
@@ -142,7 +143,8 @@ async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
         assert_eq!(table_digests(&pool).await?, before);
     }
     let first_generation: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM evc_deliveries WHERE generation = 0 AND replay_id IS NULL",
+        "SELECT count(*) FROM evc_deliveries WHERE generation = 0 AND replay_id IS NULL \
+             AND discard_id IS NULL",
     )
     .fetch_one(&pool)
     .await?;
@@ -166,7 +168,7 @@ async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
 }
 
 /// One digest of every row of each outbox table, in key order, over the first step's columns
-/// (the third step's columns, at their defaults, are checked on their own).
+/// (the third and sixth steps' columns, at their defaults, are checked on their own).
 async fn table_digests(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
     let mut digests = Vec::new();
     for (table, key) in [
@@ -175,7 +177,8 @@ async fn table_digests(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
         ("evc_delivery_attempts", "id"),
     ] {
         let digest: String = sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT md5(coalesce(string_agg((to_jsonb(t) - 'generation' - 'replay_id')::text, \
+            "SELECT md5(coalesce(string_agg( \
+                (to_jsonb(t) - 'generation' - 'replay_id' - 'discard_id')::text, \
                 '|' ORDER BY {key}), '')) FROM {table} AS t"
         )))
         .fetch_one(pool)
@@ -204,7 +207,8 @@ async fn check(options: PgConnectOptions) -> TestResult {
             "0003_evc_runtime_v3.sql".to_owned(),
             "0004_evc_runtime_v4.sql".to_owned(),
             "0005_evc_runtime_v5.sql".to_owned(),
-            format!("0006_evc_registry_{}.sql", &digest[..12]),
+            "0006_evc_runtime_v6.sql".to_owned(),
+            format!("0007_evc_registry_{}.sql", &digest[..12]),
         ]
     );
     for artifact in &artifacts {

@@ -1,5 +1,6 @@
-//! `evc dlq list` and `evc replay`: dead letters and their replay, a thin shell over
-//! `evc_runtime::Console` (docs/cli.md, "evc dlq list" and "evc replay").
+//! `evc dlq list`, `evc dlq discard` and `evc replay`: dead letters, their discard and their
+//! replay, a thin shell over `evc_runtime::Console` (docs/cli.md, "evc dlq list",
+//! "evc dlq discard" and "evc replay").
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -7,8 +8,8 @@ use std::process::ExitCode;
 use anyhow::anyhow;
 use clap::{Args, Subcommand, ValueEnum};
 use evc_runtime::{
-    NotReplayableReason, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, SettledDelivery,
-    SettledStatus,
+    DiscardApplied, DiscardPlan, NotReplayableReason, ReplayApproval, ReplayError, ReplayPlan,
+    ReplaySelection, SettledDelivery, SettledStatus,
 };
 use uuid::Uuid;
 
@@ -79,6 +80,14 @@ pub(crate) enum DlqAction {
         #[command(flatten)]
         selection: Selection,
     },
+    /// Discard a consumer's dead-lettered or quarantined deliveries for good: `--dry-run`
+    /// prints the plan and its digest, `--apply --digest` discards them, audited.
+    Discard {
+        #[command(flatten)]
+        selection: Selection,
+        #[command(flatten)]
+        plan: PlanArgs,
+    },
 }
 
 /// `evc replay` settings.
@@ -86,6 +95,13 @@ pub(crate) enum DlqAction {
 pub(crate) struct ReplayArgs {
     #[command(flatten)]
     selection: Selection,
+    #[command(flatten)]
+    plan: PlanArgs,
+}
+
+/// The dry run or apply of a plan (`evc replay`, `evc dlq discard`).
+#[derive(Args)]
+pub(crate) struct PlanArgs {
     /// Print the plan and its digest; write nothing.
     #[arg(long, conflicts_with = "apply", required_unless_present = "apply")]
     dry_run: bool,
@@ -98,7 +114,7 @@ pub(crate) struct ReplayArgs {
     /// Why (1 to 500 characters).
     #[arg(long)]
     reason: Option<String>,
-    /// Who or what approved the replay (a ticket, a change request).
+    /// Who or what approved it (a ticket, a change request).
     #[arg(long)]
     approval: Option<String>,
     /// Applies once; repeating it answers with the first result.
@@ -106,9 +122,23 @@ pub(crate) struct ReplayArgs {
     idempotency_key: Option<String>,
 }
 
-/// `evc dlq list`.
+impl PlanArgs {
+    fn approval(&self) -> ReplayApproval {
+        ReplayApproval::new(
+            self.digest.clone().unwrap_or_default(),
+            self.reason.clone().unwrap_or_default(),
+            self.approval.clone().unwrap_or_default(),
+            self.idempotency_key.clone().unwrap_or_default(),
+        )
+    }
+}
+
+/// `evc dlq list | discard`.
 pub(crate) fn dlq(action: &DlqAction, database: &Database) -> anyhow::Result<ExitCode> {
-    let DlqAction::List { selection } = action;
+    let selection = match action {
+        DlqAction::List { selection } => selection,
+        DlqAction::Discard { selection, plan } => return discard(selection, plan, database),
+    };
     let runtime = selection.to_runtime();
     let listed = with_console(database, async |console| {
         console.dead_letters(&runtime).await.map_err(unknown)
@@ -179,19 +209,14 @@ fn deliveries_text(deliveries: &[SettledDelivery]) -> String {
 /// `evc replay --dry-run | --apply`.
 pub(crate) fn replay(args: &ReplayArgs, database: &Database) -> anyhow::Result<ExitCode> {
     let selection = args.selection.to_runtime();
-    if args.dry_run {
+    if args.plan.dry_run {
         let plan = with_console(database, async |console| {
             console.replay_plan(&selection).await.map_err(refused)
         })?;
         print!("{}", plan_text(&plan));
         return Ok(ExitCode::SUCCESS);
     }
-    let approval = ReplayApproval::new(
-        args.digest.clone().unwrap_or_default(),
-        args.reason.clone().unwrap_or_default(),
-        args.approval.clone().unwrap_or_default(),
-        args.idempotency_key.clone().unwrap_or_default(),
-    );
+    let approval = args.plan.approval();
     let applied = with_console(database, async |console| {
         match console.replay(&selection, &approval).await {
             Err(ReplayError::Database(error)) => Err(error.into()),
@@ -274,5 +299,87 @@ fn plan_text(plan: &ReplayPlan) -> String {
         escape(&plan.selection.consumer),
         plan.digest
     );
+    out
+}
+
+/// `evc dlq discard --dry-run | --apply`.
+fn discard(
+    selection: &Selection,
+    args: &PlanArgs,
+    database: &Database,
+) -> anyhow::Result<ExitCode> {
+    let runtime = selection.to_runtime();
+    if args.dry_run {
+        let plan = with_console(database, async |console| {
+            console.discard_plan(&runtime).await.map_err(refused)
+        })?;
+        print!("{}", discard_plan_text(&plan));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let approval = args.approval();
+    let applied = with_console(database, async |console| {
+        match console.discard(&runtime, &approval).await {
+            Err(ReplayError::Database(error)) => Err(error.into()),
+            Err(error @ ReplayError::UnknownConsumer(_)) => Err(refused(error)),
+            Err(refusal) => Err(anyhow!("discard refused, nothing written: {refusal}")),
+            Ok(applied) => Ok(applied),
+        }
+    })?;
+    print!("{}", discarded_text(&applied, &selection.consumer));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn discard_plan_text(plan: &DiscardPlan) -> String {
+    let mut out = String::new();
+    let consumer = escape(&plan.selection.consumer);
+    if plan.deliveries.is_empty() {
+        let _ = writeln!(out, "{consumer}: nothing to discard");
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "discard plan for {consumer}: {} deliveries",
+        plan.deliveries.len()
+    );
+    out.push_str(&deliveries_text(&plan.deliveries));
+    let _ = writeln!(out, "digest: {}", plan.digest);
+    let _ = writeln!(
+        out,
+        "apply with: evc dlq discard {consumer} --apply --digest {} --reason TEXT --approval REF --idempotency-key KEY (and the same selection flags)",
+        plan.digest
+    );
+    out
+}
+
+/// What a discard did, every delivery named: a discard is never silent.
+fn discarded_text(applied: &DiscardApplied, consumer: &str) -> String {
+    let mut out = String::new();
+    if applied.repeated {
+        let _ = writeln!(
+            out,
+            "discard {} was applied before under this idempotency key ({} deliveries); nothing new",
+            applied.discard_id,
+            applied.discarded.len()
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "discard {}: {} deliveries of {} discarded",
+            applied.discard_id,
+            applied.discarded.len(),
+            escape(consumer)
+        );
+    }
+    for d in &applied.discarded {
+        let _ = writeln!(
+            out,
+            "  {}  generation {}  {}  {} {}",
+            d.event_id,
+            d.generation,
+            d.status.as_str(),
+            escape(&d.event_type),
+            escape(&d.version)
+        );
+    }
     out
 }

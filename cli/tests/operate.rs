@@ -279,7 +279,7 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
     assert_eq!(output.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&output.stderr).contains(
-            "replay refused, nothing written: the replay reason has 501 characters; at most 500"
+            "replay refused, nothing written: the reason has 501 characters; at most 500"
         ),
         "{output:?}"
     );
@@ -353,6 +353,97 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
             "consumer worker.sql.aggregate no longer accepts iu.born 1.0.0 (event 01890a5d-ac96-774b-bcce-b302099a8057; no longer subscribed)"
         ),
         "{output:?}"
+    );
+
+    // What cannot be replayed can be discarded: dry run, a refusal, apply (every delivery
+    // printed), the same key again; then it is neither listed nor replayed.
+    let output = evc(
+        url,
+        &["dlq", "discard", "worker.sql.aggregate", "--dry-run"],
+    );
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(
+        text.starts_with("discard plan for worker.sql.aggregate: 1 deliveries\n"),
+        "{text}"
+    );
+    let discard_digest = text
+        .lines()
+        .find_map(|line| line.strip_prefix("digest: "))
+        .expect("the dry run prints the digest")
+        .to_owned();
+    assert_ne!(
+        discard_digest, digest,
+        "a replay's digest does not apply a discard"
+    );
+    let discard = |digest: &str, reason: &str| {
+        evc(
+            url,
+            &[
+                "dlq",
+                "discard",
+                "worker.sql.aggregate",
+                "--apply",
+                "--digest",
+                digest,
+                "--reason",
+                reason,
+                "--approval",
+                "INC-3",
+                "--idempotency-key",
+                "d-1",
+            ],
+        )
+    };
+    let output = discard(&digest, "not ours");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains(&format!(
+            "discard refused, nothing written: plan digest {digest} does not match the current plan {discard_digest}"
+        )),
+        "{output:?}"
+    );
+    let output = evc(
+        url,
+        &[
+            "dlq",
+            "discard",
+            "worker.sql.aggregate",
+            "--apply",
+            "--digest",
+            &discard_digest,
+        ],
+    );
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let discarded = "  01890a5d-ac96-774b-bcce-b302099a8057  generation 0  dead  iu.born 1.0.0\n";
+    let output = discard(&discard_digest, "not ours");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(
+        stdout(&output),
+        format!("discard 1: 1 deliveries of worker.sql.aggregate discarded\n{discarded}")
+    );
+    let output = discard(&discard_digest, "not ours");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(
+        stdout(&output),
+        format!(
+            "discard 1 was applied before under this idempotency key (1 deliveries); nothing new\n{discarded}"
+        )
+    );
+    let output = evc(url, &["dlq", "list", "worker.sql.aggregate"]);
+    assert_eq!(
+        stdout(&output),
+        "worker.sql.aggregate: no dead-lettered or quarantined deliveries\n"
+    );
+    let output = evc(url, &["replay", "worker.sql.aggregate", "--dry-run"]);
+    assert_eq!(stdout(&output), "worker.sql.aggregate: nothing to replay\n");
+    let output = evc(url, &["timeline", TRACE]);
+    assert!(
+        stdout(&output).contains(
+            "  discard   01890a5d-ac96-774b-bcce-b302099a8057  worker.sql.aggregate  discard 1 of generation 0 (approval INC-3)"
+        ),
+        "{}",
+        stdout(&output)
     );
 
     // A dead letter whose payload the deployed schema refuses: the dry run names it with its
@@ -705,14 +796,10 @@ fn migrate_status_and_migrate_refuse_changed_failed_missing_and_out_of_order_mig
                 })
                 .expect("migration file")
         };
-        // Every step the repository ships; the last is the highest applied.
-        let steps = i64::try_from(
-            std::fs::read_dir(migrations_dir())
-                .expect("migrations")
-                .count(),
-        )
-        .expect("count");
-        let last = format!("{steps:04}");
+        // The files are numbered 0001 to 000N: N applied, the highest 000N.
+        let files =
+            i64::try_from(std::fs::read_dir(copy.path()).expect("dir").count()).expect("count");
+        let highest = format!("{files:04}");
         let output = evc(url, &["migrate", "--dir", &dir]);
         assert_eq!(output.status.code(), Some(0), "{output:?}");
         let recorded = || -> i64 {
@@ -724,7 +811,7 @@ fn migrate_status_and_migrate_refuse_changed_failed_missing_and_out_of_order_mig
                     .expect("count")
             })
         };
-        assert_eq!(recorded(), steps);
+        assert_eq!(recorded(), files);
 
         // An applied migration edited afterwards: `changed` in the listing, exit 100;
         // `evc migrate` refuses.
@@ -762,12 +849,12 @@ fn migrate_status_and_migrate_refuse_changed_failed_missing_and_out_of_order_mig
         assert_eq!(output.status.code(), Some(1), "{output:?}");
         assert!(
             stderr.contains(&format!(
-                "migration 0000 (early) is numbered below the highest applied migration {last}"
-            )) && stderr.contains(&format!("renumber it above {last}"))
+                "migration 0000 (early) is numbered below the highest applied migration {highest}"
+            )) && stderr.contains(&format!("renumber it above {highest}"))
                 && stderr.contains("nothing was applied"),
             "{stderr}"
         );
-        assert_eq!(recorded(), steps);
+        assert_eq!(recorded(), files);
         let early: bool = runtime.block_on(async {
             let mut connection = PgConnection::connect(url).await.expect("connect");
             sqlx::query_scalar("SELECT to_regclass('early_marker') IS NOT NULL")
@@ -779,7 +866,7 @@ fn migrate_status_and_migrate_refuse_changed_failed_missing_and_out_of_order_mig
         std::fs::remove_file(copy.path().join("0000_early.sql")).expect("remove");
 
         // An applied migration whose file is gone, and one recorded as failed.
-        let v5 = file(&format!("{last}_"));
+        let v5 = file("0005_");
         let v5_text = std::fs::read_to_string(&v5).expect("read");
         std::fs::remove_file(&v5).expect("remove");
         runtime.block_on(execute(
@@ -789,15 +876,13 @@ fn migrate_status_and_migrate_refuse_changed_failed_missing_and_out_of_order_mig
         let output = evc(url, &["migrate", "--dir", &dir, "--status"]);
         let text = stdout(&output);
         assert_eq!(output.status.code(), Some(100), "{text}");
-        assert!(text.contains(&format!("  missing  {last}")), "{text}");
+        assert!(text.contains("  missing  0005"), "{text}");
         assert!(text.contains("  failed  0004  evc runtime v3"), "{text}");
         let output = evc(url, &["migrate", "--dir", &dir]);
         assert_eq!(output.status.code(), Some(1), "{output:?}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
-            stderr.contains(&format!(
-                "migration {last} was applied but its file is not in"
-            )),
+            stderr.contains("migration 0005 was applied but its file is not in"),
             "{stderr}"
         );
         assert!(
@@ -1027,12 +1112,12 @@ fn operator_commands_bound_their_input() {
         for (approval, message) in [
             (
                 "CHG\u{1b}[2J".to_owned(),
-                "replay refused, nothing written: the replay approval reference has control \
+                "replay refused, nothing written: the approval reference has control \
                  characters",
             ),
             (
                 "x".repeat(201),
-                "replay refused, nothing written: the replay approval reference has 201 \
+                "replay refused, nothing written: the approval reference has 201 \
                  characters; at most 200 are allowed",
             ),
         ] {

@@ -22,7 +22,7 @@ use crate::publish::{OutgoingEvent, PayloadError};
 use crate::registry::{EventDescriptor, Registry};
 
 /// Envelope fields of an append that the producer function does not know: idempotency key,
-/// tenant scope, correlation and causation ids, the aggregate key.
+/// tenant scope, correlation and causation ids, the aggregate key, and a delivery delay.
 ///
 /// The event type, version, order key, trace context and payload come from the
 /// [`OutgoingEvent`]; the producer class comes from the event type's descriptor.
@@ -41,10 +41,14 @@ pub struct AppendOptions {
     /// The order key when the event type names no `order_key` fields (the aggregate the event
     /// belongs to). Without one, such an event is its own key and orders with nothing.
     pub aggregate_key: Option<String>,
+    /// No claim takes the event's deliveries before this time (a scheduled delivery). Under
+    /// per-key ordering a delayed event holds back the later events of its key until it is
+    /// handled. A time in the past is the same as none.
+    pub not_before: Option<std::time::SystemTime>,
 }
 
 impl AppendOptions {
-    /// No options: no idempotency key, tenant, correlation, causation or aggregate.
+    /// No options: no idempotency key, tenant, correlation, causation, aggregate or delay.
     pub fn new() -> Self {
         Self::default()
     }
@@ -77,6 +81,21 @@ impl AppendOptions {
     pub fn aggregate_key(mut self, key: impl Into<String>) -> Self {
         self.aggregate_key = Some(key.into());
         self
+    }
+
+    /// Delays the event's deliveries: no claim takes them before `at`.
+    pub fn not_before(mut self, at: std::time::SystemTime) -> Self {
+        self.not_before = Some(at);
+        self
+    }
+
+    /// [`Self::not_before`] in epoch seconds, as the store binds it.
+    pub(crate) fn not_before_epoch(&self) -> Option<f64> {
+        let at = self.not_before?;
+        Some(match at.duration_since(std::time::UNIX_EPOCH) {
+            Ok(after) => after.as_secs_f64(),
+            Err(before) => -before.duration().as_secs_f64(),
+        })
     }
 }
 

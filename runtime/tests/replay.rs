@@ -488,3 +488,253 @@ async fn a_payload_the_deployed_schema_refuses_is_never_requeued() -> TestResult
     })
     .await
 }
+
+async fn discards(pool: &PgPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT count(*) FROM evc_discards")
+        .fetch_one(pool)
+        .await
+}
+
+/// A discard: its dry run and digest (apart from a replay's), its refusals leaving nothing
+/// written, then an apply that settles the planned deliveries for good, audited, keeps their
+/// rows, and takes them out of the listing, later plans and replays; once per idempotency key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_discard_is_planned_checked_applied_once_and_audited() -> TestResult {
+    with_database(|pool| async move {
+        let store = dispatch_store(&pool, 4).await?;
+        settle_some(&store).await?;
+        deploy(&pool, CONSUMER, "^1").await?;
+        let console = Console::connect(pool.clone()).await?;
+        let before = generations(&pool).await?;
+
+        // The dry run: the listing's deliveries, a digest of its own, nothing written.
+        let all = ReplaySelection::consumer(CONSUMER);
+        let dead = all.clone().statuses([SettledStatus::Dead]);
+        let listed = console.dead_letters(&dead).await?;
+        assert_eq!(listed.len(), 2);
+        let plan = console.discard_plan(&dead).await?;
+        assert_eq!(plan.deliveries, listed);
+        assert_eq!(console.discard_plan(&dead).await?.digest, plan.digest);
+        let replay_plan = console.replay_plan(&dead).await?;
+        assert_ne!(
+            replay_plan.digest, plan.digest,
+            "a replay's approval must not apply a discard"
+        );
+        assert_eq!(generations(&pool).await?, before);
+
+        // Refusals, each leaving nothing behind.
+        let replay_digest = ReplayApproval::new(&replay_plan.digest, "poison", "INC-3", "d-1");
+        assert!(matches!(
+            console.discard(&dead, &replay_digest).await,
+            Err(ReplayError::DigestMismatch { current, .. }) if current == plan.digest
+        ));
+        let wrong_selection = ReplayApproval::new(&plan.digest, "poison", "INC-3", "d-1");
+        assert!(matches!(
+            console.discard(&all, &wrong_selection).await,
+            Err(ReplayError::DigestMismatch { .. })
+        ));
+        for (approval, expected) in [
+            (
+                ReplayApproval::new(&plan.digest, " ", "INC-3", "d-1"),
+                "reason",
+            ),
+            (
+                ReplayApproval::new(&plan.digest, "poison", "", "d-1"),
+                "approval",
+            ),
+            (
+                ReplayApproval::new(&plan.digest, "poison", "INC-3", ""),
+                "key",
+            ),
+            (
+                ReplayApproval::new(&plan.digest, "poison", "INC\u{1b}[2J", "d-1"),
+                "control",
+            ),
+        ] {
+            let refused = console.discard(&dead, &approval).await;
+            assert!(
+                matches!(
+                    (&refused, expected),
+                    (Err(ReplayError::ReasonMissing), "reason")
+                        | (Err(ReplayError::ApprovalMissing), "approval")
+                        | (Err(ReplayError::IdempotencyKeyMissing), "key")
+                        | (Err(ReplayError::ControlCharacters { .. }), "control")
+                ),
+                "{expected}: {refused:?}"
+            );
+        }
+        assert!(matches!(
+            console
+                .discard(&ReplaySelection::consumer("nobody"), &wrong_selection)
+                .await,
+            Err(ReplayError::UnknownConsumer(name)) if name == "nobody"
+        ));
+        assert_eq!(generations(&pool).await?, before);
+        assert_eq!(discards(&pool).await?, 0);
+
+        // Apply: the two dead deliveries are discarded, named in the answer, in plan order.
+        let good = ReplayApproval::new(&plan.digest, "poison message, INC-3", "INC-3", "d-1");
+        let applied = console.discard(&dead, &good).await?;
+        assert!(!applied.repeated);
+        assert_eq!(
+            applied
+                .discarded
+                .iter()
+                .map(|d| (d.event_id, d.generation, d.status, d.event_type.as_str()))
+                .collect::<Vec<_>>(),
+            listed
+                .iter()
+                .map(|d| (d.event_id, 0, SettledStatus::Dead, "test.note"))
+                .collect::<Vec<_>>()
+        );
+        // The rows stay, marked with the discard; attempts and error codes are kept.
+        assert_eq!(
+            generations(&pool).await?,
+            [
+                ("discarded".to_owned(), 0, 2),
+                ("quarantined".to_owned(), 0, 1)
+            ]
+        );
+        let kept: Vec<(String, i32, Option<i64>)> = sqlx::query_as(
+            "SELECT last_error_code, attempt, discard_id FROM evc_deliveries \
+             WHERE consumer = $1 AND status = 'discarded' ORDER BY event_seq",
+        )
+        .bind(CONSUMER)
+        .fetch_all(&pool)
+        .await?;
+        assert_eq!(
+            kept,
+            [
+                ("boom".to_owned(), 1, Some(applied.discard_id)),
+                ("crash".to_owned(), 1, Some(applied.discard_id))
+            ]
+        );
+        // The audit row: who (approval and database role), what, why, when.
+        let (consumer, reason, approval, role, deliveries, items, digest): (
+            String,
+            String,
+            String,
+            bool,
+            i32,
+            i32,
+            String,
+        ) = sqlx::query_as(
+            "SELECT consumer, reason, approval_ref, db_role = session_user, deliveries, \
+                 jsonb_array_length(items), plan_digest \
+             FROM evc_discards WHERE id = $1 AND discarded_at <= now()",
+        )
+        .bind(applied.discard_id)
+        .fetch_one(&pool)
+        .await?;
+        assert_eq!(
+            (
+                consumer.as_str(),
+                reason.as_str(),
+                approval.as_str(),
+                role,
+                deliveries,
+                items,
+                digest.as_str()
+            ),
+            (
+                CONSUMER,
+                "poison message, INC-3",
+                "INC-3",
+                true,
+                2,
+                2,
+                plan.digest.as_str()
+            )
+        );
+        // The audit is append-only.
+        for statement in [
+            "UPDATE evc_discards SET reason = 'nothing happened'",
+            "DELETE FROM evc_discards",
+            "TRUNCATE evc_discards",
+        ] {
+            let refused = sqlx::raw_sql(statement).execute(&pool).await;
+            let code = refused
+                .as_ref()
+                .err()
+                .and_then(|error| error.as_database_error())
+                .and_then(|error| error.code().map(|code| code.into_owned()));
+            assert_eq!(code.as_deref(), Some("23001"), "{statement}: {refused:?}");
+        }
+
+        // The same key again: the first result, nothing new; another plan under it: refused.
+        let again = console.discard(&dead, &good).await?;
+        assert!(again.repeated);
+        assert_eq!(again.discard_id, applied.discard_id);
+        assert_eq!(again.discarded, applied.discarded);
+        let other = console.discard_plan(&all).await?;
+        assert!(matches!(
+            console
+                .discard(&all, &ReplayApproval::new(&other.digest, "r", "INC-4", "d-1"))
+                .await,
+            Err(ReplayError::IdempotencyKeyReused { key, .. }) if key == "d-1"
+        ));
+        assert_eq!(discards(&pool).await?, 1);
+
+        // Discarded deliveries are no longer listed, planned or replayed.
+        let remaining = console.dead_letters(&all).await?;
+        assert_eq!(
+            remaining.iter().map(|d| d.status).collect::<Vec<_>>(),
+            [SettledStatus::Quarantined]
+        );
+        let by_id = all.clone().event_ids(listed.iter().map(|d| d.event_id));
+        assert!(console.dead_letters(&by_id).await?.is_empty());
+        let replay = console.replay_plan(&by_id).await?;
+        assert!(replay.deliveries.is_empty());
+        assert!(matches!(
+            console
+                .replay(
+                    &by_id,
+                    &ReplayApproval::new(&replay.digest, "r", "CHG-9", "r-9")
+                )
+                .await,
+            Err(ReplayError::NothingToReplay)
+        ));
+        let empty = console.discard_plan(&by_id).await?;
+        assert!(matches!(
+            console
+                .discard(
+                    &by_id,
+                    &ReplayApproval::new(&empty.digest, "r", "INC-5", "d-2")
+                )
+                .await,
+            Err(ReplayError::NothingToDiscard)
+        ));
+        assert!(
+            store
+                .claim(CONSUMER, "w/2", 10, Duration::from_secs(30), false)
+                .await?
+                .is_empty()
+        );
+        // Dead-letter counts no longer include them.
+        let status = console.status(Duration::from_secs(60)).await?;
+        let counts = status
+            .consumers
+            .iter()
+            .find(|c| c.consumer == CONSUMER)
+            .map(|c| (c.dead, c.quarantined));
+        assert_eq!(counts, Some((0, 1)));
+
+        // The timeline shows the discard of each delivery.
+        let timeline = console.timeline(TRACE_ID).await?;
+        let discard_entries: Vec<_> = timeline
+            .iter()
+            .filter(|entry| entry.kind == "discard")
+            .collect();
+        assert_eq!(discard_entries.len(), 2);
+        assert!(
+            discard_entries[0]
+                .detail
+                .starts_with(&format!("discard {} of generation 0", applied.discard_id))
+                && discard_entries[0].detail.ends_with("(approval INC-3)"),
+            "{}",
+            discard_entries[0].detail
+        );
+        Ok(())
+    })
+    .await
+}

@@ -14,6 +14,8 @@
 //!   to the primary key, for acks that delete), named the same way.
 //! - `NNNN_evc_runtime_v5.sql`: the fifth step (append-only ledgers with an audited retention
 //!   purge, and the payload hard cap of the project file as a constraint), named the same way.
+//! - `NNNN_evc_runtime_v6.sql`: the sixth step (discarded deliveries and the discard audit
+//!   table), named the same way.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
@@ -49,6 +51,9 @@ pub const RUNTIME_V4_SUFFIX: &str = "_evc_runtime_v4.sql";
 
 /// The file name of the runtime tables' fifth step, after its version.
 pub const RUNTIME_V5_SUFFIX: &str = "_evc_runtime_v5.sql";
+
+/// The file name of the runtime tables' sixth step, after its version.
+pub const RUNTIME_V6_SUFFIX: &str = "_evc_runtime_v6.sql";
 
 /// The append-only tables of the fifth step, each with the name of its row trigger (the first
 /// and third steps' `BEFORE UPDATE` triggers keep their names and are widened to deletes).
@@ -127,6 +132,13 @@ struct RuntimeMigrationV5 {
     hard_max_bytes: u32,
 }
 
+/// `NNNN_evc_runtime_v6.sql`.
+#[derive(Template)]
+#[template(path = "evc_runtime_v6.sql", escape = "none")]
+struct RuntimeMigrationV6 {
+    notice: &'static str,
+}
+
 /// `NNNN_evc_registry_<digest12>.sql`.
 #[derive(Template)]
 #[template(path = "evc_registry.sql", escape = "none")]
@@ -182,6 +194,7 @@ pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitE
         },
         "evc_runtime_v5.sql",
     )?;
+    let runtime_v6 = render_template(&RuntimeMigrationV6 { notice }, "evc_runtime_v6.sql")?;
     // Each step numbers after the files before it when they are new (a fresh crate), and the
     // registry file after them.
     let mut present = layout.existing_migrations.clone();
@@ -193,6 +206,8 @@ pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitE
     present.push(runtime_v4_name.clone());
     let runtime_v5_name = step_file_name(RUNTIME_V5_SUFFIX, &present);
     present.push(runtime_v5_name.clone());
+    let runtime_v6_name = step_file_name(RUNTIME_V6_SUFFIX, &present);
+    present.push(runtime_v6_name.clone());
 
     let registry = manifest::registry(set);
     let digest = manifest::registry_digest(set)?;
@@ -226,6 +241,10 @@ pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitE
         Artifact {
             path: dir.join(runtime_v5_name),
             contents: with_final_newline(runtime_v5),
+        },
+        Artifact {
+            path: dir.join(runtime_v6_name),
+            contents: with_final_newline(runtime_v6),
         },
         Artifact {
             path: dir.join(registry_file_name(&digest, &present)),
@@ -677,7 +696,8 @@ mod tests {
                 format!("0003{RUNTIME_V3_SUFFIX}"),
                 format!("0004{RUNTIME_V4_SUFFIX}"),
                 format!("0005{RUNTIME_V5_SUFFIX}"),
-                format!("0006_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN])
+                format!("0006{RUNTIME_V6_SUFFIX}"),
+                format!("0007_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN])
             ]
         );
         for artifact in &first {

@@ -11,7 +11,8 @@ use sqlx::postgres::PgPool;
 use super::observe::{self, WatchedConsumer};
 use super::operations::{self, ConsumerState};
 use super::replay::{
-    self, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, SettledDelivery,
+    self, DiscardApplied, DiscardPlan, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
+    ReplaySelection, SettledDelivery,
 };
 use super::sql;
 use crate::registry::ConsumerMode;
@@ -159,6 +160,38 @@ impl Console {
     ) -> Result<ReplayApplied, ReplayError> {
         self.deployed(&selection.consumer)?;
         replay::apply(&self.pool, selection, approval).await
+    }
+
+    /// A discard's dry run: the deliveries `selection` would discard and the plan's digest
+    /// (a discard's own: a replay's digest does not apply it). Nothing is written.
+    ///
+    /// # Errors
+    /// [`ReplayError::UnknownConsumer`] or [`ReplayError::Database`].
+    pub async fn discard_plan(
+        &self,
+        selection: &ReplaySelection,
+    ) -> Result<DiscardPlan, ReplayError> {
+        self.deployed(&selection.consumer)?;
+        Ok(replay::discard_plan(&self.pool, selection).await?)
+    }
+
+    /// Discards dead-lettered or quarantined deliveries in one transaction: the approval's
+    /// fields are checked as a replay's, a key applied before answers with its first result,
+    /// and the plan is taken again with its rows locked and must have the approval's digest.
+    /// Then one `evc_discards` row records who approved it, why, when and each delivery, and
+    /// every planned delivery becomes `discarded` (its row stays; no listing, claim or replay
+    /// takes it again). On any refusal nothing is written.
+    ///
+    /// # Errors
+    /// Every [`ReplayError`] but [`ReplayError::Database`] names a refusal
+    /// ([`ReplayError::NothingToDiscard`] for an empty plan).
+    pub async fn discard(
+        &self,
+        selection: &ReplaySelection,
+        approval: &ReplayApproval,
+    ) -> Result<DiscardApplied, ReplayError> {
+        self.deployed(&selection.consumer)?;
+        replay::discard(&self.pool, selection, approval).await
     }
 
     fn deployed(&self, consumer: &str) -> Result<(), ReplayError> {

@@ -60,9 +60,9 @@ pub use observe::{
 };
 pub use operations::ConsumerState;
 pub use replay::{
-    DEFAULT_REPLAY_LIMIT, MAX_REPLAY_REASON_CHARS, MAX_REPLAY_REF_CHARS, NotReplayable,
-    NotReplayableReason, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection,
-    SettledDelivery, SettledStatus,
+    DEFAULT_REPLAY_LIMIT, DiscardApplied, DiscardPlan, DiscardedDelivery, MAX_REPLAY_REASON_CHARS,
+    MAX_REPLAY_REF_CHARS, NotReplayable, NotReplayableReason, ReplayApplied, ReplayApproval,
+    ReplayError, ReplayPlan, ReplaySelection, SettledDelivery, SettledStatus,
 };
 
 pub use retention::{
@@ -208,6 +208,7 @@ impl PgStore {
             .bind(row.payload_bytes)
             .bind(checked.consumers)
             .bind(checked.ordered)
+            .bind(options.not_before_epoch())
             .fetch_optional(&mut *connection)
             .await?;
         if let Some(inserted) = inserted {
@@ -239,10 +240,10 @@ impl PgStore {
     }
 
     /// Appends many events in the caller's transaction (see [`Store::append_batch`]): every
-    /// event is checked first. A batch without idempotency keys is then written with two
-    /// `COPY` commands (events, deliveries) and one notification per consumer; a batch with
-    /// keys goes in chunks of 5,000 events, one `INSERT ... ON CONFLICT` statement per chunk
-    /// for the events, their deliveries and the notifications.
+    /// event is checked first. A batch without idempotency keys and delays is then written
+    /// with two `COPY` commands (events, deliveries) and one notification per consumer; a
+    /// batch with keys or delays goes in chunks of 5,000 events, one `INSERT ... ON CONFLICT`
+    /// statement per chunk for the events, their deliveries and the notifications.
     ///
     /// Run it inside a transaction: on a connection in autocommit mode each chunk commits on
     /// its own.
@@ -269,9 +270,10 @@ impl PgStore {
             });
         }
 
+        // `COPY` writes deliveries due now; keys and delays go through `INSERT`.
         if events
             .iter()
-            .all(|new| new.options.idempotency_key.is_none())
+            .all(|new| new.options.idempotency_key.is_none() && new.options.not_before.is_none())
         {
             return copy::append(connection, &events, &checked).await;
         }
@@ -422,6 +424,7 @@ struct Columns<'a> {
     delivery_event: Vec<Uuid>,
     delivery_consumer: Vec<&'a str>,
     delivery_ordered: Vec<bool>,
+    delivery_not_before: Vec<Option<f64>>,
 }
 
 async fn append_chunk(
@@ -458,6 +461,7 @@ async fn append_chunk(
             columns.delivery_event.push(event_id);
             columns.delivery_consumer.push(consumer);
             columns.delivery_ordered.push(ordered);
+            columns.delivery_not_before.push(options.not_before_epoch());
         }
     }
     let rows = sqlx::query(sql::APPEND_BATCH)
@@ -478,6 +482,7 @@ async fn append_chunk(
         .bind(&columns.delivery_event)
         .bind(&columns.delivery_consumer)
         .bind(&columns.delivery_ordered)
+        .bind(&columns.delivery_not_before)
         .fetch_all(&mut *connection)
         .await?;
     let mut written: HashMap<Uuid, i64> = HashMap::with_capacity(rows.len());
@@ -716,8 +721,8 @@ impl Store for PgStore {
 /// The [`Publish`] implementation of the PostgreSQL store: appends on the caller's connection
 /// or transaction with the envelope options set on it.
 ///
-/// The per-event options (idempotency key, aggregate key) apply to the next published event
-/// only and are cleared after it, so one key never names two events; the context options
+/// The per-event options (idempotency key, aggregate key, delay) apply to the next published
+/// event only and are cleared after it, so one key never names two events; the context options
 /// (tenant scope, correlation and causation ids) stay for every event published through it.
 #[derive(Debug)]
 pub struct PgPublisher<'a> {
@@ -754,6 +759,7 @@ impl Publish for PgPublisher<'_> {
         let options = AppendOptions {
             idempotency_key: self.options.idempotency_key.take(),
             aggregate_key: self.options.aggregate_key.take(),
+            not_before: self.options.not_before.take(),
             ..self.options.clone()
         };
         self.store.append(self.connection, event, options).await

@@ -359,17 +359,17 @@ fn set_quantiles(family: &GaugeFamily, pairs: &[(&str, &str)], latency: &Percent
 #[non_exhaustive]
 pub struct TimelineEntry {
     /// When, in epoch seconds of the database's clock: an event's `produced_at`, a delivery's
-    /// creation, an attempt's end, a replay's application.
+    /// creation, an attempt's end, a replay's or a discard's application.
     pub at: f64,
-    /// `event`, `delivery`, `attempt` or `replay`.
+    /// `event`, `delivery`, `attempt`, `replay` or `discard`.
     pub kind: String,
     /// The event.
     pub event_id: Uuid,
     /// The consumer (deliveries and attempts).
     pub consumer: Option<String>,
     /// An event's type and version; a delivery's current status (and generation); an
-    /// attempt's outcome and error code; a replay's id, the generation it superseded and the
-    /// approval reference.
+    /// attempt's outcome and error code; a replay's or discard's id, the generation it
+    /// superseded or discarded and the approval reference.
     pub detail: String,
     /// The attempt number (attempts), or the delivery's attempts so far (deliveries).
     pub attempt: Option<i32>,

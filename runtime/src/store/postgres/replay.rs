@@ -283,7 +283,7 @@ pub struct ReplayApplied {
     pub repeated: bool,
 }
 
-/// Why a replay was refused. Nothing was written.
+/// Why a replay or a discard was refused. Nothing was written.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReplayError {
@@ -302,27 +302,23 @@ pub enum ReplayError {
         current: String,
     },
     /// No reason was given.
-    #[error("a replay needs a reason (1 to {MAX_REPLAY_REASON_CHARS} characters)")]
+    #[error("a reason is required (1 to {MAX_REPLAY_REASON_CHARS} characters)")]
     ReasonMissing,
     /// The reason is too long.
-    #[error(
-        "the replay reason has {chars} characters; at most {MAX_REPLAY_REASON_CHARS} are allowed"
-    )]
+    #[error("the reason has {chars} characters; at most {MAX_REPLAY_REASON_CHARS} are allowed")]
     ReasonTooLong {
         /// Its length in characters.
         chars: usize,
     },
     /// No approval reference was given.
-    #[error("a replay needs an approval reference")]
+    #[error("an approval reference is required")]
     ApprovalMissing,
     /// No idempotency key was given.
-    #[error("a replay needs an idempotency key")]
+    #[error("an idempotency key is required")]
     IdempotencyKeyMissing,
     /// The approval reference or the idempotency key is longer than
     /// [`MAX_REPLAY_REF_CHARS`].
-    #[error(
-        "the replay {field} has {chars} characters; at most {MAX_REPLAY_REF_CHARS} are allowed"
-    )]
+    #[error("the {field} has {chars} characters; at most {MAX_REPLAY_REF_CHARS} are allowed")]
     RefTooLong {
         /// `approval reference` or `idempotency key`.
         field: &'static str,
@@ -331,12 +327,13 @@ pub enum ReplayError {
     },
     /// A field has control characters: they are kept for audit and shown to other operators
     /// (the reason may have line breaks and tabs).
-    #[error("the replay {field} has control characters")]
+    #[error("the {field} has control characters")]
     ControlCharacters {
         /// `reason`, `approval reference` or `idempotency key`.
         field: &'static str,
     },
-    /// The idempotency key was applied before, to another plan.
+    /// The idempotency key was applied before, to another plan (a discard's keys are apart
+    /// from replays').
     #[error("idempotency key {key} was applied to another plan (digest {digest})")]
     IdempotencyKeyReused {
         /// The key.
@@ -347,6 +344,9 @@ pub enum ReplayError {
     /// The plan is empty: nothing is dead or quarantined under the selection.
     #[error("nothing to replay: no dead or quarantined delivery matches")]
     NothingToReplay,
+    /// A discard's plan is empty: nothing is dead or quarantined under the selection.
+    #[error("nothing to discard: no dead or quarantined delivery matches")]
+    NothingToDiscard,
     /// The consumer no longer accepts the version of a planned event.
     #[error(
         "consumer {consumer} no longer accepts {event_type} {version} (event {event_id}; {})",
@@ -487,8 +487,34 @@ fn compile(schema: &str) -> Option<jsonschema::Validator> {
 }
 
 fn plan_of(selection: &ReplaySelection, deliveries: Vec<SettledDelivery>) -> ReplayPlan {
-    let mut canonical = format!("evc-replay-plan/1\n{}\n", selection.consumer);
-    for d in &deliveries {
+    ReplayPlan {
+        selection: selection.clone(),
+        digest: plan_digest(PlanKind::Replay, selection, &deliveries),
+        deliveries,
+        not_replayable: Vec::new(),
+    }
+}
+
+/// What a plan's digest approves: a replay's digest never applies a discard, nor the reverse.
+#[derive(Clone, Copy)]
+enum PlanKind {
+    Replay,
+    Discard,
+}
+
+/// SHA-256 (hex) of the plan's kind, consumer and each delivery's event, generation, status,
+/// type and version, in order.
+fn plan_digest(
+    kind: PlanKind,
+    selection: &ReplaySelection,
+    deliveries: &[SettledDelivery],
+) -> String {
+    let tag = match kind {
+        PlanKind::Replay => "evc-replay-plan/1",
+        PlanKind::Discard => "evc-discard-plan/1",
+    };
+    let mut canonical = format!("{tag}\n{}\n", selection.consumer);
+    for d in deliveries {
         let _ = writeln!(
             canonical,
             "{} {} {} {} {}",
@@ -499,12 +525,7 @@ fn plan_of(selection: &ReplaySelection, deliveries: Vec<SettledDelivery>) -> Rep
             d.version
         );
     }
-    ReplayPlan {
-        selection: selection.clone(),
-        digest: sha256_hex(canonical.as_bytes()),
-        deliveries,
-        not_replayable: Vec::new(),
-    }
+    sha256_hex(canonical.as_bytes())
 }
 
 /// Checks the approval's fields before anything is read.
@@ -656,6 +677,160 @@ pub(crate) async fn apply(
         deliveries: u64::try_from(created).unwrap_or(0),
         repeated: false,
     })
+}
+
+/// A discard's dry run: the deliveries a discard would settle for good, and the digest apply
+/// must present (apart from a replay's: one never applies the other).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct DiscardPlan {
+    /// The selection planned.
+    pub selection: ReplaySelection,
+    /// The deliveries, oldest event first.
+    pub deliveries: Vec<SettledDelivery>,
+    /// SHA-256 (hex) of the plan, as [`ReplayPlan::digest`], under a discard's own tag.
+    pub digest: String,
+}
+
+/// A delivery a discard settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DiscardedDelivery {
+    /// The event.
+    pub event_id: Uuid,
+    /// The delivery's generation.
+    pub generation: i32,
+    /// The status it left: dead or quarantined.
+    pub status: SettledStatus,
+    /// The event type.
+    pub event_type: String,
+    /// The event's version.
+    pub version: String,
+}
+
+/// What a discard's apply did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DiscardApplied {
+    /// The discard's id (`evc_discards.id`; the deliveries' `discard_id`).
+    pub discard_id: i64,
+    /// The deliveries discarded (by the first apply, when repeated), in plan order.
+    pub discarded: Vec<DiscardedDelivery>,
+    /// Whether the idempotency key had been applied before: nothing new was discarded.
+    pub repeated: bool,
+}
+
+/// The discard plan of `selection` (a dry run: nothing is written).
+pub(crate) async fn discard_plan(
+    pool: &PgPool,
+    selection: &ReplaySelection,
+) -> Result<DiscardPlan, sqlx::Error> {
+    let deliveries = settled(pool, selection).await?;
+    Ok(DiscardPlan {
+        selection: selection.clone(),
+        digest: plan_digest(PlanKind::Discard, selection, &deliveries),
+        deliveries,
+    })
+}
+
+/// Discards `selection` under `approval`, in one transaction (see [`crate::Console::discard`]).
+pub(crate) async fn discard(
+    pool: &PgPool,
+    selection: &ReplaySelection,
+    approval: &ReplayApproval,
+) -> Result<DiscardApplied, ReplayError> {
+    check_approval(approval)?;
+    let mut tx = pool.begin().await?;
+    sqlx::query(sql::LOCK_DISCARD_KEY)
+        .bind(&approval.idempotency_key)
+        .execute(&mut *tx)
+        .await?;
+    if let Some(row) = sqlx::query(sql::DISCARD_BY_KEY)
+        .bind(&approval.idempotency_key)
+        .fetch_optional(&mut *tx)
+        .await?
+    {
+        let digest: String = row.try_get("plan_digest")?;
+        let consumer: String = row.try_get("consumer")?;
+        tx.rollback().await?;
+        if digest != approval.digest || consumer != selection.consumer {
+            return Err(ReplayError::IdempotencyKeyReused {
+                key: approval.idempotency_key.clone(),
+                digest,
+            });
+        }
+        let items: String = row.try_get("items")?;
+        return Ok(DiscardApplied {
+            discard_id: row.try_get("id")?,
+            discarded: discarded_items(&items),
+            repeated: true,
+        });
+    }
+
+    // The plan again, its rows locked until commit: what was approved is what is discarded.
+    let rows = settled_query(sql::SETTLED_DELIVERIES_LOCKED, selection)
+        .fetch_all(&mut *tx)
+        .await?;
+    let deliveries = rows
+        .iter()
+        .map(SettledDelivery::from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    let digest = plan_digest(PlanKind::Discard, selection, &deliveries);
+    if digest != approval.digest {
+        return Err(ReplayError::DigestMismatch {
+            presented: approval.digest.clone(),
+            current: digest,
+        });
+    }
+    if deliveries.is_empty() {
+        return Err(ReplayError::NothingToDiscard);
+    }
+    let ids: Vec<Uuid> = deliveries.iter().map(|d| d.event_id).collect();
+    let generations: Vec<i32> = deliveries.iter().map(|d| d.generation).collect();
+    let row = sqlx::query(sql::APPLY_DISCARD)
+        .bind(&selection.consumer)
+        .bind(&digest)
+        .bind(&approval.reason)
+        .bind(&approval.approval_ref)
+        .bind(&approval.idempotency_key)
+        .bind(&ids)
+        .bind(&generations)
+        .fetch_one(&mut *tx)
+        .await?;
+    let discard_id: i64 = row.try_get("id")?;
+    let items: String = row.try_get("items")?;
+    tx.commit().await?;
+    let discarded = discarded_items(&items);
+    tracing::info!(
+        discard_id,
+        consumer = %selection.consumer,
+        deliveries = discarded.len(),
+        approval = %approval.approval_ref,
+        "discard applied"
+    );
+    Ok(DiscardApplied {
+        discard_id,
+        discarded,
+        repeated: false,
+    })
+}
+
+/// The deliveries of an `evc_discards.items` array (written by [`sql::APPLY_DISCARD`]).
+fn discarded_items(items: &str) -> Vec<DiscardedDelivery> {
+    let items: Vec<serde_json::Value> = serde_json::from_str(items).unwrap_or_default();
+    items
+        .iter()
+        .filter_map(|item| {
+            let text = |key: &str| item.get(key)?.as_str().map(str::to_owned);
+            Some(DiscardedDelivery {
+                event_id: text("event_id")?.parse().ok()?,
+                generation: i32::try_from(item.get("generation")?.as_i64()?).ok()?,
+                status: SettledStatus::parse(&text("status")?)?,
+                event_type: text("event_type")?,
+                version: text("version")?,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

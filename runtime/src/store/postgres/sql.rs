@@ -1,7 +1,7 @@
 //! Every SQL statement of the PostgreSQL store, named after what it does. All are static text
 //! with bind parameters (prepared once per connection by sqlx); the tables and the indexes that
 //! serve them are declared in `generated/migrations/0001_evc_runtime.sql` and changed by the
-//! later runtime steps (`*_evc_runtime_v2.sql` to `*_evc_runtime_v5.sql`).
+//! later runtime steps (`*_evc_runtime_v2.sql` to `*_evc_runtime_v6.sql`).
 
 /// The channel every append notifies after commit; the payload is the name of a consumer that
 /// got a delivery (never event data). Dispatchers `LISTEN` on it.
@@ -14,7 +14,8 @@ pub const NOTIFY_CHANNEL: &str = "evc_deliveries";
 /// class, `$7` idempotency key, `$8` trace id, `$9` parent span id, `$10` trace flags, `$11`
 /// correlation id, `$12` causation id, `$13` canonical payload text, `$14` payload bytes,
 /// `$15` consumers (`text[]`), `$16` per consumer whether it orders per key (`bool[]`: its
-/// delivery carries the order key, the others' carry NULL). Returns one row (event id, seq,
+/// delivery carries the order key, the others' carry NULL), `$17` the deliveries' due time in
+/// epoch seconds (`AppendOptions::not_before`; NULL: now). Returns one row (event id, seq,
 /// deliveries) when the event was written, none when the idempotency key of the producer class
 /// is taken.
 ///
@@ -34,8 +35,9 @@ WITH e AS (
     ON CONFLICT (producer_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING event_id, seq, order_key
 ), d AS (
-    INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key)
-    SELECT e.event_id, c.consumer, e.seq, CASE WHEN c.ordered THEN e.order_key END
+    INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key, next_attempt_at)
+    SELECT e.event_id, c.consumer, e.seq, CASE WHEN c.ordered THEN e.order_key END,
+        coalesce(to_timestamp($17::float8), now())
     FROM e CROSS JOIN UNNEST($15::text[], $16::bool[]) AS c (consumer, ordered)
     RETURNING consumer
 ), n AS (
@@ -55,11 +57,12 @@ SELECT event_id, seq FROM evc_events WHERE producer_class = $1 AND idempotency_k
 ///
 /// Events are parallel arrays `$1`..`$14` in the column order of [`APPEND_EVENT`] (`$13`
 /// canonical payload text, `$14` payload bytes as `int4[]`); deliveries are the parallel arrays
-/// `$15` event ids, `$16` consumers and `$17` whether the consumer orders per key. Events are
+/// `$15` event ids, `$16` consumers, `$17` whether the consumer orders per key and `$18` the
+/// delivery's due time in epoch seconds (NULL: now). Events are
 /// inserted in array order (so `seq` follows it); an event whose idempotency key is taken is
 /// skipped with its deliveries. Returns the event id and seq of every event written.
 ///
-/// Batches whose events carry no idempotency key go through `COPY` instead
+/// Batches whose events carry no idempotency key and no delay go through `COPY` instead
 /// ([`COPY_EVENTS`], [`COPY_DELIVERIES`]).
 pub(crate) const APPEND_BATCH: &str = "\
 WITH input AS (
@@ -80,9 +83,11 @@ WITH input AS (
     ON CONFLICT (producer_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING event_id, seq, order_key
 ), d AS (
-    INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key)
-    SELECT e.event_id, f.consumer, e.seq, CASE WHEN f.ordered THEN e.order_key END
-    FROM UNNEST($15::uuid[], $16::text[], $17::bool[]) AS f (event_id, consumer, ordered)
+    INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key, next_attempt_at)
+    SELECT e.event_id, f.consumer, e.seq, CASE WHEN f.ordered THEN e.order_key END,
+        coalesce(to_timestamp(f.not_before), now())
+    FROM UNNEST($15::uuid[], $16::text[], $17::bool[], $18::float8[])
+        AS f (event_id, consumer, ordered, not_before)
     JOIN e ON e.event_id = f.event_id
     RETURNING consumer
 )
@@ -819,6 +824,44 @@ WITH p AS (
 SELECT (SELECT count(*) FROM n) AS created, (SELECT count(*) FROM o) AS superseded,
     (SELECT count(*) FROM i) AS items";
 
+/// Serializes discards that present idempotency key `$1` (transaction-scoped; apart from
+/// replays' keys).
+pub(crate) const LOCK_DISCARD_KEY: &str =
+    "SELECT pg_advisory_xact_lock(hashtextextended($1, 7267))";
+
+/// The discard recorded under idempotency key `$1`, if any.
+pub(crate) const DISCARD_BY_KEY: &str = "\
+SELECT id, consumer, plan_digest, items::text AS items FROM evc_discards WHERE idempotency_key = $1";
+
+/// Discards consumer `$1`'s settled deliveries named by parallel arrays `$6` event ids and `$7`
+/// generations (locked by [`SETTLED_DELIVERIES_LOCKED`]), under plan digest `$2`, reason `$3`,
+/// approval reference `$4` and idempotency key `$5`: one `evc_discards` row lists them (event,
+/// generation, the status each left, type and version, in array order), and each becomes
+/// `discarded` with the discard's id, its row kept. Returns the discard's id and its items.
+pub(crate) const APPLY_DISCARD: &str = "\
+WITH p AS (
+    SELECT d.ctid, d.event_id, d.generation, d.status, e.event_type, e.schema_version, r.ord
+    FROM evc_deliveries d
+    JOIN UNNEST($6::uuid[], $7::int4[]) WITH ORDINALITY AS r (event_id, generation, ord)
+        ON d.event_id = r.event_id AND d.generation = r.generation
+    JOIN evc_events e ON e.event_id = d.event_id
+    WHERE d.consumer = $1 AND d.status IN ('dead', 'quarantined')
+), a AS (
+    INSERT INTO evc_discards (consumer, plan_digest, reason, approval_ref, idempotency_key,
+        deliveries, items)
+    SELECT $1, $2, $3, $4, $5, count(*)::int4,
+        coalesce(jsonb_agg(jsonb_build_object('event_id', p.event_id,
+            'generation', p.generation, 'status', p.status, 'event_type', p.event_type,
+            'version', p.schema_version) ORDER BY p.ord), '[]'::jsonb)
+    FROM p
+    RETURNING id, items
+), u AS (
+    UPDATE evc_deliveries d SET status = 'discarded', discard_id = a.id, updated_at = now()
+    FROM p, a WHERE d.ctid = p.ctid
+    RETURNING 1
+)
+SELECT a.id, a.items::text AS items, (SELECT count(*) FROM u) AS discarded FROM a";
+
 // ---------------------------------------------------------------------------------------------
 // Shadow mode and stale-token counts (docs/runtime.md, "Modes").
 // ---------------------------------------------------------------------------------------------
@@ -861,8 +904,9 @@ ON CONFLICT (consumer) DO UPDATE SET rejected = r.rejected + EXCLUDED.rejected, 
 
 /// Everything recorded for trace `$1`, in order: its events (when produced), their delivery
 /// rows (when created; detail: the current status, and the generation and replay of a replayed
-/// one; an acked delivery has no row, its `acked` attempt is its entry), their attempts (when finished; detail: the outcome and error code) and the replays
-/// that superseded their deliveries (when applied).
+/// one; an acked delivery has no row, its `acked` attempt is its entry), their attempts (when
+/// finished; detail: the outcome and error code), the replays that superseded their deliveries
+/// and the discards that settled them (when applied).
 pub(crate) const TIMELINE: &str = "\
 WITH e AS (
     SELECT event_id, event_type, schema_version, produced_at, seq FROM evc_events
@@ -894,6 +938,13 @@ FROM (
         NULL::int4
     FROM e JOIN evc_replay_items i ON i.event_id = e.event_id
     JOIN evc_replays r ON r.id = i.replay_id
+    UNION ALL
+    SELECT x.discarded_at, 3, e.seq, 'discard', d.event_id, d.consumer,
+        'discard ' || x.id || ' of generation ' || d.generation
+            || ' (approval ' || x.approval_ref || ')',
+        NULL::int4
+    FROM e JOIN evc_deliveries d ON d.event_id = e.event_id AND d.discard_id IS NOT NULL
+    JOIN evc_discards x ON x.id = d.discard_id
 ) AS t
 ORDER BY t.at, t.rank, t.seq, t.consumer, t.attempt";
 
