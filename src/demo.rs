@@ -245,13 +245,13 @@ async fn flow(options: PgConnectOptions, database: String) -> Result<Report, Err
                 .published
                 .push(("iu.born".to_owned(), receipt.event_id, receipt.deliveries));
         }
-        let deprecated = IuDeprecatedV1 {
-            iu_unit_id: units[0],
-            iu_version_id: Uuid::now_v7(),
-            reason_code: IuDeprecatedV1ReasonCode::Superseded,
-            superseded_by_unit_id: Some(units[1]),
-            deprecated_at: chrono::Utc::now(),
-        };
+        let deprecated = IuDeprecatedV1::new(
+            units[0],
+            Uuid::now_v7(),
+            IuDeprecatedV1ReasonCode::Superseded,
+            chrono::Utc::now(),
+        )
+        .with_superseded_by_unit_id(units[1]);
         let receipt = emit_iu_deprecated_v1(&mut publisher, &trace, &deprecated).await?;
         report.published.push((
             "iu.deprecated".to_owned(),
@@ -306,12 +306,11 @@ async fn flow(options: PgConnectOptions, database: String) -> Result<Report, Err
 }
 
 fn born(unit: Uuid) -> IuBornV1 {
-    IuBornV1 {
-        iu_unit_id: unit,
-        iu_version_id: Uuid::now_v7(),
-        governance_state: IuBornV1GovernanceState::Draft,
-        born_at: chrono::Utc::now(),
-        source_run_id: None,
-        axis_count: Some(2),
-    }
+    IuBornV1::new(
+        unit,
+        Uuid::now_v7(),
+        IuBornV1GovernanceState::Draft,
+        chrono::Utc::now(),
+    )
+    .with_axis_count(2)
 }

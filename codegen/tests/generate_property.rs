@@ -8,19 +8,21 @@
 //! would take minutes, so the test renders every case first and then compiles all accepted ones
 //! at once as modules of `tests/generated-fixtures` (its `property` feature includes the file
 //! named by `EVC_PROPERTY_CASES`), in the workspace's own target directory so dependencies are
-//! already built. The cases come from proptest's deterministic runner (a fixed seed), so every
+//! already built (`support/fixture_crate.rs`). The cases come from proptest's deterministic runner (a fixed seed), so every
 //! run checks the same contracts; there is no shrinking, and a failure prints the case.
 
 use std::fmt::Write as _;
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use evc_codegen::emit::{self, Layout};
 use evc_codegen::{ContractSet, LoadError};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
+
+#[path = "support/fixture_crate.rs"]
+mod fixture_crate;
 
 /// Contract sets drawn; the test compiles at most [`MAX_COMPILED`] of those accepted.
 const CASES: usize = 160;
@@ -175,13 +177,6 @@ fn write_case(case: &Case, dir: &Path) {
     }
 }
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the workspace root")
-        .to_owned()
-}
-
 #[test]
 fn whatever_check_accepts_generates_and_compiles() {
     let mut runner = TestRunner::deterministic();
@@ -227,31 +222,11 @@ fn whatever_check_accepts_generates_and_compiles() {
     );
     assert!(refused >= 10, "only {refused} cases refused");
 
-    let root = workspace_root();
-    let file = root.join("target/evc-property/cases.rs");
+    let file = fixture_crate::workspace_root().join("target/evc-property/cases.rs");
     fs::create_dir_all(file.parent().expect("a parent")).expect("create target/evc-property");
     fs::write(&file, &modules).expect("write the cases");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let output = Command::new(cargo)
-        .current_dir(&root)
-        .args([
-            // What `cargo test --workspace` builds, so dependencies keep the features (dev
-            // features included) they were built with, and only the fixture crate is compiled.
-            "test",
-            "--no-run",
-            "--offline",
-            "--quiet",
-            "-j",
-            "2",
-            "--workspace",
-            "--features",
-            "evc-generated-fixtures/property",
-            "--message-format",
-            "short",
-        ])
-        .env("EVC_PROPERTY_CASES", &file)
-        .output()
-        .expect("run cargo");
+    let output =
+        fixture_crate::cargo_test("property", &["--no-run"], &[("EVC_PROPERTY_CASES", &file)]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success(),

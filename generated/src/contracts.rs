@@ -42,6 +42,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct AgentSuggestionV1 {
         /// The suggestion; its content is stored under this id.
         pub suggestion_id: ::uuid::Uuid,
@@ -64,6 +65,50 @@ pub mod payloads {
         /// Other units the suggestion involves (merge or link targets).
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub target_unit_ids: ::std::option::Option<::std::vec::Vec<::uuid::Uuid>>,
+    }
+    impl AgentSuggestionV1 {
+        /// A `AgentSuggestionV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(
+            suggestion_id: ::uuid::Uuid,
+            iu_unit_id: ::uuid::Uuid,
+            iu_version_id: ::uuid::Uuid,
+            suggestion_kind: AgentSuggestionV1SuggestionKind,
+            confidence_pct: u8,
+            suggested_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                suggestion_id,
+                iu_unit_id,
+                iu_version_id,
+                suggestion_kind,
+                confidence_pct,
+                suggested_at,
+                review_run_id: ::std::option::Option::None,
+                model_ref: ::std::option::Option::None,
+                target_unit_ids: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `review_run_id` property.
+        #[must_use]
+        pub fn with_review_run_id(mut self, value: ::uuid::Uuid) -> Self {
+            self.review_run_id = ::std::option::Option::Some(value);
+            self
+        }
+        /// Sets the optional `model_ref` property.
+        #[must_use]
+        pub fn with_model_ref(mut self, value: ::std::string::String) -> Self {
+            self.model_ref = ::std::option::Option::Some(value);
+            self
+        }
+        /// Sets the optional `target_unit_ids` property.
+        #[must_use]
+        pub fn with_target_unit_ids(
+            mut self,
+            value: ::std::vec::Vec<::uuid::Uuid>,
+        ) -> Self {
+            self.target_unit_ids = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl AgentSuggestionV1 {
         /// The event type.
@@ -123,6 +168,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct CutCompletedV1 {
         /// The completed cut.
         pub cut_id: ::uuid::Uuid,
@@ -138,6 +184,36 @@ pub mod payloads {
         /// How long the cut took, in milliseconds.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub duration_ms: ::std::option::Option<u64>,
+    }
+    impl CutCompletedV1 {
+        /// A `CutCompletedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(
+            cut_id: ::uuid::Uuid,
+            unit_count: u64,
+            mark_count: u64,
+            completed_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                cut_id,
+                unit_count,
+                mark_count,
+                completed_at,
+                workflow_run_id: ::std::option::Option::None,
+                duration_ms: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `workflow_run_id` property.
+        #[must_use]
+        pub fn with_workflow_run_id(mut self, value: ::uuid::Uuid) -> Self {
+            self.workflow_run_id = ::std::option::Option::Some(value);
+            self
+        }
+        /// Sets the optional `duration_ms` property.
+        #[must_use]
+        pub fn with_duration_ms(mut self, value: u64) -> Self {
+            self.duration_ms = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl CutCompletedV1 {
         /// The event type.
@@ -197,11 +273,18 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct CutFailedV1Error {
         /// Error code (SCREAMING_SNAKE), never the message text.
         pub code: ::std::string::String,
         /// Whether retrying the same work may succeed.
         pub retryable: bool,
+    }
+    impl CutFailedV1Error {
+        /// A `CutFailedV1Error` from its required properties, in the order of the schema's `properties`.
+        pub fn new(code: ::std::string::String, retryable: bool) -> Self {
+            Self { code, retryable }
+        }
     }
     /// Part of the cut.failed 1.0.0 payload.
     #[derive(
@@ -212,6 +295,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct CutFailedV1 {
         /// The failed cut.
         pub cut_id: ::uuid::Uuid,
@@ -221,6 +305,22 @@ pub mod payloads {
         pub failed_mark_count: u64,
         /// When the cut failed.
         pub failed_at: ::chrono::DateTime<::chrono::Utc>,
+    }
+    impl CutFailedV1 {
+        /// A `CutFailedV1` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            cut_id: ::uuid::Uuid,
+            error: CutFailedV1Error,
+            failed_mark_count: u64,
+            failed_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                cut_id,
+                error,
+                failed_mark_count,
+                failed_at,
+            }
+        }
     }
     impl CutFailedV1 {
         /// The event type.
@@ -280,6 +380,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct CutMarkVerifiedV1 {
         /// The cut the mark belongs to.
         pub cut_id: ::uuid::Uuid,
@@ -291,6 +392,24 @@ pub mod payloads {
         pub iu_version_id: ::uuid::Uuid,
         /// When the mark was verified.
         pub verified_at: ::chrono::DateTime<::chrono::Utc>,
+    }
+    impl CutMarkVerifiedV1 {
+        /// A `CutMarkVerifiedV1` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            cut_id: ::uuid::Uuid,
+            mark_id: ::uuid::Uuid,
+            iu_unit_id: ::uuid::Uuid,
+            iu_version_id: ::uuid::Uuid,
+            verified_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                cut_id,
+                mark_id,
+                iu_unit_id,
+                iu_version_id,
+                verified_at,
+            }
+        }
     }
     impl CutMarkVerifiedV1 {
         /// The event type.
@@ -375,6 +494,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct DecisionRecordedV1Votes {
         /// Votes to approve.
         pub approve: u64,
@@ -382,6 +502,12 @@ pub mod payloads {
         pub reject: u64,
         /// Abstentions.
         pub abstain: u64,
+    }
+    impl DecisionRecordedV1Votes {
+        /// A `DecisionRecordedV1Votes` from its required properties, in the order of the schema's `properties`.
+        pub fn new(approve: u64, reject: u64, abstain: u64) -> Self {
+            Self { approve, reject, abstain }
+        }
     }
     /// Part of the decision.recorded 1.0.0 payload.
     #[derive(
@@ -392,6 +518,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct DecisionRecordedV1 {
         /// The decision record.
         pub decision_id: ::uuid::Uuid,
@@ -406,6 +533,31 @@ pub mod payloads {
         pub decided_by_id: ::std::option::Option<::uuid::Uuid>,
         /// When the decision was recorded.
         pub recorded_at: ::chrono::DateTime<::chrono::Utc>,
+    }
+    impl DecisionRecordedV1 {
+        /// A `DecisionRecordedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(
+            decision_id: ::uuid::Uuid,
+            proposal_id: ::uuid::Uuid,
+            outcome: DecisionRecordedV1Outcome,
+            votes: DecisionRecordedV1Votes,
+            recorded_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                decision_id,
+                proposal_id,
+                outcome,
+                votes,
+                decided_by_id: ::std::option::Option::None,
+                recorded_at,
+            }
+        }
+        /// Sets the optional `decided_by_id` property.
+        #[must_use]
+        pub fn with_decided_by_id(mut self, value: ::uuid::Uuid) -> Self {
+            self.decided_by_id = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl DecisionRecordedV1 {
         /// The event type.
@@ -462,6 +614,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct DlqReplayCompletedV1 {
         /// The replay.
         pub replay_id: ::uuid::Uuid,
@@ -473,6 +626,24 @@ pub mod payloads {
         pub failed_count: u64,
         /// When the replay finished.
         pub completed_at: ::chrono::DateTime<::chrono::Utc>,
+    }
+    impl DlqReplayCompletedV1 {
+        /// A `DlqReplayCompletedV1` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            replay_id: ::uuid::Uuid,
+            replayed_count: u64,
+            succeeded_count: u64,
+            failed_count: u64,
+            completed_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                replay_id,
+                replayed_count,
+                succeeded_count,
+                failed_count,
+                completed_at,
+            }
+        }
     }
     impl DlqReplayCompletedV1 {
         /// The event type.
@@ -532,11 +703,18 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct DlqReplayFailedV1Error {
         /// Error code (SCREAMING_SNAKE), never the message text.
         pub code: ::std::string::String,
         /// Whether retrying the same work may succeed.
         pub retryable: bool,
+    }
+    impl DlqReplayFailedV1Error {
+        /// A `DlqReplayFailedV1Error` from its required properties, in the order of the schema's `properties`.
+        pub fn new(code: ::std::string::String, retryable: bool) -> Self {
+            Self { code, retryable }
+        }
     }
     /// Part of the dlq_replay.failed 1.0.0 payload.
     #[derive(
@@ -547,6 +725,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct DlqReplayFailedV1 {
         /// The replay.
         pub replay_id: ::uuid::Uuid,
@@ -556,6 +735,22 @@ pub mod payloads {
         pub replayed_count: u64,
         /// When the replay stopped.
         pub failed_at: ::chrono::DateTime<::chrono::Utc>,
+    }
+    impl DlqReplayFailedV1 {
+        /// A `DlqReplayFailedV1` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            replay_id: ::uuid::Uuid,
+            error: DlqReplayFailedV1Error,
+            replayed_count: u64,
+            failed_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                replay_id,
+                error,
+                replayed_count,
+                failed_at,
+            }
+        }
     }
     impl DlqReplayFailedV1 {
         /// The event type.
@@ -615,6 +810,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct DlqReplayScheduledV1 {
         /// The replay.
         pub replay_id: ::uuid::Uuid,
@@ -626,6 +822,24 @@ pub mod payloads {
         pub requested_by_id: ::uuid::Uuid,
         /// When the replay is to start.
         pub scheduled_for: ::chrono::DateTime<::chrono::Utc>,
+    }
+    impl DlqReplayScheduledV1 {
+        /// A `DlqReplayScheduledV1` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            replay_id: ::uuid::Uuid,
+            consumer_name: ::std::string::String,
+            job_count: u64,
+            requested_by_id: ::uuid::Uuid,
+            scheduled_for: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                replay_id,
+                consumer_name,
+                job_count,
+                requested_by_id,
+                scheduled_for,
+            }
+        }
     }
     impl DlqReplayScheduledV1 {
         /// The event type.
@@ -685,6 +899,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct DotCommandCompletedV1 {
         /// The workflow run the command belongs to.
         pub workflow_run_id: ::uuid::Uuid,
@@ -700,6 +915,28 @@ pub mod payloads {
         pub output_unit_count: u64,
         /// When the command completed.
         pub completed_at: ::chrono::DateTime<::chrono::Utc>,
+    }
+    impl DotCommandCompletedV1 {
+        /// A `DotCommandCompletedV1` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            workflow_run_id: ::uuid::Uuid,
+            step_run_id: ::uuid::Uuid,
+            command_run_id: ::uuid::Uuid,
+            command_name: ::std::string::String,
+            duration_ms: u64,
+            output_unit_count: u64,
+            completed_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                workflow_run_id,
+                step_run_id,
+                command_run_id,
+                command_name,
+                duration_ms,
+                output_unit_count,
+                completed_at,
+            }
+        }
     }
     impl DotCommandCompletedV1 {
         /// The event type.
@@ -759,11 +996,18 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct DotCommandFailedV1Error {
         /// Error code (SCREAMING_SNAKE), never the message text.
         pub code: ::std::string::String,
         /// Whether retrying the same work may succeed.
         pub retryable: bool,
+    }
+    impl DotCommandFailedV1Error {
+        /// A `DotCommandFailedV1Error` from its required properties, in the order of the schema's `properties`.
+        pub fn new(code: ::std::string::String, retryable: bool) -> Self {
+            Self { code, retryable }
+        }
     }
     /// Part of the dot.command_failed 1.1.0 payload.
     #[derive(
@@ -774,6 +1018,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct DotCommandFailedV1 {
         /// The workflow run the command belongs to.
         pub workflow_run_id: ::uuid::Uuid,
@@ -793,6 +1038,40 @@ pub mod payloads {
         /// How long the command ran before failing, in milliseconds.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub duration_ms: ::std::option::Option<u64>,
+    }
+    impl DotCommandFailedV1 {
+        /// A `DotCommandFailedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(
+            workflow_run_id: ::uuid::Uuid,
+            step_run_id: ::uuid::Uuid,
+            command_run_id: ::uuid::Uuid,
+            command_name: ::std::string::String,
+            error: DotCommandFailedV1Error,
+            failed_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                workflow_run_id,
+                step_run_id,
+                command_run_id,
+                command_name,
+                error,
+                failed_at,
+                attempt: ::std::option::Option::None,
+                duration_ms: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `attempt` property.
+        #[must_use]
+        pub fn with_attempt(mut self, value: u64) -> Self {
+            self.attempt = ::std::option::Option::Some(value);
+            self
+        }
+        /// Sets the optional `duration_ms` property.
+        #[must_use]
+        pub fn with_duration_ms(mut self, value: u64) -> Self {
+            self.duration_ms = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl DotCommandFailedV1 {
         /// The event type.
@@ -852,6 +1131,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct DotCommandStartedV1 {
         /// The workflow run the command belongs to.
         pub workflow_run_id: ::uuid::Uuid,
@@ -865,6 +1145,26 @@ pub mod payloads {
         pub attempt: u64,
         /// When the command started.
         pub started_at: ::chrono::DateTime<::chrono::Utc>,
+    }
+    impl DotCommandStartedV1 {
+        /// A `DotCommandStartedV1` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            workflow_run_id: ::uuid::Uuid,
+            step_run_id: ::uuid::Uuid,
+            command_run_id: ::uuid::Uuid,
+            command_name: ::std::string::String,
+            attempt: u64,
+            started_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                workflow_run_id,
+                step_run_id,
+                command_run_id,
+                command_name,
+                attempt,
+                started_at,
+            }
+        }
     }
     impl DotCommandStartedV1 {
         /// The event type.
@@ -952,6 +1252,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct IuBornV1 {
         /// The new information unit.
         pub iu_unit_id: ::uuid::Uuid,
@@ -967,6 +1268,36 @@ pub mod payloads {
         /// Number of axes resolved for the unit.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub axis_count: ::std::option::Option<u64>,
+    }
+    impl IuBornV1 {
+        /// A `IuBornV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(
+            iu_unit_id: ::uuid::Uuid,
+            iu_version_id: ::uuid::Uuid,
+            governance_state: IuBornV1GovernanceState,
+            born_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                iu_unit_id,
+                iu_version_id,
+                governance_state,
+                born_at,
+                source_run_id: ::std::option::Option::None,
+                axis_count: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `source_run_id` property.
+        #[must_use]
+        pub fn with_source_run_id(mut self, value: ::uuid::Uuid) -> Self {
+            self.source_run_id = ::std::option::Option::Some(value);
+            self
+        }
+        /// Sets the optional `axis_count` property.
+        #[must_use]
+        pub fn with_axis_count(mut self, value: u64) -> Self {
+            self.axis_count = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl IuBornV1 {
         /// The event type.
@@ -1045,6 +1376,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct IuBornV2Axes {
         /// Resolved subject axis.
         pub subject_axis_id: ::uuid::Uuid,
@@ -1053,6 +1385,22 @@ pub mod payloads {
         /// Audience axis, when resolved.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub audience: ::std::option::Option<IuBornV2AxesAudience>,
+    }
+    impl IuBornV2Axes {
+        /// A `IuBornV2Axes` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(subject_axis_id: ::uuid::Uuid, scope_axis_id: ::uuid::Uuid) -> Self {
+            Self {
+                subject_axis_id,
+                scope_axis_id,
+                audience: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `audience` property.
+        #[must_use]
+        pub fn with_audience(mut self, value: IuBornV2AxesAudience) -> Self {
+            self.audience = ::std::option::Option::Some(value);
+            self
+        }
     }
     /// Part of the iu.born 2.0.0 payload.
     #[derive(
@@ -1063,6 +1411,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct IuBornV2 {
         /// The new information unit.
         pub iu_unit_id: ::uuid::Uuid,
@@ -1077,6 +1426,31 @@ pub mod payloads {
         pub source_run_id: ::std::option::Option<::uuid::Uuid>,
         /// The resolved axes of the unit, as references.
         pub axes: IuBornV2Axes,
+    }
+    impl IuBornV2 {
+        /// A `IuBornV2` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(
+            iu_unit_id: ::uuid::Uuid,
+            iu_version_id: ::uuid::Uuid,
+            governance_state: IuBornV2GovernanceState,
+            born_at: ::chrono::DateTime<::chrono::Utc>,
+            axes: IuBornV2Axes,
+        ) -> Self {
+            Self {
+                iu_unit_id,
+                iu_version_id,
+                governance_state,
+                born_at,
+                source_run_id: ::std::option::Option::None,
+                axes,
+            }
+        }
+        /// Sets the optional `source_run_id` property.
+        #[must_use]
+        pub fn with_source_run_id(mut self, value: ::uuid::Uuid) -> Self {
+            self.source_run_id = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl IuBornV2 {
         /// The event type.
@@ -1167,6 +1541,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct IuDeprecatedV1 {
         /// The deprecated unit.
         pub iu_unit_id: ::uuid::Uuid,
@@ -1179,6 +1554,29 @@ pub mod payloads {
         pub superseded_by_unit_id: ::std::option::Option<::uuid::Uuid>,
         /// When the unit was deprecated.
         pub deprecated_at: ::chrono::DateTime<::chrono::Utc>,
+    }
+    impl IuDeprecatedV1 {
+        /// A `IuDeprecatedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(
+            iu_unit_id: ::uuid::Uuid,
+            iu_version_id: ::uuid::Uuid,
+            reason_code: IuDeprecatedV1ReasonCode,
+            deprecated_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                iu_unit_id,
+                iu_version_id,
+                reason_code,
+                superseded_by_unit_id: ::std::option::Option::None,
+                deprecated_at,
+            }
+        }
+        /// Sets the optional `superseded_by_unit_id` property.
+        #[must_use]
+        pub fn with_superseded_by_unit_id(mut self, value: ::uuid::Uuid) -> Self {
+            self.superseded_by_unit_id = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl IuDeprecatedV1 {
         /// The event type.
@@ -1266,6 +1664,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct IuEditedV1 {
         /// The edited information unit.
         pub iu_unit_id: ::uuid::Uuid,
@@ -1283,6 +1682,38 @@ pub mod payloads {
         /// Number of fields the edit changed.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub changed_field_count: ::std::option::Option<u64>,
+    }
+    impl IuEditedV1 {
+        /// A `IuEditedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(
+            iu_unit_id: ::uuid::Uuid,
+            iu_version_id: ::uuid::Uuid,
+            previous_version_id: ::uuid::Uuid,
+            governance_state: IuEditedV1GovernanceState,
+            edited_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                iu_unit_id,
+                iu_version_id,
+                previous_version_id,
+                governance_state,
+                edited_at,
+                editor_id: ::std::option::Option::None,
+                changed_field_count: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `editor_id` property.
+        #[must_use]
+        pub fn with_editor_id(mut self, value: ::uuid::Uuid) -> Self {
+            self.editor_id = ::std::option::Option::Some(value);
+            self
+        }
+        /// Sets the optional `changed_field_count` property.
+        #[must_use]
+        pub fn with_changed_field_count(mut self, value: u64) -> Self {
+            self.changed_field_count = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl IuEditedV1 {
         /// The event type.
@@ -1370,6 +1801,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct IuLinkedV1 {
         /// The unit the link starts from.
         pub iu_unit_id: ::uuid::Uuid,
@@ -1385,6 +1817,36 @@ pub mod payloads {
         /// The target version, when the link pins one.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub target_version_id: ::std::option::Option<::uuid::Uuid>,
+    }
+    impl IuLinkedV1 {
+        /// A `IuLinkedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(
+            iu_unit_id: ::uuid::Uuid,
+            target_unit_id: ::uuid::Uuid,
+            link_kind: IuLinkedV1LinkKind,
+            linked_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                iu_unit_id,
+                target_unit_id,
+                link_kind,
+                linked_at,
+                link_id: ::std::option::Option::None,
+                target_version_id: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `link_id` property.
+        #[must_use]
+        pub fn with_link_id(mut self, value: ::uuid::Uuid) -> Self {
+            self.link_id = ::std::option::Option::Some(value);
+            self
+        }
+        /// Sets the optional `target_version_id` property.
+        #[must_use]
+        pub fn with_target_version_id(mut self, value: ::uuid::Uuid) -> Self {
+            self.target_version_id = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl IuLinkedV1 {
         /// The event type.
@@ -1444,11 +1906,18 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct IuMergedV1UnitRef {
         /// Information unit.
         pub iu_unit_id: ::uuid::Uuid,
         /// Version of that unit.
         pub iu_version_id: ::uuid::Uuid,
+    }
+    impl IuMergedV1UnitRef {
+        /// A `IuMergedV1UnitRef` from its required properties, in the order of the schema's `properties`.
+        pub fn new(iu_unit_id: ::uuid::Uuid, iu_version_id: ::uuid::Uuid) -> Self {
+            Self { iu_unit_id, iu_version_id }
+        }
     }
     /// Part of the iu.merged 1.0.0 payload.
     #[derive(
@@ -1459,6 +1928,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct IuMergedV1 {
         /// The surviving unit.
         pub iu_unit_id: ::uuid::Uuid,
@@ -1470,6 +1940,24 @@ pub mod payloads {
         pub approval_id: ::uuid::Uuid,
         /// When the merge was committed.
         pub merged_at: ::chrono::DateTime<::chrono::Utc>,
+    }
+    impl IuMergedV1 {
+        /// A `IuMergedV1` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            iu_unit_id: ::uuid::Uuid,
+            iu_version_id: ::uuid::Uuid,
+            merged_from: ::std::vec::Vec<IuMergedV1UnitRef>,
+            approval_id: ::uuid::Uuid,
+            merged_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                iu_unit_id,
+                iu_version_id,
+                merged_from,
+                approval_id,
+                merged_at,
+            }
+        }
     }
     impl IuMergedV1 {
         /// The event type.
@@ -1554,6 +2042,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct IuRenderedV1 {
         /// The rendered unit.
         pub iu_unit_id: ::uuid::Uuid,
@@ -1569,6 +2058,28 @@ pub mod payloads {
         pub byte_count: u64,
         /// When rendering finished.
         pub rendered_at: ::chrono::DateTime<::chrono::Utc>,
+    }
+    impl IuRenderedV1 {
+        /// A `IuRenderedV1` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            iu_unit_id: ::uuid::Uuid,
+            iu_version_id: ::uuid::Uuid,
+            render_run_id: ::uuid::Uuid,
+            view_kind: IuRenderedV1ViewKind,
+            artifact_id: ::uuid::Uuid,
+            byte_count: u64,
+            rendered_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                iu_unit_id,
+                iu_version_id,
+                render_run_id,
+                view_kind,
+                artifact_id,
+                byte_count,
+                rendered_at,
+            }
+        }
     }
     impl IuRenderedV1 {
         /// The event type.
@@ -1628,11 +2139,18 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct IuSplitApprovedV1UnitRef {
         /// Information unit.
         pub iu_unit_id: ::uuid::Uuid,
         /// Version of that unit.
         pub iu_version_id: ::uuid::Uuid,
+    }
+    impl IuSplitApprovedV1UnitRef {
+        /// A `IuSplitApprovedV1UnitRef` from its required properties, in the order of the schema's `properties`.
+        pub fn new(iu_unit_id: ::uuid::Uuid, iu_version_id: ::uuid::Uuid) -> Self {
+            Self { iu_unit_id, iu_version_id }
+        }
     }
     /// Part of the iu.split_approved 1.0.0 payload.
     #[derive(
@@ -1643,6 +2161,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct IuSplitApprovedV1 {
         /// The unit that was split.
         pub iu_unit_id: ::uuid::Uuid,
@@ -1654,6 +2173,24 @@ pub mod payloads {
         pub resulting_units: ::std::vec::Vec<IuSplitApprovedV1UnitRef>,
         /// When the split was approved.
         pub approved_at: ::chrono::DateTime<::chrono::Utc>,
+    }
+    impl IuSplitApprovedV1 {
+        /// A `IuSplitApprovedV1` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            iu_unit_id: ::uuid::Uuid,
+            proposal_id: ::uuid::Uuid,
+            approval_id: ::uuid::Uuid,
+            resulting_units: ::std::vec::Vec<IuSplitApprovedV1UnitRef>,
+            approved_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                iu_unit_id,
+                proposal_id,
+                approval_id,
+                resulting_units,
+                approved_at,
+            }
+        }
     }
     impl IuSplitApprovedV1 {
         /// The event type.
@@ -1713,6 +2250,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct IuSplitProposedV1 {
         /// The unit proposed for splitting.
         pub iu_unit_id: ::uuid::Uuid,
@@ -1724,6 +2262,24 @@ pub mod payloads {
         pub proposed_part_count: u64,
         /// When the split was proposed.
         pub proposed_at: ::chrono::DateTime<::chrono::Utc>,
+    }
+    impl IuSplitProposedV1 {
+        /// A `IuSplitProposedV1` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            iu_unit_id: ::uuid::Uuid,
+            iu_version_id: ::uuid::Uuid,
+            proposal_id: ::uuid::Uuid,
+            proposed_part_count: u64,
+            proposed_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                iu_unit_id,
+                iu_version_id,
+                proposal_id,
+                proposed_part_count,
+                proposed_at,
+            }
+        }
     }
     impl IuSplitProposedV1 {
         /// The event type.
@@ -1783,6 +2339,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct IuUsedInWorkflowV1 {
         /// The unit used.
         pub iu_unit_id: ::uuid::Uuid,
@@ -1794,6 +2351,24 @@ pub mod payloads {
         pub step_run_id: ::uuid::Uuid,
         /// When the step used the unit.
         pub used_at: ::chrono::DateTime<::chrono::Utc>,
+    }
+    impl IuUsedInWorkflowV1 {
+        /// A `IuUsedInWorkflowV1` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            iu_unit_id: ::uuid::Uuid,
+            iu_version_id: ::uuid::Uuid,
+            workflow_run_id: ::uuid::Uuid,
+            step_run_id: ::uuid::Uuid,
+            used_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                iu_unit_id,
+                iu_version_id,
+                workflow_run_id,
+                step_run_id,
+                used_at,
+            }
+        }
     }
     impl IuUsedInWorkflowV1 {
         /// The event type.
@@ -1879,6 +2454,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct IuValidatedV1 {
         /// The validated unit.
         pub iu_unit_id: ::uuid::Uuid,
@@ -1894,6 +2470,28 @@ pub mod payloads {
         pub warning_count: u64,
         /// When validation finished.
         pub validated_at: ::chrono::DateTime<::chrono::Utc>,
+    }
+    impl IuValidatedV1 {
+        /// A `IuValidatedV1` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            iu_unit_id: ::uuid::Uuid,
+            iu_version_id: ::uuid::Uuid,
+            validation_run_id: ::uuid::Uuid,
+            outcome: IuValidatedV1Outcome,
+            error_count: u64,
+            warning_count: u64,
+            validated_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                iu_unit_id,
+                iu_version_id,
+                validation_run_id,
+                outcome,
+                error_count,
+                warning_count,
+                validated_at,
+            }
+        }
     }
     impl IuValidatedV1 {
         /// The event type.
@@ -1978,6 +2576,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct JobDeadLetteredV1 {
         /// The dead-lettered delivery job.
         pub job_id: ::uuid::Uuid,
@@ -2001,6 +2600,47 @@ pub mod payloads {
         /// The workflow run the event belongs to, when it does.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub workflow_run_id: ::std::option::Option<::uuid::Uuid>,
+    }
+    impl JobDeadLetteredV1 {
+        /// A `JobDeadLetteredV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(
+            job_id: ::uuid::Uuid,
+            event_id: ::uuid::Uuid,
+            event_type: ::std::string::String,
+            consumer_name: ::std::string::String,
+            attempts: u64,
+            failure_class: JobDeadLetteredV1FailureClass,
+            last_error_code: ::std::string::String,
+            dead_lettered_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                job_id,
+                event_id,
+                event_type,
+                consumer_name,
+                attempts,
+                failure_class,
+                last_error_code,
+                dead_lettered_at,
+                first_failed_at: ::std::option::Option::None,
+                workflow_run_id: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `first_failed_at` property.
+        #[must_use]
+        pub fn with_first_failed_at(
+            mut self,
+            value: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            self.first_failed_at = ::std::option::Option::Some(value);
+            self
+        }
+        /// Sets the optional `workflow_run_id` property.
+        #[must_use]
+        pub fn with_workflow_run_id(mut self, value: ::uuid::Uuid) -> Self {
+            self.workflow_run_id = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl JobDeadLetteredV1 {
         /// The event type.
@@ -2060,6 +2700,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct ProposalApprovedV1 {
         /// The approved proposal.
         pub proposal_id: ::uuid::Uuid,
@@ -2069,6 +2710,22 @@ pub mod payloads {
         pub approver_id: ::uuid::Uuid,
         /// When the proposal was approved.
         pub approved_at: ::chrono::DateTime<::chrono::Utc>,
+    }
+    impl ProposalApprovedV1 {
+        /// A `ProposalApprovedV1` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            proposal_id: ::uuid::Uuid,
+            approval_id: ::uuid::Uuid,
+            approver_id: ::uuid::Uuid,
+            approved_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                proposal_id,
+                approval_id,
+                approver_id,
+                approved_at,
+            }
+        }
     }
     impl ProposalApprovedV1 {
         /// The event type.
@@ -2156,6 +2813,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct ProposalRejectedV1 {
         /// The rejected proposal.
         pub proposal_id: ::uuid::Uuid,
@@ -2165,6 +2823,22 @@ pub mod payloads {
         pub reason_code: ProposalRejectedV1ReasonCode,
         /// When the proposal was rejected.
         pub rejected_at: ::chrono::DateTime<::chrono::Utc>,
+    }
+    impl ProposalRejectedV1 {
+        /// A `ProposalRejectedV1` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            proposal_id: ::uuid::Uuid,
+            reviewer_id: ::uuid::Uuid,
+            reason_code: ProposalRejectedV1ReasonCode,
+            rejected_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                proposal_id,
+                reviewer_id,
+                reason_code,
+                rejected_at,
+            }
+        }
     }
     impl ProposalRejectedV1 {
         /// The event type.
@@ -2255,6 +2929,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct ProposalSubmittedV1 {
         /// The proposal.
         pub proposal_id: ::uuid::Uuid,
@@ -2274,6 +2949,40 @@ pub mod payloads {
         /// Number of units the proposal would touch.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub affected_unit_count: ::std::option::Option<u64>,
+    }
+    impl ProposalSubmittedV1 {
+        /// A `ProposalSubmittedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(
+            proposal_id: ::uuid::Uuid,
+            proposal_kind: ProposalSubmittedV1ProposalKind,
+            iu_unit_id: ::uuid::Uuid,
+            iu_version_id: ::uuid::Uuid,
+            submitter_id: ::uuid::Uuid,
+            submitted_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                proposal_id,
+                proposal_kind,
+                iu_unit_id,
+                iu_version_id,
+                submitter_id,
+                submitted_at,
+                workflow_run_id: ::std::option::Option::None,
+                affected_unit_count: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `workflow_run_id` property.
+        #[must_use]
+        pub fn with_workflow_run_id(mut self, value: ::uuid::Uuid) -> Self {
+            self.workflow_run_id = ::std::option::Option::Some(value);
+            self
+        }
+        /// Sets the optional `affected_unit_count` property.
+        #[must_use]
+        pub fn with_affected_unit_count(mut self, value: u64) -> Self {
+            self.affected_unit_count = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl ProposalSubmittedV1 {
         /// The event type.
@@ -2355,6 +3064,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct StepCompletedV1 {
         /// The workflow run.
         pub workflow_run_id: ::uuid::Uuid,
@@ -2375,6 +3085,51 @@ pub mod payloads {
         /// How long the step ran, in milliseconds.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub duration_ms: ::std::option::Option<u64>,
+    }
+    impl StepCompletedV1 {
+        /// A `StepCompletedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(
+            workflow_run_id: ::uuid::Uuid,
+            step_run_id: ::uuid::Uuid,
+            step_key: ::std::string::String,
+            outcome: StepCompletedV1Outcome,
+            completed_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                workflow_run_id,
+                step_run_id,
+                step_key,
+                outcome,
+                completed_at,
+                input_unit_ids: ::std::option::Option::None,
+                output_unit_ids: ::std::option::Option::None,
+                duration_ms: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `input_unit_ids` property.
+        #[must_use]
+        pub fn with_input_unit_ids(
+            mut self,
+            value: ::std::vec::Vec<::uuid::Uuid>,
+        ) -> Self {
+            self.input_unit_ids = ::std::option::Option::Some(value);
+            self
+        }
+        /// Sets the optional `output_unit_ids` property.
+        #[must_use]
+        pub fn with_output_unit_ids(
+            mut self,
+            value: ::std::vec::Vec<::uuid::Uuid>,
+        ) -> Self {
+            self.output_unit_ids = ::std::option::Option::Some(value);
+            self
+        }
+        /// Sets the optional `duration_ms` property.
+        #[must_use]
+        pub fn with_duration_ms(mut self, value: u64) -> Self {
+            self.duration_ms = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl StepCompletedV1 {
         /// The event type.
@@ -2462,6 +3217,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct StepEscalatedV1 {
         /// The workflow run.
         pub workflow_run_id: ::uuid::Uuid,
@@ -2476,6 +3232,31 @@ pub mod payloads {
         pub assignee_id: ::std::option::Option<::uuid::Uuid>,
         /// When the step was escalated.
         pub escalated_at: ::chrono::DateTime<::chrono::Utc>,
+    }
+    impl StepEscalatedV1 {
+        /// A `StepEscalatedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(
+            workflow_run_id: ::uuid::Uuid,
+            step_run_id: ::uuid::Uuid,
+            step_key: ::std::string::String,
+            escalation_reason: StepEscalatedV1EscalationReason,
+            escalated_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                workflow_run_id,
+                step_run_id,
+                step_key,
+                escalation_reason,
+                assignee_id: ::std::option::Option::None,
+                escalated_at,
+            }
+        }
+        /// Sets the optional `assignee_id` property.
+        #[must_use]
+        pub fn with_assignee_id(mut self, value: ::uuid::Uuid) -> Self {
+            self.assignee_id = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl StepEscalatedV1 {
         /// The event type.
@@ -2535,6 +3316,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct StepFailedV1 {
         /// The workflow run.
         pub workflow_run_id: ::uuid::Uuid,
@@ -2550,6 +3332,28 @@ pub mod payloads {
         pub attempt: u64,
         /// When the step failed.
         pub failed_at: ::chrono::DateTime<::chrono::Utc>,
+    }
+    impl StepFailedV1 {
+        /// A `StepFailedV1` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            workflow_run_id: ::uuid::Uuid,
+            step_run_id: ::uuid::Uuid,
+            step_key: ::std::string::String,
+            error_code: ::std::string::String,
+            retryable: bool,
+            attempt: u64,
+            failed_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                workflow_run_id,
+                step_run_id,
+                step_key,
+                error_code,
+                retryable,
+                attempt,
+                failed_at,
+            }
+        }
     }
     impl StepFailedV1 {
         /// The event type.
@@ -2609,6 +3413,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct StepFailedV2Error {
         /// Error code (SCREAMING_SNAKE), never the message text.
         pub code: ::std::string::String,
@@ -2616,6 +3421,20 @@ pub mod payloads {
         pub failure_class: StepFailedV2ErrorFailureClass,
         /// Whether retrying the step may succeed.
         pub retryable: bool,
+    }
+    impl StepFailedV2Error {
+        /// A `StepFailedV2Error` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            code: ::std::string::String,
+            failure_class: StepFailedV2ErrorFailureClass,
+            retryable: bool,
+        ) -> Self {
+            Self {
+                code,
+                failure_class,
+                retryable,
+            }
+        }
     }
     /// Part of the step.failed 2.0.0 payload.
     #[derive(
@@ -2626,6 +3445,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct StepFailedV2 {
         /// The workflow run.
         pub workflow_run_id: ::uuid::Uuid,
@@ -2639,6 +3459,26 @@ pub mod payloads {
         pub attempt: u64,
         /// When the step failed.
         pub failed_at: ::chrono::DateTime<::chrono::Utc>,
+    }
+    impl StepFailedV2 {
+        /// A `StepFailedV2` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            workflow_run_id: ::uuid::Uuid,
+            step_run_id: ::uuid::Uuid,
+            step_key: ::std::string::String,
+            error: StepFailedV2Error,
+            attempt: u64,
+            failed_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                workflow_run_id,
+                step_run_id,
+                step_key,
+                error,
+                attempt,
+                failed_at,
+            }
+        }
     }
     impl StepFailedV2 {
         /// The event type.
@@ -2738,6 +3578,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct StepReadyV1 {
         /// The workflow run.
         pub workflow_run_id: ::uuid::Uuid,
@@ -2749,6 +3590,24 @@ pub mod payloads {
         pub executor_kind: StepReadyV1ExecutorKind,
         /// When the step became ready.
         pub ready_at: ::chrono::DateTime<::chrono::Utc>,
+    }
+    impl StepReadyV1 {
+        /// A `StepReadyV1` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            workflow_run_id: ::uuid::Uuid,
+            step_run_id: ::uuid::Uuid,
+            step_key: ::std::string::String,
+            executor_kind: StepReadyV1ExecutorKind,
+            ready_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                workflow_run_id,
+                step_run_id,
+                step_key,
+                executor_kind,
+                ready_at,
+            }
+        }
     }
     impl StepReadyV1 {
         /// The event type.

@@ -11,12 +11,28 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct JobFailedV1 {
         /// The `job_id` property.
         pub job_id: ::uuid::Uuid,
         /// The `error_code` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub error_code: ::std::option::Option<::std::string::String>,
+    }
+    impl JobFailedV1 {
+        /// A `JobFailedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(job_id: ::uuid::Uuid) -> Self {
+            Self {
+                job_id,
+                error_code: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `error_code` property.
+        #[must_use]
+        pub fn with_error_code(mut self, value: ::std::string::String) -> Self {
+            self.error_code = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl JobFailedV1 {
         /// The event type.
@@ -73,11 +89,18 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct MergeRecordedV1UnitRef {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
         /// The `version_id` property.
         pub version_id: ::uuid::Uuid,
+    }
+    impl MergeRecordedV1UnitRef {
+        /// A `MergeRecordedV1UnitRef` from its required properties, in the order of the schema's `properties`.
+        pub fn new(unit_id: ::uuid::Uuid, version_id: ::uuid::Uuid) -> Self {
+            Self { unit_id, version_id }
+        }
     }
     /// A merge tree; children are merges that fed this one.
     #[derive(
@@ -88,6 +111,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct MergeRecordedV1TreeNode {
         /// The `unit` property.
         pub unit: MergeRecordedV1UnitRef,
@@ -96,6 +120,24 @@ pub mod payloads {
         pub children: ::std::option::Option<
             ::std::vec::Vec<::std::boxed::Box<MergeRecordedV1TreeNode>>,
         >,
+    }
+    impl MergeRecordedV1TreeNode {
+        /// A `MergeRecordedV1TreeNode` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(unit: MergeRecordedV1UnitRef) -> Self {
+            Self {
+                unit,
+                children: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `children` property.
+        #[must_use]
+        pub fn with_children(
+            mut self,
+            value: ::std::vec::Vec<::std::boxed::Box<MergeRecordedV1TreeNode>>,
+        ) -> Self {
+            self.children = ::std::option::Option::Some(value);
+            self
+        }
     }
     /// Part of the merge.recorded 1.0.0 payload.
     #[derive(
@@ -106,6 +148,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct MergeRecordedV1 {
         /// The `into` property.
         pub into: MergeRecordedV1UnitRef,
@@ -114,6 +157,25 @@ pub mod payloads {
         /// The `tree` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub tree: ::std::option::Option<MergeRecordedV1TreeNode>,
+    }
+    impl MergeRecordedV1 {
+        /// A `MergeRecordedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(
+            into: MergeRecordedV1UnitRef,
+            from: ::std::vec::Vec<MergeRecordedV1UnitRef>,
+        ) -> Self {
+            Self {
+                into,
+                from,
+                tree: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `tree` property.
+        #[must_use]
+        pub fn with_tree(mut self, value: MergeRecordedV1TreeNode) -> Self {
+            self.tree = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl MergeRecordedV1 {
         /// The event type.
@@ -170,12 +232,28 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct UnitCreatedV1 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
         /// The `run_id` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub run_id: ::std::option::Option<::uuid::Uuid>,
+    }
+    impl UnitCreatedV1 {
+        /// A `UnitCreatedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(unit_id: ::uuid::Uuid) -> Self {
+            Self {
+                unit_id,
+                run_id: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `run_id` property.
+        #[must_use]
+        pub fn with_run_id(mut self, value: ::uuid::Uuid) -> Self {
+            self.run_id = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl UnitCreatedV1 {
         /// The event type.
@@ -235,12 +313,28 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct UnitEditedV1 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
         /// The `state` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub state: ::std::option::Option<::std::string::String>,
+    }
+    impl UnitEditedV1 {
+        /// A `UnitEditedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(unit_id: ::uuid::Uuid) -> Self {
+            Self {
+                unit_id,
+                state: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `state` property.
+        #[must_use]
+        pub fn with_state(mut self, value: ::std::string::String) -> Self {
+            self.state = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl UnitEditedV1 {
         /// The event type.
@@ -285,11 +379,18 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct UnitEditedV2 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
         /// The `state` property.
         pub state: UnitEditedV2State,
+    }
+    impl UnitEditedV2 {
+        /// A `UnitEditedV2` from its required properties, in the order of the schema's `properties`.
+        pub fn new(unit_id: ::uuid::Uuid, state: UnitEditedV2State) -> Self {
+            Self { unit_id, state }
+        }
     }
     impl UnitEditedV2 {
         /// The event type.

@@ -11,12 +11,28 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct JobFailedV1 {
         /// The `job_id` property.
         pub job_id: ::uuid::Uuid,
         /// The `error_code` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub error_code: ::std::option::Option<::std::string::String>,
+    }
+    impl JobFailedV1 {
+        /// A `JobFailedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(job_id: ::uuid::Uuid) -> Self {
+            Self {
+                job_id,
+                error_code: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `error_code` property.
+        #[must_use]
+        pub fn with_error_code(mut self, value: ::std::string::String) -> Self {
+            self.error_code = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl JobFailedV1 {
         /// The event type.
@@ -145,6 +161,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct RunStateChangedV1 {
         /// The run.
         pub run_id: ::uuid::Uuid,
@@ -155,6 +172,30 @@ pub mod payloads {
         /// The state left, if any.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub previous_state: ::std::option::Option<RunStateChangedV1PreviousState>,
+    }
+    impl RunStateChangedV1 {
+        /// A `RunStateChangedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(
+            run_id: ::uuid::Uuid,
+            state: RunStateChangedV1State,
+            kind: RunStateChangedV1Kind,
+        ) -> Self {
+            Self {
+                run_id,
+                state,
+                kind,
+                previous_state: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `previous_state` property.
+        #[must_use]
+        pub fn with_previous_state(
+            mut self,
+            value: RunStateChangedV1PreviousState,
+        ) -> Self {
+            self.previous_state = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl RunStateChangedV1 {
         /// The event type.
@@ -214,12 +255,28 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct UnitCreatedV1 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
         /// The `run_id` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub run_id: ::std::option::Option<::uuid::Uuid>,
+    }
+    impl UnitCreatedV1 {
+        /// A `UnitCreatedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(unit_id: ::uuid::Uuid) -> Self {
+            Self {
+                unit_id,
+                run_id: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `run_id` property.
+        #[must_use]
+        pub fn with_run_id(mut self, value: ::uuid::Uuid) -> Self {
+            self.run_id = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl UnitCreatedV1 {
         /// The event type.
@@ -279,12 +336,28 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct UnitEditedV1 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
         /// The `state` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub state: ::std::option::Option<::std::string::String>,
+    }
+    impl UnitEditedV1 {
+        /// A `UnitEditedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(unit_id: ::uuid::Uuid) -> Self {
+            Self {
+                unit_id,
+                state: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `state` property.
+        #[must_use]
+        pub fn with_state(mut self, value: ::std::string::String) -> Self {
+            self.state = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl UnitEditedV1 {
         /// The event type.
@@ -329,11 +402,18 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct UnitEditedV2 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
         /// The `state` property.
         pub state: UnitEditedV2State,
+    }
+    impl UnitEditedV2 {
+        /// A `UnitEditedV2` from its required properties, in the order of the schema's `properties`.
+        pub fn new(unit_id: ::uuid::Uuid, state: UnitEditedV2State) -> Self {
+            Self { unit_id, state }
+        }
     }
     impl UnitEditedV2 {
         /// The event type.

@@ -11,12 +11,28 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct DocPublishedV1 {
         /// The `doc_id` property.
         pub doc_id: ::std::string::String,
         /// The `channel` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub channel: ::std::option::Option<::std::string::String>,
+    }
+    impl DocPublishedV1 {
+        /// A `DocPublishedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(doc_id: ::std::string::String) -> Self {
+            Self {
+                doc_id,
+                channel: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `channel` property.
+        #[must_use]
+        pub fn with_channel(mut self, value: ::std::string::String) -> Self {
+            self.channel = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl DocPublishedV1 {
         /// The event type.
@@ -64,11 +80,21 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct DocPublishedV2 {
         /// The `doc_id` property.
         pub doc_id: ::std::string::String,
         /// The `channel` property.
         pub channel: DocPublishedV2Channel,
+    }
+    impl DocPublishedV2 {
+        /// A `DocPublishedV2` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            doc_id: ::std::string::String,
+            channel: DocPublishedV2Channel,
+        ) -> Self {
+            Self { doc_id, channel }
+        }
     }
     impl DocPublishedV2 {
         /// The event type.
@@ -119,11 +145,21 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct DocPublishedV3 {
         /// The `doc_id` property.
         pub doc_id: ::std::string::String,
         /// The `channels` property.
         pub channels: ::std::vec::Vec<DocPublishedV3ChannelsItem>,
+    }
+    impl DocPublishedV3 {
+        /// A `DocPublishedV3` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            doc_id: ::std::string::String,
+            channels: ::std::vec::Vec<DocPublishedV3ChannelsItem>,
+        ) -> Self {
+            Self { doc_id, channels }
+        }
     }
     impl DocPublishedV3 {
         /// The event type.
@@ -189,12 +225,28 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct JobFailedV1 {
         /// The `job_id` property.
         pub job_id: ::uuid::Uuid,
         /// The `error_code` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub error_code: ::std::option::Option<::std::string::String>,
+    }
+    impl JobFailedV1 {
+        /// A `JobFailedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(job_id: ::uuid::Uuid) -> Self {
+            Self {
+                job_id,
+                error_code: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `error_code` property.
+        #[must_use]
+        pub fn with_error_code(mut self, value: ::std::string::String) -> Self {
+            self.error_code = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl JobFailedV1 {
         /// The event type.
@@ -251,12 +303,28 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct UnitCreatedV1 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
         /// The `run_id` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub run_id: ::std::option::Option<::uuid::Uuid>,
+    }
+    impl UnitCreatedV1 {
+        /// A `UnitCreatedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(unit_id: ::uuid::Uuid) -> Self {
+            Self {
+                unit_id,
+                run_id: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `run_id` property.
+        #[must_use]
+        pub fn with_run_id(mut self, value: ::uuid::Uuid) -> Self {
+            self.run_id = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl UnitCreatedV1 {
         /// The event type.
@@ -316,12 +384,28 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct UnitEditedV1 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
         /// The `state` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub state: ::std::option::Option<::std::string::String>,
+    }
+    impl UnitEditedV1 {
+        /// A `UnitEditedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(unit_id: ::uuid::Uuid) -> Self {
+            Self {
+                unit_id,
+                state: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `state` property.
+        #[must_use]
+        pub fn with_state(mut self, value: ::std::string::String) -> Self {
+            self.state = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl UnitEditedV1 {
         /// The event type.
@@ -366,11 +450,18 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct UnitEditedV2 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
         /// The `state` property.
         pub state: UnitEditedV2State,
+    }
+    impl UnitEditedV2 {
+        /// A `UnitEditedV2` from its required properties, in the order of the schema's `properties`.
+        pub fn new(unit_id: ::uuid::Uuid, state: UnitEditedV2State) -> Self {
+            Self { unit_id, state }
+        }
     }
     impl UnitEditedV2 {
         /// The event type.

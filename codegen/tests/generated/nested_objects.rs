@@ -11,11 +11,21 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct CutCompletedV1SummaryTiming {
         /// The `started_at` property.
         pub started_at: ::chrono::DateTime<::chrono::Utc>,
         /// The `finished_at` property.
         pub finished_at: ::chrono::DateTime<::chrono::Utc>,
+    }
+    impl CutCompletedV1SummaryTiming {
+        /// A `CutCompletedV1SummaryTiming` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            started_at: ::chrono::DateTime<::chrono::Utc>,
+            finished_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self { started_at, finished_at }
+        }
     }
     /// Counts of what the cut did.
     #[derive(
@@ -26,6 +36,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct CutCompletedV1Summary {
         /// The `marks_verified` property.
         pub marks_verified: u32,
@@ -33,21 +44,20 @@ pub mod payloads {
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub timing: ::std::option::Option<CutCompletedV1SummaryTiming>,
     }
-    /// Part of the cut.completed 1.0.0 payload.
-    #[derive(
-        Debug,
-        Clone,
-        PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
-    )]
-    pub struct CutCompletedV1MarksItem {
-        /// The `mark_id` property.
-        pub mark_id: ::uuid::Uuid,
-        /// The `labels` property.
-        #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-        pub labels: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+    impl CutCompletedV1Summary {
+        /// A `CutCompletedV1Summary` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(marks_verified: u32) -> Self {
+            Self {
+                marks_verified,
+                timing: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `timing` property.
+        #[must_use]
+        pub fn with_timing(mut self, value: CutCompletedV1SummaryTiming) -> Self {
+            self.timing = ::std::option::Option::Some(value);
+            self
+        }
     }
     /// Part of the cut.completed 1.0.0 payload.
     #[derive(
@@ -58,6 +68,42 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
+    pub struct CutCompletedV1MarksItem {
+        /// The `mark_id` property.
+        pub mark_id: ::uuid::Uuid,
+        /// The `labels` property.
+        #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+        pub labels: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+    }
+    impl CutCompletedV1MarksItem {
+        /// A `CutCompletedV1MarksItem` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(mark_id: ::uuid::Uuid) -> Self {
+            Self {
+                mark_id,
+                labels: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `labels` property.
+        #[must_use]
+        pub fn with_labels(
+            mut self,
+            value: ::std::vec::Vec<::std::string::String>,
+        ) -> Self {
+            self.labels = ::std::option::Option::Some(value);
+            self
+        }
+    }
+    /// Part of the cut.completed 1.0.0 payload.
+    #[derive(
+        Debug,
+        Clone,
+        PartialEq,
+        ::serde::Serialize,
+        ::serde::Deserialize,
+        ::schemars::JsonSchema
+    )]
+    #[non_exhaustive]
     pub struct CutCompletedV1 {
         /// The `cut_id` property.
         pub cut_id: ::uuid::Uuid,
@@ -65,6 +111,16 @@ pub mod payloads {
         pub summary: CutCompletedV1Summary,
         /// The `marks` property.
         pub marks: ::std::vec::Vec<CutCompletedV1MarksItem>,
+    }
+    impl CutCompletedV1 {
+        /// A `CutCompletedV1` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            cut_id: ::uuid::Uuid,
+            summary: CutCompletedV1Summary,
+            marks: ::std::vec::Vec<CutCompletedV1MarksItem>,
+        ) -> Self {
+            Self { cut_id, summary, marks }
+        }
     }
     impl CutCompletedV1 {
         /// The event type.
@@ -121,12 +177,28 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct JobFailedV1 {
         /// The `job_id` property.
         pub job_id: ::uuid::Uuid,
         /// The `error_code` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub error_code: ::std::option::Option<::std::string::String>,
+    }
+    impl JobFailedV1 {
+        /// A `JobFailedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(job_id: ::uuid::Uuid) -> Self {
+            Self {
+                job_id,
+                error_code: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `error_code` property.
+        #[must_use]
+        pub fn with_error_code(mut self, value: ::std::string::String) -> Self {
+            self.error_code = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl JobFailedV1 {
         /// The event type.
@@ -183,12 +255,28 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct UnitCreatedV1 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
         /// The `run_id` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub run_id: ::std::option::Option<::uuid::Uuid>,
+    }
+    impl UnitCreatedV1 {
+        /// A `UnitCreatedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(unit_id: ::uuid::Uuid) -> Self {
+            Self {
+                unit_id,
+                run_id: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `run_id` property.
+        #[must_use]
+        pub fn with_run_id(mut self, value: ::uuid::Uuid) -> Self {
+            self.run_id = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl UnitCreatedV1 {
         /// The event type.
@@ -248,12 +336,28 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct UnitEditedV1 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
         /// The `state` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub state: ::std::option::Option<::std::string::String>,
+    }
+    impl UnitEditedV1 {
+        /// A `UnitEditedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(unit_id: ::uuid::Uuid) -> Self {
+            Self {
+                unit_id,
+                state: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `state` property.
+        #[must_use]
+        pub fn with_state(mut self, value: ::std::string::String) -> Self {
+            self.state = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl UnitEditedV1 {
         /// The event type.
@@ -298,11 +402,18 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct UnitEditedV2 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
         /// The `state` property.
         pub state: UnitEditedV2State,
+    }
+    impl UnitEditedV2 {
+        /// A `UnitEditedV2` from its required properties, in the order of the schema's `properties`.
+        pub fn new(unit_id: ::uuid::Uuid, state: UnitEditedV2State) -> Self {
+            Self { unit_id, state }
+        }
     }
     impl UnitEditedV2 {
         /// The event type.

@@ -11,12 +11,28 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct JobFailedV1 {
         /// The `job_id` property.
         pub job_id: ::uuid::Uuid,
         /// The `error_code` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub error_code: ::std::option::Option<::std::string::String>,
+    }
+    impl JobFailedV1 {
+        /// A `JobFailedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(job_id: ::uuid::Uuid) -> Self {
+            Self {
+                job_id,
+                error_code: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `error_code` property.
+        #[must_use]
+        pub fn with_error_code(mut self, value: ::std::string::String) -> Self {
+            self.error_code = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl JobFailedV1 {
         /// The event type.
@@ -73,10 +89,25 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct StepReadyV1Context {
         /// The `queue` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub queue: ::std::option::Option<::std::string::String>,
+    }
+    impl StepReadyV1Context {
+        /// A `StepReadyV1Context` with no property set (it has no required property). Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new() -> Self {
+            Self {
+                queue: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `queue` property.
+        #[must_use]
+        pub fn with_queue(mut self, value: ::std::string::String) -> Self {
+            self.queue = ::std::option::Option::Some(value);
+            self
+        }
     }
     /// Part of the step.ready 1.0.0 payload.
     #[derive(
@@ -87,6 +118,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct StepReadyV1 {
         /// The `step_id` property.
         pub step_id: ::uuid::Uuid,
@@ -101,6 +133,39 @@ pub mod payloads {
         /// The `context` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub context: ::std::option::Option<StepReadyV1Context>,
+    }
+    impl StepReadyV1 {
+        /// A `StepReadyV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(
+            step_id: ::uuid::Uuid,
+            assignee_id: ::std::option::Option<::uuid::Uuid>,
+        ) -> Self {
+            Self {
+                step_id,
+                assignee_id,
+                due_at: ::std::option::Option::None,
+                note_ref: ::std::option::Option::None,
+                context: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `due_at` property.
+        #[must_use]
+        pub fn with_due_at(mut self, value: ::chrono::DateTime<::chrono::Utc>) -> Self {
+            self.due_at = ::std::option::Option::Some(value);
+            self
+        }
+        /// Sets the optional `note_ref` property.
+        #[must_use]
+        pub fn with_note_ref(mut self, value: ::std::string::String) -> Self {
+            self.note_ref = ::std::option::Option::Some(value);
+            self
+        }
+        /// Sets the optional `context` property.
+        #[must_use]
+        pub fn with_context(mut self, value: StepReadyV1Context) -> Self {
+            self.context = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl StepReadyV1 {
         /// The event type.
@@ -157,12 +222,28 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct UnitCreatedV1 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
         /// The `run_id` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub run_id: ::std::option::Option<::uuid::Uuid>,
+    }
+    impl UnitCreatedV1 {
+        /// A `UnitCreatedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(unit_id: ::uuid::Uuid) -> Self {
+            Self {
+                unit_id,
+                run_id: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `run_id` property.
+        #[must_use]
+        pub fn with_run_id(mut self, value: ::uuid::Uuid) -> Self {
+            self.run_id = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl UnitCreatedV1 {
         /// The event type.
@@ -222,12 +303,28 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct UnitEditedV1 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
         /// The `state` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub state: ::std::option::Option<::std::string::String>,
+    }
+    impl UnitEditedV1 {
+        /// A `UnitEditedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(unit_id: ::uuid::Uuid) -> Self {
+            Self {
+                unit_id,
+                state: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `state` property.
+        #[must_use]
+        pub fn with_state(mut self, value: ::std::string::String) -> Self {
+            self.state = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl UnitEditedV1 {
         /// The event type.
@@ -272,11 +369,18 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct UnitEditedV2 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
         /// The `state` property.
         pub state: UnitEditedV2State,
+    }
+    impl UnitEditedV2 {
+        /// A `UnitEditedV2` from its required properties, in the order of the schema's `properties`.
+        pub fn new(unit_id: ::uuid::Uuid, state: UnitEditedV2State) -> Self {
+            Self { unit_id, state }
+        }
     }
     impl UnitEditedV2 {
         /// The event type.

@@ -11,12 +11,28 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct JobFailedV1 {
         /// The `job_id` property.
         pub job_id: ::uuid::Uuid,
         /// The `error_code` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub error_code: ::std::option::Option<::std::string::String>,
+    }
+    impl JobFailedV1 {
+        /// A `JobFailedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(job_id: ::uuid::Uuid) -> Self {
+            Self {
+                job_id,
+                error_code: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `error_code` property.
+        #[must_use]
+        pub fn with_error_code(mut self, value: ::std::string::String) -> Self {
+            self.error_code = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl JobFailedV1 {
         /// The event type.
@@ -126,6 +142,7 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct NamesReservedV1 {
         /// A field named like the receiver.
         pub self_: ::std::string::String,
@@ -160,6 +177,64 @@ pub mod payloads {
         /// Values that are keywords, punctuation or digits.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub state: ::std::option::Option<NamesReservedV1State>,
+    }
+    impl NamesReservedV1 {
+        /// A `NamesReservedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(self_: ::std::string::String, kind: NamesReservedV1Kind) -> Self {
+            Self {
+                self_,
+                crate_: ::std::option::Option::None,
+                super_: ::std::option::Option::None,
+                r#type: ::std::option::Option::None,
+                r#gen: ::std::option::Option::None,
+                n_: ::std::option::Option::None,
+                n_1st: ::std::option::Option::None,
+                kind,
+                state: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `crate` property.
+        #[must_use]
+        pub fn with_crate(mut self, value: ::std::string::String) -> Self {
+            self.crate_ = ::std::option::Option::Some(value);
+            self
+        }
+        /// Sets the optional `super` property.
+        #[must_use]
+        pub fn with_super(mut self, value: ::std::string::String) -> Self {
+            self.super_ = ::std::option::Option::Some(value);
+            self
+        }
+        /// Sets the optional `type` property.
+        #[must_use]
+        pub fn with_type(mut self, value: ::std::string::String) -> Self {
+            self.r#type = ::std::option::Option::Some(value);
+            self
+        }
+        /// Sets the optional `gen` property.
+        #[must_use]
+        pub fn with_gen(mut self, value: ::std::string::String) -> Self {
+            self.r#gen = ::std::option::Option::Some(value);
+            self
+        }
+        /// Sets the optional `_` property.
+        #[must_use]
+        pub fn with_n_(mut self, value: ::std::string::String) -> Self {
+            self.n_ = ::std::option::Option::Some(value);
+            self
+        }
+        /// Sets the optional `1st` property.
+        #[must_use]
+        pub fn with_n_1st(mut self, value: u8) -> Self {
+            self.n_1st = ::std::option::Option::Some(value);
+            self
+        }
+        /// Sets the optional `state` property.
+        #[must_use]
+        pub fn with_state(mut self, value: NamesReservedV1State) -> Self {
+            self.state = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl NamesReservedV1 {
         /// The event type.
@@ -216,12 +291,28 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct UnitCreatedV1 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
         /// The `run_id` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub run_id: ::std::option::Option<::uuid::Uuid>,
+    }
+    impl UnitCreatedV1 {
+        /// A `UnitCreatedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(unit_id: ::uuid::Uuid) -> Self {
+            Self {
+                unit_id,
+                run_id: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `run_id` property.
+        #[must_use]
+        pub fn with_run_id(mut self, value: ::uuid::Uuid) -> Self {
+            self.run_id = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl UnitCreatedV1 {
         /// The event type.
@@ -281,12 +372,28 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct UnitEditedV1 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
         /// The `state` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub state: ::std::option::Option<::std::string::String>,
+    }
+    impl UnitEditedV1 {
+        /// A `UnitEditedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(unit_id: ::uuid::Uuid) -> Self {
+            Self {
+                unit_id,
+                state: ::std::option::Option::None,
+            }
+        }
+        /// Sets the optional `state` property.
+        #[must_use]
+        pub fn with_state(mut self, value: ::std::string::String) -> Self {
+            self.state = ::std::option::Option::Some(value);
+            self
+        }
     }
     impl UnitEditedV1 {
         /// The event type.
@@ -331,11 +438,18 @@ pub mod payloads {
         ::serde::Deserialize,
         ::schemars::JsonSchema
     )]
+    #[non_exhaustive]
     pub struct UnitEditedV2 {
         /// The `unit_id` property.
         pub unit_id: ::uuid::Uuid,
         /// The `state` property.
         pub state: UnitEditedV2State,
+    }
+    impl UnitEditedV2 {
+        /// A `UnitEditedV2` from its required properties, in the order of the schema's `properties`.
+        pub fn new(unit_id: ::uuid::Uuid, state: UnitEditedV2State) -> Self {
+            Self { unit_id, state }
+        }
     }
     impl UnitEditedV2 {
         /// The event type.

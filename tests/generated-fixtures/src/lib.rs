@@ -87,3 +87,14 @@ pub mod reserved_names;
 pub mod property {
     include!(env!("EVC_PROPERTY_CASES"));
 }
+
+/// One state of the contracts of `codegen/tests/source_compat.rs`, which compiles a producer
+/// (the `evolution` test target) against it; built only by that test (the `evolution` feature,
+/// with `EVC_EVOLUTION_CONTRACTS` naming the file).
+#[cfg(feature = "evolution")]
+#[rustfmt::skip]
+#[deny(warnings, missing_docs)]
+#[allow(clippy::all)]
+pub mod evolution {
+    include!(env!("EVC_EVOLUTION_CONTRACTS"));
+}

@@ -4,7 +4,9 @@
 //! `docs/compat.md`: a consumer built for 1.2 reads a 1.3 payload with a new optional field),
 //! optional properties `Option`s, string
 //! enums Rust enums with serde renames, `const` a one-variant enum, nested objects and `$defs`
-//! named types (named from their path, never anonymous). Keywords that only constrain values
+//! named types (named from their path, never anonymous). Every struct is `#[non_exhaustive]`
+//! with a constructor of its required properties and a setter per optional one, so a new
+//! optional property breaks no producer. Keywords that only constrain values
 //! (`pattern`, `minLength`, `maximum`, ...) are left to run-time schema validation; keywords
 //! that would change the shape of the type are refused by `evc check` (see
 //! [`crate::payload_schema`]), so reaching one here is a bug.
@@ -115,11 +117,13 @@ impl<'a> TypeGen<'a> {
         name: &str,
         at: At<'_>,
     ) -> Result<TokenStream, EmitError> {
-        Ok(self.mapped(schema, name, at)?.0)
+        let (inner, nullable) = self.mapped(schema, name, at)?;
+        Ok(optional_if(nullable, inner))
     }
 
-    /// The Rust type for `schema`, and whether it is already an `Option` because the schema
-    /// allows `null` (an optional field of that type needs no second `Option`).
+    /// The Rust type for the non-null values of `schema`, and whether the schema allows `null`
+    /// too (then the type of a value is an `Option` of it, and an optional field of that type
+    /// needs no second `Option`).
     fn mapped(
         &mut self,
         schema: &Json,
@@ -188,11 +192,7 @@ impl<'a> TypeGen<'a> {
                 }
             }
         };
-        Ok(if nullable {
-            (quote!(::std::option::Option<#inner>), true)
-        } else {
-            (inner, false)
-        })
+        Ok((inner, nullable))
     }
 
     fn reference(&mut self, reference: &str) -> Result<TokenStream, EmitError> {
@@ -253,6 +253,7 @@ impl<'a> TypeGen<'a> {
             .map(|r| r.iter().filter_map(Json::as_str).collect())
             .unwrap_or_default();
         let mut fields = Vec::new();
+        let mut constructor = Constructor::default();
         let mut field_names = Names::new("field");
         if let Some(Json::Object(properties)) = schema.get("properties") {
             for (property, property_schema) in properties {
@@ -267,7 +268,7 @@ impl<'a> TypeGen<'a> {
                 Self::take(&mut field_names, self.clashes, &field_name, taker);
                 let field_ident = naming::ident(&field_name);
                 let type_name = format!("{name}{}", naming::pascal(property));
-                let (ty, nullable) = self.mapped(
+                let (inner, nullable) = self.mapped(
                     property_schema,
                     &type_name,
                     At {
@@ -280,18 +281,17 @@ impl<'a> TypeGen<'a> {
                 let rename = (field_name != *property).then(|| quote!(rename = #property,));
                 let field = if required.contains(property.as_str()) {
                     let serde = rename.map(|rename| quote!(#[serde(#rename)]));
+                    let ty = optional_if(nullable, inner);
+                    constructor.required(&field_ident, &ty);
                     quote! {
                         #[doc = #doc]
                         #serde
                         pub #field_ident: #ty,
                     }
                 } else {
+                    constructor.optional(&field_name, &field_ident, property, &inner);
                     // Absent and `null` both read as `None`; `None` is written as absent.
-                    let ty = if nullable {
-                        ty
-                    } else {
-                        quote!(::std::option::Option<#ty>)
-                    };
+                    let ty = quote!(::std::option::Option<#inner>);
                     quote! {
                         #[doc = #doc]
                         #[serde(#rename default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -303,12 +303,19 @@ impl<'a> TypeGen<'a> {
         }
         let doc =
             description(schema).unwrap_or_else(|| format!("Part of the {} payload.", self.subject));
+        let constructor = constructor.tokens(name);
+        // `non_exhaustive`: outside the generated crate a struct literal does not compile, so
+        // the constructor and setters are the one way to build a payload, and a new optional
+        // property in a minor version breaks no caller (docs/codegen.md).
         self.items.push(quote! {
             #[doc = #doc]
             #[derive(Debug, Clone, PartialEq, ::serde::Serialize, ::serde::Deserialize, ::schemars::JsonSchema)]
+            #[non_exhaustive]
             pub struct #ident {
                 #(#fields)*
             }
+
+            #constructor
         });
         Ok(quote!(#ident))
     }
@@ -371,6 +378,81 @@ impl<'a> TypeGen<'a> {
     }
 }
 
+/// The constructor and setters of a generated struct: `new` takes the required properties in
+/// the schema's property order (the order of the struct's fields); every optional property
+/// starts as `None` and has a `with_<field>` setter that takes the value inside the `Option`.
+#[derive(Default)]
+struct Constructor {
+    parameters: Vec<TokenStream>,
+    initializers: Vec<TokenStream>,
+    setters: Vec<TokenStream>,
+}
+
+impl Constructor {
+    fn required(&mut self, field: &proc_macro2::Ident, ty: &TokenStream) {
+        self.parameters.push(quote!(#field: #ty));
+        self.initializers.push(quote!(#field));
+    }
+
+    /// `ty` is the type of the property's non-null values: the setter takes it and stores
+    /// `Some`.
+    fn optional(
+        &mut self,
+        field_name: &str,
+        field: &proc_macro2::Ident,
+        property: &str,
+        ty: &TokenStream,
+    ) {
+        self.initializers
+            .push(quote!(#field: ::std::option::Option::None));
+        // `with_` and a snake_case name is never a keyword, so no raw identifier is needed.
+        let setter = format_ident!("with_{field_name}");
+        let doc = format!("Sets the optional `{property}` property.");
+        self.setters.push(quote! {
+            #[doc = #doc]
+            #[must_use]
+            pub fn #setter(mut self, value: #ty) -> Self {
+                self.#field = ::std::option::Option::Some(value);
+                self
+            }
+        });
+    }
+
+    fn tokens(self, name: &str) -> TokenStream {
+        let ident = format_ident!("{name}");
+        let Self {
+            parameters,
+            initializers,
+            setters,
+        } = self;
+        let mut doc = if parameters.is_empty() {
+            format!("A `{name}` with no property set (it has no required property).")
+        } else {
+            format!(
+                "A `{name}` from its required properties, in the order of the schema's \
+                 `properties`."
+            )
+        };
+        if !setters.is_empty() {
+            doc.push_str(
+                " Every optional property starts as `None`; set it with its `with_` method.",
+            );
+        }
+        quote! {
+            impl #ident {
+                #[doc = #doc]
+                pub fn new(#(#parameters),*) -> Self {
+                    Self {
+                        #(#initializers),*
+                    }
+                }
+
+                #(#setters)*
+            }
+        }
+    }
+}
+
 /// Whether the Rust generator makes a named struct of `schema` (an object without `enum` or
 /// `const`), the only kind of item a recursive `$ref` can point back to.
 pub fn generates_struct(schema: &Json) -> bool {
@@ -424,6 +506,15 @@ pub fn resolve_alias<'j>(root: &'j Json, reference: &str) -> Result<(String, &'j
             Some(next) => reference = next.to_owned(),
             None => return Ok((pointer, target)),
         }
+    }
+}
+
+/// `Option<inner>` when `optional`, else `inner`.
+fn optional_if(optional: bool, inner: TokenStream) -> TokenStream {
+    if optional {
+        quote!(::std::option::Option<#inner>)
+    } else {
+        inner
     }
 }
 
