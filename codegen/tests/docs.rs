@@ -67,7 +67,11 @@ fn codegen_md_lists_every_migration_step() {
     let text = std::fs::read_to_string(root.join("docs/codegen.md")).expect("docs/codegen.md");
     let mut missing = Vec::new();
     for entry in std::fs::read_dir(root.join("generated/migrations")).expect("migrations") {
-        let name = entry.expect("entry").file_name().to_string_lossy().into_owned();
+        let name = entry
+            .expect("entry")
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
         let (number, rest) = name.split_at(4);
         let pattern = if number == "0001" {
             name.clone()
@@ -80,5 +84,8 @@ fn codegen_md_lists_every_migration_step() {
             missing.push(pattern);
         }
     }
-    assert!(missing.is_empty(), "docs/codegen.md does not list {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "docs/codegen.md does not list {missing:?}"
+    );
 }

@@ -32,7 +32,7 @@ use askama::Template;
 use serde::Serialize;
 
 use super::manifest::{self, Registry};
-use super::{Artifact, EmitError, GENERATED_NOTICE, Layout};
+use super::{Artifact, EmitError, Layout, MIGRATION_NOTICE};
 use crate::digest;
 use crate::duration;
 use crate::model::ContractSet;
@@ -181,7 +181,7 @@ impl Upsert {
 /// cannot be written as SQL (a NUL character, which PostgreSQL text cannot hold).
 pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitError> {
     let dir = layout.crate_dir.join("migrations");
-    let notice = GENERATED_NOTICE;
+    let notice = MIGRATION_NOTICE;
     let runtime = render_template(&RuntimeMigration { notice }, "evc_runtime.sql")?;
     let runtime_v2 = render_template(&RuntimeMigrationV2 { notice }, "evc_runtime_v2.sql")?;
     let runtime_v3 = render_template(&RuntimeMigrationV3 { notice }, "evc_runtime_v3.sql")?;
@@ -705,7 +705,7 @@ mod tests {
             assert!(
                 artifact
                     .contents
-                    .starts_with(&format!("-- {GENERATED_NOTICE}\n"))
+                    .starts_with(&format!("-- {MIGRATION_NOTICE}\n"))
             );
             assert!(artifact.contents.ends_with(";\n"));
         }

@@ -87,10 +87,7 @@ struct Parity<'a> {
 
 impl Parity<'_> {
     fn regenerate(&self) -> String {
-        format!(
-            "run `evc generate` to regenerate {}",
-            self.file.path()
-        )
+        format!("run `evc generate` to regenerate {}", self.file.path())
     }
 
     /// The location of the node at `pointer` in the document (its key, when it has one), or of

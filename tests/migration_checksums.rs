@@ -1,0 +1,71 @@
+//! The migration files this repository has shipped never change: sqlx records the checksum of
+//! every applied migration and refuses to run against a database whose applied files differ, so
+//! a changed byte in one (a reworded header included) breaks every deployment that applied it.
+//! A new step or registry file is added here with its digest when it is first written.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// SHA-256 of each shipped file under `generated/migrations`.
+const SHIPPED: [(&str, &str); 7] = [
+    (
+        "0001_evc_runtime.sql",
+        "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
+    ),
+    (
+        "0002_evc_registry_0a315175f5d1.sql",
+        "616df3d509c72960e8fee3387782d461358547da78c828fb4e76565e85a1234b",
+    ),
+    (
+        "0003_evc_runtime_v2.sql",
+        "caf225810fdb2ca4d34275148f95b01d832c49e468c45c0819d2985245793785",
+    ),
+    (
+        "0004_evc_runtime_v3.sql",
+        "2e9700f132c220e1847f62151bb36f86e1ebb127df51fbfbe7561736edcc3eda",
+    ),
+    (
+        "0005_evc_runtime_v4.sql",
+        "76e6695be97fb7d1f4fc10d0353bea661bdf1860a494034786e1677e5575fb3f",
+    ),
+    (
+        "0006_evc_runtime_v5.sql",
+        "298b7b963d3cc23618528efb3b2cbcc3c15d21a867a5029108dee8a0467e6b1d",
+    ),
+    (
+        "0007_evc_runtime_v6.sql",
+        "8b0b05235ffaa5d5764bd2f9a7c134b252d2c6dc82b6ad6031e3626774cfdcaa",
+    ),
+];
+
+#[test]
+fn shipped_migration_files_keep_their_bytes() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("generated/migrations");
+    let mut present = BTreeMap::new();
+    for entry in std::fs::read_dir(&dir).expect("generated/migrations") {
+        let path = entry.expect("entry").path();
+        let name = path
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        let text = std::fs::read_to_string(&path).expect("UTF-8 migration");
+        present.insert(name, evc_codegen::digest::sha256_hex(&text));
+    }
+    for (name, digest) in SHIPPED {
+        assert_eq!(
+            present.get(name).map(String::as_str),
+            Some(digest),
+            "{name} changed or went missing: an applied migration must keep its bytes; \
+             put the change in a new step"
+        );
+    }
+    let unpinned: Vec<&String> = present
+        .keys()
+        .filter(|name| !SHIPPED.iter().any(|(shipped, _)| shipped == *name))
+        .collect();
+    assert!(
+        unpinned.is_empty(),
+        "pin the digest of each new migration file here: {unpinned:?}"
+    );
+}
