@@ -12,7 +12,7 @@ use std::path::Path;
 use std::str::FromStr;
 
 use evc_codegen::ContractSet;
-use evc_codegen::emit::{GENERATED_NOTICE, Layout, manifest, sql};
+use evc_codegen::emit::{Layout, MIGRATION_NOTICE, manifest, sql};
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection, Row};
@@ -214,7 +214,7 @@ async fn check(options: PgConnectOptions) -> TestResult {
     for artifact in &artifacts {
         assert_eq!(
             artifact.contents.lines().next(),
-            Some(format!("-- {GENERATED_NOTICE}").as_str())
+            Some(format!("-- {MIGRATION_NOTICE}").as_str())
         );
         let name = file_name(&artifact.path);
         let runtime_step = is_runtime_step(&name);
