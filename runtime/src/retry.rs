@@ -35,7 +35,7 @@
 use std::time::Duration;
 
 use crate::handler::FailureClass;
-use crate::registry::RetryPolicyDescriptor;
+use crate::registry::{DispatcherDescriptor, RetryPolicyDescriptor};
 
 /// A small, fast, seedable pseudo-random generator (SplitMix64). Good enough for jitter; not for
 /// anything secret.
@@ -207,6 +207,17 @@ impl RetryPolicy {
             jitter,
             retry_on,
         })
+    }
+
+    /// The policy within the project's dispatcher ceilings (`dispatcher.max_attempts` and
+    /// `dispatcher.backoff_ceiling` of `evc.yaml`): at most that many attempts, no delay longer
+    /// than the ceiling.
+    #[must_use]
+    pub fn within(mut self, dispatcher: &DispatcherDescriptor) -> Self {
+        self.max_attempts = self.max_attempts.min(dispatcher.max_attempts);
+        let ceiling = dispatcher.backoff_ceiling_ms;
+        self.max_delay_ms = Some(self.max_delay_ms.map_or(ceiling, |own| own.min(ceiling)));
+        self
     }
 
     /// The nominal delay in milliseconds after attempt `attempt` (from 1) failed, capped, before
