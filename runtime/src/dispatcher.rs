@@ -230,13 +230,15 @@ impl DispatcherConfig {
     /// every 10 s, so a lease is renewed before it runs out. Setters called afterwards win.
     pub fn from_registry(registry: &Registry) -> Self {
         let declared = &registry.dispatcher;
-        let lease = Duration::from_millis(declared.lease_ms);
+        // `evc check` refuses leases under 1 s; a hand-written registry gets no zero interval.
+        let floor = Duration::from_millis(1);
+        let lease = Duration::from_millis(declared.lease_ms).max(floor);
         let defaults = Self::default();
         Self {
             batch: declared.batch_size.max(1),
             lease,
-            renew_every: defaults.renew_every.min(lease / 3),
-            heartbeat_interval: Duration::from_millis(declared.heartbeat_ms),
+            renew_every: defaults.renew_every.min(lease / 3).max(floor),
+            heartbeat_interval: Duration::from_millis(declared.heartbeat_ms).max(floor),
             ..defaults
         }
     }
