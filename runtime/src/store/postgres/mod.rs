@@ -133,7 +133,13 @@ impl PgStoreBuilder {
     /// [`StoreError::Schema`] when a registered schema does not compile.
     pub fn build(self) -> Result<PgStore, StoreError> {
         let (mut policy, policy_source) = match self.policy {
-            Some(policy) => (policy, PolicySource::Override),
+            Some(policy) => {
+                tracing::info!(
+                    project = self.registry.project,
+                    "payload policy overridden by the application; the registry's does not apply"
+                );
+                (policy, PolicySource::Override)
+            }
             None => (
                 PayloadPolicy::from_registry(&self.registry),
                 PolicySource::Registry,
