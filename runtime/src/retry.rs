@@ -317,6 +317,24 @@ mod tests {
     }
 
     #[test]
+    fn dispatcher_ceilings_bound_a_policy() {
+        let ceilings = DispatcherDescriptor {
+            max_attempts: 3,
+            backoff_ceiling_ms: 500,
+            ..DispatcherDescriptor::FORMAT_DEFAULTS
+        };
+        let bounded = policy("exponential_backoff", 100, None, "none").within(&ceilings);
+        assert_eq!(bounded.max_attempts, 3);
+        assert_eq!(nominal(&bounded), [100, 200, 400, 500, 500, 500, 500, 500]);
+        // A policy already inside the ceilings keeps its own limits.
+        let inside = policy("fixed_delay", 200, Some(300), "none").within(&ceilings);
+        assert_eq!((inside.max_attempts, inside.max_delay_ms), (3, Some(300)));
+        let loose = DispatcherDescriptor::FORMAT_DEFAULTS;
+        let own = policy("fixed_delay", 200, Some(300), "none").within(&loose);
+        assert_eq!((own.max_attempts, own.max_delay_ms), (5, Some(300)));
+    }
+
+    #[test]
     fn nominal_delays_by_kind() {
         assert_eq!(nominal(&policy("fixed_delay", 200, None, "none")), [200; 8]);
         assert_eq!(
