@@ -1,4 +1,5 @@
-//! The static registry: every event type, consumer and retry policy the contracts define, as
+//! The static registry: every event type, consumer and retry policy the contracts define, and
+//! the project's runtime settings (payload policy, envelope requirements, dispatcher block), as
 //! `'static` data that generated code fills in.
 
 /// One version of an event type.
