@@ -19,8 +19,7 @@ use evc_generated::payloads::{
 use evc_generated::producers::{emit_iu_born_v1, emit_iu_deprecated_v1};
 use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{
-    Delivery, Dispatcher, DispatcherConfig, FailureClass, HandlerError, PayloadPolicy, PgStore,
-    TraceContext,
+    Delivery, Dispatcher, DispatcherConfig, FailureClass, HandlerError, PgStore, TraceContext,
 };
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
@@ -217,11 +216,8 @@ async fn flow(options: PgConnectOptions, database: String) -> Result<Report, Err
         .run(&pool)
         .await?;
     // Start-up parity: the database's registry must match the generated one.
-    let store = PgStore::new(
-        pool.clone(),
-        evc_generated::REGISTRY,
-        PayloadPolicy::default(),
-    )?;
+    // The payload policy and envelope requirements come from the generated registry.
+    let store = PgStore::new(pool.clone(), evc_generated::REGISTRY)?;
     store.verify_registry().await?;
 
     let trace = TraceContext::new("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", 1)?;

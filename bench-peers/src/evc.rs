@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{
     AppendOptions, ConsumerDescriptor, ConsumerMode, Dispatcher, DispatcherConfig, EventDescriptor,
-    HandlerError, HandlerKind, NewEvent, OutgoingEvent, PayloadPolicy, PgStore, Registry,
+    HandlerError, HandlerKind, NewEvent, OutgoingEvent, PgStore, Registry,
     RetryPolicyDescriptor, SubscriptionDescriptor, TraceContext, VersionDescriptor,
 };
 use sqlx::migrate::Migrator;
@@ -96,6 +96,14 @@ pub(crate) static REGISTRY: Registry = Registry {
         consumer(LEASED_CONSUMER, HandlerKind::Leased, LEASED_SUBSCRIPTION),
     ],
     retry_policies: &[POLICY],
+    payload_policy: evc_runtime::PayloadPolicyDescriptor {
+        denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
+        credential_key_names: &["password", "token", "api_key", "secret"],
+        default_max_bytes: 4096,
+        hard_max_bytes: 65_536,
+    },
+    require_tenant_scope: false,
+    dispatcher: evc_runtime::DispatcherDescriptor::FORMAT_DEFAULTS,
 };
 
 /// The trace every benchmark event carries (a producer function always has one).
@@ -124,7 +132,7 @@ pub(crate) async fn migrated_store(url: &str, connections: u32) -> BenchResult<P
         .await?
         .run(&pool)
         .await?;
-    Ok(PgStore::new(pool, REGISTRY, PayloadPolicy::default())?)
+    Ok(PgStore::new(pool, REGISTRY)?)
 }
 
 /// The no-op handler of the drains.

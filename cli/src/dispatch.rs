@@ -13,9 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use evc_runtime::dispatcher::{BoxFuture, DispatchStats, DynHandler, HandlerContext};
-use evc_runtime::{
-    Dispatcher, DispatcherConfig, FailureClass, HandlerError, PayloadPolicy, PgStore,
-};
+use evc_runtime::{Dispatcher, DispatcherConfig, FailureClass, HandlerError, PgStore};
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
 
@@ -350,8 +348,9 @@ pub(crate) fn dispatch(
         let registry = evc_runtime::deployed_registry(&pool)
             .await
             .context("cannot read the deployed registry (are the evc migrations applied?)")?;
-        let store = PgStore::new(pool.clone(), registry, PayloadPolicy::default())
-            .context("the deployed registry does not load")?;
+        // A dispatch-only store: the deployed registry refuses every append.
+        let store =
+            PgStore::new(pool.clone(), registry).context("the deployed registry does not load")?;
         store
             .verify_registry()
             .await
@@ -363,7 +362,9 @@ pub(crate) fn dispatch(
             .unwrap_or_else(|| format!("evc-dispatch-{}", std::process::id()));
         let mut handles = Vec::new();
         for (name, command, s) in checked {
-            let dispatcher_settings = DispatcherConfig::default()
+            // The deployed mirror holds no dispatcher block, so these are the contract format's
+            // defaults, under the config file's settings.
+            let dispatcher_settings = DispatcherConfig::from_registry(store.registry())
                 .owner(format!("{owner}/{name}"))
                 .workers(s.workers)
                 .batch(s.batch)

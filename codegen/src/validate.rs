@@ -24,6 +24,10 @@ use crate::source::{Location, Sources};
 use crate::yaml::escape_pointer_segment;
 use crate::{duration, loader};
 
+/// The shortest dispatcher lease: the runtime renews a held lease every third of it, and a
+/// renewal is a database round trip (`evc dispatch` takes no shorter lease either).
+const MIN_DISPATCHER_LEASE: Duration = Duration::from_secs(1);
+
 /// Default heartbeat threshold of consumers when neither they nor `evc.yaml` set one.
 const DEFAULT_HEARTBEAT_THRESHOLD: Duration = Duration::from_secs(60);
 
@@ -214,7 +218,19 @@ impl<'a> Checker<'a> {
             max_attempts: dispatcher.max_attempts.unwrap_or(defaults.max_attempts),
             backoff_ceiling: duration_or(&dispatcher.backoff_ceiling, defaults.backoff_ceiling),
         };
-        if dispatcher.heartbeat >= dispatcher.lease {
+        if dispatcher.lease < MIN_DISPATCHER_LEASE {
+            self.report(
+                Rule::InvalidValue,
+                self.at(path, "/dispatcher/lease"),
+                format!(
+                    "the dispatcher lease ({}) is shorter than {}, the shortest lease the \
+                     runtime renews in time",
+                    duration::format(dispatcher.lease),
+                    duration::format(MIN_DISPATCHER_LEASE)
+                ),
+                "make `lease` at least 1s (the default is 30s)".to_owned(),
+            );
+        } else if dispatcher.heartbeat >= dispatcher.lease {
             self.report(
                 Rule::InvalidValue,
                 self.at(path, "/dispatcher/heartbeat"),

@@ -5988,7 +5988,8 @@ pub mod consumers {
         }
     }
 }
-/// Every event type, consumer and retry policy of the contracts.
+/// Every event type, consumer and retry policy of the contracts, and the project's
+/// runtime settings.
 pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
     project: "evc_reference",
     digest: "0a315175f5d1311ee811ff187876e991ae20661a0d38574d37c40cc2fe881c64",
@@ -6940,4 +6941,28 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             retry_on: &["transient"],
         },
     ],
+    payload_policy: ::evc_runtime::PayloadPolicyDescriptor {
+        denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
+        credential_key_names: &[
+            "password",
+            "passwd",
+            "pwd",
+            "token",
+            "api_key",
+            "secret",
+            "credential",
+            "authorization",
+            "private_key",
+        ],
+        default_max_bytes: 4096,
+        hard_max_bytes: 65536,
+    },
+    require_tenant_scope: false,
+    dispatcher: ::evc_runtime::DispatcherDescriptor {
+        batch_size: 50,
+        lease_ms: 30000,
+        heartbeat_ms: 10000,
+        max_attempts: 12,
+        backoff_ceiling_ms: 900000,
+    },
 };

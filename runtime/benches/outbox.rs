@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{
     AppendOptions, ConsumerDescriptor, ConsumerMode, Dispatcher, DispatcherConfig, EventDescriptor,
-    HandlerError, HandlerKind, NewEvent, OutgoingEvent, PayloadPolicy, PgStore, Publish, Registry,
+    HandlerError, HandlerKind, NewEvent, OutgoingEvent, PgStore, Publish, Registry,
     RetryPolicyDescriptor, SubscriptionDescriptor, TraceContext, VersionDescriptor,
 };
 use sqlx::migrate::Migrator;
@@ -194,6 +194,14 @@ static REGISTRY: Registry = Registry {
         ),
     ],
     retry_policies: &[POLICY],
+    payload_policy: evc_runtime::PayloadPolicyDescriptor {
+        denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
+        credential_key_names: &["password", "token", "api_key", "secret"],
+        default_max_bytes: 4096,
+        hard_max_bytes: 65_536,
+    },
+    require_tenant_scope: false,
+    dispatcher: evc_runtime::DispatcherDescriptor::FORMAT_DEFAULTS,
 };
 
 fn trace() -> TraceContext {
@@ -831,7 +839,7 @@ async fn rust_ceiling(url: &str, script: Script, seconds: u64) -> BenchResult<f6
 // ---------------------------------------------------------------------------------------------
 
 fn store(pool: PgPool) -> BenchResult<PgStore> {
-    Ok(PgStore::new(pool, REGISTRY, PayloadPolicy::default())?)
+    Ok(PgStore::new(pool, REGISTRY)?)
 }
 
 /// Runs `work(task)` in `CLIENTS` tasks until `seconds` pass; returns the total per second.

@@ -231,6 +231,15 @@ pub enum Rejection {
         /// [`MAX_PAYLOAD_DEPTH`].
         limit: usize,
     },
+    /// The registry requires a tenant scope (`envelope.require_tenant_scope`) and the append's
+    /// options carry none.
+    #[error("{event_type} {version} has no tenant scope; the contracts require one")]
+    MissingTenantScope {
+        /// Event type.
+        event_type: String,
+        /// Version.
+        version: String,
+    },
 }
 
 /// What looked like a credential in a payload.
@@ -270,6 +279,7 @@ impl Rejection {
             Self::Oversize { .. } => "oversize",
             Self::CredentialInEnvelope { .. } => "credential_envelope",
             Self::TooDeep { .. } => "too_deep",
+            Self::MissingTenantScope { .. } => "missing_tenant_scope",
         }
     }
 
@@ -283,7 +293,8 @@ impl Rejection {
             | Self::CredentialShaped { event_type, .. }
             | Self::Oversize { event_type, .. }
             | Self::CredentialInEnvelope { event_type, .. }
-            | Self::TooDeep { event_type, .. } => event_type,
+            | Self::TooDeep { event_type, .. }
+            | Self::MissingTenantScope { event_type, .. } => event_type,
         }
     }
 }
@@ -580,6 +591,14 @@ impl Checker {
                 }));
             }
         }
+        if self.registry.require_tenant_scope
+            && options.tenant_scope.as_deref().is_none_or(str::is_empty)
+        {
+            return Err(refuse(Rejection::MissingTenantScope {
+                event_type: event_type(),
+                version: version(),
+            }));
+        }
         Ok(CheckedEvent {
             descriptor: entry.descriptor,
             payload,
@@ -760,7 +779,9 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
     use crate::policy::DigestKey;
-    use crate::registry::{EventDescriptor, VersionDescriptor};
+    use crate::registry::{
+        DispatcherDescriptor, EventDescriptor, PayloadPolicyDescriptor, VersionDescriptor,
+    };
     use crate::trace::TraceContext;
     use serde_json::json;
 
@@ -805,6 +826,14 @@ mod tests {
         ],
         consumers: &[],
         retry_policies: &[],
+        payload_policy: PayloadPolicyDescriptor {
+            denied_keys: &[],
+            credential_key_names: &[],
+            default_max_bytes: 4096,
+            hard_max_bytes: 65_536,
+        },
+        require_tenant_scope: false,
+        dispatcher: DispatcherDescriptor::FORMAT_DEFAULTS,
     };
 
     fn checker(policy: &PayloadPolicy) -> Checker {
@@ -847,7 +876,7 @@ mod tests {
 
     #[test]
     fn size_is_checked_before_the_schema_and_the_scan() {
-        let checker = checker(&PayloadPolicy::default());
+        let checker = checker(&PayloadPolicy::reference());
         // Over the cap of 256 bytes, and a schema violation (a string, not an integer).
         let refused = refusal(&checker, json!({"a": "x".repeat(300)}));
         assert_eq!(
@@ -868,7 +897,7 @@ mod tests {
 
     #[test]
     fn size_is_checked_before_the_registry() {
-        let checker = checker(&PayloadPolicy::default());
+        let checker = checker(&PayloadPolicy::reference());
         // An unregistered version and an unregistered type are measured against their type's
         // cap and the hard cap (65,536 bytes).
         let big = json!({"a": "x".repeat(300)});
@@ -889,7 +918,7 @@ mod tests {
 
     #[test]
     fn a_deeply_nested_payload_is_refused_without_recursion() {
-        let checker = checker(&PayloadPolicy::default());
+        let checker = checker(&PayloadPolicy::reference());
         // Over the cap: refused for its size. Serializing or validating it first would overflow
         // the stack; so would dropping it, hence the `forget`.
         let event = event_of("t.map", "1.0.0", nested(200_000));
@@ -921,7 +950,7 @@ mod tests {
 
     #[test]
     fn the_depth_limit_is_what_serde_json_reads_back() {
-        let checker = checker(&PayloadPolicy::default());
+        let checker = checker(&PayloadPolicy::reference());
         // `nested(n)` is n + 1 levels deep.
         let deepest = nested(MAX_PAYLOAD_DEPTH - 1);
         let stored = canonical_json(&deepest);
@@ -969,14 +998,14 @@ mod tests {
         let payload = json!({"pin": "1234"});
         let canonical = canonical_json(&payload);
         let key = DigestKey::new([7_u8; 32]).expect("long enough");
-        let keyed = checker(&PayloadPolicy::default().with_digest_key(key.clone()));
+        let keyed = checker(&PayloadPolicy::reference().with_digest_key(key.clone()));
         let refused = keyed
             .check_event(&event_of("t.map", "9.9.9", payload.clone()))
             .expect_err("unregistered version");
         assert_eq!(refused.digest, key.digest_hex(canonical.as_bytes()));
         assert_ne!(refused.digest, sha256_hex(canonical.as_bytes()));
         assert_eq!(refused.digest.len(), 64);
-        let unkeyed = checker(&PayloadPolicy::default());
+        let unkeyed = checker(&PayloadPolicy::reference());
         let refused = unkeyed
             .check_event(&event_of("t.map", "9.9.9", payload))
             .expect_err("unregistered version");
@@ -985,7 +1014,7 @@ mod tests {
 
     #[test]
     fn a_schema_violation_under_a_credential_key_does_not_show_the_key() {
-        let checker = checker(&PayloadPolicy::default());
+        let checker = checker(&PayloadPolicy::reference());
         let refused = refusal(&checker, json!({ JWT: "not an integer" }));
         let rejection = &refused.rejection;
         assert_eq!(rejection.reason_code(), "schema_violation");

@@ -69,7 +69,7 @@ mod cursor;
 use cursor::{ClaimCursor, HEAD};
 
 use crate::handler::{Delivery, FailureClass, HandlerError};
-use crate::registry::HandlerKind;
+use crate::registry::{HandlerKind, Registry};
 use crate::retry::{RetryDecision, RetryPolicy, SplitMix64};
 use crate::store::postgres::{Doorbell, NOTIFY_CHANNEL, PgStore, sql};
 use crate::store::{Claimed, DispatchError, Lease};
@@ -225,6 +225,24 @@ impl Default for DispatcherConfig {
 }
 
 impl DispatcherConfig {
+    /// The defaults with the registry's dispatcher block (`dispatcher` of `evc.yaml`): batch
+    /// size, lease and heartbeat interval. Lease renewal runs at a third of the lease, at most
+    /// every 10 s, so a lease is renewed before it runs out. Setters called afterwards win.
+    pub fn from_registry(registry: &Registry) -> Self {
+        let declared = &registry.dispatcher;
+        // `evc check` refuses leases under 1 s; a hand-written registry gets no zero interval.
+        let floor = Duration::from_millis(1);
+        let lease = Duration::from_millis(declared.lease_ms).max(floor);
+        let defaults = Self::default();
+        Self {
+            batch: declared.batch_size.max(1),
+            lease,
+            renew_every: defaults.renew_every.min(lease / 3).max(floor),
+            heartbeat_interval: Duration::from_millis(declared.heartbeat_ms).max(floor),
+            ..defaults
+        }
+    }
+
     /// Sets the owner prefix.
     #[must_use]
     pub fn owner(mut self, owner: impl Into<String>) -> Self {
@@ -406,13 +424,27 @@ impl std::fmt::Debug for Dispatcher {
 }
 
 impl Dispatcher {
-    /// A dispatcher with no consumers yet.
+    /// A dispatcher with no consumers yet, configured by `config` (for the registry's
+    /// defaults, start from [`DispatcherConfig::from_registry`] or use
+    /// [`Dispatcher::from_registry`]).
     pub fn new(store: PgStore, config: DispatcherConfig) -> Self {
         Self {
             store,
             config,
             consumers: Vec::new(),
         }
+    }
+
+    /// A dispatcher with no consumers yet, configured by the store's registry
+    /// ([`DispatcherConfig::from_registry`]).
+    pub fn from_registry(store: PgStore) -> Self {
+        let config = DispatcherConfig::from_registry(store.registry());
+        Self::new(store, config)
+    }
+
+    /// The configuration the dispatcher runs with.
+    pub fn config(&self) -> &DispatcherConfig {
+        &self.config
     }
 
     /// Serves the registered consumer `name` with `handler`: its handler kind, per-key ordering
@@ -434,7 +466,7 @@ impl Dispatcher {
                 consumer: name.to_owned(),
                 policy: descriptor.retry_policy.to_owned(),
             })?;
-        let policy = RetryPolicy::from_descriptor(policy)?;
+        let policy = RetryPolicy::from_descriptor(policy)?.within(&registry.dispatcher);
         Ok(self.consumer_with_policy(
             name,
             descriptor.handler,

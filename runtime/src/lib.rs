@@ -29,16 +29,18 @@ pub use handler::{Delivery, FailureClass, HandlerError};
 pub use policy::{CredentialShape, DigestKey, DigestKeyError, PayloadPolicy};
 pub use publish::{OutgoingEvent, PayloadError, Publish};
 pub use registry::{
-    ConsumerDescriptor, ConsumerMode, EventDescriptor, HandlerKind, Registry,
-    RetryPolicyDescriptor, SubscriptionDescriptor, VersionDescriptor,
+    ConsumerDescriptor, ConsumerMode, DispatcherDescriptor, EventDescriptor, HandlerKind,
+    PayloadPolicyDescriptor, Registry, RetryPolicyDescriptor, SubscriptionDescriptor,
+    VersionDescriptor,
 };
 pub use retry::{RetryDecision, RetryPolicy, SplitMix64};
 pub use store::postgres::{
     AttemptLatency, Console, ConsumerState, ConsumerStatus, DiscardApplied, DiscardPlan,
     DiscardedDelivery, Doorbell, EventsPurged, Lag, NotReplayable, NotReplayableReason,
-    Percentiles, PgPublisher, PgStore, Problem, PurgeError, RejectsPurged, ReplayApplied,
-    ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, SettledDelivery, SettledStatus,
-    SilentWorker, StatusReport, TimelineEntry, WatchedConsumer, deployed_registry,
+    Percentiles, PgPublisher, PgStore, PgStoreBuilder, PolicySource, Problem, PurgeError,
+    RejectsPurged, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection,
+    SettledDelivery, SettledStatus, SilentWorker, StatusReport, TimelineEntry, WatchedConsumer,
+    deployed_registry,
 };
 pub use store::{
     AckBatch, Claimed, DispatchError, Drift, Intent, Lease, RegistryDrift, RegistryObject,

@@ -1,16 +1,18 @@
 //! The payload policy applied at append time: deny-listed keys, credential-shaped keys and
 //! values, size caps.
 //!
-//! The policy mirrors `payload_policy` of the project file (`contracts/evc.yaml`). The static
-//! registry does not carry it yet, so it is a runtime configuration value whose
-//! [`Default`] is the reference policy; keep it in step with the project file. The deployment
-//! adds its [`DigestKey`], which keys the digests of refused payloads.
+//! The policy is `payload_policy` of the project file (`evc.yaml`), which the generated registry
+//! carries ([`PayloadPolicy::from_registry`]); the store takes it from there unless the
+//! application overrides it. The deployment adds its [`DigestKey`], which keys the digests of
+//! refused payloads.
 
 use std::fmt::Write as _;
 
 use hmac::{Hmac, KeyInit, Mac};
 use serde_json::Value;
 use sha2::Sha256;
+
+use crate::registry::Registry;
 
 /// The payload policy: which keys a payload may never carry, which key names and values look
 /// like credentials, and the hard size cap.
@@ -31,33 +33,19 @@ pub struct PayloadPolicy {
     pub digest_key: Option<DigestKey>,
 }
 
-impl Default for PayloadPolicy {
-    /// The reference policy of `contracts/evc.yaml`.
-    fn default() -> Self {
-        Self {
-            denied_keys: ["body_text", "instruction_text", "payload_blob", "iu_body"]
-                .map(String::from)
-                .to_vec(),
-            credential_key_names: [
-                "password",
-                "passwd",
-                "pwd",
-                "token",
-                "api_key",
-                "secret",
-                "credential",
-                "authorization",
-                "private_key",
-            ]
-            .map(String::from)
-            .to_vec(),
-            hard_max_bytes: 65_536,
-            digest_key: None,
-        }
-    }
-}
-
 impl PayloadPolicy {
+    /// The policy the contracts declare: `payload_policy` of `evc.yaml`, as the generated
+    /// registry carries it. No digest key; add the deployment's with
+    /// [`PayloadPolicy::with_digest_key`].
+    pub fn from_registry(registry: &Registry) -> Self {
+        let declared = &registry.payload_policy;
+        Self::new(
+            declared.denied_keys.iter().copied(),
+            declared.credential_key_names.iter().copied(),
+            declared.hard_max_bytes,
+        )
+    }
+
     /// A policy with the given lists and hard cap.
     pub fn new(
         denied_keys: impl IntoIterator<Item = impl Into<String>>,
@@ -781,6 +769,28 @@ fn contains_basic_auth(text: &str, lower: &str) -> bool {
     })
 }
 
+/// The reference project's policy (`contracts/evc.yaml`), for unit tests.
+#[cfg(test)]
+impl PayloadPolicy {
+    pub(crate) fn reference() -> Self {
+        Self::new(
+            ["body_text", "instruction_text", "payload_blob", "iu_body"],
+            [
+                "password",
+                "passwd",
+                "pwd",
+                "token",
+                "api_key",
+                "secret",
+                "credential",
+                "authorization",
+                "private_key",
+            ],
+            65_536,
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -867,7 +877,7 @@ mod tests {
 
     #[test]
     fn scan_reports_denied_keys_before_credentials_with_pointers() {
-        let policy = PayloadPolicy::default().compile();
+        let policy = PayloadPolicy::reference().compile();
         let payload = json!({
             "db_password": "x",
             "meta": {"notes": [{"bodyText": "hello"}]},
@@ -1022,7 +1032,7 @@ mod tests {
 
     #[test]
     fn credential_key_names_match_in_any_case_and_separator() {
-        let policy = PayloadPolicy::default().compile();
+        let policy = PayloadPolicy::reference().compile();
         for key in [
             "passwd",
             "pwd",
@@ -1069,7 +1079,7 @@ mod tests {
 
     #[test]
     fn credentials_are_found_at_any_depth_and_in_array_elements() {
-        let policy = PayloadPolicy::default().compile();
+        let policy = PayloadPolicy::reference().compile();
         let mut deep = json!({"apiKey": "x"});
         for _ in 0..100 {
             deep = json!({"next": deep});
@@ -1093,7 +1103,7 @@ mod tests {
 
     #[test]
     fn unicode_escaped_credentials_are_scanned_decoded() {
-        let policy = PayloadPolicy::default().compile();
+        let policy = PayloadPolicy::reference().compile();
         let payload: Value =
             serde_json::from_str(r#"{"note": "\u0041KIAIOSFODNN7EXAMPLE", "p\u0077d": 1}"#)
                 .expect("valid JSON");
@@ -1118,7 +1128,7 @@ mod tests {
 
     #[test]
     fn a_key_that_is_a_credential_is_found_and_kept_out_of_pointers() {
-        let policy = PayloadPolicy::default().compile();
+        let policy = PayloadPolicy::reference().compile();
         let payload = json!({"sessions": {JWT: {"user": "u1"}}});
         let found = policy.scan(&payload);
         assert_eq!(
@@ -1154,7 +1164,7 @@ mod tests {
         assert!(!format!("{error} {error:?}").contains(&secret));
         let secret = "s3cret-".repeat(5);
         let key = DigestKey::new(secret.clone()).expect("long enough");
-        let policy = PayloadPolicy::default().with_digest_key(key.clone());
+        let policy = PayloadPolicy::reference().with_digest_key(key.clone());
         assert!(!format!("{key:?} {policy:?}").contains("s3cret"));
     }
 
@@ -1175,7 +1185,7 @@ mod tests {
 
     #[test]
     fn a_credential_named_by_a_sibling_field_is_found() {
-        let policy = PayloadPolicy::default().compile();
+        let policy = PayloadPolicy::reference().compile();
         for payload in [
             json!({"env": [{"name": "DB_PASSWORD", "value": "hunter2"}]}),
             json!({"headers": [{"key": "X-Api-Key", "value": "abc123"}]}),

@@ -1,4 +1,5 @@
-//! The static registry: every event type, consumer and retry policy the contracts define, as
+//! The static registry: every event type, consumer and retry policy the contracts define, and
+//! the project's runtime settings (payload policy, envelope requirements, dispatcher block), as
 //! `'static` data that generated code fills in.
 
 /// One version of an event type.
@@ -120,6 +121,46 @@ pub struct RetryPolicyDescriptor {
     pub retry_on: &'static [&'static str],
 }
 
+/// The project's payload policy (`payload_policy` of `evc.yaml`), applied at append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PayloadPolicyDescriptor {
+    /// Keys refused anywhere in a payload.
+    pub denied_keys: &'static [&'static str],
+    /// Credential-shaped key names refused anywhere in a payload.
+    pub credential_key_names: &'static [&'static str],
+    /// Size cap of a payload whose event type sets none, in bytes (each event type's own cap
+    /// is [`EventDescriptor::max_payload_bytes`]).
+    pub default_max_bytes: u32,
+    /// Cap of every payload in bytes, whatever its event type's cap says.
+    pub hard_max_bytes: u32,
+}
+
+/// The project's dispatcher defaults (`dispatcher` of `evc.yaml`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DispatcherDescriptor {
+    /// Deliveries claimed per batch.
+    pub batch_size: u32,
+    /// Lease length in milliseconds.
+    pub lease_ms: u64,
+    /// Heartbeat interval in milliseconds.
+    pub heartbeat_ms: u64,
+    /// Attempts before dead-lettering, whatever a retry policy says.
+    pub max_attempts: u32,
+    /// Longest delay between attempts in milliseconds.
+    pub backoff_ceiling_ms: u64,
+}
+
+impl DispatcherDescriptor {
+    /// The contract format's defaults (an `evc.yaml` without a `dispatcher` block).
+    pub const FORMAT_DEFAULTS: Self = Self {
+        batch_size: 50,
+        lease_ms: 30_000,
+        heartbeat_ms: 10_000,
+        max_attempts: 12,
+        backoff_ceiling_ms: 15 * 60 * 1000,
+    };
+}
+
 /// Everything registered, each list sorted by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Registry {
@@ -133,6 +174,12 @@ pub struct Registry {
     pub consumers: &'static [ConsumerDescriptor],
     /// Retry policies, sorted by name.
     pub retry_policies: &'static [RetryPolicyDescriptor],
+    /// The payload policy every append is checked against.
+    pub payload_policy: PayloadPolicyDescriptor,
+    /// Whether an append without a tenant scope is refused (`envelope.require_tenant_scope`).
+    pub require_tenant_scope: bool,
+    /// Dispatcher defaults.
+    pub dispatcher: DispatcherDescriptor,
 }
 
 impl Registry {
@@ -248,6 +295,14 @@ mod tests {
             consumer("b", ConsumerMode::Off, ONLY_1_1),
         ],
         retry_policies: &[],
+        payload_policy: PayloadPolicyDescriptor {
+            denied_keys: &[],
+            credential_key_names: &[],
+            default_max_bytes: 4096,
+            hard_max_bytes: 65_536,
+        },
+        require_tenant_scope: false,
+        dispatcher: DispatcherDescriptor::FORMAT_DEFAULTS,
     };
 
     #[test]

@@ -35,7 +35,7 @@
 use std::time::Duration;
 
 use crate::handler::FailureClass;
-use crate::registry::RetryPolicyDescriptor;
+use crate::registry::{DispatcherDescriptor, RetryPolicyDescriptor};
 
 /// A small, fast, seedable pseudo-random generator (SplitMix64). Good enough for jitter; not for
 /// anything secret.
@@ -209,6 +209,17 @@ impl RetryPolicy {
         })
     }
 
+    /// The policy within the project's dispatcher ceilings (`dispatcher.max_attempts` and
+    /// `dispatcher.backoff_ceiling` of `evc.yaml`): at most that many attempts, no delay longer
+    /// than the ceiling.
+    #[must_use]
+    pub fn within(mut self, dispatcher: &DispatcherDescriptor) -> Self {
+        self.max_attempts = self.max_attempts.min(dispatcher.max_attempts);
+        let ceiling = dispatcher.backoff_ceiling_ms;
+        self.max_delay_ms = Some(self.max_delay_ms.map_or(ceiling, |own| own.min(ceiling)));
+        self
+    }
+
     /// The nominal delay in milliseconds after attempt `attempt` (from 1) failed, capped, before
     /// jitter. `no_retry` has no delay (0).
     pub fn nominal_delay_ms(&self, attempt: u32) -> u64 {
@@ -303,6 +314,24 @@ mod tests {
 
     fn nominal(policy: &RetryPolicy) -> Vec<u64> {
         (1..=8).map(|n| policy.nominal_delay_ms(n)).collect()
+    }
+
+    #[test]
+    fn dispatcher_ceilings_bound_a_policy() {
+        let ceilings = DispatcherDescriptor {
+            max_attempts: 3,
+            backoff_ceiling_ms: 500,
+            ..DispatcherDescriptor::FORMAT_DEFAULTS
+        };
+        let bounded = policy("exponential_backoff", 100, None, "none").within(&ceilings);
+        assert_eq!(bounded.max_attempts, 3);
+        assert_eq!(nominal(&bounded), [100, 200, 400, 500, 500, 500, 500, 500]);
+        // A policy already inside the ceilings keeps its own limits.
+        let inside = policy("fixed_delay", 200, Some(300), "none").within(&ceilings);
+        assert_eq!((inside.max_attempts, inside.max_delay_ms), (3, Some(300)));
+        let loose = DispatcherDescriptor::FORMAT_DEFAULTS;
+        let own = policy("fixed_delay", 200, Some(300), "none").within(&loose);
+        assert_eq!((own.max_attempts, own.max_delay_ms), (5, Some(300)));
     }
 
     #[test]

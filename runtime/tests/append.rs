@@ -12,7 +12,7 @@ use evc_runtime::append::{MAX_PAYLOAD_DEPTH, canonical_json, sha256_hex};
 use evc_runtime::store::postgres::NOTIFY_CHANNEL;
 use evc_runtime::{
     AppendError, AppendOptions, CredentialKind, CredentialShape, DigestKey, NewEvent,
-    OutgoingEvent, PayloadPolicy, PgStore, Publish, Rejection,
+    OutgoingEvent, PgStore, Publish, Rejection,
 };
 use serde_json::json;
 use sqlx::postgres::{PgListener, PgPool};
@@ -27,11 +27,16 @@ fn digest_key() -> DigestKey {
 }
 
 fn store(pool: &PgPool) -> PgStore {
-    store_with(pool, PayloadPolicy::default().with_digest_key(digest_key()))
+    store_with(pool, Some(digest_key()))
 }
 
-fn store_with(pool: &PgPool, policy: PayloadPolicy) -> PgStore {
-    PgStore::new(pool.clone(), support::TEST_REGISTRY, policy).expect("test schemas compile")
+/// The store of the test registry, its policy from the registry, with `key` as digest key.
+fn store_with(pool: &PgPool, key: Option<DigestKey>) -> PgStore {
+    let mut builder = PgStore::builder(pool.clone(), support::TEST_REGISTRY);
+    if let Some(key) = key {
+        builder = builder.digest_key(key);
+    }
+    builder.build().expect("test schemas compile")
 }
 
 async fn listener(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
@@ -988,11 +993,8 @@ async fn a_reject_digest_does_not_give_a_low_entropy_payload_away() -> TestResul
         let stores = [
             store(&pool),
             store(&pool),
-            store_with(
-                &pool,
-                PayloadPolicy::default().with_digest_key(other_key.clone()),
-            ),
-            store_with(&pool, PayloadPolicy::default()),
+            store_with(&pool, Some(other_key.clone())),
+            store_with(&pool, None),
         ];
         let mut connection = pool.acquire().await?;
         for store in &stores {

@@ -8,7 +8,7 @@ mod support;
 
 use std::time::{Duration, SystemTime};
 
-use evc_runtime::{PayloadPolicy, PgStore, PurgeError};
+use evc_runtime::{PgStore, PurgeError};
 use sqlx::postgres::PgPool;
 use sqlx::{AssertSqlSafe, Connection};
 use support::{TestResult, append_notes, count, dispatch_store, with_database};
@@ -67,11 +67,7 @@ async fn ledger_rows_cannot_be_updated_deleted_or_truncated() -> TestResult {
     with_database(|pool| async move {
         one_row_each(&pool).await?;
         // The purge audit table gets its row from a purge that finds nothing to remove.
-        let store = PgStore::new(
-            pool.clone(),
-            support::TEST_REGISTRY,
-            PayloadPolicy::default(),
-        )?;
+        let store = PgStore::new(pool.clone(), support::TEST_REGISTRY)?;
         store
             .purge_events(SystemTime::UNIX_EPOCH, "retention", "ops@example")
             .await?;
@@ -122,11 +118,7 @@ async fn a_hand_set_purge_setting_opens_nothing() -> TestResult {
         }
         // The id of an earlier purge's audit row, from another transaction, opens nothing
         // either.
-        let store = PgStore::new(
-            pool.clone(),
-            support::TEST_REGISTRY,
-            PayloadPolicy::default(),
-        )?;
+        let store = PgStore::new(pool.clone(), support::TEST_REGISTRY)?;
         let purge = store
             .purge_events(SystemTime::UNIX_EPOCH, "retention", "ops@example")
             .await?;
@@ -153,7 +145,7 @@ async fn a_hand_set_purge_setting_opens_nothing() -> TestResult {
 #[tokio::test]
 async fn the_database_refuses_a_payload_over_the_hard_cap() -> TestResult {
     with_database(|pool| async move {
-        let cap = PayloadPolicy::default().hard_max_bytes as usize;
+        let cap = support::TEST_REGISTRY.payload_policy.hard_max_bytes as usize;
         let insert = "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, \
                       producer_class, payload, payload_bytes) \
                       VALUES ($1::uuid, 't', '1.0.0', 'k', 'p', $2::jsonb, 2)";
@@ -364,11 +356,7 @@ async fn a_reject_purge_is_audited() -> TestResult {
         )
         .execute(&pool)
         .await?;
-        let store = PgStore::new(
-            pool.clone(),
-            support::TEST_REGISTRY,
-            PayloadPolicy::default(),
-        )?;
+        let store = PgStore::new(pool.clone(), support::TEST_REGISTRY)?;
         let none = store
             .purge_rejects(SystemTime::UNIX_EPOCH, "retention", "ops@example")
             .await?;

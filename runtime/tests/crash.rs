@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{
     DispatchError, Dispatcher, DispatcherConfig, FailureClass, HandlerError, HandlerKind, Lease,
-    PayloadPolicy, PgStore, RetryDecision,
+    PgStore, RetryDecision,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use support::{DISPATCH_REGISTRY, TestResult, append_notes, dispatch_store, statuses};
@@ -76,7 +76,7 @@ async fn child(role: &str) -> TestResult {
         .max_connections(8)
         .connect_with(options)
         .await?;
-    let store = PgStore::new(pool.clone(), DISPATCH_REGISTRY, PayloadPolicy::default())?;
+    let store = PgStore::new(pool.clone(), DISPATCH_REGISTRY)?;
     let consumers: Vec<String> = env(CONSUMERS)?.split(',').map(str::to_owned).collect();
     let owner = env(OWNER)?;
     match role {

@@ -6,14 +6,14 @@ mod support;
 use evc_generated::REGISTRY;
 use evc_generated::payloads::CutCompletedV1;
 use evc_generated::producers::emit_cut_completed_v1;
-use evc_runtime::{Drift, PayloadPolicy, PgStore, RegistryObject, StoreError};
+use evc_runtime::{Drift, PgStore, RegistryObject, StoreError};
 use serde_json::json;
 use support::{TestResult, count, with_database};
 
 #[tokio::test]
 async fn matching_registry_starts_and_drift_is_named() -> TestResult {
     with_database(|pool| async move {
-        let store = PgStore::start(pool.clone(), REGISTRY, PayloadPolicy::default()).await?;
+        let store = PgStore::start(pool.clone(), REGISTRY).await?;
 
         // A tampered schema digest.
         let tampered = "ab".repeat(32);
@@ -48,7 +48,7 @@ async fn matching_registry_starts_and_drift_is_named() -> TestResult {
             "{message}"
         );
         assert!(
-            PgStore::start(pool.clone(), REGISTRY, PayloadPolicy::default())
+            PgStore::start(pool.clone(), REGISTRY)
                 .await
                 .is_err(),
             "refuses to start"
@@ -97,9 +97,7 @@ async fn missing_registry_rows_are_named() -> TestResult {
         sqlx::query("DELETE FROM evc_consumers WHERE name = 'audit'")
             .execute(&pool)
             .await?;
-        let Err(StoreError::Drift(drift)) =
-            PgStore::start(pool.clone(), REGISTRY, PayloadPolicy::default()).await
-        else {
+        let Err(StoreError::Drift(drift)) = PgStore::start(pool.clone(), REGISTRY).await else {
             panic!("drift expected");
         };
         let message = drift.to_string();
@@ -119,7 +117,7 @@ async fn missing_registry_rows_are_named() -> TestResult {
 #[tokio::test]
 async fn generated_producers_append_through_the_store() -> TestResult {
     with_database(|pool| async move {
-        let store = PgStore::start(pool.clone(), REGISTRY, PayloadPolicy::default()).await?;
+        let store = PgStore::start(pool.clone(), REGISTRY).await?;
         let payload: CutCompletedV1 = serde_json::from_value(json!({
             "cut_id": "01890a5d-ac96-774b-bcce-b302099a8057",
             "unit_count": 3,

@@ -25,6 +25,81 @@ pub struct Manifest<'a> {
     /// The registry content.
     #[serde(flatten)]
     pub registry: Registry<'a>,
+    /// The project's runtime settings. Outside the digest: the database's registry mirror
+    /// does not hold them, each process applies the ones it was built with.
+    pub settings: Settings<'a>,
+}
+
+/// The project's runtime settings, as the runtime applies them.
+#[derive(Debug, Serialize)]
+pub struct Settings<'a> {
+    /// The payload policy checked at append.
+    pub payload_policy: PayloadPolicyEntry<'a>,
+    /// Envelope requirements checked at append.
+    pub envelope: EnvelopeEntry,
+    /// Dispatcher defaults.
+    pub dispatcher: DispatcherEntry,
+}
+
+/// The payload policy.
+#[derive(Debug, Serialize)]
+pub struct PayloadPolicyEntry<'a> {
+    /// Keys refused anywhere in a payload.
+    pub denied_keys: &'a [String],
+    /// Credential-shaped key names refused anywhere in a payload.
+    pub credential_key_names: &'a [String],
+    /// Cap of a payload whose event type sets none, in bytes.
+    pub default_max_bytes: u32,
+    /// Cap of every payload, in bytes.
+    pub hard_max_bytes: u32,
+}
+
+/// Envelope requirements.
+#[derive(Debug, Serialize)]
+pub struct EnvelopeEntry {
+    /// Whether an append without a tenant scope is refused.
+    pub require_tenant_scope: bool,
+    /// Whether every event must carry a W3C trace context.
+    pub require_trace_context: bool,
+}
+
+/// Dispatcher defaults.
+#[derive(Debug, Serialize)]
+pub struct DispatcherEntry {
+    /// Deliveries claimed per batch.
+    pub batch_size: u32,
+    /// Lease length.
+    pub lease: String,
+    /// Heartbeat interval.
+    pub heartbeat: String,
+    /// Attempts before dead-lettering, whatever a retry policy says.
+    pub max_attempts: u32,
+    /// Longest delay between attempts.
+    pub backoff_ceiling: String,
+}
+
+/// Builds the manifest's settings part.
+pub fn settings(set: &ContractSet) -> Settings<'_> {
+    let project = &set.project;
+    Settings {
+        payload_policy: PayloadPolicyEntry {
+            denied_keys: &project.payload_policy.denied_keys,
+            credential_key_names: &project.payload_policy.credential_key_names,
+            default_max_bytes: project.payload_policy.default_max_bytes,
+            hard_max_bytes: project.payload_policy.hard_max_bytes,
+        },
+        envelope: EnvelopeEntry {
+            require_tenant_scope: project.require_tenant_scope,
+            require_trace_context: project.require_trace_context,
+        },
+        dispatcher: DispatcherEntry {
+            batch_size: project.dispatcher.batch_size,
+            lease: duration::format(project.dispatcher.lease),
+            heartbeat: duration::format(project.dispatcher.heartbeat),
+            max_attempts: project.dispatcher.max_attempts,
+            backoff_ceiling: duration::format(project.dispatcher.backoff_ceiling),
+        },
+    }
 }
 
 /// Everything the manifest digest covers.
@@ -196,6 +271,7 @@ pub fn render(set: &ContractSet, layout: &Layout) -> Result<Artifact, EmitError>
         project: &set.project.name,
         digest: registry_digest(set)?,
         registry: registry(set),
+        settings: settings(set),
     };
     let mut contents =
         serde_json::to_string_pretty(&manifest).map_err(|error| EmitError::Serialize {

@@ -680,7 +680,8 @@ pub mod consumers {
         }
     }
 }
-/// Every event type, consumer and retry policy of the contracts.
+/// Every event type, consumer and retry policy of the contracts, and the project's
+/// runtime settings.
 pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
     project: "evc_fixture",
     digest: "9e9d153d1b47851dca07a83d4c3cd90e4d6d13c172e43425ea52ad90a50cfb62",
@@ -824,4 +825,25 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             retry_on: &[],
         },
     ],
+    payload_policy: ::evc_runtime::PayloadPolicyDescriptor {
+        denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
+        credential_key_names: &[
+            "password",
+            "token",
+            "api_key",
+            "secret",
+            "credential",
+            "authorization",
+        ],
+        default_max_bytes: 4096,
+        hard_max_bytes: 65536,
+    },
+    require_tenant_scope: false,
+    dispatcher: ::evc_runtime::DispatcherDescriptor {
+        batch_size: 50,
+        lease_ms: 30000,
+        heartbeat_ms: 10000,
+        max_attempts: 12,
+        backoff_ceiling_ms: 900000,
+    },
 };

@@ -748,7 +748,8 @@ pub mod consumers {
         }
     }
 }
-/// Every event type, consumer and retry policy of the contracts.
+/// Every event type, consumer and retry policy of the contracts, and the project's
+/// runtime settings.
 pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
     project: "evc_fixture",
     digest: "0e9f2f9a88a80ca74dd8ab53d6d99d94365be378aef62949b607671dec853734",
@@ -892,4 +893,25 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             retry_on: &[],
         },
     ],
+    payload_policy: ::evc_runtime::PayloadPolicyDescriptor {
+        denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
+        credential_key_names: &[
+            "password",
+            "token",
+            "api_key",
+            "secret",
+            "credential",
+            "authorization",
+        ],
+        default_max_bytes: 4096,
+        hard_max_bytes: 65536,
+    },
+    require_tenant_scope: false,
+    dispatcher: ::evc_runtime::DispatcherDescriptor {
+        batch_size: 50,
+        lease_ms: 30000,
+        heartbeat_ms: 10000,
+        max_attempts: 12,
+        backoff_ceiling_ms: 900000,
+    },
 };

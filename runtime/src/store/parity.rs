@@ -430,6 +430,14 @@ mod tests {
         }],
         consumers: &[],
         retry_policies: &[],
+        payload_policy: crate::registry::PayloadPolicyDescriptor {
+            denied_keys: &[],
+            credential_key_names: &[],
+            default_max_bytes: 4096,
+            hard_max_bytes: 65_536,
+        },
+        require_tenant_scope: false,
+        dispatcher: crate::registry::DispatcherDescriptor::FORMAT_DEFAULTS,
     };
 
     fn mirror(schema_digest: &str) -> Mirror {

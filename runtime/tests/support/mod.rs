@@ -214,7 +214,29 @@ pub static TEST_REGISTRY: Registry = Registry {
         ),
     ],
     retry_policies: &[],
+    payload_policy: REFERENCE_POLICY,
+    require_tenant_scope: false,
+    dispatcher: evc_runtime::DispatcherDescriptor::FORMAT_DEFAULTS,
 };
+
+/// The payload policy of the reference project (`contracts/evc.yaml`).
+pub const REFERENCE_POLICY: evc_runtime::PayloadPolicyDescriptor =
+    evc_runtime::PayloadPolicyDescriptor {
+        denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
+        credential_key_names: &[
+            "password",
+            "passwd",
+            "pwd",
+            "token",
+            "api_key",
+            "secret",
+            "credential",
+            "authorization",
+            "private_key",
+        ],
+        default_max_bytes: 4096,
+        hard_max_bytes: 65_536,
+    };
 
 const fn consumer(
     name: &'static str,
@@ -324,6 +346,9 @@ pub static DISPATCH_REGISTRY: Registry = Registry {
         dispatch_consumer("d.unordered", HandlerKind::Leased, false),
     ],
     retry_policies: &[FIXED_200MS],
+    payload_policy: REFERENCE_POLICY,
+    require_tenant_scope: false,
+    dispatcher: evc_runtime::DispatcherDescriptor::FORMAT_DEFAULTS,
 };
 
 /// The store of [`DISPATCH_REGISTRY`] over a pool of `connections` to the test database of
@@ -337,11 +362,7 @@ pub async fn dispatch_store(
         .max_connections(connections)
         .connect_with(options)
         .await?;
-    Ok(evc_runtime::PgStore::new(
-        pool,
-        DISPATCH_REGISTRY,
-        evc_runtime::PayloadPolicy::default(),
-    )?)
+    Ok(evc_runtime::PgStore::new(pool, DISPATCH_REGISTRY)?)
 }
 
 /// A UUID-shaped note id for key number `key`.

@@ -714,14 +714,46 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
     });
     let project = &set.project.name;
     let registry_digest = super::manifest::registry_digest(set)?;
+    let millis = |duration: std::time::Duration| {
+        proc_macro2::Literal::u64_unsuffixed(
+            u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+        )
+    };
+    let payload = &set.project.payload_policy;
+    let denied = &payload.denied_keys;
+    let credential = &payload.credential_key_names;
+    let default_max = proc_macro2::Literal::u32_unsuffixed(payload.default_max_bytes);
+    let hard_max = proc_macro2::Literal::u32_unsuffixed(payload.hard_max_bytes);
+    let require_tenant = set.project.require_tenant_scope;
+    let dispatcher = &set.project.dispatcher;
+    let batch_size = proc_macro2::Literal::u32_unsuffixed(dispatcher.batch_size);
+    let lease = millis(dispatcher.lease);
+    let heartbeat = millis(dispatcher.heartbeat);
+    let dispatcher_attempts = proc_macro2::Literal::u32_unsuffixed(dispatcher.max_attempts);
+    let backoff_ceiling = millis(dispatcher.backoff_ceiling);
     Ok(quote! {
-        /// Every event type, consumer and retry policy of the contracts.
+        /// Every event type, consumer and retry policy of the contracts, and the project's
+        /// runtime settings.
         pub static REGISTRY: #runtime::Registry = #runtime::Registry {
             project: #project,
             digest: #registry_digest,
             events: &[#(#events),*],
             consumers: &[#(#consumers),*],
             retry_policies: &[#(#policies),*],
+            payload_policy: #runtime::PayloadPolicyDescriptor {
+                denied_keys: &[#(#denied),*],
+                credential_key_names: &[#(#credential),*],
+                default_max_bytes: #default_max,
+                hard_max_bytes: #hard_max,
+            },
+            require_tenant_scope: #require_tenant,
+            dispatcher: #runtime::DispatcherDescriptor {
+                batch_size: #batch_size,
+                lease_ms: #lease,
+                heartbeat_ms: #heartbeat,
+                max_attempts: #dispatcher_attempts,
+                backoff_ceiling_ms: #backoff_ceiling,
+            },
         };
     })
 }

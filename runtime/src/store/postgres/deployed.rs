@@ -2,14 +2,19 @@
 //! consumer, subscription and retry policy whose rows carry the current registry digest, as a
 //! [`Registry`]. A process that dispatches without the application's compiled registry
 //! (`evc dispatch`) runs on it; the start-up parity check then compares like with like.
+//!
+//! The mirror holds no project settings (payload policy, envelope requirements, dispatcher
+//! block): the registry read back has the contract format's dispatcher defaults and refuses
+//! every append.
 
 use sqlx::Row;
 use sqlx::postgres::PgPool;
 
 use super::sql;
 use crate::registry::{
-    ConsumerDescriptor, ConsumerMode, EventDescriptor, HandlerKind, Registry,
-    RetryPolicyDescriptor, SubscriptionDescriptor, VersionDescriptor,
+    ConsumerDescriptor, ConsumerMode, DispatcherDescriptor, EventDescriptor, HandlerKind,
+    PayloadPolicyDescriptor, Registry, RetryPolicyDescriptor, SubscriptionDescriptor,
+    VersionDescriptor,
 };
 use crate::store::DispatchError;
 
@@ -133,6 +138,16 @@ pub async fn deployed_registry(pool: &PgPool) -> Result<Registry, DispatchError>
         events: leak_slice(events),
         consumers: leak_slice(consumers),
         retry_policies: leak_slice(retry_policies),
+        // The mirror holds no project settings. Appends through this registry fail closed: a
+        // hard cap of 0 refuses every payload, since the contracts' deny-list is not known.
+        payload_policy: PayloadPolicyDescriptor {
+            denied_keys: &[],
+            credential_key_names: &[],
+            default_max_bytes: 0,
+            hard_max_bytes: 0,
+        },
+        require_tenant_scope: true,
+        dispatcher: DispatcherDescriptor::FORMAT_DEFAULTS,
     })
 }
 

@@ -6,10 +6,11 @@
 //! # async fn example(pool: sqlx::PgPool, registry: evc_runtime::Registry,
 //! #     event: evc_runtime::OutgoingEvent) -> Result<(), Box<dyn std::error::Error>> {
 //! use evc_runtime::store::postgres::PgStore;
-//! use evc_runtime::{AppendOptions, PayloadPolicy, Publish};
+//! use evc_runtime::{AppendOptions, Publish};
 //!
-//! // Refuses to start when the database's registry differs from the compiled one.
-//! let store = PgStore::start(pool.clone(), registry, PayloadPolicy::default()).await?;
+//! // Refuses to start when the database's registry differs from the compiled one. Appends
+//! // are checked against the registry's payload policy and envelope requirements.
+//! let store = PgStore::start(pool.clone(), registry).await?;
 //! let mut tx = pool.begin().await?;
 //! // ... the caller's own writes on `tx` ...
 //! let mut publisher = store
@@ -33,7 +34,7 @@ use crate::append::{
     AppendError, AppendOptions, AppendReceipt, CheckedEvent, Checker, NewEvent, Refused, order_key,
 };
 use crate::handler::FailureClass;
-use crate::policy::PayloadPolicy;
+use crate::policy::{DigestKey, PayloadPolicy};
 use crate::publish::{OutgoingEvent, Publish};
 use crate::registry::Registry;
 use crate::retry::RetryDecision;
@@ -77,6 +78,101 @@ const BATCH_CHUNK: usize = 5_000;
 /// Events from which a batch's checks are split over the available cores.
 const PARALLEL_CHECK_MIN: usize = 2_000;
 
+/// Where a store's payload policy came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicySource {
+    /// The registry's `payload_policy`, as the contracts declare it.
+    Registry,
+    /// [`PgStoreBuilder::payload_policy`]: the application replaced the contracts' policy.
+    Override,
+}
+
+/// Builds a [`PgStore`]: the payload policy comes from the registry unless
+/// [`PgStoreBuilder::payload_policy`] overrides it; the deployment's digest key is added with
+/// [`PgStoreBuilder::digest_key`].
+///
+/// ```no_run
+/// # async fn example(pool: sqlx::PgPool, registry: evc_runtime::Registry)
+/// #     -> Result<(), Box<dyn std::error::Error>> {
+/// use evc_runtime::{DigestKey, PgStore};
+///
+/// let mut builder = PgStore::builder(pool, registry);
+/// if let Some(key) = DigestKey::from_env()? {
+///     builder = builder.digest_key(key);
+/// }
+/// let store = builder.start().await?;
+/// # let _ = store; Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use]
+pub struct PgStoreBuilder {
+    pool: PgPool,
+    registry: Registry,
+    policy: Option<PayloadPolicy>,
+    digest_key: Option<DigestKey>,
+}
+
+impl PgStoreBuilder {
+    /// Replaces the registry's payload policy with `policy` (its digest key too, unless
+    /// [`PgStoreBuilder::digest_key`] sets one). [`PgStore::payload_policy`] reports the
+    /// override.
+    pub fn payload_policy(mut self, policy: PayloadPolicy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// The deployment's key for the digests of refused payloads ([`DigestKey::from_env`]).
+    pub fn digest_key(mut self, key: DigestKey) -> Self {
+        self.digest_key = Some(key);
+        self
+    }
+
+    /// The store, without touching the database (see [`PgStore::new`]).
+    ///
+    /// # Errors
+    /// [`StoreError::Schema`] when a registered schema does not compile.
+    pub fn build(self) -> Result<PgStore, StoreError> {
+        let (mut policy, policy_source) = match self.policy {
+            Some(policy) => {
+                tracing::info!(
+                    project = self.registry.project,
+                    "payload policy overridden by the application; the registry's does not apply"
+                );
+                (policy, PolicySource::Override)
+            }
+            None => (
+                PayloadPolicy::from_registry(&self.registry),
+                PolicySource::Registry,
+            ),
+        };
+        if let Some(key) = self.digest_key {
+            policy = policy.with_digest_key(key);
+        }
+        let attempt_limits = attempt_limits(&self.registry);
+        let checker = Checker::new(self.registry, &policy)?;
+        Ok(PgStore {
+            inner: Arc::new(Inner {
+                pool: self.pool,
+                checker,
+                policy,
+                policy_source,
+                attempt_limits,
+                stale_tokens: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// [`PgStoreBuilder::build`], then [`PgStore::verify_registry`].
+    ///
+    /// # Errors
+    /// [`StoreError::Schema`], [`StoreError::Drift`] or [`StoreError::Database`].
+    pub async fn start(self) -> Result<PgStore, StoreError> {
+        let store = self.build()?;
+        store.verify_registry().await?;
+        Ok(store)
+    }
+}
+
 /// The PostgreSQL outbox store. Cheap to clone (shared state behind an `Arc`).
 #[derive(Debug, Clone)]
 pub struct PgStore {
@@ -87,6 +183,9 @@ pub struct PgStore {
 struct Inner {
     pool: PgPool,
     checker: Checker,
+    /// The policy `checker` applies (digest key included; `Debug` never shows the key).
+    policy: PayloadPolicy,
+    policy_source: PolicySource,
     /// Each consumer's attempt limit from its retry policy, as parallel arrays for
     /// [`sql::RECOVER_EXPIRED`] (fixed with the registry, so computed once).
     attempt_limits: (Vec<&'static str>, Vec<i32>),
@@ -95,30 +194,19 @@ struct Inner {
 }
 
 impl PgStore {
-    /// A store over `pool` for `registry`: compiles every registered schema once (formats on)
+    /// A store over `pool` for `registry`, checking appends against the registry's payload
+    /// policy and envelope requirements: compiles every registered schema once (formats on)
     /// and the fan-out of every event version. Does not touch the database; call
-    /// [`PgStore::verify_registry`] (or use [`PgStore::start`]) before serving.
+    /// [`PgStore::verify_registry`] (or use [`PgStore::start`]) before serving. To set the
+    /// deployment's digest key or override the policy, use [`PgStore::builder`].
     ///
     /// The pool records rejected appends on a connection of its own, so it must have a
     /// connection to spare while a caller's transaction holds one.
     ///
     /// # Errors
     /// [`StoreError::Schema`] when a registered schema does not compile.
-    pub fn new(
-        pool: PgPool,
-        registry: Registry,
-        policy: PayloadPolicy,
-    ) -> Result<Self, StoreError> {
-        let attempt_limits = attempt_limits(&registry);
-        let checker = Checker::new(registry, &policy)?;
-        Ok(Self {
-            inner: Arc::new(Inner {
-                pool,
-                checker,
-                attempt_limits,
-                stale_tokens: AtomicU64::new(0),
-            }),
-        })
+    pub fn new(pool: PgPool, registry: Registry) -> Result<Self, StoreError> {
+        Self::builder(pool, registry).build()
     }
 
     /// [`PgStore::new`], then [`PgStore::verify_registry`]: a store that refuses to start on
@@ -126,14 +214,24 @@ impl PgStore {
     ///
     /// # Errors
     /// [`StoreError::Schema`], [`StoreError::Drift`] or [`StoreError::Database`].
-    pub async fn start(
-        pool: PgPool,
-        registry: Registry,
-        policy: PayloadPolicy,
-    ) -> Result<Self, StoreError> {
-        let store = Self::new(pool, registry, policy)?;
-        store.verify_registry().await?;
-        Ok(store)
+    pub async fn start(pool: PgPool, registry: Registry) -> Result<Self, StoreError> {
+        Self::builder(pool, registry).start().await
+    }
+
+    /// A builder for a store over `pool` for `registry`, with the deployment's digest key or
+    /// an overriding payload policy.
+    pub fn builder(pool: PgPool, registry: Registry) -> PgStoreBuilder {
+        PgStoreBuilder {
+            pool,
+            registry,
+            policy: None,
+            digest_key: None,
+        }
+    }
+
+    /// The payload policy appends are checked against, and where it came from.
+    pub fn payload_policy(&self) -> (&PayloadPolicy, PolicySource) {
+        (&self.inner.policy, self.inner.policy_source)
     }
 
     /// The pool rejections are recorded on.
@@ -373,10 +471,9 @@ fn attempt_limits(registry: &Registry) -> (Vec<&'static str>, Vec<i32>) {
                 .retry_policies
                 .iter()
                 .find(|policy| policy.name == consumer.retry_policy)?;
-            Some((
-                consumer.name,
-                i32::try_from(policy.max_attempts).unwrap_or(i32::MAX),
-            ))
+            // The dispatcher's ceiling bounds every policy, as the dispatcher applies it.
+            let attempts = policy.max_attempts.min(registry.dispatcher.max_attempts);
+            Some((consumer.name, i32::try_from(attempts).unwrap_or(i32::MAX)))
         })
         .unzip()
 }
