@@ -108,6 +108,17 @@ async fn a_permanent_failure_emits_one_event_in_its_transaction_fanned_out() -> 
             "one transaction: {xmins:?}"
         );
 
+        let causation: Option<String> = sqlx::query_scalar(
+            "SELECT causation_id FROM evc_events WHERE event_type = 'job.dead_lettered'",
+        )
+        .fetch_one(&pool)
+        .await?;
+        assert_eq!(
+            causation,
+            Some(event_id.to_string()),
+            "caused by the dead-lettered event"
+        );
+
         // Fanned out: the subscribing consumer claims it.
         let watched = claim_one(&store, "ops.watch").await?;
         assert_eq!(watched.delivery.event_type, DEAD_LETTERED);
@@ -309,6 +320,44 @@ async fn lease_expiry_past_max_attempts_emits_one_event() -> TestResult {
         assert_eq!(payload["failure_class"], "transient");
         assert_eq!(payload["last_error_code"], "LEASE_EXPIRED");
         assert_eq!(claim_one(&store, "ops.watch").await?.payload, *payload);
+        Ok(())
+    })
+    .await
+}
+
+/// [`LIFECYCLE_REGISTRY`] whose payload cap fits a note but not a `job.dead_lettered` event.
+const TIGHT_CAP_REGISTRY: evc_runtime::Registry = evc_runtime::Registry {
+    payload_policy: evc_runtime::PayloadPolicyDescriptor {
+        hard_max_bytes: 200,
+        ..support::REFERENCE_POLICY
+    },
+    ..LIFECYCLE_REGISTRY
+};
+
+#[tokio::test]
+async fn a_refused_lifecycle_event_leaves_the_dead_lettering_standing() -> TestResult {
+    with_database(|pool| async move {
+        let store = PgStore::new(pool.clone(), TIGHT_CAP_REGISTRY)?;
+        append_note(&store).await?;
+        let claimed = claim_one(&store, "d.leased").await?;
+        store
+            .fail(
+                &claimed.lease,
+                FailureClass::Permanent,
+                "bad_input",
+                RetryDecision::Dead,
+            )
+            .await?;
+        assert_eq!(
+            support::statuses(&pool, "d.leased").await?,
+            [("dead".to_owned(), 1)]
+        );
+        assert!(dead_lettered(&pool).await?.is_empty());
+        let rejects: Vec<(String, String)> =
+            sqlx::query_as("SELECT event_type, reason_code FROM evc_validation_rejects")
+                .fetch_all(&pool)
+                .await?;
+        assert_eq!(rejects, [(DEAD_LETTERED.to_owned(), "oversize".to_owned())]);
         Ok(())
     })
     .await

@@ -464,7 +464,7 @@ const DEAD_LETTERED_1: &[SubscriptionDescriptor] = &[SubscriptionDescriptor {
 /// [`DISPATCH_REGISTRY`]'s `test.note` for `d.leased`, plus the lifecycle event
 /// `job.dead_lettered` (1.0.0 and 1.1.0, the reference contract's schema; producer class
 /// `dispatcher`, order key `job_id`) for the leased consumer `ops.watch`.
-pub static LIFECYCLE_REGISTRY: Registry = Registry {
+pub const LIFECYCLE_REGISTRY: Registry = Registry {
     project: "runtime_lifecycle_tests",
     digest: DIGEST,
     events: &[

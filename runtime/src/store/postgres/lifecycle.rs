@@ -116,6 +116,7 @@ impl PgStore {
             return Ok(());
         }
         let version: String = source.try_get("schema_version")?;
+        let tenant_scope: Option<String> = source.try_get("tenant_scope")?;
         let trace_id: Option<String> = source.try_get("trace_id")?;
         let span_id: Option<String> = source.try_get("parent_span_id")?;
         let flags: Option<String> = source.try_get("trace_flags")?;
@@ -167,7 +168,11 @@ impl PgStore {
             trace,
             payload,
         };
-        match self.append(transaction, event, AppendOptions::new()).await {
+        // Caused by the dead-lettered event, in its tenant (a registry that requires a tenant
+        // scope would refuse the event without one).
+        let mut options = AppendOptions::new().causation_id(dead.event_id.to_string());
+        options.tenant_scope = tenant_scope;
+        match self.append(transaction, event, options).await {
             Ok(_) => Ok(()),
             Err(AppendError::Database(error)) => Err(error.into()),
             Err(error) => {

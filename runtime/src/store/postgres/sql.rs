@@ -552,10 +552,10 @@ SELECT (SELECT count(*) FROM d) AS recovered, (SELECT count(*) FROM a) AS attemp
         ORDER BY y.event_id, y.consumer) AS dead_attempts";
 
 /// What a `job.dead_lettered` lifecycle event needs of dead-lettered event `$1`: its type,
-/// version and trace, and the time of the dead-lettering (the transaction's, as the delivery's
+/// version, tenant scope and trace, and the time of the dead-lettering (the transaction's, as the delivery's
 /// `updated_at`) in RFC 3339, UTC. Never the payload.
 pub(crate) const DEAD_LETTER_SOURCE: &str = "\
-SELECT event_type, schema_version, trace_id, parent_span_id, trace_flags,
+SELECT event_type, schema_version, tenant_scope, trace_id, parent_span_id, trace_flags,
     to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS dead_lettered_at
 FROM evc_events WHERE event_id = $1";
 
