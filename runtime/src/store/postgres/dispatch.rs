@@ -392,7 +392,9 @@ impl PgStore {
 
     /// Ends a failed attempt (see [`crate::Store::fail`]). A [held](Lease::is_held) lease is
     /// failed after its batch rolled back: the attempt is counted then ([`sql::FAIL_HELD`]),
-    /// unless another claimer took the delivery meanwhile (then: stale).
+    /// unless another claimer took the delivery meanwhile (then: stale). A dead-lettering
+    /// appends `job.dead_lettered` in the same transaction when the registry registers it
+    /// (docs/runtime.md, "Lifecycle events").
     ///
     /// # Errors
     /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
@@ -541,7 +543,9 @@ impl PgStore {
         Ok(u64::try_from(released).unwrap_or(0))
     }
 
-    /// Recovers up to `limit` expired leases (see [`crate::Store::recover_expired`]).
+    /// Recovers up to `limit` expired leases (see [`crate::Store::recover_expired`]); each one
+    /// dead-lettered past its attempt limit appends `job.dead_lettered` in the same transaction
+    /// when the registry registers it (docs/runtime.md, "Lifecycle events").
     ///
     /// # Errors
     /// [`DispatchError::Database`].
