@@ -35,12 +35,12 @@ pub use registry::{
 };
 pub use retry::{RetryDecision, RetryPolicy, SplitMix64};
 pub use store::postgres::{
-    AttemptLatency, Console, ConsumerState, ConsumerStatus, DiscardApplied, DiscardPlan,
-    DiscardedDelivery, Doorbell, EventsPurged, Lag, NotReplayable, NotReplayableReason,
-    Percentiles, PgPublisher, PgStore, PgStoreBuilder, PolicySource, Problem, PurgeError,
-    RejectsPurged, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection,
-    SettledDelivery, SettledStatus, SilentWorker, StatusReport, TimelineEntry, WatchedConsumer,
-    deployed_registry,
+    AttemptLatency, Console, ConsumerState, ConsumerStatus, DEAD_LETTERED, DiscardApplied,
+    DiscardPlan, DiscardedDelivery, Doorbell, EventsPurged, Lag, NotReplayable,
+    NotReplayableReason, Percentiles, PgPublisher, PgStore, PgStoreBuilder, PolicySource, Problem,
+    PurgeError, RejectsPurged, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
+    ReplaySelection, SettledDelivery, SettledStatus, SilentWorker, StatusReport, TimelineEntry,
+    WatchedConsumer, deployed_registry,
 };
 pub use store::{
     AckBatch, Claimed, DispatchError, Drift, Intent, Lease, RegistryDrift, RegistryObject,

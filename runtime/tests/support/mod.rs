@@ -447,3 +447,74 @@ pub async fn acks_out_of_key_order(
     .fetch_one(pool)
     .await
 }
+
+// ---------------------------------------------------------------------------------------------
+// Lifecycle tests.
+// ---------------------------------------------------------------------------------------------
+
+/// The `job.dead_lettered` 1.1.0 schema of the reference contracts.
+pub const DEAD_LETTERED_SCHEMA: &str = r#"{"additionalProperties":false,"properties":{"attempts":{"minimum":1,"type":"integer"},"consumer_name":{"maxLength":128,"pattern":"^[a-z][a-z0-9_]*(\\.[a-z0-9_]+)*$","type":"string"},"dead_lettered_at":{"format":"date-time","type":"string"},"event_id":{"format":"uuid","type":"string"},"event_type":{"maxLength":128,"pattern":"^[a-z][a-z0-9_]*(\\.[a-z0-9_]+)+$","type":"string"},"failure_class":{"enum":["transient","permanent","poison"],"type":"string"},"first_failed_at":{"format":"date-time","type":"string"},"job_id":{"format":"uuid","type":"string"},"last_error_code":{"maxLength":64,"pattern":"^[A-Z][A-Z0-9_]*$","type":"string"},"workflow_run_id":{"format":"uuid","type":"string"}},"required":["job_id","event_id","event_type","consumer_name","attempts","failure_class","last_error_code","dead_lettered_at"],"type":"object"}"#;
+
+const DEAD_LETTERED_1: &[SubscriptionDescriptor] = &[SubscriptionDescriptor {
+    event: "job.dead_lettered",
+    requirement: "^1",
+    versions: &["1.0.0", "1.1.0"],
+}];
+
+/// [`DISPATCH_REGISTRY`]'s `test.note` for `d.leased`, plus the lifecycle event
+/// `job.dead_lettered` (1.0.0 and 1.1.0, the reference contract's schema; producer class
+/// `dispatcher`, order key `job_id`) for the leased consumer `ops.watch`.
+pub const LIFECYCLE_REGISTRY: Registry = Registry {
+    project: "runtime_lifecycle_tests",
+    digest: DIGEST,
+    events: &[
+        EventDescriptor {
+            name: "job.dead_lettered",
+            description: "A delivery was dead-lettered.",
+            producer_class: "dispatcher",
+            order_key: &["job_id"],
+            deprecated: false,
+            max_payload_bytes: 4096,
+            versions: &[
+                VersionDescriptor {
+                    version: "1.0.0",
+                    major: 1,
+                    schema: DEAD_LETTERED_SCHEMA,
+                    schema_digest: DIGEST,
+                },
+                VersionDescriptor {
+                    version: "1.1.0",
+                    major: 1,
+                    schema: DEAD_LETTERED_SCHEMA,
+                    schema_digest: DIGEST,
+                },
+            ],
+        },
+        EventDescriptor {
+            name: "test.note",
+            description: "A note.",
+            producer_class: "notes",
+            order_key: &["note_id"],
+            deprecated: false,
+            max_payload_bytes: 512,
+            versions: &[VersionDescriptor {
+                version: "1.0.0",
+                major: 1,
+                schema: NOTE_SCHEMA,
+                schema_digest: DIGEST,
+            }],
+        },
+    ],
+    // Sorted by name, as the registry's lookups expect.
+    consumers: &[
+        dispatch_consumer("d.leased", HandlerKind::Leased, false),
+        ConsumerDescriptor {
+            subscriptions: DEAD_LETTERED_1,
+            ..dispatch_consumer("ops.watch", HandlerKind::Leased, false)
+        },
+    ],
+    retry_policies: &[FIXED_200MS],
+    payload_policy: REFERENCE_POLICY,
+    require_tenant_scope: false,
+    dispatcher: evc_runtime::DispatcherDescriptor::FORMAT_DEFAULTS,
+};

@@ -9,6 +9,7 @@ use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{AssertSqlSafe, Connection, Row};
 use uuid::Uuid;
 
+use super::lifecycle::{self, DeadLetter};
 use super::{PgStore, sql};
 use crate::handler::{Delivery, FailureClass};
 use crate::registry::ConsumerMode;
@@ -391,7 +392,9 @@ impl PgStore {
 
     /// Ends a failed attempt (see [`crate::Store::fail`]). A [held](Lease::is_held) lease is
     /// failed after its batch rolled back: the attempt is counted then ([`sql::FAIL_HELD`]),
-    /// unless another claimer took the delivery meanwhile (then: stale).
+    /// unless another claimer took the delivery meanwhile (then: stale). A dead-lettering
+    /// appends `job.dead_lettered` in the same transaction when the registry registers it
+    /// (docs/runtime.md, "Lifecycle events").
     ///
     /// # Errors
     /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
@@ -435,11 +438,36 @@ impl PgStore {
         } else {
             query
         };
-        let row = query.fetch_optional(&self.inner.pool).await?;
-        match row {
-            Some(_) => Ok(()),
-            None => Err(self.stale(lease)),
+        let lifecycle = match decision {
+            RetryDecision::Dead => self.dead_letter_type(),
+            _ => None,
+        };
+        let Some(descriptor) = lifecycle else {
+            let row = query.fetch_optional(&self.inner.pool).await?;
+            return match row {
+                Some(_) => Ok(()),
+                None => Err(self.stale(lease)),
+            };
+        };
+        // The lifecycle event commits with the dead-lettering or not at all.
+        let mut transaction = self.inner.pool.begin().await?;
+        if query.fetch_optional(&mut *transaction).await?.is_none() {
+            transaction.rollback().await?;
+            return Err(self.stale(lease));
         }
+        let dead = DeadLetter {
+            event_id: lease.event_id,
+            consumer: &lease.consumer,
+            // A held lease's attempt is the one the fail statement counted; a leased one's was
+            // counted by its claim.
+            attempts: lease.attempt,
+            failure_class: lifecycle::failure_class(class),
+            error_code: code,
+        };
+        self.emit_dead_lettered(&mut transaction, descriptor, dead)
+            .await?;
+        transaction.commit().await?;
+        Ok(())
     }
 
     /// Extends leases (see [`crate::Store::renew`]); every lease not renewed counts as a stale
@@ -515,20 +543,42 @@ impl PgStore {
         Ok(u64::try_from(released).unwrap_or(0))
     }
 
-    /// Recovers up to `limit` expired leases (see [`crate::Store::recover_expired`]).
+    /// Recovers up to `limit` expired leases (see [`crate::Store::recover_expired`]); each one
+    /// dead-lettered past its attempt limit appends `job.dead_lettered` in the same transaction
+    /// when the registry registers it (docs/runtime.md, "Lifecycle events").
     ///
     /// # Errors
     /// [`DispatchError::Database`].
     pub async fn recover_expired(&self, limit: u32) -> Result<u64, DispatchError> {
         let (consumers, limits) = &self.inner.attempt_limits;
+        // One transaction: the lifecycle events commit with the dead-lettering or not at all.
+        let mut transaction = self.inner.pool.begin().await?;
         let row = sqlx::query(sql::RECOVER_EXPIRED)
             .bind(i64::from(limit.max(1)))
             .bind(consumers)
             .bind(limits)
-            .fetch_one(&self.inner.pool)
+            .fetch_one(&mut *transaction)
             .await?;
         let recovered: i64 = row.try_get("recovered")?;
         let dead: i64 = row.try_get("dead")?;
+        if let Some(descriptor) = self.dead_letter_type().filter(|_| dead > 0) {
+            let events: Vec<Uuid> = row.try_get("dead_events")?;
+            let consumers: Vec<String> = row.try_get("dead_consumers")?;
+            let attempts: Vec<i32> = row.try_get("dead_attempts")?;
+            for ((event_id, consumer), attempts) in events.iter().zip(&consumers).zip(attempts) {
+                let dead = DeadLetter {
+                    event_id: *event_id,
+                    consumer,
+                    attempts: u32::try_from(attempts).unwrap_or(1),
+                    // The handler never answered: its attempts ended like transient failures.
+                    failure_class: "transient",
+                    error_code: "lease_expired",
+                };
+                self.emit_dead_lettered(&mut transaction, descriptor, dead)
+                    .await?;
+            }
+        }
+        transaction.commit().await?;
         if dead > 0 {
             tracing::warn!(
                 dead,

@@ -46,6 +46,7 @@ mod copy;
 mod deployed;
 mod dispatch;
 mod doorbell;
+mod lifecycle;
 mod observe;
 mod operations;
 mod replay;
@@ -55,6 +56,7 @@ pub mod sql;
 pub use console::Console;
 pub use deployed::deployed_registry;
 pub use doorbell::Doorbell;
+pub use lifecycle::DEAD_LETTERED;
 pub use observe::{
     AttemptLatency, ConsumerStatus, Lag, Percentiles, Problem, SilentWorker, StatusReport,
     TimelineEntry, WatchedConsumer,

@@ -508,7 +508,8 @@ SELECT count(*) FROM d";
 /// consumer's `max_attempts` (parallel arrays `$2` consumers, `$3` max attempts; a consumer not
 /// named has no limit) goes `dead` instead, with outcome `dead` and error code
 /// `lease_expired`: a handler that takes its process down every time is not claimed forever.
-/// At most `$1` rows per call. Returns the numbers recovered (pending or dead) and dead.
+/// At most `$1` rows per call. Returns the numbers recovered (pending or dead) and dead, and
+/// the dead deliveries as parallel arrays (`dead_events`, `dead_consumers`, `dead_attempts`).
 pub(crate) const RECOVER_EXPIRED: &str = "\
 WITH x AS (
     SELECT ctid, event_id, consumer, generation, attempt, lease_owner, fencing_token, updated_at
@@ -542,7 +543,21 @@ WITH x AS (
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM d) AS recovered, (SELECT count(*) FROM a) AS attempts,
-    (SELECT count(*) FROM y WHERE y.exhausted) AS dead";
+    (SELECT count(*) FROM y WHERE y.exhausted) AS dead,
+    ARRAY(SELECT y.event_id FROM y WHERE y.exhausted ORDER BY y.event_id, y.consumer)
+        AS dead_events,
+    ARRAY(SELECT y.consumer FROM y WHERE y.exhausted ORDER BY y.event_id, y.consumer)
+        AS dead_consumers,
+    ARRAY(SELECT greatest(y.attempt, 1) FROM y WHERE y.exhausted
+        ORDER BY y.event_id, y.consumer) AS dead_attempts";
+
+/// What a `job.dead_lettered` lifecycle event needs of dead-lettered event `$1`: its type,
+/// version, tenant scope and trace, and the time of the dead-lettering (the transaction's, as the delivery's
+/// `updated_at`) in RFC 3339, UTC. Never the payload.
+pub(crate) const DEAD_LETTER_SOURCE: &str = "\
+SELECT event_type, schema_version, tenant_scope, trace_id, parent_span_id, trace_flags,
+    to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS dead_lettered_at
+FROM evc_events WHERE event_id = $1";
 
 /// Locks delivery `$1` of consumer `$2` for the rest of the transaction if it is still leased
 /// with token `$3` (the transactional kind's fence, and [`RECORD_EFFECT`]'s). No row: stale.
