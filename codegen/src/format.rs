@@ -364,6 +364,10 @@ pub struct ConsumerFile {
     /// Silence after which the consumer counts as stuck (default from `evc.yaml`, else `60s`).
     #[serde(default)]
     pub heartbeat_threshold: Option<DurationText>,
+    /// Longest run of one handler attempt (Rust handlers); a longer one is cancelled and fails
+    /// as transient with code `handler_timeout`. At most `1d`; unset: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler_timeout: Option<DurationText>,
 }
 
 /// What kind of executor runs a consumer.

@@ -310,6 +310,8 @@ pub struct Consumer {
     pub mode: ConsumerMode,
     /// Silence after which the consumer counts as stuck.
     pub heartbeat_threshold: Duration,
+    /// Longest run of one handler attempt; `None`: no limit.
+    pub handler_timeout: Option<Duration>,
     /// Display path of the file that defines it.
     pub file: String,
 }

@@ -28,6 +28,10 @@ use crate::{duration, loader};
 /// renewal is a database round trip (`evc dispatch` takes no shorter lease either).
 const MIN_DISPATCHER_LEASE: Duration = Duration::from_secs(1);
 
+/// The longest consumer `handler_timeout`: one handler attempt of more than a day is a stuck
+/// handler, not a slow one.
+const MAX_HANDLER_TIMEOUT: Duration = Duration::from_secs(86_400);
+
 /// Default heartbeat threshold of consumers when neither they nor `evc.yaml` set one.
 const DEFAULT_HEARTBEAT_THRESHOLD: Duration = Duration::from_secs(60);
 
@@ -861,6 +865,25 @@ impl<'a> Checker<'a> {
             }
             (None, None) => DEFAULT_HEARTBEAT_THRESHOLD,
         };
+        let handler_timeout = def.handler_timeout.as_ref().map(|text| {
+            let value = self.duration(path, "/handler_timeout", text.as_str());
+            if value > MAX_HANDLER_TIMEOUT && value <= duration::MAX_RUNTIME {
+                self.report(
+                    Rule::ValueOutOfRange,
+                    self.at(path, "/handler_timeout"),
+                    format!(
+                        "the handler timeout ({text}) is longer than {}: a handler attempt that \
+                         long is not one a timeout should wait for",
+                        duration::format(MAX_HANDLER_TIMEOUT)
+                    ),
+                    format!(
+                        "write at most `{}`, or leave `handler_timeout` out for no limit",
+                        duration::format(MAX_HANDLER_TIMEOUT)
+                    ),
+                );
+            }
+            value
+        });
         Consumer {
             name: name.to_owned(),
             description: def.description.clone(),
@@ -871,6 +894,7 @@ impl<'a> Checker<'a> {
             ordering: def.ordering,
             mode: def.mode,
             heartbeat_threshold,
+            handler_timeout,
             file: path.to_owned(),
         }
     }

@@ -1,6 +1,7 @@
 //! The project's runtime settings (`payload_policy`, `envelope`, `dispatcher` of `evc.yaml`)
-//! reach the generated registry: `registry.json`'s `settings` and the static `REGISTRY` the
-//! runtime starts from (`runtime/tests/settings.rs` shows each taking effect).
+//! and the consumers' `handler_timeout` reach the generated registry: `registry.json`'s
+//! `settings` and the static `REGISTRY` the runtime starts from (`runtime/tests/settings.rs`
+//! and `runtime/tests/handler_timeout.rs` show them taking effect).
 
 mod support;
 
@@ -31,11 +32,20 @@ dispatcher:
 
 /// `registry.json` and `src/contracts.rs` of the base fixture, with `evc.yaml` replaced.
 fn generate(project_file: Option<&str>) -> (serde_json::Value, String) {
+    match project_file {
+        Some(text) => generate_with(&[("evc.yaml", text)]),
+        None => generate_with(&[]),
+    }
+}
+
+/// `registry.json` and `src/contracts.rs` of the base fixture, with `files` (relative path,
+/// contents) written over it.
+fn generate_with(files: &[(&str, &str)]) -> (serde_json::Value, String) {
     let dir = tempfile::tempdir().expect("temp dir");
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     support::copy_fixture(&fixtures.join("base"), dir.path());
-    if let Some(text) = project_file {
-        fs::write(dir.path().join("evc.yaml"), text).expect("write evc.yaml");
+    for (path, text) in files {
+        fs::write(dir.path().join(path), text).expect("write a contract file");
     }
     let loaded = ContractSet::load(dir.path()).expect("loads");
     let artifacts = emit::render_all(&loaded.contracts, &Layout::default()).expect("renders");
@@ -104,4 +114,41 @@ fn settings_stay_outside_the_registry_digest() {
     assert_eq!(base["settings"]["dispatcher"]["batch_size"], 50);
     assert_eq!(base["settings"]["envelope"]["require_tenant_scope"], false);
     assert!(base_rust.contains("require_tenant_scope: false"));
+}
+
+const INDEXER_WITH_TIMEOUT: &str = "\
+consumer: worker.indexer
+description: Indexes units.
+executor_kind: dot
+subscribes:
+  - unit.created@^1
+  - unit.edited@>=1, <3
+handler: transactional
+handler_timeout: 45s
+";
+
+#[test]
+fn a_handler_timeout_reaches_the_registry_outside_its_digest() {
+    let (base, base_rust) = generate(None);
+    let (timed, rust) = generate_with(&[("consumers/worker.indexer.yaml", INDEXER_WITH_TIMEOUT)]);
+    assert_eq!(
+        timed["settings"]["handler_timeouts"],
+        serde_json::json!({"worker.indexer": "45s"})
+    );
+    // Only consumers that set one are listed; none set: no key at all.
+    assert!(base["settings"].get("handler_timeouts").is_none());
+    // A runtime setting: the database's registry mirror does not hold it.
+    assert_eq!(base["digest"], timed["digest"]);
+    let flat: String = rust.split_whitespace().collect::<Vec<_>>().join(" ");
+    let indexer = flat
+        .split("name: \"worker.indexer\"")
+        .nth(1)
+        .expect("worker.indexer's descriptor");
+    let own = indexer.split("subscriptions:").next().expect("fields");
+    assert!(
+        own.contains("handler_timeout_ms: ::std::option::Option::Some(45000),"),
+        "no timeout in: {own}"
+    );
+    let base_flat: String = base_rust.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(!base_flat.contains("handler_timeout_ms: ::std::option::Option::Some("));
 }

@@ -6539,6 +6539,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             per_key_ordering: false,
             retry_policy: "default.transient.5x.30s.exp",
             heartbeat_threshold_ms: 60000,
+            handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
                 ::evc_runtime::SubscriptionDescriptor {
                     event: "iu.born",
@@ -6689,6 +6690,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             per_key_ordering: true,
             retry_policy: "default.transient.5x.30s.exp",
             heartbeat_threshold_ms: 120000,
+            handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
                 ::evc_runtime::SubscriptionDescriptor {
                     event: "proposal.submitted",
@@ -6714,6 +6716,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             per_key_ordering: true,
             retry_policy: "default.transient.5x.30s.exp",
             heartbeat_threshold_ms: 60000,
+            handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
                 ::evc_runtime::SubscriptionDescriptor {
                     event: "cut.mark_verified",
@@ -6749,6 +6752,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             per_key_ordering: true,
             retry_policy: "default.transient.5x.30s.exp",
             heartbeat_threshold_ms: 60000,
+            handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
                 ::evc_runtime::SubscriptionDescriptor {
                     event: "iu.born",
@@ -6784,6 +6788,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             per_key_ordering: false,
             retry_policy: "default.notification.3x.10s.fixed",
             heartbeat_threshold_ms: 60000,
+            handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
                 ::evc_runtime::SubscriptionDescriptor {
                     event: "iu.born",
@@ -6819,6 +6824,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             per_key_ordering: true,
             retry_policy: "default.render.10x.5s.exp",
             heartbeat_threshold_ms: 120000,
+            handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
                 ::evc_runtime::SubscriptionDescriptor {
                     event: "iu.born",
@@ -6859,6 +6865,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             per_key_ordering: false,
             retry_policy: "default.transient.5x.30s.exp",
             heartbeat_threshold_ms: 60000,
+            handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
                 ::evc_runtime::SubscriptionDescriptor {
                     event: "step.completed",

@@ -152,6 +152,7 @@ const fn consumer(
         per_key_ordering: false,
         retry_policy: "bench.retry",
         heartbeat_threshold_ms: 60_000,
+        handler_timeout_ms: None,
         subscriptions,
     }
 }

@@ -201,6 +201,11 @@ pub struct DispatcherConfig {
     /// becomes due behind a backlog is seen at the next claim rather than within 100 ms, at
     /// the cost of walking the backlog's claimed region on every claim.
     pub claim_cursor: bool,
+    /// Longest run of one handler attempt for every consumer, instead of each consumer's
+    /// `handler_timeout`; `None`: each consumer's own (none: no limit). A handler that runs
+    /// longer is dropped unfinished (a transactional one's writes roll back) and the attempt
+    /// fails as transient with code `handler_timeout`.
+    pub handler_timeout: Option<Duration>,
 }
 
 impl Default for DispatcherConfig {
@@ -220,6 +225,7 @@ impl Default for DispatcherConfig {
             ack_window: Duration::from_millis(100),
             held_batches: false,
             claim_cursor: true,
+            handler_timeout: None,
         }
     }
 }
@@ -241,6 +247,13 @@ impl DispatcherConfig {
             heartbeat_interval: Duration::from_millis(declared.heartbeat_ms).max(floor),
             ..defaults
         }
+    }
+
+    /// Sets the handler timeout of every consumer (overrides their `handler_timeout`).
+    #[must_use]
+    pub fn handler_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.handler_timeout = timeout;
+        self
     }
 
     /// Sets the owner prefix.
@@ -394,6 +407,8 @@ struct ConsumerSetup {
     kind: HandlerKind,
     per_key: bool,
     policy: RetryPolicy,
+    /// The consumer's `handler_timeout`, from the registry.
+    handler_timeout: Option<Duration>,
     handler: Arc<dyn DynHandler>,
     /// Set while one of this dispatcher's workers of the consumer holds or asks for its
     /// doorbell: one asking worker per dispatcher is enough (the holder's notifications wake
@@ -467,13 +482,18 @@ impl Dispatcher {
                 policy: descriptor.retry_policy.to_owned(),
             })?;
         let policy = RetryPolicy::from_descriptor(policy)?.within(&registry.dispatcher);
-        Ok(self.consumer_with_policy(
+        let handler_timeout = descriptor.handler_timeout_ms.map(Duration::from_millis);
+        let mut dispatcher = self.consumer_with_policy(
             name,
             descriptor.handler,
             descriptor.per_key_ordering,
             policy,
             handler,
-        ))
+        );
+        if let Some(setup) = dispatcher.consumers.last_mut() {
+            setup.handler_timeout = handler_timeout;
+        }
+        Ok(dispatcher)
     }
 
     /// Serves consumer `name` with explicit settings instead of the registry's (operations
@@ -491,6 +511,7 @@ impl Dispatcher {
             kind,
             per_key,
             policy,
+            handler_timeout: None,
             handler: Arc::new(handler),
             doorbell_busy: AtomicBool::new(false),
             cursor: ClaimCursor::new(),
@@ -874,7 +895,7 @@ impl Worker {
             }
             let handler = Arc::clone(&self.consumer.handler);
             let context = HandlerContext::new(held, &self.store, Some(&mut *tx));
-            if let Err(failure) = flatten(CatchUnwind(handler.handle(context)).await) {
+            if let Err(failure) = flatten(self.timed(CatchUnwind(handler.handle(context))).await) {
                 tx.rollback().await?;
                 let due = self.record_failure(&held.lease, &failure).await;
                 return Ok((claimed, due));
@@ -1052,7 +1073,7 @@ impl Worker {
         let handler = Arc::clone(&self.consumer.handler);
         let result = {
             let context = HandlerContext::new(claimed, &self.store, Some(&mut *tx));
-            let future = CatchUnwind(handler.handle(context));
+            let future = self.timed(CatchUnwind(handler.handle(context)));
             // The row lock keeps this lease: only another lease's loss ends the renewals.
             self.with_renewal(future, &held, None, ticker).await
         };
@@ -1097,7 +1118,7 @@ impl Worker {
         let handler = Arc::clone(&self.consumer.handler);
         let result = {
             let context = HandlerContext::new(claimed, &self.store, None);
-            let future = CatchUnwind(handler.handle(context));
+            let future = self.timed(CatchUnwind(handler.handle(context)));
             self.with_renewal(future, &held, Some(&claimed.lease), ticker)
                 .await
         };
@@ -1123,6 +1144,33 @@ impl Worker {
             }
             Err(failure) => Ok(Ran::Failed(failure)),
         }
+    }
+
+    /// `future` (a handler run) under the handler timeout, if one applies: past it, `future` is
+    /// dropped unfinished and the run fails as transient with code `handler_timeout`.
+    fn timed<'f, F>(
+        &self,
+        future: F,
+    ) -> BoxFuture<'f, std::thread::Result<Result<(), HandlerError>>>
+    where
+        F: Future<Output = std::thread::Result<Result<(), HandlerError>>> + Send + 'f,
+    {
+        let Some(limit) = self
+            .config
+            .handler_timeout
+            .or(self.consumer.handler_timeout)
+        else {
+            return Box::pin(future);
+        };
+        Box::pin(async move {
+            match tokio::time::timeout(limit, future).await {
+                Ok(output) => output,
+                Err(_) => Ok(Err(HandlerError::new(
+                    FailureClass::Transient,
+                    "handler_timeout",
+                ))),
+            }
+        })
     }
 
     /// Drives `future`, renewing `held` leases on every tick meanwhile. `None` when the lease

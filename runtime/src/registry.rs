@@ -98,6 +98,9 @@ pub struct ConsumerDescriptor {
     pub retry_policy: &'static str,
     /// Heartbeat threshold in milliseconds.
     pub heartbeat_threshold_ms: u64,
+    /// Longest run of one handler attempt in milliseconds (`handler_timeout`); `None`: no
+    /// limit. Outside the registry digest: each process applies the one it was built with.
+    pub handler_timeout_ms: Option<u64>,
     /// Subscriptions.
     pub subscriptions: &'static [SubscriptionDescriptor],
 }
@@ -278,6 +281,7 @@ mod tests {
             per_key_ordering: true,
             retry_policy: "r",
             heartbeat_threshold_ms: 60_000,
+            handler_timeout_ms: None,
             subscriptions,
         }
     }

@@ -39,6 +39,9 @@ pub struct Settings<'a> {
     pub envelope: EnvelopeEntry,
     /// Dispatcher defaults.
     pub dispatcher: DispatcherEntry,
+    /// Handler timeouts of the consumers that set one, by consumer.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub handler_timeouts: BTreeMap<&'a str, String>,
 }
 
 /// The payload policy.
@@ -99,6 +102,14 @@ pub fn settings(set: &ContractSet) -> Settings<'_> {
             max_attempts: project.dispatcher.max_attempts,
             backoff_ceiling: duration::format(project.dispatcher.backoff_ceiling),
         },
+        handler_timeouts: set
+            .consumers
+            .iter()
+            .filter_map(|(name, consumer)| {
+                let timeout = consumer.handler_timeout?;
+                Some((name.as_str(), duration::format(timeout)))
+            })
+            .collect(),
     }
 }
 

@@ -671,6 +671,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             per_key_ordering: false,
             retry_policy: "human.no_retry",
             heartbeat_threshold_ms: 60000,
+            handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
                 ::evc_runtime::SubscriptionDescriptor {
                     event: "job.failed",
@@ -691,6 +692,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             per_key_ordering: true,
             retry_policy: "default.transient",
             heartbeat_threshold_ms: 60000,
+            handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
                 ::evc_runtime::SubscriptionDescriptor {
                     event: "unit.created",
@@ -711,6 +713,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             per_key_ordering: true,
             retry_policy: "default.transient",
             heartbeat_threshold_ms: 60000,
+            handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
                 ::evc_runtime::SubscriptionDescriptor {
                     event: "unit.created",
@@ -726,6 +729,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             per_key_ordering: true,
             retry_policy: "default.transient",
             heartbeat_threshold_ms: 60000,
+            handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
                 ::evc_runtime::SubscriptionDescriptor {
                     event: "unit.created",

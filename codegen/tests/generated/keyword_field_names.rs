@@ -780,6 +780,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             per_key_ordering: false,
             retry_policy: "human.no_retry",
             heartbeat_threshold_ms: 60000,
+            handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
                 ::evc_runtime::SubscriptionDescriptor {
                     event: "job.failed",
@@ -800,6 +801,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             per_key_ordering: true,
             retry_policy: "default.transient",
             heartbeat_threshold_ms: 60000,
+            handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
                 ::evc_runtime::SubscriptionDescriptor {
                     event: "unit.created",

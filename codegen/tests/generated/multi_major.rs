@@ -1014,6 +1014,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             per_key_ordering: false,
             retry_policy: "human.no_retry",
             heartbeat_threshold_ms: 60000,
+            handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
                 ::evc_runtime::SubscriptionDescriptor {
                     event: "job.failed",
@@ -1034,6 +1035,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             per_key_ordering: false,
             retry_policy: "default.transient",
             heartbeat_threshold_ms: 60000,
+            handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
                 ::evc_runtime::SubscriptionDescriptor {
                     event: "doc.published",
@@ -1049,6 +1051,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             per_key_ordering: true,
             retry_policy: "default.transient",
             heartbeat_threshold_ms: 60000,
+            handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
                 ::evc_runtime::SubscriptionDescriptor {
                     event: "unit.created",
@@ -1069,6 +1072,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             per_key_ordering: true,
             retry_policy: "default.transient",
             heartbeat_threshold_ms: 60000,
+            handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
                 ::evc_runtime::SubscriptionDescriptor {
                     event: "doc.published",

@@ -908,6 +908,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             per_key_ordering: false,
             retry_policy: "human.no_retry",
             heartbeat_threshold_ms: 60000,
+            handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
                 ::evc_runtime::SubscriptionDescriptor {
                     event: "job.failed",
@@ -928,6 +929,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             per_key_ordering: false,
             retry_policy: "default.transient",
             heartbeat_threshold_ms: 60000,
+            handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
                 ::evc_runtime::SubscriptionDescriptor {
                     event: "names.reserved",
@@ -943,6 +945,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             per_key_ordering: true,
             retry_policy: "default.transient",
             heartbeat_threshold_ms: 60000,
+            handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
                 ::evc_runtime::SubscriptionDescriptor {
                     event: "unit.created",

@@ -251,6 +251,7 @@ const fn consumer(
         per_key_ordering,
         retry_policy: "r",
         heartbeat_threshold_ms: 60_000,
+        handler_timeout_ms: None,
         subscriptions,
     }
 }
@@ -294,6 +295,7 @@ const fn dispatch_consumer(
         per_key_ordering,
         retry_policy: "fixed.200ms",
         heartbeat_threshold_ms: 60_000,
+        handler_timeout_ms: None,
         subscriptions: NOTE_1,
     }
 }

@@ -657,6 +657,15 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
         let heartbeat = proc_macro2::Literal::u64_unsuffixed(
             u64::try_from(consumer.heartbeat_threshold.as_millis()).unwrap_or(u64::MAX),
         );
+        let handler_timeout = match consumer.handler_timeout {
+            Some(timeout) => {
+                let timeout = proc_macro2::Literal::u64_unsuffixed(
+                    u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                );
+                quote!(::std::option::Option::Some(#timeout))
+            }
+            None => quote!(::std::option::Option::None),
+        };
         let subscriptions = consumer.subscriptions.iter().map(|subscription| {
             let event = &subscription.event;
             let requirement = subscription.requirement.to_string();
@@ -678,6 +687,7 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
                 per_key_ordering: #per_key,
                 retry_policy: #policy,
                 heartbeat_threshold_ms: #heartbeat,
+                handler_timeout_ms: #handler_timeout,
                 subscriptions: &[#(#subscriptions),*],
             }
         }

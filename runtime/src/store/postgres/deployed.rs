@@ -128,6 +128,8 @@ pub async fn deployed_registry(pool: &PgPool) -> Result<Registry, DispatchError>
             retry_policy: leak(policy),
             heartbeat_threshold_ms: u64::try_from(row.try_get::<i64, _>("heartbeat_threshold_ms")?)
                 .unwrap_or(0),
+            // The database's mirror does not hold it (outside the registry digest).
+            handler_timeout_ms: None,
             subscriptions: leak_slice(subscriptions),
         });
     }
