@@ -395,6 +395,37 @@ pub(crate) async fn settled(
     rows.iter().map(SettledDelivery::from_row).collect()
 }
 
+/// Under a transaction-scoped lock on the idempotency key (`lock`), the row an earlier apply
+/// under that key recorded (`lookup`), if any. Concurrent applies with one key take turns here.
+async fn earlier_apply(
+    connection: &mut PgConnection,
+    lock: &'static str,
+    lookup: &'static str,
+    key: &str,
+) -> Result<Option<PgRow>, sqlx::Error> {
+    sqlx::query(lock)
+        .bind(key)
+        .execute(&mut *connection)
+        .await?;
+    sqlx::query(lookup)
+        .bind(key)
+        .fetch_optional(&mut *connection)
+        .await
+}
+
+/// The selection's settled deliveries, their rows locked until the transaction ends.
+async fn locked_deliveries(
+    connection: &mut PgConnection,
+    selection: &ReplaySelection,
+) -> Result<Vec<SettledDelivery>, sqlx::Error> {
+    settled_query(sql::SETTLED_DELIVERIES_LOCKED, selection)
+        .fetch_all(&mut *connection)
+        .await?
+        .iter()
+        .map(SettledDelivery::from_row)
+        .collect()
+}
+
 fn settled_query<'q>(
     statement: &'static str,
     selection: &'q ReplaySelection,
@@ -573,14 +604,13 @@ pub(crate) async fn apply(
 ) -> Result<ReplayApplied, ReplayError> {
     check_approval(approval)?;
     let mut tx = pool.begin().await?;
-    sqlx::query(sql::LOCK_REPLAY_KEY)
-        .bind(&approval.idempotency_key)
-        .execute(&mut *tx)
-        .await?;
-    if let Some(row) = sqlx::query(sql::REPLAY_BY_KEY)
-        .bind(&approval.idempotency_key)
-        .fetch_optional(&mut *tx)
-        .await?
+    if let Some(row) = earlier_apply(
+        &mut tx,
+        sql::LOCK_REPLAY_KEY,
+        sql::REPLAY_BY_KEY,
+        &approval.idempotency_key,
+    )
+    .await?
     {
         let digest: String = row.try_get("plan_digest")?;
         tx.rollback().await?;
@@ -599,14 +629,7 @@ pub(crate) async fn apply(
     }
 
     // The plan again, its rows locked until commit: what is checked is what is replayed.
-    let rows = settled_query(sql::SETTLED_DELIVERIES_LOCKED, selection)
-        .fetch_all(&mut *tx)
-        .await?;
-    let deliveries = rows
-        .iter()
-        .map(SettledDelivery::from_row)
-        .collect::<Result<Vec<_>, _>>()?;
-    let plan = plan_of(selection, deliveries);
+    let plan = plan_of(selection, locked_deliveries(&mut tx, selection).await?);
     if plan.digest != approval.digest {
         return Err(ReplayError::DigestMismatch {
             presented: approval.digest.clone(),
@@ -741,14 +764,13 @@ pub(crate) async fn discard(
 ) -> Result<DiscardApplied, ReplayError> {
     check_approval(approval)?;
     let mut tx = pool.begin().await?;
-    sqlx::query(sql::LOCK_DISCARD_KEY)
-        .bind(&approval.idempotency_key)
-        .execute(&mut *tx)
-        .await?;
-    if let Some(row) = sqlx::query(sql::DISCARD_BY_KEY)
-        .bind(&approval.idempotency_key)
-        .fetch_optional(&mut *tx)
-        .await?
+    if let Some(row) = earlier_apply(
+        &mut tx,
+        sql::LOCK_DISCARD_KEY,
+        sql::DISCARD_BY_KEY,
+        &approval.idempotency_key,
+    )
+    .await?
     {
         let digest: String = row.try_get("plan_digest")?;
         let consumer: String = row.try_get("consumer")?;
@@ -768,13 +790,7 @@ pub(crate) async fn discard(
     }
 
     // The plan again, its rows locked until commit: what was approved is what is discarded.
-    let rows = settled_query(sql::SETTLED_DELIVERIES_LOCKED, selection)
-        .fetch_all(&mut *tx)
-        .await?;
-    let deliveries = rows
-        .iter()
-        .map(SettledDelivery::from_row)
-        .collect::<Result<Vec<_>, _>>()?;
+    let deliveries = locked_deliveries(&mut tx, selection).await?;
     let digest = plan_digest(PlanKind::Discard, selection, &deliveries);
     if digest != approval.digest {
         return Err(ReplayError::DigestMismatch {
