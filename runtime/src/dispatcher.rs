@@ -1073,7 +1073,7 @@ impl Worker {
         let handler = Arc::clone(&self.consumer.handler);
         let result = {
             let context = HandlerContext::new(claimed, &self.store, Some(&mut *tx));
-            let future = self.timed(CatchUnwind(handler.handle(context)));
+            let future = std::pin::pin!(self.timed(CatchUnwind(handler.handle(context))));
             // The row lock keeps this lease: only another lease's loss ends the renewals.
             self.with_renewal(future, &held, None, ticker).await
         };
@@ -1118,7 +1118,7 @@ impl Worker {
         let handler = Arc::clone(&self.consumer.handler);
         let result = {
             let context = HandlerContext::new(claimed, &self.store, None);
-            let future = self.timed(CatchUnwind(handler.handle(context)));
+            let future = std::pin::pin!(self.timed(CatchUnwind(handler.handle(context))));
             self.with_renewal(future, &held, Some(&claimed.lease), ticker)
                 .await
         };
@@ -1148,29 +1148,25 @@ impl Worker {
 
     /// `future` (a handler run) under the handler timeout, if one applies: past it, `future` is
     /// dropped unfinished and the run fails as transient with code `handler_timeout`.
-    fn timed<'f, F>(
-        &self,
-        future: F,
-    ) -> BoxFuture<'f, std::thread::Result<Result<(), HandlerError>>>
+    async fn timed<F>(&self, future: F) -> std::thread::Result<Result<(), HandlerError>>
     where
-        F: Future<Output = std::thread::Result<Result<(), HandlerError>>> + Send + 'f,
+        F: Future<Output = std::thread::Result<Result<(), HandlerError>>>,
     {
-        let Some(limit) = self
+        match self
             .config
             .handler_timeout
             .or(self.consumer.handler_timeout)
-        else {
-            return Box::pin(future);
-        };
-        Box::pin(async move {
-            match tokio::time::timeout(limit, future).await {
-                Ok(output) => output,
-                Err(_) => Ok(Err(HandlerError::new(
-                    FailureClass::Transient,
-                    "handler_timeout",
-                ))),
-            }
-        })
+        {
+            None => future.await,
+            Some(limit) => tokio::time::timeout(limit, future)
+                .await
+                .unwrap_or_else(|_| {
+                    Ok(Err(HandlerError::new(
+                        FailureClass::Transient,
+                        "handler_timeout",
+                    )))
+                }),
+        }
     }
 
     /// Drives `future`, renewing `held` leases on every tick meanwhile. `None` when the lease

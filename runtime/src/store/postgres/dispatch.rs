@@ -551,41 +551,37 @@ impl PgStore {
     /// [`DispatchError::Database`].
     pub async fn recover_expired(&self, limit: u32) -> Result<u64, DispatchError> {
         let (consumers, limits) = &self.inner.attempt_limits;
+        let recover = || {
+            sqlx::query(sql::RECOVER_EXPIRED)
+                .bind(i64::from(limit.max(1)))
+                .bind(consumers)
+                .bind(limits)
+        };
+        let Some(descriptor) = self.dead_letter_type() else {
+            // No lifecycle event to emit: one statement, committed on its own.
+            let row = recover().fetch_one(&self.inner.pool).await?;
+            return recovered(&row);
+        };
         // One transaction: the lifecycle events commit with the dead-lettering or not at all.
         let mut transaction = self.inner.pool.begin().await?;
-        let row = sqlx::query(sql::RECOVER_EXPIRED)
-            .bind(i64::from(limit.max(1)))
-            .bind(consumers)
-            .bind(limits)
-            .fetch_one(&mut *transaction)
-            .await?;
-        let recovered: i64 = row.try_get("recovered")?;
-        let dead: i64 = row.try_get("dead")?;
-        if let Some(descriptor) = self.dead_letter_type().filter(|_| dead > 0) {
-            let events: Vec<Uuid> = row.try_get("dead_events")?;
-            let consumers: Vec<String> = row.try_get("dead_consumers")?;
-            let attempts: Vec<i32> = row.try_get("dead_attempts")?;
-            for ((event_id, consumer), attempts) in events.iter().zip(&consumers).zip(attempts) {
-                let dead = DeadLetter {
-                    event_id: *event_id,
-                    consumer,
-                    attempts: u32::try_from(attempts).unwrap_or(1),
-                    // The handler never answered: its attempts ended like transient failures.
-                    failure_class: "transient",
-                    error_code: "lease_expired",
-                };
-                self.emit_dead_lettered(&mut transaction, descriptor, dead)
-                    .await?;
-            }
+        let row = recover().fetch_one(&mut *transaction).await?;
+        let events: Vec<Uuid> = row.try_get("dead_events")?;
+        let consumers: Vec<String> = row.try_get("dead_consumers")?;
+        let attempts: Vec<i32> = row.try_get("dead_attempts")?;
+        for ((event_id, consumer), attempts) in events.iter().zip(&consumers).zip(attempts) {
+            let dead = DeadLetter {
+                event_id: *event_id,
+                consumer,
+                attempts: u32::try_from(attempts).unwrap_or(1),
+                // The handler never answered: its attempts ended like transient failures.
+                failure_class: "transient",
+                error_code: "lease_expired",
+            };
+            self.emit_dead_lettered(&mut transaction, descriptor, dead)
+                .await?;
         }
         transaction.commit().await?;
-        if dead > 0 {
-            tracing::warn!(
-                dead,
-                "expired leases dead-lettered: their attempts reached the retry policy's maximum"
-            );
-        }
-        Ok(u64::try_from(recovered).unwrap_or(0))
+        recovered(&row)
     }
 
     /// Records an effect once, fenced (see [`crate::Store::record_effect`]). For a
@@ -694,4 +690,18 @@ fn claimed(row: &PgRow, owner: &str) -> Result<Claimed, DispatchError> {
         payload,
         trace,
     })
+}
+
+/// The recovered count of a [`sql::RECOVER_EXPIRED`] row; warns of the deliveries it
+/// dead-lettered.
+fn recovered(row: &PgRow) -> Result<u64, DispatchError> {
+    let recovered: i64 = row.try_get("recovered")?;
+    let dead: i64 = row.try_get("dead")?;
+    if dead > 0 {
+        tracing::warn!(
+            dead,
+            "expired leases dead-lettered: their attempts reached the retry policy's maximum"
+        );
+    }
+    Ok(u64::try_from(recovered).unwrap_or(0))
 }
