@@ -1,6 +1,6 @@
 //! The end-to-end example's flow (`cargo run --example outbox`, docs/runtime.md, "Example: end
 //! to end"): the generated producers append events in the caller's transaction, and a
-//! generated consumer trait, adapted to the dispatcher, receives them from PostgreSQL.
+//! generated consumer trait, served by its generated adapter, receives them from PostgreSQL.
 //!
 //! [`run`] creates a throw-away database on the server, applies `generated/migrations`,
 //! verifies the registry, publishes, dispatches the `worker.notification.iu` consumer until its
@@ -11,20 +11,17 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use evc_generated::consumers::WorkerNotificationIu;
+use evc::sqlx::migrate::Migrator;
+use evc::sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
+use evc::sqlx::{self, AssertSqlSafe, Connection};
+use evc::uuid::Uuid;
+use evc::{Dispatcher, DispatcherConfig, HandlerContext, HandlerError, PgStore, TraceContext};
+use evc_generated::consumers::{WorkerNotificationIu, WorkerNotificationIuConsumer};
 use evc_generated::payloads::{
-    IuBorn, IuBornV1, IuBornV1GovernanceState, IuDeprecatedV1, IuDeprecatedV1ReasonCode,
+    IuBornV1, IuBornV1GovernanceState, IuDeprecatedV1, IuDeprecatedV1ReasonCode,
     ProposalApprovedV1, ProposalRejectedV1, StepEscalatedV1,
 };
 use evc_generated::producers::{emit_iu_born_v1, emit_iu_deprecated_v1};
-use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
-use evc_runtime::{
-    Delivery, Dispatcher, DispatcherConfig, FailureClass, HandlerError, PgStore, TraceContext,
-};
-use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
-use sqlx::{AssertSqlSafe, Connection};
-use uuid::Uuid;
 
 /// Any error of the example.
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -75,29 +72,37 @@ impl Notifier {
 }
 
 impl WorkerNotificationIu for Notifier {
-    async fn on_iu_born(&self, delivery: &Delivery, payload: IuBornV1) -> Result<(), HandlerError> {
+    async fn on_iu_born(
+        &self,
+        cx: &mut HandlerContext<'_>,
+        payload: IuBornV1,
+    ) -> Result<(), HandlerError> {
         self.note(format!(
             "attempt {}: unit {} born ({:?}), telling its owners",
-            delivery.attempt, payload.iu_unit_id, payload.governance_state
+            cx.delivery().attempt,
+            payload.iu_unit_id,
+            payload.governance_state
         ));
         Ok(())
     }
 
     async fn on_iu_deprecated(
         &self,
-        delivery: &Delivery,
+        cx: &mut HandlerContext<'_>,
         payload: IuDeprecatedV1,
     ) -> Result<(), HandlerError> {
         self.note(format!(
             "attempt {}: unit {} deprecated ({:?}), telling its readers",
-            delivery.attempt, payload.iu_unit_id, payload.reason_code
+            cx.delivery().attempt,
+            payload.iu_unit_id,
+            payload.reason_code
         ));
         Ok(())
     }
 
     async fn on_proposal_approved(
         &self,
-        _delivery: &Delivery,
+        _cx: &mut HandlerContext<'_>,
         payload: ProposalApprovedV1,
     ) -> Result<(), HandlerError> {
         self.note(format!("proposal approved: {payload:?}"));
@@ -106,7 +111,7 @@ impl WorkerNotificationIu for Notifier {
 
     async fn on_proposal_rejected(
         &self,
-        _delivery: &Delivery,
+        _cx: &mut HandlerContext<'_>,
         payload: ProposalRejectedV1,
     ) -> Result<(), HandlerError> {
         self.note(format!("proposal rejected: {payload:?}"));
@@ -115,66 +120,11 @@ impl WorkerNotificationIu for Notifier {
 
     async fn on_step_escalated(
         &self,
-        _delivery: &Delivery,
+        _cx: &mut HandlerContext<'_>,
         payload: StepEscalatedV1,
     ) -> Result<(), HandlerError> {
         self.note(format!("step escalated: {payload:?}"));
         Ok(())
-    }
-}
-
-/// Adapts a [`WorkerNotificationIu`] implementation to the dispatcher's [`DynHandler`]:
-/// decodes the payload into the generated type of the delivery's event and major version and
-/// calls the trait's method. A payload that does not fit is a `schema` failure (quarantined);
-/// an event or major the consumer does not subscribe to is a `scope` failure.
-#[derive(Debug)]
-pub struct NotificationAdapter<H>(pub Arc<H>);
-
-fn decode<T: serde::de::DeserializeOwned>(payload: &serde_json::Value) -> Result<T, HandlerError> {
-    serde_json::from_value(payload.clone())
-        .map_err(|_| HandlerError::new(FailureClass::Schema, "payload_does_not_match_type"))
-}
-
-impl<H: WorkerNotificationIu + 'static> DynHandler for NotificationAdapter<H> {
-    fn handle<'a>(
-        &'a self,
-        context: HandlerContext<'a>,
-    ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(async move {
-            let delivery = context.delivery();
-            let payload = context.payload();
-            let handler = &*self.0;
-            match delivery.event_type.as_str() {
-                "iu.born" => {
-                    let major = delivery.major().unwrap_or_default();
-                    match IuBorn::from_json(major, payload.clone()).map_err(|_| {
-                        HandlerError::new(FailureClass::Schema, "payload_does_not_match_type")
-                    })? {
-                        IuBorn::V1(born) => handler.on_iu_born(delivery, born).await,
-                        _ => Err(HandlerError::new(
-                            FailureClass::Scope,
-                            "version_not_subscribed",
-                        )),
-                    }
-                }
-                "iu.deprecated" => handler.on_iu_deprecated(delivery, decode(payload)?).await,
-                "proposal.approved" => {
-                    handler
-                        .on_proposal_approved(delivery, decode(payload)?)
-                        .await
-                }
-                "proposal.rejected" => {
-                    handler
-                        .on_proposal_rejected(delivery, decode(payload)?)
-                        .await
-                }
-                "step.escalated" => handler.on_step_escalated(delivery, decode(payload)?).await,
-                _ => Err(HandlerError::new(
-                    FailureClass::Scope,
-                    "event_not_subscribed",
-                )),
-            }
-        })
     }
 }
 
@@ -245,7 +195,7 @@ async fn flow(options: PgConnectOptions, database: String) -> Result<Report, Err
             units[0],
             Uuid::now_v7(),
             IuDeprecatedV1ReasonCode::Superseded,
-            chrono::Utc::now(),
+            evc::chrono::Utc::now(),
         )
         .with_superseded_by_unit_id(units[1]);
         let receipt = emit_iu_deprecated_v1(&mut publisher, &trace, &deprecated).await?;
@@ -257,7 +207,7 @@ async fn flow(options: PgConnectOptions, database: String) -> Result<Report, Err
     }
     tx.commit().await?;
 
-    // The consumer, adapted to the dispatcher.
+    // The consumer: the generated adapter serves the trait implementation.
     let notifier = Arc::new(Notifier::default());
     let handle = Dispatcher::new(
         store.clone(),
@@ -266,7 +216,7 @@ async fn flow(options: PgConnectOptions, database: String) -> Result<Report, Err
             .workers(1)
             .poll_interval(Duration::from_millis(100)),
     )
-    .consumer(CONSUMER, NotificationAdapter(Arc::clone(&notifier)))?
+    .serve(WorkerNotificationIuConsumer(Arc::clone(&notifier)))?
     .start();
     let start = Instant::now();
     loop {
@@ -306,7 +256,7 @@ fn born(unit: Uuid) -> IuBornV1 {
         unit,
         Uuid::now_v7(),
         IuBornV1GovernanceState::Draft,
-        chrono::Utc::now(),
+        evc::chrono::Utc::now(),
     )
     .with_axis_count(2)
 }

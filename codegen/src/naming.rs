@@ -101,6 +101,14 @@ pub fn consumer_trait(consumer: &str) -> String {
     pascal(consumer)
 }
 
+/// The generated adapter that serves a consumer with an implementation of its trait
+/// (`WorkerNotificationIuConsumer`).
+pub fn consumer_adapter(consumer: &str) -> String {
+    // `pascal` keeps `Self` from being a type name with a trailing `_`; with a suffix the
+    // name is no keyword, and the underscore would break the camel case.
+    format!("{}Consumer", pascal(consumer).trim_end_matches('_'))
+}
+
 /// The `Handlers` field of a consumer.
 pub fn consumer_field(consumer: &str) -> String {
     snake(consumer)

@@ -14,3 +14,12 @@
 
 pub use evc_macros::{Event, consumer};
 pub use evc_runtime::*;
+
+// The crates generated code and the runtime's API name, at the versions evc was built with:
+// an application depends on `evc` alone and reaches them as `evc::uuid`, `evc::chrono`, ...
+pub use chrono;
+pub use schemars;
+pub use serde;
+pub use serde_json;
+pub use sqlx;
+pub use uuid;

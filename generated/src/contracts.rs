@@ -12,10 +12,12 @@ pub mod payloads {
         Hash,
         PartialOrd,
         Ord,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     pub enum AgentSuggestionV1SuggestionKind {
         /// `edit`
         #[serde(rename = "edit")]
@@ -38,43 +40,45 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct AgentSuggestionV1 {
         /// The suggestion; its content is stored under this id.
-        pub suggestion_id: ::uuid::Uuid,
+        pub suggestion_id: ::evc::uuid::Uuid,
         /// The unit the suggestion is about.
-        pub iu_unit_id: ::uuid::Uuid,
+        pub iu_unit_id: ::evc::uuid::Uuid,
         /// The unit version the suggestion was made against.
-        pub iu_version_id: ::uuid::Uuid,
+        pub iu_version_id: ::evc::uuid::Uuid,
         /// What the agent suggests doing.
         pub suggestion_kind: AgentSuggestionV1SuggestionKind,
         /// Confidence of the agent, in percent.
         pub confidence_pct: u8,
         /// When the suggestion was made.
-        pub suggested_at: ::chrono::DateTime<::chrono::Utc>,
+        pub suggested_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         /// The review run that produced the suggestion.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-        pub review_run_id: ::std::option::Option<::uuid::Uuid>,
+        pub review_run_id: ::std::option::Option<::evc::uuid::Uuid>,
         /// Identifier of the model that made the suggestion (`review.v3`).
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub model_ref: ::std::option::Option<::std::string::String>,
         /// Other units the suggestion involves (merge or link targets).
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-        pub target_unit_ids: ::std::option::Option<::std::vec::Vec<::uuid::Uuid>>,
+        pub target_unit_ids: ::std::option::Option<::std::vec::Vec<::evc::uuid::Uuid>>,
     }
     impl AgentSuggestionV1 {
         /// A `AgentSuggestionV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
         pub fn new(
-            suggestion_id: ::uuid::Uuid,
-            iu_unit_id: ::uuid::Uuid,
-            iu_version_id: ::uuid::Uuid,
+            suggestion_id: ::evc::uuid::Uuid,
+            iu_unit_id: ::evc::uuid::Uuid,
+            iu_version_id: ::evc::uuid::Uuid,
             suggestion_kind: AgentSuggestionV1SuggestionKind,
             confidence_pct: u8,
-            suggested_at: ::chrono::DateTime<::chrono::Utc>,
+            suggested_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 suggestion_id,
@@ -90,7 +94,7 @@ pub mod payloads {
         }
         /// Sets the optional `review_run_id` property.
         #[must_use]
-        pub fn with_review_run_id(mut self, value: ::uuid::Uuid) -> Self {
+        pub fn with_review_run_id(mut self, value: ::evc::uuid::Uuid) -> Self {
             self.review_run_id = ::std::option::Option::Some(value);
             self
         }
@@ -104,7 +108,7 @@ pub mod payloads {
         #[must_use]
         pub fn with_target_unit_ids(
             mut self,
-            value: ::std::vec::Vec<::uuid::Uuid>,
+            value: ::std::vec::Vec<::evc::uuid::Uuid>,
         ) -> Self {
             self.target_unit_ids = ::std::option::Option::Some(value);
             self
@@ -117,16 +121,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.2.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for AgentSuggestionV1 {
+        const EVENT_TYPE: &'static str = "agent.suggestion";
+        const VERSION: &'static str = "1.2.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.iu_unit_id)
+                ::evc::publish::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `agent.suggestion`: An agent suggested a change to an information unit; a person decides.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum AgentSuggestion {
@@ -143,13 +151,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "agent.suggestion", other
                             ),
@@ -164,23 +172,25 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct CutCompletedV1 {
         /// The completed cut.
-        pub cut_id: ::uuid::Uuid,
+        pub cut_id: ::evc::uuid::Uuid,
         /// Number of unit versions in the cut.
         pub unit_count: u64,
         /// Number of verified marks in the cut.
         pub mark_count: u64,
         /// When the cut completed.
-        pub completed_at: ::chrono::DateTime<::chrono::Utc>,
+        pub completed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         /// The workflow run that produced the cut, when one did.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-        pub workflow_run_id: ::std::option::Option<::uuid::Uuid>,
+        pub workflow_run_id: ::std::option::Option<::evc::uuid::Uuid>,
         /// How long the cut took, in milliseconds.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub duration_ms: ::std::option::Option<u64>,
@@ -188,10 +198,10 @@ pub mod payloads {
     impl CutCompletedV1 {
         /// A `CutCompletedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
         pub fn new(
-            cut_id: ::uuid::Uuid,
+            cut_id: ::evc::uuid::Uuid,
             unit_count: u64,
             mark_count: u64,
-            completed_at: ::chrono::DateTime<::chrono::Utc>,
+            completed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 cut_id,
@@ -204,7 +214,7 @@ pub mod payloads {
         }
         /// Sets the optional `workflow_run_id` property.
         #[must_use]
-        pub fn with_workflow_run_id(mut self, value: ::uuid::Uuid) -> Self {
+        pub fn with_workflow_run_id(mut self, value: ::evc::uuid::Uuid) -> Self {
             self.workflow_run_id = ::std::option::Option::Some(value);
             self
         }
@@ -222,16 +232,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.1.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for CutCompletedV1 {
+        const EVENT_TYPE: &'static str = "cut.completed";
+        const VERSION: &'static str = "1.1.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.cut_id)
+                ::evc::publish::order_key_part(& self.cut_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `cut.completed`: A cut completed: all its marks are verified.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum CutCompleted {
@@ -248,13 +262,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "cut.completed", other
                             ),
@@ -269,10 +283,12 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct CutFailedV1Error {
         /// Error code (SCREAMING_SNAKE), never the message text.
@@ -291,28 +307,30 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct CutFailedV1 {
         /// The failed cut.
-        pub cut_id: ::uuid::Uuid,
+        pub cut_id: ::evc::uuid::Uuid,
         /// What went wrong, as a reference: an error code and whether a retry may help.
         pub error: CutFailedV1Error,
         /// Number of marks that could not be verified.
         pub failed_mark_count: u64,
         /// When the cut failed.
-        pub failed_at: ::chrono::DateTime<::chrono::Utc>,
+        pub failed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
     }
     impl CutFailedV1 {
         /// A `CutFailedV1` from its required properties, in the order of the schema's `properties`.
         pub fn new(
-            cut_id: ::uuid::Uuid,
+            cut_id: ::evc::uuid::Uuid,
             error: CutFailedV1Error,
             failed_mark_count: u64,
-            failed_at: ::chrono::DateTime<::chrono::Utc>,
+            failed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 cut_id,
@@ -329,16 +347,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.0.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for CutFailedV1 {
+        const EVENT_TYPE: &'static str = "cut.failed";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.cut_id)
+                ::evc::publish::order_key_part(& self.cut_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `cut.failed`: A cut failed and was abandoned.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum CutFailed {
@@ -355,13 +377,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "cut.failed", other
                             ),
@@ -376,31 +398,33 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct CutMarkVerifiedV1 {
         /// The cut the mark belongs to.
-        pub cut_id: ::uuid::Uuid,
+        pub cut_id: ::evc::uuid::Uuid,
         /// The verified mark.
-        pub mark_id: ::uuid::Uuid,
+        pub mark_id: ::evc::uuid::Uuid,
         /// The unit the mark points to.
-        pub iu_unit_id: ::uuid::Uuid,
+        pub iu_unit_id: ::evc::uuid::Uuid,
         /// The unit version the mark points to.
-        pub iu_version_id: ::uuid::Uuid,
+        pub iu_version_id: ::evc::uuid::Uuid,
         /// When the mark was verified.
-        pub verified_at: ::chrono::DateTime<::chrono::Utc>,
+        pub verified_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
     }
     impl CutMarkVerifiedV1 {
         /// A `CutMarkVerifiedV1` from its required properties, in the order of the schema's `properties`.
         pub fn new(
-            cut_id: ::uuid::Uuid,
-            mark_id: ::uuid::Uuid,
-            iu_unit_id: ::uuid::Uuid,
-            iu_version_id: ::uuid::Uuid,
-            verified_at: ::chrono::DateTime<::chrono::Utc>,
+            cut_id: ::evc::uuid::Uuid,
+            mark_id: ::evc::uuid::Uuid,
+            iu_unit_id: ::evc::uuid::Uuid,
+            iu_version_id: ::evc::uuid::Uuid,
+            verified_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 cut_id,
@@ -418,16 +442,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.0.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for CutMarkVerifiedV1 {
+        const EVENT_TYPE: &'static str = "cut.mark_verified";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.cut_id)
+                ::evc::publish::order_key_part(& self.cut_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `cut.mark_verified`: A mark of a cut was verified against the unit version it points to.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum CutMarkVerified {
@@ -444,13 +472,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "cut.mark_verified", other
                             ),
@@ -470,10 +498,12 @@ pub mod payloads {
         Hash,
         PartialOrd,
         Ord,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     pub enum DecisionRecordedV1Outcome {
         /// `approved`
         #[serde(rename = "approved")]
@@ -490,10 +520,12 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct DecisionRecordedV1Votes {
         /// Votes to approve.
@@ -514,34 +546,36 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct DecisionRecordedV1 {
         /// The decision record.
-        pub decision_id: ::uuid::Uuid,
+        pub decision_id: ::evc::uuid::Uuid,
         /// The proposal decided on.
-        pub proposal_id: ::uuid::Uuid,
+        pub proposal_id: ::evc::uuid::Uuid,
         /// What was decided.
         pub outcome: DecisionRecordedV1Outcome,
         /// The vote tally.
         pub votes: DecisionRecordedV1Votes,
         /// Chair who recorded the decision, when one did.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-        pub decided_by_id: ::std::option::Option<::uuid::Uuid>,
+        pub decided_by_id: ::std::option::Option<::evc::uuid::Uuid>,
         /// When the decision was recorded.
-        pub recorded_at: ::chrono::DateTime<::chrono::Utc>,
+        pub recorded_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
     }
     impl DecisionRecordedV1 {
         /// A `DecisionRecordedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
         pub fn new(
-            decision_id: ::uuid::Uuid,
-            proposal_id: ::uuid::Uuid,
+            decision_id: ::evc::uuid::Uuid,
+            proposal_id: ::evc::uuid::Uuid,
             outcome: DecisionRecordedV1Outcome,
             votes: DecisionRecordedV1Votes,
-            recorded_at: ::chrono::DateTime<::chrono::Utc>,
+            recorded_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 decision_id,
@@ -554,7 +588,7 @@ pub mod payloads {
         }
         /// Sets the optional `decided_by_id` property.
         #[must_use]
-        pub fn with_decided_by_id(mut self, value: ::uuid::Uuid) -> Self {
+        pub fn with_decided_by_id(mut self, value: ::evc::uuid::Uuid) -> Self {
             self.decided_by_id = ::std::option::Option::Some(value);
             self
         }
@@ -566,13 +600,17 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.0.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for DecisionRecordedV1 {
+        const EVENT_TYPE: &'static str = "decision.recorded";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             ::std::option::Option::None
         }
     }
     /// `decision.recorded`: A governance decision on a proposal was recorded with its vote tally.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum DecisionRecorded {
@@ -589,13 +627,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "decision.recorded", other
                             ),
@@ -610,14 +648,16 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct DlqReplayCompletedV1 {
         /// The replay.
-        pub replay_id: ::uuid::Uuid,
+        pub replay_id: ::evc::uuid::Uuid,
         /// Jobs replayed.
         pub replayed_count: u64,
         /// Replayed jobs that succeeded.
@@ -625,16 +665,16 @@ pub mod payloads {
         /// Replayed jobs that failed again.
         pub failed_count: u64,
         /// When the replay finished.
-        pub completed_at: ::chrono::DateTime<::chrono::Utc>,
+        pub completed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
     }
     impl DlqReplayCompletedV1 {
         /// A `DlqReplayCompletedV1` from its required properties, in the order of the schema's `properties`.
         pub fn new(
-            replay_id: ::uuid::Uuid,
+            replay_id: ::evc::uuid::Uuid,
             replayed_count: u64,
             succeeded_count: u64,
             failed_count: u64,
-            completed_at: ::chrono::DateTime<::chrono::Utc>,
+            completed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 replay_id,
@@ -652,16 +692,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.0.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for DlqReplayCompletedV1 {
+        const EVENT_TYPE: &'static str = "dlq_replay.completed";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.replay_id)
+                ::evc::publish::order_key_part(& self.replay_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `dlq_replay.completed`: A replay of dead-lettered jobs finished.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum DlqReplayCompleted {
@@ -678,13 +722,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "dlq_replay.completed", other
                             ),
@@ -699,10 +743,12 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct DlqReplayFailedV1Error {
         /// Error code (SCREAMING_SNAKE), never the message text.
@@ -721,28 +767,30 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct DlqReplayFailedV1 {
         /// The replay.
-        pub replay_id: ::uuid::Uuid,
+        pub replay_id: ::evc::uuid::Uuid,
         /// What went wrong, as a reference: an error code and whether a retry may help.
         pub error: DlqReplayFailedV1Error,
         /// Jobs replayed before the replay stopped.
         pub replayed_count: u64,
         /// When the replay stopped.
-        pub failed_at: ::chrono::DateTime<::chrono::Utc>,
+        pub failed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
     }
     impl DlqReplayFailedV1 {
         /// A `DlqReplayFailedV1` from its required properties, in the order of the schema's `properties`.
         pub fn new(
-            replay_id: ::uuid::Uuid,
+            replay_id: ::evc::uuid::Uuid,
             error: DlqReplayFailedV1Error,
             replayed_count: u64,
-            failed_at: ::chrono::DateTime<::chrono::Utc>,
+            failed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 replay_id,
@@ -759,16 +807,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.0.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for DlqReplayFailedV1 {
+        const EVENT_TYPE: &'static str = "dlq_replay.failed";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.replay_id)
+                ::evc::publish::order_key_part(& self.replay_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `dlq_replay.failed`: A replay of dead-lettered jobs could not run to the end.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum DlqReplayFailed {
@@ -785,13 +837,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "dlq_replay.failed", other
                             ),
@@ -806,31 +858,33 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct DlqReplayScheduledV1 {
         /// The replay.
-        pub replay_id: ::uuid::Uuid,
+        pub replay_id: ::evc::uuid::Uuid,
         /// The consumer whose dead letters are replayed (`worker.dot.iu_axis`).
         pub consumer_name: ::std::string::String,
         /// Number of dead-lettered jobs selected for replay.
         pub job_count: u64,
         /// Person who requested the replay.
-        pub requested_by_id: ::uuid::Uuid,
+        pub requested_by_id: ::evc::uuid::Uuid,
         /// When the replay is to start.
-        pub scheduled_for: ::chrono::DateTime<::chrono::Utc>,
+        pub scheduled_for: ::evc::chrono::DateTime<::evc::chrono::Utc>,
     }
     impl DlqReplayScheduledV1 {
         /// A `DlqReplayScheduledV1` from its required properties, in the order of the schema's `properties`.
         pub fn new(
-            replay_id: ::uuid::Uuid,
+            replay_id: ::evc::uuid::Uuid,
             consumer_name: ::std::string::String,
             job_count: u64,
-            requested_by_id: ::uuid::Uuid,
-            scheduled_for: ::chrono::DateTime<::chrono::Utc>,
+            requested_by_id: ::evc::uuid::Uuid,
+            scheduled_for: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 replay_id,
@@ -848,16 +902,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.0.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for DlqReplayScheduledV1 {
+        const EVENT_TYPE: &'static str = "dlq_replay.scheduled";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.replay_id)
+                ::evc::publish::order_key_part(& self.replay_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `dlq_replay.scheduled`: A replay of dead-lettered jobs was scheduled.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum DlqReplayScheduled {
@@ -874,13 +932,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "dlq_replay.scheduled", other
                             ),
@@ -895,18 +953,20 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct DotCommandCompletedV1 {
         /// The workflow run the command belongs to.
-        pub workflow_run_id: ::uuid::Uuid,
+        pub workflow_run_id: ::evc::uuid::Uuid,
         /// The step run that issued the command.
-        pub step_run_id: ::uuid::Uuid,
+        pub step_run_id: ::evc::uuid::Uuid,
         /// This run of the command.
-        pub command_run_id: ::uuid::Uuid,
+        pub command_run_id: ::evc::uuid::Uuid,
         /// Name of the pipeline command (`iu.axis.resolve`).
         pub command_name: ::std::string::String,
         /// How long the command ran, in milliseconds.
@@ -914,18 +974,18 @@ pub mod payloads {
         /// Number of unit versions the command wrote.
         pub output_unit_count: u64,
         /// When the command completed.
-        pub completed_at: ::chrono::DateTime<::chrono::Utc>,
+        pub completed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
     }
     impl DotCommandCompletedV1 {
         /// A `DotCommandCompletedV1` from its required properties, in the order of the schema's `properties`.
         pub fn new(
-            workflow_run_id: ::uuid::Uuid,
-            step_run_id: ::uuid::Uuid,
-            command_run_id: ::uuid::Uuid,
+            workflow_run_id: ::evc::uuid::Uuid,
+            step_run_id: ::evc::uuid::Uuid,
+            command_run_id: ::evc::uuid::Uuid,
             command_name: ::std::string::String,
             duration_ms: u64,
             output_unit_count: u64,
-            completed_at: ::chrono::DateTime<::chrono::Utc>,
+            completed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 workflow_run_id,
@@ -945,16 +1005,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.0.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for DotCommandCompletedV1 {
+        const EVENT_TYPE: &'static str = "dot.command_completed";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.command_run_id)
+                ::evc::publish::order_key_part(& self.command_run_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `dot.command_completed`: A dot pipeline command completed successfully.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum DotCommandCompleted {
@@ -971,13 +1035,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "dot.command_completed", other
                             ),
@@ -992,10 +1056,12 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct DotCommandFailedV1Error {
         /// Error code (SCREAMING_SNAKE), never the message text.
@@ -1014,24 +1080,26 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct DotCommandFailedV1 {
         /// The workflow run the command belongs to.
-        pub workflow_run_id: ::uuid::Uuid,
+        pub workflow_run_id: ::evc::uuid::Uuid,
         /// The step run that issued the command.
-        pub step_run_id: ::uuid::Uuid,
+        pub step_run_id: ::evc::uuid::Uuid,
         /// This run of the command.
-        pub command_run_id: ::uuid::Uuid,
+        pub command_run_id: ::evc::uuid::Uuid,
         /// Name of the pipeline command (`iu.axis.resolve`).
         pub command_name: ::std::string::String,
         /// What went wrong, as a reference: an error code and whether a retry may help.
         pub error: DotCommandFailedV1Error,
         /// When the command failed.
-        pub failed_at: ::chrono::DateTime<::chrono::Utc>,
+        pub failed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         /// Attempt number, the first being 1.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub attempt: ::std::option::Option<u64>,
@@ -1042,12 +1110,12 @@ pub mod payloads {
     impl DotCommandFailedV1 {
         /// A `DotCommandFailedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
         pub fn new(
-            workflow_run_id: ::uuid::Uuid,
-            step_run_id: ::uuid::Uuid,
-            command_run_id: ::uuid::Uuid,
+            workflow_run_id: ::evc::uuid::Uuid,
+            step_run_id: ::evc::uuid::Uuid,
+            command_run_id: ::evc::uuid::Uuid,
             command_name: ::std::string::String,
             error: DotCommandFailedV1Error,
-            failed_at: ::chrono::DateTime<::chrono::Utc>,
+            failed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 workflow_run_id,
@@ -1080,16 +1148,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.1.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for DotCommandFailedV1 {
+        const EVENT_TYPE: &'static str = "dot.command_failed";
+        const VERSION: &'static str = "1.1.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.command_run_id)
+                ::evc::publish::order_key_part(& self.command_run_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `dot.command_failed`: A dot pipeline command failed.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum DotCommandFailed {
@@ -1106,13 +1178,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "dot.command_failed", other
                             ),
@@ -1127,34 +1199,36 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct DotCommandStartedV1 {
         /// The workflow run the command belongs to.
-        pub workflow_run_id: ::uuid::Uuid,
+        pub workflow_run_id: ::evc::uuid::Uuid,
         /// The step run that issued the command.
-        pub step_run_id: ::uuid::Uuid,
+        pub step_run_id: ::evc::uuid::Uuid,
         /// This run of the command.
-        pub command_run_id: ::uuid::Uuid,
+        pub command_run_id: ::evc::uuid::Uuid,
         /// Name of the pipeline command (`iu.axis.resolve`).
         pub command_name: ::std::string::String,
         /// Attempt number, the first being 1.
         pub attempt: u64,
         /// When the command started.
-        pub started_at: ::chrono::DateTime<::chrono::Utc>,
+        pub started_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
     }
     impl DotCommandStartedV1 {
         /// A `DotCommandStartedV1` from its required properties, in the order of the schema's `properties`.
         pub fn new(
-            workflow_run_id: ::uuid::Uuid,
-            step_run_id: ::uuid::Uuid,
-            command_run_id: ::uuid::Uuid,
+            workflow_run_id: ::evc::uuid::Uuid,
+            step_run_id: ::evc::uuid::Uuid,
+            command_run_id: ::evc::uuid::Uuid,
             command_name: ::std::string::String,
             attempt: u64,
-            started_at: ::chrono::DateTime<::chrono::Utc>,
+            started_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 workflow_run_id,
@@ -1173,16 +1247,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.0.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for DotCommandStartedV1 {
+        const EVENT_TYPE: &'static str = "dot.command_started";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.command_run_id)
+                ::evc::publish::order_key_part(& self.command_run_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `dot.command_started`: A dot pipeline command started.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum DotCommandStarted {
@@ -1199,13 +1277,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "dot.command_started", other
                             ),
@@ -1225,10 +1303,12 @@ pub mod payloads {
         Hash,
         PartialOrd,
         Ord,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     pub enum IuBornV1GovernanceState {
         /// `draft`
         #[serde(rename = "draft")]
@@ -1248,23 +1328,25 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct IuBornV1 {
         /// The new information unit.
-        pub iu_unit_id: ::uuid::Uuid,
+        pub iu_unit_id: ::evc::uuid::Uuid,
         /// Its first version.
-        pub iu_version_id: ::uuid::Uuid,
+        pub iu_version_id: ::evc::uuid::Uuid,
         /// Governance state the unit starts in.
         pub governance_state: IuBornV1GovernanceState,
         /// When the unit came into existence.
-        pub born_at: ::chrono::DateTime<::chrono::Utc>,
+        pub born_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         /// Workflow run that created the unit, when one did.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-        pub source_run_id: ::std::option::Option<::uuid::Uuid>,
+        pub source_run_id: ::std::option::Option<::evc::uuid::Uuid>,
         /// Number of axes resolved for the unit.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub axis_count: ::std::option::Option<u64>,
@@ -1272,10 +1354,10 @@ pub mod payloads {
     impl IuBornV1 {
         /// A `IuBornV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
         pub fn new(
-            iu_unit_id: ::uuid::Uuid,
-            iu_version_id: ::uuid::Uuid,
+            iu_unit_id: ::evc::uuid::Uuid,
+            iu_version_id: ::evc::uuid::Uuid,
             governance_state: IuBornV1GovernanceState,
-            born_at: ::chrono::DateTime<::chrono::Utc>,
+            born_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 iu_unit_id,
@@ -1288,7 +1370,7 @@ pub mod payloads {
         }
         /// Sets the optional `source_run_id` property.
         #[must_use]
-        pub fn with_source_run_id(mut self, value: ::uuid::Uuid) -> Self {
+        pub fn with_source_run_id(mut self, value: ::evc::uuid::Uuid) -> Self {
             self.source_run_id = ::std::option::Option::Some(value);
             self
         }
@@ -1306,10 +1388,13 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.1.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for IuBornV1 {
+        const EVENT_TYPE: &'static str = "iu.born";
+        const VERSION: &'static str = "1.1.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.iu_unit_id)
+                ::evc::publish::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -1324,10 +1409,12 @@ pub mod payloads {
         Hash,
         PartialOrd,
         Ord,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     pub enum IuBornV2GovernanceState {
         /// `draft`
         #[serde(rename = "draft")]
@@ -1352,10 +1439,12 @@ pub mod payloads {
         Hash,
         PartialOrd,
         Ord,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     pub enum IuBornV2AxesAudience {
         /// `internal`
         #[serde(rename = "internal")]
@@ -1372,23 +1461,28 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct IuBornV2Axes {
         /// Resolved subject axis.
-        pub subject_axis_id: ::uuid::Uuid,
+        pub subject_axis_id: ::evc::uuid::Uuid,
         /// Resolved scope axis.
-        pub scope_axis_id: ::uuid::Uuid,
+        pub scope_axis_id: ::evc::uuid::Uuid,
         /// Audience axis, when resolved.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub audience: ::std::option::Option<IuBornV2AxesAudience>,
     }
     impl IuBornV2Axes {
         /// A `IuBornV2Axes` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
-        pub fn new(subject_axis_id: ::uuid::Uuid, scope_axis_id: ::uuid::Uuid) -> Self {
+        pub fn new(
+            subject_axis_id: ::evc::uuid::Uuid,
+            scope_axis_id: ::evc::uuid::Uuid,
+        ) -> Self {
             Self {
                 subject_axis_id,
                 scope_axis_id,
@@ -1407,33 +1501,35 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct IuBornV2 {
         /// The new information unit.
-        pub iu_unit_id: ::uuid::Uuid,
+        pub iu_unit_id: ::evc::uuid::Uuid,
         /// Its first version.
-        pub iu_version_id: ::uuid::Uuid,
+        pub iu_version_id: ::evc::uuid::Uuid,
         /// Governance state the unit starts in.
         pub governance_state: IuBornV2GovernanceState,
         /// When the unit came into existence.
-        pub born_at: ::chrono::DateTime<::chrono::Utc>,
+        pub born_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         /// Workflow run that created the unit, when one did.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-        pub source_run_id: ::std::option::Option<::uuid::Uuid>,
+        pub source_run_id: ::std::option::Option<::evc::uuid::Uuid>,
         /// The resolved axes of the unit, as references.
         pub axes: IuBornV2Axes,
     }
     impl IuBornV2 {
         /// A `IuBornV2` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
         pub fn new(
-            iu_unit_id: ::uuid::Uuid,
-            iu_version_id: ::uuid::Uuid,
+            iu_unit_id: ::evc::uuid::Uuid,
+            iu_version_id: ::evc::uuid::Uuid,
             governance_state: IuBornV2GovernanceState,
-            born_at: ::chrono::DateTime<::chrono::Utc>,
+            born_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
             axes: IuBornV2Axes,
         ) -> Self {
             Self {
@@ -1447,7 +1543,7 @@ pub mod payloads {
         }
         /// Sets the optional `source_run_id` property.
         #[must_use]
-        pub fn with_source_run_id(mut self, value: ::uuid::Uuid) -> Self {
+        pub fn with_source_run_id(mut self, value: ::evc::uuid::Uuid) -> Self {
             self.source_run_id = ::std::option::Option::Some(value);
             self
         }
@@ -1459,16 +1555,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "2.0.0";
         /// The major version.
         pub const MAJOR: u64 = 2;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for IuBornV2 {
+        const EVENT_TYPE: &'static str = "iu.born";
+        const VERSION: &'static str = "2.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.iu_unit_id)
+                ::evc::publish::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `iu.born`: A new information unit exists and its axes are resolved.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum IuBorn {
@@ -1487,14 +1587,14 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
-                2 => ::serde_json::from_value(payload).map(Self::V2),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
+                2 => ::evc::serde_json::from_value(payload).map(Self::V2),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "iu.born", other
                             ),
@@ -1514,10 +1614,12 @@ pub mod payloads {
         Hash,
         PartialOrd,
         Ord,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     pub enum IuDeprecatedV1ReasonCode {
         /// `superseded`
         #[serde(rename = "superseded")]
@@ -1537,31 +1639,33 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct IuDeprecatedV1 {
         /// The deprecated unit.
-        pub iu_unit_id: ::uuid::Uuid,
+        pub iu_unit_id: ::evc::uuid::Uuid,
         /// Its last version.
-        pub iu_version_id: ::uuid::Uuid,
+        pub iu_version_id: ::evc::uuid::Uuid,
         /// Why the unit was deprecated.
         pub reason_code: IuDeprecatedV1ReasonCode,
         /// The unit that replaces it, when one does.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-        pub superseded_by_unit_id: ::std::option::Option<::uuid::Uuid>,
+        pub superseded_by_unit_id: ::std::option::Option<::evc::uuid::Uuid>,
         /// When the unit was deprecated.
-        pub deprecated_at: ::chrono::DateTime<::chrono::Utc>,
+        pub deprecated_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
     }
     impl IuDeprecatedV1 {
         /// A `IuDeprecatedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
         pub fn new(
-            iu_unit_id: ::uuid::Uuid,
-            iu_version_id: ::uuid::Uuid,
+            iu_unit_id: ::evc::uuid::Uuid,
+            iu_version_id: ::evc::uuid::Uuid,
             reason_code: IuDeprecatedV1ReasonCode,
-            deprecated_at: ::chrono::DateTime<::chrono::Utc>,
+            deprecated_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 iu_unit_id,
@@ -1573,7 +1677,7 @@ pub mod payloads {
         }
         /// Sets the optional `superseded_by_unit_id` property.
         #[must_use]
-        pub fn with_superseded_by_unit_id(mut self, value: ::uuid::Uuid) -> Self {
+        pub fn with_superseded_by_unit_id(mut self, value: ::evc::uuid::Uuid) -> Self {
             self.superseded_by_unit_id = ::std::option::Option::Some(value);
             self
         }
@@ -1585,16 +1689,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.0.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for IuDeprecatedV1 {
+        const EVENT_TYPE: &'static str = "iu.deprecated";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.iu_unit_id)
+                ::evc::publish::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `iu.deprecated`: An information unit was deprecated and should no longer be used.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum IuDeprecated {
@@ -1611,13 +1719,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "iu.deprecated", other
                             ),
@@ -1637,10 +1745,12 @@ pub mod payloads {
         Hash,
         PartialOrd,
         Ord,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     pub enum IuEditedV1GovernanceState {
         /// `draft`
         #[serde(rename = "draft")]
@@ -1660,25 +1770,27 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct IuEditedV1 {
         /// The edited information unit.
-        pub iu_unit_id: ::uuid::Uuid,
+        pub iu_unit_id: ::evc::uuid::Uuid,
         /// The version the edit produced.
-        pub iu_version_id: ::uuid::Uuid,
+        pub iu_version_id: ::evc::uuid::Uuid,
         /// The version the edit started from.
-        pub previous_version_id: ::uuid::Uuid,
+        pub previous_version_id: ::evc::uuid::Uuid,
         /// Governance state of the unit after the edit.
         pub governance_state: IuEditedV1GovernanceState,
         /// When the edit was committed.
-        pub edited_at: ::chrono::DateTime<::chrono::Utc>,
+        pub edited_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         /// Person or agent that made the edit.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-        pub editor_id: ::std::option::Option<::uuid::Uuid>,
+        pub editor_id: ::std::option::Option<::evc::uuid::Uuid>,
         /// Number of fields the edit changed.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub changed_field_count: ::std::option::Option<u64>,
@@ -1686,11 +1798,11 @@ pub mod payloads {
     impl IuEditedV1 {
         /// A `IuEditedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
         pub fn new(
-            iu_unit_id: ::uuid::Uuid,
-            iu_version_id: ::uuid::Uuid,
-            previous_version_id: ::uuid::Uuid,
+            iu_unit_id: ::evc::uuid::Uuid,
+            iu_version_id: ::evc::uuid::Uuid,
+            previous_version_id: ::evc::uuid::Uuid,
             governance_state: IuEditedV1GovernanceState,
-            edited_at: ::chrono::DateTime<::chrono::Utc>,
+            edited_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 iu_unit_id,
@@ -1704,7 +1816,7 @@ pub mod payloads {
         }
         /// Sets the optional `editor_id` property.
         #[must_use]
-        pub fn with_editor_id(mut self, value: ::uuid::Uuid) -> Self {
+        pub fn with_editor_id(mut self, value: ::evc::uuid::Uuid) -> Self {
             self.editor_id = ::std::option::Option::Some(value);
             self
         }
@@ -1722,16 +1834,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.1.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for IuEditedV1 {
+        const EVENT_TYPE: &'static str = "iu.edited";
+        const VERSION: &'static str = "1.1.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.iu_unit_id)
+                ::evc::publish::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `iu.edited`: An information unit got a new version through an edit.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum IuEdited {
@@ -1748,13 +1864,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "iu.edited", other
                             ),
@@ -1774,10 +1890,12 @@ pub mod payloads {
         Hash,
         PartialOrd,
         Ord,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     pub enum IuLinkedV1LinkKind {
         /// `references`
         #[serde(rename = "references")]
@@ -1797,34 +1915,36 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct IuLinkedV1 {
         /// The unit the link starts from.
-        pub iu_unit_id: ::uuid::Uuid,
+        pub iu_unit_id: ::evc::uuid::Uuid,
         /// The unit the link points to.
-        pub target_unit_id: ::uuid::Uuid,
+        pub target_unit_id: ::evc::uuid::Uuid,
         /// What the link means.
         pub link_kind: IuLinkedV1LinkKind,
         /// When the link was created.
-        pub linked_at: ::chrono::DateTime<::chrono::Utc>,
+        pub linked_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         /// The link itself, so it can be removed later.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-        pub link_id: ::std::option::Option<::uuid::Uuid>,
+        pub link_id: ::std::option::Option<::evc::uuid::Uuid>,
         /// The target version, when the link pins one.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-        pub target_version_id: ::std::option::Option<::uuid::Uuid>,
+        pub target_version_id: ::std::option::Option<::evc::uuid::Uuid>,
     }
     impl IuLinkedV1 {
         /// A `IuLinkedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
         pub fn new(
-            iu_unit_id: ::uuid::Uuid,
-            target_unit_id: ::uuid::Uuid,
+            iu_unit_id: ::evc::uuid::Uuid,
+            target_unit_id: ::evc::uuid::Uuid,
             link_kind: IuLinkedV1LinkKind,
-            linked_at: ::chrono::DateTime<::chrono::Utc>,
+            linked_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 iu_unit_id,
@@ -1837,13 +1957,13 @@ pub mod payloads {
         }
         /// Sets the optional `link_id` property.
         #[must_use]
-        pub fn with_link_id(mut self, value: ::uuid::Uuid) -> Self {
+        pub fn with_link_id(mut self, value: ::evc::uuid::Uuid) -> Self {
             self.link_id = ::std::option::Option::Some(value);
             self
         }
         /// Sets the optional `target_version_id` property.
         #[must_use]
-        pub fn with_target_version_id(mut self, value: ::uuid::Uuid) -> Self {
+        pub fn with_target_version_id(mut self, value: ::evc::uuid::Uuid) -> Self {
             self.target_version_id = ::std::option::Option::Some(value);
             self
         }
@@ -1855,16 +1975,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.1.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for IuLinkedV1 {
+        const EVENT_TYPE: &'static str = "iu.linked";
+        const VERSION: &'static str = "1.1.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.iu_unit_id)
+                ::evc::publish::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `iu.linked`: Two information units were linked.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum IuLinked {
@@ -1881,13 +2005,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "iu.linked", other
                             ),
@@ -1902,20 +2026,25 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct IuMergedV1UnitRef {
         /// Information unit.
-        pub iu_unit_id: ::uuid::Uuid,
+        pub iu_unit_id: ::evc::uuid::Uuid,
         /// Version of that unit.
-        pub iu_version_id: ::uuid::Uuid,
+        pub iu_version_id: ::evc::uuid::Uuid,
     }
     impl IuMergedV1UnitRef {
         /// A `IuMergedV1UnitRef` from its required properties, in the order of the schema's `properties`.
-        pub fn new(iu_unit_id: ::uuid::Uuid, iu_version_id: ::uuid::Uuid) -> Self {
+        pub fn new(
+            iu_unit_id: ::evc::uuid::Uuid,
+            iu_version_id: ::evc::uuid::Uuid,
+        ) -> Self {
             Self { iu_unit_id, iu_version_id }
         }
     }
@@ -1924,31 +2053,33 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct IuMergedV1 {
         /// The surviving unit.
-        pub iu_unit_id: ::uuid::Uuid,
+        pub iu_unit_id: ::evc::uuid::Uuid,
         /// The version of the surviving unit the merge produced.
-        pub iu_version_id: ::uuid::Uuid,
+        pub iu_version_id: ::evc::uuid::Uuid,
         /// The units merged into the surviving one.
         pub merged_from: ::std::vec::Vec<IuMergedV1UnitRef>,
         /// The approval that allowed the merge.
-        pub approval_id: ::uuid::Uuid,
+        pub approval_id: ::evc::uuid::Uuid,
         /// When the merge was committed.
-        pub merged_at: ::chrono::DateTime<::chrono::Utc>,
+        pub merged_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
     }
     impl IuMergedV1 {
         /// A `IuMergedV1` from its required properties, in the order of the schema's `properties`.
         pub fn new(
-            iu_unit_id: ::uuid::Uuid,
-            iu_version_id: ::uuid::Uuid,
+            iu_unit_id: ::evc::uuid::Uuid,
+            iu_version_id: ::evc::uuid::Uuid,
             merged_from: ::std::vec::Vec<IuMergedV1UnitRef>,
-            approval_id: ::uuid::Uuid,
-            merged_at: ::chrono::DateTime<::chrono::Utc>,
+            approval_id: ::evc::uuid::Uuid,
+            merged_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 iu_unit_id,
@@ -1966,16 +2097,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.0.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for IuMergedV1 {
+        const EVENT_TYPE: &'static str = "iu.merged";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.iu_unit_id)
+                ::evc::publish::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `iu.merged`: Several information units were merged into one surviving unit.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum IuMerged {
@@ -1992,13 +2127,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "iu.merged", other
                             ),
@@ -2018,10 +2153,12 @@ pub mod payloads {
         Hash,
         PartialOrd,
         Ord,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     pub enum IuRenderedV1ViewKind {
         /// `mout_view`
         #[serde(rename = "mout_view")]
@@ -2038,37 +2175,39 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct IuRenderedV1 {
         /// The rendered unit.
-        pub iu_unit_id: ::uuid::Uuid,
+        pub iu_unit_id: ::evc::uuid::Uuid,
         /// The rendered version.
-        pub iu_version_id: ::uuid::Uuid,
+        pub iu_version_id: ::evc::uuid::Uuid,
         /// The render run.
-        pub render_run_id: ::uuid::Uuid,
+        pub render_run_id: ::evc::uuid::Uuid,
         /// Which view was rendered.
         pub view_kind: IuRenderedV1ViewKind,
         /// Stored render output; the output itself is never in the event.
-        pub artifact_id: ::uuid::Uuid,
+        pub artifact_id: ::evc::uuid::Uuid,
         /// Size of the stored output in bytes.
         pub byte_count: u64,
         /// When rendering finished.
-        pub rendered_at: ::chrono::DateTime<::chrono::Utc>,
+        pub rendered_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
     }
     impl IuRenderedV1 {
         /// A `IuRenderedV1` from its required properties, in the order of the schema's `properties`.
         pub fn new(
-            iu_unit_id: ::uuid::Uuid,
-            iu_version_id: ::uuid::Uuid,
-            render_run_id: ::uuid::Uuid,
+            iu_unit_id: ::evc::uuid::Uuid,
+            iu_version_id: ::evc::uuid::Uuid,
+            render_run_id: ::evc::uuid::Uuid,
             view_kind: IuRenderedV1ViewKind,
-            artifact_id: ::uuid::Uuid,
+            artifact_id: ::evc::uuid::Uuid,
             byte_count: u64,
-            rendered_at: ::chrono::DateTime<::chrono::Utc>,
+            rendered_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 iu_unit_id,
@@ -2088,16 +2227,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.0.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for IuRenderedV1 {
+        const EVENT_TYPE: &'static str = "iu.rendered";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.iu_unit_id)
+                ::evc::publish::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `iu.rendered`: A version of an information unit was rendered into a view.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum IuRendered {
@@ -2114,13 +2257,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "iu.rendered", other
                             ),
@@ -2135,20 +2278,25 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct IuSplitApprovedV1UnitRef {
         /// Information unit.
-        pub iu_unit_id: ::uuid::Uuid,
+        pub iu_unit_id: ::evc::uuid::Uuid,
         /// Version of that unit.
-        pub iu_version_id: ::uuid::Uuid,
+        pub iu_version_id: ::evc::uuid::Uuid,
     }
     impl IuSplitApprovedV1UnitRef {
         /// A `IuSplitApprovedV1UnitRef` from its required properties, in the order of the schema's `properties`.
-        pub fn new(iu_unit_id: ::uuid::Uuid, iu_version_id: ::uuid::Uuid) -> Self {
+        pub fn new(
+            iu_unit_id: ::evc::uuid::Uuid,
+            iu_version_id: ::evc::uuid::Uuid,
+        ) -> Self {
             Self { iu_unit_id, iu_version_id }
         }
     }
@@ -2157,31 +2305,33 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct IuSplitApprovedV1 {
         /// The unit that was split.
-        pub iu_unit_id: ::uuid::Uuid,
+        pub iu_unit_id: ::evc::uuid::Uuid,
         /// The split proposal.
-        pub proposal_id: ::uuid::Uuid,
+        pub proposal_id: ::evc::uuid::Uuid,
         /// The approval that accepted it.
-        pub approval_id: ::uuid::Uuid,
+        pub approval_id: ::evc::uuid::Uuid,
         /// The units the split produced.
         pub resulting_units: ::std::vec::Vec<IuSplitApprovedV1UnitRef>,
         /// When the split was approved.
-        pub approved_at: ::chrono::DateTime<::chrono::Utc>,
+        pub approved_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
     }
     impl IuSplitApprovedV1 {
         /// A `IuSplitApprovedV1` from its required properties, in the order of the schema's `properties`.
         pub fn new(
-            iu_unit_id: ::uuid::Uuid,
-            proposal_id: ::uuid::Uuid,
-            approval_id: ::uuid::Uuid,
+            iu_unit_id: ::evc::uuid::Uuid,
+            proposal_id: ::evc::uuid::Uuid,
+            approval_id: ::evc::uuid::Uuid,
             resulting_units: ::std::vec::Vec<IuSplitApprovedV1UnitRef>,
-            approved_at: ::chrono::DateTime<::chrono::Utc>,
+            approved_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 iu_unit_id,
@@ -2199,16 +2349,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.0.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for IuSplitApprovedV1 {
+        const EVENT_TYPE: &'static str = "iu.split_approved";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.iu_unit_id)
+                ::evc::publish::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `iu.split_approved`: A proposed split was approved and the resulting units exist.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum IuSplitApproved {
@@ -2225,13 +2379,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "iu.split_approved", other
                             ),
@@ -2246,31 +2400,33 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct IuSplitProposedV1 {
         /// The unit proposed for splitting.
-        pub iu_unit_id: ::uuid::Uuid,
+        pub iu_unit_id: ::evc::uuid::Uuid,
         /// The version the split starts from.
-        pub iu_version_id: ::uuid::Uuid,
+        pub iu_version_id: ::evc::uuid::Uuid,
         /// The governance proposal that carries the split.
-        pub proposal_id: ::uuid::Uuid,
+        pub proposal_id: ::evc::uuid::Uuid,
         /// Number of units the split would produce.
         pub proposed_part_count: u64,
         /// When the split was proposed.
-        pub proposed_at: ::chrono::DateTime<::chrono::Utc>,
+        pub proposed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
     }
     impl IuSplitProposedV1 {
         /// A `IuSplitProposedV1` from its required properties, in the order of the schema's `properties`.
         pub fn new(
-            iu_unit_id: ::uuid::Uuid,
-            iu_version_id: ::uuid::Uuid,
-            proposal_id: ::uuid::Uuid,
+            iu_unit_id: ::evc::uuid::Uuid,
+            iu_version_id: ::evc::uuid::Uuid,
+            proposal_id: ::evc::uuid::Uuid,
             proposed_part_count: u64,
-            proposed_at: ::chrono::DateTime<::chrono::Utc>,
+            proposed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 iu_unit_id,
@@ -2288,16 +2444,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.0.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for IuSplitProposedV1 {
+        const EVENT_TYPE: &'static str = "iu.split_proposed";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.iu_unit_id)
+                ::evc::publish::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `iu.split_proposed`: Splitting an information unit into several was proposed.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum IuSplitProposed {
@@ -2314,13 +2474,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "iu.split_proposed", other
                             ),
@@ -2335,31 +2495,33 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct IuUsedInWorkflowV1 {
         /// The unit used.
-        pub iu_unit_id: ::uuid::Uuid,
+        pub iu_unit_id: ::evc::uuid::Uuid,
         /// The version used.
-        pub iu_version_id: ::uuid::Uuid,
+        pub iu_version_id: ::evc::uuid::Uuid,
         /// The workflow run that used it.
-        pub workflow_run_id: ::uuid::Uuid,
+        pub workflow_run_id: ::evc::uuid::Uuid,
         /// The step run that used it.
-        pub step_run_id: ::uuid::Uuid,
+        pub step_run_id: ::evc::uuid::Uuid,
         /// When the step used the unit.
-        pub used_at: ::chrono::DateTime<::chrono::Utc>,
+        pub used_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
     }
     impl IuUsedInWorkflowV1 {
         /// A `IuUsedInWorkflowV1` from its required properties, in the order of the schema's `properties`.
         pub fn new(
-            iu_unit_id: ::uuid::Uuid,
-            iu_version_id: ::uuid::Uuid,
-            workflow_run_id: ::uuid::Uuid,
-            step_run_id: ::uuid::Uuid,
-            used_at: ::chrono::DateTime<::chrono::Utc>,
+            iu_unit_id: ::evc::uuid::Uuid,
+            iu_version_id: ::evc::uuid::Uuid,
+            workflow_run_id: ::evc::uuid::Uuid,
+            step_run_id: ::evc::uuid::Uuid,
+            used_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 iu_unit_id,
@@ -2377,17 +2539,21 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.0.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for IuUsedInWorkflowV1 {
+        const EVENT_TYPE: &'static str = "iu.used_in_workflow";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.iu_unit_id)
+                ::evc::publish::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `iu.used_in_workflow`: A version of an information unit was used as input of a workflow step. Deprecated: step.completed 1.1.0 carries the input unit references.
     #[deprecated(note = "the event type is deprecated in the contracts")]
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum IuUsedInWorkflow {
@@ -2404,13 +2570,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "iu.used_in_workflow", other
                             ),
@@ -2430,10 +2596,12 @@ pub mod payloads {
         Hash,
         PartialOrd,
         Ord,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     pub enum IuValidatedV1Outcome {
         /// `passed`
         #[serde(rename = "passed")]
@@ -2450,18 +2618,20 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct IuValidatedV1 {
         /// The validated unit.
-        pub iu_unit_id: ::uuid::Uuid,
+        pub iu_unit_id: ::evc::uuid::Uuid,
         /// The validated version.
-        pub iu_version_id: ::uuid::Uuid,
+        pub iu_version_id: ::evc::uuid::Uuid,
         /// The validation run.
-        pub validation_run_id: ::uuid::Uuid,
+        pub validation_run_id: ::evc::uuid::Uuid,
         /// Result of the validation.
         pub outcome: IuValidatedV1Outcome,
         /// Number of errors found.
@@ -2469,18 +2639,18 @@ pub mod payloads {
         /// Number of warnings found.
         pub warning_count: u64,
         /// When validation finished.
-        pub validated_at: ::chrono::DateTime<::chrono::Utc>,
+        pub validated_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
     }
     impl IuValidatedV1 {
         /// A `IuValidatedV1` from its required properties, in the order of the schema's `properties`.
         pub fn new(
-            iu_unit_id: ::uuid::Uuid,
-            iu_version_id: ::uuid::Uuid,
-            validation_run_id: ::uuid::Uuid,
+            iu_unit_id: ::evc::uuid::Uuid,
+            iu_version_id: ::evc::uuid::Uuid,
+            validation_run_id: ::evc::uuid::Uuid,
             outcome: IuValidatedV1Outcome,
             error_count: u64,
             warning_count: u64,
-            validated_at: ::chrono::DateTime<::chrono::Utc>,
+            validated_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 iu_unit_id,
@@ -2500,16 +2670,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.0.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for IuValidatedV1 {
+        const EVENT_TYPE: &'static str = "iu.validated";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.iu_unit_id)
+                ::evc::publish::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `iu.validated`: A version of an information unit was validated.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum IuValidated {
@@ -2526,13 +2700,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "iu.validated", other
                             ),
@@ -2552,10 +2726,12 @@ pub mod payloads {
         Hash,
         PartialOrd,
         Ord,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     pub enum JobDeadLetteredV1FailureClass {
         /// `transient`
         #[serde(rename = "transient")]
@@ -2572,16 +2748,18 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct JobDeadLetteredV1 {
         /// The dead-lettered delivery job.
-        pub job_id: ::uuid::Uuid,
+        pub job_id: ::evc::uuid::Uuid,
         /// The event the job delivered.
-        pub event_id: ::uuid::Uuid,
+        pub event_id: ::evc::uuid::Uuid,
         /// Type of that event (`iu.born`).
         pub event_type: ::std::string::String,
         /// The consumer whose delivery failed (`worker.dot.iu_axis`).
@@ -2593,25 +2771,27 @@ pub mod payloads {
         /// Error code of the last attempt (SCREAMING_SNAKE).
         pub last_error_code: ::std::string::String,
         /// When the job was dead-lettered.
-        pub dead_lettered_at: ::chrono::DateTime<::chrono::Utc>,
+        pub dead_lettered_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         /// When the first attempt failed.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-        pub first_failed_at: ::std::option::Option<::chrono::DateTime<::chrono::Utc>>,
+        pub first_failed_at: ::std::option::Option<
+            ::evc::chrono::DateTime<::evc::chrono::Utc>,
+        >,
         /// The workflow run the event belongs to, when it does.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-        pub workflow_run_id: ::std::option::Option<::uuid::Uuid>,
+        pub workflow_run_id: ::std::option::Option<::evc::uuid::Uuid>,
     }
     impl JobDeadLetteredV1 {
         /// A `JobDeadLetteredV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
         pub fn new(
-            job_id: ::uuid::Uuid,
-            event_id: ::uuid::Uuid,
+            job_id: ::evc::uuid::Uuid,
+            event_id: ::evc::uuid::Uuid,
             event_type: ::std::string::String,
             consumer_name: ::std::string::String,
             attempts: u64,
             failure_class: JobDeadLetteredV1FailureClass,
             last_error_code: ::std::string::String,
-            dead_lettered_at: ::chrono::DateTime<::chrono::Utc>,
+            dead_lettered_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 job_id,
@@ -2630,14 +2810,14 @@ pub mod payloads {
         #[must_use]
         pub fn with_first_failed_at(
             mut self,
-            value: ::chrono::DateTime<::chrono::Utc>,
+            value: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             self.first_failed_at = ::std::option::Option::Some(value);
             self
         }
         /// Sets the optional `workflow_run_id` property.
         #[must_use]
-        pub fn with_workflow_run_id(mut self, value: ::uuid::Uuid) -> Self {
+        pub fn with_workflow_run_id(mut self, value: ::evc::uuid::Uuid) -> Self {
             self.workflow_run_id = ::std::option::Option::Some(value);
             self
         }
@@ -2649,16 +2829,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.1.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for JobDeadLetteredV1 {
+        const EVENT_TYPE: &'static str = "job.dead_lettered";
+        const VERSION: &'static str = "1.1.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.job_id)
+                ::evc::publish::order_key_part(& self.job_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `job.dead_lettered`: A delivery job ran out of attempts or failed permanently and was dead-lettered.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum JobDeadLettered {
@@ -2675,13 +2859,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "job.dead_lettered", other
                             ),
@@ -2696,28 +2880,30 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct ProposalApprovedV1 {
         /// The approved proposal.
-        pub proposal_id: ::uuid::Uuid,
+        pub proposal_id: ::evc::uuid::Uuid,
         /// The approval record.
-        pub approval_id: ::uuid::Uuid,
+        pub approval_id: ::evc::uuid::Uuid,
         /// Person who approved.
-        pub approver_id: ::uuid::Uuid,
+        pub approver_id: ::evc::uuid::Uuid,
         /// When the proposal was approved.
-        pub approved_at: ::chrono::DateTime<::chrono::Utc>,
+        pub approved_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
     }
     impl ProposalApprovedV1 {
         /// A `ProposalApprovedV1` from its required properties, in the order of the schema's `properties`.
         pub fn new(
-            proposal_id: ::uuid::Uuid,
-            approval_id: ::uuid::Uuid,
-            approver_id: ::uuid::Uuid,
-            approved_at: ::chrono::DateTime<::chrono::Utc>,
+            proposal_id: ::evc::uuid::Uuid,
+            approval_id: ::evc::uuid::Uuid,
+            approver_id: ::evc::uuid::Uuid,
+            approved_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 proposal_id,
@@ -2734,16 +2920,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.0.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for ProposalApprovedV1 {
+        const EVENT_TYPE: &'static str = "proposal.approved";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.proposal_id)
+                ::evc::publish::order_key_part(& self.proposal_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `proposal.approved`: A governance proposal was approved.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum ProposalApproved {
@@ -2760,13 +2950,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "proposal.approved", other
                             ),
@@ -2786,10 +2976,12 @@ pub mod payloads {
         Hash,
         PartialOrd,
         Ord,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     pub enum ProposalRejectedV1ReasonCode {
         /// `policy`
         #[serde(rename = "policy")]
@@ -2809,28 +3001,30 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct ProposalRejectedV1 {
         /// The rejected proposal.
-        pub proposal_id: ::uuid::Uuid,
+        pub proposal_id: ::evc::uuid::Uuid,
         /// Person who rejected it.
-        pub reviewer_id: ::uuid::Uuid,
+        pub reviewer_id: ::evc::uuid::Uuid,
         /// Why the proposal was rejected.
         pub reason_code: ProposalRejectedV1ReasonCode,
         /// When the proposal was rejected.
-        pub rejected_at: ::chrono::DateTime<::chrono::Utc>,
+        pub rejected_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
     }
     impl ProposalRejectedV1 {
         /// A `ProposalRejectedV1` from its required properties, in the order of the schema's `properties`.
         pub fn new(
-            proposal_id: ::uuid::Uuid,
-            reviewer_id: ::uuid::Uuid,
+            proposal_id: ::evc::uuid::Uuid,
+            reviewer_id: ::evc::uuid::Uuid,
             reason_code: ProposalRejectedV1ReasonCode,
-            rejected_at: ::chrono::DateTime<::chrono::Utc>,
+            rejected_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 proposal_id,
@@ -2847,16 +3041,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.0.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for ProposalRejectedV1 {
+        const EVENT_TYPE: &'static str = "proposal.rejected";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.proposal_id)
+                ::evc::publish::order_key_part(& self.proposal_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `proposal.rejected`: A governance proposal was rejected.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum ProposalRejected {
@@ -2873,13 +3071,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "proposal.rejected", other
                             ),
@@ -2899,10 +3097,12 @@ pub mod payloads {
         Hash,
         PartialOrd,
         Ord,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     pub enum ProposalSubmittedV1ProposalKind {
         /// `edit`
         #[serde(rename = "edit")]
@@ -2925,27 +3125,29 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct ProposalSubmittedV1 {
         /// The proposal.
-        pub proposal_id: ::uuid::Uuid,
+        pub proposal_id: ::evc::uuid::Uuid,
         /// What the proposal would change.
         pub proposal_kind: ProposalSubmittedV1ProposalKind,
         /// The unit the proposal is about.
-        pub iu_unit_id: ::uuid::Uuid,
+        pub iu_unit_id: ::evc::uuid::Uuid,
         /// The unit version the proposal starts from.
-        pub iu_version_id: ::uuid::Uuid,
+        pub iu_version_id: ::evc::uuid::Uuid,
         /// Person or agent that submitted the proposal.
-        pub submitter_id: ::uuid::Uuid,
+        pub submitter_id: ::evc::uuid::Uuid,
         /// When the proposal was submitted.
-        pub submitted_at: ::chrono::DateTime<::chrono::Utc>,
+        pub submitted_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         /// The review workflow run started for the proposal, when one was.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-        pub workflow_run_id: ::std::option::Option<::uuid::Uuid>,
+        pub workflow_run_id: ::std::option::Option<::evc::uuid::Uuid>,
         /// Number of units the proposal would touch.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub affected_unit_count: ::std::option::Option<u64>,
@@ -2953,12 +3155,12 @@ pub mod payloads {
     impl ProposalSubmittedV1 {
         /// A `ProposalSubmittedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
         pub fn new(
-            proposal_id: ::uuid::Uuid,
+            proposal_id: ::evc::uuid::Uuid,
             proposal_kind: ProposalSubmittedV1ProposalKind,
-            iu_unit_id: ::uuid::Uuid,
-            iu_version_id: ::uuid::Uuid,
-            submitter_id: ::uuid::Uuid,
-            submitted_at: ::chrono::DateTime<::chrono::Utc>,
+            iu_unit_id: ::evc::uuid::Uuid,
+            iu_version_id: ::evc::uuid::Uuid,
+            submitter_id: ::evc::uuid::Uuid,
+            submitted_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 proposal_id,
@@ -2973,7 +3175,7 @@ pub mod payloads {
         }
         /// Sets the optional `workflow_run_id` property.
         #[must_use]
-        pub fn with_workflow_run_id(mut self, value: ::uuid::Uuid) -> Self {
+        pub fn with_workflow_run_id(mut self, value: ::evc::uuid::Uuid) -> Self {
             self.workflow_run_id = ::std::option::Option::Some(value);
             self
         }
@@ -2991,16 +3193,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.1.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for ProposalSubmittedV1 {
+        const EVENT_TYPE: &'static str = "proposal.submitted";
+        const VERSION: &'static str = "1.1.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.proposal_id)
+                ::evc::publish::order_key_part(& self.proposal_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `proposal.submitted`: A governance proposal was submitted for review.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum ProposalSubmitted {
@@ -3017,13 +3223,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "proposal.submitted", other
                             ),
@@ -3043,10 +3249,12 @@ pub mod payloads {
         Hash,
         PartialOrd,
         Ord,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     pub enum StepCompletedV1Outcome {
         /// `succeeded`
         #[serde(rename = "succeeded")]
@@ -3060,28 +3268,30 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct StepCompletedV1 {
         /// The workflow run.
-        pub workflow_run_id: ::uuid::Uuid,
+        pub workflow_run_id: ::evc::uuid::Uuid,
         /// The step run.
-        pub step_run_id: ::uuid::Uuid,
+        pub step_run_id: ::evc::uuid::Uuid,
         /// Key of the step in its workflow definition (`review.approve`).
         pub step_key: ::std::string::String,
         /// How the step ended.
         pub outcome: StepCompletedV1Outcome,
         /// When the step completed.
-        pub completed_at: ::chrono::DateTime<::chrono::Utc>,
+        pub completed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         /// Information units the step read.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-        pub input_unit_ids: ::std::option::Option<::std::vec::Vec<::uuid::Uuid>>,
+        pub input_unit_ids: ::std::option::Option<::std::vec::Vec<::evc::uuid::Uuid>>,
         /// Information units the step wrote.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-        pub output_unit_ids: ::std::option::Option<::std::vec::Vec<::uuid::Uuid>>,
+        pub output_unit_ids: ::std::option::Option<::std::vec::Vec<::evc::uuid::Uuid>>,
         /// How long the step ran, in milliseconds.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub duration_ms: ::std::option::Option<u64>,
@@ -3089,11 +3299,11 @@ pub mod payloads {
     impl StepCompletedV1 {
         /// A `StepCompletedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
         pub fn new(
-            workflow_run_id: ::uuid::Uuid,
-            step_run_id: ::uuid::Uuid,
+            workflow_run_id: ::evc::uuid::Uuid,
+            step_run_id: ::evc::uuid::Uuid,
             step_key: ::std::string::String,
             outcome: StepCompletedV1Outcome,
-            completed_at: ::chrono::DateTime<::chrono::Utc>,
+            completed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 workflow_run_id,
@@ -3110,7 +3320,7 @@ pub mod payloads {
         #[must_use]
         pub fn with_input_unit_ids(
             mut self,
-            value: ::std::vec::Vec<::uuid::Uuid>,
+            value: ::std::vec::Vec<::evc::uuid::Uuid>,
         ) -> Self {
             self.input_unit_ids = ::std::option::Option::Some(value);
             self
@@ -3119,7 +3329,7 @@ pub mod payloads {
         #[must_use]
         pub fn with_output_unit_ids(
             mut self,
-            value: ::std::vec::Vec<::uuid::Uuid>,
+            value: ::std::vec::Vec<::evc::uuid::Uuid>,
         ) -> Self {
             self.output_unit_ids = ::std::option::Option::Some(value);
             self
@@ -3138,16 +3348,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.1.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for StepCompletedV1 {
+        const EVENT_TYPE: &'static str = "step.completed";
+        const VERSION: &'static str = "1.1.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.workflow_run_id)
+                ::evc::publish::order_key_part(& self.workflow_run_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `step.completed`: A workflow step completed.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum StepCompleted {
@@ -3164,13 +3378,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "step.completed", other
                             ),
@@ -3190,10 +3404,12 @@ pub mod payloads {
         Hash,
         PartialOrd,
         Ord,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     pub enum StepEscalatedV1EscalationReason {
         /// `timeout`
         #[serde(rename = "timeout")]
@@ -3213,34 +3429,36 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct StepEscalatedV1 {
         /// The workflow run.
-        pub workflow_run_id: ::uuid::Uuid,
+        pub workflow_run_id: ::evc::uuid::Uuid,
         /// The step run.
-        pub step_run_id: ::uuid::Uuid,
+        pub step_run_id: ::evc::uuid::Uuid,
         /// Key of the step in its workflow definition (`review.approve`).
         pub step_key: ::std::string::String,
         /// Why the step was escalated.
         pub escalation_reason: StepEscalatedV1EscalationReason,
         /// The person the step was escalated to, when assigned.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-        pub assignee_id: ::std::option::Option<::uuid::Uuid>,
+        pub assignee_id: ::std::option::Option<::evc::uuid::Uuid>,
         /// When the step was escalated.
-        pub escalated_at: ::chrono::DateTime<::chrono::Utc>,
+        pub escalated_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
     }
     impl StepEscalatedV1 {
         /// A `StepEscalatedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
         pub fn new(
-            workflow_run_id: ::uuid::Uuid,
-            step_run_id: ::uuid::Uuid,
+            workflow_run_id: ::evc::uuid::Uuid,
+            step_run_id: ::evc::uuid::Uuid,
             step_key: ::std::string::String,
             escalation_reason: StepEscalatedV1EscalationReason,
-            escalated_at: ::chrono::DateTime<::chrono::Utc>,
+            escalated_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 workflow_run_id,
@@ -3253,7 +3471,7 @@ pub mod payloads {
         }
         /// Sets the optional `assignee_id` property.
         #[must_use]
-        pub fn with_assignee_id(mut self, value: ::uuid::Uuid) -> Self {
+        pub fn with_assignee_id(mut self, value: ::evc::uuid::Uuid) -> Self {
             self.assignee_id = ::std::option::Option::Some(value);
             self
         }
@@ -3265,16 +3483,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.0.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for StepEscalatedV1 {
+        const EVENT_TYPE: &'static str = "step.escalated";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.workflow_run_id)
+                ::evc::publish::order_key_part(& self.workflow_run_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `step.escalated`: A workflow step was escalated to a person.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum StepEscalated {
@@ -3291,13 +3513,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "step.escalated", other
                             ),
@@ -3312,16 +3534,18 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct StepFailedV1 {
         /// The workflow run.
-        pub workflow_run_id: ::uuid::Uuid,
+        pub workflow_run_id: ::evc::uuid::Uuid,
         /// The step run.
-        pub step_run_id: ::uuid::Uuid,
+        pub step_run_id: ::evc::uuid::Uuid,
         /// Key of the step in its workflow definition (`review.approve`).
         pub step_key: ::std::string::String,
         /// Error code (SCREAMING_SNAKE), never the message text.
@@ -3331,18 +3555,18 @@ pub mod payloads {
         /// Attempt number, the first being 1.
         pub attempt: u64,
         /// When the step failed.
-        pub failed_at: ::chrono::DateTime<::chrono::Utc>,
+        pub failed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
     }
     impl StepFailedV1 {
         /// A `StepFailedV1` from its required properties, in the order of the schema's `properties`.
         pub fn new(
-            workflow_run_id: ::uuid::Uuid,
-            step_run_id: ::uuid::Uuid,
+            workflow_run_id: ::evc::uuid::Uuid,
+            step_run_id: ::evc::uuid::Uuid,
             step_key: ::std::string::String,
             error_code: ::std::string::String,
             retryable: bool,
             attempt: u64,
-            failed_at: ::chrono::DateTime<::chrono::Utc>,
+            failed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 workflow_run_id,
@@ -3362,10 +3586,13 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.0.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for StepFailedV1 {
+        const EVENT_TYPE: &'static str = "step.failed";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.workflow_run_id)
+                ::evc::publish::order_key_part(& self.workflow_run_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -3380,10 +3607,12 @@ pub mod payloads {
         Hash,
         PartialOrd,
         Ord,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     pub enum StepFailedV2ErrorFailureClass {
         /// `transient`
         #[serde(rename = "transient")]
@@ -3409,10 +3638,12 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct StepFailedV2Error {
         /// Error code (SCREAMING_SNAKE), never the message text.
@@ -3441,16 +3672,18 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct StepFailedV2 {
         /// The workflow run.
-        pub workflow_run_id: ::uuid::Uuid,
+        pub workflow_run_id: ::evc::uuid::Uuid,
         /// The step run.
-        pub step_run_id: ::uuid::Uuid,
+        pub step_run_id: ::evc::uuid::Uuid,
         /// Key of the step in its workflow definition (`review.approve`).
         pub step_key: ::std::string::String,
         /// What went wrong, as a reference: code, failure class and whether a retry may help.
@@ -3458,17 +3691,17 @@ pub mod payloads {
         /// Attempt number, the first being 1.
         pub attempt: u64,
         /// When the step failed.
-        pub failed_at: ::chrono::DateTime<::chrono::Utc>,
+        pub failed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
     }
     impl StepFailedV2 {
         /// A `StepFailedV2` from its required properties, in the order of the schema's `properties`.
         pub fn new(
-            workflow_run_id: ::uuid::Uuid,
-            step_run_id: ::uuid::Uuid,
+            workflow_run_id: ::evc::uuid::Uuid,
+            step_run_id: ::evc::uuid::Uuid,
             step_key: ::std::string::String,
             error: StepFailedV2Error,
             attempt: u64,
-            failed_at: ::chrono::DateTime<::chrono::Utc>,
+            failed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 workflow_run_id,
@@ -3487,16 +3720,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "2.0.0";
         /// The major version.
         pub const MAJOR: u64 = 2;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for StepFailedV2 {
+        const EVENT_TYPE: &'static str = "step.failed";
+        const VERSION: &'static str = "2.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.workflow_run_id)
+                ::evc::publish::order_key_part(& self.workflow_run_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `step.failed`: A workflow step failed.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum StepFailed {
@@ -3515,14 +3752,14 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
-                2 => ::serde_json::from_value(payload).map(Self::V2),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
+                2 => ::evc::serde_json::from_value(payload).map(Self::V2),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "step.failed", other
                             ),
@@ -3542,10 +3779,12 @@ pub mod payloads {
         Hash,
         PartialOrd,
         Ord,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     pub enum StepReadyV1ExecutorKind {
         /// `dot`
         #[serde(rename = "dot")]
@@ -3574,31 +3813,33 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct StepReadyV1 {
         /// The workflow run.
-        pub workflow_run_id: ::uuid::Uuid,
+        pub workflow_run_id: ::evc::uuid::Uuid,
         /// The step run.
-        pub step_run_id: ::uuid::Uuid,
+        pub step_run_id: ::evc::uuid::Uuid,
         /// Key of the step in its workflow definition (`review.approve`).
         pub step_key: ::std::string::String,
         /// Kind of executor that runs the step.
         pub executor_kind: StepReadyV1ExecutorKind,
         /// When the step became ready.
-        pub ready_at: ::chrono::DateTime<::chrono::Utc>,
+        pub ready_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
     }
     impl StepReadyV1 {
         /// A `StepReadyV1` from its required properties, in the order of the schema's `properties`.
         pub fn new(
-            workflow_run_id: ::uuid::Uuid,
-            step_run_id: ::uuid::Uuid,
+            workflow_run_id: ::evc::uuid::Uuid,
+            step_run_id: ::evc::uuid::Uuid,
             step_key: ::std::string::String,
             executor_kind: StepReadyV1ExecutorKind,
-            ready_at: ::chrono::DateTime<::chrono::Utc>,
+            ready_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         ) -> Self {
             Self {
                 workflow_run_id,
@@ -3616,16 +3857,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.0.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for StepReadyV1 {
+        const EVENT_TYPE: &'static str = "step.ready";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.workflow_run_id)
+                ::evc::publish::order_key_part(& self.workflow_run_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `step.ready`: A workflow step has all its inputs and is ready to run.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum StepReady {
@@ -3642,13 +3887,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "step.ready", other
                             ),
@@ -3659,7 +3904,8 @@ pub mod payloads {
         }
     }
     /// Any registered event payload.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     #[allow(deprecated)]
@@ -3733,8 +3979,8 @@ pub mod payloads {
         pub fn from_json(
             event_type: &str,
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match event_type {
                 "agent.suggestion" => {
                     AgentSuggestion::from_json(major, payload).map(Self::AgentSuggestion)
@@ -3823,7 +4069,7 @@ pub mod payloads {
                 "step.ready" => StepReady::from_json(major, payload).map(Self::StepReady),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!("{} is not a registered event type", other),
                         ),
                     )
@@ -3839,15 +4085,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_agent_suggestion_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_agent_suggestion_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &AgentSuggestionV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             AgentSuggestionV1::EVENT_TYPE,
             AgentSuggestionV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -3857,15 +4103,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_cut_completed_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_cut_completed_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &CutCompletedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             CutCompletedV1::EVENT_TYPE,
             CutCompletedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -3875,15 +4121,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_cut_failed_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_cut_failed_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &CutFailedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             CutFailedV1::EVENT_TYPE,
             CutFailedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -3893,15 +4139,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_cut_mark_verified_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_cut_mark_verified_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &CutMarkVerifiedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             CutMarkVerifiedV1::EVENT_TYPE,
             CutMarkVerifiedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -3911,15 +4157,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_decision_recorded_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_decision_recorded_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &DecisionRecordedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             DecisionRecordedV1::EVENT_TYPE,
             DecisionRecordedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -3929,15 +4175,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_dlq_replay_completed_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_dlq_replay_completed_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &DlqReplayCompletedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             DlqReplayCompletedV1::EVENT_TYPE,
             DlqReplayCompletedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -3947,15 +4193,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_dlq_replay_failed_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_dlq_replay_failed_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &DlqReplayFailedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             DlqReplayFailedV1::EVENT_TYPE,
             DlqReplayFailedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -3965,15 +4211,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_dlq_replay_scheduled_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_dlq_replay_scheduled_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &DlqReplayScheduledV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             DlqReplayScheduledV1::EVENT_TYPE,
             DlqReplayScheduledV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -3983,15 +4229,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_dot_command_completed_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_dot_command_completed_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &DotCommandCompletedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             DotCommandCompletedV1::EVENT_TYPE,
             DotCommandCompletedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -4001,15 +4247,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_dot_command_failed_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_dot_command_failed_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &DotCommandFailedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             DotCommandFailedV1::EVENT_TYPE,
             DotCommandFailedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -4019,15 +4265,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_dot_command_started_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_dot_command_started_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &DotCommandStartedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             DotCommandStartedV1::EVENT_TYPE,
             DotCommandStartedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -4037,15 +4283,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_iu_born_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_iu_born_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &IuBornV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             IuBornV1::EVENT_TYPE,
             IuBornV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -4055,15 +4301,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_iu_born_v2<P: ::evc_runtime::Publish>(
+    pub async fn emit_iu_born_v2<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &IuBornV2,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             IuBornV2::EVENT_TYPE,
             IuBornV2::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -4073,15 +4319,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_iu_deprecated_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_iu_deprecated_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &IuDeprecatedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             IuDeprecatedV1::EVENT_TYPE,
             IuDeprecatedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -4091,15 +4337,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_iu_edited_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_iu_edited_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &IuEditedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             IuEditedV1::EVENT_TYPE,
             IuEditedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -4109,15 +4355,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_iu_linked_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_iu_linked_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &IuLinkedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             IuLinkedV1::EVENT_TYPE,
             IuLinkedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -4127,15 +4373,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_iu_merged_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_iu_merged_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &IuMergedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             IuMergedV1::EVENT_TYPE,
             IuMergedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -4145,15 +4391,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_iu_rendered_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_iu_rendered_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &IuRenderedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             IuRenderedV1::EVENT_TYPE,
             IuRenderedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -4163,15 +4409,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_iu_split_approved_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_iu_split_approved_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &IuSplitApprovedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             IuSplitApprovedV1::EVENT_TYPE,
             IuSplitApprovedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -4181,15 +4427,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_iu_split_proposed_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_iu_split_proposed_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &IuSplitProposedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             IuSplitProposedV1::EVENT_TYPE,
             IuSplitProposedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -4200,15 +4446,15 @@ pub mod producers {
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
     #[deprecated(note = "the event type is deprecated in the contracts")]
-    pub async fn emit_iu_used_in_workflow_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_iu_used_in_workflow_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &IuUsedInWorkflowV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             IuUsedInWorkflowV1::EVENT_TYPE,
             IuUsedInWorkflowV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -4218,15 +4464,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_iu_validated_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_iu_validated_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &IuValidatedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             IuValidatedV1::EVENT_TYPE,
             IuValidatedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -4236,15 +4482,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_job_dead_lettered_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_job_dead_lettered_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &JobDeadLetteredV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             JobDeadLetteredV1::EVENT_TYPE,
             JobDeadLetteredV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -4254,15 +4500,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_proposal_approved_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_proposal_approved_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &ProposalApprovedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             ProposalApprovedV1::EVENT_TYPE,
             ProposalApprovedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -4272,15 +4518,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_proposal_rejected_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_proposal_rejected_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &ProposalRejectedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             ProposalRejectedV1::EVENT_TYPE,
             ProposalRejectedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -4290,15 +4536,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_proposal_submitted_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_proposal_submitted_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &ProposalSubmittedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             ProposalSubmittedV1::EVENT_TYPE,
             ProposalSubmittedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -4308,15 +4554,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_step_completed_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_step_completed_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &StepCompletedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             StepCompletedV1::EVENT_TYPE,
             StepCompletedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -4326,15 +4572,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_step_escalated_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_step_escalated_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &StepEscalatedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             StepEscalatedV1::EVENT_TYPE,
             StepEscalatedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -4344,15 +4590,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_step_failed_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_step_failed_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &StepFailedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             StepFailedV1::EVENT_TYPE,
             StepFailedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -4362,15 +4608,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_step_failed_v2<P: ::evc_runtime::Publish>(
+    pub async fn emit_step_failed_v2<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &StepFailedV2,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             StepFailedV2::EVENT_TYPE,
             StepFailedV2::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -4380,15 +4626,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_step_ready_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_step_ready_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &StepReadyV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             StepReadyV1::EVENT_TYPE,
             StepReadyV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -4399,505 +4645,2367 @@ pub mod producers {
 pub mod consumers {
     use super::payloads::*;
     /// Handler of the consumer `audit`: Writes every active event type, every version, to the append-only audit log.
-    pub trait Audit: Send + Sync {
+    pub trait Audit: Send + Sync + 'static {
         /// Handles `iu.born` deliveries (>=1, <3: 1.0.0, 1.1.0, 2.0.0).
         fn on_iu_born(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuBorn,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `iu.edited` deliveries (^1: 1.0.0, 1.1.0).
         fn on_iu_edited(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuEditedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `iu.split_proposed` deliveries (^1: 1.0.0).
         fn on_iu_split_proposed(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuSplitProposedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `iu.split_approved` deliveries (^1: 1.0.0).
         fn on_iu_split_approved(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuSplitApprovedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `iu.merged` deliveries (^1: 1.0.0).
         fn on_iu_merged(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuMergedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `iu.deprecated` deliveries (^1: 1.0.0).
         fn on_iu_deprecated(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuDeprecatedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `iu.linked` deliveries (^1: 1.0.0, 1.1.0).
         fn on_iu_linked(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuLinkedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `iu.rendered` deliveries (^1: 1.0.0).
         fn on_iu_rendered(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuRenderedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `iu.validated` deliveries (^1: 1.0.0).
         fn on_iu_validated(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuValidatedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `dot.command_started` deliveries (^1: 1.0.0).
         fn on_dot_command_started(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: DotCommandStartedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `dot.command_completed` deliveries (^1: 1.0.0).
         fn on_dot_command_completed(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: DotCommandCompletedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `dot.command_failed` deliveries (^1: 1.0.0, 1.1.0).
         fn on_dot_command_failed(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: DotCommandFailedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `cut.mark_verified` deliveries (^1: 1.0.0).
         fn on_cut_mark_verified(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: CutMarkVerifiedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `cut.completed` deliveries (^1: 1.0.0, 1.1.0).
         fn on_cut_completed(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: CutCompletedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `cut.failed` deliveries (^1: 1.0.0).
         fn on_cut_failed(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: CutFailedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `step.ready` deliveries (^1: 1.0.0).
         fn on_step_ready(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: StepReadyV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `step.completed` deliveries (^1: 1.0.0, 1.1.0).
         fn on_step_completed(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: StepCompletedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `step.failed` deliveries (>=1, <3: 1.0.0, 2.0.0).
         fn on_step_failed(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: StepFailed,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `step.escalated` deliveries (^1: 1.0.0).
         fn on_step_escalated(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: StepEscalatedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `proposal.submitted` deliveries (^1: 1.0.0, 1.1.0).
         fn on_proposal_submitted(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: ProposalSubmittedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `proposal.approved` deliveries (^1: 1.0.0).
         fn on_proposal_approved(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: ProposalApprovedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `proposal.rejected` deliveries (^1: 1.0.0).
         fn on_proposal_rejected(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: ProposalRejectedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `decision.recorded` deliveries (^1: 1.0.0).
         fn on_decision_recorded(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: DecisionRecordedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `agent.suggestion` deliveries (^1: 1.0.0, 1.1.0, 1.2.0).
         fn on_agent_suggestion(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: AgentSuggestionV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `job.dead_lettered` deliveries (^1: 1.0.0, 1.1.0).
         fn on_job_dead_lettered(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: JobDeadLetteredV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `dlq_replay.scheduled` deliveries (^1: 1.0.0).
         fn on_dlq_replay_scheduled(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: DlqReplayScheduledV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `dlq_replay.completed` deliveries (^1: 1.0.0).
         fn on_dlq_replay_completed(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: DlqReplayCompletedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `dlq_replay.failed` deliveries (^1: 1.0.0).
         fn on_dlq_replay_failed(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: DlqReplayFailedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
     }
+    /// A shared handler is a handler: the application keeps a clone of the `Arc`.
+    impl<T: Audit> Audit for ::std::sync::Arc<T> {
+        fn on_iu_born(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuBorn,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_born(self, cx, payload)
+        }
+        fn on_iu_edited(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuEditedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_edited(self, cx, payload)
+        }
+        fn on_iu_split_proposed(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuSplitProposedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_split_proposed(self, cx, payload)
+        }
+        fn on_iu_split_approved(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuSplitApprovedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_split_approved(self, cx, payload)
+        }
+        fn on_iu_merged(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuMergedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_merged(self, cx, payload)
+        }
+        fn on_iu_deprecated(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuDeprecatedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_deprecated(self, cx, payload)
+        }
+        fn on_iu_linked(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuLinkedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_linked(self, cx, payload)
+        }
+        fn on_iu_rendered(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuRenderedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_rendered(self, cx, payload)
+        }
+        fn on_iu_validated(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuValidatedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_validated(self, cx, payload)
+        }
+        fn on_dot_command_started(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: DotCommandStartedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_dot_command_started(self, cx, payload)
+        }
+        fn on_dot_command_completed(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: DotCommandCompletedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_dot_command_completed(self, cx, payload)
+        }
+        fn on_dot_command_failed(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: DotCommandFailedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_dot_command_failed(self, cx, payload)
+        }
+        fn on_cut_mark_verified(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: CutMarkVerifiedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_cut_mark_verified(self, cx, payload)
+        }
+        fn on_cut_completed(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: CutCompletedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_cut_completed(self, cx, payload)
+        }
+        fn on_cut_failed(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: CutFailedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_cut_failed(self, cx, payload)
+        }
+        fn on_step_ready(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: StepReadyV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_step_ready(self, cx, payload)
+        }
+        fn on_step_completed(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: StepCompletedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_step_completed(self, cx, payload)
+        }
+        fn on_step_failed(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: StepFailed,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_step_failed(self, cx, payload)
+        }
+        fn on_step_escalated(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: StepEscalatedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_step_escalated(self, cx, payload)
+        }
+        fn on_proposal_submitted(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: ProposalSubmittedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_proposal_submitted(self, cx, payload)
+        }
+        fn on_proposal_approved(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: ProposalApprovedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_proposal_approved(self, cx, payload)
+        }
+        fn on_proposal_rejected(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: ProposalRejectedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_proposal_rejected(self, cx, payload)
+        }
+        fn on_decision_recorded(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: DecisionRecordedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_decision_recorded(self, cx, payload)
+        }
+        fn on_agent_suggestion(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: AgentSuggestionV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_agent_suggestion(self, cx, payload)
+        }
+        fn on_job_dead_lettered(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: JobDeadLetteredV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_job_dead_lettered(self, cx, payload)
+        }
+        fn on_dlq_replay_scheduled(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: DlqReplayScheduledV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_dlq_replay_scheduled(self, cx, payload)
+        }
+        fn on_dlq_replay_completed(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: DlqReplayCompletedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_dlq_replay_completed(self, cx, payload)
+        }
+        fn on_dlq_replay_failed(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: DlqReplayFailedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_dlq_replay_failed(self, cx, payload)
+        }
+    }
+    /// Serves `audit` with a [`Audit`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
+    #[derive(Debug, Clone, Default)]
+    pub struct AuditConsumer<H>(pub H);
+    impl<H: Audit> ::evc::DynHandler for AuditConsumer<H> {
+        fn handle<'a>(
+            &'a self,
+            mut context: ::evc::HandlerContext<'a>,
+        ) -> ::evc::dispatcher::BoxFuture<
+            'a,
+            ::std::result::Result<(), ::evc::HandlerError>,
+        > {
+            ::std::boxed::Box::pin(async move {
+                let claimed = context.claimed;
+                let delivery = &claimed.delivery;
+                match delivery.event_type.as_str() {
+                    "iu.born" => {
+                        if !["1.0.0", "1.1.0", "2.0.0"]
+                            .contains(&delivery.version.as_str())
+                        {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = IuBorn::from_json(
+                                delivery.major().unwrap_or_default(),
+                                claimed.payload.clone(),
+                            )
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_born(&mut context, payload).await
+                    }
+                    "iu.edited" => {
+                        if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuEditedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_edited(&mut context, payload).await
+                    }
+                    "iu.split_proposed" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuSplitProposedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_split_proposed(&mut context, payload).await
+                    }
+                    "iu.split_approved" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuSplitApprovedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_split_approved(&mut context, payload).await
+                    }
+                    "iu.merged" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuMergedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_merged(&mut context, payload).await
+                    }
+                    "iu.deprecated" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuDeprecatedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_deprecated(&mut context, payload).await
+                    }
+                    "iu.linked" => {
+                        if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuLinkedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_linked(&mut context, payload).await
+                    }
+                    "iu.rendered" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuRenderedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_rendered(&mut context, payload).await
+                    }
+                    "iu.validated" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuValidatedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_validated(&mut context, payload).await
+                    }
+                    "dot.command_started" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            DotCommandStartedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_dot_command_started(&mut context, payload).await
+                    }
+                    "dot.command_completed" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            DotCommandCompletedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_dot_command_completed(&mut context, payload).await
+                    }
+                    "dot.command_failed" => {
+                        if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            DotCommandFailedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_dot_command_failed(&mut context, payload).await
+                    }
+                    "cut.mark_verified" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            CutMarkVerifiedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_cut_mark_verified(&mut context, payload).await
+                    }
+                    "cut.completed" => {
+                        if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            CutCompletedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_cut_completed(&mut context, payload).await
+                    }
+                    "cut.failed" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            CutFailedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_cut_failed(&mut context, payload).await
+                    }
+                    "step.ready" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            StepReadyV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_step_ready(&mut context, payload).await
+                    }
+                    "step.completed" => {
+                        if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            StepCompletedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_step_completed(&mut context, payload).await
+                    }
+                    "step.failed" => {
+                        if !["1.0.0", "2.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = StepFailed::from_json(
+                                delivery.major().unwrap_or_default(),
+                                claimed.payload.clone(),
+                            )
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_step_failed(&mut context, payload).await
+                    }
+                    "step.escalated" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            StepEscalatedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_step_escalated(&mut context, payload).await
+                    }
+                    "proposal.submitted" => {
+                        if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            ProposalSubmittedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_proposal_submitted(&mut context, payload).await
+                    }
+                    "proposal.approved" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            ProposalApprovedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_proposal_approved(&mut context, payload).await
+                    }
+                    "proposal.rejected" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            ProposalRejectedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_proposal_rejected(&mut context, payload).await
+                    }
+                    "decision.recorded" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            DecisionRecordedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_decision_recorded(&mut context, payload).await
+                    }
+                    "agent.suggestion" => {
+                        if !["1.0.0", "1.1.0", "1.2.0"]
+                            .contains(&delivery.version.as_str())
+                        {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            AgentSuggestionV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_agent_suggestion(&mut context, payload).await
+                    }
+                    "job.dead_lettered" => {
+                        if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            JobDeadLetteredV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_job_dead_lettered(&mut context, payload).await
+                    }
+                    "dlq_replay.scheduled" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            DlqReplayScheduledV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_dlq_replay_scheduled(&mut context, payload).await
+                    }
+                    "dlq_replay.completed" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            DlqReplayCompletedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_dlq_replay_completed(&mut context, payload).await
+                    }
+                    "dlq_replay.failed" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            DlqReplayFailedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_dlq_replay_failed(&mut context, payload).await
+                    }
+                    _ => {
+                        ::std::result::Result::Err(
+                            ::evc::HandlerError::new(
+                                ::evc::FailureClass::Scope,
+                                "event_not_subscribed",
+                            ),
+                        )
+                    }
+                }
+            })
+        }
+    }
+    impl<H: Audit> ::evc::Consumer for AuditConsumer<H> {
+        const NAME: &'static str = "audit";
+    }
     /// Handler of the consumer `worker.ai.review_suggest`: Reviews submitted proposals and edited units with a model and records suggestions; runs in shadow until its suggestions are trusted.
-    pub trait WorkerAiReviewSuggest: Send + Sync {
+    pub trait WorkerAiReviewSuggest: Send + Sync + 'static {
         /// Handles `proposal.submitted` deliveries (^1: 1.0.0, 1.1.0).
         fn on_proposal_submitted(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: ProposalSubmittedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `iu.split_proposed` deliveries (^1: 1.0.0).
         fn on_iu_split_proposed(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuSplitProposedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `iu.edited` deliveries (^1.1: 1.1.0).
         fn on_iu_edited(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuEditedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
     }
+    /// A shared handler is a handler: the application keeps a clone of the `Arc`.
+    impl<T: WorkerAiReviewSuggest> WorkerAiReviewSuggest for ::std::sync::Arc<T> {
+        fn on_proposal_submitted(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: ProposalSubmittedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_proposal_submitted(self, cx, payload)
+        }
+        fn on_iu_split_proposed(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuSplitProposedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_split_proposed(self, cx, payload)
+        }
+        fn on_iu_edited(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuEditedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_edited(self, cx, payload)
+        }
+    }
+    /// Serves `worker.ai.review_suggest` with a [`WorkerAiReviewSuggest`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
+    #[derive(Debug, Clone, Default)]
+    pub struct WorkerAiReviewSuggestConsumer<H>(pub H);
+    impl<H: WorkerAiReviewSuggest> ::evc::DynHandler
+    for WorkerAiReviewSuggestConsumer<H> {
+        fn handle<'a>(
+            &'a self,
+            mut context: ::evc::HandlerContext<'a>,
+        ) -> ::evc::dispatcher::BoxFuture<
+            'a,
+            ::std::result::Result<(), ::evc::HandlerError>,
+        > {
+            ::std::boxed::Box::pin(async move {
+                let claimed = context.claimed;
+                let delivery = &claimed.delivery;
+                match delivery.event_type.as_str() {
+                    "proposal.submitted" => {
+                        if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            ProposalSubmittedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_proposal_submitted(&mut context, payload).await
+                    }
+                    "iu.split_proposed" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuSplitProposedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_split_proposed(&mut context, payload).await
+                    }
+                    "iu.edited" => {
+                        if !["1.1.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuEditedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_edited(&mut context, payload).await
+                    }
+                    _ => {
+                        ::std::result::Result::Err(
+                            ::evc::HandlerError::new(
+                                ::evc::FailureClass::Scope,
+                                "event_not_subscribed",
+                            ),
+                        )
+                    }
+                }
+            })
+        }
+    }
+    impl<H: WorkerAiReviewSuggest> ::evc::Consumer for WorkerAiReviewSuggestConsumer<H> {
+        const NAME: &'static str = "worker.ai.review_suggest";
+    }
     /// Handler of the consumer `worker.dot.cut_pipeline`: Drives cuts: collects verified marks and validated unit versions and advances the cut when its pipeline commands finish.
-    pub trait WorkerDotCutPipeline: Send + Sync {
+    pub trait WorkerDotCutPipeline: Send + Sync + 'static {
         /// Handles `cut.mark_verified` deliveries (^1: 1.0.0).
         fn on_cut_mark_verified(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: CutMarkVerifiedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `iu.validated` deliveries (^1: 1.0.0).
         fn on_iu_validated(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuValidatedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `step.ready` deliveries (^1: 1.0.0).
         fn on_step_ready(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: StepReadyV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `dot.command_completed` deliveries (^1: 1.0.0).
         fn on_dot_command_completed(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: DotCommandCompletedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `dot.command_failed` deliveries (^1: 1.0.0, 1.1.0).
         fn on_dot_command_failed(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: DotCommandFailedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
     }
+    /// A shared handler is a handler: the application keeps a clone of the `Arc`.
+    impl<T: WorkerDotCutPipeline> WorkerDotCutPipeline for ::std::sync::Arc<T> {
+        fn on_cut_mark_verified(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: CutMarkVerifiedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_cut_mark_verified(self, cx, payload)
+        }
+        fn on_iu_validated(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuValidatedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_validated(self, cx, payload)
+        }
+        fn on_step_ready(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: StepReadyV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_step_ready(self, cx, payload)
+        }
+        fn on_dot_command_completed(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: DotCommandCompletedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_dot_command_completed(self, cx, payload)
+        }
+        fn on_dot_command_failed(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: DotCommandFailedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_dot_command_failed(self, cx, payload)
+        }
+    }
+    /// Serves `worker.dot.cut_pipeline` with a [`WorkerDotCutPipeline`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
+    #[derive(Debug, Clone, Default)]
+    pub struct WorkerDotCutPipelineConsumer<H>(pub H);
+    impl<H: WorkerDotCutPipeline> ::evc::DynHandler for WorkerDotCutPipelineConsumer<H> {
+        fn handle<'a>(
+            &'a self,
+            mut context: ::evc::HandlerContext<'a>,
+        ) -> ::evc::dispatcher::BoxFuture<
+            'a,
+            ::std::result::Result<(), ::evc::HandlerError>,
+        > {
+            ::std::boxed::Box::pin(async move {
+                let claimed = context.claimed;
+                let delivery = &claimed.delivery;
+                match delivery.event_type.as_str() {
+                    "cut.mark_verified" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            CutMarkVerifiedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_cut_mark_verified(&mut context, payload).await
+                    }
+                    "iu.validated" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuValidatedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_validated(&mut context, payload).await
+                    }
+                    "step.ready" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            StepReadyV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_step_ready(&mut context, payload).await
+                    }
+                    "dot.command_completed" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            DotCommandCompletedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_dot_command_completed(&mut context, payload).await
+                    }
+                    "dot.command_failed" => {
+                        if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            DotCommandFailedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_dot_command_failed(&mut context, payload).await
+                    }
+                    _ => {
+                        ::std::result::Result::Err(
+                            ::evc::HandlerError::new(
+                                ::evc::FailureClass::Scope,
+                                "event_not_subscribed",
+                            ),
+                        )
+                    }
+                }
+            })
+        }
+    }
+    impl<H: WorkerDotCutPipeline> ::evc::Consumer for WorkerDotCutPipelineConsumer<H> {
+        const NAME: &'static str = "worker.dot.cut_pipeline";
+    }
     /// Handler of the consumer `worker.dot.iu_axis`: Resolves and maintains the axes of information units as they are born, edited, split, merged and linked.
-    pub trait WorkerDotIuAxis: Send + Sync {
+    pub trait WorkerDotIuAxis: Send + Sync + 'static {
         /// Handles `iu.born` deliveries (^2: 2.0.0).
         fn on_iu_born(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuBornV2,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `iu.edited` deliveries (^1: 1.0.0, 1.1.0).
         fn on_iu_edited(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuEditedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `iu.split_approved` deliveries (^1: 1.0.0).
         fn on_iu_split_approved(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuSplitApprovedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `iu.merged` deliveries (^1: 1.0.0).
         fn on_iu_merged(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuMergedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `iu.linked` deliveries (^1: 1.0.0, 1.1.0).
         fn on_iu_linked(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuLinkedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
     }
+    /// A shared handler is a handler: the application keeps a clone of the `Arc`.
+    impl<T: WorkerDotIuAxis> WorkerDotIuAxis for ::std::sync::Arc<T> {
+        fn on_iu_born(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuBornV2,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_born(self, cx, payload)
+        }
+        fn on_iu_edited(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuEditedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_edited(self, cx, payload)
+        }
+        fn on_iu_split_approved(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuSplitApprovedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_split_approved(self, cx, payload)
+        }
+        fn on_iu_merged(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuMergedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_merged(self, cx, payload)
+        }
+        fn on_iu_linked(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuLinkedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_linked(self, cx, payload)
+        }
+    }
+    /// Serves `worker.dot.iu_axis` with a [`WorkerDotIuAxis`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
+    #[derive(Debug, Clone, Default)]
+    pub struct WorkerDotIuAxisConsumer<H>(pub H);
+    impl<H: WorkerDotIuAxis> ::evc::DynHandler for WorkerDotIuAxisConsumer<H> {
+        fn handle<'a>(
+            &'a self,
+            mut context: ::evc::HandlerContext<'a>,
+        ) -> ::evc::dispatcher::BoxFuture<
+            'a,
+            ::std::result::Result<(), ::evc::HandlerError>,
+        > {
+            ::std::boxed::Box::pin(async move {
+                let claimed = context.claimed;
+                let delivery = &claimed.delivery;
+                match delivery.event_type.as_str() {
+                    "iu.born" => {
+                        if !["2.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuBornV2,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_born(&mut context, payload).await
+                    }
+                    "iu.edited" => {
+                        if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuEditedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_edited(&mut context, payload).await
+                    }
+                    "iu.split_approved" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuSplitApprovedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_split_approved(&mut context, payload).await
+                    }
+                    "iu.merged" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuMergedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_merged(&mut context, payload).await
+                    }
+                    "iu.linked" => {
+                        if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuLinkedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_linked(&mut context, payload).await
+                    }
+                    _ => {
+                        ::std::result::Result::Err(
+                            ::evc::HandlerError::new(
+                                ::evc::FailureClass::Scope,
+                                "event_not_subscribed",
+                            ),
+                        )
+                    }
+                }
+            })
+        }
+    }
+    impl<H: WorkerDotIuAxis> ::evc::Consumer for WorkerDotIuAxisConsumer<H> {
+        const NAME: &'static str = "worker.dot.iu_axis";
+    }
     /// Handler of the consumer `worker.notification.iu`: Notifies owners and reviewers when units are born or deprecated, proposals are decided and steps are escalated.
-    pub trait WorkerNotificationIu: Send + Sync {
+    pub trait WorkerNotificationIu: Send + Sync + 'static {
         /// Handles `iu.born` deliveries (^1: 1.0.0, 1.1.0).
         fn on_iu_born(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuBornV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `iu.deprecated` deliveries (^1: 1.0.0).
         fn on_iu_deprecated(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuDeprecatedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `proposal.approved` deliveries (^1: 1.0.0).
         fn on_proposal_approved(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: ProposalApprovedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `proposal.rejected` deliveries (^1: 1.0.0).
         fn on_proposal_rejected(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: ProposalRejectedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `step.escalated` deliveries (^1: 1.0.0).
         fn on_step_escalated(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: StepEscalatedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
     }
+    /// A shared handler is a handler: the application keeps a clone of the `Arc`.
+    impl<T: WorkerNotificationIu> WorkerNotificationIu for ::std::sync::Arc<T> {
+        fn on_iu_born(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuBornV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_born(self, cx, payload)
+        }
+        fn on_iu_deprecated(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuDeprecatedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_deprecated(self, cx, payload)
+        }
+        fn on_proposal_approved(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: ProposalApprovedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_proposal_approved(self, cx, payload)
+        }
+        fn on_proposal_rejected(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: ProposalRejectedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_proposal_rejected(self, cx, payload)
+        }
+        fn on_step_escalated(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: StepEscalatedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_step_escalated(self, cx, payload)
+        }
+    }
+    /// Serves `worker.notification.iu` with a [`WorkerNotificationIu`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
+    #[derive(Debug, Clone, Default)]
+    pub struct WorkerNotificationIuConsumer<H>(pub H);
+    impl<H: WorkerNotificationIu> ::evc::DynHandler for WorkerNotificationIuConsumer<H> {
+        fn handle<'a>(
+            &'a self,
+            mut context: ::evc::HandlerContext<'a>,
+        ) -> ::evc::dispatcher::BoxFuture<
+            'a,
+            ::std::result::Result<(), ::evc::HandlerError>,
+        > {
+            ::std::boxed::Box::pin(async move {
+                let claimed = context.claimed;
+                let delivery = &claimed.delivery;
+                match delivery.event_type.as_str() {
+                    "iu.born" => {
+                        if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuBornV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_born(&mut context, payload).await
+                    }
+                    "iu.deprecated" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuDeprecatedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_deprecated(&mut context, payload).await
+                    }
+                    "proposal.approved" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            ProposalApprovedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_proposal_approved(&mut context, payload).await
+                    }
+                    "proposal.rejected" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            ProposalRejectedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_proposal_rejected(&mut context, payload).await
+                    }
+                    "step.escalated" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            StepEscalatedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_step_escalated(&mut context, payload).await
+                    }
+                    _ => {
+                        ::std::result::Result::Err(
+                            ::evc::HandlerError::new(
+                                ::evc::FailureClass::Scope,
+                                "event_not_subscribed",
+                            ),
+                        )
+                    }
+                }
+            })
+        }
+    }
+    impl<H: WorkerNotificationIu> ::evc::Consumer for WorkerNotificationIuConsumer<H> {
+        const NAME: &'static str = "worker.notification.iu";
+    }
     /// Handler of the consumer `worker.render.mout_view`: Re-renders the mout view of an information unit whenever the unit or its structure changes.
-    pub trait WorkerRenderMoutView: Send + Sync {
+    pub trait WorkerRenderMoutView: Send + Sync + 'static {
         /// Handles `iu.born` deliveries (>=1, <3: 1.0.0, 1.1.0, 2.0.0).
         fn on_iu_born(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuBorn,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `iu.edited` deliveries (^1: 1.0.0, 1.1.0).
         fn on_iu_edited(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuEditedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `iu.validated` deliveries (^1: 1.0.0).
         fn on_iu_validated(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuValidatedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `iu.split_approved` deliveries (^1: 1.0.0).
         fn on_iu_split_approved(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuSplitApprovedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `iu.merged` deliveries (^1: 1.0.0).
         fn on_iu_merged(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuMergedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `iu.deprecated` deliveries (^1: 1.0.0).
         fn on_iu_deprecated(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuDeprecatedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
     }
+    /// A shared handler is a handler: the application keeps a clone of the `Arc`.
+    impl<T: WorkerRenderMoutView> WorkerRenderMoutView for ::std::sync::Arc<T> {
+        fn on_iu_born(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuBorn,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_born(self, cx, payload)
+        }
+        fn on_iu_edited(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuEditedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_edited(self, cx, payload)
+        }
+        fn on_iu_validated(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuValidatedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_validated(self, cx, payload)
+        }
+        fn on_iu_split_approved(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuSplitApprovedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_split_approved(self, cx, payload)
+        }
+        fn on_iu_merged(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuMergedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_merged(self, cx, payload)
+        }
+        fn on_iu_deprecated(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuDeprecatedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_deprecated(self, cx, payload)
+        }
+    }
+    /// Serves `worker.render.mout_view` with a [`WorkerRenderMoutView`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
+    #[derive(Debug, Clone, Default)]
+    pub struct WorkerRenderMoutViewConsumer<H>(pub H);
+    impl<H: WorkerRenderMoutView> ::evc::DynHandler for WorkerRenderMoutViewConsumer<H> {
+        fn handle<'a>(
+            &'a self,
+            mut context: ::evc::HandlerContext<'a>,
+        ) -> ::evc::dispatcher::BoxFuture<
+            'a,
+            ::std::result::Result<(), ::evc::HandlerError>,
+        > {
+            ::std::boxed::Box::pin(async move {
+                let claimed = context.claimed;
+                let delivery = &claimed.delivery;
+                match delivery.event_type.as_str() {
+                    "iu.born" => {
+                        if !["1.0.0", "1.1.0", "2.0.0"]
+                            .contains(&delivery.version.as_str())
+                        {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = IuBorn::from_json(
+                                delivery.major().unwrap_or_default(),
+                                claimed.payload.clone(),
+                            )
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_born(&mut context, payload).await
+                    }
+                    "iu.edited" => {
+                        if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuEditedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_edited(&mut context, payload).await
+                    }
+                    "iu.validated" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuValidatedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_validated(&mut context, payload).await
+                    }
+                    "iu.split_approved" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuSplitApprovedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_split_approved(&mut context, payload).await
+                    }
+                    "iu.merged" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuMergedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_merged(&mut context, payload).await
+                    }
+                    "iu.deprecated" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuDeprecatedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_deprecated(&mut context, payload).await
+                    }
+                    _ => {
+                        ::std::result::Result::Err(
+                            ::evc::HandlerError::new(
+                                ::evc::FailureClass::Scope,
+                                "event_not_subscribed",
+                            ),
+                        )
+                    }
+                }
+            })
+        }
+    }
+    impl<H: WorkerRenderMoutView> ::evc::Consumer for WorkerRenderMoutViewConsumer<H> {
+        const NAME: &'static str = "worker.render.mout_view";
+    }
     /// Handler of the consumer `worker.sql.aggregate`: Maintains SQL aggregates of step, command, cut and dead-letter outcomes for dashboards.
-    pub trait WorkerSqlAggregate: Send + Sync {
+    pub trait WorkerSqlAggregate: Send + Sync + 'static {
         /// Handles `step.completed` deliveries (^1: 1.0.0, 1.1.0).
         fn on_step_completed(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: StepCompletedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `step.failed` deliveries (>=1, <3: 1.0.0, 2.0.0).
         fn on_step_failed(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: StepFailed,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `dot.command_completed` deliveries (^1: 1.0.0).
         fn on_dot_command_completed(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: DotCommandCompletedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `dot.command_failed` deliveries (^1: 1.0.0, 1.1.0).
         fn on_dot_command_failed(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: DotCommandFailedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `cut.completed` deliveries (^1: 1.0.0, 1.1.0).
         fn on_cut_completed(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: CutCompletedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `iu.validated` deliveries (^1: 1.0.0).
         fn on_iu_validated(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: IuValidatedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `job.dead_lettered` deliveries (^1: 1.0.0, 1.1.0).
         fn on_job_dead_lettered(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: JobDeadLetteredV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `dlq_replay.completed` deliveries (^1: 1.0.0).
         fn on_dlq_replay_completed(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: DlqReplayCompletedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
+    }
+    /// A shared handler is a handler: the application keeps a clone of the `Arc`.
+    impl<T: WorkerSqlAggregate> WorkerSqlAggregate for ::std::sync::Arc<T> {
+        fn on_step_completed(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: StepCompletedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_step_completed(self, cx, payload)
+        }
+        fn on_step_failed(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: StepFailed,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_step_failed(self, cx, payload)
+        }
+        fn on_dot_command_completed(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: DotCommandCompletedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_dot_command_completed(self, cx, payload)
+        }
+        fn on_dot_command_failed(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: DotCommandFailedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_dot_command_failed(self, cx, payload)
+        }
+        fn on_cut_completed(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: CutCompletedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_cut_completed(self, cx, payload)
+        }
+        fn on_iu_validated(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: IuValidatedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_iu_validated(self, cx, payload)
+        }
+        fn on_job_dead_lettered(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: JobDeadLetteredV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_job_dead_lettered(self, cx, payload)
+        }
+        fn on_dlq_replay_completed(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: DlqReplayCompletedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_dlq_replay_completed(self, cx, payload)
+        }
+    }
+    /// Serves `worker.sql.aggregate` with a [`WorkerSqlAggregate`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
+    #[derive(Debug, Clone, Default)]
+    pub struct WorkerSqlAggregateConsumer<H>(pub H);
+    impl<H: WorkerSqlAggregate> ::evc::DynHandler for WorkerSqlAggregateConsumer<H> {
+        fn handle<'a>(
+            &'a self,
+            mut context: ::evc::HandlerContext<'a>,
+        ) -> ::evc::dispatcher::BoxFuture<
+            'a,
+            ::std::result::Result<(), ::evc::HandlerError>,
+        > {
+            ::std::boxed::Box::pin(async move {
+                let claimed = context.claimed;
+                let delivery = &claimed.delivery;
+                match delivery.event_type.as_str() {
+                    "step.completed" => {
+                        if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            StepCompletedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_step_completed(&mut context, payload).await
+                    }
+                    "step.failed" => {
+                        if !["1.0.0", "2.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = StepFailed::from_json(
+                                delivery.major().unwrap_or_default(),
+                                claimed.payload.clone(),
+                            )
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_step_failed(&mut context, payload).await
+                    }
+                    "dot.command_completed" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            DotCommandCompletedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_dot_command_completed(&mut context, payload).await
+                    }
+                    "dot.command_failed" => {
+                        if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            DotCommandFailedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_dot_command_failed(&mut context, payload).await
+                    }
+                    "cut.completed" => {
+                        if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            CutCompletedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_cut_completed(&mut context, payload).await
+                    }
+                    "iu.validated" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            IuValidatedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_iu_validated(&mut context, payload).await
+                    }
+                    "job.dead_lettered" => {
+                        if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            JobDeadLetteredV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_job_dead_lettered(&mut context, payload).await
+                    }
+                    "dlq_replay.completed" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            DlqReplayCompletedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_dlq_replay_completed(&mut context, payload).await
+                    }
+                    _ => {
+                        ::std::result::Result::Err(
+                            ::evc::HandlerError::new(
+                                ::evc::FailureClass::Scope,
+                                "event_not_subscribed",
+                            ),
+                        )
+                    }
+                }
+            })
+        }
+    }
+    impl<H: WorkerSqlAggregate> ::evc::Consumer for WorkerSqlAggregateConsumer<H> {
+        const NAME: &'static str = "worker.sql.aggregate";
     }
     /// One handler per consumer that receives deliveries (mode `live` or `shadow`); leaving
     /// one out does not compile.
@@ -4942,1059 +7050,40 @@ pub mod consumers {
         HWorkerRenderMoutView,
         HWorkerSqlAggregate,
     > {
-        /// Decodes a delivery's payload into the type its consumer subscribed to and calls
-        /// the consumer's handler.
+        /// Serves every consumer with its handler on `dispatcher`, each with its registry
+        /// settings.
         ///
         /// # Errors
-        /// The handler's error; a `scope` failure when the consumer is not subscribed to the
-        /// event or version; a `schema` failure when the payload does not fit the type.
-        #[allow(deprecated)]
-        pub async fn dispatch(
-            &self,
-            delivery: &::evc_runtime::Delivery,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<(), ::evc_runtime::HandlerError> {
-            match (delivery.consumer.as_str(), delivery.event_type.as_str()) {
-                ("audit", "iu.born") => {
-                    if !["1.0.0", "1.1.0", "2.0.0"].contains(&delivery.version.as_str())
-                    {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = IuBorn::from_json(
-                            delivery.major().unwrap_or_default(),
-                            payload,
-                        )
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_iu_born(delivery, payload).await
-                }
-                ("audit", "iu.edited") => {
-                    if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuEditedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_iu_edited(delivery, payload).await
-                }
-                ("audit", "iu.split_proposed") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuSplitProposedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_iu_split_proposed(delivery, payload).await
-                }
-                ("audit", "iu.split_approved") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuSplitApprovedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_iu_split_approved(delivery, payload).await
-                }
-                ("audit", "iu.merged") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuMergedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_iu_merged(delivery, payload).await
-                }
-                ("audit", "iu.deprecated") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuDeprecatedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_iu_deprecated(delivery, payload).await
-                }
-                ("audit", "iu.linked") => {
-                    if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuLinkedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_iu_linked(delivery, payload).await
-                }
-                ("audit", "iu.rendered") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuRenderedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_iu_rendered(delivery, payload).await
-                }
-                ("audit", "iu.validated") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuValidatedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_iu_validated(delivery, payload).await
-                }
-                ("audit", "dot.command_started") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<
-                        DotCommandStartedV1,
-                    >(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_dot_command_started(delivery, payload).await
-                }
-                ("audit", "dot.command_completed") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<
-                        DotCommandCompletedV1,
-                    >(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_dot_command_completed(delivery, payload).await
-                }
-                ("audit", "dot.command_failed") => {
-                    if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<DotCommandFailedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_dot_command_failed(delivery, payload).await
-                }
-                ("audit", "cut.mark_verified") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<CutMarkVerifiedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_cut_mark_verified(delivery, payload).await
-                }
-                ("audit", "cut.completed") => {
-                    if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<CutCompletedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_cut_completed(delivery, payload).await
-                }
-                ("audit", "cut.failed") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<CutFailedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_cut_failed(delivery, payload).await
-                }
-                ("audit", "step.ready") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<StepReadyV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_step_ready(delivery, payload).await
-                }
-                ("audit", "step.completed") => {
-                    if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<StepCompletedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_step_completed(delivery, payload).await
-                }
-                ("audit", "step.failed") => {
-                    if !["1.0.0", "2.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = StepFailed::from_json(
-                            delivery.major().unwrap_or_default(),
-                            payload,
-                        )
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_step_failed(delivery, payload).await
-                }
-                ("audit", "step.escalated") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<StepEscalatedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_step_escalated(delivery, payload).await
-                }
-                ("audit", "proposal.submitted") => {
-                    if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<
-                        ProposalSubmittedV1,
-                    >(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_proposal_submitted(delivery, payload).await
-                }
-                ("audit", "proposal.approved") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<ProposalApprovedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_proposal_approved(delivery, payload).await
-                }
-                ("audit", "proposal.rejected") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<ProposalRejectedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_proposal_rejected(delivery, payload).await
-                }
-                ("audit", "decision.recorded") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<DecisionRecordedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_decision_recorded(delivery, payload).await
-                }
-                ("audit", "agent.suggestion") => {
-                    if !["1.0.0", "1.1.0", "1.2.0"].contains(&delivery.version.as_str())
-                    {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<AgentSuggestionV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_agent_suggestion(delivery, payload).await
-                }
-                ("audit", "job.dead_lettered") => {
-                    if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<JobDeadLetteredV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_job_dead_lettered(delivery, payload).await
-                }
-                ("audit", "dlq_replay.scheduled") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<
-                        DlqReplayScheduledV1,
-                    >(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_dlq_replay_scheduled(delivery, payload).await
-                }
-                ("audit", "dlq_replay.completed") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<
-                        DlqReplayCompletedV1,
-                    >(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_dlq_replay_completed(delivery, payload).await
-                }
-                ("audit", "dlq_replay.failed") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<DlqReplayFailedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_dlq_replay_failed(delivery, payload).await
-                }
-                ("worker.ai.review_suggest", "proposal.submitted") => {
-                    if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<
-                        ProposalSubmittedV1,
-                    >(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_ai_review_suggest
-                        .on_proposal_submitted(delivery, payload)
-                        .await
-                }
-                ("worker.ai.review_suggest", "iu.split_proposed") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuSplitProposedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_ai_review_suggest
-                        .on_iu_split_proposed(delivery, payload)
-                        .await
-                }
-                ("worker.ai.review_suggest", "iu.edited") => {
-                    if !["1.1.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuEditedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_ai_review_suggest.on_iu_edited(delivery, payload).await
-                }
-                ("worker.dot.cut_pipeline", "cut.mark_verified") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<CutMarkVerifiedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_dot_cut_pipeline
-                        .on_cut_mark_verified(delivery, payload)
-                        .await
-                }
-                ("worker.dot.cut_pipeline", "iu.validated") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuValidatedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_dot_cut_pipeline.on_iu_validated(delivery, payload).await
-                }
-                ("worker.dot.cut_pipeline", "step.ready") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<StepReadyV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_dot_cut_pipeline.on_step_ready(delivery, payload).await
-                }
-                ("worker.dot.cut_pipeline", "dot.command_completed") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<
-                        DotCommandCompletedV1,
-                    >(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_dot_cut_pipeline
-                        .on_dot_command_completed(delivery, payload)
-                        .await
-                }
-                ("worker.dot.cut_pipeline", "dot.command_failed") => {
-                    if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<DotCommandFailedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_dot_cut_pipeline
-                        .on_dot_command_failed(delivery, payload)
-                        .await
-                }
-                ("worker.dot.iu_axis", "iu.born") => {
-                    if !["2.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuBornV2>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_dot_iu_axis.on_iu_born(delivery, payload).await
-                }
-                ("worker.dot.iu_axis", "iu.edited") => {
-                    if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuEditedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_dot_iu_axis.on_iu_edited(delivery, payload).await
-                }
-                ("worker.dot.iu_axis", "iu.split_approved") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuSplitApprovedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_dot_iu_axis.on_iu_split_approved(delivery, payload).await
-                }
-                ("worker.dot.iu_axis", "iu.merged") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuMergedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_dot_iu_axis.on_iu_merged(delivery, payload).await
-                }
-                ("worker.dot.iu_axis", "iu.linked") => {
-                    if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuLinkedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_dot_iu_axis.on_iu_linked(delivery, payload).await
-                }
-                ("worker.notification.iu", "iu.born") => {
-                    if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuBornV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_notification_iu.on_iu_born(delivery, payload).await
-                }
-                ("worker.notification.iu", "iu.deprecated") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuDeprecatedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_notification_iu.on_iu_deprecated(delivery, payload).await
-                }
-                ("worker.notification.iu", "proposal.approved") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<ProposalApprovedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_notification_iu
-                        .on_proposal_approved(delivery, payload)
-                        .await
-                }
-                ("worker.notification.iu", "proposal.rejected") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<ProposalRejectedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_notification_iu
-                        .on_proposal_rejected(delivery, payload)
-                        .await
-                }
-                ("worker.notification.iu", "step.escalated") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<StepEscalatedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_notification_iu
-                        .on_step_escalated(delivery, payload)
-                        .await
-                }
-                ("worker.render.mout_view", "iu.born") => {
-                    if !["1.0.0", "1.1.0", "2.0.0"].contains(&delivery.version.as_str())
-                    {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = IuBorn::from_json(
-                            delivery.major().unwrap_or_default(),
-                            payload,
-                        )
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_render_mout_view.on_iu_born(delivery, payload).await
-                }
-                ("worker.render.mout_view", "iu.edited") => {
-                    if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuEditedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_render_mout_view.on_iu_edited(delivery, payload).await
-                }
-                ("worker.render.mout_view", "iu.validated") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuValidatedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_render_mout_view.on_iu_validated(delivery, payload).await
-                }
-                ("worker.render.mout_view", "iu.split_approved") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuSplitApprovedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_render_mout_view
-                        .on_iu_split_approved(delivery, payload)
-                        .await
-                }
-                ("worker.render.mout_view", "iu.merged") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuMergedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_render_mout_view.on_iu_merged(delivery, payload).await
-                }
-                ("worker.render.mout_view", "iu.deprecated") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuDeprecatedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_render_mout_view
-                        .on_iu_deprecated(delivery, payload)
-                        .await
-                }
-                ("worker.sql.aggregate", "step.completed") => {
-                    if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<StepCompletedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_sql_aggregate.on_step_completed(delivery, payload).await
-                }
-                ("worker.sql.aggregate", "step.failed") => {
-                    if !["1.0.0", "2.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = StepFailed::from_json(
-                            delivery.major().unwrap_or_default(),
-                            payload,
-                        )
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_sql_aggregate.on_step_failed(delivery, payload).await
-                }
-                ("worker.sql.aggregate", "dot.command_completed") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<
-                        DotCommandCompletedV1,
-                    >(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_sql_aggregate
-                        .on_dot_command_completed(delivery, payload)
-                        .await
-                }
-                ("worker.sql.aggregate", "dot.command_failed") => {
-                    if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<DotCommandFailedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_sql_aggregate
-                        .on_dot_command_failed(delivery, payload)
-                        .await
-                }
-                ("worker.sql.aggregate", "cut.completed") => {
-                    if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<CutCompletedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_sql_aggregate.on_cut_completed(delivery, payload).await
-                }
-                ("worker.sql.aggregate", "iu.validated") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<IuValidatedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_sql_aggregate.on_iu_validated(delivery, payload).await
-                }
-                ("worker.sql.aggregate", "job.dead_lettered") => {
-                    if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<JobDeadLetteredV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_sql_aggregate
-                        .on_job_dead_lettered(delivery, payload)
-                        .await
-                }
-                ("worker.sql.aggregate", "dlq_replay.completed") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<
-                        DlqReplayCompletedV1,
-                    >(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_sql_aggregate
-                        .on_dlq_replay_completed(delivery, payload)
-                        .await
-                }
-                _ => {
-                    ::std::result::Result::Err(
-                        ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Scope,
-                            "not_subscribed",
-                        ),
-                    )
-                }
-            }
+        /// When the dispatcher's registry does not register a consumer
+        /// (`Dispatcher::serve`).
+        pub fn serve(
+            self,
+            dispatcher: ::evc::Dispatcher,
+        ) -> ::std::result::Result<::evc::Dispatcher, ::evc::DispatchError> {
+            let dispatcher = dispatcher.serve(AuditConsumer(self.audit))?;
+            let dispatcher = dispatcher
+                .serve(WorkerAiReviewSuggestConsumer(self.worker_ai_review_suggest))?;
+            let dispatcher = dispatcher
+                .serve(WorkerDotCutPipelineConsumer(self.worker_dot_cut_pipeline))?;
+            let dispatcher = dispatcher
+                .serve(WorkerDotIuAxisConsumer(self.worker_dot_iu_axis))?;
+            let dispatcher = dispatcher
+                .serve(WorkerNotificationIuConsumer(self.worker_notification_iu))?;
+            let dispatcher = dispatcher
+                .serve(WorkerRenderMoutViewConsumer(self.worker_render_mout_view))?;
+            let dispatcher = dispatcher
+                .serve(WorkerSqlAggregateConsumer(self.worker_sql_aggregate))?;
+            ::std::result::Result::Ok(dispatcher)
         }
     }
 }
 /// Every event type, consumer and retry policy of the contracts, and the project's
 /// runtime settings.
-pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
+pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     project: "evc_reference",
     digest: "0a315175f5d1311ee811ff187876e991ae20661a0d38574d37c40cc2fe881c64",
     events: &[
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "agent.suggestion",
             description: "An agent suggested a change to an information unit; a person decides.",
             producer_class: "agent",
@@ -6002,19 +7091,19 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 8192,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"confidence_pct\":{\"description\":\"Confidence of the agent, in percent.\",\"maximum\":100,\"minimum\":0,\"type\":\"integer\"},\"iu_unit_id\":{\"description\":\"The unit the suggestion is about.\",\"format\":\"uuid\",\"type\":\"string\"},\"iu_version_id\":{\"description\":\"The unit version the suggestion was made against.\",\"format\":\"uuid\",\"type\":\"string\"},\"suggested_at\":{\"description\":\"When the suggestion was made.\",\"format\":\"date-time\",\"type\":\"string\"},\"suggestion_id\":{\"description\":\"The suggestion; its content is stored under this id.\",\"format\":\"uuid\",\"type\":\"string\"},\"suggestion_kind\":{\"description\":\"What the agent suggests doing.\",\"enum\":[\"edit\",\"split\",\"merge\",\"deprecate\",\"link\"],\"type\":\"string\"}},\"required\":[\"suggestion_id\",\"iu_unit_id\",\"iu_version_id\",\"suggestion_kind\",\"confidence_pct\",\"suggested_at\"],\"type\":\"object\"}",
                     schema_digest: "98c17b4e001df9a5b3c7e044b4465d4ce7948dd54c9f71797e765dc599361ead",
                 },
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.1.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"confidence_pct\":{\"description\":\"Confidence of the agent, in percent.\",\"maximum\":100,\"minimum\":0,\"type\":\"integer\"},\"iu_unit_id\":{\"description\":\"The unit the suggestion is about.\",\"format\":\"uuid\",\"type\":\"string\"},\"iu_version_id\":{\"description\":\"The unit version the suggestion was made against.\",\"format\":\"uuid\",\"type\":\"string\"},\"model_ref\":{\"description\":\"Identifier of the model that made the suggestion (`review.v3`).\",\"maxLength\":128,\"pattern\":\"^[a-z0-9][a-z0-9_.-]*$\",\"type\":\"string\"},\"review_run_id\":{\"description\":\"The review run that produced the suggestion.\",\"format\":\"uuid\",\"type\":\"string\"},\"suggested_at\":{\"description\":\"When the suggestion was made.\",\"format\":\"date-time\",\"type\":\"string\"},\"suggestion_id\":{\"description\":\"The suggestion; its content is stored under this id.\",\"format\":\"uuid\",\"type\":\"string\"},\"suggestion_kind\":{\"description\":\"What the agent suggests doing.\",\"enum\":[\"edit\",\"split\",\"merge\",\"deprecate\",\"link\"],\"type\":\"string\"}},\"required\":[\"suggestion_id\",\"iu_unit_id\",\"iu_version_id\",\"suggestion_kind\",\"confidence_pct\",\"suggested_at\"],\"type\":\"object\"}",
                     schema_digest: "2ae6aec5eb3030e129464e6824d632d4cce39846bf3543d5ad520c275bf702ab",
                 },
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.2.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"confidence_pct\":{\"description\":\"Confidence of the agent, in percent.\",\"maximum\":100,\"minimum\":0,\"type\":\"integer\"},\"iu_unit_id\":{\"description\":\"The unit the suggestion is about.\",\"format\":\"uuid\",\"type\":\"string\"},\"iu_version_id\":{\"description\":\"The unit version the suggestion was made against.\",\"format\":\"uuid\",\"type\":\"string\"},\"model_ref\":{\"description\":\"Identifier of the model that made the suggestion (`review.v3`).\",\"maxLength\":128,\"pattern\":\"^[a-z0-9][a-z0-9_.-]*$\",\"type\":\"string\"},\"review_run_id\":{\"description\":\"The review run that produced the suggestion.\",\"format\":\"uuid\",\"type\":\"string\"},\"suggested_at\":{\"description\":\"When the suggestion was made.\",\"format\":\"date-time\",\"type\":\"string\"},\"suggestion_id\":{\"description\":\"The suggestion; its content is stored under this id.\",\"format\":\"uuid\",\"type\":\"string\"},\"suggestion_kind\":{\"description\":\"What the agent suggests doing.\",\"enum\":[\"edit\",\"split\",\"merge\",\"deprecate\",\"link\"],\"type\":\"string\"},\"target_unit_ids\":{\"description\":\"Other units the suggestion involves (merge or link targets).\",\"items\":{\"format\":\"uuid\",\"type\":\"string\"},\"type\":\"array\"}},\"required\":[\"suggestion_id\",\"iu_unit_id\",\"iu_version_id\",\"suggestion_kind\",\"confidence_pct\",\"suggested_at\"],\"type\":\"object\"}",
@@ -6022,7 +7111,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "cut.completed",
             description: "A cut completed: all its marks are verified.",
             producer_class: "cut_pipeline",
@@ -6030,13 +7119,13 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"completed_at\":{\"description\":\"When the cut completed.\",\"format\":\"date-time\",\"type\":\"string\"},\"cut_id\":{\"description\":\"The completed cut.\",\"format\":\"uuid\",\"type\":\"string\"},\"mark_count\":{\"description\":\"Number of verified marks in the cut.\",\"minimum\":0,\"type\":\"integer\"},\"unit_count\":{\"description\":\"Number of unit versions in the cut.\",\"minimum\":0,\"type\":\"integer\"}},\"required\":[\"cut_id\",\"unit_count\",\"mark_count\",\"completed_at\"],\"type\":\"object\"}",
                     schema_digest: "2b59552a7076118298064a2ed5c5c21a32eb703096c110e0d0ac5bea1d30b665",
                 },
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.1.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"completed_at\":{\"description\":\"When the cut completed.\",\"format\":\"date-time\",\"type\":\"string\"},\"cut_id\":{\"description\":\"The completed cut.\",\"format\":\"uuid\",\"type\":\"string\"},\"duration_ms\":{\"description\":\"How long the cut took, in milliseconds.\",\"minimum\":0,\"type\":\"integer\"},\"mark_count\":{\"description\":\"Number of verified marks in the cut.\",\"minimum\":0,\"type\":\"integer\"},\"unit_count\":{\"description\":\"Number of unit versions in the cut.\",\"minimum\":0,\"type\":\"integer\"},\"workflow_run_id\":{\"description\":\"The workflow run that produced the cut, when one did.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"cut_id\",\"unit_count\",\"mark_count\",\"completed_at\"],\"type\":\"object\"}",
@@ -6044,7 +7133,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "cut.failed",
             description: "A cut failed and was abandoned.",
             producer_class: "cut_pipeline",
@@ -6052,7 +7141,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"cut_id\":{\"description\":\"The failed cut.\",\"format\":\"uuid\",\"type\":\"string\"},\"error\":{\"additionalProperties\":false,\"description\":\"What went wrong, as a reference: an error code and whether a retry may help.\",\"properties\":{\"code\":{\"description\":\"Error code (SCREAMING_SNAKE), never the message text.\",\"maxLength\":64,\"pattern\":\"^[A-Z][A-Z0-9_]*$\",\"type\":\"string\"},\"retryable\":{\"description\":\"Whether retrying the same work may succeed.\",\"type\":\"boolean\"}},\"required\":[\"code\",\"retryable\"],\"type\":\"object\"},\"failed_at\":{\"description\":\"When the cut failed.\",\"format\":\"date-time\",\"type\":\"string\"},\"failed_mark_count\":{\"description\":\"Number of marks that could not be verified.\",\"minimum\":0,\"type\":\"integer\"}},\"required\":[\"cut_id\",\"error\",\"failed_mark_count\",\"failed_at\"],\"type\":\"object\"}",
@@ -6060,7 +7149,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "cut.mark_verified",
             description: "A mark of a cut was verified against the unit version it points to.",
             producer_class: "cut_pipeline",
@@ -6068,7 +7157,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"cut_id\":{\"description\":\"The cut the mark belongs to.\",\"format\":\"uuid\",\"type\":\"string\"},\"iu_unit_id\":{\"description\":\"The unit the mark points to.\",\"format\":\"uuid\",\"type\":\"string\"},\"iu_version_id\":{\"description\":\"The unit version the mark points to.\",\"format\":\"uuid\",\"type\":\"string\"},\"mark_id\":{\"description\":\"The verified mark.\",\"format\":\"uuid\",\"type\":\"string\"},\"verified_at\":{\"description\":\"When the mark was verified.\",\"format\":\"date-time\",\"type\":\"string\"}},\"required\":[\"cut_id\",\"mark_id\",\"iu_unit_id\",\"iu_version_id\",\"verified_at\"],\"type\":\"object\"}",
@@ -6076,7 +7165,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "decision.recorded",
             description: "A governance decision on a proposal was recorded with its vote tally.",
             producer_class: "governance",
@@ -6084,7 +7173,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"decided_by_id\":{\"description\":\"Chair who recorded the decision, when one did.\",\"format\":\"uuid\",\"type\":\"string\"},\"decision_id\":{\"description\":\"The decision record.\",\"format\":\"uuid\",\"type\":\"string\"},\"outcome\":{\"description\":\"What was decided.\",\"enum\":[\"approved\",\"rejected\",\"deferred\"],\"type\":\"string\"},\"proposal_id\":{\"description\":\"The proposal decided on.\",\"format\":\"uuid\",\"type\":\"string\"},\"recorded_at\":{\"description\":\"When the decision was recorded.\",\"format\":\"date-time\",\"type\":\"string\"},\"votes\":{\"additionalProperties\":false,\"description\":\"The vote tally.\",\"properties\":{\"abstain\":{\"description\":\"Abstentions.\",\"minimum\":0,\"type\":\"integer\"},\"approve\":{\"description\":\"Votes to approve.\",\"minimum\":0,\"type\":\"integer\"},\"reject\":{\"description\":\"Votes to reject.\",\"minimum\":0,\"type\":\"integer\"}},\"required\":[\"approve\",\"reject\",\"abstain\"],\"type\":\"object\"}},\"required\":[\"decision_id\",\"proposal_id\",\"outcome\",\"votes\",\"recorded_at\"],\"type\":\"object\"}",
@@ -6092,7 +7181,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "dlq_replay.completed",
             description: "A replay of dead-lettered jobs finished.",
             producer_class: "dispatcher",
@@ -6100,7 +7189,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"completed_at\":{\"description\":\"When the replay finished.\",\"format\":\"date-time\",\"type\":\"string\"},\"failed_count\":{\"description\":\"Replayed jobs that failed again.\",\"minimum\":0,\"type\":\"integer\"},\"replay_id\":{\"description\":\"The replay.\",\"format\":\"uuid\",\"type\":\"string\"},\"replayed_count\":{\"description\":\"Jobs replayed.\",\"minimum\":0,\"type\":\"integer\"},\"succeeded_count\":{\"description\":\"Replayed jobs that succeeded.\",\"minimum\":0,\"type\":\"integer\"}},\"required\":[\"replay_id\",\"replayed_count\",\"succeeded_count\",\"failed_count\",\"completed_at\"],\"type\":\"object\"}",
@@ -6108,7 +7197,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "dlq_replay.failed",
             description: "A replay of dead-lettered jobs could not run to the end.",
             producer_class: "dispatcher",
@@ -6116,7 +7205,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"error\":{\"additionalProperties\":false,\"description\":\"What went wrong, as a reference: an error code and whether a retry may help.\",\"properties\":{\"code\":{\"description\":\"Error code (SCREAMING_SNAKE), never the message text.\",\"maxLength\":64,\"pattern\":\"^[A-Z][A-Z0-9_]*$\",\"type\":\"string\"},\"retryable\":{\"description\":\"Whether retrying the same work may succeed.\",\"type\":\"boolean\"}},\"required\":[\"code\",\"retryable\"],\"type\":\"object\"},\"failed_at\":{\"description\":\"When the replay stopped.\",\"format\":\"date-time\",\"type\":\"string\"},\"replay_id\":{\"description\":\"The replay.\",\"format\":\"uuid\",\"type\":\"string\"},\"replayed_count\":{\"description\":\"Jobs replayed before the replay stopped.\",\"minimum\":0,\"type\":\"integer\"}},\"required\":[\"replay_id\",\"error\",\"replayed_count\",\"failed_at\"],\"type\":\"object\"}",
@@ -6124,7 +7213,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "dlq_replay.scheduled",
             description: "A replay of dead-lettered jobs was scheduled.",
             producer_class: "dispatcher",
@@ -6132,7 +7221,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"consumer_name\":{\"description\":\"The consumer whose dead letters are replayed (`worker.dot.iu_axis`).\",\"maxLength\":128,\"pattern\":\"^[a-z][a-z0-9_]*(\\\\.[a-z0-9_]+)*$\",\"type\":\"string\"},\"job_count\":{\"description\":\"Number of dead-lettered jobs selected for replay.\",\"minimum\":1,\"type\":\"integer\"},\"replay_id\":{\"description\":\"The replay.\",\"format\":\"uuid\",\"type\":\"string\"},\"requested_by_id\":{\"description\":\"Person who requested the replay.\",\"format\":\"uuid\",\"type\":\"string\"},\"scheduled_for\":{\"description\":\"When the replay is to start.\",\"format\":\"date-time\",\"type\":\"string\"}},\"required\":[\"replay_id\",\"consumer_name\",\"job_count\",\"requested_by_id\",\"scheduled_for\"],\"type\":\"object\"}",
@@ -6140,7 +7229,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "dot.command_completed",
             description: "A dot pipeline command completed successfully.",
             producer_class: "dot_pipeline",
@@ -6148,7 +7237,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"command_name\":{\"description\":\"Name of the pipeline command (`iu.axis.resolve`).\",\"maxLength\":128,\"pattern\":\"^[a-z][a-z0-9_]*(\\\\.[a-z0-9_]+)*$\",\"type\":\"string\"},\"command_run_id\":{\"description\":\"This run of the command.\",\"format\":\"uuid\",\"type\":\"string\"},\"completed_at\":{\"description\":\"When the command completed.\",\"format\":\"date-time\",\"type\":\"string\"},\"duration_ms\":{\"description\":\"How long the command ran, in milliseconds.\",\"minimum\":0,\"type\":\"integer\"},\"output_unit_count\":{\"description\":\"Number of unit versions the command wrote.\",\"minimum\":0,\"type\":\"integer\"},\"step_run_id\":{\"description\":\"The step run that issued the command.\",\"format\":\"uuid\",\"type\":\"string\"},\"workflow_run_id\":{\"description\":\"The workflow run the command belongs to.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"workflow_run_id\",\"step_run_id\",\"command_run_id\",\"command_name\",\"duration_ms\",\"output_unit_count\",\"completed_at\"],\"type\":\"object\"}",
@@ -6156,7 +7245,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "dot.command_failed",
             description: "A dot pipeline command failed.",
             producer_class: "dot_pipeline",
@@ -6164,13 +7253,13 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"command_name\":{\"description\":\"Name of the pipeline command (`iu.axis.resolve`).\",\"maxLength\":128,\"pattern\":\"^[a-z][a-z0-9_]*(\\\\.[a-z0-9_]+)*$\",\"type\":\"string\"},\"command_run_id\":{\"description\":\"This run of the command.\",\"format\":\"uuid\",\"type\":\"string\"},\"error\":{\"additionalProperties\":false,\"description\":\"What went wrong, as a reference: an error code and whether a retry may help.\",\"properties\":{\"code\":{\"description\":\"Error code (SCREAMING_SNAKE), never the message text.\",\"maxLength\":64,\"pattern\":\"^[A-Z][A-Z0-9_]*$\",\"type\":\"string\"},\"retryable\":{\"description\":\"Whether retrying the same work may succeed.\",\"type\":\"boolean\"}},\"required\":[\"code\",\"retryable\"],\"type\":\"object\"},\"failed_at\":{\"description\":\"When the command failed.\",\"format\":\"date-time\",\"type\":\"string\"},\"step_run_id\":{\"description\":\"The step run that issued the command.\",\"format\":\"uuid\",\"type\":\"string\"},\"workflow_run_id\":{\"description\":\"The workflow run the command belongs to.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"workflow_run_id\",\"step_run_id\",\"command_run_id\",\"command_name\",\"error\",\"failed_at\"],\"type\":\"object\"}",
                     schema_digest: "bf673c0acded6f3757a03b52359f9cd777f19faebf5fd8b4dd0d97748541440c",
                 },
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.1.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"attempt\":{\"description\":\"Attempt number, the first being 1.\",\"minimum\":1,\"type\":\"integer\"},\"command_name\":{\"description\":\"Name of the pipeline command (`iu.axis.resolve`).\",\"maxLength\":128,\"pattern\":\"^[a-z][a-z0-9_]*(\\\\.[a-z0-9_]+)*$\",\"type\":\"string\"},\"command_run_id\":{\"description\":\"This run of the command.\",\"format\":\"uuid\",\"type\":\"string\"},\"duration_ms\":{\"description\":\"How long the command ran before failing, in milliseconds.\",\"minimum\":0,\"type\":\"integer\"},\"error\":{\"additionalProperties\":false,\"description\":\"What went wrong, as a reference: an error code and whether a retry may help.\",\"properties\":{\"code\":{\"description\":\"Error code (SCREAMING_SNAKE), never the message text.\",\"maxLength\":64,\"pattern\":\"^[A-Z][A-Z0-9_]*$\",\"type\":\"string\"},\"retryable\":{\"description\":\"Whether retrying the same work may succeed.\",\"type\":\"boolean\"}},\"required\":[\"code\",\"retryable\"],\"type\":\"object\"},\"failed_at\":{\"description\":\"When the command failed.\",\"format\":\"date-time\",\"type\":\"string\"},\"step_run_id\":{\"description\":\"The step run that issued the command.\",\"format\":\"uuid\",\"type\":\"string\"},\"workflow_run_id\":{\"description\":\"The workflow run the command belongs to.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"workflow_run_id\",\"step_run_id\",\"command_run_id\",\"command_name\",\"error\",\"failed_at\"],\"type\":\"object\"}",
@@ -6178,7 +7267,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "dot.command_started",
             description: "A dot pipeline command started.",
             producer_class: "dot_pipeline",
@@ -6186,7 +7275,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"attempt\":{\"description\":\"Attempt number, the first being 1.\",\"minimum\":1,\"type\":\"integer\"},\"command_name\":{\"description\":\"Name of the pipeline command (`iu.axis.resolve`).\",\"maxLength\":128,\"pattern\":\"^[a-z][a-z0-9_]*(\\\\.[a-z0-9_]+)*$\",\"type\":\"string\"},\"command_run_id\":{\"description\":\"This run of the command.\",\"format\":\"uuid\",\"type\":\"string\"},\"started_at\":{\"description\":\"When the command started.\",\"format\":\"date-time\",\"type\":\"string\"},\"step_run_id\":{\"description\":\"The step run that issued the command.\",\"format\":\"uuid\",\"type\":\"string\"},\"workflow_run_id\":{\"description\":\"The workflow run the command belongs to.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"workflow_run_id\",\"step_run_id\",\"command_run_id\",\"command_name\",\"attempt\",\"started_at\"],\"type\":\"object\"}",
@@ -6194,7 +7283,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "iu.born",
             description: "A new information unit exists and its axes are resolved.",
             producer_class: "iu_axis_lifecycle",
@@ -6202,19 +7291,19 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"born_at\":{\"description\":\"When the unit came into existence.\",\"format\":\"date-time\",\"type\":\"string\"},\"governance_state\":{\"description\":\"Governance state the unit starts in.\",\"enum\":[\"draft\",\"review\",\"active\",\"frozen\"],\"type\":\"string\"},\"iu_unit_id\":{\"description\":\"The new information unit.\",\"format\":\"uuid\",\"type\":\"string\"},\"iu_version_id\":{\"description\":\"Its first version.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"iu_unit_id\",\"iu_version_id\",\"governance_state\",\"born_at\"],\"type\":\"object\"}",
                     schema_digest: "89e658cdf21cd7ac819c7105f23d80831d60aaca1fa24fb485c94527240c3b8b",
                 },
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.1.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"axis_count\":{\"description\":\"Number of axes resolved for the unit.\",\"minimum\":0,\"type\":\"integer\"},\"born_at\":{\"description\":\"When the unit came into existence.\",\"format\":\"date-time\",\"type\":\"string\"},\"governance_state\":{\"description\":\"Governance state the unit starts in.\",\"enum\":[\"draft\",\"review\",\"active\",\"frozen\"],\"type\":\"string\"},\"iu_unit_id\":{\"description\":\"The new information unit.\",\"format\":\"uuid\",\"type\":\"string\"},\"iu_version_id\":{\"description\":\"Its first version.\",\"format\":\"uuid\",\"type\":\"string\"},\"source_run_id\":{\"description\":\"Workflow run that created the unit, when one did.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"iu_unit_id\",\"iu_version_id\",\"governance_state\",\"born_at\"],\"type\":\"object\"}",
                     schema_digest: "ca090835d79438d5e562049e5cff2a6252e34712873e7dc1f45afc8328528b15",
                 },
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "2.0.0",
                     major: 2,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"axes\":{\"additionalProperties\":false,\"description\":\"The resolved axes of the unit, as references.\",\"properties\":{\"audience\":{\"description\":\"Audience axis, when resolved.\",\"enum\":[\"internal\",\"external\",\"mixed\"],\"type\":\"string\"},\"scope_axis_id\":{\"description\":\"Resolved scope axis.\",\"format\":\"uuid\",\"type\":\"string\"},\"subject_axis_id\":{\"description\":\"Resolved subject axis.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"subject_axis_id\",\"scope_axis_id\"],\"type\":\"object\"},\"born_at\":{\"description\":\"When the unit came into existence.\",\"format\":\"date-time\",\"type\":\"string\"},\"governance_state\":{\"description\":\"Governance state the unit starts in.\",\"enum\":[\"draft\",\"review\",\"active\",\"frozen\"],\"type\":\"string\"},\"iu_unit_id\":{\"description\":\"The new information unit.\",\"format\":\"uuid\",\"type\":\"string\"},\"iu_version_id\":{\"description\":\"Its first version.\",\"format\":\"uuid\",\"type\":\"string\"},\"source_run_id\":{\"description\":\"Workflow run that created the unit, when one did.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"iu_unit_id\",\"iu_version_id\",\"governance_state\",\"born_at\",\"axes\"],\"type\":\"object\"}",
@@ -6222,7 +7311,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "iu.deprecated",
             description: "An information unit was deprecated and should no longer be used.",
             producer_class: "governance",
@@ -6230,7 +7319,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"deprecated_at\":{\"description\":\"When the unit was deprecated.\",\"format\":\"date-time\",\"type\":\"string\"},\"iu_unit_id\":{\"description\":\"The deprecated unit.\",\"format\":\"uuid\",\"type\":\"string\"},\"iu_version_id\":{\"description\":\"Its last version.\",\"format\":\"uuid\",\"type\":\"string\"},\"reason_code\":{\"description\":\"Why the unit was deprecated.\",\"enum\":[\"superseded\",\"obsolete\",\"duplicate\",\"policy\"],\"type\":\"string\"},\"superseded_by_unit_id\":{\"description\":\"The unit that replaces it, when one does.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"iu_unit_id\",\"iu_version_id\",\"reason_code\",\"deprecated_at\"],\"type\":\"object\"}",
@@ -6238,7 +7327,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "iu.edited",
             description: "An information unit got a new version through an edit.",
             producer_class: "iu_axis_lifecycle",
@@ -6246,13 +7335,13 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"edited_at\":{\"description\":\"When the edit was committed.\",\"format\":\"date-time\",\"type\":\"string\"},\"governance_state\":{\"description\":\"Governance state of the unit after the edit.\",\"enum\":[\"draft\",\"review\",\"active\",\"frozen\"],\"type\":\"string\"},\"iu_unit_id\":{\"description\":\"The edited information unit.\",\"format\":\"uuid\",\"type\":\"string\"},\"iu_version_id\":{\"description\":\"The version the edit produced.\",\"format\":\"uuid\",\"type\":\"string\"},\"previous_version_id\":{\"description\":\"The version the edit started from.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"iu_unit_id\",\"iu_version_id\",\"previous_version_id\",\"governance_state\",\"edited_at\"],\"type\":\"object\"}",
                     schema_digest: "4a6781b1665941acfc87d18bb875e772dd2b8c33cf5258980caf9d005d355b1e",
                 },
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.1.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"changed_field_count\":{\"description\":\"Number of fields the edit changed.\",\"minimum\":0,\"type\":\"integer\"},\"edited_at\":{\"description\":\"When the edit was committed.\",\"format\":\"date-time\",\"type\":\"string\"},\"editor_id\":{\"description\":\"Person or agent that made the edit.\",\"format\":\"uuid\",\"type\":\"string\"},\"governance_state\":{\"description\":\"Governance state of the unit after the edit.\",\"enum\":[\"draft\",\"review\",\"active\",\"frozen\"],\"type\":\"string\"},\"iu_unit_id\":{\"description\":\"The edited information unit.\",\"format\":\"uuid\",\"type\":\"string\"},\"iu_version_id\":{\"description\":\"The version the edit produced.\",\"format\":\"uuid\",\"type\":\"string\"},\"previous_version_id\":{\"description\":\"The version the edit started from.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"iu_unit_id\",\"iu_version_id\",\"previous_version_id\",\"governance_state\",\"edited_at\"],\"type\":\"object\"}",
@@ -6260,7 +7349,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "iu.linked",
             description: "Two information units were linked.",
             producer_class: "iu_axis_lifecycle",
@@ -6268,13 +7357,13 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"iu_unit_id\":{\"description\":\"The unit the link starts from.\",\"format\":\"uuid\",\"type\":\"string\"},\"link_kind\":{\"description\":\"What the link means.\",\"enum\":[\"references\",\"depends_on\",\"derived_from\",\"supersedes\"],\"type\":\"string\"},\"linked_at\":{\"description\":\"When the link was created.\",\"format\":\"date-time\",\"type\":\"string\"},\"target_unit_id\":{\"description\":\"The unit the link points to.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"iu_unit_id\",\"target_unit_id\",\"link_kind\",\"linked_at\"],\"type\":\"object\"}",
                     schema_digest: "ab38de3b8d639c109cae67114c2bcd0c0f423195d2e119e4c2551d5e8661ace3",
                 },
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.1.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"iu_unit_id\":{\"description\":\"The unit the link starts from.\",\"format\":\"uuid\",\"type\":\"string\"},\"link_id\":{\"description\":\"The link itself, so it can be removed later.\",\"format\":\"uuid\",\"type\":\"string\"},\"link_kind\":{\"description\":\"What the link means.\",\"enum\":[\"references\",\"depends_on\",\"derived_from\",\"supersedes\"],\"type\":\"string\"},\"linked_at\":{\"description\":\"When the link was created.\",\"format\":\"date-time\",\"type\":\"string\"},\"target_unit_id\":{\"description\":\"The unit the link points to.\",\"format\":\"uuid\",\"type\":\"string\"},\"target_version_id\":{\"description\":\"The target version, when the link pins one.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"iu_unit_id\",\"target_unit_id\",\"link_kind\",\"linked_at\"],\"type\":\"object\"}",
@@ -6282,7 +7371,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "iu.merged",
             description: "Several information units were merged into one surviving unit.",
             producer_class: "iu_axis_lifecycle",
@@ -6290,7 +7379,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"$defs\":{\"unit_ref\":{\"additionalProperties\":false,\"description\":\"A reference to one version of one information unit.\",\"properties\":{\"iu_unit_id\":{\"description\":\"Information unit.\",\"format\":\"uuid\",\"type\":\"string\"},\"iu_version_id\":{\"description\":\"Version of that unit.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"iu_unit_id\",\"iu_version_id\"],\"type\":\"object\"}},\"additionalProperties\":false,\"properties\":{\"approval_id\":{\"description\":\"The approval that allowed the merge.\",\"format\":\"uuid\",\"type\":\"string\"},\"iu_unit_id\":{\"description\":\"The surviving unit.\",\"format\":\"uuid\",\"type\":\"string\"},\"iu_version_id\":{\"description\":\"The version of the surviving unit the merge produced.\",\"format\":\"uuid\",\"type\":\"string\"},\"merged_at\":{\"description\":\"When the merge was committed.\",\"format\":\"date-time\",\"type\":\"string\"},\"merged_from\":{\"description\":\"The units merged into the surviving one.\",\"items\":{\"$ref\":\"#/$defs/unit_ref\"},\"minItems\":1,\"type\":\"array\"}},\"required\":[\"iu_unit_id\",\"iu_version_id\",\"merged_from\",\"approval_id\",\"merged_at\"],\"type\":\"object\"}",
@@ -6298,7 +7387,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "iu.rendered",
             description: "A version of an information unit was rendered into a view.",
             producer_class: "render_pipeline",
@@ -6306,7 +7395,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"artifact_id\":{\"description\":\"Stored render output; the output itself is never in the event.\",\"format\":\"uuid\",\"type\":\"string\"},\"byte_count\":{\"description\":\"Size of the stored output in bytes.\",\"minimum\":0,\"type\":\"integer\"},\"iu_unit_id\":{\"description\":\"The rendered unit.\",\"format\":\"uuid\",\"type\":\"string\"},\"iu_version_id\":{\"description\":\"The rendered version.\",\"format\":\"uuid\",\"type\":\"string\"},\"render_run_id\":{\"description\":\"The render run.\",\"format\":\"uuid\",\"type\":\"string\"},\"rendered_at\":{\"description\":\"When rendering finished.\",\"format\":\"date-time\",\"type\":\"string\"},\"view_kind\":{\"description\":\"Which view was rendered.\",\"enum\":[\"mout_view\",\"summary\",\"print\"],\"type\":\"string\"}},\"required\":[\"iu_unit_id\",\"iu_version_id\",\"render_run_id\",\"view_kind\",\"artifact_id\",\"byte_count\",\"rendered_at\"],\"type\":\"object\"}",
@@ -6314,7 +7403,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "iu.split_approved",
             description: "A proposed split was approved and the resulting units exist.",
             producer_class: "governance",
@@ -6322,7 +7411,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"$defs\":{\"unit_ref\":{\"additionalProperties\":false,\"description\":\"A reference to one version of one information unit.\",\"properties\":{\"iu_unit_id\":{\"description\":\"Information unit.\",\"format\":\"uuid\",\"type\":\"string\"},\"iu_version_id\":{\"description\":\"Version of that unit.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"iu_unit_id\",\"iu_version_id\"],\"type\":\"object\"}},\"additionalProperties\":false,\"properties\":{\"approval_id\":{\"description\":\"The approval that accepted it.\",\"format\":\"uuid\",\"type\":\"string\"},\"approved_at\":{\"description\":\"When the split was approved.\",\"format\":\"date-time\",\"type\":\"string\"},\"iu_unit_id\":{\"description\":\"The unit that was split.\",\"format\":\"uuid\",\"type\":\"string\"},\"proposal_id\":{\"description\":\"The split proposal.\",\"format\":\"uuid\",\"type\":\"string\"},\"resulting_units\":{\"description\":\"The units the split produced.\",\"items\":{\"$ref\":\"#/$defs/unit_ref\"},\"minItems\":2,\"type\":\"array\"}},\"required\":[\"iu_unit_id\",\"proposal_id\",\"approval_id\",\"resulting_units\",\"approved_at\"],\"type\":\"object\"}",
@@ -6330,7 +7419,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "iu.split_proposed",
             description: "Splitting an information unit into several was proposed.",
             producer_class: "iu_axis_lifecycle",
@@ -6338,7 +7427,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"iu_unit_id\":{\"description\":\"The unit proposed for splitting.\",\"format\":\"uuid\",\"type\":\"string\"},\"iu_version_id\":{\"description\":\"The version the split starts from.\",\"format\":\"uuid\",\"type\":\"string\"},\"proposal_id\":{\"description\":\"The governance proposal that carries the split.\",\"format\":\"uuid\",\"type\":\"string\"},\"proposed_at\":{\"description\":\"When the split was proposed.\",\"format\":\"date-time\",\"type\":\"string\"},\"proposed_part_count\":{\"description\":\"Number of units the split would produce.\",\"minimum\":2,\"type\":\"integer\"}},\"required\":[\"iu_unit_id\",\"iu_version_id\",\"proposal_id\",\"proposed_part_count\",\"proposed_at\"],\"type\":\"object\"}",
@@ -6346,7 +7435,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "iu.used_in_workflow",
             description: "A version of an information unit was used as input of a workflow step. Deprecated: step.completed 1.1.0 carries the input unit references.",
             producer_class: "workflow_engine",
@@ -6354,7 +7443,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: true,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"iu_unit_id\":{\"description\":\"The unit used.\",\"format\":\"uuid\",\"type\":\"string\"},\"iu_version_id\":{\"description\":\"The version used.\",\"format\":\"uuid\",\"type\":\"string\"},\"step_run_id\":{\"description\":\"The step run that used it.\",\"format\":\"uuid\",\"type\":\"string\"},\"used_at\":{\"description\":\"When the step used the unit.\",\"format\":\"date-time\",\"type\":\"string\"},\"workflow_run_id\":{\"description\":\"The workflow run that used it.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"iu_unit_id\",\"iu_version_id\",\"workflow_run_id\",\"step_run_id\",\"used_at\"],\"type\":\"object\"}",
@@ -6362,7 +7451,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "iu.validated",
             description: "A version of an information unit was validated.",
             producer_class: "dot_pipeline",
@@ -6370,7 +7459,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"error_count\":{\"description\":\"Number of errors found.\",\"minimum\":0,\"type\":\"integer\"},\"iu_unit_id\":{\"description\":\"The validated unit.\",\"format\":\"uuid\",\"type\":\"string\"},\"iu_version_id\":{\"description\":\"The validated version.\",\"format\":\"uuid\",\"type\":\"string\"},\"outcome\":{\"description\":\"Result of the validation.\",\"enum\":[\"passed\",\"passed_with_warnings\",\"failed\"],\"type\":\"string\"},\"validated_at\":{\"description\":\"When validation finished.\",\"format\":\"date-time\",\"type\":\"string\"},\"validation_run_id\":{\"description\":\"The validation run.\",\"format\":\"uuid\",\"type\":\"string\"},\"warning_count\":{\"description\":\"Number of warnings found.\",\"minimum\":0,\"type\":\"integer\"}},\"required\":[\"iu_unit_id\",\"iu_version_id\",\"validation_run_id\",\"outcome\",\"error_count\",\"warning_count\",\"validated_at\"],\"type\":\"object\"}",
@@ -6378,7 +7467,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "job.dead_lettered",
             description: "A delivery job ran out of attempts or failed permanently and was dead-lettered.",
             producer_class: "dispatcher",
@@ -6386,13 +7475,13 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"attempts\":{\"description\":\"Attempts made, the first included.\",\"minimum\":1,\"type\":\"integer\"},\"consumer_name\":{\"description\":\"The consumer whose delivery failed (`worker.dot.iu_axis`).\",\"maxLength\":128,\"pattern\":\"^[a-z][a-z0-9_]*(\\\\.[a-z0-9_]+)*$\",\"type\":\"string\"},\"dead_lettered_at\":{\"description\":\"When the job was dead-lettered.\",\"format\":\"date-time\",\"type\":\"string\"},\"event_id\":{\"description\":\"The event the job delivered.\",\"format\":\"uuid\",\"type\":\"string\"},\"event_type\":{\"description\":\"Type of that event (`iu.born`).\",\"maxLength\":128,\"pattern\":\"^[a-z][a-z0-9_]*(\\\\.[a-z0-9_]+)+$\",\"type\":\"string\"},\"failure_class\":{\"description\":\"Class of the last failure: transient when retries ran out.\",\"enum\":[\"transient\",\"permanent\",\"poison\"],\"type\":\"string\"},\"job_id\":{\"description\":\"The dead-lettered delivery job.\",\"format\":\"uuid\",\"type\":\"string\"},\"last_error_code\":{\"description\":\"Error code of the last attempt (SCREAMING_SNAKE).\",\"maxLength\":64,\"pattern\":\"^[A-Z][A-Z0-9_]*$\",\"type\":\"string\"}},\"required\":[\"job_id\",\"event_id\",\"event_type\",\"consumer_name\",\"attempts\",\"failure_class\",\"last_error_code\",\"dead_lettered_at\"],\"type\":\"object\"}",
                     schema_digest: "f4f4ae5d5e0d068e38f602a029fa12645beb1d1e5bc1146350c724dec71756d2",
                 },
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.1.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"attempts\":{\"description\":\"Attempts made, the first included.\",\"minimum\":1,\"type\":\"integer\"},\"consumer_name\":{\"description\":\"The consumer whose delivery failed (`worker.dot.iu_axis`).\",\"maxLength\":128,\"pattern\":\"^[a-z][a-z0-9_]*(\\\\.[a-z0-9_]+)*$\",\"type\":\"string\"},\"dead_lettered_at\":{\"description\":\"When the job was dead-lettered.\",\"format\":\"date-time\",\"type\":\"string\"},\"event_id\":{\"description\":\"The event the job delivered.\",\"format\":\"uuid\",\"type\":\"string\"},\"event_type\":{\"description\":\"Type of that event (`iu.born`).\",\"maxLength\":128,\"pattern\":\"^[a-z][a-z0-9_]*(\\\\.[a-z0-9_]+)+$\",\"type\":\"string\"},\"failure_class\":{\"description\":\"Class of the last failure: transient when retries ran out.\",\"enum\":[\"transient\",\"permanent\",\"poison\"],\"type\":\"string\"},\"first_failed_at\":{\"description\":\"When the first attempt failed.\",\"format\":\"date-time\",\"type\":\"string\"},\"job_id\":{\"description\":\"The dead-lettered delivery job.\",\"format\":\"uuid\",\"type\":\"string\"},\"last_error_code\":{\"description\":\"Error code of the last attempt (SCREAMING_SNAKE).\",\"maxLength\":64,\"pattern\":\"^[A-Z][A-Z0-9_]*$\",\"type\":\"string\"},\"workflow_run_id\":{\"description\":\"The workflow run the event belongs to, when it does.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"job_id\",\"event_id\",\"event_type\",\"consumer_name\",\"attempts\",\"failure_class\",\"last_error_code\",\"dead_lettered_at\"],\"type\":\"object\"}",
@@ -6400,7 +7489,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "proposal.approved",
             description: "A governance proposal was approved.",
             producer_class: "governance",
@@ -6408,7 +7497,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"approval_id\":{\"description\":\"The approval record.\",\"format\":\"uuid\",\"type\":\"string\"},\"approved_at\":{\"description\":\"When the proposal was approved.\",\"format\":\"date-time\",\"type\":\"string\"},\"approver_id\":{\"description\":\"Person who approved.\",\"format\":\"uuid\",\"type\":\"string\"},\"proposal_id\":{\"description\":\"The approved proposal.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"proposal_id\",\"approval_id\",\"approver_id\",\"approved_at\"],\"type\":\"object\"}",
@@ -6416,7 +7505,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "proposal.rejected",
             description: "A governance proposal was rejected.",
             producer_class: "governance",
@@ -6424,7 +7513,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"proposal_id\":{\"description\":\"The rejected proposal.\",\"format\":\"uuid\",\"type\":\"string\"},\"reason_code\":{\"description\":\"Why the proposal was rejected.\",\"enum\":[\"policy\",\"quality\",\"duplicate\",\"out_of_scope\"],\"type\":\"string\"},\"rejected_at\":{\"description\":\"When the proposal was rejected.\",\"format\":\"date-time\",\"type\":\"string\"},\"reviewer_id\":{\"description\":\"Person who rejected it.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"proposal_id\",\"reviewer_id\",\"reason_code\",\"rejected_at\"],\"type\":\"object\"}",
@@ -6432,7 +7521,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "proposal.submitted",
             description: "A governance proposal was submitted for review.",
             producer_class: "governance",
@@ -6440,13 +7529,13 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"iu_unit_id\":{\"description\":\"The unit the proposal is about.\",\"format\":\"uuid\",\"type\":\"string\"},\"iu_version_id\":{\"description\":\"The unit version the proposal starts from.\",\"format\":\"uuid\",\"type\":\"string\"},\"proposal_id\":{\"description\":\"The proposal.\",\"format\":\"uuid\",\"type\":\"string\"},\"proposal_kind\":{\"description\":\"What the proposal would change.\",\"enum\":[\"edit\",\"split\",\"merge\",\"deprecate\",\"link\"],\"type\":\"string\"},\"submitted_at\":{\"description\":\"When the proposal was submitted.\",\"format\":\"date-time\",\"type\":\"string\"},\"submitter_id\":{\"description\":\"Person or agent that submitted the proposal.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"proposal_id\",\"proposal_kind\",\"iu_unit_id\",\"iu_version_id\",\"submitter_id\",\"submitted_at\"],\"type\":\"object\"}",
                     schema_digest: "aa7e9f0f971db53c019eb17af6db5909d243cb94a3f5a37731ab67eee379549d",
                 },
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.1.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"affected_unit_count\":{\"description\":\"Number of units the proposal would touch.\",\"minimum\":1,\"type\":\"integer\"},\"iu_unit_id\":{\"description\":\"The unit the proposal is about.\",\"format\":\"uuid\",\"type\":\"string\"},\"iu_version_id\":{\"description\":\"The unit version the proposal starts from.\",\"format\":\"uuid\",\"type\":\"string\"},\"proposal_id\":{\"description\":\"The proposal.\",\"format\":\"uuid\",\"type\":\"string\"},\"proposal_kind\":{\"description\":\"What the proposal would change.\",\"enum\":[\"edit\",\"split\",\"merge\",\"deprecate\",\"link\"],\"type\":\"string\"},\"submitted_at\":{\"description\":\"When the proposal was submitted.\",\"format\":\"date-time\",\"type\":\"string\"},\"submitter_id\":{\"description\":\"Person or agent that submitted the proposal.\",\"format\":\"uuid\",\"type\":\"string\"},\"workflow_run_id\":{\"description\":\"The review workflow run started for the proposal, when one was.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"proposal_id\",\"proposal_kind\",\"iu_unit_id\",\"iu_version_id\",\"submitter_id\",\"submitted_at\"],\"type\":\"object\"}",
@@ -6454,7 +7543,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "step.completed",
             description: "A workflow step completed.",
             producer_class: "workflow_engine",
@@ -6462,13 +7551,13 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"completed_at\":{\"description\":\"When the step completed.\",\"format\":\"date-time\",\"type\":\"string\"},\"outcome\":{\"description\":\"How the step ended.\",\"enum\":[\"succeeded\",\"skipped\"],\"type\":\"string\"},\"step_key\":{\"description\":\"Key of the step in its workflow definition (`review.approve`).\",\"maxLength\":128,\"pattern\":\"^[a-z][a-z0-9_]*(\\\\.[a-z0-9_]+)*$\",\"type\":\"string\"},\"step_run_id\":{\"description\":\"The step run.\",\"format\":\"uuid\",\"type\":\"string\"},\"workflow_run_id\":{\"description\":\"The workflow run.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"workflow_run_id\",\"step_run_id\",\"step_key\",\"outcome\",\"completed_at\"],\"type\":\"object\"}",
                     schema_digest: "9fd074c425dd95f83c3bf6287d874b40d26a23cee6b8cd81585d9bac47365c4a",
                 },
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.1.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"completed_at\":{\"description\":\"When the step completed.\",\"format\":\"date-time\",\"type\":\"string\"},\"duration_ms\":{\"description\":\"How long the step ran, in milliseconds.\",\"minimum\":0,\"type\":\"integer\"},\"input_unit_ids\":{\"description\":\"Information units the step read.\",\"items\":{\"format\":\"uuid\",\"type\":\"string\"},\"type\":\"array\"},\"outcome\":{\"description\":\"How the step ended.\",\"enum\":[\"succeeded\",\"skipped\"],\"type\":\"string\"},\"output_unit_ids\":{\"description\":\"Information units the step wrote.\",\"items\":{\"format\":\"uuid\",\"type\":\"string\"},\"type\":\"array\"},\"step_key\":{\"description\":\"Key of the step in its workflow definition (`review.approve`).\",\"maxLength\":128,\"pattern\":\"^[a-z][a-z0-9_]*(\\\\.[a-z0-9_]+)*$\",\"type\":\"string\"},\"step_run_id\":{\"description\":\"The step run.\",\"format\":\"uuid\",\"type\":\"string\"},\"workflow_run_id\":{\"description\":\"The workflow run.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"workflow_run_id\",\"step_run_id\",\"step_key\",\"outcome\",\"completed_at\"],\"type\":\"object\"}",
@@ -6476,7 +7565,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "step.escalated",
             description: "A workflow step was escalated to a person.",
             producer_class: "workflow_engine",
@@ -6484,7 +7573,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"assignee_id\":{\"description\":\"The person the step was escalated to, when assigned.\",\"format\":\"uuid\",\"type\":\"string\"},\"escalated_at\":{\"description\":\"When the step was escalated.\",\"format\":\"date-time\",\"type\":\"string\"},\"escalation_reason\":{\"description\":\"Why the step was escalated.\",\"enum\":[\"timeout\",\"retries_exhausted\",\"policy_violation\",\"manual\"],\"type\":\"string\"},\"step_key\":{\"description\":\"Key of the step in its workflow definition (`review.approve`).\",\"maxLength\":128,\"pattern\":\"^[a-z][a-z0-9_]*(\\\\.[a-z0-9_]+)*$\",\"type\":\"string\"},\"step_run_id\":{\"description\":\"The step run.\",\"format\":\"uuid\",\"type\":\"string\"},\"workflow_run_id\":{\"description\":\"The workflow run.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"workflow_run_id\",\"step_run_id\",\"step_key\",\"escalation_reason\",\"escalated_at\"],\"type\":\"object\"}",
@@ -6492,7 +7581,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "step.failed",
             description: "A workflow step failed.",
             producer_class: "workflow_engine",
@@ -6500,13 +7589,13 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"attempt\":{\"description\":\"Attempt number, the first being 1.\",\"minimum\":1,\"type\":\"integer\"},\"error_code\":{\"description\":\"Error code (SCREAMING_SNAKE), never the message text.\",\"maxLength\":64,\"pattern\":\"^[A-Z][A-Z0-9_]*$\",\"type\":\"string\"},\"failed_at\":{\"description\":\"When the step failed.\",\"format\":\"date-time\",\"type\":\"string\"},\"retryable\":{\"description\":\"Whether retrying the step may succeed.\",\"type\":\"boolean\"},\"step_key\":{\"description\":\"Key of the step in its workflow definition (`review.approve`).\",\"maxLength\":128,\"pattern\":\"^[a-z][a-z0-9_]*(\\\\.[a-z0-9_]+)*$\",\"type\":\"string\"},\"step_run_id\":{\"description\":\"The step run.\",\"format\":\"uuid\",\"type\":\"string\"},\"workflow_run_id\":{\"description\":\"The workflow run.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"workflow_run_id\",\"step_run_id\",\"step_key\",\"error_code\",\"retryable\",\"attempt\",\"failed_at\"],\"type\":\"object\"}",
                     schema_digest: "c8fb314efc1f758e884418eaef83c168c05bb2526e24fb44a194dceef60f98f5",
                 },
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "2.0.0",
                     major: 2,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"attempt\":{\"description\":\"Attempt number, the first being 1.\",\"minimum\":1,\"type\":\"integer\"},\"error\":{\"additionalProperties\":false,\"description\":\"What went wrong, as a reference: code, failure class and whether a retry may help.\",\"properties\":{\"code\":{\"description\":\"Error code (SCREAMING_SNAKE), never the message text.\",\"maxLength\":64,\"pattern\":\"^[A-Z][A-Z0-9_]*$\",\"type\":\"string\"},\"failure_class\":{\"description\":\"Class of the failure, which decides retry, dead letter or quarantine.\",\"enum\":[\"transient\",\"permanent\",\"poison\",\"scope\",\"schema\",\"integrity\"],\"type\":\"string\"},\"retryable\":{\"description\":\"Whether retrying the step may succeed.\",\"type\":\"boolean\"}},\"required\":[\"code\",\"failure_class\",\"retryable\"],\"type\":\"object\"},\"failed_at\":{\"description\":\"When the step failed.\",\"format\":\"date-time\",\"type\":\"string\"},\"step_key\":{\"description\":\"Key of the step in its workflow definition (`review.approve`).\",\"maxLength\":128,\"pattern\":\"^[a-z][a-z0-9_]*(\\\\.[a-z0-9_]+)*$\",\"type\":\"string\"},\"step_run_id\":{\"description\":\"The step run.\",\"format\":\"uuid\",\"type\":\"string\"},\"workflow_run_id\":{\"description\":\"The workflow run.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"workflow_run_id\",\"step_run_id\",\"step_key\",\"error\",\"attempt\",\"failed_at\"],\"type\":\"object\"}",
@@ -6514,7 +7603,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "step.ready",
             description: "A workflow step has all its inputs and is ready to run.",
             producer_class: "workflow_engine",
@@ -6522,7 +7611,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"executor_kind\":{\"description\":\"Kind of executor that runs the step.\",\"enum\":[\"dot\",\"sql\",\"ai\",\"human\",\"external\",\"notification\",\"render\"],\"type\":\"string\"},\"ready_at\":{\"description\":\"When the step became ready.\",\"format\":\"date-time\",\"type\":\"string\"},\"step_key\":{\"description\":\"Key of the step in its workflow definition (`review.approve`).\",\"maxLength\":128,\"pattern\":\"^[a-z][a-z0-9_]*(\\\\.[a-z0-9_]+)*$\",\"type\":\"string\"},\"step_run_id\":{\"description\":\"The step run.\",\"format\":\"uuid\",\"type\":\"string\"},\"workflow_run_id\":{\"description\":\"The workflow run.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"workflow_run_id\",\"step_run_id\",\"step_key\",\"executor_kind\",\"ready_at\"],\"type\":\"object\"}",
@@ -6532,377 +7621,377 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
         },
     ],
     consumers: &[
-        ::evc_runtime::ConsumerDescriptor {
+        ::evc::ConsumerDescriptor {
             name: "audit",
-            handler: ::evc_runtime::HandlerKind::Transactional,
-            mode: ::evc_runtime::ConsumerMode::Live,
+            handler: ::evc::HandlerKind::Transactional,
+            mode: ::evc::ConsumerMode::Live,
             per_key_ordering: false,
             retry_policy: "default.transient.5x.30s.exp",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.born",
                     requirement: ">=1, <3",
                     versions: &["1.0.0", "1.1.0", "2.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.edited",
                     requirement: "^1",
                     versions: &["1.0.0", "1.1.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.split_proposed",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.split_approved",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.merged",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.deprecated",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.linked",
                     requirement: "^1",
                     versions: &["1.0.0", "1.1.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.rendered",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.validated",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "dot.command_started",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "dot.command_completed",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "dot.command_failed",
                     requirement: "^1",
                     versions: &["1.0.0", "1.1.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "cut.mark_verified",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "cut.completed",
                     requirement: "^1",
                     versions: &["1.0.0", "1.1.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "cut.failed",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "step.ready",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "step.completed",
                     requirement: "^1",
                     versions: &["1.0.0", "1.1.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "step.failed",
                     requirement: ">=1, <3",
                     versions: &["1.0.0", "2.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "step.escalated",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "proposal.submitted",
                     requirement: "^1",
                     versions: &["1.0.0", "1.1.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "proposal.approved",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "proposal.rejected",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "decision.recorded",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "agent.suggestion",
                     requirement: "^1",
                     versions: &["1.0.0", "1.1.0", "1.2.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "job.dead_lettered",
                     requirement: "^1",
                     versions: &["1.0.0", "1.1.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "dlq_replay.scheduled",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "dlq_replay.completed",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "dlq_replay.failed",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
             ],
         },
-        ::evc_runtime::ConsumerDescriptor {
+        ::evc::ConsumerDescriptor {
             name: "worker.ai.review_suggest",
-            handler: ::evc_runtime::HandlerKind::Leased,
-            mode: ::evc_runtime::ConsumerMode::Shadow,
+            handler: ::evc::HandlerKind::Leased,
+            mode: ::evc::ConsumerMode::Shadow,
             per_key_ordering: true,
             retry_policy: "default.transient.5x.30s.exp",
             heartbeat_threshold_ms: 120000,
             handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "proposal.submitted",
                     requirement: "^1",
                     versions: &["1.0.0", "1.1.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.split_proposed",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.edited",
                     requirement: "^1.1",
                     versions: &["1.1.0"],
                 },
             ],
         },
-        ::evc_runtime::ConsumerDescriptor {
+        ::evc::ConsumerDescriptor {
             name: "worker.dot.cut_pipeline",
-            handler: ::evc_runtime::HandlerKind::Transactional,
-            mode: ::evc_runtime::ConsumerMode::Live,
+            handler: ::evc::HandlerKind::Transactional,
+            mode: ::evc::ConsumerMode::Live,
             per_key_ordering: true,
             retry_policy: "default.transient.5x.30s.exp",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "cut.mark_verified",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.validated",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "step.ready",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "dot.command_completed",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "dot.command_failed",
                     requirement: "^1",
                     versions: &["1.0.0", "1.1.0"],
                 },
             ],
         },
-        ::evc_runtime::ConsumerDescriptor {
+        ::evc::ConsumerDescriptor {
             name: "worker.dot.iu_axis",
-            handler: ::evc_runtime::HandlerKind::Transactional,
-            mode: ::evc_runtime::ConsumerMode::Live,
+            handler: ::evc::HandlerKind::Transactional,
+            mode: ::evc::ConsumerMode::Live,
             per_key_ordering: true,
             retry_policy: "default.transient.5x.30s.exp",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.born",
                     requirement: "^2",
                     versions: &["2.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.edited",
                     requirement: "^1",
                     versions: &["1.0.0", "1.1.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.split_approved",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.merged",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.linked",
                     requirement: "^1",
                     versions: &["1.0.0", "1.1.0"],
                 },
             ],
         },
-        ::evc_runtime::ConsumerDescriptor {
+        ::evc::ConsumerDescriptor {
             name: "worker.notification.iu",
-            handler: ::evc_runtime::HandlerKind::Leased,
-            mode: ::evc_runtime::ConsumerMode::Live,
+            handler: ::evc::HandlerKind::Leased,
+            mode: ::evc::ConsumerMode::Live,
             per_key_ordering: false,
             retry_policy: "default.notification.3x.10s.fixed",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.born",
                     requirement: "^1",
                     versions: &["1.0.0", "1.1.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.deprecated",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "proposal.approved",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "proposal.rejected",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "step.escalated",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
             ],
         },
-        ::evc_runtime::ConsumerDescriptor {
+        ::evc::ConsumerDescriptor {
             name: "worker.render.mout_view",
-            handler: ::evc_runtime::HandlerKind::Leased,
-            mode: ::evc_runtime::ConsumerMode::Live,
+            handler: ::evc::HandlerKind::Leased,
+            mode: ::evc::ConsumerMode::Live,
             per_key_ordering: true,
             retry_policy: "default.render.10x.5s.exp",
             heartbeat_threshold_ms: 120000,
             handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.born",
                     requirement: ">=1, <3",
                     versions: &["1.0.0", "1.1.0", "2.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.edited",
                     requirement: "^1",
                     versions: &["1.0.0", "1.1.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.validated",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.split_approved",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.merged",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.deprecated",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
             ],
         },
-        ::evc_runtime::ConsumerDescriptor {
+        ::evc::ConsumerDescriptor {
             name: "worker.sql.aggregate",
-            handler: ::evc_runtime::HandlerKind::Transactional,
-            mode: ::evc_runtime::ConsumerMode::Live,
+            handler: ::evc::HandlerKind::Transactional,
+            mode: ::evc::ConsumerMode::Live,
             per_key_ordering: false,
             retry_policy: "default.transient.5x.30s.exp",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "step.completed",
                     requirement: "^1",
                     versions: &["1.0.0", "1.1.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "step.failed",
                     requirement: ">=1, <3",
                     versions: &["1.0.0", "2.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "dot.command_completed",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "dot.command_failed",
                     requirement: "^1",
                     versions: &["1.0.0", "1.1.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "cut.completed",
                     requirement: "^1",
                     versions: &["1.0.0", "1.1.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "iu.validated",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "job.dead_lettered",
                     requirement: "^1",
                     versions: &["1.0.0", "1.1.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "dlq_replay.completed",
                     requirement: "^1",
                     versions: &["1.0.0"],
@@ -6911,7 +8000,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
         },
     ],
     retry_policies: &[
-        ::evc_runtime::RetryPolicyDescriptor {
+        ::evc::RetryPolicyDescriptor {
             name: "default.human.no_retry",
             kind: "no_retry",
             base_delay_ms: 0,
@@ -6920,7 +8009,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             jitter: "none",
             retry_on: &[],
         },
-        ::evc_runtime::RetryPolicyDescriptor {
+        ::evc::RetryPolicyDescriptor {
             name: "default.notification.3x.10s.fixed",
             kind: "fixed_delay",
             base_delay_ms: 10000,
@@ -6929,7 +8018,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             jitter: "none",
             retry_on: &["transient"],
         },
-        ::evc_runtime::RetryPolicyDescriptor {
+        ::evc::RetryPolicyDescriptor {
             name: "default.render.10x.5s.exp",
             kind: "exponential_backoff",
             base_delay_ms: 5000,
@@ -6938,7 +8027,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             jitter: "equal",
             retry_on: &["transient"],
         },
-        ::evc_runtime::RetryPolicyDescriptor {
+        ::evc::RetryPolicyDescriptor {
             name: "default.transient.5x.30s.exp",
             kind: "exponential_backoff",
             base_delay_ms: 30000,
@@ -6948,7 +8037,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             retry_on: &["transient"],
         },
     ],
-    payload_policy: ::evc_runtime::PayloadPolicyDescriptor {
+    payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &[
             "password",
@@ -6965,7 +8054,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
         hard_max_bytes: 65536,
     },
     require_tenant_scope: false,
-    dispatcher: ::evc_runtime::DispatcherDescriptor {
+    dispatcher: ::evc::DispatcherDescriptor {
         batch_size: 50,
         lease_ms: 30000,
         heartbeat_ms: 10000,

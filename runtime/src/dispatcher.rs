@@ -68,11 +68,13 @@ mod cursor;
 
 use cursor::{ClaimCursor, HEAD};
 
+use crate::append::AppendOptions;
 use crate::handler::{Delivery, FailureClass, HandlerError};
 use crate::registry::{HandlerKind, Registry};
 use crate::retry::{RetryDecision, RetryPolicy, SplitMix64};
-use crate::store::postgres::{Doorbell, NOTIFY_CHANNEL, PgStore, sql};
+use crate::store::postgres::{Doorbell, NOTIFY_CHANNEL, PgPublisher, PgStore, sql};
 use crate::store::{Claimed, DispatchError, Lease};
+use crate::trace::TraceContext;
 
 /// How long a worker about to sleep waits for its consumer's doorbell: long enough for the
 /// appends in flight to commit, short enough not to matter when another worker holds it.
@@ -130,6 +132,29 @@ impl<'a> HandlerContext<'a> {
         self.transaction.as_deref_mut()
     }
 
+    /// The trace a follow-up event continues: a child span of the delivered event's trace, or
+    /// a fresh trace when the event carried none. Pass it to the generated producers.
+    pub fn trace(&self) -> TraceContext {
+        self.claimed
+            .trace
+            .as_ref()
+            .map_or_else(TraceContext::fresh, TraceContext::child)
+    }
+
+    /// A publisher on the transactional kind's transaction: follow-up events commit with the
+    /// handler's writes and the ack, or roll back with them. Their causation id is the
+    /// delivered event. `None` for the leased kind, which has no transaction to append in.
+    pub fn publisher(&mut self) -> Option<PgPublisher<'_>> {
+        let cause = self.claimed.delivery.event_id.clone();
+        let store = self.store;
+        let connection = self.transaction.as_deref_mut()?;
+        Some(
+            store
+                .publisher(connection)
+                .with_options(AppendOptions::new().causation_id(cause)),
+        )
+    }
+
     /// Whether the consumer runs in shadow mode for this delivery ([`Lease::is_shadow`]): the
     /// handler's transaction writes are rolled back and its effect writes become intents, kept
     /// as the delivery's reconciliation row. A leased handler must make no external call then.
@@ -145,6 +170,14 @@ pub trait DynHandler: Send + Sync + 'static {
     /// `handler_panicked`.
     fn handle<'a>(&'a self, context: HandlerContext<'a>)
     -> BoxFuture<'a, Result<(), HandlerError>>;
+}
+
+/// A typed consumer: a handler that knows which registered consumer it serves. The generated
+/// consumer adapters and `#[evc::consumer]` impl blocks implement it; [`Dispatcher::serve`]
+/// takes it with the consumer's settings from the registry.
+pub trait Consumer: DynHandler {
+    /// The registered consumer's name (`worker.notification.iu`).
+    const NAME: &'static str;
 }
 
 /// A shared handler is a handler: the caller keeps a clone of the `Arc` to read what the
@@ -494,6 +527,15 @@ impl Dispatcher {
             setup.handler_timeout = handler_timeout;
         }
         Ok(dispatcher)
+    }
+
+    /// Serves the typed consumer `consumer` ([`Consumer::NAME`]) with its registry settings,
+    /// like [`Dispatcher::consumer`].
+    ///
+    /// # Errors
+    /// As [`Dispatcher::consumer`].
+    pub fn serve<C: Consumer>(self, consumer: C) -> Result<Self, DispatchError> {
+        self.consumer(C::NAME, consumer)
     }
 
     /// Serves consumer `name` with explicit settings instead of the registry's (operations

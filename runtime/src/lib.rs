@@ -24,10 +24,12 @@ pub use append::{
     AppendError, AppendOptions, AppendReceipt, Checker, CredentialKind, NewEvent, Rejection,
     SchemaCompileError,
 };
-pub use dispatcher::{Dispatcher, DispatcherConfig, DispatcherHandle, DynHandler, HandlerContext};
+pub use dispatcher::{
+    Consumer, Dispatcher, DispatcherConfig, DispatcherHandle, DynHandler, HandlerContext,
+};
 pub use handler::{Delivery, FailureClass, HandlerError};
 pub use policy::{CredentialShape, DigestKey, DigestKeyError, PayloadPolicy};
-pub use publish::{OutgoingEvent, PayloadError, Publish};
+pub use publish::{OutgoingEvent, PayloadError, Publish, RegisteredEvent};
 pub use registry::{
     ConsumerDescriptor, ConsumerMode, DispatcherDescriptor, EventDescriptor, HandlerKind,
     PayloadPolicyDescriptor, Registry, RetryPolicyDescriptor, SubscriptionDescriptor,
@@ -47,11 +49,3 @@ pub use store::{
     ShadowLog, Store, StoreError,
 };
 pub use trace::{TraceContext, TraceContextError};
-
-/// A user type that `#[derive(evc::Event)]` checked against a registered event type and version.
-pub trait RegisteredEvent {
-    /// The event type (`iu.born`).
-    const EVENT_TYPE: &'static str;
-    /// The exact contract version the type was checked against.
-    const VERSION: &'static str;
-}

@@ -36,7 +36,7 @@ impl OutgoingEvent {
     ///
     /// # Errors
     /// [`PayloadError`] when the payload does not serialize (a map with non-string keys, say).
-    pub fn new<T: serde::Serialize>(
+    pub fn new<T: serde::Serialize + ?Sized>(
         event_type: &'static str,
         version: &'static str,
         order_key: Option<String>,
@@ -58,6 +58,19 @@ impl OutgoingEvent {
     }
 }
 
+/// A payload type checked against one registered event type and version: the generated payload
+/// types and every `#[derive(evc::Event)]` struct. [`Publish::emit`] appends it.
+pub trait RegisteredEvent: serde::Serialize {
+    /// The event type (`iu.born`).
+    const EVENT_TYPE: &'static str;
+    /// The exact contract version the type was checked against.
+    const VERSION: &'static str;
+
+    /// The per-key ordering value of this payload, from the contract's `order_key` fields;
+    /// `None` when the event type names none (the event orders by its aggregate key, or alone).
+    fn order_key(&self) -> Option<String>;
+}
+
 /// Where producer functions append events: the caller's transaction on an outbox store.
 pub trait Publish {
     /// What a successful append returns (the event id, say).
@@ -70,6 +83,27 @@ pub trait Publish {
         &mut self,
         event: OutgoingEvent,
     ) -> impl Future<Output = Result<Self::Receipt, Self::Error>> + Send;
+
+    /// Appends a registered payload in the caller's transaction: its event type, version and
+    /// order key come from its [`RegisteredEvent`] implementation, so a derived struct and a
+    /// generated payload take the same path.
+    fn emit<E: RegisteredEvent + ?Sized>(
+        &mut self,
+        trace: &TraceContext,
+        payload: &E,
+    ) -> impl Future<Output = Result<Self::Receipt, Self::Error>> + Send
+    where
+        Self: Send,
+    {
+        let event = OutgoingEvent::new(
+            E::EVENT_TYPE,
+            E::VERSION,
+            payload.order_key(),
+            trace,
+            payload,
+        );
+        async move { self.publish(event?).await }
+    }
 }
 
 /// One part of an order key: the field's value as text (a JSON string without quotes, any

@@ -45,6 +45,17 @@ fn is_id(text: &str, len: usize) -> bool {
         && text.bytes().any(|b| b != b'0')
 }
 
+/// 16 random lower-case hex digits, never all zeros (a v4 UUID's random bits).
+fn random_span_id() -> String {
+    loop {
+        let text = uuid::Uuid::new_v4().simple().to_string();
+        let span = &text[16..];
+        if is_id(span, 16) {
+            return span.to_owned();
+        }
+    }
+}
+
 impl TraceContext {
     /// Builds a trace context from its parts.
     ///
@@ -99,6 +110,28 @@ impl TraceContext {
         self.trace_flags
     }
 
+    /// A new trace: a random trace id and span id, sampled. For work that no incoming event or
+    /// request started.
+    pub fn fresh() -> Self {
+        let trace_id = uuid::Uuid::new_v4().simple().to_string();
+        Self {
+            trace_id,
+            parent_span_id: random_span_id(),
+            trace_flags: 1,
+        }
+    }
+
+    /// The context of a span this one starts: the same trace and flags, a new random span id.
+    /// A handler's follow-up events carry the child of the delivery's trace, so the trace
+    /// continues through them.
+    pub fn child(&self) -> Self {
+        Self {
+            trace_id: self.trace_id.clone(),
+            parent_span_id: random_span_id(),
+            trace_flags: self.trace_flags,
+        }
+    }
+
     /// The `traceparent` header for this context.
     pub fn traceparent(&self) -> String {
         format!(
@@ -119,6 +152,18 @@ mod tests {
         assert_eq!(context.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
         assert_eq!(context.trace_flags(), 1);
         assert_eq!(context.traceparent(), header);
+    }
+
+    #[test]
+    fn a_child_continues_the_trace_in_a_new_span() {
+        let parent = TraceContext::fresh();
+        assert!(TraceContext::new(parent.trace_id(), parent.parent_span_id(), 1).is_ok());
+        let child = parent.child();
+        assert_eq!(child.trace_id(), parent.trace_id());
+        assert_eq!(child.trace_flags(), parent.trace_flags());
+        assert_ne!(child.parent_span_id(), parent.parent_span_id());
+        assert!(TraceContext::new(child.trace_id(), child.parent_span_id(), 1).is_ok());
+        assert_ne!(TraceContext::fresh().trace_id(), parent.trace_id());
     }
 
     #[test]

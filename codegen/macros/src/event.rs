@@ -30,12 +30,28 @@ pub(crate) fn expand(input: &DeriveInput) -> TokenStream {
         attribute_ok,
         &mut errors,
     );
+    let mut order_key = Vec::new();
     if let (Some(event), Some(version)) = (event, version) {
         match loaded.as_ref() {
-            Ok(set) => check(input, set, event, version, &mut errors),
+            Ok(set) => {
+                check(input, set, event, version, &mut errors);
+                if let Some(event_type) = set.events.get(&event.value()) {
+                    order_key = order_key_fields(input, &event_type.order_key, &mut errors);
+                }
+            }
             Err(message) => errors.push(syn::Error::new_spanned(event, message)),
         }
     }
+    let order_key_body = if order_key.is_empty() {
+        quote!(::std::option::Option::None)
+    } else {
+        quote! {
+            let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
+                #(::evc::publish::order_key_part(&self.#order_key)),*
+            ];
+            ::std::option::Option::Some(parts.join("/"))
+        }
+    };
 
     let ident = &input.ident;
     let (impl_generics, type_generics, where_clause) = input.generics.split_for_impl();
@@ -48,8 +64,48 @@ pub(crate) fn expand(input: &DeriveInput) -> TokenStream {
         impl #impl_generics ::evc::RegisteredEvent for #ident #type_generics #where_clause {
             const EVENT_TYPE: &'static str = #event_text;
             const VERSION: &'static str = #version_text;
+
+            fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+                #order_key_body
+            }
         }
     }
+}
+
+/// The struct fields that hold the contract's `order_key` properties, in the contract's order.
+/// A struct without one of them cannot order its events as the contract says: an error.
+fn order_key_fields(
+    input: &DeriveInput,
+    properties: &[String],
+    errors: &mut Vec<syn::Error>,
+) -> Vec<syn::Ident> {
+    let Data::Struct(data) = &input.data else {
+        return Vec::new();
+    };
+    let Fields::Named(fields) = &data.fields else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for property in properties {
+        let field = fields.named.iter().find_map(|field| {
+            let ident = field.ident.as_ref()?;
+            let name = serde_rename(field)
+                .unwrap_or_else(|| ident.to_string().trim_start_matches("r#").to_owned());
+            (name == *property).then(|| ident.clone())
+        });
+        match field {
+            Some(ident) => found.push(ident),
+            None => errors.push(syn::Error::new_spanned(
+                &input.ident,
+                format!(
+                    "the contract orders these events by `{property}` (order_key); add the field \
+                     to `{}`",
+                    input.ident
+                ),
+            )),
+        }
+    }
+    found
 }
 
 fn require<'a>(

@@ -72,7 +72,8 @@ pub struct Layout {
     pub crate_dir: PathBuf,
     /// The AsyncAPI document (`asyncapi/asyncapi.yaml`).
     pub asyncapi_file: PathBuf,
-    /// The absolute path generated Rust uses for runtime items (`::evc_runtime`).
+    /// The absolute path generated Rust uses for runtime items and the crates it re-exports
+    /// (`::evc`, the one dependency of an application).
     pub runtime_path: String,
     /// File names already present in `<crate_dir>/migrations/`, which are never rewritten.
     pub existing_migrations: Vec<String>,
@@ -83,7 +84,7 @@ impl Default for Layout {
         Self {
             crate_dir: PathBuf::from("generated"),
             asyncapi_file: PathBuf::from("asyncapi/asyncapi.yaml"),
-            runtime_path: "::evc_runtime".to_owned(),
+            runtime_path: "::evc".to_owned(),
             existing_migrations: Vec::new(),
         }
     }

@@ -7,21 +7,23 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct JobFailedV1 {
         /// The `job_id` property.
-        pub job_id: ::uuid::Uuid,
+        pub job_id: ::evc::uuid::Uuid,
         /// The `error_code` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub error_code: ::std::option::Option<::std::string::String>,
     }
     impl JobFailedV1 {
         /// A `JobFailedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
-        pub fn new(job_id: ::uuid::Uuid) -> Self {
+        pub fn new(job_id: ::evc::uuid::Uuid) -> Self {
             Self {
                 job_id,
                 error_code: ::std::option::Option::None,
@@ -41,13 +43,17 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.0.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for JobFailedV1 {
+        const EVENT_TYPE: &'static str = "job.failed";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             ::std::option::Option::None
         }
     }
     /// `job.failed`: A job failed.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum JobFailed {
@@ -64,13 +70,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "job.failed", other
                             ),
@@ -85,21 +91,23 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct UnitCreatedV1 {
         /// The `unit_id` property.
-        pub unit_id: ::uuid::Uuid,
+        pub unit_id: ::evc::uuid::Uuid,
         /// The `run_id` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-        pub run_id: ::std::option::Option<::uuid::Uuid>,
+        pub run_id: ::std::option::Option<::evc::uuid::Uuid>,
     }
     impl UnitCreatedV1 {
         /// A `UnitCreatedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
-        pub fn new(unit_id: ::uuid::Uuid) -> Self {
+        pub fn new(unit_id: ::evc::uuid::Uuid) -> Self {
             Self {
                 unit_id,
                 run_id: ::std::option::Option::None,
@@ -107,7 +115,7 @@ pub mod payloads {
         }
         /// Sets the optional `run_id` property.
         #[must_use]
-        pub fn with_run_id(mut self, value: ::uuid::Uuid) -> Self {
+        pub fn with_run_id(mut self, value: ::evc::uuid::Uuid) -> Self {
             self.run_id = ::std::option::Option::Some(value);
             self
         }
@@ -119,16 +127,20 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.1.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for UnitCreatedV1 {
+        const EVENT_TYPE: &'static str = "unit.created";
+        const VERSION: &'static str = "1.1.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc_runtime::publish::order_key_part(& self.unit_id)
+                ::evc::publish::order_key_part(& self.unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `unit.created`: A unit exists.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum UnitCreated {
@@ -145,13 +157,13 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "unit.created", other
                             ),
@@ -166,21 +178,23 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct UnitEditedV1 {
         /// The `unit_id` property.
-        pub unit_id: ::uuid::Uuid,
+        pub unit_id: ::evc::uuid::Uuid,
         /// The `state` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub state: ::std::option::Option<::std::string::String>,
     }
     impl UnitEditedV1 {
         /// A `UnitEditedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
-        pub fn new(unit_id: ::uuid::Uuid) -> Self {
+        pub fn new(unit_id: ::evc::uuid::Uuid) -> Self {
             Self {
                 unit_id,
                 state: ::std::option::Option::None,
@@ -200,8 +214,11 @@ pub mod payloads {
         pub const VERSION: &'static str = "1.0.0";
         /// The major version.
         pub const MAJOR: u64 = 1;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for UnitEditedV1 {
+        const EVENT_TYPE: &'static str = "unit.edited";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             ::std::option::Option::None
         }
     }
@@ -215,10 +232,12 @@ pub mod payloads {
         Hash,
         PartialOrd,
         Ord,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     pub enum UnitEditedV2State {
         /// `draft`
         #[serde(rename = "draft")]
@@ -232,20 +251,22 @@ pub mod payloads {
         Debug,
         Clone,
         PartialEq,
-        ::serde::Serialize,
-        ::serde::Deserialize,
-        ::schemars::JsonSchema
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
     )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
     #[non_exhaustive]
     pub struct UnitEditedV2 {
         /// The `unit_id` property.
-        pub unit_id: ::uuid::Uuid,
+        pub unit_id: ::evc::uuid::Uuid,
         /// The `state` property.
         pub state: UnitEditedV2State,
     }
     impl UnitEditedV2 {
         /// A `UnitEditedV2` from its required properties, in the order of the schema's `properties`.
-        pub fn new(unit_id: ::uuid::Uuid, state: UnitEditedV2State) -> Self {
+        pub fn new(unit_id: ::evc::uuid::Uuid, state: UnitEditedV2State) -> Self {
             Self { unit_id, state }
         }
     }
@@ -256,13 +277,17 @@ pub mod payloads {
         pub const VERSION: &'static str = "2.0.0";
         /// The major version.
         pub const MAJOR: u64 = 2;
-        /// The per-key ordering value of this payload, from the contract's `order_key`.
-        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+    }
+    impl ::evc::RegisteredEvent for UnitEditedV2 {
+        const EVENT_TYPE: &'static str = "unit.edited";
+        const VERSION: &'static str = "2.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             ::std::option::Option::None
         }
     }
     /// `unit.edited`: A unit was edited.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     pub enum UnitEdited {
@@ -281,14 +306,14 @@ pub mod payloads {
         /// When the major is not registered or the payload does not fit its type.
         pub fn from_json(
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match major {
-                1 => ::serde_json::from_value(payload).map(Self::V1),
-                2 => ::serde_json::from_value(payload).map(Self::V2),
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
+                2 => ::evc::serde_json::from_value(payload).map(Self::V2),
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!(
                                 "{} has no major version {}", "unit.edited", other
                             ),
@@ -299,7 +324,8 @@ pub mod payloads {
         }
     }
     /// Any registered event payload.
-    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
     #[serde(untagged)]
     #[non_exhaustive]
     #[allow(deprecated)]
@@ -320,8 +346,8 @@ pub mod payloads {
         pub fn from_json(
             event_type: &str,
             major: u64,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
             match event_type {
                 "job.failed" => JobFailed::from_json(major, payload).map(Self::JobFailed),
                 "unit.created" => {
@@ -332,7 +358,7 @@ pub mod payloads {
                 }
                 other => {
                     ::std::result::Result::Err(
-                        <::serde_json::Error as ::serde::de::Error>::custom(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
                             ::std::format!("{} is not a registered event type", other),
                         ),
                     )
@@ -348,15 +374,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_job_failed_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_job_failed_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &JobFailedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             JobFailedV1::EVENT_TYPE,
             JobFailedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -366,15 +392,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_unit_created_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_unit_created_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &UnitCreatedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             UnitCreatedV1::EVENT_TYPE,
             UnitCreatedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -384,15 +410,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_unit_edited_v1<P: ::evc_runtime::Publish>(
+    pub async fn emit_unit_edited_v1<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &UnitEditedV1,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             UnitEditedV1::EVENT_TYPE,
             UnitEditedV1::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -402,15 +428,15 @@ pub mod producers {
     ///
     /// # Errors
     /// When the payload does not serialize or the publisher refuses the event.
-    pub async fn emit_unit_edited_v2<P: ::evc_runtime::Publish>(
+    pub async fn emit_unit_edited_v2<P: ::evc::Publish>(
         publisher: &mut P,
-        trace: &::evc_runtime::TraceContext,
+        trace: &::evc::TraceContext,
         payload: &UnitEditedV2,
     ) -> ::std::result::Result<P::Receipt, P::Error> {
-        let event = ::evc_runtime::OutgoingEvent::new(
+        let event = ::evc::OutgoingEvent::new(
             UnitEditedV2::EVENT_TYPE,
             UnitEditedV2::VERSION,
-            payload.order_key(),
+            ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
         )?;
@@ -421,42 +447,217 @@ pub mod producers {
 pub mod consumers {
     use super::payloads::*;
     /// Handler of the consumer `audit`: Records failures for people to review.
-    pub trait Audit: Send + Sync {
+    pub trait Audit: Send + Sync + 'static {
         /// Handles `job.failed` deliveries (^1: 1.0.0).
         fn on_job_failed(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: JobFailedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `unit.created` deliveries (^1: 1.0.0, 1.1.0).
         fn on_unit_created(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: UnitCreatedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
     }
+    /// A shared handler is a handler: the application keeps a clone of the `Arc`.
+    impl<T: Audit> Audit for ::std::sync::Arc<T> {
+        fn on_job_failed(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: JobFailedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_job_failed(self, cx, payload)
+        }
+        fn on_unit_created(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: UnitCreatedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_unit_created(self, cx, payload)
+        }
+    }
+    /// Serves `audit` with a [`Audit`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
+    #[derive(Debug, Clone, Default)]
+    pub struct AuditConsumer<H>(pub H);
+    impl<H: Audit> ::evc::DynHandler for AuditConsumer<H> {
+        fn handle<'a>(
+            &'a self,
+            mut context: ::evc::HandlerContext<'a>,
+        ) -> ::evc::dispatcher::BoxFuture<
+            'a,
+            ::std::result::Result<(), ::evc::HandlerError>,
+        > {
+            ::std::boxed::Box::pin(async move {
+                let claimed = context.claimed;
+                let delivery = &claimed.delivery;
+                match delivery.event_type.as_str() {
+                    "job.failed" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            JobFailedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_job_failed(&mut context, payload).await
+                    }
+                    "unit.created" => {
+                        if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            UnitCreatedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_unit_created(&mut context, payload).await
+                    }
+                    _ => {
+                        ::std::result::Result::Err(
+                            ::evc::HandlerError::new(
+                                ::evc::FailureClass::Scope,
+                                "event_not_subscribed",
+                            ),
+                        )
+                    }
+                }
+            })
+        }
+    }
+    impl<H: Audit> ::evc::Consumer for AuditConsumer<H> {
+        const NAME: &'static str = "audit";
+    }
     /// Handler of the consumer `worker.indexer`: Indexes units.
-    pub trait WorkerIndexer: Send + Sync {
+    pub trait WorkerIndexer: Send + Sync + 'static {
         /// Handles `unit.created` deliveries (^1: 1.0.0, 1.1.0).
         fn on_unit_created(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: UnitCreatedV1,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
         /// Handles `unit.edited` deliveries (>=1, <3: 1.0.0, 2.0.0).
         fn on_unit_edited(
             &self,
-            delivery: &::evc_runtime::Delivery,
+            cx: &mut ::evc::HandlerContext<'_>,
             payload: UnitEdited,
         ) -> impl ::std::future::Future<
-            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
+    }
+    /// A shared handler is a handler: the application keeps a clone of the `Arc`.
+    impl<T: WorkerIndexer> WorkerIndexer for ::std::sync::Arc<T> {
+        fn on_unit_created(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: UnitCreatedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_unit_created(self, cx, payload)
+        }
+        fn on_unit_edited(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: UnitEdited,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            T::on_unit_edited(self, cx, payload)
+        }
+    }
+    /// Serves `worker.indexer` with a [`WorkerIndexer`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
+    #[derive(Debug, Clone, Default)]
+    pub struct WorkerIndexerConsumer<H>(pub H);
+    impl<H: WorkerIndexer> ::evc::DynHandler for WorkerIndexerConsumer<H> {
+        fn handle<'a>(
+            &'a self,
+            mut context: ::evc::HandlerContext<'a>,
+        ) -> ::evc::dispatcher::BoxFuture<
+            'a,
+            ::std::result::Result<(), ::evc::HandlerError>,
+        > {
+            ::std::boxed::Box::pin(async move {
+                let claimed = context.claimed;
+                let delivery = &claimed.delivery;
+                match delivery.event_type.as_str() {
+                    "unit.created" => {
+                        if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            UnitCreatedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_unit_created(&mut context, payload).await
+                    }
+                    "unit.edited" => {
+                        if !["1.0.0", "2.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = UnitEdited::from_json(
+                                delivery.major().unwrap_or_default(),
+                                claimed.payload.clone(),
+                            )
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_unit_edited(&mut context, payload).await
+                    }
+                    _ => {
+                        ::std::result::Result::Err(
+                            ::evc::HandlerError::new(
+                                ::evc::FailureClass::Scope,
+                                "event_not_subscribed",
+                            ),
+                        )
+                    }
+                }
+            })
+        }
+    }
+    impl<H: WorkerIndexer> ::evc::Consumer for WorkerIndexerConsumer<H> {
+        const NAME: &'static str = "worker.indexer";
     }
     /// One handler per consumer that receives deliveries (mode `live` or `shadow`); leaving
     /// one out does not compile.
@@ -467,105 +668,30 @@ pub mod consumers {
         pub worker_indexer: HWorkerIndexer,
     }
     impl<HAudit: Audit, HWorkerIndexer: WorkerIndexer> Handlers<HAudit, HWorkerIndexer> {
-        /// Decodes a delivery's payload into the type its consumer subscribed to and calls
-        /// the consumer's handler.
+        /// Serves every consumer with its handler on `dispatcher`, each with its registry
+        /// settings.
         ///
         /// # Errors
-        /// The handler's error; a `scope` failure when the consumer is not subscribed to the
-        /// event or version; a `schema` failure when the payload does not fit the type.
-        #[allow(deprecated)]
-        pub async fn dispatch(
-            &self,
-            delivery: &::evc_runtime::Delivery,
-            payload: ::serde_json::Value,
-        ) -> ::std::result::Result<(), ::evc_runtime::HandlerError> {
-            match (delivery.consumer.as_str(), delivery.event_type.as_str()) {
-                ("audit", "job.failed") => {
-                    if !["1.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<JobFailedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_job_failed(delivery, payload).await
-                }
-                ("audit", "unit.created") => {
-                    if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<UnitCreatedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.audit.on_unit_created(delivery, payload).await
-                }
-                ("worker.indexer", "unit.created") => {
-                    if !["1.0.0", "1.1.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = ::serde_json::from_value::<UnitCreatedV1>(payload)
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_indexer.on_unit_created(delivery, payload).await
-                }
-                ("worker.indexer", "unit.edited") => {
-                    if !["1.0.0", "2.0.0"].contains(&delivery.version.as_str()) {
-                        return ::std::result::Result::Err(
-                            ::evc_runtime::HandlerError::new(
-                                ::evc_runtime::FailureClass::Scope,
-                                "version_not_subscribed",
-                            ),
-                        );
-                    }
-                    let payload = UnitEdited::from_json(
-                            delivery.major().unwrap_or_default(),
-                            payload,
-                        )
-                        .map_err(|_| ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Schema,
-                            "payload_does_not_match_type",
-                        ))?;
-                    self.worker_indexer.on_unit_edited(delivery, payload).await
-                }
-                _ => {
-                    ::std::result::Result::Err(
-                        ::evc_runtime::HandlerError::new(
-                            ::evc_runtime::FailureClass::Scope,
-                            "not_subscribed",
-                        ),
-                    )
-                }
-            }
+        /// When the dispatcher's registry does not register a consumer
+        /// (`Dispatcher::serve`).
+        pub fn serve(
+            self,
+            dispatcher: ::evc::Dispatcher,
+        ) -> ::std::result::Result<::evc::Dispatcher, ::evc::DispatchError> {
+            let dispatcher = dispatcher.serve(AuditConsumer(self.audit))?;
+            let dispatcher = dispatcher
+                .serve(WorkerIndexerConsumer(self.worker_indexer))?;
+            ::std::result::Result::Ok(dispatcher)
         }
     }
 }
 /// Every event type, consumer and retry policy of the contracts, and the project's
 /// runtime settings.
-pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
+pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     project: "evc_fixture",
     digest: "8cabe8f2e72d1cff3cdf6e8d3f2fa1d66a34d8a84433e43eadd503e65d3c44e0",
     events: &[
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "job.failed",
             description: "A job failed.",
             producer_class: "job_runner",
@@ -573,7 +699,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"error_code\":{\"type\":\"string\"},\"job_id\":{\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"job_id\"],\"type\":\"object\"}",
@@ -581,7 +707,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "unit.created",
             description: "A unit exists.",
             producer_class: "unit_lifecycle",
@@ -589,13 +715,13 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"unit_id\":{\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"unit_id\"],\"type\":\"object\"}",
                     schema_digest: "e4447f27a3072156b3f4f1fc8dc5944d0904cc0dfb35bb0693b76f6e09a377c0",
                 },
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.1.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"run_id\":{\"format\":\"uuid\",\"type\":\"string\"},\"unit_id\":{\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"unit_id\"],\"type\":\"object\"}",
@@ -603,7 +729,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                 },
             ],
         },
-        ::evc_runtime::EventDescriptor {
+        ::evc::EventDescriptor {
             name: "unit.edited",
             description: "A unit was edited.",
             producer_class: "unit_lifecycle",
@@ -611,13 +737,13 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"state\":{\"type\":\"string\"},\"unit_id\":{\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"unit_id\"],\"type\":\"object\"}",
                     schema_digest: "ea2315872cc22583f3e0ba74b3e74718f11bbd8f7351da3db8aec65a1db2f394",
                 },
-                ::evc_runtime::VersionDescriptor {
+                ::evc::VersionDescriptor {
                     version: "2.0.0",
                     major: 2,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"state\":{\"enum\":[\"draft\",\"frozen\"],\"type\":\"string\"},\"unit_id\":{\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"unit_id\",\"state\"],\"type\":\"object\"}",
@@ -627,42 +753,42 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
         },
     ],
     consumers: &[
-        ::evc_runtime::ConsumerDescriptor {
+        ::evc::ConsumerDescriptor {
             name: "audit",
-            handler: ::evc_runtime::HandlerKind::Leased,
-            mode: ::evc_runtime::ConsumerMode::Live,
+            handler: ::evc::HandlerKind::Leased,
+            mode: ::evc::ConsumerMode::Live,
             per_key_ordering: false,
             retry_policy: "human.no_retry",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "job.failed",
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "unit.created",
                     requirement: "^1",
                     versions: &["1.0.0", "1.1.0"],
                 },
             ],
         },
-        ::evc_runtime::ConsumerDescriptor {
+        ::evc::ConsumerDescriptor {
             name: "worker.indexer",
-            handler: ::evc_runtime::HandlerKind::Transactional,
-            mode: ::evc_runtime::ConsumerMode::Live,
+            handler: ::evc::HandlerKind::Transactional,
+            mode: ::evc::ConsumerMode::Live,
             per_key_ordering: true,
             retry_policy: "default.transient",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::None,
             subscriptions: &[
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "unit.created",
                     requirement: "^1",
                     versions: &["1.0.0", "1.1.0"],
                 },
-                ::evc_runtime::SubscriptionDescriptor {
+                ::evc::SubscriptionDescriptor {
                     event: "unit.edited",
                     requirement: ">=1, <3",
                     versions: &["1.0.0", "2.0.0"],
@@ -671,7 +797,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
         },
     ],
     retry_policies: &[
-        ::evc_runtime::RetryPolicyDescriptor {
+        ::evc::RetryPolicyDescriptor {
             name: "default.transient",
             kind: "exponential_backoff",
             base_delay_ms: 30000,
@@ -680,7 +806,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             jitter: "none",
             retry_on: &["transient"],
         },
-        ::evc_runtime::RetryPolicyDescriptor {
+        ::evc::RetryPolicyDescriptor {
             name: "human.no_retry",
             kind: "no_retry",
             base_delay_ms: 0,
@@ -690,7 +816,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             retry_on: &[],
         },
     ],
-    payload_policy: ::evc_runtime::PayloadPolicyDescriptor {
+    payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &[
             "password",
@@ -704,7 +830,7 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
         hard_max_bytes: 65536,
     },
     require_tenant_scope: false,
-    dispatcher: ::evc_runtime::DispatcherDescriptor {
+    dispatcher: ::evc::DispatcherDescriptor {
         batch_size: 50,
         lease_ms: 30000,
         heartbeat_ms: 10000,

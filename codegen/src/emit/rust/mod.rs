@@ -86,7 +86,7 @@ pub fn items_source(set: &ContractSet, runtime_path: &str) -> Result<String, Emi
 /// too).
 pub fn name_clashes(set: &ContractSet) -> Result<Vec<Clash>, EmitError> {
     let mut clashes = Vec::new();
-    let tokens = crate_tokens(set, &quote!(::evc_runtime), &mut clashes)?;
+    let tokens = crate_tokens(set, &quote!(::evc), &mut clashes)?;
     if clashes.is_empty() {
         syn::parse2::<syn::File>(tokens).map_err(|error| EmitError::Rust {
             subject: "the generated crate".to_owned(),
@@ -172,7 +172,7 @@ fn crate_tokens(
     let producers_use = payloads_use(!producers.is_empty());
     let consumers_use = payloads_use(set.consumers.values().any(|c| c.mode != ConsumerMode::Off));
     let registry = registry_item(set, runtime)?;
-    let any_event = any_event_item(set);
+    let any_event = any_event_item(set, runtime);
     Ok(quote! {
         /// Payload types: one struct per event type and major version, one enum per event type.
         pub mod payloads {
@@ -225,6 +225,7 @@ fn event_payloads(
             (event.file.clone(), format!("{}/schema", version.pointer)),
             names,
             clashes,
+            runtime,
         );
         generator.root_struct()?;
         items.extend(generator.items);
@@ -240,9 +241,13 @@ fn event_payloads(
                 pub const VERSION: &'static str = #version_text;
                 /// The major version.
                 pub const MAJOR: u64 = #major_literal;
+            }
 
-                /// The per-key ordering value of this payload, from the contract's `order_key`.
-                pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+            impl #runtime::RegisteredEvent for #ident {
+                const EVENT_TYPE: &'static str = #event_name;
+                const VERSION: &'static str = #version_text;
+
+                fn order_key(&self) -> ::std::option::Option<::std::string::String> {
                     #order_key
                 }
             }
@@ -254,7 +259,7 @@ fn event_payloads(
             #variant(#ident),
         });
         decode_arms.push(quote! {
-            #major_literal => ::serde_json::from_value(payload).map(Self::#variant),
+            #major_literal => #runtime::serde_json::from_value(payload).map(Self::#variant),
         });
     }
     let enum_name = naming::versions_enum(&event.name);
@@ -269,10 +274,12 @@ fn event_payloads(
     let event_name = &event.name;
     let deprecated = (event.status == EventStatus::Deprecated)
         .then(|| quote!(#[deprecated(note = "the event type is deprecated in the contracts")]));
+    let serde_crate = serde_crate(runtime);
     items.push(quote! {
         #[doc = #enum_doc]
         #deprecated
-        #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+        #[derive(Debug, Clone, PartialEq, #runtime::serde::Serialize)]
+        #serde_crate
         #[serde(untagged)]
         #[non_exhaustive]
         pub enum #enum_ident {
@@ -288,10 +295,10 @@ fn event_payloads(
             ///
             /// # Errors
             /// When the major is not registered or the payload does not fit its type.
-            pub fn from_json(major: u64, payload: ::serde_json::Value) -> ::std::result::Result<Self, ::serde_json::Error> {
+            pub fn from_json(major: u64, payload: #runtime::serde_json::Value) -> ::std::result::Result<Self, #runtime::serde_json::Error> {
                 match major {
                     #(#decode_arms)*
-                    other => ::std::result::Result::Err(<::serde_json::Error as ::serde::de::Error>::custom(
+                    other => ::std::result::Result::Err(<#runtime::serde_json::Error as #runtime::serde::de::Error>::custom(
                         ::std::format!("{} has no major version {}", #event_name, other),
                     )),
                 }
@@ -301,8 +308,14 @@ fn event_payloads(
     Ok(quote!(#(#items)*))
 }
 
+/// `#[serde(crate = "...")]` for a serde derive through the `evc` crate's re-export.
+fn serde_crate(runtime: &TokenStream) -> TokenStream {
+    let path = format!("{}::serde", runtime.to_string().replace(' ', ""));
+    quote!(#[serde(crate = #path)])
+}
+
 /// `Event`: any registered payload, decoded by event type and major version.
-fn any_event_item(set: &ContractSet) -> TokenStream {
+fn any_event_item(set: &ContractSet, runtime: &TokenStream) -> TokenStream {
     let mut variants = Vec::new();
     let mut arms = Vec::new();
     for event in set.events.values() {
@@ -320,9 +333,11 @@ fn any_event_item(set: &ContractSet) -> TokenStream {
             #name => #ident::from_json(major, payload).map(Self::#ident),
         });
     }
+    let serde_crate = serde_crate(runtime);
     quote! {
         /// Any registered event payload.
-        #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+        #[derive(Debug, Clone, PartialEq, #runtime::serde::Serialize)]
+        #serde_crate
         #[serde(untagged)]
         #[non_exhaustive]
         #[allow(deprecated)]
@@ -336,10 +351,10 @@ fn any_event_item(set: &ContractSet) -> TokenStream {
             ///
             /// # Errors
             /// When the event type or major is not registered, or the payload does not fit.
-            pub fn from_json(event_type: &str, major: u64, payload: ::serde_json::Value) -> ::std::result::Result<Self, ::serde_json::Error> {
+            pub fn from_json(event_type: &str, major: u64, payload: #runtime::serde_json::Value) -> ::std::result::Result<Self, #runtime::serde_json::Error> {
                 match event_type {
                     #(#arms)*
-                    other => ::std::result::Result::Err(<::serde_json::Error as ::serde::de::Error>::custom(
+                    other => ::std::result::Result::Err(<#runtime::serde_json::Error as #runtime::serde::de::Error>::custom(
                         ::std::format!("{} is not a registered event type", other),
                     )),
                 }
@@ -403,7 +418,7 @@ fn event_producers(
                     let event = #runtime::OutgoingEvent::new(
                         #type_ident::EVENT_TYPE,
                         #type_ident::VERSION,
-                        payload.order_key(),
+                        #runtime::RegisteredEvent::order_key(payload),
                         trace,
                         payload,
                     )?;
@@ -438,7 +453,7 @@ fn consumer_items(
     let mut traits = Vec::new();
     let mut generics = Vec::new();
     let mut fields = Vec::new();
-    let mut arms = Vec::new();
+    let mut serves = Vec::new();
     for consumer in set
         .consumers
         .values()
@@ -454,6 +469,10 @@ fn consumer_items(
         };
         take(names, clashes, &trait_name, at("the trait of consumer"));
         let trait_ident = format_ident!("{trait_name}");
+        let adapter_name = naming::consumer_adapter(&consumer.name);
+        take(names, clashes, &adapter_name, at("the adapter of consumer"));
+        let adapter_ident = format_ident!("{adapter_name}");
+        let mut arms = Vec::new();
         let mut methods = Vec::new();
         let field_name = naming::consumer_field(&consumer.name);
         take(&mut field_names, clashes, &field_name, at("the consumer"));
@@ -468,6 +487,7 @@ fn consumer_items(
         );
         let generic = format_ident!("{generic_name}");
         let mut method_names = Names::new("handler method");
+        let mut forwards = Vec::new();
         for (index, subscription) in consumer.subscriptions.iter().enumerate() {
             let event = &set.events[&subscription.event];
             let (versions, majors) = matched(event, &subscription.requirement);
@@ -506,25 +526,33 @@ fn consumer_items(
                 #[doc = #doc]
                 fn #method(
                     &self,
-                    delivery: &#runtime::Delivery,
+                    cx: &mut #runtime::HandlerContext<'_>,
                     payload: #payload_type,
                 ) -> impl ::std::future::Future<Output = ::std::result::Result<(), #runtime::HandlerError>> + Send;
             });
-            let consumer_name = &consumer.name;
+            forwards.push(quote! {
+                fn #method(
+                    &self,
+                    cx: &mut #runtime::HandlerContext<'_>,
+                    payload: #payload_type,
+                ) -> impl ::std::future::Future<Output = ::std::result::Result<(), #runtime::HandlerError>> + Send {
+                    T::#method(self, cx, payload)
+                }
+            });
             let event_name = &event.name;
             let version_texts: Vec<String> =
                 versions.iter().map(|v| v.version.to_string()).collect();
             let decode = if majors.len() == 1 {
                 quote! {
-                    ::serde_json::from_value::<#payload_type>(payload)
+                    #runtime::serde_json::from_value::<#payload_type>(claimed.payload.clone())
                 }
             } else {
                 quote! {
-                    #payload_type::from_json(delivery.major().unwrap_or_default(), payload)
+                    #payload_type::from_json(delivery.major().unwrap_or_default(), claimed.payload.clone())
                 }
             };
             arms.push(quote! {
-                (#consumer_name, #event_name) => {
+                #event_name => {
                     if ![#(#version_texts),*].contains(&delivery.version.as_str()) {
                         return ::std::result::Result::Err(#runtime::HandlerError::new(
                             #runtime::FailureClass::Scope,
@@ -535,7 +563,7 @@ fn consumer_items(
                         #runtime::FailureClass::Schema,
                         "payload_does_not_match_type",
                     ))?;
-                    self.#field_ident.#method(delivery, payload).await
+                    self.0.#method(&mut context, payload).await
                 }
             });
         }
@@ -549,12 +577,56 @@ fn consumer_items(
             .iter()
             .any(|s| set.events[&s.event].status == EventStatus::Deprecated)
             .then(|| quote!(#[allow(deprecated)]));
+        let consumer_name = &consumer.name;
+        let adapter_doc = format!(
+            "Serves `{}` with a [`{trait_name}`] implementation: decodes each delivery's payload \
+             into the type the consumer subscribed to and calls its handler method. Give it to \
+             `Dispatcher::serve`.",
+            consumer.name
+        );
         traits.push(quote! {
             #[doc = #doc]
             #deprecated_use
-            pub trait #trait_ident: Send + Sync {
+            pub trait #trait_ident: Send + Sync + 'static {
                 #(#methods)*
             }
+
+            /// A shared handler is a handler: the application keeps a clone of the `Arc`.
+            #deprecated_use
+            impl<T: #trait_ident> #trait_ident for ::std::sync::Arc<T> {
+                #(#forwards)*
+            }
+
+            #[doc = #adapter_doc]
+            #[derive(Debug, Clone, Default)]
+            pub struct #adapter_ident<H>(pub H);
+
+            #deprecated_use
+            impl<H: #trait_ident> #runtime::DynHandler for #adapter_ident<H> {
+                fn handle<'a>(
+                    &'a self,
+                    mut context: #runtime::HandlerContext<'a>,
+                ) -> #runtime::dispatcher::BoxFuture<'a, ::std::result::Result<(), #runtime::HandlerError>> {
+                    ::std::boxed::Box::pin(async move {
+                        let claimed = context.claimed;
+                        let delivery = &claimed.delivery;
+                        match delivery.event_type.as_str() {
+                            #(#arms)*
+                            _ => ::std::result::Result::Err(#runtime::HandlerError::new(
+                                #runtime::FailureClass::Scope,
+                                "event_not_subscribed",
+                            )),
+                        }
+                    })
+                }
+            }
+
+            impl<H: #trait_ident> #runtime::Consumer for #adapter_ident<H> {
+                const NAME: &'static str = #consumer_name;
+            }
+        });
+        serves.push(quote! {
+            let dispatcher = dispatcher.serve(#adapter_ident(self.#field_ident))?;
         });
         generics.push(quote!(#generic: #trait_ident));
         let field_doc = format!("The handler of `{}`.", consumer.name);
@@ -563,8 +635,6 @@ fn consumer_items(
             pub #field_ident: #generic,
         });
     }
-    // With no consumer, nothing reads the payload.
-    let unused_payload = arms.is_empty().then(|| quote!(let _ = &payload;));
     let generic_names: Vec<TokenStream> = generics
         .iter()
         .map(|g| {
@@ -582,26 +652,18 @@ fn consumer_items(
         }
 
         impl<#(#generics),*> Handlers<#(#generic_names),*> {
-            /// Decodes a delivery's payload into the type its consumer subscribed to and calls
-            /// the consumer's handler.
+            /// Serves every consumer with its handler on `dispatcher`, each with its registry
+            /// settings.
             ///
             /// # Errors
-            /// The handler's error; a `scope` failure when the consumer is not subscribed to the
-            /// event or version; a `schema` failure when the payload does not fit the type.
-            #[allow(deprecated)]
-            pub async fn dispatch(
-                &self,
-                delivery: &#runtime::Delivery,
-                payload: ::serde_json::Value,
-            ) -> ::std::result::Result<(), #runtime::HandlerError> {
-                #unused_payload
-                match (delivery.consumer.as_str(), delivery.event_type.as_str()) {
-                    #(#arms)*
-                    _ => ::std::result::Result::Err(#runtime::HandlerError::new(
-                        #runtime::FailureClass::Scope,
-                        "not_subscribed",
-                    )),
-                }
+            /// When the dispatcher's registry does not register a consumer
+            /// (`Dispatcher::serve`).
+            pub fn serve(
+                self,
+                dispatcher: #runtime::Dispatcher,
+            ) -> ::std::result::Result<#runtime::Dispatcher, #runtime::DispatchError> {
+                #(#serves)*
+                ::std::result::Result::Ok(dispatcher)
             }
         }
     })

@@ -38,6 +38,9 @@ pub(super) struct TypeGen<'a> {
     in_progress: BTreeMap<String, String>,
     names: &'a mut Names,
     clashes: &'a mut Vec<Clash>,
+    /// The path of the `evc` crate, whose re-exports (serde, uuid, chrono...) generated types
+    /// name, so an application depends on `evc` alone.
+    runtime: TokenStream,
 }
 
 /// Where a schema of a payload is: the path used in messages and docs (`/properties/state/`)
@@ -58,8 +61,10 @@ impl<'a> TypeGen<'a> {
         (file, schema_pointer): (String, String),
         names: &'a mut Names,
         clashes: &'a mut Vec<Clash>,
+        runtime: &TokenStream,
     ) -> Self {
         Self {
+            runtime: runtime.clone(),
             root,
             base,
             subject,
@@ -130,8 +135,9 @@ impl<'a> TypeGen<'a> {
         name: &str,
         at: At<'_>,
     ) -> Result<(TokenStream, bool), EmitError> {
+        let runtime = self.runtime.clone();
         let Json::Object(map) = schema else {
-            return Ok((quote!(::serde_json::Value), false));
+            return Ok((quote!(#runtime::serde_json::Value), false));
         };
         if let Some(reference) = map.get("$ref").and_then(Json::as_str) {
             return Ok((self.reference(reference)?, false));
@@ -157,8 +163,8 @@ impl<'a> TypeGen<'a> {
             match types.as_slice() {
                 ["object"] => self.struct_type(schema, name, at)?,
                 ["string"] => match map.get("format").and_then(Json::as_str) {
-                    Some("uuid") => quote!(::uuid::Uuid),
-                    Some("date-time") => quote!(::chrono::DateTime<::chrono::Utc>),
+                    Some("uuid") => quote!(#runtime::uuid::Uuid),
+                    Some("date-time") => quote!(#runtime::chrono::DateTime<#runtime::chrono::Utc>),
                     _ => quote!(::std::string::String),
                 },
                 ["integer"] => integer_type(map),
@@ -178,12 +184,12 @@ impl<'a> TypeGen<'a> {
                                 },
                             )?
                         }
-                        None => quote!(::serde_json::Value),
+                        None => quote!(#runtime::serde_json::Value),
                     };
                     quote!(::std::vec::Vec<#item>)
                 }
                 [] if map.contains_key("properties") => self.struct_type(schema, name, at)?,
-                [] => quote!(::serde_json::Value),
+                [] => quote!(#runtime::serde_json::Value),
                 other => {
                     return Err(self.error(format!(
                         "{}: the type union {other:?} has no Rust mapping",
@@ -304,12 +310,15 @@ impl<'a> TypeGen<'a> {
         let doc =
             description(schema).unwrap_or_else(|| format!("Part of the {} payload.", self.subject));
         let constructor = constructor.tokens(name);
+        let derives = derives(&self.runtime);
+        let derive_crates = derive_crates(&self.runtime);
         // `non_exhaustive`: outside the generated crate a struct literal does not compile, so
         // the constructor and setters are the one way to build a payload, and a new optional
         // property in a minor version breaks no caller (docs/codegen.md).
         self.items.push(quote! {
             #[doc = #doc]
-            #[derive(Debug, Clone, PartialEq, ::serde::Serialize, ::serde::Deserialize, ::schemars::JsonSchema)]
+            #[derive(Debug, Clone, PartialEq, #derives)]
+            #derive_crates
             #[non_exhaustive]
             pub struct #ident {
                 #(#fields)*
@@ -367,9 +376,12 @@ impl<'a> TypeGen<'a> {
         }
         let doc = description(schema)
             .unwrap_or_else(|| format!("Values of {} in the {} payload.", at.path, self.subject));
+        let derives = derives(&self.runtime);
+        let derive_crates = derive_crates(&self.runtime);
         self.items.push(quote! {
             #[doc = #doc]
-            #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ::serde::Serialize, ::serde::Deserialize, ::schemars::JsonSchema)]
+            #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, #derives)]
+            #derive_crates
             pub enum #ident {
                 #(#variants)*
             }
@@ -510,6 +522,27 @@ pub fn resolve_alias<'j>(root: &'j Json, reference: &str) -> Result<(String, &'j
 }
 
 /// `Option<inner>` when `optional`, else `inner`.
+/// The serde and schemars derives, through the `evc` crate's re-exports.
+pub(super) fn derives(runtime: &TokenStream) -> TokenStream {
+    quote!(#runtime::serde::Serialize, #runtime::serde::Deserialize, #runtime::schemars::JsonSchema)
+}
+
+/// Tells the serde and schemars derives where their crates are: the `evc` crate's re-exports,
+/// so the generated crate needs no dependency of its own on them.
+pub(super) fn derive_crates(runtime: &TokenStream) -> TokenStream {
+    let serde = format!("{}::serde", compact(runtime));
+    let schemars = format!("{}::schemars", compact(runtime));
+    quote! {
+        #[serde(crate = #serde)]
+        #[schemars(crate = #schemars)]
+    }
+}
+
+/// A path's tokens as Rust source without spaces (`::evc`).
+fn compact(path: &TokenStream) -> String {
+    path.to_string().replace(' ', "")
+}
+
 fn optional_if(optional: bool, inner: TokenStream) -> TokenStream {
     if optional {
         quote!(::std::option::Option<#inner>)
