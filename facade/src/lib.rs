@@ -1,4 +1,13 @@
-//! evc for applications: one dependency for the runtime and the compile-time checks.
+//! evc for applications: the one dependency for the runtime, the compile-time checks and the
+//! crates generated code names.
+//!
+//! An application depends on `evc` and on the crate `evc generate` writes for its contracts
+//! (docs/guide.md). The generated crate names everything through `::evc`: the runtime items
+//! re-exported here (`PgStore`, `Dispatcher`, `HandlerContext`, ...) and the crates re-exported
+//! beside them (`evc::serde`, `evc::serde_json`, `evc::schemars`, `evc::uuid`, `evc::chrono`,
+//! `evc::sqlx`).
+//!
+//! Code that does not use the generated crate can still be checked against the contracts:
 //!
 //! ```ignore
 //! #[derive(evc::Event, serde::Serialize)]
