@@ -1464,3 +1464,103 @@ fn dispatch_runs_on_the_deployed_settings_and_status_shows_the_file_s_overrides(
         }
     });
 }
+
+#[test]
+fn dispatch_applies_each_changed_dispatcher_setting_of_the_contracts() {
+    let name = format!("evc_cli_dispatcher_block_{}", std::process::id());
+    on_database(&name, true, |runtime, url| {
+        let migration = settings_migration_of(|contracts| {
+            let file = contracts.join("evc.yaml");
+            let text = std::fs::read_to_string(&file).expect("evc.yaml");
+            let changed = text
+                .replace("  batch_size: 50\n", "  batch_size: 2\n")
+                .replace("  lease: 30s\n", "  lease: 3s\n")
+                .replace("  heartbeat: 10s\n", "  heartbeat: 1s\n")
+                .replace("  max_attempts: 12\n", "  max_attempts: 2\n")
+                .replace("  backoff_ceiling: 15m\n", "  backoff_ceiling: 1s\n");
+            assert_ne!(changed, text);
+            std::fs::write(&file, changed).expect("write");
+        });
+        runtime.block_on(execute(url, &migration));
+        // Five events for audit, whose command hangs; one for the notification worker, whose
+        // command asks for a retry every time.
+        runtime.block_on(execute(
+            url,
+            &format!(
+                "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, \
+                     producer_class, payload, payload_bytes) \
+                 SELECT ('01890a5d-ac96-774b-bcce-00000000000' || g)::uuid, 'iu.born', \
+                     '1.0.0', 'k' || g, 'dot', '{BORN}'::jsonb, {} \
+                 FROM generate_series(1, 5) AS g; \
+                 INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key) \
+                 SELECT event_id, 'audit', seq, NULL FROM evc_events; \
+                 INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key) \
+                 SELECT event_id, 'worker.notification.iu', seq, NULL FROM evc_events \
+                 WHERE order_key = 'k1'",
+                BORN.len()
+            ),
+        ));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("dispatch.yaml");
+        std::fs::write(
+            &config,
+            "defaults:\n  poll_interval: 50ms\nconsumers:\n  \
+             audit:\n    command: [sleep, '30']\n  \
+             worker.notification.iu:\n    command: [sh, -c, 'exit 75']\n",
+        )
+        .expect("config");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_evc"))
+            .args(["dispatch", "--progress", "0s", "--config"])
+            .arg(&config)
+            .args(["--database-url", url])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("evc dispatch starts");
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let query = |sql: &str| -> Vec<(String, i64)> {
+                runtime.block_on(async {
+                    let mut connection = PgConnection::connect(url).await.expect("connect");
+                    sqlx::query_as(AssertSqlSafe(sql.to_owned()))
+                        .fetch_all(&mut connection)
+                        .await
+                        .expect("query")
+                })
+            };
+            // `max_attempts: 2` dead-letters the notification after its second attempt (its
+            // policy allows 3), and `backoff_ceiling: 1s` brings that attempt within a second
+            // (its policy waits 10s).
+            let notification = "SELECT status, attempt::int8 FROM evc_deliveries \
+                                WHERE consumer = 'worker.notification.iu'";
+            let mut rows = query(notification);
+            for _ in 0..600 {
+                if rows.iter().any(|(status, _)| status == "dead") {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                rows = query(notification);
+            }
+            assert_eq!(rows, [("dead".to_owned(), 2)]);
+
+            // `batch_size: 2`: the one audit worker holds one batch of two while its first
+            // command hangs, and `lease: 3s` bounds every lease it holds (renewed each second).
+            let leases = "SELECT status, \
+                              (lease_until <= now() + interval '3 seconds')::int::int8 \
+                          FROM evc_deliveries WHERE consumer = 'audit' AND status = 'leased'";
+            let mut leased = query(leases);
+            for _ in 0..600 {
+                if !leased.is_empty() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                leased = query(leases);
+            }
+            assert_eq!(leased, [("leased".to_owned(), 1), ("leased".to_owned(), 1)]);
+        }));
+        let _ = child.kill();
+        let _ = child.wait();
+        if let Err(panic) = outcome {
+            std::panic::resume_unwind(panic);
+        }
+    });
+}
