@@ -81,6 +81,8 @@ struct Range {
     default: Duration,
 }
 
+/// Without a `lease` in the file the contracts' `dispatcher.lease` applies; `default` is the
+/// contract format's, for the range's sake.
 const LEASE: Range = Range {
     name: "lease",
     min: Duration::from_secs(1),
@@ -93,6 +95,7 @@ const POLL_INTERVAL: Range = Range {
     max: Duration::from_secs(3_600),
     default: Duration::from_secs(1),
 };
+/// Without a `timeout` in the file the consumer's `handler_timeout` applies, else `default`.
 const TIMEOUT: Range = Range {
     name: "timeout",
     min: Duration::from_millis(10),
