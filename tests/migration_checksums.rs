@@ -1,13 +1,13 @@
 //! The migration files this repository has shipped never change: sqlx records the checksum of
 //! every applied migration and refuses to run against a database whose applied files differ, so
 //! a changed byte in one (a reworded header included) breaks every deployment that applied it.
-//! A new step or registry file is added here with its digest when it is first written.
+//! A new step, registry or settings file is added here with its digest when it is first written.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 7] = [
+const SHIPPED: [(&str, &str); 9] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -35,6 +35,14 @@ const SHIPPED: [(&str, &str); 7] = [
     (
         "0007_evc_runtime_v6.sql",
         "8b0b05235ffaa5d5764bd2f9a7c134b252d2c6dc82b6ad6031e3626774cfdcaa",
+    ),
+    (
+        "0008_evc_runtime_v7.sql",
+        "24d21efe7841a418c2e5344fdb903a1b7437d10302650cb1da8b2cde6767bb85",
+    ),
+    (
+        "0009_evc_settings_65cbc5d12fa6.sql",
+        "0bb7b33f9dde89437ff1c121c1c4a4540d86a10d3fd1e3120b1509d9ac48f93f",
     ),
 ];
 

@@ -82,6 +82,7 @@ fn is_runtime_step(name: &str) -> bool {
         sql::RUNTIME_V4_SUFFIX,
         sql::RUNTIME_V5_SUFFIX,
         sql::RUNTIME_V6_SUFFIX,
+        sql::RUNTIME_V7_SUFFIX,
     ]
     .iter()
     .any(|suffix| name.ends_with(suffix))
@@ -93,11 +94,15 @@ async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
     let contracts = Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts");
     let set = ContractSet::load(&contracts)?.contracts;
     let artifacts = sql::render(&set, &Layout::default())?;
-    let (steps, earlier): (Vec<_>, Vec<_>) = artifacts.iter().partition(|artifact| {
-        let name = file_name(&artifact.path);
-        is_runtime_step(&name)
-    });
-    assert_eq!(steps.len(), 5);
+    // The settings file needs the seventh step's table; it writes no outbox row.
+    let (steps, earlier): (Vec<_>, Vec<_>) = artifacts
+        .iter()
+        .filter(|artifact| !file_name(&artifact.path).contains("_evc_settings_"))
+        .partition(|artifact| {
+            let name = file_name(&artifact.path);
+            is_runtime_step(&name)
+        });
+    assert_eq!(steps.len(), 6);
 
     let pool = PgPoolOptions::new()
         .max_connections(1)
@@ -208,7 +213,12 @@ async fn check(options: PgConnectOptions) -> TestResult {
             "0004_evc_runtime_v4.sql".to_owned(),
             "0005_evc_runtime_v5.sql".to_owned(),
             "0006_evc_runtime_v6.sql".to_owned(),
-            format!("0007_evc_registry_{}.sql", &digest[..12]),
+            "0007_evc_runtime_v7.sql".to_owned(),
+            format!("0008_evc_registry_{}.sql", &digest[..12]),
+            format!(
+                "0009_evc_settings_{}.sql",
+                &sql::settings_digest(&set)?[..12]
+            ),
         ]
     );
     for artifact in &artifacts {
@@ -299,6 +309,37 @@ async fn check(options: PgConnectOptions) -> TestResult {
         .fetch_one(&pool)
         .await?;
     assert_eq!(stored, digest);
+
+    // The settings row is the project's.
+    let settings = sqlx::query(
+        "SELECT settings_digest, denied_keys, hard_max_bytes, batch_size, lease_ms, \
+             heartbeat_ms, max_attempts, backoff_ceiling_ms, handler_timeouts::text AS timeouts \
+         FROM evc_settings",
+    )
+    .fetch_one(&pool)
+    .await?;
+    let project = &set.project;
+    assert_eq!(
+        settings.try_get::<String, _>("settings_digest")?,
+        sql::settings_digest(&set)?
+    );
+    assert_eq!(
+        settings.try_get::<Vec<String>, _>("denied_keys")?,
+        project.payload_policy.denied_keys
+    );
+    assert_eq!(
+        settings.try_get::<i64, _>("hard_max_bytes")?,
+        i64::from(project.payload_policy.hard_max_bytes)
+    );
+    assert_eq!(
+        settings.try_get::<i64, _>("batch_size")?,
+        i64::from(project.dispatcher.batch_size)
+    );
+    assert_eq!(settings.try_get::<i64, _>("lease_ms")?, 30_000);
+    assert_eq!(settings.try_get::<i64, _>("heartbeat_ms")?, 10_000);
+    assert_eq!(settings.try_get::<i64, _>("max_attempts")?, 12);
+    assert_eq!(settings.try_get::<i64, _>("backoff_ceiling_ms")?, 900_000);
+    assert_eq!(settings.try_get::<String, _>("timeouts")?, "{}");
 
     // Text and schemas survive quoting exactly.
     let rows = sqlx::query(
@@ -536,6 +577,7 @@ async fn row_versions(pool: &PgPool) -> Result<Vec<Option<String>>, sqlx::Error>
         ("evc_consumers", "name"),
         ("evc_subscriptions", "consumer, event_type"),
         ("evc_registry_state", "id"),
+        ("evc_settings", "id"),
     ] {
         let sql = format!("SELECT string_agg(xmin::text, ',' ORDER BY {key}) FROM {table}");
         versions.push(

@@ -81,6 +81,8 @@ struct Range {
     default: Duration,
 }
 
+/// Without a `lease` in the file the contracts' `dispatcher.lease` applies; `default` is the
+/// contract format's, for the range's sake.
 const LEASE: Range = Range {
     name: "lease",
     min: Duration::from_secs(1),
@@ -93,6 +95,7 @@ const POLL_INTERVAL: Range = Range {
     max: Duration::from_secs(3_600),
     default: Duration::from_secs(1),
 };
+/// Without a `timeout` in the file the consumer's `handler_timeout` applies, else `default`.
 const TIMEOUT: Range = Range {
     name: "timeout",
     min: Duration::from_millis(10),
@@ -222,13 +225,14 @@ fn load(path: &Path) -> anyhow::Result<DispatchFile> {
     Ok(config)
 }
 
-/// One consumer's settings, its own else the defaults', checked.
+/// One consumer's settings, its own else the defaults', checked. `None`: the file sets none, so
+/// the contracts' (the database's settings row) apply.
 struct Checked {
     workers: usize,
-    batch: u32,
-    lease: Duration,
+    batch: Option<u32>,
+    lease: Option<Duration>,
     poll_interval: Duration,
-    timeout: Duration,
+    timeout: Option<Duration>,
     held_batches: bool,
     claim_cursor: bool,
 }
@@ -240,26 +244,22 @@ fn settings(name: &str, own: &Settings, defaults: &Settings) -> anyhow::Result<C
             ("workers", 1, MAX_WORKERS, 1),
             name,
         )?,
-        batch: number(
-            own.batch.or(defaults.batch),
-            ("batch", 1, MAX_BATCH, 50),
-            name,
-        )?,
-        lease: duration(
-            pick(own.lease.as_ref(), defaults.lease.as_ref()),
-            &LEASE,
-            name,
-        )?,
+        batch: own
+            .batch
+            .or(defaults.batch)
+            .map(|batch| number(Some(batch), ("batch", 1, MAX_BATCH, batch), name))
+            .transpose()?,
+        lease: pick(own.lease.as_ref(), defaults.lease.as_ref())
+            .map(|lease| duration(Some(lease), &LEASE, name))
+            .transpose()?,
         poll_interval: duration(
             pick(own.poll_interval.as_ref(), defaults.poll_interval.as_ref()),
             &POLL_INTERVAL,
             name,
         )?,
-        timeout: duration(
-            pick(own.timeout.as_ref(), defaults.timeout.as_ref()),
-            &TIMEOUT,
-            name,
-        )?,
+        timeout: pick(own.timeout.as_ref(), defaults.timeout.as_ref())
+            .map(|timeout| duration(Some(timeout), &TIMEOUT, name))
+            .transpose()?,
         held_batches: own.held_batches.or(defaults.held_batches).unwrap_or(false),
         claim_cursor: own.claim_cursor.or(defaults.claim_cursor).unwrap_or(true),
     })
@@ -268,7 +268,9 @@ fn settings(name: &str, own: &Settings, defaults: &Settings) -> anyhow::Result<C
 /// Hands each delivery to a command.
 struct CommandHandler {
     command: Vec<String>,
-    timeout: Duration,
+    /// Kills a command running longer (`command_timed_out`); `None` when the dispatcher's
+    /// handler timeout (the file's `timeout`, else the contract's) does it (`handler_timeout`).
+    timeout: Option<Duration>,
 }
 
 impl DynHandler for CommandHandler {
@@ -299,7 +301,13 @@ impl DynHandler for CommandHandler {
                 // A command that does not read its input is not a failure.
                 let _ = stdin.write_all(&payload).await;
             }
-            let status = match tokio::time::timeout(self.timeout, child.wait()).await {
+            // Past the dispatcher's handler timeout, this future is dropped and the child with
+            // it (`kill_on_drop`).
+            let waited = match self.timeout {
+                Some(timeout) => tokio::time::timeout(timeout, child.wait()).await,
+                None => Ok(child.wait().await),
+            };
+            let status = match waited {
                 Ok(Ok(status)) => status,
                 Ok(Err(_)) => return Err(HandlerError::transient("command_wait_failed")),
                 Err(_) => return Err(HandlerError::transient("command_timed_out")),
@@ -348,7 +356,7 @@ pub(crate) fn dispatch(
         let registry = evc_runtime::deployed_registry(&pool)
             .await
             .context("cannot read the deployed registry (are the evc migrations applied?)")?;
-        // A dispatch-only store: the deployed registry refuses every append.
+        // A dispatch-only store: nothing here appends.
         let store =
             PgStore::new(pool.clone(), registry).context("the deployed registry does not load")?;
         store
@@ -362,19 +370,32 @@ pub(crate) fn dispatch(
             .unwrap_or_else(|| format!("evc-dispatch-{}", std::process::id()));
         let mut handles = Vec::new();
         for (name, command, s) in checked {
-            // The deployed mirror holds no dispatcher block, so these are the contract format's
-            // defaults, under the config file's settings.
-            let dispatcher_settings = DispatcherConfig::from_registry(store.registry())
+            // The contracts' settings as the database's settings row holds them, under the
+            // file's: a setting the file gives wins, and the workers' heartbeats say so.
+            let mut dispatcher_settings = DispatcherConfig::from_registry(store.registry())
                 .owner(format!("{owner}/{name}"))
                 .workers(s.workers)
-                .batch(s.batch)
-                .lease(s.lease)
                 .poll_interval(s.poll_interval)
                 .held_batches(s.held_batches)
                 .claim_cursor(s.claim_cursor);
+            if let Some(batch) = s.batch {
+                dispatcher_settings = dispatcher_settings.batch(batch);
+            }
+            if let Some(lease) = s.lease {
+                dispatcher_settings = dispatcher_settings.lease(lease);
+            }
+            if s.timeout.is_some() {
+                dispatcher_settings = dispatcher_settings.handler_timeout(s.timeout);
+            }
+            let declared_timeout = store
+                .registry()
+                .consumer(&name)
+                .and_then(|c| c.handler_timeout_ms);
             let handler = CommandHandler {
                 command,
-                timeout: s.timeout,
+                // Neither the file nor the contract limits the command: the file's default does.
+                timeout: (s.timeout.is_none() && declared_timeout.is_none())
+                    .then_some(TIMEOUT.default),
             };
             let dispatcher = Dispatcher::new(store.clone(), dispatcher_settings)
                 .consumer(&name, handler)

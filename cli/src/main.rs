@@ -159,9 +159,11 @@ enum Command {
     },
     /// Run dispatcher workers for the consumers a configuration file names, each delivery
     /// handed to a command (payload on standard input; exit 0 acks, 75 retries, 65
-    /// quarantines, anything else dead-letters).
+    /// quarantines, anything else dead-letters). Batch, lease and timeout come from the
+    /// deployed contracts' settings; a setting the file gives wins over the contract's.
     Dispatch {
-        /// The configuration file (YAML).
+        /// The configuration file (YAML); its `batch`, `lease` and `timeout` override the
+        /// contracts' `dispatcher` block and `handler_timeout`.
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
         /// Stop once none of the consumers' deliveries is pending or leased.

@@ -163,6 +163,8 @@ pub(crate) enum StatusFormat {
     Text,
     /// Prometheus / OpenMetrics text, for scrapers and dashboards.
     Prometheus,
+    /// One JSON document, for scripts.
+    Json,
 }
 
 /// `evc status` settings.
@@ -226,6 +228,7 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let text = match args.format {
         StatusFormat::Prometheus => report.prometheus(),
         StatusFormat::Text => status_text(&report, &args.window, lag_limit),
+        StatusFormat::Json => status_json(&report, &problems),
     };
     print!("{text}");
     Ok(if problems.is_empty() {
@@ -290,6 +293,19 @@ fn status_text(report: &StatusReport, window: &str, lag_limit: Duration) -> Stri
             percentile_line(&mut out, &what, &lag.latency, "acks");
         }
     }
+    if !report.workers.is_empty() {
+        let _ = writeln!(out, "\nworkers (where their settings came from):");
+        for worker in &report.workers {
+            let _ = writeln!(
+                out,
+                "  {} {}: payload policy {}, dispatcher {}",
+                escape(&worker.consumer),
+                escape(&worker.owner),
+                escape(worker.payload_policy.as_deref().unwrap_or("unknown")),
+                dispatcher_source(worker.dispatcher_overrides.as_deref())
+            );
+        }
+    }
     if !report.attempts.is_empty() {
         let _ = writeln!(out, "\nattempt duration (p50 / p95 / p99, last {window}):");
         for attempts in &report.attempts {
@@ -302,6 +318,64 @@ fn status_text(report: &StatusReport, window: &str, lag_limit: Duration) -> Stri
         }
     }
     out
+}
+
+/// Where a worker's settings came from, as `evc status` writes it: `registry`, `override`, or
+/// `override (batch, lease)`; `unknown` for a process that does not record it.
+fn dispatcher_source(overrides: Option<&[String]>) -> String {
+    match overrides {
+        None => "unknown".to_owned(),
+        Some([]) => "registry".to_owned(),
+        Some(names) => format!("override ({})", escape(&names.join(", "))),
+    }
+}
+
+/// The report as one JSON document (durations in seconds).
+fn status_json(report: &StatusReport, problems: &[evc_runtime::Problem]) -> String {
+    let percentiles = |p: &Percentiles| {
+        serde_json::json!({
+            "samples": p.samples,
+            "p50_s": p.p50.as_secs_f64(),
+            "p95_s": p.p95.as_secs_f64(),
+            "p99_s": p.p99.as_secs_f64(),
+        })
+    };
+    let document = serde_json::json!({
+        "problems": problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "consumers": report.consumers.iter().map(|c| serde_json::json!({
+            "consumer": c.consumer,
+            "pending": c.pending,
+            "leased": c.leased,
+            "dead": c.dead,
+            "quarantined": c.quarantined,
+            "oldest_pending_s": c.oldest_pending.map(|age| age.as_secs_f64()),
+            "mode": c.mode.as_str(),
+            "paused": c.paused,
+            "stale_rejections": c.stale_rejections,
+        })).collect::<Vec<_>>(),
+        "lag": report.lag.iter().map(|l| serde_json::json!({
+            "producer_class": l.producer_class,
+            "consumer": l.consumer,
+            "latency": percentiles(&l.latency),
+        })).collect::<Vec<_>>(),
+        "attempts": report.attempts.iter().map(|a| serde_json::json!({
+            "consumer": a.consumer,
+            "latency": percentiles(&a.latency),
+        })).collect::<Vec<_>>(),
+        "silent_workers": report.silent_workers.iter().map(|w| serde_json::json!({
+            "owner": w.owner,
+            "consumer": w.consumer,
+            "silent_for_s": w.silent_for.as_secs_f64(),
+            "threshold_s": w.threshold.as_secs_f64(),
+        })).collect::<Vec<_>>(),
+        "workers": report.workers.iter().map(|w| serde_json::json!({
+            "owner": w.owner,
+            "consumer": w.consumer,
+            "payload_policy": w.payload_policy,
+            "dispatcher_overrides": w.dispatcher_overrides,
+        })).collect::<Vec<_>>(),
+    });
+    format!("{document:#}\n")
 }
 
 fn percentile_line(out: &mut String, what: &str, latency: &Percentiles, unit: &str) {

@@ -593,8 +593,11 @@ fn dispatch_hands_each_delivery_to_its_command_and_settles_it_by_exit_status() {
             .expect("evc runs");
         let text = stdout(&output);
         assert_eq!(output.status.code(), Some(0), "{output:?}");
+        // The dead-lettering emits `job.dead_lettered` through the deployed payload policy;
+        // audit, which subscribes to it, acks it too (worker.sql.aggregate, also subscribed, is
+        // not run here).
         assert!(
-            text.contains(": 3 acked (")
+            text.contains(": 4 acked (")
                 && text.contains(", 0 retried, 1 dead, 1 quarantined, 0 stale"),
             "{text}"
         );
@@ -608,6 +611,17 @@ fn dispatch_hands_each_delivery_to_its_command_and_settles_it_by_exit_status() {
                     .expect("JSON");
             assert_eq!(payload, serde_json::json!({"n": n}));
         }
+        let emitted: Vec<String> = runtime.block_on(async {
+            let mut connection = PgConnection::connect(&url).await.expect("connect");
+            sqlx::query_scalar(
+                "SELECT event_type FROM evc_events WHERE event_type <> 'iu.born' \
+                 UNION ALL SELECT reason_code FROM evc_validation_rejects",
+            )
+            .fetch_all(&mut connection)
+            .await
+            .expect("events")
+        });
+        assert_eq!(emitted, ["job.dead_lettered"]);
         // The delivery rows left, and the acked ones' attempt rows (an ack deletes its delivery).
         let settled: Vec<(String, String, Option<String>)> = runtime.block_on(async {
             let mut connection = PgConnection::connect(&url).await.expect("connect");
@@ -628,6 +642,7 @@ fn dispatch_hands_each_delivery_to_its_command_and_settles_it_by_exit_status() {
                 ("audit".to_owned(), "acked".to_owned(), None),
                 ("audit".to_owned(), "acked".to_owned(), None),
                 ("audit".to_owned(), "acked".to_owned(), None),
+                ("audit".to_owned(), "acked".to_owned(), None),
                 (
                     "worker.notification.iu".to_owned(),
                     "quarantined".to_owned(),
@@ -637,6 +652,12 @@ fn dispatch_hands_each_delivery_to_its_command_and_settles_it_by_exit_status() {
                     "worker.render.mout_view".to_owned(),
                     "dead".to_owned(),
                     Some("exit_3".to_owned())
+                ),
+                // Subscribed to `job.dead_lettered`, not run here.
+                (
+                    "worker.sql.aggregate".to_owned(),
+                    "pending".to_owned(),
+                    None
                 ),
             ]
         );
@@ -1259,5 +1280,287 @@ fn operator_commands_bound_their_input() {
             stderr.contains("consumer evil\\u{1b}[31m\\n is not deployed in this database"),
             "{stderr:?}"
         );
+    });
+}
+
+/// Copies the directory `from` into `to`, recursively.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create dir");
+    for entry in std::fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}
+
+/// The settings migration `evc generate` writes for the reference contracts with `edit`
+/// applied to a copy of them, as the next file after the repository's migrations.
+fn settings_migration_of(edit: impl FnOnce(&Path)) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let contracts = dir.path().join("contracts");
+    copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../contracts"),
+        &contracts,
+    );
+    edit(&contracts);
+    let set = evc_codegen::ContractSet::load(&contracts)
+        .expect("the edited contracts pass evc check")
+        .contracts;
+    let existing: Vec<String> = std::fs::read_dir(migrations_dir())
+        .expect("migrations")
+        .map(|entry| {
+            entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    let layout = evc_codegen::emit::Layout {
+        existing_migrations: existing.clone(),
+        ..evc_codegen::emit::Layout::default()
+    };
+    let artifacts = evc_codegen::emit::sql::render(&set, &layout).expect("renders");
+    let settings = artifacts
+        .into_iter()
+        .find(|artifact| artifact.path.to_string_lossy().contains("_evc_settings_"))
+        .expect("a settings migration");
+    let name = settings
+        .path
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        !existing.contains(&name),
+        "changed settings get a new file, not {name}"
+    );
+    settings.contents
+}
+
+#[test]
+fn dispatch_runs_on_the_deployed_settings_and_status_shows_the_file_s_overrides() {
+    let name = format!("evc_cli_settings_{}", std::process::id());
+    on_database(&name, true, |runtime, url| {
+        // `audit` gets a handler timeout in its contract, deployed by the settings migration
+        // `evc generate` writes for it.
+        let migration = settings_migration_of(|contracts| {
+            let file = contracts.join("consumers/audit.yaml");
+            let text = std::fs::read_to_string(&file).expect("audit.yaml");
+            std::fs::write(&file, format!("{text}handler_timeout: 300ms\n")).expect("write");
+        });
+        runtime.block_on(execute(url, &migration));
+        runtime.block_on(execute(
+            url,
+            &format!(
+                "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, \
+                     producer_class, payload, payload_bytes) \
+                 VALUES ('01890a5d-ac96-774b-bcce-000000000001', 'iu.born', '1.0.0', 'k', \
+                     'dot', '{BORN}'::jsonb, {}); \
+                 INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key) \
+                 SELECT event_id, 'audit', seq, NULL FROM evc_events",
+                BORN.len()
+            ),
+        ));
+        // `audit` takes every setting from the database; the notification worker's file sets
+        // a batch and a timeout of its own.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("dispatch.yaml");
+        std::fs::write(
+            &config,
+            "owner: settings\ndefaults:\n  poll_interval: 50ms\nconsumers:\n  \
+             audit:\n    command: [sleep, '30']\n  \
+             worker.notification.iu:\n    command: ['true']\n    batch: 7\n    timeout: 5s\n",
+        )
+        .expect("config");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_evc"))
+            .args(["dispatch", "--progress", "0s", "--config"])
+            .arg(&config)
+            .args(["--database-url", url])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("evc dispatch starts");
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // The contract's timeout, not the file's default of 60s, ends the command.
+            let mut attempt: Option<(String, Option<String>)> = None;
+            for _ in 0..600 {
+                attempt = runtime.block_on(async {
+                    let mut connection = PgConnection::connect(url).await.expect("connect");
+                    sqlx::query_as(
+                        "SELECT outcome, error_code FROM evc_delivery_attempts \
+                         WHERE consumer = 'audit'",
+                    )
+                    .fetch_optional(&mut connection)
+                    .await
+                    .expect("attempts")
+                });
+                if attempt.is_some() {
+                    break;
+                }
+                assert!(
+                    child.try_wait().expect("wait").is_none(),
+                    "evc dispatch ended early"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            let (_, code) = attempt.expect("an attempt of audit within a minute");
+            assert_eq!(code.as_deref(), Some("handler_timeout"));
+
+            // Where each worker's settings came from.
+            let workers = || {
+                let output = evc(url, &["status", "--format", "json"]);
+                let report: serde_json::Value =
+                    serde_json::from_slice(&output.stdout).expect("JSON status");
+                report["workers"].as_array().cloned().unwrap_or_default()
+            };
+            let mut listed = workers();
+            for _ in 0..600 {
+                if listed.len() == 2 {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                listed = workers();
+            }
+            let by_consumer = |consumer: &str| {
+                listed
+                    .iter()
+                    .find(|w| w["consumer"] == consumer)
+                    .cloned()
+                    .unwrap_or_else(|| panic!("no worker of {consumer}: {listed:?}"))
+            };
+            let audit = by_consumer("audit");
+            assert_eq!(audit["owner"], "settings/audit/audit/0");
+            assert_eq!(audit["payload_policy"], "registry");
+            assert_eq!(audit["dispatcher_overrides"], serde_json::json!([]));
+            let notification = by_consumer("worker.notification.iu");
+            assert_eq!(
+                notification["dispatcher_overrides"],
+                serde_json::json!(["batch", "handler_timeout"])
+            );
+            let text = stdout(&evc(url, &["status"]));
+            assert!(
+                text.contains(
+                    "worker.notification.iu settings/worker.notification.iu/worker.notification.iu/0: \
+                     payload policy registry, dispatcher override (batch, handler_timeout)"
+                ),
+                "{text}"
+            );
+            assert!(
+                text.contains(
+                    "audit settings/audit/audit/0: payload policy registry, dispatcher registry"
+                ),
+                "{text}"
+            );
+        }));
+        let _ = child.kill();
+        let _ = child.wait();
+        if let Err(panic) = outcome {
+            std::panic::resume_unwind(panic);
+        }
+    });
+}
+
+#[test]
+fn dispatch_applies_each_changed_dispatcher_setting_of_the_contracts() {
+    let name = format!("evc_cli_dispatcher_block_{}", std::process::id());
+    on_database(&name, true, |runtime, url| {
+        let migration = settings_migration_of(|contracts| {
+            let file = contracts.join("evc.yaml");
+            let text = std::fs::read_to_string(&file).expect("evc.yaml");
+            let changed = text
+                .replace("  batch_size: 50\n", "  batch_size: 2\n")
+                .replace("  lease: 30s\n", "  lease: 3s\n")
+                .replace("  heartbeat: 10s\n", "  heartbeat: 1s\n")
+                .replace("  max_attempts: 12\n", "  max_attempts: 2\n")
+                .replace("  backoff_ceiling: 15m\n", "  backoff_ceiling: 1s\n");
+            assert_ne!(changed, text);
+            std::fs::write(&file, changed).expect("write");
+        });
+        runtime.block_on(execute(url, &migration));
+        // Five events for audit, whose command hangs; one for the notification worker, whose
+        // command asks for a retry every time.
+        runtime.block_on(execute(
+            url,
+            &format!(
+                "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, \
+                     producer_class, payload, payload_bytes) \
+                 SELECT ('01890a5d-ac96-774b-bcce-00000000000' || g)::uuid, 'iu.born', \
+                     '1.0.0', 'k' || g, 'dot', '{BORN}'::jsonb, {} \
+                 FROM generate_series(1, 5) AS g; \
+                 INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key) \
+                 SELECT event_id, 'audit', seq, NULL FROM evc_events; \
+                 INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key) \
+                 SELECT event_id, 'worker.notification.iu', seq, NULL FROM evc_events \
+                 WHERE order_key = 'k1'",
+                BORN.len()
+            ),
+        ));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("dispatch.yaml");
+        std::fs::write(
+            &config,
+            "defaults:\n  poll_interval: 50ms\nconsumers:\n  \
+             audit:\n    command: [sleep, '30']\n  \
+             worker.notification.iu:\n    command: [sh, -c, 'exit 75']\n",
+        )
+        .expect("config");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_evc"))
+            .args(["dispatch", "--progress", "0s", "--config"])
+            .arg(&config)
+            .args(["--database-url", url])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("evc dispatch starts");
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let query = |sql: &str| -> Vec<(String, i64)> {
+                runtime.block_on(async {
+                    let mut connection = PgConnection::connect(url).await.expect("connect");
+                    sqlx::query_as(AssertSqlSafe(sql.to_owned()))
+                        .fetch_all(&mut connection)
+                        .await
+                        .expect("query")
+                })
+            };
+            // `max_attempts: 2` dead-letters the notification after its second attempt (its
+            // policy allows 3), and `backoff_ceiling: 1s` brings that attempt within a second
+            // (its policy waits 10s).
+            let notification = "SELECT status, attempt::int8 FROM evc_deliveries \
+                                WHERE consumer = 'worker.notification.iu'";
+            let mut rows = query(notification);
+            for _ in 0..600 {
+                if rows.iter().any(|(status, _)| status == "dead") {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                rows = query(notification);
+            }
+            assert_eq!(rows, [("dead".to_owned(), 2)]);
+
+            // `batch_size: 2`: the one audit worker holds one batch of two while its first
+            // command hangs, and `lease: 3s` bounds every lease it holds (renewed each second).
+            let leases = "SELECT status, \
+                              (lease_until <= now() + interval '3 seconds')::int::int8 \
+                          FROM evc_deliveries WHERE consumer = 'audit' AND status = 'leased'";
+            let mut leased = query(leases);
+            for _ in 0..600 {
+                if !leased.is_empty() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                leased = query(leases);
+            }
+            assert_eq!(leased, [("leased".to_owned(), 1), ("leased".to_owned(), 1)]);
+        }));
+        let _ = child.kill();
+        let _ = child.wait();
+        if let Err(panic) = outcome {
+            std::panic::resume_unwind(panic);
+        }
     });
 }

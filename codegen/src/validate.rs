@@ -58,6 +58,7 @@ pub(crate) fn validate(dir: &Path, parsed: ParsedDir) -> (Option<ContractSet>, V
         );
     }
     let topics = checker.topics(&events);
+    checker.settings_the_runtime_honours(&project.dispatcher, &consumers);
     checker.control_characters();
 
     let mut diagnostics = checker.diagnostics;
@@ -310,6 +311,57 @@ impl<'a> Checker<'a> {
                 );
                 Duration::ZERO
             }
+        }
+    }
+
+    /// Reports settings that are each valid but that the runtime cannot honour together: a
+    /// consumer's heartbeat threshold that is not longer than the dispatcher's heartbeat
+    /// interval (its healthy workers would be reported silent between two heartbeats). The
+    /// dispatcher's `max_attempts` and `backoff_ceiling` are ceilings over the retry policies
+    /// by design, so a policy above them is not reported.
+    fn settings_the_runtime_honours(
+        &mut self,
+        dispatcher: &DispatcherSettings,
+        consumers: &BTreeMap<String, Consumer>,
+    ) {
+        let project = loader::PROJECT_FILE;
+        for consumer in consumers.values() {
+            if consumer.heartbeat_threshold.is_zero()
+                || consumer.heartbeat_threshold > dispatcher.heartbeat
+            {
+                continue;
+            }
+            let own = matches!(
+                self.files.get(&consumer.file).and_then(|file| file.typed.as_ref()),
+                Some(Typed::Consumer(def)) if def.heartbeat_threshold.is_some()
+            );
+            let project_default = self
+                .typed_project()
+                .is_some_and(|file| file.defaults.heartbeat_threshold.is_some());
+            // Where the threshold was written; the contract format's default is against the
+            // heartbeat.
+            let location = if own {
+                self.at(&consumer.file, "/heartbeat_threshold")
+            } else if project_default {
+                self.at(project, "/defaults/heartbeat_threshold")
+            } else {
+                self.at(project, "/dispatcher/heartbeat")
+            };
+            self.report(
+                Rule::InvalidValue,
+                location,
+                format!(
+                    "consumer `{}` has a heartbeat threshold ({}) that is not longer than the \
+                     dispatcher heartbeat ({}): its workers would be reported silent between \
+                     two heartbeats",
+                    consumer.name,
+                    duration::format(consumer.heartbeat_threshold),
+                    duration::format(dispatcher.heartbeat)
+                ),
+                "make `heartbeat_threshold` a few heartbeats long (the default is 60s against \
+                 a 10s heartbeat), or shorten the dispatcher `heartbeat`"
+                    .to_owned(),
+            );
         }
     }
 

@@ -59,7 +59,7 @@ fn compat_md_has_a_section_per_compat_rule_in_table_order() {
 }
 
 /// docs/codegen.md names every kind of migration file `evc generate` writes for the reference
-/// contracts: each runtime step, and the registry file (numbers as `NNNN`, the digest as
+/// contracts: each runtime step, the registry file and the settings file (numbers as `NNNN`, the digest as
 /// `<digest>`).
 #[test]
 fn codegen_md_lists_every_migration_step() {
@@ -77,6 +77,8 @@ fn codegen_md_lists_every_migration_step() {
             name.clone()
         } else if rest.starts_with("_evc_registry_") {
             "NNNN_evc_registry_<digest>.sql".to_owned()
+        } else if rest.starts_with("_evc_settings_") {
+            "NNNN_evc_settings_<digest>.sql".to_owned()
         } else {
             format!("NNNN{rest}")
         };

@@ -72,7 +72,7 @@ use crate::append::AppendOptions;
 use crate::handler::{Delivery, FailureClass, HandlerError};
 use crate::registry::{HandlerKind, Registry};
 use crate::retry::{RetryDecision, RetryPolicy, SplitMix64};
-use crate::store::postgres::{Doorbell, NOTIFY_CHANNEL, PgPublisher, PgStore, sql};
+use crate::store::postgres::{Beat, Doorbell, NOTIFY_CHANNEL, PgPublisher, PgStore, sql};
 use crate::store::{Claimed, DispatchError, Lease};
 use crate::trace::TraceContext;
 
@@ -442,6 +442,9 @@ struct ConsumerSetup {
     policy: RetryPolicy,
     /// The consumer's `handler_timeout`, from the registry.
     handler_timeout: Option<Duration>,
+    /// Whether kind, ordering and retry policy were given instead of the registry's
+    /// ([`Dispatcher::consumer_with_policy`]).
+    explicit: bool,
     handler: Arc<dyn DynHandler>,
     /// Set while one of this dispatcher's workers of the consumer holds or asks for its
     /// doorbell: one asking worker per dispatcher is enough (the holder's notifications wake
@@ -525,6 +528,7 @@ impl Dispatcher {
         );
         if let Some(setup) = dispatcher.consumers.last_mut() {
             setup.handler_timeout = handler_timeout;
+            setup.explicit = false;
         }
         Ok(dispatcher)
     }
@@ -554,6 +558,7 @@ impl Dispatcher {
             per_key,
             policy,
             handler_timeout: None,
+            explicit: true,
             handler: Arc::new(handler),
             doorbell_busy: AtomicBool::new(false),
             cursor: ClaimCursor::new(),
@@ -561,8 +566,42 @@ impl Dispatcher {
         self
     }
 
+    /// The settings this dispatcher runs `consumer` with apart from its registry's, by name
+    /// (`batch`, `lease`, `heartbeat`, `handler_timeout`; `consumer` when its handler kind,
+    /// ordering and retry policy were given explicitly); empty: all the registry's. Each
+    /// worker's heartbeat records them, so `evc status` shows them.
+    pub fn overrides(&self, consumer: &str) -> Vec<&'static str> {
+        let declared = DispatcherConfig::from_registry(self.store.registry());
+        let mut overrides = Vec::new();
+        if self.config.batch != declared.batch {
+            overrides.push("batch");
+        }
+        if self.config.lease != declared.lease {
+            overrides.push("lease");
+        }
+        if self.config.heartbeat_interval != declared.heartbeat_interval {
+            overrides.push("heartbeat");
+        }
+        if self.config.handler_timeout.is_some() {
+            overrides.push("handler_timeout");
+        }
+        if self
+            .consumers
+            .iter()
+            .any(|c| c.name == consumer && c.explicit)
+        {
+            overrides.push("consumer");
+        }
+        overrides
+    }
+
     /// Starts the worker, listener, recovery and heartbeat tasks on the current tokio runtime.
     pub fn start(self) -> DispatcherHandle {
+        let overrides: HashMap<String, String> = self
+            .consumers
+            .iter()
+            .map(|c| (c.name.clone(), self.overrides(&c.name).join(",")))
+            .collect();
         let (shutdown, signal) = watch::channel(false);
         let counters = Arc::new(Counters::default());
         let config = Arc::new(self.config);
@@ -580,7 +619,11 @@ impl Dispatcher {
             for n in 0..config.workers {
                 index += 1;
                 let owner = format!("{}/{}/{n}", config.owner, consumer.name);
-                owners.push((owner.clone(), consumer.name.clone()));
+                owners.push(Beat {
+                    owner: owner.clone(),
+                    consumer: consumer.name.clone(),
+                    overrides: overrides.get(&consumer.name).cloned().unwrap_or_default(),
+                });
                 let rng = match config.seed {
                     Some(seed) => SplitMix64::seeded(seed ^ index.wrapping_mul(0x9E37_79B9)),
                     None => SplitMix64::from_entropy(),
@@ -1369,7 +1412,7 @@ async fn recover(
 /// Heartbeats of every worker every `interval`.
 async fn heartbeat(
     store: PgStore,
-    owners: Vec<(String, String)>,
+    owners: Vec<Beat>,
     interval: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -1385,7 +1428,7 @@ async fn heartbeat(
         }
     }
     // Shut down, not silent: the status report must not flag these workers.
-    let owners: Vec<String> = owners.into_iter().map(|(owner, _)| owner).collect();
+    let owners: Vec<String> = owners.into_iter().map(|beat| beat.owner).collect();
     if let Err(error) = store.forget_heartbeats(&owners).await {
         tracing::warn!(%error, "heartbeats of a stopped dispatcher not removed");
     }

@@ -42,7 +42,7 @@ pub use store::postgres::{
     NotReplayableReason, Percentiles, PgPublisher, PgStore, PgStoreBuilder, PolicySource, Problem,
     PurgeError, RejectsPurged, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
     ReplaySelection, SettledDelivery, SettledStatus, SilentWorker, StatusReport, TimelineEntry,
-    WatchedConsumer, deployed_registry,
+    WatchedConsumer, WorkerSettings, deployed_registry,
 };
 pub use store::{
     AckBatch, Claimed, DispatchError, Drift, Intent, Lease, RegistryDrift, RegistryObject,

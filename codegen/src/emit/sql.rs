@@ -16,11 +16,19 @@
 //!   purge, and the payload hard cap of the project file as a constraint), named the same way.
 //! - `NNNN_evc_runtime_v6.sql`: the sixth step (discarded deliveries and the discard audit
 //!   table), named the same way.
+//! - `NNNN_evc_runtime_v7.sql`: the seventh step (the settings table of the registry mirror,
+//!   and the heartbeat columns that say where a worker's settings came from), named the same
+//!   way.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
 //!   renders one content. When a file for the current digest is already checked in, that name is
 //!   rendered again; otherwise the number follows the highest one checked in.
+//! - `NNNN_evc_settings_<digest12>.sql`: the upsert of the project's runtime settings (the
+//!   `settings` of registry.json, outside the registry digest), where `<digest12>` starts the
+//!   settings digest ([`settings_digest`]); named as the registry file is, after it. A file of
+//!   its own because the settings change without the registry: a registry file, named after
+//!   the registry digest, must render the same content for the same digest.
 //!
 //! Migrations never remove data: nothing here runs a `DELETE` (the fifth step only defines the
 //! purge functions that do, for an operator to call), and a later runtime step drops
@@ -55,6 +63,9 @@ pub const RUNTIME_V5_SUFFIX: &str = "_evc_runtime_v5.sql";
 /// The file name of the runtime tables' sixth step, after its version.
 pub const RUNTIME_V6_SUFFIX: &str = "_evc_runtime_v6.sql";
 
+/// The file name of the runtime tables' seventh step, after its version.
+pub const RUNTIME_V7_SUFFIX: &str = "_evc_runtime_v7.sql";
+
 /// The append-only tables of the fifth step, each with the name of its row trigger (the first
 /// and third steps' `BEFORE UPDATE` triggers keep their names and are widened to deletes).
 const LEDGERS: &[Ledger] = &[
@@ -85,6 +96,9 @@ impl Ledger {
 
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
+
+/// What settings migration file names contain before the digest prefix.
+const SETTINGS_INFIX: &str = "_evc_settings_";
 
 /// Hex digits of the registry digest in a registry migration's file name.
 const DIGEST_PREFIX_LEN: usize = 12;
@@ -137,6 +151,24 @@ struct RuntimeMigrationV5 {
 #[template(path = "evc_runtime_v6.sql", escape = "none")]
 struct RuntimeMigrationV6 {
     notice: &'static str,
+}
+
+/// `NNNN_evc_runtime_v7.sql`.
+#[derive(Template)]
+#[template(path = "evc_runtime_v7.sql", escape = "none")]
+struct RuntimeMigrationV7 {
+    notice: &'static str,
+}
+
+/// `NNNN_evc_settings_<digest12>.sql`.
+#[derive(Template)]
+#[template(path = "evc_settings.sql", escape = "none")]
+struct SettingsMigration {
+    notice: &'static str,
+    /// The full settings digest, hex (safe in a comment).
+    digest: String,
+    /// The one upsert.
+    tables: Vec<Upsert>,
 }
 
 /// `NNNN_evc_registry_<digest12>.sql`.
@@ -195,6 +227,7 @@ pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitE
         "evc_runtime_v5.sql",
     )?;
     let runtime_v6 = render_template(&RuntimeMigrationV6 { notice }, "evc_runtime_v6.sql")?;
+    let runtime_v7 = render_template(&RuntimeMigrationV7 { notice }, "evc_runtime_v7.sql")?;
     // Each step numbers after the files before it when they are new (a fresh crate), and the
     // registry file after them.
     let mut present = layout.existing_migrations.clone();
@@ -208,6 +241,8 @@ pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitE
     present.push(runtime_v5_name.clone());
     let runtime_v6_name = step_file_name(RUNTIME_V6_SUFFIX, &present);
     present.push(runtime_v6_name.clone());
+    let runtime_v7_name = step_file_name(RUNTIME_V7_SUFFIX, &present);
+    present.push(runtime_v7_name.clone());
 
     let registry = manifest::registry(set);
     let digest = manifest::registry_digest(set)?;
@@ -219,6 +254,17 @@ pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitE
             digest: digest.clone(),
         },
         "evc_registry.sql",
+    )?;
+    let registry_name = registry_file_name(&digest, &present);
+    present.push(registry_name.clone());
+    let settings_digest = settings_digest(set)?;
+    let settings_sql = render_template(
+        &SettingsMigration {
+            notice,
+            tables: vec![settings_upsert(set, &settings_digest)?],
+            digest: settings_digest.clone(),
+        },
+        "evc_settings.sql",
     )?;
 
     Ok(vec![
@@ -247,8 +293,16 @@ pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitE
             contents: with_final_newline(runtime_v6),
         },
         Artifact {
-            path: dir.join(registry_file_name(&digest, &present)),
+            path: dir.join(runtime_v7_name),
+            contents: with_final_newline(runtime_v7),
+        },
+        Artifact {
+            path: dir.join(registry_name),
             contents: with_final_newline(registry_sql),
+        },
+        Artifact {
+            path: dir.join(settings_file_name(&settings_digest, &present)),
+            contents: with_final_newline(settings_sql),
         },
     ])
 }
@@ -267,19 +321,45 @@ fn render_template(template: &impl Template, name: &'static str) -> Result<Strin
 /// regenerating an unchanged registry changes nothing; otherwise the version is one more than
 /// the highest present (and at least 2, after the runtime tables), zero-padded to four digits.
 pub fn registry_file_name(digest: &str, existing: &[String]) -> String {
+    digest_file_name(REGISTRY_INFIX, digest, existing)
+}
+
+/// The settings migration's file name for the settings `digest`, given the migration files
+/// already present: named as [`registry_file_name`] names registry files
+/// (`NNNN_evc_settings_<digest12>.sql`).
+pub fn settings_file_name(digest: &str, existing: &[String]) -> String {
+    digest_file_name(SETTINGS_INFIX, digest, existing)
+}
+
+/// The digest of the project's runtime settings: SHA-256 of the canonical JSON of
+/// registry.json's `settings`.
+///
+/// # Errors
+/// [`EmitError::Serialize`] when the settings do not serialize.
+pub fn settings_digest(set: &ContractSet) -> Result<String, EmitError> {
+    let value =
+        serde_json::to_value(manifest::settings(set)).map_err(|error| EmitError::Serialize {
+            document: REGISTRY_DOCUMENT,
+            message: error.to_string(),
+        })?;
+    Ok(digest::json_digest(&value))
+}
+
+/// The file name of a migration named after a digest (`<version><infix><digest12>.sql`).
+fn digest_file_name(infix: &str, digest: &str, existing: &[String]) -> String {
     let short = digest.get(..DIGEST_PREFIX_LEN).unwrap_or(digest);
-    let suffix = format!("{REGISTRY_INFIX}{short}.sql");
+    let suffix = format!("{infix}{short}.sql");
     let names = existing.iter().map(|name| {
         Path::new(name)
             .file_name()
             .and_then(|file| file.to_str())
             .unwrap_or(name)
     });
-    // Reuse a file only when it is the newest registry migration: after A -> B -> A the
-    // database holds B, so A must be applied again under a new number.
+    // Reuse a file only when it is the newest of its kind: after A -> B -> A the database
+    // holds B, so A must be applied again under a new number.
     let newest_registry = names
         .clone()
-        .filter(|name| name.contains(REGISTRY_INFIX))
+        .filter(|name| name.contains(infix))
         .filter_map(|name| version_of(name).map(|version| (version, name)))
         .max();
     if let Some((_, name)) = newest_registry
@@ -480,6 +560,60 @@ fn upserts(registry: &Registry<'_>, digest: &str) -> Result<Vec<Upsert>, EmitErr
         .into_iter()
         .filter(|table| !table.rows.is_empty())
         .collect())
+}
+
+/// The upsert of the settings row.
+fn settings_upsert(set: &ContractSet, settings_digest: &str) -> Result<Upsert, EmitError> {
+    let project = &set.project;
+    let policy = &project.payload_policy;
+    let dispatcher = &project.dispatcher;
+    let mut timeouts = serde_json::Map::new();
+    for (name, consumer) in &set.consumers {
+        if let Some(timeout) = consumer.handler_timeout {
+            let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+            timeouts.insert(name.clone(), serde_json::Value::from(ms));
+        }
+    }
+    Ok(Upsert {
+        comment: "The settings the runtime applies; `evc dispatch` reads them.",
+        name: "evc_settings",
+        key: &["id"],
+        columns: &[
+            "id",
+            "settings_digest",
+            "denied_keys",
+            "credential_key_names",
+            "default_max_bytes",
+            "hard_max_bytes",
+            "require_tenant_scope",
+            "batch_size",
+            "lease_ms",
+            "heartbeat_ms",
+            "max_attempts",
+            "backoff_ceiling_ms",
+            "handler_timeouts",
+        ],
+        rows: vec![vec![
+            "true".to_owned(),
+            literal(settings_digest)?,
+            text_array(&policy.denied_keys)?,
+            text_array(&policy.credential_key_names)?,
+            policy.default_max_bytes.to_string(),
+            policy.hard_max_bytes.to_string(),
+            project.require_tenant_scope.to_string(),
+            dispatcher.batch_size.to_string(),
+            duration_ms(dispatcher.lease)?,
+            duration_ms(dispatcher.heartbeat)?,
+            dispatcher.max_attempts.to_string(),
+            duration_ms(dispatcher.backoff_ceiling)?,
+            jsonb(&serde_json::Value::Object(timeouts))?,
+        ]],
+    })
+}
+
+/// A duration as a `bigint` of milliseconds.
+fn duration_ms(duration: std::time::Duration) -> Result<String, EmitError> {
+    bigint(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// A SQL string literal holding `text` exactly, whatever `standard_conforming_strings` says:
@@ -697,7 +831,12 @@ mod tests {
                 format!("0004{RUNTIME_V4_SUFFIX}"),
                 format!("0005{RUNTIME_V5_SUFFIX}"),
                 format!("0006{RUNTIME_V6_SUFFIX}"),
-                format!("0007_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN])
+                format!("0007{RUNTIME_V7_SUFFIX}"),
+                format!("0008_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
+                format!(
+                    "0009_evc_settings_{}.sql",
+                    &settings_digest(&set)?[..DIGEST_PREFIX_LEN]
+                ),
             ]
         );
         for artifact in &first {
@@ -784,6 +923,54 @@ mod tests {
             )));
             assert!(sql.contains(&format!("BEFORE TRUNCATE ON {}\n", ledger.table)));
         }
+        Ok(())
+    }
+
+    #[test]
+    fn a_settings_change_is_a_new_settings_file_and_leaves_the_registry_file()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../contracts");
+        let mut set = crate::ContractSet::load(dir)?.contracts;
+        let first = render(&set, &Layout::default())?;
+        let layout = Layout {
+            existing_migrations: first
+                .iter()
+                .filter_map(|a| a.path.file_name()?.to_str().map(str::to_owned))
+                .collect(),
+            ..Layout::default()
+        };
+        let settings_of = |artifacts: &[Artifact]| {
+            artifacts
+                .iter()
+                .find(|a| a.path.to_string_lossy().contains(SETTINGS_INFIX))
+                .cloned()
+        };
+        let registry_of = |artifacts: &[Artifact]| {
+            artifacts
+                .iter()
+                .find(|a| a.path.to_string_lossy().contains(REGISTRY_INFIX))
+                .cloned()
+        };
+        let before = settings_of(&first).ok_or("no settings file")?;
+        assert!(before.contents.contains("INSERT INTO evc_settings"));
+        assert!(before.contents.contains("ARRAY['body_text', "));
+
+        set.project.dispatcher.batch_size = 7;
+        set.project.dispatcher.lease = std::time::Duration::from_secs(3);
+        let changed = render(&set, &layout)?;
+        let after = settings_of(&changed).ok_or("no settings file")?;
+        assert_eq!(
+            after.path.file_name().and_then(|n| n.to_str()),
+            Some(format!("0010_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
+            "the next number after the checked-in files"
+        );
+        // batch_size, lease_ms in column order.
+        assert!(
+            after
+                .contents
+                .contains(", false, 7, 3000, 10000, 12, 900000, '{}'::jsonb)")
+        );
+        assert_eq!(registry_of(&changed), registry_of(&first));
         Ok(())
     }
 

@@ -3,9 +3,11 @@
 //! [`Registry`]. A process that dispatches without the application's compiled registry
 //! (`evc dispatch`) runs on it; the start-up parity check then compares like with like.
 //!
-//! The mirror holds no project settings (payload policy, envelope requirements, dispatcher
-//! block): the registry read back has the contract format's dispatcher defaults and refuses
-//! every append.
+//! The project's runtime settings (payload policy, envelope requirements, dispatcher block,
+//! handler timeouts) come from the settings row the settings migration wrote
+//! (`NNNN_evc_settings_<digest12>.sql`). A database without one (migrations generated before
+//! the seventh runtime step) yields the contract format's dispatcher defaults, no handler
+//! timeouts and a payload policy that refuses every append.
 
 use sqlx::Row;
 use sqlx::postgres::PgPool;
@@ -86,6 +88,7 @@ pub async fn deployed_registry(pool: &PgPool) -> Result<Registry, DispatchError>
     let subscription_rows = sqlx::query(sql::DEPLOYED_SUBSCRIPTIONS)
         .fetch_all(pool)
         .await?;
+    let settings = deployed_settings(pool).await?;
     let mut consumers = Vec::new();
     for row in sqlx::query(sql::DEPLOYED_CONSUMER_ROWS)
         .fetch_all(pool)
@@ -116,6 +119,10 @@ pub async fn deployed_registry(pool: &PgPool) -> Result<Registry, DispatchError>
         let handler: String = row.try_get("handler")?;
         let ordering: String = row.try_get("ordering")?;
         let mode: String = row.try_get("mode")?;
+        let handler_timeout_ms = settings
+            .as_ref()
+            .and_then(|s| s.handler_timeouts.get(name.as_str()))
+            .and_then(serde_json::Value::as_u64);
         consumers.push(ConsumerDescriptor {
             name: leak(name),
             handler: if handler == "transactional" {
@@ -128,8 +135,7 @@ pub async fn deployed_registry(pool: &PgPool) -> Result<Registry, DispatchError>
             retry_policy: leak(policy),
             heartbeat_threshold_ms: u64::try_from(row.try_get::<i64, _>("heartbeat_threshold_ms")?)
                 .unwrap_or(0),
-            // The database's mirror does not hold it (outside the registry digest).
-            handler_timeout_ms: None,
+            handler_timeout_ms,
             subscriptions: leak_slice(subscriptions),
         });
     }
@@ -140,17 +146,78 @@ pub async fn deployed_registry(pool: &PgPool) -> Result<Registry, DispatchError>
         events: leak_slice(events),
         consumers: leak_slice(consumers),
         retry_policies: leak_slice(retry_policies),
-        // The mirror holds no project settings. Appends through this registry fail closed: a
-        // hard cap of 0 refuses every payload, since the contracts' deny-list is not known.
-        payload_policy: PayloadPolicyDescriptor {
-            denied_keys: &[],
-            credential_key_names: &[],
-            default_max_bytes: 0,
-            hard_max_bytes: 0,
-        },
-        require_tenant_scope: true,
-        dispatcher: DispatcherDescriptor::FORMAT_DEFAULTS,
+        payload_policy: settings.as_ref().map_or(FAIL_CLOSED, |s| s.payload_policy),
+        require_tenant_scope: settings.as_ref().is_none_or(|s| s.require_tenant_scope),
+        dispatcher: settings
+            .as_ref()
+            .map_or(DispatcherDescriptor::FORMAT_DEFAULTS, |s| s.dispatcher),
     })
+}
+
+/// The policy of a database without settings: the contracts' deny-list is not known, so a hard
+/// cap of 0 refuses every payload.
+const FAIL_CLOSED: PayloadPolicyDescriptor = PayloadPolicyDescriptor {
+    denied_keys: &[],
+    credential_key_names: &[],
+    default_max_bytes: 0,
+    hard_max_bytes: 0,
+};
+
+/// The settings row, read back.
+struct DeployedSettings {
+    payload_policy: PayloadPolicyDescriptor,
+    require_tenant_scope: bool,
+    dispatcher: DispatcherDescriptor,
+    /// `{"<consumer>": <milliseconds>}`.
+    handler_timeouts: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The settings row; `None` when the database has no settings table or no row in it.
+async fn deployed_settings(pool: &PgPool) -> Result<Option<DeployedSettings>, DispatchError> {
+    let present: bool = sqlx::query_scalar(sql::HAS_SETTINGS)
+        .fetch_one(pool)
+        .await?;
+    if !present {
+        return Ok(None);
+    }
+    let Some(row) = sqlx::query(sql::DEPLOYED_SETTINGS)
+        .fetch_optional(pool)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let denied_keys: Vec<String> = row.try_get("denied_keys")?;
+    let credential_key_names: Vec<String> = row.try_get("credential_key_names")?;
+    // The table's checks keep the numbers positive; larger than a field holds saturates.
+    let u32_of = |column: &str| -> Result<u32, sqlx::Error> {
+        Ok(u32::try_from(row.try_get::<i64, _>(column)?.max(0)).unwrap_or(u32::MAX))
+    };
+    let u64_of = |column: &str| -> Result<u64, sqlx::Error> {
+        Ok(u64::try_from(row.try_get::<i64, _>(column)?).unwrap_or(0))
+    };
+    // A `jsonb` column holds JSON; anything but an object of numbers sets no timeout.
+    let handler_timeouts: String = row.try_get("handler_timeouts")?;
+    let handler_timeouts = match serde_json::from_str(&handler_timeouts) {
+        Ok(serde_json::Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
+    };
+    Ok(Some(DeployedSettings {
+        payload_policy: PayloadPolicyDescriptor {
+            denied_keys: leak_slice(denied_keys.into_iter().map(leak).collect()),
+            credential_key_names: leak_slice(credential_key_names.into_iter().map(leak).collect()),
+            default_max_bytes: u32_of("default_max_bytes")?,
+            hard_max_bytes: u32_of("hard_max_bytes")?,
+        },
+        require_tenant_scope: row.try_get("require_tenant_scope")?,
+        dispatcher: DispatcherDescriptor {
+            batch_size: u32_of("batch_size")?,
+            lease_ms: u64_of("lease_ms")?,
+            heartbeat_ms: u64_of("heartbeat_ms")?,
+            max_attempts: u32_of("max_attempts")?,
+            backoff_ceiling_ms: u64_of("backoff_ceiling_ms")?,
+        },
+        handler_timeouts,
+    }))
 }
 
 /// The versions of `event` that `requirement` accepts, ascending.

@@ -635,23 +635,35 @@ impl PgStore {
         Ok(inserted > 0)
     }
 
-    /// Writes the heartbeat of every `(owner, consumer)` pair.
+    /// Writes the heartbeat of every worker, with where its settings came from (this store's
+    /// payload policy, its dispatcher's overrides).
     ///
     /// # Errors
     /// [`DispatchError::Database`].
-    pub async fn heartbeat(&self, workers: &[(String, String)]) -> Result<(), DispatchError> {
-        let owners: Vec<&str> = workers.iter().map(|(owner, _)| owner.as_str()).collect();
-        let consumers: Vec<&str> = workers
-            .iter()
-            .map(|(_, consumer)| consumer.as_str())
-            .collect();
+    pub(crate) async fn heartbeat(&self, workers: &[Beat]) -> Result<(), DispatchError> {
+        let owners: Vec<&str> = workers.iter().map(|beat| beat.owner.as_str()).collect();
+        let consumers: Vec<&str> = workers.iter().map(|beat| beat.consumer.as_str()).collect();
+        let overrides: Vec<&str> = workers.iter().map(|beat| beat.overrides.as_str()).collect();
         sqlx::query(sql::HEARTBEAT)
             .bind(&owners)
             .bind(&consumers)
+            .bind(&overrides)
+            .bind(self.inner.policy_source.as_str())
             .execute(&self.inner.pool)
             .await?;
         Ok(())
     }
+}
+
+/// One worker's heartbeat.
+#[derive(Debug, Clone)]
+pub(crate) struct Beat {
+    /// The worker (lease owner).
+    pub(crate) owner: String,
+    /// Its consumer.
+    pub(crate) consumer: String,
+    /// Its dispatcher's overrides ([`crate::Dispatcher::overrides`]), comma-separated.
+    pub(crate) overrides: String,
 }
 
 /// A claimed row: the lease and the event.

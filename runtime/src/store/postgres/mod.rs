@@ -55,11 +55,12 @@ pub mod sql;
 
 pub use console::Console;
 pub use deployed::deployed_registry;
+pub(crate) use dispatch::Beat;
 pub use doorbell::Doorbell;
 pub use lifecycle::DEAD_LETTERED;
 pub use observe::{
     AttemptLatency, ConsumerStatus, Lag, Percentiles, Problem, SilentWorker, StatusReport,
-    TimelineEntry, WatchedConsumer,
+    TimelineEntry, WatchedConsumer, WorkerSettings,
 };
 pub use operations::ConsumerState;
 pub use replay::{
@@ -87,6 +88,16 @@ pub enum PolicySource {
     Registry,
     /// [`PgStoreBuilder::payload_policy`]: the application replaced the contracts' policy.
     Override,
+}
+
+impl PolicySource {
+    /// `registry` or `override`, as heartbeats record it and `evc status` shows it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Registry => "registry",
+            Self::Override => "override",
+        }
+    }
 }
 
 /// Builds a [`PgStore`]: the payload policy comes from the registry unless

@@ -96,6 +96,34 @@ pub struct SilentWorker {
     pub threshold: Duration,
 }
 
+/// Where a live worker's settings came from, as its heartbeat records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerSettings {
+    /// The worker (lease owner).
+    pub owner: String,
+    /// Its consumer.
+    pub consumer: String,
+    /// Where its store's payload policy came from: `registry` or `override`
+    /// ([`crate::PolicySource`]); `None`: a process that does not record it.
+    pub payload_policy: Option<String>,
+    /// The dispatcher settings its configuration sets apart from the registry's
+    /// ([`crate::Dispatcher::overrides`]); empty: all the registry's; `None`: a process that
+    /// does not record them.
+    pub dispatcher_overrides: Option<Vec<String>>,
+}
+
+impl WorkerSettings {
+    /// Whether the worker runs on anything but the registry's settings.
+    pub fn overridden(&self) -> bool {
+        self.payload_policy.as_deref() == Some("override")
+            || self
+                .dispatcher_overrides
+                .as_ref()
+                .is_some_and(|overrides| !overrides.is_empty())
+    }
+}
+
 /// What [`PgStore::status`] reports.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -108,6 +136,9 @@ pub struct StatusReport {
     pub attempts: Vec<AttemptLatency>,
     /// Workers silent past their consumer's threshold, longest silent first.
     pub silent_workers: Vec<SilentWorker>,
+    /// Every worker with a heartbeat row, by consumer and owner, and where its settings came
+    /// from.
+    pub workers: Vec<WorkerSettings>,
     /// Fenced operations this process's store refused for a stale token (not shared between
     /// processes).
     pub stale_tokens: u64,
@@ -528,11 +559,27 @@ pub(crate) async fn status(
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()?;
 
+    let workers = sqlx::query(sql::WORKER_SETTINGS)
+        .bind(&names)
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(|row| {
+            Ok(WorkerSettings {
+                owner: row.try_get("owner")?,
+                consumer: row.try_get("consumer")?,
+                payload_policy: row.try_get("payload_policy")?,
+                dispatcher_overrides: row.try_get("dispatcher_overrides")?,
+            })
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+
     Ok(StatusReport {
         consumers: statuses,
         lag,
         attempts,
         silent_workers,
+        workers,
         stale_tokens: 0,
     })
 }

@@ -1,7 +1,7 @@
 //! Every SQL statement of the PostgreSQL store, named after what it does. All are static text
 //! with bind parameters (prepared once per connection by sqlx); the tables and the indexes that
 //! serve them are declared in `generated/migrations/0001_evc_runtime.sql` and changed by the
-//! later runtime steps (`*_evc_runtime_v2.sql` to `*_evc_runtime_v6.sql`).
+//! later runtime steps (`*_evc_runtime_v2.sql` to `*_evc_runtime_v7.sql`).
 
 /// The channel every append notifies after commit; the payload is the name of a consumer that
 /// got a delivery (never event data). Dispatchers `LISTEN` on it.
@@ -630,11 +630,23 @@ ON CONFLICT (consumer) DO UPDATE SET
     updated_at = now()
 RETURNING paused, mode, revision";
 
-/// Heartbeats: parallel arrays `$1` owners and `$2` consumers seen now.
+/// Heartbeats: parallel arrays `$1` owners, `$2` consumers and `$3` dispatcher overrides
+/// (comma-separated setting names, empty: none) seen now; `$4` where the payload policy came
+/// from (`registry`, `override`).
 pub(crate) const HEARTBEAT: &str = "\
-INSERT INTO evc_heartbeats (owner, consumer, seen_at)
-SELECT owner, consumer, now() FROM UNNEST($1::text[], $2::text[]) AS h (owner, consumer)
-ON CONFLICT (owner) DO UPDATE SET consumer = EXCLUDED.consumer, seen_at = EXCLUDED.seen_at";
+INSERT INTO evc_heartbeats (owner, consumer, seen_at, payload_policy, dispatcher_overrides)
+SELECT owner, consumer, now(), $4, string_to_array(overrides, ',')
+FROM UNNEST($1::text[], $2::text[], $3::text[]) AS h (owner, consumer, overrides)
+ON CONFLICT (owner) DO UPDATE SET consumer = EXCLUDED.consumer, seen_at = EXCLUDED.seen_at,
+    payload_policy = EXCLUDED.payload_policy,
+    dispatcher_overrides = EXCLUDED.dispatcher_overrides";
+
+/// The live workers of consumers `$1` (`text[]`), by consumer and owner: where each one's
+/// settings came from (NULL: a process older than the seventh runtime step).
+pub(crate) const WORKER_SETTINGS: &str = "\
+SELECT owner, consumer, payload_policy, dispatcher_overrides
+FROM evc_heartbeats WHERE consumer = ANY($1)
+ORDER BY consumer, owner";
 
 // ---------------------------------------------------------------------------------------------
 // Observation (read only): status, lag, silent workers, the trace timeline.
@@ -742,6 +754,16 @@ SELECT p.name, p.kind, p.base_delay_ms, p.max_delay_ms, p.max_attempts::int8 AS 
     p.jitter, p.retry_on
 FROM evc_retry_policies p JOIN evc_registry_state r ON r.digest = p.registry_digest
 ORDER BY p.name";
+
+/// Whether the database has the settings table (the seventh runtime step).
+pub(crate) const HAS_SETTINGS: &str = "SELECT to_regclass('evc_settings') IS NOT NULL";
+
+/// The deployed runtime settings (no row: no settings migration was applied).
+pub(crate) const DEPLOYED_SETTINGS: &str = "\
+SELECT denied_keys, credential_key_names, default_max_bytes, hard_max_bytes,
+    require_tenant_scope, batch_size, lease_ms, heartbeat_ms, max_attempts, backoff_ceiling_ms,
+    handler_timeouts::text AS handler_timeouts
+FROM evc_settings";
 
 /// Forgets the heartbeats of owners `$1` (a dispatcher that shut down is not silent).
 pub(crate) const FORGET_HEARTBEATS: &str = "DELETE FROM evc_heartbeats WHERE owner = ANY($1)";
