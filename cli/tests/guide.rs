@@ -98,6 +98,11 @@ fn add_optional_field(contracts: &Path) {
     fs::write(&path, format!("{text}{minor}")).expect("write order.paid.yaml");
 }
 
+/// A value as bash expands it (`$(whoami)`), for the blocks after the one that exported it.
+fn expand(value: &str, env: &BTreeMap<String, String>) -> String {
+    run(&format!("printf '%s' {value}"), Path::new("."), env)
+}
+
 fn run(block: &str, dir: &Path, env: &BTreeMap<String, String>) -> String {
     let output = Command::new("bash")
         .args(["-euo", "pipefail", "-c", block])
@@ -176,7 +181,7 @@ fn every_command_of_the_guide_runs() {
                 .strip_prefix("export ")
                 .and_then(|rest| rest.split_once('='))
             {
-                env.insert(name.to_owned(), value.to_owned());
+                env.insert(name.to_owned(), expand(value, &env));
             }
         }
         outputs.push(run(&block, &app, &env));
