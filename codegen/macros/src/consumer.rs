@@ -236,10 +236,11 @@ fn shape<'a>(
         })
         .collect();
     let [context, payload] = typed[..] else {
-        let span = if sig.inputs.len() > 1 {
-            sig.inputs.span()
-        } else {
-            sig.ident.span()
+        // At the first argument too many, or at the lone one that stands for two.
+        let span = match typed.len() {
+            0 => sig.ident.span(),
+            1 => typed[0].span(),
+            _ => typed[2].span(),
         };
         return Err(syn::Error::new(
             span,

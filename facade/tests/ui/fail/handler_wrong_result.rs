@@ -1,6 +1,6 @@
 use evc::{HandlerContext, HandlerError};
 use evc_generated::payloads::{
-    IuBornV1, IuBornV2, IuDeprecatedV1, ProposalApprovedV1, ProposalRejectedV1, StepEscalatedV1,
+    IuBornV1, IuDeprecatedV1, ProposalApprovedV1, ProposalRejectedV1, StepEscalatedV1,
 };
 
 struct Notifier;
