@@ -20,8 +20,9 @@ use evc::sqlx::{self, AssertSqlSafe, Connection};
 use evc::uuid::Uuid;
 use evc::{Dispatcher, HandlerContext, HandlerError, PgStore, Publish, TraceContext};
 use evc_generated::payloads::{
-    IuBornV1, IuBornV1GovernanceState, IuDeprecatedV1, IuDeprecatedV1ReasonCode,
-    ProposalApprovedV1, ProposalRejectedV1, StepEscalatedV1,
+    IuBornV1, IuBornV1GovernanceState, IuBornV2, IuBornV2Axes, IuBornV2GovernanceState,
+    IuDeprecatedV1, IuDeprecatedV1ReasonCode, IuEditedV1, IuMergedV1, IuSplitApprovedV1,
+    IuValidatedV1, ProposalApprovedV1, ProposalRejectedV1, StepEscalatedV1,
 };
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -112,6 +113,63 @@ impl Notifier {
         &self,
         _cx: &mut HandlerContext<'_>,
         _payload: StepEscalatedV1,
+    ) -> Result<(), HandlerError> {
+        Err(HandlerError::permanent("not_published_here"))
+    }
+}
+
+/// `worker.render.mout_view` subscribes to `iu.born@>=1,<3`; its `on_iu_born` reads major 1.
+struct Renderer {
+    seen: Seen,
+}
+
+#[evc::consumer("worker.render.mout_view")]
+impl Renderer {
+    async fn on_iu_born(
+        &self,
+        cx: &mut HandlerContext<'_>,
+        payload: Born,
+    ) -> Result<(), HandlerError> {
+        self.seen.record("on_iu_born", cx, payload.iu_unit_id);
+        Ok(())
+    }
+
+    async fn on_iu_edited(
+        &self,
+        _cx: &mut HandlerContext<'_>,
+        _payload: IuEditedV1,
+    ) -> Result<(), HandlerError> {
+        Err(HandlerError::permanent("not_published_here"))
+    }
+
+    async fn on_iu_validated(
+        &self,
+        _cx: &mut HandlerContext<'_>,
+        _payload: IuValidatedV1,
+    ) -> Result<(), HandlerError> {
+        Err(HandlerError::permanent("not_published_here"))
+    }
+
+    async fn on_iu_split_approved(
+        &self,
+        _cx: &mut HandlerContext<'_>,
+        _payload: IuSplitApprovedV1,
+    ) -> Result<(), HandlerError> {
+        Err(HandlerError::permanent("not_published_here"))
+    }
+
+    async fn on_iu_merged(
+        &self,
+        _cx: &mut HandlerContext<'_>,
+        _payload: IuMergedV1,
+    ) -> Result<(), HandlerError> {
+        Err(HandlerError::permanent("not_published_here"))
+    }
+
+    async fn on_iu_deprecated(
+        &self,
+        _cx: &mut HandlerContext<'_>,
+        _payload: IuDeprecatedV1,
     ) -> Result<(), HandlerError> {
         Err(HandlerError::permanent("not_published_here"))
     }
@@ -231,6 +289,78 @@ async fn an_attribute_consumer_receives_its_events_through_serve() -> TestResult
         }
         assert_eq!(stats.acked, expected.len() as u64);
         assert_eq!((stats.dead, stats.quarantined), (0, 0));
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_delivery_of_another_major_than_the_handlers_is_quarantined() -> TestResult {
+    with_database(|pool| async move {
+        let store = PgStore::new(pool.clone(), evc_generated::REGISTRY)?;
+        let (v1_unit, v2_unit) = (Uuid::now_v7(), Uuid::now_v7());
+        let v2 = IuBornV2::new(
+            v2_unit,
+            Uuid::now_v7(),
+            IuBornV2GovernanceState::Draft,
+            evc::chrono::Utc::now(),
+            IuBornV2Axes::new(Uuid::now_v7(), Uuid::now_v7()),
+        );
+        let mut tx = pool.begin().await?;
+        let (v1_event, v2_event) = {
+            let mut publisher = store.publisher(&mut tx);
+            let a = publisher.emit(&trace(), &born(v1_unit)).await?;
+            let b = publisher.emit(&trace(), &v2).await?;
+            (a.event_id, b.event_id)
+        };
+        tx.commit().await?;
+
+        let seen = Seen::default();
+        let handle = Dispatcher::from_registry(store.clone())
+            .serve(Renderer { seen: seen.clone() })?
+            .start();
+        let consumer = <Renderer as evc::Consumer>::NAME;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let open = loop {
+            let open: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM evc_deliveries WHERE consumer = $1 \
+                 AND status IN ('pending', 'leased')",
+            )
+            .bind(consumer)
+            .fetch_one(&pool)
+            .await?;
+            if open == 0 || Instant::now() > deadline {
+                break open;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let stats = handle.shutdown().await;
+        assert_eq!(open, 0, "deliveries of {consumer} still open");
+
+        // Only the major-1 event reached the handler.
+        let handled: Vec<Uuid> = seen.all().into_iter().map(|(_, _, unit)| unit).collect();
+        assert_eq!(handled, [v1_unit]);
+        let attempts: Vec<(Uuid, String, Option<String>)> = sqlx::query_as(
+            "SELECT event_id, outcome, error_code FROM evc_delivery_attempts \
+             WHERE consumer = $1",
+        )
+        .bind(consumer)
+        .fetch_all(&pool)
+        .await?;
+        let mut attempts: BTreeMap<Uuid, (String, Option<String>)> = attempts
+            .into_iter()
+            .map(|(event, outcome, code)| (event, (outcome, code)))
+            .collect();
+        assert_eq!(
+            attempts.remove(&v2_event),
+            Some((
+                "quarantined".to_owned(),
+                Some("version_not_subscribed".to_owned())
+            ))
+        );
+        assert_eq!(attempts.remove(&v1_event), Some(("acked".to_owned(), None)));
+        assert!(attempts.is_empty(), "{attempts:?}");
+        assert_eq!((stats.acked, stats.quarantined), (1, 1));
         Ok(())
     })
     .await
