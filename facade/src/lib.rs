@@ -6,7 +6,8 @@
 //! struct Born { /* fields checked against the contract at compile time */ }
 //!
 //! #[evc::consumer("worker.notification.iu")]
-//! impl Notifier { /* on_<event> methods checked against the subscriptions */ }
+//! impl Notifier { /* one `async fn on_<event>(&self, cx, payload)` per subscription */ }
+//! // `Dispatcher::from_registry(store).serve(Notifier)` runs it.
 //! ```
 //!
 //! The macros read the contracts in `<crate>/contracts` (or `$EVC_CONTRACTS_DIR`, or

@@ -53,9 +53,12 @@ fn trace() -> TraceContext {
         .expect("valid trace context")
 }
 
-/// What the attribute consumer saw: per handler, the event ids and the units they named.
+/// One handled delivery: the handler, the event id and the unit the payload named.
+type Handled = (&'static str, String, Uuid);
+
+/// What an attribute consumer saw.
 #[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<(&'static str, String, Uuid)>>>);
+struct Seen(Arc<Mutex<Vec<Handled>>>);
 
 impl Seen {
     fn record(&self, handler: &'static str, cx: &HandlerContext<'_>, unit: Uuid) {
@@ -64,7 +67,7 @@ impl Seen {
         }
     }
 
-    fn all(&self) -> Vec<(&'static str, String, Uuid)> {
+    fn all(&self) -> Vec<Handled> {
         self.0.lock().map(|seen| seen.clone()).unwrap_or_default()
     }
 }

@@ -201,7 +201,7 @@ fn shape<'a>(
     );
     if sig.asyncness.is_none() {
         return Err(syn::Error::new_spanned(
-            &sig.fn_token,
+            sig.fn_token,
             format!("handler `{name}` must be an `async fn`: {expected}"),
         ));
     }
