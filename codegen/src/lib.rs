@@ -35,6 +35,8 @@ pub mod yaml;
 use std::path::Path;
 
 pub use diagnostic::{Diagnostic, Rule, Severity};
+/// Schema facts the macros ask (properties, required set, JSON types, agreeing Rust types).
+pub use emit::rust::facts;
 pub use error::LoadError;
 pub use model::ContractSet;
 pub use source::{Location, SourceFile, Sources};

@@ -4,6 +4,9 @@
 //! `EVC_CONTRACTS_DIR`).
 
 use evc::RegisteredEvent;
+use evc_generated::payloads::{
+    IuDeprecatedV1, ProposalApprovedV1, ProposalRejectedV1, StepEscalatedV1,
+};
 
 #[derive(evc::Event, serde::Serialize, serde::Deserialize)]
 #[evc(event = "iu.born", version = "1.0.0")]
@@ -25,12 +28,58 @@ struct BornWithRun {
     source_run_id: Option<uuid::Uuid>,
 }
 
-struct Notifier;
+#[derive(Default)]
+struct Notifier {
+    born: std::sync::Mutex<Vec<uuid::Uuid>>,
+}
 
+// Derived structs and generated payload types are both handler payloads.
 #[evc::consumer("worker.notification.iu")]
 impl Notifier {
-    async fn on_iu_born(&self) {}
-    async fn on_step_escalated(&self) {}
+    async fn on_iu_born(
+        &self,
+        _cx: &mut evc::HandlerContext<'_>,
+        payload: Born,
+    ) -> Result<(), evc::HandlerError> {
+        self.born
+            .lock()
+            .map_err(|_| evc::HandlerError::transient("poisoned"))?
+            .push(payload.iu_unit_id);
+        Ok(())
+    }
+
+    async fn on_iu_deprecated(
+        &self,
+        _cx: &mut evc::HandlerContext<'_>,
+        _payload: IuDeprecatedV1,
+    ) -> Result<(), evc::HandlerError> {
+        Ok(())
+    }
+
+    async fn on_proposal_approved(
+        &self,
+        _cx: &mut evc::HandlerContext<'_>,
+        _payload: ProposalApprovedV1,
+    ) -> Result<(), evc::HandlerError> {
+        Ok(())
+    }
+
+    async fn on_proposal_rejected(
+        &self,
+        _cx: &mut evc::HandlerContext<'_>,
+        _payload: ProposalRejectedV1,
+    ) -> Result<(), evc::HandlerError> {
+        Ok(())
+    }
+
+    async fn on_step_escalated(
+        &self,
+        _cx: &mut evc::HandlerContext<'_>,
+        _payload: StepEscalatedV1,
+    ) -> Result<(), evc::HandlerError> {
+        Ok(())
+    }
+
     fn helper(&self) -> &'static str {
         "helper"
     }
@@ -74,8 +123,9 @@ fn derived_events_and_consumer_impls_compile_and_carry_their_registration() {
     assert_eq!(json["iu_unit_id"], with_run.iu_unit_id.to_string().as_str());
     assert!(json["source_run_id"].is_null());
 
-    // The consumer attribute leaves the impl as written (the handlers are futures to drop).
-    drop(Notifier.on_iu_born());
-    drop(Notifier.on_step_escalated());
-    assert_eq!(Notifier.helper(), "helper");
+    // The consumer attribute keeps the impl's methods and serves the type as its consumer.
+    assert_eq!(Notifier::default().helper(), "helper");
+    assert_eq!(<Notifier as evc::Consumer>::NAME, "worker.notification.iu");
+    fn served<C: evc::Consumer>(_: &C) {}
+    served(&Notifier::default());
 }

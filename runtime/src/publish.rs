@@ -60,6 +60,11 @@ impl OutgoingEvent {
 
 /// A payload type checked against one registered event type and version: the generated payload
 /// types and every `#[derive(evc::Event)]` struct. [`Publish::emit`] appends it.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a registered event payload",
+    label = "not a registered event payload",
+    note = "derive `evc::Event` for it (checked against a contract version), or use a generated payload type"
+)]
 pub trait RegisteredEvent: serde::Serialize {
     /// The event type (`iu.born`).
     const EVENT_TYPE: &'static str;

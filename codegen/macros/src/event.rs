@@ -2,10 +2,9 @@
 
 use std::collections::BTreeSet;
 
-use evc_codegen::ContractSet;
+use evc_codegen::{ContractSet, facts};
 use proc_macro2::TokenStream;
 use quote::quote;
-use serde_json::Value as Json;
 use syn::{Data, DeriveInput, Fields, LitStr};
 
 use crate::types;
@@ -73,7 +72,8 @@ pub(crate) fn expand(input: &DeriveInput) -> TokenStream {
 }
 
 /// The struct fields that hold the contract's `order_key` properties, in the contract's order.
-/// A struct without one of them cannot order its events as the contract says: an error.
+/// Validation makes every order key a required property, so [`check`] has already reported a
+/// missing one (as the order key); the error here only stands when nothing else was reported.
 fn order_key_fields(
     input: &DeriveInput,
     properties: &[String],
@@ -89,13 +89,11 @@ fn order_key_fields(
     for property in properties {
         let field = fields.named.iter().find_map(|field| {
             let ident = field.ident.as_ref()?;
-            let name = serde_rename(field)
-                .unwrap_or_else(|| ident.to_string().trim_start_matches("r#").to_owned());
-            (name == *property).then(|| ident.clone())
+            (property_name(field, ident) == *property).then(|| ident.clone())
         });
         match field {
             Some(ident) => found.push(ident),
-            None => errors.push(syn::Error::new_spanned(
+            None if errors.is_empty() => errors.push(syn::Error::new_spanned(
                 &input.ident,
                 format!(
                     "the contract orders these events by `{property}` (order_key); add the field \
@@ -103,9 +101,15 @@ fn order_key_fields(
                     input.ident
                 ),
             )),
+            None => {}
         }
     }
     found
+}
+
+/// The property a field stands for: its serde `rename`, else its name (raw prefix dropped).
+fn property_name(field: &syn::Field, ident: &syn::Ident) -> String {
+    serde_rename(field).unwrap_or_else(|| ident.to_string().trim_start_matches("r#").to_owned())
 }
 
 fn require<'a>(
@@ -176,22 +180,13 @@ fn check(
         return;
     };
     let schema = &registered.schema;
-    let properties = schema.get("properties").and_then(Json::as_object);
-    let required: BTreeSet<&str> = schema
-        .get("required")
-        .and_then(Json::as_array)
-        .map(|r| r.iter().filter_map(Json::as_str).collect())
-        .unwrap_or_default();
+    let required = facts::required(schema);
     let mut seen = BTreeSet::new();
     for field in &fields.named {
         let Some(ident) = &field.ident else { continue };
-        let property = serde_rename(field)
-            .unwrap_or_else(|| ident.to_string().trim_start_matches("r#").to_owned());
-        let Some(property_schema) = properties.and_then(|p| p.get(&property)) else {
-            let allowed: Vec<&str> = properties
-                .map(|p| p.keys().map(String::as_str).collect())
-                .unwrap_or_default();
-            let hint = evc_codegen::names::suggestion(&property, allowed.iter().copied());
+        let property = property_name(field, ident);
+        let Some(property_schema) = facts::property(schema, &property) else {
+            let hint = evc_codegen::names::suggestion(&property, facts::properties(schema));
             errors.push(syn::Error::new_spanned(
                 ident,
                 format!("`{property}` is not a property of {subject}; {hint}"),
@@ -202,28 +197,29 @@ fn check(
         check_type(
             field,
             &property,
-            property_schema,
-            schema,
-            required.contains(property.as_str()),
+            facts::property_types(property_schema, schema).as_ref(),
+            required.contains(&property.as_str()),
             &subject,
             errors,
         );
     }
-    let missing: Vec<&str> = required
+    let missing: Vec<String> = required
         .iter()
-        .copied()
-        .filter(|p| !seen.contains(*p))
+        .filter(|p| !seen.contains(**p))
+        .map(|p| {
+            if event_type.order_key.iter().any(|key| key == p) {
+                format!("`{p}` (its order key)")
+            } else {
+                format!("`{p}`")
+            }
+        })
         .collect();
     if !missing.is_empty() {
         errors.push(syn::Error::new_spanned(
             &input.ident,
             format!(
                 "{subject} requires {}; add {} to `{}`",
-                missing
-                    .iter()
-                    .map(|p| format!("`{p}`"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                missing.join(", "),
                 if missing.len() == 1 {
                     "the field"
                 } else {
@@ -238,24 +234,22 @@ fn check(
 fn check_type(
     field: &syn::Field,
     property: &str,
-    property_schema: &Json,
-    root: &Json,
+    types: Option<&facts::PropertyTypes>,
     required: bool,
     subject: &str,
     errors: &mut Vec<syn::Error>,
 ) {
+    let Some(types) = types else { return };
     let field_type = types::classify(&field.ty);
-    let Some((schema_types, nullable)) = types::schema_types(property_schema, root) else {
-        return;
-    };
     if let Some(kind) = field_type.kind
-        && !schema_types.iter().any(|t| types::agrees(kind, t))
+        && !types.types.iter().any(|t| facts::agrees(kind, t))
     {
         errors.push(syn::Error::new_spanned(
             field_type.inner,
             format!(
                 "`{property}` is {} in {subject}, but this type serializes as {}",
-                schema_types
+                types
+                    .types
                     .iter()
                     .map(|t| with_article(t))
                     .collect::<Vec<_>>()
@@ -264,7 +258,7 @@ fn check_type(
             ),
         ));
     }
-    let must_be_option = !required || nullable;
+    let must_be_option = facts::must_be_optional(required, Some(types));
     if must_be_option && !field_type.optional {
         let why = if required {
             "may be null"

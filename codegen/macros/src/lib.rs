@@ -28,12 +28,20 @@ pub fn derive_event(input: TokenStream) -> TokenStream {
     event::expand(&input).into()
 }
 
-/// Checks a consumer's handler methods (`on_<event>`) against its subscriptions.
+/// Serves a registered consumer with the `on_<event>` methods of an impl block: checks that
+/// every subscribed event type has a handler, of the handler shape, whose payload type is of the
+/// subscribed event type and majors, and implements `evc::DynHandler` and `evc::Consumer` for
+/// the type (give it to `Dispatcher::serve`).
 ///
 /// ```ignore
 /// #[evc::consumer("worker.notification.iu")]
 /// impl Notifier {
-///     async fn on_iu_born(&self) { /* ... */ }
+///     async fn on_iu_born(
+///         &self,
+///         cx: &mut evc::HandlerContext<'_>,
+///         payload: Born, // #[derive(evc::Event)] for iu.born 1.x, or evc_generated's IuBornV1
+///     ) -> Result<(), evc::HandlerError> { /* ... */ Ok(()) }
+///     // ... one handler per subscribed event type
 /// }
 /// ```
 #[proc_macro_attribute]

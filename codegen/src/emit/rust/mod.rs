@@ -3,6 +3,7 @@
 //!
 //! Built as tokens with `quote!`, parsed into a `syn::File` and printed with prettyplease.
 
+pub mod facts;
 mod types;
 
 pub use types::{generates_struct, resolve_alias};

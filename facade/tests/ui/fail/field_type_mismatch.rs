@@ -1,4 +1,4 @@
-#[derive(evc::Event)]
+#[derive(evc::Event, serde::Serialize)]
 #[evc(event = "iu.born", version = "1.0.0")]
 struct Born {
     iu_unit_id: u64,

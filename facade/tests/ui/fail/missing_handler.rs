@@ -1,14 +1,14 @@
-use evc::{Delivery, HandlerError};
+use evc::{HandlerContext, HandlerError};
 use evc_generated_fixtures::base::consumers::{Audit, Handlers};
 use evc_generated_fixtures::base::payloads::{JobFailedV1, UnitCreatedV1};
 
 struct Auditor;
 
 impl Audit for Auditor {
-    async fn on_job_failed(&self, _: &Delivery, _: JobFailedV1) -> Result<(), HandlerError> {
+    async fn on_job_failed(&self, _: &mut HandlerContext<'_>, _: JobFailedV1) -> Result<(), HandlerError> {
         Ok(())
     }
-    async fn on_unit_created(&self, _: &Delivery, _: UnitCreatedV1) -> Result<(), HandlerError> {
+    async fn on_unit_created(&self, _: &mut HandlerContext<'_>, _: UnitCreatedV1) -> Result<(), HandlerError> {
         Ok(())
     }
 }
