@@ -9,7 +9,7 @@ fn builder_generates_into_its_out_dir_and_then_writes_nothing() {
     let contracts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../contracts");
     let out = tempfile::tempdir().expect("temp dir");
     let mut builder = Builder::new(&contracts);
-    builder.out_dir(out.path()).runtime_path("::evc_runtime");
+    builder.out_dir(out.path()).runtime_path("::evc");
 
     let first = builder.generate().expect("generates");
     let written: Vec<String> = first

@@ -537,7 +537,7 @@ fn consumer_items(
                     cx: &mut #runtime::HandlerContext<'_>,
                     payload: #payload_type,
                 ) -> impl ::std::future::Future<Output = ::std::result::Result<(), #runtime::HandlerError>> + Send {
-                    T::#method(self, cx, payload)
+                    #generic::#method(self, cx, payload)
                 }
             });
             let event_name = &event.name;
@@ -594,16 +594,16 @@ fn consumer_items(
 
             /// A shared handler is a handler: the application keeps a clone of the `Arc`.
             #deprecated_use
-            impl<T: #trait_ident> #trait_ident for ::std::sync::Arc<T> {
+            impl<#generic: #trait_ident> #trait_ident for ::std::sync::Arc<#generic> {
                 #(#forwards)*
             }
 
             #[doc = #adapter_doc]
             #[derive(Debug, Clone, Default)]
-            pub struct #adapter_ident<H>(pub H);
+            pub struct #adapter_ident<#generic>(pub #generic);
 
             #deprecated_use
-            impl<H: #trait_ident> #runtime::DynHandler for #adapter_ident<H> {
+            impl<#generic: #trait_ident> #runtime::DynHandler for #adapter_ident<#generic> {
                 fn handle<'a>(
                     &'a self,
                     mut context: #runtime::HandlerContext<'a>,
@@ -622,7 +622,7 @@ fn consumer_items(
                 }
             }
 
-            impl<H: #trait_ident> #runtime::Consumer for #adapter_ident<H> {
+            impl<#generic: #trait_ident> #runtime::Consumer for #adapter_ident<#generic> {
                 const NAME: &'static str = #consumer_name;
             }
         });
