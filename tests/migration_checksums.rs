@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 7] = [
+const SHIPPED: [(&str, &str); 8] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -35,6 +35,10 @@ const SHIPPED: [(&str, &str); 7] = [
     (
         "0007_evc_runtime_v6.sql",
         "8b0b05235ffaa5d5764bd2f9a7c134b252d2c6dc82b6ad6031e3626774cfdcaa",
+    ),
+    (
+        "0008_evc_registry_cf189f13e159.sql",
+        "31d5b1a6ace5ae23f9c9e273be34a1a9c8ddd9e8bbe0ea48d5a48d9ac4376cac",
     ),
 ];
 

@@ -2691,6 +2691,147 @@ pub mod payloads {
             }
         }
     }
+    /// The status the job left.
+    #[derive(
+        Debug,
+        Clone,
+        Copy,
+        PartialEq,
+        Eq,
+        Hash,
+        PartialOrd,
+        Ord,
+        ::serde::Serialize,
+        ::serde::Deserialize,
+        ::schemars::JsonSchema
+    )]
+    pub enum JobDiscardedV1DiscardedFrom {
+        /// `dead`
+        #[serde(rename = "dead")]
+        Dead,
+        /// `quarantined`
+        #[serde(rename = "quarantined")]
+        Quarantined,
+    }
+    /// Part of the job.discarded 1.0.0 payload.
+    #[derive(
+        Debug,
+        Clone,
+        PartialEq,
+        ::serde::Serialize,
+        ::serde::Deserialize,
+        ::schemars::JsonSchema
+    )]
+    #[non_exhaustive]
+    pub struct JobDiscardedV1 {
+        /// The discard that settled the job (`evc_discards.id`); one discard may take many jobs.
+        pub discard_id: u64,
+        /// The event the job delivered.
+        pub event_id: ::uuid::Uuid,
+        /// Type of that event (`iu.born`).
+        pub event_type: ::std::string::String,
+        /// The consumer whose delivery was discarded (`worker.dot.iu_axis`).
+        pub consumer_name: ::std::string::String,
+        /// The job's generation (0 for the delivery the append wrote, one more per replay).
+        pub generation: u64,
+        /// The status the job left.
+        pub discarded_from: JobDiscardedV1DiscardedFrom,
+        /// Attempts the job had made.
+        pub attempts: u64,
+        /// Error code of the job's last attempt (SCREAMING_SNAKE), when it has one.
+        #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+        pub last_error_code: ::std::option::Option<::std::string::String>,
+        /// The approval reference the operator gave (a ticket or change id).
+        pub approval_ref: ::std::string::String,
+        /// The database role that applied the discard.
+        pub discarded_by: ::std::string::String,
+        /// When the job was discarded.
+        pub discarded_at: ::chrono::DateTime<::chrono::Utc>,
+    }
+    impl JobDiscardedV1 {
+        /// A `JobDiscardedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(
+            discard_id: u64,
+            event_id: ::uuid::Uuid,
+            event_type: ::std::string::String,
+            consumer_name: ::std::string::String,
+            generation: u64,
+            discarded_from: JobDiscardedV1DiscardedFrom,
+            attempts: u64,
+            approval_ref: ::std::string::String,
+            discarded_by: ::std::string::String,
+            discarded_at: ::chrono::DateTime<::chrono::Utc>,
+        ) -> Self {
+            Self {
+                discard_id,
+                event_id,
+                event_type,
+                consumer_name,
+                generation,
+                discarded_from,
+                attempts,
+                last_error_code: ::std::option::Option::None,
+                approval_ref,
+                discarded_by,
+                discarded_at,
+            }
+        }
+        /// Sets the optional `last_error_code` property.
+        #[must_use]
+        pub fn with_last_error_code(mut self, value: ::std::string::String) -> Self {
+            self.last_error_code = ::std::option::Option::Some(value);
+            self
+        }
+    }
+    impl JobDiscardedV1 {
+        /// The event type.
+        pub const EVENT_TYPE: &'static str = "job.discarded";
+        /// The contract version this type was generated from (the newest of its major).
+        pub const VERSION: &'static str = "1.0.0";
+        /// The major version.
+        pub const MAJOR: u64 = 1;
+        /// The per-key ordering value of this payload, from the contract's `order_key`.
+        pub fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+            let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
+                ::evc_runtime::publish::order_key_part(& self.event_id)
+            ];
+            ::std::option::Option::Some(parts.join("/"))
+        }
+    }
+    /// `job.discarded`: An operator discarded a dead-lettered or quarantined delivery job; it never runs again.
+    #[derive(Debug, Clone, PartialEq, ::serde::Serialize)]
+    #[serde(untagged)]
+    #[non_exhaustive]
+    pub enum JobDiscarded {
+        /// Major version 1 (1.0.0).
+        V1(JobDiscardedV1),
+    }
+    #[allow(deprecated)]
+    impl JobDiscarded {
+        /// The event type.
+        pub const EVENT_TYPE: &'static str = "job.discarded";
+        /// Decodes a payload produced under major version `major`.
+        ///
+        /// # Errors
+        /// When the major is not registered or the payload does not fit its type.
+        pub fn from_json(
+            major: u64,
+            payload: ::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::serde_json::Error> {
+            match major {
+                1 => ::serde_json::from_value(payload).map(Self::V1),
+                other => {
+                    ::std::result::Result::Err(
+                        <::serde_json::Error as ::serde::de::Error>::custom(
+                            ::std::format!(
+                                "{} has no major version {}", "job.discarded", other
+                            ),
+                        ),
+                    )
+                }
+            }
+        }
+    }
     /// Part of the proposal.approved 1.0.0 payload.
     #[derive(
         Debug,
@@ -3709,6 +3850,8 @@ pub mod payloads {
         IuValidated(IuValidated),
         /// `job.dead_lettered`.
         JobDeadLettered(JobDeadLettered),
+        /// `job.discarded`.
+        JobDiscarded(JobDiscarded),
         /// `proposal.approved`.
         ProposalApproved(ProposalApproved),
         /// `proposal.rejected`.
@@ -3798,6 +3941,9 @@ pub mod payloads {
                 }
                 "job.dead_lettered" => {
                     JobDeadLettered::from_json(major, payload).map(Self::JobDeadLettered)
+                }
+                "job.discarded" => {
+                    JobDiscarded::from_json(major, payload).map(Self::JobDiscarded)
                 }
                 "proposal.approved" => {
                     ProposalApproved::from_json(major, payload)
@@ -4250,6 +4396,24 @@ pub mod producers {
         )?;
         publisher.publish(event).await
     }
+    /// Appends a `job.discarded` event (1.0.0, major 1) in the caller's transaction.
+    ///
+    /// # Errors
+    /// When the payload does not serialize or the publisher refuses the event.
+    pub async fn emit_job_discarded_v1<P: ::evc_runtime::Publish>(
+        publisher: &mut P,
+        trace: &::evc_runtime::TraceContext,
+        payload: &JobDiscardedV1,
+    ) -> ::std::result::Result<P::Receipt, P::Error> {
+        let event = ::evc_runtime::OutgoingEvent::new(
+            JobDiscardedV1::EVENT_TYPE,
+            JobDiscardedV1::VERSION,
+            payload.order_key(),
+            trace,
+            payload,
+        )?;
+        publisher.publish(event).await
+    }
     /// Appends a `proposal.approved` event (1.0.0, major 1) in the caller's transaction.
     ///
     /// # Errors
@@ -4597,6 +4761,14 @@ pub mod consumers {
             &self,
             delivery: &::evc_runtime::Delivery,
             payload: JobDeadLetteredV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
+        > + Send;
+        /// Handles `job.discarded` deliveries (^1: 1.0.0).
+        fn on_job_discarded(
+            &self,
+            delivery: &::evc_runtime::Delivery,
+            payload: JobDiscardedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc_runtime::HandlerError>,
         > + Send;
@@ -5369,6 +5541,22 @@ pub mod consumers {
                         ))?;
                     self.audit.on_job_dead_lettered(delivery, payload).await
                 }
+                ("audit", "job.discarded") => {
+                    if !["1.0.0"].contains(&delivery.version.as_str()) {
+                        return ::std::result::Result::Err(
+                            ::evc_runtime::HandlerError::new(
+                                ::evc_runtime::FailureClass::Scope,
+                                "version_not_subscribed",
+                            ),
+                        );
+                    }
+                    let payload = ::serde_json::from_value::<JobDiscardedV1>(payload)
+                        .map_err(|_| ::evc_runtime::HandlerError::new(
+                            ::evc_runtime::FailureClass::Schema,
+                            "payload_does_not_match_type",
+                        ))?;
+                    self.audit.on_job_discarded(delivery, payload).await
+                }
                 ("audit", "dlq_replay.scheduled") => {
                     if !["1.0.0"].contains(&delivery.version.as_str()) {
                         return ::std::result::Result::Err(
@@ -5992,7 +6180,7 @@ pub mod consumers {
 /// runtime settings.
 pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
     project: "evc_reference",
-    digest: "0a315175f5d1311ee811ff187876e991ae20661a0d38574d37c40cc2fe881c64",
+    digest: "cf189f13e1593ef3ced731e6617c341ab15c0e8c4b761636c86d480a209aa2d0",
     events: &[
         ::evc_runtime::EventDescriptor {
             name: "agent.suggestion",
@@ -6401,6 +6589,22 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
             ],
         },
         ::evc_runtime::EventDescriptor {
+            name: "job.discarded",
+            description: "An operator discarded a dead-lettered or quarantined delivery job; it never runs again.",
+            producer_class: "dispatcher",
+            order_key: &["event_id"],
+            deprecated: false,
+            max_payload_bytes: 4096,
+            versions: &[
+                ::evc_runtime::VersionDescriptor {
+                    version: "1.0.0",
+                    major: 1,
+                    schema: "{\"additionalProperties\":false,\"properties\":{\"approval_ref\":{\"description\":\"The approval reference the operator gave (a ticket or change id).\",\"maxLength\":200,\"minLength\":1,\"type\":\"string\"},\"attempts\":{\"description\":\"Attempts the job had made.\",\"minimum\":0,\"type\":\"integer\"},\"consumer_name\":{\"description\":\"The consumer whose delivery was discarded (`worker.dot.iu_axis`).\",\"maxLength\":128,\"pattern\":\"^[a-z][a-z0-9_]*(\\\\.[a-z0-9_]+)*$\",\"type\":\"string\"},\"discard_id\":{\"description\":\"The discard that settled the job (`evc_discards.id`); one discard may take many jobs.\",\"minimum\":1,\"type\":\"integer\"},\"discarded_at\":{\"description\":\"When the job was discarded.\",\"format\":\"date-time\",\"type\":\"string\"},\"discarded_by\":{\"description\":\"The database role that applied the discard.\",\"maxLength\":128,\"minLength\":1,\"type\":\"string\"},\"discarded_from\":{\"description\":\"The status the job left.\",\"enum\":[\"dead\",\"quarantined\"],\"type\":\"string\"},\"event_id\":{\"description\":\"The event the job delivered.\",\"format\":\"uuid\",\"type\":\"string\"},\"event_type\":{\"description\":\"Type of that event (`iu.born`).\",\"maxLength\":128,\"pattern\":\"^[a-z][a-z0-9_]*(\\\\.[a-z0-9_]+)+$\",\"type\":\"string\"},\"generation\":{\"description\":\"The job's generation (0 for the delivery the append wrote, one more per replay).\",\"minimum\":0,\"type\":\"integer\"},\"last_error_code\":{\"description\":\"Error code of the job's last attempt (SCREAMING_SNAKE), when it has one.\",\"maxLength\":64,\"pattern\":\"^[A-Z][A-Z0-9_]*$\",\"type\":\"string\"}},\"required\":[\"discard_id\",\"event_id\",\"event_type\",\"consumer_name\",\"generation\",\"discarded_from\",\"attempts\",\"approval_ref\",\"discarded_by\",\"discarded_at\"],\"type\":\"object\"}",
+                    schema_digest: "128e28d6b157b80a35796b5b42a02586fb12495b0e3ca29c8fa1df61b73caf65",
+                },
+            ],
+        },
+        ::evc_runtime::EventDescriptor {
             name: "proposal.approved",
             description: "A governance proposal was approved.",
             producer_class: "governance",
@@ -6665,6 +6869,11 @@ pub static REGISTRY: ::evc_runtime::Registry = ::evc_runtime::Registry {
                     event: "job.dead_lettered",
                     requirement: "^1",
                     versions: &["1.0.0", "1.1.0"],
+                },
+                ::evc_runtime::SubscriptionDescriptor {
+                    event: "job.discarded",
+                    requirement: "^1",
+                    versions: &["1.0.0"],
                 },
                 ::evc_runtime::SubscriptionDescriptor {
                     event: "dlq_replay.scheduled",
