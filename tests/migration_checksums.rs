@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 9] = [
+const SHIPPED: [(&str, &str); 10] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -43,6 +43,10 @@ const SHIPPED: [(&str, &str); 9] = [
     (
         "0009_evc_settings_65cbc5d12fa6.sql",
         "0bb7b33f9dde89437ff1c121c1c4a4540d86a10d3fd1e3120b1509d9ac48f93f",
+    ),
+    (
+        "0010_evc_registry_cf189f13e159.sql",
+        "31d5b1a6ace5ae23f9c9e273be34a1a9c8ddd9e8bbe0ea48d5a48d9ac4376cac",
     ),
 ];
 

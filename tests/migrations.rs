@@ -292,12 +292,12 @@ async fn check(options: PgConnectOptions) -> TestResult {
         .values()
         .map(|consumer| consumer.subscriptions.len())
         .sum();
-    assert_eq!(set.events.len(), 29);
-    assert_eq!(set.version_count(), 41);
+    assert_eq!(set.events.len(), 30);
+    assert_eq!(set.version_count(), 42);
     assert_eq!(set.consumers.len(), 7);
     assert_eq!(set.retry_policies.len(), 4);
-    assert_eq!(count(&pool, "evc_event_types").await?, 29);
-    assert_eq!(count(&pool, "evc_event_versions").await?, 41);
+    assert_eq!(count(&pool, "evc_event_types").await?, 30);
+    assert_eq!(count(&pool, "evc_event_versions").await?, 42);
     assert_eq!(count(&pool, "evc_consumers").await?, 7);
     assert_eq!(count(&pool, "evc_retry_policies").await?, 4);
     assert_eq!(

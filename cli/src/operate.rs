@@ -198,12 +198,37 @@ pub(crate) fn with_console<T>(
     database: &Database,
     work: impl AsyncFnOnce(&Console) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
+    console_run(database, false, work)
+}
+
+/// Runs `work` with a console that emits the lifecycle events of replays and discards through
+/// a store on the deployed registry and its settings (docs/runtime.md, "Lifecycle events").
+pub(crate) fn with_lifecycle_console<T>(
+    database: &Database,
+    work: impl AsyncFnOnce(&Console) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    console_run(database, true, work)
+}
+
+fn console_run<T>(
+    database: &Database,
+    lifecycle: bool,
+    work: impl AsyncFnOnce(&Console) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
     let options = database.options()?;
     async_runtime()?.block_on(async move {
         let pool = pool(&options, 2).await?;
-        let console = Console::connect(pool.clone())
+        let mut console = Console::connect(pool.clone())
             .await
             .context("cannot read the registry mirror (are the evc migrations applied?)")?;
+        if lifecycle {
+            let registry = evc_runtime::deployed_registry(&pool)
+                .await
+                .context("cannot read the deployed registry (are the evc migrations applied?)")?;
+            let store = evc_runtime::PgStore::new(pool.clone(), registry)
+                .context("the deployed registry does not load")?;
+            console = console.with_lifecycle(store);
+        }
         let result = work(&console).await;
         pool.close().await;
         result

@@ -13,7 +13,7 @@ use evc_runtime::{
 };
 use uuid::Uuid;
 
-use crate::operate::{Database, with_console};
+use crate::operate::{Database, with_console, with_lifecycle_console};
 use evc_codegen::printable::escape;
 
 /// The largest `--limit`: a plan is held in memory and printed whole. 0 is refused too, since
@@ -217,7 +217,7 @@ pub(crate) fn replay(args: &ReplayArgs, database: &Database) -> anyhow::Result<E
         return Ok(ExitCode::SUCCESS);
     }
     let approval = args.plan.approval();
-    let applied = with_console(database, async |console| {
+    let applied = with_lifecycle_console(database, async |console| {
         match console.replay(&selection, &approval).await {
             Err(ReplayError::Database(error)) => Err(error.into()),
             Err(error @ ReplayError::UnknownConsumer(_)) => Err(refused(error)),
@@ -317,7 +317,7 @@ fn discard(
         return Ok(ExitCode::SUCCESS);
     }
     let approval = args.approval();
-    let applied = with_console(database, async |console| {
+    let applied = with_lifecycle_console(database, async |console| {
         match console.discard(&runtime, &approval).await {
             Err(ReplayError::Database(error)) => Err(error.into()),
             Err(error @ ReplayError::UnknownConsumer(_)) => Err(refused(error)),

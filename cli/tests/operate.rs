@@ -430,6 +430,28 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
             "discard 1 was applied before under this idempotency key (1 deliveries); nothing new\n{discarded}"
         )
     );
+    // The command line emits the lifecycle events of its replays and discards, as an
+    // application does: the deployed registry registers them and its settings row holds the
+    // payload policy to check them against.
+    let lifecycle: Vec<(String, i64)> = runtime.block_on(async {
+        let mut connection = PgConnection::connect(url).await.expect("connect");
+        sqlx::query_as(
+            "SELECT event_type, count(*) FROM evc_events \
+             WHERE event_type IN ('dlq_replay.scheduled', 'job.discarded') \
+             GROUP BY 1 ORDER BY 1",
+        )
+        .fetch_all(&mut connection)
+        .await
+        .expect("lifecycle events")
+    });
+    assert_eq!(
+        lifecycle,
+        [
+            ("dlq_replay.scheduled".to_owned(), 1),
+            ("job.discarded".to_owned(), 1)
+        ],
+        "one replay applied, one delivery discarded"
+    );
     let output = evc(url, &["dlq", "list", "worker.sql.aggregate"]);
     assert_eq!(
         stdout(&output),

@@ -2875,6 +2875,155 @@ pub mod payloads {
             }
         }
     }
+    /// The status the job left.
+    #[derive(
+        Debug,
+        Clone,
+        Copy,
+        PartialEq,
+        Eq,
+        Hash,
+        PartialOrd,
+        Ord,
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
+    )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
+    pub enum JobDiscardedV1DiscardedFrom {
+        /// `dead`
+        #[serde(rename = "dead")]
+        Dead,
+        /// `quarantined`
+        #[serde(rename = "quarantined")]
+        Quarantined,
+    }
+    /// Part of the job.discarded 1.0.0 payload.
+    #[derive(
+        Debug,
+        Clone,
+        PartialEq,
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
+    )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
+    #[non_exhaustive]
+    pub struct JobDiscardedV1 {
+        /// The discard that settled the job (`evc_discards.id`); one discard may take many jobs.
+        pub discard_id: u64,
+        /// The event the job delivered.
+        pub event_id: ::evc::uuid::Uuid,
+        /// Type of that event (`iu.born`).
+        pub event_type: ::std::string::String,
+        /// The consumer whose delivery was discarded (`worker.dot.iu_axis`).
+        pub consumer_name: ::std::string::String,
+        /// The job's generation (0 for the delivery the append wrote, one more per replay).
+        pub generation: u64,
+        /// The status the job left.
+        pub discarded_from: JobDiscardedV1DiscardedFrom,
+        /// Attempts the job had made.
+        pub attempts: u64,
+        /// Error code of the job's last attempt (SCREAMING_SNAKE), when it has one.
+        #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+        pub last_error_code: ::std::option::Option<::std::string::String>,
+        /// The approval reference the operator gave (a ticket or change id).
+        pub approval_ref: ::std::string::String,
+        /// The database role that applied the discard.
+        pub discarded_by: ::std::string::String,
+        /// When the job was discarded.
+        pub discarded_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
+    }
+    impl JobDiscardedV1 {
+        /// A `JobDiscardedV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(
+            discard_id: u64,
+            event_id: ::evc::uuid::Uuid,
+            event_type: ::std::string::String,
+            consumer_name: ::std::string::String,
+            generation: u64,
+            discarded_from: JobDiscardedV1DiscardedFrom,
+            attempts: u64,
+            approval_ref: ::std::string::String,
+            discarded_by: ::std::string::String,
+            discarded_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
+        ) -> Self {
+            Self {
+                discard_id,
+                event_id,
+                event_type,
+                consumer_name,
+                generation,
+                discarded_from,
+                attempts,
+                last_error_code: ::std::option::Option::None,
+                approval_ref,
+                discarded_by,
+                discarded_at,
+            }
+        }
+        /// Sets the optional `last_error_code` property.
+        #[must_use]
+        pub fn with_last_error_code(mut self, value: ::std::string::String) -> Self {
+            self.last_error_code = ::std::option::Option::Some(value);
+            self
+        }
+    }
+    impl JobDiscardedV1 {
+        /// The event type.
+        pub const EVENT_TYPE: &'static str = "job.discarded";
+        /// The contract version this type was generated from (the newest of its major).
+        pub const VERSION: &'static str = "1.0.0";
+        /// The major version.
+        pub const MAJOR: u64 = 1;
+    }
+    impl ::evc::RegisteredEvent for JobDiscardedV1 {
+        const EVENT_TYPE: &'static str = "job.discarded";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+            let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
+                ::evc::publish::order_key_part(& self.event_id)
+            ];
+            ::std::option::Option::Some(parts.join("/"))
+        }
+    }
+    /// `job.discarded`: An operator discarded a dead-lettered or quarantined delivery job; it never runs again.
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
+    #[serde(untagged)]
+    #[non_exhaustive]
+    pub enum JobDiscarded {
+        /// Major version 1 (1.0.0).
+        V1(JobDiscardedV1),
+    }
+    #[allow(deprecated)]
+    impl JobDiscarded {
+        /// The event type.
+        pub const EVENT_TYPE: &'static str = "job.discarded";
+        /// Decodes a payload produced under major version `major`.
+        ///
+        /// # Errors
+        /// When the major is not registered or the payload does not fit its type.
+        pub fn from_json(
+            major: u64,
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
+            match major {
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
+                other => {
+                    ::std::result::Result::Err(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
+                            ::std::format!(
+                                "{} has no major version {}", "job.discarded", other
+                            ),
+                        ),
+                    )
+                }
+            }
+        }
+    }
     /// Part of the proposal.approved 1.0.0 payload.
     #[derive(
         Debug,
@@ -3955,6 +4104,8 @@ pub mod payloads {
         IuValidated(IuValidated),
         /// `job.dead_lettered`.
         JobDeadLettered(JobDeadLettered),
+        /// `job.discarded`.
+        JobDiscarded(JobDiscarded),
         /// `proposal.approved`.
         ProposalApproved(ProposalApproved),
         /// `proposal.rejected`.
@@ -4044,6 +4195,9 @@ pub mod payloads {
                 }
                 "job.dead_lettered" => {
                     JobDeadLettered::from_json(major, payload).map(Self::JobDeadLettered)
+                }
+                "job.discarded" => {
+                    JobDiscarded::from_json(major, payload).map(Self::JobDiscarded)
                 }
                 "proposal.approved" => {
                     ProposalApproved::from_json(major, payload)
@@ -4496,6 +4650,24 @@ pub mod producers {
         )?;
         publisher.publish(event).await
     }
+    /// Appends a `job.discarded` event (1.0.0, major 1) in the caller's transaction.
+    ///
+    /// # Errors
+    /// When the payload does not serialize or the publisher refuses the event.
+    pub async fn emit_job_discarded_v1<P: ::evc::Publish>(
+        publisher: &mut P,
+        trace: &::evc::TraceContext,
+        payload: &JobDiscardedV1,
+    ) -> ::std::result::Result<P::Receipt, P::Error> {
+        let event = ::evc::OutgoingEvent::new(
+            JobDiscardedV1::EVENT_TYPE,
+            JobDiscardedV1::VERSION,
+            ::evc::RegisteredEvent::order_key(payload),
+            trace,
+            payload,
+        )?;
+        publisher.publish(event).await
+    }
     /// Appends a `proposal.approved` event (1.0.0, major 1) in the caller's transaction.
     ///
     /// # Errors
@@ -4846,6 +5018,14 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
+        /// Handles `job.discarded` deliveries (^1: 1.0.0).
+        fn on_job_discarded(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: JobDiscardedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send;
         /// Handles `dlq_replay.scheduled` deliveries (^1: 1.0.0).
         fn on_dlq_replay_scheduled(
             &self,
@@ -4872,7 +5052,7 @@ pub mod consumers {
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<T: Audit> Audit for ::std::sync::Arc<T> {
+    impl<HAudit: Audit> Audit for ::std::sync::Arc<HAudit> {
         fn on_iu_born(
             &self,
             cx: &mut ::evc::HandlerContext<'_>,
@@ -4880,7 +5060,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_born(self, cx, payload)
+            HAudit::on_iu_born(self, cx, payload)
         }
         fn on_iu_edited(
             &self,
@@ -4889,7 +5069,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_edited(self, cx, payload)
+            HAudit::on_iu_edited(self, cx, payload)
         }
         fn on_iu_split_proposed(
             &self,
@@ -4898,7 +5078,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_split_proposed(self, cx, payload)
+            HAudit::on_iu_split_proposed(self, cx, payload)
         }
         fn on_iu_split_approved(
             &self,
@@ -4907,7 +5087,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_split_approved(self, cx, payload)
+            HAudit::on_iu_split_approved(self, cx, payload)
         }
         fn on_iu_merged(
             &self,
@@ -4916,7 +5096,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_merged(self, cx, payload)
+            HAudit::on_iu_merged(self, cx, payload)
         }
         fn on_iu_deprecated(
             &self,
@@ -4925,7 +5105,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_deprecated(self, cx, payload)
+            HAudit::on_iu_deprecated(self, cx, payload)
         }
         fn on_iu_linked(
             &self,
@@ -4934,7 +5114,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_linked(self, cx, payload)
+            HAudit::on_iu_linked(self, cx, payload)
         }
         fn on_iu_rendered(
             &self,
@@ -4943,7 +5123,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_rendered(self, cx, payload)
+            HAudit::on_iu_rendered(self, cx, payload)
         }
         fn on_iu_validated(
             &self,
@@ -4952,7 +5132,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_validated(self, cx, payload)
+            HAudit::on_iu_validated(self, cx, payload)
         }
         fn on_dot_command_started(
             &self,
@@ -4961,7 +5141,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_dot_command_started(self, cx, payload)
+            HAudit::on_dot_command_started(self, cx, payload)
         }
         fn on_dot_command_completed(
             &self,
@@ -4970,7 +5150,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_dot_command_completed(self, cx, payload)
+            HAudit::on_dot_command_completed(self, cx, payload)
         }
         fn on_dot_command_failed(
             &self,
@@ -4979,7 +5159,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_dot_command_failed(self, cx, payload)
+            HAudit::on_dot_command_failed(self, cx, payload)
         }
         fn on_cut_mark_verified(
             &self,
@@ -4988,7 +5168,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_cut_mark_verified(self, cx, payload)
+            HAudit::on_cut_mark_verified(self, cx, payload)
         }
         fn on_cut_completed(
             &self,
@@ -4997,7 +5177,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_cut_completed(self, cx, payload)
+            HAudit::on_cut_completed(self, cx, payload)
         }
         fn on_cut_failed(
             &self,
@@ -5006,7 +5186,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_cut_failed(self, cx, payload)
+            HAudit::on_cut_failed(self, cx, payload)
         }
         fn on_step_ready(
             &self,
@@ -5015,7 +5195,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_step_ready(self, cx, payload)
+            HAudit::on_step_ready(self, cx, payload)
         }
         fn on_step_completed(
             &self,
@@ -5024,7 +5204,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_step_completed(self, cx, payload)
+            HAudit::on_step_completed(self, cx, payload)
         }
         fn on_step_failed(
             &self,
@@ -5033,7 +5213,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_step_failed(self, cx, payload)
+            HAudit::on_step_failed(self, cx, payload)
         }
         fn on_step_escalated(
             &self,
@@ -5042,7 +5222,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_step_escalated(self, cx, payload)
+            HAudit::on_step_escalated(self, cx, payload)
         }
         fn on_proposal_submitted(
             &self,
@@ -5051,7 +5231,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_proposal_submitted(self, cx, payload)
+            HAudit::on_proposal_submitted(self, cx, payload)
         }
         fn on_proposal_approved(
             &self,
@@ -5060,7 +5240,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_proposal_approved(self, cx, payload)
+            HAudit::on_proposal_approved(self, cx, payload)
         }
         fn on_proposal_rejected(
             &self,
@@ -5069,7 +5249,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_proposal_rejected(self, cx, payload)
+            HAudit::on_proposal_rejected(self, cx, payload)
         }
         fn on_decision_recorded(
             &self,
@@ -5078,7 +5258,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_decision_recorded(self, cx, payload)
+            HAudit::on_decision_recorded(self, cx, payload)
         }
         fn on_agent_suggestion(
             &self,
@@ -5087,7 +5267,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_agent_suggestion(self, cx, payload)
+            HAudit::on_agent_suggestion(self, cx, payload)
         }
         fn on_job_dead_lettered(
             &self,
@@ -5096,7 +5276,16 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_job_dead_lettered(self, cx, payload)
+            HAudit::on_job_dead_lettered(self, cx, payload)
+        }
+        fn on_job_discarded(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_>,
+            payload: JobDiscardedV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            HAudit::on_job_discarded(self, cx, payload)
         }
         fn on_dlq_replay_scheduled(
             &self,
@@ -5105,7 +5294,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_dlq_replay_scheduled(self, cx, payload)
+            HAudit::on_dlq_replay_scheduled(self, cx, payload)
         }
         fn on_dlq_replay_completed(
             &self,
@@ -5114,7 +5303,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_dlq_replay_completed(self, cx, payload)
+            HAudit::on_dlq_replay_completed(self, cx, payload)
         }
         fn on_dlq_replay_failed(
             &self,
@@ -5123,13 +5312,13 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_dlq_replay_failed(self, cx, payload)
+            HAudit::on_dlq_replay_failed(self, cx, payload)
         }
     }
     /// Serves `audit` with a [`Audit`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
-    pub struct AuditConsumer<H>(pub H);
-    impl<H: Audit> ::evc::DynHandler for AuditConsumer<H> {
+    pub struct AuditConsumer<HAudit>(pub HAudit);
+    impl<HAudit: Audit> ::evc::DynHandler for AuditConsumer<HAudit> {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a>,
@@ -5597,6 +5786,24 @@ pub mod consumers {
                             ))?;
                         self.0.on_job_dead_lettered(&mut context, payload).await
                     }
+                    "job.discarded" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            JobDiscardedV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_job_discarded(&mut context, payload).await
+                    }
                     "dlq_replay.scheduled" => {
                         if !["1.0.0"].contains(&delivery.version.as_str()) {
                             return ::std::result::Result::Err(
@@ -5663,7 +5870,7 @@ pub mod consumers {
             })
         }
     }
-    impl<H: Audit> ::evc::Consumer for AuditConsumer<H> {
+    impl<HAudit: Audit> ::evc::Consumer for AuditConsumer<HAudit> {
         const NAME: &'static str = "audit";
     }
     /// Handler of the consumer `worker.ai.review_suggest`: Reviews submitted proposals and edited units with a model and records suggestions; runs in shadow until its suggestions are trusted.
@@ -5694,7 +5901,8 @@ pub mod consumers {
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<T: WorkerAiReviewSuggest> WorkerAiReviewSuggest for ::std::sync::Arc<T> {
+    impl<HWorkerAiReviewSuggest: WorkerAiReviewSuggest> WorkerAiReviewSuggest
+    for ::std::sync::Arc<HWorkerAiReviewSuggest> {
         fn on_proposal_submitted(
             &self,
             cx: &mut ::evc::HandlerContext<'_>,
@@ -5702,7 +5910,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_proposal_submitted(self, cx, payload)
+            HWorkerAiReviewSuggest::on_proposal_submitted(self, cx, payload)
         }
         fn on_iu_split_proposed(
             &self,
@@ -5711,7 +5919,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_split_proposed(self, cx, payload)
+            HWorkerAiReviewSuggest::on_iu_split_proposed(self, cx, payload)
         }
         fn on_iu_edited(
             &self,
@@ -5720,14 +5928,16 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_edited(self, cx, payload)
+            HWorkerAiReviewSuggest::on_iu_edited(self, cx, payload)
         }
     }
     /// Serves `worker.ai.review_suggest` with a [`WorkerAiReviewSuggest`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
-    pub struct WorkerAiReviewSuggestConsumer<H>(pub H);
-    impl<H: WorkerAiReviewSuggest> ::evc::DynHandler
-    for WorkerAiReviewSuggestConsumer<H> {
+    pub struct WorkerAiReviewSuggestConsumer<HWorkerAiReviewSuggest>(
+        pub HWorkerAiReviewSuggest,
+    );
+    impl<HWorkerAiReviewSuggest: WorkerAiReviewSuggest> ::evc::DynHandler
+    for WorkerAiReviewSuggestConsumer<HWorkerAiReviewSuggest> {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a>,
@@ -5805,7 +6015,8 @@ pub mod consumers {
             })
         }
     }
-    impl<H: WorkerAiReviewSuggest> ::evc::Consumer for WorkerAiReviewSuggestConsumer<H> {
+    impl<HWorkerAiReviewSuggest: WorkerAiReviewSuggest> ::evc::Consumer
+    for WorkerAiReviewSuggestConsumer<HWorkerAiReviewSuggest> {
         const NAME: &'static str = "worker.ai.review_suggest";
     }
     /// Handler of the consumer `worker.dot.cut_pipeline`: Drives cuts: collects verified marks and validated unit versions and advances the cut when its pipeline commands finish.
@@ -5852,7 +6063,8 @@ pub mod consumers {
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<T: WorkerDotCutPipeline> WorkerDotCutPipeline for ::std::sync::Arc<T> {
+    impl<HWorkerDotCutPipeline: WorkerDotCutPipeline> WorkerDotCutPipeline
+    for ::std::sync::Arc<HWorkerDotCutPipeline> {
         fn on_cut_mark_verified(
             &self,
             cx: &mut ::evc::HandlerContext<'_>,
@@ -5860,7 +6072,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_cut_mark_verified(self, cx, payload)
+            HWorkerDotCutPipeline::on_cut_mark_verified(self, cx, payload)
         }
         fn on_iu_validated(
             &self,
@@ -5869,7 +6081,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_validated(self, cx, payload)
+            HWorkerDotCutPipeline::on_iu_validated(self, cx, payload)
         }
         fn on_step_ready(
             &self,
@@ -5878,7 +6090,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_step_ready(self, cx, payload)
+            HWorkerDotCutPipeline::on_step_ready(self, cx, payload)
         }
         fn on_dot_command_completed(
             &self,
@@ -5887,7 +6099,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_dot_command_completed(self, cx, payload)
+            HWorkerDotCutPipeline::on_dot_command_completed(self, cx, payload)
         }
         fn on_dot_command_failed(
             &self,
@@ -5896,13 +6108,16 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_dot_command_failed(self, cx, payload)
+            HWorkerDotCutPipeline::on_dot_command_failed(self, cx, payload)
         }
     }
     /// Serves `worker.dot.cut_pipeline` with a [`WorkerDotCutPipeline`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
-    pub struct WorkerDotCutPipelineConsumer<H>(pub H);
-    impl<H: WorkerDotCutPipeline> ::evc::DynHandler for WorkerDotCutPipelineConsumer<H> {
+    pub struct WorkerDotCutPipelineConsumer<HWorkerDotCutPipeline>(
+        pub HWorkerDotCutPipeline,
+    );
+    impl<HWorkerDotCutPipeline: WorkerDotCutPipeline> ::evc::DynHandler
+    for WorkerDotCutPipelineConsumer<HWorkerDotCutPipeline> {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a>,
@@ -6016,7 +6231,8 @@ pub mod consumers {
             })
         }
     }
-    impl<H: WorkerDotCutPipeline> ::evc::Consumer for WorkerDotCutPipelineConsumer<H> {
+    impl<HWorkerDotCutPipeline: WorkerDotCutPipeline> ::evc::Consumer
+    for WorkerDotCutPipelineConsumer<HWorkerDotCutPipeline> {
         const NAME: &'static str = "worker.dot.cut_pipeline";
     }
     /// Handler of the consumer `worker.dot.iu_axis`: Resolves and maintains the axes of information units as they are born, edited, split, merged and linked.
@@ -6063,7 +6279,8 @@ pub mod consumers {
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<T: WorkerDotIuAxis> WorkerDotIuAxis for ::std::sync::Arc<T> {
+    impl<HWorkerDotIuAxis: WorkerDotIuAxis> WorkerDotIuAxis
+    for ::std::sync::Arc<HWorkerDotIuAxis> {
         fn on_iu_born(
             &self,
             cx: &mut ::evc::HandlerContext<'_>,
@@ -6071,7 +6288,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_born(self, cx, payload)
+            HWorkerDotIuAxis::on_iu_born(self, cx, payload)
         }
         fn on_iu_edited(
             &self,
@@ -6080,7 +6297,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_edited(self, cx, payload)
+            HWorkerDotIuAxis::on_iu_edited(self, cx, payload)
         }
         fn on_iu_split_approved(
             &self,
@@ -6089,7 +6306,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_split_approved(self, cx, payload)
+            HWorkerDotIuAxis::on_iu_split_approved(self, cx, payload)
         }
         fn on_iu_merged(
             &self,
@@ -6098,7 +6315,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_merged(self, cx, payload)
+            HWorkerDotIuAxis::on_iu_merged(self, cx, payload)
         }
         fn on_iu_linked(
             &self,
@@ -6107,13 +6324,14 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_linked(self, cx, payload)
+            HWorkerDotIuAxis::on_iu_linked(self, cx, payload)
         }
     }
     /// Serves `worker.dot.iu_axis` with a [`WorkerDotIuAxis`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
-    pub struct WorkerDotIuAxisConsumer<H>(pub H);
-    impl<H: WorkerDotIuAxis> ::evc::DynHandler for WorkerDotIuAxisConsumer<H> {
+    pub struct WorkerDotIuAxisConsumer<HWorkerDotIuAxis>(pub HWorkerDotIuAxis);
+    impl<HWorkerDotIuAxis: WorkerDotIuAxis> ::evc::DynHandler
+    for WorkerDotIuAxisConsumer<HWorkerDotIuAxis> {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a>,
@@ -6227,7 +6445,8 @@ pub mod consumers {
             })
         }
     }
-    impl<H: WorkerDotIuAxis> ::evc::Consumer for WorkerDotIuAxisConsumer<H> {
+    impl<HWorkerDotIuAxis: WorkerDotIuAxis> ::evc::Consumer
+    for WorkerDotIuAxisConsumer<HWorkerDotIuAxis> {
         const NAME: &'static str = "worker.dot.iu_axis";
     }
     /// Handler of the consumer `worker.notification.iu`: Notifies owners and reviewers when units are born or deprecated, proposals are decided and steps are escalated.
@@ -6274,7 +6493,8 @@ pub mod consumers {
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<T: WorkerNotificationIu> WorkerNotificationIu for ::std::sync::Arc<T> {
+    impl<HWorkerNotificationIu: WorkerNotificationIu> WorkerNotificationIu
+    for ::std::sync::Arc<HWorkerNotificationIu> {
         fn on_iu_born(
             &self,
             cx: &mut ::evc::HandlerContext<'_>,
@@ -6282,7 +6502,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_born(self, cx, payload)
+            HWorkerNotificationIu::on_iu_born(self, cx, payload)
         }
         fn on_iu_deprecated(
             &self,
@@ -6291,7 +6511,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_deprecated(self, cx, payload)
+            HWorkerNotificationIu::on_iu_deprecated(self, cx, payload)
         }
         fn on_proposal_approved(
             &self,
@@ -6300,7 +6520,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_proposal_approved(self, cx, payload)
+            HWorkerNotificationIu::on_proposal_approved(self, cx, payload)
         }
         fn on_proposal_rejected(
             &self,
@@ -6309,7 +6529,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_proposal_rejected(self, cx, payload)
+            HWorkerNotificationIu::on_proposal_rejected(self, cx, payload)
         }
         fn on_step_escalated(
             &self,
@@ -6318,13 +6538,16 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_step_escalated(self, cx, payload)
+            HWorkerNotificationIu::on_step_escalated(self, cx, payload)
         }
     }
     /// Serves `worker.notification.iu` with a [`WorkerNotificationIu`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
-    pub struct WorkerNotificationIuConsumer<H>(pub H);
-    impl<H: WorkerNotificationIu> ::evc::DynHandler for WorkerNotificationIuConsumer<H> {
+    pub struct WorkerNotificationIuConsumer<HWorkerNotificationIu>(
+        pub HWorkerNotificationIu,
+    );
+    impl<HWorkerNotificationIu: WorkerNotificationIu> ::evc::DynHandler
+    for WorkerNotificationIuConsumer<HWorkerNotificationIu> {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a>,
@@ -6438,7 +6661,8 @@ pub mod consumers {
             })
         }
     }
-    impl<H: WorkerNotificationIu> ::evc::Consumer for WorkerNotificationIuConsumer<H> {
+    impl<HWorkerNotificationIu: WorkerNotificationIu> ::evc::Consumer
+    for WorkerNotificationIuConsumer<HWorkerNotificationIu> {
         const NAME: &'static str = "worker.notification.iu";
     }
     /// Handler of the consumer `worker.render.mout_view`: Re-renders the mout view of an information unit whenever the unit or its structure changes.
@@ -6493,7 +6717,8 @@ pub mod consumers {
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<T: WorkerRenderMoutView> WorkerRenderMoutView for ::std::sync::Arc<T> {
+    impl<HWorkerRenderMoutView: WorkerRenderMoutView> WorkerRenderMoutView
+    for ::std::sync::Arc<HWorkerRenderMoutView> {
         fn on_iu_born(
             &self,
             cx: &mut ::evc::HandlerContext<'_>,
@@ -6501,7 +6726,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_born(self, cx, payload)
+            HWorkerRenderMoutView::on_iu_born(self, cx, payload)
         }
         fn on_iu_edited(
             &self,
@@ -6510,7 +6735,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_edited(self, cx, payload)
+            HWorkerRenderMoutView::on_iu_edited(self, cx, payload)
         }
         fn on_iu_validated(
             &self,
@@ -6519,7 +6744,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_validated(self, cx, payload)
+            HWorkerRenderMoutView::on_iu_validated(self, cx, payload)
         }
         fn on_iu_split_approved(
             &self,
@@ -6528,7 +6753,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_split_approved(self, cx, payload)
+            HWorkerRenderMoutView::on_iu_split_approved(self, cx, payload)
         }
         fn on_iu_merged(
             &self,
@@ -6537,7 +6762,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_merged(self, cx, payload)
+            HWorkerRenderMoutView::on_iu_merged(self, cx, payload)
         }
         fn on_iu_deprecated(
             &self,
@@ -6546,13 +6771,16 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_deprecated(self, cx, payload)
+            HWorkerRenderMoutView::on_iu_deprecated(self, cx, payload)
         }
     }
     /// Serves `worker.render.mout_view` with a [`WorkerRenderMoutView`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
-    pub struct WorkerRenderMoutViewConsumer<H>(pub H);
-    impl<H: WorkerRenderMoutView> ::evc::DynHandler for WorkerRenderMoutViewConsumer<H> {
+    pub struct WorkerRenderMoutViewConsumer<HWorkerRenderMoutView>(
+        pub HWorkerRenderMoutView,
+    );
+    impl<HWorkerRenderMoutView: WorkerRenderMoutView> ::evc::DynHandler
+    for WorkerRenderMoutViewConsumer<HWorkerRenderMoutView> {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a>,
@@ -6687,7 +6915,8 @@ pub mod consumers {
             })
         }
     }
-    impl<H: WorkerRenderMoutView> ::evc::Consumer for WorkerRenderMoutViewConsumer<H> {
+    impl<HWorkerRenderMoutView: WorkerRenderMoutView> ::evc::Consumer
+    for WorkerRenderMoutViewConsumer<HWorkerRenderMoutView> {
         const NAME: &'static str = "worker.render.mout_view";
     }
     /// Handler of the consumer `worker.sql.aggregate`: Maintains SQL aggregates of step, command, cut and dead-letter outcomes for dashboards.
@@ -6758,7 +6987,8 @@ pub mod consumers {
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<T: WorkerSqlAggregate> WorkerSqlAggregate for ::std::sync::Arc<T> {
+    impl<HWorkerSqlAggregate: WorkerSqlAggregate> WorkerSqlAggregate
+    for ::std::sync::Arc<HWorkerSqlAggregate> {
         fn on_step_completed(
             &self,
             cx: &mut ::evc::HandlerContext<'_>,
@@ -6766,7 +6996,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_step_completed(self, cx, payload)
+            HWorkerSqlAggregate::on_step_completed(self, cx, payload)
         }
         fn on_step_failed(
             &self,
@@ -6775,7 +7005,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_step_failed(self, cx, payload)
+            HWorkerSqlAggregate::on_step_failed(self, cx, payload)
         }
         fn on_dot_command_completed(
             &self,
@@ -6784,7 +7014,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_dot_command_completed(self, cx, payload)
+            HWorkerSqlAggregate::on_dot_command_completed(self, cx, payload)
         }
         fn on_dot_command_failed(
             &self,
@@ -6793,7 +7023,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_dot_command_failed(self, cx, payload)
+            HWorkerSqlAggregate::on_dot_command_failed(self, cx, payload)
         }
         fn on_cut_completed(
             &self,
@@ -6802,7 +7032,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_cut_completed(self, cx, payload)
+            HWorkerSqlAggregate::on_cut_completed(self, cx, payload)
         }
         fn on_iu_validated(
             &self,
@@ -6811,7 +7041,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_iu_validated(self, cx, payload)
+            HWorkerSqlAggregate::on_iu_validated(self, cx, payload)
         }
         fn on_job_dead_lettered(
             &self,
@@ -6820,7 +7050,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_job_dead_lettered(self, cx, payload)
+            HWorkerSqlAggregate::on_job_dead_lettered(self, cx, payload)
         }
         fn on_dlq_replay_completed(
             &self,
@@ -6829,13 +7059,14 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_dlq_replay_completed(self, cx, payload)
+            HWorkerSqlAggregate::on_dlq_replay_completed(self, cx, payload)
         }
     }
     /// Serves `worker.sql.aggregate` with a [`WorkerSqlAggregate`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
-    pub struct WorkerSqlAggregateConsumer<H>(pub H);
-    impl<H: WorkerSqlAggregate> ::evc::DynHandler for WorkerSqlAggregateConsumer<H> {
+    pub struct WorkerSqlAggregateConsumer<HWorkerSqlAggregate>(pub HWorkerSqlAggregate);
+    impl<HWorkerSqlAggregate: WorkerSqlAggregate> ::evc::DynHandler
+    for WorkerSqlAggregateConsumer<HWorkerSqlAggregate> {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a>,
@@ -7004,7 +7235,8 @@ pub mod consumers {
             })
         }
     }
-    impl<H: WorkerSqlAggregate> ::evc::Consumer for WorkerSqlAggregateConsumer<H> {
+    impl<HWorkerSqlAggregate: WorkerSqlAggregate> ::evc::Consumer
+    for WorkerSqlAggregateConsumer<HWorkerSqlAggregate> {
         const NAME: &'static str = "worker.sql.aggregate";
     }
     /// One handler per consumer that receives deliveries (mode `live` or `shadow`); leaving
@@ -7081,7 +7313,7 @@ pub mod consumers {
 /// runtime settings.
 pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     project: "evc_reference",
-    digest: "0a315175f5d1311ee811ff187876e991ae20661a0d38574d37c40cc2fe881c64",
+    digest: "cf189f13e1593ef3ced731e6617c341ab15c0e8c4b761636c86d480a209aa2d0",
     events: &[
         ::evc::EventDescriptor {
             name: "agent.suggestion",
@@ -7490,6 +7722,22 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             ],
         },
         ::evc::EventDescriptor {
+            name: "job.discarded",
+            description: "An operator discarded a dead-lettered or quarantined delivery job; it never runs again.",
+            producer_class: "dispatcher",
+            order_key: &["event_id"],
+            deprecated: false,
+            max_payload_bytes: 4096,
+            versions: &[
+                ::evc::VersionDescriptor {
+                    version: "1.0.0",
+                    major: 1,
+                    schema: "{\"additionalProperties\":false,\"properties\":{\"approval_ref\":{\"description\":\"The approval reference the operator gave (a ticket or change id).\",\"maxLength\":200,\"minLength\":1,\"type\":\"string\"},\"attempts\":{\"description\":\"Attempts the job had made.\",\"minimum\":0,\"type\":\"integer\"},\"consumer_name\":{\"description\":\"The consumer whose delivery was discarded (`worker.dot.iu_axis`).\",\"maxLength\":128,\"pattern\":\"^[a-z][a-z0-9_]*(\\\\.[a-z0-9_]+)*$\",\"type\":\"string\"},\"discard_id\":{\"description\":\"The discard that settled the job (`evc_discards.id`); one discard may take many jobs.\",\"minimum\":1,\"type\":\"integer\"},\"discarded_at\":{\"description\":\"When the job was discarded.\",\"format\":\"date-time\",\"type\":\"string\"},\"discarded_by\":{\"description\":\"The database role that applied the discard.\",\"maxLength\":128,\"minLength\":1,\"type\":\"string\"},\"discarded_from\":{\"description\":\"The status the job left.\",\"enum\":[\"dead\",\"quarantined\"],\"type\":\"string\"},\"event_id\":{\"description\":\"The event the job delivered.\",\"format\":\"uuid\",\"type\":\"string\"},\"event_type\":{\"description\":\"Type of that event (`iu.born`).\",\"maxLength\":128,\"pattern\":\"^[a-z][a-z0-9_]*(\\\\.[a-z0-9_]+)+$\",\"type\":\"string\"},\"generation\":{\"description\":\"The job's generation (0 for the delivery the append wrote, one more per replay).\",\"minimum\":0,\"type\":\"integer\"},\"last_error_code\":{\"description\":\"Error code of the job's last attempt (SCREAMING_SNAKE), when it has one.\",\"maxLength\":64,\"pattern\":\"^[A-Z][A-Z0-9_]*$\",\"type\":\"string\"}},\"required\":[\"discard_id\",\"event_id\",\"event_type\",\"consumer_name\",\"generation\",\"discarded_from\",\"attempts\",\"approval_ref\",\"discarded_by\",\"discarded_at\"],\"type\":\"object\"}",
+                    schema_digest: "128e28d6b157b80a35796b5b42a02586fb12495b0e3ca29c8fa1df61b73caf65",
+                },
+            ],
+        },
+        ::evc::EventDescriptor {
             name: "proposal.approved",
             description: "A governance proposal was approved.",
             producer_class: "governance",
@@ -7754,6 +8002,11 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
                     event: "job.dead_lettered",
                     requirement: "^1",
                     versions: &["1.0.0", "1.1.0"],
+                },
+                ::evc::SubscriptionDescriptor {
+                    event: "job.discarded",
+                    requirement: "^1",
+                    versions: &["1.0.0"],
                 },
                 ::evc::SubscriptionDescriptor {
                     event: "dlq_replay.scheduled",

@@ -37,12 +37,13 @@ pub use registry::{
 };
 pub use retry::{RetryDecision, RetryPolicy, SplitMix64};
 pub use store::postgres::{
-    AttemptLatency, Console, ConsumerState, ConsumerStatus, DEAD_LETTERED, DiscardApplied,
-    DiscardPlan, DiscardedDelivery, Doorbell, EventsPurged, Lag, NotReplayable,
+    AttemptLatency, Console, ConsumerState, ConsumerStatus, DEAD_LETTERED, DISCARDED,
+    DiscardApplied, DiscardPlan, DiscardedDelivery, Doorbell, EventsPurged, Lag, NotReplayable,
     NotReplayableReason, Percentiles, PgPublisher, PgStore, PgStoreBuilder, PolicySource, Problem,
-    PurgeError, RejectsPurged, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
-    ReplaySelection, SettledDelivery, SettledStatus, SilentWorker, StatusReport, TimelineEntry,
-    WatchedConsumer, WorkerSettings, deployed_registry,
+    PurgeError, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED, REPLAYED_JOB_FAILED,
+    RejectsPurged, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection,
+    SettledDelivery, SettledStatus, SilentWorker, StatusReport, TimelineEntry, WatchedConsumer,
+    WorkerSettings, deployed_registry, replay_uuid,
 };
 pub use store::{
     AckBatch, Claimed, DispatchError, Drift, Intent, Lease, RegistryDrift, RegistryObject,

@@ -1,14 +1,20 @@
 //! Lifecycle events on a real server: a dead-lettered delivery appends one `job.dead_lettered`
 //! event in the transaction of the dead-lettering, checked and fanned out like any append,
 //! when (and only when) the registry registers the type; a dead-lettered `job.dead_lettered`
-//! delivery emits nothing more (the loop guard).
+//! delivery emits nothing more (the loop guard). An applied replay appends
+//! `dlq_replay.scheduled`, the settle of its last delivery `dlq_replay.completed` or
+//! `dlq_replay.failed`, and a discard one `job.discarded` per delivery, each in the transaction
+//! of its state change (a refused insert rolls the state change back), and none when the
+//! registry does not register them.
 
 mod support;
 
 use std::time::Duration;
 
 use evc_runtime::{
-    AppendOptions, Claimed, DEAD_LETTERED, DispatchError, FailureClass, PgStore, RetryDecision,
+    AppendOptions, Claimed, Console, DEAD_LETTERED, DISCARDED, DispatchError, FailureClass,
+    PgStore, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED, REPLAYED_JOB_FAILED,
+    ReplayApproval, ReplayError, ReplaySelection, RetryDecision, replay_uuid,
 };
 use sqlx::PgPool;
 use support::{LIFECYCLE_REGISTRY, TestResult, with_database};
@@ -358,6 +364,441 @@ async fn a_refused_lifecycle_event_leaves_the_dead_lettering_standing() -> TestR
                 .fetch_all(&pool)
                 .await?;
         assert_eq!(rejects, [(DEAD_LETTERED.to_owned(), "oversize".to_owned())]);
+        Ok(())
+    })
+    .await
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replay and discard.
+// ---------------------------------------------------------------------------------------------
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The consumer whose deliveries the replay and discard tests settle.
+const CONSUMER: &str = "d.leased";
+
+/// The events of `event_type`, in append order: payload and the inserting transaction's id.
+async fn events_of(
+    pool: &PgPool,
+    event_type: &str,
+) -> Result<Vec<(serde_json::Value, String)>, BoxError> {
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT payload::text, xmin::text FROM evc_events WHERE event_type = $1 ORDER BY seq",
+    )
+    .bind(event_type)
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter()
+        .map(|(payload, xmin)| Ok((serde_json::from_str(&payload)?, xmin)))
+        .collect()
+}
+
+/// Refuses inserts of `event_type` into `evc_events` until [`allow`]: the lifecycle event's
+/// append fails, so the state change it belongs to must roll back.
+async fn refuse(pool: &PgPool, event_type: &str) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE FUNCTION refuse_lifecycle() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$; \
+         CREATE TRIGGER refuse_lifecycle BEFORE INSERT ON evc_events FOR EACH ROW \
+         WHEN (NEW.event_type = '{event_type}') EXECUTE FUNCTION refuse_lifecycle();"
+    )))
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Drops [`refuse`]'s trigger.
+async fn allow(pool: &PgPool) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql("DROP TRIGGER refuse_lifecycle ON evc_events; DROP FUNCTION refuse_lifecycle();")
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// `notes` notes; every delivery of [`CONSUMER`] fails with `decisions` in turn (code
+/// `bad_input`), and the consumer is deployed in the registry mirror (replays check it).
+/// Returns the event ids in delivery order.
+async fn settle(
+    store: &PgStore,
+    pool: &PgPool,
+    decisions: &[(FailureClass, RetryDecision)],
+) -> Result<Vec<uuid::Uuid>, BoxError> {
+    let notes = u64::try_from(decisions.len())?;
+    support::append_notes(store, notes, notes).await?;
+    let claimed = store.claim(CONSUMER, "worker", 10, LEASE, false).await?;
+    assert_eq!(claimed.len(), decisions.len());
+    for (claimed, (class, decision)) in claimed.iter().zip(decisions) {
+        store
+            .fail(&claimed.lease, *class, "bad_input", *decision)
+            .await?;
+    }
+    support::deploy(pool, CONSUMER, "^1").await?;
+    Ok(claimed.iter().map(|c| c.lease.event_id).collect())
+}
+
+const DEAD: (FailureClass, RetryDecision) = (FailureClass::Permanent, RetryDecision::Dead);
+
+/// Replays every dead or quarantined delivery of [`CONSUMER`] under idempotency key `key`.
+async fn replay_all(
+    console: &Console,
+    key: &str,
+    requested_by: Option<uuid::Uuid>,
+) -> Result<evc_runtime::ReplayApplied, ReplayError> {
+    let selection = ReplaySelection::consumer(CONSUMER);
+    let plan = console.replay_plan(&selection).await?;
+    let mut approval = ReplayApproval::new(plan.digest, "the bug is fixed", "CHG-7", key);
+    if let Some(person) = requested_by {
+        approval = approval.requested_by(person);
+    }
+    console.replay(&selection, &approval).await
+}
+
+/// Claims every due delivery of [`CONSUMER`].
+async fn claim_all(store: &PgStore) -> Result<Vec<Claimed>, BoxError> {
+    Ok(store.claim(CONSUMER, "worker", 10, LEASE, false).await?)
+}
+
+#[tokio::test]
+async fn an_applied_replay_emits_scheduled_in_its_transaction() -> TestResult {
+    with_database(|pool| async move {
+        let store = PgStore::new(pool.clone(), LIFECYCLE_REGISTRY)?;
+        settle(&store, &pool, &[DEAD, DEAD]).await?;
+        let console = Console::connect(pool.clone())
+            .await?
+            .with_lifecycle(store.clone());
+
+        // The event's insert fails: the replay rolls back with it.
+        refuse(&pool, REPLAY_SCHEDULED).await?;
+        let refused = replay_all(&console, "k-1", None).await;
+        assert!(
+            matches!(refused, Err(ReplayError::Database(_))),
+            "{refused:?}"
+        );
+        assert_eq!(support::count(&pool, "evc_replays").await?, 0);
+        assert_eq!(
+            support::statuses(&pool, CONSUMER).await?,
+            [("dead".to_owned(), 2)]
+        );
+        assert!(events_of(&pool, REPLAY_SCHEDULED).await?.is_empty());
+        allow(&pool).await?;
+
+        let person = uuid::Uuid::now_v7();
+        let selection = ReplaySelection::consumer(CONSUMER);
+        let plan = console.replay_plan(&selection).await?;
+        let approval = ReplayApproval::new(plan.digest, "the bug is fixed", "CHG-7", "k-1")
+            .requested_by(person);
+        let applied = console.replay(&selection, &approval).await?;
+        let events = events_of(&pool, REPLAY_SCHEDULED).await?;
+        assert_eq!(events.len(), 1, "one dlq_replay.scheduled");
+        let (payload, xmin) = &events[0];
+        assert_eq!(
+            payload["replay_id"],
+            replay_uuid(applied.replay_id).to_string()
+        );
+        assert_eq!(payload["consumer_name"], CONSUMER);
+        assert_eq!(payload["job_count"], 2);
+        assert_eq!(payload["requested_by_id"], person.to_string());
+        assert!(payload["scheduled_for"].is_string());
+        // Never the reason or the approval: the payload has the contract's five fields.
+        assert_eq!(payload.as_object().map(serde_json::Map::len), Some(5));
+        let replay_xmin: String =
+            sqlx::query_scalar("SELECT xmin::text FROM evc_replays WHERE id = $1")
+                .bind(applied.replay_id)
+                .fetch_one(&pool)
+                .await?;
+        assert_eq!(*xmin, replay_xmin, "one transaction");
+
+        // The key again: the first result, no second event.
+        let repeated = console.replay(&selection, &approval).await?;
+        assert!(repeated.repeated);
+        assert_eq!(events_of(&pool, REPLAY_SCHEDULED).await?.len(), 1);
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_replay_without_a_person_names_the_database_role() -> TestResult {
+    with_database(|pool| async move {
+        let store = PgStore::new(pool.clone(), LIFECYCLE_REGISTRY)?;
+        let events = settle(&store, &pool, &[DEAD, DEAD]).await?;
+        let approve = |console: Console, event_id: uuid::Uuid, key: &'static str| async move {
+            let selection = ReplaySelection::consumer(CONSUMER).event_ids([event_id]);
+            let plan = console.replay_plan(&selection).await?;
+            let approval = ReplayApproval::new(plan.digest, "fixed", "CHG-8", key);
+            console.replay(&selection, &approval).await
+        };
+        // A console without a lifecycle store emits nothing of its own.
+        let bare = Console::connect(pool.clone()).await?;
+        approve(bare.clone(), events[0], "k-1b").await?;
+        assert!(events_of(&pool, REPLAY_SCHEDULED).await?.is_empty());
+
+        approve(bare.with_lifecycle(store.clone()), events[1], "k-1c").await?;
+        let scheduled = events_of(&pool, REPLAY_SCHEDULED).await?;
+        assert_eq!(scheduled.len(), 1);
+        let requested_by =
+            uuid::Uuid::parse_str(scheduled[0].0["requested_by_id"].as_str().unwrap_or(""))?;
+        assert_eq!(requested_by.get_version_num(), 8, "derived, not random");
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_replay_whose_deliveries_all_ack_emits_completed_once() -> TestResult {
+    with_database(|pool| async move {
+        let store = PgStore::new(pool.clone(), LIFECYCLE_REGISTRY)?;
+        settle(&store, &pool, &[DEAD, DEAD, DEAD]).await?;
+        let console = Console::connect(pool.clone()).await?;
+        let applied = replay_all(&console, "k-2", None).await?;
+        let claimed = claim_all(&store).await?;
+        assert_eq!(claimed.len(), 3);
+        assert!(claimed.iter().all(|c| c.lease.generation() == 1));
+
+        store.ack(&claimed[0].lease).await?;
+        assert!(
+            events_of(&pool, REPLAY_COMPLETED).await?.is_empty(),
+            "two deliveries outstanding"
+        );
+
+        // The event's insert fails: the acks roll back with it.
+        refuse(&pool, REPLAY_COMPLETED).await?;
+        let rest = [&claimed[1].lease, &claimed[2].lease];
+        let refused = store.ack_batch(&rest).await;
+        assert!(
+            matches!(refused, Err(DispatchError::Database(_))),
+            "{refused:?}"
+        );
+        assert_eq!(
+            support::statuses(&pool, CONSUMER).await?,
+            [
+                ("acked".to_owned(), 1),
+                ("leased".to_owned(), 2),
+                ("replayed".to_owned(), 3)
+            ]
+        );
+        assert!(events_of(&pool, REPLAY_COMPLETED).await?.is_empty());
+        allow(&pool).await?;
+
+        let outcome = store.ack_batch(&rest).await?;
+        assert_eq!(outcome.acked, 2);
+        let events = events_of(&pool, REPLAY_COMPLETED).await?;
+        assert_eq!(events.len(), 1, "one dlq_replay.completed");
+        let (payload, xmin) = &events[0];
+        assert_eq!(
+            payload["replay_id"],
+            replay_uuid(applied.replay_id).to_string()
+        );
+        assert_eq!(payload["replayed_count"], 3);
+        assert_eq!(payload["succeeded_count"], 3);
+        assert_eq!(payload["failed_count"], 0);
+        assert!(payload["completed_at"].is_string());
+        let ack_xmins: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT xmin::text FROM evc_delivery_attempts \
+             WHERE generation = 1 AND outcome = 'acked' AND event_id = ANY($1)",
+        )
+        .bind(vec![claimed[1].lease.event_id, claimed[2].lease.event_id])
+        .fetch_all(&pool)
+        .await?;
+        assert_eq!(
+            ack_xmins.as_slice(),
+            std::slice::from_ref(xmin),
+            "one transaction with the last acks"
+        );
+        assert!(events_of(&pool, REPLAY_FAILED).await?.is_empty());
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_replayed_delivery_dead_lettered_again_emits_failed() -> TestResult {
+    with_database(|pool| async move {
+        let store = PgStore::new(pool.clone(), LIFECYCLE_REGISTRY)?;
+        settle(&store, &pool, &[DEAD, DEAD]).await?;
+        let console = Console::connect(pool.clone()).await?;
+        let applied = replay_all(&console, "k-3", None).await?;
+        let claimed = claim_all(&store).await?;
+        assert_eq!(claimed.len(), 2);
+        store.ack(&claimed[0].lease).await?;
+
+        // The event's insert fails: the dead-lettering rolls back with it.
+        refuse(&pool, REPLAY_FAILED).await?;
+        let fail = || {
+            store.fail(
+                &claimed[1].lease,
+                FailureClass::Permanent,
+                "still_broken",
+                RetryDecision::Dead,
+            )
+        };
+        let refused = fail().await;
+        assert!(
+            matches!(refused, Err(DispatchError::Database(_))),
+            "{refused:?}"
+        );
+        assert_eq!(
+            support::statuses(&pool, CONSUMER).await?,
+            [
+                ("acked".to_owned(), 1),
+                ("leased".to_owned(), 1),
+                ("replayed".to_owned(), 2)
+            ]
+        );
+        assert_eq!(dead_lettered(&pool).await?.len(), 2, "only the first two");
+        assert!(events_of(&pool, REPLAY_FAILED).await?.is_empty());
+        allow(&pool).await?;
+
+        fail().await?;
+        let events = events_of(&pool, REPLAY_FAILED).await?;
+        assert_eq!(events.len(), 1, "one dlq_replay.failed");
+        let (payload, xmin) = &events[0];
+        assert_eq!(
+            payload["replay_id"],
+            replay_uuid(applied.replay_id).to_string()
+        );
+        assert_eq!(payload["error"]["code"], REPLAYED_JOB_FAILED);
+        assert_eq!(payload["error"]["retryable"], true);
+        assert_eq!(payload["replayed_count"], 2);
+        assert!(payload["failed_at"].is_string());
+        let dead_xmin: String = sqlx::query_scalar(
+            "SELECT xmin::text FROM evc_deliveries WHERE consumer = $1 AND generation = 1",
+        )
+        .bind(CONSUMER)
+        .fetch_one(&pool)
+        .await?;
+        assert_eq!(*xmin, dead_xmin, "one transaction with the dead-lettering");
+        assert_eq!(dead_lettered(&pool).await?.len(), 3);
+        assert!(events_of(&pool, REPLAY_COMPLETED).await?.is_empty());
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_discard_emits_one_event_per_delivery_in_its_transaction() -> TestResult {
+    with_database(|pool| async move {
+        let store = PgStore::new(pool.clone(), LIFECYCLE_REGISTRY)?;
+        let event_ids = settle(
+            &store,
+            &pool,
+            &[DEAD, (FailureClass::Schema, RetryDecision::Quarantine)],
+        )
+        .await?;
+        let console = Console::connect(pool.clone())
+            .await?
+            .with_lifecycle(store.clone());
+        let selection = ReplaySelection::consumer(CONSUMER);
+        let plan = console.discard_plan(&selection).await?;
+        let approval = ReplayApproval::new(plan.digest, "poison, never again", "INC-4", "d-1");
+
+        // The event's insert fails: the discard rolls back with it.
+        refuse(&pool, DISCARDED).await?;
+        let refused = console.discard(&selection, &approval).await;
+        assert!(
+            matches!(refused, Err(ReplayError::Database(_))),
+            "{refused:?}"
+        );
+        assert_eq!(support::count(&pool, "evc_discards").await?, 0);
+        assert_eq!(
+            support::statuses(&pool, CONSUMER).await?,
+            [("dead".to_owned(), 1), ("quarantined".to_owned(), 1)]
+        );
+        allow(&pool).await?;
+
+        let applied = console.discard(&selection, &approval).await?;
+        let events = events_of(&pool, DISCARDED).await?;
+        assert_eq!(events.len(), 2, "one job.discarded per delivery");
+        let (role, discard_xmin): (String, String) =
+            sqlx::query_as("SELECT db_role, xmin::text FROM evc_discards")
+                .fetch_one(&pool)
+                .await?;
+        for ((payload, xmin), (event_id, from)) in events
+            .iter()
+            .zip(event_ids.iter().zip(["dead", "quarantined"]))
+        {
+            assert_eq!(payload["discard_id"], applied.discard_id);
+            assert_eq!(payload["event_id"], event_id.to_string());
+            assert_eq!(payload["event_type"], "test.note");
+            assert_eq!(payload["consumer_name"], CONSUMER);
+            assert_eq!(payload["generation"], 0);
+            assert_eq!(payload["discarded_from"], from);
+            assert_eq!(payload["attempts"], 1);
+            assert_eq!(payload["last_error_code"], "BAD_INPUT");
+            assert_eq!(payload["approval_ref"], "INC-4");
+            assert_eq!(payload["discarded_by"], role);
+            assert!(payload["discarded_at"].is_string());
+            assert!(
+                !payload.to_string().contains("poison"),
+                "never the reason's text"
+            );
+            assert_eq!(*xmin, discard_xmin, "one transaction");
+        }
+        let causes: Vec<Option<String>> = sqlx::query_scalar(
+            "SELECT causation_id FROM evc_events WHERE event_type = $1 ORDER BY seq",
+        )
+        .bind(DISCARDED)
+        .fetch_all(&pool)
+        .await?;
+        assert_eq!(
+            causes,
+            event_ids
+                .iter()
+                .map(|id| Some(id.to_string()))
+                .collect::<Vec<_>>(),
+            "caused by the discarded events"
+        );
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_registry_without_the_replay_events_appends_none() -> TestResult {
+    with_database(|pool| async move {
+        let store = PgStore::new(pool.clone(), support::DISPATCH_REGISTRY)?;
+        settle(&store, &pool, &[DEAD, DEAD, DEAD]).await?;
+        let console = Console::connect(pool.clone())
+            .await?
+            .with_lifecycle(store.clone());
+        replay_all(&console, "k-5", None).await?;
+        let claimed = claim_all(&store).await?;
+        assert_eq!(claimed.len(), 3);
+        // One acked, one dead again: the replay ended, as failed.
+        store.ack(&claimed[0].lease).await?;
+        store
+            .fail(
+                &claimed[1].lease,
+                FailureClass::Permanent,
+                "still_broken",
+                RetryDecision::Dead,
+            )
+            .await?;
+        store
+            .fail(
+                &claimed[2].lease,
+                FailureClass::Permanent,
+                "still_broken",
+                RetryDecision::Dead,
+            )
+            .await?;
+        let selection = ReplaySelection::consumer(CONSUMER);
+        let plan = console.discard_plan(&selection).await?;
+        let approval = ReplayApproval::new(plan.digest, "poison", "INC-5", "d-5");
+        assert_eq!(
+            console
+                .discard(&selection, &approval)
+                .await?
+                .discarded
+                .len(),
+            2
+        );
+        let types: Vec<String> = sqlx::query_scalar("SELECT DISTINCT event_type FROM evc_events")
+            .fetch_all(&pool)
+            .await?;
+        assert_eq!(types, ["test.note"], "the notes, nothing else");
+        assert_eq!(support::count(&pool, "evc_validation_rejects").await?, 0);
         Ok(())
     })
     .await

@@ -224,6 +224,7 @@ pub struct Lease {
     claimed: Instant,
     held: bool,
     shadow: Option<ShadowLog>,
+    generation: u32,
 }
 
 /// What a shadow-mode handler meant to do: the effects it would have recorded, in order
@@ -285,7 +286,22 @@ impl Lease {
             claimed: Instant::now(),
             held: false,
             shadow: None,
+            generation: 0,
         }
+    }
+
+    /// The lease of a delivery of `generation` (0 for the delivery the append wrote, one more
+    /// for each replay since).
+    pub(crate) fn of_generation(mut self, generation: u32) -> Self {
+        self.generation = generation;
+        self
+    }
+
+    /// The delivery's generation: 0 for the delivery the append wrote, one more for each
+    /// replay since. Settling a later generation may end its replay (docs/runtime.md,
+    /// "Lifecycle events").
+    pub fn generation(&self) -> u32 {
+        self.generation
     }
 
     /// A lease of a consumer running in shadow mode: its effect writes are recorded as intents

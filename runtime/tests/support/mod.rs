@@ -457,19 +457,65 @@ pub async fn acks_out_of_key_order(
 /// The `job.dead_lettered` 1.1.0 schema of the reference contracts.
 pub const DEAD_LETTERED_SCHEMA: &str = r#"{"additionalProperties":false,"properties":{"attempts":{"minimum":1,"type":"integer"},"consumer_name":{"maxLength":128,"pattern":"^[a-z][a-z0-9_]*(\\.[a-z0-9_]+)*$","type":"string"},"dead_lettered_at":{"format":"date-time","type":"string"},"event_id":{"format":"uuid","type":"string"},"event_type":{"maxLength":128,"pattern":"^[a-z][a-z0-9_]*(\\.[a-z0-9_]+)+$","type":"string"},"failure_class":{"enum":["transient","permanent","poison"],"type":"string"},"first_failed_at":{"format":"date-time","type":"string"},"job_id":{"format":"uuid","type":"string"},"last_error_code":{"maxLength":64,"pattern":"^[A-Z][A-Z0-9_]*$","type":"string"},"workflow_run_id":{"format":"uuid","type":"string"}},"required":["job_id","event_id","event_type","consumer_name","attempts","failure_class","last_error_code","dead_lettered_at"],"type":"object"}"#;
 
+/// The `dlq_replay.scheduled` 1.0.0 schema of the reference contracts.
+pub const REPLAY_SCHEDULED_SCHEMA: &str = r#"{"additionalProperties":false,"properties":{"consumer_name":{"maxLength":128,"pattern":"^[a-z][a-z0-9_]*(\\.[a-z0-9_]+)*$","type":"string"},"job_count":{"minimum":1,"type":"integer"},"replay_id":{"format":"uuid","type":"string"},"requested_by_id":{"format":"uuid","type":"string"},"scheduled_for":{"format":"date-time","type":"string"}},"required":["replay_id","consumer_name","job_count","requested_by_id","scheduled_for"],"type":"object"}"#;
+
+/// The `dlq_replay.completed` 1.0.0 schema of the reference contracts.
+pub const REPLAY_COMPLETED_SCHEMA: &str = r#"{"additionalProperties":false,"properties":{"completed_at":{"format":"date-time","type":"string"},"failed_count":{"minimum":0,"type":"integer"},"replay_id":{"format":"uuid","type":"string"},"replayed_count":{"minimum":0,"type":"integer"},"succeeded_count":{"minimum":0,"type":"integer"}},"required":["replay_id","replayed_count","succeeded_count","failed_count","completed_at"],"type":"object"}"#;
+
+/// The `dlq_replay.failed` 1.0.0 schema of the reference contracts.
+pub const REPLAY_FAILED_SCHEMA: &str = r#"{"additionalProperties":false,"properties":{"error":{"additionalProperties":false,"properties":{"code":{"maxLength":64,"pattern":"^[A-Z][A-Z0-9_]*$","type":"string"},"retryable":{"type":"boolean"}},"required":["code","retryable"],"type":"object"},"failed_at":{"format":"date-time","type":"string"},"replay_id":{"format":"uuid","type":"string"},"replayed_count":{"minimum":0,"type":"integer"}},"required":["replay_id","error","replayed_count","failed_at"],"type":"object"}"#;
+
+/// The `job.discarded` 1.0.0 schema of the reference contracts.
+pub const DISCARDED_SCHEMA: &str = r#"{"additionalProperties":false,"properties":{"approval_ref":{"maxLength":200,"minLength":1,"type":"string"},"attempts":{"minimum":0,"type":"integer"},"consumer_name":{"maxLength":128,"pattern":"^[a-z][a-z0-9_]*(\\.[a-z0-9_]+)*$","type":"string"},"discard_id":{"minimum":1,"type":"integer"},"discarded_at":{"format":"date-time","type":"string"},"discarded_by":{"maxLength":128,"minLength":1,"type":"string"},"discarded_from":{"enum":["dead","quarantined"],"type":"string"},"event_id":{"format":"uuid","type":"string"},"event_type":{"maxLength":128,"pattern":"^[a-z][a-z0-9_]*(\\.[a-z0-9_]+)+$","type":"string"},"generation":{"minimum":0,"type":"integer"},"last_error_code":{"maxLength":64,"pattern":"^[A-Z][A-Z0-9_]*$","type":"string"}},"required":["discard_id","event_id","event_type","consumer_name","generation","discarded_from","attempts","approval_ref","discarded_by","discarded_at"],"type":"object"}"#;
+
 const DEAD_LETTERED_1: &[SubscriptionDescriptor] = &[SubscriptionDescriptor {
     event: "job.dead_lettered",
     requirement: "^1",
     versions: &["1.0.0", "1.1.0"],
 }];
 
-/// [`DISPATCH_REGISTRY`]'s `test.note` for `d.leased`, plus the lifecycle event
+/// A lifecycle event type of the reference contracts: producer class `dispatcher`, one
+/// version, 1.0.0.
+macro_rules! lifecycle_event {
+    ($name:literal, $order_key:expr, $schema:expr $(,)?) => {
+        EventDescriptor {
+            name: $name,
+            description: "A lifecycle event.",
+            producer_class: "dispatcher",
+            order_key: $order_key,
+            deprecated: false,
+            max_payload_bytes: 4096,
+            versions: &[VersionDescriptor {
+                version: "1.0.0",
+                major: 1,
+                schema: $schema,
+                schema_digest: DIGEST,
+            }],
+        }
+    };
+}
+
+/// [`DISPATCH_REGISTRY`]'s `test.note` for `d.leased`, plus the lifecycle events:
 /// `job.dead_lettered` (1.0.0 and 1.1.0, the reference contract's schema; producer class
-/// `dispatcher`, order key `job_id`) for the leased consumer `ops.watch`.
+/// `dispatcher`, order key `job_id`) for the leased consumer `ops.watch`, and
+/// `dlq_replay.scheduled`, `dlq_replay.completed`, `dlq_replay.failed` (order key
+/// `replay_id`) and `job.discarded` (order key `event_id`), subscribed by no consumer.
 pub const LIFECYCLE_REGISTRY: Registry = Registry {
     project: "runtime_lifecycle_tests",
     digest: DIGEST,
     events: &[
+        lifecycle_event!(
+            "dlq_replay.completed",
+            &["replay_id"],
+            REPLAY_COMPLETED_SCHEMA,
+        ),
+        lifecycle_event!("dlq_replay.failed", &["replay_id"], REPLAY_FAILED_SCHEMA),
+        lifecycle_event!(
+            "dlq_replay.scheduled",
+            &["replay_id"],
+            REPLAY_SCHEDULED_SCHEMA,
+        ),
         EventDescriptor {
             name: "job.dead_lettered",
             description: "A delivery was dead-lettered.",
@@ -492,6 +538,7 @@ pub const LIFECYCLE_REGISTRY: Registry = Registry {
                 },
             ],
         },
+        lifecycle_event!("job.discarded", &["event_id"], DISCARDED_SCHEMA),
         EventDescriptor {
             name: "test.note",
             description: "A note.",
@@ -520,3 +567,58 @@ pub const LIFECYCLE_REGISTRY: Registry = Registry {
     require_tenant_scope: false,
     dispatcher: evc_runtime::DispatcherDescriptor::FORMAT_DEFAULTS,
 };
+
+// ---------------------------------------------------------------------------------------------
+// Replay and discard tests.
+// ---------------------------------------------------------------------------------------------
+
+/// Lists `consumer` in the database's registry mirror, subscribed to `test.note` under
+/// `requirement`, as a deployed registry migration would (the test registry is not one).
+pub async fn deploy(pool: &PgPool, consumer: &str, requirement: &str) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql(
+        "INSERT INTO evc_retry_policies (name, kind, base_delay_ms, max_attempts, jitter, \
+             retry_on, registry_digest) \
+         SELECT 'fixed.200ms', 'fixed_delay', 200, 4, 'none', '{transient}', digest \
+         FROM evc_registry_state ON CONFLICT DO NOTHING; \
+         INSERT INTO evc_event_types (name, description, producer_class, order_key, compat, \
+             status, max_payload_bytes, registry_digest) \
+         SELECT 'test.note', 'A note.', 'notes', '{note_id}', 'backward', 'active', 512, digest \
+         FROM evc_registry_state ON CONFLICT DO NOTHING",
+    )
+    .execute(pool)
+    .await?;
+    sqlx::query(
+        "INSERT INTO evc_consumers (name, description, executor_kind, retry_policy, handler, \
+             ordering, mode, heartbeat_threshold_ms, registry_digest) \
+         SELECT $1, 'test', 'leased', 'fixed.200ms', 'h', 'none', 'live', 60000, digest \
+         FROM evc_registry_state ON CONFLICT DO NOTHING",
+    )
+    .bind(consumer)
+    .execute(pool)
+    .await?;
+    sqlx::query(
+        "INSERT INTO evc_subscriptions (consumer, event_type, requirement, registry_digest) \
+         SELECT $1, 'test.note', $2, digest FROM evc_registry_state \
+         ON CONFLICT (consumer, event_type) DO UPDATE SET requirement = EXCLUDED.requirement",
+    )
+    .bind(consumer)
+    .bind(requirement)
+    .execute(pool)
+    .await?;
+    deploy_version(pool, NOTE_SCHEMA).await
+}
+
+/// Deploys `schema` as `test.note` 1.0.0's in the database's registry mirror.
+pub async fn deploy_version(pool: &PgPool, schema: &str) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO evc_event_versions (event_type, version, major, minor, patch, schema, \
+             schema_digest, registry_digest) \
+         SELECT 'test.note', '1.0.0', 1, 0, 0, $1::jsonb, digest, digest \
+         FROM evc_registry_state \
+         ON CONFLICT (event_type, version) DO UPDATE SET schema = EXCLUDED.schema",
+    )
+    .bind(schema)
+    .execute(pool)
+    .await?;
+    Ok(())
+}

@@ -440,7 +440,8 @@ pub mod consumers {
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<T: BillingPayments> BillingPayments for ::std::sync::Arc<T> {
+    impl<HBillingPayments: BillingPayments> BillingPayments
+    for ::std::sync::Arc<HBillingPayments> {
         fn on_order_placed(
             &self,
             cx: &mut ::evc::HandlerContext<'_>,
@@ -448,13 +449,14 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_order_placed(self, cx, payload)
+            HBillingPayments::on_order_placed(self, cx, payload)
         }
     }
     /// Serves `billing.payments` with a [`BillingPayments`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
-    pub struct BillingPaymentsConsumer<H>(pub H);
-    impl<H: BillingPayments> ::evc::DynHandler for BillingPaymentsConsumer<H> {
+    pub struct BillingPaymentsConsumer<HBillingPayments>(pub HBillingPayments);
+    impl<HBillingPayments: BillingPayments> ::evc::DynHandler
+    for BillingPaymentsConsumer<HBillingPayments> {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a>,
@@ -496,7 +498,8 @@ pub mod consumers {
             })
         }
     }
-    impl<H: BillingPayments> ::evc::Consumer for BillingPaymentsConsumer<H> {
+    impl<HBillingPayments: BillingPayments> ::evc::Consumer
+    for BillingPaymentsConsumer<HBillingPayments> {
         const NAME: &'static str = "billing.payments";
     }
     /// Handler of the consumer `mailer.receipts`: Mails a receipt for every paid order and a notice for every cancelled one.
@@ -519,7 +522,8 @@ pub mod consumers {
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<T: MailerReceipts> MailerReceipts for ::std::sync::Arc<T> {
+    impl<HMailerReceipts: MailerReceipts> MailerReceipts
+    for ::std::sync::Arc<HMailerReceipts> {
         fn on_order_paid(
             &self,
             cx: &mut ::evc::HandlerContext<'_>,
@@ -527,7 +531,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_order_paid(self, cx, payload)
+            HMailerReceipts::on_order_paid(self, cx, payload)
         }
         fn on_order_cancelled(
             &self,
@@ -536,13 +540,14 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_order_cancelled(self, cx, payload)
+            HMailerReceipts::on_order_cancelled(self, cx, payload)
         }
     }
     /// Serves `mailer.receipts` with a [`MailerReceipts`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
-    pub struct MailerReceiptsConsumer<H>(pub H);
-    impl<H: MailerReceipts> ::evc::DynHandler for MailerReceiptsConsumer<H> {
+    pub struct MailerReceiptsConsumer<HMailerReceipts>(pub HMailerReceipts);
+    impl<HMailerReceipts: MailerReceipts> ::evc::DynHandler
+    for MailerReceiptsConsumer<HMailerReceipts> {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a>,
@@ -602,7 +607,8 @@ pub mod consumers {
             })
         }
     }
-    impl<H: MailerReceipts> ::evc::Consumer for MailerReceiptsConsumer<H> {
+    impl<HMailerReceipts: MailerReceipts> ::evc::Consumer
+    for MailerReceiptsConsumer<HMailerReceipts> {
         const NAME: &'static str = "mailer.receipts";
     }
     /// One handler per consumer that receives deliveries (mode `live` or `shadow`); leaving

@@ -14,7 +14,7 @@ use super::replay::{
     self, DiscardApplied, DiscardPlan, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
     ReplaySelection, SettledDelivery,
 };
-use super::sql;
+use super::{PgStore, sql};
 use crate::registry::ConsumerMode;
 use crate::store::DispatchError;
 use crate::store::postgres::{StatusReport, TimelineEntry};
@@ -24,6 +24,8 @@ use crate::store::postgres::{StatusReport, TimelineEntry};
 pub struct Console {
     pool: PgPool,
     consumers: Vec<WatchedConsumer>,
+    /// The store whose registry decides which lifecycle events replays and discards emit.
+    lifecycle: Option<PgStore>,
 }
 
 impl Console {
@@ -45,7 +47,20 @@ impl Console {
                 Duration::from_millis(u64::try_from(threshold).unwrap_or(0)),
             ));
         }
-        Ok(Self { pool, consumers })
+        Ok(Self {
+            pool,
+            consumers,
+            lifecycle: None,
+        })
+    }
+
+    /// This console, with replays and discards appending their lifecycle events
+    /// (`dlq_replay.scheduled`, `job.discarded`) through `store`, when its registry registers
+    /// them (docs/runtime.md, "Lifecycle events"). Without it they emit none: the registry
+    /// mirror a console reads holds no payload policy to check an append against.
+    pub fn with_lifecycle(mut self, store: PgStore) -> Self {
+        self.lifecycle = Some(store);
+        self
     }
 
     /// The deployed consumers, by name.
@@ -159,7 +174,7 @@ impl Console {
         approval: &ReplayApproval,
     ) -> Result<ReplayApplied, ReplayError> {
         self.deployed(&selection.consumer)?;
-        replay::apply(&self.pool, selection, approval).await
+        replay::apply(&self.pool, self.lifecycle.as_ref(), selection, approval).await
     }
 
     /// A discard's dry run: the deliveries `selection` would discard and the plan's digest
@@ -191,7 +206,7 @@ impl Console {
         approval: &ReplayApproval,
     ) -> Result<DiscardApplied, ReplayError> {
         self.deployed(&selection.consumer)?;
-        replay::discard(&self.pool, selection, approval).await
+        replay::discard(&self.pool, self.lifecycle.as_ref(), selection, approval).await
     }
 
     fn deployed(&self, consumer: &str) -> Result<(), ReplayError> {

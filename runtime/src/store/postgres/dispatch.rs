@@ -263,7 +263,8 @@ impl PgStore {
     /// Acks held deliveries ([`PgStore::claim_held`]) of one consumer in the transaction that
     /// claimed them, with their `acked` attempt rows, in one statement ([`sql::ACK_HELD`]).
     /// Returns how many were acked; a lease that is not held by this transaction's claim is
-    /// refused (counted as stale) and skipped.
+    /// refused (counted as stale) and skipped. The ends of the replays the acks end are
+    /// appended in the same transaction.
     ///
     /// # Errors
     /// [`DispatchError::Database`].
@@ -282,7 +283,7 @@ impl PgStore {
         let ids: Vec<Uuid> = held.iter().map(|lease| lease.event_id).collect();
         let tokens: Vec<i64> = held.iter().map(|lease| lease.token).collect();
         let started: Vec<f64> = held.iter().map(|lease| lease.started_at).collect();
-        let acked: Vec<Uuid> = sqlx::query_scalar(sql::ACK_HELD)
+        let rows = sqlx::query(sql::ACK_HELD)
             .bind(&ids)
             .bind(&tokens)
             .bind(&first.consumer)
@@ -290,6 +291,14 @@ impl PgStore {
             .bind(&first.owner)
             .fetch_all(&mut *transaction)
             .await?;
+        let mut acked: Vec<Uuid> = Vec::with_capacity(rows.len());
+        let mut replays: Vec<i64> = Vec::new();
+        for row in &rows {
+            acked.push(row.try_get("event_id")?);
+            replays.extend(row.try_get::<Option<i64>, _>("replay_id")?);
+        }
+        // Held deliveries commit with the claiming transaction: so does their replay's end.
+        self.end_replays(transaction, &replays).await?;
         for lease in leases {
             if !(lease.consumer == first.consumer && acked.contains(&lease.event_id)) {
                 self.count_stale(lease.event_id, &lease.consumer, lease.token);
@@ -307,7 +316,11 @@ impl PgStore {
         self.ack_in(&mut connection, lease).await
     }
 
-    /// Acks a lease on the caller's connection (see [`crate::Store::ack_in`]).
+    /// Acks a lease on the caller's connection (see [`crate::Store::ack_in`]). The ack of a
+    /// replayed delivery (a later [generation](Lease::generation)) that ends its replay appends
+    /// the replay's end in the same transaction (a savepoint of the caller's, or a
+    /// transaction of its own on a connection outside one), when the registry registers it
+    /// (docs/runtime.md, "Lifecycle events").
     ///
     /// # Errors
     /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
@@ -316,17 +329,28 @@ impl PgStore {
         connection: &mut PgConnection,
         lease: &Lease,
     ) -> Result<(), DispatchError> {
-        let row = sqlx::query(sql::ACK_FENCED)
+        let ack = sqlx::query(sql::ACK_FENCED)
             .bind(lease.event_id)
             .bind(&lease.consumer)
             .bind(lease.token)
-            .bind(lease.started_at)
-            .fetch_optional(connection)
-            .await?;
-        match row {
-            Some(_) => Ok(()),
-            None => Err(self.stale(lease)),
+            .bind(lease.started_at);
+        if lease.generation() == 0 || !self.tracks_replays() {
+            return match ack.fetch_optional(connection).await? {
+                Some(_) => Ok(()),
+                None => Err(self.stale(lease)),
+            };
         }
+        // The replay's end commits with the ack or not at all.
+        let mut transaction = connection.begin().await?;
+        let Some(row) = ack.fetch_optional(&mut *transaction).await? else {
+            transaction.rollback().await?;
+            return Err(self.stale(lease));
+        };
+        let replay_id: Option<i64> = row.try_get("replay_id")?;
+        self.end_replays(&mut transaction, replay_id.as_slice())
+            .await?;
+        transaction.commit().await?;
+        Ok(())
     }
 
     /// Acks many leases in one statement (see [`crate::Store::ack_batch`]): each lease is
@@ -344,7 +368,9 @@ impl PgStore {
         self.ack_batch_in(&mut connection, leases).await
     }
 
-    /// [`PgStore::ack_batch`] on the caller's connection (see [`PgStore::claim_in`]).
+    /// [`PgStore::ack_batch`] on the caller's connection (see [`PgStore::claim_in`]). With a
+    /// replayed delivery among the leases, the acks and the ends of the replays they end
+    /// commit together, as in [`PgStore::ack_in`].
     ///
     /// # Errors
     /// [`DispatchError::Database`].
@@ -356,6 +382,23 @@ impl PgStore {
         if leases.is_empty() {
             return Ok(AckBatch::default());
         }
+        if !self.tracks_replays() || leases.iter().all(|lease| lease.generation() == 0) {
+            return Ok(self.ack_batch_statement(connection, leases).await?.0);
+        }
+        let mut transaction = connection.begin().await?;
+        let (outcome, replays) = self.ack_batch_statement(&mut transaction, leases).await?;
+        self.end_replays(&mut transaction, &replays).await?;
+        transaction.commit().await?;
+        Ok(outcome)
+    }
+
+    /// The statement of [`PgStore::ack_batch_in`]: what it acked, and the replays that made
+    /// the acked deliveries.
+    async fn ack_batch_statement(
+        &self,
+        connection: &mut PgConnection,
+        leases: &[&Lease],
+    ) -> Result<(AckBatch, Vec<i64>), DispatchError> {
         let ids: Vec<Uuid> = leases.iter().map(|lease| lease.event_id).collect();
         let consumers: Vec<&str> = leases.iter().map(|lease| lease.consumer.as_str()).collect();
         let tokens: Vec<i64> = leases.iter().map(|lease| lease.token).collect();
@@ -370,10 +413,12 @@ impl PgStore {
             .fetch_all(&mut *connection)
             .await?;
         let mut acked = std::collections::HashSet::with_capacity(rows.len());
+        let mut replays: Vec<i64> = Vec::new();
         for row in &rows {
             let event_id: Uuid = row.try_get("event_id")?;
             let consumer: String = row.try_get("consumer")?;
             acked.insert((event_id, consumer));
+            replays.extend(row.try_get::<Option<i64>, _>("replay_id")?);
         }
         let mut outcome = AckBatch {
             acked: acked.len(),
@@ -387,14 +432,15 @@ impl PgStore {
                     .push((lease.event_id, lease.consumer.clone(), lease.token));
             }
         }
-        Ok(outcome)
+        Ok((outcome, replays))
     }
 
     /// Ends a failed attempt (see [`crate::Store::fail`]). A [held](Lease::is_held) lease is
     /// failed after its batch rolled back: the attempt is counted then ([`sql::FAIL_HELD`]),
     /// unless another claimer took the delivery meanwhile (then: stale). A dead-lettering
-    /// appends `job.dead_lettered` in the same transaction when the registry registers it
-    /// (docs/runtime.md, "Lifecycle events").
+    /// appends `job.dead_lettered`, and a replayed delivery that settles the end of the replay
+    /// it ends, in the same transaction when the registry registers them (docs/runtime.md,
+    /// "Lifecycle events").
     ///
     /// # Errors
     /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
@@ -438,34 +484,45 @@ impl PgStore {
         } else {
             query
         };
-        let lifecycle = match decision {
+        let dead_lettered = match decision {
             RetryDecision::Dead => self.dead_letter_type(),
             _ => None,
         };
-        let Some(descriptor) = lifecycle else {
+        // A replayed delivery that settles (dead or quarantined) may end its replay.
+        let ends_replay = !matches!(decision, RetryDecision::Retry(_))
+            && lease.generation() > 0
+            && self.tracks_replays();
+        if dead_lettered.is_none() && !ends_replay {
             let row = query.fetch_optional(&self.inner.pool).await?;
             return match row {
                 Some(_) => Ok(()),
                 None => Err(self.stale(lease)),
             };
-        };
-        // The lifecycle event commits with the dead-lettering or not at all.
+        }
+        // The lifecycle events commit with the settle or not at all.
         let mut transaction = self.inner.pool.begin().await?;
-        if query.fetch_optional(&mut *transaction).await?.is_none() {
+        let Some(row) = query.fetch_optional(&mut *transaction).await? else {
             transaction.rollback().await?;
             return Err(self.stale(lease));
-        }
-        let dead = DeadLetter {
-            event_id: lease.event_id,
-            consumer: &lease.consumer,
-            // A held lease's attempt is the one the fail statement counted; a leased one's was
-            // counted by its claim.
-            attempts: lease.attempt,
-            failure_class: lifecycle::failure_class(class),
-            error_code: code,
         };
-        self.emit_dead_lettered(&mut transaction, descriptor, dead)
-            .await?;
+        if let Some(descriptor) = dead_lettered {
+            let dead = DeadLetter {
+                event_id: lease.event_id,
+                consumer: &lease.consumer,
+                // A held lease's attempt is the one the fail statement counted; a leased one's
+                // was counted by its claim.
+                attempts: lease.attempt,
+                failure_class: lifecycle::failure_class(class),
+                error_code: code,
+            };
+            self.emit_dead_lettered(&mut transaction, descriptor, dead)
+                .await?;
+        }
+        if ends_replay {
+            let replay_id: Option<i64> = row.try_get("replay_id")?;
+            self.end_replays(&mut transaction, replay_id.as_slice())
+                .await?;
+        }
         transaction.commit().await?;
         Ok(())
     }
@@ -544,8 +601,9 @@ impl PgStore {
     }
 
     /// Recovers up to `limit` expired leases (see [`crate::Store::recover_expired`]); each one
-    /// dead-lettered past its attempt limit appends `job.dead_lettered` in the same transaction
-    /// when the registry registers it (docs/runtime.md, "Lifecycle events").
+    /// dead-lettered past its attempt limit appends `job.dead_lettered`, and the replay it
+    /// ends its end, in the same transaction when the registry registers them
+    /// (docs/runtime.md, "Lifecycle events").
     ///
     /// # Errors
     /// [`DispatchError::Database`].
@@ -557,29 +615,34 @@ impl PgStore {
                 .bind(consumers)
                 .bind(limits)
         };
-        let Some(descriptor) = self.dead_letter_type() else {
+        let dead_lettered = self.dead_letter_type();
+        if dead_lettered.is_none() && !self.tracks_replays() {
             // No lifecycle event to emit: one statement, committed on its own.
             let row = recover().fetch_one(&self.inner.pool).await?;
             return recovered(&row);
-        };
+        }
         // One transaction: the lifecycle events commit with the dead-lettering or not at all.
         let mut transaction = self.inner.pool.begin().await?;
         let row = recover().fetch_one(&mut *transaction).await?;
-        let events: Vec<Uuid> = row.try_get("dead_events")?;
-        let consumers: Vec<String> = row.try_get("dead_consumers")?;
-        let attempts: Vec<i32> = row.try_get("dead_attempts")?;
-        for ((event_id, consumer), attempts) in events.iter().zip(&consumers).zip(attempts) {
-            let dead = DeadLetter {
-                event_id: *event_id,
-                consumer,
-                attempts: u32::try_from(attempts).unwrap_or(1),
-                // The handler never answered: its attempts ended like transient failures.
-                failure_class: "transient",
-                error_code: "lease_expired",
-            };
-            self.emit_dead_lettered(&mut transaction, descriptor, dead)
-                .await?;
+        if let Some(descriptor) = dead_lettered {
+            let events: Vec<Uuid> = row.try_get("dead_events")?;
+            let consumers: Vec<String> = row.try_get("dead_consumers")?;
+            let attempts: Vec<i32> = row.try_get("dead_attempts")?;
+            for ((event_id, consumer), attempts) in events.iter().zip(&consumers).zip(attempts) {
+                let dead = DeadLetter {
+                    event_id: *event_id,
+                    consumer,
+                    attempts: u32::try_from(attempts).unwrap_or(1),
+                    // The handler never answered: its attempts ended like transient failures.
+                    failure_class: "transient",
+                    error_code: "lease_expired",
+                };
+                self.emit_dead_lettered(&mut transaction, descriptor, dead)
+                    .await?;
+            }
         }
+        let replays: Vec<i64> = row.try_get("dead_replays")?;
+        self.end_replays(&mut transaction, &replays).await?;
         transaction.commit().await?;
         recovered(&row)
     }
@@ -672,6 +735,7 @@ fn claimed(row: &PgRow, owner: &str) -> Result<Claimed, DispatchError> {
     let consumer: String = row.try_get("consumer")?;
     let attempt: i32 = row.try_get("attempt")?;
     let attempt = u32::try_from(attempt).unwrap_or(0);
+    let generation: i32 = row.try_get("generation")?;
     let token: i64 = row.try_get("fencing_token")?;
     let claimed_at: f64 = row.try_get("claimed_at")?;
     let event_type: String = row.try_get("event_type")?;
@@ -696,7 +760,8 @@ fn claimed(row: &PgRow, owner: &str) -> Result<Claimed, DispatchError> {
             consumer.clone(),
             attempt,
         ),
-        lease: Lease::new(event_id, consumer, owner, token, attempt, claimed_at),
+        lease: Lease::new(event_id, consumer, owner, token, attempt, claimed_at)
+            .of_generation(u32::try_from(generation).unwrap_or(0)),
         event_seq: row.try_get("event_seq")?,
         order_key: row.try_get("order_key")?,
         payload,

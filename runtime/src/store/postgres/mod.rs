@@ -57,7 +57,10 @@ pub use console::Console;
 pub use deployed::deployed_registry;
 pub(crate) use dispatch::Beat;
 pub use doorbell::Doorbell;
-pub use lifecycle::DEAD_LETTERED;
+pub use lifecycle::{
+    DEAD_LETTERED, DISCARDED, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED,
+    REPLAYED_JOB_FAILED, replay_uuid,
+};
 pub use observe::{
     AttemptLatency, ConsumerStatus, Lag, Percentiles, Problem, SilentWorker, StatusReport,
     TimelineEntry, WatchedConsumer, WorkerSettings,

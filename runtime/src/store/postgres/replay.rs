@@ -12,7 +12,7 @@ use sqlx::Row;
 use sqlx::postgres::{PgConnection, PgPool, PgRow};
 use uuid::Uuid;
 
-use super::sql;
+use super::{PgStore, sql};
 use crate::append::sha256_hex;
 
 /// Longest replay reason, in characters.
@@ -252,6 +252,10 @@ pub struct ReplayApproval {
     pub approval_ref: String,
     /// The same key applies once; repeating it answers with the first result.
     pub idempotency_key: String,
+    /// The person who requested a replay, as `dlq_replay.scheduled` names them
+    /// (`requested_by_id`); `None`: an id derived from the database role (docs/runtime.md,
+    /// "Lifecycle events"). Not stored in `evc_replays`.
+    pub requested_by: Option<Uuid>,
 }
 
 impl ReplayApproval {
@@ -267,7 +271,14 @@ impl ReplayApproval {
             reason: reason.into(),
             approval_ref: approval_ref.into(),
             idempotency_key: idempotency_key.into(),
+            requested_by: None,
         }
+    }
+
+    /// The person who requested the replay, for its `dlq_replay.scheduled` event.
+    pub fn requested_by(mut self, person: Uuid) -> Self {
+        self.requested_by = Some(person);
+        self
     }
 }
 
@@ -596,9 +607,12 @@ fn check_approval(approval: &ReplayApproval) -> Result<(), ReplayError> {
     Ok(())
 }
 
-/// Applies `selection` under `approval`, in one transaction (see [`crate::Console::replay`]).
+/// Applies `selection` under `approval`, in one transaction (see [`crate::Console::replay`]);
+/// appends `dlq_replay.scheduled` in it through `lifecycle`, when given and its registry
+/// registers the type.
 pub(crate) async fn apply(
     pool: &PgPool,
+    lifecycle: Option<&PgStore>,
     selection: &ReplaySelection,
     approval: &ReplayApproval,
 ) -> Result<ReplayApplied, ReplayError> {
@@ -683,6 +697,17 @@ pub(crate) async fn apply(
         .fetch_one(&mut *tx)
         .await?;
     let created: i64 = row.try_get("created")?;
+    if let Some(store) = lifecycle {
+        store
+            .emit_replay_scheduled(
+                &mut tx,
+                replay_id,
+                &selection.consumer,
+                created,
+                approval.requested_by,
+            )
+            .await?;
+    }
     sqlx::query(sql::NOTIFY_CONSUMERS)
         .bind(vec![selection.consumer.as_str()])
         .execute(&mut *tx)
@@ -756,9 +781,12 @@ pub(crate) async fn discard_plan(
     })
 }
 
-/// Discards `selection` under `approval`, in one transaction (see [`crate::Console::discard`]).
+/// Discards `selection` under `approval`, in one transaction (see [`crate::Console::discard`]);
+/// appends one `job.discarded` per delivery in it through `lifecycle`, when given and its
+/// registry registers the type.
 pub(crate) async fn discard(
     pool: &PgPool,
+    lifecycle: Option<&PgStore>,
     selection: &ReplaySelection,
     approval: &ReplayApproval,
 ) -> Result<DiscardApplied, ReplayError> {
@@ -815,6 +843,17 @@ pub(crate) async fn discard(
         .await?;
     let discard_id: i64 = row.try_get("id")?;
     let items: String = row.try_get("items")?;
+    if let Some(store) = lifecycle {
+        let discarded = Discarded {
+            discard_id,
+            approval_ref: &approval.approval_ref,
+            discarded_by: row.try_get("db_role")?,
+            discarded_at: row.try_get("discarded_at")?,
+        };
+        for delivery in &deliveries {
+            store.emit_discarded(&mut tx, &discarded, delivery).await?;
+        }
+    }
     tx.commit().await?;
     let discarded = discarded_items(&items);
     tracing::info!(
@@ -829,6 +868,18 @@ pub(crate) async fn discard(
         discarded,
         repeated: false,
     })
+}
+
+/// A discard as its `job.discarded` events describe it: as `evc_discards` records it.
+pub(super) struct Discarded<'a> {
+    /// `evc_discards.id`.
+    pub(super) discard_id: i64,
+    /// The operator's approval reference.
+    pub(super) approval_ref: &'a str,
+    /// The database role that applied it.
+    pub(super) discarded_by: String,
+    /// When, RFC 3339 UTC.
+    pub(super) discarded_at: String,
 }
 
 /// The deliveries of an `evc_discards.items` array (written by [`sql::APPLY_DISCARD`]).

@@ -175,7 +175,8 @@ FROM evc_retry_policies ORDER BY name";
 /// `event_seq` order (what `dispatch::claimed` reads).
 macro_rules! claimed_rows {
     () => {
-        "SELECT d.event_id, d.consumer, d.attempt, d.fencing_token, d.event_seq, e.order_key,
+        "SELECT d.event_id, d.consumer, d.generation, d.attempt, d.fencing_token, d.event_seq,
+    e.order_key,
     e.event_type, e.schema_version, e.payload::text AS payload, e.trace_id, e.parent_span_id,
     e.trace_flags, extract(epoch FROM now())::float8 AS claimed_at,
     (SELECT s.mode FROM evc_consumer_state s WHERE s.consumer = $1) AS mode_override
@@ -248,7 +249,7 @@ WITH c AS (
         attempt = d.attempt + 1, fencing_token = d.fencing_token + 1, updated_at = now()
     FROM c
     WHERE d.ctid = c.ctid
-    RETURNING d.event_id, d.consumer, d.attempt, d.fencing_token, d.event_seq
+    RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.fencing_token, d.event_seq
 )
 ",
     claimed_rows!()
@@ -313,7 +314,7 @@ WITH d AS (
                 AND p.status IN ('pending', 'leased')
                 AND (p.status = 'leased' OR p.event_seq < d.event_seq)
         )
-    RETURNING d.event_id, d.consumer, d.attempt, d.fencing_token, d.event_seq
+    RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.fencing_token, d.event_seq
 )
 ",
     claimed_rows!()
@@ -329,8 +330,8 @@ WITH d AS (
 pub(crate) const CLAIM_HELD: &str = concat!(
     "\
 WITH d AS (
-    SELECT event_id, consumer, attempt + 1 AS attempt, fencing_token + 1 AS fencing_token,
-        event_seq
+    SELECT event_id, consumer, generation, attempt + 1 AS attempt,
+        fencing_token + 1 AS fencing_token, event_seq
     FROM evc_deliveries
     WHERE consumer = $1 AND status = 'pending' AND next_attempt_at <= now()
         AND event_seq > $2
@@ -352,7 +353,8 @@ WITH d AS (
 /// held one is deleted, and its `acked` attempt row (the held attempt number, token and owner)
 /// is its record from then on (the data-modifying `a` runs whether or not it is read). A
 /// `DELETE` leaves no new row version and no index entry behind, where setting `acked` wrote
-/// both (docs/design.md, "Held batches"). Returns the acked event ids.
+/// both (docs/design.md, "Held batches"). Returns the acked event ids, each with the replay that
+/// made its delivery (NULL: none).
 pub(crate) const ACK_HELD: &str = concat!(
     "\
 WITH x AS (
@@ -362,36 +364,37 @@ WITH x AS (
         AND d.fencing_token = r.fencing_token - 1
     RETURNING d.event_id, d.consumer, d.generation, d.attempt + 1 AS attempt,
         $5::text AS lease_owner, d.fencing_token + 1 AS fencing_token,
-        to_timestamp(r.started) AS started
+        to_timestamp(r.started) AS started, d.replay_id
 ), ",
     acked_attempt_rows!(),
     "
-SELECT x.event_id FROM x"
+SELECT x.event_id, x.replay_id FROM x"
 );
 
 /// Acks a lease, fenced: delivery `$1` of consumer `$2` still leased with token `$3`. Deletes
 /// the delivery and writes its `acked` attempt row (owner, token, started at epoch seconds `$4`,
 /// finished now) in the same statement, like every ack ([`ACK_HELD`]: the attempt row is the
-/// acked delivery's record). Returns one row when the token was current, none when it was
-/// stale.
+/// acked delivery's record). Returns one row when the token was current (with the replay that
+/// made the delivery, NULL for none), none when it was stale.
 pub(crate) const ACK_FENCED: &str = concat!(
     "\
 WITH x AS (
     DELETE FROM evc_deliveries
     WHERE event_id = $1 AND consumer = $2 AND fencing_token = $3 AND status = 'leased'
     RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token,
-        to_timestamp($4::float8) AS started
+        to_timestamp($4::float8) AS started, replay_id
 ), ",
     acked_attempt_rows!(),
     "
-SELECT (SELECT count(*) FROM a) AS attempts FROM x"
+SELECT (SELECT count(*) FROM a) AS attempts, x.replay_id FROM x"
 );
 
 /// Acks many leases in one statement, each fenced on its own: parallel arrays `$1` event ids,
 /// `$2` consumers, `$3` tokens, `$4` owners and `$5` handler start times (epoch seconds). A
 /// delivery still leased to its owner with its token is deleted and gets its `acked` attempt
 /// row (started at `$5`, finished now); any other entry (stale token, settled, released, another
-/// owner) writes nothing. Returns the acked `(event_id, consumer)` pairs.
+/// owner) writes nothing. Returns the acked `(event_id, consumer)` pairs, each with the replay
+/// that made its delivery (`replay_id`, NULL for none).
 ///
 /// No `FOR UPDATE` first: a row lock is a heap write and a WAL record of its own, and no order
 /// of locks is needed to rule out deadlocks. An ack waits only for a row whose lease it held
@@ -413,15 +416,16 @@ WITH r AS (
         AND d.fencing_token = r.fencing_token AND d.lease_owner = r.owner
         AND d.status = 'leased'
     RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.lease_owner,
-        d.fencing_token, to_timestamp(r.started) AS started
+        d.fencing_token, to_timestamp(r.started) AS started, d.replay_id
 ), ",
     acked_attempt_rows!(),
     "
-SELECT x.event_id, x.consumer, (SELECT count(*) FROM a) AS attempts FROM x"
+SELECT x.event_id, x.consumer, x.replay_id, (SELECT count(*) FROM a) AS attempts FROM x"
 );
 
 /// The end both fail statements share: the failed attempt's row for the delivery `d` they
-/// updated (`$6` error code, `$7` handler start in epoch seconds, `$8` outcome), and the count.
+/// updated (`$6` error code, `$7` handler start in epoch seconds, `$8` outcome), and the count
+/// with the replay that made the delivery (NULL: none).
 macro_rules! failed_attempt_row {
     () => {
         "), a AS (
@@ -436,7 +440,7 @@ macro_rules! failed_attempt_row {
     ) AS t
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM a) AS attempts FROM d"
+SELECT (SELECT count(*) FROM a) AS attempts, d.replay_id FROM d"
     };
 }
 
@@ -454,7 +458,7 @@ WITH d AS (
         next_attempt_at = CASE WHEN $4 = 'pending'
             THEN clock_timestamp() + $5::int8 * interval '1 millisecond' ELSE next_attempt_at END
     WHERE event_id = $1 AND consumer = $2 AND fencing_token = $3 AND status = 'leased'
-    RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token
+    RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token, replay_id
 ",
     failed_attempt_row!()
 );
@@ -473,7 +477,7 @@ WITH d AS (
         next_attempt_at = CASE WHEN $4 = 'pending'
             THEN clock_timestamp() + $5::int8 * interval '1 millisecond' ELSE next_attempt_at END
     WHERE event_id = $1 AND consumer = $2 AND fencing_token = $3 - 1 AND status = 'pending'
-    RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token
+    RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token, replay_id
 ",
     failed_attempt_row!()
 );
@@ -509,10 +513,12 @@ SELECT count(*) FROM d";
 /// named has no limit) goes `dead` instead, with outcome `dead` and error code
 /// `lease_expired`: a handler that takes its process down every time is not claimed forever.
 /// At most `$1` rows per call. Returns the numbers recovered (pending or dead) and dead, and
-/// the dead deliveries as parallel arrays (`dead_events`, `dead_consumers`, `dead_attempts`).
+/// the dead deliveries as parallel arrays (`dead_events`, `dead_consumers`, `dead_attempts`),
+/// and the replays that made any of them (`dead_replays`).
 pub(crate) const RECOVER_EXPIRED: &str = "\
 WITH x AS (
-    SELECT ctid, event_id, consumer, generation, attempt, lease_owner, fencing_token, updated_at
+    SELECT ctid, event_id, consumer, generation, attempt, lease_owner, fencing_token, updated_at,
+        replay_id
     FROM evc_deliveries
     WHERE status = 'leased' AND lease_until < now()
     ORDER BY lease_until
@@ -549,15 +555,62 @@ SELECT (SELECT count(*) FROM d) AS recovered, (SELECT count(*) FROM a) AS attemp
     ARRAY(SELECT y.consumer FROM y WHERE y.exhausted ORDER BY y.event_id, y.consumer)
         AS dead_consumers,
     ARRAY(SELECT greatest(y.attempt, 1) FROM y WHERE y.exhausted
-        ORDER BY y.event_id, y.consumer) AS dead_attempts";
+        ORDER BY y.event_id, y.consumer) AS dead_attempts,
+    ARRAY(SELECT DISTINCT y.replay_id FROM y WHERE y.exhausted AND y.replay_id IS NOT NULL)
+        AS dead_replays";
 
-/// What a `job.dead_lettered` lifecycle event needs of dead-lettered event `$1`: its type,
-/// version, tenant scope and trace, and the time of the dead-lettering (the transaction's, as the delivery's
-/// `updated_at`) in RFC 3339, UTC. Never the payload.
-pub(crate) const DEAD_LETTER_SOURCE: &str = "\
+/// The transaction's time in RFC 3339, UTC, as lifecycle events carry it.
+macro_rules! rfc3339_now {
+    () => {
+        "to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+    };
+}
+
+/// What a lifecycle event about a delivery (`job.dead_lettered`, `job.discarded`) needs of its
+/// event `$1`: type, version, tenant scope and trace, and the time of the state change (the
+/// transaction's, as the delivery's `updated_at`) in RFC 3339, UTC. Never the payload.
+pub(crate) const LIFECYCLE_SOURCE: &str = concat!(
+    "\
 SELECT event_type, schema_version, tenant_scope, trace_id, parent_span_id, trace_flags,
-    to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS dead_lettered_at
-FROM evc_events WHERE event_id = $1";
+    ",
+    rfc3339_now!(),
+    " AS now
+FROM evc_events WHERE event_id = $1"
+);
+
+/// The transaction's time (RFC 3339, UTC) and the database role, for `dlq_replay.scheduled`.
+pub(crate) const LIFECYCLE_NOW: &str = concat!(
+    "SELECT ",
+    rfc3339_now!(),
+    " AS now, session_user::text AS role"
+);
+
+/// Locks replay `$1`'s row until the transaction ends: settles of its last deliveries take
+/// turns counting them ([`REPLAY_PROGRESS`], a statement of its own so its snapshot follows
+/// the lock).
+pub(crate) const LOCK_REPLAY: &str = "SELECT 1 FROM evc_replays WHERE id = $1 FOR UPDATE";
+
+/// Replay `$1`'s deliveries (the generation after each of its items): how many it made,
+/// how many are still `pending` or `leased`, how many failed again (settled but not acked: an
+/// ack deletes the row, so a missing row is an ack), of those how many are quarantined; and
+/// the transaction's time in RFC 3339, UTC. No row: no such replay.
+pub(crate) const REPLAY_PROGRESS: &str = concat!(
+    "\
+SELECT r.deliveries,
+    count(*) FILTER (WHERE d.status IN ('pending', 'leased')) AS outstanding,
+    count(*) FILTER (WHERE d.status IN ('dead', 'quarantined', 'replayed', 'discarded'))
+        AS failed,
+    count(*) FILTER (WHERE d.status = 'quarantined') AS quarantined,
+    ",
+    rfc3339_now!(),
+    " AS now
+FROM evc_replays r
+LEFT JOIN evc_replay_items i ON i.replay_id = r.id
+LEFT JOIN evc_deliveries d ON d.event_id = i.event_id AND d.consumer = i.consumer
+    AND d.generation = i.generation + 1
+WHERE r.id = $1
+GROUP BY r.deliveries"
+);
 
 /// Locks delivery `$1` of consumer `$2` for the rest of the transaction if it is still leased
 /// with token `$3` (the transactional kind's fence, and [`RECORD_EFFECT`]'s). No row: stale.
@@ -874,7 +927,8 @@ SELECT id, consumer, plan_digest, items::text AS items FROM evc_discards WHERE i
 /// generations (locked by [`SETTLED_DELIVERIES_LOCKED`]), under plan digest `$2`, reason `$3`,
 /// approval reference `$4` and idempotency key `$5`: one `evc_discards` row lists them (event,
 /// generation, the status each left, type and version, in array order), and each becomes
-/// `discarded` with the discard's id, its row kept. Returns the discard's id and its items.
+/// `discarded` with the discard's id, its row kept. Returns the discard's id, its items, the
+/// database role that applied it and when (RFC 3339, UTC).
 pub(crate) const APPLY_DISCARD: &str = "\
 WITH p AS (
     SELECT d.ctid, d.event_id, d.generation, d.status, e.event_type, e.schema_version, r.ord
@@ -891,13 +945,17 @@ WITH p AS (
             'generation', p.generation, 'status', p.status, 'event_type', p.event_type,
             'version', p.schema_version) ORDER BY p.ord), '[]'::jsonb)
     FROM p
-    RETURNING id, items
+    RETURNING id, items, db_role, discarded_at
 ), u AS (
     UPDATE evc_deliveries d SET status = 'discarded', discard_id = a.id, updated_at = now()
     FROM p, a WHERE d.ctid = p.ctid
     RETURNING 1
 )
-SELECT a.id, a.items::text AS items, (SELECT count(*) FROM u) AS discarded FROM a";
+SELECT a.id, a.items::text AS items, a.db_role,
+    to_char(a.discarded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')
+        AS discarded_at,
+    (SELECT count(*) FROM u) AS discarded
+FROM a";
 
 // ---------------------------------------------------------------------------------------------
 // Shadow mode and stale-token counts (docs/runtime.md, "Modes").
