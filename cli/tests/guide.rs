@@ -60,7 +60,10 @@ fn postgres_ready() -> bool {
                 Ok(output) => String::from_utf8_lossy(&output.stderr).trim().to_owned(),
                 Err(error) => format!("psql/createdb not runnable: {error}"),
             };
-            assert!(!ci(), "CI=true and PostgreSQL at {url} is not usable: {why}");
+            assert!(
+                !ci(),
+                "CI=true and PostgreSQL at {url} is not usable: {why}"
+            );
             eprintln!("skipped: PostgreSQL at {url} is not usable ({why}); set DATABASE_URL");
             false
         }
@@ -188,7 +191,10 @@ fn every_command_of_the_guide_runs() {
     }
     let all = outputs.concat();
     assert!(all.contains("ok: 3 event types"), "{all}");
-    assert!(all.contains("payments: 3"), "the shop did not finish: {all}");
+    assert!(
+        all.contains("payments: 3"),
+        "the shop did not finish: {all}"
+    );
     assert!(app.join("generated/Cargo.toml").is_file());
     assert!(
         fs::read_to_string(app.join("generated/src/contracts.rs"))

@@ -22,8 +22,7 @@ use evc::{
 };
 use shop_events::consumers::{BillingPayments, Handlers, MailerReceipts};
 use shop_events::payloads::{
-    OrderCancelledV1, OrderCancelledV1ReasonCode, OrderPaidV1, OrderPlacedV1,
-    OrderPlacedV1Currency,
+    OrderCancelledV1, OrderCancelledV1ReasonCode, OrderPaidV1, OrderPlacedV1, OrderPlacedV1Currency,
 };
 use shop_events::producers::{emit_order_paid_v1, emit_order_placed_v1};
 
@@ -160,7 +159,12 @@ async fn place_order(
         OrderPlacedV1Currency::EUR,
         Utc::now(),
     );
-    emit_order_placed_v1(&mut store.publisher(&mut tx), &TraceContext::fresh(), &placed).await?;
+    emit_order_placed_v1(
+        &mut store.publisher(&mut tx),
+        &TraceContext::fresh(),
+        &placed,
+    )
+    .await?;
     tx.commit().await?;
     Ok(order_id)
 }
@@ -184,7 +188,10 @@ where
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let url = std::env::var("DATABASE_URL").context("set DATABASE_URL to a PostgreSQL database")?;
-    let pool = PgPoolOptions::new().max_connections(10).connect(&url).await?;
+    let pool = PgPoolOptions::new()
+        .max_connections(10)
+        .connect(&url)
+        .await?;
     sqlx::raw_sql(SHOP_TABLES).execute(&pool).await?;
 
     // `evc migrate` applied the outbox tables and the registry mirror; start refuses a
@@ -255,8 +262,14 @@ async fn main() -> anyhow::Result<()> {
         format!("replay-{stuck}"),
     );
     let applied = console.replay(&dead, &approval).await?;
-    println!("replayed {} delivery(ies) as replay {}", applied.deliveries, applied.replay_id);
-    wait_for("the replayed order's receipt", || async { Ok(mailer.sent().len() == 4) }).await?;
+    println!(
+        "replayed {} delivery(ies) as replay {}",
+        applied.deliveries, applied.replay_id
+    );
+    wait_for("the replayed order's receipt", || async {
+        Ok(mailer.sent().len() == 4)
+    })
+    .await?;
 
     let stats = dispatcher.shutdown().await;
     for line in mailer.sent() {
