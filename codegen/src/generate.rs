@@ -227,7 +227,12 @@ impl Builder {
                 );
             }
         }
-        let artifacts = render(&loaded.contracts, &out_dir, &self.layout)?;
+        // The items are `include!`d into the caller's crate: a manifest for them has no use.
+        let manifest = self.layout.crate_dir.join("Cargo.toml");
+        let artifacts: Vec<Artifact> = render(&loaded.contracts, &out_dir, &self.layout)?
+            .into_iter()
+            .filter(|artifact| artifact.path != manifest)
+            .collect();
         write(&artifacts, &out_dir)
     }
 }

@@ -56,3 +56,32 @@ fn builder_refuses_invalid_contracts() {
         "{error}"
     );
 }
+
+#[test]
+fn generate_writes_the_crate_manifest_only_when_it_is_missing() {
+    let contracts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../contracts");
+    let loaded = evc_codegen::ContractSet::load(&contracts).expect("contracts load");
+    let root = tempfile::tempdir().expect("temp dir");
+    let layout = evc_codegen::emit::Layout::default();
+    let manifest = Path::new("generated/Cargo.toml");
+
+    let fresh =
+        evc_codegen::generate::render(&loaded.contracts, root.path(), &layout).expect("renders");
+    let written = fresh
+        .iter()
+        .find(|artifact| artifact.path == manifest)
+        .expect("a fresh layout gets a manifest");
+    assert!(
+        written.contents.contains("name = \"evc-reference-events\"")
+            && written.contents.contains("evc.workspace = true"),
+        "{}",
+        written.contents
+    );
+
+    // The application's own manifest is never rewritten.
+    std::fs::create_dir_all(root.path().join("generated")).expect("mkdir");
+    std::fs::write(root.path().join(manifest), "[package]\nname = \"mine\"\n").expect("write");
+    let again =
+        evc_codegen::generate::render(&loaded.contracts, root.path(), &layout).expect("renders");
+    assert!(again.iter().all(|artifact| artifact.path != manifest));
+}
