@@ -466,7 +466,7 @@ pub mod consumers {
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<T: Audit> Audit for ::std::sync::Arc<T> {
+    impl<HAudit: Audit> Audit for ::std::sync::Arc<HAudit> {
         fn on_job_failed(
             &self,
             cx: &mut ::evc::HandlerContext<'_>,
@@ -474,7 +474,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_job_failed(self, cx, payload)
+            HAudit::on_job_failed(self, cx, payload)
         }
         fn on_unit_created(
             &self,
@@ -483,13 +483,13 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_unit_created(self, cx, payload)
+            HAudit::on_unit_created(self, cx, payload)
         }
     }
     /// Serves `audit` with a [`Audit`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
-    pub struct AuditConsumer<H>(pub H);
-    impl<H: Audit> ::evc::DynHandler for AuditConsumer<H> {
+    pub struct AuditConsumer<HAudit>(pub HAudit);
+    impl<HAudit: Audit> ::evc::DynHandler for AuditConsumer<HAudit> {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a>,
@@ -549,7 +549,7 @@ pub mod consumers {
             })
         }
     }
-    impl<H: Audit> ::evc::Consumer for AuditConsumer<H> {
+    impl<HAudit: Audit> ::evc::Consumer for AuditConsumer<HAudit> {
         const NAME: &'static str = "audit";
     }
     /// Handler of the consumer `worker.indexer`: Indexes units.
@@ -572,7 +572,8 @@ pub mod consumers {
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<T: WorkerIndexer> WorkerIndexer for ::std::sync::Arc<T> {
+    impl<HWorkerIndexer: WorkerIndexer> WorkerIndexer
+    for ::std::sync::Arc<HWorkerIndexer> {
         fn on_unit_created(
             &self,
             cx: &mut ::evc::HandlerContext<'_>,
@@ -580,7 +581,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_unit_created(self, cx, payload)
+            HWorkerIndexer::on_unit_created(self, cx, payload)
         }
         fn on_unit_edited(
             &self,
@@ -589,13 +590,14 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_unit_edited(self, cx, payload)
+            HWorkerIndexer::on_unit_edited(self, cx, payload)
         }
     }
     /// Serves `worker.indexer` with a [`WorkerIndexer`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
-    pub struct WorkerIndexerConsumer<H>(pub H);
-    impl<H: WorkerIndexer> ::evc::DynHandler for WorkerIndexerConsumer<H> {
+    pub struct WorkerIndexerConsumer<HWorkerIndexer>(pub HWorkerIndexer);
+    impl<HWorkerIndexer: WorkerIndexer> ::evc::DynHandler
+    for WorkerIndexerConsumer<HWorkerIndexer> {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a>,
@@ -656,7 +658,8 @@ pub mod consumers {
             })
         }
     }
-    impl<H: WorkerIndexer> ::evc::Consumer for WorkerIndexerConsumer<H> {
+    impl<HWorkerIndexer: WorkerIndexer> ::evc::Consumer
+    for WorkerIndexerConsumer<HWorkerIndexer> {
         const NAME: &'static str = "worker.indexer";
     }
     /// Handler of the consumer `worker.shadow`: Tries a new indexer without committing effects.
@@ -671,7 +674,7 @@ pub mod consumers {
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<T: WorkerShadow> WorkerShadow for ::std::sync::Arc<T> {
+    impl<HWorkerShadow: WorkerShadow> WorkerShadow for ::std::sync::Arc<HWorkerShadow> {
         fn on_unit_created(
             &self,
             cx: &mut ::evc::HandlerContext<'_>,
@@ -679,13 +682,14 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_unit_created(self, cx, payload)
+            HWorkerShadow::on_unit_created(self, cx, payload)
         }
     }
     /// Serves `worker.shadow` with a [`WorkerShadow`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
-    pub struct WorkerShadowConsumer<H>(pub H);
-    impl<H: WorkerShadow> ::evc::DynHandler for WorkerShadowConsumer<H> {
+    pub struct WorkerShadowConsumer<HWorkerShadow>(pub HWorkerShadow);
+    impl<HWorkerShadow: WorkerShadow> ::evc::DynHandler
+    for WorkerShadowConsumer<HWorkerShadow> {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a>,
@@ -727,7 +731,8 @@ pub mod consumers {
             })
         }
     }
-    impl<H: WorkerShadow> ::evc::Consumer for WorkerShadowConsumer<H> {
+    impl<HWorkerShadow: WorkerShadow> ::evc::Consumer
+    for WorkerShadowConsumer<HWorkerShadow> {
         const NAME: &'static str = "worker.shadow";
     }
     /// One handler per consumer that receives deliveries (mode `live` or `shadow`); leaving

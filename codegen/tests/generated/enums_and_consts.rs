@@ -667,7 +667,7 @@ pub mod consumers {
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<T: Audit> Audit for ::std::sync::Arc<T> {
+    impl<HAudit: Audit> Audit for ::std::sync::Arc<HAudit> {
         fn on_job_failed(
             &self,
             cx: &mut ::evc::HandlerContext<'_>,
@@ -675,7 +675,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_job_failed(self, cx, payload)
+            HAudit::on_job_failed(self, cx, payload)
         }
         fn on_unit_created(
             &self,
@@ -684,13 +684,13 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_unit_created(self, cx, payload)
+            HAudit::on_unit_created(self, cx, payload)
         }
     }
     /// Serves `audit` with a [`Audit`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
-    pub struct AuditConsumer<H>(pub H);
-    impl<H: Audit> ::evc::DynHandler for AuditConsumer<H> {
+    pub struct AuditConsumer<HAudit>(pub HAudit);
+    impl<HAudit: Audit> ::evc::DynHandler for AuditConsumer<HAudit> {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a>,
@@ -750,7 +750,7 @@ pub mod consumers {
             })
         }
     }
-    impl<H: Audit> ::evc::Consumer for AuditConsumer<H> {
+    impl<HAudit: Audit> ::evc::Consumer for AuditConsumer<HAudit> {
         const NAME: &'static str = "audit";
     }
     /// Handler of the consumer `worker.indexer`: Indexes units.
@@ -773,7 +773,8 @@ pub mod consumers {
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<T: WorkerIndexer> WorkerIndexer for ::std::sync::Arc<T> {
+    impl<HWorkerIndexer: WorkerIndexer> WorkerIndexer
+    for ::std::sync::Arc<HWorkerIndexer> {
         fn on_unit_created(
             &self,
             cx: &mut ::evc::HandlerContext<'_>,
@@ -781,7 +782,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_unit_created(self, cx, payload)
+            HWorkerIndexer::on_unit_created(self, cx, payload)
         }
         fn on_unit_edited(
             &self,
@@ -790,13 +791,14 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_unit_edited(self, cx, payload)
+            HWorkerIndexer::on_unit_edited(self, cx, payload)
         }
     }
     /// Serves `worker.indexer` with a [`WorkerIndexer`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
-    pub struct WorkerIndexerConsumer<H>(pub H);
-    impl<H: WorkerIndexer> ::evc::DynHandler for WorkerIndexerConsumer<H> {
+    pub struct WorkerIndexerConsumer<HWorkerIndexer>(pub HWorkerIndexer);
+    impl<HWorkerIndexer: WorkerIndexer> ::evc::DynHandler
+    for WorkerIndexerConsumer<HWorkerIndexer> {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a>,
@@ -857,7 +859,8 @@ pub mod consumers {
             })
         }
     }
-    impl<H: WorkerIndexer> ::evc::Consumer for WorkerIndexerConsumer<H> {
+    impl<HWorkerIndexer: WorkerIndexer> ::evc::Consumer
+    for WorkerIndexerConsumer<HWorkerIndexer> {
         const NAME: &'static str = "worker.indexer";
     }
     /// One handler per consumer that receives deliveries (mode `live` or `shadow`); leaving

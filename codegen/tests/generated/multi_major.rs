@@ -759,7 +759,7 @@ pub mod consumers {
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<T: Audit> Audit for ::std::sync::Arc<T> {
+    impl<HAudit: Audit> Audit for ::std::sync::Arc<HAudit> {
         fn on_job_failed(
             &self,
             cx: &mut ::evc::HandlerContext<'_>,
@@ -767,7 +767,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_job_failed(self, cx, payload)
+            HAudit::on_job_failed(self, cx, payload)
         }
         fn on_unit_created(
             &self,
@@ -776,13 +776,13 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_unit_created(self, cx, payload)
+            HAudit::on_unit_created(self, cx, payload)
         }
     }
     /// Serves `audit` with a [`Audit`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
-    pub struct AuditConsumer<H>(pub H);
-    impl<H: Audit> ::evc::DynHandler for AuditConsumer<H> {
+    pub struct AuditConsumer<HAudit>(pub HAudit);
+    impl<HAudit: Audit> ::evc::DynHandler for AuditConsumer<HAudit> {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a>,
@@ -842,7 +842,7 @@ pub mod consumers {
             })
         }
     }
-    impl<H: Audit> ::evc::Consumer for AuditConsumer<H> {
+    impl<HAudit: Audit> ::evc::Consumer for AuditConsumer<HAudit> {
         const NAME: &'static str = "audit";
     }
     /// Handler of the consumer `worker.feed`: Feeds only the newest major.
@@ -857,7 +857,7 @@ pub mod consumers {
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<T: WorkerFeed> WorkerFeed for ::std::sync::Arc<T> {
+    impl<HWorkerFeed: WorkerFeed> WorkerFeed for ::std::sync::Arc<HWorkerFeed> {
         fn on_doc_published(
             &self,
             cx: &mut ::evc::HandlerContext<'_>,
@@ -865,13 +865,13 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_doc_published(self, cx, payload)
+            HWorkerFeed::on_doc_published(self, cx, payload)
         }
     }
     /// Serves `worker.feed` with a [`WorkerFeed`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
-    pub struct WorkerFeedConsumer<H>(pub H);
-    impl<H: WorkerFeed> ::evc::DynHandler for WorkerFeedConsumer<H> {
+    pub struct WorkerFeedConsumer<HWorkerFeed>(pub HWorkerFeed);
+    impl<HWorkerFeed: WorkerFeed> ::evc::DynHandler for WorkerFeedConsumer<HWorkerFeed> {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a>,
@@ -913,7 +913,7 @@ pub mod consumers {
             })
         }
     }
-    impl<H: WorkerFeed> ::evc::Consumer for WorkerFeedConsumer<H> {
+    impl<HWorkerFeed: WorkerFeed> ::evc::Consumer for WorkerFeedConsumer<HWorkerFeed> {
         const NAME: &'static str = "worker.feed";
     }
     /// Handler of the consumer `worker.indexer`: Indexes units.
@@ -936,7 +936,8 @@ pub mod consumers {
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<T: WorkerIndexer> WorkerIndexer for ::std::sync::Arc<T> {
+    impl<HWorkerIndexer: WorkerIndexer> WorkerIndexer
+    for ::std::sync::Arc<HWorkerIndexer> {
         fn on_unit_created(
             &self,
             cx: &mut ::evc::HandlerContext<'_>,
@@ -944,7 +945,7 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_unit_created(self, cx, payload)
+            HWorkerIndexer::on_unit_created(self, cx, payload)
         }
         fn on_unit_edited(
             &self,
@@ -953,13 +954,14 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_unit_edited(self, cx, payload)
+            HWorkerIndexer::on_unit_edited(self, cx, payload)
         }
     }
     /// Serves `worker.indexer` with a [`WorkerIndexer`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
-    pub struct WorkerIndexerConsumer<H>(pub H);
-    impl<H: WorkerIndexer> ::evc::DynHandler for WorkerIndexerConsumer<H> {
+    pub struct WorkerIndexerConsumer<HWorkerIndexer>(pub HWorkerIndexer);
+    impl<HWorkerIndexer: WorkerIndexer> ::evc::DynHandler
+    for WorkerIndexerConsumer<HWorkerIndexer> {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a>,
@@ -1020,7 +1022,8 @@ pub mod consumers {
             })
         }
     }
-    impl<H: WorkerIndexer> ::evc::Consumer for WorkerIndexerConsumer<H> {
+    impl<HWorkerIndexer: WorkerIndexer> ::evc::Consumer
+    for WorkerIndexerConsumer<HWorkerIndexer> {
         const NAME: &'static str = "worker.indexer";
     }
     /// Handler of the consumer `worker.mailer`: Mails published documents; reads every major.
@@ -1035,7 +1038,7 @@ pub mod consumers {
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<T: WorkerMailer> WorkerMailer for ::std::sync::Arc<T> {
+    impl<HWorkerMailer: WorkerMailer> WorkerMailer for ::std::sync::Arc<HWorkerMailer> {
         fn on_doc_published(
             &self,
             cx: &mut ::evc::HandlerContext<'_>,
@@ -1043,13 +1046,14 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
-            T::on_doc_published(self, cx, payload)
+            HWorkerMailer::on_doc_published(self, cx, payload)
         }
     }
     /// Serves `worker.mailer` with a [`WorkerMailer`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
-    pub struct WorkerMailerConsumer<H>(pub H);
-    impl<H: WorkerMailer> ::evc::DynHandler for WorkerMailerConsumer<H> {
+    pub struct WorkerMailerConsumer<HWorkerMailer>(pub HWorkerMailer);
+    impl<HWorkerMailer: WorkerMailer> ::evc::DynHandler
+    for WorkerMailerConsumer<HWorkerMailer> {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a>,
@@ -1094,7 +1098,8 @@ pub mod consumers {
             })
         }
     }
-    impl<H: WorkerMailer> ::evc::Consumer for WorkerMailerConsumer<H> {
+    impl<HWorkerMailer: WorkerMailer> ::evc::Consumer
+    for WorkerMailerConsumer<HWorkerMailer> {
         const NAME: &'static str = "worker.mailer";
     }
     /// One handler per consumer that receives deliveries (mode `live` or `shadow`); leaving
