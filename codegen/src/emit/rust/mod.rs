@@ -275,7 +275,7 @@ fn event_payloads(
     let event_name = &event.name;
     let deprecated = (event.status == EventStatus::Deprecated)
         .then(|| quote!(#[deprecated(note = "the event type is deprecated in the contracts")]));
-    let serde_crate = serde_crate(runtime);
+    let serde_crate = types::serde_crate(runtime);
     items.push(quote! {
         #[doc = #enum_doc]
         #deprecated
@@ -309,12 +309,6 @@ fn event_payloads(
     Ok(quote!(#(#items)*))
 }
 
-/// `#[serde(crate = "...")]` for a serde derive through the `evc` crate's re-export.
-fn serde_crate(runtime: &TokenStream) -> TokenStream {
-    let path = format!("{}::serde", runtime.to_string().replace(' ', ""));
-    quote!(#[serde(crate = #path)])
-}
-
 /// `Event`: any registered payload, decoded by event type and major version.
 fn any_event_item(set: &ContractSet, runtime: &TokenStream) -> TokenStream {
     let mut variants = Vec::new();
@@ -334,7 +328,7 @@ fn any_event_item(set: &ContractSet, runtime: &TokenStream) -> TokenStream {
             #name => #ident::from_json(major, payload).map(Self::#ident),
         });
     }
-    let serde_crate = serde_crate(runtime);
+    let serde_crate = types::serde_crate(runtime);
     quote! {
         /// Any registered event payload.
         #[derive(Debug, Clone, PartialEq, #runtime::serde::Serialize)]

@@ -530,12 +530,18 @@ pub(super) fn derives(runtime: &TokenStream) -> TokenStream {
 /// Tells the serde and schemars derives where their crates are: the `evc` crate's re-exports,
 /// so the generated crate needs no dependency of its own on them.
 pub(super) fn derive_crates(runtime: &TokenStream) -> TokenStream {
-    let serde = format!("{}::serde", compact(runtime));
+    let serde = serde_crate(runtime);
     let schemars = format!("{}::schemars", compact(runtime));
     quote! {
-        #[serde(crate = #serde)]
+        #serde
         #[schemars(crate = #schemars)]
     }
+}
+
+/// `#[serde(crate = "...")]` for a serde derive through the `evc` crate's re-export.
+pub(super) fn serde_crate(runtime: &TokenStream) -> TokenStream {
+    let path = format!("{}::serde", compact(runtime));
+    quote!(#[serde(crate = #path)])
 }
 
 /// A path's tokens as Rust source without spaces (`::evc`).
