@@ -105,18 +105,15 @@ rules! {
     DuplicateVersion = "DUPLICATE_VERSION", Error;
     /// An event type's versions are not in ascending order.
     VersionsOutOfOrder = "VERSIONS_OUT_OF_ORDER", Error;
-    /// A payload schema is not a valid JSON Schema 2020-12 document.
+    /// A payload schema is not a valid JSON Schema document of the draft it is written in, or
+    /// names a draft evc does not read.
     InvalidJsonSchema = "INVALID_JSON_SCHEMA", Error;
     /// A payload schema uses a keyword JSON Schema 2020-12 does not define (a typo such as
     /// `requried` would otherwise be ignored).
     UnknownSchemaKeyword = "UNKNOWN_SCHEMA_KEYWORD", Error;
     /// A payload schema uses a `format` JSON Schema 2020-12 does not define; it is not checked.
     UnknownSchemaFormat = "UNKNOWN_SCHEMA_FORMAT", Warning;
-    /// A payload schema uses a keyword the code generator cannot turn into a Rust type.
-    UnsupportedSchemaKeyword = "UNSUPPORTED_SCHEMA_KEYWORD", Error;
-    /// A payload schema's root is not an object schema.
-    PayloadNotObject = "PAYLOAD_NOT_OBJECT", Error;
-    /// An object in a payload schema accepts keys it does not list.
+    /// Under closed content, an object in a payload schema accepts keys it does not list.
     OpenPayloadObject = "OPEN_PAYLOAD_OBJECT", Error;
     /// A payload schema allows a key on the payload policy's deny-list.
     DeniedKeyInSchema = "DENIED_KEY_IN_SCHEMA", Error;

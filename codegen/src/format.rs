@@ -142,6 +142,32 @@ pub struct PayloadPolicyDef {
     #[serde(default = "default_hard_max_payload_bytes")]
     #[schemars(range(min = 1, max = 67108864))]
     pub hard_max_bytes: u32,
+    /// Whether payload objects must list every key (`closed`, the default) or may carry keys
+    /// they do not name (`open`); an event type may say otherwise.
+    #[serde(default)]
+    pub content: ContentModel,
+}
+
+/// Whether payload objects may carry keys their schema does not name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ContentModel {
+    /// Every object schema says `additionalProperties: false` (or `unevaluatedProperties:
+    /// false`): a payload holds exactly the keys the contract names.
+    #[default]
+    Closed,
+    /// Objects may accept keys they do not name; generated types keep them, and the deny-list
+    /// and credential scan still run on every key at append.
+    Open,
+}
+
+/// An event type's own payload policy: what it changes of the project's.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EventPayloadPolicyDef {
+    /// `open` or `closed` content for this event type's payloads; absent: the project's.
+    #[serde(default)]
+    pub content: Option<ContentModel>,
 }
 
 fn default_max_payload_bytes() -> u32 {
@@ -239,6 +265,9 @@ pub struct EventFile {
     #[serde(default)]
     #[schemars(range(min = 1, max = 67108864))]
     pub max_payload_bytes: Option<u32>,
+    /// What this event type changes of the project's payload policy.
+    #[serde(default)]
+    pub payload_policy: Option<EventPayloadPolicyDef>,
     /// Versions, oldest first.
     #[schemars(length(min = 1))]
     pub versions: Vec<VersionDef>,
@@ -273,7 +302,8 @@ pub struct VersionDef {
     /// What changed in this version.
     #[serde(default)]
     pub description: Option<String>,
-    /// JSON Schema 2020-12 of the payload. Payloads are references (ids), never bodies.
+    /// JSON Schema of the payload: 2020-12, or the draft its `$schema` names (draft-07, -06,
+    /// -04). Payloads are references (ids), never bodies.
     #[schemars(schema_with = "payload_schema_schema")]
     pub schema: serde_json::Value,
     /// How producers and consumers move across a major bump (required under
@@ -284,8 +314,8 @@ pub struct VersionDef {
 
 fn payload_schema_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
-        "type": "object",
-        "description": "JSON Schema 2020-12 of the payload: an object schema with `additionalProperties: false`.",
+        "type": ["object", "boolean"],
+        "description": "JSON Schema of the payload: 2020-12 (the default when `$schema` is absent), draft-07, draft-06 or draft-04 (named by `$schema`; read as 2020-12). Under `content: closed` (the default) every object says `additionalProperties: false` or `unevaluatedProperties: false`.",
     })
 }
 

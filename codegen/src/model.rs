@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use crate::format::{
-    CompatMode, ConsumerMode, EventStatus, ExecutorKind, FailureClass, HandlerKind, Jitter,
-    Ordering, RetryKind,
+    CompatMode, ConsumerMode, ContentModel, EventStatus, ExecutorKind, FailureClass, HandlerKind,
+    Jitter, Ordering, RetryKind,
 };
 use crate::source::{Location, Sources};
 use crate::yaml::Node;
@@ -99,6 +99,8 @@ pub struct PayloadPolicy {
     pub default_max_bytes: u32,
     /// Largest cap an event type may set, in bytes.
     pub hard_max_bytes: u32,
+    /// Whether payload objects may carry keys they do not name, unless an event type says.
+    pub content: ContentModel,
 }
 
 impl Default for PayloadPolicy {
@@ -122,6 +124,7 @@ impl Default for PayloadPolicy {
             .to_vec(),
             default_max_bytes: 4096,
             hard_max_bytes: 65536,
+            content: ContentModel::Closed,
         }
     }
 }
@@ -244,6 +247,8 @@ pub struct EventType {
     pub status: EventStatus,
     /// Payload size cap in bytes (policy default applied).
     pub max_payload_bytes: u32,
+    /// Whether its payload objects may carry keys they do not name.
+    pub content: ContentModel,
     /// Versions, ascending.
     pub versions: Vec<EventVersion>,
     /// Display path of the file that defines it.
@@ -268,7 +273,7 @@ pub struct EventVersion {
     pub version: semver::Version,
     /// What changed.
     pub description: Option<String>,
-    /// JSON Schema 2020-12 of the payload.
+    /// JSON Schema 2020-12 of the payload, translated from the draft it was written in.
     pub schema: serde_json::Value,
     /// The plan for a breaking change, on major bumps.
     pub migration_policy: Option<MigrationPolicy>,

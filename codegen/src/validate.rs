@@ -275,6 +275,7 @@ impl<'a> Checker<'a> {
                     .collect(),
                 default_max_bytes: policy.default_max_bytes,
                 hard_max_bytes: policy.hard_max_bytes,
+                content: policy.content,
             },
             require_tenant_scope: file.envelope.require_tenant_scope,
             require_trace_context: file.envelope.require_trace_context,
@@ -516,6 +517,11 @@ impl<'a> Checker<'a> {
                 .unwrap_or(CompatMode::Forward)
         });
         let policy = &project.payload_policy;
+        let content = def
+            .payload_policy
+            .as_ref()
+            .and_then(|own| own.content)
+            .unwrap_or(policy.content);
         let max_payload_bytes = def.max_payload_bytes.unwrap_or(policy.default_max_bytes);
         if def.max_payload_bytes.is_some() && max_payload_bytes > policy.hard_max_bytes {
             self.report(
@@ -559,7 +565,8 @@ impl<'a> Checker<'a> {
                     "number versions with parts of at most 9223372036854775807".to_owned(),
                 );
             }
-            for problem in payload_schema::check(&version_def.schema, policy) {
+            let checked = payload_schema::check(&version_def.schema, policy, content);
+            for problem in checked.problems {
                 let location = self.at_key(path, &format!("{pointer}/schema{}", problem.pointer));
                 self.report(
                     problem.rule,
@@ -608,7 +615,7 @@ impl<'a> Checker<'a> {
             versions.push(EventVersion {
                 version,
                 description: version_def.description.clone(),
-                schema: version_def.schema.clone(),
+                schema: checked.schema,
                 migration_policy,
                 pointer,
             });
@@ -655,6 +662,7 @@ impl<'a> Checker<'a> {
             compat,
             status: def.status,
             max_payload_bytes,
+            content,
             versions,
             file: path.to_owned(),
         })

@@ -60,7 +60,7 @@ use crate::format::{
     CompatMode, ConsumerMode, EventStatus, ExecutorKind, FailureClass, FieldName, HandlerKind,
     Jitter, MigrationPolicyDef, OrderKeyDef, Ordering, RetryKind, RetryPolicyDef,
 };
-use crate::model::PayloadPolicy;
+use crate::model::{ContentModel, PayloadPolicy};
 use crate::payload_schema;
 use crate::source::SourceFile;
 use crate::yaml::{self, escape_pointer_segment, pointer_segments};
@@ -1231,7 +1231,8 @@ impl<'a> Importer<'a> {
             ..PayloadPolicy::default()
         };
         for _ in 0..256 {
-            let errors: Vec<_> = payload_schema::check(schema, &permissive)
+            let errors: Vec<_> = payload_schema::check(schema, &permissive, ContentModel::Closed)
+                .problems
                 .into_iter()
                 .filter(|problem| problem.rule.severity() == Severity::Error)
                 .collect();
@@ -2002,7 +2003,10 @@ impl<'a> Importer<'a> {
             let mut changed = false;
             for event in &self.events {
                 for version in &event.versions {
-                    for problem in payload_schema::check(&version.schema, &policy) {
+                    for problem in
+                        payload_schema::check(&version.schema, &policy, ContentModel::Closed)
+                            .problems
+                    {
                         let key = pointer_segments(&problem.pointer)
                             .last()
                             .unwrap_or_default();

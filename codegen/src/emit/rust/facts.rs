@@ -259,6 +259,7 @@ mod tests {
             compat: CompatMode::Forward,
             status: EventStatus::default(),
             max_payload_bytes: 0,
+            content: crate::model::ContentModel::Closed,
             versions: versions
                 .iter()
                 .map(|v| EventVersion {
