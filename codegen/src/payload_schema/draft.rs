@@ -77,18 +77,16 @@ impl Draft {
     }
 }
 
-/// `schema`, written in `draft`, as a 2020-12 schema with the same meaning. A 2020-12 schema
-/// comes back as it is.
+/// `schema`, written in `draft`, as a 2020-12 schema with the same meaning. In a 2020-12
+/// schema only `definitions` and `dependencies` change: the 2020-12 meta-schema keeps them as
+/// deprecated spellings of `$defs` and `dependentRequired`/`dependentSchemas`.
 pub fn to_2020_12(schema: &Json, draft: Draft) -> Json {
-    if draft == Draft::Draft2020 {
-        return schema.clone();
-    }
     let translator = Translator {
         root: schema,
         draft,
     };
     match translator.schema(schema) {
-        Json::Object(body) => {
+        Json::Object(body) if draft != Draft::Draft2020 => {
             let mut map = Map::new();
             map.insert("$schema".to_owned(), Json::from(DIALECT_2020_12));
             map.extend(body);
@@ -100,10 +98,7 @@ pub fn to_2020_12(schema: &Json, draft: Draft) -> Json {
 
 /// Where the keyword at `pointer` of the translated schema was written in `original`: the
 /// pointer a diagnostic shows. Parts the translation added map to their nearest written parent.
-pub fn original_pointer(original: &Json, draft: Draft, pointer: &str) -> String {
-    if draft == Draft::Draft2020 {
-        return pointer.to_owned();
-    }
+pub fn original_pointer(original: &Json, pointer: &str) -> String {
     let mut node = Some(original);
     let mut out = String::new();
     let segments: Vec<String> = crate::yaml::pointer_segments(pointer).collect();
@@ -168,8 +163,10 @@ impl Translator<'_> {
         let Json::Object(map) = value else {
             return value.clone();
         };
-        let is_ref = map.contains_key("$ref");
-        let tuple = map.get("items").is_some_and(Json::is_array);
+        let older = self.draft != Draft::Draft2020;
+        // Drafts up to 07 ignore a `$ref`'s siblings; 2020-12 applies them.
+        let is_ref = older && map.contains_key("$ref");
+        let tuple = older && map.get("items").is_some_and(Json::is_array);
         let draft4_exclusive = |keyword: &str| {
             self.draft == Draft::Draft4 && map.get(keyword) == Some(&Json::Bool(true))
         };
@@ -181,7 +178,7 @@ impl Translator<'_> {
             match key.as_str() {
                 "$schema" => {}
                 "id" if self.draft == Draft::Draft4 => identifier(child, &mut out),
-                "$id" => identifier(child, &mut out),
+                "$id" if older => identifier(child, &mut out),
                 "$ref" => {
                     let reference = child
                         .as_str()
@@ -210,7 +207,7 @@ impl Translator<'_> {
                 "items" if tuple => {
                     out.insert("prefixItems".to_owned(), self.list_of(child));
                 }
-                "additionalItems" => {
+                "additionalItems" if older => {
                     // Without a tuple, draft-07 ignores `additionalItems`.
                     if tuple {
                         out.insert("items".to_owned(), self.schema(child));
@@ -290,7 +287,7 @@ impl Translator<'_> {
                 "items" if map.is_some_and(|m| m.get("items").is_some_and(Json::is_array)) => {
                     "prefixItems".to_owned()
                 }
-                "additionalItems" => "items".to_owned(),
+                "additionalItems" if self.draft != Draft::Draft2020 => "items".to_owned(),
                 "dependencies" => {
                     let entry = segments
                         .get(index + 1)
@@ -406,6 +403,25 @@ mod tests {
     }
 
     #[test]
+    fn a_2020_12_schema_changes_only_its_deprecated_spellings() {
+        let schema = json!({
+            "definitions": {"n": {"type": "integer"}},
+            "properties": {"a": {"$ref": "#/definitions/n", "minimum": 1}},
+            "dependencies": {"a": ["b"]}
+        });
+        assert_eq!(
+            to_2020_12(&schema, Draft::Draft2020),
+            json!({
+                "$defs": {"n": {"type": "integer"}},
+                "properties": {"a": {"$ref": "#/$defs/n", "minimum": 1}},
+                "dependentRequired": {"a": ["b"]}
+            })
+        );
+        let plain = json!({"type": "array", "items": {"type": "string"}});
+        assert_eq!(to_2020_12(&plain, Draft::Draft2020), plain);
+    }
+
+    #[test]
     fn draft_04_ids_and_boolean_bounds_are_translated() {
         let draft4 = json!({
             "$schema": "http://json-schema.org/draft-04/schema#",
@@ -432,7 +448,7 @@ mod tests {
             "definitions": {"t": {"items": [{"type": "string"}], "additionalItems": {"type": "integer"}}},
             "dependencies": {"c": {"required": ["d"]}}
         });
-        let back = |pointer| original_pointer(&draft7, Draft::Draft7, pointer);
+        let back = |pointer| original_pointer(&draft7, pointer);
         assert_eq!(
             back("/$defs/t/prefixItems/0/type"),
             "/definitions/t/items/0/type"

@@ -188,7 +188,7 @@ pub fn check(schema: &Json, policy: &PayloadPolicy, content: ContentModel) -> Ch
         walk.schema(&translated, "");
     }
     for problem in &mut problems {
-        problem.pointer = draft::original_pointer(schema, draft, &problem.pointer);
+        problem.pointer = draft::original_pointer(schema, &problem.pointer);
     }
     Checked {
         schema: translated,
