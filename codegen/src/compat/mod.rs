@@ -38,7 +38,7 @@ pub fn compare(
 }
 
 /// How [`judge`] compares two schemas.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Options {
     /// Compare the writer view with the reader view (evc's semantics); `false` compares the
     /// schemas as written.

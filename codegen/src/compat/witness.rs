@@ -24,20 +24,125 @@ pub fn find(
         locals.push(hint.clone());
     }
     locals.extend(candidates(writer.root(), &local_schema));
+    // The edges of the reader's rejecting keyword (a value its `not` excludes, a bound).
+    let reader_schema = enclosing_schema(reader.root(), &finding.reader_pointer);
+    locals.extend(candidates(reader.root(), &reader_schema));
+    locals.extend(one_of_each_type());
 
-    let mut tries = Vec::with_capacity(locals.len() + 2);
-    tries.push(base.clone());
-    if let Some(without) = remove_at(&base, &finding.instance_path) {
-        tries.push(without);
-    }
-    for local in locals {
-        if let Some(payload) = set_at(&base, &finding.instance_path, local) {
-            tries.push(payload);
+    let mut bases = vec![base.clone()];
+    bases.extend(variants(&base, writer.root()));
+    let paths = concrete_paths(&finding.instance_path, writer.root(), reader.root());
+    let mut tries = Vec::new();
+    for base in &bases {
+        tries.push(base.clone());
+        for path in &paths {
+            if let Some(without) = remove_at(base, path) {
+                tries.push(without);
+            }
+            for local in &locals {
+                if let Some(payload) = set_at(base, path, local.clone()) {
+                    tries.push(payload);
+                }
+            }
         }
     }
-    tries.into_iter().take(64).find(|payload| {
+    tries.into_iter().take(MAX_TRIES).find(|payload| {
         writer.accepts("", payload) == Some(true) && reader.accepts("", payload) == Some(false)
     })
+}
+
+/// How many candidate payloads [`find`] validates at most.
+const MAX_TRIES: usize = 512;
+
+/// A simple value of every JSON type.
+fn one_of_each_type() -> Vec<Value> {
+    vec![
+        json!("a"),
+        json!(0),
+        json!(0.5),
+        json!(true),
+        Value::Null,
+        json!({}),
+        json!([]),
+    ]
+}
+
+/// `base` with one top-level property of the writer set to each of its listed values: a
+/// discriminator or a conditional's subject often decides which branch a payload meets.
+fn variants(base: &Value, writer: &Value) -> Vec<Value> {
+    let Some(properties) = writer.get("properties").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (name, property) in properties {
+        let Some(values) = property.as_object().and_then(finite_values) else {
+            continue;
+        };
+        for value in values.into_iter().take(4) {
+            if base.get(name) != Some(&value)
+                && let Some(variant) = set_at(base, &[Segment::Key(name.clone())], value)
+            {
+                out.push(variant);
+            }
+        }
+    }
+    out
+}
+
+/// The payload paths a finding's path stands for: `<other>` (a name no property lists) and
+/// `<pattern>` (a name a pattern matches) become concrete names to try.
+fn concrete_paths(path: &[Segment], writer: &Value, reader: &Value) -> Vec<Vec<Segment>> {
+    let mut out = vec![Vec::new()];
+    for segment in path {
+        let choices: Vec<Segment> = match segment {
+            Segment::Key(key) if key.starts_with('<') => {
+                let mut names = vec!["evc_other".to_owned()];
+                let mut prefixes = Vec::new();
+                pattern_prefixes(writer, &mut prefixes);
+                pattern_prefixes(reader, &mut prefixes);
+                names.extend(prefixes.into_iter().map(|prefix| format!("{prefix}a")));
+                names.sort();
+                names.dedup();
+                names.into_iter().take(6).map(Segment::Key).collect()
+            }
+            other => vec![other.clone()],
+        };
+        out = out
+            .into_iter()
+            .flat_map(|prefix| {
+                choices.iter().map(move |choice| {
+                    let mut longer = prefix.clone();
+                    longer.push(choice.clone());
+                    longer
+                })
+            })
+            .take(16)
+            .collect();
+    }
+    out
+}
+
+/// The literal starts of every `patternProperties` regex in `schema` (`^x_` gives `x_`).
+fn pattern_prefixes(schema: &Value, out: &mut Vec<String>) {
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::Object(patterns)) = map.get("patternProperties") {
+                for pattern in patterns.keys() {
+                    let literal: String = pattern
+                        .trim_start_matches('^')
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '-')
+                        .collect();
+                    out.push(literal);
+                }
+            }
+            for value in map.values() {
+                pattern_prefixes(value, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| pattern_prefixes(item, out)),
+        _ => {}
+    }
 }
 
 /// The schema at `pointer`, or the nearest one above it when the pointer names a keyword
@@ -266,7 +371,6 @@ fn set_at(base: &Value, path: &[Segment], value: Value) -> Option<Value> {
     let mut slot = &mut out;
     for segment in path {
         slot = match segment {
-            Segment::Key(key) if key.starts_with('<') => return None,
             Segment::Key(key) => {
                 if !slot.is_object() {
                     *slot = Value::Object(Map::new());

@@ -5,6 +5,28 @@ use serde_json::{Map, Value};
 use super::*;
 
 impl Checker<'_> {
+    /// The writer's item at `index` against the reader's; a reader that ends its tuple there
+    /// (`items: false`) shortens the array.
+    fn item(
+        &mut self,
+        own: Node,
+        other: Node,
+        index: usize,
+        path: &[Segment],
+    ) -> Vec<Incompatibility> {
+        let item_path = with_segment(path, Segment::Index(index));
+        if is_false(&other.schema) && !is_unsatisfiable(&own.schema) {
+            return vec![found(
+                CompatRule::ArrayNarrowed,
+                &own,
+                other.pointer.clone(),
+                &item_path,
+                format!("the reader accepts at most {index} items; the writer may emit more"),
+            )];
+        }
+        self.sub(own, other, &item_path)
+    }
+
     pub(super) fn arrays(
         &mut self,
         writer: &Node,
@@ -48,13 +70,13 @@ impl Checker<'_> {
                 break;
             }
             let other = reader_item(index);
-            out.extend(self.sub(own, other, &with_segment(path, Segment::Index(index))));
+            out.extend(self.item(own, other, index, path));
         }
         if !writer_ends && writer_max.is_none_or(|max| max > positions as u64) {
             let own = writer_item(positions);
             if !is_false(&own.schema) {
                 let other = reader_item(positions);
-                out.extend(self.sub(own, other, &with_segment(path, Segment::Index(positions))));
+                out.extend(self.item(own, other, positions, path));
             }
         }
         let writer_effective_max = writer_max.or_else(|| {

@@ -308,6 +308,9 @@ impl Checker<'_> {
             if alternative.also.is_empty() && is_unsatisfiable(&alternative.schema) {
                 continue;
             }
+            if self.excluded_by_own_not(&alternative) {
+                continue;
+            }
             out.extend(self.sub_flat(alternative, reader.clone(), path));
         }
         out
@@ -317,8 +320,12 @@ impl Checker<'_> {
     /// merging keeps the meaning.
     fn alternatives(&mut self, node: Node) -> Result<Vec<Node>, Box<Incompatibility>> {
         let node = self.deref(Side::Writer, node)?;
-        let Value::Object(map) = &node.schema else {
-            return Ok(vec![node]);
+        let nothing = Map::new();
+        let map = match &node.schema {
+            Value::Object(map) => map,
+            // `true` with conjuncts still expands them.
+            Value::Bool(true) => &nothing,
+            _ => return Ok(vec![node]),
         };
         let combinators = ["allOf", "anyOf", "oneOf", "if"];
         if !combinators.iter().any(|keyword| map.contains_key(*keyword)) && node.also.is_empty() {
@@ -363,10 +370,16 @@ impl Checker<'_> {
             if let Some(then) = map.get("then") {
                 then_branch.also.push(node.child(then, "/then"));
             }
-            let else_branch = map.get("else").map_or_else(
+            let mut else_branch = map.get("else").map_or_else(
                 || Node::synthetic(Value::Bool(true), &node.pointer),
                 |otherwise| node.child(otherwise, "/else"),
             );
+            // The else branch only holds where `if` fails; the negation lets a reader's
+            // conditional tell the branches apart.
+            else_branch.also.push(Node::synthetic(
+                json!({"not": condition}),
+                &format!("{}/if", node.pointer),
+            ));
             let mut union = self.alternatives(then_branch)?;
             union.extend(self.alternatives(else_branch)?);
             current = self.cross(current, union, &node)?;
@@ -631,44 +644,6 @@ impl Checker<'_> {
         false
     }
 
-    fn sub_conditional(
-        &mut self,
-        writer: &Node,
-        reader: &Node,
-        condition: &Value,
-        path: &[Segment],
-    ) -> Vec<Incompatibility> {
-        let condition = reader.child(condition, "/if");
-        let then = reader.get("then").map(|then| reader.child(then, "/then"));
-        let otherwise = reader
-            .get("else")
-            .map(|otherwise| reader.child(otherwise, "/else"));
-        let holds = |checker: &mut Self, branch: &Option<Node>| {
-            branch
-                .as_ref()
-                .is_none_or(|branch| checker.sub(writer.clone(), branch.clone(), path).is_empty())
-        };
-        let then_holds = holds(self, &then);
-        let else_holds = holds(self, &otherwise);
-        if then_holds && else_holds {
-            return Vec::new();
-        }
-        if then_holds && self.sub(writer.clone(), condition.clone(), path).is_empty() {
-            return Vec::new();
-        }
-        if else_holds && self.disjoint(writer, &condition) {
-            return Vec::new();
-        }
-        vec![found(
-            CompatRule::Unjudgeable,
-            writer,
-            condition.pointer.clone(),
-            path,
-            "the reader's if/then/else cannot be shown to accept every value the writer may emit"
-                .to_owned(),
-        )]
-    }
-
     /// True when no value can satisfy both (proved, never guessed).
     fn disjoint(&mut self, writer: &Node, reader: &Node) -> bool {
         let Ok(reader) = self.deref(Side::Reader, reader.clone()) else {
@@ -719,6 +694,9 @@ impl Checker<'_> {
             if all_rejected {
                 return true;
             }
+        }
+        if self.excluded_by_writer_not(&writer, &reader) {
+            return true;
         }
         // Objects told apart by a required property whose values cannot meet (a discriminator).
         let writer_required = schema::required(writer_map);
@@ -984,6 +962,9 @@ fn sample_of_type(set: u8) -> Value {
 }
 
 mod arrays;
+mod conditions;
+#[cfg(test)]
+mod family_tests;
 mod objects;
 mod scalars;
 #[cfg(test)]

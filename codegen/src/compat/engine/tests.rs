@@ -95,7 +95,7 @@ fn changed_patterns_fail_closed() {
 }
 
 #[test]
-fn conditionals_are_judged_by_cases_and_fail_closed_otherwise() {
+fn conditionals_split_the_writer_and_fail_closed_otherwise() {
     let conditional = json!({
         "type": "object",
         "properties": {"kind": {"enum": ["a", "b"]}, "n": {"type": "integer"}},
@@ -109,7 +109,22 @@ fn conditionals_are_judged_by_cases_and_fail_closed_otherwise() {
     assert!(judge(always_n, conditional.clone()).is_empty());
     let sometimes_n = json!({"type": "object",
         "properties": {"kind": {"enum": ["a", "b"]}, "n": {"type": "integer"}}});
-    assert_eq!(judge(sometimes_n, conditional), [CompatRule::Unjudgeable]);
+    // A writer split on the reader's `if`: where `kind` is "a", `n` may be missing.
+    assert_eq!(
+        judge(sometimes_n, conditional.clone()),
+        [CompatRule::RequiredAdded]
+    );
+    // A reader `else` over writer values evc cannot separate from its `if` is undecided.
+    let with_else = json!({
+        "type": "object",
+        "if": {"properties": {"kind": {"pattern": "^a"}}},
+        "then": {"required": ["n"]},
+        "else": {"required": ["m"]}
+    });
+    assert_eq!(
+        judge(json!({"type": "object", "required": ["n"]}), with_else),
+        [CompatRule::Unjudgeable]
+    );
 }
 
 #[test]
