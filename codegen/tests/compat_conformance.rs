@@ -16,6 +16,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use evc_codegen::compat::schema::Dialect;
+use evc_codegen::compat::views::Content;
 use evc_codegen::compat::{Direction, Options, judge_in};
 use serde_json::Value;
 
@@ -52,6 +53,7 @@ fn compatible(case: &Value, views: bool, dialect: Dialect) -> bool {
         Options {
             views,
             witnesses: false,
+            content: Content::Closed,
         },
         dialect,
     )

@@ -7,6 +7,7 @@
 //! independent one. Payloads are random values from the same vocabulary plus the engine's own
 //! samples. Both verdicts are checked with the `jsonschema` validator, formats on.
 
+use evc_codegen::compat::views::Content;
 use evc_codegen::compat::{Direction, Options, judge, views, witness};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -372,12 +373,14 @@ fn compatible_verdicts_have_no_counterexample() {
             &(pair, prop::collection::vec(value(), 16), any::<bool>(), any::<u64>()),
             |((old, choices, independent), payloads, use_views, seed)| {
                 let new = independent.unwrap_or_else(|| mutate(&old, &mut choices.into_iter()));
-                let options = Options { views: use_views, witnesses: false };
+                // Both payload-content settings, chosen by the seed.
+                let content = if seed & 2 == 0 { Content::Closed } else { Content::Open };
+                let options = Options { views: use_views, witnesses: false, content };
                 if !judge(&old, &new, Direction::Backward, options).is_empty() {
                     return Ok(());
                 }
                 let (writer, reader) = if use_views {
-                    (views::writer(&old), views::reader(&new))
+                    (views::writer(&old, content), views::reader(&new))
                 } else {
                     (old.clone(), new.clone())
                 };

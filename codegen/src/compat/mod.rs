@@ -45,6 +45,8 @@ pub struct Options {
     pub views: bool,
     /// Search a witness payload for each incompatibility.
     pub witnesses: bool,
+    /// Whether the writer's generated payload types keep unknown fields (used with `views`).
+    pub content: views::Content,
 }
 
 /// One incompatibility and, when one was found, a payload that shows it.
@@ -76,7 +78,10 @@ pub fn judge_in(
         Direction::Forward => (new, old),
     };
     let (writer_schema, reader_schema) = if options.views {
-        (views::writer(writer), views::reader(reader))
+        (
+            views::writer(writer, options.content),
+            views::reader(reader),
+        )
     } else {
         (writer.clone(), reader.clone())
     };

@@ -8,6 +8,7 @@ use semver::Version;
 use serde_json::Value;
 
 use super::report::{CompatRule, Direction, EventSummary, Finding, Report, Witness};
+use super::views::Content;
 use super::{Judgement, Options, judge};
 use crate::model::{CompatMode, ContractSet, EventStatus, EventType, EventVersion};
 use crate::source::Location;
@@ -296,7 +297,7 @@ fn compare_event(
             continue;
         };
         let actual = Bump::between(&previous.version, &version.version);
-        let needed = needed_bump(new.compat, previous, version);
+        let needed = needed_bump(new, previous, version);
         suggested = Some(suggested.map_or(needed, |s: Bump| s.max(needed)));
 
         if version.version.major != previous.version.major {
@@ -319,7 +320,7 @@ fn compare_event(
         for target in targets {
             checked.push(format!("{} against {}", version.version, target.version));
             for direction in directions(new.compat) {
-                let judgements = judge_versions(target, version, direction, true);
+                let judgements = judge_versions(new, target, version, direction, true);
                 for judgement in judgements {
                     findings.push(schema_finding(
                         head, new, target, version, direction, judgement,
@@ -427,21 +428,22 @@ fn bump_note(
 
 /// The smallest bump from `previous` to `version`: patch for documentation only, minor when
 /// compatible both ways the mode checks, major otherwise.
-fn needed_bump(mode: CompatMode, previous: &EventVersion, version: &EventVersion) -> Bump {
+fn needed_bump(event: &EventType, previous: &EventVersion, version: &EventVersion) -> Bump {
     if first_difference(&previous.schema, &version.schema, "").is_none() {
         return Bump::Patch;
     }
-    let mut checks = directions(mode);
+    let mut checks = directions(event.compat);
     if checks.is_empty() {
         checks = vec![Direction::Backward, Direction::Forward];
     }
     let compatible = checks
         .into_iter()
-        .all(|direction| judge_versions(previous, version, direction, false).is_empty());
+        .all(|direction| judge_versions(event, previous, version, direction, false).is_empty());
     if compatible { Bump::Minor } else { Bump::Major }
 }
 
 fn judge_versions(
+    event: &EventType,
     old: &EventVersion,
     new: &EventVersion,
     direction: Direction,
@@ -454,8 +456,14 @@ fn judge_versions(
         Options {
             views: true,
             witnesses,
+            content: payload_content(event),
         },
     )
+}
+
+/// Whether the generated payload types of `event` keep unknown fields.
+fn payload_content(_event: &EventType) -> Content {
+    Content::Closed
 }
 
 fn schema_finding(

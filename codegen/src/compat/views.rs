@@ -1,8 +1,9 @@
 //! Writer and reader views of a schema (ARCHITECTURE §6).
 //!
 //! The *writer view* is what a generated producer can emit: objects that declare `properties`
-//! are closed (the struct has exactly those fields), tuples are closed (exactly their
-//! positions). The *reader view* is what a generated consumer tolerates: objects are open,
+//! are closed (the struct has exactly those fields) unless the event's payload content is open
+//! (the struct then keeps unknown fields and may emit any extra key), and tuples are closed
+//! (exactly their positions). The *reader view* is what a generated consumer tolerates: objects are open,
 //! because the payload types ignore unknown fields. BACKWARD compatibility then means
 //! `writer(old) ⊆ reader(new)` and FORWARD `writer(new) ⊆ reader(old)`: adding or removing an
 //! optional field is safe, while reusing a removed name with another type is caught.
@@ -37,9 +38,27 @@ const MAPS: &[&str] = &[
 /// Keywords whose value is a list of subschemas.
 const LISTS: &[&str] = &["allOf", "anyOf", "oneOf", "prefixItems"];
 
-/// The writer view: closes objects with declared properties and tuples.
-pub fn writer(schema: &Value) -> Value {
-    transform(schema, &close)
+/// Whether generated payload types carry keys their schema does not declare.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Content {
+    /// The generated struct has exactly the declared fields: a producer emits nothing else.
+    #[default]
+    Closed,
+    /// The generated struct keeps unknown fields (a flattened map): a producer may emit any
+    /// extra key the schema allows.
+    Open,
+}
+
+/// The writer view: closes tuples, and objects with declared properties when `content` is
+/// closed.
+pub fn writer(schema: &Value, content: Content) -> Value {
+    match content {
+        Content::Closed => transform(schema, &|map| {
+            close_object(map);
+            close_tuple(map);
+        }),
+        Content::Open => transform(schema, &close_tuple),
+    }
 }
 
 /// The reader view: opens closed objects.
@@ -47,7 +66,7 @@ pub fn reader(schema: &Value) -> Value {
     transform(schema, &open)
 }
 
-fn close(map: &mut Map<String, Value>) {
+fn close_object(map: &mut Map<String, Value>) {
     let open_object = map.contains_key("properties")
         && !map.contains_key("additionalProperties")
         && !map.contains_key("patternProperties")
@@ -56,6 +75,9 @@ fn close(map: &mut Map<String, Value>) {
     if open_object {
         map.insert("additionalProperties".to_owned(), Value::Bool(false));
     }
+}
+
+fn close_tuple(map: &mut Map<String, Value>) {
     let open_tuple = !map.contains_key("unevaluatedItems") && !has_applicators(map);
     if open_tuple {
         if map.get("prefixItems").is_some_and(Value::is_array) && !map.contains_key("items") {
@@ -132,7 +154,7 @@ mod tests {
                            "inner": {"properties": {"a": {}}}},
         });
         assert_eq!(
-            writer(&schema),
+            writer(&schema, Content::Closed),
             json!({
                 "type": "object",
                 "properties": {"tags": {"type": "array", "prefixItems": [{"type": "string"}], "items": false},
@@ -140,6 +162,25 @@ mod tests {
                 "additionalProperties": false
             })
         );
+    }
+
+    #[test]
+    fn open_content_writers_keep_objects_open_and_close_tuples() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"tags": {"type": "array", "prefixItems": [{"type": "string"}]},
+                           "inner": {"properties": {"a": {}}}},
+        });
+        assert_eq!(
+            writer(&schema, Content::Open),
+            json!({
+                "type": "object",
+                "properties": {"tags": {"type": "array", "prefixItems": [{"type": "string"}], "items": false},
+                               "inner": {"properties": {"a": {}}}}
+            })
+        );
+        let closed = json!({"properties": {"a": {}}, "additionalProperties": false});
+        assert_eq!(writer(&closed, Content::Open), closed);
     }
 
     #[test]
