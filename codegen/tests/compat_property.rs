@@ -146,6 +146,20 @@ fn schema() -> BoxedStrategy<Value> {
                 (inner.clone(), inner.clone()).prop_map(|(a, b)| json!({"oneOf": [a, b]})),
                 (inner.clone(), inner.clone()).prop_map(|(a, b)| json!({"allOf": [a, b]})),
                 inner.clone().prop_map(|a| json!({"not": a})),
+                (
+                    inner.clone(),
+                    inner.clone(),
+                    prop::option::of(inner.clone())
+                )
+                    .prop_map(|(condition, then, otherwise)| {
+                        let mut map = Map::new();
+                        map.insert("if".into(), condition);
+                        map.insert("then".into(), then);
+                        if let Some(otherwise) = otherwise {
+                            map.insert("else".into(), otherwise);
+                        }
+                        Value::Object(map)
+                    }),
             ]
         })
         .prop_map(|mut schema| {
