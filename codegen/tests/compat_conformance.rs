@@ -16,8 +16,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use evc_codegen::compat::schema::Dialect;
-use evc_codegen::compat::views::Content;
 use evc_codegen::compat::{Direction, Options, judge_in};
+use evc_codegen::model::ContentModel;
 use serde_json::Value;
 
 const FILES: &[(&str, Dialect)] = &[
@@ -56,7 +56,7 @@ fn compatible(case: &Value, views: bool, dialect: Dialect) -> bool {
         Options {
             views,
             witnesses: false,
-            content: Content::Closed,
+            content: ContentModel::Closed,
         },
         dialect,
     )

@@ -7,8 +7,8 @@
 //! independent one. Payloads are random values from the same vocabulary plus the engine's own
 //! samples. Both verdicts are checked with the `jsonschema` validator, formats on.
 
-use evc_codegen::compat::views::Content;
 use evc_codegen::compat::{Direction, Options, judge, views, witness};
+use evc_codegen::model::ContentModel;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::{Map, Value, json};
@@ -388,7 +388,7 @@ fn compatible_verdicts_have_no_counterexample() {
             |((old, choices, independent), payloads, use_views, seed)| {
                 let new = independent.unwrap_or_else(|| mutate(&old, &mut choices.into_iter()));
                 // Both payload-content settings, chosen by the seed.
-                let content = if seed & 2 == 0 { Content::Closed } else { Content::Open };
+                let content = if seed & 2 == 0 { ContentModel::Closed } else { ContentModel::Open };
                 let options = Options { views: use_views, witnesses: false, content };
                 if !judge(&old, &new, Direction::Backward, options).is_empty() {
                     return Ok(());

@@ -21,7 +21,7 @@ pub use report::{CompatRule, Direction, EventSummary, Finding, Report, Severity,
 
 use serde_json::Value;
 
-use crate::model::ContractSet;
+use crate::model::{ContentModel, ContractSet};
 use engine::Incompatibility;
 use schema::Dialect;
 use values::Document;
@@ -46,7 +46,7 @@ pub struct Options {
     /// Search a witness payload for each incompatibility.
     pub witnesses: bool,
     /// Whether the writer's generated payload types keep unknown fields (used with `views`).
-    pub content: views::Content,
+    pub content: ContentModel,
 }
 
 /// One incompatibility and, when one was found, a payload that shows it.

@@ -8,9 +8,8 @@ use semver::Version;
 use serde_json::Value;
 
 use super::report::{CompatRule, Direction, EventSummary, Finding, Report, Witness};
-use super::views::Content;
 use super::{Judgement, Options, judge};
-use crate::model::{CompatMode, ContractSet, EventStatus, EventType, EventVersion};
+use crate::model::{CompatMode, ContentModel, ContractSet, EventStatus, EventType, EventVersion};
 use crate::source::Location;
 use crate::yaml::escape_pointer_segment;
 
@@ -175,6 +174,7 @@ fn compare_event(
     let name = &new.name;
     let mut checked = Vec::new();
     let mut suggested = None;
+    let content = writer_content(old, new);
 
     if strength(new.compat) < strength(old.compat) {
         findings.push(finding(
@@ -297,7 +297,7 @@ fn compare_event(
             continue;
         };
         let actual = Bump::between(&previous.version, &version.version);
-        let needed = needed_bump(new, previous, version);
+        let needed = needed_bump(new.compat, content, previous, version);
         suggested = Some(suggested.map_or(needed, |s: Bump| s.max(needed)));
 
         if version.version.major != previous.version.major {
@@ -320,7 +320,7 @@ fn compare_event(
         for target in targets {
             checked.push(format!("{} against {}", version.version, target.version));
             for direction in directions(new.compat) {
-                let judgements = judge_versions(new, target, version, direction, true);
+                let judgements = judge_versions(content, target, version, direction, true);
                 for judgement in judgements {
                     findings.push(schema_finding(
                         head, new, target, version, direction, judgement,
@@ -428,22 +428,27 @@ fn bump_note(
 
 /// The smallest bump from `previous` to `version`: patch for documentation only, minor when
 /// compatible both ways the mode checks, major otherwise.
-fn needed_bump(event: &EventType, previous: &EventVersion, version: &EventVersion) -> Bump {
+fn needed_bump(
+    mode: CompatMode,
+    content: ContentModel,
+    previous: &EventVersion,
+    version: &EventVersion,
+) -> Bump {
     if first_difference(&previous.schema, &version.schema, "").is_none() {
         return Bump::Patch;
     }
-    let mut checks = directions(event.compat);
+    let mut checks = directions(mode);
     if checks.is_empty() {
         checks = vec![Direction::Backward, Direction::Forward];
     }
     let compatible = checks
         .into_iter()
-        .all(|direction| judge_versions(event, previous, version, direction, false).is_empty());
+        .all(|direction| judge_versions(content, previous, version, direction, false).is_empty());
     if compatible { Bump::Minor } else { Bump::Major }
 }
 
 fn judge_versions(
-    event: &EventType,
+    content: ContentModel,
     old: &EventVersion,
     new: &EventVersion,
     direction: Direction,
@@ -456,14 +461,19 @@ fn judge_versions(
         Options {
             views: true,
             witnesses,
-            content: payload_content(event),
+            content,
         },
     )
 }
 
-/// Whether the generated payload types of `event` keep unknown fields.
-fn payload_content(_event: &EventType) -> Content {
-    Content::Closed
+/// The content model of the writers being judged: open when either side's event type is
+/// open, since producers generated from either may still be emitting.
+fn writer_content(old: &EventType, new: &EventType) -> ContentModel {
+    if old.content == ContentModel::Open || new.content == ContentModel::Open {
+        ContentModel::Open
+    } else {
+        ContentModel::Closed
+    }
 }
 
 fn schema_finding(

@@ -11,6 +11,7 @@
 use serde_json::{Map, Value};
 
 use super::schema::has_applicators;
+use crate::model::ContentModel;
 
 /// Keywords whose value is one subschema.
 const SINGLE: &[&str] = &[
@@ -38,26 +39,16 @@ const MAPS: &[&str] = &[
 /// Keywords whose value is a list of subschemas.
 const LISTS: &[&str] = &["allOf", "anyOf", "oneOf", "prefixItems"];
 
-/// Whether generated payload types carry keys their schema does not declare.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Content {
-    /// The generated struct has exactly the declared fields: a producer emits nothing else.
-    #[default]
-    Closed,
-    /// The generated struct keeps unknown fields (a flattened map): a producer may emit any
-    /// extra key the schema allows.
-    Open,
-}
-
 /// The writer view: closes tuples, and objects with declared properties when `content` is
-/// closed.
-pub fn writer(schema: &Value, content: Content) -> Value {
+/// closed (an open content model's generated struct keeps unknown fields, so a producer may
+/// emit any extra key the schema allows).
+pub fn writer(schema: &Value, content: ContentModel) -> Value {
     match content {
-        Content::Closed => transform(schema, &|map| {
+        ContentModel::Closed => transform(schema, &|map| {
             close_object(map);
             close_tuple(map);
         }),
-        Content::Open => transform(schema, &close_tuple),
+        ContentModel::Open => transform(schema, &close_tuple),
     }
 }
 
@@ -154,7 +145,7 @@ mod tests {
                            "inner": {"properties": {"a": {}}}},
         });
         assert_eq!(
-            writer(&schema, Content::Closed),
+            writer(&schema, ContentModel::Closed),
             json!({
                 "type": "object",
                 "properties": {"tags": {"type": "array", "prefixItems": [{"type": "string"}], "items": false},
@@ -172,7 +163,7 @@ mod tests {
                            "inner": {"properties": {"a": {}}}},
         });
         assert_eq!(
-            writer(&schema, Content::Open),
+            writer(&schema, ContentModel::Open),
             json!({
                 "type": "object",
                 "properties": {"tags": {"type": "array", "prefixItems": [{"type": "string"}], "items": false},
@@ -180,7 +171,7 @@ mod tests {
             })
         );
         let closed = json!({"properties": {"a": {}}, "additionalProperties": false});
-        assert_eq!(writer(&closed, Content::Open), closed);
+        assert_eq!(writer(&closed, ContentModel::Open), closed);
     }
 
     #[test]
