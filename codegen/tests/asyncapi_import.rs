@@ -28,6 +28,7 @@ use evc_codegen::ContractSet;
 use evc_codegen::emit::Layout;
 use evc_codegen::emit::asyncapi::{self, check_document};
 use evc_codegen::import::asyncapi::{Imported, import};
+use evc_codegen::model::ContentModel;
 
 const EXAMPLES: &[&str] = &[
     "adeo-kafka-request-reply-asyncapi.yml",
@@ -347,4 +348,122 @@ fn evc_documents_import_to_contracts_that_render_the_same_document() {
     let (_dir, reloaded) = load(&imported, "evc's own document");
     let second = asyncapi::render(&reloaded, &Layout::default()).expect("renders");
     assert_eq!(first.contents, second.contents);
+}
+
+/// A discriminated union, a tuple and an integer enum in a closed payload, and an open object in
+/// another: the contracts load and hold the schemas as the document wrote them.
+const KEPT_AS_WRITTEN: &str = r"
+asyncapi: 3.0.0
+info: {title: Shop, version: 1.0.0}
+channels:
+  orderPlaced:
+    address: shop/order/placed
+    messages:
+      placed:
+        payload:
+          schemaFormat: application/schema+json;version=draft-2020-12
+          schema:
+            type: object
+            additionalProperties: false
+            required: [order_id, line, priority]
+            properties:
+              order_id: {type: string, format: uuid}
+              line:
+                oneOf:
+                  - type: object
+                    additionalProperties: false
+                    required: [kind, sku]
+                    properties:
+                      kind: {const: product}
+                      sku: {type: string}
+                  - type: object
+                    additionalProperties: false
+                    required: [kind, hours]
+                    properties:
+                      kind: {const: service}
+                      hours: {type: integer, minimum: 1}
+              position:
+                type: array
+                prefixItems: [{type: number}, {type: number}]
+                items: false
+              priority: {type: integer, enum: [1, 2, 3]}
+  orderAnnotated:
+    address: shop/order/annotated
+    messages:
+      annotated:
+        payload:
+          type: object
+          required: [order_id]
+          properties:
+            order_id: {type: string}
+            labels: {type: object}
+";
+
+#[test]
+fn unions_tuples_enums_and_open_objects_import_as_written() {
+    let original = yaml_to_json("kept.yaml", KEPT_AS_WRITTEN);
+    let imported = import(KEPT_AS_WRITTEN).expect("imports");
+    let dir = tempfile::tempdir().expect("temporary directory");
+    for file in &imported.files {
+        let path = dir.path().join(&file.path);
+        std::fs::create_dir_all(path.parent().expect("has a parent")).expect("create folder");
+        std::fs::write(&path, &file.contents).expect("write contract file");
+    }
+    let set = match ContractSet::load(dir.path()) {
+        Ok(loaded) => loaded.contracts,
+        Err(evc_codegen::LoadError::Invalid { diagnostics, .. }) => panic!(
+            "the imported contracts do not load:\n{}",
+            diagnostics
+                .iter()
+                .map(evc_codegen::Diagnostic::to_short_string)
+                .collect::<Vec<_>>()
+                .join("\n")
+        ),
+        Err(other) => panic!("{other}"),
+    };
+    assert_eq!(imported.unsupported, Vec::<String>::new());
+
+    let placed = &set.events["shop.order.placed"];
+    assert_eq!(
+        placed.versions[0].schema,
+        original["channels"]["orderPlaced"]["messages"]["placed"]["payload"]["schema"]
+    );
+    assert_eq!(placed.content, ContentModel::Closed);
+
+    let annotated = &set.events["shop.order.annotated"];
+    assert_eq!(
+        annotated.versions[0].schema,
+        original["channels"]["orderAnnotated"]["messages"]["annotated"]["payload"]
+    );
+    assert_eq!(annotated.content, ContentModel::Open);
+
+    // Only the open event type says so; the project keeps the closed default.
+    let file = |path: &str| {
+        imported
+            .files
+            .iter()
+            .find(|file| file.path == Path::new(path))
+            .map(|file| file.contents.as_str())
+            .unwrap_or_else(|| panic!("{path} is written"))
+    };
+    assert!(
+        file("events/shop.order.annotated.yaml").contains("payload_policy:\n  content: open\n"),
+        "{}",
+        file("events/shop.order.annotated.yaml")
+    );
+    assert!(!file("events/shop.order.placed.yaml").contains("payload_policy"));
+    assert!(
+        !file("evc.yaml").contains("content"),
+        "{}",
+        file("evc.yaml")
+    );
+    // Nothing about the payloads was adapted.
+    assert!(
+        !imported
+            .adapted
+            .iter()
+            .any(|note| note.contains("/payload")),
+        "{:#?}",
+        imported.adapted
+    );
 }

@@ -14,16 +14,28 @@
 //!   version `1.0.0`; several messages without versions are different kinds of message, and each
 //!   becomes its own event type `<channel type>.<message id>` at `1.0.0`. Names that collide get
 //!   a numeric suffix.
-//! - **Payloads**: `$ref`s into the document are inlined (a recursive one is replaced by an
-//!   unconstrained schema and reported); AsyncAPI Schema Objects, JSON Schema draft-07 and
-//!   OpenAPI 3.0 schemas are converted to JSON Schema 2020-12 (`definitions` → `$defs`, tuple
-//!   `items` → `prefixItems`, `dependencies` split, `nullable` folded into `type`, keywords
-//!   2020-12 does not know, and those evc refuses (it cannot generate code for them), kept as
-//!   `x-<keyword>` annotations and reported); every object is closed with
-//!   `additionalProperties: false` and a root without `type` gets `type: object`. Payloads in
-//!   other formats (Avro, RAML, ...), external references and non-object payloads become an
-//!   empty closed object that keeps the original under an `x-asyncapi-*` annotation, and are
-//!   reported as unsupported.
+//! - **Payloads** keep what they say: unions (`oneOf`, `anyOf`, `allOf`), tuples, type unions,
+//!   enums and consts of any type, conditionals, non-object roots and open objects are written
+//!   to the contract as they are. A `$ref` inside the payload schema stays; a `$ref` into the
+//!   rest of the document is inlined, except that a target referring to itself is copied once
+//!   into the payload's `$defs` and its references point there, so recursion is kept. An event
+//!   type whose payloads have an object that accepts keys it does not list gets
+//!   `payload_policy: {content: open}`; the others stay closed and get no setting.
+//! - **Schema formats**: AsyncAPI Schema Objects, JSON Schema draft-07 (-06, -04) and OpenAPI 3.0
+//!   schemas are translated to JSON Schema 2020-12 (`definitions` → `$defs`, tuple `items` →
+//!   `prefixItems`, `dependencies` split, boolean exclusive bounds as numbers, `nullable` folded
+//!   into `type`, `$schema` removed), each reported as an adaptation. They are translated, not
+//!   kept under their `$schema`, because the AsyncAPI and OpenAPI Schema Objects are no draft the
+//!   checker reads (`nullable`, `discriminator`), inlined components and the payload must make one
+//!   schema in one dialect, and 2020-12 is what the loader turns every draft into and what
+//!   `evc generate` writes back. Keywords 2020-12 does not know are kept as `x-<keyword>`
+//!   annotations and reported.
+//! - **What the checker refuses** (an invalid keyword, a reference cycle no type can hold) is
+//!   kept as an `x-<keyword>` annotation and reported; a deny-listed or credential-shaped
+//!   property name is handled by the payload policy (below). Payloads in other formats (Avro,
+//!   RAML, ...), and payloads or subschemas behind references that cannot be resolved offline,
+//!   become an empty closed object (or an unconstrained subschema) that keeps the original under
+//!   an `x-asyncapi-*` annotation, and are reported as unsupported.
 //! - **`send` operations → producer class** of the event types of their messages
 //!   (`x-evc-producer-class`, else the project name). An event type no operation sends gets the
 //!   project as producer class (noted as an adaptation).
@@ -57,8 +69,9 @@ use crate::emit::Artifact;
 use crate::emit::asyncapi as doc_layout;
 use crate::emit::asyncapi::{local_pointer, root_channel_id};
 use crate::format::{
-    CompatMode, ConsumerMode, EventStatus, ExecutorKind, FailureClass, FieldName, HandlerKind,
-    Jitter, MigrationPolicyDef, OrderKeyDef, Ordering, RetryKind, RetryPolicyDef,
+    CompatMode, ConsumerMode, EventPayloadPolicyDef, EventStatus, ExecutorKind, FailureClass,
+    FieldName, HandlerKind, Jitter, MigrationPolicyDef, OrderKeyDef, Ordering, RetryKind,
+    RetryPolicyDef,
 };
 use crate::model::{ContentModel, PayloadPolicy};
 use crate::payload_schema;
@@ -310,7 +323,7 @@ fn strip_parameters(address: &str) -> (String, bool) {
 // ---------------------------------------------------------------------------------------------
 // Notes
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Notes {
     unsupported: Vec<String>,
     adapted: Vec<String>,
@@ -401,6 +414,8 @@ struct EventPlan {
     compat: Option<CompatMode>,
     status: Option<EventStatus>,
     max_payload_bytes: Option<u32>,
+    /// `open` when a payload has an object that accepts keys it does not list.
+    content: ContentModel,
     versions: Vec<VersionPlan>,
     /// The pointer of the channel it came from.
     channel_pointer: String,
@@ -492,7 +507,8 @@ fn default_policy() -> PolicyOut {
 enum Dialect {
     /// JSON Schema 2020-12 (what `evc generate` writes).
     Draft2020,
-    /// JSON Schema draft-07 or the AsyncAPI Schema Object (a superset of it).
+    /// JSON Schema draft-07 (or -06, -04), or the AsyncAPI Schema Object (a superset of
+    /// draft-07).
     Draft07,
     /// The OpenAPI 3.0 Schema Object.
     OpenApi30,
@@ -510,7 +526,11 @@ fn dialect(schema_format: Option<&str>) -> Option<Dialect> {
     match media {
         "application/schema+json" | "application/schema+yaml" => match version {
             "draft-2020-12" | "2020-12" => Some(Dialect::Draft2020),
-            "draft-07" | "draft-7" | "" => Some(Dialect::Draft07),
+            // Draft-04 and -06 differ from draft-07 only in what the conversion rewrites
+            // anyway (boolean exclusive bounds) or in keywords 2020-12 has too.
+            "draft-07" | "draft-7" | "draft-06" | "draft-6" | "draft-04" | "draft-4" | "" => {
+                Some(Dialect::Draft07)
+            }
             _ => None,
         },
         "application/vnd.aai.asyncapi"
@@ -576,6 +596,11 @@ struct Importer<'a> {
     inline_depth: usize,
     /// Subschemas the payload being inlined may still grow by.
     inline_budget: usize,
+    /// Targets of recursive references of the payload being inlined, by document pointer, with
+    /// their name in its `$defs`.
+    hoisted: BTreeMap<String, String>,
+    /// Recursive targets the current inlining pass found that are not hoisted yet.
+    recursive: BTreeSet<String>,
 }
 
 impl<'a> Importer<'a> {
@@ -593,6 +618,8 @@ impl<'a> Importer<'a> {
             operations: Vec::new(),
             inline_depth: 0,
             inline_budget: MAX_INLINED_SUBSCHEMAS,
+            hoisted: BTreeMap::new(),
+            recursive: BTreeSet::new(),
         }
     }
 
@@ -1006,6 +1033,7 @@ impl<'a> Importer<'a> {
             compat: None,
             status: None,
             max_payload_bytes: None,
+            content: ContentModel::Closed,
             versions: Vec::new(),
             channel_pointer: channel_pointer.to_owned(),
         }
@@ -1147,60 +1175,8 @@ impl<'a> Importer<'a> {
             Some(found) => found,
             None => (schema_pointer, schema),
         };
-        let mut stack = vec![schema_pointer.clone()];
-        self.inline_depth = 0;
-        self.inline_budget = MAX_INLINED_SUBSCHEMAS;
-        let mut converted = self.inline(
-            schema,
-            &schema_pointer,
-            &schema_pointer,
-            dialect,
-            &mut stack,
-        );
+        let mut converted = self.inline_payload(schema, &schema_pointer, dialect);
         rewrite_definition_refs(&mut converted);
-        let mut closed = Vec::new();
-        close_objects(
-            &mut converted,
-            "",
-            &mut closed,
-            &mut self.notes,
-            &schema_pointer,
-        );
-        if !closed.is_empty() {
-            self.notes.adapted(
-                &schema_pointer,
-                format!(
-                    "`additionalProperties: false` added (evc payloads list every key) at {}",
-                    closed
-                        .iter()
-                        .map(|pointer| if pointer.is_empty() {
-                            "the root".to_owned()
-                        } else {
-                            format!("`{pointer}`")
-                        })
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            );
-        }
-        let converted = match root_object(converted) {
-            Ok((schema, adapted)) => {
-                if let Some(note) = adapted {
-                    self.notes.adapted(&schema_pointer, note);
-                }
-                schema
-            }
-            Err(original) => {
-                self.notes.unsupported(
-                    &schema_pointer,
-                    "the payload is not an object (evc payloads are objects); imported as an empty object keeping the original under `x-asyncapi-payload`",
-                );
-                let mut placeholder = empty_payload();
-                placeholder["x-asyncapi-payload"] = original;
-                return placeholder;
-            }
-        };
-        let mut converted = converted;
         let problems = self.disable_unsupported_keywords(&mut converted, &schema_pointer);
         if !problems.is_empty() {
             self.notes.unsupported(
@@ -1231,7 +1207,8 @@ impl<'a> Importer<'a> {
             ..PayloadPolicy::default()
         };
         for _ in 0..256 {
-            let errors: Vec<_> = payload_schema::check(schema, &permissive, ContentModel::Closed)
+            // Open objects are kept: the event type's content model is chosen from the result.
+            let errors: Vec<_> = payload_schema::check(schema, &permissive, ContentModel::Open)
                 .problems
                 .into_iter()
                 .filter(|problem| problem.rule.severity() == Severity::Error)
@@ -1241,6 +1218,25 @@ impl<'a> Importer<'a> {
             }
             let mut fixed = false;
             for problem in &errors {
+                if problem.rule == Rule::RefCycle && !is_keyword_position(&problem.pointer) {
+                    // A target that holds itself without an object between: its references
+                    // to itself are what no type can hold.
+                    let reference = format!("#{}", problem.pointer);
+                    if let Some(target) = schema.pointer_mut(&problem.pointer)
+                        && disable_references(target, &reference)
+                    {
+                        self.notes.unsupported(
+                            &format!("{schema_pointer}{}", problem.pointer),
+                            format!(
+                                "{} ({}); its `$ref: {reference}` kept as `x-$ref` and not enforced",
+                                problem.message,
+                                problem.rule.id()
+                            ),
+                        );
+                        fixed = true;
+                    }
+                    continue;
+                }
                 if !is_keyword_position(&problem.pointer) {
                     continue;
                 }
@@ -1284,6 +1280,55 @@ impl<'a> Importer<'a> {
             }
         }
         vec!["too many unsupported keywords".to_owned()]
+    }
+
+    /// The payload schema at `root` with the document's references resolved and its keywords
+    /// converted. A reference is inlined, unless its target refers back to itself: such a target
+    /// is copied once into the payload's `$defs` and every reference to it points there, so the
+    /// recursion is kept.
+    fn inline_payload(&mut self, schema: &'a Json, root: &str, dialect: Dialect) -> Json {
+        self.hoisted.clear();
+        loop {
+            // A pass that finds a new recursive target is done again, so only its notes are lost.
+            let notes_before = self.notes.clone();
+            self.recursive.clear();
+            self.inline_budget = MAX_INLINED_SUBSCHEMAS;
+            let mut converted =
+                self.inline(schema, root, root, dialect, &mut vec![root.to_owned()]);
+            let mut definitions = Vec::new();
+            for (target, name) in self.hoisted.clone() {
+                if let Some(value) = self.doc.pointer(&target) {
+                    let mut stack = vec![target.clone()];
+                    definitions
+                        .push((name, self.inline(value, &target, root, dialect, &mut stack)));
+                }
+            }
+            if self.recursive.is_empty() {
+                if let Json::Object(map) = &mut converted
+                    && !definitions.is_empty()
+                {
+                    let defs = map
+                        .entry("$defs")
+                        .or_insert_with(|| Json::Object(Map::new()));
+                    if let Json::Object(defs) = defs {
+                        defs.extend(definitions);
+                    }
+                }
+                return converted;
+            }
+            self.notes = notes_before;
+            let mut taken: BTreeSet<String> = converted
+                .get("$defs")
+                .and_then(Json::as_object)
+                .map(|defs| defs.keys().cloned().collect())
+                .unwrap_or_default();
+            taken.extend(self.hoisted.values().cloned());
+            for target in std::mem::take(&mut self.recursive) {
+                let name = definition_name(&target, &taken);
+                taken.insert(name.clone());
+                self.hoisted.insert(target, name);
+            }
+        }
     }
 
     /// Resolves references and converts keywords of the subschema `value`, found at `at`; `root`
@@ -1335,12 +1380,24 @@ impl<'a> Importer<'a> {
                         Json::String(format!("#{}", &target[root.len()..])),
                     );
                 }
+                Some(target) if self.hoisted.contains_key(&target) => {
+                    if target.starts_with("/components/") {
+                        self.mark_used(&target);
+                    }
+                    let name = &self.hoisted[&target];
+                    self.notes.adapted(
+                        &target,
+                        format!("refers to itself; copied into the `$defs` of the payloads that use it as `{name}`"),
+                    );
+                    out.insert(
+                        "$ref".to_owned(),
+                        Json::String(format!("#/$defs/{}", escape_pointer_segment(name))),
+                    );
+                }
                 Some(target) => match self.doc.pointer(&target) {
                     Some(_) if stack.contains(&target) => {
-                        self.notes.unsupported(
-                            at,
-                            format!("the recursive `$ref: {reference}` cannot be inlined; replaced by an unconstrained schema"),
-                        );
+                        // Hoisted into `$defs` on the next pass, which replaces this one.
+                        self.recursive.insert(target.clone());
                         out.insert("x-asyncapi-ref".to_owned(), Json::String(reference.clone()));
                     }
                     Some(found) => {
@@ -1841,6 +1898,22 @@ impl<'a> Importer<'a> {
                     event.compat = Some(CompatMode::None);
                 }
             }
+            // Objects that accept keys they do not list are kept; the event type says so.
+            let open = event.versions.iter().any(|version| {
+                payload_schema::check(
+                    &version.schema,
+                    &PayloadPolicy::default(),
+                    ContentModel::Closed,
+                )
+                .problems
+                .iter()
+                .any(|problem| problem.rule == Rule::OpenPayloadObject)
+            });
+            event.content = if open {
+                ContentModel::Open
+            } else {
+                ContentModel::Closed
+            };
             if let Some(cap) = event.max_payload_bytes
                 && cap > hard_max_bytes
             {
@@ -1918,6 +1991,11 @@ impl<'a> Importer<'a> {
                     .status
                     .filter(|status| *status == EventStatus::Deprecated),
                 max_payload_bytes: event.max_payload_bytes,
+                payload_policy: (event.content == ContentModel::Open).then_some(
+                    EventPayloadPolicyDef {
+                        content: Some(ContentModel::Open),
+                    },
+                ),
                 versions: event
                     .versions
                     .iter()
@@ -2004,8 +2082,7 @@ impl<'a> Importer<'a> {
             for event in &self.events {
                 for version in &event.versions {
                     for problem in
-                        payload_schema::check(&version.schema, &policy, ContentModel::Closed)
-                            .problems
+                        payload_schema::check(&version.schema, &policy, ContentModel::Open).problems
                     {
                         let key = pointer_segments(&problem.pointer)
                             .last()
@@ -2221,73 +2298,46 @@ fn rewrite_definition_refs(schema: &mut Json) {
     }
 }
 
-/// Closes every object schema with `additionalProperties: false`, recording where.
-fn close_objects(
-    schema: &mut Json,
-    pointer: &str,
-    closed: &mut Vec<String>,
-    notes: &mut Notes,
-    base: &str,
-) {
-    let Json::Object(map) = schema else {
-        return;
-    };
-    let is_object = match map.get("type") {
-        Some(Json::String(single)) => single == "object",
-        Some(Json::Array(types)) => types.iter().any(|t| t == "object"),
-        _ => false,
-    } || map.contains_key("properties");
-    if is_object {
-        if let Some(pattern) = map.remove("patternProperties") {
-            notes.unsupported(
-                &format!("{base}{pointer}/patternProperties"),
-                "open keys are not allowed in evc payloads; kept as `x-patternProperties` and not enforced",
-            );
-            map.insert("x-patternProperties".to_owned(), pattern);
-        }
-        let closed_already = map.get("additionalProperties") == Some(&Json::Bool(false))
-            || map.get("unevaluatedProperties") == Some(&Json::Bool(false));
-        if !closed_already {
-            if let Some(previous) =
-                insert_after_type(map, "additionalProperties", Json::Bool(false))
-                && previous != Json::Bool(true)
+/// Renames each `$ref: reference` under `schema` to `x-$ref`; whether there was one.
+fn disable_references(schema: &mut Json, reference: &str) -> bool {
+    match schema {
+        Json::Object(map) => {
+            let mut found = false;
+            if map.get("$ref").and_then(Json::as_str) == Some(reference)
+                && let Some(value) = map.remove("$ref")
             {
-                notes.unsupported(
-                    &format!("{base}{pointer}/additionalProperties"),
-                    "a schema for extra keys (a map) cannot be expressed in evc payloads; closed, kept as `x-additionalProperties`",
-                );
-                map.insert("x-additionalProperties".to_owned(), previous);
+                map.insert("x-$ref".to_owned(), value);
+                found = true;
             }
-            closed.push(pointer.to_owned());
-        }
-    }
-    for (key, child) in map.iter_mut() {
-        let child_pointer = format!("{pointer}/{}", escape_pointer_segment(key));
-        if SUBSCHEMA_MAPS.contains(&key.as_str()) {
-            if let Json::Object(children) = child {
-                for (name, grandchild) in children.iter_mut() {
-                    let pointer = format!("{child_pointer}/{}", escape_pointer_segment(name));
-                    close_objects(grandchild, &pointer, closed, notes, base);
+            for (key, child) in map.iter_mut() {
+                if !matches!(key.as_str(), "const" | "enum" | "default" | "examples")
+                    && !key.starts_with("x-")
+                {
+                    found |= disable_references(child, reference);
                 }
             }
-        } else if SUBSCHEMA_LISTS.contains(&key.as_str()) {
-            if let Json::Array(items) = child {
-                for (index, item) in items.iter_mut().enumerate() {
-                    close_objects(
-                        item,
-                        &format!("{child_pointer}/{index}"),
-                        closed,
-                        notes,
-                        base,
-                    );
-                }
-            }
-        } else if (SUBSCHEMA_SINGLE.contains(&key.as_str()) && key != "additionalProperties")
-            || key == "items"
-        {
-            close_objects(child, &child_pointer, closed, notes, base);
+            found
         }
+        Json::Array(items) => items.iter_mut().fold(false, |found, item| {
+            disable_references(item, reference) || found
+        }),
+        _ => false,
     }
+}
+
+/// A `$defs` name for the schema at `target` (its last segment) that is not in `taken`.
+fn definition_name(target: &str, taken: &BTreeSet<String>) -> String {
+    let base = pointer_segments(target)
+        .last()
+        .filter(|segment| !segment.is_empty())
+        .unwrap_or_else(|| "schema".to_owned());
+    let mut name = base.clone();
+    let mut index = 2;
+    while taken.contains(&name) {
+        name = format!("{base}_{index}");
+        index += 1;
+    }
+    name
 }
 
 /// Whether the last segment of a pointer into a schema names a keyword (as opposed to a
@@ -2319,54 +2369,6 @@ fn is_keyword_position(pointer: &str) -> bool {
         };
     }
     matches!(last, Some(Next::Keyword))
-}
-
-/// Sets `key` right after `type` (or first), the order the contract files use; returns the
-/// previous value.
-fn insert_after_type(map: &mut Map<String, Json>, key: &str, value: Json) -> Option<Json> {
-    let previous = map.remove(key);
-    let entries = std::mem::take(map);
-    let mut placed = !entries.contains_key("type");
-    if placed {
-        map.insert(key.to_owned(), value.clone());
-    }
-    for (name, entry) in entries {
-        let is_type = name == "type";
-        map.insert(name, entry);
-        if is_type && !placed {
-            map.insert(key.to_owned(), value.clone());
-            placed = true;
-        }
-    }
-    previous
-}
-
-/// The payload as a root object schema, with a note when it had to be made one; the original
-/// when it cannot be.
-fn root_object(schema: Json) -> Result<(Json, Option<&'static str>), Json> {
-    let Json::Object(mut map) = schema else {
-        return Err(schema);
-    };
-    match map.get("type").cloned() {
-        Some(Json::String(single)) if single == "object" => Ok((Json::Object(map), None)),
-        Some(Json::Array(types)) if types.iter().any(|t| t == "object") => {
-            map.insert("type".to_owned(), json!("object"));
-            Ok((
-                Json::Object(map),
-                Some("the payload may be an object or something else; imported as `type: object`"),
-            ))
-        }
-        None if map.contains_key("properties") => {
-            let entries = std::mem::take(&mut map);
-            map.insert("type".to_owned(), json!("object"));
-            map.extend(entries);
-            Ok((
-                Json::Object(map),
-                Some("`type: object` added to the payload's root"),
-            ))
-        }
-        _ => Err(Json::Object(map)),
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2406,6 +2408,8 @@ struct EventOut {
     status: Option<EventStatus>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_payload_bytes: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload_policy: Option<EventPayloadPolicyDef>,
     versions: Vec<VersionOut>,
 }
 
@@ -2513,8 +2517,28 @@ mod tests {
         assert!(!is_keyword_position(""));
     }
 
+    /// The event file of `event` in `imported`.
+    fn event_file<'i>(imported: &'i Imported, event: &str) -> &'i str {
+        &imported
+            .files
+            .iter()
+            .find(|file| file.path.ends_with(format!("{event}.yaml")))
+            .unwrap_or_else(|| panic!("no event file for {event}: {:#?}", imported.files))
+            .contents
+    }
+
+    /// The payload schema of the first version in an event file.
+    fn first_schema(contents: &str) -> Json {
+        let file = SourceFile::new("event.yaml", contents);
+        let event = yaml::parse(&file)
+            .expect("the event file parses")
+            .expect("not empty")
+            .to_json();
+        event["versions"][0]["schema"].clone()
+    }
+
     #[test]
-    fn keywords_evc_refuses_are_disabled_not_fatal() {
+    fn unions_enums_and_open_objects_are_kept() {
         let text = r"
 asyncapi: 3.0.0
 info: {title: T, version: 1.0.0}
@@ -2530,27 +2554,203 @@ channels:
               oneOf: [{type: string}, {type: integer}]
             level:
               enum: [1, 2, 3]
-            name: {type: string}
+            pair:
+              type: array
+              items: [{type: string}, {type: number}]
+            either: {type: [string, integer]}
+            meta: {type: object, additionalProperties: {type: string}}
 ";
         let imported = import(text).expect("imports");
-        let event = imported
-            .files
-            .iter()
-            .find(|file| file.path.ends_with("a.b.yaml"))
-            .expect("the event file");
-        assert!(event.contents.contains("name:"), "{}", event.contents);
-        if imported
-            .unsupported
-            .iter()
-            .any(|note| note.contains("/oneOf"))
-        {
-            assert!(event.contents.contains("x-oneOf"), "{}", event.contents);
-        }
+        let schema = first_schema(event_file(&imported, "a.b"));
+        assert_eq!(
+            schema,
+            json!({
+                "type": "object",
+                "properties": {
+                    "choice": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+                    "level": {"enum": [1, 2, 3]},
+                    "pair": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "number"}]},
+                    "either": {"type": ["string", "integer"]},
+                    "meta": {"type": "object", "additionalProperties": {"type": "string"}}
+                }
+            })
+        );
         assert!(
-            !imported
-                .unsupported
+            event_file(&imported, "a.b").contains("payload_policy:\n  content: open\n"),
+            "{}",
+            event_file(&imported, "a.b")
+        );
+        // The tuple's translation is the only change, and it is reported.
+        assert_eq!(imported.unsupported, Vec::<String>::new());
+        assert_eq!(
+            imported
+                .adapted
                 .iter()
-                .any(|note| note.contains("imported as an empty object")),
+                .filter(|note| note.starts_with("/channels/c/messages/m/payload"))
+                .collect::<Vec<_>>(),
+            [
+                "/channels/c/messages/m/payload/properties/pair: tuple `items` written as `prefixItems`"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_closed_payload_gets_no_content_setting() {
+        let text = r"
+asyncapi: 3.0.0
+info: {title: T, version: 1.0.0}
+channels:
+  c:
+    address: a.b
+    messages:
+      m:
+        payload:
+          type: object
+          additionalProperties: false
+          properties:
+            id: {type: string}
+";
+        let imported = import(text).expect("imports");
+        let event = event_file(&imported, "a.b");
+        assert!(!event.contains("payload_policy"), "{event}");
+        assert!(event.contains("additionalProperties: false"), "{event}");
+    }
+
+    #[test]
+    fn non_object_roots_are_kept() {
+        let text = r"
+asyncapi: 3.0.0
+info: {title: T, version: 1.0.0}
+channels:
+  c:
+    address: a.b
+    messages:
+      m:
+        payload: {type: array, items: {type: string}}
+";
+        let imported = import(text).expect("imports");
+        assert_eq!(
+            first_schema(event_file(&imported, "a.b")),
+            json!({"type": "array", "items": {"type": "string"}})
+        );
+        assert_eq!(imported.unsupported, Vec::<String>::new());
+    }
+
+    #[test]
+    fn keywords_the_checker_refuses_are_disabled_not_fatal() {
+        let text = r"
+asyncapi: 3.0.0
+info: {title: T, version: 1.0.0}
+channels:
+  c:
+    address: a.b
+    messages:
+      m:
+        payload:
+          type: object
+          additionalProperties: false
+          properties:
+            name: {type: string, minLength: 2.5}
+";
+        let imported = import(text).expect("imports");
+        let schema = first_schema(event_file(&imported, "a.b"));
+        assert_eq!(
+            schema["properties"]["name"],
+            json!({"type": "string", "x-minLength": 2.5})
+        );
+        assert!(
+            imported.unsupported.iter().any(|note| note
+                .starts_with("/channels/c/messages/m/payload/properties/name/minLength: ")
+                && note.contains("kept as `x-minLength`")),
+            "{:#?}",
+            imported.unsupported
+        );
+    }
+
+    #[test]
+    fn recursive_references_are_kept_in_defs() {
+        let text = r"
+asyncapi: 3.0.0
+info: {title: T, version: 1.0.0}
+channels:
+  c:
+    address: a.b
+    messages:
+      m:
+        payload:
+          type: object
+          additionalProperties: false
+          properties:
+            root: {$ref: '#/components/schemas/Node'}
+components:
+  schemas:
+    Node:
+      type: object
+      additionalProperties: false
+      properties:
+        children: {type: array, items: {$ref: '#/components/schemas/Node'}}
+";
+        let imported = import(text).expect("imports");
+        let event = event_file(&imported, "a.b");
+        assert_eq!(
+            first_schema(event),
+            json!({
+                "type": "object",
+                "additionalProperties": false,
+                "properties": {"root": {"$ref": "#/$defs/Node"}},
+                "$defs": {"Node": {
+                    "type": "object",
+                    "additionalProperties": false,
+                    "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/Node"}}}
+                }}
+            })
+        );
+        assert_eq!(imported.unsupported, Vec::<String>::new());
+        assert!(
+            imported
+                .adapted
+                .iter()
+                .any(|note| note.starts_with("/components/schemas/Node: refers to itself")),
+            "{:#?}",
+            imported.adapted
+        );
+        assert!(!event.contains("payload_policy"), "{event}");
+    }
+
+    #[test]
+    fn a_list_of_itself_loses_only_its_recursion() {
+        let text = r"
+asyncapi: 3.0.0
+info: {title: T, version: 1.0.0}
+channels:
+  c:
+    address: a.b
+    messages:
+      m:
+        payload:
+          type: object
+          additionalProperties: false
+          properties:
+            id: {type: string}
+            tree: {$ref: '#/components/schemas/Tree'}
+components:
+  schemas:
+    Tree: {type: array, items: {$ref: '#/components/schemas/Tree'}}
+";
+        let imported = import(text).expect("imports");
+        assert_eq!(
+            first_schema(event_file(&imported, "a.b")),
+            json!({
+                "type": "object",
+                "additionalProperties": false,
+                "properties": {"id": {"type": "string"}, "tree": {"$ref": "#/$defs/Tree"}},
+                "$defs": {"Tree": {"type": "array", "items": {"x-$ref": "#/$defs/Tree"}}}
+            })
+        );
+        assert!(
+            imported.unsupported.iter().any(|note| note
+                .starts_with("/channels/c/messages/m/payload/$defs/Tree: ")
+                && note.contains("kept as `x-$ref`")),
             "{:#?}",
             imported.unsupported
         );
@@ -2648,36 +2848,6 @@ channels:
     }
 
     #[test]
-    fn objects_are_closed_and_maps_reported() {
-        let mut notes = Notes::default();
-        let mut closed = Vec::new();
-        let mut schema = json!({
-            "type": "object",
-            "properties": {
-                "user": {"type": "object", "properties": {"id": {"type": "string"}}},
-                "tags": {"type": "object", "additionalProperties": {"type": "string"}},
-                "list": {"type": "array", "items": {"properties": {"a": {}}}}
-            }
-        });
-        close_objects(&mut schema, "", &mut closed, &mut notes, "/p");
-        assert_eq!(
-            closed,
-            [
-                "",
-                "/properties/user",
-                "/properties/tags",
-                "/properties/list/items"
-            ]
-        );
-        assert_eq!(schema["properties"]["tags"]["additionalProperties"], false);
-        assert_eq!(
-            schema["properties"]["tags"]["x-additionalProperties"],
-            json!({"type": "string"})
-        );
-        assert_eq!(notes.unsupported.len(), 1);
-    }
-
-    #[test]
     fn non_asyncapi_documents_are_refused() {
         assert!(matches!(
             import("asyncapi: 2.6.0\ninfo: {title: t, version: '1'}\n"),
@@ -2744,7 +2914,11 @@ operations:
         );
         let event = &imported.files[2].contents;
         assert!(event.starts_with(EVENT_MODELINE), "{event}");
-        assert!(event.contains("additionalProperties: false"), "{event}");
+        assert!(!event.contains("additionalProperties"), "{event}");
+        assert!(
+            event.contains("payload_policy:\n  content: open\n"),
+            "{event}"
+        );
         assert!(event.contains("producer_class: shop"), "{event}");
         let consumer = &imported.files[0].contents;
         assert!(consumer.contains("shop.order.placed@^1"), "{consumer}");
