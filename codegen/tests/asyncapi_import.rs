@@ -24,11 +24,11 @@ mod conformance_data;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use evc_codegen::ContractSet;
 use evc_codegen::emit::Layout;
 use evc_codegen::emit::asyncapi::{self, check_document};
 use evc_codegen::import::asyncapi::{Imported, import};
 use evc_codegen::model::ContentModel;
+use evc_codegen::{ContractSet, Rule};
 
 const EXAMPLES: &[&str] = &[
     "adeo-kafka-request-reply-asyncapi.yml",
@@ -320,10 +320,22 @@ fn nothing_unsupported_is_dropped_silently() {
 
     let gitter = read("gitter-streaming-asyncapi.yml");
     assert!(has(&gitter, "/id: "));
+    // The heartbeat's payload is a string, not an object: kept, but its `"\r\n"` cannot become
+    // Rust docs, so its enum is reported and kept as an annotation.
     assert!(has(
         &gitter,
-        "/components/messages/heartbeat/payload/schema: "
+        "/components/messages/heartbeat/payload/schema/enum: "
     ));
+    let heartbeat = gitter
+        .files
+        .iter()
+        .find(|file| file.path == Path::new("events/gitter_streaming_api.rooms.heartbeat.yaml"))
+        .expect("the heartbeat event file");
+    let heartbeat = yaml_to_json("heartbeat.yaml", &heartbeat.contents);
+    assert_eq!(
+        heartbeat["versions"][0]["schema"],
+        serde_json::json!({"type": "string", "x-enum": ["\r\n"]})
+    );
     let events: BTreeSet<&str> = gitter.channels[0]
         .messages
         .iter()
@@ -409,35 +421,27 @@ fn unions_tuples_enums_and_open_objects_import_as_written() {
         std::fs::create_dir_all(path.parent().expect("has a parent")).expect("create folder");
         std::fs::write(&path, &file.contents).expect("write contract file");
     }
-    let set = match ContractSet::load(dir.path()) {
-        Ok(loaded) => loaded.contracts,
-        Err(evc_codegen::LoadError::Invalid { diagnostics, .. }) => panic!(
-            "the imported contracts do not load:\n{}",
-            diagnostics
+    // The loader's one check that is not about the contracts, whether the Rust generator
+    // covers them (it runs only when everything else passes), is not the importer's concern.
+    let loaded = match ContractSet::load(dir.path()) {
+        Ok(loaded) => Some(loaded.contracts),
+        Err(evc_codegen::LoadError::Invalid { diagnostics, .. }) => {
+            let errors: Vec<String> = diagnostics
                 .iter()
+                .filter(|diagnostic| diagnostic.rule != Rule::RustNotGeneratable)
                 .map(evc_codegen::Diagnostic::to_short_string)
-                .collect::<Vec<_>>()
-                .join("\n")
-        ),
+                .collect();
+            assert!(
+                errors.is_empty(),
+                "the imported contracts do not load:\n{}",
+                errors.join("\n")
+            );
+            None
+        }
         Err(other) => panic!("{other}"),
     };
     assert_eq!(imported.unsupported, Vec::<String>::new());
 
-    let placed = &set.events["shop.order.placed"];
-    assert_eq!(
-        placed.versions[0].schema,
-        original["channels"]["orderPlaced"]["messages"]["placed"]["payload"]["schema"]
-    );
-    assert_eq!(placed.content, ContentModel::Closed);
-
-    let annotated = &set.events["shop.order.annotated"];
-    assert_eq!(
-        annotated.versions[0].schema,
-        original["channels"]["orderAnnotated"]["messages"]["annotated"]["payload"]
-    );
-    assert_eq!(annotated.content, ContentModel::Open);
-
-    // Only the open event type says so; the project keeps the closed default.
     let file = |path: &str| {
         imported
             .files
@@ -446,6 +450,32 @@ fn unions_tuples_enums_and_open_objects_import_as_written() {
             .map(|file| file.contents.as_str())
             .unwrap_or_else(|| panic!("{path} is written"))
     };
+    let written_schema =
+        |path: &str| yaml_to_json(path, file(path))["versions"][0]["schema"].clone();
+    let placed = &original["channels"]["orderPlaced"]["messages"]["placed"]["payload"]["schema"];
+    let annotated = &original["channels"]["orderAnnotated"]["messages"]["annotated"]["payload"];
+    assert_eq!(&written_schema("events/shop.order.placed.yaml"), placed);
+    assert_eq!(
+        &written_schema("events/shop.order.annotated.yaml"),
+        annotated
+    );
+    if let Some(set) = loaded {
+        assert_eq!(&set.events["shop.order.placed"].versions[0].schema, placed);
+        assert_eq!(
+            set.events["shop.order.placed"].content,
+            ContentModel::Closed
+        );
+        assert_eq!(
+            &set.events["shop.order.annotated"].versions[0].schema,
+            annotated
+        );
+        assert_eq!(
+            set.events["shop.order.annotated"].content,
+            ContentModel::Open
+        );
+    }
+
+    // Only the open event type says so; the project keeps the closed default.
     assert!(
         file("events/shop.order.annotated.yaml").contains("payload_policy:\n  content: open\n"),
         "{}",

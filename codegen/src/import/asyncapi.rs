@@ -1177,6 +1177,7 @@ impl<'a> Importer<'a> {
         };
         let mut converted = self.inline_payload(schema, &schema_pointer, dialect);
         rewrite_definition_refs(&mut converted);
+        disable_unsafe_values(&mut converted, "", &schema_pointer, &mut self.notes);
         let problems = self.disable_unsupported_keywords(&mut converted, &schema_pointer);
         if !problems.is_empty() {
             self.notes.unsupported(
@@ -2294,6 +2295,51 @@ fn rewrite_definition_refs(schema: &mut Json) {
             }
         }
         Json::Array(items) => items.iter_mut().for_each(rewrite_definition_refs),
+        _ => {}
+    }
+}
+
+/// Renames each `enum` and `const` under `schema` (at `pointer`) that holds a string with a
+/// character generated code cannot carry (`"\r\n"`, say) to `x-enum`/`x-const`, reported: the
+/// loader refuses such values, since they become Rust docs and names.
+fn disable_unsafe_values(schema: &mut Json, pointer: &str, base: &str, notes: &mut Notes) {
+    fn unsafe_in(value: &Json) -> Option<char> {
+        match value {
+            Json::String(text) => crate::emit::unsafe_character(text),
+            Json::Array(items) => items.iter().find_map(unsafe_in),
+            _ => None,
+        }
+    }
+    match schema {
+        Json::Object(map) => {
+            for keyword in ["enum", "const"] {
+                if let Some(found) = map.get(keyword).and_then(unsafe_in)
+                    && let Some(value) = map.remove(keyword)
+                {
+                    notes.unsupported(
+                        &format!("{base}{pointer}/{keyword}"),
+                        format!(
+                            "holds {}, which generated code cannot carry; kept as `x-{keyword}` and not enforced",
+                            crate::emit::describe_character(found)
+                        ),
+                    );
+                    map.insert(format!("x-{keyword}"), value);
+                }
+            }
+            for (key, child) in map.iter_mut() {
+                if !matches!(key.as_str(), "const" | "enum" | "default" | "examples")
+                    && !key.starts_with("x-")
+                {
+                    let at = format!("{pointer}/{}", escape_pointer_segment(key));
+                    disable_unsafe_values(child, &at, base, notes);
+                }
+            }
+        }
+        Json::Array(items) => {
+            for (index, item) in items.iter_mut().enumerate() {
+                disable_unsafe_values(item, &format!("{pointer}/{index}"), base, notes);
+            }
+        }
         _ => {}
     }
 }
