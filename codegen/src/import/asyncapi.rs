@@ -30,8 +30,9 @@
 //!   schema in one dialect, and 2020-12 is what the loader turns every draft into and what
 //!   `evc generate` writes back. Keywords 2020-12 does not know are kept as `x-<keyword>`
 //!   annotations and reported.
-//! - **What the checker refuses** (an invalid keyword, a reference cycle no type can hold) is
-//!   kept as an `x-<keyword>` annotation and reported; a deny-listed or credential-shaped
+//! - **What the checker refuses** (an invalid keyword, a reference cycle no type can hold, an
+//!   `enum` or `const` string holding a character generated code cannot carry) is kept as an
+//!   `x-<keyword>` annotation and reported; a deny-listed or credential-shaped
 //!   property name is handled by the payload policy (below). Payloads in other formats (Avro,
 //!   RAML, ...), and payloads or subschemas behind references that cannot be resolved offline,
 //!   become an empty closed object (or an unconstrained subschema) that keeps the original under
@@ -2364,9 +2365,14 @@ fn disable_references(schema: &mut Json, reference: &str) -> bool {
             }
             found
         }
-        Json::Array(items) => items.iter_mut().fold(false, |found, item| {
-            disable_references(item, reference) || found
-        }),
+        Json::Array(items) => {
+            // Every item, not up to the first: each reference is disabled.
+            let mut found = false;
+            for item in items {
+                found |= disable_references(item, reference);
+            }
+            found
+        }
         _ => false,
     }
 }
@@ -2710,6 +2716,32 @@ channels:
                 && note.contains("kept as `x-minLength`")),
             "{:#?}",
             imported.unsupported
+        );
+    }
+
+    #[test]
+    fn enum_values_generated_code_cannot_carry_are_disabled() {
+        let mut notes = Notes::default();
+        let mut schema = json!({
+            "type": "object",
+            "properties": {
+                "line": {"type": "string", "enum": ["\r\n", "ok"]},
+                "mark": {"const": "fine"}
+            }
+        });
+        disable_unsafe_values(&mut schema, "", "/p", &mut notes);
+        assert_eq!(
+            schema["properties"],
+            json!({
+                "line": {"type": "string", "x-enum": ["\r\n", "ok"]},
+                "mark": {"const": "fine"}
+            })
+        );
+        assert_eq!(notes.unsupported.len(), 1);
+        assert!(
+            notes.unsupported[0].starts_with("/p/properties/line/enum: holds U+000D"),
+            "{:?}",
+            notes.unsupported
         );
     }
 
