@@ -57,6 +57,8 @@ pub mod payloads {
         /// What the agent suggests doing.
         pub suggestion_kind: AgentSuggestionV1SuggestionKind,
         /// Confidence of the agent, in percent.
+        ///
+        /// Checked at run time only (schema validation at append): `maximum`.
         pub confidence_pct: u8,
         /// When the suggestion was made.
         pub suggested_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
@@ -64,6 +66,8 @@ pub mod payloads {
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub review_run_id: ::std::option::Option<::evc::uuid::Uuid>,
         /// Identifier of the model that made the suggestion (`review.v3`).
+        ///
+        /// Checked at run time only (schema validation at append): `pattern`, `maxLength`.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub model_ref: ::std::option::Option<::std::string::String>,
         /// Other units the suggestion involves (merge or link targets).
@@ -292,6 +296,8 @@ pub mod payloads {
     #[non_exhaustive]
     pub struct CutFailedV1Error {
         /// Error code (SCREAMING_SNAKE), never the message text.
+        ///
+        /// Checked at run time only (schema validation at append): `pattern`, `maxLength`.
         pub code: ::std::string::String,
         /// Whether retrying the same work may succeed.
         pub retryable: bool,
@@ -752,6 +758,8 @@ pub mod payloads {
     #[non_exhaustive]
     pub struct DlqReplayFailedV1Error {
         /// Error code (SCREAMING_SNAKE), never the message text.
+        ///
+        /// Checked at run time only (schema validation at append): `pattern`, `maxLength`.
         pub code: ::std::string::String,
         /// Whether retrying the same work may succeed.
         pub retryable: bool,
@@ -869,8 +877,12 @@ pub mod payloads {
         /// The replay.
         pub replay_id: ::evc::uuid::Uuid,
         /// The consumer whose dead letters are replayed (`worker.dot.iu_axis`).
+        ///
+        /// Checked at run time only (schema validation at append): `pattern`, `maxLength`.
         pub consumer_name: ::std::string::String,
         /// Number of dead-lettered jobs selected for replay.
+        ///
+        /// Checked at run time only (schema validation at append): `minimum`.
         pub job_count: u64,
         /// Person who requested the replay.
         pub requested_by_id: ::evc::uuid::Uuid,
@@ -968,6 +980,8 @@ pub mod payloads {
         /// This run of the command.
         pub command_run_id: ::evc::uuid::Uuid,
         /// Name of the pipeline command (`iu.axis.resolve`).
+        ///
+        /// Checked at run time only (schema validation at append): `pattern`, `maxLength`.
         pub command_name: ::std::string::String,
         /// How long the command ran, in milliseconds.
         pub duration_ms: u64,
@@ -1065,6 +1079,8 @@ pub mod payloads {
     #[non_exhaustive]
     pub struct DotCommandFailedV1Error {
         /// Error code (SCREAMING_SNAKE), never the message text.
+        ///
+        /// Checked at run time only (schema validation at append): `pattern`, `maxLength`.
         pub code: ::std::string::String,
         /// Whether retrying the same work may succeed.
         pub retryable: bool,
@@ -1095,12 +1111,16 @@ pub mod payloads {
         /// This run of the command.
         pub command_run_id: ::evc::uuid::Uuid,
         /// Name of the pipeline command (`iu.axis.resolve`).
+        ///
+        /// Checked at run time only (schema validation at append): `pattern`, `maxLength`.
         pub command_name: ::std::string::String,
         /// What went wrong, as a reference: an error code and whether a retry may help.
         pub error: DotCommandFailedV1Error,
         /// When the command failed.
         pub failed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
         /// Attempt number, the first being 1.
+        ///
+        /// Checked at run time only (schema validation at append): `minimum`.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub attempt: ::std::option::Option<u64>,
         /// How long the command ran before failing, in milliseconds.
@@ -1214,8 +1234,12 @@ pub mod payloads {
         /// This run of the command.
         pub command_run_id: ::evc::uuid::Uuid,
         /// Name of the pipeline command (`iu.axis.resolve`).
+        ///
+        /// Checked at run time only (schema validation at append): `pattern`, `maxLength`.
         pub command_name: ::std::string::String,
         /// Attempt number, the first being 1.
+        ///
+        /// Checked at run time only (schema validation at append): `minimum`.
         pub attempt: u64,
         /// When the command started.
         pub started_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
@@ -2066,6 +2090,8 @@ pub mod payloads {
         /// The version of the surviving unit the merge produced.
         pub iu_version_id: ::evc::uuid::Uuid,
         /// The units merged into the surviving one.
+        ///
+        /// Checked at run time only (schema validation at append): `minItems`.
         pub merged_from: ::std::vec::Vec<IuMergedV1UnitRef>,
         /// The approval that allowed the merge.
         pub approval_id: ::evc::uuid::Uuid,
@@ -2320,6 +2346,8 @@ pub mod payloads {
         /// The approval that accepted it.
         pub approval_id: ::evc::uuid::Uuid,
         /// The units the split produced.
+        ///
+        /// Checked at run time only (schema validation at append): `minItems`.
         pub resulting_units: ::std::vec::Vec<IuSplitApprovedV1UnitRef>,
         /// When the split was approved.
         pub approved_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
@@ -2415,6 +2443,8 @@ pub mod payloads {
         /// The governance proposal that carries the split.
         pub proposal_id: ::evc::uuid::Uuid,
         /// Number of units the split would produce.
+        ///
+        /// Checked at run time only (schema validation at append): `minimum`.
         pub proposed_part_count: u64,
         /// When the split was proposed.
         pub proposed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
@@ -2761,14 +2791,22 @@ pub mod payloads {
         /// The event the job delivered.
         pub event_id: ::evc::uuid::Uuid,
         /// Type of that event (`iu.born`).
+        ///
+        /// Checked at run time only (schema validation at append): `pattern`, `maxLength`.
         pub event_type: ::std::string::String,
         /// The consumer whose delivery failed (`worker.dot.iu_axis`).
+        ///
+        /// Checked at run time only (schema validation at append): `pattern`, `maxLength`.
         pub consumer_name: ::std::string::String,
         /// Attempts made, the first included.
+        ///
+        /// Checked at run time only (schema validation at append): `minimum`.
         pub attempts: u64,
         /// Class of the last failure: transient when retries ran out.
         pub failure_class: JobDeadLetteredV1FailureClass,
         /// Error code of the last attempt (SCREAMING_SNAKE).
+        ///
+        /// Checked at run time only (schema validation at append): `pattern`, `maxLength`.
         pub last_error_code: ::std::string::String,
         /// When the job was dead-lettered.
         pub dead_lettered_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
@@ -2913,12 +2951,18 @@ pub mod payloads {
     #[non_exhaustive]
     pub struct JobDiscardedV1 {
         /// The discard that settled the job (`evc_discards.id`); one discard may take many jobs.
+        ///
+        /// Checked at run time only (schema validation at append): `minimum`.
         pub discard_id: u64,
         /// The event the job delivered.
         pub event_id: ::evc::uuid::Uuid,
         /// Type of that event (`iu.born`).
+        ///
+        /// Checked at run time only (schema validation at append): `pattern`, `maxLength`.
         pub event_type: ::std::string::String,
         /// The consumer whose delivery was discarded (`worker.dot.iu_axis`).
+        ///
+        /// Checked at run time only (schema validation at append): `pattern`, `maxLength`.
         pub consumer_name: ::std::string::String,
         /// The job's generation (0 for the delivery the append wrote, one more per replay).
         pub generation: u64,
@@ -2927,11 +2971,17 @@ pub mod payloads {
         /// Attempts the job had made.
         pub attempts: u64,
         /// Error code of the job's last attempt (SCREAMING_SNAKE), when it has one.
+        ///
+        /// Checked at run time only (schema validation at append): `pattern`, `maxLength`.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub last_error_code: ::std::option::Option<::std::string::String>,
         /// The approval reference the operator gave (a ticket or change id).
+        ///
+        /// Checked at run time only (schema validation at append): `minLength`, `maxLength`.
         pub approval_ref: ::std::string::String,
         /// The database role that applied the discard.
+        ///
+        /// Checked at run time only (schema validation at append): `minLength`, `maxLength`.
         pub discarded_by: ::std::string::String,
         /// When the job was discarded.
         pub discarded_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
@@ -3298,6 +3348,8 @@ pub mod payloads {
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub workflow_run_id: ::std::option::Option<::evc::uuid::Uuid>,
         /// Number of units the proposal would touch.
+        ///
+        /// Checked at run time only (schema validation at append): `minimum`.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub affected_unit_count: ::std::option::Option<u64>,
     }
@@ -3430,6 +3482,8 @@ pub mod payloads {
         /// The step run.
         pub step_run_id: ::evc::uuid::Uuid,
         /// Key of the step in its workflow definition (`review.approve`).
+        ///
+        /// Checked at run time only (schema validation at append): `pattern`, `maxLength`.
         pub step_key: ::std::string::String,
         /// How the step ended.
         pub outcome: StepCompletedV1Outcome,
@@ -3591,6 +3645,8 @@ pub mod payloads {
         /// The step run.
         pub step_run_id: ::evc::uuid::Uuid,
         /// Key of the step in its workflow definition (`review.approve`).
+        ///
+        /// Checked at run time only (schema validation at append): `pattern`, `maxLength`.
         pub step_key: ::std::string::String,
         /// Why the step was escalated.
         pub escalation_reason: StepEscalatedV1EscalationReason,
@@ -3696,12 +3752,18 @@ pub mod payloads {
         /// The step run.
         pub step_run_id: ::evc::uuid::Uuid,
         /// Key of the step in its workflow definition (`review.approve`).
+        ///
+        /// Checked at run time only (schema validation at append): `pattern`, `maxLength`.
         pub step_key: ::std::string::String,
         /// Error code (SCREAMING_SNAKE), never the message text.
+        ///
+        /// Checked at run time only (schema validation at append): `pattern`, `maxLength`.
         pub error_code: ::std::string::String,
         /// Whether retrying the step may succeed.
         pub retryable: bool,
         /// Attempt number, the first being 1.
+        ///
+        /// Checked at run time only (schema validation at append): `minimum`.
         pub attempt: u64,
         /// When the step failed.
         pub failed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
@@ -3796,6 +3858,8 @@ pub mod payloads {
     #[non_exhaustive]
     pub struct StepFailedV2Error {
         /// Error code (SCREAMING_SNAKE), never the message text.
+        ///
+        /// Checked at run time only (schema validation at append): `pattern`, `maxLength`.
         pub code: ::std::string::String,
         /// Class of the failure, which decides retry, dead letter or quarantine.
         pub failure_class: StepFailedV2ErrorFailureClass,
@@ -3834,10 +3898,14 @@ pub mod payloads {
         /// The step run.
         pub step_run_id: ::evc::uuid::Uuid,
         /// Key of the step in its workflow definition (`review.approve`).
+        ///
+        /// Checked at run time only (schema validation at append): `pattern`, `maxLength`.
         pub step_key: ::std::string::String,
         /// What went wrong, as a reference: code, failure class and whether a retry may help.
         pub error: StepFailedV2Error,
         /// Attempt number, the first being 1.
+        ///
+        /// Checked at run time only (schema validation at append): `minimum`.
         pub attempt: u64,
         /// When the step failed.
         pub failed_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
@@ -3975,6 +4043,8 @@ pub mod payloads {
         /// The step run.
         pub step_run_id: ::evc::uuid::Uuid,
         /// Key of the step in its workflow definition (`review.approve`).
+        ///
+        /// Checked at run time only (schema validation at append): `pattern`, `maxLength`.
         pub step_key: ::std::string::String,
         /// Kind of executor that runs the step.
         pub executor_kind: StepReadyV1ExecutorKind,

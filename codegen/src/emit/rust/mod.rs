@@ -6,7 +6,7 @@
 pub mod facts;
 mod types;
 
-pub use types::{generates_struct, resolve_alias};
+pub use types::{generates_struct, resolve_alias, resolve_reference};
 
 use std::collections::BTreeSet;
 
@@ -228,12 +228,17 @@ fn event_payloads(
             clashes,
             runtime,
         );
-        generator.root_struct()?;
+        generator.root_type()?;
+        let order_key = order_key_body(
+            event,
+            generator.struct_fields.get(&type_name),
+            &version.version,
+            runtime,
+        )?;
         items.extend(generator.items);
         let ident = format_ident!("{type_name}");
         let event_name = &event.name;
         let version_text = version.version.to_string();
-        let order_key = order_key_body(event, runtime);
         items.push(quote! {
             impl #ident {
                 /// The event type.
@@ -358,18 +363,39 @@ fn any_event_item(set: &ContractSet, runtime: &TokenStream) -> TokenStream {
     }
 }
 
-fn order_key_body(event: &EventType, runtime: &TokenStream) -> TokenStream {
+/// The body of `RegisteredEvent::order_key`: the order key properties of the payload struct
+/// (`fields`: property → field name), joined with `/`.
+///
+/// # Errors
+/// When the event has an order key and the payload type is not a struct with those properties
+/// (`evc check` refuses such a contract first).
+fn order_key_body(
+    event: &EventType,
+    fields: Option<&std::collections::BTreeMap<String, String>>,
+    version: &semver::Version,
+    runtime: &TokenStream,
+) -> Result<TokenStream, EmitError> {
     if event.order_key.is_empty() {
-        return quote!(::std::option::Option::None);
+        return Ok(quote!(::std::option::Option::None));
     }
-    let parts = event.order_key.iter().map(|field| {
-        let ident = naming::ident(&naming::snake(field));
-        quote!(#runtime::publish::order_key_part(&self.#ident))
-    });
-    quote! {
+    let mut parts = Vec::new();
+    for property in &event.order_key {
+        let Some(field) = fields.and_then(|fields| fields.get(property)) else {
+            return Err(EmitError::Rust {
+                subject: format!("{} {version}", event.name),
+                message: format!(
+                    "the order key `{property}` is not a property of the payload struct (the \
+                     payload schema is not an object that lists it)"
+                ),
+            });
+        };
+        let ident = naming::ident(field);
+        parts.push(quote!(#runtime::publish::order_key_part(&self.#ident)));
+    }
+    Ok(quote! {
         let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![#(#parts),*];
         ::std::option::Option::Some(parts.join("/"))
-    }
+    })
 }
 
 fn event_producers(
