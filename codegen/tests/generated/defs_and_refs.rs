@@ -165,6 +165,8 @@ pub mod payloads {
         /// The `into` property.
         pub into: MergeRecordedV1UnitRef,
         /// The `from` property.
+        ///
+        /// Checked at run time only (schema validation at append): `minItems`.
         pub from: ::std::vec::Vec<MergeRecordedV1UnitRef>,
         /// The `tree` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]

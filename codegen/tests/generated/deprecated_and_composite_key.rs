@@ -339,6 +339,8 @@ pub mod payloads {
         /// The `unit_id` property.
         pub unit_id: ::evc::uuid::Uuid,
         /// The `tag` property.
+        ///
+        /// Checked at run time only (schema validation at append): `maxLength`.
         pub tag: ::std::string::String,
     }
     impl UnitTaggedV1 {

@@ -100,18 +100,28 @@ pub mod payloads {
     #[non_exhaustive]
     pub struct MetricsSampledV1 {
         /// The `percent` property.
+        ///
+        /// Checked at run time only (schema validation at append): `maximum`.
         pub percent: u8,
         /// The `port` property.
+        ///
+        /// Checked at run time only (schema validation at append): `minimum`, `maximum`.
         pub port: u16,
         /// The `count` property.
+        ///
+        /// Checked at run time only (schema validation at append): `exclusiveMaximum`.
         pub count: u32,
         /// The `total` property.
         pub total: u64,
         /// The `delta` property.
+        ///
+        /// Checked at run time only (schema validation at append): `minimum`, `maximum`.
         pub delta: i32,
         /// The `offset` property.
         pub offset: i64,
         /// The `ratio` property.
+        ///
+        /// Checked at run time only (schema validation at append): `minimum`, `maximum`.
         pub ratio: f64,
         /// The `healthy` property.
         pub healthy: bool,

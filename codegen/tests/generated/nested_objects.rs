@@ -43,6 +43,8 @@ pub mod payloads {
     #[non_exhaustive]
     pub struct CutCompletedV1Summary {
         /// The `marks_verified` property.
+        ///
+        /// Checked at run time only (schema validation at append): `maximum`.
         pub marks_verified: u32,
         /// The `timing` property.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]

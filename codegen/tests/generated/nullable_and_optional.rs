@@ -138,6 +138,8 @@ pub mod payloads {
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub due_at: ::std::option::Option<::evc::chrono::DateTime<::evc::chrono::Utc>>,
         /// The `note_ref` property.
+        ///
+        /// Checked at run time only (schema validation at append): `maxLength`.
         #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
         pub note_ref: ::std::option::Option<::std::string::String>,
         /// The `context` property.

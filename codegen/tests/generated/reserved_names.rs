@@ -178,6 +178,8 @@ pub mod payloads {
         )]
         pub n_: ::std::option::Option<::std::string::String>,
         /// The `1st` property.
+        ///
+        /// Checked at run time only (schema validation at append): `maximum`.
         #[serde(
             rename = "1st",
             default,

@@ -1,6 +1,13 @@
 //! Compiles the pinned generated Rust of every fixture in `codegen/tests/fixtures/generate/`;
 //! `codegen/tests/generate_fixtures.rs` keeps the files equal to what the generator renders.
 
+/// The `all_of_merge` fixture set.
+#[rustfmt::skip]
+#[deny(warnings, missing_docs)]
+#[allow(clippy::all)]
+#[path = "../../../codegen/tests/generated/all_of_merge.rs"]
+pub mod all_of_merge;
+
 /// The `base` fixture set.
 #[rustfmt::skip]
 #[deny(warnings, missing_docs)]
@@ -71,12 +78,61 @@ pub mod nested_objects;
 #[path = "../../../codegen/tests/generated/nullable_and_optional.rs"]
 pub mod nullable_and_optional;
 
+/// The `open_objects` fixture set.
+#[rustfmt::skip]
+#[deny(warnings, missing_docs)]
+#[allow(clippy::all)]
+#[path = "../../../codegen/tests/generated/open_objects.rs"]
+pub mod open_objects;
+
+/// The `refs_anywhere` fixture set.
+#[rustfmt::skip]
+#[deny(warnings, missing_docs)]
+#[allow(clippy::all)]
+#[path = "../../../codegen/tests/generated/refs_anywhere.rs"]
+pub mod refs_anywhere;
+
 /// The `reserved_names` fixture set.
 #[rustfmt::skip]
 #[deny(warnings, missing_docs)]
 #[allow(clippy::all)]
 #[path = "../../../codegen/tests/generated/reserved_names.rs"]
 pub mod reserved_names;
+
+/// The `runtime_only_keywords` fixture set.
+#[rustfmt::skip]
+#[deny(warnings, missing_docs)]
+#[allow(clippy::all)]
+#[path = "../../../codegen/tests/generated/runtime_only_keywords.rs"]
+pub mod runtime_only_keywords;
+
+/// The `tagged_unions` fixture set.
+#[rustfmt::skip]
+#[deny(warnings, missing_docs)]
+#[allow(clippy::all)]
+#[path = "../../../codegen/tests/generated/tagged_unions.rs"]
+pub mod tagged_unions;
+
+/// The `tuples` fixture set.
+#[rustfmt::skip]
+#[deny(warnings, missing_docs)]
+#[allow(clippy::all)]
+#[path = "../../../codegen/tests/generated/tuples.rs"]
+pub mod tuples;
+
+/// The `untagged_unions` fixture set.
+#[rustfmt::skip]
+#[deny(warnings, missing_docs)]
+#[allow(clippy::all)]
+#[path = "../../../codegen/tests/generated/untagged_unions.rs"]
+pub mod untagged_unions;
+
+/// The `value_enums` fixture set.
+#[rustfmt::skip]
+#[deny(warnings, missing_docs)]
+#[allow(clippy::all)]
+#[path = "../../../codegen/tests/generated/value_enums.rs"]
+pub mod value_enums;
 
 /// The contract sets `codegen/tests/generate_property.rs` drew and `evc check` accepted; built
 /// only by that test (the `property` feature, with `EVC_PROPERTY_CASES` naming the file).

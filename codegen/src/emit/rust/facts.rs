@@ -114,12 +114,12 @@ pub struct PropertyTypes {
 }
 
 /// The JSON types property schema `property` allows, resolving a local `$ref` against the
-/// version's `root` schema. An `enum` or `const` without `type` counts as a string (the
-/// contracts' enums are strings), `properties` without `type` as an object. `None` when the
+/// version's `root` schema. An `enum` or `const` without `type` has the types of its values,
+/// `properties` without `type` is an object. `None` when the
 /// schema names no type (any value).
 pub fn property_types(property: &Json, root: &Json) -> Option<PropertyTypes> {
     let property = match property.get("$ref").and_then(Json::as_str) {
-        Some(reference) => root.pointer(reference.strip_prefix('#')?)?,
+        Some(reference) => super::resolve_reference(root, reference)?.0,
         None => property,
     };
     let mut types: Vec<String> = match property.get("type") {
@@ -130,7 +130,7 @@ pub fn property_types(property: &Json, root: &Json) -> Option<PropertyTypes> {
             .map(str::to_owned)
             .collect(),
         _ if property.get("enum").is_some() || property.get("const").is_some() => {
-            vec!["string".to_owned()]
+            value_types(property)
         }
         _ if property.get("properties").is_some() => vec!["object".to_owned()],
         _ => return None,
@@ -138,6 +138,32 @@ pub fn property_types(property: &Json, root: &Json) -> Option<PropertyTypes> {
     let nullable = types.iter().any(|t| t == "null");
     types.retain(|t| t != "null");
     Some(PropertyTypes { types, nullable })
+}
+
+/// The JSON types of the values an `enum` or `const` lists, in order of first appearance
+/// (`null` included, split off by the caller).
+fn value_types(property: &Json) -> Vec<String> {
+    let values: Vec<&Json> = match (property.get("const"), property.get("enum")) {
+        (Some(constant), _) => vec![constant],
+        (None, Some(Json::Array(values))) => values.iter().collect(),
+        _ => Vec::new(),
+    };
+    let mut types: Vec<String> = Vec::new();
+    for value in values {
+        let kind = match value {
+            Json::Null => "null",
+            Json::Bool(_) => "boolean",
+            Json::Number(number) if number.is_f64() => "number",
+            Json::Number(_) => "integer",
+            Json::String(_) => "string",
+            Json::Array(_) => "array",
+            Json::Object(_) => "object",
+        };
+        if !types.iter().any(|t| t == kind) {
+            types.push(kind.to_owned());
+        }
+    }
+    types
 }
 
 /// Whether a struct field for a property must be an `Option`: the property is not required,
@@ -225,6 +251,9 @@ mod tests {
         );
         let types = property_types(&json!({"enum": ["a", "b"]}), &root).expect("typed");
         assert_eq!(types.types, ["string"]);
+        let types = property_types(&json!({"enum": [1, 2.5, true, null]}), &root).expect("typed");
+        assert_eq!(types.types, ["integer", "number", "boolean"]);
+        assert!(types.nullable);
         let types = property_types(&json!({"properties": {}}), &root).expect("typed");
         assert_eq!(types.types, ["object"]);
         assert_eq!(property_types(&json!({}), &root), None);

@@ -198,7 +198,7 @@ impl<'a> TypeGen<'a> {
             }
             None => self.mapped(root, &name, at)?,
         };
-        if ty.to_string() == format_ident!("{name}").to_string() {
+        if ty.to_string() == name {
             if nullable {
                 return Err(self.error(
                     "the payload schema allows `null` besides its struct or enum: a payload \
@@ -503,5 +503,112 @@ fn integer_type(map: &serde_json::Map<String, Json>) -> TokenStream {
             quote!(i32)
         }
         _ => quote!(i64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The items generated for `schema` as one string of tokens, and the fields of its structs.
+    fn generate(schema: &Json) -> (String, BTreeMap<String, BTreeMap<String, String>>) {
+        let mut names = Names::new("type");
+        let mut clashes = Vec::new();
+        let mut generator = TypeGen::new(
+            schema,
+            "XV1".to_owned(),
+            "x 1.0.0".to_owned(),
+            ("events/x.yaml".to_owned(), "/versions/0/schema".to_owned()),
+            &mut names,
+            &mut clashes,
+            &quote!(::evc),
+        );
+        generator.root_type().expect("generates");
+        let items = generator.items.iter().map(ToString::to_string).collect();
+        let fields = generator.struct_fields.clone();
+        assert!(clashes.is_empty(), "{clashes:?}");
+        (items, fields)
+    }
+
+    #[test]
+    fn a_root_that_is_not_a_struct_or_enum_is_a_transparent_newtype() {
+        let (items, fields) = generate(&json!({"type": "array", "items": {"type": "string"}}));
+        assert!(items.contains("serde (transparent)"), "{items}");
+        assert!(
+            items.contains(
+                "pub struct XV1 (pub :: std :: vec :: Vec < :: std :: string :: String >)"
+            ),
+            "{items}"
+        );
+        assert!(fields.is_empty());
+    }
+
+    #[test]
+    fn a_root_union_is_the_payload_enum_itself() {
+        let (items, _) = generate(&json!({"oneOf": [{"type": "string"}, {"type": "integer"}]}));
+        assert!(items.contains("pub enum XV1"), "{items}");
+        assert!(!items.contains("transparent"), "{items}");
+    }
+
+    #[test]
+    fn a_root_ref_names_its_target_after_the_payload() {
+        let (items, fields) = generate(&json!({
+            "$ref": "#/$defs/body",
+            "$defs": {"body": {"type": "object", "properties": {"a": {"type": "string"}}}}
+        }));
+        assert!(items.contains("pub struct XV1 {"), "{items}");
+        assert!(!items.contains("XV1Body"), "{items}");
+        assert_eq!(fields["XV1"]["a"], "a");
+    }
+
+    #[test]
+    fn the_map_of_unlisted_keys_avoids_a_property_named_like_it() {
+        let (items, _) = generate(&json!({
+            "type": "object",
+            "properties": {"extra": {"type": "string"}}
+        }));
+        assert!(items.contains("pub extra_properties :"), "{items}");
+        assert!(items.contains("serde (flatten)"), "{items}");
+    }
+
+    #[test]
+    fn an_all_of_that_includes_itself_is_an_error_not_a_loop() {
+        let schema =
+            json!({"$ref": "#/$defs/a", "$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}]}}});
+        let mut names = Names::new("type");
+        let mut clashes = Vec::new();
+        let mut generator = TypeGen::new(
+            &schema,
+            "XV1".to_owned(),
+            "x 1.0.0".to_owned(),
+            ("events/x.yaml".to_owned(), String::new()),
+            &mut names,
+            &mut clashes,
+            &quote!(::evc),
+        );
+        let error = generator.root_type().expect_err("an allOf of itself has no Rust type");
+        assert!(error.to_string().contains("recursive"), "{error}");
+    }
+
+    #[test]
+    fn recursion_through_a_non_item_is_an_error() {
+        let schema = json!({"$ref": "#/$defs/list", "$defs": {"list": {"type": "array", "items": {"$ref": "#/$defs/list"}}}});
+        let mut names = Names::new("type");
+        let mut clashes = Vec::new();
+        let mut generator = TypeGen::new(
+            &schema,
+            "XV1".to_owned(),
+            "x 1.0.0".to_owned(),
+            ("events/x.yaml".to_owned(), String::new()),
+            &mut names,
+            &mut clashes,
+            &quote!(::evc),
+        );
+        let error = generator
+            .root_type()
+            .expect_err("a list of itself has no Rust type");
+        assert!(error.to_string().contains("recursive"), "{error}");
     }
 }

@@ -200,6 +200,21 @@ pub(super) fn all_of_is_object(
     holder: &Map<String, Json>,
     parts: &[Json],
 ) -> bool {
+    all_of_is_object_within(root, holder, parts, MAX_ALL_OF_DEPTH)
+}
+
+/// How deep `allOf` parts are followed (through `$ref`s that may come back to themselves).
+const MAX_ALL_OF_DEPTH: usize = 32;
+
+fn all_of_is_object_within(
+    root: Option<&Json>,
+    holder: &Map<String, Json>,
+    parts: &[Json],
+    depth: usize,
+) -> bool {
+    let Some(depth) = depth.checked_sub(1) else {
+        return false;
+    };
     let holder_ok = !types_conflict_with_object(holder);
     holder_ok
         && parts.iter().filter(|part| has_shape(part)).all(|part| {
@@ -210,17 +225,16 @@ pub(super) fn all_of_is_object(
                 (Some(reference), Some(root)) => refs::resolve_alias(root, reference)
                     .ok()
                     .and_then(|(_, target)| target.as_object())
-                    .is_some_and(|target| object_part(root, target)),
+                    .is_some_and(|target| object_part(Some(root), target, depth)),
                 (Some(_), None) => true,
-                (None, _) => object_part(root.unwrap_or(&Json::Null), map),
+                (None, _) => object_part(root, map, depth),
             }
         })
 }
 
-fn object_part(root: &Json, map: &Map<String, Json>) -> bool {
+fn object_part(root: Option<&Json>, map: &Map<String, Json>, depth: usize) -> bool {
     if let Some(parts) = all_of_parts(map) {
-        let root = (!root.is_null()).then_some(root);
-        return all_of_is_object(root, map, parts);
+        return all_of_is_object_within(root, map, parts, depth);
     }
     is_object(map) && union_branches(map).is_none()
 }

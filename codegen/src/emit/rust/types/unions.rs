@@ -197,7 +197,7 @@ impl TypeGen<'_> {
     fn without_tag(&self, branch: &Json, tag: &str) -> Result<Json, EmitError> {
         let mut object = self.as_object(branch)?;
         if let Some(Json::Object(properties)) = object.get_mut("properties") {
-            properties.remove(tag);
+            properties.shift_remove(tag);
         }
         if let Some(Json::Array(required)) = object.get_mut("required") {
             required.retain(|name| name != tag);
