@@ -99,6 +99,13 @@ pub mod refs_anywhere;
 #[path = "../../../codegen/tests/generated/reserved_names.rs"]
 pub mod reserved_names;
 
+/// The `root_shapes` fixture set.
+#[rustfmt::skip]
+#[deny(warnings, missing_docs)]
+#[allow(clippy::all)]
+#[path = "../../../codegen/tests/generated/root_shapes.rs"]
+pub mod root_shapes;
+
 /// The `runtime_only_keywords` fixture set.
 #[rustfmt::skip]
 #[deny(warnings, missing_docs)]

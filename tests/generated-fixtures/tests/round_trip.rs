@@ -7,8 +7,8 @@ use evc::Registry;
 use evc::serde::Serialize;
 use evc::serde::de::DeserializeOwned;
 use evc_generated_fixtures::{
-    all_of_merge, open_objects, refs_anywhere, runtime_only_keywords, tagged_unions, tuples,
-    untagged_unions, value_enums,
+    all_of_merge, open_objects, refs_anywhere, root_shapes, runtime_only_keywords, tagged_unions,
+    tuples, untagged_unions, value_enums,
 };
 use serde_json::{Value, json};
 
@@ -242,4 +242,29 @@ fn constraints_only_keywords_keep_the_base_type() {
     );
     round_trips::<T>(r, e, json!({"code": "XYZ", "items": [10], "phone": "123"}));
     refused::<T>(r, e, json!({"code": 5, "items": [10], "phone": "123"}));
+}
+
+#[test]
+fn any_root_is_the_payload_type() {
+    let r = &root_shapes::REGISTRY;
+    use root_shapes::payloads::{DoorMovedV1, LampLitV1, TallyCountedV1};
+    round_trips::<TallyCountedV1>(r, "tally.counted", json!({"apples": 3, "pears": 0}));
+    refused::<TallyCountedV1>(r, "tally.counted", json!({"apples": "three"}));
+    round_trips::<DoorMovedV1>(
+        r,
+        "door.moved",
+        json!({"action": "opened", "door_id": "d1", "angle": 90}),
+    );
+    round_trips::<DoorMovedV1>(
+        r,
+        "door.moved",
+        json!({"action": "closed", "door_id": "d1"}),
+    );
+    refused::<DoorMovedV1>(
+        r,
+        "door.moved",
+        json!({"action": "slammed", "door_id": "d1"}),
+    );
+    round_trips::<LampLitV1>(r, "lamp.lit", json!({"lamp_id": "l1", "lumens": 800}));
+    refused::<LampLitV1>(r, "lamp.lit", json!({"lumens": 800}));
 }

@@ -287,7 +287,17 @@ impl<'a> TypeGen<'a> {
             return Ok((quote!(#runtime::serde_json::Value), false));
         };
         if let Some(reference) = map.get("$ref").and_then(Json::as_str) {
-            return self.reference(reference);
+            // Keywords beside `$ref` apply too (2020-12): with a shape of their own, the two
+            // are an `allOf`.
+            let mut beside = map.clone();
+            beside.remove("$ref");
+            let beside = Json::Object(beside);
+            if !shape::has_shape(&beside) {
+                return self.reference(reference);
+            }
+            let both = serde_json::json!({"allOf": [{"$ref": reference}, beside]});
+            let parts = both["allOf"].as_array().cloned().unwrap_or_default();
+            return self.all_of(&both, &parts, name, at.built());
         }
         let (types, type_null) = shape::types(map);
         if let Some(values) = shape::enum_values(map) {
@@ -588,7 +598,9 @@ mod tests {
             &mut clashes,
             &quote!(::evc),
         );
-        let error = generator.root_type().expect_err("an allOf of itself has no Rust type");
+        let error = generator
+            .root_type()
+            .expect_err("an allOf of itself has no Rust type");
         assert!(error.to_string().contains("recursive"), "{error}");
     }
 

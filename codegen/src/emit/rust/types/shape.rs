@@ -152,8 +152,16 @@ pub(super) fn named_item(root: Option<&Json>, schema: &Json) -> bool {
     let Json::Object(map) = schema else {
         return false;
     };
-    if map.contains_key("$ref") {
-        return false;
+    if let Some(reference) = map.get("$ref") {
+        // Keywords with a shape beside `$ref` make it an `allOf` of the two.
+        let mut beside = map.clone();
+        beside.remove("$ref");
+        let beside = Json::Object(beside);
+        if !has_shape(&beside) {
+            return false;
+        }
+        let parts = [serde_json::json!({"$ref": reference}), beside];
+        return all_of_is_object(root, &Map::new(), &parts);
     }
     if let Some(values) = enum_values(map) {
         return values.iter().any(|v| !v.is_null());

@@ -256,15 +256,27 @@ impl TypeGen<'_> {
         if !required {
             return None;
         }
-        let mut schema = object.get("properties")?.get(tag)?;
+        self.string_const(object.get("properties")?.get(tag)?)
+    }
+
+    /// The one string a property schema allows (`const`, one-value `enum`), through `$ref`
+    /// and `allOf` parts.
+    fn string_const(&self, schema: &Json) -> Option<String> {
+        let mut schema = schema;
         if let Some(reference) = schema.get("$ref").and_then(Json::as_str) {
             schema = refs::resolve_alias(self.root, reference).ok()?.1;
         }
-        let values = shape::enum_values(schema.as_object()?)?;
-        match values.as_slice() {
-            [Json::String(value)] => Some(value.clone()),
-            _ => None,
+        let map = schema.as_object()?;
+        if let Some(values) = shape::enum_values(map) {
+            return match values.as_slice() {
+                [Json::String(value)] => Some(value.clone()),
+                _ => None,
+            };
         }
+        map.get("allOf")?
+            .as_array()?
+            .iter()
+            .find_map(|part| self.string_const(part))
     }
 
     /// A branch's variant name: its `const` value, `title`, `$ref` target, or type.
