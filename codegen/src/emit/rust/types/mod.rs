@@ -364,7 +364,6 @@ impl<'a> TypeGen<'a> {
                 };
                 quote!(::std::vec::Vec<#item>)
             }
-            "null" => quote!(()),
             other => {
                 return Err(self.error(format!(
                     "{}: `type: {other}` is not a JSON Schema type",
