@@ -1022,7 +1022,7 @@ pub mod consumers {
 /// runtime settings.
 pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     project: "evc_fixture",
-    digest: "810d72fe00b98ee210e92b46bff6f4f263c331d455b727391ed681a706c6de75",
+    digest: "16480cb293bb014d62eefcfd29fc5902c8e0de5e5ade1b7ffb9d4cd3a387a96b",
     events: &[
         ::evc::EventDescriptor {
             name: "door.moved",
@@ -1067,8 +1067,8 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
                 ::evc::VersionDescriptor {
                     version: "1.0.0",
                     major: 1,
-                    schema: "{\"$defs\":{\"lamp\":{\"additionalProperties\":false,\"properties\":{\"lamp_id\":{\"type\":\"string\"},\"lumens\":{\"minimum\":0,\"type\":\"integer\"}},\"required\":[\"lamp_id\"],\"type\":\"object\"}},\"$ref\":\"#/$defs/lamp\",\"type\":\"object\"}",
-                    schema_digest: "de11c948d2492b487299a2743e9ff3e3d4148a1370e81f675feb3dac006784bf",
+                    schema: "{\"$defs\":{\"lamp\":{\"additionalProperties\":false,\"properties\":{\"lamp_id\":{\"type\":\"string\"},\"lumens\":{\"minimum\":0,\"type\":\"integer\"}},\"required\":[\"lamp_id\"],\"type\":\"object\"}},\"$ref\":\"#/$defs/lamp\",\"type\":\"object\",\"unevaluatedProperties\":false}",
+                    schema_digest: "711c210628a790340594b2eb41322c02be97f5f9f016a00fafc2dbda427a5367",
                 },
             ],
         },

@@ -583,6 +583,19 @@ mod tests {
     }
 
     #[test]
+    fn unevaluated_properties_beside_one_of_close_its_branches() {
+        let branches = json!([
+            {"type": "object", "required": ["kind"], "properties": {"kind": {"const": "a"}, "x": {"type": "string"}}},
+            {"type": "object", "required": ["kind"], "properties": {"kind": {"const": "b"}, "y": {"type": "string"}}}
+        ]);
+        let (closed, _) = generate(&json!({"oneOf": branches, "unevaluatedProperties": false}));
+        assert!(closed.contains("serde (tag = \"kind\")"), "{closed}");
+        assert!(!closed.contains("flatten"), "{closed}");
+        let (open, _) = generate(&json!({"oneOf": branches}));
+        assert!(open.contains("flatten"), "{open}");
+    }
+
+    #[test]
     fn an_all_of_that_includes_itself_is_an_error_not_a_loop() {
         let schema =
             json!({"$ref": "#/$defs/a", "$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}]}}});

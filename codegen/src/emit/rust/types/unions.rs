@@ -306,11 +306,13 @@ impl TypeGen<'_> {
     }
 }
 
-/// The object keywords beside `oneOf`/`anyOf` (`properties`, `required`...), which apply to
-/// every branch; `None` when there are no properties there.
+/// The object keywords beside `oneOf`/`anyOf` (`properties`, `required`,
+/// `unevaluatedProperties: false`...), which apply to every branch; `None` when there are no
+/// properties there and nothing closes the branches.
 fn holder_object(schema: &Json, keyword: &str) -> Option<Json> {
     let map = schema.as_object()?;
-    if !shape::has_properties(map) {
+    let closes = map.get("unevaluatedProperties") == Some(&Json::Bool(false));
+    if !shape::has_properties(map) && !closes {
         return None;
     }
     let mut holder = map.clone();
