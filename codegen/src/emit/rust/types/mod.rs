@@ -325,6 +325,8 @@ impl<'a> TypeGen<'a> {
             return Ok((self.tuple(schema, name, at)?, type_null));
         }
         let inner = match types.as_slice() {
+            // `type: "null"`: the one value is `null`.
+            [] if type_null => return Ok((quote!(()), false)),
             [] if shape::is_object(map) => self.object(schema, name, at)?,
             [] => quote!(#runtime::serde_json::Value),
             [single] => self.single_type(schema, single, name, at)?,
@@ -593,6 +595,18 @@ mod tests {
         assert!(!closed.contains("flatten"), "{closed}");
         let (open, _) = generate(&json!({"oneOf": branches}));
         assert!(open.contains("flatten"), "{open}");
+    }
+
+    #[test]
+    fn null_only_schemas_are_the_unit_type() {
+        let (items, _) = generate(&json!({
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["a", "b"],
+            "properties": {"a": {"type": "null"}, "b": {"const": null}}
+        }));
+        assert!(items.contains("pub a : ()"), "{items}");
+        assert!(items.contains("pub b : ()"), "{items}");
     }
 
     #[test]
