@@ -80,7 +80,11 @@ pub mod payloads {
         const EVENT_TYPE: &'static str = "door.moved";
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
-            ::std::option::Option::None
+            let payload = ::evc::serde_json::to_value(self).unwrap_or_default();
+            let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
+                ::evc::publish::order_key_part(& payload["action"])
+            ];
+            ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `door.moved`: A door opened or closed; the payload is a tagged union.
@@ -1022,13 +1026,13 @@ pub mod consumers {
 /// runtime settings.
 pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     project: "evc_fixture",
-    digest: "16480cb293bb014d62eefcfd29fc5902c8e0de5e5ade1b7ffb9d4cd3a387a96b",
+    digest: "5e8f05f1d3a80b8d9c62355ee3a0fc9a880b5772197fe1720d7888d098bda7e4",
     events: &[
         ::evc::EventDescriptor {
             name: "door.moved",
             description: "A door opened or closed; the payload is a tagged union.",
             producer_class: "doors",
-            order_key: &[],
+            order_key: &["action"],
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[

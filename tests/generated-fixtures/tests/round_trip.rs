@@ -265,6 +265,13 @@ fn any_root_is_the_payload_type() {
         "door.moved",
         json!({"action": "slammed", "door_id": "d1"}),
     );
+    // The order key of a payload that is not a struct is read from its JSON form.
+    let closed: DoorMovedV1 =
+        serde_json::from_value(json!({"action": "closed", "door_id": "d1"})).expect("reads");
+    assert_eq!(
+        evc::RegisteredEvent::order_key(&closed).as_deref(),
+        Some("closed")
+    );
     round_trips::<LampLitV1>(r, "lamp.lit", json!({"lamp_id": "l1", "lumens": 800}));
     refused::<LampLitV1>(r, "lamp.lit", json!({"lumens": 800}));
 }

@@ -229,12 +229,7 @@ fn event_payloads(
             runtime,
         );
         generator.root_type()?;
-        let order_key = order_key_body(
-            event,
-            generator.struct_fields.get(&type_name),
-            &version.version,
-            runtime,
-        )?;
+        let order_key = order_key_body(event, generator.struct_fields.get(&type_name), runtime);
         items.extend(generator.items);
         let ident = format_ident!("{type_name}");
         let event_name = &event.name;
@@ -363,39 +358,36 @@ fn any_event_item(set: &ContractSet, runtime: &TokenStream) -> TokenStream {
     }
 }
 
-/// The body of `RegisteredEvent::order_key`: the order key properties of the payload struct
-/// (`fields`: property → field name), joined with `/`.
-///
-/// # Errors
-/// When the event has an order key and the payload type is not a struct with those properties
-/// (`evc check` refuses such a contract first).
+/// The body of `RegisteredEvent::order_key`: the order key properties of the payload, joined
+/// with `/`. A payload struct (`fields`: property → field name) reads its fields; any other
+/// payload type (an enum, a newtype) reads the properties of its JSON form, which `evc check`
+/// makes every version require.
 fn order_key_body(
     event: &EventType,
     fields: Option<&std::collections::BTreeMap<String, String>>,
-    version: &semver::Version,
     runtime: &TokenStream,
-) -> Result<TokenStream, EmitError> {
+) -> TokenStream {
     if event.order_key.is_empty() {
-        return Ok(quote!(::std::option::Option::None));
+        return quote!(::std::option::Option::None);
     }
-    let mut parts = Vec::new();
-    for property in &event.order_key {
-        let Some(field) = fields.and_then(|fields| fields.get(property)) else {
-            return Err(EmitError::Rust {
-                subject: format!("{} {version}", event.name),
-                message: format!(
-                    "the order key `{property}` is not a property of the payload struct (the \
-                     payload schema is not an object that lists it)"
-                ),
-            });
+    let field_of = |property: &String| fields.and_then(|fields| fields.get(property));
+    if let Some(idents) = event
+        .order_key
+        .iter()
+        .map(|property| field_of(property).map(|field| naming::ident(field)))
+        .collect::<Option<Vec<_>>>()
+    {
+        return quote! {
+            let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![#(#runtime::publish::order_key_part(&self.#idents)),*];
+            ::std::option::Option::Some(parts.join("/"))
         };
-        let ident = naming::ident(field);
-        parts.push(quote!(#runtime::publish::order_key_part(&self.#ident)));
     }
-    Ok(quote! {
-        let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![#(#parts),*];
+    let properties = &event.order_key;
+    quote! {
+        let payload = #runtime::serde_json::to_value(self).unwrap_or_default();
+        let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![#(#runtime::publish::order_key_part(&payload[#properties])),*];
         ::std::option::Option::Some(parts.join("/"))
-    })
+    }
 }
 
 fn event_producers(
