@@ -24,11 +24,11 @@ mod conformance_data;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use evc_codegen::ContractSet;
 use evc_codegen::emit::Layout;
 use evc_codegen::emit::asyncapi::{self, check_document};
 use evc_codegen::import::asyncapi::{Imported, import};
 use evc_codegen::model::ContentModel;
-use evc_codegen::ContractSet;
 
 const EXAMPLES: &[&str] = &[
     "adeo-kafka-request-reply-asyncapi.yml",

@@ -290,6 +290,91 @@ pub mod payloads {
             }
         }
     }
+    /// Part of the note.cleared 1.0.0 payload.
+    #[derive(
+        Debug,
+        Clone,
+        PartialEq,
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
+    )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
+    #[non_exhaustive]
+    pub struct NoteClearedV1Value {
+        /// The `note_id` property.
+        pub note_id: ::std::string::String,
+    }
+    impl NoteClearedV1Value {
+        /// A `NoteClearedV1Value` from its required properties, in the order of the schema's `properties`.
+        pub fn new(note_id: ::std::string::String) -> Self {
+            Self { note_id }
+        }
+    }
+    /// The note.cleared 1.0.0 payload (its schema is not an object, or allows `null`).
+    #[derive(
+        Debug,
+        Clone,
+        PartialEq,
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
+    )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
+    #[serde(transparent)]
+    pub struct NoteClearedV1(pub ::std::option::Option<NoteClearedV1Value>);
+    impl NoteClearedV1 {
+        /// The event type.
+        pub const EVENT_TYPE: &'static str = "note.cleared";
+        /// The contract version this type was generated from (the newest of its major).
+        pub const VERSION: &'static str = "1.0.0";
+        /// The major version.
+        pub const MAJOR: u64 = 1;
+    }
+    impl ::evc::RegisteredEvent for NoteClearedV1 {
+        const EVENT_TYPE: &'static str = "note.cleared";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+            ::std::option::Option::None
+        }
+    }
+    /// `note.cleared`: A note was cleared; the payload is the note's last state, or null when it had none.
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
+    #[serde(untagged)]
+    #[non_exhaustive]
+    pub enum NoteCleared {
+        /// Major version 1 (1.0.0).
+        V1(NoteClearedV1),
+    }
+    #[allow(deprecated)]
+    impl NoteCleared {
+        /// The event type.
+        pub const EVENT_TYPE: &'static str = "note.cleared";
+        /// Decodes a payload produced under major version `major`.
+        ///
+        /// # Errors
+        /// When the major is not registered or the payload does not fit its type.
+        pub fn from_json(
+            major: u64,
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
+            match major {
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
+                other => {
+                    ::std::result::Result::Err(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
+                            ::std::format!(
+                                "{} has no major version {}", "note.cleared", other
+                            ),
+                        ),
+                    )
+                }
+            }
+        }
+    }
     /// A count per name.
     #[derive(
         Debug,
@@ -605,6 +690,8 @@ pub mod payloads {
         JobFailed(JobFailed),
         /// `lamp.lit`.
         LampLit(LampLit),
+        /// `note.cleared`.
+        NoteCleared(NoteCleared),
         /// `tally.counted`.
         TallyCounted(TallyCounted),
         /// `unit.created`.
@@ -627,6 +714,9 @@ pub mod payloads {
                 "door.moved" => DoorMoved::from_json(major, payload).map(Self::DoorMoved),
                 "job.failed" => JobFailed::from_json(major, payload).map(Self::JobFailed),
                 "lamp.lit" => LampLit::from_json(major, payload).map(Self::LampLit),
+                "note.cleared" => {
+                    NoteCleared::from_json(major, payload).map(Self::NoteCleared)
+                }
                 "tally.counted" => {
                     TallyCounted::from_json(major, payload).map(Self::TallyCounted)
                 }
@@ -698,6 +788,24 @@ pub mod producers {
         let event = ::evc::OutgoingEvent::new(
             LampLitV1::EVENT_TYPE,
             LampLitV1::VERSION,
+            ::evc::RegisteredEvent::order_key(payload),
+            trace,
+            payload,
+        )?;
+        publisher.publish(event).await
+    }
+    /// Appends a `note.cleared` event (1.0.0, major 1) in the caller's transaction.
+    ///
+    /// # Errors
+    /// When the payload does not serialize or the publisher refuses the event.
+    pub async fn emit_note_cleared_v1<P: ::evc::Publish>(
+        publisher: &mut P,
+        trace: &::evc::TraceContext,
+        payload: &NoteClearedV1,
+    ) -> ::std::result::Result<P::Receipt, P::Error> {
+        let event = ::evc::OutgoingEvent::new(
+            NoteClearedV1::EVENT_TYPE,
+            NoteClearedV1::VERSION,
             ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
@@ -1026,7 +1134,7 @@ pub mod consumers {
 /// runtime settings.
 pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     project: "evc_fixture",
-    digest: "5e8f05f1d3a80b8d9c62355ee3a0fc9a880b5772197fe1720d7888d098bda7e4",
+    digest: "7de79e27548dc32acbb27ab3abd08c5c46b978a563f23af170b6d4458341088c",
     events: &[
         ::evc::EventDescriptor {
             name: "door.moved",
@@ -1073,6 +1181,22 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
                     major: 1,
                     schema: "{\"$defs\":{\"lamp\":{\"additionalProperties\":false,\"properties\":{\"lamp_id\":{\"type\":\"string\"},\"lumens\":{\"minimum\":0,\"type\":\"integer\"}},\"required\":[\"lamp_id\"],\"type\":\"object\"}},\"$ref\":\"#/$defs/lamp\",\"type\":\"object\",\"unevaluatedProperties\":false}",
                     schema_digest: "711c210628a790340594b2eb41322c02be97f5f9f016a00fafc2dbda427a5367",
+                },
+            ],
+        },
+        ::evc::EventDescriptor {
+            name: "note.cleared",
+            description: "A note was cleared; the payload is the note's last state, or null when it had none.",
+            producer_class: "notes",
+            order_key: &[],
+            deprecated: false,
+            max_payload_bytes: 4096,
+            versions: &[
+                ::evc::VersionDescriptor {
+                    version: "1.0.0",
+                    major: 1,
+                    schema: "{\"additionalProperties\":false,\"properties\":{\"note_id\":{\"type\":\"string\"}},\"required\":[\"note_id\"],\"type\":[\"object\",\"null\"]}",
+                    schema_digest: "897405ca2a01e599da6f4e3366b1b6e4092faf01232bc0fc845b8f9f6d62b4d1",
                 },
             ],
         },

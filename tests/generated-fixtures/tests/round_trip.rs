@@ -247,7 +247,10 @@ fn constraints_only_keywords_keep_the_base_type() {
 #[test]
 fn any_root_is_the_payload_type() {
     let r = &root_shapes::REGISTRY;
-    use root_shapes::payloads::{DoorMovedV1, LampLitV1, TallyCountedV1};
+    use root_shapes::payloads::{DoorMovedV1, LampLitV1, NoteClearedV1, TallyCountedV1};
+    round_trips::<NoteClearedV1>(r, "note.cleared", json!({"note_id": "n1"}));
+    round_trips::<NoteClearedV1>(r, "note.cleared", json!(null));
+    refused::<NoteClearedV1>(r, "note.cleared", json!({"note": "n1"}));
     round_trips::<TallyCountedV1>(r, "tally.counted", json!({"apples": 3, "pears": 0}));
     refused::<TallyCountedV1>(r, "tally.counted", json!({"apples": "three"}));
     round_trips::<DoorMovedV1>(

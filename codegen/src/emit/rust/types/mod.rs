@@ -183,6 +183,14 @@ impl<'a> TypeGen<'a> {
             pointer: "",
             in_document: true,
         };
+        // A payload that may be `null` is a newtype of an `Option`, so its struct or enum takes
+        // another name.
+        let inner_name = if allows_null(root) && root.get("type") != Some(&Json::from("null")) {
+            format!("{name}Value")
+        } else {
+            name.clone()
+        };
+        let name_of_inner = inner_name.as_str();
         // A root that is a bare `$ref` gives its target the payload type's name.
         let (ty, nullable) = match root.get("$ref").and_then(Json::as_str) {
             Some(reference) => {
@@ -194,9 +202,9 @@ impl<'a> TypeGen<'a> {
                     pointer: &pointer,
                     in_document: true,
                 };
-                self.mapped(target, &name, target_at)?
+                self.mapped(target, name_of_inner, target_at)?
             }
-            None => self.mapped(root, &name, at)?,
+            None => self.mapped(root, name_of_inner, at)?,
         };
         if ty.to_string() == name {
             if nullable {
@@ -213,7 +221,7 @@ impl<'a> TypeGen<'a> {
         let doc = type_doc(
             root,
             &format!(
-                "The {} payload (its schema is not an object).",
+                "The {} payload (its schema is not an object, or allows `null`).",
                 self.subject
             ),
         );
@@ -650,3 +658,4 @@ mod tests {
         assert!(error.to_string().contains("recursive"), "{error}");
     }
 }
+
