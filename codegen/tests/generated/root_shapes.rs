@@ -252,7 +252,10 @@ pub mod payloads {
         const EVENT_TYPE: &'static str = "lamp.lit";
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
-            ::std::option::Option::None
+            let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
+                ::evc::publish::order_key_part(& self.lamp_id)
+            ];
+            ::std::option::Option::Some(parts.join("/"))
         }
     }
     /// `lamp.lit`: A lamp was lit; the payload is a reference to a definition with more keywords.
@@ -1134,7 +1137,7 @@ pub mod consumers {
 /// runtime settings.
 pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     project: "evc_fixture",
-    digest: "7de79e27548dc32acbb27ab3abd08c5c46b978a563f23af170b6d4458341088c",
+    digest: "8cc566a8fcb72816cfecadba87f321b5ddb7aaaf3288b5944c55aff4c8f8aabe",
     events: &[
         ::evc::EventDescriptor {
             name: "door.moved",
@@ -1172,7 +1175,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             name: "lamp.lit",
             description: "A lamp was lit; the payload is a reference to a definition with more keywords.",
             producer_class: "lamps",
-            order_key: &[],
+            order_key: &["lamp_id"],
             deprecated: false,
             max_payload_bytes: 4096,
             versions: &[

@@ -658,4 +658,3 @@ mod tests {
         assert!(error.to_string().contains("recursive"), "{error}");
     }
 }
-
