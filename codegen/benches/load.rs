@@ -1,67 +1,24 @@
-//! Loads and validates a generated contract set of 1,000 event types with 3 versions each.
-//! Run: `cargo bench -p evc-codegen --bench load`.
+//! `evc check`: loads and validates the benchmark contract set (1,029 event types x 3 versions,
+//! see `support/contract_set.rs`). Run: `cargo bench -p evc-codegen --bench load`.
 
-use std::fmt::Write as _;
-use std::fs;
-use std::path::Path;
+#[path = "support/contract_set.rs"]
+mod contract_set;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use evc_codegen::ContractSet;
 
-const EVENT_TYPES: usize = 1_000;
-
-fn write_contract_set(dir: &Path) {
-    fs::create_dir_all(dir.join("events")).expect("events dir");
-    fs::create_dir_all(dir.join("consumers")).expect("consumers dir");
-    fs::write(
-        dir.join("evc.yaml"),
-        "project: bench\npayload_policy:\n  denied_keys: [body_text, iu_body]\n  credential_key_names: [password, token, secret]\ndefaults:\n  retry_policy: default.retry\n",
-    )
-    .expect("evc.yaml");
-    fs::write(
-        dir.join("retry-policies.yaml"),
-        "policies:\n  default.retry:\n    kind: exponential_backoff\n    base_delay: 1s\n    max_delay: 1m\n    max_attempts: 5\n",
-    )
-    .expect("policies");
-    let mut subscriptions = String::new();
-    for index in 0..EVENT_TYPES {
-        let name = format!("bench.event_{index:04}");
-        let mut text = format!(
-            "event: {name}\ndescription: Benchmark event {index}.\nproducer_class: bench\norder_key: unit_id\nversions:\n"
-        );
-        for minor in 0..3 {
-            let _ = write!(
-                text,
-                "  - version: 1.{minor}.0\n    schema:\n      type: object\n      additionalProperties: false\n      required: [unit_id, state]\n      properties:\n        unit_id: {{ type: string, format: uuid }}\n        state: {{ type: string, enum: [draft, active, frozen] }}\n        count: {{ type: integer, minimum: 0 }}\n"
-            );
-            for extra in 0..minor {
-                let _ = writeln!(
-                    text,
-                    "        extra_{extra}: {{ type: string, maxLength: 64 }}"
-                );
-            }
-        }
-        fs::write(dir.join(format!("events/{name}.yaml")), text).expect("event file");
-        if index % 10 == 0 {
-            let _ = writeln!(subscriptions, "  - {name}@^1");
-        }
-    }
-    fs::write(
-        dir.join("consumers/bench.consumer.yaml"),
-        format!("consumer: bench.consumer\ndescription: Reads a tenth of the events.\nexecutor_kind: sql\nhandler: transactional\nsubscribes:\n{subscriptions}"),
-    )
-    .expect("consumer");
-}
-
 fn load(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("temp dir");
-    write_contract_set(dir.path());
+    contract_set::write(dir.path()).expect("writes the set");
     let loaded = ContractSet::load(dir.path()).expect("the generated set is valid");
-    assert_eq!(loaded.contracts.events.len(), EVENT_TYPES);
-    assert_eq!(loaded.contracts.version_count(), EVENT_TYPES * 3);
-    let mut group = c.benchmark_group("load");
+    assert_eq!(loaded.contracts.events.len(), contract_set::EVENT_TYPES);
+    assert_eq!(
+        loaded.contracts.version_count(),
+        contract_set::EVENT_TYPES * contract_set::VERSIONS
+    );
+    let mut group = c.benchmark_group("check");
     group.sample_size(10);
-    group.bench_function("1000_event_types_x_3_versions", |b| {
+    group.bench_function("load_1029_event_types_x_3_versions", |b| {
         b.iter(|| ContractSet::load(dir.path()).expect("valid"));
     });
     group.finish();

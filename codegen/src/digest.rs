@@ -16,28 +16,47 @@ pub fn json_digest(value: &serde_json::Value) -> String {
 
 /// JSON text with object keys sorted at every level and no whitespace.
 pub fn canonical_json(value: &serde_json::Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+/// Appends [`canonical_json`] of `value` to `out`, one buffer for the whole document.
+fn write_canonical(value: &serde_json::Value, out: &mut String) {
     match value {
         serde_json::Value::Object(map) => {
             let mut entries: Vec<_> = map.iter().collect();
             entries.sort_by(|a, b| a.0.cmp(b.0));
-            let body: Vec<String> = entries
-                .into_iter()
-                .map(|(key, value)| {
-                    format!(
-                        "{}:{}",
-                        serde_json::Value::String(key.clone()),
-                        canonical_json(value)
-                    )
-                })
-                .collect();
-            format!("{{{}}}", body.join(","))
+            out.push('{');
+            for (index, (key, value)) in entries.into_iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                write_leaf(&serde_json::Value::String(key.clone()), out);
+                out.push(':');
+                write_canonical(value, out);
+            }
+            out.push('}');
         }
         serde_json::Value::Array(items) => {
-            let body: Vec<String> = items.iter().map(canonical_json).collect();
-            format!("[{}]", body.join(","))
+            out.push('[');
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
         }
-        other => other.to_string(),
+        leaf => write_leaf(leaf, out),
     }
+}
+
+/// A string, number, boolean or null as JSON text.
+fn write_leaf(leaf: &serde_json::Value, out: &mut String) {
+    use std::fmt::Write as _;
+    // Writing to a String cannot fail.
+    let _ = write!(out, "{leaf}");
 }
 
 #[cfg(test)]

@@ -110,23 +110,30 @@ pub fn read_dir(dir: &Path) -> Result<ParsedDir, LoadError> {
     let mut parsed = ParsedDir::default();
     let found = discover(dir, &root, &mut parsed.diagnostics)?;
     let mut total_bytes = 0;
-    for (index, (display, path, kind)) in found.iter().enumerate() {
-        if index == MAX_FILES || total_bytes > MAX_TOTAL_BYTES {
-            parsed.diagnostics.push(Diagnostic::new(
-                Rule::ContractDirTooLarge,
-                Location::file(display.as_str()),
-                format!(
-                    "the contract directory holds more than {MAX_FILES} files or \
-                     {MAX_TOTAL_BYTES} bytes; `{display}` and the {} files after it are not read",
-                    found.len() - index - 1
-                ),
-                "split the contracts into several directories, or remove what is not a contract",
-            ));
-            break;
+    let mut index = 0;
+    'chunks: for chunk in found.chunks(PARSE_CHUNK) {
+        for (file, diagnostics) in parse_in_parallel(&root, chunk) {
+            let display = &found[index].0;
+            if index == MAX_FILES || total_bytes > MAX_TOTAL_BYTES {
+                parsed.diagnostics.push(Diagnostic::new(
+                    Rule::ContractDirTooLarge,
+                    Location::file(display.as_str()),
+                    format!(
+                        "the contract directory holds more than {MAX_FILES} files or \
+                         {MAX_TOTAL_BYTES} bytes; `{display}` and the {} files after it are not \
+                         read",
+                        found.len() - index - 1
+                    ),
+                    "split the contracts into several directories, or remove what is not a \
+                     contract",
+                ));
+                break 'chunks;
+            }
+            total_bytes += file.source.as_ref().map_or(0, |source| source.text().len());
+            parsed.diagnostics.extend(diagnostics);
+            parsed.files.insert(display.clone(), file);
+            index += 1;
         }
-        let file = parse_file_in(&root, display, path, *kind, &mut parsed.diagnostics);
-        total_bytes += file.source.as_ref().map_or(0, |source| source.text().len());
-        parsed.files.insert(display.clone(), file);
     }
     if !parsed.files.contains_key(PROJECT_FILE) {
         parsed.diagnostics.push(Diagnostic::new(
@@ -137,6 +144,37 @@ pub fn read_dir(dir: &Path) -> Result<ParsedDir, LoadError> {
         ));
     }
     Ok(parsed)
+}
+
+/// Files parsed at once, on two threads; the size limits are applied after each such chunk,
+/// so at most this many files are parsed beyond them.
+const PARSE_CHUNK: usize = 64;
+
+/// Parses `files` on two threads; each file's result and its own diagnostics, in `files` order.
+fn parse_in_parallel(
+    root: &Path,
+    files: &[(String, PathBuf, FileKind)],
+) -> Vec<(ParsedFile, Vec<Diagnostic>)> {
+    let parse_all = |files: &[(String, PathBuf, FileKind)]| {
+        files
+            .iter()
+            .map(|(display, path, kind)| {
+                let mut diagnostics = Vec::new();
+                let file = parse_file_in(root, display, path, *kind, &mut diagnostics);
+                (file, diagnostics)
+            })
+            .collect::<Vec<_>>()
+    };
+    let (first, second) = files.split_at(files.len() / 2);
+    std::thread::scope(|scope| {
+        let second = scope.spawn(|| parse_all(second));
+        let mut results = parse_all(first);
+        match second.join() {
+            Ok(rest) => results.extend(rest),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+        results
+    })
 }
 
 /// Lists the contract files of `dir` by kind; reports files that do not belong.

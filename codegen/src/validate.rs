@@ -15,8 +15,8 @@ use crate::format::{
 };
 use crate::loader::{EVENTS_DIR, ParsedDir, ParsedFile, Typed};
 use crate::model::{
-    Consumer, ContractSet, DispatcherSettings, EventType, EventVersion, MigrationPolicy,
-    PayloadPolicy, Project, RetryPolicy, Subscription, Topic,
+    Consumer, ContentModel, ContractSet, DispatcherSettings, EventType, EventVersion,
+    MigrationPolicy, PayloadPolicy, Project, RetryPolicy, Subscription, Topic,
 };
 use crate::names::{self, glob_matches};
 use crate::payload_schema;
@@ -476,11 +476,16 @@ impl<'a> Checker<'a> {
     fn events(&mut self, project: &Project) -> BTreeMap<String, EventType> {
         let mut events: BTreeMap<String, EventType> = BTreeMap::new();
         let files = self.files;
-        for (path, file) in files {
-            let Some(Typed::Event(def)) = &file.typed else {
-                continue;
-            };
-            let Some(event) = self.event(path, def, project) else {
+        let definitions: Vec<(&String, &EventFile)> = files
+            .iter()
+            .filter_map(|(path, file)| match &file.typed {
+                Some(Typed::Event(def)) => Some((path, &**def)),
+                _ => None,
+            })
+            .collect();
+        let checked = check_payload_schemas(&definitions, project);
+        for ((path, def), checked) in definitions.into_iter().zip(checked) {
+            let Some(event) = self.event(path, def, project, checked) else {
                 continue;
             };
             if let Some(first) = events.get(&event.name) {
@@ -500,7 +505,15 @@ impl<'a> Checker<'a> {
         events
     }
 
-    fn event(&mut self, path: &str, def: &EventFile, project: &Project) -> Option<EventType> {
+    /// `checked` holds the payload schema check of each version of `def`, in order.
+    fn event(
+        &mut self,
+        path: &str,
+        def: &EventFile,
+        project: &Project,
+        checked: Vec<payload_schema::Checked>,
+    ) -> Option<EventType> {
+        let mut checked = checked.into_iter();
         let name = def.event.as_str();
         let expected_path = format!("{EVENTS_DIR}/{name}.yaml");
         if path != expected_path {
@@ -517,11 +530,7 @@ impl<'a> Checker<'a> {
                 .unwrap_or(CompatMode::Forward)
         });
         let policy = &project.payload_policy;
-        let content = def
-            .payload_policy
-            .as_ref()
-            .and_then(|own| own.content)
-            .unwrap_or(policy.content);
+        let content = content_model(def, policy);
         let max_payload_bytes = def.max_payload_bytes.unwrap_or(policy.default_max_bytes);
         if def.max_payload_bytes.is_some() && max_payload_bytes > policy.hard_max_bytes {
             self.report(
@@ -541,6 +550,9 @@ impl<'a> Checker<'a> {
         let mut complete = true;
         for (index, version_def) in def.versions.iter().enumerate() {
             let pointer = format!("/versions/{index}");
+            let Some(checked) = checked.next() else {
+                unreachable!("one payload schema check per version");
+            };
             let Ok(version) = semver::Version::parse(version_def.version.as_str()) else {
                 self.report(
                     Rule::InvalidVersion,
@@ -565,7 +577,6 @@ impl<'a> Checker<'a> {
                     "number versions with parts of at most 9223372036854775807".to_owned(),
                 );
             }
-            let checked = payload_schema::check(&version_def.schema, policy, content);
             for problem in checked.problems {
                 let location = self.at_key(path, &format!("{pointer}/schema{}", problem.pointer));
                 self.report(
@@ -1082,6 +1093,45 @@ impl<'a> Checker<'a> {
     }
 }
 
+/// The content model of an event type: its own, else the project's.
+fn content_model(def: &EventFile, policy: &PayloadPolicy) -> ContentModel {
+    def.payload_policy
+        .as_ref()
+        .and_then(|own| own.content)
+        .unwrap_or(policy.content)
+}
+
+/// The payload schema checks of every version of every event type in `definitions`, in order,
+/// on two threads: they are independent of each other and of the rest of validation.
+fn check_payload_schemas(
+    definitions: &[(&String, &EventFile)],
+    project: &Project,
+) -> Vec<Vec<payload_schema::Checked>> {
+    let policy = &project.payload_policy;
+    let check_all = |definitions: &[(&String, &EventFile)]| {
+        definitions
+            .iter()
+            .map(|(_, def)| {
+                let content = content_model(def, policy);
+                def.versions
+                    .iter()
+                    .map(|version| payload_schema::check(&version.schema, policy, content))
+                    .collect()
+            })
+            .collect::<Vec<Vec<_>>>()
+    };
+    let (first, second) = definitions.split_at(definitions.len() / 2);
+    std::thread::scope(|scope| {
+        let second = scope.spawn(|| check_all(second));
+        let mut checked = check_all(first);
+        match second.join() {
+            Ok(rest) => checked.extend(rest),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+        checked
+    })
+}
+
 fn invalid_range(checker: &mut Checker<'_>, path: &str, pointer: &str, message: String, fix: &str) {
     let location = checker.at(path, pointer);
     checker.report(Rule::ValueOutOfRange, location, message, fix.to_owned());
@@ -1139,10 +1189,11 @@ fn control_characters_in(
     out: &mut Vec<Diagnostic>,
 ) {
     use crate::yaml::Value;
+    // `what` is only built for a string that holds such a character: most strings hold none.
     let check = |text: &str,
                  node: &crate::yaml::Node,
                  prose: bool,
-                 what: String,
+                 what: &dyn Fn() -> String,
                  out: &mut Vec<Diagnostic>| {
         let found = match crate::emit::unsafe_character(text) {
             Some(c) if prose || c == '\0' => c,
@@ -1152,7 +1203,8 @@ fn control_characters_in(
             Rule::ControlCharacter,
             node.location(source),
             format!(
-                "{what} holds {}, which generated code and comments cannot carry safely",
+                "{} holds {}, which generated code and comments cannot carry safely",
+                what(),
                 crate::emit::describe_character(found)
             ),
             "remove the character; write line breaks as real new lines",
@@ -1164,8 +1216,8 @@ fn control_characters_in(
                 && key.is_some_and(|key| {
                     PROSE_KEYS.contains(&key) || key == "const" || key == "enum"
                 });
-            let what = format!("the value at `{}` in `{path}`", display_pointer(pointer));
-            check(text, node, prose, what, out);
+            let what = || format!("the value at `{}` in `{path}`", display_pointer(pointer));
+            check(text, node, prose, &what, out);
         }
         Value::Seq(items) => {
             for (index, item) in items.iter().enumerate() {
@@ -1180,8 +1232,8 @@ fn control_characters_in(
                 };
                 let child = format!("{pointer}/{}", escape_pointer_segment(text));
                 let property_name = !data && key == Some("properties");
-                let what = format!("the key at `{}` in `{path}`", display_pointer(&child));
-                check(text, key_node, property_name, what, out);
+                let what = || format!("the key at `{}` in `{path}`", display_pointer(&child));
+                check(text, key_node, property_name, &what, out);
                 let data = data
                     || (!property_name
                         && (text.starts_with("x-") || text == "default" || text == "examples"));
