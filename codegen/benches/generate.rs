@@ -16,6 +16,10 @@ fn generate(c: &mut Criterion) {
     contract_set::write(&contracts).expect("writes the set");
     let layout = Layout::default();
     let set = ContractSet::load(&contracts).expect("valid").contracts;
+    assert_eq!(
+        set.version_count(),
+        contract_set::EVENT_TYPES * contract_set::VERSIONS
+    );
     let artifacts = generate::render(&set, root.path(), &layout).expect("renders");
     generate::write(&artifacts, root.path()).expect("writes");
     let bytes: usize = artifacts.iter().map(|a| a.contents.len()).sum();

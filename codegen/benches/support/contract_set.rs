@@ -12,10 +12,10 @@ use std::io;
 use std::path::Path;
 
 /// How many event types the set holds.
-pub const EVENT_TYPES: usize = 1_029;
+pub(crate) const EVENT_TYPES: usize = 1_029;
 
 /// How many versions each event type has (1.0.0, 1.1.0, 1.2.0).
-pub const VERSIONS: usize = 3;
+pub(crate) const VERSIONS: usize = 3;
 
 /// The shared part of every version's schema: everything but the optional `extra_*` fields.
 const SCHEMA_HEAD: &str = r##"    schema:
@@ -85,7 +85,7 @@ const SCHEMA_HEAD: &str = r##"    schema:
 "##;
 
 /// Writes the whole set (`evc.yaml`, retry policies, event types and one consumer) into `dir`.
-pub fn write(dir: &Path) -> io::Result<()> {
+pub(crate) fn write(dir: &Path) -> io::Result<()> {
     fs::create_dir_all(dir.join("events"))?;
     fs::create_dir_all(dir.join("consumers"))?;
     fs::write(
@@ -113,7 +113,7 @@ pub fn write(dir: &Path) -> io::Result<()> {
 }
 
 /// The name of event type `index`.
-pub fn event_name(index: usize) -> String {
+fn event_name(index: usize) -> String {
     format!("bench.event_{index:04}")
 }
 
