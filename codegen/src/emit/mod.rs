@@ -124,23 +124,11 @@ pub enum EmitError {
 /// # Errors
 /// An [`EmitError`] when an emitter fails; the model being valid, that is a bug in evc.
 pub fn render_all(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitError> {
-    // The Rust crate takes about as long as the other emitters together: one thread each. The
-    // errors are reported in the same order as if they ran one after the other.
-    let (rust, others) = std::thread::scope(|scope| {
-        let rust = scope.spawn(|| rust::render(set, layout));
-        let others = (|| -> Result<Vec<Artifact>, EmitError> {
-            let mut artifacts = vec![manifest::render(set, layout)?];
-            artifacts.extend(sql::render(set, layout)?);
-            artifacts.push(asyncapi::render(set, layout)?);
-            Ok(artifacts)
-        })();
-        match rust.join() {
-            Ok(rust) => (rust, others),
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
-    });
-    let mut artifacts = rust?;
-    artifacts.extend(others?);
+    let mut artifacts = Vec::new();
+    artifacts.extend(rust::render(set, layout)?);
+    artifacts.push(manifest::render(set, layout)?);
+    artifacts.extend(sql::render(set, layout)?);
+    artifacts.push(asyncapi::render(set, layout)?);
     artifacts.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(artifacts)
 }
