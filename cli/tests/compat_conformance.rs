@@ -19,6 +19,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
+#[path = "../../codegen/tests/conformance_data/mod.rs"]
+mod conformance_data;
+
 /// The corpus files and whether their schemas are draft-07 when they name no dialect.
 const FILES: &[(&str, bool)] = &[
     ("diff-schema-examples.json", true),
@@ -49,59 +52,7 @@ fn repository() -> PathBuf {
 }
 
 fn corpus_dir() -> Option<PathBuf> {
-    let root = std::env::var_os("EVC_CONFORMANCE_DIR")
-        .map_or_else(|| repository().join("../shared/conformance"), PathBuf::from);
-    let dir = root.join("confluent-json-schema-diff");
-    if dir.join(FILES[0].0).is_file() {
-        return Some(dir);
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "conformance data missing at {} (set EVC_CONFORMANCE_DIR)",
-        dir.display()
-    );
-    eprintln!(
-        "skipping: no conformance data at {} (set EVC_CONFORMANCE_DIR)",
-        dir.display()
-    );
-    None
-}
-
-/// Drops a `,` that comes right before `}` or `]` outside strings: one corpus file has such a
-/// trailing comma, which upstream's lenient parser accepts.
-fn without_trailing_commas(text: &str) -> String {
-    let chars: Vec<char> = text.chars().collect();
-    let mut out = String::with_capacity(text.len());
-    let (mut in_string, mut escaped) = (false, false);
-    for (index, &c) in chars.iter().enumerate() {
-        if in_string {
-            out.push(c);
-            match (escaped, c) {
-                (true, _) => escaped = false,
-                (false, '\\') => escaped = true,
-                (false, '"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        if c == ',' {
-            let next = chars[index + 1..].iter().find(|c| !c.is_whitespace());
-            if matches!(next, Some('}' | ']')) {
-                continue;
-            }
-        }
-        in_string = c == '"';
-        out.push(c);
-    }
-    out
-}
-
-fn read_cases(path: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path).expect("corpus file readable");
-    match serde_json::from_str(&without_trailing_commas(&text)).expect("corpus file parses") {
-        Value::Array(cases) => cases,
-        _ => panic!("{} is not an array of cases", path.display()),
-    }
+    conformance_data::folder("confluent-json-schema-diff", FILES[0].0)
 }
 
 /// The schema as the contract holds it: draft-07 files name their dialect.
@@ -206,7 +157,7 @@ fn confluent_corpus_through_the_cli() {
     let mut disagreements = BTreeSet::new();
     let (mut total, mut agree) = (0, 0);
     for (file, draft_07) in FILES {
-        let cases = read_cases(&dir.join(file));
+        let cases = conformance_data::read_cases(&dir.join(file));
         // One `evc` process per case, two at a time.
         let outcomes: Vec<Outcome> = std::thread::scope(|scope| {
             let halves: Vec<_> = cases
@@ -273,7 +224,7 @@ fn confluent_corpus_through_the_cli() {
 #[test]
 fn trailing_commas_are_dropped_outside_strings_only() {
     assert_eq!(
-        without_trailing_commas(r#"{"a": [1, 2, ], "b": ",}", }"#),
+        conformance_data::without_trailing_commas(r#"{"a": [1, 2, ], "b": ",}", }"#),
         r#"{"a": [1, 2 ], "b": ",}" }"#
     );
 }

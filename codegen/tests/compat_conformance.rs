@@ -37,17 +37,6 @@ fn corpus_dir() -> Option<PathBuf> {
     conformance_data::folder("confluent-json-schema-diff", FILES[0].0)
 }
 
-/// Reads a corpus file; one of them has a trailing comma, which upstream's lenient parser takes.
-fn read_cases(path: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path).expect("corpus file readable");
-    let trailing_comma = regex::Regex::new(r",(\s*[}\]])").expect("regex");
-    let strict = trailing_comma.replace_all(&text, "$1");
-    match serde_json::from_str(&strict).expect("corpus file parses") {
-        Value::Array(cases) => cases,
-        _ => panic!("{} is not an array of cases", path.display()),
-    }
-}
-
 fn compatible(case: &Value, views: bool, dialect: Dialect) -> bool {
     judge_in(
         &case["original_schema"],
@@ -93,7 +82,7 @@ fn confluent_corpus_agreement() {
     let mut disagreements = BTreeSet::new();
     let (mut total, mut agree_views, mut agree_plain) = (0, 0, 0);
     for (file, dialect) in FILES {
-        let cases = read_cases(&dir.join(file));
+        let cases = conformance_data::read_cases(&dir.join(file));
         let (mut views_ok, mut plain_ok) = (0, 0);
         for (index, case) in cases.iter().enumerate() {
             let expected = case["compatible"].as_bool().expect("compatible is a bool");

@@ -34,24 +34,16 @@ payload_policy:
   content: open
 ";
 
-/// Reads a corpus file; one of them has a trailing comma, which upstream's lenient parser takes.
-fn read_cases(path: &Path) -> Vec<Value> {
-    let text = fs::read_to_string(path).expect("corpus file readable");
-    let trailing_comma = regex::Regex::new(r",(\s*[}\]])").expect("regex");
-    let strict = trailing_comma.replace_all(&text, "$1");
-    match serde_json::from_str(&strict).expect("corpus file parses") {
-        Value::Array(cases) => cases,
-        _ => panic!("{} is not an array of cases", path.display()),
-    }
-}
-
 /// Writes every schema of the corpus as an event type of one contract set; returns how many.
 fn write_contract_set(corpus: &Path, dir: &Path) -> usize {
     fs::create_dir_all(dir.join("events")).expect("events dir");
     fs::write(dir.join("evc.yaml"), PROJECT).expect("evc.yaml");
     let mut count = 0;
     for (file, draft_07) in FILES {
-        for (index, case) in read_cases(&corpus.join(file)).iter().enumerate() {
+        for (index, case) in conformance_data::read_cases(&corpus.join(file))
+            .iter()
+            .enumerate()
+        {
             for side in ["original_schema", "update_schema"] {
                 let mut schema = case[side].clone();
                 if *draft_07 && let Value::Object(map) = &mut schema {
