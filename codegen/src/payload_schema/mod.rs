@@ -542,7 +542,52 @@ fn ref_cycles(schema: &Json) -> Vec<SchemaProblem> {
             });
         }
     }
+    // A schema made of itself through `allOf` (`a: {allOf: [{$ref: a}]}`) adds nothing to
+    // itself: the generator would merge it into itself forever.
+    for (pointer, target) in &targets {
+        let mut stack = all_of_references(schema, target);
+        let mut seen = BTreeSet::new();
+        while let Some(next) = stack.pop() {
+            if next == *pointer {
+                problems.push(SchemaProblem {
+                    rule: Rule::RefCycle,
+                    pointer: pointer.clone(),
+                    message: format!(
+                        "`#{pointer}` is made of itself through `allOf`, so it describes no \
+                         value of its own"
+                    ),
+                    fix: "remove the reference to itself from its `allOf`".to_owned(),
+                });
+                break;
+            }
+            if seen.insert(next.clone())
+                && let Some(part) = targets.get(&next)
+            {
+                stack.extend(all_of_references(schema, part));
+            }
+        }
+    }
     problems
+}
+
+/// The resolved targets of the `$ref`s among the `allOf` parts of `schema`, nested `allOf`s
+/// included.
+fn all_of_references(root: &Json, schema: &Json) -> Vec<String> {
+    let mut out = Vec::new();
+    for part in schema
+        .get("allOf")
+        .and_then(Json::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(reference) = part.get("$ref").and_then(Json::as_str)
+            && let Ok((target, _)) = crate::emit::rust::resolve_alias(root, reference)
+        {
+            out.push(target);
+        }
+        out.extend(all_of_references(root, part));
+    }
+    out
 }
 
 /// Keywords outside 2020-12 are typos or another dialect's; unknown formats go unchecked.
@@ -800,6 +845,17 @@ mod tests {
             rules(json!({"type": "number", "minimum": 0, "exclusiveMinimum": true})),
             [(Rule::InvalidJsonSchema, "/exclusiveMinimum".to_owned())]
         );
+    }
+
+    #[test]
+    fn a_schema_made_of_itself_is_a_reference_cycle() {
+        let schema =
+            json!({"$ref": "#/$defs/a", "$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}]}}});
+        assert_eq!(rules(schema), [(Rule::RefCycle, "/$defs/a".to_owned())]);
+        let through_a_property = json!({"$ref": "#/$defs/a", "$defs": {"a": {"allOf": [
+            {"type": "object", "additionalProperties": false, "properties": {"next": {"$ref": "#/$defs/a"}}}
+        ]}}});
+        assert_eq!(rules(through_a_property), []);
     }
 
     #[test]
