@@ -80,20 +80,16 @@ pub fn items_source(set: &ContractSet, runtime_path: &str) -> Result<String, Emi
 
 /// Every pair of contract names that would become one Rust name in one scope of the generated
 /// crate (`evc check` reports them as `RUST_NAME_COLLISION`). The tokens are built exactly as
-/// [`render`] builds them, and parsed as Rust.
+/// [`render`] builds them.
 ///
 /// # Errors
 /// Any other reason the crate cannot be rendered (an [`EmitError`], which `evc check` reports
 /// too).
 pub fn name_clashes(set: &ContractSet) -> Result<Vec<Clash>, EmitError> {
     let mut clashes = Vec::new();
-    let tokens = crate_tokens(set, &quote!(::evc), &mut clashes)?;
-    if clashes.is_empty() {
-        syn::parse2::<syn::File>(tokens).map_err(|error| EmitError::Rust {
-            subject: "the generated crate".to_owned(),
-            message: error.to_string(),
-        })?;
-    }
+    // The tokens are not parsed here: `generate` parses them to print them, and the fixture,
+    // property and corpus tests compile what it prints.
+    crate_tokens(set, &quote!(::evc), &mut clashes)?;
     Ok(clashes)
 }
 
