@@ -638,7 +638,7 @@ impl<'a> Checker<'a> {
             .unwrap_or_default();
         for field in &order_key {
             for version in &versions {
-                let required = required_at_root(&version.schema).contains(field.as_str());
+                let required = crate::facts::required(&version.schema).contains(&field.as_str());
                 if !required {
                     self.report(
                         Rule::OrderKeyNotRequired,
@@ -1271,31 +1271,4 @@ fn order_key_pointer(def: &EventFile, field: &str) -> String {
         }
         _ => "/order_key".to_owned(),
     }
-}
-
-/// The properties every payload of `schema` has: its root's `required`, with those of the parts
-/// it is made of in place (`allOf`, a `$ref`), which the generated struct merges.
-fn required_at_root(schema: &serde_json::Value) -> BTreeSet<&str> {
-    let mut required = BTreeSet::new();
-    let mut parts = vec![schema];
-    let mut seen = 0;
-    while let Some(part) = parts.pop() {
-        // A reference cycle is reported elsewhere; stop following it here.
-        seen += 1;
-        if seen > 64 {
-            break;
-        }
-        if let Some(names) = part.get("required").and_then(|r| r.as_array()) {
-            required.extend(names.iter().filter_map(|name| name.as_str()));
-        }
-        if let Some(all) = part.get("allOf").and_then(|a| a.as_array()) {
-            parts.extend(all);
-        }
-        if let Some(reference) = part.get("$ref").and_then(|r| r.as_str())
-            && let Some((target, _)) = crate::compat::schema::resolve(schema, reference)
-        {
-            parts.push(target);
-        }
-    }
-    required
 }

@@ -95,13 +95,40 @@ pub fn property<'a>(schema: &'a Json, name: &str) -> Option<&'a Json> {
     schema.get("properties")?.as_object()?.get(name)
 }
 
-/// The required property names of an object schema, in schema order.
+/// The property names every payload of the root schema `schema` has, in schema order: its own
+/// `required`, then those of the parts it is made of in place (`allOf` parts and `$ref`
+/// targets, which the generated struct merges).
 pub fn required(schema: &Json) -> Vec<&str> {
-    schema
-        .get("required")
-        .and_then(Json::as_array)
-        .map(|r| r.iter().filter_map(Json::as_str).collect())
-        .unwrap_or_default()
+    let mut required: Vec<&str> = Vec::new();
+    let mut parts = vec![schema];
+    // A part can only be followed so often: a cycle of references is REF_CYCLE elsewhere.
+    let mut budget = 64;
+    while let Some(part) = parts.pop() {
+        budget -= 1;
+        if budget == 0 {
+            break;
+        }
+        for name in part
+            .get("required")
+            .and_then(Json::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Json::as_str)
+        {
+            if !required.contains(&name) {
+                required.push(name);
+            }
+        }
+        if let Some(reference) = part.get("$ref").and_then(Json::as_str)
+            && let Some((target, _)) = crate::compat::schema::resolve(schema, reference)
+        {
+            parts.push(target);
+        }
+        if let Some(all) = part.get("allOf").and_then(Json::as_array) {
+            parts.extend(all.iter().rev());
+        }
+    }
+    required
 }
 
 /// The JSON types a property allows, `null` aside.
