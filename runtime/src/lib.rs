@@ -46,7 +46,7 @@ pub use store::postgres::{
     WorkerSettings, deployed_registry, replay_uuid,
 };
 pub use store::{
-    AckBatch, Claimed, DispatchError, Drift, Intent, Lease, RegistryDrift, RegistryObject,
-    ShadowLog, Store, StoreError,
+    AckBatch, ClaimRequest, Claimed, Connection, DispatchError, Drift, Heartbeat, Hold, Intent,
+    Lease, RegistryDrift, RegistryObject, ShadowLog, Store, StoreError,
 };
 pub use trace::{TraceContext, TraceContextError};
