@@ -4887,11 +4887,13 @@ pub mod producers {
 pub mod consumers {
     use super::payloads::*;
     /// Handler of the consumer `audit`: Writes every active event type, every version, to the append-only audit log.
-    pub trait Audit: Send + Sync + 'static {
+    ///
+    /// `EvcStore` is the store the dispatcher runs on: PostgreSQL unless the implementation names another (`impl Audit<SqliteStore>`) or serves any (`impl<S: evc::Store> Audit<S>`).
+    pub trait Audit<EvcStore: ::evc::Store = ::evc::PgStore>: Send + Sync + 'static {
         /// Handles `iu.born` deliveries (>=1, <3: 1.0.0, 1.1.0, 2.0.0).
         fn on_iu_born(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuBorn,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -4899,7 +4901,7 @@ pub mod consumers {
         /// Handles `iu.edited` deliveries (^1: 1.0.0, 1.1.0).
         fn on_iu_edited(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuEditedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -4907,7 +4909,7 @@ pub mod consumers {
         /// Handles `iu.split_proposed` deliveries (^1: 1.0.0).
         fn on_iu_split_proposed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuSplitProposedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -4915,7 +4917,7 @@ pub mod consumers {
         /// Handles `iu.split_approved` deliveries (^1: 1.0.0).
         fn on_iu_split_approved(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuSplitApprovedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -4923,7 +4925,7 @@ pub mod consumers {
         /// Handles `iu.merged` deliveries (^1: 1.0.0).
         fn on_iu_merged(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuMergedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -4931,7 +4933,7 @@ pub mod consumers {
         /// Handles `iu.deprecated` deliveries (^1: 1.0.0).
         fn on_iu_deprecated(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuDeprecatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -4939,7 +4941,7 @@ pub mod consumers {
         /// Handles `iu.linked` deliveries (^1: 1.0.0, 1.1.0).
         fn on_iu_linked(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuLinkedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -4947,7 +4949,7 @@ pub mod consumers {
         /// Handles `iu.rendered` deliveries (^1: 1.0.0).
         fn on_iu_rendered(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuRenderedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -4955,7 +4957,7 @@ pub mod consumers {
         /// Handles `iu.validated` deliveries (^1: 1.0.0).
         fn on_iu_validated(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuValidatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -4963,7 +4965,7 @@ pub mod consumers {
         /// Handles `dot.command_started` deliveries (^1: 1.0.0).
         fn on_dot_command_started(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DotCommandStartedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -4971,7 +4973,7 @@ pub mod consumers {
         /// Handles `dot.command_completed` deliveries (^1: 1.0.0).
         fn on_dot_command_completed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DotCommandCompletedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -4979,7 +4981,7 @@ pub mod consumers {
         /// Handles `dot.command_failed` deliveries (^1: 1.0.0, 1.1.0).
         fn on_dot_command_failed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DotCommandFailedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -4987,7 +4989,7 @@ pub mod consumers {
         /// Handles `cut.mark_verified` deliveries (^1: 1.0.0).
         fn on_cut_mark_verified(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: CutMarkVerifiedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -4995,7 +4997,7 @@ pub mod consumers {
         /// Handles `cut.completed` deliveries (^1: 1.0.0, 1.1.0).
         fn on_cut_completed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: CutCompletedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5003,7 +5005,7 @@ pub mod consumers {
         /// Handles `cut.failed` deliveries (^1: 1.0.0).
         fn on_cut_failed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: CutFailedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5011,7 +5013,7 @@ pub mod consumers {
         /// Handles `step.ready` deliveries (^1: 1.0.0).
         fn on_step_ready(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: StepReadyV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5019,7 +5021,7 @@ pub mod consumers {
         /// Handles `step.completed` deliveries (^1: 1.0.0, 1.1.0).
         fn on_step_completed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: StepCompletedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5027,7 +5029,7 @@ pub mod consumers {
         /// Handles `step.failed` deliveries (>=1, <3: 1.0.0, 2.0.0).
         fn on_step_failed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: StepFailed,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5035,7 +5037,7 @@ pub mod consumers {
         /// Handles `step.escalated` deliveries (^1: 1.0.0).
         fn on_step_escalated(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: StepEscalatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5043,7 +5045,7 @@ pub mod consumers {
         /// Handles `proposal.submitted` deliveries (^1: 1.0.0, 1.1.0).
         fn on_proposal_submitted(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: ProposalSubmittedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5051,7 +5053,7 @@ pub mod consumers {
         /// Handles `proposal.approved` deliveries (^1: 1.0.0).
         fn on_proposal_approved(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: ProposalApprovedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5059,7 +5061,7 @@ pub mod consumers {
         /// Handles `proposal.rejected` deliveries (^1: 1.0.0).
         fn on_proposal_rejected(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: ProposalRejectedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5067,7 +5069,7 @@ pub mod consumers {
         /// Handles `decision.recorded` deliveries (^1: 1.0.0).
         fn on_decision_recorded(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DecisionRecordedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5075,7 +5077,7 @@ pub mod consumers {
         /// Handles `agent.suggestion` deliveries (^1: 1.0.0, 1.1.0, 1.2.0).
         fn on_agent_suggestion(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: AgentSuggestionV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5083,7 +5085,7 @@ pub mod consumers {
         /// Handles `job.dead_lettered` deliveries (^1: 1.0.0, 1.1.0).
         fn on_job_dead_lettered(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: JobDeadLetteredV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5091,7 +5093,7 @@ pub mod consumers {
         /// Handles `job.discarded` deliveries (^1: 1.0.0).
         fn on_job_discarded(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: JobDiscardedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5099,7 +5101,7 @@ pub mod consumers {
         /// Handles `dlq_replay.scheduled` deliveries (^1: 1.0.0).
         fn on_dlq_replay_scheduled(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DlqReplayScheduledV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5107,7 +5109,7 @@ pub mod consumers {
         /// Handles `dlq_replay.completed` deliveries (^1: 1.0.0).
         fn on_dlq_replay_completed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DlqReplayCompletedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5115,17 +5117,18 @@ pub mod consumers {
         /// Handles `dlq_replay.failed` deliveries (^1: 1.0.0).
         fn on_dlq_replay_failed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DlqReplayFailedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<HAudit: Audit> Audit for ::std::sync::Arc<HAudit> {
+    impl<EvcStore: ::evc::Store, HAudit: Audit<EvcStore>> Audit<EvcStore>
+    for ::std::sync::Arc<HAudit> {
         fn on_iu_born(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuBorn,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5134,7 +5137,7 @@ pub mod consumers {
         }
         fn on_iu_edited(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuEditedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5143,7 +5146,7 @@ pub mod consumers {
         }
         fn on_iu_split_proposed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuSplitProposedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5152,7 +5155,7 @@ pub mod consumers {
         }
         fn on_iu_split_approved(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuSplitApprovedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5161,7 +5164,7 @@ pub mod consumers {
         }
         fn on_iu_merged(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuMergedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5170,7 +5173,7 @@ pub mod consumers {
         }
         fn on_iu_deprecated(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuDeprecatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5179,7 +5182,7 @@ pub mod consumers {
         }
         fn on_iu_linked(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuLinkedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5188,7 +5191,7 @@ pub mod consumers {
         }
         fn on_iu_rendered(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuRenderedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5197,7 +5200,7 @@ pub mod consumers {
         }
         fn on_iu_validated(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuValidatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5206,7 +5209,7 @@ pub mod consumers {
         }
         fn on_dot_command_started(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DotCommandStartedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5215,7 +5218,7 @@ pub mod consumers {
         }
         fn on_dot_command_completed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DotCommandCompletedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5224,7 +5227,7 @@ pub mod consumers {
         }
         fn on_dot_command_failed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DotCommandFailedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5233,7 +5236,7 @@ pub mod consumers {
         }
         fn on_cut_mark_verified(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: CutMarkVerifiedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5242,7 +5245,7 @@ pub mod consumers {
         }
         fn on_cut_completed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: CutCompletedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5251,7 +5254,7 @@ pub mod consumers {
         }
         fn on_cut_failed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: CutFailedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5260,7 +5263,7 @@ pub mod consumers {
         }
         fn on_step_ready(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: StepReadyV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5269,7 +5272,7 @@ pub mod consumers {
         }
         fn on_step_completed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: StepCompletedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5278,7 +5281,7 @@ pub mod consumers {
         }
         fn on_step_failed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: StepFailed,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5287,7 +5290,7 @@ pub mod consumers {
         }
         fn on_step_escalated(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: StepEscalatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5296,7 +5299,7 @@ pub mod consumers {
         }
         fn on_proposal_submitted(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: ProposalSubmittedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5305,7 +5308,7 @@ pub mod consumers {
         }
         fn on_proposal_approved(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: ProposalApprovedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5314,7 +5317,7 @@ pub mod consumers {
         }
         fn on_proposal_rejected(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: ProposalRejectedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5323,7 +5326,7 @@ pub mod consumers {
         }
         fn on_decision_recorded(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DecisionRecordedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5332,7 +5335,7 @@ pub mod consumers {
         }
         fn on_agent_suggestion(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: AgentSuggestionV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5341,7 +5344,7 @@ pub mod consumers {
         }
         fn on_job_dead_lettered(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: JobDeadLetteredV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5350,7 +5353,7 @@ pub mod consumers {
         }
         fn on_job_discarded(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: JobDiscardedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5359,7 +5362,7 @@ pub mod consumers {
         }
         fn on_dlq_replay_scheduled(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DlqReplayScheduledV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5368,7 +5371,7 @@ pub mod consumers {
         }
         fn on_dlq_replay_completed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DlqReplayCompletedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5377,7 +5380,7 @@ pub mod consumers {
         }
         fn on_dlq_replay_failed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DlqReplayFailedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5388,10 +5391,11 @@ pub mod consumers {
     /// Serves `audit` with a [`Audit`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
     pub struct AuditConsumer<HAudit>(pub HAudit);
-    impl<HAudit: Audit> ::evc::DynHandler for AuditConsumer<HAudit> {
+    impl<EvcStore: ::evc::Store, HAudit: Audit<EvcStore>> ::evc::DynHandler<EvcStore>
+    for AuditConsumer<HAudit> {
         fn handle<'a>(
             &'a self,
-            mut context: ::evc::HandlerContext<'a>,
+            mut context: ::evc::HandlerContext<'a, EvcStore>,
         ) -> ::evc::dispatcher::BoxFuture<
             'a,
             ::std::result::Result<(), ::evc::HandlerError>,
@@ -5940,15 +5944,20 @@ pub mod consumers {
             })
         }
     }
-    impl<HAudit: Audit> ::evc::Consumer for AuditConsumer<HAudit> {
+    impl<EvcStore: ::evc::Store, HAudit: Audit<EvcStore>> ::evc::Consumer<EvcStore>
+    for AuditConsumer<HAudit> {
         const NAME: &'static str = "audit";
     }
     /// Handler of the consumer `worker.ai.review_suggest`: Reviews submitted proposals and edited units with a model and records suggestions; runs in shadow until its suggestions are trusted.
-    pub trait WorkerAiReviewSuggest: Send + Sync + 'static {
+    ///
+    /// `EvcStore` is the store the dispatcher runs on: PostgreSQL unless the implementation names another (`impl WorkerAiReviewSuggest<SqliteStore>`) or serves any (`impl<S: evc::Store> WorkerAiReviewSuggest<S>`).
+    pub trait WorkerAiReviewSuggest<
+        EvcStore: ::evc::Store = ::evc::PgStore,
+    >: Send + Sync + 'static {
         /// Handles `proposal.submitted` deliveries (^1: 1.0.0, 1.1.0).
         fn on_proposal_submitted(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: ProposalSubmittedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5956,7 +5965,7 @@ pub mod consumers {
         /// Handles `iu.split_proposed` deliveries (^1: 1.0.0).
         fn on_iu_split_proposed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuSplitProposedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5964,18 +5973,20 @@ pub mod consumers {
         /// Handles `iu.edited` deliveries (^1.1: 1.1.0).
         fn on_iu_edited(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuEditedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<HWorkerAiReviewSuggest: WorkerAiReviewSuggest> WorkerAiReviewSuggest
-    for ::std::sync::Arc<HWorkerAiReviewSuggest> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerAiReviewSuggest: WorkerAiReviewSuggest<EvcStore>,
+    > WorkerAiReviewSuggest<EvcStore> for ::std::sync::Arc<HWorkerAiReviewSuggest> {
         fn on_proposal_submitted(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: ProposalSubmittedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5984,7 +5995,7 @@ pub mod consumers {
         }
         fn on_iu_split_proposed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuSplitProposedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -5993,7 +6004,7 @@ pub mod consumers {
         }
         fn on_iu_edited(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuEditedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6006,11 +6017,14 @@ pub mod consumers {
     pub struct WorkerAiReviewSuggestConsumer<HWorkerAiReviewSuggest>(
         pub HWorkerAiReviewSuggest,
     );
-    impl<HWorkerAiReviewSuggest: WorkerAiReviewSuggest> ::evc::DynHandler
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerAiReviewSuggest: WorkerAiReviewSuggest<EvcStore>,
+    > ::evc::DynHandler<EvcStore>
     for WorkerAiReviewSuggestConsumer<HWorkerAiReviewSuggest> {
         fn handle<'a>(
             &'a self,
-            mut context: ::evc::HandlerContext<'a>,
+            mut context: ::evc::HandlerContext<'a, EvcStore>,
         ) -> ::evc::dispatcher::BoxFuture<
             'a,
             ::std::result::Result<(), ::evc::HandlerError>,
@@ -6085,16 +6099,23 @@ pub mod consumers {
             })
         }
     }
-    impl<HWorkerAiReviewSuggest: WorkerAiReviewSuggest> ::evc::Consumer
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerAiReviewSuggest: WorkerAiReviewSuggest<EvcStore>,
+    > ::evc::Consumer<EvcStore>
     for WorkerAiReviewSuggestConsumer<HWorkerAiReviewSuggest> {
         const NAME: &'static str = "worker.ai.review_suggest";
     }
     /// Handler of the consumer `worker.dot.cut_pipeline`: Drives cuts: collects verified marks and validated unit versions and advances the cut when its pipeline commands finish.
-    pub trait WorkerDotCutPipeline: Send + Sync + 'static {
+    ///
+    /// `EvcStore` is the store the dispatcher runs on: PostgreSQL unless the implementation names another (`impl WorkerDotCutPipeline<SqliteStore>`) or serves any (`impl<S: evc::Store> WorkerDotCutPipeline<S>`).
+    pub trait WorkerDotCutPipeline<
+        EvcStore: ::evc::Store = ::evc::PgStore,
+    >: Send + Sync + 'static {
         /// Handles `cut.mark_verified` deliveries (^1: 1.0.0).
         fn on_cut_mark_verified(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: CutMarkVerifiedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6102,7 +6123,7 @@ pub mod consumers {
         /// Handles `iu.validated` deliveries (^1: 1.0.0).
         fn on_iu_validated(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuValidatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6110,7 +6131,7 @@ pub mod consumers {
         /// Handles `step.ready` deliveries (^1: 1.0.0).
         fn on_step_ready(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: StepReadyV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6118,7 +6139,7 @@ pub mod consumers {
         /// Handles `dot.command_completed` deliveries (^1: 1.0.0).
         fn on_dot_command_completed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DotCommandCompletedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6126,18 +6147,20 @@ pub mod consumers {
         /// Handles `dot.command_failed` deliveries (^1: 1.0.0, 1.1.0).
         fn on_dot_command_failed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DotCommandFailedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<HWorkerDotCutPipeline: WorkerDotCutPipeline> WorkerDotCutPipeline
-    for ::std::sync::Arc<HWorkerDotCutPipeline> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerDotCutPipeline: WorkerDotCutPipeline<EvcStore>,
+    > WorkerDotCutPipeline<EvcStore> for ::std::sync::Arc<HWorkerDotCutPipeline> {
         fn on_cut_mark_verified(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: CutMarkVerifiedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6146,7 +6169,7 @@ pub mod consumers {
         }
         fn on_iu_validated(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuValidatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6155,7 +6178,7 @@ pub mod consumers {
         }
         fn on_step_ready(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: StepReadyV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6164,7 +6187,7 @@ pub mod consumers {
         }
         fn on_dot_command_completed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DotCommandCompletedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6173,7 +6196,7 @@ pub mod consumers {
         }
         fn on_dot_command_failed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DotCommandFailedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6186,11 +6209,14 @@ pub mod consumers {
     pub struct WorkerDotCutPipelineConsumer<HWorkerDotCutPipeline>(
         pub HWorkerDotCutPipeline,
     );
-    impl<HWorkerDotCutPipeline: WorkerDotCutPipeline> ::evc::DynHandler
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerDotCutPipeline: WorkerDotCutPipeline<EvcStore>,
+    > ::evc::DynHandler<EvcStore>
     for WorkerDotCutPipelineConsumer<HWorkerDotCutPipeline> {
         fn handle<'a>(
             &'a self,
-            mut context: ::evc::HandlerContext<'a>,
+            mut context: ::evc::HandlerContext<'a, EvcStore>,
         ) -> ::evc::dispatcher::BoxFuture<
             'a,
             ::std::result::Result<(), ::evc::HandlerError>,
@@ -6301,16 +6327,22 @@ pub mod consumers {
             })
         }
     }
-    impl<HWorkerDotCutPipeline: WorkerDotCutPipeline> ::evc::Consumer
-    for WorkerDotCutPipelineConsumer<HWorkerDotCutPipeline> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerDotCutPipeline: WorkerDotCutPipeline<EvcStore>,
+    > ::evc::Consumer<EvcStore> for WorkerDotCutPipelineConsumer<HWorkerDotCutPipeline> {
         const NAME: &'static str = "worker.dot.cut_pipeline";
     }
     /// Handler of the consumer `worker.dot.iu_axis`: Resolves and maintains the axes of information units as they are born, edited, split, merged and linked.
-    pub trait WorkerDotIuAxis: Send + Sync + 'static {
+    ///
+    /// `EvcStore` is the store the dispatcher runs on: PostgreSQL unless the implementation names another (`impl WorkerDotIuAxis<SqliteStore>`) or serves any (`impl<S: evc::Store> WorkerDotIuAxis<S>`).
+    pub trait WorkerDotIuAxis<
+        EvcStore: ::evc::Store = ::evc::PgStore,
+    >: Send + Sync + 'static {
         /// Handles `iu.born` deliveries (^2: 2.0.0).
         fn on_iu_born(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuBornV2,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6318,7 +6350,7 @@ pub mod consumers {
         /// Handles `iu.edited` deliveries (^1: 1.0.0, 1.1.0).
         fn on_iu_edited(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuEditedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6326,7 +6358,7 @@ pub mod consumers {
         /// Handles `iu.split_approved` deliveries (^1: 1.0.0).
         fn on_iu_split_approved(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuSplitApprovedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6334,7 +6366,7 @@ pub mod consumers {
         /// Handles `iu.merged` deliveries (^1: 1.0.0).
         fn on_iu_merged(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuMergedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6342,18 +6374,20 @@ pub mod consumers {
         /// Handles `iu.linked` deliveries (^1: 1.0.0, 1.1.0).
         fn on_iu_linked(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuLinkedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<HWorkerDotIuAxis: WorkerDotIuAxis> WorkerDotIuAxis
-    for ::std::sync::Arc<HWorkerDotIuAxis> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerDotIuAxis: WorkerDotIuAxis<EvcStore>,
+    > WorkerDotIuAxis<EvcStore> for ::std::sync::Arc<HWorkerDotIuAxis> {
         fn on_iu_born(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuBornV2,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6362,7 +6396,7 @@ pub mod consumers {
         }
         fn on_iu_edited(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuEditedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6371,7 +6405,7 @@ pub mod consumers {
         }
         fn on_iu_split_approved(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuSplitApprovedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6380,7 +6414,7 @@ pub mod consumers {
         }
         fn on_iu_merged(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuMergedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6389,7 +6423,7 @@ pub mod consumers {
         }
         fn on_iu_linked(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuLinkedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6400,11 +6434,13 @@ pub mod consumers {
     /// Serves `worker.dot.iu_axis` with a [`WorkerDotIuAxis`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
     pub struct WorkerDotIuAxisConsumer<HWorkerDotIuAxis>(pub HWorkerDotIuAxis);
-    impl<HWorkerDotIuAxis: WorkerDotIuAxis> ::evc::DynHandler
-    for WorkerDotIuAxisConsumer<HWorkerDotIuAxis> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerDotIuAxis: WorkerDotIuAxis<EvcStore>,
+    > ::evc::DynHandler<EvcStore> for WorkerDotIuAxisConsumer<HWorkerDotIuAxis> {
         fn handle<'a>(
             &'a self,
-            mut context: ::evc::HandlerContext<'a>,
+            mut context: ::evc::HandlerContext<'a, EvcStore>,
         ) -> ::evc::dispatcher::BoxFuture<
             'a,
             ::std::result::Result<(), ::evc::HandlerError>,
@@ -6515,16 +6551,22 @@ pub mod consumers {
             })
         }
     }
-    impl<HWorkerDotIuAxis: WorkerDotIuAxis> ::evc::Consumer
-    for WorkerDotIuAxisConsumer<HWorkerDotIuAxis> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerDotIuAxis: WorkerDotIuAxis<EvcStore>,
+    > ::evc::Consumer<EvcStore> for WorkerDotIuAxisConsumer<HWorkerDotIuAxis> {
         const NAME: &'static str = "worker.dot.iu_axis";
     }
     /// Handler of the consumer `worker.notification.iu`: Notifies owners and reviewers when units are born or deprecated, proposals are decided and steps are escalated.
-    pub trait WorkerNotificationIu: Send + Sync + 'static {
+    ///
+    /// `EvcStore` is the store the dispatcher runs on: PostgreSQL unless the implementation names another (`impl WorkerNotificationIu<SqliteStore>`) or serves any (`impl<S: evc::Store> WorkerNotificationIu<S>`).
+    pub trait WorkerNotificationIu<
+        EvcStore: ::evc::Store = ::evc::PgStore,
+    >: Send + Sync + 'static {
         /// Handles `iu.born` deliveries (^1: 1.0.0, 1.1.0).
         fn on_iu_born(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuBornV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6532,7 +6574,7 @@ pub mod consumers {
         /// Handles `iu.deprecated` deliveries (^1: 1.0.0).
         fn on_iu_deprecated(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuDeprecatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6540,7 +6582,7 @@ pub mod consumers {
         /// Handles `proposal.approved` deliveries (^1: 1.0.0).
         fn on_proposal_approved(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: ProposalApprovedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6548,7 +6590,7 @@ pub mod consumers {
         /// Handles `proposal.rejected` deliveries (^1: 1.0.0).
         fn on_proposal_rejected(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: ProposalRejectedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6556,18 +6598,20 @@ pub mod consumers {
         /// Handles `step.escalated` deliveries (^1: 1.0.0).
         fn on_step_escalated(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: StepEscalatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<HWorkerNotificationIu: WorkerNotificationIu> WorkerNotificationIu
-    for ::std::sync::Arc<HWorkerNotificationIu> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerNotificationIu: WorkerNotificationIu<EvcStore>,
+    > WorkerNotificationIu<EvcStore> for ::std::sync::Arc<HWorkerNotificationIu> {
         fn on_iu_born(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuBornV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6576,7 +6620,7 @@ pub mod consumers {
         }
         fn on_iu_deprecated(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuDeprecatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6585,7 +6629,7 @@ pub mod consumers {
         }
         fn on_proposal_approved(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: ProposalApprovedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6594,7 +6638,7 @@ pub mod consumers {
         }
         fn on_proposal_rejected(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: ProposalRejectedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6603,7 +6647,7 @@ pub mod consumers {
         }
         fn on_step_escalated(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: StepEscalatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6616,11 +6660,14 @@ pub mod consumers {
     pub struct WorkerNotificationIuConsumer<HWorkerNotificationIu>(
         pub HWorkerNotificationIu,
     );
-    impl<HWorkerNotificationIu: WorkerNotificationIu> ::evc::DynHandler
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerNotificationIu: WorkerNotificationIu<EvcStore>,
+    > ::evc::DynHandler<EvcStore>
     for WorkerNotificationIuConsumer<HWorkerNotificationIu> {
         fn handle<'a>(
             &'a self,
-            mut context: ::evc::HandlerContext<'a>,
+            mut context: ::evc::HandlerContext<'a, EvcStore>,
         ) -> ::evc::dispatcher::BoxFuture<
             'a,
             ::std::result::Result<(), ::evc::HandlerError>,
@@ -6731,16 +6778,22 @@ pub mod consumers {
             })
         }
     }
-    impl<HWorkerNotificationIu: WorkerNotificationIu> ::evc::Consumer
-    for WorkerNotificationIuConsumer<HWorkerNotificationIu> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerNotificationIu: WorkerNotificationIu<EvcStore>,
+    > ::evc::Consumer<EvcStore> for WorkerNotificationIuConsumer<HWorkerNotificationIu> {
         const NAME: &'static str = "worker.notification.iu";
     }
     /// Handler of the consumer `worker.render.mout_view`: Re-renders the mout view of an information unit whenever the unit or its structure changes.
-    pub trait WorkerRenderMoutView: Send + Sync + 'static {
+    ///
+    /// `EvcStore` is the store the dispatcher runs on: PostgreSQL unless the implementation names another (`impl WorkerRenderMoutView<SqliteStore>`) or serves any (`impl<S: evc::Store> WorkerRenderMoutView<S>`).
+    pub trait WorkerRenderMoutView<
+        EvcStore: ::evc::Store = ::evc::PgStore,
+    >: Send + Sync + 'static {
         /// Handles `iu.born` deliveries (>=1, <3: 1.0.0, 1.1.0, 2.0.0).
         fn on_iu_born(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuBorn,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6748,7 +6801,7 @@ pub mod consumers {
         /// Handles `iu.edited` deliveries (^1: 1.0.0, 1.1.0).
         fn on_iu_edited(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuEditedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6756,7 +6809,7 @@ pub mod consumers {
         /// Handles `iu.validated` deliveries (^1: 1.0.0).
         fn on_iu_validated(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuValidatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6764,7 +6817,7 @@ pub mod consumers {
         /// Handles `iu.split_approved` deliveries (^1: 1.0.0).
         fn on_iu_split_approved(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuSplitApprovedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6772,7 +6825,7 @@ pub mod consumers {
         /// Handles `iu.merged` deliveries (^1: 1.0.0).
         fn on_iu_merged(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuMergedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6780,18 +6833,20 @@ pub mod consumers {
         /// Handles `iu.deprecated` deliveries (^1: 1.0.0).
         fn on_iu_deprecated(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuDeprecatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<HWorkerRenderMoutView: WorkerRenderMoutView> WorkerRenderMoutView
-    for ::std::sync::Arc<HWorkerRenderMoutView> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerRenderMoutView: WorkerRenderMoutView<EvcStore>,
+    > WorkerRenderMoutView<EvcStore> for ::std::sync::Arc<HWorkerRenderMoutView> {
         fn on_iu_born(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuBorn,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6800,7 +6855,7 @@ pub mod consumers {
         }
         fn on_iu_edited(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuEditedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6809,7 +6864,7 @@ pub mod consumers {
         }
         fn on_iu_validated(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuValidatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6818,7 +6873,7 @@ pub mod consumers {
         }
         fn on_iu_split_approved(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuSplitApprovedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6827,7 +6882,7 @@ pub mod consumers {
         }
         fn on_iu_merged(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuMergedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6836,7 +6891,7 @@ pub mod consumers {
         }
         fn on_iu_deprecated(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuDeprecatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -6849,11 +6904,14 @@ pub mod consumers {
     pub struct WorkerRenderMoutViewConsumer<HWorkerRenderMoutView>(
         pub HWorkerRenderMoutView,
     );
-    impl<HWorkerRenderMoutView: WorkerRenderMoutView> ::evc::DynHandler
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerRenderMoutView: WorkerRenderMoutView<EvcStore>,
+    > ::evc::DynHandler<EvcStore>
     for WorkerRenderMoutViewConsumer<HWorkerRenderMoutView> {
         fn handle<'a>(
             &'a self,
-            mut context: ::evc::HandlerContext<'a>,
+            mut context: ::evc::HandlerContext<'a, EvcStore>,
         ) -> ::evc::dispatcher::BoxFuture<
             'a,
             ::std::result::Result<(), ::evc::HandlerError>,
@@ -6985,16 +7043,22 @@ pub mod consumers {
             })
         }
     }
-    impl<HWorkerRenderMoutView: WorkerRenderMoutView> ::evc::Consumer
-    for WorkerRenderMoutViewConsumer<HWorkerRenderMoutView> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerRenderMoutView: WorkerRenderMoutView<EvcStore>,
+    > ::evc::Consumer<EvcStore> for WorkerRenderMoutViewConsumer<HWorkerRenderMoutView> {
         const NAME: &'static str = "worker.render.mout_view";
     }
     /// Handler of the consumer `worker.sql.aggregate`: Maintains SQL aggregates of step, command, cut and dead-letter outcomes for dashboards.
-    pub trait WorkerSqlAggregate: Send + Sync + 'static {
+    ///
+    /// `EvcStore` is the store the dispatcher runs on: PostgreSQL unless the implementation names another (`impl WorkerSqlAggregate<SqliteStore>`) or serves any (`impl<S: evc::Store> WorkerSqlAggregate<S>`).
+    pub trait WorkerSqlAggregate<
+        EvcStore: ::evc::Store = ::evc::PgStore,
+    >: Send + Sync + 'static {
         /// Handles `step.completed` deliveries (^1: 1.0.0, 1.1.0).
         fn on_step_completed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: StepCompletedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -7002,7 +7066,7 @@ pub mod consumers {
         /// Handles `step.failed` deliveries (>=1, <3: 1.0.0, 2.0.0).
         fn on_step_failed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: StepFailed,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -7010,7 +7074,7 @@ pub mod consumers {
         /// Handles `dot.command_completed` deliveries (^1: 1.0.0).
         fn on_dot_command_completed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DotCommandCompletedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -7018,7 +7082,7 @@ pub mod consumers {
         /// Handles `dot.command_failed` deliveries (^1: 1.0.0, 1.1.0).
         fn on_dot_command_failed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DotCommandFailedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -7026,7 +7090,7 @@ pub mod consumers {
         /// Handles `cut.completed` deliveries (^1: 1.0.0, 1.1.0).
         fn on_cut_completed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: CutCompletedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -7034,7 +7098,7 @@ pub mod consumers {
         /// Handles `iu.validated` deliveries (^1: 1.0.0).
         fn on_iu_validated(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuValidatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -7042,7 +7106,7 @@ pub mod consumers {
         /// Handles `job.dead_lettered` deliveries (^1: 1.0.0, 1.1.0).
         fn on_job_dead_lettered(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: JobDeadLetteredV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -7050,18 +7114,20 @@ pub mod consumers {
         /// Handles `dlq_replay.completed` deliveries (^1: 1.0.0).
         fn on_dlq_replay_completed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DlqReplayCompletedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<HWorkerSqlAggregate: WorkerSqlAggregate> WorkerSqlAggregate
-    for ::std::sync::Arc<HWorkerSqlAggregate> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerSqlAggregate: WorkerSqlAggregate<EvcStore>,
+    > WorkerSqlAggregate<EvcStore> for ::std::sync::Arc<HWorkerSqlAggregate> {
         fn on_step_completed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: StepCompletedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -7070,7 +7136,7 @@ pub mod consumers {
         }
         fn on_step_failed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: StepFailed,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -7079,7 +7145,7 @@ pub mod consumers {
         }
         fn on_dot_command_completed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DotCommandCompletedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -7088,7 +7154,7 @@ pub mod consumers {
         }
         fn on_dot_command_failed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DotCommandFailedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -7097,7 +7163,7 @@ pub mod consumers {
         }
         fn on_cut_completed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: CutCompletedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -7106,7 +7172,7 @@ pub mod consumers {
         }
         fn on_iu_validated(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: IuValidatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -7115,7 +7181,7 @@ pub mod consumers {
         }
         fn on_job_dead_lettered(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: JobDeadLetteredV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -7124,7 +7190,7 @@ pub mod consumers {
         }
         fn on_dlq_replay_completed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DlqReplayCompletedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -7135,11 +7201,13 @@ pub mod consumers {
     /// Serves `worker.sql.aggregate` with a [`WorkerSqlAggregate`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
     pub struct WorkerSqlAggregateConsumer<HWorkerSqlAggregate>(pub HWorkerSqlAggregate);
-    impl<HWorkerSqlAggregate: WorkerSqlAggregate> ::evc::DynHandler
-    for WorkerSqlAggregateConsumer<HWorkerSqlAggregate> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerSqlAggregate: WorkerSqlAggregate<EvcStore>,
+    > ::evc::DynHandler<EvcStore> for WorkerSqlAggregateConsumer<HWorkerSqlAggregate> {
         fn handle<'a>(
             &'a self,
-            mut context: ::evc::HandlerContext<'a>,
+            mut context: ::evc::HandlerContext<'a, EvcStore>,
         ) -> ::evc::dispatcher::BoxFuture<
             'a,
             ::std::result::Result<(), ::evc::HandlerError>,
@@ -7305,20 +7373,22 @@ pub mod consumers {
             })
         }
     }
-    impl<HWorkerSqlAggregate: WorkerSqlAggregate> ::evc::Consumer
-    for WorkerSqlAggregateConsumer<HWorkerSqlAggregate> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerSqlAggregate: WorkerSqlAggregate<EvcStore>,
+    > ::evc::Consumer<EvcStore> for WorkerSqlAggregateConsumer<HWorkerSqlAggregate> {
         const NAME: &'static str = "worker.sql.aggregate";
     }
     /// One handler per consumer that receives deliveries (mode `live` or `shadow`); leaving
     /// one out does not compile.
     pub struct Handlers<
-        HAudit: Audit,
-        HWorkerAiReviewSuggest: WorkerAiReviewSuggest,
-        HWorkerDotCutPipeline: WorkerDotCutPipeline,
-        HWorkerDotIuAxis: WorkerDotIuAxis,
-        HWorkerNotificationIu: WorkerNotificationIu,
-        HWorkerRenderMoutView: WorkerRenderMoutView,
-        HWorkerSqlAggregate: WorkerSqlAggregate,
+        HAudit,
+        HWorkerAiReviewSuggest,
+        HWorkerDotCutPipeline,
+        HWorkerDotIuAxis,
+        HWorkerNotificationIu,
+        HWorkerRenderMoutView,
+        HWorkerSqlAggregate,
     > {
         /// The handler of `audit`.
         pub audit: HAudit,
@@ -7336,13 +7406,13 @@ pub mod consumers {
         pub worker_sql_aggregate: HWorkerSqlAggregate,
     }
     impl<
-        HAudit: Audit,
-        HWorkerAiReviewSuggest: WorkerAiReviewSuggest,
-        HWorkerDotCutPipeline: WorkerDotCutPipeline,
-        HWorkerDotIuAxis: WorkerDotIuAxis,
-        HWorkerNotificationIu: WorkerNotificationIu,
-        HWorkerRenderMoutView: WorkerRenderMoutView,
-        HWorkerSqlAggregate: WorkerSqlAggregate,
+        HAudit,
+        HWorkerAiReviewSuggest,
+        HWorkerDotCutPipeline,
+        HWorkerDotIuAxis,
+        HWorkerNotificationIu,
+        HWorkerRenderMoutView,
+        HWorkerSqlAggregate,
     > Handlers<
         HAudit,
         HWorkerAiReviewSuggest,
@@ -7352,16 +7422,25 @@ pub mod consumers {
         HWorkerRenderMoutView,
         HWorkerSqlAggregate,
     > {
-        /// Serves every consumer with its handler on `dispatcher`, each with its registry
-        /// settings.
+        /// Serves every consumer with its handler on `dispatcher` (of any store), each with
+        /// its registry settings.
         ///
         /// # Errors
         /// When the dispatcher's registry does not register a consumer
         /// (`Dispatcher::serve`).
-        pub fn serve(
+        pub fn serve<EvcStore: ::evc::Store>(
             self,
-            dispatcher: ::evc::Dispatcher,
-        ) -> ::std::result::Result<::evc::Dispatcher, ::evc::DispatchError> {
+            dispatcher: ::evc::Dispatcher<EvcStore>,
+        ) -> ::std::result::Result<::evc::Dispatcher<EvcStore>, ::evc::DispatchError>
+        where
+            HAudit: Audit<EvcStore>,
+            HWorkerAiReviewSuggest: WorkerAiReviewSuggest<EvcStore>,
+            HWorkerDotCutPipeline: WorkerDotCutPipeline<EvcStore>,
+            HWorkerDotIuAxis: WorkerDotIuAxis<EvcStore>,
+            HWorkerNotificationIu: WorkerNotificationIu<EvcStore>,
+            HWorkerRenderMoutView: WorkerRenderMoutView<EvcStore>,
+            HWorkerSqlAggregate: WorkerSqlAggregate<EvcStore>,
+        {
             let dispatcher = dispatcher.serve(AuditConsumer(self.audit))?;
             let dispatcher = dispatcher
                 .serve(WorkerAiReviewSuggestConsumer(self.worker_ai_review_suggest))?;

@@ -740,11 +740,13 @@ pub mod producers {
 pub mod consumers {
     use super::payloads::*;
     /// Handler of the consumer `audit`: Records failures for people to review.
-    pub trait Audit: Send + Sync + 'static {
+    ///
+    /// `EvcStore` is the store the dispatcher runs on: PostgreSQL unless the implementation names another (`impl Audit<SqliteStore>`) or serves any (`impl<S: evc::Store> Audit<S>`).
+    pub trait Audit<EvcStore: ::evc::Store = ::evc::PgStore>: Send + Sync + 'static {
         /// Handles `job.failed` deliveries (^1: 1.0.0).
         fn on_job_failed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: JobFailedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -752,17 +754,18 @@ pub mod consumers {
         /// Handles `unit.created` deliveries (^1: 1.0.0, 1.1.0).
         fn on_unit_created(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: UnitCreatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<HAudit: Audit> Audit for ::std::sync::Arc<HAudit> {
+    impl<EvcStore: ::evc::Store, HAudit: Audit<EvcStore>> Audit<EvcStore>
+    for ::std::sync::Arc<HAudit> {
         fn on_job_failed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: JobFailedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -771,7 +774,7 @@ pub mod consumers {
         }
         fn on_unit_created(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: UnitCreatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -782,10 +785,11 @@ pub mod consumers {
     /// Serves `audit` with a [`Audit`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
     pub struct AuditConsumer<HAudit>(pub HAudit);
-    impl<HAudit: Audit> ::evc::DynHandler for AuditConsumer<HAudit> {
+    impl<EvcStore: ::evc::Store, HAudit: Audit<EvcStore>> ::evc::DynHandler<EvcStore>
+    for AuditConsumer<HAudit> {
         fn handle<'a>(
             &'a self,
-            mut context: ::evc::HandlerContext<'a>,
+            mut context: ::evc::HandlerContext<'a, EvcStore>,
         ) -> ::evc::dispatcher::BoxFuture<
             'a,
             ::std::result::Result<(), ::evc::HandlerError>,
@@ -842,25 +846,31 @@ pub mod consumers {
             })
         }
     }
-    impl<HAudit: Audit> ::evc::Consumer for AuditConsumer<HAudit> {
+    impl<EvcStore: ::evc::Store, HAudit: Audit<EvcStore>> ::evc::Consumer<EvcStore>
+    for AuditConsumer<HAudit> {
         const NAME: &'static str = "audit";
     }
     /// Handler of the consumer `worker.feed`: Feeds only the newest major.
-    pub trait WorkerFeed: Send + Sync + 'static {
+    ///
+    /// `EvcStore` is the store the dispatcher runs on: PostgreSQL unless the implementation names another (`impl WorkerFeed<SqliteStore>`) or serves any (`impl<S: evc::Store> WorkerFeed<S>`).
+    pub trait WorkerFeed<
+        EvcStore: ::evc::Store = ::evc::PgStore,
+    >: Send + Sync + 'static {
         /// Handles `doc.published` deliveries (^3: 3.0.0).
         fn on_doc_published(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DocPublishedV3,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<HWorkerFeed: WorkerFeed> WorkerFeed for ::std::sync::Arc<HWorkerFeed> {
+    impl<EvcStore: ::evc::Store, HWorkerFeed: WorkerFeed<EvcStore>> WorkerFeed<EvcStore>
+    for ::std::sync::Arc<HWorkerFeed> {
         fn on_doc_published(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DocPublishedV3,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -871,10 +881,13 @@ pub mod consumers {
     /// Serves `worker.feed` with a [`WorkerFeed`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
     pub struct WorkerFeedConsumer<HWorkerFeed>(pub HWorkerFeed);
-    impl<HWorkerFeed: WorkerFeed> ::evc::DynHandler for WorkerFeedConsumer<HWorkerFeed> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerFeed: WorkerFeed<EvcStore>,
+    > ::evc::DynHandler<EvcStore> for WorkerFeedConsumer<HWorkerFeed> {
         fn handle<'a>(
             &'a self,
-            mut context: ::evc::HandlerContext<'a>,
+            mut context: ::evc::HandlerContext<'a, EvcStore>,
         ) -> ::evc::dispatcher::BoxFuture<
             'a,
             ::std::result::Result<(), ::evc::HandlerError>,
@@ -913,15 +926,22 @@ pub mod consumers {
             })
         }
     }
-    impl<HWorkerFeed: WorkerFeed> ::evc::Consumer for WorkerFeedConsumer<HWorkerFeed> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerFeed: WorkerFeed<EvcStore>,
+    > ::evc::Consumer<EvcStore> for WorkerFeedConsumer<HWorkerFeed> {
         const NAME: &'static str = "worker.feed";
     }
     /// Handler of the consumer `worker.indexer`: Indexes units.
-    pub trait WorkerIndexer: Send + Sync + 'static {
+    ///
+    /// `EvcStore` is the store the dispatcher runs on: PostgreSQL unless the implementation names another (`impl WorkerIndexer<SqliteStore>`) or serves any (`impl<S: evc::Store> WorkerIndexer<S>`).
+    pub trait WorkerIndexer<
+        EvcStore: ::evc::Store = ::evc::PgStore,
+    >: Send + Sync + 'static {
         /// Handles `unit.created` deliveries (^1: 1.0.0, 1.1.0).
         fn on_unit_created(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: UnitCreatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -929,18 +949,20 @@ pub mod consumers {
         /// Handles `unit.edited` deliveries (>=1, <3: 1.0.0, 2.0.0).
         fn on_unit_edited(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: UnitEdited,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<HWorkerIndexer: WorkerIndexer> WorkerIndexer
-    for ::std::sync::Arc<HWorkerIndexer> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerIndexer: WorkerIndexer<EvcStore>,
+    > WorkerIndexer<EvcStore> for ::std::sync::Arc<HWorkerIndexer> {
         fn on_unit_created(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: UnitCreatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -949,7 +971,7 @@ pub mod consumers {
         }
         fn on_unit_edited(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: UnitEdited,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -960,11 +982,13 @@ pub mod consumers {
     /// Serves `worker.indexer` with a [`WorkerIndexer`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
     pub struct WorkerIndexerConsumer<HWorkerIndexer>(pub HWorkerIndexer);
-    impl<HWorkerIndexer: WorkerIndexer> ::evc::DynHandler
-    for WorkerIndexerConsumer<HWorkerIndexer> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerIndexer: WorkerIndexer<EvcStore>,
+    > ::evc::DynHandler<EvcStore> for WorkerIndexerConsumer<HWorkerIndexer> {
         fn handle<'a>(
             &'a self,
-            mut context: ::evc::HandlerContext<'a>,
+            mut context: ::evc::HandlerContext<'a, EvcStore>,
         ) -> ::evc::dispatcher::BoxFuture<
             'a,
             ::std::result::Result<(), ::evc::HandlerError>,
@@ -1022,26 +1046,35 @@ pub mod consumers {
             })
         }
     }
-    impl<HWorkerIndexer: WorkerIndexer> ::evc::Consumer
-    for WorkerIndexerConsumer<HWorkerIndexer> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerIndexer: WorkerIndexer<EvcStore>,
+    > ::evc::Consumer<EvcStore> for WorkerIndexerConsumer<HWorkerIndexer> {
         const NAME: &'static str = "worker.indexer";
     }
     /// Handler of the consumer `worker.mailer`: Mails published documents; reads every major.
-    pub trait WorkerMailer: Send + Sync + 'static {
+    ///
+    /// `EvcStore` is the store the dispatcher runs on: PostgreSQL unless the implementation names another (`impl WorkerMailer<SqliteStore>`) or serves any (`impl<S: evc::Store> WorkerMailer<S>`).
+    pub trait WorkerMailer<
+        EvcStore: ::evc::Store = ::evc::PgStore,
+    >: Send + Sync + 'static {
         /// Handles `doc.published` deliveries (>=1: 1.0.0, 1.1.0, 2.0.0, 3.0.0).
         fn on_doc_published(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DocPublished,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<HWorkerMailer: WorkerMailer> WorkerMailer for ::std::sync::Arc<HWorkerMailer> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerMailer: WorkerMailer<EvcStore>,
+    > WorkerMailer<EvcStore> for ::std::sync::Arc<HWorkerMailer> {
         fn on_doc_published(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: DocPublished,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -1052,11 +1085,13 @@ pub mod consumers {
     /// Serves `worker.mailer` with a [`WorkerMailer`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
     pub struct WorkerMailerConsumer<HWorkerMailer>(pub HWorkerMailer);
-    impl<HWorkerMailer: WorkerMailer> ::evc::DynHandler
-    for WorkerMailerConsumer<HWorkerMailer> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerMailer: WorkerMailer<EvcStore>,
+    > ::evc::DynHandler<EvcStore> for WorkerMailerConsumer<HWorkerMailer> {
         fn handle<'a>(
             &'a self,
-            mut context: ::evc::HandlerContext<'a>,
+            mut context: ::evc::HandlerContext<'a, EvcStore>,
         ) -> ::evc::dispatcher::BoxFuture<
             'a,
             ::std::result::Result<(), ::evc::HandlerError>,
@@ -1098,18 +1133,15 @@ pub mod consumers {
             })
         }
     }
-    impl<HWorkerMailer: WorkerMailer> ::evc::Consumer
-    for WorkerMailerConsumer<HWorkerMailer> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerMailer: WorkerMailer<EvcStore>,
+    > ::evc::Consumer<EvcStore> for WorkerMailerConsumer<HWorkerMailer> {
         const NAME: &'static str = "worker.mailer";
     }
     /// One handler per consumer that receives deliveries (mode `live` or `shadow`); leaving
     /// one out does not compile.
-    pub struct Handlers<
-        HAudit: Audit,
-        HWorkerFeed: WorkerFeed,
-        HWorkerIndexer: WorkerIndexer,
-        HWorkerMailer: WorkerMailer,
-    > {
+    pub struct Handlers<HAudit, HWorkerFeed, HWorkerIndexer, HWorkerMailer> {
         /// The handler of `audit`.
         pub audit: HAudit,
         /// The handler of `worker.feed`.
@@ -1120,21 +1152,27 @@ pub mod consumers {
         pub worker_mailer: HWorkerMailer,
     }
     impl<
-        HAudit: Audit,
-        HWorkerFeed: WorkerFeed,
-        HWorkerIndexer: WorkerIndexer,
-        HWorkerMailer: WorkerMailer,
+        HAudit,
+        HWorkerFeed,
+        HWorkerIndexer,
+        HWorkerMailer,
     > Handlers<HAudit, HWorkerFeed, HWorkerIndexer, HWorkerMailer> {
-        /// Serves every consumer with its handler on `dispatcher`, each with its registry
-        /// settings.
+        /// Serves every consumer with its handler on `dispatcher` (of any store), each with
+        /// its registry settings.
         ///
         /// # Errors
         /// When the dispatcher's registry does not register a consumer
         /// (`Dispatcher::serve`).
-        pub fn serve(
+        pub fn serve<EvcStore: ::evc::Store>(
             self,
-            dispatcher: ::evc::Dispatcher,
-        ) -> ::std::result::Result<::evc::Dispatcher, ::evc::DispatchError> {
+            dispatcher: ::evc::Dispatcher<EvcStore>,
+        ) -> ::std::result::Result<::evc::Dispatcher<EvcStore>, ::evc::DispatchError>
+        where
+            HAudit: Audit<EvcStore>,
+            HWorkerFeed: WorkerFeed<EvcStore>,
+            HWorkerIndexer: WorkerIndexer<EvcStore>,
+            HWorkerMailer: WorkerMailer<EvcStore>,
+        {
             let dispatcher = dispatcher.serve(AuditConsumer(self.audit))?;
             let dispatcher = dispatcher.serve(WorkerFeedConsumer(self.worker_feed))?;
             let dispatcher = dispatcher

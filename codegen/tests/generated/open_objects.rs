@@ -634,11 +634,13 @@ pub mod producers {
 pub mod consumers {
     use super::payloads::*;
     /// Handler of the consumer `audit`: Records failures for people to review.
-    pub trait Audit: Send + Sync + 'static {
+    ///
+    /// `EvcStore` is the store the dispatcher runs on: PostgreSQL unless the implementation names another (`impl Audit<SqliteStore>`) or serves any (`impl<S: evc::Store> Audit<S>`).
+    pub trait Audit<EvcStore: ::evc::Store = ::evc::PgStore>: Send + Sync + 'static {
         /// Handles `job.failed` deliveries (^1: 1.0.0).
         fn on_job_failed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: JobFailedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -646,17 +648,18 @@ pub mod consumers {
         /// Handles `unit.created` deliveries (^1: 1.0.0, 1.1.0).
         fn on_unit_created(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: UnitCreatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<HAudit: Audit> Audit for ::std::sync::Arc<HAudit> {
+    impl<EvcStore: ::evc::Store, HAudit: Audit<EvcStore>> Audit<EvcStore>
+    for ::std::sync::Arc<HAudit> {
         fn on_job_failed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: JobFailedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -665,7 +668,7 @@ pub mod consumers {
         }
         fn on_unit_created(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: UnitCreatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -676,10 +679,11 @@ pub mod consumers {
     /// Serves `audit` with a [`Audit`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
     pub struct AuditConsumer<HAudit>(pub HAudit);
-    impl<HAudit: Audit> ::evc::DynHandler for AuditConsumer<HAudit> {
+    impl<EvcStore: ::evc::Store, HAudit: Audit<EvcStore>> ::evc::DynHandler<EvcStore>
+    for AuditConsumer<HAudit> {
         fn handle<'a>(
             &'a self,
-            mut context: ::evc::HandlerContext<'a>,
+            mut context: ::evc::HandlerContext<'a, EvcStore>,
         ) -> ::evc::dispatcher::BoxFuture<
             'a,
             ::std::result::Result<(), ::evc::HandlerError>,
@@ -736,15 +740,20 @@ pub mod consumers {
             })
         }
     }
-    impl<HAudit: Audit> ::evc::Consumer for AuditConsumer<HAudit> {
+    impl<EvcStore: ::evc::Store, HAudit: Audit<EvcStore>> ::evc::Consumer<EvcStore>
+    for AuditConsumer<HAudit> {
         const NAME: &'static str = "audit";
     }
     /// Handler of the consumer `worker.indexer`: Indexes units.
-    pub trait WorkerIndexer: Send + Sync + 'static {
+    ///
+    /// `EvcStore` is the store the dispatcher runs on: PostgreSQL unless the implementation names another (`impl WorkerIndexer<SqliteStore>`) or serves any (`impl<S: evc::Store> WorkerIndexer<S>`).
+    pub trait WorkerIndexer<
+        EvcStore: ::evc::Store = ::evc::PgStore,
+    >: Send + Sync + 'static {
         /// Handles `unit.created` deliveries (^1: 1.0.0, 1.1.0).
         fn on_unit_created(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: UnitCreatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -752,18 +761,20 @@ pub mod consumers {
         /// Handles `unit.edited` deliveries (>=1, <3: 1.0.0, 2.0.0).
         fn on_unit_edited(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: UnitEdited,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<HWorkerIndexer: WorkerIndexer> WorkerIndexer
-    for ::std::sync::Arc<HWorkerIndexer> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerIndexer: WorkerIndexer<EvcStore>,
+    > WorkerIndexer<EvcStore> for ::std::sync::Arc<HWorkerIndexer> {
         fn on_unit_created(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: UnitCreatedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -772,7 +783,7 @@ pub mod consumers {
         }
         fn on_unit_edited(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: UnitEdited,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -783,11 +794,13 @@ pub mod consumers {
     /// Serves `worker.indexer` with a [`WorkerIndexer`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
     pub struct WorkerIndexerConsumer<HWorkerIndexer>(pub HWorkerIndexer);
-    impl<HWorkerIndexer: WorkerIndexer> ::evc::DynHandler
-    for WorkerIndexerConsumer<HWorkerIndexer> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerIndexer: WorkerIndexer<EvcStore>,
+    > ::evc::DynHandler<EvcStore> for WorkerIndexerConsumer<HWorkerIndexer> {
         fn handle<'a>(
             &'a self,
-            mut context: ::evc::HandlerContext<'a>,
+            mut context: ::evc::HandlerContext<'a, EvcStore>,
         ) -> ::evc::dispatcher::BoxFuture<
             'a,
             ::std::result::Result<(), ::evc::HandlerError>,
@@ -845,29 +858,35 @@ pub mod consumers {
             })
         }
     }
-    impl<HWorkerIndexer: WorkerIndexer> ::evc::Consumer
-    for WorkerIndexerConsumer<HWorkerIndexer> {
+    impl<
+        EvcStore: ::evc::Store,
+        HWorkerIndexer: WorkerIndexer<EvcStore>,
+    > ::evc::Consumer<EvcStore> for WorkerIndexerConsumer<HWorkerIndexer> {
         const NAME: &'static str = "worker.indexer";
     }
     /// One handler per consumer that receives deliveries (mode `live` or `shadow`); leaving
     /// one out does not compile.
-    pub struct Handlers<HAudit: Audit, HWorkerIndexer: WorkerIndexer> {
+    pub struct Handlers<HAudit, HWorkerIndexer> {
         /// The handler of `audit`.
         pub audit: HAudit,
         /// The handler of `worker.indexer`.
         pub worker_indexer: HWorkerIndexer,
     }
-    impl<HAudit: Audit, HWorkerIndexer: WorkerIndexer> Handlers<HAudit, HWorkerIndexer> {
-        /// Serves every consumer with its handler on `dispatcher`, each with its registry
-        /// settings.
+    impl<HAudit, HWorkerIndexer> Handlers<HAudit, HWorkerIndexer> {
+        /// Serves every consumer with its handler on `dispatcher` (of any store), each with
+        /// its registry settings.
         ///
         /// # Errors
         /// When the dispatcher's registry does not register a consumer
         /// (`Dispatcher::serve`).
-        pub fn serve(
+        pub fn serve<EvcStore: ::evc::Store>(
             self,
-            dispatcher: ::evc::Dispatcher,
-        ) -> ::std::result::Result<::evc::Dispatcher, ::evc::DispatchError> {
+            dispatcher: ::evc::Dispatcher<EvcStore>,
+        ) -> ::std::result::Result<::evc::Dispatcher<EvcStore>, ::evc::DispatchError>
+        where
+            HAudit: Audit<EvcStore>,
+            HWorkerIndexer: WorkerIndexer<EvcStore>,
+        {
             let dispatcher = dispatcher.serve(AuditConsumer(self.audit))?;
             let dispatcher = dispatcher
                 .serve(WorkerIndexerConsumer(self.worker_indexer))?;

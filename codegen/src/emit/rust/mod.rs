@@ -535,14 +535,14 @@ fn consumer_items(
                 #[doc = #doc]
                 fn #method(
                     &self,
-                    cx: &mut #runtime::HandlerContext<'_>,
+                    cx: &mut #runtime::HandlerContext<'_, EvcStore>,
                     payload: #payload_type,
                 ) -> impl ::std::future::Future<Output = ::std::result::Result<(), #runtime::HandlerError>> + Send;
             });
             forwards.push(quote! {
                 fn #method(
                     &self,
-                    cx: &mut #runtime::HandlerContext<'_>,
+                    cx: &mut #runtime::HandlerContext<'_, EvcStore>,
                     payload: #payload_type,
                 ) -> impl ::std::future::Future<Output = ::std::result::Result<(), #runtime::HandlerError>> + Send {
                     #generic::#method(self, cx, payload)
@@ -581,6 +581,11 @@ fn consumer_items(
             consumer.name,
             consumer.description.trim()
         );
+        let store_doc = format!(
+            "`EvcStore` is the store the dispatcher runs on: PostgreSQL unless the \
+             implementation names another (`impl {trait_name}<SqliteStore>`) or serves any \
+             (`impl<S: evc::Store> {trait_name}<S>`)."
+        );
         let deprecated_use = consumer
             .subscriptions
             .iter()
@@ -595,14 +600,18 @@ fn consumer_items(
         );
         traits.push(quote! {
             #[doc = #doc]
+            #[doc = ""]
+            #[doc = #store_doc]
             #deprecated_use
-            pub trait #trait_ident: Send + Sync + 'static {
+            pub trait #trait_ident<EvcStore: #runtime::Store = #runtime::PgStore>: Send + Sync + 'static {
                 #(#methods)*
             }
 
             /// A shared handler is a handler: the application keeps a clone of the `Arc`.
             #deprecated_use
-            impl<#generic: #trait_ident> #trait_ident for ::std::sync::Arc<#generic> {
+            impl<EvcStore: #runtime::Store, #generic: #trait_ident<EvcStore>> #trait_ident<EvcStore>
+                for ::std::sync::Arc<#generic>
+            {
                 #(#forwards)*
             }
 
@@ -611,10 +620,12 @@ fn consumer_items(
             pub struct #adapter_ident<#generic>(pub #generic);
 
             #deprecated_use
-            impl<#generic: #trait_ident> #runtime::DynHandler for #adapter_ident<#generic> {
+            impl<EvcStore: #runtime::Store, #generic: #trait_ident<EvcStore>>
+                #runtime::DynHandler<EvcStore> for #adapter_ident<#generic>
+            {
                 fn handle<'a>(
                     &'a self,
-                    mut context: #runtime::HandlerContext<'a>,
+                    mut context: #runtime::HandlerContext<'a, EvcStore>,
                 ) -> #runtime::dispatcher::BoxFuture<'a, ::std::result::Result<(), #runtime::HandlerError>> {
                     ::std::boxed::Box::pin(async move {
                         let claimed = context.claimed;
@@ -630,14 +641,16 @@ fn consumer_items(
                 }
             }
 
-            impl<#generic: #trait_ident> #runtime::Consumer for #adapter_ident<#generic> {
+            impl<EvcStore: #runtime::Store, #generic: #trait_ident<EvcStore>>
+                #runtime::Consumer<EvcStore> for #adapter_ident<#generic>
+            {
                 const NAME: &'static str = #consumer_name;
             }
         });
         serves.push(quote! {
             let dispatcher = dispatcher.serve(#adapter_ident(self.#field_ident))?;
         });
-        generics.push(quote!(#generic: #trait_ident));
+        generics.push(quote!(#generic: #trait_ident<EvcStore>));
         let field_doc = format!("The handler of `{}`.", consumer.name);
         fields.push(quote! {
             #[doc = #field_doc]
@@ -656,21 +669,24 @@ fn consumer_items(
 
         /// One handler per consumer that receives deliveries (mode `live` or `shadow`); leaving
         /// one out does not compile.
-        pub struct Handlers<#(#generics),*> {
+        pub struct Handlers<#(#generic_names),*> {
             #(#fields)*
         }
 
-        impl<#(#generics),*> Handlers<#(#generic_names),*> {
-            /// Serves every consumer with its handler on `dispatcher`, each with its registry
-            /// settings.
+        impl<#(#generic_names),*> Handlers<#(#generic_names),*> {
+            /// Serves every consumer with its handler on `dispatcher` (of any store), each with
+            /// its registry settings.
             ///
             /// # Errors
             /// When the dispatcher's registry does not register a consumer
             /// (`Dispatcher::serve`).
-            pub fn serve(
+            pub fn serve<EvcStore: #runtime::Store>(
                 self,
-                dispatcher: #runtime::Dispatcher,
-            ) -> ::std::result::Result<#runtime::Dispatcher, #runtime::DispatchError> {
+                dispatcher: #runtime::Dispatcher<EvcStore>,
+            ) -> ::std::result::Result<#runtime::Dispatcher<EvcStore>, #runtime::DispatchError>
+            where
+                #(#generics),*
+            {
                 #(#serves)*
                 ::std::result::Result::Ok(dispatcher)
             }

@@ -429,22 +429,28 @@ pub mod producers {
 pub mod consumers {
     use super::payloads::*;
     /// Handler of the consumer `billing.payments`: Charges placed orders; the payment row, the order.paid event and the ack commit together.
-    pub trait BillingPayments: Send + Sync + 'static {
+    ///
+    /// `EvcStore` is the store the dispatcher runs on: PostgreSQL unless the implementation names another (`impl BillingPayments<SqliteStore>`) or serves any (`impl<S: evc::Store> BillingPayments<S>`).
+    pub trait BillingPayments<
+        EvcStore: ::evc::Store = ::evc::PgStore,
+    >: Send + Sync + 'static {
         /// Handles `order.placed` deliveries (^1: 1.0.0).
         fn on_order_placed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: OrderPlacedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<HBillingPayments: BillingPayments> BillingPayments
-    for ::std::sync::Arc<HBillingPayments> {
+    impl<
+        EvcStore: ::evc::Store,
+        HBillingPayments: BillingPayments<EvcStore>,
+    > BillingPayments<EvcStore> for ::std::sync::Arc<HBillingPayments> {
         fn on_order_placed(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: OrderPlacedV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -455,11 +461,13 @@ pub mod consumers {
     /// Serves `billing.payments` with a [`BillingPayments`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
     pub struct BillingPaymentsConsumer<HBillingPayments>(pub HBillingPayments);
-    impl<HBillingPayments: BillingPayments> ::evc::DynHandler
-    for BillingPaymentsConsumer<HBillingPayments> {
+    impl<
+        EvcStore: ::evc::Store,
+        HBillingPayments: BillingPayments<EvcStore>,
+    > ::evc::DynHandler<EvcStore> for BillingPaymentsConsumer<HBillingPayments> {
         fn handle<'a>(
             &'a self,
-            mut context: ::evc::HandlerContext<'a>,
+            mut context: ::evc::HandlerContext<'a, EvcStore>,
         ) -> ::evc::dispatcher::BoxFuture<
             'a,
             ::std::result::Result<(), ::evc::HandlerError>,
@@ -498,16 +506,22 @@ pub mod consumers {
             })
         }
     }
-    impl<HBillingPayments: BillingPayments> ::evc::Consumer
-    for BillingPaymentsConsumer<HBillingPayments> {
+    impl<
+        EvcStore: ::evc::Store,
+        HBillingPayments: BillingPayments<EvcStore>,
+    > ::evc::Consumer<EvcStore> for BillingPaymentsConsumer<HBillingPayments> {
         const NAME: &'static str = "billing.payments";
     }
     /// Handler of the consumer `mailer.receipts`: Mails a receipt for every paid order and a notice for every cancelled one.
-    pub trait MailerReceipts: Send + Sync + 'static {
+    ///
+    /// `EvcStore` is the store the dispatcher runs on: PostgreSQL unless the implementation names another (`impl MailerReceipts<SqliteStore>`) or serves any (`impl<S: evc::Store> MailerReceipts<S>`).
+    pub trait MailerReceipts<
+        EvcStore: ::evc::Store = ::evc::PgStore,
+    >: Send + Sync + 'static {
         /// Handles `order.paid` deliveries (^1: 1.0.0).
         fn on_order_paid(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: OrderPaidV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -515,18 +529,20 @@ pub mod consumers {
         /// Handles `order.cancelled` deliveries (^1: 1.0.0).
         fn on_order_cancelled(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: OrderCancelledV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
-    impl<HMailerReceipts: MailerReceipts> MailerReceipts
-    for ::std::sync::Arc<HMailerReceipts> {
+    impl<
+        EvcStore: ::evc::Store,
+        HMailerReceipts: MailerReceipts<EvcStore>,
+    > MailerReceipts<EvcStore> for ::std::sync::Arc<HMailerReceipts> {
         fn on_order_paid(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: OrderPaidV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -535,7 +551,7 @@ pub mod consumers {
         }
         fn on_order_cancelled(
             &self,
-            cx: &mut ::evc::HandlerContext<'_>,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
             payload: OrderCancelledV1,
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
@@ -546,11 +562,13 @@ pub mod consumers {
     /// Serves `mailer.receipts` with a [`MailerReceipts`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
     #[derive(Debug, Clone, Default)]
     pub struct MailerReceiptsConsumer<HMailerReceipts>(pub HMailerReceipts);
-    impl<HMailerReceipts: MailerReceipts> ::evc::DynHandler
-    for MailerReceiptsConsumer<HMailerReceipts> {
+    impl<
+        EvcStore: ::evc::Store,
+        HMailerReceipts: MailerReceipts<EvcStore>,
+    > ::evc::DynHandler<EvcStore> for MailerReceiptsConsumer<HMailerReceipts> {
         fn handle<'a>(
             &'a self,
-            mut context: ::evc::HandlerContext<'a>,
+            mut context: ::evc::HandlerContext<'a, EvcStore>,
         ) -> ::evc::dispatcher::BoxFuture<
             'a,
             ::std::result::Result<(), ::evc::HandlerError>,
@@ -607,35 +625,35 @@ pub mod consumers {
             })
         }
     }
-    impl<HMailerReceipts: MailerReceipts> ::evc::Consumer
-    for MailerReceiptsConsumer<HMailerReceipts> {
+    impl<
+        EvcStore: ::evc::Store,
+        HMailerReceipts: MailerReceipts<EvcStore>,
+    > ::evc::Consumer<EvcStore> for MailerReceiptsConsumer<HMailerReceipts> {
         const NAME: &'static str = "mailer.receipts";
     }
     /// One handler per consumer that receives deliveries (mode `live` or `shadow`); leaving
     /// one out does not compile.
-    pub struct Handlers<
-        HBillingPayments: BillingPayments,
-        HMailerReceipts: MailerReceipts,
-    > {
+    pub struct Handlers<HBillingPayments, HMailerReceipts> {
         /// The handler of `billing.payments`.
         pub billing_payments: HBillingPayments,
         /// The handler of `mailer.receipts`.
         pub mailer_receipts: HMailerReceipts,
     }
-    impl<
-        HBillingPayments: BillingPayments,
-        HMailerReceipts: MailerReceipts,
-    > Handlers<HBillingPayments, HMailerReceipts> {
-        /// Serves every consumer with its handler on `dispatcher`, each with its registry
-        /// settings.
+    impl<HBillingPayments, HMailerReceipts> Handlers<HBillingPayments, HMailerReceipts> {
+        /// Serves every consumer with its handler on `dispatcher` (of any store), each with
+        /// its registry settings.
         ///
         /// # Errors
         /// When the dispatcher's registry does not register a consumer
         /// (`Dispatcher::serve`).
-        pub fn serve(
+        pub fn serve<EvcStore: ::evc::Store>(
             self,
-            dispatcher: ::evc::Dispatcher,
-        ) -> ::std::result::Result<::evc::Dispatcher, ::evc::DispatchError> {
+            dispatcher: ::evc::Dispatcher<EvcStore>,
+        ) -> ::std::result::Result<::evc::Dispatcher<EvcStore>, ::evc::DispatchError>
+        where
+            HBillingPayments: BillingPayments<EvcStore>,
+            HMailerReceipts: MailerReceipts<EvcStore>,
+        {
             let dispatcher = dispatcher
                 .serve(BillingPaymentsConsumer(self.billing_payments))?;
             let dispatcher = dispatcher
