@@ -49,6 +49,7 @@ mod doorbell;
 mod lifecycle;
 mod observe;
 mod operations;
+mod read;
 mod replay;
 mod retention;
 pub mod sql;
