@@ -1,0 +1,1011 @@
+//! One body, two stores: every behaviour of the store boundary is one generic test over
+//! [`Conformance`] (the [`evc_runtime::Store`] trait plus a caller's transaction and the read
+//! methods both stores answer), instantiated for PostgreSQL (a fresh database per test) and
+//! SQLite (a fresh file per test) by [`conformance!`]. The tests assert states and attempt
+//! rows; where a lease must run out they use a lease of a few milliseconds and wait until
+//! recovery finds it ended, never a fixed sleep. The SQLite store's own behaviour (one store
+//! per file, registry changes, wake-ups on commit) is tested at the end.
+
+mod support;
+
+#[path = "support/conformance.rs"]
+mod conformance;
+
+use std::time::Duration;
+
+use conformance::{BoxError, Conformance, ORDERED, PLAIN, SHADOW, eventually};
+use evc_runtime::{
+    AppendOptions, AppendReceipt, Claimed, DeliveryStatus, FailureClass, Lease, NewEvent,
+    OutgoingEvent, RetryDecision, RetryPolicy, SplitMix64,
+};
+use support::TestResult;
+
+/// The lease of every claim that is not meant to run out.
+const LEASE: Duration = Duration::from_secs(30);
+
+/// A lease that runs out at once (recovery then finds it).
+const SHORT: Duration = Duration::from_millis(5);
+
+/// Instantiates each generic test for both stores: `postgres::<name>` and `sqlite::<name>`.
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() -> crate::support::TestResult {
+                    crate::conformance::with_postgres(super::$name::<evc_runtime::PgStore>).await
+                }
+            )*
+        }
+
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() -> crate::support::TestResult {
+                    crate::conformance::with_sqlite(super::$name::<evc_runtime::SqliteStore>).await
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    append_commits_with_the_caller,
+    append_rolls_back_with_the_caller,
+    append_fans_out_to_every_subscribed_consumer,
+    idempotency_key_returns_the_first_receipt,
+    rejected_append_writes_a_reject_row_and_nothing_else,
+    batch_append_keeps_order_and_receipts,
+    claim_leases_with_new_tokens_and_counts_attempts,
+    stale_token_is_refused_after_a_reclaim,
+    per_key_claims_only_the_head_of_each_key,
+    fail_retries_later_dead_letters_or_quarantines,
+    fail_dead_letters_at_the_policys_last_attempt,
+    release_returns_leases_as_never_claimed,
+    recover_expired_requeues_then_dead_letters,
+    record_effect_is_recorded_once,
+    ack_batch_reports_stale_entries,
+);
+
+/// A `test.note` whose key is number `key`.
+fn note(key: u64) -> OutgoingEvent {
+    support::event("test.note", "1.0.0", support::note(&support::note_key(key)))
+}
+
+/// A `test.note` with a deny-listed key inside its free-form `meta` object.
+fn forbidden_note(key: u64) -> OutgoingEvent {
+    let payload = serde_json::json!({
+        "note_id": support::note_key(key),
+        "meta": {"body_text": "not allowed"},
+    });
+    support::event("test.note", "1.0.0", payload)
+}
+
+/// A `test.ping` (fans out to `k.plain` only).
+fn ping() -> OutgoingEvent {
+    support::event("test.ping", "1.0.0", serde_json::json!({"n": 1}))
+}
+
+/// Appends `events` in one transaction of the caller's and commits.
+async fn committed<S: Conformance>(
+    store: &S,
+    events: Vec<OutgoingEvent>,
+) -> Result<Vec<AppendReceipt>, BoxError> {
+    let mut tx = store.begin_tx().await?;
+    let mut receipts = Vec::with_capacity(events.len());
+    for event in events {
+        receipts.push(
+            store
+                .append(&mut *tx, event, AppendOptions::default())
+                .await?,
+        );
+    }
+    S::commit_tx(tx).await?;
+    Ok(receipts)
+}
+
+/// The event ids of claimed deliveries, in claim order.
+fn ids(claimed: &[Claimed]) -> Vec<uuid::Uuid> {
+    claimed
+        .iter()
+        .map(|claimed| claimed.lease.event_id)
+        .collect()
+}
+
+/// `(attempt, outcome, error code, token, owner)` of each attempt row.
+async fn attempt_rows<S: Conformance>(
+    store: &S,
+    event_id: uuid::Uuid,
+    consumer: &str,
+) -> Result<Vec<(u32, String, Option<String>, i64, String)>, BoxError> {
+    Ok(store
+        .attempts(event_id, consumer)
+        .await?
+        .into_iter()
+        .map(|row| {
+            (
+                row.attempt,
+                row.outcome,
+                row.error_code,
+                row.token,
+                row.owner,
+            )
+        })
+        .collect())
+}
+
+fn row(
+    attempt: u32,
+    outcome: &str,
+    code: Option<&str>,
+    token: i64,
+    owner: &str,
+) -> (u32, String, Option<String>, i64, String) {
+    (
+        attempt,
+        outcome.to_owned(),
+        code.map(str::to_owned),
+        token,
+        owner.to_owned(),
+    )
+}
+
+/// Runs lease-expiry recovery until it recovers `expected` leases (the lease must run out
+/// first); fails the test if it never does.
+async fn recover<S: Conformance>(store: &S, expected: u64) -> TestResult {
+    let recovered = eventually(|| async move {
+        let recovered = store.recover_expired(10).await?;
+        assert!(recovered <= expected, "{} recovered {recovered}", S::NAME);
+        Ok((recovered == expected).then_some(()))
+    })
+    .await?;
+    assert!(
+        recovered.is_some(),
+        "{}: the short lease never expired",
+        S::NAME
+    );
+    Ok(())
+}
+
+async fn append_commits_with_the_caller<S: Conformance>(store: S) -> TestResult {
+    let mut tx = store.begin_tx().await?;
+    let receipt = store
+        .append(&mut *tx, note(1), AppendOptions::default())
+        .await?;
+    assert!(receipt.created);
+    assert_eq!(receipt.deliveries, 3);
+    // Nothing is visible outside the caller's transaction before it commits.
+    assert_eq!(store.count_events().await?, 0);
+    assert_eq!(store.delivery(receipt.event_id, PLAIN).await?, None);
+    S::commit_tx(tx).await?;
+
+    assert_eq!(store.count_events().await?, 1);
+    for consumer in [ORDERED, PLAIN, SHADOW] {
+        let delivery = store
+            .delivery(receipt.event_id, consumer)
+            .await?
+            .ok_or("delivery missing")?;
+        assert_eq!(delivery.status, DeliveryStatus::Pending, "{consumer}");
+        assert_eq!(
+            (delivery.attempts, delivery.token, delivery.generation),
+            (0, 0, 0)
+        );
+        assert_eq!((delivery.owner, delivery.lease_until), (None, None));
+        assert!(store.attempts(receipt.event_id, consumer).await?.is_empty());
+    }
+    Ok(())
+}
+
+async fn append_rolls_back_with_the_caller<S: Conformance>(store: S) -> TestResult {
+    let mut tx = store.begin_tx().await?;
+    let receipt = store
+        .append(&mut *tx, note(1), AppendOptions::default())
+        .await?;
+    let batch = store
+        .append_batch(&mut *tx, vec![ping().into(), note(2).into()])
+        .await?;
+    assert_eq!(batch.len(), 2);
+    S::rollback_tx(tx).await?;
+
+    assert_eq!(store.count_events().await?, 0);
+    for consumer in [ORDERED, PLAIN, SHADOW] {
+        assert_eq!(
+            store.count_deliveries(consumer, &[]).await?,
+            0,
+            "{consumer}"
+        );
+    }
+    assert_eq!(store.delivery(receipt.event_id, PLAIN).await?, None);
+    Ok(())
+}
+
+async fn append_fans_out_to_every_subscribed_consumer<S: Conformance>(store: S) -> TestResult {
+    let receipts = committed(&store, vec![note(1), ping()]).await?;
+    let (note_id, ping_id) = (receipts[0].event_id, receipts[1].event_id);
+    assert_eq!((receipts[0].deliveries, receipts[1].deliveries), (3, 1));
+
+    for consumer in [ORDERED, PLAIN, SHADOW] {
+        let delivery = store.delivery(note_id, consumer).await?;
+        assert_eq!(
+            delivery.map(|d| d.status),
+            Some(DeliveryStatus::Pending),
+            "{consumer}"
+        );
+    }
+    // An `off` consumer gets nothing; a ping goes to its one subscriber.
+    assert_eq!(store.delivery(note_id, conformance::OFF).await?, None);
+    assert!(store.delivery(ping_id, PLAIN).await?.is_some());
+    assert_eq!(store.delivery(ping_id, ORDERED).await?, None);
+    assert_eq!(store.delivery(ping_id, SHADOW).await?, None);
+
+    let counts = [
+        store.count_deliveries(ORDERED, &[]).await?,
+        store.count_deliveries(PLAIN, &[]).await?,
+        store.count_deliveries(SHADOW, &[]).await?,
+        store.count_deliveries(conformance::OFF, &[]).await?,
+        store
+            .count_deliveries(PLAIN, &[DeliveryStatus::Pending])
+            .await?,
+        store
+            .count_deliveries(PLAIN, &[DeliveryStatus::Leased])
+            .await?,
+    ];
+    assert_eq!(counts, [1, 2, 1, 0, 2, 0]);
+    Ok(())
+}
+
+async fn idempotency_key_returns_the_first_receipt<S: Conformance>(store: S) -> TestResult {
+    let keyed = || AppendOptions::new().idempotency_key("order-42");
+    let mut tx = store.begin_tx().await?;
+    let first = store.append(&mut *tx, note(1), keyed()).await?;
+    S::commit_tx(tx).await?;
+    assert!(first.created);
+
+    let mut tx = store.begin_tx().await?;
+    // Another payload with the same key in the same producer class: the first event.
+    let again = store.append(&mut *tx, note(2), keyed()).await?;
+    assert_eq!(
+        again,
+        AppendReceipt {
+            created: false,
+            deliveries: 0,
+            ..first
+        }
+    );
+    // The same key in another producer class is another event.
+    let other = store.append(&mut *tx, ping(), keyed()).await?;
+    assert!(other.created);
+    assert_ne!(other.event_id, first.event_id);
+    S::commit_tx(tx).await?;
+
+    assert_eq!(store.count_events().await?, 2);
+    assert_eq!(store.count_deliveries(ORDERED, &[]).await?, 1);
+    assert_eq!(store.count_deliveries(PLAIN, &[]).await?, 2);
+    Ok(())
+}
+
+async fn rejected_append_writes_a_reject_row_and_nothing_else<S: Conformance>(
+    store: S,
+) -> TestResult {
+    let mut tx = store.begin_tx().await?;
+    let error = store
+        .append(&mut *tx, forbidden_note(1), AppendOptions::default())
+        .await
+        .expect_err("a deny-listed key is refused");
+    let rejection = error.rejection().ok_or("not a rejection")?;
+    assert_eq!(rejection.reason_code(), "forbidden_key");
+    // The usual reaction to an error: the audit must survive it.
+    S::rollback_tx(tx).await?;
+
+    let store = &store;
+    let rejects = eventually(|| async move {
+        let rejects = store.rejects(10).await?;
+        Ok((!rejects.is_empty()).then_some(rejects))
+    })
+    .await?
+    .ok_or("no reject row was recorded")?;
+    assert_eq!(rejects.len(), 1);
+    let reject = &rejects[0];
+    assert_eq!(
+        (
+            reject.event_type.as_str(),
+            reject.version.as_deref(),
+            reject.reason_code.as_str()
+        ),
+        ("test.note", Some("1.0.0"), "forbidden_key")
+    );
+    // No digest key configured: no digest (never the payload).
+    assert_eq!(reject.payload_digest, "");
+    assert_eq!(store.count_events().await?, 0);
+    for consumer in [ORDERED, PLAIN, SHADOW] {
+        assert_eq!(store.count_deliveries(consumer, &[]).await?, 0);
+    }
+    Ok(())
+}
+
+async fn batch_append_keeps_order_and_receipts<S: Conformance>(store: S) -> TestResult {
+    let keyed = || AppendOptions::new().idempotency_key("dup");
+    let events = vec![
+        NewEvent::new(note(1), AppendOptions::default()),
+        NewEvent::new(note(2), keyed()),
+        NewEvent::new(ping(), AppendOptions::default()),
+        // Taken by an earlier event of the same batch.
+        NewEvent::new(note(3), keyed()),
+        NewEvent::new(note(4), AppendOptions::default()),
+    ];
+    let mut tx = store.begin_tx().await?;
+    let receipts = store.append_batch(&mut *tx, events).await?;
+    S::commit_tx(tx).await?;
+
+    let created: Vec<bool> = receipts.iter().map(|r| r.created).collect();
+    assert_eq!(created, [true, true, true, false, true]);
+    let deliveries: Vec<u32> = receipts.iter().map(|r| r.deliveries).collect();
+    assert_eq!(deliveries, [3, 3, 1, 0, 3]);
+    assert_eq!(
+        (receipts[3].event_id, receipts[3].seq),
+        (receipts[1].event_id, receipts[1].seq)
+    );
+    let seqs: Vec<i64> = [0, 1, 2, 4].iter().map(|&i| receipts[i].seq).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    assert_eq!(store.count_events().await?, 4);
+
+    // Without keys or delays (PostgreSQL writes these with COPY): the same order.
+    let mut tx = store.begin_tx().await?;
+    let plain = store
+        .append_batch(
+            &mut *tx,
+            vec![note(5).into(), ping().into(), note(6).into()],
+        )
+        .await?;
+    S::commit_tx(tx).await?;
+    assert!(plain.iter().all(|r| r.created));
+    let seqs: Vec<i64> = std::iter::once(receipts[4].seq)
+        .chain(plain.iter().map(|r| r.seq))
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+
+    // One refused event refuses the batch: a reject row per refused event, nothing else.
+    let mut tx = store.begin_tx().await?;
+    let error = store
+        .append_batch(
+            &mut *tx,
+            vec![
+                note(7).into(),
+                forbidden_note(8).into(),
+                note(9).into(),
+                forbidden_note(10).into(),
+            ],
+        )
+        .await
+        .expect_err("refused");
+    S::rollback_tx(tx).await?;
+    match error {
+        evc_runtime::AppendError::BatchRejected {
+            index, rejected, ..
+        } => assert_eq!((index, rejected), (1, 2)),
+        other => return Err(format!("expected BatchRejected, got {other}").into()),
+    }
+    let store = &store;
+    let rejects = eventually(|| async move {
+        let rejects = store.rejects(10).await?;
+        Ok((rejects.len() >= 2).then_some(rejects))
+    })
+    .await?
+    .ok_or("reject rows missing")?;
+    assert_eq!(rejects.len(), 2);
+    assert_eq!(store.count_events().await?, 7);
+    Ok(())
+}
+
+async fn claim_leases_with_new_tokens_and_counts_attempts<S: Conformance>(store: S) -> TestResult {
+    let receipts = committed(&store, vec![note(1), note(2), note(3)]).await?;
+    let claimed = store.claim(PLAIN, "w1", 10, LEASE, false).await?;
+    assert_eq!(
+        ids(&claimed),
+        receipts.iter().map(|r| r.event_id).collect::<Vec<_>>()
+    );
+    for (claimed, receipt) in claimed.iter().zip(&receipts) {
+        let lease = &claimed.lease;
+        assert_eq!(
+            (lease.token, lease.attempt, claimed.delivery.attempt),
+            (1, 1, 1)
+        );
+        assert_eq!(
+            (lease.owner.as_str(), lease.consumer.as_str()),
+            ("w1", PLAIN)
+        );
+        assert_eq!(claimed.event_seq, receipt.seq);
+        assert!(!lease.is_shadow());
+        let delivery = store
+            .delivery(lease.event_id, PLAIN)
+            .await?
+            .ok_or("delivery missing")?;
+        assert_eq!(delivery.status, DeliveryStatus::Leased);
+        assert_eq!((delivery.attempts, delivery.token), (1, 1));
+        assert_eq!(delivery.owner.as_deref(), Some("w1"));
+        let until = delivery.lease_until.ok_or("no lease end")?;
+        assert!((until - lease.claimed_at - 30.0).abs() < 1.0, "{until}");
+    }
+    assert_eq!(
+        claimed[0].payload,
+        support::note(&support::note_key(1)),
+        "the payload as appended"
+    );
+    // Everything is leased: nothing more to claim.
+    assert!(store.claim(PLAIN, "w2", 10, LEASE, false).await?.is_empty());
+
+    // Renewal extends the lease.
+    let renewed = store
+        .renew(&[&claimed[1].lease], Duration::from_secs(120))
+        .await?;
+    assert_eq!(renewed, 1);
+    let delivery = store.delivery(claimed[1].lease.event_id, PLAIN).await?;
+    let until = delivery.and_then(|d| d.lease_until).ok_or("no lease end")?;
+    assert!(until > claimed[1].lease.claimed_at + 100.0, "{until}");
+
+    // A retry due at once is claimed again with the next token and attempt.
+    let first = &claimed[0].lease;
+    store
+        .fail(
+            first,
+            FailureClass::Transient,
+            "E_BUSY",
+            RetryDecision::Retry(Duration::ZERO),
+        )
+        .await?;
+    let again = store.claim(PLAIN, "w2", 10, LEASE, false).await?;
+    assert_eq!(ids(&again), vec![first.event_id]);
+    assert_eq!((again[0].lease.token, again[0].lease.attempt), (2, 2));
+    assert_eq!(
+        attempt_rows(&store, first.event_id, PLAIN).await?,
+        vec![row(1, "retry", Some("E_BUSY"), 1, "w1")]
+    );
+    Ok(())
+}
+
+async fn stale_token_is_refused_after_a_reclaim<S: Conformance>(store: S) -> TestResult {
+    let receipts = committed(&store, vec![note(1)]).await?;
+    let event_id = receipts[0].event_id;
+    let first = store.claim(PLAIN, "w1", 1, SHORT, false).await?;
+    assert_eq!(ids(&first), vec![event_id]);
+    recover(&store, 1).await?;
+    let second = store.claim(PLAIN, "w2", 1, LEASE, false).await?;
+    assert_eq!(ids(&second), vec![event_id]);
+    let (old, new) = (&first[0].lease, &second[0].lease);
+    assert_eq!((new.token, new.attempt), (2, 2));
+
+    let before = store.stale_tokens();
+    assert!(store.ack(old).await.is_err_and(|e| e.is_stale_token()));
+    let failed = store
+        .fail(old, FailureClass::Transient, "E_LATE", RetryDecision::Dead)
+        .await;
+    assert!(failed.is_err_and(|e| e.is_stale_token()));
+    assert_eq!(store.renew(&[old], LEASE).await?, 0);
+    let mut tx = store.begin_tx().await?;
+    let effect = store.record_effect(&mut *tx, old, "effect", "digest").await;
+    assert!(effect.is_err_and(|e| e.is_stale_token()));
+    let fenced = store.lock_lease(&mut *tx, old).await;
+    assert!(fenced.is_err_and(|e| e.is_stale_token()));
+    S::rollback_tx(tx).await?;
+    assert_eq!(store.stale_tokens(), before + 5);
+
+    // The stale writes changed nothing: the current lease settles as usual.
+    let delivery = store.delivery(event_id, PLAIN).await?.ok_or("missing")?;
+    assert_eq!(delivery.status, DeliveryStatus::Leased);
+    assert_eq!((delivery.token, delivery.owner.as_deref()), (2, Some("w2")));
+    let mut tx = store.begin_tx().await?;
+    store.lock_lease(&mut *tx, new).await?;
+    assert!(
+        store
+            .record_effect(&mut *tx, new, "effect", "digest")
+            .await?
+    );
+    store.ack_in(&mut *tx, new).await?;
+    S::commit_tx(tx).await?;
+
+    assert_eq!(store.delivery(event_id, PLAIN).await?, None);
+    assert_eq!(
+        attempt_rows(&store, event_id, PLAIN).await?,
+        vec![
+            row(1, "lease_expired", Some("lease_expired"), 1, "w1"),
+            row(2, "acked", None, 2, "w2"),
+        ]
+    );
+    Ok(())
+}
+
+async fn per_key_claims_only_the_head_of_each_key<S: Conformance>(store: S) -> TestResult {
+    // Key 1 twice, key 2 once.
+    let receipts = committed(&store, vec![note(1), note(1), note(2)]).await?;
+    let (a1, a2, b1) = (
+        receipts[0].event_id,
+        receipts[1].event_id,
+        receipts[2].event_id,
+    );
+    let heads = store.claim(ORDERED, "w1", 10, LEASE, true).await?;
+    assert_eq!(ids(&heads), vec![a1, b1]);
+    // The second delivery of key 1 waits while the first is leased.
+    assert!(
+        store
+            .claim(ORDERED, "w2", 10, LEASE, true)
+            .await?
+            .is_empty()
+    );
+    // A consumer without per-key ordering is not held back.
+    assert_eq!(store.claim(PLAIN, "w3", 10, LEASE, false).await?.len(), 3);
+
+    // A head backing off still holds its key: key 2's next event waits behind it.
+    store
+        .fail(
+            &heads[1].lease,
+            FailureClass::Transient,
+            "E_LATER",
+            RetryDecision::Retry(Duration::from_secs(3600)),
+        )
+        .await?;
+    let b2 = committed(&store, vec![note(2)]).await?[0].event_id;
+    assert!(
+        store
+            .claim(ORDERED, "w2", 10, LEASE, true)
+            .await?
+            .is_empty()
+    );
+
+    // Acked, key 1's head is the next delivery.
+    store.ack(&heads[0].lease).await?;
+    let next = store.claim(ORDERED, "w2", 10, LEASE, true).await?;
+    assert_eq!(ids(&next), vec![a2]);
+    assert_eq!(
+        store.delivery(b2, ORDERED).await?.map(|d| d.status),
+        Some(DeliveryStatus::Pending)
+    );
+    Ok(())
+}
+
+async fn fail_retries_later_dead_letters_or_quarantines<S: Conformance>(store: S) -> TestResult {
+    committed(&store, vec![note(1), note(2), note(3)]).await?;
+    let claimed = store.claim(PLAIN, "w1", 10, LEASE, false).await?;
+    let [retry, dead, quarantine] = [&claimed[0], &claimed[1], &claimed[2]].map(|c| &c.lease);
+    store
+        .fail(
+            retry,
+            FailureClass::Transient,
+            "E_TIMEOUT",
+            RetryDecision::Retry(Duration::from_secs(3600)),
+        )
+        .await?;
+    store
+        .fail(dead, FailureClass::Permanent, "E_BAD", RetryDecision::Dead)
+        .await?;
+    store
+        .fail(
+            quarantine,
+            FailureClass::Schema,
+            "E_SHAPE",
+            RetryDecision::Quarantine,
+        )
+        .await?;
+
+    let delivery = store
+        .delivery(retry.event_id, PLAIN)
+        .await?
+        .ok_or("missing")?;
+    assert_eq!(delivery.status, DeliveryStatus::Pending);
+    assert_eq!(delivery.attempts, 1);
+    assert_eq!(delivery.last_error_code.as_deref(), Some("E_TIMEOUT"));
+    assert!(delivery.available_at > retry.claimed_at + 3000.0);
+    // Not due yet: not claimable.
+    assert!(store.claim(PLAIN, "w2", 10, LEASE, false).await?.is_empty());
+
+    for (lease, status, outcome, code) in [
+        (retry, DeliveryStatus::Pending, "retry", "E_TIMEOUT"),
+        (dead, DeliveryStatus::Dead, "dead", "E_BAD"),
+        (
+            quarantine,
+            DeliveryStatus::Quarantined,
+            "quarantined",
+            "E_SHAPE",
+        ),
+    ] {
+        let delivery = store
+            .delivery(lease.event_id, PLAIN)
+            .await?
+            .ok_or("missing")?;
+        assert_eq!(delivery.status, status);
+        assert_eq!(delivery.last_error_code.as_deref(), Some(code));
+        assert_eq!(
+            attempt_rows(&store, lease.event_id, PLAIN).await?,
+            vec![row(1, outcome, Some(code), 1, "w1")]
+        );
+    }
+    let counts = [
+        store
+            .count_deliveries(PLAIN, &[DeliveryStatus::Pending])
+            .await?,
+        store
+            .count_deliveries(PLAIN, &[DeliveryStatus::Dead])
+            .await?,
+        store
+            .count_deliveries(PLAIN, &[DeliveryStatus::Quarantined])
+            .await?,
+        store
+            .count_deliveries(PLAIN, &[DeliveryStatus::Dead, DeliveryStatus::Quarantined])
+            .await?,
+    ];
+    assert_eq!(counts, [1, 1, 1, 2]);
+    Ok(())
+}
+
+async fn fail_dead_letters_at_the_policys_last_attempt<S: Conformance>(store: S) -> TestResult {
+    let policy = RetryPolicy::from_descriptor(&support::FIXED_200MS)?;
+    let mut rng = SplitMix64::seeded(7);
+    let event_id = committed(&store, vec![note(1)]).await?[0].event_id;
+    let store = &store;
+    for attempt in 1..=4 {
+        // Each retry falls due 200 ms after its failure.
+        let claimed = eventually(|| async move {
+            let claimed = store.claim(PLAIN, "w1", 1, LEASE, false).await?;
+            Ok(claimed.into_iter().next())
+        })
+        .await?
+        .ok_or("the retry never fell due")?;
+        assert_eq!(claimed.lease.attempt, attempt);
+        let decision = policy.decide(FailureClass::Transient, attempt, &mut rng);
+        assert_eq!(matches!(decision, RetryDecision::Dead), attempt == 4);
+        store
+            .fail(&claimed.lease, FailureClass::Transient, "E_FLAKY", decision)
+            .await?;
+    }
+    let delivery = store.delivery(event_id, PLAIN).await?.ok_or("missing")?;
+    assert_eq!(
+        (delivery.status, delivery.attempts),
+        (DeliveryStatus::Dead, 4)
+    );
+    let outcomes: Vec<String> = store
+        .attempts(event_id, PLAIN)
+        .await?
+        .into_iter()
+        .map(|row| format!("{} {}", row.attempt, row.outcome))
+        .collect();
+    assert_eq!(outcomes, ["1 retry", "2 retry", "3 retry", "4 dead"]);
+    Ok(())
+}
+
+async fn release_returns_leases_as_never_claimed<S: Conformance>(store: S) -> TestResult {
+    committed(&store, vec![note(1), note(2)]).await?;
+    let claimed = store.claim(PLAIN, "w1", 10, LEASE, false).await?;
+    let others = store.claim(ORDERED, "w2", 10, LEASE, true).await?;
+    assert_eq!((claimed.len(), others.len()), (2, 2));
+
+    assert_eq!(store.release("w1").await?, 2);
+    for claimed in &claimed {
+        let event_id = claimed.lease.event_id;
+        let delivery = store.delivery(event_id, PLAIN).await?.ok_or("missing")?;
+        assert_eq!(delivery.status, DeliveryStatus::Pending);
+        // The attempt is taken back, the token stays raised, no attempt row.
+        assert_eq!((delivery.attempts, delivery.token), (0, 1));
+        assert_eq!(delivery.lease_until, None);
+        assert!(store.attempts(event_id, PLAIN).await?.is_empty());
+    }
+    // Another owner's leases stay.
+    assert_eq!(
+        store
+            .count_deliveries(ORDERED, &[DeliveryStatus::Leased])
+            .await?,
+        2
+    );
+    assert!(
+        store
+            .ack(&claimed[0].lease)
+            .await
+            .is_err_and(|e| e.is_stale_token())
+    );
+    let again = store.claim(PLAIN, "w3", 10, LEASE, false).await?;
+    let leases: Vec<(i64, u32)> = again
+        .iter()
+        .map(|c| (c.lease.token, c.lease.attempt))
+        .collect();
+    assert_eq!(leases, [(2, 1), (2, 1)]);
+    assert_eq!(store.release("nobody").await?, 0);
+    Ok(())
+}
+
+async fn recover_expired_requeues_then_dead_letters<S: Conformance>(store: S) -> TestResult {
+    let event_id = committed(&store, vec![note(1)]).await?[0].event_id;
+    for attempt in 1..=4_u32 {
+        let claimed = store.claim(PLAIN, "w1", 1, SHORT, false).await?;
+        assert_eq!(ids(&claimed), vec![event_id]);
+        assert_eq!(claimed[0].lease.attempt, attempt);
+        recover(&store, 1).await?;
+        let delivery = store.delivery(event_id, PLAIN).await?.ok_or("missing")?;
+        let status = if attempt < 4 {
+            DeliveryStatus::Pending
+        } else {
+            // The retry policy's 4 attempts are spent.
+            DeliveryStatus::Dead
+        };
+        assert_eq!((delivery.status, delivery.attempts), (status, attempt));
+        assert_eq!(delivery.last_error_code.as_deref(), Some("lease_expired"));
+        assert_eq!(delivery.lease_until, None);
+    }
+    assert!(store.claim(PLAIN, "w1", 1, LEASE, false).await?.is_empty());
+    assert_eq!(
+        attempt_rows(&store, event_id, PLAIN).await?,
+        vec![
+            row(1, "lease_expired", Some("lease_expired"), 1, "w1"),
+            row(2, "lease_expired", Some("lease_expired"), 2, "w1"),
+            row(3, "lease_expired", Some("lease_expired"), 3, "w1"),
+            row(4, "dead", Some("lease_expired"), 4, "w1"),
+        ]
+    );
+    Ok(())
+}
+
+async fn record_effect_is_recorded_once<S: Conformance>(store: S) -> TestResult {
+    committed(&store, vec![note(1)]).await?;
+    let claimed = store.claim(PLAIN, "w1", 1, LEASE, false).await?;
+    let lease = &claimed[0].lease;
+
+    let mut tx = store.begin_tx().await?;
+    assert!(
+        store
+            .record_effect(&mut *tx, lease, "effect-1", "d1")
+            .await?
+    );
+    S::commit_tx(tx).await?;
+    let mut tx = store.begin_tx().await?;
+    assert!(
+        !store
+            .record_effect(&mut *tx, lease, "effect-1", "d2")
+            .await?
+    );
+    assert!(
+        store
+            .record_effect(&mut *tx, lease, "effect-2", "d1")
+            .await?
+    );
+    S::commit_tx(tx).await?;
+    // Rolled back with the caller's transaction: not recorded.
+    let mut tx = store.begin_tx().await?;
+    assert!(
+        store
+            .record_effect(&mut *tx, lease, "effect-3", "d1")
+            .await?
+    );
+    S::rollback_tx(tx).await?;
+
+    // A redelivery (the next lease) finds what the first attempt recorded.
+    store
+        .fail(
+            lease,
+            FailureClass::Transient,
+            "E_AGAIN",
+            RetryDecision::Retry(Duration::ZERO),
+        )
+        .await?;
+    let again = store.claim(PLAIN, "w2", 1, LEASE, false).await?;
+    let mut tx = store.begin_tx().await?;
+    let next = &again[0].lease;
+    assert!(
+        !store
+            .record_effect(&mut *tx, next, "effect-1", "d1")
+            .await?
+    );
+    assert!(
+        store
+            .record_effect(&mut *tx, next, "effect-3", "d1")
+            .await?
+    );
+    S::commit_tx(tx).await?;
+
+    // A shadow-mode lease writes no effect row: it keeps intents.
+    let shadowed = store.claim(SHADOW, "w3", 1, LEASE, false).await?;
+    let shadow = &shadowed[0].lease;
+    assert!(shadow.is_shadow());
+    for _ in 0..2 {
+        let mut tx = store.begin_tx().await?;
+        assert!(
+            store
+                .record_effect(&mut *tx, shadow, "effect-1", "d1")
+                .await?
+        );
+        S::commit_tx(tx).await?;
+    }
+    let intents = shadow.shadow_log().map(|log| log.intents().len());
+    assert_eq!(intents, Some(2));
+    Ok(())
+}
+
+async fn ack_batch_reports_stale_entries<S: Conformance>(store: S) -> TestResult {
+    committed(&store, vec![note(1), note(2), note(3)]).await?;
+    let claimed = store.claim(PLAIN, "w1", 10, LEASE, false).await?;
+    let [first, second, third] = [&claimed[0], &claimed[1], &claimed[2]].map(|c| &c.lease);
+    store.ack(second).await?;
+    // The third's lease presented by another owner.
+    let intruder = Lease::new(
+        third.event_id,
+        PLAIN,
+        "intruder",
+        third.token,
+        third.attempt,
+        third.claimed_at,
+    );
+    let before = store.stale_tokens();
+    let outcome = store.ack_batch(&[first, second, &intruder]).await?;
+    assert_eq!(outcome.acked, 1);
+    assert_eq!(
+        outcome.stale,
+        vec![
+            (second.event_id, PLAIN.to_owned(), second.token),
+            (third.event_id, PLAIN.to_owned(), third.token),
+        ]
+    );
+    assert_eq!(store.stale_tokens(), before + 2);
+
+    for lease in [first, second] {
+        assert_eq!(store.delivery(lease.event_id, PLAIN).await?, None);
+        assert_eq!(
+            attempt_rows(&store, lease.event_id, PLAIN).await?,
+            vec![row(1, "acked", None, 1, "w1")]
+        );
+    }
+    let delivery = store
+        .delivery(third.event_id, PLAIN)
+        .await?
+        .ok_or("missing")?;
+    assert_eq!(delivery.status, DeliveryStatus::Leased);
+    assert!(store.attempts(third.event_id, PLAIN).await?.is_empty());
+    assert_eq!(store.ack_batch(&[third]).await?.acked, 1);
+    assert_eq!(
+        store.ack_batch(&[]).await?,
+        evc_runtime::AckBatch::default()
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The SQLite store's own behaviour.
+// ---------------------------------------------------------------------------------------------
+
+mod sqlite_only {
+    use std::time::Duration;
+
+    use evc_runtime::{AppendOptions, SqliteOpenError, SqliteStore, StoreError};
+
+    use super::{LEASE, note};
+    use crate::conformance::{CONFORMANCE_REGISTRY, PLAIN};
+    use crate::support::{TEST_REGISTRY, TestResult};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_second_open_of_the_same_file_fails() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("outbox.db");
+        let location = path.to_string_lossy().into_owned();
+        let store = SqliteStore::open(&location, CONFORMANCE_REGISTRY).await?;
+        super::committed(&store, vec![note(1)]).await?;
+
+        // In this process as in another: the lock file is taken.
+        let second = SqliteStore::open(&location, CONFORMANCE_REGISTRY).await;
+        let Err(SqliteOpenError::Locked {
+            database,
+            lock_file,
+        }) = second
+        else {
+            return Err(format!("expected Locked, got {second:?}").into());
+        };
+        assert_eq!(database, path);
+        assert_eq!(lock_file, dir.path().join("outbox.db.lock"));
+        let url = format!("sqlite://{location}");
+        let by_url = SqliteStore::open(&url, CONFORMANCE_REGISTRY).await;
+        assert!(
+            matches!(by_url, Err(SqliteOpenError::Locked { .. })),
+            "{by_url:?}"
+        );
+        let message = SqliteStore::open(&location, CONFORMANCE_REGISTRY)
+            .await
+            .err()
+            .map(|error| error.to_string())
+            .unwrap_or_default();
+        assert!(message.contains("outbox.db.lock"), "{message}");
+
+        // Closed, the file opens again with what it held.
+        store.close().await;
+        let reopened = SqliteStore::open(&url, CONFORMANCE_REGISTRY).await?;
+        assert_eq!(reopened.count_events().await?, 1);
+        reopened.close().await;
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn another_registry_is_refused_unless_accepted() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let location = dir.path().join("outbox.db").to_string_lossy().into_owned();
+        let store = SqliteStore::open(&location, CONFORMANCE_REGISTRY).await?;
+        evc_runtime::Store::verify_registry(&store).await?;
+        store.close().await;
+
+        let other = SqliteStore::open(&location, TEST_REGISTRY).await;
+        assert!(
+            matches!(other, Err(SqliteOpenError::Store(StoreError::Drift(_)))),
+            "{other:?}"
+        );
+        let accepted = SqliteStore::builder(&location, TEST_REGISTRY)
+            .accept_registry_change()
+            .open()
+            .await?;
+        accepted.verify_registry().await?;
+        accepted.close().await;
+        // The first registry is now the changed one.
+        let back = SqliteStore::open(&location, CONFORMANCE_REGISTRY).await;
+        assert!(matches!(
+            back,
+            Err(SqliteOpenError::Store(StoreError::Drift(_)))
+        ));
+        assert!(matches!(
+            SqliteStore::open("sqlite::memory:", CONFORMANCE_REGISTRY).await,
+            Err(SqliteOpenError::InMemory)
+        ));
+        Ok(())
+    }
+
+    /// Polled once: whether a permit or a wake-up is there now. The commit hook runs inside
+    /// the commit, so by the time `commit`/`rollback` returned it has fired or never will.
+    async fn woken(notify: &tokio::sync::Notify) -> bool {
+        tokio::time::timeout(Duration::ZERO, notify.notified())
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn wakeups_fire_when_an_append_commits() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let location = dir.path().join("outbox.db").to_string_lossy().into_owned();
+        let store = SqliteStore::open(&location, CONFORMANCE_REGISTRY).await?;
+        let wake = store.wakeups(PLAIN).ok_or("no wake-up")?;
+        let ordered = store.wakeups(super::ORDERED).ok_or("no wake-up")?;
+        assert!(store.wakeups("k.unknown").is_none());
+
+        // Rolled back: nobody is woken.
+        let mut tx = store.begin().await?;
+        store
+            .append(&mut tx, note(1), AppendOptions::default())
+            .await?;
+        tx.rollback().await?;
+        assert!(!woken(&wake).await);
+
+        // A waiting worker wakes at the commit, and its claim sees the delivery.
+        let waiter = {
+            let (store, wake) = (store.clone(), wake.clone());
+            tokio::spawn(async move {
+                wake.notified().await;
+                store.claim(PLAIN, "w1", 10, LEASE, false).await
+            })
+        };
+        // Let the waiter register (a permit would wake it anyway).
+        tokio::task::yield_now().await;
+        let mut tx = store.begin().await?;
+        let receipt = store
+            .append(&mut tx, note(2), AppendOptions::default())
+            .await?;
+        assert!(!woken(&ordered).await, "woken before the commit");
+        tx.commit().await?;
+        let claimed = tokio::time::timeout(Duration::from_secs(10), waiter).await???;
+        assert!(claimed.iter().any(|c| c.lease.event_id == receipt.event_id));
+        // The commit woke every consumer it wrote for.
+        assert!(woken(&ordered).await);
+        assert!(!woken(&ordered).await, "one permit per commit");
+
+        // An append outside a transaction wakes when its own transaction commits; a ping
+        // wakes only its consumer.
+        while woken(&wake).await {}
+        let mut connection = store.pool().acquire().await?;
+        store
+            .append(&mut connection, super::ping(), AppendOptions::default())
+            .await?;
+        assert!(woken(&wake).await);
+        assert!(!woken(&ordered).await);
+        drop(connection);
+        store.close().await;
+        Ok(())
+    }
+}
