@@ -65,6 +65,7 @@ conformance!(
     recover_expired_requeues_then_dead_letters,
     record_effect_is_recorded_once,
     ack_batch_reports_stale_entries,
+    held_batch_commits_with_its_transaction_or_leaves_nothing,
 );
 
 /// A `test.note` whose key is number `key`.
@@ -860,6 +861,92 @@ async fn ack_batch_reports_stale_entries<S: Conformance>(store: S) -> TestResult
         store.ack_batch(&[]).await?,
         evc_runtime::AckBatch::default()
     );
+    Ok(())
+}
+
+async fn held_batch_commits_with_its_transaction_or_leaves_nothing<S: Conformance>(
+    store: S,
+) -> TestResult {
+    let receipts = committed(&store, vec![note(1), note(2), note(3)]).await?;
+    let untouched = |event_id| {
+        let store = &store;
+        async move {
+            let delivery = store.delivery(event_id, PLAIN).await?.ok_or("missing")?;
+            let state = (delivery.status, delivery.attempts, delivery.token);
+            Ok::<_, BoxError>(state == (DeliveryStatus::Pending, 0, 0))
+        }
+    };
+
+    // Held, the deliveries are not written; rolled back, they are as never claimed.
+    let mut tx = store.begin_tx().await?;
+    let held = store.claim_held(&mut *tx, PLAIN, "w1", 10).await?;
+    assert_eq!(
+        ids(&held),
+        receipts.iter().map(|r| r.event_id).collect::<Vec<_>>()
+    );
+    for claimed in &held {
+        assert!(claimed.lease.is_held());
+        assert_eq!((claimed.lease.token, claimed.lease.attempt), (1, 1));
+        assert!(untouched(claimed.lease.event_id).await?);
+    }
+    S::rollback_tx(tx).await?;
+    for receipt in &receipts {
+        assert!(untouched(receipt.event_id).await?);
+        assert!(store.attempts(receipt.event_id, PLAIN).await?.is_empty());
+    }
+
+    // Acked in the claiming transaction: acks, effects and attempt rows commit together.
+    let mut tx = store.begin_tx().await?;
+    let held = store.claim_held(&mut *tx, PLAIN, "w1", 10).await?;
+    let [first, second, third] = [&held[0], &held[1], &held[2]].map(|c| &c.lease);
+    assert!(store.record_effect(&mut *tx, first, "effect", "d").await?);
+    assert_eq!(store.ack_held(&mut *tx, &[first, second]).await?, 2);
+    S::commit_tx(tx).await?;
+    for lease in [first, second] {
+        assert_eq!(store.delivery(lease.event_id, PLAIN).await?, None);
+        assert_eq!(
+            attempt_rows(&store, lease.event_id, PLAIN).await?,
+            vec![row(1, "acked", None, 1, "w1")]
+        );
+    }
+    assert!(untouched(third.event_id).await?);
+
+    // A held lease failed after its batch rolled back: the attempt is counted then.
+    let mut tx = store.begin_tx().await?;
+    let held = store.claim_held(&mut *tx, PLAIN, "w2", 10).await?;
+    assert_eq!(ids(&held), vec![third.event_id]);
+    S::rollback_tx(tx).await?;
+    let lease = &held[0].lease;
+    store
+        .fail(
+            lease,
+            FailureClass::Transient,
+            "E_ROLLED_BACK",
+            RetryDecision::Retry(Duration::from_secs(3600)),
+        )
+        .await?;
+    let delivery = store
+        .delivery(lease.event_id, PLAIN)
+        .await?
+        .ok_or("missing")?;
+    assert_eq!(
+        (delivery.status, delivery.attempts, delivery.token),
+        (DeliveryStatus::Pending, 1, 1)
+    );
+    assert_eq!(
+        attempt_rows(&store, lease.event_id, PLAIN).await?,
+        vec![row(1, "retry", Some("E_ROLLED_BACK"), 1, "w2")]
+    );
+    // Its token moved on: failing it again is stale.
+    let again = store
+        .fail(
+            lease,
+            FailureClass::Transient,
+            "E_AGAIN",
+            RetryDecision::Dead,
+        )
+        .await;
+    assert!(again.is_err_and(|e| e.is_stale_token()));
     Ok(())
 }
 

@@ -10,9 +10,9 @@ use std::ops::DerefMut;
 use std::time::Duration;
 
 use evc_runtime::{
-    AttemptRecord, ConsumerDescriptor, ConsumerMode, DeliveryRecord, DeliveryStatus, DispatchError,
-    EventDescriptor, HandlerKind, PgStore, Registry, RejectRecord, SqliteStore, Store,
-    SubscriptionDescriptor, VersionDescriptor,
+    AttemptRecord, Claimed, ConsumerDescriptor, ConsumerMode, DeliveryRecord, DeliveryStatus,
+    DispatchError, EventDescriptor, HandlerKind, Lease, PgStore, Registry, RejectRecord,
+    SqliteStore, Store, SubscriptionDescriptor, VersionDescriptor,
 };
 use uuid::Uuid;
 
@@ -69,6 +69,22 @@ pub trait Conformance: Store + Clone + Send + Sync + 'static {
 
     /// The store's `stale_tokens`.
     fn stale_tokens(&self) -> u64;
+
+    /// The store's `claim_held`.
+    fn claim_held(
+        &self,
+        transaction: &mut <Self as Store>::Connection,
+        consumer: &str,
+        owner: &str,
+        batch: u32,
+    ) -> impl Future<Output = Result<Vec<Claimed>, DispatchError>> + Send;
+
+    /// The store's `ack_held`.
+    fn ack_held(
+        &self,
+        transaction: &mut <Self as Store>::Connection,
+        leases: &[&Lease],
+    ) -> impl Future<Output = Result<usize, DispatchError>> + Send;
 }
 
 impl Conformance for PgStore {
@@ -123,6 +139,24 @@ impl Conformance for PgStore {
     fn stale_tokens(&self) -> u64 {
         PgStore::stale_tokens(self)
     }
+
+    async fn claim_held(
+        &self,
+        transaction: &mut sqlx::PgConnection,
+        consumer: &str,
+        owner: &str,
+        batch: u32,
+    ) -> Result<Vec<Claimed>, DispatchError> {
+        PgStore::claim_held(self, transaction, consumer, owner, batch).await
+    }
+
+    async fn ack_held(
+        &self,
+        transaction: &mut sqlx::PgConnection,
+        leases: &[&Lease],
+    ) -> Result<usize, DispatchError> {
+        PgStore::ack_held(self, transaction, leases).await
+    }
 }
 
 impl Conformance for SqliteStore {
@@ -176,6 +210,24 @@ impl Conformance for SqliteStore {
 
     fn stale_tokens(&self) -> u64 {
         SqliteStore::stale_tokens(self)
+    }
+
+    async fn claim_held(
+        &self,
+        transaction: &mut sqlx::SqliteConnection,
+        consumer: &str,
+        owner: &str,
+        batch: u32,
+    ) -> Result<Vec<Claimed>, DispatchError> {
+        SqliteStore::claim_held(self, transaction, consumer, owner, batch).await
+    }
+
+    async fn ack_held(
+        &self,
+        transaction: &mut sqlx::SqliteConnection,
+        leases: &[&Lease],
+    ) -> Result<usize, DispatchError> {
+        SqliteStore::ack_held(self, transaction, leases).await
     }
 }
 

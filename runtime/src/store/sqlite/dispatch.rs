@@ -47,6 +47,18 @@ impl Settled {
         })
     }
 
+    /// A held delivery [`sql::ACK_HELD`] deleted, acked by worker `owner`.
+    fn read_held(row: &SqliteRow, owner: &str) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            event_id: row.try_get("event_id")?,
+            consumer: row.try_get("consumer")?,
+            generation: row.try_get("generation")?,
+            attempt: row.try_get("attempt")?,
+            owner: owner.to_owned(),
+            token: row.try_get("fencing_token")?,
+        })
+    }
+
     /// Writes the attempt row: started at `started`, finished now (never before it).
     async fn write_attempt(
         &self,
@@ -222,7 +234,27 @@ impl SqliteStore {
             tx.rollback().await?;
             return Ok(Vec::new());
         }
-        let ids: Vec<String> = leased
+        let claimed = self
+            .with_events(&mut tx, &leased, consumer, owner, now)
+            .await?;
+        tx.commit().await?;
+        Ok(claimed)
+    }
+
+    /// The claimed deliveries of `rows` (a claim's `RETURNING`) with their events, read on
+    /// `connection`, in `event_seq` order.
+    async fn with_events(
+        &self,
+        connection: &mut SqliteConnection,
+        rows: &[SqliteRow],
+        consumer: &str,
+        owner: &str,
+        claimed_at: f64,
+    ) -> Result<Vec<Claimed>, DispatchError> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<String> = rows
             .iter()
             .map(|row| row.try_get("event_id"))
             .collect::<Result<_, _>>()?;
@@ -230,22 +262,20 @@ impl SqliteStore {
         let events = sqlx::query(sql::CLAIMED_EVENTS)
             .bind(ids)
             .bind(consumer)
-            .fetch_all(&mut *tx)
+            .fetch_all(connection)
             .await?;
-        tx.commit().await?;
-
         let mut by_id: HashMap<String, &SqliteRow> = HashMap::with_capacity(events.len());
         for row in &events {
             by_id.insert(row.try_get("event_id")?, row);
         }
-        let mut claimed = Vec::with_capacity(leased.len());
-        for row in &leased {
+        let mut claimed = Vec::with_capacity(rows.len());
+        for row in rows {
             let event_id: String = row.try_get("event_id")?;
             let Some(event) = by_id.get(&event_id) else {
                 // The foreign key keeps every delivery's event; a missing one is a broken file.
                 return Err(sqlx::Error::RowNotFound.into());
             };
-            claimed.push(self.claimed(row, event, owner, now)?);
+            claimed.push(self.claimed(row, event, owner, claimed_at)?);
         }
         claimed.sort_by_key(|claimed| claimed.event_seq);
         Ok(claimed)
@@ -300,6 +330,102 @@ impl SqliteStore {
             payload,
             trace,
         })
+    }
+
+    /// Claims a batch held by the caller's transaction: the due deliveries of `consumer` (one
+    /// that does not order per key), oldest first, otherwise untouched ([`sql::CLAIM_HELD`]:
+    /// a no-op update that takes the write lock, so nobody else claims, recovers or renews
+    /// them until `transaction` ends). Nothing is committed by the claim: if the transaction
+    /// rolls back, the deliveries are simply due again, with no attempt counted. Run the
+    /// handlers on `transaction`, then [`SqliteStore::ack_held`] and commit.
+    ///
+    /// The leases returned are [held](Lease::is_held): their `token` and `attempt` are the
+    /// values the ack writes.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`] or [`DispatchError::Payload`].
+    pub async fn claim_held(
+        &self,
+        transaction: &mut SqliteConnection,
+        consumer: &str,
+        owner: &str,
+        batch: u32,
+    ) -> Result<Vec<Claimed>, DispatchError> {
+        self.claim_held_after(transaction, consumer, owner, batch, 0)
+            .await
+    }
+
+    /// [`SqliteStore::claim_held`] that considers only deliveries whose `event_seq` is above
+    /// `after_seq` (0: all of them).
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`] or [`DispatchError::Payload`].
+    pub async fn claim_held_after(
+        &self,
+        transaction: &mut SqliteConnection,
+        consumer: &str,
+        owner: &str,
+        batch: u32,
+        after_seq: i64,
+    ) -> Result<Vec<Claimed>, DispatchError> {
+        let now = epoch_now();
+        let held = sqlx::query(sql::CLAIM_HELD)
+            .bind(consumer)
+            .bind(now)
+            .bind(after_seq)
+            .bind(i64::from(batch.max(1)))
+            .fetch_all(&mut *transaction)
+            .await?;
+        let mut claimed = self
+            .with_events(transaction, &held, consumer, owner, now)
+            .await?;
+        for claimed in &mut claimed {
+            claimed.lease = claimed.lease.clone().held();
+        }
+        Ok(claimed)
+    }
+
+    /// Acks held deliveries ([`SqliteStore::claim_held`]) of one consumer in the transaction
+    /// that claimed them, each with its `acked` attempt row (the held attempt number, token
+    /// and owner). Returns how many were acked; a lease not held by this transaction's claim
+    /// is refused (counted as stale) and skipped.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    pub async fn ack_held(
+        &self,
+        transaction: &mut SqliteConnection,
+        leases: &[&Lease],
+    ) -> Result<usize, DispatchError> {
+        let Some(first) = leases.first() else {
+            return Ok(0);
+        };
+        let mut acked: Vec<Uuid> = Vec::with_capacity(leases.len());
+        let mut tx = begin_write(transaction).await?;
+        for lease in leases
+            .iter()
+            .filter(|lease| lease.is_held() && lease.consumer == first.consumer)
+        {
+            let row = sqlx::query(sql::ACK_HELD)
+                .bind(lease.event_id.to_string())
+                .bind(&lease.consumer)
+                .bind(lease.token)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if let Some(row) = row {
+                Settled::read_held(&row, &lease.owner)?
+                    .write_attempt(&mut tx, lease.started_at, "acked", None)
+                    .await?;
+                acked.push(lease.event_id);
+            }
+        }
+        tx.commit().await?;
+        for lease in leases {
+            if !(lease.consumer == first.consumer && acked.contains(&lease.event_id)) {
+                self.count_stale(lease.event_id, &lease.consumer, lease.token);
+            }
+        }
+        Ok(acked.len())
     }
 
     /// Acks a lease on the store's pool (see [`crate::Store::ack`]).
@@ -428,19 +554,29 @@ impl SqliteStore {
             outcome,
             "delivery attempt failed"
         );
+        // A held lease is failed after its batch rolled back: the attempt is counted now.
+        let statement = if lease.is_held() {
+            sql::FAIL_HELD
+        } else {
+            sql::FAIL_FENCED
+        };
         let mut tx = self.begin().await?;
         // The delay runs from the attempt's end, however long the write lock took.
         let now = epoch_now();
-        let row = sqlx::query(sql::FAIL_FENCED)
+        let query = sqlx::query(statement)
             .bind(lease.event_id.to_string())
             .bind(&lease.consumer)
             .bind(lease.token)
             .bind(status)
             .bind(now + delay.as_secs_f64())
             .bind(code)
-            .bind(now)
-            .fetch_optional(&mut *tx)
-            .await?;
+            .bind(now);
+        let query = if lease.is_held() {
+            query.bind(&lease.owner)
+        } else {
+            query
+        };
+        let row = query.fetch_optional(&mut *tx).await?;
         let Some(row) = row else {
             tx.rollback().await?;
             return Err(self.stale(lease));
@@ -519,13 +655,19 @@ impl SqliteStore {
         }
     }
 
-    /// The lease's delivery generation if its token is current ([`sql::FENCE_LEASE`]).
+    /// The lease's delivery generation if its token is current ([`sql::FENCE_LEASE`]; for a
+    /// [held](Lease::is_held) lease, [`sql::FENCE_HELD`]).
     async fn fence(
         &self,
         connection: &mut SqliteConnection,
         lease: &Lease,
     ) -> Result<Option<i64>, sqlx::Error> {
-        sqlx::query_scalar(sql::FENCE_LEASE)
+        let statement = if lease.is_held() {
+            sql::FENCE_HELD
+        } else {
+            sql::FENCE_LEASE
+        };
+        sqlx::query_scalar(statement)
             .bind(lease.event_id.to_string())
             .bind(&lease.consumer)
             .bind(lease.token)

@@ -114,6 +114,37 @@ WHERE rowid IN (
 )
 RETURNING event_id, consumer, generation, attempt, fencing_token, event_seq";
 
+/// Held claim (a batched transactional claim, in the caller's transaction, which will ack):
+/// up to `?4` due deliveries of consumer `?1` that need no per-key ordering and come after
+/// `event_seq` `?3`, oldest first (nothing while the consumer is paused or off); `?2` now.
+/// Nothing changes: a no-op update of the rows, which takes the database's write lock for the
+/// rest of the caller's transaction (SQLite's `FOR UPDATE`), so no claimer, recovery or renewal
+/// touches them until it ends. Returns `attempt` and `fencing_token` raised by one: the values
+/// [`ACK_HELD`] writes.
+pub(crate) const CLAIM_HELD: &str = "\
+UPDATE evc_deliveries SET fencing_token = fencing_token
+WHERE rowid IN (
+    SELECT rowid FROM evc_deliveries
+    WHERE consumer = ?1 AND status = 'pending' AND next_attempt_at <= ?2 AND event_seq > ?3
+        AND NOT EXISTS (
+            SELECT 1 FROM evc_consumer_state s
+            WHERE s.consumer = ?1 AND (s.paused OR s.mode = 'off')
+        )
+    ORDER BY event_seq
+    LIMIT ?4
+)
+RETURNING event_id, consumer, generation, attempt + 1 AS attempt,
+    fencing_token + 1 AS fencing_token, event_seq";
+
+/// Acks a held delivery in the transaction that claimed it ([`CLAIM_HELD`]): delivery `?1` of
+/// consumer `?2` still `pending` with the token below the held token `?3`. Returns what its
+/// `acked` attempt row needs (the held attempt and token); no row: not held by this claim.
+pub(crate) const ACK_HELD: &str = "\
+DELETE FROM evc_deliveries
+WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 - 1 AND status = 'pending'
+RETURNING event_id, consumer, generation, attempt + 1 AS attempt,
+    fencing_token + 1 AS fencing_token";
+
 /// The events of claimed deliveries: `?1` a JSON array of event ids, `?2` the consumer (for
 /// its operator mode override, NULL: the contract's).
 pub(crate) const CLAIMED_EVENTS: &str = "\
@@ -154,6 +185,18 @@ UPDATE evc_deliveries
 SET status = ?4, lease_until = NULL, last_error_code = ?6, updated_at = ?7,
     next_attempt_at = CASE WHEN ?4 = 'pending' THEN ?5 ELSE next_attempt_at END
 WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 AND status = 'leased'
+RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token";
+
+/// [`FAIL_FENCED`] for a held delivery ([`CLAIM_HELD`]) after its batch rolled back: the
+/// delivery must still be `pending` with the token below the held token `?3` (if another
+/// claimer took it meanwhile, its run is the attempt and this writes nothing). Counts the
+/// attempt, raises the token and records worker `?8` as the owner, as a claim would have.
+pub(crate) const FAIL_HELD: &str = "\
+UPDATE evc_deliveries
+SET status = ?4, attempt = attempt + 1, fencing_token = fencing_token + 1, lease_owner = ?8,
+    lease_until = NULL, last_error_code = ?6, updated_at = ?7,
+    next_attempt_at = CASE WHEN ?4 = 'pending' THEN ?5 ELSE next_attempt_at END
+WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 - 1 AND status = 'pending'
 RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token";
 
 /// Extends leases, fenced: `?1` a JSON array of `[event id, token]` pairs of consumer `?2`,
@@ -200,6 +243,13 @@ RETURNING generation";
 
 /// [`LOCK_LEASE`] under the name the effect and reconciliation writes use.
 pub(crate) const FENCE_LEASE: &str = LOCK_LEASE;
+
+/// [`FENCE_LEASE`] for a held lease ([`CLAIM_HELD`]): the delivery still `pending` with the
+/// token below the held token `?3`. Returns the delivery's generation; no row: stale.
+pub(crate) const FENCE_HELD: &str = "\
+UPDATE evc_deliveries SET fencing_token = fencing_token
+WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 - 1 AND status = 'pending'
+RETURNING generation";
 
 /// Records an effect once: `?1` consumer, `?2` effect key, `?3` event id, `?4` outcome digest,
 /// `?5` token, `?6` now. Returns a row when inserted, none when recorded before.
@@ -284,6 +334,9 @@ mod tests {
             assert!(statement.contains("fencing_token = ?3 AND status = 'leased'"));
         }
         assert!(ACK_OWNED.contains("fencing_token = ?3 AND lease_owner = ?4"));
+        for statement in [ACK_HELD, FAIL_HELD, FENCE_HELD] {
+            assert!(statement.contains("fencing_token = ?3 - 1 AND status = 'pending'"));
+        }
         assert!(RENEW_FENCED.contains("(event_id, fencing_token) IN"));
     }
 }
