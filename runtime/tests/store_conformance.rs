@@ -66,6 +66,7 @@ conformance!(
     record_effect_is_recorded_once,
     ack_batch_reports_stale_entries,
     held_batch_commits_with_its_transaction_or_leaves_nothing,
+    concurrent_per_key_workers_keep_one_in_flight_per_key,
 );
 
 /// A `test.note` whose key is number `key`.
@@ -947,6 +948,77 @@ async fn held_batch_commits_with_its_transaction_or_leaves_nothing<S: Conformanc
         )
         .await;
     assert!(again.is_err_and(|e| e.is_stale_token()));
+    Ok(())
+}
+
+async fn concurrent_per_key_workers_keep_one_in_flight_per_key<S: Conformance>(
+    store: S,
+) -> TestResult {
+    use std::collections::{HashMap, HashSet};
+    use std::sync::{Arc, Mutex};
+
+    const EVENTS: u64 = 120;
+    const KEYS: u64 = 8;
+    let events = (0..EVENTS).map(|n| note(n % KEYS).into()).collect();
+    let mut tx = store.begin_tx().await?;
+    store.append_batch(&mut *tx, events).await?;
+    S::commit_tx(tx).await?;
+
+    // Keys in flight, and the last seq acked per key.
+    let in_flight: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let last: Arc<Mutex<HashMap<String, i64>>> = Arc::default();
+    let acked = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for worker in 0..4 {
+        let (store, in_flight, last, acked) = (
+            store.clone(),
+            in_flight.clone(),
+            last.clone(),
+            acked.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            let owner = format!("w{worker}");
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            while acked.load(std::sync::atomic::Ordering::SeqCst) < EVENTS {
+                assert!(tokio::time::Instant::now() < deadline, "workers stalled");
+                let claimed = store.claim(ORDERED, &owner, 5, LEASE, true).await?;
+                if claimed.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    continue;
+                }
+                for claimed in &claimed {
+                    let key = claimed.order_key.clone();
+                    assert!(
+                        in_flight
+                            .lock()
+                            .map_err(|_| "poisoned")?
+                            .insert(key.clone()),
+                        "{}: key {key} claimed twice",
+                        S::NAME
+                    );
+                    let mut last = last.lock().map_err(|_| "poisoned")?;
+                    let previous = last.insert(key.clone(), claimed.event_seq);
+                    assert!(previous < Some(claimed.event_seq), "{key} out of order");
+                }
+                for claimed in &claimed {
+                    // Out of the set before the ack: until the ack commits nobody can claim
+                    // the key, and after it anyone may.
+                    in_flight
+                        .lock()
+                        .map_err(|_| "poisoned")?
+                        .remove(&claimed.order_key);
+                    store.ack(&claimed.lease).await?;
+                    acked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+            Ok::<_, BoxError>(())
+        }));
+    }
+    for worker in workers {
+        worker.await??;
+    }
+    assert_eq!(acked.load(std::sync::atomic::Ordering::SeqCst), EVENTS);
+    assert_eq!(store.count_deliveries(ORDERED, &[]).await?, 0);
     Ok(())
 }
 
