@@ -32,17 +32,17 @@
 //! # let _ = report; Ok(()) }
 //! ```
 //!
-//! Per consumer, [`DispatcherConfig::workers`] tasks each loop: claim a batch
-//! ([`crate::Store::claim`]); run its deliveries one after another — a *transactional* handler
-//! inside a transaction that first fences the lease ([`crate::Store::lock_lease`]) and ends
-//! with the ack, a *leased* handler outside any transaction, its success acked with the
-//! batch's others in one fenced statement ([`crate::Store::ack_batch`], at the end of the
-//! batch or after [`DispatcherConfig::ack_window`]) — while
+//! The dispatcher runs on any [`Store`] (PostgreSQL unless said otherwise). Per consumer,
+//! [`DispatcherConfig::workers`] tasks each loop: claim a batch ([`Store::claim`]); run its
+//! deliveries one after another — a *transactional* handler inside a transaction that first
+//! fences the lease ([`Store::lock_lease`]) and ends with the ack, a *leased* handler outside
+//! any transaction, its success acked with the batch's others in one fenced statement
+//! ([`Store::ack`], at the end of the batch or after [`DispatcherConfig::ack_window`]) — while
 //! renewing the batch's leases every [`DispatcherConfig::renew_every`]; end a failed attempt
-//! with the [`RetryPolicy`]'s decision ([`crate::Store::fail`]). An idle worker waits for a
-//! notification on [`crate::store::postgres::NOTIFY_CHANNEL`] naming its consumer, its own
-//! next retry, or the polling interval, whichever comes first. Beside the workers: one
-//! `LISTEN` task, one lease-expiry recovery task and one heartbeat task.
+//! with the [`RetryPolicy`]'s decision ([`Store::fail`]). An idle worker waits for a wake-up
+//! from [`Store::listen`] naming its consumer, its own next retry, or the polling interval,
+//! whichever comes first. Beside the workers: one listening task, one lease-expiry recovery
+//! task and one heartbeat task.
 //!
 //! Shutdown ([`DispatcherHandle::shutdown`]): workers stop claiming, finish the handler they
 //! are running, skip the rest of their batch and release every lease they still hold
@@ -57,9 +57,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use sqlx::Connection;
+use sqlx::Connection as _;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgConnection, PgListener, Postgres};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
@@ -72,8 +71,8 @@ use crate::append::AppendOptions;
 use crate::handler::{Delivery, FailureClass, HandlerError};
 use crate::registry::{HandlerKind, Registry};
 use crate::retry::{RetryDecision, RetryPolicy, SplitMix64};
-use crate::store::postgres::{Beat, Doorbell, NOTIFY_CHANNEL, PgPublisher, PgStore, sql};
-use crate::store::{Claimed, DispatchError, Lease};
+use crate::store::postgres::PgStore;
+use crate::store::{ClaimRequest, Claimed, Connection, DispatchError, Heartbeat, Lease, Store};
 use crate::trace::TraceContext;
 
 /// How long a worker about to sleep waits for its consumer's doorbell: long enough for the
@@ -86,23 +85,33 @@ const DOORBELL_RETRY: Duration = Duration::from_millis(100);
 /// A boxed, sendable future: what [`DynHandler::handle`] returns.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// What a handler is called with.
-#[derive(Debug)]
+/// What a handler is called with: the claimed delivery, the store and, for the transactional
+/// kind, the handler's transaction. `S` is the store the dispatcher runs on (PostgreSQL
+/// unless said otherwise).
 #[non_exhaustive]
-pub struct HandlerContext<'a> {
+pub struct HandlerContext<'a, S: Store = PgStore> {
     /// The claimed delivery: its lease (token), the delivery and the payload.
     pub claimed: &'a Claimed,
-    /// The store, for fenced effect writes ([`PgStore::record_effect`]).
-    pub store: &'a PgStore,
-    transaction: Option<&'a mut PgConnection>,
+    /// The store, for fenced effect writes ([`Store::record_effect`]).
+    pub store: &'a S,
+    transaction: Option<&'a mut Connection<S>>,
 }
 
-impl<'a> HandlerContext<'a> {
+impl<S: Store> std::fmt::Debug for HandlerContext<'_, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandlerContext")
+            .field("claimed", &self.claimed)
+            .field("transactional", &self.transaction.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, S: Store> HandlerContext<'a, S> {
     /// A context (the dispatcher builds these; public for tests of handlers).
     pub fn new(
         claimed: &'a Claimed,
-        store: &'a PgStore,
-        transaction: Option<&'a mut PgConnection>,
+        store: &'a S,
+        transaction: Option<&'a mut Connection<S>>,
     ) -> Self {
         Self {
             claimed,
@@ -128,7 +137,7 @@ impl<'a> HandlerContext<'a> {
 
     /// The transactional kind's transaction: the handler's writes on it commit with the
     /// effect row and the ack, or roll back with them. `None` for the leased kind.
-    pub fn transaction(&mut self) -> Option<&mut PgConnection> {
+    pub fn transaction(&mut self) -> Option<&mut Connection<S>> {
         self.transaction.as_deref_mut()
     }
 
@@ -144,15 +153,11 @@ impl<'a> HandlerContext<'a> {
     /// A publisher on the transactional kind's transaction: follow-up events commit with the
     /// handler's writes and the ack, or roll back with them. Their causation id is the
     /// delivered event. `None` for the leased kind, which has no transaction to append in.
-    pub fn publisher(&mut self) -> Option<PgPublisher<'_>> {
+    pub fn publisher(&mut self) -> Option<S::Publisher<'_>> {
         let cause = self.claimed.delivery.event_id.clone();
         let store = self.store;
         let connection = self.transaction.as_deref_mut()?;
-        Some(
-            store
-                .publisher(connection)
-                .with_options(AppendOptions::new().causation_id(cause)),
-        )
+        Some(store.publisher(connection, AppendOptions::new().causation_id(cause)))
     }
 
     /// Whether the consumer runs in shadow mode for this delivery ([`Lease::is_shadow`]): the
@@ -165,27 +170,29 @@ impl<'a> HandlerContext<'a> {
 
 /// A consumer handler behind a trait object: takes the delivery and its payload (JSON), answers
 /// with a [`HandlerError`] when it fails. The generated consumer traits adapt to it.
-pub trait DynHandler: Send + Sync + 'static {
+pub trait DynHandler<S: Store = PgStore>: Send + Sync + 'static {
     /// Handles one delivery. A panic counts as a [`FailureClass::Poison`] failure with code
     /// `handler_panicked`.
-    fn handle<'a>(&'a self, context: HandlerContext<'a>)
-    -> BoxFuture<'a, Result<(), HandlerError>>;
+    fn handle<'a>(
+        &'a self,
+        context: HandlerContext<'a, S>,
+    ) -> BoxFuture<'a, Result<(), HandlerError>>;
 }
 
 /// A typed consumer: a handler that knows which registered consumer it serves. The generated
 /// consumer adapters and `#[evc::consumer]` impl blocks implement it; [`Dispatcher::serve`]
 /// takes it with the consumer's settings from the registry.
-pub trait Consumer: DynHandler {
+pub trait Consumer<S: Store = PgStore>: DynHandler<S> {
     /// The registered consumer's name (`worker.notification.iu`).
     const NAME: &'static str;
 }
 
 /// A shared handler is a handler: the caller keeps a clone of the `Arc` to read what the
 /// handler recorded (a test's counts, a service's metrics) while the dispatcher runs it.
-impl<H: DynHandler + ?Sized> DynHandler for Arc<H> {
+impl<S: Store, H: DynHandler<S> + ?Sized> DynHandler<S> for Arc<H> {
     fn handle<'a>(
         &'a self,
-        context: HandlerContext<'a>,
+        context: HandlerContext<'a, S>,
     ) -> BoxFuture<'a, Result<(), HandlerError>> {
         (**self).handle(context)
     }
@@ -435,7 +442,7 @@ fn add(counter: &AtomicU64, n: u64) {
 }
 
 /// One consumer the dispatcher serves.
-struct ConsumerSetup {
+struct ConsumerSetup<S: Store> {
     name: String,
     kind: HandlerKind,
     per_key: bool,
@@ -445,7 +452,7 @@ struct ConsumerSetup {
     /// Whether kind, ordering and retry policy were given instead of the registry's
     /// ([`Dispatcher::consumer_with_policy`]).
     explicit: bool,
-    handler: Arc<dyn DynHandler>,
+    handler: Arc<dyn DynHandler<S>>,
     /// Set while one of this dispatcher's workers of the consumer holds or asks for its
     /// doorbell: one asking worker per dispatcher is enough (the holder's notifications wake
     /// them all), and the others keep their pool connections for claims.
@@ -456,13 +463,13 @@ struct ConsumerSetup {
 
 /// A dispatcher for one or more consumers over one store. Build it, add consumers, then
 /// [`Dispatcher::start`].
-pub struct Dispatcher {
-    store: PgStore,
+pub struct Dispatcher<S: Store = PgStore> {
+    store: S,
     config: DispatcherConfig,
-    consumers: Vec<ConsumerSetup>,
+    consumers: Vec<ConsumerSetup<S>>,
 }
 
-impl std::fmt::Debug for Dispatcher {
+impl<S: Store> std::fmt::Debug for Dispatcher<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Dispatcher")
             .field("config", &self.config)
@@ -474,11 +481,11 @@ impl std::fmt::Debug for Dispatcher {
     }
 }
 
-impl Dispatcher {
+impl<S: Store> Dispatcher<S> {
     /// A dispatcher with no consumers yet, configured by `config` (for the registry's
     /// defaults, start from [`DispatcherConfig::from_registry`] or use
     /// [`Dispatcher::from_registry`]).
-    pub fn new(store: PgStore, config: DispatcherConfig) -> Self {
+    pub fn new(store: S, config: DispatcherConfig) -> Self {
         Self {
             store,
             config,
@@ -488,7 +495,7 @@ impl Dispatcher {
 
     /// A dispatcher with no consumers yet, configured by the store's registry
     /// ([`DispatcherConfig::from_registry`]).
-    pub fn from_registry(store: PgStore) -> Self {
+    pub fn from_registry(store: S) -> Self {
         let config = DispatcherConfig::from_registry(store.registry());
         Self::new(store, config)
     }
@@ -504,7 +511,7 @@ impl Dispatcher {
     /// # Errors
     /// [`DispatchError::UnknownConsumer`], [`DispatchError::UnknownRetryPolicy`] or
     /// [`DispatchError::RetryPolicy`].
-    pub fn consumer(self, name: &str, handler: impl DynHandler) -> Result<Self, DispatchError> {
+    pub fn consumer(self, name: &str, handler: impl DynHandler<S>) -> Result<Self, DispatchError> {
         let registry = self.store.registry();
         let descriptor = registry
             .consumer(name)
@@ -538,7 +545,7 @@ impl Dispatcher {
     ///
     /// # Errors
     /// As [`Dispatcher::consumer`].
-    pub fn serve<C: Consumer>(self, consumer: C) -> Result<Self, DispatchError> {
+    pub fn serve<C: Consumer<S>>(self, consumer: C) -> Result<Self, DispatchError> {
         self.consumer(C::NAME, consumer)
     }
 
@@ -550,7 +557,7 @@ impl Dispatcher {
         kind: HandlerKind,
         per_key: bool,
         policy: RetryPolicy,
-        handler: impl DynHandler,
+        handler: impl DynHandler<S>,
     ) -> Self {
         self.consumers.push(ConsumerSetup {
             name: name.to_owned(),
@@ -619,11 +626,11 @@ impl Dispatcher {
             for n in 0..config.workers {
                 index += 1;
                 let owner = format!("{}/{}/{n}", config.owner, consumer.name);
-                owners.push(Beat {
-                    owner: owner.clone(),
-                    consumer: consumer.name.clone(),
-                    overrides: overrides.get(&consumer.name).cloned().unwrap_or_default(),
-                });
+                owners.push(Heartbeat::new(
+                    owner.clone(),
+                    consumer.name.clone(),
+                    overrides.get(&consumer.name).cloned().unwrap_or_default(),
+                ));
                 let rng = match config.seed {
                     Some(seed) => SplitMix64::seeded(seed ^ index.wrapping_mul(0x9E37_79B9)),
                     None => SplitMix64::from_entropy(),
@@ -644,12 +651,11 @@ impl Dispatcher {
         }
         let mut helpers = Vec::new();
         if config.listen && !wakers.is_empty() {
-            helpers.push(tokio::spawn(listen(
-                self.store.clone(),
-                wakers,
-                config.poll_interval,
-                signal.clone(),
-            )));
+            let store = self.store.clone();
+            let (retry, signal) = (config.poll_interval, signal.clone());
+            helpers.push(tokio::spawn(async move {
+                store.listen(wakers, retry, signal).await;
+            }));
         }
         helpers.push(tokio::spawn(recover(
             self.store.clone(),
@@ -700,10 +706,10 @@ impl DispatcherHandle {
     }
 }
 
-struct Worker {
-    store: PgStore,
+struct Worker<S: Store> {
+    store: S,
     config: Arc<DispatcherConfig>,
-    consumer: Arc<ConsumerSetup>,
+    consumer: Arc<ConsumerSetup<S>>,
     owner: String,
     wake: Arc<Notify>,
     shutdown: watch::Receiver<bool>,
@@ -714,10 +720,10 @@ struct Worker {
     /// worker waits for: a fifth more for a held batch's four) and again when it comes back.
     /// The worker gives it back when a claim finds nothing (idle workers hold no connection)
     /// and after an error or a failed batch.
-    connection: Option<PoolConnection<Postgres>>,
+    connection: Option<PoolConnection<S::Database>>,
 }
 
-impl Worker {
+impl<S: Store> Worker<S> {
     fn stopping(&self) -> bool {
         *self.shutdown.borrow()
     }
@@ -812,7 +818,7 @@ impl Worker {
     }
 
     /// The worker's kept connection ([`Worker::connection`]), or one from the pool.
-    async fn take_connection(&mut self) -> Result<PoolConnection<Postgres>, DispatchError> {
+    async fn take_connection(&mut self) -> Result<PoolConnection<S::Database>, DispatchError> {
         match self.connection.take() {
             Some(connection) => Ok(connection),
             None => Ok(self.store.pool().acquire().await?),
@@ -840,7 +846,7 @@ impl Worker {
     /// due work behind the cursor.
     async fn claim_from_cursor(
         &self,
-        connection: &mut PgConnection,
+        connection: &mut Connection<S>,
         held: bool,
     ) -> Result<Vec<Claimed>, DispatchError> {
         let start = self.claim_start();
@@ -855,28 +861,20 @@ impl Worker {
     /// One claim statement after `event_seq` `start`, held or leased.
     async fn claim_once(
         &self,
-        connection: &mut PgConnection,
+        connection: &mut Connection<S>,
         held: bool,
         start: i64,
     ) -> Result<Vec<Claimed>, DispatchError> {
         let (consumer, owner, batch) = (&self.consumer.name, &self.owner, self.config.batch);
-        if held {
-            self.store
-                .claim_held_after(connection, consumer, owner, batch, start)
-                .await
+        let request = if held {
+            ClaimRequest::held(consumer, owner, batch)
         } else {
-            self.store
-                .claim_after_in(
-                    connection,
-                    consumer,
-                    owner,
-                    batch,
-                    self.config.lease,
-                    self.consumer.per_key,
-                    start,
-                )
-                .await
-        }
+            ClaimRequest::leased(consumer, owner, batch, self.config.lease)
+                .per_key(self.consumer.per_key)
+        };
+        self.store
+            .claim(connection, &request.after_seq(start))
+            .await
     }
 
     /// Moves the consumer's claim cursor after a claim.
@@ -906,7 +904,7 @@ impl Worker {
     /// the poll interval is at most [`DOORBELL_WAIT`]: the next poll comes as soon as a
     /// notification could, and the idle worker keeps its connection.
     /// Also says whether it was asked for (`false`: not this worker's turn, or no doorbells).
-    async fn take_doorbell(&self) -> (Option<Doorbell>, bool) {
+    async fn take_doorbell(&self) -> (Option<S::Doorbell>, bool) {
         if !self.config.listen
             || self.config.poll_interval <= DOORBELL_WAIT
             || self
@@ -934,11 +932,11 @@ impl Worker {
         (doorbell, true)
     }
 
-    async fn give_back(&self, doorbell: Option<Doorbell>) {
+    async fn give_back(&self, doorbell: Option<S::Doorbell>) {
         let Some(doorbell) = doorbell else {
             return;
         };
-        if let Err(error) = doorbell.release().await {
+        if let Err(error) = self.store.release_doorbell(doorbell).await {
             tracing::debug!(consumer = %self.consumer.name, %error, "doorbell released by closing its connection");
         }
         self.consumer.doorbell_busy.store(false, Ordering::Release);
@@ -976,7 +974,7 @@ impl Worker {
             held.lease.mark_started();
             let shadow = held.lease.is_shadow();
             if shadow {
-                sqlx::query(sql::SHADOW_SAVEPOINT).execute(&mut *tx).await?;
+                self.store.begin_shadow(&mut tx).await?;
             }
             let handler = Arc::clone(&self.consumer.handler);
             let context = HandlerContext::new(held, &self.store, Some(&mut *tx));
@@ -986,7 +984,7 @@ impl Worker {
                 return Ok((claimed, due));
             }
             if shadow {
-                sqlx::query(sql::SHADOW_ROLLBACK).execute(&mut *tx).await?;
+                self.store.end_shadow(&mut tx).await?;
                 self.store
                     .record_reconciliation(&mut tx, &held.lease)
                     .await?;
@@ -994,7 +992,7 @@ impl Worker {
             ran += 1;
         }
         let leases: Vec<&Lease> = batch[..ran].iter().map(|held| &held.lease).collect();
-        let acked = self.store.ack_held(&mut tx, &leases).await?;
+        let acked = self.store.ack(&mut tx, &leases).await?.acked;
         tx.commit().await?;
         self.connection = Some(connection);
         add(&self.counters.acked, acked as u64);
@@ -1104,7 +1102,7 @@ impl Worker {
         let leases: Vec<&Lease> = unacked.iter().collect();
         let acked = match self.take_connection().await {
             Ok(mut connection) => {
-                let acked = self.store.ack_batch_in(&mut connection, &leases).await;
+                let acked = self.store.ack(&mut connection, &leases).await;
                 if acked.is_ok() {
                     self.connection = Some(connection);
                 }
@@ -1140,7 +1138,7 @@ impl Worker {
     /// failed and everything it wrote was rolled back.
     async fn run_transactional(
         &self,
-        connection: &mut PgConnection,
+        connection: &mut Connection<S>,
         claimed: &Claimed,
         remaining: &VecDeque<Claimed>,
         ticker: &mut Interval,
@@ -1150,7 +1148,7 @@ impl Worker {
         self.store.lock_lease(&mut tx, &claimed.lease).await?;
         let shadow = claimed.lease.is_shadow();
         if shadow {
-            sqlx::query(sql::SHADOW_SAVEPOINT).execute(&mut *tx).await?;
+            self.store.begin_shadow(&mut tx).await?;
         }
         // The current delivery's row is locked by `tx`; renewing it from another connection
         // would wait for `tx`, so only the rest of the batch is renewed.
@@ -1169,12 +1167,19 @@ impl Worker {
             Ok(()) => {
                 if shadow {
                     // No side effect: the handler's writes go, its intents stay.
-                    sqlx::query(sql::SHADOW_ROLLBACK).execute(&mut *tx).await?;
+                    self.store.end_shadow(&mut tx).await?;
                     self.store
                         .record_reconciliation(&mut tx, &claimed.lease)
                         .await?;
                 }
-                self.store.ack_in(&mut tx, &claimed.lease).await?;
+                let acked = self.store.ack(&mut tx, &[&claimed.lease]).await?;
+                if let Some((event_id, consumer, token)) = acked.stale.into_iter().next() {
+                    return Err(DispatchError::StaleToken {
+                        event_id,
+                        consumer,
+                        token,
+                    });
+                }
                 tx.commit().await?;
                 Ok(Ran::Succeeded)
             }
@@ -1274,7 +1279,7 @@ impl Worker {
                     if held.is_empty() {
                         continue;
                     }
-                    let kept = match self.store.renewed(held, self.config.lease).await {
+                    let kept = match self.store.renew(held, self.config.lease).await {
                         Ok(renewed) => {
                             if renewed.len() < held.len() {
                                 add(&self.counters.stale, (held.len() - renewed.len()) as u64);
@@ -1330,56 +1335,9 @@ impl<F: Future + Unpin> Future for CatchUnwind<F> {
     }
 }
 
-/// Wakes the workers of a consumer when an append notifies it. Reconnects after errors; the
-/// workers' polling covers what is missed meanwhile.
-async fn listen(
-    store: PgStore,
-    wakers: HashMap<String, Arc<Notify>>,
-    retry: Duration,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    while !*shutdown.borrow() {
-        let mut listener = match PgListener::connect_with(store.pool()).await {
-            Ok(listener) => listener,
-            Err(error) => {
-                tracing::warn!(%error, "LISTEN connection failed; polling meanwhile");
-                tokio::select! {
-                    () = tokio::time::sleep(retry) => continue,
-                    _ = shutdown.changed() => return,
-                }
-            }
-        };
-        if let Err(error) = listener.listen(NOTIFY_CHANNEL).await {
-            tracing::warn!(%error, "LISTEN failed; polling meanwhile");
-            tokio::select! {
-                () = tokio::time::sleep(retry) => continue,
-                _ = shutdown.changed() => return,
-            }
-        }
-        // Anything appended before LISTEN took effect is picked up by this wake-up.
-        wakers.values().for_each(|wake| wake.notify_waiters());
-        loop {
-            tokio::select! {
-                received = listener.recv() => match received {
-                    Ok(notification) => {
-                        if let Some(wake) = wakers.get(notification.payload()) {
-                            wake.notify_waiters();
-                        }
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, "LISTEN connection lost; reconnecting");
-                        break;
-                    }
-                },
-                _ = shutdown.changed() => return,
-            }
-        }
-    }
-}
-
 /// Lease-expiry recovery every `interval`.
-async fn recover(
-    store: PgStore,
+async fn recover<S: Store>(
+    store: S,
     interval: Duration,
     counters: Arc<Counters>,
     mut shutdown: watch::Receiver<bool>,
@@ -1410,9 +1368,9 @@ async fn recover(
 }
 
 /// Heartbeats of every worker every `interval`.
-async fn heartbeat(
-    store: PgStore,
-    owners: Vec<Beat>,
+async fn heartbeat<S: Store>(
+    store: S,
+    owners: Vec<Heartbeat>,
     interval: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {

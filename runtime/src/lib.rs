@@ -47,7 +47,8 @@ pub use store::postgres::{
 };
 pub use store::sqlite::{SqliteOpenError, SqlitePublisher, SqliteStore, SqliteStoreBuilder};
 pub use store::{
-    AckBatch, AttemptRecord, Claimed, DeliveryRecord, DeliveryStatus, DispatchError, Drift, Intent,
-    Lease, RegistryDrift, RegistryObject, RejectRecord, ShadowLog, Store, StoreError,
+    AckBatch, AttemptRecord, ClaimRequest, Claimed, Connection, DeliveryRecord, DeliveryStatus,
+    DispatchError, Drift, Heartbeat, Hold, Intent, Lease, RegistryDrift, RegistryObject,
+    RejectRecord, ShadowLog, Store, StoreError,
 };
 pub use trace::{TraceContext, TraceContextError};

@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use conformance::{BoxError, Conformance, ORDERED, PLAIN, SHADOW, eventually};
 use evc_runtime::{
-    AppendOptions, AppendReceipt, Claimed, DeliveryStatus, FailureClass, Lease, NewEvent,
-    OutgoingEvent, RetryDecision, RetryPolicy, SplitMix64,
+    AckBatch, AppendOptions, AppendReceipt, ClaimRequest, Claimed, Connection, DeliveryStatus,
+    DispatchError, FailureClass, Lease, NewEvent, OutgoingEvent, RetryDecision, RetryPolicy,
+    SplitMix64, Store,
 };
 use support::TestResult;
 
@@ -67,6 +68,8 @@ conformance!(
     ack_batch_reports_stale_entries,
     held_batch_commits_with_its_transaction_or_leaves_nothing,
     concurrent_per_key_workers_keep_one_in_flight_per_key,
+    shadow_savepoint_undoes_the_handlers_writes,
+    the_dispatcher_delivers_every_event_once,
 );
 
 /// A `test.note` whose key is number `key`.
@@ -104,6 +107,52 @@ async fn committed<S: Conformance>(
     }
     S::commit_tx(tx).await?;
     Ok(receipts)
+}
+
+/// A leased claim on a connection of the store's pool.
+async fn claim<S: Conformance>(
+    store: &S,
+    consumer: &str,
+    owner: &str,
+    batch: u32,
+    lease: Duration,
+    per_key: bool,
+) -> Result<Vec<Claimed>, DispatchError> {
+    let mut connection = store.pool().acquire().await?;
+    let request = ClaimRequest::leased(consumer, owner, batch, lease).per_key(per_key);
+    Store::claim(store, &mut *connection, &request).await
+}
+
+/// A claim of `k.plain`'s deliveries held by the caller's transaction.
+async fn held_claim<S: Conformance>(
+    store: &S,
+    transaction: &mut Connection<S>,
+    owner: &str,
+) -> Result<Vec<Claimed>, DispatchError> {
+    Store::claim(store, transaction, &ClaimRequest::held(PLAIN, owner, 10)).await
+}
+
+/// Acks leases on a connection of the store's pool.
+async fn ack_leases<S: Conformance>(
+    store: &S,
+    leases: &[&Lease],
+) -> Result<AckBatch, DispatchError> {
+    let mut connection = store.pool().acquire().await?;
+    Store::ack(store, &mut *connection, leases).await
+}
+
+/// Acks one lease on a connection of the store's pool: a stale one is
+/// [`DispatchError::StaleToken`].
+async fn ack<S: Conformance>(store: &S, lease: &Lease) -> Result<(), DispatchError> {
+    let outcome = ack_leases(store, &[lease]).await?;
+    match outcome.stale.into_iter().next() {
+        None => Ok(()),
+        Some((event_id, consumer, token)) => Err(DispatchError::StaleToken {
+            event_id,
+            consumer,
+            token,
+        }),
+    }
 }
 
 /// The event ids of claimed deliveries, in claim order.
@@ -401,7 +450,7 @@ async fn batch_append_keeps_order_and_receipts<S: Conformance>(store: S) -> Test
 
 async fn claim_leases_with_new_tokens_and_counts_attempts<S: Conformance>(store: S) -> TestResult {
     let receipts = committed(&store, vec![note(1), note(2), note(3)]).await?;
-    let claimed = store.claim(PLAIN, "w1", 10, LEASE, false).await?;
+    let claimed = claim(&store, PLAIN, "w1", 10, LEASE, false).await?;
     assert_eq!(
         ids(&claimed),
         receipts.iter().map(|r| r.event_id).collect::<Vec<_>>()
@@ -434,13 +483,17 @@ async fn claim_leases_with_new_tokens_and_counts_attempts<S: Conformance>(store:
         "the payload as appended"
     );
     // Everything is leased: nothing more to claim.
-    assert!(store.claim(PLAIN, "w2", 10, LEASE, false).await?.is_empty());
+    assert!(
+        claim(&store, PLAIN, "w2", 10, LEASE, false)
+            .await?
+            .is_empty()
+    );
 
     // Renewal extends the lease.
     let renewed = store
         .renew(&[&claimed[1].lease], Duration::from_secs(120))
         .await?;
-    assert_eq!(renewed, 1);
+    assert_eq!(renewed, vec![claimed[1].lease.event_id]);
     let delivery = store.delivery(claimed[1].lease.event_id, PLAIN).await?;
     let until = delivery.and_then(|d| d.lease_until).ok_or("no lease end")?;
     assert!(until > claimed[1].lease.claimed_at + 100.0, "{until}");
@@ -455,7 +508,7 @@ async fn claim_leases_with_new_tokens_and_counts_attempts<S: Conformance>(store:
             RetryDecision::Retry(Duration::ZERO),
         )
         .await?;
-    let again = store.claim(PLAIN, "w2", 10, LEASE, false).await?;
+    let again = claim(&store, PLAIN, "w2", 10, LEASE, false).await?;
     assert_eq!(ids(&again), vec![first.event_id]);
     assert_eq!((again[0].lease.token, again[0].lease.attempt), (2, 2));
     assert_eq!(
@@ -468,21 +521,21 @@ async fn claim_leases_with_new_tokens_and_counts_attempts<S: Conformance>(store:
 async fn stale_token_is_refused_after_a_reclaim<S: Conformance>(store: S) -> TestResult {
     let receipts = committed(&store, vec![note(1)]).await?;
     let event_id = receipts[0].event_id;
-    let first = store.claim(PLAIN, "w1", 1, SHORT, false).await?;
+    let first = claim(&store, PLAIN, "w1", 1, SHORT, false).await?;
     assert_eq!(ids(&first), vec![event_id]);
     recover(&store, 1).await?;
-    let second = store.claim(PLAIN, "w2", 1, LEASE, false).await?;
+    let second = claim(&store, PLAIN, "w2", 1, LEASE, false).await?;
     assert_eq!(ids(&second), vec![event_id]);
     let (old, new) = (&first[0].lease, &second[0].lease);
     assert_eq!((new.token, new.attempt), (2, 2));
 
     let before = store.stale_tokens();
-    assert!(store.ack(old).await.is_err_and(|e| e.is_stale_token()));
+    assert!(ack(&store, old).await.is_err_and(|e| e.is_stale_token()));
     let failed = store
         .fail(old, FailureClass::Transient, "E_LATE", RetryDecision::Dead)
         .await;
     assert!(failed.is_err_and(|e| e.is_stale_token()));
-    assert_eq!(store.renew(&[old], LEASE).await?, 0);
+    assert!(store.renew(&[old], LEASE).await?.is_empty());
     let mut tx = store.begin_tx().await?;
     let effect = store.record_effect(&mut *tx, old, "effect", "digest").await;
     assert!(effect.is_err_and(|e| e.is_stale_token()));
@@ -502,7 +555,7 @@ async fn stale_token_is_refused_after_a_reclaim<S: Conformance>(store: S) -> Tes
             .record_effect(&mut *tx, new, "effect", "digest")
             .await?
     );
-    store.ack_in(&mut *tx, new).await?;
+    assert_eq!(Store::ack(&store, &mut *tx, &[new]).await?.acked, 1);
     S::commit_tx(tx).await?;
 
     assert_eq!(store.delivery(event_id, PLAIN).await?, None);
@@ -524,17 +577,16 @@ async fn per_key_claims_only_the_head_of_each_key<S: Conformance>(store: S) -> T
         receipts[1].event_id,
         receipts[2].event_id,
     );
-    let heads = store.claim(ORDERED, "w1", 10, LEASE, true).await?;
+    let heads = claim(&store, ORDERED, "w1", 10, LEASE, true).await?;
     assert_eq!(ids(&heads), vec![a1, b1]);
     // The second delivery of key 1 waits while the first is leased.
     assert!(
-        store
-            .claim(ORDERED, "w2", 10, LEASE, true)
+        claim(&store, ORDERED, "w2", 10, LEASE, true)
             .await?
             .is_empty()
     );
     // A consumer without per-key ordering is not held back.
-    assert_eq!(store.claim(PLAIN, "w3", 10, LEASE, false).await?.len(), 3);
+    assert_eq!(claim(&store, PLAIN, "w3", 10, LEASE, false).await?.len(), 3);
 
     // A head backing off still holds its key: key 2's next event waits behind it.
     store
@@ -547,15 +599,14 @@ async fn per_key_claims_only_the_head_of_each_key<S: Conformance>(store: S) -> T
         .await?;
     let b2 = committed(&store, vec![note(2)]).await?[0].event_id;
     assert!(
-        store
-            .claim(ORDERED, "w2", 10, LEASE, true)
+        claim(&store, ORDERED, "w2", 10, LEASE, true)
             .await?
             .is_empty()
     );
 
     // Acked, key 1's head is the next delivery.
-    store.ack(&heads[0].lease).await?;
-    let next = store.claim(ORDERED, "w2", 10, LEASE, true).await?;
+    ack(&store, &heads[0].lease).await?;
+    let next = claim(&store, ORDERED, "w2", 10, LEASE, true).await?;
     assert_eq!(ids(&next), vec![a2]);
     assert_eq!(
         store.delivery(b2, ORDERED).await?.map(|d| d.status),
@@ -566,7 +617,7 @@ async fn per_key_claims_only_the_head_of_each_key<S: Conformance>(store: S) -> T
 
 async fn fail_retries_later_dead_letters_or_quarantines<S: Conformance>(store: S) -> TestResult {
     committed(&store, vec![note(1), note(2), note(3)]).await?;
-    let claimed = store.claim(PLAIN, "w1", 10, LEASE, false).await?;
+    let claimed = claim(&store, PLAIN, "w1", 10, LEASE, false).await?;
     let [retry, dead, quarantine] = [&claimed[0], &claimed[1], &claimed[2]].map(|c| &c.lease);
     store
         .fail(
@@ -597,7 +648,11 @@ async fn fail_retries_later_dead_letters_or_quarantines<S: Conformance>(store: S
     assert_eq!(delivery.last_error_code.as_deref(), Some("E_TIMEOUT"));
     assert!(delivery.available_at > retry.claimed_at + 3000.0);
     // Not due yet: not claimable.
-    assert!(store.claim(PLAIN, "w2", 10, LEASE, false).await?.is_empty());
+    assert!(
+        claim(&store, PLAIN, "w2", 10, LEASE, false)
+            .await?
+            .is_empty()
+    );
 
     for (lease, status, outcome, code) in [
         (retry, DeliveryStatus::Pending, "retry", "E_TIMEOUT"),
@@ -646,7 +701,7 @@ async fn fail_dead_letters_at_the_policys_last_attempt<S: Conformance>(store: S)
     for attempt in 1..=4 {
         // Each retry falls due 200 ms after its failure.
         let claimed = eventually(|| async move {
-            let claimed = store.claim(PLAIN, "w1", 1, LEASE, false).await?;
+            let claimed = claim(store, PLAIN, "w1", 1, LEASE, false).await?;
             Ok(claimed.into_iter().next())
         })
         .await?
@@ -675,8 +730,8 @@ async fn fail_dead_letters_at_the_policys_last_attempt<S: Conformance>(store: S)
 
 async fn release_returns_leases_as_never_claimed<S: Conformance>(store: S) -> TestResult {
     committed(&store, vec![note(1), note(2)]).await?;
-    let claimed = store.claim(PLAIN, "w1", 10, LEASE, false).await?;
-    let others = store.claim(ORDERED, "w2", 10, LEASE, true).await?;
+    let claimed = claim(&store, PLAIN, "w1", 10, LEASE, false).await?;
+    let others = claim(&store, ORDERED, "w2", 10, LEASE, true).await?;
     assert_eq!((claimed.len(), others.len()), (2, 2));
 
     assert_eq!(store.release("w1").await?, 2);
@@ -697,12 +752,11 @@ async fn release_returns_leases_as_never_claimed<S: Conformance>(store: S) -> Te
         2
     );
     assert!(
-        store
-            .ack(&claimed[0].lease)
+        ack(&store, &claimed[0].lease)
             .await
             .is_err_and(|e| e.is_stale_token())
     );
-    let again = store.claim(PLAIN, "w3", 10, LEASE, false).await?;
+    let again = claim(&store, PLAIN, "w3", 10, LEASE, false).await?;
     let leases: Vec<(i64, u32)> = again
         .iter()
         .map(|c| (c.lease.token, c.lease.attempt))
@@ -715,7 +769,7 @@ async fn release_returns_leases_as_never_claimed<S: Conformance>(store: S) -> Te
 async fn recover_expired_requeues_then_dead_letters<S: Conformance>(store: S) -> TestResult {
     let event_id = committed(&store, vec![note(1)]).await?[0].event_id;
     for attempt in 1..=4_u32 {
-        let claimed = store.claim(PLAIN, "w1", 1, SHORT, false).await?;
+        let claimed = claim(&store, PLAIN, "w1", 1, SHORT, false).await?;
         assert_eq!(ids(&claimed), vec![event_id]);
         assert_eq!(claimed[0].lease.attempt, attempt);
         recover(&store, 1).await?;
@@ -730,7 +784,11 @@ async fn recover_expired_requeues_then_dead_letters<S: Conformance>(store: S) ->
         assert_eq!(delivery.last_error_code.as_deref(), Some("lease_expired"));
         assert_eq!(delivery.lease_until, None);
     }
-    assert!(store.claim(PLAIN, "w1", 1, LEASE, false).await?.is_empty());
+    assert!(
+        claim(&store, PLAIN, "w1", 1, LEASE, false)
+            .await?
+            .is_empty()
+    );
     assert_eq!(
         attempt_rows(&store, event_id, PLAIN).await?,
         vec![
@@ -745,7 +803,7 @@ async fn recover_expired_requeues_then_dead_letters<S: Conformance>(store: S) ->
 
 async fn record_effect_is_recorded_once<S: Conformance>(store: S) -> TestResult {
     committed(&store, vec![note(1)]).await?;
-    let claimed = store.claim(PLAIN, "w1", 1, LEASE, false).await?;
+    let claimed = claim(&store, PLAIN, "w1", 1, LEASE, false).await?;
     let lease = &claimed[0].lease;
 
     let mut tx = store.begin_tx().await?;
@@ -785,7 +843,7 @@ async fn record_effect_is_recorded_once<S: Conformance>(store: S) -> TestResult 
             RetryDecision::Retry(Duration::ZERO),
         )
         .await?;
-    let again = store.claim(PLAIN, "w2", 1, LEASE, false).await?;
+    let again = claim(&store, PLAIN, "w2", 1, LEASE, false).await?;
     let mut tx = store.begin_tx().await?;
     let next = &again[0].lease;
     assert!(
@@ -801,7 +859,7 @@ async fn record_effect_is_recorded_once<S: Conformance>(store: S) -> TestResult 
     S::commit_tx(tx).await?;
 
     // A shadow-mode lease writes no effect row: it keeps intents.
-    let shadowed = store.claim(SHADOW, "w3", 1, LEASE, false).await?;
+    let shadowed = claim(&store, SHADOW, "w3", 1, LEASE, false).await?;
     let shadow = &shadowed[0].lease;
     assert!(shadow.is_shadow());
     for _ in 0..2 {
@@ -820,9 +878,9 @@ async fn record_effect_is_recorded_once<S: Conformance>(store: S) -> TestResult 
 
 async fn ack_batch_reports_stale_entries<S: Conformance>(store: S) -> TestResult {
     committed(&store, vec![note(1), note(2), note(3)]).await?;
-    let claimed = store.claim(PLAIN, "w1", 10, LEASE, false).await?;
+    let claimed = claim(&store, PLAIN, "w1", 10, LEASE, false).await?;
     let [first, second, third] = [&claimed[0], &claimed[1], &claimed[2]].map(|c| &c.lease);
-    store.ack(second).await?;
+    ack(&store, second).await?;
     // The third's lease presented by another owner.
     let intruder = Lease::new(
         third.event_id,
@@ -833,7 +891,7 @@ async fn ack_batch_reports_stale_entries<S: Conformance>(store: S) -> TestResult
         third.claimed_at,
     );
     let before = store.stale_tokens();
-    let outcome = store.ack_batch(&[first, second, &intruder]).await?;
+    let outcome = ack_leases(&store, &[first, second, &intruder]).await?;
     assert_eq!(outcome.acked, 1);
     assert_eq!(
         outcome.stale,
@@ -857,11 +915,8 @@ async fn ack_batch_reports_stale_entries<S: Conformance>(store: S) -> TestResult
         .ok_or("missing")?;
     assert_eq!(delivery.status, DeliveryStatus::Leased);
     assert!(store.attempts(third.event_id, PLAIN).await?.is_empty());
-    assert_eq!(store.ack_batch(&[third]).await?.acked, 1);
-    assert_eq!(
-        store.ack_batch(&[]).await?,
-        evc_runtime::AckBatch::default()
-    );
+    assert_eq!(ack_leases(&store, &[third]).await?.acked, 1);
+    assert_eq!(ack_leases(&store, &[]).await?, AckBatch::default());
     Ok(())
 }
 
@@ -880,7 +935,7 @@ async fn held_batch_commits_with_its_transaction_or_leaves_nothing<S: Conformanc
 
     // Held, the deliveries are not written; rolled back, they are as never claimed.
     let mut tx = store.begin_tx().await?;
-    let held = store.claim_held(&mut *tx, PLAIN, "w1", 10).await?;
+    let held = held_claim(&store, &mut *tx, "w1").await?;
     assert_eq!(
         ids(&held),
         receipts.iter().map(|r| r.event_id).collect::<Vec<_>>()
@@ -898,10 +953,13 @@ async fn held_batch_commits_with_its_transaction_or_leaves_nothing<S: Conformanc
 
     // Acked in the claiming transaction: acks, effects and attempt rows commit together.
     let mut tx = store.begin_tx().await?;
-    let held = store.claim_held(&mut *tx, PLAIN, "w1", 10).await?;
+    let held = held_claim(&store, &mut *tx, "w1").await?;
     let [first, second, third] = [&held[0], &held[1], &held[2]].map(|c| &c.lease);
     assert!(store.record_effect(&mut *tx, first, "effect", "d").await?);
-    assert_eq!(store.ack_held(&mut *tx, &[first, second]).await?, 2);
+    assert_eq!(
+        Store::ack(&store, &mut *tx, &[first, second]).await?.acked,
+        2
+    );
     S::commit_tx(tx).await?;
     for lease in [first, second] {
         assert_eq!(store.delivery(lease.event_id, PLAIN).await?, None);
@@ -914,7 +972,7 @@ async fn held_batch_commits_with_its_transaction_or_leaves_nothing<S: Conformanc
 
     // A held lease failed after its batch rolled back: the attempt is counted then.
     let mut tx = store.begin_tx().await?;
-    let held = store.claim_held(&mut *tx, PLAIN, "w2", 10).await?;
+    let held = held_claim(&store, &mut *tx, "w2").await?;
     assert_eq!(ids(&held), vec![third.event_id]);
     S::rollback_tx(tx).await?;
     let lease = &held[0].lease;
@@ -981,7 +1039,7 @@ async fn concurrent_per_key_workers_keep_one_in_flight_per_key<S: Conformance>(
             let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
             while acked.load(std::sync::atomic::Ordering::SeqCst) < EVENTS {
                 assert!(tokio::time::Instant::now() < deadline, "workers stalled");
-                let claimed = store.claim(ORDERED, &owner, 5, LEASE, true).await?;
+                let claimed = claim(&store, ORDERED, &owner, 5, LEASE, true).await?;
                 if claimed.is_empty() {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     continue;
@@ -1007,7 +1065,7 @@ async fn concurrent_per_key_workers_keep_one_in_flight_per_key<S: Conformance>(
                         .lock()
                         .map_err(|_| "poisoned")?
                         .remove(&claimed.order_key);
-                    store.ack(&claimed.lease).await?;
+                    ack(&store, &claimed.lease).await?;
                     acked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 }
             }
@@ -1019,6 +1077,166 @@ async fn concurrent_per_key_workers_keep_one_in_flight_per_key<S: Conformance>(
     }
     assert_eq!(acked.load(std::sync::atomic::Ordering::SeqCst), EVENTS);
     assert_eq!(store.count_deliveries(ORDERED, &[]).await?, 0);
+    Ok(())
+}
+
+async fn shadow_savepoint_undoes_the_handlers_writes<S: Conformance>(store: S) -> TestResult {
+    committed(&store, vec![note(1)]).await?;
+    let claimed = claim(&store, SHADOW, "w1", 1, LEASE, false).await?;
+    let lease = &claimed[0].lease;
+    assert!(lease.is_shadow());
+
+    // The transactional kind's shadow run: fence, savepoint, the handler's writes, undo,
+    // reconciliation row, ack; all in one transaction.
+    let mut tx = store.begin_tx().await?;
+    store.lock_lease(&mut *tx, lease).await?;
+    store.begin_shadow(&mut *tx).await?;
+    store
+        .append(&mut *tx, note(2), AppendOptions::default())
+        .await?;
+    assert!(store.record_effect(&mut *tx, lease, "effect", "d").await?);
+    store.end_shadow(&mut *tx).await?;
+    store.record_reconciliation(&mut *tx, lease).await?;
+    assert_eq!(Store::ack(&store, &mut *tx, &[lease]).await?.acked, 1);
+    S::commit_tx(tx).await?;
+
+    assert_eq!(
+        store.count_events().await?,
+        1,
+        "the handler's append was undone"
+    );
+    assert_eq!(store.delivery(lease.event_id, SHADOW).await?, None);
+    assert_eq!(
+        attempt_rows(&store, lease.event_id, SHADOW).await?,
+        vec![row(1, "acked", None, 1, "w1")]
+    );
+
+    // Heartbeats are written and forgotten without error.
+    let beats = [
+        evc_runtime::Heartbeat::new("w1", SHADOW, ""),
+        evc_runtime::Heartbeat::new("w2", PLAIN, "batch,lease"),
+    ];
+    store.heartbeat(&beats).await?;
+    store.heartbeat(&beats[..1]).await?;
+    store
+        .forget_heartbeats(&["w1".to_owned(), "w2".to_owned()])
+        .await?;
+    Ok(())
+}
+
+/// Counts calls per consumer and checks that no key of a per-key consumer runs twice at once;
+/// a transactional delivery records its effect in its transaction.
+#[derive(Default)]
+struct Counting {
+    calls: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
+    in_flight: std::sync::Mutex<std::collections::HashSet<String>>,
+    overlaps: std::sync::atomic::AtomicU64,
+    effects_recorded: std::sync::atomic::AtomicU64,
+}
+
+impl<S: Store> evc_runtime::DynHandler<S> for Counting {
+    fn handle<'a>(
+        &'a self,
+        mut context: evc_runtime::HandlerContext<'a, S>,
+    ) -> evc_runtime::dispatcher::BoxFuture<'a, Result<(), evc_runtime::HandlerError>> {
+        Box::pin(async move {
+            let consumer = context.lease().consumer.clone();
+            let key = format!("{consumer}/{}", context.claimed.order_key);
+            let ordered = consumer == ORDERED;
+            if ordered && !self.in_flight.lock().expect("lock").insert(key.clone()) {
+                self.overlaps
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            *self
+                .calls
+                .lock()
+                .expect("lock")
+                .entry(consumer)
+                .or_default() += 1;
+            tokio::task::yield_now().await;
+            let (store, lease) = (context.store, context.claimed.lease.clone());
+            if let Some(transaction) = context.transaction() {
+                let effect_key = lease.event_id.to_string();
+                let first = store
+                    .record_effect(transaction, &lease, &effect_key, "done")
+                    .await
+                    .map_err(|_| {
+                        evc_runtime::HandlerError::new(FailureClass::Transient, "E_EFFECT")
+                    })?;
+                if first {
+                    self.effects_recorded
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+            if ordered {
+                self.in_flight.lock().expect("lock").remove(&key);
+            }
+            Ok(())
+        })
+    }
+}
+
+async fn the_dispatcher_delivers_every_event_once<S: Conformance>(store: S) -> TestResult {
+    let mut events: Vec<NewEvent> = (0..30).map(|n| note(n % 5).into()).collect();
+    events.extend((0..5).map(|_| ping().into()));
+    let mut tx = store.begin_tx().await?;
+    store.append_batch(&mut *tx, events).await?;
+    S::commit_tx(tx).await?;
+
+    let handler = std::sync::Arc::new(Counting::default());
+    let config = evc_runtime::DispatcherConfig::default()
+        .owner(format!("conformance-{}", S::NAME))
+        .workers(2)
+        .batch(10)
+        .lease(LEASE)
+        .poll_interval(Duration::from_millis(20))
+        .recovery_interval(Duration::from_millis(200))
+        .heartbeat_interval(Duration::from_millis(100))
+        // `k.shadow` (transactional, no per-key ordering) runs held batches.
+        .held_batches(true)
+        .seed(7);
+    let mut dispatcher = evc_runtime::Dispatcher::new(store.clone(), config);
+    for consumer in [PLAIN, ORDERED, SHADOW] {
+        dispatcher = dispatcher.consumer(consumer, handler.clone())?;
+    }
+    let handle = dispatcher.start();
+
+    // More appends while it runs (woken or polled).
+    committed(&store, vec![note(9), ping()]).await?;
+    let store_ref = &store;
+    let settled = eventually(|| async move {
+        let mut open = 0;
+        for consumer in [PLAIN, ORDERED, SHADOW] {
+            open += store_ref.count_deliveries(consumer, &[]).await?;
+        }
+        Ok((open == 0).then_some(()))
+    })
+    .await?;
+    let stats = handle.shutdown().await;
+    assert!(settled.is_some(), "{}: deliveries still open", S::NAME);
+
+    let calls = handler.calls.lock().map_err(|_| "poisoned")?.clone();
+    let expected: std::collections::BTreeMap<String, u64> = [
+        (PLAIN.to_owned(), 37),
+        (ORDERED.to_owned(), 31),
+        (SHADOW.to_owned(), 31),
+    ]
+    .into();
+    assert_eq!(calls, expected);
+    assert_eq!(stats.acked, 99);
+    assert_eq!((stats.retried, stats.dead, stats.stale), (0, 0, 0));
+    assert_eq!(
+        handler.overlaps.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+    // Every transactional delivery's first effect: `k.ordered`'s rows, and `k.shadow`'s
+    // intents (a shadow run records none, so each is a first).
+    assert_eq!(
+        handler
+            .effects_recorded
+            .load(std::sync::atomic::Ordering::SeqCst),
+        62
+    );
     Ok(())
 }
 
@@ -1113,6 +1331,53 @@ mod sqlite_only {
         tokio::time::timeout(Duration::ZERO, notify.notified())
             .await
             .is_ok()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn listen_wakes_the_dispatchers_wakers_until_shutdown() -> TestResult {
+        use std::collections::HashMap;
+        use std::sync::Arc;
+
+        use evc_runtime::Store;
+        use tokio::sync::{Notify, watch};
+
+        let dir = tempfile::tempdir()?;
+        let location = dir.path().join("outbox.db").to_string_lossy().into_owned();
+        let store = SqliteStore::open(&location, CONFORMANCE_REGISTRY).await?;
+        assert!(store.hold_doorbell(PLAIN, LEASE).await?.is_none());
+        let waker = Arc::new(Notify::new());
+        let wakers = HashMap::from([(PLAIN.to_owned(), Arc::clone(&waker))]);
+        let (stop, shutdown) = watch::channel(false);
+        let listener = {
+            let store = store.clone();
+            tokio::spawn(async move { store.listen(wakers, LEASE, shutdown).await })
+        };
+
+        // An append's commit wakes a registered waiter (once the listener is subscribed).
+        let woke = crate::conformance::eventually(|| async {
+            let notified = waker.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            super::committed(&store, vec![super::ping()]).await?;
+            Ok(tokio::time::timeout(Duration::ZERO, notified).await.ok())
+        })
+        .await?;
+        assert!(woke.is_some(), "the listener never woke its waker");
+
+        // After shutdown, commits wake nobody.
+        stop.send(true)?;
+        tokio::time::timeout(Duration::from_secs(10), listener).await??;
+        let notified = waker.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        super::committed(&store, vec![super::ping()]).await?;
+        assert!(
+            tokio::time::timeout(Duration::ZERO, notified)
+                .await
+                .is_err()
+        );
+        store.close().await;
+        Ok(())
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,42 +1,48 @@
-//! The store boundary: what producers and the dispatcher need from an outbox database.
+//! The store boundary: what producers, the dispatcher and handlers need from an outbox
+//! database.
 //!
-//! [`Store`] is the only thing the dispatcher and the producers talk to. PostgreSQL
+//! [`Store`] is what the dispatcher ([`crate::Dispatcher`]), the handler context
+//! ([`crate::HandlerContext`]) and generic producers talk to; every statement against the
+//! runtime's tables lives behind it, in the store's own module. PostgreSQL
 //! ([`postgres::PgStore`]) is the production store; the embedded store
 //! ([`sqlite::SqliteStore`], one process per file) implements the same trait with the same
-//! checks ([`crate::append::Checker`]) and the same lease and fencing semantics.
+//! lease and fencing semantics. Every store applies the same checks
+//! ([`crate::append::Checker`]); PostgreSQL's registry mirror follows the parity rules of
+//! [`parity`].
 //!
 //! Both stores also answer the same read methods (`delivery`, `attempts`, `count_deliveries`,
 //! `count_events`, `rejects`, `stale_rejections`) with the types below ([`DeliveryRecord`],
 //! [`AttemptRecord`], [`RejectRecord`]), so tests and tools read a delivery's state without
 //! SQL of their own.
 //!
-//! What a store provides, and in which part of the runtime it lands:
+//! | Method | Used by |
+//! | --- | --- |
+//! | [`Store::verify_registry`] | start-up of producers and dispatchers |
+//! | [`Store::append`], [`Store::append_batch`], [`Store::publisher`] | producer functions (through [`crate::Publish`]) |
+//! | [`Store::claim`] (leased or held, per-key head-of-line, from a claim cursor) | dispatcher workers |
+//! | [`Store::ack`], [`Store::fail`], [`Store::renew`] (each fenced by the lease's token; a stale token is refused and counted) | dispatcher workers |
+//! | [`Store::lock_lease`], [`Store::begin_shadow`], [`Store::end_shadow`], [`Store::record_reconciliation`] | the transactional kind's handler transaction |
+//! | [`Store::release`], [`Store::recover_expired`] | shutdown, the recovery task |
+//! | [`Store::record_effect`] (idempotent effect row, fenced) | consumer handlers |
+//! | [`Store::heartbeat`], [`Store::forget_heartbeats`] | the heartbeat task |
+//! | [`Store::listen`], [`Store::hold_doorbell`], [`Store::release_doorbell`] | wake-ups of idle workers |
 //!
-//! | Method | Used by | Status |
-//! | --- | --- | --- |
-//! | [`Store::verify_registry`] | start-up of producers and dispatchers | implemented |
-//! | [`Store::append`] | producer functions (through [`crate::Publish`]) | implemented |
-//! | [`Store::append_batch`] | bulk producers | implemented |
-//! | [`Store::claim`] (`FOR UPDATE SKIP LOCKED`, lease owner, lease end, new fencing token, per-key head-of-line) | dispatcher | implemented |
-//! | [`Store::ack`], [`Store::ack_in`], [`Store::fail`], [`Store::renew`] (each presenting the fencing token; a stale token is rejected and counted) | dispatcher | implemented |
-//! | [`Store::ack_batch`] (many fenced acks in one statement; stale ones refused, counted and reported) | batching workers, the outbox benchmark | implemented |
-//! | [`Store::lock_lease`] (the transactional kind's fence) | dispatcher | implemented |
-//! | [`Store::release`] (graceful shutdown), [`Store::recover_expired`] | dispatcher | implemented |
-//! | [`Store::record_effect`] (idempotent effect row, fenced) | consumer handlers | implemented |
-//!
-//! Appends run on the caller's connection ([`Store::Connection`], inside the caller's
-//! transaction), so an event commits or rolls back with the caller's own writes. Rejections are
-//! audited on the store's own connection so they survive the caller's rollback
-//! (docs/runtime.md, "Transaction semantics").
+//! Appends run on the caller's connection ([`Connection`], inside the caller's transaction),
+//! so an event commits or rolls back with the caller's own writes. Rejections are audited
+//! outside the caller's transaction so they survive its rollback (docs/runtime.md,
+//! "Transaction semantics").
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
 use crate::append::{AppendError, AppendOptions, AppendReceipt, NewEvent, SchemaCompileError};
 use crate::handler::{Delivery, FailureClass};
-use crate::publish::OutgoingEvent;
+use crate::publish::{OutgoingEvent, Publish};
 use crate::registry::Registry;
 use crate::retry::{RetryDecision, RetryPolicyError};
 use crate::trace::{TraceContext, TraceContextError};
@@ -47,15 +53,38 @@ pub mod sqlite;
 
 pub use parity::{Drift, RegistryDrift, RegistryObject};
 
-/// An outbox store: appends events with their deliveries and, later, leases deliveries to the
-/// dispatcher.
-pub trait Store: Send + Sync {
-    /// The connection appends run on: the caller's transaction (`PgConnection` for PostgreSQL;
-    /// a `Transaction` dereferences to it).
-    type Connection: ?Sized + Send;
+/// The connection a store's appends and transactional handlers run on (`PgConnection` for
+/// PostgreSQL; a `sqlx::Transaction` dereferences to it).
+pub type Connection<S> = <<S as Store>::Database as sqlx::Database>::Connection;
+
+/// An outbox store: appends events with their deliveries, leases deliveries to the
+/// dispatcher and records how every attempt ended.
+pub trait Store: Clone + Send + Sync + 'static {
+    /// The sqlx database the store runs on (its connections shared by reference across a
+    /// worker's awaits, hence `Sync`).
+    type Database: sqlx::Database<Connection: Sync>;
+
+    /// The [`Publish`] implementation over a caller's connection ([`Store::publisher`]).
+    type Publisher<'a>: Publish<Receipt = AppendReceipt, Error = AppendError> + Send
+    where
+        Self: 'a;
+
+    /// A consumer's doorbell held by a sleeping worker ([`Store::hold_doorbell`]).
+    type Doorbell: Send + 'static;
 
     /// The static registry the store checks events against and fans out from.
     fn registry(&self) -> &Registry;
+
+    /// The store's connection pool: workers take their connections from it.
+    fn pool(&self) -> &sqlx::Pool<Self::Database>;
+
+    /// A publisher over the caller's connection or transaction with `options` as its
+    /// envelope options, for the generated producer functions (`emit_*`).
+    fn publisher<'a>(
+        &'a self,
+        connection: &'a mut Connection<Self>,
+        options: AppendOptions,
+    ) -> Self::Publisher<'a>;
 
     /// Compares the database's registry mirror with the static registry. Producers and
     /// dispatchers call it at start-up and refuse to start on drift.
@@ -72,76 +101,60 @@ pub trait Store: Send + Sync {
     /// is written); [`AppendError::Database`] when the database fails.
     fn append(
         &self,
-        connection: &mut Self::Connection,
+        connection: &mut Connection<Self>,
         event: OutgoingEvent,
         options: AppendOptions,
     ) -> impl Future<Output = Result<AppendReceipt, AppendError>> + Send;
 
-    /// Appends many events and their deliveries in the caller's transaction, in few
-    /// statements. Every event is checked first; one refused event refuses the whole batch.
-    /// Receipts come back in the order of `events`.
+    /// Appends many events and their deliveries in the caller's transaction. Every event is
+    /// checked first; one refused event refuses the whole batch. Receipts come back in the
+    /// order of `events`.
     ///
     /// # Errors
     /// [`AppendError::BatchRejected`] naming the first refused event (a reject row is recorded
     /// for every refused one, nothing else is written); [`AppendError::Database`].
     fn append_batch(
         &self,
-        connection: &mut Self::Connection,
+        connection: &mut Connection<Self>,
         events: Vec<NewEvent>,
     ) -> impl Future<Output = Result<Vec<AppendReceipt>, AppendError>> + Send;
 
-    /// Claims up to `batch` due pending deliveries of `consumer` for `owner`, oldest first,
-    /// each leased until now + `lease` with its attempt counted and a new fencing token. With
-    /// `per_key` only the head of each key is claimed, and never while another delivery of the
-    /// key is leased: at most one delivery per key and consumer is in flight.
+    /// Claims due pending deliveries as `request` says, oldest first, on `connection`.
+    /// [`Hold::Lease`]: each leased to the owner until now + the lease, its attempt counted
+    /// and a new fencing token set; the claim commits itself (run it outside a transaction).
+    /// [`Hold::Transaction`]: held by the transaction open on `connection` and otherwise
+    /// untouched (its [held](Lease::is_held) leases carry the token and attempt their ack
+    /// writes); ack them with [`Store::ack`] on the same transaction. With
+    /// [`ClaimRequest::per_key`] only the head of each key is claimed, and never while another
+    /// delivery of the key is leased.
     ///
     /// # Errors
     /// [`DispatchError::Database`] or [`DispatchError::Payload`].
     fn claim(
         &self,
-        consumer: &str,
-        owner: &str,
-        batch: u32,
-        lease: Duration,
-        per_key: bool,
+        connection: &mut Connection<Self>,
+        request: &ClaimRequest<'_>,
     ) -> impl Future<Output = Result<Vec<Claimed>, DispatchError>> + Send;
 
-    /// Acks a lease (fenced): deletes the delivery and writes its `acked` attempt row, the
-    /// delivery's record from then on, on the store's own connection (the leased kind).
-    ///
-    /// # Errors
-    /// [`DispatchError::StaleToken`] (counted) when the lease's token is no longer current;
-    /// [`DispatchError::Database`].
-    fn ack(&self, lease: &Lease) -> impl Future<Output = Result<(), DispatchError>> + Send;
-
-    /// Acks many leases in one statement on the store's own connection: each lease is fenced
-    /// on its own (still leased to its owner with its token), and every acked one is deleted
-    /// and gets its `acked` attempt row (started at [`Lease::started_at`]). Leases whose token
-    /// is stale write nothing; they are counted like [`Store::ack`]'s and returned.
+    /// Acks leases on `connection`, each fenced on its own (still leased to its owner with its
+    /// token, or held by the transaction open on `connection`): every acked delivery is
+    /// deleted and gets its `acked` attempt row (started at [`Lease::started_at`]). Stale
+    /// leases write nothing; they are counted and returned. On a transaction, the acks commit
+    /// with it (the transactional kind acks in its handler's transaction).
     ///
     /// # Errors
     /// [`DispatchError::Database`] (nothing is acked then).
-    fn ack_batch(
+    fn ack(
         &self,
+        connection: &mut Connection<Self>,
         leases: &[&Lease],
     ) -> impl Future<Output = Result<AckBatch, DispatchError>> + Send;
-
-    /// [`Store::ack`] on the caller's connection: the transactional kind acks in the handler's
-    /// transaction, so the handler's writes, its effect row and the ack commit together.
-    ///
-    /// # Errors
-    /// As [`Store::ack`].
-    fn ack_in(
-        &self,
-        connection: &mut Self::Connection,
-        lease: &Lease,
-    ) -> impl Future<Output = Result<(), DispatchError>> + Send;
 
     /// Ends a failed attempt (fenced) as `decision` says — back to pending after the delay,
     /// dead or quarantined — with the failure's class and code, and writes its attempt row.
     ///
     /// # Errors
-    /// As [`Store::ack`].
+    /// [`DispatchError::StaleToken`] (counted); [`DispatchError::Database`].
     fn fail(
         &self,
         lease: &Lease,
@@ -150,8 +163,9 @@ pub trait Store: Send + Sync {
         decision: RetryDecision,
     ) -> impl Future<Output = Result<(), DispatchError>> + Send;
 
-    /// Extends the leases that still carry their tokens until now + `lease`; returns how many
-    /// were renewed. A lease not renewed was lost (its token is stale, counted).
+    /// Extends the leases (of one consumer) that still carry their tokens until now +
+    /// `lease`; answers which were renewed, by event id. A lease not renewed was lost (its
+    /// token is stale, counted).
     ///
     /// # Errors
     /// [`DispatchError::Database`].
@@ -159,7 +173,7 @@ pub trait Store: Send + Sync {
         &self,
         leases: &[&Lease],
         lease: Duration,
-    ) -> impl Future<Output = Result<usize, DispatchError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Uuid>, DispatchError>> + Send;
 
     /// Locks the delivery of `lease` in the caller's transaction if its token is current: the
     /// transactional kind's fence, taken before the handler runs, which also keeps lease-expiry
@@ -169,7 +183,37 @@ pub trait Store: Send + Sync {
     /// [`DispatchError::StaleToken`] (counted); [`DispatchError::Database`].
     fn lock_lease(
         &self,
-        connection: &mut Self::Connection,
+        connection: &mut Connection<Self>,
+        lease: &Lease,
+    ) -> impl Future<Output = Result<(), DispatchError>> + Send;
+
+    /// Marks the point a shadow-mode handler's writes are rolled back to
+    /// ([`Store::end_shadow`]), in the handler's transaction.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn begin_shadow(
+        &self,
+        connection: &mut Connection<Self>,
+    ) -> impl Future<Output = Result<(), DispatchError>> + Send;
+
+    /// Undoes everything a shadow-mode handler wrote since [`Store::begin_shadow`].
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn end_shadow(
+        &self,
+        connection: &mut Connection<Self>,
+    ) -> impl Future<Output = Result<(), DispatchError>> + Send;
+
+    /// Records what a shadow-mode handler meant to do (its lease's intents), fenced like an
+    /// effect write, on `connection`. One row per delivery generation.
+    ///
+    /// # Errors
+    /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
+    fn record_reconciliation(
+        &self,
+        connection: &mut Connection<Self>,
         lease: &Lease,
     ) -> impl Future<Output = Result<(), DispatchError>> + Send;
 
@@ -201,11 +245,156 @@ pub trait Store: Send + Sync {
     /// [`DispatchError::Database`].
     fn record_effect(
         &self,
-        connection: &mut Self::Connection,
+        connection: &mut Connection<Self>,
         lease: &Lease,
         effect_key: &str,
         outcome_digest: &str,
     ) -> impl Future<Output = Result<bool, DispatchError>> + Send;
+
+    /// Records that `workers` are alive now.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn heartbeat(
+        &self,
+        workers: &[Heartbeat],
+    ) -> impl Future<Output = Result<(), DispatchError>> + Send;
+
+    /// Removes the heartbeats of workers that stopped (shut down, not silent).
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn forget_heartbeats(
+        &self,
+        owners: &[String],
+    ) -> impl Future<Output = Result<(), DispatchError>> + Send;
+
+    /// Runs until `shutdown` turns true: wakes the [`Notify`] of a consumer in `wakers` when
+    /// an append for it commits. Errors are logged and retried after `retry`; the workers'
+    /// polling covers what is missed meanwhile.
+    fn listen(
+        &self,
+        wakers: HashMap<String, Arc<Notify>>,
+        retry: Duration,
+        shutdown: watch::Receiver<bool>,
+    ) -> impl Future<Output = ()> + Send;
+
+    /// A consumer's doorbell for a worker about to sleep, waiting at most `wait` for it: while
+    /// it is held, appends for the consumer wake [`Store::listen`]. `None`: not had in time,
+    /// or the store wakes listeners on every append and needs no doorbell.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn hold_doorbell(
+        &self,
+        consumer: &str,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Option<Self::Doorbell>, DispatchError>> + Send;
+
+    /// Gives a doorbell back.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`]; the doorbell is released anyway (its connection closed).
+    fn release_doorbell(
+        &self,
+        doorbell: Self::Doorbell,
+    ) -> impl Future<Output = Result<(), DispatchError>> + Send;
+
+    /// Fenced operations refused so far because their token was stale. Monotonic for the life
+    /// of the store.
+    fn stale_tokens(&self) -> u64;
+}
+
+/// What a [`Store::claim`] asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClaimRequest<'a> {
+    /// The consumer whose deliveries are claimed.
+    pub consumer: &'a str,
+    /// The lease owner (one dispatcher worker).
+    pub owner: &'a str,
+    /// At most this many deliveries.
+    pub batch: u32,
+    /// Leased for a while, or held by the caller's transaction.
+    pub hold: Hold,
+    /// Only the head of each order key, never while another delivery of the key is leased.
+    pub per_key: bool,
+    /// Only deliveries whose `event_seq` is above this (0: all): the dispatcher's claim
+    /// cursor. A per-key claim ignores it: it must see every head of a key.
+    pub after_seq: i64,
+}
+
+impl<'a> ClaimRequest<'a> {
+    /// A leased claim of up to `batch` deliveries of `consumer` for `owner`, from the head,
+    /// without per-key ordering.
+    pub fn leased(consumer: &'a str, owner: &'a str, batch: u32, lease: Duration) -> Self {
+        Self {
+            consumer,
+            owner,
+            batch,
+            hold: Hold::Lease(lease),
+            per_key: false,
+            after_seq: 0,
+        }
+    }
+
+    /// A claim held by the caller's transaction ([`Hold::Transaction`]).
+    pub fn held(consumer: &'a str, owner: &'a str, batch: u32) -> Self {
+        Self {
+            hold: Hold::Transaction,
+            ..Self::leased(consumer, owner, batch, Duration::ZERO)
+        }
+    }
+
+    /// With or without per-key head-of-line ordering.
+    #[must_use]
+    pub fn per_key(mut self, per_key: bool) -> Self {
+        self.per_key = per_key;
+        self
+    }
+
+    /// Only deliveries whose `event_seq` is above `after_seq`.
+    #[must_use]
+    pub fn after_seq(mut self, after_seq: i64) -> Self {
+        self.after_seq = after_seq;
+        self
+    }
+}
+
+/// How claimed deliveries are held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// Leased until now + this long, with a new fencing token, committed by the claim.
+    Lease(Duration),
+    /// Held by the transaction open on the claim's connection (row locks, no write).
+    Transaction,
+}
+
+/// One worker's heartbeat ([`Store::heartbeat`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Heartbeat {
+    /// The worker (lease owner).
+    pub owner: String,
+    /// Its consumer.
+    pub consumer: String,
+    /// Its dispatcher's overrides ([`crate::Dispatcher::overrides`]), comma-separated.
+    pub overrides: String,
+}
+
+impl Heartbeat {
+    /// The heartbeat of worker `owner` of `consumer`.
+    pub fn new(
+        owner: impl Into<String>,
+        consumer: impl Into<String>,
+        overrides: impl Into<String>,
+    ) -> Self {
+        Self {
+            owner: owner.into(),
+            consumer: consumer.into(),
+            overrides: overrides.into(),
+        }
+    }
 }
 
 /// A claimed delivery's lease: what every fenced operation presents.
@@ -553,6 +742,10 @@ pub enum DispatchError {
     /// A trace id given to a timeline is not a W3C trace id; nothing was read.
     #[error("{0}")]
     TraceId(#[from] TraceContextError),
+    /// The store cannot do what was asked (named in docs/runtime.md, "Stores"); nothing was
+    /// written.
+    #[error("not supported by this store: {0}")]
+    Unsupported(&'static str),
     /// The database failed.
     #[error("outbox database error: {0}")]
     Database(#[from] sqlx::Error),

@@ -10,9 +10,9 @@ use std::ops::DerefMut;
 use std::time::Duration;
 
 use evc_runtime::{
-    AttemptRecord, Claimed, ConsumerDescriptor, ConsumerMode, DeliveryRecord, DeliveryStatus,
-    DispatchError, EventDescriptor, HandlerKind, Lease, PgStore, Registry, RejectRecord,
-    SqliteStore, Store, SubscriptionDescriptor, VersionDescriptor,
+    AttemptRecord, Connection, ConsumerDescriptor, ConsumerMode, DeliveryRecord, DeliveryStatus,
+    DispatchError, EventDescriptor, HandlerKind, PgStore, Registry, RejectRecord, SqliteStore,
+    Store, SubscriptionDescriptor, VersionDescriptor,
 };
 use uuid::Uuid;
 
@@ -23,7 +23,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// A store under test: [`Store`], a caller's write transaction, and the read methods.
 pub trait Conformance: Store + Clone + Send + Sync + 'static {
     /// The caller's transaction (dereferences to the store's connection).
-    type Tx: DerefMut<Target = <Self as Store>::Connection> + Send;
+    type Tx: DerefMut<Target = Connection<Self>> + Send;
 
     /// Which store, for messages.
     const NAME: &'static str;
@@ -66,25 +66,6 @@ pub trait Conformance: Store + Clone + Send + Sync + 'static {
         &self,
         limit: u32,
     ) -> impl Future<Output = Result<Vec<RejectRecord>, DispatchError>> + Send;
-
-    /// The store's `stale_tokens`.
-    fn stale_tokens(&self) -> u64;
-
-    /// The store's `claim_held`.
-    fn claim_held(
-        &self,
-        transaction: &mut <Self as Store>::Connection,
-        consumer: &str,
-        owner: &str,
-        batch: u32,
-    ) -> impl Future<Output = Result<Vec<Claimed>, DispatchError>> + Send;
-
-    /// The store's `ack_held`.
-    fn ack_held(
-        &self,
-        transaction: &mut <Self as Store>::Connection,
-        leases: &[&Lease],
-    ) -> impl Future<Output = Result<usize, DispatchError>> + Send;
 }
 
 impl Conformance for PgStore {
@@ -135,28 +116,6 @@ impl Conformance for PgStore {
     async fn rejects(&self, limit: u32) -> Result<Vec<RejectRecord>, DispatchError> {
         PgStore::rejects(self, limit).await
     }
-
-    fn stale_tokens(&self) -> u64 {
-        PgStore::stale_tokens(self)
-    }
-
-    async fn claim_held(
-        &self,
-        transaction: &mut sqlx::PgConnection,
-        consumer: &str,
-        owner: &str,
-        batch: u32,
-    ) -> Result<Vec<Claimed>, DispatchError> {
-        PgStore::claim_held(self, transaction, consumer, owner, batch).await
-    }
-
-    async fn ack_held(
-        &self,
-        transaction: &mut sqlx::PgConnection,
-        leases: &[&Lease],
-    ) -> Result<usize, DispatchError> {
-        PgStore::ack_held(self, transaction, leases).await
-    }
 }
 
 impl Conformance for SqliteStore {
@@ -206,28 +165,6 @@ impl Conformance for SqliteStore {
 
     async fn rejects(&self, limit: u32) -> Result<Vec<RejectRecord>, DispatchError> {
         SqliteStore::rejects(self, limit).await
-    }
-
-    fn stale_tokens(&self) -> u64 {
-        SqliteStore::stale_tokens(self)
-    }
-
-    async fn claim_held(
-        &self,
-        transaction: &mut sqlx::SqliteConnection,
-        consumer: &str,
-        owner: &str,
-        batch: u32,
-    ) -> Result<Vec<Claimed>, DispatchError> {
-        SqliteStore::claim_held(self, transaction, consumer, owner, batch).await
-    }
-
-    async fn ack_held(
-        &self,
-        transaction: &mut sqlx::SqliteConnection,
-        leases: &[&Lease],
-    ) -> Result<usize, DispatchError> {
-        SqliteStore::ack_held(self, transaction, leases).await
     }
 }
 
@@ -329,7 +266,8 @@ const fn consumer(
 }
 
 /// `test.note` 1.0.0 (producer class `notes`, order key `note_id`, open schema with a free-form
-/// `meta` object) fans out to `k.ordered` (per key), `k.plain` and `k.shadow` (shadow mode),
+/// `meta` object) fans out to `k.ordered` (per key, transactional), `k.plain` (leased) and
+/// `k.shadow` (shadow mode, transactional, no per-key ordering: it can run held batches),
 /// not to `k.off` (off); `test.ping` 1.0.0 (producer class `pinger`) to `k.plain` only. Every
 /// consumer retries on [`FIXED_200MS`] (4 attempts).
 pub static CONFORMANCE_REGISTRY: Registry = Registry {
@@ -368,9 +306,15 @@ pub static CONFORMANCE_REGISTRY: Registry = Registry {
     // Sorted by name, as the registry's lookups expect.
     consumers: &[
         consumer(OFF, ConsumerMode::Off, false, NOTE_1),
-        consumer(ORDERED, ConsumerMode::Live, true, NOTE_1),
+        ConsumerDescriptor {
+            handler: HandlerKind::Transactional,
+            ..consumer(ORDERED, ConsumerMode::Live, true, NOTE_1)
+        },
         consumer(PLAIN, ConsumerMode::Live, false, NOTE_AND_PING),
-        consumer(SHADOW, ConsumerMode::Shadow, false, NOTE_1),
+        ConsumerDescriptor {
+            handler: HandlerKind::Transactional,
+            ..consumer(SHADOW, ConsumerMode::Shadow, false, NOTE_1)
+        },
     ],
     retry_policies: &[FIXED_200MS],
     payload_policy: REFERENCE_POLICY,

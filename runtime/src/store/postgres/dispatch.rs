@@ -14,7 +14,7 @@ use super::{PgStore, sql};
 use crate::handler::{Delivery, FailureClass};
 use crate::registry::ConsumerMode;
 use crate::retry::RetryDecision;
-use crate::store::{AckBatch, Claimed, DispatchError, Intent, Lease};
+use crate::store::{AckBatch, Claimed, DispatchError, Heartbeat, Intent, Lease};
 use crate::trace::TraceContext;
 
 /// Milliseconds of a duration as a bind parameter (`int8`).
@@ -273,8 +273,17 @@ impl PgStore {
         transaction: &mut PgConnection,
         leases: &[&Lease],
     ) -> Result<usize, DispatchError> {
+        Ok(self.held_acks(transaction, leases).await?.len())
+    }
+
+    /// [`PgStore::ack_held`], answering which deliveries were acked (by event id).
+    pub(crate) async fn held_acks(
+        &self,
+        transaction: &mut PgConnection,
+        leases: &[&Lease],
+    ) -> Result<Vec<Uuid>, DispatchError> {
         let Some(first) = leases.first() else {
-            return Ok(0);
+            return Ok(Vec::new());
         };
         let held: Vec<&&Lease> = leases
             .iter()
@@ -304,7 +313,7 @@ impl PgStore {
                 self.count_stale(lease.event_id, &lease.consumer, lease.token);
             }
         }
-        Ok(acked.len())
+        Ok(acked)
     }
 
     /// Acks a lease on the store's pool (see [`crate::Store::ack`]).
@@ -703,7 +712,7 @@ impl PgStore {
     ///
     /// # Errors
     /// [`DispatchError::Database`].
-    pub(crate) async fn heartbeat(&self, workers: &[Beat]) -> Result<(), DispatchError> {
+    pub(crate) async fn heartbeat(&self, workers: &[Heartbeat]) -> Result<(), DispatchError> {
         let owners: Vec<&str> = workers.iter().map(|beat| beat.owner.as_str()).collect();
         let consumers: Vec<&str> = workers.iter().map(|beat| beat.consumer.as_str()).collect();
         let overrides: Vec<&str> = workers.iter().map(|beat| beat.overrides.as_str()).collect();
@@ -716,17 +725,6 @@ impl PgStore {
             .await?;
         Ok(())
     }
-}
-
-/// One worker's heartbeat.
-#[derive(Debug, Clone)]
-pub(crate) struct Beat {
-    /// The worker (lease owner).
-    pub(crate) owner: String,
-    /// Its consumer.
-    pub(crate) consumer: String,
-    /// Its dispatcher's overrides ([`crate::Dispatcher::overrides`]), comma-separated.
-    pub(crate) overrides: String,
 }
 
 /// A claimed row: the lease and the event.

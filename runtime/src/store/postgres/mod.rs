@@ -27,7 +27,8 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use sqlx::Row;
-use sqlx::postgres::{PgConnection, PgPool};
+use sqlx::postgres::{PgConnection, PgPool, Postgres};
+use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
 use crate::append::{
@@ -39,7 +40,10 @@ use crate::publish::{OutgoingEvent, Publish};
 use crate::registry::Registry;
 use crate::retry::RetryDecision;
 use crate::store::parity::{self, Mirror};
-use crate::store::{AckBatch, Claimed, DispatchError, Lease, RegistryDrift, Store, StoreError};
+use crate::store::{
+    AckBatch, ClaimRequest, Claimed, DispatchError, Heartbeat, Hold, Lease, RegistryDrift, Store,
+    StoreError,
+};
 
 mod console;
 mod copy;
@@ -47,6 +51,7 @@ mod deployed;
 mod dispatch;
 mod doorbell;
 mod lifecycle;
+mod listen;
 mod observe;
 mod operations;
 mod read;
@@ -56,7 +61,6 @@ pub mod sql;
 
 pub use console::Console;
 pub use deployed::deployed_registry;
-pub(crate) use dispatch::Beat;
 pub use doorbell::Doorbell;
 pub use lifecycle::{
     DEAD_LETTERED, DISCARDED, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED,
@@ -737,10 +741,24 @@ async fn fetch(
 }
 
 impl Store for PgStore {
-    type Connection = PgConnection;
+    type Database = Postgres;
+    type Publisher<'a> = PgPublisher<'a>;
+    type Doorbell = Doorbell;
 
     fn registry(&self) -> &Registry {
         PgStore::registry(self)
+    }
+
+    fn pool(&self) -> &PgPool {
+        PgStore::pool(self)
+    }
+
+    fn publisher<'a>(
+        &'a self,
+        connection: &'a mut PgConnection,
+        options: AppendOptions,
+    ) -> PgPublisher<'a> {
+        PgStore::publisher(self, connection).with_options(options)
     }
 
     async fn verify_registry(&self) -> Result<(), StoreError> {
@@ -766,29 +784,71 @@ impl Store for PgStore {
 
     async fn claim(
         &self,
-        consumer: &str,
-        owner: &str,
-        batch: u32,
-        lease: Duration,
-        per_key: bool,
+        connection: &mut PgConnection,
+        request: &ClaimRequest<'_>,
     ) -> Result<Vec<Claimed>, DispatchError> {
-        PgStore::claim(self, consumer, owner, batch, lease, per_key).await
+        let ClaimRequest {
+            consumer,
+            owner,
+            batch,
+            per_key,
+            after_seq,
+            ..
+        } = *request;
+        match request.hold {
+            Hold::Lease(lease) => {
+                self.claim_after_in(
+                    connection, consumer, owner, batch, lease, per_key, after_seq,
+                )
+                .await
+            }
+            Hold::Transaction if per_key => Err(DispatchError::Unsupported(
+                "a claim held by a transaction does not order per key",
+            )),
+            Hold::Transaction => {
+                self.claim_held_after(connection, consumer, owner, batch, after_seq)
+                    .await
+            }
+        }
     }
 
-    async fn ack(&self, lease: &Lease) -> Result<(), DispatchError> {
-        PgStore::ack(self, lease).await
-    }
-
-    async fn ack_batch(&self, leases: &[&Lease]) -> Result<AckBatch, DispatchError> {
-        PgStore::ack_batch(self, leases).await
-    }
-
-    async fn ack_in(
+    async fn ack(
         &self,
         connection: &mut PgConnection,
-        lease: &Lease,
-    ) -> Result<(), DispatchError> {
-        PgStore::ack_in(self, connection, lease).await
+        leases: &[&Lease],
+    ) -> Result<AckBatch, DispatchError> {
+        if !leases.is_empty() && leases.iter().all(|lease| lease.is_held()) {
+            let acked = self.held_acks(connection, leases).await?;
+            let stale = leases
+                .iter()
+                .filter(|lease| !acked.contains(&lease.event_id))
+                .map(|lease| (lease.event_id, lease.consumer.clone(), lease.token))
+                .collect();
+            return Ok(AckBatch {
+                acked: acked.len(),
+                stale,
+            });
+        }
+        if let [lease] = leases {
+            // One lease: the fenced single ack, which also ends a replay in the caller's
+            // transaction.
+            return match self.ack_in(connection, lease).await {
+                Ok(()) => Ok(AckBatch {
+                    acked: 1,
+                    stale: Vec::new(),
+                }),
+                Err(DispatchError::StaleToken {
+                    event_id,
+                    consumer,
+                    token,
+                }) => Ok(AckBatch {
+                    acked: 0,
+                    stale: vec![(event_id, consumer, token)],
+                }),
+                Err(error) => Err(error),
+            };
+        }
+        self.ack_batch_in(connection, leases).await
     }
 
     async fn fail(
@@ -801,8 +861,8 @@ impl Store for PgStore {
         PgStore::fail(self, lease, class, code, decision).await
     }
 
-    async fn renew(&self, leases: &[&Lease], lease: Duration) -> Result<usize, DispatchError> {
-        PgStore::renew(self, leases, lease).await
+    async fn renew(&self, leases: &[&Lease], lease: Duration) -> Result<Vec<Uuid>, DispatchError> {
+        self.renewed(leases, lease).await
     }
 
     async fn lock_lease(
@@ -811,6 +871,28 @@ impl Store for PgStore {
         lease: &Lease,
     ) -> Result<(), DispatchError> {
         PgStore::lock_lease(self, connection, lease).await
+    }
+
+    async fn begin_shadow(&self, connection: &mut PgConnection) -> Result<(), DispatchError> {
+        sqlx::query(sql::SHADOW_SAVEPOINT)
+            .execute(connection)
+            .await?;
+        Ok(())
+    }
+
+    async fn end_shadow(&self, connection: &mut PgConnection) -> Result<(), DispatchError> {
+        sqlx::query(sql::SHADOW_ROLLBACK)
+            .execute(connection)
+            .await?;
+        Ok(())
+    }
+
+    async fn record_reconciliation(
+        &self,
+        connection: &mut PgConnection,
+        lease: &Lease,
+    ) -> Result<(), DispatchError> {
+        PgStore::record_reconciliation(self, connection, lease).await
     }
 
     async fn release(&self, owner: &str) -> Result<u64, DispatchError> {
@@ -829,6 +911,39 @@ impl Store for PgStore {
         outcome_digest: &str,
     ) -> Result<bool, DispatchError> {
         PgStore::record_effect(self, connection, lease, effect_key, outcome_digest).await
+    }
+
+    async fn heartbeat(&self, workers: &[Heartbeat]) -> Result<(), DispatchError> {
+        PgStore::heartbeat(self, workers).await
+    }
+
+    async fn forget_heartbeats(&self, owners: &[String]) -> Result<(), DispatchError> {
+        PgStore::forget_heartbeats(self, owners).await
+    }
+
+    async fn listen(
+        &self,
+        wakers: HashMap<String, Arc<Notify>>,
+        retry: Duration,
+        shutdown: watch::Receiver<bool>,
+    ) {
+        listen::listen(self, wakers, retry, shutdown).await;
+    }
+
+    async fn hold_doorbell(
+        &self,
+        consumer: &str,
+        wait: Duration,
+    ) -> Result<Option<Doorbell>, DispatchError> {
+        PgStore::hold_doorbell(self, consumer, wait).await
+    }
+
+    async fn release_doorbell(&self, doorbell: Doorbell) -> Result<(), DispatchError> {
+        doorbell.release().await
+    }
+
+    fn stale_tokens(&self) -> u64 {
+        PgStore::stale_tokens(self)
     }
 }
 

@@ -19,8 +19,7 @@ use super::{SqliteStore, begin_write, epoch_now, parse_uuid, sql};
 use crate::handler::{Delivery, FailureClass};
 use crate::registry::ConsumerMode;
 use crate::retry::RetryDecision;
-use crate::store::postgres::Beat;
-use crate::store::{AckBatch, Claimed, DispatchError, Intent, Lease};
+use crate::store::{AckBatch, Claimed, DispatchError, Heartbeat, Intent, Lease};
 use crate::trace::TraceContext;
 
 /// A delivery row a fenced statement settled (its `RETURNING`): what its attempt row needs.
@@ -397,8 +396,17 @@ impl SqliteStore {
         transaction: &mut SqliteConnection,
         leases: &[&Lease],
     ) -> Result<usize, DispatchError> {
+        Ok(self.held_acks(transaction, leases).await?.len())
+    }
+
+    /// [`SqliteStore::ack_held`], answering which deliveries were acked (by event id).
+    pub(crate) async fn held_acks(
+        &self,
+        transaction: &mut SqliteConnection,
+        leases: &[&Lease],
+    ) -> Result<Vec<Uuid>, DispatchError> {
         let Some(first) = leases.first() else {
-            return Ok(0);
+            return Ok(Vec::new());
         };
         let mut acked: Vec<Uuid> = Vec::with_capacity(leases.len());
         let mut tx = begin_write(transaction).await?;
@@ -425,7 +433,7 @@ impl SqliteStore {
                 self.count_stale(lease.event_id, &lease.consumer, lease.token);
             }
         }
-        Ok(acked.len())
+        Ok(acked)
     }
 
     /// Acks a lease on the store's pool (see [`crate::Store::ack`]).
@@ -831,8 +839,7 @@ impl SqliteStore {
     ///
     /// # Errors
     /// [`DispatchError::Database`].
-    #[allow(dead_code)] // For the dispatcher once it runs over this store.
-    pub(crate) async fn heartbeat(&self, workers: &[Beat]) -> Result<(), DispatchError> {
+    pub(crate) async fn heartbeat(&self, workers: &[Heartbeat]) -> Result<(), DispatchError> {
         let now = epoch_now();
         let mut tx = self.begin().await?;
         for beat in workers {
@@ -850,6 +857,23 @@ impl SqliteStore {
                 .execute(&mut *tx)
                 .await?;
         }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Forgets the heartbeats of `owners` (workers that stopped, not silent ones).
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    pub(crate) async fn forget_heartbeats(&self, owners: &[String]) -> Result<(), DispatchError> {
+        if owners.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.begin().await?;
+        sqlx::query(sql::FORGET_HEARTBEATS)
+            .bind(serde_json::Value::from(owners.to_vec()).to_string())
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(())
     }

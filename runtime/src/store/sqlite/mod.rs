@@ -36,6 +36,7 @@
 //! - Wake-ups are in-process ([`SqliteStore::wakeups`]): no listener, no doorbell.
 
 use std::collections::{BTreeSet, HashMap};
+use std::convert::Infallible;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -49,7 +50,7 @@ use sqlx::sqlite::{
     SqlitePoolOptions, SqliteSynchronous,
 };
 use sqlx::{Connection, Row, SqlSafeStr, Transaction};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
 use crate::append::{
@@ -62,7 +63,10 @@ use crate::registry::Registry;
 use crate::retry::RetryDecision;
 use crate::store::parity::Drift;
 use crate::store::postgres::PolicySource;
-use crate::store::{AckBatch, Claimed, DispatchError, Lease, RegistryDrift, Store, StoreError};
+use crate::store::{
+    AckBatch, ClaimRequest, Claimed, DispatchError, Heartbeat, Hold, Lease, RegistryDrift, Store,
+    StoreError,
+};
 
 mod dispatch;
 mod read;
@@ -738,10 +742,26 @@ fn lock_file(database: &Path) -> Result<File, SqliteOpenError> {
 }
 
 impl Store for SqliteStore {
-    type Connection = SqliteConnection;
+    type Database = Sqlite;
+    type Publisher<'a> = SqlitePublisher<'a>;
+    /// Never held: appends wake listeners at every commit ([`Store::hold_doorbell`] answers
+    /// `None`).
+    type Doorbell = Infallible;
 
     fn registry(&self) -> &Registry {
         SqliteStore::registry(self)
+    }
+
+    fn pool(&self) -> &SqlitePool {
+        SqliteStore::pool(self)
+    }
+
+    fn publisher<'a>(
+        &'a self,
+        connection: &'a mut SqliteConnection,
+        options: AppendOptions,
+    ) -> SqlitePublisher<'a> {
+        SqliteStore::publisher(self, connection).with_options(options)
     }
 
     async fn verify_registry(&self) -> Result<(), StoreError> {
@@ -767,29 +787,71 @@ impl Store for SqliteStore {
 
     async fn claim(
         &self,
-        consumer: &str,
-        owner: &str,
-        batch: u32,
-        lease: Duration,
-        per_key: bool,
+        connection: &mut SqliteConnection,
+        request: &ClaimRequest<'_>,
     ) -> Result<Vec<Claimed>, DispatchError> {
-        SqliteStore::claim(self, consumer, owner, batch, lease, per_key).await
+        let ClaimRequest {
+            consumer,
+            owner,
+            batch,
+            per_key,
+            after_seq,
+            ..
+        } = *request;
+        match request.hold {
+            Hold::Lease(lease) => {
+                self.claim_after_in(
+                    connection, consumer, owner, batch, lease, per_key, after_seq,
+                )
+                .await
+            }
+            // As PostgreSQL: held batches serve consumers without per-key ordering.
+            Hold::Transaction if per_key => Err(DispatchError::Unsupported(
+                "a claim held by a transaction does not order per key",
+            )),
+            Hold::Transaction => {
+                self.claim_held_after(connection, consumer, owner, batch, after_seq)
+                    .await
+            }
+        }
     }
 
-    async fn ack(&self, lease: &Lease) -> Result<(), DispatchError> {
-        SqliteStore::ack(self, lease).await
-    }
-
-    async fn ack_batch(&self, leases: &[&Lease]) -> Result<AckBatch, DispatchError> {
-        SqliteStore::ack_batch(self, leases).await
-    }
-
-    async fn ack_in(
+    async fn ack(
         &self,
         connection: &mut SqliteConnection,
-        lease: &Lease,
-    ) -> Result<(), DispatchError> {
-        SqliteStore::ack_in(self, connection, lease).await
+        leases: &[&Lease],
+    ) -> Result<AckBatch, DispatchError> {
+        if !leases.is_empty() && leases.iter().all(|lease| lease.is_held()) {
+            let acked = self.held_acks(connection, leases).await?;
+            let stale = leases
+                .iter()
+                .filter(|lease| !acked.contains(&lease.event_id))
+                .map(|lease| (lease.event_id, lease.consumer.clone(), lease.token))
+                .collect();
+            return Ok(AckBatch {
+                acked: acked.len(),
+                stale,
+            });
+        }
+        if let [lease] = leases {
+            // One lease: the fenced single ack, as PostgreSQL's.
+            return match self.ack_in(connection, lease).await {
+                Ok(()) => Ok(AckBatch {
+                    acked: 1,
+                    stale: Vec::new(),
+                }),
+                Err(DispatchError::StaleToken {
+                    event_id,
+                    consumer,
+                    token,
+                }) => Ok(AckBatch {
+                    acked: 0,
+                    stale: vec![(event_id, consumer, token)],
+                }),
+                Err(error) => Err(error),
+            };
+        }
+        self.ack_batch_in(connection, leases).await
     }
 
     async fn fail(
@@ -802,8 +864,8 @@ impl Store for SqliteStore {
         SqliteStore::fail(self, lease, class, code, decision).await
     }
 
-    async fn renew(&self, leases: &[&Lease], lease: Duration) -> Result<usize, DispatchError> {
-        SqliteStore::renew(self, leases, lease).await
+    async fn renew(&self, leases: &[&Lease], lease: Duration) -> Result<Vec<Uuid>, DispatchError> {
+        self.renewed(leases, lease).await
     }
 
     async fn lock_lease(
@@ -812,6 +874,28 @@ impl Store for SqliteStore {
         lease: &Lease,
     ) -> Result<(), DispatchError> {
         SqliteStore::lock_lease(self, connection, lease).await
+    }
+
+    async fn begin_shadow(&self, connection: &mut SqliteConnection) -> Result<(), DispatchError> {
+        sqlx::query(sql::SHADOW_SAVEPOINT)
+            .execute(connection)
+            .await?;
+        Ok(())
+    }
+
+    async fn end_shadow(&self, connection: &mut SqliteConnection) -> Result<(), DispatchError> {
+        sqlx::query(sql::SHADOW_ROLLBACK)
+            .execute(connection)
+            .await?;
+        Ok(())
+    }
+
+    async fn record_reconciliation(
+        &self,
+        connection: &mut SqliteConnection,
+        lease: &Lease,
+    ) -> Result<(), DispatchError> {
+        SqliteStore::record_reconciliation(self, connection, lease).await
     }
 
     async fn release(&self, owner: &str) -> Result<u64, DispatchError> {
@@ -830,6 +914,51 @@ impl Store for SqliteStore {
         outcome_digest: &str,
     ) -> Result<bool, DispatchError> {
         SqliteStore::record_effect(self, connection, lease, effect_key, outcome_digest).await
+    }
+
+    async fn heartbeat(&self, workers: &[Heartbeat]) -> Result<(), DispatchError> {
+        SqliteStore::heartbeat(self, workers).await
+    }
+
+    async fn forget_heartbeats(&self, owners: &[String]) -> Result<(), DispatchError> {
+        SqliteStore::forget_heartbeats(self, owners).await
+    }
+
+    /// Wakes `wakers` at every commit that appended for their consumer (the commit hook, no
+    /// connection), until `shutdown`; `retry` is not needed: nothing can fail.
+    async fn listen(
+        &self,
+        wakers: HashMap<String, Arc<Notify>>,
+        _retry: Duration,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let subscription = self.inner.wakeups.subscribe(wakers.clone());
+        // Anything appended before the subscription is picked up by this wake-up, as on
+        // PostgreSQL.
+        wakers.values().for_each(|wake| wake.notify_waiters());
+        while !*shutdown.borrow_and_update() {
+            if shutdown.changed().await.is_err() {
+                break;
+            }
+        }
+        drop(subscription);
+    }
+
+    /// `None`: appends wake listeners at every commit, so no doorbell is needed.
+    async fn hold_doorbell(
+        &self,
+        _consumer: &str,
+        _wait: Duration,
+    ) -> Result<Option<Infallible>, DispatchError> {
+        Ok(None)
+    }
+
+    async fn release_doorbell(&self, doorbell: Infallible) -> Result<(), DispatchError> {
+        match doorbell {}
+    }
+
+    fn stale_tokens(&self) -> u64 {
+        SqliteStore::stale_tokens(self)
     }
 }
 

@@ -288,6 +288,17 @@ ON CONFLICT (owner) DO UPDATE SET consumer = excluded.consumer, seen_at = exclud
     payload_policy = excluded.payload_policy,
     dispatcher_overrides = excluded.dispatcher_overrides";
 
+/// Forgets the heartbeats of owners in the JSON array `?1` (a dispatcher that shut down is not
+/// silent).
+pub(crate) const FORGET_HEARTBEATS: &str = "\
+DELETE FROM evc_heartbeats WHERE owner IN (SELECT value FROM json_each(?1))";
+
+/// Opens the shadow-mode handler's savepoint (its writes are rolled back to it).
+pub(crate) const SHADOW_SAVEPOINT: &str = "SAVEPOINT evc_shadow";
+
+/// Undoes everything a shadow-mode handler wrote on the transaction.
+pub(crate) const SHADOW_ROLLBACK: &str = "ROLLBACK TO SAVEPOINT evc_shadow";
+
 // ---------------------------------------------------------------------------------------------
 // Reads (tests, later the CLI).
 // ---------------------------------------------------------------------------------------------

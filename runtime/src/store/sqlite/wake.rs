@@ -9,11 +9,16 @@
 //! them. So a rolled-back append wakes nobody, and an append in autocommit mode wakes its
 //! consumers when its own transaction commits.
 //!
+//! A dispatcher's listener ([`crate::Store::listen`]) registers its own wakers here for as long
+//! as it runs ([`Wakeups::subscribe`]); a commit wakes them too (`notify_waiters`, as
+//! PostgreSQL's `LISTEN` loop does).
+//!
 //! SQLite calls the commit hook just before the commit completes. A woken claim still sees
 //! the new deliveries: it starts with `BEGIN IMMEDIATE`, which waits for the committing
 //! writer to finish and then reads the newest snapshot.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use sqlx::sqlite::SqliteConnection;
@@ -33,6 +38,29 @@ struct Shared {
     notifies: HashMap<&'static str, Arc<Notify>>,
     /// Consumers appended for in each connection's open transaction, by connection handle.
     pending: Mutex<HashMap<usize, BTreeSet<&'static str>>>,
+    /// Listeners' wakers by consumer, by subscription.
+    listeners: Mutex<HashMap<u64, HashMap<String, Arc<Notify>>>>,
+    /// The next subscription's id.
+    next_listener: AtomicU64,
+}
+
+/// A listener's subscription: its wakers are woken by commits until it is dropped.
+#[derive(Debug)]
+pub(super) struct Subscription {
+    shared: Weak<Shared>,
+    id: u64,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared
+                .listeners
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&self.id);
+        }
+    }
 }
 
 impl Wakeups {
@@ -47,6 +75,8 @@ impl Wakeups {
             shared: Arc::new(Shared {
                 notifies,
                 pending: Mutex::new(HashMap::new()),
+                listeners: Mutex::new(HashMap::new()),
+                next_listener: AtomicU64::new(0),
             }),
         }
     }
@@ -54,6 +84,21 @@ impl Wakeups {
     /// The wake-up of `consumer` (`None`: not in the registry).
     pub(super) fn get(&self, consumer: &str) -> Option<Arc<Notify>> {
         self.shared.notifies.get(consumer).cloned()
+    }
+
+    /// Wakes `wakers` (by consumer name) at every commit that appended for their consumer,
+    /// until the subscription is dropped.
+    pub(super) fn subscribe(&self, wakers: HashMap<String, Arc<Notify>>) -> Subscription {
+        let id = self.shared.next_listener.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, wakers);
+        Subscription {
+            shared: Arc::downgrade(&self.shared),
+            id,
+        }
     }
 
     /// Records `consumers` as appended for in `connection`'s transaction and (re)installs the
@@ -111,10 +156,25 @@ impl Shared {
     /// permit for the next to wait, so a worker between its last claim and its wait does not
     /// miss the append.
     fn committed(&self, key: usize) {
-        for consumer in self.take(key) {
+        let consumers = self.take(key);
+        if consumers.is_empty() {
+            return;
+        }
+        for consumer in &consumers {
             if let Some(notify) = self.notifies.get(consumer) {
                 notify.notify_waiters();
                 notify.notify_one();
+            }
+        }
+        let listeners = self
+            .listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for wakers in listeners.values() {
+            for consumer in &consumers {
+                if let Some(wake) = wakers.get(*consumer) {
+                    wake.notify_waiters();
+                }
             }
         }
     }
