@@ -187,7 +187,7 @@ impl SqliteStore {
     /// `after_seq` (0: all of them), the dispatcher's claim cursor. A per-key claim ignores
     /// `after_seq`: it must see every head of a key.
     ///
-    /// One statement leases the batch ([`sql::CLAIM_BATCH`] or [`sql::CLAIM_KEY_HEADS`]) and
+    /// One statement leases the batch (`CLAIM_BATCH` or `CLAIM_KEY_HEADS`) and
     /// one reads its events, in one `BEGIN IMMEDIATE` transaction: oldest first, due only, the
     /// attempt counted and the fencing token raised; with `per_key`, only the head of each key
     /// and never while another delivery of the key is leased.
@@ -332,7 +332,7 @@ impl SqliteStore {
     }
 
     /// Claims a batch held by the caller's transaction: the due deliveries of `consumer` (one
-    /// that does not order per key), oldest first, otherwise untouched ([`sql::CLAIM_HELD`]:
+    /// that does not order per key), oldest first, otherwise untouched (`CLAIM_HELD`:
     /// a no-op update that takes the write lock, so nobody else claims, recovers or renews
     /// them until `transaction` ends). Nothing is committed by the claim: if the transaction
     /// rolls back, the deliveries are simply due again, with no attempt counted. Run the
@@ -445,9 +445,9 @@ impl SqliteStore {
         self.ack_in(&mut connection, lease).await
     }
 
-    /// Acks a lease on the caller's connection (see [`crate::Store::ack_in`]): deletes the
-    /// delivery if still leased with the lease's token and writes its `acked` attempt row,
-    /// together.
+    /// Acks a lease on the caller's connection (the single-lease case of
+    /// [`crate::Store::ack`]): deletes the delivery if still leased with the lease's token and
+    /// writes its `acked` attempt row, together.
     ///
     /// # Errors
     /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
@@ -475,7 +475,7 @@ impl SqliteStore {
     }
 
     /// Acks many leases in one transaction on the store's pool (see
-    /// [`crate::Store::ack_batch`]): each fenced on its own (owner and token); every refused
+    /// [`crate::Store::ack`]): each fenced on its own (owner and token); every refused
     /// one is counted as a stale token and returned in [`AckBatch::stale`].
     ///
     /// # Errors

@@ -7,7 +7,7 @@
 //! - no row locks and no `SKIP LOCKED`: the store's write transactions start with `BEGIN
 //!   IMMEDIATE`, so a claim, an ack or a recovery runs alone, and a caller's transaction that
 //!   wrote (an append, a lease fence) keeps every other writer waiting until it ends;
-//! - the fence of a caller's transaction ([`LOCK_LEASE`], [`FENCE_LEASE`]) is a no-op `UPDATE`
+//! - the fence of a caller's transaction (`LOCK_LEASE`, `FENCE_LEASE`) is a no-op `UPDATE`
 //!   of the leased row, which takes the database's write lock for the rest of the transaction;
 //! - times are epoch seconds computed by the store and bound as parameters, never `now()`;
 //! - lists are bound as JSON arrays and read with `json_each` (PostgreSQL: `UNNEST`);
