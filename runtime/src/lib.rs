@@ -4,7 +4,7 @@
 //! builds [`OutgoingEvent`]s in its producer functions and routes deliveries to consumer
 //! handlers that answer with a [`HandlerError`] when they fail. Producer functions append through
 //! [`Publish`]; the outbox behind it is a [`store::Store`] (PostgreSQL:
-//! [`store::postgres::PgStore`]), which checks every event ([`append`], [`policy`]) before it
+//! [`store::postgres::PgStore`]; an embedded file: [`store::sqlite::SqliteStore`]), which checks every event ([`append`], [`policy`]) before it
 //! writes the event and its deliveries in the caller's transaction. The [`dispatcher`] claims
 //! deliveries, runs consumer handlers and settles every attempt with a fenced ack or fail,
 //! retried by [`retry`] policy. This crate depends on neither evc-codegen nor any
@@ -45,8 +45,10 @@ pub use store::postgres::{
     SettledDelivery, SettledStatus, SilentWorker, StatusReport, TimelineEntry, WatchedConsumer,
     WorkerSettings, deployed_registry, replay_uuid,
 };
+pub use store::sqlite::{SqliteOpenError, SqlitePublisher, SqliteStore, SqliteStoreBuilder};
 pub use store::{
-    AckBatch, ClaimRequest, Claimed, Connection, DispatchError, Drift, Heartbeat, Hold, Intent,
-    Lease, RegistryDrift, RegistryObject, ShadowLog, Store, StoreError,
+    AckBatch, AttemptRecord, ClaimRequest, Claimed, Connection, DeliveryRecord, DeliveryStatus,
+    DispatchError, Drift, Heartbeat, Hold, Intent, Lease, RegistryDrift, RegistryObject,
+    RejectRecord, ShadowLog, Store, StoreError,
 };
 pub use trace::{TraceContext, TraceContextError};

@@ -4,8 +4,16 @@
 //! [`Store`] is what the dispatcher ([`crate::Dispatcher`]), the handler context
 //! ([`crate::HandlerContext`]) and generic producers talk to; every statement against the
 //! runtime's tables lives behind it, in the store's own module. PostgreSQL
-//! ([`postgres::PgStore`]) is the production store. Every store applies the same checks
-//! ([`crate::append::Checker`]) and the same registry parity rules ([`parity`]).
+//! ([`postgres::PgStore`]) is the production store; the embedded store
+//! ([`sqlite::SqliteStore`], one process per file) implements the same trait with the same
+//! lease and fencing semantics. Every store applies the same checks
+//! ([`crate::append::Checker`]); PostgreSQL's registry mirror follows the parity rules of
+//! [`parity`].
+//!
+//! Both stores also answer the same read methods (`delivery`, `attempts`, `count_deliveries`,
+//! `count_events`, `rejects`, `stale_rejections`) with the types below ([`DeliveryRecord`],
+//! [`AttemptRecord`], [`RejectRecord`]), so tests and tools read a delivery's state without
+//! SQL of their own.
 //!
 //! | Method | Used by |
 //! | --- | --- |
@@ -41,6 +49,7 @@ use crate::trace::{TraceContext, TraceContextError};
 
 pub mod parity;
 pub mod postgres;
+pub mod sqlite;
 
 pub use parity::{Drift, RegistryDrift, RegistryObject};
 
@@ -541,6 +550,136 @@ pub struct AckBatch {
     /// Entries refused for a stale token (or another owner, or already settled), in input
     /// order: `(event_id, consumer, token)` as presented.
     pub stale: Vec<(Uuid, String, i64)>,
+}
+
+/// A delivery row's status. An acked delivery has no row (its `acked` attempt row is its
+/// record); [`DeliveryStatus::Acked`] is only found in PostgreSQL rows acked before acks
+/// deleted the delivery (the fourth runtime step).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DeliveryStatus {
+    /// Waiting for a claim (due at [`DeliveryRecord::available_at`]).
+    Pending,
+    /// Claimed: leased to [`DeliveryRecord::owner`] until [`DeliveryRecord::lease_until`].
+    Leased,
+    /// Acked before acks deleted the delivery (PostgreSQL only).
+    Acked,
+    /// Dead-lettered: out of attempts, or a permanent failure.
+    Dead,
+    /// Quarantined: a scope, schema or integrity failure, never retried.
+    Quarantined,
+    /// Superseded by a replay's next generation.
+    Replayed,
+    /// Discarded by an operator.
+    Discarded,
+}
+
+impl DeliveryStatus {
+    /// Every status, in the order above.
+    pub const ALL: [Self; 7] = [
+        Self::Pending,
+        Self::Leased,
+        Self::Acked,
+        Self::Dead,
+        Self::Quarantined,
+        Self::Replayed,
+        Self::Discarded,
+    ];
+
+    /// The status as the `status` column holds it (`pending`, `leased`, ...).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Leased => "leased",
+            Self::Acked => "acked",
+            Self::Dead => "dead",
+            Self::Quarantined => "quarantined",
+            Self::Replayed => "replayed",
+            Self::Discarded => "discarded",
+        }
+    }
+
+    /// The status a `status` column value names (`None`: unknown).
+    pub fn parse(status: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|known| known.as_str() == status)
+    }
+
+    /// Reads a status column value; an unknown one is a decode error.
+    pub(crate) fn decode(status: &str) -> Result<Self, sqlx::Error> {
+        Self::parse(status).ok_or_else(|| {
+            sqlx::Error::Decode(format!("unknown delivery status {status:?}").into())
+        })
+    }
+}
+
+impl std::fmt::Display for DeliveryStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One delivery row as a store reads it (the newest generation of an event's delivery to a
+/// consumer). Times are epoch seconds of the store's clock (PostgreSQL: the database's).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct DeliveryRecord {
+    /// The generation: 0 for the delivery the append wrote, one more per replay.
+    pub generation: u32,
+    /// The status.
+    pub status: DeliveryStatus,
+    /// Claims counted so far (attempts made or running).
+    pub attempts: u32,
+    /// The current fencing token (raised by every claim).
+    pub token: i64,
+    /// The last lease owner (kept after the lease ends), if any.
+    pub owner: Option<String>,
+    /// When the current lease ends (`None` unless leased).
+    pub lease_until: Option<f64>,
+    /// When the delivery is (or was) due: its delay, or its retry's back-off.
+    pub available_at: f64,
+    /// The last failed attempt's error code (`lease_expired` after a recovery), if any.
+    pub last_error_code: Option<String>,
+}
+
+/// One attempt row: written once when an attempt ends (acked, failed, or its lease recovered).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct AttemptRecord {
+    /// The delivery generation it belongs to.
+    pub generation: u32,
+    /// The attempt number, from 1.
+    pub attempt: u32,
+    /// The lease owner that made it.
+    pub owner: String,
+    /// The fencing token of its lease.
+    pub token: i64,
+    /// `acked`, `retry`, `dead`, `quarantined` or `lease_expired`.
+    pub outcome: String,
+    /// The typed error code of a failure (`lease_expired` for a recovered lease); `None` for
+    /// an ack.
+    pub error_code: Option<String>,
+    /// When the handler started, in epoch seconds.
+    pub started_at: f64,
+    /// When the attempt ended, in epoch seconds.
+    pub finished_at: f64,
+    /// `finished_at - started_at` in whole milliseconds.
+    pub duration_ms: u64,
+}
+
+/// One reject row: a refused append. Never the payload.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RejectRecord {
+    /// The refused event's type.
+    pub event_type: String,
+    /// Its version, as the producer gave it.
+    pub version: Option<String>,
+    /// [`crate::Rejection::reason_code`].
+    pub reason_code: String,
+    /// The keyed payload digest (empty without a digest key, or for a size or depth refusal).
+    pub payload_digest: String,
+    /// When it was refused, in epoch seconds.
+    pub rejected_at: f64,
 }
 
 /// A claimed delivery: its lease, what the handler is told and the event's payload.

@@ -54,6 +54,7 @@ mod lifecycle;
 mod listen;
 mod observe;
 mod operations;
+mod read;
 mod replay;
 mod retention;
 pub mod sql;

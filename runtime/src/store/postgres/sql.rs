@@ -1059,6 +1059,46 @@ FROM evc_purge_events(to_timestamp($1::float8), $2, $3)";
 pub(crate) const PURGE_REJECTS: &str = "\
 SELECT purge_id, rejects FROM evc_purge_rejects(to_timestamp($1::float8), $2, $3)";
 
+// ---------------------------------------------------------------------------------------------
+// Reads shared with the SQLite store (`PgStore::delivery`, `attempts`, `count_deliveries`, ...):
+// tests and tools read a delivery's state without SQL of their own.
+// ---------------------------------------------------------------------------------------------
+
+/// The newest generation of delivery `$1` of consumer `$2`; times in epoch seconds.
+pub(crate) const READ_DELIVERY: &str = "\
+SELECT generation, status, attempt, fencing_token, lease_owner,
+    extract(epoch FROM lease_until)::float8 AS lease_until,
+    extract(epoch FROM next_attempt_at)::float8 AS next_attempt_at, last_error_code
+FROM evc_deliveries WHERE event_id = $1 AND consumer = $2
+ORDER BY generation DESC LIMIT 1";
+
+/// The attempt rows of delivery `$1` of consumer `$2` (every generation), in the order
+/// written; times in epoch seconds.
+pub(crate) const READ_ATTEMPTS: &str = "\
+SELECT generation, attempt, owner, fencing_token, outcome, error_code,
+    extract(epoch FROM started_at)::float8 AS started_at,
+    extract(epoch FROM finished_at)::float8 AS finished_at, duration_ms
+FROM evc_delivery_attempts WHERE event_id = $1 AND consumer = $2
+ORDER BY id";
+
+/// Deliveries of consumer `$1` whose status is in `$2` (`text[]`; empty: any status).
+pub(crate) const COUNT_DELIVERIES: &str = "\
+SELECT count(*) FROM evc_deliveries
+WHERE consumer = $1 AND (cardinality($2::text[]) = 0 OR status = ANY($2::text[]))";
+
+/// Events in the outbox.
+pub(crate) const COUNT_EVENTS: &str = "SELECT count(*) FROM evc_events";
+
+/// The oldest `$1` reject rows; times in epoch seconds.
+pub(crate) const READ_REJECTS: &str = "\
+SELECT event_type, schema_version, reason_code, payload_digest,
+    extract(epoch FROM rejected_at)::float8 AS rejected_at
+FROM evc_validation_rejects ORDER BY id LIMIT $1";
+
+/// Stale-token refusals counted for consumer `$1` (no row: none).
+pub(crate) const READ_STALE_REJECTIONS: &str = "\
+SELECT rejected FROM evc_stale_rejections WHERE consumer = $1";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,1009 @@
+//! The embedded SQLite store: one process owns an outbox file. Appends run in the caller's
+//! transaction, rejections are audited on the store's pool, and the fenced lease operations
+//! have the PostgreSQL store's semantics ([`crate::store::postgres::PgStore`]; docs/runtime.md,
+//! "SQLite store").
+//!
+//! ```no_run
+//! # async fn example(registry: evc_runtime::Registry, event: evc_runtime::OutgoingEvent)
+//! #     -> Result<(), Box<dyn std::error::Error>> {
+//! use evc_runtime::store::sqlite::SqliteStore;
+//! use evc_runtime::{AppendOptions, Publish};
+//!
+//! // Creates the file if missing, applies the store's migrations, takes `outbox.db.lock`.
+//! let store = SqliteStore::open("outbox.db", registry).await?;
+//! let wake = store.wakeups("audit.log").expect("a registered consumer");
+//! let mut tx = store.begin().await?; // BEGIN IMMEDIATE
+//! // ... the caller's own writes on `tx` ...
+//! let mut publisher = store
+//!     .publisher(&mut tx)
+//!     .with_options(AppendOptions::new().idempotency_key("order-42"));
+//! let receipt = publisher.publish(event).await?;
+//! tx.commit().await?; // the event and its deliveries, or nothing; `wake` fires on commit
+//! # let _ = (receipt, wake); Ok(()) }
+//! ```
+//!
+//! What differs from PostgreSQL, all from SQLite having one writer at a time:
+//!
+//! - One store per file: [`SqliteStore::open`] takes an exclusive lock on `<file>.lock` and
+//!   refuses ([`SqliteOpenError::Locked`]) while another store holds it, in this process or
+//!   another. Clone the store to share it.
+//! - Every write transaction the store starts is `BEGIN IMMEDIATE`; a caller's transaction
+//!   that writes (an append, a lease fence) keeps every other writer (claims, acks, other
+//!   appends) waiting until it ends, for at most the busy timeout. Begin write transactions
+//!   with [`SqliteStore::begin`] (also `BEGIN IMMEDIATE`): a deferred transaction that reads
+//!   first may fail to upgrade to a writer.
+//! - Times are the process's clock (epoch seconds), not a database clock.
+//! - Wake-ups are in-process ([`SqliteStore::wakeups`]): no listener, no doorbell.
+
+use std::collections::{BTreeSet, HashMap};
+use std::convert::Infallible;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
+use sqlx::sqlite::{
+    Sqlite, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool,
+    SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{Connection, Row, SqlSafeStr, Transaction};
+use tokio::sync::{Notify, watch};
+use uuid::Uuid;
+
+use crate::append::{
+    AppendError, AppendOptions, AppendReceipt, CheckedEvent, Checker, NewEvent, Refused, order_key,
+};
+use crate::handler::FailureClass;
+use crate::policy::{DigestKey, PayloadPolicy};
+use crate::publish::{OutgoingEvent, Publish};
+use crate::registry::Registry;
+use crate::retry::RetryDecision;
+use crate::store::parity::Drift;
+use crate::store::postgres::PolicySource;
+use crate::store::{
+    AckBatch, ClaimRequest, Claimed, DispatchError, Heartbeat, Hold, Lease, RegistryDrift, Store,
+    StoreError,
+};
+
+mod dispatch;
+mod read;
+pub mod sql;
+mod wake;
+
+/// The store's schema, applied when it opens its file.
+const MIGRATION_0001: &str = include_str!("../../../migrations/sqlite/0001_evc_runtime.sql");
+
+/// Connections of the store's pool unless [`SqliteStoreBuilder::max_connections`] says
+/// otherwise: one for a caller's transaction, one for the reject audit and the dispatcher's
+/// work beside it, and readers (WAL lets them read while one connection writes).
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 4;
+
+/// How long a statement waits for the write lock unless [`SqliteStoreBuilder::busy_timeout`]
+/// says otherwise.
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a SQLite store could not open its file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SqliteOpenError {
+    /// Another store holds the file's lock file: in another process, or in this one (a file
+    /// has one store; clone it to share it).
+    #[error(
+        "outbox file {} is in use: another store holds its lock file {}",
+        database.display(),
+        lock_file.display()
+    )]
+    Locked {
+        /// The database file.
+        database: PathBuf,
+        /// Its lock file, `<database>.lock`.
+        lock_file: PathBuf,
+    },
+    /// The lock file could not be created or locked.
+    #[error("lock file {}: {source}", path.display())]
+    LockFile {
+        /// The lock file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The location is not a file (`:memory:`, `mode=memory`): an in-memory database has no
+    /// lock file and dies with its last connection, so it cannot hold an outbox.
+    #[error("an in-memory SQLite database cannot hold an outbox; give a file path")]
+    InMemory,
+    /// The location does not parse as a `sqlite:` URL.
+    #[error("SQLite location {location}: {source}")]
+    Location {
+        /// The location as given.
+        location: String,
+        /// Why.
+        source: sqlx::Error,
+    },
+    /// The store's migrations failed.
+    #[error("migrations of {}: {source}", path.display())]
+    Migrate {
+        /// The database file.
+        path: PathBuf,
+        /// Why.
+        source: MigrateError,
+    },
+    /// A registered schema does not compile, the file was opened with another registry
+    /// ([`StoreError::Drift`]), or the database failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<sqlx::Error> for SqliteOpenError {
+    fn from(error: sqlx::Error) -> Self {
+        Self::Store(StoreError::Database(error))
+    }
+}
+
+/// Builds and opens a [`SqliteStore`]: payload policy and digest key as
+/// [`crate::PgStoreBuilder`]'s, plus the pool size, the busy timeout and whether a changed
+/// registry is accepted.
+#[derive(Debug)]
+#[must_use]
+pub struct SqliteStoreBuilder {
+    location: String,
+    registry: Registry,
+    policy: Option<PayloadPolicy>,
+    digest_key: Option<DigestKey>,
+    max_connections: u32,
+    busy_timeout: Duration,
+    accept_registry_change: bool,
+}
+
+impl SqliteStoreBuilder {
+    /// Replaces the registry's payload policy with `policy` (its digest key too, unless
+    /// [`SqliteStoreBuilder::digest_key`] sets one).
+    pub fn payload_policy(mut self, policy: PayloadPolicy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// The deployment's key for the digests of refused payloads ([`DigestKey::from_env`]).
+    pub fn digest_key(mut self, key: DigestKey) -> Self {
+        self.digest_key = Some(key);
+        self
+    }
+
+    /// Connections of the store's pool (at least 2: a caller's transaction holds one while
+    /// the reject audit needs another). Default [`DEFAULT_MAX_CONNECTIONS`].
+    pub fn max_connections(mut self, connections: u32) -> Self {
+        self.max_connections = connections.max(2);
+        self
+    }
+
+    /// How long a statement waits for the database's write lock before it fails with
+    /// "database is locked". Default [`DEFAULT_BUSY_TIMEOUT`].
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// Opens a file last opened with another registry (the application's contracts changed):
+    /// records this registry instead of refusing with [`StoreError::Drift`]. Deliveries
+    /// already in the file stay as they were fanned out.
+    pub fn accept_registry_change(mut self) -> Self {
+        self.accept_registry_change = true;
+        self
+    }
+
+    /// Opens the store: takes `<file>.lock`, creates the file if missing (WAL journal,
+    /// `synchronous = NORMAL`, foreign keys on, the busy timeout), applies the store's
+    /// migrations and records the registry on first open; a later open with another
+    /// registry is refused unless [`SqliteStoreBuilder::accept_registry_change`].
+    ///
+    /// # Errors
+    /// [`SqliteOpenError::Locked`] naming the lock file when another store holds it; the
+    /// other [`SqliteOpenError`] variants.
+    pub async fn open(self) -> Result<SqliteStore, SqliteOpenError> {
+        let (options, path) = connect_options(&self.location)?;
+        let (mut policy, policy_source) = match self.policy {
+            Some(policy) => {
+                tracing::info!(
+                    project = self.registry.project,
+                    "payload policy overridden by the application; the registry's does not apply"
+                );
+                (policy, PolicySource::Override)
+            }
+            None => (
+                PayloadPolicy::from_registry(&self.registry),
+                PolicySource::Registry,
+            ),
+        };
+        if let Some(key) = self.digest_key {
+            policy = policy.with_digest_key(key);
+        }
+        let attempt_limits = attempt_limits(&self.registry);
+        let wakeups = wake::Wakeups::new(&self.registry);
+        let checker = Checker::new(self.registry, &policy).map_err(StoreError::from)?;
+        let lock = lock_file(&path)?;
+
+        let options = options
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .foreign_keys(true)
+            .busy_timeout(self.busy_timeout);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(self.max_connections)
+            .connect_with(options)
+            .await?;
+        let migration = Migration::new(
+            1,
+            "evc_runtime".into(),
+            MigrationType::Simple,
+            MIGRATION_0001.into_sql_str(),
+            false,
+        );
+        Migrator::with_migrations(vec![migration])
+            .run(&pool)
+            .await
+            .map_err(|source| SqliteOpenError::Migrate {
+                path: path.clone(),
+                source,
+            })?;
+
+        let store = SqliteStore {
+            inner: Arc::new(Inner {
+                pool,
+                checker,
+                policy,
+                policy_source,
+                attempt_limits,
+                stale_tokens: AtomicU64::new(0),
+                wakeups,
+                path,
+                _lock: lock,
+            }),
+        };
+        store.record_registry(self.accept_registry_change).await?;
+        Ok(store)
+    }
+}
+
+/// The SQLite outbox store. Cheap to clone (shared state behind an `Arc`); the file's lock is
+/// held until the last clone is dropped or [`SqliteStore::close`] runs.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    pool: SqlitePool,
+    checker: Checker,
+    /// The policy `checker` applies (digest key included; `Debug` never shows the key).
+    policy: PayloadPolicy,
+    policy_source: PolicySource,
+    /// Each consumer's attempt limit from its retry policy (lease-expiry recovery).
+    attempt_limits: HashMap<&'static str, u32>,
+    /// Fenced operations refused for a stale token.
+    stale_tokens: AtomicU64,
+    wakeups: wake::Wakeups,
+    /// The database file.
+    path: PathBuf,
+    /// `<path>.lock`, exclusively locked while the store lives.
+    _lock: File,
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the outbox at `location` for `registry`: a file path, or a
+    /// `sqlite:` URL naming a file. See [`SqliteStoreBuilder::open`]; for the digest key or an
+    /// overriding policy, use [`SqliteStore::builder`].
+    ///
+    /// # Errors
+    /// As [`SqliteStoreBuilder::open`].
+    pub async fn open(
+        location: impl AsRef<str>,
+        registry: Registry,
+    ) -> Result<Self, SqliteOpenError> {
+        Self::builder(location, registry).open().await
+    }
+
+    /// A builder for the store at `location` (a path or a `sqlite:` URL) for `registry`.
+    pub fn builder(location: impl AsRef<str>, registry: Registry) -> SqliteStoreBuilder {
+        SqliteStoreBuilder {
+            location: location.as_ref().to_owned(),
+            registry,
+            policy: None,
+            digest_key: None,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            accept_registry_change: false,
+        }
+    }
+
+    /// Closes the pool and gives the file's lock back once every clone of the store is gone
+    /// (another store can then open the file).
+    pub async fn close(self) {
+        self.inner.pool.close().await;
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The payload policy appends are checked against, and where it came from.
+    pub fn payload_policy(&self) -> (&PayloadPolicy, PolicySource) {
+        (&self.inner.policy, self.inner.policy_source)
+    }
+
+    /// The store's pool. Write transactions on it should start with `BEGIN IMMEDIATE`
+    /// ([`SqliteStore::begin`]).
+    pub fn pool(&self) -> &SqlitePool {
+        &self.inner.pool
+    }
+
+    /// A write transaction on the store's pool, started with `BEGIN IMMEDIATE`: it takes the
+    /// write lock at once (waiting up to the busy timeout), so its later writes cannot fail to
+    /// upgrade a read snapshot another writer moved past.
+    ///
+    /// # Errors
+    /// The database's.
+    pub async fn begin(&self) -> Result<Transaction<'static, Sqlite>, sqlx::Error> {
+        self.inner.pool.begin_with("BEGIN IMMEDIATE").await
+    }
+
+    /// The static registry.
+    pub fn registry(&self) -> &Registry {
+        self.inner.checker.registry()
+    }
+
+    /// The wake-up of `consumer` (`None`: not in the registry): notified when a transaction
+    /// that appended a delivery for it commits, never for one that rolled back. Each commit
+    /// wakes every task waiting on it (`notify_waiters`) and leaves one permit
+    /// (`notify_one`), so a worker that claims and then waits does not miss an append that
+    /// committed in between. Delays, retries and recovered leases that fall due notify nothing
+    /// (as on PostgreSQL): poll for them.
+    pub fn wakeups(&self, consumer: &str) -> Option<Arc<Notify>> {
+        self.inner.wakeups.get(consumer)
+    }
+
+    /// A [`Publish`] implementation over the caller's connection or transaction, for the
+    /// generated producer functions (`emit_*`).
+    pub fn publisher<'a>(&'a self, connection: &'a mut SqliteConnection) -> SqlitePublisher<'a> {
+        SqlitePublisher {
+            store: self,
+            connection,
+            options: AppendOptions::default(),
+        }
+    }
+
+    /// Compares the registry the file records with the static registry (the SQLite store owns
+    /// its file: it records the registry on first open, and an accepted change replaces it).
+    ///
+    /// # Errors
+    /// [`StoreError::Drift`] ([`Drift::Digest`]) when they differ or the file records none;
+    /// [`StoreError::Database`].
+    pub async fn verify_registry(&self) -> Result<(), StoreError> {
+        let recorded: Option<(String, String)> = sqlx::query_as(sql::REGISTRY_STATE)
+            .fetch_optional(&self.inner.pool)
+            .await?;
+        let registry = self.registry();
+        match recorded {
+            Some((project, digest)) if project == registry.project && digest == registry.digest => {
+                Ok(())
+            }
+            recorded => Err(RegistryDrift {
+                differences: vec![Drift::Digest {
+                    database: recorded.map(|(project, digest)| format!("{digest} ({project})")),
+                    compiled: format!("{} ({})", registry.digest, registry.project),
+                }],
+            }
+            .into()),
+        }
+    }
+
+    /// Records the static registry on first open; on a later open, refuses another one unless
+    /// `accept_change`.
+    async fn record_registry(&self, accept_change: bool) -> Result<(), StoreError> {
+        let registry = self.registry();
+        let mut tx = self.begin().await?;
+        let recorded: Option<(String, String)> = sqlx::query_as(sql::REGISTRY_STATE)
+            .fetch_optional(&mut *tx)
+            .await?;
+        match recorded {
+            Some((project, digest)) if project == registry.project && digest == registry.digest => {
+                return Ok(());
+            }
+            Some(_) if !accept_change => {
+                drop(tx);
+                return self.verify_registry().await;
+            }
+            Some((project, digest)) => tracing::info!(
+                file = %self.inner.path.display(),
+                from_project = project,
+                from_digest = digest,
+                to_project = registry.project,
+                to_digest = registry.digest,
+                "outbox file opened with a changed registry"
+            ),
+            None => {}
+        }
+        let now = epoch_now();
+        for statement in [sql::RECORD_REGISTRY, sql::RECORD_REGISTRY_HISTORY] {
+            sqlx::query(statement)
+                .bind(registry.project)
+                .bind(registry.digest)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Appends one event in the caller's transaction (see [`Store::append`]): the event and
+    /// its deliveries in a savepoint of the caller's transaction, or in a transaction of their
+    /// own on a connection outside one. The consumers' [wake-ups](SqliteStore::wakeups) fire
+    /// when that commits.
+    ///
+    /// # Errors
+    /// [`AppendError::Rejected`], [`AppendError::IdempotencyConflict`] or
+    /// [`AppendError::Database`].
+    pub async fn append(
+        &self,
+        connection: &mut SqliteConnection,
+        event: OutgoingEvent,
+        options: AppendOptions,
+    ) -> Result<AppendReceipt, AppendError> {
+        let checked = match self.inner.checker.check(&event, &options) {
+            Ok(checked) => checked,
+            Err(refused) => {
+                let rejection = refused.rejection.clone();
+                self.record_rejects(vec![RejectRow::new(&event, &refused)]);
+                return Err(AppendError::Rejected(rejection));
+            }
+        };
+        self.inner
+            .wakeups
+            .arm(connection, checked.consumers)
+            .await?;
+        let mut tx = begin_write(connection).await?;
+        let receipt = insert_event(&mut tx, &event, &options, &checked, epoch_now()).await?;
+        tx.commit().await?;
+        Ok(receipt)
+    }
+
+    /// Appends many events in the caller's transaction (see [`Store::append_batch`]): every
+    /// event is checked first, then all are written in one savepoint (or transaction), in
+    /// order. An event whose idempotency key was taken, before the batch or by an earlier
+    /// event of it, returns the first event's receipt.
+    ///
+    /// # Errors
+    /// [`AppendError::BatchRejected`], [`AppendError::IdempotencyConflict`] or
+    /// [`AppendError::Database`].
+    pub async fn append_batch(
+        &self,
+        connection: &mut SqliteConnection,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<AppendReceipt>, AppendError> {
+        let mut checked: Vec<CheckedEvent<'_>> = Vec::with_capacity(events.len());
+        let mut refused: Vec<(usize, Box<Refused>)> = Vec::new();
+        for (index, new) in events.iter().enumerate() {
+            match self.inner.checker.check(&new.event, &new.options) {
+                Ok(event) => checked.push(event),
+                Err(why) => refused.push((index, why)),
+            }
+        }
+        if let Some((index, first)) = refused.first() {
+            let rows = refused
+                .iter()
+                .map(|(index, why)| RejectRow::new(&events[*index].event, why))
+                .collect();
+            self.record_rejects(rows);
+            return Err(AppendError::BatchRejected {
+                index: *index,
+                rejection: first.rejection.clone(),
+                rejected: refused.len(),
+            });
+        }
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let consumers: Vec<&'static str> = checked
+            .iter()
+            .flat_map(|event| event.consumers.iter().copied())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        self.inner.wakeups.arm(connection, &consumers).await?;
+        let now = epoch_now();
+        let mut tx = begin_write(connection).await?;
+        let mut receipts = Vec::with_capacity(events.len());
+        for (new, checked) in events.iter().zip(&checked) {
+            receipts.push(insert_event(&mut tx, &new.event, &new.options, checked, now).await?);
+        }
+        tx.commit().await?;
+        Ok(receipts)
+    }
+
+    /// Records reject rows on the store's pool from a task of their own: the caller's open
+    /// write transaction holds the write lock, so the audit waits for it (up to the busy
+    /// timeout) and survives its rollback. A failure to record is logged, never returned.
+    fn record_rejects(&self, rows: Vec<RejectRow>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                rejects = rows.len(),
+                "no tokio runtime: rejected appends not recorded in evc_validation_rejects"
+            );
+            return;
+        };
+        let store = self.clone();
+        runtime.spawn(async move {
+            if let Err(error) = store.write_rejects(&rows).await {
+                tracing::warn!(
+                    rejects = rows.len(),
+                    error = %error,
+                    "could not record rejected appends in evc_validation_rejects"
+                );
+            }
+        });
+    }
+
+    async fn write_rejects(&self, rows: &[RejectRow]) -> Result<(), sqlx::Error> {
+        let mut tx = self.begin().await?;
+        let now = epoch_now();
+        for row in rows {
+            sqlx::query(sql::RECORD_REJECT)
+                .bind(&row.event_type)
+                .bind(&row.version)
+                .bind(row.reason_code)
+                .bind(&row.digest)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await
+    }
+}
+
+/// One refused event's audit row.
+struct RejectRow {
+    event_type: String,
+    version: String,
+    reason_code: &'static str,
+    digest: String,
+}
+
+impl RejectRow {
+    fn new(event: &OutgoingEvent, why: &Refused) -> Self {
+        Self {
+            event_type: event.event_type.to_owned(),
+            version: why.version.clone(),
+            reason_code: why.rejection.reason_code(),
+            digest: why.digest.clone(),
+        }
+    }
+}
+
+/// Writes one checked event and its deliveries on `connection` (inside the append's savepoint
+/// or transaction).
+async fn insert_event(
+    connection: &mut SqliteConnection,
+    event: &OutgoingEvent,
+    options: &AppendOptions,
+    checked: &CheckedEvent<'_>,
+    now: f64,
+) -> Result<AppendReceipt, AppendError> {
+    let event_id = Uuid::now_v7();
+    let order_key = order_key(event, options, event_id);
+    let id_text = event_id.to_string();
+    let payload_bytes = i64::try_from(checked.payload.len()).unwrap_or(i64::MAX);
+    let seq: Option<i64> = sqlx::query_scalar(sql::APPEND_EVENT)
+        .bind(&id_text)
+        .bind(event.event_type)
+        .bind(event.version)
+        .bind(&order_key)
+        .bind(&options.tenant_scope)
+        .bind(checked.descriptor.producer_class)
+        .bind(&options.idempotency_key)
+        .bind(now)
+        .bind(event.trace.trace_id())
+        .bind(event.trace.parent_span_id())
+        .bind(format!("{:02x}", event.trace.trace_flags()))
+        .bind(&options.correlation_id)
+        .bind(&options.causation_id)
+        .bind(&checked.payload)
+        .bind(payload_bytes)
+        .fetch_optional(&mut *connection)
+        .await?;
+    if let Some(seq) = seq {
+        let due = options.not_before_epoch().unwrap_or(now);
+        for (consumer, &ordered) in checked.consumers.iter().zip(checked.ordered) {
+            sqlx::query(sql::APPEND_DELIVERY)
+                .bind(&id_text)
+                .bind(*consumer)
+                .bind(seq)
+                .bind(ordered.then_some(order_key.as_str()))
+                .bind(due)
+                .bind(now)
+                .execute(&mut *connection)
+                .await?;
+        }
+        return Ok(AppendReceipt {
+            event_id,
+            seq,
+            created: true,
+            deliveries: u32::try_from(checked.consumers.len()).unwrap_or(u32::MAX),
+        });
+    }
+    let producer_class = checked.descriptor.producer_class;
+    let existing = sqlx::query(sql::FIND_BY_IDEMPOTENCY_KEY)
+        .bind(producer_class)
+        .bind(&options.idempotency_key)
+        .fetch_optional(&mut *connection)
+        .await?;
+    match existing {
+        Some(row) => Ok(AppendReceipt {
+            event_id: parse_uuid(&row.try_get::<String, _>("event_id")?)?,
+            seq: row.try_get("seq")?,
+            created: false,
+            deliveries: 0,
+        }),
+        None => Err(AppendError::IdempotencyConflict {
+            producer_class: producer_class.to_owned(),
+        }),
+    }
+}
+
+/// A write transaction on `connection`: a savepoint of the caller's transaction when one is
+/// open, else `BEGIN IMMEDIATE`. Dropped without commit, it rolls back.
+async fn begin_write(
+    connection: &mut SqliteConnection,
+) -> Result<Transaction<'_, Sqlite>, sqlx::Error> {
+    if connection.is_in_transaction() {
+        connection.begin().await
+    } else {
+        connection.begin_with("BEGIN IMMEDIATE").await
+    }
+}
+
+/// The process's clock in epoch seconds (one process owns the file, so one clock).
+fn epoch_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |since| since.as_secs_f64())
+}
+
+/// An event id column value.
+fn parse_uuid(text: &str) -> Result<Uuid, sqlx::Error> {
+    Uuid::parse_str(text).map_err(|error| sqlx::Error::Decode(Box::new(error)))
+}
+
+/// Each consumer whose retry policy is registered, with that policy's `max_attempts` within
+/// the dispatcher's ceiling (as the PostgreSQL store computes it).
+fn attempt_limits(registry: &Registry) -> HashMap<&'static str, u32> {
+    registry
+        .consumers
+        .iter()
+        .filter_map(|consumer| {
+            let policy = registry
+                .retry_policies
+                .iter()
+                .find(|policy| policy.name == consumer.retry_policy)?;
+            Some((
+                consumer.name,
+                policy.max_attempts.min(registry.dispatcher.max_attempts),
+            ))
+        })
+        .collect()
+}
+
+/// The connect options and the database file of a location: a path, or a `sqlite:` URL.
+fn connect_options(location: &str) -> Result<(SqliteConnectOptions, PathBuf), SqliteOpenError> {
+    if location.contains(":memory:") || location.contains("mode=memory") {
+        return Err(SqliteOpenError::InMemory);
+    }
+    if location.starts_with("sqlite:") {
+        let options = SqliteConnectOptions::from_str(location).map_err(|source| {
+            SqliteOpenError::Location {
+                location: location.to_owned(),
+                source,
+            }
+        })?;
+        let path = options.get_filename().to_path_buf();
+        return Ok((options, path));
+    }
+    let path = PathBuf::from(location);
+    Ok((SqliteConnectOptions::new().filename(&path), path))
+}
+
+/// Creates and exclusively locks `<database>.lock` (an OS lock, released when the file is
+/// closed, also when the process dies).
+fn lock_file(database: &Path) -> Result<File, SqliteOpenError> {
+    let mut name = database.as_os_str().to_owned();
+    name.push(".lock");
+    let path = PathBuf::from(name);
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|source| SqliteOpenError::LockFile {
+            path: path.clone(),
+            source,
+        })?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(TryLockError::WouldBlock) => Err(SqliteOpenError::Locked {
+            database: database.to_path_buf(),
+            lock_file: path,
+        }),
+        Err(TryLockError::Error(source)) => Err(SqliteOpenError::LockFile { path, source }),
+    }
+}
+
+impl Store for SqliteStore {
+    type Database = Sqlite;
+    type Publisher<'a> = SqlitePublisher<'a>;
+    /// Never held: appends wake listeners at every commit ([`Store::hold_doorbell`] answers
+    /// `None`).
+    type Doorbell = Infallible;
+
+    fn registry(&self) -> &Registry {
+        SqliteStore::registry(self)
+    }
+
+    fn pool(&self) -> &SqlitePool {
+        SqliteStore::pool(self)
+    }
+
+    fn publisher<'a>(
+        &'a self,
+        connection: &'a mut SqliteConnection,
+        options: AppendOptions,
+    ) -> SqlitePublisher<'a> {
+        SqliteStore::publisher(self, connection).with_options(options)
+    }
+
+    async fn verify_registry(&self) -> Result<(), StoreError> {
+        SqliteStore::verify_registry(self).await
+    }
+
+    async fn append(
+        &self,
+        connection: &mut SqliteConnection,
+        event: OutgoingEvent,
+        options: AppendOptions,
+    ) -> Result<AppendReceipt, AppendError> {
+        SqliteStore::append(self, connection, event, options).await
+    }
+
+    async fn append_batch(
+        &self,
+        connection: &mut SqliteConnection,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<AppendReceipt>, AppendError> {
+        SqliteStore::append_batch(self, connection, events).await
+    }
+
+    async fn claim(
+        &self,
+        connection: &mut SqliteConnection,
+        request: &ClaimRequest<'_>,
+    ) -> Result<Vec<Claimed>, DispatchError> {
+        let ClaimRequest {
+            consumer,
+            owner,
+            batch,
+            per_key,
+            after_seq,
+            ..
+        } = *request;
+        match request.hold {
+            Hold::Lease(lease) => {
+                self.claim_after_in(
+                    connection, consumer, owner, batch, lease, per_key, after_seq,
+                )
+                .await
+            }
+            // As PostgreSQL: held batches serve consumers without per-key ordering.
+            Hold::Transaction if per_key => Err(DispatchError::Unsupported(
+                "a claim held by a transaction does not order per key",
+            )),
+            Hold::Transaction => {
+                self.claim_held_after(connection, consumer, owner, batch, after_seq)
+                    .await
+            }
+        }
+    }
+
+    async fn ack(
+        &self,
+        connection: &mut SqliteConnection,
+        leases: &[&Lease],
+    ) -> Result<AckBatch, DispatchError> {
+        if !leases.is_empty() && leases.iter().all(|lease| lease.is_held()) {
+            let acked = self.held_acks(connection, leases).await?;
+            let stale = leases
+                .iter()
+                .filter(|lease| !acked.contains(&lease.event_id))
+                .map(|lease| (lease.event_id, lease.consumer.clone(), lease.token))
+                .collect();
+            return Ok(AckBatch {
+                acked: acked.len(),
+                stale,
+            });
+        }
+        if let [lease] = leases {
+            // One lease: the fenced single ack, as PostgreSQL's.
+            return match self.ack_in(connection, lease).await {
+                Ok(()) => Ok(AckBatch {
+                    acked: 1,
+                    stale: Vec::new(),
+                }),
+                Err(DispatchError::StaleToken {
+                    event_id,
+                    consumer,
+                    token,
+                }) => Ok(AckBatch {
+                    acked: 0,
+                    stale: vec![(event_id, consumer, token)],
+                }),
+                Err(error) => Err(error),
+            };
+        }
+        self.ack_batch_in(connection, leases).await
+    }
+
+    async fn fail(
+        &self,
+        lease: &Lease,
+        class: FailureClass,
+        code: &str,
+        decision: RetryDecision,
+    ) -> Result<(), DispatchError> {
+        SqliteStore::fail(self, lease, class, code, decision).await
+    }
+
+    async fn renew(&self, leases: &[&Lease], lease: Duration) -> Result<Vec<Uuid>, DispatchError> {
+        self.renewed(leases, lease).await
+    }
+
+    async fn lock_lease(
+        &self,
+        connection: &mut SqliteConnection,
+        lease: &Lease,
+    ) -> Result<(), DispatchError> {
+        SqliteStore::lock_lease(self, connection, lease).await
+    }
+
+    async fn begin_shadow(&self, connection: &mut SqliteConnection) -> Result<(), DispatchError> {
+        sqlx::query(sql::SHADOW_SAVEPOINT)
+            .execute(connection)
+            .await?;
+        Ok(())
+    }
+
+    async fn end_shadow(&self, connection: &mut SqliteConnection) -> Result<(), DispatchError> {
+        sqlx::query(sql::SHADOW_ROLLBACK)
+            .execute(connection)
+            .await?;
+        Ok(())
+    }
+
+    async fn record_reconciliation(
+        &self,
+        connection: &mut SqliteConnection,
+        lease: &Lease,
+    ) -> Result<(), DispatchError> {
+        SqliteStore::record_reconciliation(self, connection, lease).await
+    }
+
+    async fn release(&self, owner: &str) -> Result<u64, DispatchError> {
+        SqliteStore::release(self, owner).await
+    }
+
+    async fn recover_expired(&self, limit: u32) -> Result<u64, DispatchError> {
+        SqliteStore::recover_expired(self, limit).await
+    }
+
+    async fn record_effect(
+        &self,
+        connection: &mut SqliteConnection,
+        lease: &Lease,
+        effect_key: &str,
+        outcome_digest: &str,
+    ) -> Result<bool, DispatchError> {
+        SqliteStore::record_effect(self, connection, lease, effect_key, outcome_digest).await
+    }
+
+    async fn heartbeat(&self, workers: &[Heartbeat]) -> Result<(), DispatchError> {
+        SqliteStore::heartbeat(self, workers).await
+    }
+
+    async fn forget_heartbeats(&self, owners: &[String]) -> Result<(), DispatchError> {
+        SqliteStore::forget_heartbeats(self, owners).await
+    }
+
+    /// Wakes `wakers` at every commit that appended for their consumer (the commit hook, no
+    /// connection), until `shutdown`; `retry` is not needed: nothing can fail.
+    async fn listen(
+        &self,
+        wakers: HashMap<String, Arc<Notify>>,
+        _retry: Duration,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let subscription = self.inner.wakeups.subscribe(wakers.clone());
+        // Anything appended before the subscription is picked up by this wake-up, as on
+        // PostgreSQL.
+        wakers.values().for_each(|wake| wake.notify_waiters());
+        while !*shutdown.borrow_and_update() {
+            if shutdown.changed().await.is_err() {
+                break;
+            }
+        }
+        drop(subscription);
+    }
+
+    /// `None`: appends wake listeners at every commit, so no doorbell is needed.
+    async fn hold_doorbell(
+        &self,
+        _consumer: &str,
+        _wait: Duration,
+    ) -> Result<Option<Infallible>, DispatchError> {
+        Ok(None)
+    }
+
+    async fn release_doorbell(&self, doorbell: Infallible) -> Result<(), DispatchError> {
+        match doorbell {}
+    }
+
+    fn stale_tokens(&self) -> u64 {
+        SqliteStore::stale_tokens(self)
+    }
+}
+
+/// The [`Publish`] implementation of the SQLite store: appends on the caller's connection or
+/// transaction with the envelope options set on it. As [`crate::PgPublisher`]: the per-event
+/// options (idempotency key, aggregate key, delay) apply to the next published event only; the
+/// context options (tenant scope, correlation and causation ids) stay.
+#[derive(Debug)]
+pub struct SqlitePublisher<'a> {
+    store: &'a SqliteStore,
+    connection: &'a mut SqliteConnection,
+    options: AppendOptions,
+}
+
+impl SqlitePublisher<'_> {
+    /// Replaces the envelope options.
+    #[must_use]
+    pub fn with_options(mut self, options: AppendOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// The envelope options the next publish uses.
+    pub fn options_mut(&mut self) -> &mut AppendOptions {
+        &mut self.options
+    }
+
+    /// Sets the idempotency key of the next published event.
+    pub fn idempotency_key(&mut self, key: impl Into<String>) -> &mut Self {
+        self.options.idempotency_key = Some(key.into());
+        self
+    }
+}
+
+impl Publish for SqlitePublisher<'_> {
+    type Receipt = AppendReceipt;
+    type Error = AppendError;
+
+    async fn publish(&mut self, event: OutgoingEvent) -> Result<AppendReceipt, AppendError> {
+        let options = AppendOptions {
+            idempotency_key: self.options.idempotency_key.take(),
+            aggregate_key: self.options.aggregate_key.take(),
+            not_before: self.options.not_before.take(),
+            ..self.options.clone()
+        };
+        self.store.append(self.connection, event, options).await
+    }
+}

@@ -1,0 +1,353 @@
+//! Every SQL statement of the SQLite store, named after what it does, as its PostgreSQL
+//! counterpart in [`crate::store::postgres::sql`] is. All are static text with numbered bind
+//! parameters (prepared once per connection by sqlx); the tables are declared in
+//! `runtime/migrations/sqlite/0001_evc_runtime.sql`.
+//!
+//! Differences from PostgreSQL, all from SQLite having one writer at a time:
+//! - no row locks and no `SKIP LOCKED`: the store's write transactions start with `BEGIN
+//!   IMMEDIATE`, so a claim, an ack or a recovery runs alone, and a caller's transaction that
+//!   wrote (an append, a lease fence) keeps every other writer waiting until it ends;
+//! - the fence of a caller's transaction (`LOCK_LEASE`, `FENCE_LEASE`) is a no-op `UPDATE`
+//!   of the leased row, which takes the database's write lock for the rest of the transaction;
+//! - times are epoch seconds computed by the store and bound as parameters, never `now()`;
+//! - lists are bound as JSON arrays and read with `json_each` (PostgreSQL: `UNNEST`);
+//! - an ack and its attempt row, or a fail and its attempt row, are two statements in one
+//!   transaction (SQLite has no data-modifying CTEs).
+
+/// Appends one event: `?1` event id, `?2` type, `?3` version, `?4` order key, `?5` tenant
+/// scope, `?6` producer class, `?7` idempotency key, `?8` produced at (epoch seconds), `?9` trace
+/// id, `?10` parent span id, `?11` trace flags, `?12` correlation id, `?13` causation id, `?14`
+/// canonical payload text, `?15` payload bytes. Returns the event's seq, or no row when the
+/// idempotency key of the producer class is taken.
+pub(crate) const APPEND_EVENT: &str = "\
+INSERT INTO evc_events (event_id, event_type, schema_version, order_key, tenant_scope,
+    producer_class, idempotency_key, produced_at, trace_id, parent_span_id, trace_flags,
+    correlation_id, causation_id, payload, payload_bytes)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+ON CONFLICT (producer_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING seq";
+
+/// One delivery of a new event: `?1` event id, `?2` consumer, `?3` the event's seq, `?4` order
+/// key (NULL for a consumer that does not order per key), `?5` due at (epoch seconds), `?6`
+/// now.
+pub(crate) const APPEND_DELIVERY: &str = "\
+INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key, next_attempt_at,
+    created_at, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)";
+
+/// The event an idempotency key of a producer class names: `?1` producer class, `?2` key.
+pub(crate) const FIND_BY_IDEMPOTENCY_KEY: &str = "\
+SELECT event_id, seq FROM evc_events WHERE producer_class = ?1 AND idempotency_key = ?2";
+
+/// Records a refused append: `?1` event type, `?2` version, `?3` reason code, `?4` payload
+/// digest, `?5` now. Never the payload.
+pub(crate) const RECORD_REJECT: &str = "\
+INSERT INTO evc_validation_rejects (event_type, schema_version, reason_code, payload_digest,
+    rejected_at)
+VALUES (?1, ?2, ?3, ?4, ?5)";
+
+/// The registry the file was opened with (no row: never opened by a store).
+pub(crate) const REGISTRY_STATE: &str = "SELECT project, digest FROM evc_registry_state";
+
+/// Records the registry the file is opened with: `?1` project, `?2` digest, `?3` now.
+pub(crate) const RECORD_REGISTRY: &str = "\
+INSERT INTO evc_registry_state (id, project, digest, recorded_at) VALUES (1, ?1, ?2, ?3)
+ON CONFLICT (id) DO UPDATE SET project = excluded.project, digest = excluded.digest,
+    recorded_at = excluded.recorded_at";
+
+/// Adds the registry the file is opened with to its history: `?1` project, `?2` digest, `?3`
+/// now.
+pub(crate) const RECORD_REGISTRY_HISTORY: &str = "\
+INSERT INTO evc_registry_history (project, digest, recorded_at) VALUES (?1, ?2, ?3)";
+
+// ---------------------------------------------------------------------------------------------
+// Dispatch (docs/runtime.md, "Dispatch").
+// ---------------------------------------------------------------------------------------------
+
+/// Claims up to `?6` due deliveries of consumer `?1` that need no per-key ordering and come
+/// after `event_seq` `?5` (0: from the head), oldest first (nothing while the consumer is
+/// paused or off in `evc_consumer_state`): leases them to owner `?2` until `?3`, counts the
+/// attempt and raises the fencing token; `?4` now. Returns the claimed rows (unordered).
+pub(crate) const CLAIM_BATCH: &str = "\
+UPDATE evc_deliveries
+SET status = 'leased', lease_owner = ?2, lease_until = ?3, attempt = attempt + 1,
+    fencing_token = fencing_token + 1, updated_at = ?4
+WHERE rowid IN (
+    SELECT rowid FROM evc_deliveries
+    WHERE consumer = ?1 AND status = 'pending' AND next_attempt_at <= ?4 AND event_seq > ?5
+        AND NOT EXISTS (
+            SELECT 1 FROM evc_consumer_state s
+            WHERE s.consumer = ?1 AND (s.paused OR s.mode = 'off')
+        )
+    ORDER BY event_seq
+    LIMIT ?6
+)
+RETURNING event_id, consumer, generation, attempt, fencing_token, event_seq";
+
+/// [`CLAIM_BATCH`] for a consumer ordering per key (no cursor): only the due deliveries that
+/// head their key — no other delivery of the key is leased, none with a lower `event_seq` is
+/// pending — so at most one per key is claimed, and none while the key has one in flight. A
+/// delivery without a key orders with nothing. One statement in a `BEGIN IMMEDIATE`
+/// transaction: no other writer runs meanwhile, and with one writer seq order is commit order,
+/// so PostgreSQL's key locks and re-check are not needed. `?1` consumer, `?2` owner, `?3`
+/// lease end, `?4` now, `?5` batch.
+pub(crate) const CLAIM_KEY_HEADS: &str = "\
+UPDATE evc_deliveries
+SET status = 'leased', lease_owner = ?2, lease_until = ?3, attempt = attempt + 1,
+    fencing_token = fencing_token + 1, updated_at = ?4
+WHERE rowid IN (
+    SELECT d.rowid FROM evc_deliveries d
+    WHERE d.consumer = ?1 AND d.status = 'pending' AND d.next_attempt_at <= ?4
+        AND NOT EXISTS (
+            SELECT 1 FROM evc_consumer_state s
+            WHERE s.consumer = ?1 AND (s.paused OR s.mode = 'off')
+        )
+        AND NOT EXISTS (
+            SELECT 1 FROM evc_deliveries p
+            WHERE p.consumer = d.consumer AND p.order_key = d.order_key
+                AND p.order_key IS NOT NULL
+                AND p.status IN ('pending', 'leased')
+                AND (p.status = 'leased' OR p.event_seq < d.event_seq)
+        )
+    ORDER BY d.event_seq
+    LIMIT ?5
+)
+RETURNING event_id, consumer, generation, attempt, fencing_token, event_seq";
+
+/// Held claim (a batched transactional claim, in the caller's transaction, which will ack):
+/// up to `?4` due deliveries of consumer `?1` that need no per-key ordering and come after
+/// `event_seq` `?3`, oldest first (nothing while the consumer is paused or off); `?2` now.
+/// Nothing changes: a no-op update of the rows, which takes the database's write lock for the
+/// rest of the caller's transaction (SQLite's `FOR UPDATE`), so no claimer, recovery or renewal
+/// touches them until it ends. Returns `attempt` and `fencing_token` raised by one: the values
+/// [`ACK_HELD`] writes.
+pub(crate) const CLAIM_HELD: &str = "\
+UPDATE evc_deliveries SET fencing_token = fencing_token
+WHERE rowid IN (
+    SELECT rowid FROM evc_deliveries
+    WHERE consumer = ?1 AND status = 'pending' AND next_attempt_at <= ?2 AND event_seq > ?3
+        AND NOT EXISTS (
+            SELECT 1 FROM evc_consumer_state s
+            WHERE s.consumer = ?1 AND (s.paused OR s.mode = 'off')
+        )
+    ORDER BY event_seq
+    LIMIT ?4
+)
+RETURNING event_id, consumer, generation, attempt + 1 AS attempt,
+    fencing_token + 1 AS fencing_token, event_seq";
+
+/// Acks a held delivery in the transaction that claimed it ([`CLAIM_HELD`]): delivery `?1` of
+/// consumer `?2` still `pending` with the token below the held token `?3`. Returns what its
+/// `acked` attempt row needs (the held attempt and token); no row: not held by this claim.
+pub(crate) const ACK_HELD: &str = "\
+DELETE FROM evc_deliveries
+WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 - 1 AND status = 'pending'
+RETURNING event_id, consumer, generation, attempt + 1 AS attempt,
+    fencing_token + 1 AS fencing_token";
+
+/// The events of claimed deliveries: `?1` a JSON array of event ids, `?2` the consumer (for
+/// its operator mode override, NULL: the contract's).
+pub(crate) const CLAIMED_EVENTS: &str = "\
+SELECT e.event_id, e.order_key, e.event_type, e.schema_version, e.payload, e.trace_id,
+    e.parent_span_id, e.trace_flags,
+    (SELECT s.mode FROM evc_consumer_state s WHERE s.consumer = ?2) AS mode_override
+FROM evc_events e
+WHERE e.event_id IN (SELECT value FROM json_each(?1))";
+
+/// Deletes delivery `?1` of consumer `?2` if it is still leased with token `?3` (an ack).
+/// Returns what its `acked` attempt row needs; no row: stale.
+pub(crate) const ACK_FENCED: &str = "\
+DELETE FROM evc_deliveries
+WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 AND status = 'leased'
+RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token";
+
+/// [`ACK_FENCED`] that also presents the owner `?4` (the batch ack's fence, as PostgreSQL's
+/// `ACK_BATCH_FENCED`).
+pub(crate) const ACK_OWNED: &str = "\
+DELETE FROM evc_deliveries
+WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 AND lease_owner = ?4
+    AND status = 'leased'
+RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token";
+
+/// One attempt row: `?1` event id, `?2` consumer, `?3` generation, `?4` attempt, `?5` owner,
+/// `?6` token, `?7` started at, `?8` finished at, `?9` outcome, `?10` error code, `?11`
+/// duration in milliseconds.
+pub(crate) const INSERT_ATTEMPT: &str = "\
+INSERT INTO evc_delivery_attempts (event_id, consumer, generation, attempt, owner,
+    fencing_token, started_at, finished_at, outcome, error_code, duration_ms)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+
+/// Ends a failed attempt, fenced like [`ACK_FENCED`]: `?4` the new status (`pending` to retry,
+/// `dead`, `quarantined`), due again at `?5` when pending, `?6` the error code, `?7` now.
+/// Returns what the attempt row needs; no row: stale.
+pub(crate) const FAIL_FENCED: &str = "\
+UPDATE evc_deliveries
+SET status = ?4, lease_until = NULL, last_error_code = ?6, updated_at = ?7,
+    next_attempt_at = CASE WHEN ?4 = 'pending' THEN ?5 ELSE next_attempt_at END
+WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 AND status = 'leased'
+RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token";
+
+/// [`FAIL_FENCED`] for a held delivery ([`CLAIM_HELD`]) after its batch rolled back: the
+/// delivery must still be `pending` with the token below the held token `?3` (if another
+/// claimer took it meanwhile, its run is the attempt and this writes nothing). Counts the
+/// attempt, raises the token and records worker `?8` as the owner, as a claim would have.
+pub(crate) const FAIL_HELD: &str = "\
+UPDATE evc_deliveries
+SET status = ?4, attempt = attempt + 1, fencing_token = fencing_token + 1, lease_owner = ?8,
+    lease_until = NULL, last_error_code = ?6, updated_at = ?7,
+    next_attempt_at = CASE WHEN ?4 = 'pending' THEN ?5 ELSE next_attempt_at END
+WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 - 1 AND status = 'pending'
+RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token";
+
+/// Extends leases, fenced: `?1` a JSON array of `[event id, token]` pairs of consumer `?2`,
+/// each still leased with its token, until `?3`. Returns the renewed ids.
+pub(crate) const RENEW_FENCED: &str = "\
+UPDATE evc_deliveries SET lease_until = ?3
+WHERE consumer = ?2 AND status = 'leased'
+    AND (event_id, fencing_token) IN (
+        SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?1)
+    )
+RETURNING event_id";
+
+/// Graceful shutdown: every lease of owner `?1` back to `pending` as if never claimed (attempt
+/// count taken back, token kept raised, no attempt row); `?2` now.
+pub(crate) const RELEASE_LEASES: &str = "\
+UPDATE evc_deliveries
+SET status = 'pending', lease_until = NULL, attempt = max(attempt - 1, 0), updated_at = ?2
+WHERE lease_owner = ?1 AND status = 'leased'";
+
+/// Up to `?2` leases that ended before `?1`, soonest ended first, with what recovery needs.
+pub(crate) const EXPIRED_LEASES: &str = "\
+SELECT rowid, event_id, consumer, generation, attempt, lease_owner, fencing_token, updated_at
+FROM evc_deliveries
+WHERE status = 'leased' AND lease_until < ?1
+ORDER BY lease_until
+LIMIT ?2";
+
+/// Recovers one expired lease (by rowid `?1`, found by [`EXPIRED_LEASES`] in the same
+/// transaction): to status `?2` (`pending` or `dead`), due `?3` (now).
+pub(crate) const RECOVER_LEASE: &str = "\
+UPDATE evc_deliveries
+SET status = ?2, lease_until = NULL, next_attempt_at = ?3, last_error_code = 'lease_expired',
+    updated_at = ?3
+WHERE rowid = ?1 AND status = 'leased'";
+
+/// The fence of a caller's transaction: delivery `?1` of consumer `?2` still leased with token
+/// `?3`. A no-op update, so the caller's transaction holds the database's write lock from here
+/// to its end: no recovery, claim or other fenced write can move the lease meanwhile. Returns
+/// the delivery's generation; no row: stale.
+pub(crate) const LOCK_LEASE: &str = "\
+UPDATE evc_deliveries SET fencing_token = fencing_token
+WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 AND status = 'leased'
+RETURNING generation";
+
+/// [`LOCK_LEASE`] under the name the effect and reconciliation writes use.
+pub(crate) const FENCE_LEASE: &str = LOCK_LEASE;
+
+/// [`FENCE_LEASE`] for a held lease ([`CLAIM_HELD`]): the delivery still `pending` with the
+/// token below the held token `?3`. Returns the delivery's generation; no row: stale.
+pub(crate) const FENCE_HELD: &str = "\
+UPDATE evc_deliveries SET fencing_token = fencing_token
+WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 - 1 AND status = 'pending'
+RETURNING generation";
+
+/// Records an effect once: `?1` consumer, `?2` effect key, `?3` event id, `?4` outcome digest,
+/// `?5` token, `?6` now. Returns a row when inserted, none when recorded before.
+pub(crate) const RECORD_EFFECT: &str = "\
+INSERT INTO evc_consumer_effects (consumer, effect_key, event_id, outcome_digest,
+    fencing_token, created_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+ON CONFLICT (consumer, effect_key) DO NOTHING
+RETURNING 1";
+
+/// Whether consumer `?1` has an effect row under key `?2` (what a shadow-mode handler is told).
+pub(crate) const EFFECT_RECORDED: &str = "\
+SELECT EXISTS (SELECT 1 FROM evc_consumer_effects WHERE consumer = ?1 AND effect_key = ?2)";
+
+/// Records what a shadow-mode handler meant to do: `?1` consumer, `?2` event id, `?3`
+/// generation, `?4` token, `?5` intended effects (a JSON array), `?6` now. One row per delivery
+/// generation; a rerun keeps the first.
+pub(crate) const RECORD_RECONCILIATION: &str = "\
+INSERT INTO evc_reconciliations (consumer, event_id, generation, fencing_token, intended,
+    recorded_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+ON CONFLICT (consumer, event_id, generation) DO NOTHING";
+
+/// Counts `?2` stale-token refusals for consumer `?1` at `?3`.
+pub(crate) const COUNT_STALE: &str = "\
+INSERT INTO evc_stale_rejections (consumer, rejected, last_at) VALUES (?1, ?2, ?3)
+ON CONFLICT (consumer) DO UPDATE SET rejected = rejected + excluded.rejected,
+    last_at = excluded.last_at";
+
+/// One worker's heartbeat: `?1` owner, `?2` consumer, `?3` now, `?4` where the payload policy
+/// came from, `?5` the dispatcher's overrides (a JSON array of setting names).
+pub(crate) const HEARTBEAT: &str = "\
+INSERT INTO evc_heartbeats (owner, consumer, seen_at, payload_policy, dispatcher_overrides)
+VALUES (?1, ?2, ?3, ?4, ?5)
+ON CONFLICT (owner) DO UPDATE SET consumer = excluded.consumer, seen_at = excluded.seen_at,
+    payload_policy = excluded.payload_policy,
+    dispatcher_overrides = excluded.dispatcher_overrides";
+
+/// Forgets the heartbeats of owners in the JSON array `?1` (a dispatcher that shut down is not
+/// silent).
+pub(crate) const FORGET_HEARTBEATS: &str = "\
+DELETE FROM evc_heartbeats WHERE owner IN (SELECT value FROM json_each(?1))";
+
+/// Opens the shadow-mode handler's savepoint (its writes are rolled back to it).
+pub(crate) const SHADOW_SAVEPOINT: &str = "SAVEPOINT evc_shadow";
+
+/// Undoes everything a shadow-mode handler wrote on the transaction.
+pub(crate) const SHADOW_ROLLBACK: &str = "ROLLBACK TO SAVEPOINT evc_shadow";
+
+// ---------------------------------------------------------------------------------------------
+// Reads (tests, later the CLI).
+// ---------------------------------------------------------------------------------------------
+
+/// The newest generation of delivery `?1` of consumer `?2`.
+pub(crate) const DELIVERY: &str = "\
+SELECT generation, status, attempt, fencing_token, lease_owner, lease_until, next_attempt_at,
+    last_error_code
+FROM evc_deliveries WHERE event_id = ?1 AND consumer = ?2
+ORDER BY generation DESC LIMIT 1";
+
+/// The attempt rows of delivery `?1` of consumer `?2` (every generation), in the order written.
+pub(crate) const ATTEMPTS: &str = "\
+SELECT generation, attempt, owner, fencing_token, outcome, error_code, started_at, finished_at,
+    duration_ms
+FROM evc_delivery_attempts WHERE event_id = ?1 AND consumer = ?2
+ORDER BY id";
+
+/// Deliveries of consumer `?1` whose status is in the JSON array `?2` (empty: any status).
+pub(crate) const COUNT_DELIVERIES: &str = "\
+SELECT count(*) FROM evc_deliveries
+WHERE consumer = ?1
+    AND (json_array_length(?2) = 0 OR status IN (SELECT value FROM json_each(?2)))";
+
+/// Events in the outbox.
+pub(crate) const COUNT_EVENTS: &str = "SELECT count(*) FROM evc_events";
+
+/// The oldest `?1` reject rows.
+pub(crate) const REJECTS: &str = "\
+SELECT event_type, schema_version, reason_code, payload_digest, rejected_at
+FROM evc_validation_rejects ORDER BY id LIMIT ?1";
+
+/// Stale-token refusals counted for consumer `?1` (no row: none).
+pub(crate) const STALE_REJECTIONS: &str = "\
+SELECT rejected FROM evc_stale_rejections WHERE consumer = ?1";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fenced_statements_present_the_token() {
+        for statement in [ACK_FENCED, FAIL_FENCED, LOCK_LEASE] {
+            assert!(statement.contains("fencing_token = ?3 AND status = 'leased'"));
+        }
+        assert!(ACK_OWNED.contains("fencing_token = ?3 AND lease_owner = ?4"));
+        for statement in [ACK_HELD, FAIL_HELD, FENCE_HELD] {
+            assert!(statement.contains("fencing_token = ?3 - 1 AND status = 'pending'"));
+        }
+        assert!(RENEW_FENCED.contains("(event_id, fencing_token) IN"));
+    }
+}

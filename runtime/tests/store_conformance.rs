@@ -1,0 +1,1435 @@
+//! One body, two stores: every behaviour of the store boundary is one generic test over
+//! [`Conformance`] (the [`evc_runtime::Store`] trait plus a caller's transaction and the read
+//! methods both stores answer), instantiated for PostgreSQL (a fresh database per test) and
+//! SQLite (a fresh file per test) by [`conformance!`]. The tests assert states and attempt
+//! rows; where a lease must run out they use a lease of a few milliseconds and wait until
+//! recovery finds it ended, never a fixed sleep. The SQLite store's own behaviour (one store
+//! per file, registry changes, wake-ups on commit) is tested at the end.
+
+mod support;
+
+#[path = "support/conformance.rs"]
+mod conformance;
+
+use std::time::Duration;
+
+use conformance::{BoxError, Conformance, ORDERED, PLAIN, SHADOW, eventually};
+use evc_runtime::{
+    AckBatch, AppendOptions, AppendReceipt, ClaimRequest, Claimed, Connection, DeliveryStatus,
+    DispatchError, FailureClass, Lease, NewEvent, OutgoingEvent, RetryDecision, RetryPolicy,
+    SplitMix64, Store,
+};
+use support::TestResult;
+
+/// The lease of every claim that is not meant to run out.
+const LEASE: Duration = Duration::from_secs(30);
+
+/// A lease that runs out at once (recovery then finds it).
+const SHORT: Duration = Duration::from_millis(5);
+
+/// Instantiates each generic test for both stores: `postgres::<name>` and `sqlite::<name>`.
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() -> crate::support::TestResult {
+                    crate::conformance::with_postgres(super::$name::<evc_runtime::PgStore>).await
+                }
+            )*
+        }
+
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() -> crate::support::TestResult {
+                    crate::conformance::with_sqlite(super::$name::<evc_runtime::SqliteStore>).await
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    append_commits_with_the_caller,
+    append_rolls_back_with_the_caller,
+    append_fans_out_to_every_subscribed_consumer,
+    idempotency_key_returns_the_first_receipt,
+    rejected_append_writes_a_reject_row_and_nothing_else,
+    batch_append_keeps_order_and_receipts,
+    claim_leases_with_new_tokens_and_counts_attempts,
+    stale_token_is_refused_after_a_reclaim,
+    per_key_claims_only_the_head_of_each_key,
+    fail_retries_later_dead_letters_or_quarantines,
+    fail_dead_letters_at_the_policys_last_attempt,
+    release_returns_leases_as_never_claimed,
+    recover_expired_requeues_then_dead_letters,
+    record_effect_is_recorded_once,
+    ack_batch_reports_stale_entries,
+    held_batch_commits_with_its_transaction_or_leaves_nothing,
+    concurrent_per_key_workers_keep_one_in_flight_per_key,
+    shadow_savepoint_undoes_the_handlers_writes,
+    the_dispatcher_delivers_every_event_once,
+);
+
+/// A `test.note` whose key is number `key`.
+fn note(key: u64) -> OutgoingEvent {
+    support::event("test.note", "1.0.0", support::note(&support::note_key(key)))
+}
+
+/// A `test.note` with a deny-listed key inside its free-form `meta` object.
+fn forbidden_note(key: u64) -> OutgoingEvent {
+    let payload = serde_json::json!({
+        "note_id": support::note_key(key),
+        "meta": {"body_text": "not allowed"},
+    });
+    support::event("test.note", "1.0.0", payload)
+}
+
+/// A `test.ping` (fans out to `k.plain` only).
+fn ping() -> OutgoingEvent {
+    support::event("test.ping", "1.0.0", serde_json::json!({"n": 1}))
+}
+
+/// Appends `events` in one transaction of the caller's and commits.
+async fn committed<S: Conformance>(
+    store: &S,
+    events: Vec<OutgoingEvent>,
+) -> Result<Vec<AppendReceipt>, BoxError> {
+    let mut tx = store.begin_tx().await?;
+    let mut receipts = Vec::with_capacity(events.len());
+    for event in events {
+        receipts.push(
+            store
+                .append(&mut *tx, event, AppendOptions::default())
+                .await?,
+        );
+    }
+    S::commit_tx(tx).await?;
+    Ok(receipts)
+}
+
+/// A leased claim on a connection of the store's pool.
+async fn claim<S: Conformance>(
+    store: &S,
+    consumer: &str,
+    owner: &str,
+    batch: u32,
+    lease: Duration,
+    per_key: bool,
+) -> Result<Vec<Claimed>, DispatchError> {
+    let mut connection = store.pool().acquire().await?;
+    let request = ClaimRequest::leased(consumer, owner, batch, lease).per_key(per_key);
+    Store::claim(store, &mut *connection, &request).await
+}
+
+/// A claim of `k.plain`'s deliveries held by the caller's transaction.
+async fn held_claim<S: Conformance>(
+    store: &S,
+    transaction: &mut Connection<S>,
+    owner: &str,
+) -> Result<Vec<Claimed>, DispatchError> {
+    Store::claim(store, transaction, &ClaimRequest::held(PLAIN, owner, 10)).await
+}
+
+/// Acks leases on a connection of the store's pool.
+async fn ack_leases<S: Conformance>(
+    store: &S,
+    leases: &[&Lease],
+) -> Result<AckBatch, DispatchError> {
+    let mut connection = store.pool().acquire().await?;
+    Store::ack(store, &mut *connection, leases).await
+}
+
+/// Acks one lease on a connection of the store's pool: a stale one is
+/// [`DispatchError::StaleToken`].
+async fn ack<S: Conformance>(store: &S, lease: &Lease) -> Result<(), DispatchError> {
+    let outcome = ack_leases(store, &[lease]).await?;
+    match outcome.stale.into_iter().next() {
+        None => Ok(()),
+        Some((event_id, consumer, token)) => Err(DispatchError::StaleToken {
+            event_id,
+            consumer,
+            token,
+        }),
+    }
+}
+
+/// The event ids of claimed deliveries, in claim order.
+fn ids(claimed: &[Claimed]) -> Vec<uuid::Uuid> {
+    claimed
+        .iter()
+        .map(|claimed| claimed.lease.event_id)
+        .collect()
+}
+
+/// `(attempt, outcome, error code, token, owner)` of each attempt row.
+async fn attempt_rows<S: Conformance>(
+    store: &S,
+    event_id: uuid::Uuid,
+    consumer: &str,
+) -> Result<Vec<(u32, String, Option<String>, i64, String)>, BoxError> {
+    Ok(store
+        .attempts(event_id, consumer)
+        .await?
+        .into_iter()
+        .map(|row| {
+            (
+                row.attempt,
+                row.outcome,
+                row.error_code,
+                row.token,
+                row.owner,
+            )
+        })
+        .collect())
+}
+
+fn row(
+    attempt: u32,
+    outcome: &str,
+    code: Option<&str>,
+    token: i64,
+    owner: &str,
+) -> (u32, String, Option<String>, i64, String) {
+    (
+        attempt,
+        outcome.to_owned(),
+        code.map(str::to_owned),
+        token,
+        owner.to_owned(),
+    )
+}
+
+/// Runs lease-expiry recovery until it recovers `expected` leases (the lease must run out
+/// first); fails the test if it never does.
+async fn recover<S: Conformance>(store: &S, expected: u64) -> TestResult {
+    let recovered = eventually(|| async move {
+        let recovered = store.recover_expired(10).await?;
+        assert!(recovered <= expected, "{} recovered {recovered}", S::NAME);
+        Ok((recovered == expected).then_some(()))
+    })
+    .await?;
+    assert!(
+        recovered.is_some(),
+        "{}: the short lease never expired",
+        S::NAME
+    );
+    Ok(())
+}
+
+async fn append_commits_with_the_caller<S: Conformance>(store: S) -> TestResult {
+    let mut tx = store.begin_tx().await?;
+    let receipt = store
+        .append(&mut *tx, note(1), AppendOptions::default())
+        .await?;
+    assert!(receipt.created);
+    assert_eq!(receipt.deliveries, 3);
+    // Nothing is visible outside the caller's transaction before it commits.
+    assert_eq!(store.count_events().await?, 0);
+    assert_eq!(store.delivery(receipt.event_id, PLAIN).await?, None);
+    S::commit_tx(tx).await?;
+
+    assert_eq!(store.count_events().await?, 1);
+    for consumer in [ORDERED, PLAIN, SHADOW] {
+        let delivery = store
+            .delivery(receipt.event_id, consumer)
+            .await?
+            .ok_or("delivery missing")?;
+        assert_eq!(delivery.status, DeliveryStatus::Pending, "{consumer}");
+        assert_eq!(
+            (delivery.attempts, delivery.token, delivery.generation),
+            (0, 0, 0)
+        );
+        assert_eq!((delivery.owner, delivery.lease_until), (None, None));
+        assert!(store.attempts(receipt.event_id, consumer).await?.is_empty());
+    }
+    Ok(())
+}
+
+async fn append_rolls_back_with_the_caller<S: Conformance>(store: S) -> TestResult {
+    let mut tx = store.begin_tx().await?;
+    let receipt = store
+        .append(&mut *tx, note(1), AppendOptions::default())
+        .await?;
+    let batch = store
+        .append_batch(&mut *tx, vec![ping().into(), note(2).into()])
+        .await?;
+    assert_eq!(batch.len(), 2);
+    S::rollback_tx(tx).await?;
+
+    assert_eq!(store.count_events().await?, 0);
+    for consumer in [ORDERED, PLAIN, SHADOW] {
+        assert_eq!(
+            store.count_deliveries(consumer, &[]).await?,
+            0,
+            "{consumer}"
+        );
+    }
+    assert_eq!(store.delivery(receipt.event_id, PLAIN).await?, None);
+    Ok(())
+}
+
+async fn append_fans_out_to_every_subscribed_consumer<S: Conformance>(store: S) -> TestResult {
+    let receipts = committed(&store, vec![note(1), ping()]).await?;
+    let (note_id, ping_id) = (receipts[0].event_id, receipts[1].event_id);
+    assert_eq!((receipts[0].deliveries, receipts[1].deliveries), (3, 1));
+
+    for consumer in [ORDERED, PLAIN, SHADOW] {
+        let delivery = store.delivery(note_id, consumer).await?;
+        assert_eq!(
+            delivery.map(|d| d.status),
+            Some(DeliveryStatus::Pending),
+            "{consumer}"
+        );
+    }
+    // An `off` consumer gets nothing; a ping goes to its one subscriber.
+    assert_eq!(store.delivery(note_id, conformance::OFF).await?, None);
+    assert!(store.delivery(ping_id, PLAIN).await?.is_some());
+    assert_eq!(store.delivery(ping_id, ORDERED).await?, None);
+    assert_eq!(store.delivery(ping_id, SHADOW).await?, None);
+
+    let counts = [
+        store.count_deliveries(ORDERED, &[]).await?,
+        store.count_deliveries(PLAIN, &[]).await?,
+        store.count_deliveries(SHADOW, &[]).await?,
+        store.count_deliveries(conformance::OFF, &[]).await?,
+        store
+            .count_deliveries(PLAIN, &[DeliveryStatus::Pending])
+            .await?,
+        store
+            .count_deliveries(PLAIN, &[DeliveryStatus::Leased])
+            .await?,
+    ];
+    assert_eq!(counts, [1, 2, 1, 0, 2, 0]);
+    Ok(())
+}
+
+async fn idempotency_key_returns_the_first_receipt<S: Conformance>(store: S) -> TestResult {
+    let keyed = || AppendOptions::new().idempotency_key("order-42");
+    let mut tx = store.begin_tx().await?;
+    let first = store.append(&mut *tx, note(1), keyed()).await?;
+    S::commit_tx(tx).await?;
+    assert!(first.created);
+
+    let mut tx = store.begin_tx().await?;
+    // Another payload with the same key in the same producer class: the first event.
+    let again = store.append(&mut *tx, note(2), keyed()).await?;
+    assert_eq!(
+        again,
+        AppendReceipt {
+            created: false,
+            deliveries: 0,
+            ..first
+        }
+    );
+    // The same key in another producer class is another event.
+    let other = store.append(&mut *tx, ping(), keyed()).await?;
+    assert!(other.created);
+    assert_ne!(other.event_id, first.event_id);
+    S::commit_tx(tx).await?;
+
+    assert_eq!(store.count_events().await?, 2);
+    assert_eq!(store.count_deliveries(ORDERED, &[]).await?, 1);
+    assert_eq!(store.count_deliveries(PLAIN, &[]).await?, 2);
+    Ok(())
+}
+
+async fn rejected_append_writes_a_reject_row_and_nothing_else<S: Conformance>(
+    store: S,
+) -> TestResult {
+    let mut tx = store.begin_tx().await?;
+    let error = store
+        .append(&mut *tx, forbidden_note(1), AppendOptions::default())
+        .await
+        .expect_err("a deny-listed key is refused");
+    let rejection = error.rejection().ok_or("not a rejection")?;
+    assert_eq!(rejection.reason_code(), "forbidden_key");
+    // The usual reaction to an error: the audit must survive it.
+    S::rollback_tx(tx).await?;
+
+    let store = &store;
+    let rejects = eventually(|| async move {
+        let rejects = store.rejects(10).await?;
+        Ok((!rejects.is_empty()).then_some(rejects))
+    })
+    .await?
+    .ok_or("no reject row was recorded")?;
+    assert_eq!(rejects.len(), 1);
+    let reject = &rejects[0];
+    assert_eq!(
+        (
+            reject.event_type.as_str(),
+            reject.version.as_deref(),
+            reject.reason_code.as_str()
+        ),
+        ("test.note", Some("1.0.0"), "forbidden_key")
+    );
+    // No digest key configured: no digest (never the payload).
+    assert_eq!(reject.payload_digest, "");
+    assert_eq!(store.count_events().await?, 0);
+    for consumer in [ORDERED, PLAIN, SHADOW] {
+        assert_eq!(store.count_deliveries(consumer, &[]).await?, 0);
+    }
+    Ok(())
+}
+
+async fn batch_append_keeps_order_and_receipts<S: Conformance>(store: S) -> TestResult {
+    let keyed = || AppendOptions::new().idempotency_key("dup");
+    let events = vec![
+        NewEvent::new(note(1), AppendOptions::default()),
+        NewEvent::new(note(2), keyed()),
+        NewEvent::new(ping(), AppendOptions::default()),
+        // Taken by an earlier event of the same batch.
+        NewEvent::new(note(3), keyed()),
+        NewEvent::new(note(4), AppendOptions::default()),
+    ];
+    let mut tx = store.begin_tx().await?;
+    let receipts = store.append_batch(&mut *tx, events).await?;
+    S::commit_tx(tx).await?;
+
+    let created: Vec<bool> = receipts.iter().map(|r| r.created).collect();
+    assert_eq!(created, [true, true, true, false, true]);
+    let deliveries: Vec<u32> = receipts.iter().map(|r| r.deliveries).collect();
+    assert_eq!(deliveries, [3, 3, 1, 0, 3]);
+    assert_eq!(
+        (receipts[3].event_id, receipts[3].seq),
+        (receipts[1].event_id, receipts[1].seq)
+    );
+    let seqs: Vec<i64> = [0, 1, 2, 4].iter().map(|&i| receipts[i].seq).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    assert_eq!(store.count_events().await?, 4);
+
+    // Without keys or delays (PostgreSQL writes these with COPY): the same order.
+    let mut tx = store.begin_tx().await?;
+    let plain = store
+        .append_batch(
+            &mut *tx,
+            vec![note(5).into(), ping().into(), note(6).into()],
+        )
+        .await?;
+    S::commit_tx(tx).await?;
+    assert!(plain.iter().all(|r| r.created));
+    let seqs: Vec<i64> = std::iter::once(receipts[4].seq)
+        .chain(plain.iter().map(|r| r.seq))
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+
+    // One refused event refuses the batch: a reject row per refused event, nothing else.
+    let mut tx = store.begin_tx().await?;
+    let error = store
+        .append_batch(
+            &mut *tx,
+            vec![
+                note(7).into(),
+                forbidden_note(8).into(),
+                note(9).into(),
+                forbidden_note(10).into(),
+            ],
+        )
+        .await
+        .expect_err("refused");
+    S::rollback_tx(tx).await?;
+    match error {
+        evc_runtime::AppendError::BatchRejected {
+            index, rejected, ..
+        } => assert_eq!((index, rejected), (1, 2)),
+        other => return Err(format!("expected BatchRejected, got {other}").into()),
+    }
+    let store = &store;
+    let rejects = eventually(|| async move {
+        let rejects = store.rejects(10).await?;
+        Ok((rejects.len() >= 2).then_some(rejects))
+    })
+    .await?
+    .ok_or("reject rows missing")?;
+    assert_eq!(rejects.len(), 2);
+    assert_eq!(store.count_events().await?, 7);
+    Ok(())
+}
+
+async fn claim_leases_with_new_tokens_and_counts_attempts<S: Conformance>(store: S) -> TestResult {
+    let receipts = committed(&store, vec![note(1), note(2), note(3)]).await?;
+    let claimed = claim(&store, PLAIN, "w1", 10, LEASE, false).await?;
+    assert_eq!(
+        ids(&claimed),
+        receipts.iter().map(|r| r.event_id).collect::<Vec<_>>()
+    );
+    for (claimed, receipt) in claimed.iter().zip(&receipts) {
+        let lease = &claimed.lease;
+        assert_eq!(
+            (lease.token, lease.attempt, claimed.delivery.attempt),
+            (1, 1, 1)
+        );
+        assert_eq!(
+            (lease.owner.as_str(), lease.consumer.as_str()),
+            ("w1", PLAIN)
+        );
+        assert_eq!(claimed.event_seq, receipt.seq);
+        assert!(!lease.is_shadow());
+        let delivery = store
+            .delivery(lease.event_id, PLAIN)
+            .await?
+            .ok_or("delivery missing")?;
+        assert_eq!(delivery.status, DeliveryStatus::Leased);
+        assert_eq!((delivery.attempts, delivery.token), (1, 1));
+        assert_eq!(delivery.owner.as_deref(), Some("w1"));
+        let until = delivery.lease_until.ok_or("no lease end")?;
+        assert!((until - lease.claimed_at - 30.0).abs() < 1.0, "{until}");
+    }
+    assert_eq!(
+        claimed[0].payload,
+        support::note(&support::note_key(1)),
+        "the payload as appended"
+    );
+    // Everything is leased: nothing more to claim.
+    assert!(
+        claim(&store, PLAIN, "w2", 10, LEASE, false)
+            .await?
+            .is_empty()
+    );
+
+    // Renewal extends the lease.
+    let renewed = store
+        .renew(&[&claimed[1].lease], Duration::from_secs(120))
+        .await?;
+    assert_eq!(renewed, vec![claimed[1].lease.event_id]);
+    let delivery = store.delivery(claimed[1].lease.event_id, PLAIN).await?;
+    let until = delivery.and_then(|d| d.lease_until).ok_or("no lease end")?;
+    assert!(until > claimed[1].lease.claimed_at + 100.0, "{until}");
+
+    // A retry due at once is claimed again with the next token and attempt.
+    let first = &claimed[0].lease;
+    store
+        .fail(
+            first,
+            FailureClass::Transient,
+            "E_BUSY",
+            RetryDecision::Retry(Duration::ZERO),
+        )
+        .await?;
+    let again = claim(&store, PLAIN, "w2", 10, LEASE, false).await?;
+    assert_eq!(ids(&again), vec![first.event_id]);
+    assert_eq!((again[0].lease.token, again[0].lease.attempt), (2, 2));
+    assert_eq!(
+        attempt_rows(&store, first.event_id, PLAIN).await?,
+        vec![row(1, "retry", Some("E_BUSY"), 1, "w1")]
+    );
+    Ok(())
+}
+
+async fn stale_token_is_refused_after_a_reclaim<S: Conformance>(store: S) -> TestResult {
+    let receipts = committed(&store, vec![note(1)]).await?;
+    let event_id = receipts[0].event_id;
+    let first = claim(&store, PLAIN, "w1", 1, SHORT, false).await?;
+    assert_eq!(ids(&first), vec![event_id]);
+    recover(&store, 1).await?;
+    let second = claim(&store, PLAIN, "w2", 1, LEASE, false).await?;
+    assert_eq!(ids(&second), vec![event_id]);
+    let (old, new) = (&first[0].lease, &second[0].lease);
+    assert_eq!((new.token, new.attempt), (2, 2));
+
+    let before = store.stale_tokens();
+    assert!(ack(&store, old).await.is_err_and(|e| e.is_stale_token()));
+    let failed = store
+        .fail(old, FailureClass::Transient, "E_LATE", RetryDecision::Dead)
+        .await;
+    assert!(failed.is_err_and(|e| e.is_stale_token()));
+    assert!(store.renew(&[old], LEASE).await?.is_empty());
+    let mut tx = store.begin_tx().await?;
+    let effect = store.record_effect(&mut *tx, old, "effect", "digest").await;
+    assert!(effect.is_err_and(|e| e.is_stale_token()));
+    let fenced = store.lock_lease(&mut *tx, old).await;
+    assert!(fenced.is_err_and(|e| e.is_stale_token()));
+    S::rollback_tx(tx).await?;
+    assert_eq!(store.stale_tokens(), before + 5);
+
+    // The stale writes changed nothing: the current lease settles as usual.
+    let delivery = store.delivery(event_id, PLAIN).await?.ok_or("missing")?;
+    assert_eq!(delivery.status, DeliveryStatus::Leased);
+    assert_eq!((delivery.token, delivery.owner.as_deref()), (2, Some("w2")));
+    let mut tx = store.begin_tx().await?;
+    store.lock_lease(&mut *tx, new).await?;
+    assert!(
+        store
+            .record_effect(&mut *tx, new, "effect", "digest")
+            .await?
+    );
+    assert_eq!(Store::ack(&store, &mut *tx, &[new]).await?.acked, 1);
+    S::commit_tx(tx).await?;
+
+    assert_eq!(store.delivery(event_id, PLAIN).await?, None);
+    assert_eq!(
+        attempt_rows(&store, event_id, PLAIN).await?,
+        vec![
+            row(1, "lease_expired", Some("lease_expired"), 1, "w1"),
+            row(2, "acked", None, 2, "w2"),
+        ]
+    );
+    Ok(())
+}
+
+async fn per_key_claims_only_the_head_of_each_key<S: Conformance>(store: S) -> TestResult {
+    // Key 1 twice, key 2 once.
+    let receipts = committed(&store, vec![note(1), note(1), note(2)]).await?;
+    let (a1, a2, b1) = (
+        receipts[0].event_id,
+        receipts[1].event_id,
+        receipts[2].event_id,
+    );
+    let heads = claim(&store, ORDERED, "w1", 10, LEASE, true).await?;
+    assert_eq!(ids(&heads), vec![a1, b1]);
+    // The second delivery of key 1 waits while the first is leased.
+    assert!(
+        claim(&store, ORDERED, "w2", 10, LEASE, true)
+            .await?
+            .is_empty()
+    );
+    // A consumer without per-key ordering is not held back.
+    assert_eq!(claim(&store, PLAIN, "w3", 10, LEASE, false).await?.len(), 3);
+
+    // A head backing off still holds its key: key 2's next event waits behind it.
+    store
+        .fail(
+            &heads[1].lease,
+            FailureClass::Transient,
+            "E_LATER",
+            RetryDecision::Retry(Duration::from_secs(3600)),
+        )
+        .await?;
+    let b2 = committed(&store, vec![note(2)]).await?[0].event_id;
+    assert!(
+        claim(&store, ORDERED, "w2", 10, LEASE, true)
+            .await?
+            .is_empty()
+    );
+
+    // Acked, key 1's head is the next delivery.
+    ack(&store, &heads[0].lease).await?;
+    let next = claim(&store, ORDERED, "w2", 10, LEASE, true).await?;
+    assert_eq!(ids(&next), vec![a2]);
+    assert_eq!(
+        store.delivery(b2, ORDERED).await?.map(|d| d.status),
+        Some(DeliveryStatus::Pending)
+    );
+    Ok(())
+}
+
+async fn fail_retries_later_dead_letters_or_quarantines<S: Conformance>(store: S) -> TestResult {
+    committed(&store, vec![note(1), note(2), note(3)]).await?;
+    let claimed = claim(&store, PLAIN, "w1", 10, LEASE, false).await?;
+    let [retry, dead, quarantine] = [&claimed[0], &claimed[1], &claimed[2]].map(|c| &c.lease);
+    store
+        .fail(
+            retry,
+            FailureClass::Transient,
+            "E_TIMEOUT",
+            RetryDecision::Retry(Duration::from_secs(3600)),
+        )
+        .await?;
+    store
+        .fail(dead, FailureClass::Permanent, "E_BAD", RetryDecision::Dead)
+        .await?;
+    store
+        .fail(
+            quarantine,
+            FailureClass::Schema,
+            "E_SHAPE",
+            RetryDecision::Quarantine,
+        )
+        .await?;
+
+    let delivery = store
+        .delivery(retry.event_id, PLAIN)
+        .await?
+        .ok_or("missing")?;
+    assert_eq!(delivery.status, DeliveryStatus::Pending);
+    assert_eq!(delivery.attempts, 1);
+    assert_eq!(delivery.last_error_code.as_deref(), Some("E_TIMEOUT"));
+    assert!(delivery.available_at > retry.claimed_at + 3000.0);
+    // Not due yet: not claimable.
+    assert!(
+        claim(&store, PLAIN, "w2", 10, LEASE, false)
+            .await?
+            .is_empty()
+    );
+
+    for (lease, status, outcome, code) in [
+        (retry, DeliveryStatus::Pending, "retry", "E_TIMEOUT"),
+        (dead, DeliveryStatus::Dead, "dead", "E_BAD"),
+        (
+            quarantine,
+            DeliveryStatus::Quarantined,
+            "quarantined",
+            "E_SHAPE",
+        ),
+    ] {
+        let delivery = store
+            .delivery(lease.event_id, PLAIN)
+            .await?
+            .ok_or("missing")?;
+        assert_eq!(delivery.status, status);
+        assert_eq!(delivery.last_error_code.as_deref(), Some(code));
+        assert_eq!(
+            attempt_rows(&store, lease.event_id, PLAIN).await?,
+            vec![row(1, outcome, Some(code), 1, "w1")]
+        );
+    }
+    let counts = [
+        store
+            .count_deliveries(PLAIN, &[DeliveryStatus::Pending])
+            .await?,
+        store
+            .count_deliveries(PLAIN, &[DeliveryStatus::Dead])
+            .await?,
+        store
+            .count_deliveries(PLAIN, &[DeliveryStatus::Quarantined])
+            .await?,
+        store
+            .count_deliveries(PLAIN, &[DeliveryStatus::Dead, DeliveryStatus::Quarantined])
+            .await?,
+    ];
+    assert_eq!(counts, [1, 1, 1, 2]);
+    Ok(())
+}
+
+async fn fail_dead_letters_at_the_policys_last_attempt<S: Conformance>(store: S) -> TestResult {
+    let policy = RetryPolicy::from_descriptor(&support::FIXED_200MS)?;
+    let mut rng = SplitMix64::seeded(7);
+    let event_id = committed(&store, vec![note(1)]).await?[0].event_id;
+    let store = &store;
+    for attempt in 1..=4 {
+        // Each retry falls due 200 ms after its failure.
+        let claimed = eventually(|| async move {
+            let claimed = claim(store, PLAIN, "w1", 1, LEASE, false).await?;
+            Ok(claimed.into_iter().next())
+        })
+        .await?
+        .ok_or("the retry never fell due")?;
+        assert_eq!(claimed.lease.attempt, attempt);
+        let decision = policy.decide(FailureClass::Transient, attempt, &mut rng);
+        assert_eq!(matches!(decision, RetryDecision::Dead), attempt == 4);
+        store
+            .fail(&claimed.lease, FailureClass::Transient, "E_FLAKY", decision)
+            .await?;
+    }
+    let delivery = store.delivery(event_id, PLAIN).await?.ok_or("missing")?;
+    assert_eq!(
+        (delivery.status, delivery.attempts),
+        (DeliveryStatus::Dead, 4)
+    );
+    let outcomes: Vec<String> = store
+        .attempts(event_id, PLAIN)
+        .await?
+        .into_iter()
+        .map(|row| format!("{} {}", row.attempt, row.outcome))
+        .collect();
+    assert_eq!(outcomes, ["1 retry", "2 retry", "3 retry", "4 dead"]);
+    Ok(())
+}
+
+async fn release_returns_leases_as_never_claimed<S: Conformance>(store: S) -> TestResult {
+    committed(&store, vec![note(1), note(2)]).await?;
+    let claimed = claim(&store, PLAIN, "w1", 10, LEASE, false).await?;
+    let others = claim(&store, ORDERED, "w2", 10, LEASE, true).await?;
+    assert_eq!((claimed.len(), others.len()), (2, 2));
+
+    assert_eq!(store.release("w1").await?, 2);
+    for claimed in &claimed {
+        let event_id = claimed.lease.event_id;
+        let delivery = store.delivery(event_id, PLAIN).await?.ok_or("missing")?;
+        assert_eq!(delivery.status, DeliveryStatus::Pending);
+        // The attempt is taken back, the token stays raised, no attempt row.
+        assert_eq!((delivery.attempts, delivery.token), (0, 1));
+        assert_eq!(delivery.lease_until, None);
+        assert!(store.attempts(event_id, PLAIN).await?.is_empty());
+    }
+    // Another owner's leases stay.
+    assert_eq!(
+        store
+            .count_deliveries(ORDERED, &[DeliveryStatus::Leased])
+            .await?,
+        2
+    );
+    assert!(
+        ack(&store, &claimed[0].lease)
+            .await
+            .is_err_and(|e| e.is_stale_token())
+    );
+    let again = claim(&store, PLAIN, "w3", 10, LEASE, false).await?;
+    let leases: Vec<(i64, u32)> = again
+        .iter()
+        .map(|c| (c.lease.token, c.lease.attempt))
+        .collect();
+    assert_eq!(leases, [(2, 1), (2, 1)]);
+    assert_eq!(store.release("nobody").await?, 0);
+    Ok(())
+}
+
+async fn recover_expired_requeues_then_dead_letters<S: Conformance>(store: S) -> TestResult {
+    let event_id = committed(&store, vec![note(1)]).await?[0].event_id;
+    for attempt in 1..=4_u32 {
+        let claimed = claim(&store, PLAIN, "w1", 1, SHORT, false).await?;
+        assert_eq!(ids(&claimed), vec![event_id]);
+        assert_eq!(claimed[0].lease.attempt, attempt);
+        recover(&store, 1).await?;
+        let delivery = store.delivery(event_id, PLAIN).await?.ok_or("missing")?;
+        let status = if attempt < 4 {
+            DeliveryStatus::Pending
+        } else {
+            // The retry policy's 4 attempts are spent.
+            DeliveryStatus::Dead
+        };
+        assert_eq!((delivery.status, delivery.attempts), (status, attempt));
+        assert_eq!(delivery.last_error_code.as_deref(), Some("lease_expired"));
+        assert_eq!(delivery.lease_until, None);
+    }
+    assert!(
+        claim(&store, PLAIN, "w1", 1, LEASE, false)
+            .await?
+            .is_empty()
+    );
+    assert_eq!(
+        attempt_rows(&store, event_id, PLAIN).await?,
+        vec![
+            row(1, "lease_expired", Some("lease_expired"), 1, "w1"),
+            row(2, "lease_expired", Some("lease_expired"), 2, "w1"),
+            row(3, "lease_expired", Some("lease_expired"), 3, "w1"),
+            row(4, "dead", Some("lease_expired"), 4, "w1"),
+        ]
+    );
+    Ok(())
+}
+
+async fn record_effect_is_recorded_once<S: Conformance>(store: S) -> TestResult {
+    committed(&store, vec![note(1)]).await?;
+    let claimed = claim(&store, PLAIN, "w1", 1, LEASE, false).await?;
+    let lease = &claimed[0].lease;
+
+    let mut tx = store.begin_tx().await?;
+    assert!(
+        store
+            .record_effect(&mut *tx, lease, "effect-1", "d1")
+            .await?
+    );
+    S::commit_tx(tx).await?;
+    let mut tx = store.begin_tx().await?;
+    assert!(
+        !store
+            .record_effect(&mut *tx, lease, "effect-1", "d2")
+            .await?
+    );
+    assert!(
+        store
+            .record_effect(&mut *tx, lease, "effect-2", "d1")
+            .await?
+    );
+    S::commit_tx(tx).await?;
+    // Rolled back with the caller's transaction: not recorded.
+    let mut tx = store.begin_tx().await?;
+    assert!(
+        store
+            .record_effect(&mut *tx, lease, "effect-3", "d1")
+            .await?
+    );
+    S::rollback_tx(tx).await?;
+
+    // A redelivery (the next lease) finds what the first attempt recorded.
+    store
+        .fail(
+            lease,
+            FailureClass::Transient,
+            "E_AGAIN",
+            RetryDecision::Retry(Duration::ZERO),
+        )
+        .await?;
+    let again = claim(&store, PLAIN, "w2", 1, LEASE, false).await?;
+    let mut tx = store.begin_tx().await?;
+    let next = &again[0].lease;
+    assert!(
+        !store
+            .record_effect(&mut *tx, next, "effect-1", "d1")
+            .await?
+    );
+    assert!(
+        store
+            .record_effect(&mut *tx, next, "effect-3", "d1")
+            .await?
+    );
+    S::commit_tx(tx).await?;
+
+    // A shadow-mode lease writes no effect row: it keeps intents.
+    let shadowed = claim(&store, SHADOW, "w3", 1, LEASE, false).await?;
+    let shadow = &shadowed[0].lease;
+    assert!(shadow.is_shadow());
+    for _ in 0..2 {
+        let mut tx = store.begin_tx().await?;
+        assert!(
+            store
+                .record_effect(&mut *tx, shadow, "effect-1", "d1")
+                .await?
+        );
+        S::commit_tx(tx).await?;
+    }
+    let intents = shadow.shadow_log().map(|log| log.intents().len());
+    assert_eq!(intents, Some(2));
+    Ok(())
+}
+
+async fn ack_batch_reports_stale_entries<S: Conformance>(store: S) -> TestResult {
+    committed(&store, vec![note(1), note(2), note(3)]).await?;
+    let claimed = claim(&store, PLAIN, "w1", 10, LEASE, false).await?;
+    let [first, second, third] = [&claimed[0], &claimed[1], &claimed[2]].map(|c| &c.lease);
+    ack(&store, second).await?;
+    // The third's lease presented by another owner.
+    let intruder = Lease::new(
+        third.event_id,
+        PLAIN,
+        "intruder",
+        third.token,
+        third.attempt,
+        third.claimed_at,
+    );
+    let before = store.stale_tokens();
+    let outcome = ack_leases(&store, &[first, second, &intruder]).await?;
+    assert_eq!(outcome.acked, 1);
+    assert_eq!(
+        outcome.stale,
+        vec![
+            (second.event_id, PLAIN.to_owned(), second.token),
+            (third.event_id, PLAIN.to_owned(), third.token),
+        ]
+    );
+    assert_eq!(store.stale_tokens(), before + 2);
+
+    for lease in [first, second] {
+        assert_eq!(store.delivery(lease.event_id, PLAIN).await?, None);
+        assert_eq!(
+            attempt_rows(&store, lease.event_id, PLAIN).await?,
+            vec![row(1, "acked", None, 1, "w1")]
+        );
+    }
+    let delivery = store
+        .delivery(third.event_id, PLAIN)
+        .await?
+        .ok_or("missing")?;
+    assert_eq!(delivery.status, DeliveryStatus::Leased);
+    assert!(store.attempts(third.event_id, PLAIN).await?.is_empty());
+    assert_eq!(ack_leases(&store, &[third]).await?.acked, 1);
+    assert_eq!(ack_leases(&store, &[]).await?, AckBatch::default());
+    Ok(())
+}
+
+async fn held_batch_commits_with_its_transaction_or_leaves_nothing<S: Conformance>(
+    store: S,
+) -> TestResult {
+    let receipts = committed(&store, vec![note(1), note(2), note(3)]).await?;
+    let untouched = |event_id| {
+        let store = &store;
+        async move {
+            let delivery = store.delivery(event_id, PLAIN).await?.ok_or("missing")?;
+            let state = (delivery.status, delivery.attempts, delivery.token);
+            Ok::<_, BoxError>(state == (DeliveryStatus::Pending, 0, 0))
+        }
+    };
+
+    // Held, the deliveries are not written; rolled back, they are as never claimed.
+    let mut tx = store.begin_tx().await?;
+    let held = held_claim(&store, &mut *tx, "w1").await?;
+    assert_eq!(
+        ids(&held),
+        receipts.iter().map(|r| r.event_id).collect::<Vec<_>>()
+    );
+    for claimed in &held {
+        assert!(claimed.lease.is_held());
+        assert_eq!((claimed.lease.token, claimed.lease.attempt), (1, 1));
+        assert!(untouched(claimed.lease.event_id).await?);
+    }
+    S::rollback_tx(tx).await?;
+    for receipt in &receipts {
+        assert!(untouched(receipt.event_id).await?);
+        assert!(store.attempts(receipt.event_id, PLAIN).await?.is_empty());
+    }
+
+    // Acked in the claiming transaction: acks, effects and attempt rows commit together.
+    let mut tx = store.begin_tx().await?;
+    let held = held_claim(&store, &mut *tx, "w1").await?;
+    let [first, second, third] = [&held[0], &held[1], &held[2]].map(|c| &c.lease);
+    assert!(store.record_effect(&mut *tx, first, "effect", "d").await?);
+    assert_eq!(
+        Store::ack(&store, &mut *tx, &[first, second]).await?.acked,
+        2
+    );
+    S::commit_tx(tx).await?;
+    for lease in [first, second] {
+        assert_eq!(store.delivery(lease.event_id, PLAIN).await?, None);
+        assert_eq!(
+            attempt_rows(&store, lease.event_id, PLAIN).await?,
+            vec![row(1, "acked", None, 1, "w1")]
+        );
+    }
+    assert!(untouched(third.event_id).await?);
+
+    // A held lease failed after its batch rolled back: the attempt is counted then.
+    let mut tx = store.begin_tx().await?;
+    let held = held_claim(&store, &mut *tx, "w2").await?;
+    assert_eq!(ids(&held), vec![third.event_id]);
+    S::rollback_tx(tx).await?;
+    let lease = &held[0].lease;
+    store
+        .fail(
+            lease,
+            FailureClass::Transient,
+            "E_ROLLED_BACK",
+            RetryDecision::Retry(Duration::from_secs(3600)),
+        )
+        .await?;
+    let delivery = store
+        .delivery(lease.event_id, PLAIN)
+        .await?
+        .ok_or("missing")?;
+    assert_eq!(
+        (delivery.status, delivery.attempts, delivery.token),
+        (DeliveryStatus::Pending, 1, 1)
+    );
+    assert_eq!(
+        attempt_rows(&store, lease.event_id, PLAIN).await?,
+        vec![row(1, "retry", Some("E_ROLLED_BACK"), 1, "w2")]
+    );
+    // Its token moved on: failing it again is stale.
+    let again = store
+        .fail(
+            lease,
+            FailureClass::Transient,
+            "E_AGAIN",
+            RetryDecision::Dead,
+        )
+        .await;
+    assert!(again.is_err_and(|e| e.is_stale_token()));
+    Ok(())
+}
+
+async fn concurrent_per_key_workers_keep_one_in_flight_per_key<S: Conformance>(
+    store: S,
+) -> TestResult {
+    use std::collections::{HashMap, HashSet};
+    use std::sync::{Arc, Mutex};
+
+    const EVENTS: u64 = 120;
+    const KEYS: u64 = 8;
+    let events = (0..EVENTS).map(|n| note(n % KEYS).into()).collect();
+    let mut tx = store.begin_tx().await?;
+    store.append_batch(&mut *tx, events).await?;
+    S::commit_tx(tx).await?;
+
+    // Keys in flight, and the last seq acked per key.
+    let in_flight: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let last: Arc<Mutex<HashMap<String, i64>>> = Arc::default();
+    let acked = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for worker in 0..4 {
+        let (store, in_flight, last, acked) = (
+            store.clone(),
+            in_flight.clone(),
+            last.clone(),
+            acked.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            let owner = format!("w{worker}");
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            while acked.load(std::sync::atomic::Ordering::SeqCst) < EVENTS {
+                assert!(tokio::time::Instant::now() < deadline, "workers stalled");
+                let claimed = claim(&store, ORDERED, &owner, 5, LEASE, true).await?;
+                if claimed.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    continue;
+                }
+                for claimed in &claimed {
+                    let key = claimed.order_key.clone();
+                    assert!(
+                        in_flight
+                            .lock()
+                            .map_err(|_| "poisoned")?
+                            .insert(key.clone()),
+                        "{}: key {key} claimed twice",
+                        S::NAME
+                    );
+                    let mut last = last.lock().map_err(|_| "poisoned")?;
+                    let previous = last.insert(key.clone(), claimed.event_seq);
+                    assert!(previous < Some(claimed.event_seq), "{key} out of order");
+                }
+                for claimed in &claimed {
+                    // Out of the set before the ack: until the ack commits nobody can claim
+                    // the key, and after it anyone may.
+                    in_flight
+                        .lock()
+                        .map_err(|_| "poisoned")?
+                        .remove(&claimed.order_key);
+                    ack(&store, &claimed.lease).await?;
+                    acked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+            Ok::<_, BoxError>(())
+        }));
+    }
+    for worker in workers {
+        worker.await??;
+    }
+    assert_eq!(acked.load(std::sync::atomic::Ordering::SeqCst), EVENTS);
+    assert_eq!(store.count_deliveries(ORDERED, &[]).await?, 0);
+    Ok(())
+}
+
+async fn shadow_savepoint_undoes_the_handlers_writes<S: Conformance>(store: S) -> TestResult {
+    committed(&store, vec![note(1)]).await?;
+    let claimed = claim(&store, SHADOW, "w1", 1, LEASE, false).await?;
+    let lease = &claimed[0].lease;
+    assert!(lease.is_shadow());
+
+    // The transactional kind's shadow run: fence, savepoint, the handler's writes, undo,
+    // reconciliation row, ack; all in one transaction.
+    let mut tx = store.begin_tx().await?;
+    store.lock_lease(&mut *tx, lease).await?;
+    store.begin_shadow(&mut *tx).await?;
+    store
+        .append(&mut *tx, note(2), AppendOptions::default())
+        .await?;
+    assert!(store.record_effect(&mut *tx, lease, "effect", "d").await?);
+    store.end_shadow(&mut *tx).await?;
+    store.record_reconciliation(&mut *tx, lease).await?;
+    assert_eq!(Store::ack(&store, &mut *tx, &[lease]).await?.acked, 1);
+    S::commit_tx(tx).await?;
+
+    assert_eq!(
+        store.count_events().await?,
+        1,
+        "the handler's append was undone"
+    );
+    assert_eq!(store.delivery(lease.event_id, SHADOW).await?, None);
+    assert_eq!(
+        attempt_rows(&store, lease.event_id, SHADOW).await?,
+        vec![row(1, "acked", None, 1, "w1")]
+    );
+
+    // Heartbeats are written and forgotten without error.
+    let beats = [
+        evc_runtime::Heartbeat::new("w1", SHADOW, ""),
+        evc_runtime::Heartbeat::new("w2", PLAIN, "batch,lease"),
+    ];
+    store.heartbeat(&beats).await?;
+    store.heartbeat(&beats[..1]).await?;
+    store
+        .forget_heartbeats(&["w1".to_owned(), "w2".to_owned()])
+        .await?;
+    Ok(())
+}
+
+/// Counts calls per consumer and checks that no key of a per-key consumer runs twice at once;
+/// a transactional delivery records its effect in its transaction.
+#[derive(Default)]
+struct Counting {
+    calls: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
+    in_flight: std::sync::Mutex<std::collections::HashSet<String>>,
+    overlaps: std::sync::atomic::AtomicU64,
+    effects_recorded: std::sync::atomic::AtomicU64,
+}
+
+impl<S: Store> evc_runtime::DynHandler<S> for Counting {
+    fn handle<'a>(
+        &'a self,
+        mut context: evc_runtime::HandlerContext<'a, S>,
+    ) -> evc_runtime::dispatcher::BoxFuture<'a, Result<(), evc_runtime::HandlerError>> {
+        Box::pin(async move {
+            let consumer = context.lease().consumer.clone();
+            let key = format!("{consumer}/{}", context.claimed.order_key);
+            let ordered = consumer == ORDERED;
+            if ordered && !self.in_flight.lock().expect("lock").insert(key.clone()) {
+                self.overlaps
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            *self
+                .calls
+                .lock()
+                .expect("lock")
+                .entry(consumer)
+                .or_default() += 1;
+            tokio::task::yield_now().await;
+            let (store, lease) = (context.store, context.claimed.lease.clone());
+            if let Some(transaction) = context.transaction() {
+                let effect_key = lease.event_id.to_string();
+                let first = store
+                    .record_effect(transaction, &lease, &effect_key, "done")
+                    .await
+                    .map_err(|_| {
+                        evc_runtime::HandlerError::new(FailureClass::Transient, "E_EFFECT")
+                    })?;
+                if first {
+                    self.effects_recorded
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+            if ordered {
+                self.in_flight.lock().expect("lock").remove(&key);
+            }
+            Ok(())
+        })
+    }
+}
+
+async fn the_dispatcher_delivers_every_event_once<S: Conformance>(store: S) -> TestResult {
+    let mut events: Vec<NewEvent> = (0..30).map(|n| note(n % 5).into()).collect();
+    events.extend((0..5).map(|_| ping().into()));
+    let mut tx = store.begin_tx().await?;
+    store.append_batch(&mut *tx, events).await?;
+    S::commit_tx(tx).await?;
+
+    let handler = std::sync::Arc::new(Counting::default());
+    let config = evc_runtime::DispatcherConfig::default()
+        .owner(format!("conformance-{}", S::NAME))
+        .workers(2)
+        .batch(10)
+        .lease(LEASE)
+        .poll_interval(Duration::from_millis(20))
+        .recovery_interval(Duration::from_millis(200))
+        .heartbeat_interval(Duration::from_millis(100))
+        // `k.shadow` (transactional, no per-key ordering) runs held batches.
+        .held_batches(true)
+        .seed(7);
+    let mut dispatcher = evc_runtime::Dispatcher::new(store.clone(), config);
+    for consumer in [PLAIN, ORDERED, SHADOW] {
+        dispatcher = dispatcher.consumer(consumer, handler.clone())?;
+    }
+    let handle = dispatcher.start();
+
+    // More appends while it runs (woken or polled).
+    committed(&store, vec![note(9), ping()]).await?;
+    let store_ref = &store;
+    let settled = eventually(|| async move {
+        let mut open = 0;
+        for consumer in [PLAIN, ORDERED, SHADOW] {
+            open += store_ref.count_deliveries(consumer, &[]).await?;
+        }
+        Ok((open == 0).then_some(()))
+    })
+    .await?;
+    let stats = handle.shutdown().await;
+    assert!(settled.is_some(), "{}: deliveries still open", S::NAME);
+
+    let calls = handler.calls.lock().map_err(|_| "poisoned")?.clone();
+    let expected: std::collections::BTreeMap<String, u64> = [
+        (PLAIN.to_owned(), 37),
+        (ORDERED.to_owned(), 31),
+        (SHADOW.to_owned(), 31),
+    ]
+    .into();
+    assert_eq!(calls, expected);
+    assert_eq!(stats.acked, 99);
+    assert_eq!((stats.retried, stats.dead, stats.stale), (0, 0, 0));
+    assert_eq!(
+        handler.overlaps.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+    // Every transactional delivery's first effect: `k.ordered`'s rows, and `k.shadow`'s
+    // intents (a shadow run records none, so each is a first).
+    assert_eq!(
+        handler
+            .effects_recorded
+            .load(std::sync::atomic::Ordering::SeqCst),
+        62
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The SQLite store's own behaviour.
+// ---------------------------------------------------------------------------------------------
+
+mod sqlite_only {
+    use std::time::Duration;
+
+    use evc_runtime::{AppendOptions, SqliteOpenError, SqliteStore, StoreError};
+
+    use super::{LEASE, note};
+    use crate::conformance::{CONFORMANCE_REGISTRY, PLAIN};
+    use crate::support::{TEST_REGISTRY, TestResult};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_second_open_of_the_same_file_fails() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("outbox.db");
+        let location = path.to_string_lossy().into_owned();
+        let store = SqliteStore::open(&location, CONFORMANCE_REGISTRY).await?;
+        super::committed(&store, vec![note(1)]).await?;
+
+        // In this process as in another: the lock file is taken.
+        let second = SqliteStore::open(&location, CONFORMANCE_REGISTRY).await;
+        let Err(SqliteOpenError::Locked {
+            database,
+            lock_file,
+        }) = second
+        else {
+            return Err(format!("expected Locked, got {second:?}").into());
+        };
+        assert_eq!(database, path);
+        assert_eq!(lock_file, dir.path().join("outbox.db.lock"));
+        let url = format!("sqlite://{location}");
+        let by_url = SqliteStore::open(&url, CONFORMANCE_REGISTRY).await;
+        assert!(
+            matches!(by_url, Err(SqliteOpenError::Locked { .. })),
+            "{by_url:?}"
+        );
+        let message = SqliteStore::open(&location, CONFORMANCE_REGISTRY)
+            .await
+            .err()
+            .map(|error| error.to_string())
+            .unwrap_or_default();
+        assert!(message.contains("outbox.db.lock"), "{message}");
+
+        // Closed, the file opens again with what it held.
+        store.close().await;
+        let reopened = SqliteStore::open(&url, CONFORMANCE_REGISTRY).await?;
+        assert_eq!(reopened.count_events().await?, 1);
+        reopened.close().await;
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn another_registry_is_refused_unless_accepted() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let location = dir.path().join("outbox.db").to_string_lossy().into_owned();
+        let store = SqliteStore::open(&location, CONFORMANCE_REGISTRY).await?;
+        evc_runtime::Store::verify_registry(&store).await?;
+        store.close().await;
+
+        let other = SqliteStore::open(&location, TEST_REGISTRY).await;
+        assert!(
+            matches!(other, Err(SqliteOpenError::Store(StoreError::Drift(_)))),
+            "{other:?}"
+        );
+        let accepted = SqliteStore::builder(&location, TEST_REGISTRY)
+            .accept_registry_change()
+            .open()
+            .await?;
+        accepted.verify_registry().await?;
+        accepted.close().await;
+        // The first registry is now the changed one.
+        let back = SqliteStore::open(&location, CONFORMANCE_REGISTRY).await;
+        assert!(matches!(
+            back,
+            Err(SqliteOpenError::Store(StoreError::Drift(_)))
+        ));
+        assert!(matches!(
+            SqliteStore::open("sqlite::memory:", CONFORMANCE_REGISTRY).await,
+            Err(SqliteOpenError::InMemory)
+        ));
+        Ok(())
+    }
+
+    /// Polled once: whether a permit or a wake-up is there now. The commit hook runs inside
+    /// the commit, so by the time `commit`/`rollback` returned it has fired or never will.
+    async fn woken(notify: &tokio::sync::Notify) -> bool {
+        tokio::time::timeout(Duration::ZERO, notify.notified())
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn listen_wakes_the_dispatchers_wakers_until_shutdown() -> TestResult {
+        use std::collections::HashMap;
+        use std::sync::Arc;
+
+        use evc_runtime::Store;
+        use tokio::sync::{Notify, watch};
+
+        let dir = tempfile::tempdir()?;
+        let location = dir.path().join("outbox.db").to_string_lossy().into_owned();
+        let store = SqliteStore::open(&location, CONFORMANCE_REGISTRY).await?;
+        assert!(store.hold_doorbell(PLAIN, LEASE).await?.is_none());
+        let waker = Arc::new(Notify::new());
+        let wakers = HashMap::from([(PLAIN.to_owned(), Arc::clone(&waker))]);
+        let (stop, shutdown) = watch::channel(false);
+        let listener = {
+            let store = store.clone();
+            tokio::spawn(async move { store.listen(wakers, LEASE, shutdown).await })
+        };
+
+        // An append's commit wakes a registered waiter (once the listener is subscribed).
+        let woke = crate::conformance::eventually(|| async {
+            let notified = waker.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            super::committed(&store, vec![super::ping()]).await?;
+            Ok(tokio::time::timeout(Duration::ZERO, notified).await.ok())
+        })
+        .await?;
+        assert!(woke.is_some(), "the listener never woke its waker");
+
+        // After shutdown, commits wake nobody.
+        stop.send(true)?;
+        tokio::time::timeout(Duration::from_secs(10), listener).await??;
+        let notified = waker.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        super::committed(&store, vec![super::ping()]).await?;
+        assert!(
+            tokio::time::timeout(Duration::ZERO, notified)
+                .await
+                .is_err()
+        );
+        store.close().await;
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn wakeups_fire_when_an_append_commits() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let location = dir.path().join("outbox.db").to_string_lossy().into_owned();
+        let store = SqliteStore::open(&location, CONFORMANCE_REGISTRY).await?;
+        let wake = store.wakeups(PLAIN).ok_or("no wake-up")?;
+        let ordered = store.wakeups(super::ORDERED).ok_or("no wake-up")?;
+        assert!(store.wakeups("k.unknown").is_none());
+
+        // Rolled back: nobody is woken.
+        let mut tx = store.begin().await?;
+        store
+            .append(&mut tx, note(1), AppendOptions::default())
+            .await?;
+        tx.rollback().await?;
+        assert!(!woken(&wake).await);
+
+        // A waiting worker wakes at the commit, and its claim sees the delivery.
+        let waiter = {
+            let (store, wake) = (store.clone(), wake.clone());
+            tokio::spawn(async move {
+                wake.notified().await;
+                store.claim(PLAIN, "w1", 10, LEASE, false).await
+            })
+        };
+        // Let the waiter register (a permit would wake it anyway).
+        tokio::task::yield_now().await;
+        let mut tx = store.begin().await?;
+        let receipt = store
+            .append(&mut tx, note(2), AppendOptions::default())
+            .await?;
+        assert!(!woken(&ordered).await, "woken before the commit");
+        tx.commit().await?;
+        let claimed = tokio::time::timeout(Duration::from_secs(10), waiter).await???;
+        assert!(claimed.iter().any(|c| c.lease.event_id == receipt.event_id));
+        // The commit woke every consumer it wrote for.
+        assert!(woken(&ordered).await);
+        assert!(!woken(&ordered).await, "one permit per commit");
+
+        // An append outside a transaction wakes when its own transaction commits; a ping
+        // wakes only its consumer.
+        while woken(&wake).await {}
+        let mut connection = store.pool().acquire().await?;
+        store
+            .append(&mut connection, super::ping(), AppendOptions::default())
+            .await?;
+        assert!(woken(&wake).await);
+        assert!(!woken(&ordered).await);
+        drop(connection);
+        store.close().await;
+        Ok(())
+    }
+}

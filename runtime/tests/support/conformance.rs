@@ -1,0 +1,323 @@
+//! What the store conformance tests (`runtime/tests/store_conformance.rs`) need of a store
+//! beyond [`Store`]: a write transaction of the caller's, and the read methods both stores
+//! answer. Implemented for [`PgStore`] (a fresh database per test, `support::with_database`) and
+//! [`SqliteStore`] (a fresh file in a temporary directory per test).
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::future::Future;
+use std::ops::DerefMut;
+use std::time::Duration;
+
+use evc_runtime::{
+    AttemptRecord, Connection, ConsumerDescriptor, ConsumerMode, DeliveryRecord, DeliveryStatus,
+    DispatchError, EventDescriptor, HandlerKind, PgStore, Registry, RejectRecord, SqliteStore,
+    Store, SubscriptionDescriptor, VersionDescriptor,
+};
+use uuid::Uuid;
+
+use crate::support::{FIXED_200MS, NOTE_SCHEMA, REFERENCE_POLICY, TestResult};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A store under test: [`Store`], a caller's write transaction, and the read methods.
+pub trait Conformance: Store + Clone + Send + Sync + 'static {
+    /// The caller's transaction (dereferences to the store's connection).
+    type Tx: DerefMut<Target = Connection<Self>> + Send;
+
+    /// Which store, for messages.
+    const NAME: &'static str;
+
+    /// A write transaction on the store's pool.
+    fn begin_tx(&self) -> impl Future<Output = Result<Self::Tx, BoxError>> + Send;
+
+    /// Commits `tx`.
+    fn commit_tx(tx: Self::Tx) -> impl Future<Output = Result<(), BoxError>> + Send;
+
+    /// Rolls `tx` back.
+    fn rollback_tx(tx: Self::Tx) -> impl Future<Output = Result<(), BoxError>> + Send;
+
+    /// The store's `delivery`.
+    fn delivery(
+        &self,
+        event_id: Uuid,
+        consumer: &str,
+    ) -> impl Future<Output = Result<Option<DeliveryRecord>, DispatchError>> + Send;
+
+    /// The store's `attempts`.
+    fn attempts(
+        &self,
+        event_id: Uuid,
+        consumer: &str,
+    ) -> impl Future<Output = Result<Vec<AttemptRecord>, DispatchError>> + Send;
+
+    /// The store's `count_deliveries`.
+    fn count_deliveries(
+        &self,
+        consumer: &str,
+        statuses: &[DeliveryStatus],
+    ) -> impl Future<Output = Result<u64, DispatchError>> + Send;
+
+    /// The store's `count_events`.
+    fn count_events(&self) -> impl Future<Output = Result<u64, DispatchError>> + Send;
+
+    /// The store's `rejects`.
+    fn rejects(
+        &self,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<RejectRecord>, DispatchError>> + Send;
+}
+
+impl Conformance for PgStore {
+    type Tx = sqlx::Transaction<'static, sqlx::Postgres>;
+
+    const NAME: &'static str = "postgres";
+
+    async fn begin_tx(&self) -> Result<Self::Tx, BoxError> {
+        Ok(self.pool().begin().await?)
+    }
+
+    async fn commit_tx(tx: Self::Tx) -> Result<(), BoxError> {
+        Ok(tx.commit().await?)
+    }
+
+    async fn rollback_tx(tx: Self::Tx) -> Result<(), BoxError> {
+        Ok(tx.rollback().await?)
+    }
+
+    async fn delivery(
+        &self,
+        event_id: Uuid,
+        consumer: &str,
+    ) -> Result<Option<DeliveryRecord>, DispatchError> {
+        PgStore::delivery(self, event_id, consumer).await
+    }
+
+    async fn attempts(
+        &self,
+        event_id: Uuid,
+        consumer: &str,
+    ) -> Result<Vec<AttemptRecord>, DispatchError> {
+        PgStore::attempts(self, event_id, consumer).await
+    }
+
+    async fn count_deliveries(
+        &self,
+        consumer: &str,
+        statuses: &[DeliveryStatus],
+    ) -> Result<u64, DispatchError> {
+        PgStore::count_deliveries(self, consumer, statuses).await
+    }
+
+    async fn count_events(&self) -> Result<u64, DispatchError> {
+        PgStore::count_events(self).await
+    }
+
+    async fn rejects(&self, limit: u32) -> Result<Vec<RejectRecord>, DispatchError> {
+        PgStore::rejects(self, limit).await
+    }
+}
+
+impl Conformance for SqliteStore {
+    type Tx = sqlx::Transaction<'static, sqlx::Sqlite>;
+
+    const NAME: &'static str = "sqlite";
+
+    async fn begin_tx(&self) -> Result<Self::Tx, BoxError> {
+        Ok(self.begin().await?)
+    }
+
+    async fn commit_tx(tx: Self::Tx) -> Result<(), BoxError> {
+        Ok(tx.commit().await?)
+    }
+
+    async fn rollback_tx(tx: Self::Tx) -> Result<(), BoxError> {
+        Ok(tx.rollback().await?)
+    }
+
+    async fn delivery(
+        &self,
+        event_id: Uuid,
+        consumer: &str,
+    ) -> Result<Option<DeliveryRecord>, DispatchError> {
+        SqliteStore::delivery(self, event_id, consumer).await
+    }
+
+    async fn attempts(
+        &self,
+        event_id: Uuid,
+        consumer: &str,
+    ) -> Result<Vec<AttemptRecord>, DispatchError> {
+        SqliteStore::attempts(self, event_id, consumer).await
+    }
+
+    async fn count_deliveries(
+        &self,
+        consumer: &str,
+        statuses: &[DeliveryStatus],
+    ) -> Result<u64, DispatchError> {
+        SqliteStore::count_deliveries(self, consumer, statuses).await
+    }
+
+    async fn count_events(&self) -> Result<u64, DispatchError> {
+        SqliteStore::count_events(self).await
+    }
+
+    async fn rejects(&self, limit: u32) -> Result<Vec<RejectRecord>, DispatchError> {
+        SqliteStore::rejects(self, limit).await
+    }
+}
+
+/// Runs `check` on a [`PgStore`] of [`CONFORMANCE_REGISTRY`] over a fresh database (skipped
+/// with a message when PostgreSQL is unreachable, except under `CI=true`).
+pub async fn with_postgres<F, Fut>(check: F) -> TestResult
+where
+    F: FnOnce(PgStore) -> Fut + Send + 'static,
+    Fut: Future<Output = TestResult> + Send + 'static,
+{
+    crate::support::with_database(move |pool| async move {
+        let store = PgStore::new(pool, CONFORMANCE_REGISTRY)?;
+        check(store).await
+    })
+    .await
+}
+
+/// Runs `check` on a [`SqliteStore`] of [`CONFORMANCE_REGISTRY`] over a fresh file in a
+/// temporary directory (removed afterwards).
+pub async fn with_sqlite<F, Fut>(check: F) -> TestResult
+where
+    F: FnOnce(SqliteStore) -> Fut + Send + 'static,
+    Fut: Future<Output = TestResult> + Send + 'static,
+{
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("outbox.db");
+    let store = SqliteStore::open(path.to_string_lossy(), CONFORMANCE_REGISTRY).await?;
+    let result = check(store.clone()).await;
+    store.close().await;
+    result
+}
+
+/// Waits until `probe` answers `Some`, polling every few milliseconds, for at most 10 s (a
+/// bound on a hang, not a timing assertion). `None` if it never did.
+pub async fn eventually<T, F, Fut>(mut probe: F) -> Result<Option<T>, BoxError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>, BoxError>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(found) = probe().await? {
+            return Ok(Some(found));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(None);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The consumer that orders per key.
+pub const ORDERED: &str = "k.ordered";
+/// A live consumer without per-key ordering; the only one `test.ping` fans out to.
+pub const PLAIN: &str = "k.plain";
+/// A consumer in shadow mode (gets deliveries; its leases are shadowed).
+pub const SHADOW: &str = "k.shadow";
+/// A consumer whose contract mode is `off` (gets no deliveries).
+pub const OFF: &str = "k.off";
+
+const DIGEST: &str = "00000000000000000000000000000000000000000000000000000000000000c0";
+const PING_SCHEMA: &str = r#"{"type":"object"}"#;
+
+const NOTE_1: &[SubscriptionDescriptor] = &[SubscriptionDescriptor {
+    event: "test.note",
+    requirement: "^1",
+    versions: &["1.0.0"],
+}];
+
+const NOTE_AND_PING: &[SubscriptionDescriptor] = &[
+    SubscriptionDescriptor {
+        event: "test.note",
+        requirement: "^1",
+        versions: &["1.0.0"],
+    },
+    SubscriptionDescriptor {
+        event: "test.ping",
+        requirement: "^1",
+        versions: &["1.0.0"],
+    },
+];
+
+const fn consumer(
+    name: &'static str,
+    mode: ConsumerMode,
+    per_key_ordering: bool,
+    subscriptions: &'static [SubscriptionDescriptor],
+) -> ConsumerDescriptor {
+    ConsumerDescriptor {
+        name,
+        handler: HandlerKind::Leased,
+        mode,
+        per_key_ordering,
+        retry_policy: "fixed.200ms",
+        heartbeat_threshold_ms: 60_000,
+        handler_timeout_ms: None,
+        subscriptions,
+    }
+}
+
+/// `test.note` 1.0.0 (producer class `notes`, order key `note_id`, open schema with a free-form
+/// `meta` object) fans out to `k.ordered` (per key, transactional), `k.plain` (leased) and
+/// `k.shadow` (shadow mode, transactional, no per-key ordering: it can run held batches),
+/// not to `k.off` (off); `test.ping` 1.0.0 (producer class `pinger`) to `k.plain` only. Every
+/// consumer retries on [`FIXED_200MS`] (4 attempts).
+pub static CONFORMANCE_REGISTRY: Registry = Registry {
+    project: "runtime_conformance_tests",
+    digest: DIGEST,
+    events: &[
+        EventDescriptor {
+            name: "test.note",
+            description: "A note.",
+            producer_class: "notes",
+            order_key: &["note_id"],
+            deprecated: false,
+            max_payload_bytes: 512,
+            versions: &[VersionDescriptor {
+                version: "1.0.0",
+                major: 1,
+                schema: NOTE_SCHEMA,
+                schema_digest: DIGEST,
+            }],
+        },
+        EventDescriptor {
+            name: "test.ping",
+            description: "A ping.",
+            producer_class: "pinger",
+            order_key: &[],
+            deprecated: false,
+            max_payload_bytes: 4096,
+            versions: &[VersionDescriptor {
+                version: "1.0.0",
+                major: 1,
+                schema: PING_SCHEMA,
+                schema_digest: DIGEST,
+            }],
+        },
+    ],
+    // Sorted by name, as the registry's lookups expect.
+    consumers: &[
+        consumer(OFF, ConsumerMode::Off, false, NOTE_1),
+        ConsumerDescriptor {
+            handler: HandlerKind::Transactional,
+            ..consumer(ORDERED, ConsumerMode::Live, true, NOTE_1)
+        },
+        consumer(PLAIN, ConsumerMode::Live, false, NOTE_AND_PING),
+        ConsumerDescriptor {
+            handler: HandlerKind::Transactional,
+            ..consumer(SHADOW, ConsumerMode::Shadow, false, NOTE_1)
+        },
+    ],
+    retry_policies: &[FIXED_200MS],
+    payload_policy: REFERENCE_POLICY,
+    require_tenant_scope: false,
+    dispatcher: evc_runtime::DispatcherDescriptor::FORMAT_DEFAULTS,
+};
