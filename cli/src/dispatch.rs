@@ -428,7 +428,7 @@ pub(crate) fn dispatch(
                 let totals = sum(handles.iter().map(|(_, h)| h.stats()));
                 eprintln!("{}", progress_line(&totals, started.elapsed()));
             }
-            if exit_when_idle && idle(&pool, &names).await? {
+            if exit_when_idle && idle(&store, &names).await? {
                 break;
             }
         }
@@ -444,15 +444,11 @@ pub(crate) fn dispatch(
 }
 
 /// Whether none of `consumers`' deliveries is pending (due or not) or leased.
-async fn idle(pool: &sqlx::PgPool, consumers: &[String]) -> anyhow::Result<bool> {
-    let open: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM evc_deliveries WHERE consumer = ANY($1) \
-         AND status IN ('pending', 'leased')",
-    )
-    .bind(consumers)
-    .fetch_one(pool)
-    .await
-    .context("cannot count open deliveries")?;
+async fn idle(store: &PgStore, consumers: &[String]) -> anyhow::Result<bool> {
+    let open = store
+        .open_deliveries(consumers)
+        .await
+        .context("cannot count open deliveries")?;
     Ok(open == 0)
 }
 

@@ -275,3 +275,56 @@ async fn a_dispatcher_that_shuts_down_leaves_no_heartbeat_behind() -> TestResult
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_deliveries_are_the_pending_and_leased_ones() -> TestResult {
+    with_database(|pool| async move {
+        let store = dispatch_store(&pool, 4).await?;
+        let names = |names: &[&str]| -> Vec<String> {
+            names.iter().map(|name| (*name).to_owned()).collect()
+        };
+        let unordered = names(&["d.unordered"]);
+        assert_eq!(store.open_deliveries(&unordered).await?, 0);
+        // 4 notes: one delivery each for d.leased, d.tx and d.unordered; none for d.held.
+        append_notes(&store, 4, 4).await?;
+        assert_eq!(store.open_deliveries(&unordered).await?, 4);
+        assert_eq!(
+            store
+                .open_deliveries(&names(&["d.leased", "d.unordered"]))
+                .await?,
+            8
+        );
+        assert_eq!(store.open_deliveries(&names(&["d.held"])).await?, 0);
+        assert_eq!(store.open_deliveries(&[]).await?, 0);
+
+        // Leased deliveries are still open; acked, dead and quarantined ones are not.
+        let lease = Duration::from_secs(30);
+        let claimed = store.claim("d.unordered", "w/u", 4, lease, false).await?;
+        assert_eq!(claimed.len(), 4);
+        assert_eq!(store.open_deliveries(&unordered).await?, 4);
+        let acked: Vec<_> = claimed[..2].iter().map(|c| &c.lease).collect();
+        assert_eq!(store.ack_batch(&acked).await?.acked, 2);
+        assert_eq!(store.open_deliveries(&unordered).await?, 2);
+        store
+            .fail(
+                &claimed[2].lease,
+                FailureClass::Permanent,
+                "boom",
+                RetryDecision::Dead,
+            )
+            .await?;
+        store
+            .fail(
+                &claimed[3].lease,
+                FailureClass::Schema,
+                "bad_shape",
+                RetryDecision::Quarantine,
+            )
+            .await?;
+        assert_eq!(store.open_deliveries(&unordered).await?, 0);
+        // The other consumers' deliveries are untouched.
+        assert_eq!(store.open_deliveries(&names(&["d.tx"])).await?, 4);
+        Ok(())
+    })
+    .await
+}

@@ -1,7 +1,11 @@
-//! SQL migrations for the runtime tables and the registry rows (askama templates).
+//! SQL migrations for the runtime tables and the registry rows, rendered from the runtime's own
+//! schema templates (askama) in `runtime/migrations/postgres/`, one file per row of [`STEPS`].
+//! The runtime crate owns those files because its statements (`store/postgres/sql.rs`) depend
+//! on them; this crate reads them at compile time and never depends on the runtime
+//! (docs/design.md, "The runtime owns its schema").
 //!
-//! Two files go to `<crate>/migrations/`, named the way `sqlx::migrate!` and sqlx-cli read them
-//! (`<version>_<description>.sql`):
+//! These files go to `<crate>/migrations/`, named the way `sqlx::migrate!` and sqlx-cli read
+//! them (`<version>_<description>.sql`):
 //!
 //! - `0001_evc_runtime.sql`: the runtime tables of ARCHITECTURE §7, all `IF NOT EXISTS`.
 //! - `NNNN_evc_runtime_v2.sql`: the second step of the runtime tables (leaner indexes and
@@ -36,7 +40,6 @@
 
 use std::path::Path;
 
-use askama::Template;
 use serde::Serialize;
 
 use super::manifest::{self, Registry};
@@ -106,82 +109,182 @@ const DIGEST_PREFIX_LEN: usize = 12;
 /// Where [`EmitError::Serialize`] says a bad value was headed.
 const REGISTRY_DOCUMENT: &str = "registry migration";
 
-/// `0001_evc_runtime.sql`.
-#[derive(Template)]
-#[template(path = "evc_runtime.sql", escape = "none")]
-struct RuntimeMigration {
-    notice: &'static str,
+/// The [`Source`] of the template file `$file`: askama compiles a template into a type, so each
+/// file gets a one-field type that reads every name of [`Inputs`] through `Deref`.
+macro_rules! template {
+    ($file:literal) => {
+        Source {
+            file: $file,
+            render: {
+                #[derive(askama::Template)]
+                #[template(path = $file, escape = "none")]
+                struct File<'a>(&'a Inputs);
+
+                impl std::ops::Deref for File<'_> {
+                    type Target = Inputs;
+
+                    fn deref(&self) -> &Inputs {
+                        self.0
+                    }
+                }
+
+                |inputs| askama::Template::render(&File(inputs))
+            },
+        }
+    };
 }
 
-/// `NNNN_evc_runtime_v2.sql`.
-#[derive(Template)]
-#[template(path = "evc_runtime_v2.sql", escape = "none")]
-struct RuntimeMigrationV2 {
-    notice: &'static str,
+/// Every migration `evc generate` writes, in order: how its file is named, its template and what
+/// it renders with. A new runtime step is one more row here and one more file in
+/// `runtime/migrations/postgres/`; checked-in files never change (`tests/migration_checksums.rs`).
+const STEPS: &[Step] = &[
+    Step {
+        name: Name::Fixed(RUNTIME_MIGRATION),
+        template: template!("evc_runtime.sql"),
+        with: With::Notice,
+    },
+    Step {
+        name: Name::Step(RUNTIME_V2_SUFFIX),
+        template: template!("evc_runtime_v2.sql"),
+        with: With::Notice,
+    },
+    Step {
+        name: Name::Step(RUNTIME_V3_SUFFIX),
+        template: template!("evc_runtime_v3.sql"),
+        with: With::Notice,
+    },
+    Step {
+        name: Name::Step(RUNTIME_V4_SUFFIX),
+        template: template!("evc_runtime_v4.sql"),
+        with: With::Notice,
+    },
+    Step {
+        name: Name::Step(RUNTIME_V5_SUFFIX),
+        template: template!("evc_runtime_v5.sql"),
+        with: With::PayloadCap,
+    },
+    Step {
+        name: Name::Step(RUNTIME_V6_SUFFIX),
+        template: template!("evc_runtime_v6.sql"),
+        with: With::Notice,
+    },
+    Step {
+        name: Name::Step(RUNTIME_V7_SUFFIX),
+        template: template!("evc_runtime_v7.sql"),
+        with: With::Notice,
+    },
+    Step {
+        name: Name::Digest(REGISTRY_INFIX),
+        template: template!("evc_registry.sql"),
+        with: With::Registry,
+    },
+    Step {
+        name: Name::Digest(SETTINGS_INFIX),
+        template: template!("evc_settings.sql"),
+        with: With::Settings,
+    },
+];
+
+/// One row of [`STEPS`].
+struct Step {
+    /// How the file is named.
+    name: Name,
+    /// The template that renders it.
+    template: Source,
+    /// What the template renders with.
+    with: With,
 }
 
-/// `NNNN_evc_runtime_v3.sql`.
-#[derive(Template)]
-#[template(path = "evc_runtime_v3.sql", escape = "none")]
-struct RuntimeMigrationV3 {
-    notice: &'static str,
+/// How a migration file is named.
+#[derive(Clone, Copy)]
+enum Name {
+    /// Always this name (the first runtime step, which every crate has as `0001`).
+    Fixed(&'static str),
+    /// The file ending with this suffix, by [`step_file_name`].
+    Step(&'static str),
+    /// `NNNN<infix><digest12>.sql` after the digest of what it renders, by the rules of
+    /// [`registry_file_name`].
+    Digest(&'static str),
 }
 
-/// `NNNN_evc_runtime_v4.sql`.
-#[derive(Template)]
-#[template(path = "evc_runtime_v4.sql", escape = "none")]
-struct RuntimeMigrationV4 {
-    notice: &'static str,
+/// What a step's template renders with, besides the notice: which fields of [`Inputs`] are
+/// filled in for it.
+#[derive(Clone, Copy)]
+enum With {
+    /// The notice only.
+    Notice,
+    /// The append-only tables and `payload_policy.hard_max_bytes` of the project file.
+    PayloadCap,
+    /// The registry rows and the registry digest.
+    Registry,
+    /// The settings row and the settings digest.
+    Settings,
 }
 
-/// `NNNN_evc_runtime_v5.sql`.
-#[derive(Template)]
-#[template(path = "evc_runtime_v5.sql", escape = "none")]
-struct RuntimeMigrationV5 {
+/// A template file of `runtime/migrations/postgres/` (the directory `codegen/askama.toml`
+/// names), compiled into a function of [`Inputs`].
+struct Source {
+    /// The file name, for errors.
+    file: &'static str,
+    /// Renders the file.
+    render: fn(&Inputs) -> askama::Result<String>,
+}
+
+/// Everything a template may read; a step's [`With`] says which fields are filled in, the
+/// others stay empty.
+#[derive(Default)]
+struct Inputs {
+    /// The generated-file notice of the first line.
     notice: &'static str,
-    /// The append-only tables.
+    /// The append-only tables ([`With::PayloadCap`]).
     ledgers: &'static [Ledger],
     /// `payload_policy.hard_max_bytes` of the project file: the cap the runtime's payload
-    /// policy mirrors.
+    /// policy mirrors ([`With::PayloadCap`]).
     hard_max_bytes: u32,
-}
-
-/// `NNNN_evc_runtime_v6.sql`.
-#[derive(Template)]
-#[template(path = "evc_runtime_v6.sql", escape = "none")]
-struct RuntimeMigrationV6 {
-    notice: &'static str,
-}
-
-/// `NNNN_evc_runtime_v7.sql`.
-#[derive(Template)]
-#[template(path = "evc_runtime_v7.sql", escape = "none")]
-struct RuntimeMigrationV7 {
-    notice: &'static str,
-}
-
-/// `NNNN_evc_settings_<digest12>.sql`.
-#[derive(Template)]
-#[template(path = "evc_settings.sql", escape = "none")]
-struct SettingsMigration {
-    notice: &'static str,
-    /// The full settings digest, hex (safe in a comment).
+    /// The full registry or settings digest, hex (safe in a comment).
     digest: String,
-    /// The one upsert.
-    tables: Vec<Upsert>,
-}
-
-/// `NNNN_evc_registry_<digest12>.sql`.
-#[derive(Template)]
-#[template(path = "evc_registry.sql", escape = "none")]
-struct RegistryMigration {
-    notice: &'static str,
-    /// The full registry digest, hex (safe in a comment).
-    digest: String,
-    /// The digest as a SQL literal.
+    /// The digest as a SQL literal ([`With::Registry`]).
     digest_literal: String,
-    /// Upserts, in foreign-key order.
+    /// Upserts, in foreign-key order ([`With::Registry`], [`With::Settings`]).
     tables: Vec<Upsert>,
+}
+
+impl Inputs {
+    /// What `with` renders with for `set`.
+    fn new(with: With, set: &ContractSet) -> Result<Self, EmitError> {
+        let notice = MIGRATION_NOTICE;
+        Ok(match with {
+            With::Notice => Self {
+                notice,
+                ..Self::default()
+            },
+            With::PayloadCap => Self {
+                notice,
+                ledgers: LEDGERS,
+                hard_max_bytes: set.project.payload_policy.hard_max_bytes,
+                ..Self::default()
+            },
+            With::Registry => {
+                let digest = manifest::registry_digest(set)?;
+                Self {
+                    notice,
+                    digest_literal: literal(&digest)?,
+                    tables: upserts(&manifest::registry(set), &digest)?,
+                    digest,
+                    ..Self::default()
+                }
+            }
+            With::Settings => {
+                let digest = settings_digest(set)?;
+                Self {
+                    notice,
+                    tables: vec![settings_upsert(set, &digest)?],
+                    digest,
+                    ..Self::default()
+                }
+            }
+        })
+    }
 }
 
 /// One multi-row `INSERT ... ON CONFLICT (key) DO UPDATE` statement.
@@ -206,113 +309,35 @@ impl Upsert {
 }
 
 /// Renders the migrations `evc generate` adds to `<crate>/migrations/`: the runtime tables and
-/// the registry rows of `set`.
+/// the registry rows of `set`, one file per row of [`STEPS`].
 ///
 /// # Errors
 /// [`EmitError::Template`] when a template fails; [`EmitError::Serialize`] when a registry value
 /// cannot be written as SQL (a NUL character, which PostgreSQL text cannot hold).
 pub fn render(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitError> {
     let dir = layout.crate_dir.join("migrations");
-    let notice = MIGRATION_NOTICE;
-    let runtime = render_template(&RuntimeMigration { notice }, "evc_runtime.sql")?;
-    let runtime_v2 = render_template(&RuntimeMigrationV2 { notice }, "evc_runtime_v2.sql")?;
-    let runtime_v3 = render_template(&RuntimeMigrationV3 { notice }, "evc_runtime_v3.sql")?;
-    let runtime_v4 = render_template(&RuntimeMigrationV4 { notice }, "evc_runtime_v4.sql")?;
-    let runtime_v5 = render_template(
-        &RuntimeMigrationV5 {
-            notice,
-            ledgers: LEDGERS,
-            hard_max_bytes: set.project.payload_policy.hard_max_bytes,
-        },
-        "evc_runtime_v5.sql",
-    )?;
-    let runtime_v6 = render_template(&RuntimeMigrationV6 { notice }, "evc_runtime_v6.sql")?;
-    let runtime_v7 = render_template(&RuntimeMigrationV7 { notice }, "evc_runtime_v7.sql")?;
-    // Each step numbers after the files before it when they are new (a fresh crate), and the
-    // registry file after them.
+    // Each file numbers after the files before it when it is new (a fresh crate), so the
+    // runtime steps come first and the registry and settings files after them.
     let mut present = layout.existing_migrations.clone();
-    let runtime_v2_name = step_file_name(RUNTIME_V2_SUFFIX, &present);
-    present.push(runtime_v2_name.clone());
-    let runtime_v3_name = step_file_name(RUNTIME_V3_SUFFIX, &present);
-    present.push(runtime_v3_name.clone());
-    let runtime_v4_name = step_file_name(RUNTIME_V4_SUFFIX, &present);
-    present.push(runtime_v4_name.clone());
-    let runtime_v5_name = step_file_name(RUNTIME_V5_SUFFIX, &present);
-    present.push(runtime_v5_name.clone());
-    let runtime_v6_name = step_file_name(RUNTIME_V6_SUFFIX, &present);
-    present.push(runtime_v6_name.clone());
-    let runtime_v7_name = step_file_name(RUNTIME_V7_SUFFIX, &present);
-    present.push(runtime_v7_name.clone());
-
-    let registry = manifest::registry(set);
-    let digest = manifest::registry_digest(set)?;
-    let registry_sql = render_template(
-        &RegistryMigration {
-            notice,
-            digest_literal: literal(&digest)?,
-            tables: upserts(&registry, &digest)?,
-            digest: digest.clone(),
-        },
-        "evc_registry.sql",
-    )?;
-    let registry_name = registry_file_name(&digest, &present);
-    present.push(registry_name.clone());
-    let settings_digest = settings_digest(set)?;
-    let settings_sql = render_template(
-        &SettingsMigration {
-            notice,
-            tables: vec![settings_upsert(set, &settings_digest)?],
-            digest: settings_digest.clone(),
-        },
-        "evc_settings.sql",
-    )?;
-
-    Ok(vec![
-        Artifact {
-            path: dir.join(RUNTIME_MIGRATION),
-            contents: with_final_newline(runtime),
-        },
-        Artifact {
-            path: dir.join(runtime_v2_name),
-            contents: with_final_newline(runtime_v2),
-        },
-        Artifact {
-            path: dir.join(runtime_v3_name),
-            contents: with_final_newline(runtime_v3),
-        },
-        Artifact {
-            path: dir.join(runtime_v4_name),
-            contents: with_final_newline(runtime_v4),
-        },
-        Artifact {
-            path: dir.join(runtime_v5_name),
-            contents: with_final_newline(runtime_v5),
-        },
-        Artifact {
-            path: dir.join(runtime_v6_name),
-            contents: with_final_newline(runtime_v6),
-        },
-        Artifact {
-            path: dir.join(runtime_v7_name),
-            contents: with_final_newline(runtime_v7),
-        },
-        Artifact {
-            path: dir.join(registry_name),
-            contents: with_final_newline(registry_sql),
-        },
-        Artifact {
-            path: dir.join(settings_file_name(&settings_digest, &present)),
-            contents: with_final_newline(settings_sql),
-        },
-    ])
-}
-
-/// Renders `template` (the file `name` under `codegen/templates/`).
-fn render_template(template: &impl Template, name: &'static str) -> Result<String, EmitError> {
-    template.render().map_err(|source| EmitError::Template {
-        template: name,
-        source,
-    })
+    let mut artifacts = Vec::with_capacity(STEPS.len());
+    for step in STEPS {
+        let inputs = Inputs::new(step.with, set)?;
+        let contents = (step.template.render)(&inputs).map_err(|source| EmitError::Template {
+            template: step.template.file,
+            source,
+        })?;
+        let name = match step.name {
+            Name::Fixed(name) => name.to_owned(),
+            Name::Step(suffix) => step_file_name(suffix, &present),
+            Name::Digest(infix) => digest_file_name(infix, &inputs.digest, &present),
+        };
+        present.push(name.clone());
+        artifacts.push(Artifact {
+            path: dir.join(name),
+            contents: with_final_newline(contents),
+        });
+    }
+    Ok(artifacts)
 }
 
 /// The registry migration's file name for `digest`, given the migration files already present.

@@ -467,6 +467,21 @@ impl PgStore {
         timeline(&self.inner.pool, trace_id).await
     }
 
+    /// How many deliveries of `consumers` are still open: pending (due or not) or leased.
+    /// Zero means nothing is left for those consumers to run until something new is appended;
+    /// `evc dispatch --exit-when-idle` stops then.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    pub async fn open_deliveries(&self, consumers: &[String]) -> Result<u64, DispatchError> {
+        let open: i64 = sqlx::query_scalar(sql::OPEN_DELIVERIES)
+            .bind(consumers)
+            .fetch_one(&self.inner.pool)
+            .await?;
+        // count(*) is never negative.
+        Ok(u64::try_from(open).unwrap_or_default())
+    }
+
     /// Forgets the heartbeats of `owners` (a dispatcher that shut down is not silent).
     pub(crate) async fn forget_heartbeats(&self, owners: &[String]) -> Result<(), DispatchError> {
         sqlx::query(sql::FORGET_HEARTBEATS)

@@ -1,7 +1,9 @@
 //! Every SQL statement of the PostgreSQL store, named after what it does. All are static text
 //! with bind parameters (prepared once per connection by sqlx); the tables and the indexes that
-//! serve them are declared in `generated/migrations/0001_evc_runtime.sql` and changed by the
-//! later runtime steps (`*_evc_runtime_v2.sql` to `*_evc_runtime_v7.sql`).
+//! serve them are declared in this crate's `migrations/postgres/evc_runtime.sql` and changed by
+//! the later runtime steps (`evc_runtime_v2.sql` to `evc_runtime_v7.sql`), which `evc generate`
+//! renders into `generated/migrations/`. No SQL against those tables is written outside the
+//! store (`tests/store_boundary.rs`).
 
 /// The channel every append notifies after commit; the payload is the name of a consumer that
 /// got a delivery (never event data). Dispatchers `LISTEN` on it.
@@ -727,6 +729,12 @@ FROM UNNEST($1::text[]) AS c (consumer)
 LEFT JOIN evc_consumer_state s ON s.consumer = c.consumer
 LEFT JOIN evc_stale_rejections r ON r.consumer = c.consumer
 ORDER BY c.consumer";
+
+/// How many deliveries of the consumers in `$1` (`text[]`) are open: pending (due or not) or
+/// leased. Acked deliveries are deleted, and dead, quarantined and discarded ones wait for an
+/// operator, so none of those counts.
+pub(crate) const OPEN_DELIVERIES: &str = "\
+SELECT count(*) FROM evc_deliveries WHERE consumer = ANY($1) AND status IN ('pending', 'leased')";
 
 /// Produce-to-ack lag per producer class and consumer: over the newest `$2` attempt rows (the
 /// primary key, read backwards), those acked in the last `$1` milliseconds; seconds from the

@@ -1,0 +1,309 @@
+//! The store boundary: SQL against the runtime's tables lives in the PostgreSQL store
+//! (`runtime/src/store/`), next to the schema it depends on (`runtime/migrations/postgres/`), so
+//! a change to a table is a change to one crate. This test reads every `.rs` file of the
+//! repository and fails, naming file and line, where code outside the store writes a query that
+//! names a runtime table.
+//!
+//! Files that still do are listed in [`ALLOWED`] with the reason; an entry that no longer
+//! matches anything fails the test too, so the list only shrinks.
+//!
+//! What counts as a query: an upper-case SQL keyword that takes a table (`FROM`, `INTO`,
+//! `UPDATE`, `JOIN`, `TABLE`, `TRUNCATE`) followed by the name of a table the runtime's
+//! migration templates create. Comment lines (`//`) are prose, not queries; generated files
+//! (first line `// @generated`) and `target/` directories are not read.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Where the runtime's SQL belongs: the store, with its statements in `postgres/sql.rs`.
+const STORE: &str = "runtime/src/store/";
+
+/// The runtime's schema templates, which say which tables are the runtime's.
+const SCHEMA: &str = "runtime/migrations/postgres";
+
+/// Files outside the store that still query runtime tables, each with why. Remove an entry when
+/// its file stops; add one only for code that must see the tables themselves.
+const ALLOWED: &[(&str, &str)] = &[
+    (
+        "tests/migrations.rs",
+        "tests the schema itself: rows kept across steps, constraints, triggers",
+    ),
+    (
+        "codegen/src/emit/sql.rs",
+        "renders the migrations; its tests read the registry and settings upserts it writes",
+    ),
+    (
+        "src/demo.rs",
+        "the end-to-end example prints delivery counts the store has no method for yet",
+    ),
+    (
+        "runtime/benches/outbox.rs",
+        "the benchmark checks that every timed delivery was acked, straight from the tables",
+    ),
+    (
+        "bench-peers/src/evc.rs",
+        "the peer benchmark counts evc's drained rows as it counts each peer's own tables",
+    ),
+    (
+        "facade/tests/macros_postgres.rs",
+        "asserts the rows the macros' appends and acks leave",
+    ),
+    (
+        "cli/tests/operate.rs",
+        "seeds dead and pending deliveries for the operator commands and reads what they did",
+    ),
+    (
+        "runtime/tests/support/mod.rs",
+        "test helpers: seed registry rows and count deliveries and attempts by status",
+    ),
+    (
+        "runtime/tests/ack_batch.rs",
+        "backdates leases and reads the attempt rows a batched ack writes",
+    ),
+    (
+        "runtime/tests/append.rs",
+        "reads the stored events, payloads and reject rows an append leaves",
+    ),
+    (
+        "runtime/tests/append_only.rs",
+        "tries updates, deletes and truncates the ledger triggers must refuse",
+    ),
+    (
+        "runtime/tests/crash.rs",
+        "reads leases, tokens and attempts after a dispatcher is killed mid-batch",
+    ),
+    (
+        "runtime/tests/delay.rs",
+        "reads and moves the due times of delayed deliveries",
+    ),
+    (
+        "runtime/tests/deployed_settings.rs",
+        "edits and drops the settings row to test how workers read it",
+    ),
+    (
+        "runtime/tests/dispatch.rs",
+        "reads the attempt rows and delivery order dispatch leaves",
+    ),
+    (
+        "runtime/tests/handler_timeout.rs",
+        "reads the attempt rows a timed-out handler leaves",
+    ),
+    (
+        "runtime/tests/held.rs",
+        "reads events, deliveries, attempts and effects around held batches",
+    ),
+    (
+        "runtime/tests/lease_loss.rs",
+        "steals a lease by hand and reads the fencing tokens",
+    ),
+    (
+        "runtime/tests/lifecycle.rs",
+        "reads row versions and event lineage to prove what was not rewritten",
+    ),
+    (
+        "runtime/tests/observe.rs",
+        "writes a stale heartbeat row to make a worker silent",
+    ),
+    (
+        "runtime/tests/operations.rs",
+        "counts attempts to prove a paused consumer runs nothing",
+    ),
+    (
+        "runtime/tests/registry_parity.rs",
+        "corrupts the registry mirror to test that the store refuses it",
+    ),
+    (
+        "runtime/tests/replay.rs",
+        "reads replay rows and tries to edit the discard audit",
+    ),
+    (
+        "runtime/tests/retry.rs",
+        "moves due times and reads the statuses and attempts retries leave",
+    ),
+    (
+        "runtime/tests/settings.rs",
+        "reads the reject rows the settings' payload policy writes",
+    ),
+    (
+        "runtime/tests/shadow.rs",
+        "reads the reconciliation rows and deliveries of shadow mode",
+    ),
+];
+
+/// Upper-case SQL keywords followed by a table name.
+const TABLE_KEYWORDS: &[&str] = &["FROM", "INTO", "UPDATE", "JOIN", "TABLE", "TRUNCATE"];
+
+#[test]
+fn runtime_tables_are_queried_only_in_the_store() -> Result<(), Box<dyn std::error::Error>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tables = runtime_tables(&root.join(SCHEMA))?;
+    for table in ["evc_events", "evc_deliveries", "evc_delivery_attempts"] {
+        assert!(tables.contains(table), "{table} not found in {SCHEMA}");
+    }
+
+    let mut files = Vec::new();
+    rust_files(root, &mut files)?;
+    let mut hits: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for path in files {
+        let relative = path
+            .strip_prefix(root)?
+            .to_string_lossy()
+            .replace('\\', "/");
+        if relative.starts_with(STORE) {
+            continue;
+        }
+        let text = fs::read_to_string(&path)?;
+        if text.starts_with("// @generated") {
+            continue;
+        }
+        for (line, table) in queries(&text, &tables) {
+            hits.entry(relative.clone())
+                .or_default()
+                .push(format!("{relative}:{line}: {table}"));
+        }
+    }
+
+    let allowed: BTreeSet<&str> = ALLOWED.iter().map(|(file, _)| *file).collect();
+    assert_eq!(allowed.len(), ALLOWED.len(), "a file is allowed twice");
+    let outside: Vec<&String> = hits
+        .iter()
+        .filter(|(file, _)| !allowed.contains(file.as_str()))
+        .flat_map(|(_, lines)| lines)
+        .collect();
+    let stale: Vec<&str> = allowed
+        .iter()
+        .copied()
+        .filter(|file| !hits.contains_key(*file))
+        .collect();
+    let mut problems = Vec::new();
+    if !outside.is_empty() {
+        problems.push(format!(
+            "SQL naming runtime tables outside {STORE} (add a store method with its statement in \
+             runtime/src/store/postgres/sql.rs):\n  {}",
+            outside
+                .iter()
+                .map(|hit| hit.as_str())
+                .collect::<Vec<_>>()
+                .join("\n  ")
+        ));
+    }
+    if !stale.is_empty() {
+        problems.push(format!(
+            "allowed files that no longer query runtime tables (remove them from ALLOWED):\n  {}",
+            stale.join("\n  ")
+        ));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    Ok(())
+}
+
+#[test]
+fn the_scan_finds_queries_and_ignores_prose() {
+    // Made-up tables, so this file does not name runtime tables itself.
+    let tables: BTreeSet<String> = ["evc_widgets", "evc_gadgets"]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    let text = "\
+let a = \"SELECT count(*) FROM evc_widgets\";
+// DELETE FROM evc_widgets in a comment is prose
+/// so is UPDATE evc_gadgets in a doc comment
+let b = \"SELECT 1 FROM\n    evc_gadgets d JOIN evc_widgets e USING (event_id)\";
+let c = \"LISTEN evc_gadgets\"; let d = \"from evc_widgets\"; let e = \"FROM evc_widgetsx\";
+let f = \"TRUNCATE evc_widgets\"; let g = \"UPDATE ONLY evc_gadgets SET\";
+";
+    assert_eq!(
+        queries(text, &tables),
+        [
+            (1, "evc_widgets".to_owned()),
+            (5, "evc_gadgets".to_owned()),
+            (5, "evc_widgets".to_owned()),
+            (7, "evc_widgets".to_owned()),
+            (7, "evc_gadgets".to_owned()),
+        ]
+    );
+}
+
+/// The tables the runtime's migration templates in `dir` create (`CREATE [UNLOGGED] TABLE
+/// [IF NOT EXISTS] name`).
+fn runtime_tables(dir: &Path) -> Result<BTreeSet<String>, Box<dyn std::error::Error>> {
+    let mut tables = BTreeSet::new();
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().is_none_or(|ext| ext != "sql") {
+            continue;
+        }
+        let text = fs::read_to_string(&path)?;
+        let words: Vec<&str> = text.split_whitespace().collect();
+        for (i, window) in words.windows(2).enumerate() {
+            if window != ["CREATE", "TABLE"] && window != ["CREATE", "UNLOGGED"] {
+                continue;
+            }
+            let mut rest = words[i + 1..].iter().copied();
+            let mut name = rest.next();
+            while let Some(word) = name
+                && ["UNLOGGED", "TABLE", "IF", "NOT", "EXISTS"].contains(&word)
+            {
+                name = rest.next();
+            }
+            if let Some(name) = name {
+                let name = name.trim_end_matches(['(', ';']);
+                if name.starts_with("evc_") {
+                    tables.insert(name.to_owned());
+                }
+            }
+        }
+    }
+    Ok(tables)
+}
+
+/// The `.rs` files under `dir`, outside `target/` and `.git/`.
+fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            if entry.file_name() != "target" && entry.file_name() != ".git" {
+                rust_files(&path, files)?;
+            }
+        } else if kind.is_file() && path.extension().is_some_and(|ext| ext == "rs") {
+            files.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Each query in `text` that names one of `tables`: its line (from 1) and the table. A keyword
+/// and its table may sit on different lines (a statement split over a string's lines); comment
+/// lines are skipped.
+fn queries(text: &str, tables: &BTreeSet<String>) -> Vec<(usize, String)> {
+    let words: Vec<(usize, &str)> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim_start().starts_with("//"))
+        .flat_map(|(index, line)| {
+            line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|word| !word.is_empty())
+                .map(move |word| (index + 1, word))
+        })
+        .collect();
+    let mut found = Vec::new();
+    for (i, (_, word)) in words.iter().enumerate() {
+        if !TABLE_KEYWORDS.contains(word) {
+            continue;
+        }
+        let mut next = words[i + 1..].iter();
+        let mut table = next.next();
+        if table.is_some_and(|(_, word)| *word == "ONLY") {
+            table = next.next();
+        }
+        if let Some((line, table)) = table
+            && tables.contains(*table)
+        {
+            found.push((*line, (*table).to_owned()));
+        }
+    }
+    found
+}
