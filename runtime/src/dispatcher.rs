@@ -57,7 +57,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use sqlx::Connection as _;
 use sqlx::pool::PoolConnection;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
@@ -958,7 +957,7 @@ impl<S: Store> Worker<S> {
         // Taken out for the batch: an error or a failed handler returns it to the pool (where a
         // connection left inside a transaction is rolled back), a claim that finds nothing too.
         let mut connection = self.take_connection().await?;
-        let mut tx = connection.begin().await?;
+        let mut tx = self.store.begin_on(&mut *connection).await?;
         let mut batch = self.claim_from_cursor(&mut tx, true).await?;
         if batch.is_empty() {
             tx.rollback().await?;
@@ -1143,7 +1142,7 @@ impl<S: Store> Worker<S> {
         remaining: &VecDeque<Claimed>,
         ticker: &mut Interval,
     ) -> Result<Ran, DispatchError> {
-        let mut tx = connection.begin().await?;
+        let mut tx = self.store.begin_on(connection).await?;
         // Row-locks the delivery: recovery and renewal leave it alone until we commit.
         self.store.lock_lease(&mut tx, &claimed.lease).await?;
         let shadow = claimed.lease.is_shadow();

@@ -1,6 +1,6 @@
 //! One body, two stores: every behaviour of the store boundary is one generic test over
-//! [`Conformance`] (the [`evc_runtime::Store`] trait plus a caller's transaction and the read
-//! methods both stores answer), instantiated for PostgreSQL (a fresh database per test) and
+//! [`Conformance`] (the [`evc_runtime::Store`] trait, which begins a caller's transaction and
+//! answers the read methods, plus the store's name), instantiated for PostgreSQL (a fresh database per test) and
 //! SQLite (a fresh file per test) by [`conformance!`]. The tests assert states and attempt
 //! rows; where a lease must run out they use a lease of a few milliseconds and wait until
 //! recovery finds it ended, never a fixed sleep. The SQLite store's own behaviour (one store
@@ -96,7 +96,7 @@ async fn committed<S: Conformance>(
     store: &S,
     events: Vec<OutgoingEvent>,
 ) -> Result<Vec<AppendReceipt>, BoxError> {
-    let mut tx = store.begin_tx().await?;
+    let mut tx = store.begin().await?;
     let mut receipts = Vec::with_capacity(events.len());
     for event in events {
         receipts.push(
@@ -105,7 +105,7 @@ async fn committed<S: Conformance>(
                 .await?,
         );
     }
-    S::commit_tx(tx).await?;
+    tx.commit().await?;
     Ok(receipts)
 }
 
@@ -219,7 +219,7 @@ async fn recover<S: Conformance>(store: &S, expected: u64) -> TestResult {
 }
 
 async fn append_commits_with_the_caller<S: Conformance>(store: S) -> TestResult {
-    let mut tx = store.begin_tx().await?;
+    let mut tx = store.begin().await?;
     let receipt = store
         .append(&mut *tx, note(1), AppendOptions::default())
         .await?;
@@ -228,7 +228,7 @@ async fn append_commits_with_the_caller<S: Conformance>(store: S) -> TestResult 
     // Nothing is visible outside the caller's transaction before it commits.
     assert_eq!(store.count_events().await?, 0);
     assert_eq!(store.delivery(receipt.event_id, PLAIN).await?, None);
-    S::commit_tx(tx).await?;
+    tx.commit().await?;
 
     assert_eq!(store.count_events().await?, 1);
     for consumer in [ORDERED, PLAIN, SHADOW] {
@@ -248,7 +248,7 @@ async fn append_commits_with_the_caller<S: Conformance>(store: S) -> TestResult 
 }
 
 async fn append_rolls_back_with_the_caller<S: Conformance>(store: S) -> TestResult {
-    let mut tx = store.begin_tx().await?;
+    let mut tx = store.begin().await?;
     let receipt = store
         .append(&mut *tx, note(1), AppendOptions::default())
         .await?;
@@ -256,7 +256,7 @@ async fn append_rolls_back_with_the_caller<S: Conformance>(store: S) -> TestResu
         .append_batch(&mut *tx, vec![ping().into(), note(2).into()])
         .await?;
     assert_eq!(batch.len(), 2);
-    S::rollback_tx(tx).await?;
+    tx.rollback().await?;
 
     assert_eq!(store.count_events().await?, 0);
     for consumer in [ORDERED, PLAIN, SHADOW] {
@@ -307,12 +307,12 @@ async fn append_fans_out_to_every_subscribed_consumer<S: Conformance>(store: S) 
 
 async fn idempotency_key_returns_the_first_receipt<S: Conformance>(store: S) -> TestResult {
     let keyed = || AppendOptions::new().idempotency_key("order-42");
-    let mut tx = store.begin_tx().await?;
+    let mut tx = store.begin().await?;
     let first = store.append(&mut *tx, note(1), keyed()).await?;
-    S::commit_tx(tx).await?;
+    tx.commit().await?;
     assert!(first.created);
 
-    let mut tx = store.begin_tx().await?;
+    let mut tx = store.begin().await?;
     // Another payload with the same key in the same producer class: the first event.
     let again = store.append(&mut *tx, note(2), keyed()).await?;
     assert_eq!(
@@ -327,7 +327,7 @@ async fn idempotency_key_returns_the_first_receipt<S: Conformance>(store: S) -> 
     let other = store.append(&mut *tx, ping(), keyed()).await?;
     assert!(other.created);
     assert_ne!(other.event_id, first.event_id);
-    S::commit_tx(tx).await?;
+    tx.commit().await?;
 
     assert_eq!(store.count_events().await?, 2);
     assert_eq!(store.count_deliveries(ORDERED, &[]).await?, 1);
@@ -338,7 +338,7 @@ async fn idempotency_key_returns_the_first_receipt<S: Conformance>(store: S) -> 
 async fn rejected_append_writes_a_reject_row_and_nothing_else<S: Conformance>(
     store: S,
 ) -> TestResult {
-    let mut tx = store.begin_tx().await?;
+    let mut tx = store.begin().await?;
     let error = store
         .append(&mut *tx, forbidden_note(1), AppendOptions::default())
         .await
@@ -346,7 +346,7 @@ async fn rejected_append_writes_a_reject_row_and_nothing_else<S: Conformance>(
     let rejection = error.rejection().ok_or("not a rejection")?;
     assert_eq!(rejection.reason_code(), "forbidden_key");
     // The usual reaction to an error: the audit must survive it.
-    S::rollback_tx(tx).await?;
+    tx.rollback().await?;
 
     let store = &store;
     let rejects = eventually(|| async move {
@@ -384,9 +384,9 @@ async fn batch_append_keeps_order_and_receipts<S: Conformance>(store: S) -> Test
         NewEvent::new(note(3), keyed()),
         NewEvent::new(note(4), AppendOptions::default()),
     ];
-    let mut tx = store.begin_tx().await?;
+    let mut tx = store.begin().await?;
     let receipts = store.append_batch(&mut *tx, events).await?;
-    S::commit_tx(tx).await?;
+    tx.commit().await?;
 
     let created: Vec<bool> = receipts.iter().map(|r| r.created).collect();
     assert_eq!(created, [true, true, true, false, true]);
@@ -401,14 +401,14 @@ async fn batch_append_keeps_order_and_receipts<S: Conformance>(store: S) -> Test
     assert_eq!(store.count_events().await?, 4);
 
     // Without keys or delays (PostgreSQL writes these with COPY): the same order.
-    let mut tx = store.begin_tx().await?;
+    let mut tx = store.begin().await?;
     let plain = store
         .append_batch(
             &mut *tx,
             vec![note(5).into(), ping().into(), note(6).into()],
         )
         .await?;
-    S::commit_tx(tx).await?;
+    tx.commit().await?;
     assert!(plain.iter().all(|r| r.created));
     let seqs: Vec<i64> = std::iter::once(receipts[4].seq)
         .chain(plain.iter().map(|r| r.seq))
@@ -416,7 +416,7 @@ async fn batch_append_keeps_order_and_receipts<S: Conformance>(store: S) -> Test
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
 
     // One refused event refuses the batch: a reject row per refused event, nothing else.
-    let mut tx = store.begin_tx().await?;
+    let mut tx = store.begin().await?;
     let error = store
         .append_batch(
             &mut *tx,
@@ -429,7 +429,7 @@ async fn batch_append_keeps_order_and_receipts<S: Conformance>(store: S) -> Test
         )
         .await
         .expect_err("refused");
-    S::rollback_tx(tx).await?;
+    tx.rollback().await?;
     match error {
         evc_runtime::AppendError::BatchRejected {
             index, rejected, ..
@@ -536,19 +536,19 @@ async fn stale_token_is_refused_after_a_reclaim<S: Conformance>(store: S) -> Tes
         .await;
     assert!(failed.is_err_and(|e| e.is_stale_token()));
     assert!(store.renew(&[old], LEASE).await?.is_empty());
-    let mut tx = store.begin_tx().await?;
+    let mut tx = store.begin().await?;
     let effect = store.record_effect(&mut *tx, old, "effect", "digest").await;
     assert!(effect.is_err_and(|e| e.is_stale_token()));
     let fenced = store.lock_lease(&mut *tx, old).await;
     assert!(fenced.is_err_and(|e| e.is_stale_token()));
-    S::rollback_tx(tx).await?;
+    tx.rollback().await?;
     assert_eq!(store.stale_tokens(), before + 5);
 
     // The stale writes changed nothing: the current lease settles as usual.
     let delivery = store.delivery(event_id, PLAIN).await?.ok_or("missing")?;
     assert_eq!(delivery.status, DeliveryStatus::Leased);
     assert_eq!((delivery.token, delivery.owner.as_deref()), (2, Some("w2")));
-    let mut tx = store.begin_tx().await?;
+    let mut tx = store.begin().await?;
     store.lock_lease(&mut *tx, new).await?;
     assert!(
         store
@@ -556,7 +556,7 @@ async fn stale_token_is_refused_after_a_reclaim<S: Conformance>(store: S) -> Tes
             .await?
     );
     assert_eq!(Store::ack(&store, &mut *tx, &[new]).await?.acked, 1);
-    S::commit_tx(tx).await?;
+    tx.commit().await?;
 
     assert_eq!(store.delivery(event_id, PLAIN).await?, None);
     assert_eq!(
@@ -806,14 +806,14 @@ async fn record_effect_is_recorded_once<S: Conformance>(store: S) -> TestResult 
     let claimed = claim(&store, PLAIN, "w1", 1, LEASE, false).await?;
     let lease = &claimed[0].lease;
 
-    let mut tx = store.begin_tx().await?;
+    let mut tx = store.begin().await?;
     assert!(
         store
             .record_effect(&mut *tx, lease, "effect-1", "d1")
             .await?
     );
-    S::commit_tx(tx).await?;
-    let mut tx = store.begin_tx().await?;
+    tx.commit().await?;
+    let mut tx = store.begin().await?;
     assert!(
         !store
             .record_effect(&mut *tx, lease, "effect-1", "d2")
@@ -824,15 +824,15 @@ async fn record_effect_is_recorded_once<S: Conformance>(store: S) -> TestResult 
             .record_effect(&mut *tx, lease, "effect-2", "d1")
             .await?
     );
-    S::commit_tx(tx).await?;
+    tx.commit().await?;
     // Rolled back with the caller's transaction: not recorded.
-    let mut tx = store.begin_tx().await?;
+    let mut tx = store.begin().await?;
     assert!(
         store
             .record_effect(&mut *tx, lease, "effect-3", "d1")
             .await?
     );
-    S::rollback_tx(tx).await?;
+    tx.rollback().await?;
 
     // A redelivery (the next lease) finds what the first attempt recorded.
     store
@@ -844,7 +844,7 @@ async fn record_effect_is_recorded_once<S: Conformance>(store: S) -> TestResult 
         )
         .await?;
     let again = claim(&store, PLAIN, "w2", 1, LEASE, false).await?;
-    let mut tx = store.begin_tx().await?;
+    let mut tx = store.begin().await?;
     let next = &again[0].lease;
     assert!(
         !store
@@ -856,20 +856,20 @@ async fn record_effect_is_recorded_once<S: Conformance>(store: S) -> TestResult 
             .record_effect(&mut *tx, next, "effect-3", "d1")
             .await?
     );
-    S::commit_tx(tx).await?;
+    tx.commit().await?;
 
     // A shadow-mode lease writes no effect row: it keeps intents.
     let shadowed = claim(&store, SHADOW, "w3", 1, LEASE, false).await?;
     let shadow = &shadowed[0].lease;
     assert!(shadow.is_shadow());
     for _ in 0..2 {
-        let mut tx = store.begin_tx().await?;
+        let mut tx = store.begin().await?;
         assert!(
             store
                 .record_effect(&mut *tx, shadow, "effect-1", "d1")
                 .await?
         );
-        S::commit_tx(tx).await?;
+        tx.commit().await?;
     }
     let intents = shadow.shadow_log().map(|log| log.intents().len());
     assert_eq!(intents, Some(2));
@@ -934,7 +934,7 @@ async fn held_batch_commits_with_its_transaction_or_leaves_nothing<S: Conformanc
     };
 
     // Held, the deliveries are not written; rolled back, they are as never claimed.
-    let mut tx = store.begin_tx().await?;
+    let mut tx = store.begin().await?;
     let held = held_claim(&store, &mut *tx, "w1").await?;
     assert_eq!(
         ids(&held),
@@ -945,14 +945,14 @@ async fn held_batch_commits_with_its_transaction_or_leaves_nothing<S: Conformanc
         assert_eq!((claimed.lease.token, claimed.lease.attempt), (1, 1));
         assert!(untouched(claimed.lease.event_id).await?);
     }
-    S::rollback_tx(tx).await?;
+    tx.rollback().await?;
     for receipt in &receipts {
         assert!(untouched(receipt.event_id).await?);
         assert!(store.attempts(receipt.event_id, PLAIN).await?.is_empty());
     }
 
     // Acked in the claiming transaction: acks, effects and attempt rows commit together.
-    let mut tx = store.begin_tx().await?;
+    let mut tx = store.begin().await?;
     let held = held_claim(&store, &mut *tx, "w1").await?;
     let [first, second, third] = [&held[0], &held[1], &held[2]].map(|c| &c.lease);
     assert!(store.record_effect(&mut *tx, first, "effect", "d").await?);
@@ -960,7 +960,7 @@ async fn held_batch_commits_with_its_transaction_or_leaves_nothing<S: Conformanc
         Store::ack(&store, &mut *tx, &[first, second]).await?.acked,
         2
     );
-    S::commit_tx(tx).await?;
+    tx.commit().await?;
     for lease in [first, second] {
         assert_eq!(store.delivery(lease.event_id, PLAIN).await?, None);
         assert_eq!(
@@ -971,10 +971,10 @@ async fn held_batch_commits_with_its_transaction_or_leaves_nothing<S: Conformanc
     assert!(untouched(third.event_id).await?);
 
     // A held lease failed after its batch rolled back: the attempt is counted then.
-    let mut tx = store.begin_tx().await?;
+    let mut tx = store.begin().await?;
     let held = held_claim(&store, &mut *tx, "w2").await?;
     assert_eq!(ids(&held), vec![third.event_id]);
-    S::rollback_tx(tx).await?;
+    tx.rollback().await?;
     let lease = &held[0].lease;
     store
         .fail(
@@ -1018,9 +1018,9 @@ async fn concurrent_per_key_workers_keep_one_in_flight_per_key<S: Conformance>(
     const EVENTS: u64 = 120;
     const KEYS: u64 = 8;
     let events = (0..EVENTS).map(|n| note(n % KEYS).into()).collect();
-    let mut tx = store.begin_tx().await?;
+    let mut tx = store.begin().await?;
     store.append_batch(&mut *tx, events).await?;
-    S::commit_tx(tx).await?;
+    tx.commit().await?;
 
     // Keys in flight, and the last seq acked per key.
     let in_flight: Arc<Mutex<HashSet<String>>> = Arc::default();
@@ -1088,7 +1088,7 @@ async fn shadow_savepoint_undoes_the_handlers_writes<S: Conformance>(store: S) -
 
     // The transactional kind's shadow run: fence, savepoint, the handler's writes, undo,
     // reconciliation row, ack; all in one transaction.
-    let mut tx = store.begin_tx().await?;
+    let mut tx = store.begin().await?;
     store.lock_lease(&mut *tx, lease).await?;
     store.begin_shadow(&mut *tx).await?;
     store
@@ -1098,7 +1098,7 @@ async fn shadow_savepoint_undoes_the_handlers_writes<S: Conformance>(store: S) -
     store.end_shadow(&mut *tx).await?;
     store.record_reconciliation(&mut *tx, lease).await?;
     assert_eq!(Store::ack(&store, &mut *tx, &[lease]).await?.acked, 1);
-    S::commit_tx(tx).await?;
+    tx.commit().await?;
 
     assert_eq!(
         store.count_events().await?,
@@ -1179,9 +1179,9 @@ impl<S: Store> evc_runtime::DynHandler<S> for Counting {
 async fn the_dispatcher_delivers_every_event_once<S: Conformance>(store: S) -> TestResult {
     let mut events: Vec<NewEvent> = (0..30).map(|n| note(n % 5).into()).collect();
     events.extend((0..5).map(|_| ping().into()));
-    let mut tx = store.begin_tx().await?;
+    let mut tx = store.begin().await?;
     store.append_batch(&mut *tx, events).await?;
-    S::commit_tx(tx).await?;
+    tx.commit().await?;
 
     let handler = std::sync::Arc::new(Counting::default());
     let config = evc_runtime::DispatcherConfig::default()

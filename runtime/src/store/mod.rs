@@ -10,10 +10,11 @@
 //! ([`crate::append::Checker`]); PostgreSQL's registry mirror follows the parity rules of
 //! [`parity`].
 //!
-//! Both stores also answer the same read methods (`delivery`, `attempts`, `count_deliveries`,
-//! `count_events`, `rejects`, `stale_rejections`) with the types below ([`DeliveryRecord`],
-//! [`AttemptRecord`], [`RejectRecord`]), so tests and tools read a delivery's state without
-//! SQL of their own.
+//! Both stores also answer the same read methods ([`Store::delivery`], [`Store::attempts`],
+//! [`Store::count_deliveries`], [`Store::count_events`], [`Store::rejects`]; and, inherent,
+//! `stale_rejections`) with the types below ([`DeliveryRecord`], [`AttemptRecord`],
+//! [`RejectRecord`]), so tests and tools read a delivery's state without SQL of their own.
+//! The operator surface common to both ([`Operate`]) is in [`ops`].
 //!
 //! | Method | Used by |
 //! | --- | --- |
@@ -26,6 +27,9 @@
 //! | [`Store::record_effect`] (idempotent effect row, fenced) | consumer handlers |
 //! | [`Store::heartbeat`], [`Store::forget_heartbeats`] | the heartbeat task |
 //! | [`Store::listen`], [`Store::hold_doorbell`], [`Store::release_doorbell`] | wake-ups of idle workers |
+//! | [`Store::begin`], [`Store::begin_on`] | applications (the transaction they append in), the transactional kind |
+//! | [`Store::delivery`], [`Store::attempts`], [`Store::count_deliveries`], [`Store::count_events`], [`Store::rejects`] | tests, tools, the tour |
+//! | [`Operate`] (dead letters, replay, pause and resume) | operators, the CLI |
 //!
 //! Appends run on the caller's connection ([`Connection`], inside the caller's transaction),
 //! so an event commits or rolls back with the caller's own writes. Rejections are audited
@@ -303,6 +307,75 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// Fenced operations refused so far because their token was stale. Monotonic for the life
     /// of the store.
     fn stale_tokens(&self) -> u64;
+
+    /// A write transaction on the store's pool, begun the store's way (PostgreSQL: `BEGIN`;
+    /// SQLite: `BEGIN IMMEDIATE`, which takes the write lock at once so a later write cannot
+    /// fail to upgrade a stale read snapshot): the transaction an application appends in.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn begin(
+        &self,
+    ) -> impl Future<Output = Result<sqlx::Transaction<'static, Self::Database>, DispatchError>> + Send;
+
+    /// A transaction on `connection` (a worker's kept connection), begun the store's way as
+    /// [`Store::begin`]: the transactional handler's transaction.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn begin_on<'c>(
+        &self,
+        connection: &'c mut Connection<Self>,
+    ) -> impl Future<Output = Result<sqlx::Transaction<'c, Self::Database>, DispatchError>> + Send;
+
+    /// The newest generation of `event_id`'s delivery to `consumer` (`None`: no such delivery,
+    /// or it was acked: an ack deletes the delivery, its `acked` attempt row is its record).
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn delivery(
+        &self,
+        event_id: Uuid,
+        consumer: &str,
+    ) -> impl Future<Output = Result<Option<DeliveryRecord>, DispatchError>> + Send;
+
+    /// The attempt rows of `event_id`'s delivery to `consumer`, every generation, in the order
+    /// they were written.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn attempts(
+        &self,
+        event_id: Uuid,
+        consumer: &str,
+    ) -> impl Future<Output = Result<Vec<AttemptRecord>, DispatchError>> + Send;
+
+    /// Delivery rows of `consumer` in any of `statuses` (empty: every status). Acked
+    /// deliveries have no row; count their attempt rows instead ([`Store::attempts`]).
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn count_deliveries(
+        &self,
+        consumer: &str,
+        statuses: &[DeliveryStatus],
+    ) -> impl Future<Output = Result<u64, DispatchError>> + Send;
+
+    /// Events in the outbox.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn count_events(&self) -> impl Future<Output = Result<u64, DispatchError>> + Send;
+
+    /// The oldest `limit` reject rows, oldest first (a reject may be recorded shortly after
+    /// the refused append returned: the audit runs outside the caller's transaction).
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn rejects(
+        &self,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<RejectRecord>, DispatchError>> + Send;
 }
 
 /// What a [`Store::claim`] asks for.

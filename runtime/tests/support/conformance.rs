@@ -1,171 +1,34 @@
 //! What the store conformance tests (`runtime/tests/store_conformance.rs`) need of a store
-//! beyond [`Store`]: a write transaction of the caller's, and the read methods both stores
-//! answer. Implemented for [`PgStore`] (a fresh database per test, `support::with_database`) and
+//! beyond [`Store`]: its name. Implemented for [`PgStore`] (a fresh database per test, `support::with_database`) and
 //! [`SqliteStore`] (a fresh file in a temporary directory per test).
 
 #![allow(dead_code, unreachable_pub)]
 
 use std::future::Future;
-use std::ops::DerefMut;
 use std::time::Duration;
 
 use evc_runtime::{
-    AttemptRecord, Connection, ConsumerDescriptor, ConsumerMode, DeliveryRecord, DeliveryStatus,
-    DispatchError, EventDescriptor, HandlerKind, PgStore, Registry, RejectRecord, SqliteStore,
+    ConsumerDescriptor, ConsumerMode, EventDescriptor, HandlerKind, PgStore, Registry, SqliteStore,
     Store, SubscriptionDescriptor, VersionDescriptor,
 };
-use uuid::Uuid;
 
 use crate::support::{FIXED_200MS, NOTE_SCHEMA, REFERENCE_POLICY, TestResult};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// A store under test: [`Store`], a caller's write transaction, and the read methods.
-pub trait Conformance: Store + Clone + Send + Sync + 'static {
-    /// The caller's transaction (dereferences to the store's connection).
-    type Tx: DerefMut<Target = Connection<Self>> + Send;
-
+/// A store under test: [`Store`] (which begins the caller's transactions and answers the read
+/// methods) and its name for messages.
+pub trait Conformance: Store {
     /// Which store, for messages.
     const NAME: &'static str;
-
-    /// A write transaction on the store's pool.
-    fn begin_tx(&self) -> impl Future<Output = Result<Self::Tx, BoxError>> + Send;
-
-    /// Commits `tx`.
-    fn commit_tx(tx: Self::Tx) -> impl Future<Output = Result<(), BoxError>> + Send;
-
-    /// Rolls `tx` back.
-    fn rollback_tx(tx: Self::Tx) -> impl Future<Output = Result<(), BoxError>> + Send;
-
-    /// The store's `delivery`.
-    fn delivery(
-        &self,
-        event_id: Uuid,
-        consumer: &str,
-    ) -> impl Future<Output = Result<Option<DeliveryRecord>, DispatchError>> + Send;
-
-    /// The store's `attempts`.
-    fn attempts(
-        &self,
-        event_id: Uuid,
-        consumer: &str,
-    ) -> impl Future<Output = Result<Vec<AttemptRecord>, DispatchError>> + Send;
-
-    /// The store's `count_deliveries`.
-    fn count_deliveries(
-        &self,
-        consumer: &str,
-        statuses: &[DeliveryStatus],
-    ) -> impl Future<Output = Result<u64, DispatchError>> + Send;
-
-    /// The store's `count_events`.
-    fn count_events(&self) -> impl Future<Output = Result<u64, DispatchError>> + Send;
-
-    /// The store's `rejects`.
-    fn rejects(
-        &self,
-        limit: u32,
-    ) -> impl Future<Output = Result<Vec<RejectRecord>, DispatchError>> + Send;
 }
 
 impl Conformance for PgStore {
-    type Tx = sqlx::Transaction<'static, sqlx::Postgres>;
-
     const NAME: &'static str = "postgres";
-
-    async fn begin_tx(&self) -> Result<Self::Tx, BoxError> {
-        Ok(self.pool().begin().await?)
-    }
-
-    async fn commit_tx(tx: Self::Tx) -> Result<(), BoxError> {
-        Ok(tx.commit().await?)
-    }
-
-    async fn rollback_tx(tx: Self::Tx) -> Result<(), BoxError> {
-        Ok(tx.rollback().await?)
-    }
-
-    async fn delivery(
-        &self,
-        event_id: Uuid,
-        consumer: &str,
-    ) -> Result<Option<DeliveryRecord>, DispatchError> {
-        PgStore::delivery(self, event_id, consumer).await
-    }
-
-    async fn attempts(
-        &self,
-        event_id: Uuid,
-        consumer: &str,
-    ) -> Result<Vec<AttemptRecord>, DispatchError> {
-        PgStore::attempts(self, event_id, consumer).await
-    }
-
-    async fn count_deliveries(
-        &self,
-        consumer: &str,
-        statuses: &[DeliveryStatus],
-    ) -> Result<u64, DispatchError> {
-        PgStore::count_deliveries(self, consumer, statuses).await
-    }
-
-    async fn count_events(&self) -> Result<u64, DispatchError> {
-        PgStore::count_events(self).await
-    }
-
-    async fn rejects(&self, limit: u32) -> Result<Vec<RejectRecord>, DispatchError> {
-        PgStore::rejects(self, limit).await
-    }
 }
 
 impl Conformance for SqliteStore {
-    type Tx = sqlx::Transaction<'static, sqlx::Sqlite>;
-
     const NAME: &'static str = "sqlite";
-
-    async fn begin_tx(&self) -> Result<Self::Tx, BoxError> {
-        Ok(self.begin().await?)
-    }
-
-    async fn commit_tx(tx: Self::Tx) -> Result<(), BoxError> {
-        Ok(tx.commit().await?)
-    }
-
-    async fn rollback_tx(tx: Self::Tx) -> Result<(), BoxError> {
-        Ok(tx.rollback().await?)
-    }
-
-    async fn delivery(
-        &self,
-        event_id: Uuid,
-        consumer: &str,
-    ) -> Result<Option<DeliveryRecord>, DispatchError> {
-        SqliteStore::delivery(self, event_id, consumer).await
-    }
-
-    async fn attempts(
-        &self,
-        event_id: Uuid,
-        consumer: &str,
-    ) -> Result<Vec<AttemptRecord>, DispatchError> {
-        SqliteStore::attempts(self, event_id, consumer).await
-    }
-
-    async fn count_deliveries(
-        &self,
-        consumer: &str,
-        statuses: &[DeliveryStatus],
-    ) -> Result<u64, DispatchError> {
-        SqliteStore::count_deliveries(self, consumer, statuses).await
-    }
-
-    async fn count_events(&self) -> Result<u64, DispatchError> {
-        SqliteStore::count_events(self).await
-    }
-
-    async fn rejects(&self, limit: u32) -> Result<Vec<RejectRecord>, DispatchError> {
-        SqliteStore::rejects(self, limit).await
-    }
 }
 
 /// Runs `check` on a [`PgStore`] of [`CONFORMANCE_REGISTRY`] over a fresh database (skipped

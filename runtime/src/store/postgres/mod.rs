@@ -41,8 +41,8 @@ use crate::registry::Registry;
 use crate::retry::RetryDecision;
 use crate::store::parity::{self, Mirror};
 use crate::store::{
-    AckBatch, ClaimRequest, Claimed, DispatchError, Heartbeat, Hold, Lease, RegistryDrift, Store,
-    StoreError,
+    AckBatch, AttemptRecord, ClaimRequest, Claimed, DeliveryRecord, DeliveryStatus, DispatchError,
+    Heartbeat, Hold, Lease, RegistryDrift, RejectRecord, Store, StoreError,
 };
 
 mod console;
@@ -944,6 +944,49 @@ impl Store for PgStore {
 
     fn stale_tokens(&self) -> u64 {
         PgStore::stale_tokens(self)
+    }
+
+    async fn begin(&self) -> Result<sqlx::Transaction<'static, Postgres>, DispatchError> {
+        Ok(self.inner.pool.begin().await?)
+    }
+
+    async fn begin_on<'c>(
+        &self,
+        connection: &'c mut PgConnection,
+    ) -> Result<sqlx::Transaction<'c, Postgres>, DispatchError> {
+        Ok(sqlx::Connection::begin(connection).await?)
+    }
+
+    async fn delivery(
+        &self,
+        event_id: Uuid,
+        consumer: &str,
+    ) -> Result<Option<DeliveryRecord>, DispatchError> {
+        PgStore::delivery(self, event_id, consumer).await
+    }
+
+    async fn attempts(
+        &self,
+        event_id: Uuid,
+        consumer: &str,
+    ) -> Result<Vec<AttemptRecord>, DispatchError> {
+        PgStore::attempts(self, event_id, consumer).await
+    }
+
+    async fn count_deliveries(
+        &self,
+        consumer: &str,
+        statuses: &[DeliveryStatus],
+    ) -> Result<u64, DispatchError> {
+        PgStore::count_deliveries(self, consumer, statuses).await
+    }
+
+    async fn count_events(&self) -> Result<u64, DispatchError> {
+        PgStore::count_events(self).await
+    }
+
+    async fn rejects(&self, limit: u32) -> Result<Vec<RejectRecord>, DispatchError> {
+        PgStore::rejects(self, limit).await
     }
 }
 

@@ -64,8 +64,8 @@ use crate::retry::RetryDecision;
 use crate::store::parity::Drift;
 use crate::store::postgres::PolicySource;
 use crate::store::{
-    AckBatch, ClaimRequest, Claimed, DispatchError, Heartbeat, Hold, Lease, RegistryDrift, Store,
-    StoreError,
+    AckBatch, AttemptRecord, ClaimRequest, Claimed, DeliveryRecord, DeliveryStatus, DispatchError,
+    Heartbeat, Hold, Lease, RegistryDrift, RejectRecord, Store, StoreError,
 };
 
 mod dispatch;
@@ -959,6 +959,51 @@ impl Store for SqliteStore {
 
     fn stale_tokens(&self) -> u64 {
         SqliteStore::stale_tokens(self)
+    }
+
+    async fn begin(&self) -> Result<Transaction<'static, Sqlite>, DispatchError> {
+        Ok(SqliteStore::begin(self).await?)
+    }
+
+    /// `BEGIN IMMEDIATE`, as [`SqliteStore::begin`]: the handler's fence writes first thing,
+    /// but a deferred transaction would still take a read snapshot it may fail to upgrade.
+    async fn begin_on<'c>(
+        &self,
+        connection: &'c mut SqliteConnection,
+    ) -> Result<Transaction<'c, Sqlite>, DispatchError> {
+        Ok(connection.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    async fn delivery(
+        &self,
+        event_id: Uuid,
+        consumer: &str,
+    ) -> Result<Option<DeliveryRecord>, DispatchError> {
+        SqliteStore::delivery(self, event_id, consumer).await
+    }
+
+    async fn attempts(
+        &self,
+        event_id: Uuid,
+        consumer: &str,
+    ) -> Result<Vec<AttemptRecord>, DispatchError> {
+        SqliteStore::attempts(self, event_id, consumer).await
+    }
+
+    async fn count_deliveries(
+        &self,
+        consumer: &str,
+        statuses: &[DeliveryStatus],
+    ) -> Result<u64, DispatchError> {
+        SqliteStore::count_deliveries(self, consumer, statuses).await
+    }
+
+    async fn count_events(&self) -> Result<u64, DispatchError> {
+        SqliteStore::count_events(self).await
+    }
+
+    async fn rejects(&self, limit: u32) -> Result<Vec<RejectRecord>, DispatchError> {
+        SqliteStore::rejects(self, limit).await
     }
 }
 
