@@ -51,10 +51,12 @@ use crate::registry::Registry;
 use crate::retry::{RetryDecision, RetryPolicyError};
 use crate::trace::{TraceContext, TraceContextError};
 
+pub mod ops;
 pub mod parity;
 pub mod postgres;
 pub mod sqlite;
 
+pub use ops::Operate;
 pub use parity::{Drift, RegistryDrift, RegistryObject};
 
 /// The connection a store's appends and transactional handlers run on (`PgConnection` for

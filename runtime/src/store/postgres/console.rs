@@ -9,14 +9,15 @@ use sqlx::Row;
 use sqlx::postgres::PgPool;
 
 use super::observe::{self, WatchedConsumer};
-use super::operations::{self, ConsumerState};
-use super::replay::{
-    self, DiscardApplied, DiscardPlan, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
-    ReplaySelection, SettledDelivery,
-};
+use super::operations;
+use super::replay::{self, DiscardApplied, DiscardPlan};
 use super::{PgStore, sql};
 use crate::registry::ConsumerMode;
 use crate::store::DispatchError;
+use crate::store::ops::{
+    ConsumerState, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection,
+    SettledDelivery,
+};
 use crate::store::postgres::{StatusReport, TimelineEntry};
 
 /// Operator commands over one database.

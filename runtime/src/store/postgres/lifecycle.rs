@@ -10,13 +10,14 @@ use sqlx::Row;
 use sqlx::postgres::PgConnection;
 use uuid::Uuid;
 
-use super::replay::{Discarded, SettledDelivery};
+use super::replay::Discarded;
 use super::{PgStore, sql};
 use crate::append::{AppendError, AppendOptions};
 use crate::handler::FailureClass;
 use crate::publish::{OutgoingEvent, order_key_part};
 use crate::registry::EventDescriptor;
 use crate::store::DispatchError;
+use crate::store::ops::SettledDelivery;
 use crate::trace::TraceContext;
 
 /// The lifecycle event a dead-lettered delivery emits, when the registry registers it.

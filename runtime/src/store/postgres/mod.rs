@@ -70,11 +70,12 @@ pub use observe::{
     AttemptLatency, ConsumerStatus, Lag, Percentiles, Problem, SilentWorker, StatusReport,
     TimelineEntry, WatchedConsumer, WorkerSettings,
 };
-pub use operations::ConsumerState;
-pub use replay::{
-    DEFAULT_REPLAY_LIMIT, DiscardApplied, DiscardPlan, DiscardedDelivery, MAX_REPLAY_REASON_CHARS,
-    MAX_REPLAY_REF_CHARS, NotReplayable, NotReplayableReason, ReplayApplied, ReplayApproval,
-    ReplayError, ReplayPlan, ReplaySelection, SettledDelivery, SettledStatus,
+pub use replay::{DiscardApplied, DiscardPlan, DiscardedDelivery};
+// The operator types moved to `store::ops` (both stores use them); kept here for old paths.
+pub use crate::store::ops::{
+    ConsumerState, DEFAULT_REPLAY_LIMIT, MAX_REPLAY_REASON_CHARS, MAX_REPLAY_REF_CHARS,
+    NotReplayable, NotReplayableReason, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
+    ReplaySelection, SettledDelivery, SettledStatus,
 };
 
 pub use retention::{

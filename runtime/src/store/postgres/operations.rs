@@ -6,23 +6,13 @@
 use sqlx::Row;
 use sqlx::postgres::PgPool;
 
-use super::{PgStore, sql};
+use super::{PgStore, replay, sql};
 use crate::registry::ConsumerMode;
 use crate::store::DispatchError;
-
-/// A consumer's operator state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ConsumerState {
-    /// The consumer.
-    pub consumer: String,
-    /// Whether it is paused (claims nothing).
-    pub paused: bool,
-    /// Its mode: the operator's override, else the contract's.
-    pub mode: ConsumerMode,
-    /// Grows on every change; 0 while the operator never changed the consumer.
-    pub revision: i64,
-}
+use crate::store::ops::{
+    ConsumerState, Operate, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
+    ReplaySelection, SettledDelivery,
+};
 
 impl PgStore {
     /// Pauses `consumer`: from its next claim on, no dispatcher claims its deliveries.
@@ -138,4 +128,54 @@ fn state(consumer: &str, row: &sqlx::postgres::PgRow) -> Result<ConsumerState, D
         mode: ConsumerMode::parse(&mode).unwrap_or(ConsumerMode::Off),
         revision: row.try_get("revision")?,
     })
+}
+
+impl Operate for PgStore {
+    /// Checked against the static registry (a [`crate::Console`] checks against the deployed
+    /// mirror instead).
+    async fn dead_letters(
+        &self,
+        selection: &ReplaySelection,
+    ) -> Result<Vec<SettledDelivery>, DispatchError> {
+        self.declared_mode(&selection.consumer)?;
+        Ok(replay::settled(&self.inner.pool, selection).await?)
+    }
+
+    async fn replay_plan(&self, selection: &ReplaySelection) -> Result<ReplayPlan, ReplayError> {
+        self.registered(&selection.consumer)?;
+        Ok(replay::plan(&self.inner.pool, selection).await?)
+    }
+
+    /// Appends `dlq_replay.scheduled` in the replay's transaction when the store's registry
+    /// registers it (docs/runtime.md, "Lifecycle events").
+    async fn replay(
+        &self,
+        selection: &ReplaySelection,
+        approval: &ReplayApproval,
+    ) -> Result<ReplayApplied, ReplayError> {
+        self.registered(&selection.consumer)?;
+        replay::apply(&self.inner.pool, Some(self), selection, approval).await
+    }
+
+    async fn pause(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
+        PgStore::pause(self, consumer).await
+    }
+
+    async fn resume(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
+        PgStore::resume(self, consumer).await
+    }
+
+    async fn consumer_state(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
+        PgStore::consumer_state(self, consumer).await
+    }
+}
+
+impl PgStore {
+    /// [`ReplayError::UnknownConsumer`] unless the static registry has `consumer`.
+    fn registered(&self, consumer: &str) -> Result<(), ReplayError> {
+        match self.declared_mode(consumer) {
+            Ok(_) => Ok(()),
+            Err(_) => Err(ReplayError::UnknownConsumer(consumer.to_owned())),
+        }
+    }
 }

@@ -1,0 +1,729 @@
+//! The operator surface both stores answer ([`Operate`]): dead letters, replay from
+//! dead-letter or quarantine, pause and resume (docs/runtime.md, "Replay", "Pause, resume and
+//! modes"), with the store-independent types they use. A replay's plan digest is computed here,
+//! from the same inputs in the same order on every store, so one selection over the same dead
+//! set gives the same digest shape on PostgreSQL and SQLite; the approval checks and the
+//! replayability checks are here too, so both stores refuse the same way.
+//!
+//! PostgreSQL checks against the registry the database deploys (its mirror); SQLite against the
+//! static registry (the store owns its file, and the compiled registry is its only authority).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::future::Future;
+
+use uuid::Uuid;
+
+use crate::append::sha256_hex;
+use crate::registry::ConsumerMode;
+use crate::store::{DispatchError, Store};
+
+/// The operator surface of a store: dead letters, replay (a dry run's plan, then apply under an
+/// approval), pause and resume. Implemented by [`crate::PgStore`] and [`crate::SqliteStore`]
+/// with the same semantics (docs/runtime.md, "Stores").
+pub trait Operate: Store {
+    /// The dead and quarantined deliveries `selection` takes, oldest event first (`evc dlq
+    /// list`).
+    ///
+    /// # Errors
+    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
+    fn dead_letters(
+        &self,
+        selection: &ReplaySelection,
+    ) -> impl Future<Output = Result<Vec<SettledDelivery>, DispatchError>> + Send;
+
+    /// A replay's dry run: the deliveries `selection` would replay, those that cannot be
+    /// replayed and why, and the plan's digest. Nothing is written.
+    ///
+    /// # Errors
+    /// [`ReplayError::UnknownConsumer`] or [`ReplayError::Database`].
+    fn replay_plan(
+        &self,
+        selection: &ReplaySelection,
+    ) -> impl Future<Output = Result<ReplayPlan, ReplayError>> + Send;
+
+    /// Applies a replay in one transaction: the approval's fields are checked, a key applied
+    /// before answers with its first result (`repeated: true`, nothing created), the plan is
+    /// taken again and must have the approval's digest, and every planned event must still be
+    /// replayable. Then each planned delivery becomes `replayed` and its next generation is
+    /// written `pending`, due now, with no attempt counted; the replay and its items are
+    /// recorded. On any refusal nothing is written.
+    ///
+    /// # Errors
+    /// Every [`ReplayError`] but [`ReplayError::Database`] names a refusal.
+    fn replay(
+        &self,
+        selection: &ReplaySelection,
+        approval: &ReplayApproval,
+    ) -> impl Future<Output = Result<ReplayApplied, ReplayError>> + Send;
+
+    /// Pauses `consumer`: from its next claim on, no dispatcher claims its deliveries.
+    /// Deliveries already leased run to their end.
+    ///
+    /// # Errors
+    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
+    fn pause(
+        &self,
+        consumer: &str,
+    ) -> impl Future<Output = Result<ConsumerState, DispatchError>> + Send;
+
+    /// Resumes a paused `consumer`; its waiting deliveries are claimed in order again.
+    ///
+    /// # Errors
+    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
+    fn resume(
+        &self,
+        consumer: &str,
+    ) -> impl Future<Output = Result<ConsumerState, DispatchError>> + Send;
+
+    /// The operator state of `consumer` (the contract's mode, unpaused, revision 0, while no
+    /// operator changed it).
+    ///
+    /// # Errors
+    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
+    fn consumer_state(
+        &self,
+        consumer: &str,
+    ) -> impl Future<Output = Result<ConsumerState, DispatchError>> + Send;
+}
+
+/// Longest replay reason, in characters.
+pub const MAX_REPLAY_REASON_CHARS: usize = 500;
+
+/// Longest approval reference and idempotency key, in characters: a ticket or change id, not a
+/// document.
+pub const MAX_REPLAY_REF_CHARS: usize = 200;
+
+/// Most deliveries one replay plan takes when the selection names no limit.
+pub const DEFAULT_REPLAY_LIMIT: u32 = 1_000;
+
+/// A settled status a replay starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SettledStatus {
+    /// Dead-lettered: retries exhausted, or a permanent or poison failure.
+    Dead,
+    /// Quarantined: a scope, schema or integrity failure.
+    Quarantined,
+}
+
+impl SettledStatus {
+    /// The status as the database stores it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Dead => "dead",
+            Self::Quarantined => "quarantined",
+        }
+    }
+
+    /// The status a `status` column value names (`None`: not a settled status).
+    pub(crate) fn parse(status: &str) -> Option<Self> {
+        match status {
+            "dead" => Some(Self::Dead),
+            "quarantined" => Some(Self::Quarantined),
+            _ => None,
+        }
+    }
+}
+
+/// Which settled deliveries of one consumer a replay (or a dead-letter listing) takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplaySelection {
+    /// The consumer.
+    pub consumer: String,
+    /// The statuses taken (both by default).
+    pub statuses: Vec<SettledStatus>,
+    /// Only events of this type.
+    pub event_type: Option<String>,
+    /// Only these events (empty: any).
+    pub event_ids: Vec<Uuid>,
+    /// At most this many deliveries, oldest first.
+    pub limit: u32,
+}
+
+impl ReplaySelection {
+    /// Every dead or quarantined delivery of `consumer`, up to [`DEFAULT_REPLAY_LIMIT`].
+    pub fn consumer(consumer: impl Into<String>) -> Self {
+        Self {
+            consumer: consumer.into(),
+            statuses: vec![SettledStatus::Dead, SettledStatus::Quarantined],
+            event_type: None,
+            event_ids: Vec::new(),
+            limit: DEFAULT_REPLAY_LIMIT,
+        }
+    }
+
+    /// Only deliveries in `statuses`.
+    pub fn statuses(mut self, statuses: impl IntoIterator<Item = SettledStatus>) -> Self {
+        self.statuses = statuses.into_iter().collect();
+        self
+    }
+
+    /// Only events of `event_type`.
+    pub fn event_type(mut self, event_type: impl Into<String>) -> Self {
+        self.event_type = Some(event_type.into());
+        self
+    }
+
+    /// Only the events `ids`.
+    pub fn event_ids(mut self, ids: impl IntoIterator<Item = Uuid>) -> Self {
+        self.event_ids = ids.into_iter().collect();
+        self
+    }
+
+    /// At most `limit` deliveries.
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
+    }
+}
+
+/// A dead or quarantined delivery: what `evc dlq list` shows and a replay plan holds.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct SettledDelivery {
+    /// The event.
+    pub event_id: Uuid,
+    /// The consumer.
+    pub consumer: String,
+    /// 0 for the delivery the append wrote; one more for each replay since.
+    pub generation: i32,
+    /// Dead or quarantined.
+    pub status: SettledStatus,
+    /// Attempts made.
+    pub attempts: i32,
+    /// The last attempt's error code (never a message).
+    pub last_error_code: Option<String>,
+    /// When it settled, epoch seconds.
+    pub settled_at: f64,
+    /// The event type.
+    pub event_type: String,
+    /// The version the event was produced with.
+    pub version: String,
+    /// The requirement under which the deployed registry subscribes the consumer to the type
+    /// (`None`: no longer subscribed).
+    pub requirement: Option<String>,
+}
+
+impl SettledDelivery {
+    /// Whether the deployed registry's consumer still accepts this event's version.
+    pub fn version_supported(&self) -> bool {
+        self.requirement
+            .as_deref()
+            .is_some_and(|requirement| crate::registry::accepts(requirement, &self.version))
+    }
+}
+
+/// Why a planned delivery cannot be replayed (checked against the deployed registry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NotReplayableReason {
+    /// The consumer is no longer subscribed to the event's type.
+    NotSubscribed,
+    /// The consumer's requirement no longer accepts the event's version.
+    VersionNotAccepted,
+    /// The deployed registry holds no schema for the event's version.
+    VersionNotDeployed,
+    /// The deployed schema of the event's version does not compile.
+    SchemaUnusable,
+    /// The payload does not validate against the deployed schema of its version.
+    SchemaInvalid,
+}
+
+impl NotReplayableReason {
+    /// The reason code (`schema_invalid`, ...), as dry runs print it.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::NotSubscribed => "not_subscribed",
+            Self::VersionNotAccepted => "version_not_accepted",
+            Self::VersionNotDeployed => "version_not_deployed",
+            Self::SchemaUnusable => "schema_unusable",
+            Self::SchemaInvalid => "schema_invalid",
+        }
+    }
+}
+
+impl std::fmt::Display for NotReplayableReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+/// A planned delivery that cannot be replayed, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NotReplayable {
+    /// The event.
+    pub event_id: Uuid,
+    /// The delivery's generation.
+    pub generation: i32,
+    /// Why.
+    pub reason: NotReplayableReason,
+}
+
+/// A dry run's answer: the deliveries a replay would supersede, and the digest apply must
+/// present.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ReplayPlan {
+    /// The selection planned.
+    pub selection: ReplaySelection,
+    /// The deliveries, oldest event first.
+    pub deliveries: Vec<SettledDelivery>,
+    /// SHA-256 (hex) of the consumer and of each delivery's event, generation, status and
+    /// version, in order: any change to what would be replayed changes it.
+    pub digest: String,
+    /// The planned deliveries that cannot be replayed, in plan order. Apply refuses the whole
+    /// plan while any is listed: narrow the selection (event ids, type) to leave them out.
+    pub not_replayable: Vec<NotReplayable>,
+}
+
+impl ReplayPlan {
+    /// The deliveries whose version the consumer no longer accepts (apply refuses them).
+    pub fn unsupported(&self) -> impl Iterator<Item = &SettledDelivery> {
+        self.deliveries.iter().filter(|d| !d.version_supported())
+    }
+
+    /// Why the delivery of `event_id` at `generation` cannot be replayed, if it cannot.
+    pub fn not_replayable_reason(
+        &self,
+        event_id: Uuid,
+        generation: i32,
+    ) -> Option<NotReplayableReason> {
+        self.not_replayable
+            .iter()
+            .find(|n| n.event_id == event_id && n.generation == generation)
+            .map(|n| n.reason)
+    }
+}
+
+/// What apply needs besides the selection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplayApproval {
+    /// The dry run's digest.
+    pub digest: String,
+    /// Why, 1 to 500 characters.
+    pub reason: String,
+    /// Who or what approved it (a ticket, a change request).
+    pub approval_ref: String,
+    /// The same key applies once; repeating it answers with the first result.
+    pub idempotency_key: String,
+    /// The person who requested a replay, as `dlq_replay.scheduled` names them
+    /// (`requested_by_id`); `None`: an id derived from the database role (docs/runtime.md,
+    /// "Lifecycle events"). Not stored in `evc_replays`.
+    pub requested_by: Option<Uuid>,
+}
+
+impl ReplayApproval {
+    /// An approval.
+    pub fn new(
+        digest: impl Into<String>,
+        reason: impl Into<String>,
+        approval_ref: impl Into<String>,
+        idempotency_key: impl Into<String>,
+    ) -> Self {
+        Self {
+            digest: digest.into(),
+            reason: reason.into(),
+            approval_ref: approval_ref.into(),
+            idempotency_key: idempotency_key.into(),
+            requested_by: None,
+        }
+    }
+
+    /// The person who requested the replay, for its `dlq_replay.scheduled` event.
+    pub fn requested_by(mut self, person: Uuid) -> Self {
+        self.requested_by = Some(person);
+        self
+    }
+}
+
+/// What apply did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplayApplied {
+    /// The replay's id (`evc_replays.id`; the new deliveries' `replay_id`).
+    pub replay_id: i64,
+    /// New deliveries created (by the first apply, when repeated).
+    pub deliveries: u64,
+    /// Whether the idempotency key had been applied before: nothing new was created.
+    pub repeated: bool,
+}
+
+/// Why a replay or a discard was refused. Nothing was written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplayError {
+    /// The consumer is not deployed (not in the database's registry mirror).
+    #[error("consumer {0} is not deployed in this database")]
+    UnknownConsumer(String),
+    /// The digest presented is not the current plan's: the dead-letter set changed since the
+    /// dry run, or the selection differs.
+    #[error(
+        "plan digest {presented} does not match the current plan {current}; run the dry run again"
+    )]
+    DigestMismatch {
+        /// The digest presented.
+        presented: String,
+        /// The current plan's digest.
+        current: String,
+    },
+    /// No reason was given.
+    #[error("a reason is required (1 to {MAX_REPLAY_REASON_CHARS} characters)")]
+    ReasonMissing,
+    /// The reason is too long.
+    #[error("the reason has {chars} characters; at most {MAX_REPLAY_REASON_CHARS} are allowed")]
+    ReasonTooLong {
+        /// Its length in characters.
+        chars: usize,
+    },
+    /// No approval reference was given.
+    #[error("an approval reference is required")]
+    ApprovalMissing,
+    /// No idempotency key was given.
+    #[error("an idempotency key is required")]
+    IdempotencyKeyMissing,
+    /// The approval reference or the idempotency key is longer than
+    /// [`MAX_REPLAY_REF_CHARS`].
+    #[error("the {field} has {chars} characters; at most {MAX_REPLAY_REF_CHARS} are allowed")]
+    RefTooLong {
+        /// `approval reference` or `idempotency key`.
+        field: &'static str,
+        /// Its length in characters.
+        chars: usize,
+    },
+    /// A field has control characters: they are kept for audit and shown to other operators
+    /// (the reason may have line breaks and tabs).
+    #[error("the {field} has control characters")]
+    ControlCharacters {
+        /// `reason`, `approval reference` or `idempotency key`.
+        field: &'static str,
+    },
+    /// The idempotency key was applied before, to another plan (a discard's keys are apart
+    /// from replays').
+    #[error("idempotency key {key} was applied to another plan (digest {digest})")]
+    IdempotencyKeyReused {
+        /// The key.
+        key: String,
+        /// The digest it was applied with.
+        digest: String,
+    },
+    /// The plan is empty: nothing is dead or quarantined under the selection.
+    #[error("nothing to replay: no dead or quarantined delivery matches")]
+    NothingToReplay,
+    /// A discard's plan is empty: nothing is dead or quarantined under the selection.
+    #[error("nothing to discard: no dead or quarantined delivery matches")]
+    NothingToDiscard,
+    /// The consumer no longer accepts the version of a planned event.
+    #[error(
+        "consumer {consumer} no longer accepts {event_type} {version} (event {event_id}; {})",
+        requirement.as_deref().map_or_else(|| "no longer subscribed".to_owned(), |r| format!("accepts {r}"))
+    )]
+    UnsupportedVersion {
+        /// The event.
+        event_id: Uuid,
+        /// The consumer.
+        consumer: String,
+        /// The event type.
+        event_type: String,
+        /// The event's version.
+        version: String,
+        /// What the consumer accepts now (`None`: not subscribed any more).
+        requirement: Option<String>,
+    },
+    /// A planned event's payload does not pass the deployed schema of its version (or no
+    /// usable schema is deployed for it). The payload itself is never reported.
+    #[error("event {event_id} ({event_type} {version}) cannot be replayed to {consumer}: {reason}")]
+    NotReplayable {
+        /// The event.
+        event_id: Uuid,
+        /// The consumer.
+        consumer: String,
+        /// The event type.
+        event_type: String,
+        /// The event's version.
+        version: String,
+        /// Why.
+        reason: NotReplayableReason,
+    },
+    /// The database failed.
+    #[error("outbox database error: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+/// A consumer's operator state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConsumerState {
+    /// The consumer.
+    pub consumer: String,
+    /// Whether it is paused (claims nothing).
+    pub paused: bool,
+    /// Its mode: the operator's override, else the contract's.
+    pub mode: ConsumerMode,
+    /// Grows on every change; 0 while the operator never changed the consumer.
+    pub revision: i64,
+}
+
+/// What a plan's digest approves: a replay's digest never applies a discard, nor the reverse.
+#[derive(Clone, Copy)]
+pub(crate) enum PlanKind {
+    /// A replay's plan.
+    Replay,
+    /// A discard's plan (PostgreSQL only).
+    Discard,
+}
+
+/// SHA-256 (hex) of the plan's kind, consumer and each delivery's event, generation, status,
+/// type and version, in order.
+pub(crate) fn plan_digest(
+    kind: PlanKind,
+    selection: &ReplaySelection,
+    deliveries: &[SettledDelivery],
+) -> String {
+    let tag = match kind {
+        PlanKind::Replay => "evc-replay-plan/1",
+        PlanKind::Discard => "evc-discard-plan/1",
+    };
+    let mut canonical = format!("{tag}\n{}\n", selection.consumer);
+    for d in deliveries {
+        let _ = writeln!(
+            canonical,
+            "{} {} {} {} {}",
+            d.event_id,
+            d.generation,
+            d.status.as_str(),
+            d.event_type,
+            d.version
+        );
+    }
+    sha256_hex(canonical.as_bytes())
+}
+
+/// Checks the approval's fields before anything is read.
+pub(crate) fn check_approval(approval: &ReplayApproval) -> Result<(), ReplayError> {
+    let chars = approval.reason.chars().count();
+    if approval.reason.trim().is_empty() {
+        return Err(ReplayError::ReasonMissing);
+    }
+    if chars > MAX_REPLAY_REASON_CHARS {
+        return Err(ReplayError::ReasonTooLong { chars });
+    }
+    if approval.approval_ref.trim().is_empty() {
+        return Err(ReplayError::ApprovalMissing);
+    }
+    if approval.idempotency_key.trim().is_empty() {
+        return Err(ReplayError::IdempotencyKeyMissing);
+    }
+    if approval
+        .reason
+        .chars()
+        .any(|c| c.is_control() && !matches!(c, '\n' | '\t'))
+    {
+        return Err(ReplayError::ControlCharacters { field: "reason" });
+    }
+    for (field, text) in [
+        ("approval reference", &approval.approval_ref),
+        ("idempotency key", &approval.idempotency_key),
+    ] {
+        if text.chars().any(char::is_control) {
+            return Err(ReplayError::ControlCharacters { field });
+        }
+        let chars = text.chars().count();
+        if chars > MAX_REPLAY_REF_CHARS {
+            return Err(ReplayError::RefTooLong { field, chars });
+        }
+    }
+    Ok(())
+}
+
+/// A deployed schema's validator, as the append path builds them; `None` when it does not
+/// compile.
+pub(crate) fn compile(schema: &str) -> Option<jsonschema::Validator> {
+    let schema: serde_json::Value = serde_json::from_str(schema).ok()?;
+    jsonschema::draft202012::options()
+        .should_validate_formats(true)
+        .build(&schema)
+        .ok()
+}
+
+/// Each event's stored payload and the schema text of its version, as the store deploys it
+/// (`None`: that version is not deployed), by event id.
+pub(crate) type StoredPayloads = HashMap<Uuid, (String, Option<String>)>;
+
+/// The deliveries of `deliveries` that cannot be replayed: each event's version must still be
+/// accepted by the consumer, and its payload (in `stored`) must validate against its version's
+/// deployed schema (formats on, as at append).
+pub(crate) fn refusals(
+    deliveries: &[SettledDelivery],
+    stored: &StoredPayloads,
+) -> Vec<NotReplayable> {
+    // One validator per deployed schema text (a plan holds few versions).
+    let mut validators: HashMap<String, Option<jsonschema::Validator>> = HashMap::new();
+    let mut refused = Vec::new();
+    for d in deliveries {
+        let reason = if d.requirement.is_none() {
+            Some(NotReplayableReason::NotSubscribed)
+        } else if !d.version_supported() {
+            Some(NotReplayableReason::VersionNotAccepted)
+        } else {
+            match stored.get(&d.event_id) {
+                Some((payload, Some(schema))) => {
+                    let validator = validators
+                        .entry(schema.clone())
+                        .or_insert_with(|| compile(schema));
+                    match validator {
+                        None => Some(NotReplayableReason::SchemaUnusable),
+                        Some(validator) => {
+                            let valid = serde_json::from_str::<serde_json::Value>(payload)
+                                .is_ok_and(|payload| validator.is_valid(&payload));
+                            (!valid).then_some(NotReplayableReason::SchemaInvalid)
+                        }
+                    }
+                }
+                _ => Some(NotReplayableReason::VersionNotDeployed),
+            }
+        };
+        if let Some(reason) = reason {
+            refused.push(NotReplayable {
+                event_id: d.event_id,
+                generation: d.generation,
+                reason,
+            });
+        }
+    }
+    refused
+}
+
+/// A replay plan of `selection` over `deliveries` (its refusals not yet known).
+pub(crate) fn plan_of(selection: &ReplaySelection, deliveries: Vec<SettledDelivery>) -> ReplayPlan {
+    ReplayPlan {
+        selection: selection.clone(),
+        digest: plan_digest(PlanKind::Replay, selection, &deliveries),
+        deliveries,
+        not_replayable: Vec::new(),
+    }
+}
+
+/// The refusals of apply that need only the re-taken plan, in the order both stores check them:
+/// the digest, an empty plan, a version the consumer no longer accepts.
+pub(crate) fn check_plan(plan: &ReplayPlan, approval: &ReplayApproval) -> Result<(), ReplayError> {
+    if plan.digest != approval.digest {
+        return Err(ReplayError::DigestMismatch {
+            presented: approval.digest.clone(),
+            current: plan.digest.clone(),
+        });
+    }
+    if plan.deliveries.is_empty() {
+        return Err(ReplayError::NothingToReplay);
+    }
+    if let Some(d) = plan.unsupported().next() {
+        return Err(ReplayError::UnsupportedVersion {
+            event_id: d.event_id,
+            consumer: d.consumer.clone(),
+            event_type: d.event_type.clone(),
+            version: d.version.clone(),
+            requirement: d.requirement.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// Apply's refusal of the first planned delivery in `refused`, if any.
+pub(crate) fn refusal(plan: &ReplayPlan, refused: &[NotReplayable]) -> Result<(), ReplayError> {
+    let Some(refused) = refused.first() else {
+        return Ok(());
+    };
+    let d = plan
+        .deliveries
+        .iter()
+        .find(|d| d.event_id == refused.event_id && d.generation == refused.generation);
+    Err(ReplayError::NotReplayable {
+        event_id: refused.event_id,
+        consumer: plan.selection.consumer.clone(),
+        event_type: d.map(|d| d.event_type.clone()).unwrap_or_default(),
+        version: d.map(|d| d.version.clone()).unwrap_or_default(),
+        reason: refused.reason,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delivery(version: &str, requirement: Option<&str>) -> SettledDelivery {
+        SettledDelivery {
+            event_id: Uuid::nil(),
+            consumer: "c".to_owned(),
+            generation: 0,
+            status: SettledStatus::Dead,
+            attempts: 3,
+            last_error_code: None,
+            settled_at: 0.0,
+            event_type: "t".to_owned(),
+            version: version.to_owned(),
+            requirement: requirement.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn versions_are_checked_against_the_deployed_requirement() {
+        assert!(delivery("1.2.0", Some("^1")).version_supported());
+        assert!(delivery("2.0.0", Some(">=1, <3")).version_supported());
+        assert!(!delivery("1.2.0", Some("^2")).version_supported());
+        assert!(!delivery("1.2.0", None).version_supported());
+    }
+
+    #[test]
+    fn the_digest_covers_every_planned_field() {
+        let selection = ReplaySelection::consumer("c");
+        let base = plan_of(&selection, vec![delivery("1.0.0", Some("^1"))]).digest;
+        let mut other = delivery("1.0.0", Some("^1"));
+        other.generation = 1;
+        assert_ne!(plan_of(&selection, vec![other]).digest, base);
+        let mut other = delivery("1.0.0", Some("^1"));
+        other.status = SettledStatus::Quarantined;
+        assert_ne!(plan_of(&selection, vec![other]).digest, base);
+        assert_ne!(
+            plan_of(&selection, vec![delivery("1.0.1", Some("^1"))]).digest,
+            base
+        );
+        assert_ne!(plan_of(&selection, Vec::new()).digest, base);
+        assert_eq!(
+            plan_of(&selection, vec![delivery("1.0.0", Some("^1"))]).digest,
+            base
+        );
+    }
+
+    #[test]
+    fn approvals_are_checked_before_anything_is_read() {
+        let ok = ReplayApproval::new("d", "fixed the bug", "CHG-1", "k");
+        assert!(check_approval(&ok).is_ok());
+        let mut a = ok.clone();
+        a.reason = "  ".to_owned();
+        assert!(matches!(
+            check_approval(&a),
+            Err(ReplayError::ReasonMissing)
+        ));
+        a.reason = "é".repeat(500);
+        assert!(check_approval(&a).is_ok());
+        a.reason = "é".repeat(501);
+        assert!(matches!(
+            check_approval(&a),
+            Err(ReplayError::ReasonTooLong { chars: 501 })
+        ));
+        let mut a = ok.clone();
+        a.approval_ref.clear();
+        assert!(matches!(
+            check_approval(&a),
+            Err(ReplayError::ApprovalMissing)
+        ));
+        let mut a = ok;
+        a.idempotency_key.clear();
+        assert!(matches!(
+            check_approval(&a),
+            Err(ReplayError::IdempotencyKeyMissing)
+        ));
+    }
+}
