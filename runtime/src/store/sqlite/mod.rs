@@ -69,12 +69,16 @@ use crate::store::{
 };
 
 mod dispatch;
+mod operate;
 mod read;
 pub mod sql;
 mod wake;
 
 /// The store's schema, applied when it opens its file.
 const MIGRATION_0001: &str = include_str!("../../../migrations/sqlite/0001_evc_runtime.sql");
+
+/// The replay tables, applied after [`MIGRATION_0001`].
+const MIGRATION_0002: &str = include_str!("../../../migrations/sqlite/0002_evc_replays.sql");
 
 /// Connections of the store's pool unless [`SqliteStoreBuilder::max_connections`] says
 /// otherwise: one for a caller's transaction, one for the reject audit and the dispatcher's
@@ -234,14 +238,23 @@ impl SqliteStoreBuilder {
             .max_connections(self.max_connections)
             .connect_with(options)
             .await?;
-        let migration = Migration::new(
-            1,
-            "evc_runtime".into(),
-            MigrationType::Simple,
-            MIGRATION_0001.into_sql_str(),
-            false,
-        );
-        Migrator::with_migrations(vec![migration])
+        let migrations = vec![
+            Migration::new(
+                1,
+                "evc_runtime".into(),
+                MigrationType::Simple,
+                MIGRATION_0001.into_sql_str(),
+                false,
+            ),
+            Migration::new(
+                2,
+                "evc_replays".into(),
+                MigrationType::Simple,
+                MIGRATION_0002.into_sql_str(),
+                false,
+            ),
+        ];
+        Migrator::with_migrations(migrations)
             .run(&pool)
             .await
             .map_err(|source| SqliteOpenError::Migrate {

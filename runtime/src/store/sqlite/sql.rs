@@ -1,7 +1,7 @@
 //! Every SQL statement of the SQLite store, named after what it does, as its PostgreSQL
 //! counterpart in [`crate::store::postgres::sql`] is. All are static text with numbered bind
 //! parameters (prepared once per connection by sqlx); the tables are declared in
-//! `runtime/migrations/sqlite/0001_evc_runtime.sql`.
+//! `runtime/migrations/sqlite/` (`0001_evc_runtime.sql`, `0002_evc_replays.sql`).
 //!
 //! Differences from PostgreSQL, all from SQLite having one writer at a time:
 //! - no row locks and no `SKIP LOCKED`: the store's write transactions start with `BEGIN
@@ -334,6 +334,105 @@ FROM evc_validation_rejects ORDER BY id LIMIT ?1";
 /// Stale-token refusals counted for consumer `?1` (no row: none).
 pub(crate) const STALE_REJECTIONS: &str = "\
 SELECT rejected FROM evc_stale_rejections WHERE consumer = ?1";
+
+// ---------------------------------------------------------------------------------------------
+// Operator controls (docs/runtime.md, "Replay", "Pause, resume and modes"). The replay tables are
+// declared in `runtime/migrations/sqlite/0002_evc_replays.sql`.
+// ---------------------------------------------------------------------------------------------
+
+/// The settled deliveries a replay selection takes, oldest event first (PostgreSQL's
+/// `SETTLED_DELIVERIES` without the deployed requirement: the store reads it from the static
+/// registry): `?1` consumer, `?2` a JSON array of statuses, `?3` event type (NULL: any), `?4` a
+/// JSON array of event ids (empty: any), `?5` limit. No row locks: apply runs it in its
+/// `BEGIN IMMEDIATE` transaction, which no other writer shares.
+pub(crate) const SETTLED_DELIVERIES: &str = "\
+SELECT d.event_id, d.consumer, d.generation, d.status, d.attempt, d.last_error_code,
+    d.updated_at AS settled_at, e.event_type, e.schema_version
+FROM evc_deliveries d
+JOIN evc_events e ON e.event_id = d.event_id
+WHERE d.consumer = ?1 AND d.status IN ('dead', 'quarantined')
+    AND d.status IN (SELECT value FROM json_each(?2))
+    AND (?3 IS NULL OR e.event_type = ?3)
+    AND (json_array_length(?4) = 0 OR d.event_id IN (SELECT value FROM json_each(?4)))
+ORDER BY d.event_seq, d.generation
+LIMIT ?5";
+
+/// The payload of each event in the JSON array `?1`, for replay's re-validation.
+pub(crate) const REPLAY_PAYLOADS: &str = "\
+SELECT event_id, payload FROM evc_events WHERE event_id IN (SELECT value FROM json_each(?1))";
+
+/// The replay recorded under idempotency key `?1`, if any.
+pub(crate) const REPLAY_BY_KEY: &str = "\
+SELECT id, plan_digest, deliveries FROM evc_replays WHERE idempotency_key = ?1";
+
+/// Records a replay as applied: `?1` consumer, `?2` plan digest, `?3` reason, `?4` approval
+/// reference, `?5` idempotency key, `?6` deliveries, `?7` now. Returns its id.
+pub(crate) const INSERT_REPLAY: &str = "\
+INSERT INTO evc_replays (consumer, plan_digest, reason, approval_ref, idempotency_key,
+    deliveries, applied_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+RETURNING id";
+
+/// The planned deliveries of consumer `?2` named by the JSON array `?3` of `[event id,
+/// generation]` pairs, still dead or quarantined (the three statements of a replay's apply
+/// share it).
+macro_rules! planned {
+    () => {
+        "d.consumer = ?2 AND d.status IN ('dead', 'quarantined')
+    AND (d.event_id, d.generation) IN (
+        SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?3)
+    )"
+    };
+}
+
+/// A replay's items (first of its three statements): for replay `?1`, each planned delivery
+/// ([`planned!`]) with the status it leaves and its event's version.
+pub(crate) const INSERT_REPLAY_ITEMS: &str = concat!(
+    "INSERT INTO evc_replay_items (replay_id, event_id, consumer, generation, replayed_from,
+    schema_version)
+SELECT ?1, d.event_id, d.consumer, d.generation, d.status, e.schema_version
+FROM evc_deliveries d JOIN evc_events e ON e.event_id = d.event_id
+WHERE ",
+    planned!()
+);
+
+/// The next generation of each planned delivery ([`planned!`]): `pending`, due now (`?4`), no
+/// attempt counted, the original's fencing token (so no token of the original is ever current
+/// again) and replay `?1`'s id. Its row count is the replay's new deliveries.
+pub(crate) const INSERT_NEXT_GENERATIONS: &str = concat!(
+    "INSERT INTO evc_deliveries (event_id, consumer, generation, event_seq, order_key, status,
+    attempt, next_attempt_at, fencing_token, replay_id, created_at, updated_at)
+SELECT d.event_id, d.consumer, d.generation + 1, d.event_seq, d.order_key, 'pending', 0, ?4,
+    d.fencing_token, ?1, ?4, ?4
+FROM evc_deliveries d
+WHERE ",
+    planned!()
+);
+
+/// Supersedes each planned delivery ([`planned!`]; the new generations are pending, so they are
+/// not taken): `replayed` at `?4`. `?1` is unused (the statements share their parameters).
+pub(crate) const SUPERSEDE_PLANNED: &str = concat!(
+    "UPDATE evc_deliveries AS d SET status = 'replayed', updated_at = ?4
+WHERE ?1 IS NOT NULL AND ",
+    planned!()
+);
+
+/// A consumer's operator state: `?1` consumer. No row: never changed by an operator.
+pub(crate) const CONSUMER_STATE: &str = "\
+SELECT paused, mode, revision FROM evc_consumer_state WHERE consumer = ?1";
+
+/// Changes a consumer's operator state and raises its revision: `?1` consumer, `?2` paused
+/// (NULL: unchanged), `?3` mode (NULL: unchanged), `?4` the contract's mode (for a first row),
+/// `?5` now.
+pub(crate) const CHANGE_CONSUMER_STATE: &str = "\
+INSERT INTO evc_consumer_state (consumer, paused, mode, revision, updated_at)
+VALUES (?1, coalesce(?2, 0), coalesce(?3, ?4), 1, ?5)
+ON CONFLICT (consumer) DO UPDATE SET
+    paused = coalesce(?2, paused),
+    mode = coalesce(?3, mode),
+    revision = revision + 1,
+    updated_at = ?5
+RETURNING paused, mode, revision";
 
 #[cfg(test)]
 mod tests {

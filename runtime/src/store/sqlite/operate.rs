@@ -1,0 +1,327 @@
+//! Operator controls of the SQLite store ([`Operate`]): dead letters, replay, pause and resume,
+//! with PostgreSQL's semantics (docs/runtime.md, "SQLite store"). The plan's digest, the
+//! approval checks and the replayability checks are the shared ones of [`crate::store::ops`];
+//! what differs is where the deployed registry comes from (the static one: the store owns its
+//! file) and the locking (a replay's apply is one `BEGIN IMMEDIATE` transaction, which no other
+//! writer shares, instead of row locks and an advisory lock on the key).
+//!
+//! Lifecycle events (`dlq_replay.scheduled`) are not appended, as no lifecycle event is on this
+//! store; [`ReplayApproval::requested_by`] is then unused, as on a PostgreSQL store whose
+//! registry does not register the type.
+
+use sqlx::Row;
+use sqlx::sqlite::{SqliteConnection, SqliteRow};
+
+use super::{SqliteStore, epoch_now, parse_uuid, sql};
+use crate::registry::ConsumerMode;
+use crate::store::DispatchError;
+use crate::store::ops::{
+    ConsumerState, Operate, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
+    ReplaySelection, SettledDelivery, SettledStatus, StoredPayloads, check_approval, check_plan,
+    plan_of, refusal, refusals,
+};
+
+impl Operate for SqliteStore {
+    async fn dead_letters(
+        &self,
+        selection: &ReplaySelection,
+    ) -> Result<Vec<SettledDelivery>, DispatchError> {
+        self.declared_mode(&selection.consumer)?;
+        let mut connection = self.inner.pool.acquire().await?;
+        Ok(self.settled(&mut connection, selection).await?)
+    }
+
+    async fn replay_plan(&self, selection: &ReplaySelection) -> Result<ReplayPlan, ReplayError> {
+        self.registered(&selection.consumer)?;
+        let mut connection = self.inner.pool.acquire().await?;
+        // Both reads in one snapshot: the refusals are those of the planned deliveries.
+        let mut tx = sqlx::Connection::begin(&mut *connection).await?;
+        let mut plan = plan_of(selection, self.settled(&mut tx, selection).await?);
+        plan.not_replayable = refusals(&plan.deliveries, &self.payloads(&mut tx, &plan).await?);
+        tx.rollback().await?;
+        Ok(plan)
+    }
+
+    async fn replay(
+        &self,
+        selection: &ReplaySelection,
+        approval: &ReplayApproval,
+    ) -> Result<ReplayApplied, ReplayError> {
+        check_approval(approval)?;
+        let consumer = self.registered(&selection.consumer)?;
+        // The write lock from the start: the plan re-taken here is what is replayed, and a
+        // concurrent apply with the same key waits and then finds this one's row.
+        let mut tx = self.begin().await?;
+        let earlier = sqlx::query(sql::REPLAY_BY_KEY)
+            .bind(&approval.idempotency_key)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if let Some(row) = earlier {
+            tx.rollback().await?;
+            let digest: String = row.try_get("plan_digest")?;
+            if digest != approval.digest {
+                return Err(ReplayError::IdempotencyKeyReused {
+                    key: approval.idempotency_key.clone(),
+                    digest,
+                });
+            }
+            let deliveries: i64 = row.try_get("deliveries")?;
+            return Ok(ReplayApplied {
+                replay_id: row.try_get("id")?,
+                deliveries: u64::try_from(deliveries).unwrap_or(0),
+                repeated: true,
+            });
+        }
+
+        // Dropping `tx` on a refusal rolls it back: nothing is written.
+        let plan = plan_of(selection, self.settled(&mut tx, selection).await?);
+        check_plan(&plan, approval)?;
+        refusal(&plan, &refusals(&plan.deliveries, &self.payloads(&mut tx, &plan).await?))?;
+
+        let now = epoch_now();
+        let count = i64::try_from(plan.deliveries.len()).unwrap_or(i64::MAX);
+        let replay_id: i64 = sqlx::query_scalar(sql::INSERT_REPLAY)
+            .bind(&selection.consumer)
+            .bind(&plan.digest)
+            .bind(&approval.reason)
+            .bind(&approval.approval_ref)
+            .bind(&approval.idempotency_key)
+            .bind(count)
+            .bind(now)
+            .fetch_one(&mut *tx)
+            .await?;
+        let planned = serde_json::Value::from(
+            plan.deliveries
+                .iter()
+                .map(|d| serde_json::json!([d.event_id.to_string(), d.generation]))
+                .collect::<Vec<_>>(),
+        )
+        .to_string();
+        // Items first (they read the status each delivery leaves), then the next generations
+        // (from the originals' rows), then the originals superseded.
+        let mut created = 0;
+        for statement in [
+            sql::INSERT_REPLAY_ITEMS,
+            sql::INSERT_NEXT_GENERATIONS,
+            sql::SUPERSEDE_PLANNED,
+        ] {
+            let done = sqlx::query(statement)
+                .bind(replay_id)
+                .bind(&selection.consumer)
+                .bind(&planned)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            if statement == sql::INSERT_NEXT_GENERATIONS {
+                created = done.rows_affected();
+            }
+        }
+        // The consumer's workers wake when this commits, as after an append.
+        self.inner.wakeups.arm(&mut tx, &[consumer]).await?;
+        tx.commit().await?;
+        tracing::info!(
+            replay_id,
+            consumer = %selection.consumer,
+            deliveries = created,
+            approval = %approval.approval_ref,
+            "replay applied"
+        );
+        Ok(ReplayApplied {
+            replay_id,
+            deliveries: created,
+            repeated: false,
+        })
+    }
+
+    async fn pause(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
+        self.change_state(consumer, Some(true), None).await
+    }
+
+    async fn resume(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
+        self.change_state(consumer, Some(false), None).await
+    }
+
+    async fn consumer_state(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
+        let declared = self.declared_mode(consumer)?;
+        let row = sqlx::query(sql::CONSUMER_STATE)
+            .bind(consumer)
+            .fetch_optional(&self.inner.pool)
+            .await?;
+        match row {
+            Some(row) => Ok(state(consumer, &row)?),
+            None => Ok(ConsumerState {
+                consumer: consumer.to_owned(),
+                paused: false,
+                mode: declared,
+                revision: 0,
+            }),
+        }
+    }
+}
+
+impl SqliteStore {
+    /// Overrides the mode of `consumer` (`off` claims nothing, like a pause; `shadow` shadows
+    /// its next claims), as [`crate::PgStore::set_mode`].
+    ///
+    /// # Errors
+    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
+    pub async fn set_mode(
+        &self,
+        consumer: &str,
+        mode: ConsumerMode,
+    ) -> Result<ConsumerState, DispatchError> {
+        self.change_state(consumer, None, Some(mode)).await
+    }
+
+    /// The contract's mode of `consumer`, which must be in the static registry.
+    fn declared_mode(&self, consumer: &str) -> Result<ConsumerMode, DispatchError> {
+        self.registry()
+            .consumer(consumer)
+            .map(|descriptor| descriptor.mode)
+            .ok_or_else(|| DispatchError::UnknownConsumer(consumer.to_owned()))
+    }
+
+    /// The registry's name of `consumer` ([`ReplayError::UnknownConsumer`] if it has none).
+    fn registered(&self, consumer: &str) -> Result<&'static str, ReplayError> {
+        self.registry()
+            .consumer(consumer)
+            .map(|descriptor| descriptor.name)
+            .ok_or_else(|| ReplayError::UnknownConsumer(consumer.to_owned()))
+    }
+
+    /// Changes the operator state of `consumer` and raises its revision (one statement: it
+    /// takes the write lock by itself).
+    async fn change_state(
+        &self,
+        consumer: &str,
+        paused: Option<bool>,
+        mode: Option<ConsumerMode>,
+    ) -> Result<ConsumerState, DispatchError> {
+        let declared = self.declared_mode(consumer)?;
+        let row = sqlx::query(sql::CHANGE_CONSUMER_STATE)
+            .bind(consumer)
+            .bind(paused)
+            .bind(mode.map(ConsumerMode::as_str))
+            .bind(declared.as_str())
+            .bind(epoch_now())
+            .fetch_one(&self.inner.pool)
+            .await?;
+        let changed = state(consumer, &row)?;
+        tracing::info!(
+            consumer,
+            paused = changed.paused,
+            mode = changed.mode.as_str(),
+            revision = changed.revision,
+            "consumer state changed"
+        );
+        Ok(changed)
+    }
+
+    /// The settled deliveries `selection` takes, on `connection`, each with the requirement
+    /// under which the static registry subscribes the consumer to its type.
+    async fn settled(
+        &self,
+        connection: &mut SqliteConnection,
+        selection: &ReplaySelection,
+    ) -> Result<Vec<SettledDelivery>, sqlx::Error> {
+        let statuses = serde_json::Value::from(
+            selection
+                .statuses
+                .iter()
+                .map(|status| status.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .to_string();
+        let ids = serde_json::Value::from(
+            selection
+                .event_ids
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+        )
+        .to_string();
+        let rows = sqlx::query(sql::SETTLED_DELIVERIES)
+            .bind(&selection.consumer)
+            .bind(statuses)
+            .bind(selection.event_type.as_deref())
+            .bind(ids)
+            .bind(i64::from(selection.limit.max(1)))
+            .fetch_all(&mut *connection)
+            .await?;
+        let subscriptions = self
+            .registry()
+            .consumer(&selection.consumer)
+            .map_or(&[][..], |descriptor| descriptor.subscriptions);
+        rows.iter()
+            .map(|row| {
+                let event_type: String = row.try_get("event_type")?;
+                let status: String = row.try_get("status")?;
+                Ok(SettledDelivery {
+                    event_id: parse_uuid(&row.try_get::<String, _>("event_id")?)?,
+                    consumer: row.try_get("consumer")?,
+                    generation: i32::try_from(row.try_get::<i64, _>("generation")?)
+                        .unwrap_or(i32::MAX),
+                    status: SettledStatus::parse(&status).unwrap_or(SettledStatus::Dead),
+                    attempts: i32::try_from(row.try_get::<i64, _>("attempt")?).unwrap_or(i32::MAX),
+                    last_error_code: row.try_get("last_error_code")?,
+                    settled_at: row.try_get("settled_at")?,
+                    requirement: subscriptions
+                        .iter()
+                        .find(|subscription| subscription.event == event_type)
+                        .map(|subscription| subscription.requirement.to_owned()),
+                    event_type,
+                    version: row.try_get("schema_version")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Each planned event's payload and its version's schema in the static registry.
+    async fn payloads(
+        &self,
+        connection: &mut SqliteConnection,
+        plan: &ReplayPlan,
+    ) -> Result<StoredPayloads, sqlx::Error> {
+        let ids = serde_json::Value::from(
+            plan.deliveries
+                .iter()
+                .map(|d| d.event_id.to_string())
+                .collect::<Vec<_>>(),
+        )
+        .to_string();
+        let rows = sqlx::query(sql::REPLAY_PAYLOADS)
+            .bind(ids)
+            .fetch_all(&mut *connection)
+            .await?;
+        let mut stored = StoredPayloads::with_capacity(rows.len());
+        for row in &rows {
+            let event_id = parse_uuid(&row.try_get::<String, _>("event_id")?)?;
+            let schema = plan
+                .deliveries
+                .iter()
+                .find(|d| d.event_id == event_id)
+                .and_then(|d| {
+                    self.registry()
+                        .event(&d.event_type)?
+                        .versions
+                        .iter()
+                        .find(|version| version.version == d.version)
+                })
+                .map(|version| version.schema.to_owned());
+            stored.insert(event_id, (row.try_get("payload")?, schema));
+        }
+        Ok(stored)
+    }
+}
+
+/// A consumer state row.
+fn state(consumer: &str, row: &SqliteRow) -> Result<ConsumerState, sqlx::Error> {
+    let mode: String = row.try_get("mode")?;
+    Ok(ConsumerState {
+        consumer: consumer.to_owned(),
+        paused: row.try_get("paused")?,
+        // The table's CHECK allows only the three keywords.
+        mode: ConsumerMode::parse(&mode).unwrap_or(ConsumerMode::Off),
+        revision: row.try_get("revision")?,
+    })
+}
