@@ -16,8 +16,8 @@ use std::time::Duration;
 use conformance::{BoxError, Conformance, ORDERED, PLAIN, SHADOW, eventually};
 use evc_runtime::{
     AckBatch, AppendOptions, AppendReceipt, ClaimRequest, Claimed, Connection, DeliveryStatus,
-    DispatchError, FailureClass, Lease, NewEvent, OutgoingEvent, RetryDecision, RetryPolicy,
-    SplitMix64, Store,
+    DispatchError, FailureClass, Lease, NewEvent, OutgoingEvent, ReplayApproval, ReplayError,
+    ReplaySelection, RetryDecision, RetryPolicy, SettledDelivery, SettledStatus, SplitMix64, Store,
 };
 use support::TestResult;
 
@@ -70,6 +70,12 @@ conformance!(
     concurrent_per_key_workers_keep_one_in_flight_per_key,
     shadow_savepoint_undoes_the_handlers_writes,
     the_dispatcher_delivers_every_event_once,
+    dead_letters_list_dead_and_quarantined_deliveries,
+    replay_plan_digest_changes_with_the_dead_set,
+    replay_with_a_wrong_digest_is_refused_and_writes_nothing,
+    applied_replay_writes_a_claimable_next_generation,
+    repeated_idempotency_key_answers_the_first_result,
+    pause_stops_claims_and_resume_restores_them,
 );
 
 /// A `test.note` whose key is number `key`.
@@ -1237,6 +1243,353 @@ async fn the_dispatcher_delivers_every_event_once<S: Conformance>(store: S) -> T
             .load(std::sync::atomic::Ordering::SeqCst),
         62
     );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operator controls (`Operate`): dead letters, replay, pause and resume.
+// ---------------------------------------------------------------------------------------------
+
+/// Appends `events`, claims every `k.plain` delivery and fails each with the decision beside
+/// it (in append order); returns the leases.
+async fn settle<S: Conformance>(
+    store: &S,
+    events: Vec<(OutgoingEvent, RetryDecision)>,
+) -> Result<Vec<Lease>, BoxError> {
+    let (events, decisions): (Vec<_>, Vec<_>) = events.into_iter().unzip();
+    let receipts = committed(store, events).await?;
+    let mut claimed = claim(store, PLAIN, "w1", 100, LEASE, false).await?;
+    claimed.retain(|c| receipts.iter().any(|r| r.event_id == c.lease.event_id));
+    claimed.sort_by_key(|c| c.event_seq);
+    let mut leases = Vec::with_capacity(claimed.len());
+    for (claimed, decision) in claimed.into_iter().zip(decisions) {
+        let (class, code) = match decision {
+            RetryDecision::Quarantine => (FailureClass::Schema, "E_SHAPE"),
+            _ => (FailureClass::Permanent, "E_BAD"),
+        };
+        store.fail(&claimed.lease, class, code, decision).await?;
+        leases.push(claimed.lease);
+    }
+    Ok(leases)
+}
+
+/// The digest of a replay plan of `consumer` over `deliveries`, as docs/runtime.md ("Replay")
+/// defines it: both stores must give this one.
+fn expected_digest(consumer: &str, deliveries: &[SettledDelivery]) -> String {
+    use sha2::Digest as _;
+    let mut canonical = format!("evc-replay-plan/1\n{consumer}\n");
+    for d in deliveries {
+        canonical.push_str(&format!(
+            "{} {} {} {} {}\n",
+            d.event_id,
+            d.generation,
+            d.status.as_str(),
+            d.event_type,
+            d.version
+        ));
+    }
+    sha2::Sha256::digest(canonical.as_bytes())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+async fn dead_letters_list_dead_and_quarantined_deliveries<S: Conformance>(store: S) -> TestResult {
+    store.deploy_replayable(PLAIN).await?;
+    let leases = settle(
+        &store,
+        vec![
+            (note(1), RetryDecision::Dead),
+            (note(2), RetryDecision::Quarantine),
+            (note(3), RetryDecision::Retry(Duration::from_secs(3600))),
+        ],
+    )
+    .await?;
+    let all = store
+        .dead_letters(&ReplaySelection::consumer(PLAIN))
+        .await?;
+    assert_eq!(
+        all.iter()
+            .map(|d| (d.event_id, d.status, d.generation, d.attempts))
+            .collect::<Vec<_>>(),
+        vec![
+            (leases[0].event_id, SettledStatus::Dead, 0, 1),
+            (leases[1].event_id, SettledStatus::Quarantined, 0, 1),
+        ],
+        "{}",
+        S::NAME
+    );
+    let dead = &all[0];
+    assert_eq!(dead.consumer, PLAIN);
+    assert_eq!(dead.last_error_code.as_deref(), Some("E_BAD"));
+    assert_eq!(
+        (dead.event_type.as_str(), dead.version.as_str()),
+        ("test.note", "1.0.0")
+    );
+    assert_eq!(dead.requirement.as_deref(), Some("^1"));
+    assert!(dead.version_supported());
+    assert!(dead.settled_at >= leases[0].claimed_at);
+
+    // The selection's filters.
+    let only_dead = ReplaySelection::consumer(PLAIN).statuses([SettledStatus::Dead]);
+    assert_eq!(
+        ids_of(&store.dead_letters(&only_dead).await?),
+        [leases[0].event_id]
+    );
+    let pings = ReplaySelection::consumer(PLAIN).event_type("test.ping");
+    assert!(store.dead_letters(&pings).await?.is_empty());
+    let one = ReplaySelection::consumer(PLAIN).event_ids([leases[1].event_id]);
+    assert_eq!(
+        ids_of(&store.dead_letters(&one).await?),
+        [leases[1].event_id]
+    );
+    let first = ReplaySelection::consumer(PLAIN).limit(1);
+    assert_eq!(
+        ids_of(&store.dead_letters(&first).await?),
+        [leases[0].event_id]
+    );
+    // Another consumer's deliveries of the same events are not its dead letters.
+    assert!(
+        store
+            .dead_letters(&ReplaySelection::consumer(ORDERED))
+            .await?
+            .is_empty()
+    );
+    assert!(matches!(
+        store
+            .dead_letters(&ReplaySelection::consumer("k.nobody"))
+            .await,
+        Err(DispatchError::UnknownConsumer(_))
+    ));
+    Ok(())
+}
+
+fn ids_of(deliveries: &[SettledDelivery]) -> Vec<uuid::Uuid> {
+    deliveries.iter().map(|d| d.event_id).collect()
+}
+
+async fn replay_plan_digest_changes_with_the_dead_set<S: Conformance>(store: S) -> TestResult {
+    store.deploy_replayable(PLAIN).await?;
+    let selection = ReplaySelection::consumer(PLAIN);
+    let empty = store.replay_plan(&selection).await?;
+    assert!(empty.deliveries.is_empty());
+    assert_eq!(empty.digest, expected_digest(PLAIN, &[]), "{}", S::NAME);
+
+    settle(&store, vec![(note(1), RetryDecision::Dead)]).await?;
+    let one = store.replay_plan(&selection).await?;
+    assert_eq!(one.deliveries.len(), 1);
+    assert!(one.not_replayable.is_empty(), "{:?}", one.not_replayable);
+    assert_eq!(
+        one.digest,
+        expected_digest(PLAIN, &one.deliveries),
+        "{}",
+        S::NAME
+    );
+    assert_ne!(one.digest, empty.digest);
+    // A dry run writes nothing: the same plan again.
+    assert_eq!(store.replay_plan(&selection).await?, one);
+
+    settle(&store, vec![(note(2), RetryDecision::Quarantine)]).await?;
+    let two = store.replay_plan(&selection).await?;
+    assert_eq!(two.deliveries.len(), 2);
+    assert_eq!(two.digest, expected_digest(PLAIN, &two.deliveries));
+    assert_ne!(two.digest, one.digest);
+    assert!(matches!(
+        store
+            .replay_plan(&ReplaySelection::consumer("k.nobody"))
+            .await,
+        Err(ReplayError::UnknownConsumer(_))
+    ));
+    Ok(())
+}
+
+async fn replay_with_a_wrong_digest_is_refused_and_writes_nothing<S: Conformance>(
+    store: S,
+) -> TestResult {
+    store.deploy_replayable(PLAIN).await?;
+    let leases = settle(&store, vec![(note(1), RetryDecision::Dead)]).await?;
+    let selection = ReplaySelection::consumer(PLAIN);
+    let plan = store.replay_plan(&selection).await?;
+    let wrong = ReplayApproval::new("0".repeat(64), "fixed the bug", "CHG-1", "replay-1");
+    match store.replay(&selection, &wrong).await {
+        Err(ReplayError::DigestMismatch { presented, current }) => {
+            assert_eq!(presented, "0".repeat(64));
+            assert_eq!(current, plan.digest);
+        }
+        other => panic!("{}: expected a digest mismatch, got {other:?}", S::NAME),
+    }
+    // The approval's fields are checked first.
+    let no_reason = ReplayApproval::new(plan.digest.clone(), " ", "CHG-1", "replay-1");
+    assert!(matches!(
+        store.replay(&selection, &no_reason).await,
+        Err(ReplayError::ReasonMissing)
+    ));
+    let no_key = ReplayApproval::new(plan.digest.clone(), "fixed", "CHG-1", "");
+    assert!(matches!(
+        store.replay(&selection, &no_key).await,
+        Err(ReplayError::IdempotencyKeyMissing)
+    ));
+
+    // Nothing written: the delivery is still dead, no new generation, and the key is unused.
+    let delivery = store
+        .delivery(leases[0].event_id, PLAIN)
+        .await?
+        .ok_or("missing")?;
+    assert_eq!(
+        (delivery.generation, delivery.status),
+        (0, DeliveryStatus::Dead)
+    );
+    assert_eq!(store.count_deliveries(PLAIN, &[]).await?, 1);
+    assert_eq!(store.replay_plan(&selection).await?, plan);
+    let right = ReplayApproval::new(plan.digest, "fixed the bug", "CHG-1", "replay-1");
+    let applied = store.replay(&selection, &right).await?;
+    assert!(!applied.repeated);
+    assert_eq!(applied.deliveries, 1);
+    Ok(())
+}
+
+async fn applied_replay_writes_a_claimable_next_generation<S: Conformance>(store: S) -> TestResult {
+    store.deploy_replayable(PLAIN).await?;
+    let leases = settle(
+        &store,
+        vec![
+            (note(1), RetryDecision::Dead),
+            (note(2), RetryDecision::Quarantine),
+        ],
+    )
+    .await?;
+    let selection = ReplaySelection::consumer(PLAIN).statuses([SettledStatus::Dead]);
+    let plan = store.replay_plan(&selection).await?;
+    let approval = ReplayApproval::new(plan.digest, "fixed the bug", "CHG-1", "replay-1");
+    let applied = store.replay(&selection, &approval).await?;
+    assert_eq!(
+        (applied.deliveries, applied.repeated),
+        (1, false),
+        "{}",
+        S::NAME
+    );
+
+    let replayed = leases[0].event_id;
+    let next = store.delivery(replayed, PLAIN).await?.ok_or("missing")?;
+    assert_eq!(
+        (
+            next.generation,
+            next.status,
+            next.attempts,
+            next.last_error_code
+        ),
+        (1, DeliveryStatus::Pending, 0, None),
+        "{}",
+        S::NAME
+    );
+    assert_eq!(
+        next.token, leases[0].token,
+        "the original's token, not reused"
+    );
+    assert_eq!(
+        store
+            .count_deliveries(PLAIN, &[DeliveryStatus::Replayed])
+            .await?,
+        1
+    );
+    // The quarantined delivery was not selected: untouched.
+    let untouched = store
+        .delivery(leases[1].event_id, PLAIN)
+        .await?
+        .ok_or("missing")?;
+    assert_eq!(untouched.status, DeliveryStatus::Quarantined);
+    assert!(store.dead_letters(&selection).await?.is_empty());
+
+    // Claimable now, as generation 1 with a new token, and acked.
+    let claimed = claim(&store, PLAIN, "w2", 10, LEASE, false).await?;
+    assert_eq!(ids(&claimed), [replayed]);
+    let lease = &claimed[0].lease;
+    assert_eq!((lease.generation(), lease.attempt), (1, 1));
+    assert!(lease.token > leases[0].token);
+    // The original's lease stays stale.
+    assert!(ack(&store, &leases[0]).await.is_err());
+    ack(&store, lease).await?;
+    let rows = store.attempts(replayed, PLAIN).await?;
+    assert_eq!(
+        rows.iter()
+            .map(|r| (r.generation, r.attempt, r.outcome.as_str()))
+            .collect::<Vec<_>>(),
+        [(0, 1, "dead"), (1, 1, "acked")]
+    );
+    // Acked: only the superseded generation is left.
+    let left = store.delivery(replayed, PLAIN).await?.ok_or("missing")?;
+    assert_eq!(
+        (left.generation, left.status),
+        (0, DeliveryStatus::Replayed)
+    );
+    Ok(())
+}
+
+async fn repeated_idempotency_key_answers_the_first_result<S: Conformance>(store: S) -> TestResult {
+    store.deploy_replayable(PLAIN).await?;
+    settle(&store, vec![(note(1), RetryDecision::Dead)]).await?;
+    let selection = ReplaySelection::consumer(PLAIN);
+    let plan = store.replay_plan(&selection).await?;
+    let approval = ReplayApproval::new(plan.digest.clone(), "fixed the bug", "CHG-1", "k-1");
+    let first = store.replay(&selection, &approval).await?;
+    let deliveries = store.count_deliveries(PLAIN, &[]).await?;
+
+    let again = store.replay(&selection, &approval).await?;
+    assert_eq!(
+        (again.replay_id, again.deliveries, again.repeated),
+        (first.replay_id, first.deliveries, true),
+        "{}",
+        S::NAME
+    );
+    assert_eq!(store.count_deliveries(PLAIN, &[]).await?, deliveries);
+    // The same key under another plan is refused.
+    let other = ReplayApproval::new("f".repeat(64), "fixed the bug", "CHG-1", "k-1");
+    assert!(matches!(
+        store.replay(&selection, &other).await,
+        Err(ReplayError::IdempotencyKeyReused { .. })
+    ));
+    // Nothing is left to replay under a new key.
+    let now = store.replay_plan(&selection).await?;
+    let fresh = ReplayApproval::new(now.digest, "again", "CHG-2", "k-2");
+    assert!(matches!(
+        store.replay(&selection, &fresh).await,
+        Err(ReplayError::NothingToReplay)
+    ));
+    assert_eq!(store.count_deliveries(PLAIN, &[]).await?, deliveries);
+    Ok(())
+}
+
+async fn pause_stops_claims_and_resume_restores_them<S: Conformance>(store: S) -> TestResult {
+    let initial = store.consumer_state(PLAIN).await?;
+    assert_eq!(
+        (initial.paused, initial.mode, initial.revision),
+        (false, evc_runtime::ConsumerMode::Live, 0)
+    );
+    committed(&store, vec![note(1)]).await?;
+    let paused = store.pause(PLAIN).await?;
+    assert_eq!((paused.paused, paused.revision), (true, 1), "{}", S::NAME);
+    assert_eq!(store.consumer_state(PLAIN).await?, paused);
+    assert!(
+        claim(&store, PLAIN, "w1", 10, LEASE, false)
+            .await?
+            .is_empty()
+    );
+    let mut tx = store.begin().await?;
+    assert!(held_claim(&store, &mut tx, "w1").await?.is_empty());
+    tx.rollback().await?;
+    // Other consumers are not paused.
+    assert_eq!(
+        claim(&store, ORDERED, "w1", 10, LEASE, true).await?.len(),
+        1
+    );
+
+    let resumed = store.resume(PLAIN).await?;
+    assert_eq!((resumed.paused, resumed.revision), (false, 2));
+    assert_eq!(claim(&store, PLAIN, "w1", 10, LEASE, false).await?.len(), 1);
+    assert!(matches!(
+        store.pause("k.nobody").await,
+        Err(DispatchError::UnknownConsumer(_))
+    ));
     Ok(())
 }
 

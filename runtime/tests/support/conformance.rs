@@ -1,5 +1,5 @@
 //! What the store conformance tests (`runtime/tests/store_conformance.rs`) need of a store
-//! beyond [`Store`]: its name. Implemented for [`PgStore`] (a fresh database per test, `support::with_database`) and
+//! beyond [`Store`] and [`Operate`]: its name, and the replay tests' setup. Implemented for [`PgStore`] (a fresh database per test, `support::with_database`) and
 //! [`SqliteStore`] (a fresh file in a temporary directory per test).
 
 #![allow(dead_code, unreachable_pub)]
@@ -8,8 +8,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use evc_runtime::{
-    ConsumerDescriptor, ConsumerMode, EventDescriptor, HandlerKind, PgStore, Registry, SqliteStore,
-    Store, SubscriptionDescriptor, VersionDescriptor,
+    ConsumerDescriptor, ConsumerMode, EventDescriptor, HandlerKind, Operate, PgStore, Registry,
+    SqliteStore, Store, SubscriptionDescriptor, VersionDescriptor,
 };
 
 use crate::support::{FIXED_200MS, NOTE_SCHEMA, REFERENCE_POLICY, TestResult};
@@ -17,18 +17,35 @@ use crate::support::{FIXED_200MS, NOTE_SCHEMA, REFERENCE_POLICY, TestResult};
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A store under test: [`Store`] (which begins the caller's transactions and answers the read
-/// methods) and its name for messages.
-pub trait Conformance: Store {
+/// methods) and [`Operate`], its name for messages, and what a replay test arranges first.
+pub trait Conformance: Store + Operate {
     /// Which store, for messages.
     const NAME: &'static str;
+
+    /// Makes `test.note` 1.0.0 replayable to `consumer` (under `^1`). PostgreSQL checks
+    /// replays against the registry its database deploys, so the consumer is listed in the
+    /// mirror as a deployed registry migration would list it; SQLite checks against the
+    /// static registry and needs nothing.
+    fn deploy_replayable(
+        &self,
+        consumer: &str,
+    ) -> impl Future<Output = Result<(), BoxError>> + Send;
 }
 
 impl Conformance for PgStore {
     const NAME: &'static str = "postgres";
+
+    async fn deploy_replayable(&self, consumer: &str) -> Result<(), BoxError> {
+        Ok(crate::support::deploy(self.pool(), consumer, "^1").await?)
+    }
 }
 
 impl Conformance for SqliteStore {
     const NAME: &'static str = "sqlite";
+
+    async fn deploy_replayable(&self, _consumer: &str) -> Result<(), BoxError> {
+        Ok(())
+    }
 }
 
 /// Runs `check` on a [`PgStore`] of [`CONFORMANCE_REGISTRY`] over a fresh database (skipped

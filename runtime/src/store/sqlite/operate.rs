@@ -76,7 +76,10 @@ impl Operate for SqliteStore {
         // Dropping `tx` on a refusal rolls it back: nothing is written.
         let plan = plan_of(selection, self.settled(&mut tx, selection).await?);
         check_plan(&plan, approval)?;
-        refusal(&plan, &refusals(&plan.deliveries, &self.payloads(&mut tx, &plan).await?))?;
+        refusal(
+            &plan,
+            &refusals(&plan.deliveries, &self.payloads(&mut tx, &plan).await?),
+        )?;
 
         let now = epoch_now();
         let count = i64::try_from(plan.deliveries.len()).unwrap_or(i64::MAX);
