@@ -410,10 +410,11 @@ WHERE ",
 );
 
 /// Supersedes each planned delivery ([`planned!`]; the new generations are pending, so they are
-/// not taken): `replayed` at `?4`. `?1` is unused (the statements share their parameters).
+/// not taken): `replayed` at `?4`. The replay's `?1` is bound with the other two statements'
+/// parameters and unused here (sqlx leaves extra arguments unbound).
 pub(crate) const SUPERSEDE_PLANNED: &str = concat!(
     "UPDATE evc_deliveries AS d SET status = 'replayed', updated_at = ?4
-WHERE ?1 IS NOT NULL AND ",
+WHERE ",
     planned!()
 );
 
