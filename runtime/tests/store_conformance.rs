@@ -1138,7 +1138,7 @@ impl<S: Store> evc_runtime::DynHandler<S> for Counting {
     fn handle<'a>(
         &'a self,
         mut context: evc_runtime::HandlerContext<'a, S>,
-    ) -> evc_runtime::dispatcher::BoxFuture<'a, Result<(), evc_runtime::HandlerError>> {
+    ) -> evc_runtime::BoxFuture<'a, Result<(), evc_runtime::HandlerError>> {
         Box::pin(async move {
             let consumer = context.lease().consumer.clone();
             let key = format!("{consumer}/{}", context.claimed.order_key);
