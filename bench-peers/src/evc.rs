@@ -7,7 +7,7 @@ use std::fmt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
+use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{
     AppendOptions, ConsumerDescriptor, ConsumerMode, Dispatcher, DispatcherConfig, EventDescriptor,
     HandlerError, HandlerKind, NewEvent, OutgoingEvent, PgStore, Registry,

@@ -12,7 +12,7 @@ use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
-use evc_runtime::dispatcher::{BoxFuture, DispatchStats, DynHandler, HandlerContext};
+use evc_runtime::{BoxFuture, DispatchStats, DynHandler, HandlerContext};
 use evc_runtime::{Dispatcher, DispatcherConfig, FailureClass, HandlerError, PgStore};
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;

@@ -5396,10 +5396,7 @@ pub mod consumers {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a, EvcStore>,
-        ) -> ::evc::dispatcher::BoxFuture<
-            'a,
-            ::std::result::Result<(), ::evc::HandlerError>,
-        > {
+        ) -> ::evc::BoxFuture<'a, ::std::result::Result<(), ::evc::HandlerError>> {
             ::std::boxed::Box::pin(async move {
                 let claimed = context.claimed;
                 let delivery = &claimed.delivery;
@@ -6025,10 +6022,7 @@ pub mod consumers {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a, EvcStore>,
-        ) -> ::evc::dispatcher::BoxFuture<
-            'a,
-            ::std::result::Result<(), ::evc::HandlerError>,
-        > {
+        ) -> ::evc::BoxFuture<'a, ::std::result::Result<(), ::evc::HandlerError>> {
             ::std::boxed::Box::pin(async move {
                 let claimed = context.claimed;
                 let delivery = &claimed.delivery;
@@ -6217,10 +6211,7 @@ pub mod consumers {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a, EvcStore>,
-        ) -> ::evc::dispatcher::BoxFuture<
-            'a,
-            ::std::result::Result<(), ::evc::HandlerError>,
-        > {
+        ) -> ::evc::BoxFuture<'a, ::std::result::Result<(), ::evc::HandlerError>> {
             ::std::boxed::Box::pin(async move {
                 let claimed = context.claimed;
                 let delivery = &claimed.delivery;
@@ -6441,10 +6432,7 @@ pub mod consumers {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a, EvcStore>,
-        ) -> ::evc::dispatcher::BoxFuture<
-            'a,
-            ::std::result::Result<(), ::evc::HandlerError>,
-        > {
+        ) -> ::evc::BoxFuture<'a, ::std::result::Result<(), ::evc::HandlerError>> {
             ::std::boxed::Box::pin(async move {
                 let claimed = context.claimed;
                 let delivery = &claimed.delivery;
@@ -6668,10 +6656,7 @@ pub mod consumers {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a, EvcStore>,
-        ) -> ::evc::dispatcher::BoxFuture<
-            'a,
-            ::std::result::Result<(), ::evc::HandlerError>,
-        > {
+        ) -> ::evc::BoxFuture<'a, ::std::result::Result<(), ::evc::HandlerError>> {
             ::std::boxed::Box::pin(async move {
                 let claimed = context.claimed;
                 let delivery = &claimed.delivery;
@@ -6912,10 +6897,7 @@ pub mod consumers {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a, EvcStore>,
-        ) -> ::evc::dispatcher::BoxFuture<
-            'a,
-            ::std::result::Result<(), ::evc::HandlerError>,
-        > {
+        ) -> ::evc::BoxFuture<'a, ::std::result::Result<(), ::evc::HandlerError>> {
             ::std::boxed::Box::pin(async move {
                 let claimed = context.claimed;
                 let delivery = &claimed.delivery;
@@ -7208,10 +7190,7 @@ pub mod consumers {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a, EvcStore>,
-        ) -> ::evc::dispatcher::BoxFuture<
-            'a,
-            ::std::result::Result<(), ::evc::HandlerError>,
-        > {
+        ) -> ::evc::BoxFuture<'a, ::std::result::Result<(), ::evc::HandlerError>> {
             ::std::boxed::Box::pin(async move {
                 let claimed = context.claimed;
                 let delivery = &claimed.delivery;

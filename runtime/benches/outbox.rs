@@ -29,12 +29,12 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{
     AppendOptions, ConsumerDescriptor, ConsumerMode, Dispatcher, DispatcherConfig, EventDescriptor,
     HandlerError, HandlerKind, NewEvent, OutgoingEvent, PgStore, Publish, Registry,
     RetryPolicyDescriptor, SubscriptionDescriptor, TraceContext, VersionDescriptor,
 };
+use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection};

@@ -5,13 +5,13 @@
 //! handlers that answer with a [`HandlerError`] when they fail. Producer functions append through
 //! [`Publish`]; the outbox behind it is a [`store::Store`] (PostgreSQL:
 //! [`store::postgres::PgStore`]; an embedded file: [`store::sqlite::SqliteStore`]), which checks every event ([`append`], [`policy`]) before it
-//! writes the event and its deliveries in the caller's transaction. The [`dispatcher`] claims
+//! writes the event and its deliveries in the caller's transaction. The [`Dispatcher`] claims
 //! deliveries, runs consumer handlers and settles every attempt with a fenced ack or fail,
 //! retried by [`retry`] policy. This crate depends on neither evc-codegen nor any
 //! code-generation crate.
 
 pub mod append;
-pub mod dispatcher;
+mod dispatcher;
 pub mod handler;
 pub mod policy;
 pub mod publish;
@@ -25,7 +25,8 @@ pub use append::{
     SchemaCompileError,
 };
 pub use dispatcher::{
-    Consumer, Dispatcher, DispatcherConfig, DispatcherHandle, DynHandler, HandlerContext,
+    BoxFuture, Consumer, DispatchStats, Dispatcher, DispatcherConfig, DispatcherHandle, DynHandler,
+    HandlerContext,
 };
 pub use handler::{Delivery, FailureClass, HandlerError};
 pub use policy::{CredentialShape, DigestKey, DigestKeyError, PayloadPolicy};

@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
+use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{
     DispatchError, Dispatcher, DispatcherConfig, FailureClass, HandlerError, HandlerKind, Lease,
     PgStore, RetryDecision,

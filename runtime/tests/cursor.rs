@@ -12,8 +12,8 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{AppendOptions, Dispatcher, DispatcherConfig, HandlerError};
+use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use support::{TestResult, dispatch_store, event, note_key, with_database};
 
 /// Events committed up front: the backlog.

@@ -9,11 +9,11 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{
     AppendError, AppendOptions, Console, Dispatcher, DispatcherConfig, HandlerError, OutgoingEvent,
     PgStore, Registry, Rejection, deployed_registry,
 };
+use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use support::{TestResult, trace, with_database};
 use tokio::sync::Semaphore;

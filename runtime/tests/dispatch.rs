@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
+use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{
     DispatchError, Dispatcher, DispatcherConfig, FailureClass, HandlerError, PgStore, RetryDecision,
 };

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
+use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{
     ConsumerDescriptor, Dispatcher, DispatcherConfig, HandlerError, PgStore, Registry,
 };

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
+use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{Dispatcher, DispatcherConfig, HandlerError, PgStore};
 use sqlx::PgPool;
 use support::{TestResult, dispatch_store, statuses, with_database};

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
+use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{Dispatcher, DispatcherConfig, HandlerError};
 use sqlx::postgres::PgPool;
 use support::{TestResult, append_notes, dispatch_store, statuses, with_database};

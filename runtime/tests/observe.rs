@@ -20,7 +20,7 @@ impl evc_runtime::DynHandler for NoOp {
     fn handle<'a>(
         &'a self,
         _: evc_runtime::HandlerContext<'a>,
-    ) -> evc_runtime::dispatcher::BoxFuture<'a, Result<(), evc_runtime::HandlerError>> {
+    ) -> evc_runtime::BoxFuture<'a, Result<(), evc_runtime::HandlerError>> {
         Box::pin(async { Ok(()) })
     }
 }

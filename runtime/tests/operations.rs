@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
+use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{ConsumerMode, DispatchError, Dispatcher, DispatcherConfig, HandlerError};
 use support::{TestResult, append_notes, dispatch_store, statuses, with_database};
 

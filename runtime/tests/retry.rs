@@ -7,8 +7,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{AppendOptions, Dispatcher, DispatcherConfig, FailureClass, HandlerError};
+use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use support::{TestResult, append_notes, dispatch_store, with_database};
 
 /// Per delivery: payload text, status, attempt, attempt outcomes, last error code.

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{
     AppendError, AppendOptions, Dispatcher, DispatcherConfig, DispatcherDescriptor, HandlerError,
     PayloadPolicy, PayloadPolicyDescriptor, PgStore, PolicySource, Registry, Rejection,
 };
+use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use support::{
     DISPATCH_REGISTRY, REFERENCE_POLICY, TEST_REGISTRY, TestResult, count, event, note, statuses,

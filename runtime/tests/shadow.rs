@@ -7,7 +7,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
+use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{ConsumerMode, Dispatcher, DispatcherConfig, HandlerError, PgStore};
 use sqlx::PgPool;
 use support::{TestResult, append_notes, dispatch_store, with_database};

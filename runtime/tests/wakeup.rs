@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{AppendOptions, Dispatcher, DispatcherConfig, HandlerError};
+use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use support::{TestResult, dispatch_store, with_database};
 
 /// Counts its calls.

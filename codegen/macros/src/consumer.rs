@@ -359,7 +359,7 @@ fn serve(self_ty: &Type, name: &LitStr, handlers: &[Handler<'_>]) -> TokenStream
             fn handle<'a>(
                 &'a self,
                 mut context: ::evc::HandlerContext<'a>,
-            ) -> ::evc::dispatcher::BoxFuture<'a, ::std::result::Result<(), ::evc::HandlerError>> {
+            ) -> ::evc::BoxFuture<'a, ::std::result::Result<(), ::evc::HandlerError>> {
                 ::std::boxed::Box::pin(async move {
                     let claimed = context.claimed;
                     let delivery = &claimed.delivery;

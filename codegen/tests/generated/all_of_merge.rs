@@ -672,10 +672,7 @@ pub mod consumers {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a, EvcStore>,
-        ) -> ::evc::dispatcher::BoxFuture<
-            'a,
-            ::std::result::Result<(), ::evc::HandlerError>,
-        > {
+        ) -> ::evc::BoxFuture<'a, ::std::result::Result<(), ::evc::HandlerError>> {
             ::std::boxed::Box::pin(async move {
                 let claimed = context.claimed;
                 let delivery = &claimed.delivery;
@@ -789,10 +786,7 @@ pub mod consumers {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a, EvcStore>,
-        ) -> ::evc::dispatcher::BoxFuture<
-            'a,
-            ::std::result::Result<(), ::evc::HandlerError>,
-        > {
+        ) -> ::evc::BoxFuture<'a, ::std::result::Result<(), ::evc::HandlerError>> {
             ::std::boxed::Box::pin(async move {
                 let claimed = context.claimed;
                 let delivery = &claimed.delivery;

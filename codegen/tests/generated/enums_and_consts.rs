@@ -698,10 +698,7 @@ pub mod consumers {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a, EvcStore>,
-        ) -> ::evc::dispatcher::BoxFuture<
-            'a,
-            ::std::result::Result<(), ::evc::HandlerError>,
-        > {
+        ) -> ::evc::BoxFuture<'a, ::std::result::Result<(), ::evc::HandlerError>> {
             ::std::boxed::Box::pin(async move {
                 let claimed = context.claimed;
                 let delivery = &claimed.delivery;
@@ -815,10 +812,7 @@ pub mod consumers {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a, EvcStore>,
-        ) -> ::evc::dispatcher::BoxFuture<
-            'a,
-            ::std::result::Result<(), ::evc::HandlerError>,
-        > {
+        ) -> ::evc::BoxFuture<'a, ::std::result::Result<(), ::evc::HandlerError>> {
             ::std::boxed::Box::pin(async move {
                 let claimed = context.claimed;
                 let delivery = &claimed.delivery;

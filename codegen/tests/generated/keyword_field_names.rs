@@ -633,10 +633,7 @@ pub mod consumers {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a, EvcStore>,
-        ) -> ::evc::dispatcher::BoxFuture<
-            'a,
-            ::std::result::Result<(), ::evc::HandlerError>,
-        > {
+        ) -> ::evc::BoxFuture<'a, ::std::result::Result<(), ::evc::HandlerError>> {
             ::std::boxed::Box::pin(async move {
                 let claimed = context.claimed;
                 let delivery = &claimed.delivery;
@@ -750,10 +747,7 @@ pub mod consumers {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a, EvcStore>,
-        ) -> ::evc::dispatcher::BoxFuture<
-            'a,
-            ::std::result::Result<(), ::evc::HandlerError>,
-        > {
+        ) -> ::evc::BoxFuture<'a, ::std::result::Result<(), ::evc::HandlerError>> {
             ::std::boxed::Box::pin(async move {
                 let claimed = context.claimed;
                 let delivery = &claimed.delivery;

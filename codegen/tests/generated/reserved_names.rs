@@ -734,10 +734,7 @@ pub mod consumers {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a, EvcStore>,
-        ) -> ::evc::dispatcher::BoxFuture<
-            'a,
-            ::std::result::Result<(), ::evc::HandlerError>,
-        > {
+        ) -> ::evc::BoxFuture<'a, ::std::result::Result<(), ::evc::HandlerError>> {
             ::std::boxed::Box::pin(async move {
                 let claimed = context.claimed;
                 let delivery = &claimed.delivery;
@@ -828,10 +825,7 @@ pub mod consumers {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a, EvcStore>,
-        ) -> ::evc::dispatcher::BoxFuture<
-            'a,
-            ::std::result::Result<(), ::evc::HandlerError>,
-        > {
+        ) -> ::evc::BoxFuture<'a, ::std::result::Result<(), ::evc::HandlerError>> {
             ::std::boxed::Box::pin(async move {
                 let claimed = context.claimed;
                 let delivery = &claimed.delivery;
@@ -927,10 +921,7 @@ pub mod consumers {
         fn handle<'a>(
             &'a self,
             mut context: ::evc::HandlerContext<'a, EvcStore>,
-        ) -> ::evc::dispatcher::BoxFuture<
-            'a,
-            ::std::result::Result<(), ::evc::HandlerError>,
-        > {
+        ) -> ::evc::BoxFuture<'a, ::std::result::Result<(), ::evc::HandlerError>> {
             ::std::boxed::Box::pin(async move {
                 let claimed = context.claimed;
                 let delivery = &claimed.delivery;

@@ -626,7 +626,7 @@ fn consumer_items(
                 fn handle<'a>(
                     &'a self,
                     mut context: #runtime::HandlerContext<'a, EvcStore>,
-                ) -> #runtime::dispatcher::BoxFuture<'a, ::std::result::Result<(), #runtime::HandlerError>> {
+                ) -> #runtime::BoxFuture<'a, ::std::result::Result<(), #runtime::HandlerError>> {
                     ::std::boxed::Box::pin(async move {
                         let claimed = context.claimed;
                         let delivery = &claimed.delivery;

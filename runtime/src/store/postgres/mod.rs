@@ -1,6 +1,6 @@
 //! The PostgreSQL store: appends in the caller's transaction, rejections audited on the
 //! store's pool, registry parity at start-up, and the fenced lease operations the dispatcher
-//! ([`crate::dispatcher`]) runs on.
+//! ([`crate::Dispatcher`]) runs on.
 //!
 //! ```no_run
 //! # async fn example(pool: sqlx::PgPool, registry: evc_runtime::Registry,

@@ -36,7 +36,6 @@
 //! - Wake-ups are in-process ([`SqliteStore::wakeups`]): no listener, no doorbell.
 
 use std::collections::{BTreeSet, HashMap};
-use std::convert::Infallible;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -757,9 +756,7 @@ fn lock_file(database: &Path) -> Result<File, SqliteOpenError> {
 impl Store for SqliteStore {
     type Database = Sqlite;
     type Publisher<'a> = SqlitePublisher<'a>;
-    /// Never held: appends wake listeners at every commit ([`Store::hold_doorbell`] answers
-    /// `None`).
-    type Doorbell = Infallible;
+    type Doorbell = CommitBell;
 
     fn registry(&self) -> &Registry {
         SqliteStore::registry(self)
@@ -962,12 +959,14 @@ impl Store for SqliteStore {
         &self,
         _consumer: &str,
         _wait: Duration,
-    ) -> Result<Option<Infallible>, DispatchError> {
-        Ok(None)
+    ) -> Result<Option<CommitBell>, DispatchError> {
+        // Every commit of an append already wakes the listeners: the bell is always had, so an
+        // idle worker sleeps a whole poll interval instead of asking again.
+        Ok(Some(CommitBell(())))
     }
 
-    async fn release_doorbell(&self, doorbell: Infallible) -> Result<(), DispatchError> {
-        match doorbell {}
+    async fn release_doorbell(&self, _doorbell: CommitBell) -> Result<(), DispatchError> {
+        Ok(())
     }
 
     fn stale_tokens(&self) -> u64 {
@@ -1019,6 +1018,11 @@ impl Store for SqliteStore {
         SqliteStore::rejects(self, limit).await
     }
 }
+
+/// The SQLite store's doorbell ([`Store::hold_doorbell`]): always had at once and nothing to
+/// give back, because every commit of an append wakes [`Store::listen`] in this process.
+#[derive(Debug)]
+pub struct CommitBell(());
 
 /// The [`Publish`] implementation of the SQLite store: appends on the caller's connection or
 /// transaction with the envelope options set on it. As [`crate::PgPublisher`]: the per-event

@@ -1,0 +1,67 @@
+//! The dispatcher's background tasks beside its workers: lease-expiry recovery and heartbeats.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::MissedTickBehavior;
+
+use super::stats::{Counters, add};
+use crate::store::{Heartbeat, Store};
+
+/// Lease-expiry recovery every `interval`.
+pub(super) async fn recover<S: Store>(
+    store: S,
+    interval: Duration,
+    counters: Arc<Counters>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    const LIMIT: u32 = 1_000;
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        loop {
+            match store.recover_expired(LIMIT).await {
+                Ok(recovered) => {
+                    add(&counters.recovered, recovered);
+                    if recovered < u64::from(LIMIT) {
+                        break;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "lease-expiry recovery failed");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Heartbeats of every worker every `interval`.
+pub(super) async fn heartbeat<S: Store>(
+    store: S,
+    owners: Vec<Heartbeat>,
+    interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.changed() => break,
+        }
+        if let Err(error) = store.heartbeat(&owners).await {
+            tracing::warn!(%error, "heartbeat failed");
+        }
+    }
+    // Shut down, not silent: the status report must not flag these workers.
+    let owners: Vec<String> = owners.into_iter().map(|beat| beat.owner).collect();
+    if let Err(error) = store.forget_heartbeats(&owners).await {
+        tracing::warn!(%error, "heartbeats of a stopped dispatcher not removed");
+    }
+}
