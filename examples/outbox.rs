@@ -1,32 +1,22 @@
-//! End to end on PostgreSQL: generated producers append in a transaction, the dispatcher
-//! delivers to a generated consumer trait's implementation (docs/runtime.md, "Example: end to
-//! end").
+//! The tour on PostgreSQL (`cargo run -- --database-url URL` does the same): generated producers
+//! append in a transaction, the dispatcher delivers to a generated consumer trait's
+//! implementation, a dead letter is replayed (docs/runtime.md, "Example: end to end").
 //!
 //! ```sh
 //! DATABASE_URL=postgres://root@localhost/test cargo run --example outbox
 //! ```
 
-use evc_reference::demo;
+use evc_reference::tour;
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), demo::Error> {
+async fn main() -> Result<(), tour::Error> {
     let url =
         std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://root@localhost/test".into());
-    let report = demo::run(&url).await?;
-    println!("database {} (dropped at the end)", report.database);
+    let report = tour::on_postgres(&url, &mut |line| println!("{line}")).await?;
     println!(
-        "rolled-back producer transaction left {} events",
-        report.after_rollback
+        "done: {} events published, {} dead-lettered and replayed",
+        report.published.len(),
+        report.dead.len()
     );
-    for (event_type, event_id, deliveries) in &report.published {
-        println!("published {event_type} {event_id}: {deliveries} deliveries");
-    }
-    for line in &report.notifications {
-        println!("{}: {line}", demo::CONSUMER);
-    }
-    println!("acked by the dispatcher: {}", report.acked);
-    for (consumer, status, count) in &report.deliveries {
-        println!("deliveries of {consumer}: {count} {status}");
-    }
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! The repository's own user of evc, as a library: the end-to-end example's flow ([`demo`]),
-//! shared by `examples/outbox.rs` and the root tests.
+//! The repository's own user of evc, as a library: the tour of the reference contracts
+//! ([`tour`]), run by `cargo run`, `examples/outbox.rs` and the root tests.
 
-pub mod demo;
+pub mod tour;

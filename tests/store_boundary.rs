@@ -34,10 +34,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "renders the migrations; its tests read the registry and settings upserts it writes",
     ),
     (
-        "src/demo.rs",
-        "the end-to-end example prints delivery counts the store has no method for yet",
-    ),
-    (
         "runtime/benches/outbox.rs",
         "the benchmark checks that every timed delivery was acked, straight from the tables",
     ),
