@@ -310,6 +310,9 @@ struct Figures {
     single: f64,
     batch: f64,
     claim_ack: f64,
+    /// The latency run's producer: events appended per second (the target is
+    /// [`LATENCY_RATE`]; a store that cannot commit that fast falls behind).
+    produced: f64,
     p50_ms: f64,
     p99_ms: f64,
     max_ms: f64,
@@ -322,7 +325,8 @@ async fn measure<F: Fresh>(stores: &mut F, name: &str, sizes: Sizes) -> BenchRes
     println!("  {name}: batch append {batch:.0} events/s");
     let claim_ack = claim_ack(stores.fresh("claim").await?, sizes.claim).await?;
     println!("  {name}: claim+ack {claim_ack:.0} deliveries/s");
-    let (p50_ms, p99_ms, max_ms) = latency(stores.fresh("latency").await?, sizes.latency).await?;
+    let (produced, p50_ms, p99_ms, max_ms) =
+        latency(stores.fresh("latency").await?, sizes.latency).await?;
     println!(
         "  {name}: produce-to-handler p50 {p50_ms:.2} ms, p99 {p99_ms:.2} ms, max {max_ms:.2} ms"
     );
@@ -330,6 +334,7 @@ async fn measure<F: Fresh>(stores: &mut F, name: &str, sizes: Sizes) -> BenchRes
         single,
         batch,
         claim_ack,
+        produced,
         p50_ms,
         p99_ms,
         max_ms,
@@ -456,8 +461,9 @@ impl<S: Store> DynHandler<S> for Recorder {
 
 /// A dispatcher (the defaults: 4 workers, listening for appends) serves [`CONSUMER`] while one
 /// producer appends [`LATENCY_RATE`] events/s for `length`, one per transaction; the latency of
-/// an event is from just before its commit to its handler call. Returns p50, p99, max in ms.
-async fn latency<S: BenchStore>(store: S, length: Duration) -> BenchResult<(f64, f64, f64)> {
+/// an event is from just before its commit to its handler call. Returns the producer's rate
+/// (events/s) and p50, p99, max in ms.
+async fn latency<S: BenchStore>(store: S, length: Duration) -> BenchResult<(f64, f64, f64, f64)> {
     let events = (LATENCY_RATE as f64 * length.as_secs_f64()).round() as usize;
     let times = Arc::new(Mutex::new(Times {
         sent: vec![None; events],
@@ -524,7 +530,12 @@ async fn latency<S: BenchStore>(store: S, length: Duration) -> BenchResult<(f64,
     let at = |q: f64| {
         latencies[((latencies.len() as f64 * q).ceil() as usize).clamp(1, latencies.len()) - 1]
     };
-    Ok((at(0.50), at(0.99), at(1.0)))
+    Ok((
+        events as f64 / produced_in.as_secs_f64(),
+        at(0.50),
+        at(0.99),
+        at(1.0),
+    ))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -541,15 +552,22 @@ enum Goal {
 type Row = (String, &'static str, fn(&Figures) -> f64, Goal);
 
 fn print_table(sizes: Sizes, sqlite: Option<Figures>, pg: Option<Figures>) {
-    let rows: [Row; 6] = [
+    let rows: [Row; 7] = [
         (
-            format!("single append ({} events, 1 per tx)", sizes.single),
+            format!(
+                "single append ({} events, 1 per tx)",
+                thousands(sizes.single as f64)
+            ),
             "events/s",
             |f| f.single,
             Goal::None,
         ),
         (
-            format!("batch append ({} events, {BATCH_SIZE} per tx)", sizes.batch),
+            format!(
+                "batch append ({} events, {} per tx)",
+                thousands(sizes.batch as f64),
+                thousands(BATCH_SIZE as f64)
+            ),
             "events/s",
             |f| f.batch,
             Goal::AtLeast(BATCH_GOAL),
@@ -557,11 +575,17 @@ fn print_table(sizes: Sizes, sqlite: Option<Figures>, pg: Option<Figures>) {
         (
             format!(
                 "claim+ack ({} deliveries, batch {CLAIM_BATCH}, 1 worker)",
-                sizes.claim
+                thousands(sizes.claim as f64)
             ),
             "deliveries/s",
             |f| f.claim_ack,
             Goal::AtLeast(CLAIM_GOAL),
+        ),
+        (
+            format!("latency run: producer rate (target {LATENCY_RATE}/s)"),
+            "events/s",
+            |f| f.produced,
+            Goal::None,
         ),
         (
             format!("produce-to-handler p50 ({LATENCY_RATE}/s)"),
