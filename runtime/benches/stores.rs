@@ -545,8 +545,13 @@ async fn latency<S: BenchStore>(store: S, length: Duration) -> BenchResult<(f64,
 enum Goal {
     None,
     AtLeast(f64),
-    AtMost(f64),
+    /// At most this, with the latency run's producer at (nearly) [`LATENCY_RATE`]: a p99 taken
+    /// at a lower rate does not meet a goal set at that rate.
+    AtMostAtRate(f64),
 }
+
+/// The share of [`LATENCY_RATE`] the producer must reach for the latency goal to count.
+const RATE_REACHED: f64 = 0.95;
 
 /// A table row: the figure, its unit, how to read it, its goal.
 type Row = (String, &'static str, fn(&Figures) -> f64, Goal);
@@ -597,7 +602,7 @@ fn print_table(sizes: Sizes, sqlite: Option<Figures>, pg: Option<Figures>) {
             format!("produce-to-handler p99 ({LATENCY_RATE}/s)"),
             "ms",
             |f| f.p99_ms,
-            Goal::AtMost(P99_GOAL_MS),
+            Goal::AtMostAtRate(P99_GOAL_MS),
         ),
         (
             format!("produce-to-handler max ({LATENCY_RATE}/s)"),
@@ -637,11 +642,17 @@ fn print_table(sizes: Sizes, sqlite: Option<Figures>, pg: Option<Figures>) {
                     .map_or("-", |f| yes_no(value(f) >= goal))
                     .to_owned(),
             ),
-            Goal::AtMost(goal) => (
-                format!("<= {goal} {unit}"),
+            Goal::AtMostAtRate(goal) => (
+                format!("<= {goal} {unit} at {LATENCY_RATE}/s"),
                 sqlite
                     .as_ref()
-                    .map_or("-", |f| yes_no(value(f) <= goal))
+                    .map_or("-", |f| {
+                        if f.produced < LATENCY_RATE as f64 * RATE_REACHED {
+                            "no (producer below the rate)"
+                        } else {
+                            yes_no(value(f) <= goal)
+                        }
+                    })
                     .to_owned(),
             ),
         };
