@@ -30,7 +30,7 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use evc_runtime::dispatcher::{BoxFuture, DynHandler, HandlerContext};
+use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{
     AppendOptions, ClaimRequest, ConsumerDescriptor, ConsumerMode, DeliveryStatus, DispatchError,
     Dispatcher, DispatcherConfig, EventDescriptor, HandlerError, HandlerKind, Lease, NewEvent,
