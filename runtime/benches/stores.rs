@@ -30,13 +30,13 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{
     AppendOptions, ClaimRequest, ConsumerDescriptor, ConsumerMode, DeliveryStatus, DispatchError,
     Dispatcher, DispatcherConfig, EventDescriptor, HandlerError, HandlerKind, Lease, NewEvent,
     OutgoingEvent, PgStore, Registry, RetryPolicyDescriptor, SqliteStore, Store,
     SubscriptionDescriptor, TraceContext, VersionDescriptor,
 };
+use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection};
