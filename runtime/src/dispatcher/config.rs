@@ -30,7 +30,7 @@ pub struct DispatcherConfig {
     /// Jitter seed (each worker derives its own); `None`: from entropy.
     pub seed: Option<u64>,
     /// How long a leased handler's success may wait to be acked together with the batch's
-    /// later ones ([`crate::Store::ack_batch`]). The acks of a batch are written at its end or
+    /// later ones ([`crate::Store::ack`]). The acks of a batch are written at its end or
     /// once the oldest waiting one is this old, whichever comes first; a crash meanwhile runs
     /// those deliveries again (at least once). Zero acks every delivery on its own.
     pub ack_window: Duration,

@@ -325,7 +325,7 @@ impl PgStore {
         self.ack_in(&mut connection, lease).await
     }
 
-    /// Acks a lease on the caller's connection (see [`crate::Store::ack_in`]). The ack of a
+    /// Acks a lease on the caller's connection (see [`crate::Store::ack`]). The ack of a
     /// replayed delivery (a later [generation](Lease::generation)) that ends its replay appends
     /// the replay's end in the same transaction (a savepoint of the caller's, or a
     /// transaction of its own on a connection outside one), when the registry registers it
@@ -362,7 +362,7 @@ impl PgStore {
         Ok(())
     }
 
-    /// Acks many leases in one statement (see [`crate::Store::ack_batch`]): each lease is
+    /// Acks many leases in one statement (see [`crate::Store::ack`]): each lease is
     /// fenced on its own (owner and token), every acked one gets its `acked` attempt row
     /// (started when its handler started), and every refused one is counted as a stale token
     /// and returned in [`AckBatch::stale`].
