@@ -36,7 +36,7 @@ pub use registry::{
     PayloadPolicyDescriptor, Registry, RetryPolicyDescriptor, SubscriptionDescriptor,
     VersionDescriptor,
 };
-pub use retry::{RetryDecision, RetryPolicy, SplitMix64};
+pub use retry::{RetryDecision, RetryPolicy};
 pub use store::postgres::{
     AttemptLatency, Console, ConsumerState, ConsumerStatus, DEAD_LETTERED, DISCARDED,
     DiscardApplied, DiscardPlan, DiscardedDelivery, Doorbell, EventsPurged, Lag, NotReplayable,

@@ -18,7 +18,7 @@
 //! | `fibonacci` | `base × F(n)` with `F(1) = F(2) = 1`, `F(3) = 2`, ... |
 //! | `no_retry` | never retried |
 //!
-//! then capped by `max_delay_ms` (arithmetic saturates), then jittered with a [`SplitMix64`]
+//! then capped by `max_delay_ms` (arithmetic saturates), then jittered with a [`fastrand::Rng`]
 //! (seedable, so tests are deterministic):
 //!
 //! | Jitter | Delay drawn from |
@@ -36,53 +36,6 @@ use std::time::Duration;
 
 use crate::handler::FailureClass;
 use crate::registry::{DispatcherDescriptor, RetryPolicyDescriptor};
-
-/// A small, fast, seedable pseudo-random generator (SplitMix64). Good enough for jitter; not for
-/// anything secret.
-#[derive(Debug, Clone)]
-pub struct SplitMix64 {
-    state: u64,
-}
-
-impl SplitMix64 {
-    /// A generator that yields the same sequence for the same seed.
-    pub fn seeded(seed: u64) -> Self {
-        Self { state: seed }
-    }
-
-    /// A generator seeded from the standard library's random hash keys, the time and the
-    /// process id.
-    pub fn from_entropy() -> Self {
-        use std::hash::{BuildHasher, Hasher};
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u32(std::process::id());
-        if let Ok(elapsed) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-            hasher.write_u128(elapsed.as_nanos());
-        }
-        Self::seeded(hasher.finish())
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `low..=high` (`low` when `high < low`), without modulo bias worth noticing
-    /// for delays (128-bit multiply-shift).
-    pub fn between(&mut self, low: u64, high: u64) -> u64 {
-        if high <= low {
-            return low;
-        }
-        let span = u128::from(high - low) + 1;
-        let scaled = (u128::from(self.next_u64()) * span) >> 64;
-        // `scaled < span <= u64::MAX + 1`, and `low + scaled <= high`.
-        low + u64::try_from(scaled).unwrap_or(u64::MAX)
-    }
-}
 
 /// How the nominal delay grows with the attempt number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -241,19 +194,19 @@ impl RetryPolicy {
     }
 
     /// The jittered delay after attempt `attempt` (from 1) failed.
-    pub fn delay(&self, attempt: u32, rng: &mut SplitMix64) -> Duration {
+    pub fn delay(&self, attempt: u32, rng: &mut fastrand::Rng) -> Duration {
         let nominal = self.nominal_delay_ms(attempt);
         let ms = match self.jitter {
             Jitter::None => nominal,
-            Jitter::Full => rng.between(0, nominal),
-            Jitter::Equal => rng.between(nominal / 2, nominal),
+            Jitter::Full => rng.u64(0..=nominal),
+            Jitter::Equal => rng.u64(nominal / 2..=nominal),
             Jitter::Decorrelated => {
                 let high = nominal.saturating_mul(3);
                 let high = self.max_delay_ms.map_or(high, |cap| high.min(cap));
                 if high < self.base_delay_ms {
                     nominal
                 } else {
-                    rng.between(self.base_delay_ms, high)
+                    rng.u64(self.base_delay_ms..=high)
                 }
             }
         };
@@ -261,7 +214,12 @@ impl RetryPolicy {
     }
 
     /// What follows when attempt `attempt` (from 1) failed with `class`.
-    pub fn decide(&self, class: FailureClass, attempt: u32, rng: &mut SplitMix64) -> RetryDecision {
+    pub fn decide(
+        &self,
+        class: FailureClass,
+        attempt: u32,
+        rng: &mut fastrand::Rng,
+    ) -> RetryDecision {
         match class {
             FailureClass::Scope | FailureClass::Schema | FailureClass::Integrity => {
                 RetryDecision::Quarantine
@@ -363,7 +321,7 @@ mod tests {
 
     #[test]
     fn jitter_stays_within_its_bounds() {
-        let mut rng = SplitMix64::seeded(7);
+        let mut rng = fastrand::Rng::with_seed(7);
         for attempt in 1..=6 {
             let full = policy("exponential_backoff", 100, Some(2000), "full");
             let equal = policy("exponential_backoff", 100, Some(2000), "equal");
@@ -400,26 +358,19 @@ mod tests {
     }
 
     #[test]
-    fn seeded_generators_repeat() {
+    fn seeded_jitter_repeats() {
         let p = policy("exponential_backoff", 100, Some(10_000), "full");
         let draw = |seed| {
-            let mut rng = SplitMix64::seeded(seed);
+            let mut rng = fastrand::Rng::with_seed(seed);
             (1..=5).map(|n| p.delay(n, &mut rng)).collect::<Vec<_>>()
         };
         assert_eq!(draw(42), draw(42));
         assert_ne!(draw(42), draw(43));
-        let mut rng = SplitMix64::seeded(1);
-        assert_eq!(rng.between(5, 5), 5);
-        assert_eq!(rng.between(9, 3), 9);
-        for _ in 0..1_000 {
-            assert!((3..=9).contains(&rng.between(3, 9)));
-        }
-        let _ = rng.between(0, u64::MAX);
     }
 
     #[test]
     fn decisions_by_class() {
-        let mut rng = SplitMix64::seeded(1);
+        let mut rng = fastrand::Rng::with_seed(1);
         let p = policy("fixed_delay", 200, None, "none");
         let retry = RetryDecision::Retry(Duration::from_millis(200));
         assert_eq!(p.decide(FailureClass::Transient, 1, &mut rng), retry);

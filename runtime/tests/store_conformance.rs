@@ -17,7 +17,7 @@ use conformance::{BoxError, Conformance, ORDERED, PLAIN, SHADOW, eventually};
 use evc_runtime::{
     AckBatch, AppendOptions, AppendReceipt, ClaimRequest, Claimed, Connection, DeliveryStatus,
     DispatchError, FailureClass, Lease, NewEvent, OutgoingEvent, ReplayApproval, ReplayError,
-    ReplaySelection, RetryDecision, RetryPolicy, SettledDelivery, SettledStatus, SplitMix64, Store,
+    ReplaySelection, RetryDecision, RetryPolicy, SettledDelivery, SettledStatus, Store,
 };
 use support::TestResult;
 
@@ -701,7 +701,7 @@ async fn fail_retries_later_dead_letters_or_quarantines<S: Conformance>(store: S
 
 async fn fail_dead_letters_at_the_policys_last_attempt<S: Conformance>(store: S) -> TestResult {
     let policy = RetryPolicy::from_descriptor(&support::FIXED_200MS)?;
-    let mut rng = SplitMix64::seeded(7);
+    let mut rng = fastrand::Rng::with_seed(7);
     let event_id = committed(&store, vec![note(1)]).await?[0].event_id;
     let store = &store;
     for attempt in 1..=4 {

@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use crate::registry::Registry;
-use crate::retry::SplitMix64;
 
 /// Dispatcher settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,9 +56,8 @@ pub struct DispatcherConfig {
 
 impl Default for DispatcherConfig {
     fn default() -> Self {
-        let mut rng = SplitMix64::from_entropy();
         Self {
-            owner: format!("evc-{}-{:08x}", std::process::id(), rng.next_u64() as u32),
+            owner: format!("evc-{}-{:08x}", std::process::id(), fastrand::u32(..)),
             workers: 4,
             batch: 50,
             lease: Duration::from_secs(30),

@@ -73,7 +73,7 @@ use stats::Counters;
 use worker::Worker;
 
 use crate::registry::HandlerKind;
-use crate::retry::{RetryPolicy, SplitMix64};
+use crate::retry::RetryPolicy;
 use crate::store::postgres::PgStore;
 use crate::store::{DispatchError, Heartbeat, Store};
 
@@ -268,8 +268,8 @@ impl<S: Store> Dispatcher<S> {
                     overrides.get(&consumer.name).cloned().unwrap_or_default(),
                 ));
                 let rng = match config.seed {
-                    Some(seed) => SplitMix64::seeded(seed ^ index.wrapping_mul(0x9E37_79B9)),
-                    None => SplitMix64::from_entropy(),
+                    Some(seed) => fastrand::Rng::with_seed(seed ^ index.wrapping_mul(0x9E37_79B9)),
+                    None => fastrand::Rng::new(),
                 };
                 let worker = Worker {
                     store: self.store.clone(),

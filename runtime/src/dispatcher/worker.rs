@@ -21,7 +21,7 @@ use super::cursor::HEAD;
 use super::stats::{Counters, add};
 use crate::handler::{FailureClass, HandlerError};
 use crate::registry::HandlerKind;
-use crate::retry::{RetryDecision, SplitMix64};
+use crate::retry::RetryDecision;
 use crate::store::{ClaimRequest, Claimed, Connection, DispatchError, Lease, Store};
 
 /// How long a worker about to sleep waits for its consumer's doorbell: long enough for the
@@ -39,7 +39,7 @@ pub(super) struct Worker<S: Store> {
     pub(super) wake: Arc<Notify>,
     pub(super) shutdown: watch::Receiver<bool>,
     pub(super) counters: Arc<Counters>,
-    pub(super) rng: SplitMix64,
+    pub(super) rng: fastrand::Rng,
     /// The pool connection a busy worker keeps for its claims, acks and transactions, batch
     /// after batch. An sqlx pool pings a connection when it hands it out (a round trip the
     /// worker waits for: a fifth more for a held batch's four) and again when it comes back.
