@@ -448,7 +448,7 @@ fn trace_id(argument: &str) -> Option<String> {
         let context = evc_runtime::TraceContext::from_traceparent(&lower).ok()?;
         return Some(context.trace_id().to_owned());
     }
-    evc_runtime::trace::check_trace_id(&lower).ok()?;
+    evc_runtime::check_trace_id(&lower).ok()?;
     Some(lower)
 }
 

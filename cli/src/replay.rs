@@ -37,7 +37,7 @@ pub(crate) struct Selection {
     /// At most this many deliveries, oldest first (1 to 100000).
     #[arg(
         long,
-        default_value_t = evc_runtime::store::postgres::DEFAULT_REPLAY_LIMIT,
+        default_value_t = evc_runtime::DEFAULT_REPLAY_LIMIT,
         value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_LIMIT))
     )]
     limit: u32,

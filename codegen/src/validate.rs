@@ -1138,7 +1138,7 @@ fn invalid_range(checker: &mut Checker<'_>, path: &str, pointer: &str, message: 
 }
 
 /// The longest delay a retry policy without `max_delay` can wait between two attempts, as the
-/// runtime computes it (`evc_runtime::retry::RetryPolicy::delay`: the nominal delay after attempt
+/// runtime computes it (`evc_runtime::RetryPolicy::delay`: the nominal delay after attempt
 /// `n` is `base`, `base × 2^(n-1)` or `base × F(n)`; decorrelated jitter draws up to three times
 /// it); `None` for policies that never wait.
 fn longest_retry_delay(

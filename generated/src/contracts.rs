@@ -131,7 +131,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.2.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.iu_unit_id)
+                ::evc::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -242,7 +242,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.1.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.cut_id)
+                ::evc::order_key_part(& self.cut_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -359,7 +359,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.cut_id)
+                ::evc::order_key_part(& self.cut_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -454,7 +454,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.cut_id)
+                ::evc::order_key_part(& self.cut_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -704,7 +704,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.replay_id)
+                ::evc::order_key_part(& self.replay_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -821,7 +821,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.replay_id)
+                ::evc::order_key_part(& self.replay_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -920,7 +920,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.replay_id)
+                ::evc::order_key_part(& self.replay_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -1025,7 +1025,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.command_run_id)
+                ::evc::order_key_part(& self.command_run_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -1174,7 +1174,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.1.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.command_run_id)
+                ::evc::order_key_part(& self.command_run_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -1277,7 +1277,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.command_run_id)
+                ::evc::order_key_part(& self.command_run_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -1418,7 +1418,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.1.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.iu_unit_id)
+                ::evc::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -1585,7 +1585,7 @@ pub mod payloads {
         const VERSION: &'static str = "2.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.iu_unit_id)
+                ::evc::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -1719,7 +1719,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.iu_unit_id)
+                ::evc::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -1864,7 +1864,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.1.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.iu_unit_id)
+                ::evc::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -2005,7 +2005,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.1.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.iu_unit_id)
+                ::evc::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -2129,7 +2129,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.iu_unit_id)
+                ::evc::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -2259,7 +2259,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.iu_unit_id)
+                ::evc::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -2383,7 +2383,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.iu_unit_id)
+                ::evc::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -2480,7 +2480,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.iu_unit_id)
+                ::evc::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -2575,7 +2575,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.iu_unit_id)
+                ::evc::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -2706,7 +2706,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.iu_unit_id)
+                ::evc::order_key_part(& self.iu_unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -2873,7 +2873,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.1.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.job_id)
+                ::evc::order_key_part(& self.job_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -3034,7 +3034,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.event_id)
+                ::evc::order_key_part(& self.event_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -3125,7 +3125,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.proposal_id)
+                ::evc::order_key_part(& self.proposal_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -3246,7 +3246,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.proposal_id)
+                ::evc::order_key_part(& self.proposal_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -3400,7 +3400,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.1.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.proposal_id)
+                ::evc::order_key_part(& self.proposal_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -3557,7 +3557,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.1.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.workflow_run_id)
+                ::evc::order_key_part(& self.workflow_run_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -3694,7 +3694,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.workflow_run_id)
+                ::evc::order_key_part(& self.workflow_run_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -3803,7 +3803,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.workflow_run_id)
+                ::evc::order_key_part(& self.workflow_run_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -3943,7 +3943,7 @@ pub mod payloads {
         const VERSION: &'static str = "2.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.workflow_run_id)
+                ::evc::order_key_part(& self.workflow_run_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -4082,7 +4082,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.workflow_run_id)
+                ::evc::order_key_part(& self.workflow_run_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }

@@ -8,12 +8,12 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use evc_runtime::append::{MAX_PAYLOAD_DEPTH, canonical_json, sha256_hex};
-use evc_runtime::store::postgres::NOTIFY_CHANNEL;
+use evc_runtime::NOTIFY_CHANNEL;
 use evc_runtime::{
     AppendError, AppendOptions, CredentialKind, CredentialShape, DigestKey, NewEvent,
     OutgoingEvent, PgStore, Publish, Rejection,
 };
+use evc_runtime::{MAX_PAYLOAD_DEPTH, canonical_json, sha256_hex};
 use serde_json::json;
 use sqlx::postgres::{PgListener, PgPool};
 use sqlx::{Connection, Row};

@@ -26,7 +26,7 @@ fn born(n: u64) -> OutgoingEvent {
         "iu_unit_id": format!("01890a5d-ac96-774b-bcce-{n:012x}"),
         "iu_version_id": "01890a5d-ac96-774b-bcce-b302099a8058",
     });
-    let key = evc_runtime::publish::order_key_part(&payload["iu_unit_id"]);
+    let key = evc_runtime::order_key_part(&payload["iu_unit_id"]);
     OutgoingEvent::new("iu.born", "1.0.0", Some(key), &trace(), &payload).expect("serializes")
 }
 

@@ -46,7 +46,7 @@ pub(crate) fn expand(input: &DeriveInput) -> TokenStream {
     } else {
         quote! {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                #(::evc::publish::order_key_part(&self.#order_key)),*
+                #(::evc::order_key_part(&self.#order_key)),*
             ];
             ::std::option::Option::Some(parts.join("/"))
         }

@@ -49,7 +49,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.1.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.doc_id)
+                ::evc::order_key_part(& self.doc_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -118,7 +118,7 @@ pub mod payloads {
         const VERSION: &'static str = "2.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.doc_id)
+                ::evc::order_key_part(& self.doc_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -190,7 +190,7 @@ pub mod payloads {
         const VERSION: &'static str = "3.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.doc_id)
+                ::evc::order_key_part(& self.doc_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -367,7 +367,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.1.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.unit_id)
+                ::evc::order_key_part(& self.unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }

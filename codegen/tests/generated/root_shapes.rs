@@ -82,7 +82,7 @@ pub mod payloads {
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let payload = ::evc::serde_json::to_value(self).unwrap_or_default();
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& payload["action"])
+                ::evc::order_key_part(& payload["action"])
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -253,7 +253,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.lamp_id)
+                ::evc::order_key_part(& self.lamp_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -490,7 +490,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.1.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.unit_id)
+                ::evc::order_key_part(& self.unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }

@@ -250,7 +250,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.1.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.unit_id)
+                ::evc::order_key_part(& self.unit_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }

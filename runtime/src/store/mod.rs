@@ -51,10 +51,10 @@ use crate::registry::Registry;
 use crate::retry::{RetryDecision, RetryPolicyError};
 use crate::trace::{TraceContext, TraceContextError};
 
-pub mod ops;
-pub mod parity;
-pub mod postgres;
-pub mod sqlite;
+pub(crate) mod ops;
+pub(crate) mod parity;
+pub(crate) mod postgres;
+pub(crate) mod sqlite;
 
 pub use ops::Operate;
 pub use parity::{Drift, RegistryDrift, RegistryObject};

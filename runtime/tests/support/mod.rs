@@ -111,9 +111,7 @@ pub fn event(
     version: &'static str,
     payload: serde_json::Value,
 ) -> OutgoingEvent {
-    let order_key = payload
-        .get("note_id")
-        .map(evc_runtime::publish::order_key_part);
+    let order_key = payload.get("note_id").map(evc_runtime::order_key_part);
     OutgoingEvent::new(event_type, version, order_key, &trace(), &payload).expect("serializes")
 }
 

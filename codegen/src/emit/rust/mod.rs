@@ -374,14 +374,14 @@ fn order_key_body(
         .collect::<Option<Vec<_>>>()
     {
         return quote! {
-            let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![#(#runtime::publish::order_key_part(&self.#idents)),*];
+            let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![#(#runtime::order_key_part(&self.#idents)),*];
             ::std::option::Option::Some(parts.join("/"))
         };
     }
     let properties = &event.order_key;
     quote! {
         let payload = #runtime::serde_json::to_value(self).unwrap_or_default();
-        let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![#(#runtime::publish::order_key_part(&payload[#properties])),*];
+        let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![#(#runtime::order_key_part(&payload[#properties])),*];
         ::std::option::Option::Some(parts.join("/"))
     }
 }

@@ -73,7 +73,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.order_id)
+                ::evc::order_key_part(& self.order_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -164,7 +164,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.order_id)
+                ::evc::order_key_part(& self.order_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }
@@ -283,7 +283,7 @@ pub mod payloads {
         const VERSION: &'static str = "1.0.0";
         fn order_key(&self) -> ::std::option::Option<::std::string::String> {
             let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
-                ::evc::publish::order_key_part(& self.order_id)
+                ::evc::order_key_part(& self.order_id)
             ];
             ::std::option::Option::Some(parts.join("/"))
         }

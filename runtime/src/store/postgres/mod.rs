@@ -5,7 +5,7 @@
 //! ```no_run
 //! # async fn example(pool: sqlx::PgPool, registry: evc_runtime::Registry,
 //! #     event: evc_runtime::OutgoingEvent) -> Result<(), Box<dyn std::error::Error>> {
-//! use evc_runtime::store::postgres::PgStore;
+//! use evc_runtime::PgStore;
 //! use evc_runtime::{AppendOptions, Publish};
 //!
 //! // Refuses to start when the database's registry differs from the compiled one. Appends
@@ -57,7 +57,7 @@ mod operations;
 mod read;
 mod replay;
 mod retention;
-pub mod sql;
+pub(crate) mod sql;
 
 pub use console::Console;
 pub use deployed::deployed_registry;

@@ -6,7 +6,7 @@
 //! ```no_run
 //! # async fn example(registry: evc_runtime::Registry, event: evc_runtime::OutgoingEvent)
 //! #     -> Result<(), Box<dyn std::error::Error>> {
-//! use evc_runtime::store::sqlite::SqliteStore;
+//! use evc_runtime::SqliteStore;
 //! use evc_runtime::{AppendOptions, Publish};
 //!
 //! // Creates the file if missing, applies the store's migrations, takes `outbox.db.lock`.
@@ -70,7 +70,7 @@ use crate::store::{
 mod dispatch;
 mod operate;
 mod read;
-pub mod sql;
+pub(crate) mod sql;
 mod wake;
 
 /// The store's schema, applied when it opens its file.
@@ -82,11 +82,11 @@ const MIGRATION_0002: &str = include_str!("../../../migrations/sqlite/0002_evc_r
 /// Connections of the store's pool unless [`SqliteStoreBuilder::max_connections`] says
 /// otherwise: one for a caller's transaction, one for the reject audit and the dispatcher's
 /// work beside it, and readers (WAL lets them read while one connection writes).
-pub const DEFAULT_MAX_CONNECTIONS: u32 = 4;
+pub(crate) const DEFAULT_MAX_CONNECTIONS: u32 = 4;
 
 /// How long a statement waits for the write lock unless [`SqliteStoreBuilder::busy_timeout`]
 /// says otherwise.
-pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a SQLite store could not open its file.
 #[derive(Debug, thiserror::Error)]
