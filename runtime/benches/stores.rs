@@ -31,10 +31,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use evc_runtime::{
-    AppendOptions, ClaimRequest, ConsumerDescriptor, ConsumerMode, DeliveryStatus, DispatchError,
-    Dispatcher, DispatcherConfig, EventDescriptor, HandlerError, HandlerKind, Lease, NewEvent,
-    OutgoingEvent, PgStore, Registry, RetryPolicyDescriptor, SqliteStore, Store,
-    SubscriptionDescriptor, TraceContext, VersionDescriptor,
+    AppendOptions, ClaimRequest, ConsumerDescriptor, ConsumerMode, DeliveryStatus, Dispatcher,
+    DispatcherConfig, EventDescriptor, HandlerError, HandlerKind, Lease, NewEvent, OutgoingEvent,
+    PgStore, Registry, RetryPolicyDescriptor, SqliteStore, Store, SubscriptionDescriptor,
+    TraceContext, VersionDescriptor,
 };
 use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use sqlx::migrate::Migrator;
@@ -143,18 +143,7 @@ fn event_number(payload: &serde_json::Value) -> Option<usize> {
 // What the figures need of a store beyond `Store`.
 // ---------------------------------------------------------------------------------------------
 
-type Tx<S> = sqlx::Transaction<'static, <S as Store>::Database>;
-
 trait BenchStore: Store {
-    /// A write transaction as the store's callers open one.
-    fn begin_write(&self) -> impl Future<Output = Result<Tx<Self>, sqlx::Error>> + Send;
-
-    /// Events in the store.
-    fn events(&self) -> impl Future<Output = Result<u64, DispatchError>> + Send;
-
-    /// Deliveries of [`CONSUMER`] still pending or leased.
-    fn open_deliveries(&self) -> impl Future<Output = Result<u64, DispatchError>> + Send;
-
     /// `acked` attempt rows.
     fn acked_attempts(&self) -> impl Future<Output = Result<i64, sqlx::Error>> + Send;
 }
@@ -163,19 +152,6 @@ const ACKED_ATTEMPTS: &str = "SELECT count(*) FROM evc_delivery_attempts WHERE o
 const OPEN: &[DeliveryStatus] = &[DeliveryStatus::Pending, DeliveryStatus::Leased];
 
 impl BenchStore for SqliteStore {
-    async fn begin_write(&self) -> Result<Tx<Self>, sqlx::Error> {
-        // `BEGIN IMMEDIATE`, as the store asks of its callers.
-        self.begin().await
-    }
-
-    async fn events(&self) -> Result<u64, DispatchError> {
-        self.count_events().await
-    }
-
-    async fn open_deliveries(&self) -> Result<u64, DispatchError> {
-        self.count_deliveries(CONSUMER, OPEN).await
-    }
-
     async fn acked_attempts(&self) -> Result<i64, sqlx::Error> {
         sqlx::query_scalar(ACKED_ATTEMPTS)
             .fetch_one(self.pool())
@@ -184,18 +160,6 @@ impl BenchStore for SqliteStore {
 }
 
 impl BenchStore for PgStore {
-    async fn begin_write(&self) -> Result<Tx<Self>, sqlx::Error> {
-        self.pool().begin().await
-    }
-
-    async fn events(&self) -> Result<u64, DispatchError> {
-        self.count_events().await
-    }
-
-    async fn open_deliveries(&self) -> Result<u64, DispatchError> {
-        self.count_deliveries(CONSUMER, OPEN).await
-    }
-
     async fn acked_attempts(&self) -> Result<i64, sqlx::Error> {
         sqlx::query_scalar(ACKED_ATTEMPTS)
             .fetch_one(self.pool())
@@ -346,14 +310,14 @@ async fn single_append<S: BenchStore>(store: S, events: usize) -> BenchResult<f6
     let trace = trace();
     let started = Instant::now();
     for n in 0..events as u64 {
-        let mut tx = store.begin_write().await?;
+        let mut tx = store.begin().await?;
         store
             .append(&mut tx, event(&trace, n), AppendOptions::default())
             .await?;
         tx.commit().await?;
     }
     let rate = events as f64 / started.elapsed().as_secs_f64();
-    let stored = store.events().await?;
+    let stored = store.count_events().await?;
     if stored != events as u64 {
         return Err(format!("single append: {stored} events stored of {events}").into());
     }
@@ -375,12 +339,12 @@ async fn batch_append<S: BenchStore>(store: S, events: usize) -> BenchResult<f64
         .collect();
     let started = Instant::now();
     for batch in batches {
-        let mut tx = store.begin_write().await?;
+        let mut tx = store.begin().await?;
         store.append_batch(&mut tx, batch).await?;
         tx.commit().await?;
     }
     let rate = events as f64 / started.elapsed().as_secs_f64();
-    let stored = store.events().await?;
+    let stored = store.count_events().await?;
     if stored != events as u64 {
         return Err(format!("batch append: {stored} events stored of {events}").into());
     }
@@ -394,7 +358,7 @@ async fn claim_ack<S: BenchStore>(store: S, deliveries: usize) -> BenchResult<f6
     let all: Vec<NewEvent> = (0..deliveries as u64)
         .map(|n| NewEvent::new(event(&trace, n), AppendOptions::default()))
         .collect();
-    let mut tx = store.begin_write().await?;
+    let mut tx = store.begin().await?;
     store.append_batch(&mut tx, all).await?;
     tx.commit().await?;
 
@@ -421,7 +385,7 @@ async fn claim_ack<S: BenchStore>(store: S, deliveries: usize) -> BenchResult<f6
     let rate = acked as f64 / started.elapsed().as_secs_f64();
     drop(connection);
     let attempts = store.acked_attempts().await?;
-    let open = store.open_deliveries().await?;
+    let open = store.count_deliveries(CONSUMER, OPEN).await?;
     if acked != deliveries || attempts != deliveries as i64 || open != 0 {
         return Err(format!(
             "claim+ack: {acked} acked, {attempts} acked attempt rows, {open} open, of {deliveries}"
@@ -482,7 +446,7 @@ async fn latency<S: BenchStore>(store: S, length: Duration) -> BenchResult<(f64,
     for n in 0..events {
         // A fixed schedule: a late append is not followed by a pause.
         tokio::time::sleep_until(started + interval * n as u32).await;
-        let mut tx = store.begin_write().await?;
+        let mut tx = store.begin().await?;
         store
             .append(&mut tx, event(&trace, n as u64), AppendOptions::default())
             .await?;
