@@ -46,20 +46,12 @@ const ALLOWED: &[(&str, &str)] = &[
         "the peer benchmark counts evc's drained rows as it counts each peer's own tables",
     ),
     (
-        "facade/tests/macros_postgres.rs",
-        "asserts the rows the macros' appends and acks leave",
-    ),
-    (
         "cli/tests/operate.rs",
         "seeds dead and pending deliveries for the operator commands and reads what they did",
     ),
     (
         "runtime/tests/support/mod.rs",
         "test helpers: seed registry rows and count deliveries and attempts by status",
-    ),
-    (
-        "runtime/tests/ack_batch.rs",
-        "backdates leases and reads the attempt rows a batched ack writes",
     ),
     (
         "runtime/tests/append.rs",

@@ -18,7 +18,9 @@ use evc::sqlx::migrate::Migrator;
 use evc::sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use evc::sqlx::{self, AssertSqlSafe, Connection};
 use evc::uuid::Uuid;
-use evc::{Dispatcher, HandlerContext, HandlerError, PgStore, Publish, TraceContext};
+use evc::{
+    DeliveryStatus, Dispatcher, HandlerContext, HandlerError, PgStore, Publish, Store, TraceContext,
+};
 use evc_generated::payloads::{
     IuBornV1, IuBornV1GovernanceState, IuBornV2, IuBornV2Axes, IuBornV2GovernanceState,
     IuDeprecatedV1, IuDeprecatedV1ReasonCode, IuEditedV1, IuMergedV1, IuSplitApprovedV1,
@@ -26,6 +28,9 @@ use evc_generated::payloads::{
 };
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+/// Deliveries not yet settled.
+const OPEN: &[DeliveryStatus] = &[DeliveryStatus::Pending, DeliveryStatus::Leased];
 
 const CONSUMER: &str = "worker.notification.iu";
 
@@ -201,23 +206,20 @@ async fn a_derived_struct_is_emitted_with_the_contracts_order_key() -> TestResul
         assert!(from_derived.deliveries >= 1, "iu.born has subscribers");
         assert_eq!(from_derived.deliveries, from_generated.deliveries);
 
-        let row: (String, String, String) = sqlx::query_as(
-            "SELECT event_type, schema_version, order_key FROM evc_events WHERE event_id = $1",
-        )
-        .bind(from_derived.event_id)
-        .fetch_one(&pool)
-        .await?;
+        let stored = store
+            .event(from_derived.event_id)
+            .await?
+            .ok_or("the derived event is not stored")?;
         assert_eq!(
-            row,
+            (stored.event_type, stored.schema_version, stored.order_key),
             ("iu.born".to_owned(), "1.0.0".to_owned(), unit.to_string())
         );
         // The generated payload of the same unit takes the same path to the same key.
-        let generated_key: String =
-            sqlx::query_scalar("SELECT order_key FROM evc_events WHERE event_id = $1")
-                .bind(from_generated.event_id)
-                .fetch_one(&pool)
-                .await?;
-        assert_eq!(generated_key, unit.to_string());
+        let generated = store
+            .event(from_generated.event_id)
+            .await?
+            .ok_or("the generated event is not stored")?;
+        assert_eq!(generated.order_key, unit.to_string());
         Ok(())
     })
     .await
@@ -254,13 +256,7 @@ async fn an_attribute_consumer_receives_its_events_through_serve() -> TestResult
         // Bounded wait for the work to be done; how long it takes is not asserted.
         let deadline = Instant::now() + Duration::from_secs(60);
         let open = loop {
-            let open: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM evc_deliveries WHERE consumer = $1 \
-                 AND status IN ('pending', 'leased')",
-            )
-            .bind(CONSUMER)
-            .fetch_one(&pool)
-            .await?;
+            let open = store.count_deliveries(CONSUMER, OPEN).await?;
             if open == 0 || Instant::now() > deadline {
                 break open;
             }
@@ -278,17 +274,13 @@ async fn an_attribute_consumer_receives_its_events_through_serve() -> TestResult
         assert_eq!(got, expected);
 
         // Every delivery was acked exactly once, on its first attempt, and nothing else.
-        let attempts: Vec<(String, String, i32)> = sqlx::query_as(
-            "SELECT event_id::text, outcome, attempt FROM evc_delivery_attempts \
-             WHERE consumer = $1 ORDER BY event_id",
-        )
-        .bind(CONSUMER)
-        .fetch_all(&pool)
-        .await?;
-        assert_eq!(attempts.len(), expected.len(), "{attempts:?}");
-        for (event_id, outcome, attempt) in &attempts {
-            assert!(expected.contains_key(event_id), "{event_id} not published");
-            assert_eq!((outcome.as_str(), *attempt), ("acked", 1), "{event_id}");
+        for event_id in expected.keys() {
+            let rows = store.attempts(event_id.parse()?, CONSUMER).await?;
+            let rows: Vec<(&str, u32)> = rows
+                .iter()
+                .map(|row| (row.outcome.as_str(), row.attempt))
+                .collect();
+            assert_eq!(rows, [("acked", 1)], "{event_id}");
         }
         assert_eq!(stats.acked, expected.len() as u64);
         assert_eq!((stats.dead, stats.quarantined), (0, 0));
@@ -325,13 +317,7 @@ async fn a_delivery_of_another_major_than_the_handlers_is_quarantined() -> TestR
         let consumer = <Renderer as evc::Consumer>::NAME;
         let deadline = Instant::now() + Duration::from_secs(60);
         let open = loop {
-            let open: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM evc_deliveries WHERE consumer = $1 \
-                 AND status IN ('pending', 'leased')",
-            )
-            .bind(consumer)
-            .fetch_one(&pool)
-            .await?;
+            let open = store.count_deliveries(consumer, OPEN).await?;
             if open == 0 || Instant::now() > deadline {
                 break open;
             }
@@ -343,17 +329,13 @@ async fn a_delivery_of_another_major_than_the_handlers_is_quarantined() -> TestR
         // Only the major-1 event reached the handler.
         let handled: Vec<Uuid> = seen.all().into_iter().map(|(_, _, unit)| unit).collect();
         assert_eq!(handled, [v1_unit]);
-        let attempts: Vec<(Uuid, String, Option<String>)> = sqlx::query_as(
-            "SELECT event_id, outcome, error_code FROM evc_delivery_attempts \
-             WHERE consumer = $1",
-        )
-        .bind(consumer)
-        .fetch_all(&pool)
-        .await?;
-        let mut attempts: BTreeMap<Uuid, (String, Option<String>)> = attempts
-            .into_iter()
-            .map(|(event, outcome, code)| (event, (outcome, code)))
-            .collect();
+        let mut attempts = BTreeMap::new();
+        for event_id in [v1_event, v2_event] {
+            for row in store.attempts(event_id, consumer).await? {
+                let previous = attempts.insert(event_id, (row.outcome, row.error_code));
+                assert!(previous.is_none(), "{event_id}: more than one attempt");
+            }
+        }
         assert_eq!(
             attempts.remove(&v2_event),
             Some((

@@ -55,6 +55,7 @@ conformance!(
     append_rolls_back_with_the_caller,
     append_fans_out_to_every_subscribed_consumer,
     idempotency_key_returns_the_first_receipt,
+    event_reads_the_stored_envelope_without_the_payload,
     rejected_append_writes_a_reject_row_and_nothing_else,
     batch_append_keeps_order_and_receipts,
     claim_leases_with_new_tokens_and_counts_attempts,
@@ -162,6 +163,15 @@ async fn ack<S: Conformance>(store: &S, lease: &Lease) -> Result<(), DispatchErr
 }
 
 /// The event ids of claimed deliveries, in claim order.
+/// The lease of `event_id` among `claimed`.
+fn claimed_lease(claimed: &[Claimed], event_id: uuid::Uuid) -> Result<Lease, BoxError> {
+    claimed
+        .iter()
+        .find(|claimed| claimed.lease.event_id == event_id)
+        .map(|claimed| claimed.lease.clone())
+        .ok_or_else(|| format!("{event_id} was not claimed").into())
+}
+
 fn ids(claimed: &[Claimed]) -> Vec<uuid::Uuid> {
     claimed
         .iter()
@@ -338,6 +348,48 @@ async fn idempotency_key_returns_the_first_receipt<S: Conformance>(store: S) -> 
     assert_eq!(store.count_events().await?, 2);
     assert_eq!(store.count_deliveries(ORDERED, &[]).await?, 1);
     assert_eq!(store.count_deliveries(PLAIN, &[]).await?, 2);
+    Ok(())
+}
+
+async fn event_reads_the_stored_envelope_without_the_payload<S: Conformance>(
+    store: S,
+) -> TestResult {
+    let options = AppendOptions::new()
+        .idempotency_key("note-7")
+        .tenant_scope("tenant-a")
+        .correlation_id("corr-1")
+        .causation_id("cause-1");
+    let mut tx = store.begin().await?;
+    let first = store.append(&mut *tx, note(7), options).await?;
+    let second = store
+        .append(&mut *tx, ping(), AppendOptions::default())
+        .await?;
+    tx.commit().await?;
+
+    let stored = store.event(first.event_id).await?.ok_or("event missing")?;
+    let payload = serde_json::to_vec(&support::note(&support::note_key(7)))?;
+    assert_eq!(
+        (
+            stored.event_type.as_str(),
+            stored.schema_version.as_str(),
+            stored.producer_class.as_str(),
+        ),
+        ("test.note", "1.0.0", "notes")
+    );
+    assert_eq!(stored.order_key, support::note_key(7));
+    assert_eq!(stored.idempotency_key.as_deref(), Some("note-7"));
+    assert_eq!(stored.tenant_scope.as_deref(), Some("tenant-a"));
+    assert_eq!(stored.correlation_id.as_deref(), Some("corr-1"));
+    assert_eq!(stored.causation_id.as_deref(), Some("cause-1"));
+    assert_eq!(stored.trace_id.as_deref(), Some(support::TRACE_ID));
+    // Canonical JSON of this payload is serde_json's compact form: its keys are sorted.
+    assert_eq!(stored.payload_bytes, u64::try_from(payload.len())?);
+
+    let ping = store.event(second.event_id).await?.ok_or("event missing")?;
+    assert_eq!(ping.event_type, "test.ping");
+    assert_eq!(ping.idempotency_key, None);
+    assert!(ping.seq > stored.seq, "append order");
+    assert_eq!(store.event(uuid::Uuid::now_v7()).await?, None);
     Ok(())
 }
 
@@ -923,6 +975,45 @@ async fn ack_batch_reports_stale_entries<S: Conformance>(store: S) -> TestResult
     assert!(store.attempts(third.event_id, PLAIN).await?.is_empty());
     assert_eq!(ack_leases(&store, &[third]).await?.acked, 1);
     assert_eq!(ack_leases(&store, &[]).await?, AckBatch::default());
+
+    // A lease recovered and claimed again: the first owner's token is refused in a batch
+    // beside a current one, which is acked.
+    let fourth = committed(&store, vec![note(4), note(5)]).await?;
+    let lost = claim(&store, PLAIN, "w1", 1, SHORT, false).await?;
+    recover(&store, 1).await?;
+    let taken = claim(&store, PLAIN, "w2", 10, LEASE, false).await?;
+    let mut taken_ids = ids(&taken);
+    taken_ids.sort();
+    let mut appended = vec![fourth[0].event_id, fourth[1].event_id];
+    appended.sort();
+    assert_eq!(taken_ids, appended);
+    let lost = &lost[0].lease;
+    let claimed = taken;
+    let taken = &claimed_lease(&claimed, lost.event_id)?;
+    let other = &taken_ids
+        .iter()
+        .find(|id| **id != lost.event_id)
+        .copied()
+        .ok_or("one delivery")?;
+    let other = &claimed_lease(&claimed, *other)?;
+    let outcome = ack_leases(&store, &[lost, other]).await?;
+    assert_eq!(outcome.acked, 1);
+    assert_eq!(
+        outcome.stale,
+        vec![(lost.event_id, PLAIN.to_owned(), lost.token)]
+    );
+    assert_eq!(ack_leases(&store, &[taken]).await?.acked, 1);
+    let rows = store.attempts(taken.event_id, PLAIN).await?;
+    assert_eq!(
+        rows.iter()
+            .map(|row| (row.outcome.as_str(), row.owner.as_str(), row.token))
+            .collect::<Vec<_>>(),
+        vec![
+            ("lease_expired", "w1", lost.token),
+            ("acked", "w2", taken.token)
+        ]
+    );
+    assert!(rows.iter().all(|row| row.finished_at >= row.started_at));
     Ok(())
 }
 

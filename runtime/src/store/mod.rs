@@ -11,9 +11,10 @@
 //! [`parity`].
 //!
 //! Both stores also answer the same read methods ([`Store::delivery`], [`Store::attempts`],
-//! [`Store::count_deliveries`], [`Store::count_events`], [`Store::rejects`]; and, inherent,
-//! `stale_rejections`) with the types below ([`DeliveryRecord`], [`AttemptRecord`],
-//! [`RejectRecord`]), so tests and tools read a delivery's state without SQL of their own.
+//! [`Store::event`], [`Store::count_deliveries`], [`Store::count_events`], [`Store::rejects`];
+//! and, inherent, `stale_rejections`) with the types below ([`DeliveryRecord`],
+//! [`AttemptRecord`], [`EventRecord`], [`RejectRecord`]), so tests and tools read a delivery's
+//! state without SQL of their own.
 //! The operator surface common to both ([`Operate`]) is in [`ops`].
 //!
 //! | Method | Used by |
@@ -28,7 +29,7 @@
 //! | [`Store::heartbeat`], [`Store::forget_heartbeats`] | the heartbeat task |
 //! | [`Store::listen`], [`Store::hold_doorbell`], [`Store::release_doorbell`] | wake-ups of idle workers |
 //! | [`Store::begin`], [`Store::begin_on`] | applications (the transaction they append in), the transactional kind |
-//! | [`Store::delivery`], [`Store::attempts`], [`Store::count_deliveries`], [`Store::count_events`], [`Store::rejects`] | tests, tools, the tour |
+//! | [`Store::delivery`], [`Store::attempts`], [`Store::event`], [`Store::count_deliveries`], [`Store::count_events`], [`Store::rejects`] | tests, tools, the tour |
 //! | [`Operate`] (dead letters, replay, pause and resume) | operators, the CLI |
 //!
 //! Appends run on the caller's connection ([`Connection`], inside the caller's transaction),
@@ -368,6 +369,16 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// # Errors
     /// [`DispatchError::Database`].
     fn count_events(&self) -> impl Future<Output = Result<u64, DispatchError>> + Send;
+
+    /// The stored envelope of event `event_id` (`None`: no such event, or purged). Never the
+    /// payload: its size only.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn event(
+        &self,
+        event_id: Uuid,
+    ) -> impl Future<Output = Result<Option<EventRecord>, DispatchError>> + Send;
 
     /// The oldest `limit` reject rows, oldest first (a reject may be recorded shortly after
     /// the refused append returned: the audit runs outside the caller's transaction).
@@ -714,6 +725,34 @@ pub struct DeliveryRecord {
     pub available_at: f64,
     /// The last failed attempt's error code (`lease_expired` after a recovery), if any.
     pub last_error_code: Option<String>,
+}
+
+/// One stored event's envelope, as the outbox keeps it ([`Store::event`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EventRecord {
+    /// The global append order.
+    pub seq: i64,
+    /// The event type.
+    pub event_type: String,
+    /// The schema version it was appended under.
+    pub schema_version: String,
+    /// The order key (the registry's key fields of the payload, joined).
+    pub order_key: String,
+    /// The producer class that appended it.
+    pub producer_class: String,
+    /// The tenant scope, if any.
+    pub tenant_scope: Option<String>,
+    /// The idempotency key, if any.
+    pub idempotency_key: Option<String>,
+    /// The W3C trace id, if any.
+    pub trace_id: Option<String>,
+    /// The correlation id, if any.
+    pub correlation_id: Option<String>,
+    /// The causation id, if any.
+    pub causation_id: Option<String>,
+    /// The canonical payload's size in bytes.
+    pub payload_bytes: u64,
 }
 
 /// One attempt row: written once when an attempt ends (acked, failed, or its lease recovered).

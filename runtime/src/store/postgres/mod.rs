@@ -42,7 +42,7 @@ use crate::retry::RetryDecision;
 use crate::store::parity::{self, Mirror};
 use crate::store::{
     AckBatch, AttemptRecord, ClaimRequest, Claimed, DeliveryRecord, DeliveryStatus, DispatchError,
-    Heartbeat, Hold, Lease, RegistryDrift, RejectRecord, Store, StoreError,
+    EventRecord, Heartbeat, Hold, Lease, RegistryDrift, RejectRecord, Store, StoreError,
 };
 
 mod console;
@@ -984,6 +984,10 @@ impl Store for PgStore {
 
     async fn count_events(&self) -> Result<u64, DispatchError> {
         PgStore::count_events(self).await
+    }
+
+    async fn event(&self, event_id: Uuid) -> Result<Option<EventRecord>, DispatchError> {
+        read::event(self.pool(), event_id).await
     }
 
     async fn rejects(&self, limit: u32) -> Result<Vec<RejectRecord>, DispatchError> {

@@ -7,7 +7,9 @@ use sqlx::postgres::PgRow;
 use uuid::Uuid;
 
 use super::{PgStore, sql};
-use crate::store::{AttemptRecord, DeliveryRecord, DeliveryStatus, DispatchError, RejectRecord};
+use crate::store::{
+    AttemptRecord, DeliveryRecord, DeliveryStatus, DispatchError, EventRecord, RejectRecord,
+};
 
 impl PgStore {
     /// The newest generation of `event_id`'s delivery to `consumer` (`None`: no such delivery,
@@ -137,4 +139,29 @@ fn attempt_record(row: &PgRow) -> Result<AttemptRecord, sqlx::Error> {
         finished_at: row.try_get("finished_at")?,
         duration_ms: u64::try_from(row.try_get::<i64, _>("duration_ms")?).unwrap_or(0),
     })
+}
+
+/// The envelope of event `event_id` ([`crate::Store::event`]).
+pub(super) async fn event(
+    pool: &sqlx::PgPool,
+    event_id: Uuid,
+) -> Result<Option<EventRecord>, DispatchError> {
+    let row = sqlx::query(sql::READ_EVENT)
+        .bind(event_id)
+        .fetch_optional(pool)
+        .await?;
+    let Some(row) = row else { return Ok(None) };
+    Ok(Some(EventRecord {
+        seq: row.try_get("seq")?,
+        event_type: row.try_get("event_type")?,
+        schema_version: row.try_get("schema_version")?,
+        order_key: row.try_get("order_key")?,
+        producer_class: row.try_get("producer_class")?,
+        tenant_scope: row.try_get("tenant_scope")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+        trace_id: row.try_get("trace_id")?,
+        correlation_id: row.try_get("correlation_id")?,
+        causation_id: row.try_get("causation_id")?,
+        payload_bytes: u64::try_from(row.try_get::<i32, _>("payload_bytes")?).unwrap_or(0),
+    }))
 }

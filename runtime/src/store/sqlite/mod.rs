@@ -64,7 +64,7 @@ use crate::store::parity::Drift;
 use crate::store::postgres::PolicySource;
 use crate::store::{
     AckBatch, AttemptRecord, ClaimRequest, Claimed, DeliveryRecord, DeliveryStatus, DispatchError,
-    Heartbeat, Hold, Lease, RegistryDrift, RejectRecord, Store, StoreError,
+    EventRecord, Heartbeat, Hold, Lease, RegistryDrift, RejectRecord, Store, StoreError,
 };
 
 mod dispatch;
@@ -1012,6 +1012,10 @@ impl Store for SqliteStore {
 
     async fn count_events(&self) -> Result<u64, DispatchError> {
         SqliteStore::count_events(self).await
+    }
+
+    async fn event(&self, event_id: Uuid) -> Result<Option<EventRecord>, DispatchError> {
+        read::event(&self.inner.pool, event_id).await
     }
 
     async fn rejects(&self, limit: u32) -> Result<Vec<RejectRecord>, DispatchError> {
