@@ -98,10 +98,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "writes a stale heartbeat row to make a worker silent",
     ),
     (
-        "runtime/tests/operations.rs",
-        "counts attempts to prove a paused consumer runs nothing",
-    ),
-    (
         "runtime/tests/registry_parity.rs",
         "corrupts the registry mirror to test that the store refuses it",
     ),

@@ -533,7 +533,7 @@ async fn crash(consumer: &'static str, events: u64, role: &'static str, point: &
 
         // Nothing settled by the dead process; its leases are still live for a while.
         assert_eq!(
-            statuses(&pool, consumer).await?,
+            statuses(&store, consumer).await?,
             [("leased".to_owned(), i64::try_from(killed.len())?)]
                 .into_iter()
                 .chain((killed.len() < usize::try_from(events)?).then(|| {
@@ -566,7 +566,7 @@ async fn crash(consumer: &'static str, events: u64, role: &'static str, point: &
             killed_at.elapsed()
         );
 
-        assert_outcome(&pool, consumer, events, &killed).await?;
+        assert_outcome(&pool, &store, consumer, events, &killed).await?;
         if (point, kind) == ("after_effect", HandlerKind::Leased) {
             // The redelivered attempt found the effect recorded and skipped the side effect.
             let seen: Vec<(i32, bool)> =
@@ -596,7 +596,7 @@ async fn crash(consumer: &'static str, events: u64, role: &'static str, point: &
             assert_eq!(store.renew(&[lease], VICTIM_LEASE).await?, 0);
         }
         assert!(store.stale_tokens() >= before + 3 * killed.len() as u64);
-        assert_outcome(&pool, consumer, events, &killed).await?;
+        assert_outcome(&pool, &store, consumer, events, &killed).await?;
         Ok(())
     })
     .await;
@@ -638,13 +638,14 @@ async fn not_acked_once(pool: &PgPool, consumer: &str) -> Result<i64, sqlx::Erro
 /// killed lease ended as `lease_expired`; one effect row and one side effect per delivery.
 async fn assert_outcome(
     pool: &PgPool,
+    store: &PgStore,
     consumer: &str,
     events: u64,
     killed: &[Lease],
 ) -> TestResult {
     let events = i64::try_from(events)?;
     assert_eq!(
-        statuses(pool, consumer).await?,
+        statuses(store, consumer).await?,
         [("acked".to_owned(), events)]
     );
     assert_eq!(
@@ -793,7 +794,7 @@ async fn processes(dispatchers: usize, events: u64) -> TestResult {
         let events = i64::try_from(events)?;
         for consumer in ALL_CONSUMERS {
             assert_eq!(
-                statuses(&pool, consumer).await?,
+                statuses(&producer, consumer).await?,
                 [("acked".to_owned(), events)]
             );
         }

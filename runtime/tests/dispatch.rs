@@ -231,7 +231,7 @@ async fn exactly_once(dispatchers: usize, events: u64) -> TestResult {
         );
         for consumer in CONSUMERS {
             assert_eq!(
-                statuses(&pool, consumer).await?,
+                statuses(&producer, consumer).await?,
                 [("acked".to_owned(), i64::try_from(events)?)]
             );
         }
@@ -360,7 +360,7 @@ async fn a_stale_token_is_refused_and_counted_after_expiry_and_reclaim() -> Test
         assert_eq!(store.renew(&[&new], Duration::from_secs(10)).await?, 1);
         store.ack(&new).await?;
         assert_eq!(
-            statuses(&pool, "d.leased").await?,
+            statuses(&store, "d.leased").await?,
             [("acked".to_owned(), 1)]
         );
         let attempts: Vec<(i32, String, i64, String)> = sqlx::query_as(
@@ -467,7 +467,7 @@ async fn a_failed_transactional_handler_leaves_no_write() -> TestResult {
             .consumer("d.tx", WritesThenFails)?
             .start();
         let start = Instant::now();
-        while statuses(&pool, "d.tx")
+        while statuses(&store, "d.tx")
             .await?
             .iter()
             .any(|(s, _)| s == "pending" || s == "leased")
@@ -478,7 +478,7 @@ async fn a_failed_transactional_handler_leaves_no_write() -> TestResult {
         let stats = handle.shutdown().await;
         assert_eq!((stats.acked, stats.dead), (1, 2));
         assert_eq!(
-            statuses(&pool, "d.tx").await?,
+            statuses(&store, "d.tx").await?,
             [("acked".to_owned(), 1), ("dead".to_owned(), 2)]
         );
         // Only the successful handler's write committed.
@@ -573,7 +573,7 @@ async fn a_failing_head_blocks_its_key_while_other_keys_proceed() -> TestResult 
         assert_eq!(key2, (2, 0));
 
         let start = Instant::now();
-        while statuses(&pool, "d.leased").await?
+        while statuses(&store, "d.leased").await?
             != [("acked".to_owned(), 3), ("dead".to_owned(), 1)]
         {
             assert!(start.elapsed() < Duration::from_secs(20), "not settled");
@@ -646,7 +646,7 @@ async fn shutdown_drains_the_running_handler_and_releases_the_rest() -> TestResu
             )?
             .start();
         tokio::time::timeout(Duration::from_secs(10), started.notified()).await?;
-        let leased = statuses(&pool, "d.unordered").await?;
+        let leased = statuses(&store, "d.unordered").await?;
         assert_eq!(leased, [("leased".to_owned(), 5)]);
         let stats = handle.shutdown().await;
         assert_eq!(
@@ -656,7 +656,7 @@ async fn shutdown_drains_the_running_handler_and_releases_the_rest() -> TestResu
         );
         assert_eq!((stats.acked, stats.released), (1, 4));
         assert_eq!(
-            statuses(&pool, "d.unordered").await?,
+            statuses(&store, "d.unordered").await?,
             [("acked".to_owned(), 1), ("pending".to_owned(), 4)]
         );
         // Released as if never claimed: attempt 0 again, no attempt rows.
@@ -696,7 +696,7 @@ async fn renewal_keeps_a_long_handler_s_lease() -> TestResult {
         )?
         .start();
         let start = Instant::now();
-        while statuses(&pool, "d.leased").await? != [("acked".to_owned(), 2)] {
+        while statuses(&store, "d.leased").await? != [("acked".to_owned(), 2)] {
             assert!(start.elapsed() < Duration::from_secs(20), "not settled");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

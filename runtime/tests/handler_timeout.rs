@@ -125,9 +125,9 @@ async fn create_effects_table(pool: &PgPool) -> Result<(), sqlx::Error> {
 
 /// Waits until no delivery of `consumer` is pending or leased; the deadline only keeps a
 /// broken run from hanging the suite.
-async fn settled(pool: &PgPool, consumer: &str) -> TestResult {
+async fn settled(store: &PgStore, consumer: &str) -> TestResult {
     let start = Instant::now();
-    while statuses(pool, consumer)
+    while statuses(store, consumer)
         .await?
         .iter()
         .any(|(status, _)| status == "pending" || status == "leased")
@@ -170,7 +170,7 @@ async fn a_transactional_handler_past_its_timeout_is_cancelled_rolled_back_and_r
         let handle = Dispatcher::new(store.clone(), config("timeout-tx"))
             .consumer("d.tx", handler)?
             .start();
-        settled(&pool, "d.tx").await?;
+        settled(&store, "d.tx").await?;
         let stats = handle.shutdown().await;
 
         assert!(
@@ -179,7 +179,7 @@ async fn a_transactional_handler_past_its_timeout_is_cancelled_rolled_back_and_r
         );
         assert_eq!(completed.load(Ordering::SeqCst), 1);
         assert_eq!((stats.acked, stats.retried), (1, 1));
-        assert_eq!(statuses(&pool, "d.tx").await?, [("acked".to_owned(), 1)]);
+        assert_eq!(statuses(&store, "d.tx").await?, [("acked".to_owned(), 1)]);
         assert_eq!(attempts(&pool, "d.tx").await?, timed_out_then_acked());
         // The hung attempt's write was rolled back; only the second attempt's committed.
         let rows: Vec<String> = sqlx::query_scalar("SELECT consumer FROM t_effects")
@@ -201,7 +201,7 @@ async fn a_leased_handler_past_its_timeout_is_cancelled_and_retried() -> TestRes
         let handle = Dispatcher::new(store.clone(), config("timeout-leased"))
             .consumer("d.unordered", handler)?
             .start();
-        settled(&pool, "d.unordered").await?;
+        settled(&store, "d.unordered").await?;
         let stats = handle.shutdown().await;
 
         assert!(
@@ -244,7 +244,7 @@ async fn the_dispatcher_override_times_out_a_held_batch_handler() -> TestResult 
         )
         .consumer("d.held", handler)?
         .start();
-        settled(&pool, "d.held").await?;
+        settled(&store, "d.held").await?;
         let stats = handle.shutdown().await;
 
         assert!(
@@ -291,8 +291,8 @@ async fn a_handler_within_its_timeout_is_unaffected() -> TestResult {
             .consumer("d.leased", Quick(Arc::clone(&ran)))?
             .consumer("d.tx", Quick(Arc::clone(&ran)))?
             .start();
-        settled(&pool, "d.leased").await?;
-        settled(&pool, "d.tx").await?;
+        settled(&store, "d.leased").await?;
+        settled(&store, "d.tx").await?;
         let stats = handle.shutdown().await;
 
         assert_eq!(ran.load(Ordering::SeqCst), 12);

@@ -157,7 +157,7 @@ async fn two_dispatchers_drain_held_batches_each_delivery_acked_and_written_once
         // Acked deliveries are removed; each event's record is one attempt row: attempt 1,
         // acked, with the held token (1) and the worker that ran it.
         assert_eq!(
-            statuses(&pool, CONSUMER).await?,
+            statuses(&store, CONSUMER).await?,
             vec![("acked".to_owned(), JOBS as i64)]
         );
         let wrong: i64 = sqlx::query_scalar(
@@ -218,7 +218,7 @@ async fn a_failing_handler_rolls_its_held_batch_back_and_its_failure_is_recorded
         let stats = dispatcher.shutdown().await;
 
         assert_eq!(
-            statuses(&pool, CONSUMER).await?,
+            statuses(&store, CONSUMER).await?,
             vec![
                 ("acked".to_owned(), JOBS as i64 - 1),
                 ("dead".to_owned(), 1)
@@ -284,7 +284,7 @@ async fn a_held_claim_hides_its_rows_fences_on_its_token_and_dies_with_its_conne
         );
         // Nothing was written: the rows are pending, and hidden from every other claimer.
         assert_eq!(
-            statuses(&pool, CONSUMER).await?,
+            statuses(&store, CONSUMER).await?,
             vec![("pending".to_owned(), 3)]
         );
         let mut other = store.pool().begin().await?;
@@ -319,7 +319,7 @@ async fn a_held_claim_hides_its_rows_fences_on_its_token_and_dies_with_its_conne
         assert_eq!(store.stale_tokens(), before + 2);
         holder.commit().await?;
         assert_eq!(
-            statuses(&pool, CONSUMER).await?,
+            statuses(&store, CONSUMER).await?,
             vec![("acked".to_owned(), 2), ("pending".to_owned(), 1)]
         );
 
@@ -365,7 +365,7 @@ async fn a_held_claim_hides_its_rows_fences_on_its_token_and_dies_with_its_conne
         assert_eq!(store.ack_held(&mut again, &leases).await?, 1);
         again.commit().await?;
         assert_eq!(
-            statuses(&pool, CONSUMER).await?,
+            statuses(&store, CONSUMER).await?,
             vec![("acked".to_owned(), 3)]
         );
         Ok(())

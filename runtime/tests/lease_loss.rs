@@ -157,7 +157,7 @@ async fn a_lost_lease_cancels_the_running_handler() -> TestResult {
                 ("acked".to_owned(), token)
             ]
         );
-        assert_eq!(statuses(&pool, CONSUMER).await?, [("acked".to_owned(), 1)]);
+        assert_eq!(statuses(&store, CONSUMER).await?, [("acked".to_owned(), 1)]);
         Ok(())
     })
     .await

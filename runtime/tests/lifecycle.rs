@@ -251,7 +251,7 @@ async fn an_unregistered_type_emits_nothing() -> TestResult {
                 RetryDecision::Dead,
             )
             .await?;
-        let statuses = support::statuses(&pool, "d.leased").await?;
+        let statuses = support::statuses(&store, "d.leased").await?;
         assert_eq!(statuses, [("dead".to_owned(), 1)]);
         assert!(dead_lettered(&pool).await?.is_empty());
         assert_eq!(support::count(&pool, "evc_events").await?, 1);
@@ -284,7 +284,7 @@ async fn a_dead_lettered_lifecycle_event_emits_no_other() -> TestResult {
             )
             .await?;
         assert_eq!(
-            support::statuses(&pool, "ops.watch").await?,
+            support::statuses(&store, "ops.watch").await?,
             [("dead".to_owned(), 1)]
         );
         assert_eq!(dead_lettered(&pool).await?.len(), 1, "the loop guard held");
@@ -314,7 +314,7 @@ async fn lease_expiry_past_max_attempts_emits_one_event() -> TestResult {
         .await?;
         assert_eq!(store.recover_expired(10).await?, 1);
         assert_eq!(
-            support::statuses(&pool, "d.leased").await?,
+            support::statuses(&store, "d.leased").await?,
             [("dead".to_owned(), 1)]
         );
         let events = dead_lettered(&pool).await?;
@@ -355,7 +355,7 @@ async fn a_refused_lifecycle_event_leaves_the_dead_lettering_standing() -> TestR
             )
             .await?;
         assert_eq!(
-            support::statuses(&pool, "d.leased").await?,
+            support::statuses(&store, "d.leased").await?,
             [("dead".to_owned(), 1)]
         );
         assert!(dead_lettered(&pool).await?.is_empty());
@@ -477,7 +477,7 @@ async fn an_applied_replay_emits_scheduled_in_its_transaction() -> TestResult {
         );
         assert_eq!(support::count(&pool, "evc_replays").await?, 0);
         assert_eq!(
-            support::statuses(&pool, CONSUMER).await?,
+            support::statuses(&store, CONSUMER).await?,
             [("dead".to_owned(), 2)]
         );
         assert!(events_of(&pool, REPLAY_SCHEDULED).await?.is_empty());
@@ -571,7 +571,7 @@ async fn a_replay_whose_deliveries_all_ack_emits_completed_once() -> TestResult 
             "{refused:?}"
         );
         assert_eq!(
-            support::statuses(&pool, CONSUMER).await?,
+            support::statuses(&store, CONSUMER).await?,
             [
                 ("acked".to_owned(), 1),
                 ("leased".to_owned(), 2),
@@ -639,7 +639,7 @@ async fn a_replayed_delivery_dead_lettered_again_emits_failed() -> TestResult {
             "{refused:?}"
         );
         assert_eq!(
-            support::statuses(&pool, CONSUMER).await?,
+            support::statuses(&store, CONSUMER).await?,
             [
                 ("acked".to_owned(), 1),
                 ("leased".to_owned(), 1),
@@ -702,7 +702,7 @@ async fn a_discard_emits_one_event_per_delivery_in_its_transaction() -> TestResu
         );
         assert_eq!(support::count(&pool, "evc_discards").await?, 0);
         assert_eq!(
-            support::statuses(&pool, CONSUMER).await?,
+            support::statuses(&store, CONSUMER).await?,
             [("dead".to_owned(), 1), ("quarantined".to_owned(), 1)]
         );
         allow(&pool).await?;

@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
-use evc_runtime::{ConsumerMode, DispatchError, Dispatcher, DispatcherConfig, HandlerError};
+use evc_runtime::{
+    ConsumerMode, DispatchError, Dispatcher, DispatcherConfig, HandlerError, PgStore, Store,
+};
 use support::{TestResult, append_notes, dispatch_store, statuses, with_database};
 
 const PAUSED: &str = "d.leased";
@@ -42,22 +44,17 @@ impl DynHandler for Calls {
 
 /// Deliveries of `consumer` acked so far: their `acked` attempt rows (an ack deletes the
 /// delivery).
-async fn acked(pool: &sqlx::PgPool, consumer: &str) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM evc_delivery_attempts WHERE consumer = $1 AND outcome = 'acked'",
-    )
-    .bind(consumer)
-    .fetch_one(pool)
-    .await
+async fn acked(store: &PgStore, consumer: &str) -> Result<u64, DispatchError> {
+    store.count_attempts(consumer, "acked").await
 }
 
-async fn wait_for_acks(pool: &sqlx::PgPool, consumer: &str, expected: i64) -> TestResult {
+async fn wait_for_acks(store: &PgStore, consumer: &str, expected: u64) -> TestResult {
     let started = std::time::Instant::now();
-    while acked(pool, consumer).await? < expected {
+    while acked(store, consumer).await? < expected {
         assert!(
             started.elapsed() < Duration::from_secs(60),
             "{consumer}: {} of {expected} acked after 60 s",
-            acked(pool, consumer).await?
+            acked(store, consumer).await?
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -91,10 +88,10 @@ async fn a_paused_consumer_receives_nothing_and_resumes_in_order() -> TestResult
         append_notes(&store, EVENTS, 20).await?;
 
         // The other consumer gets everything; the paused one nothing, however long it waits.
-        wait_for_acks(&pool, RUNNING, i64::try_from(EVENTS)?).await?;
+        wait_for_acks(&store, RUNNING, EVENTS).await?;
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(
-            statuses(&pool, PAUSED).await?,
+            statuses(&store, PAUSED).await?,
             [("pending".to_owned(), i64::try_from(EVENTS)?)]
         );
 
@@ -107,7 +104,7 @@ async fn a_paused_consumer_receives_nothing_and_resumes_in_order() -> TestResult
         let resumed = store.resume(PAUSED).await?;
         assert_eq!((resumed.paused, resumed.revision), (false, 3));
         tokio::time::sleep(Duration::from_millis(300)).await;
-        assert_eq!(acked(&pool, PAUSED).await?, 0, "mode off claims nothing");
+        assert_eq!(acked(&store, PAUSED).await?, 0, "mode off claims nothing");
 
         let live = store.set_mode(PAUSED, ConsumerMode::Live).await?;
         assert_eq!(
@@ -115,7 +112,7 @@ async fn a_paused_consumer_receives_nothing_and_resumes_in_order() -> TestResult
             (false, ConsumerMode::Live, 4)
         );
         assert_eq!(store.consumer_state(PAUSED).await?, live);
-        wait_for_acks(&pool, PAUSED, i64::try_from(EVENTS)?).await?;
+        wait_for_acks(&store, PAUSED, EVENTS).await?;
         let stats = handle.shutdown().await;
         assert_eq!(stats.acked, EVENTS * 2);
 
@@ -146,7 +143,14 @@ async fn an_unknown_consumer_cannot_be_paused() -> TestResult {
             matches!(&error, DispatchError::UnknownConsumer(name) if name == "nobody"),
             "{error:?}"
         );
-        assert_eq!(support::count(&pool, "evc_consumer_state").await?, 0);
+        // Nothing changed: every consumer still has the contract's state, revision 0.
+        for consumer in [PAUSED, RUNNING] {
+            assert_eq!(
+                store.consumer_state(consumer).await?.revision,
+                0,
+                "{consumer}"
+            );
+        }
         Ok(())
     })
     .await

@@ -310,11 +310,11 @@ async fn attempts_until_dead(
         .poll_interval(Duration::from_millis(20))
         .recovery_interval(Duration::from_millis(200))
         .seed(7);
-    let handle = Dispatcher::new(store, config)
+    let handle = Dispatcher::new(store.clone(), config)
         .consumer("d.tx", Arc::clone(&handler))?
         .start();
     let start = Instant::now();
-    while statuses(pool, "d.tx").await? != [("dead".to_owned(), 1)] {
+    while statuses(&store, "d.tx").await? != [("dead".to_owned(), 1)] {
         assert!(
             start.elapsed() < Duration::from_secs(30),
             "never dead-lettered"

@@ -624,6 +624,9 @@ async fn stale_token_is_refused_after_a_reclaim<S: Conformance>(store: S) -> Tes
             row(2, "acked", None, 2, "w2"),
         ]
     );
+    assert_eq!(store.count_attempts(PLAIN, "lease_expired").await?, 1);
+    assert_eq!(store.count_attempts(PLAIN, "acked").await?, 1);
+    assert_eq!(store.count_attempts(ORDERED, "acked").await?, 0);
     Ok(())
 }
 

@@ -11,7 +11,8 @@
 //! [`parity`].
 //!
 //! Both stores also answer the same read methods ([`Store::delivery`], [`Store::attempts`],
-//! [`Store::event`], [`Store::count_deliveries`], [`Store::count_events`], [`Store::rejects`];
+//! [`Store::event`], [`Store::count_deliveries`], [`Store::count_attempts`],
+//! [`Store::count_events`], [`Store::rejects`];
 //! and, inherent, `stale_rejections`) with the types below ([`DeliveryRecord`],
 //! [`AttemptRecord`], [`EventRecord`], [`RejectRecord`]), so tests and tools read a delivery's
 //! state without SQL of their own.
@@ -29,7 +30,7 @@
 //! | [`Store::heartbeat`], [`Store::forget_heartbeats`] | the heartbeat task |
 //! | [`Store::listen`], [`Store::hold_doorbell`], [`Store::release_doorbell`] | wake-ups of idle workers |
 //! | [`Store::begin`], [`Store::begin_on`] | applications (the transaction they append in), the transactional kind |
-//! | [`Store::delivery`], [`Store::attempts`], [`Store::event`], [`Store::count_deliveries`], [`Store::count_events`], [`Store::rejects`] | tests, tools, the tour |
+//! | [`Store::delivery`], [`Store::attempts`], [`Store::event`], [`Store::count_deliveries`], [`Store::count_attempts`], [`Store::count_events`], [`Store::rejects`] | tests, tools, the tour |
 //! | [`Operate`] (dead letters, replay, pause and resume) | operators, the CLI |
 //!
 //! Appends run on the caller's connection ([`Connection`], inside the caller's transaction),
@@ -362,6 +363,18 @@ pub trait Store: Clone + Send + Sync + 'static {
         &self,
         consumer: &str,
         statuses: &[DeliveryStatus],
+    ) -> impl Future<Output = Result<u64, DispatchError>> + Send;
+
+    /// Attempt rows of `consumer` with `outcome` (`acked`, `retry`, `dead`, `quarantined` or
+    /// `lease_expired`, as [`AttemptRecord::outcome`]), every event and generation: acked
+    /// deliveries are counted here, since an ack deletes the delivery row.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn count_attempts(
+        &self,
+        consumer: &str,
+        outcome: &str,
     ) -> impl Future<Output = Result<u64, DispatchError>> + Send;
 
     /// Events in the outbox.

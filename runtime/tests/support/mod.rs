@@ -411,22 +411,29 @@ pub async fn append_numbered(
     Ok(())
 }
 
-/// Deliveries of `consumer` by state, `(state, count)` sorted: the statuses of its delivery
-/// rows, and `acked` for its acked attempt rows (an ack deletes the delivery; its attempt row is
-/// its record). A delivery row left `acked` would show as a second `acked` entry.
-pub async fn statuses(pool: &PgPool, consumer: &str) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT status, n FROM ( \
-             SELECT status, count(*) AS n FROM evc_deliveries WHERE consumer = $1 \
-             GROUP BY status \
-             UNION ALL \
-             SELECT 'acked', count(*) FROM evc_delivery_attempts \
-             WHERE consumer = $1 AND outcome = 'acked' HAVING count(*) > 0 \
-         ) AS s ORDER BY status, n",
-    )
-    .bind(consumer)
-    .fetch_all(pool)
-    .await
+/// Deliveries of `consumer` by state, `(state, count)` sorted, non-zero only: the statuses of
+/// its delivery rows, and `acked` for its acked attempt rows (an ack deletes the delivery; its
+/// attempt row is its record). A delivery row left `acked` would show as a second `acked` entry.
+pub async fn statuses(
+    store: &impl evc_runtime::Store,
+    consumer: &str,
+) -> Result<Vec<(String, i64)>, evc_runtime::DispatchError> {
+    let mut counts = Vec::new();
+    for status in evc_runtime::DeliveryStatus::ALL {
+        let n = store.count_deliveries(consumer, &[status]).await?;
+        counts.push((status.as_str().to_owned(), n));
+    }
+    counts.push((
+        "acked".to_owned(),
+        store.count_attempts(consumer, "acked").await?,
+    ));
+    let mut counts: Vec<(String, i64)> = counts
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(status, n)| (status, i64::try_from(n).unwrap_or(i64::MAX)))
+        .collect();
+    counts.sort();
+    Ok(counts)
 }
 
 /// `(acks, out of order)` over the `acked` attempt rows of `consumers`: acks of one order key

@@ -982,6 +982,10 @@ impl Store for PgStore {
         PgStore::count_deliveries(self, consumer, statuses).await
     }
 
+    async fn count_attempts(&self, consumer: &str, outcome: &str) -> Result<u64, DispatchError> {
+        read::count_attempts(self.pool(), consumer, outcome).await
+    }
+
     async fn count_events(&self) -> Result<u64, DispatchError> {
         PgStore::count_events(self).await
     }

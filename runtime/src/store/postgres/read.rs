@@ -165,3 +165,17 @@ pub(super) async fn event(
         payload_bytes: u64::try_from(row.try_get::<i32, _>("payload_bytes")?).unwrap_or(0),
     }))
 }
+
+/// Attempt rows of `consumer` with `outcome` ([`crate::Store::count_attempts`]).
+pub(super) async fn count_attempts(
+    pool: &sqlx::PgPool,
+    consumer: &str,
+    outcome: &str,
+) -> Result<u64, DispatchError> {
+    let count: i64 = sqlx::query_scalar(sql::COUNT_ATTEMPTS)
+        .bind(consumer)
+        .bind(outcome)
+        .fetch_one(pool)
+        .await?;
+    Ok(u64::try_from(count).unwrap_or(0))
+}

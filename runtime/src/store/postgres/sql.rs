@@ -1095,6 +1095,10 @@ SELECT count(*) FROM evc_deliveries
 WHERE consumer = $1 AND (cardinality($2::text[]) = 0 OR status = ANY($2::text[]))";
 
 /// Events in the outbox.
+/// Attempt rows of consumer `$1` with outcome `$2`.
+pub(crate) const COUNT_ATTEMPTS: &str =
+    "SELECT count(*) FROM evc_delivery_attempts WHERE consumer = $1 AND outcome = $2";
+
 pub(crate) const COUNT_EVENTS: &str = "SELECT count(*) FROM evc_events";
 
 /// The envelope of event `$1` (never its payload).

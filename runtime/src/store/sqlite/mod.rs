@@ -1010,6 +1010,10 @@ impl Store for SqliteStore {
         SqliteStore::count_deliveries(self, consumer, statuses).await
     }
 
+    async fn count_attempts(&self, consumer: &str, outcome: &str) -> Result<u64, DispatchError> {
+        read::count_attempts(&self.inner.pool, consumer, outcome).await
+    }
+
     async fn count_events(&self) -> Result<u64, DispatchError> {
         SqliteStore::count_events(self).await
     }

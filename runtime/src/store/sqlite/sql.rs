@@ -324,6 +324,10 @@ WHERE consumer = ?1
     AND (json_array_length(?2) = 0 OR status IN (SELECT value FROM json_each(?2)))";
 
 /// Events in the outbox.
+/// Attempt rows of consumer `?1` with outcome `?2`.
+pub(crate) const COUNT_ATTEMPTS: &str =
+    "SELECT count(*) FROM evc_delivery_attempts WHERE consumer = ?1 AND outcome = ?2";
+
 pub(crate) const COUNT_EVENTS: &str = "SELECT count(*) FROM evc_events";
 
 /// The envelope of event `?1` (never its payload).
