@@ -34,10 +34,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "renders the migrations; its tests read the registry and settings upserts it writes",
     ),
     (
-        "runtime/benches/stores.rs",
-        "the benchmark counts the acked attempt rows of both stores, straight from the tables",
-    ),
-    (
         "runtime/benches/outbox.rs",
         "the benchmark checks that every timed delivery was acked, straight from the tables",
     ),
@@ -108,10 +104,6 @@ const ALLOWED: &[(&str, &str)] = &[
     (
         "runtime/tests/retry.rs",
         "moves due times and reads the statuses and attempts retries leave",
-    ),
-    (
-        "runtime/tests/settings.rs",
-        "reads the reject rows the settings' payload policy writes",
     ),
     (
         "runtime/tests/shadow.rs",

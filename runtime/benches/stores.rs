@@ -139,37 +139,11 @@ fn event_number(payload: &serde_json::Value) -> Option<usize> {
     usize::from_str_radix(unit.get(24..)?, 16).ok()
 }
 
-// ---------------------------------------------------------------------------------------------
-// What the figures need of a store beyond `Store`.
-// ---------------------------------------------------------------------------------------------
-
-trait BenchStore: Store {
-    /// `acked` attempt rows.
-    fn acked_attempts(&self) -> impl Future<Output = Result<i64, sqlx::Error>> + Send;
-}
-
-const ACKED_ATTEMPTS: &str = "SELECT count(*) FROM evc_delivery_attempts WHERE outcome = 'acked'";
 const OPEN: &[DeliveryStatus] = &[DeliveryStatus::Pending, DeliveryStatus::Leased];
-
-impl BenchStore for SqliteStore {
-    async fn acked_attempts(&self) -> Result<i64, sqlx::Error> {
-        sqlx::query_scalar(ACKED_ATTEMPTS)
-            .fetch_one(self.pool())
-            .await
-    }
-}
-
-impl BenchStore for PgStore {
-    async fn acked_attempts(&self) -> Result<i64, sqlx::Error> {
-        sqlx::query_scalar(ACKED_ATTEMPTS)
-            .fetch_one(self.pool())
-            .await
-    }
-}
 
 /// Opens a fresh, empty store per figure.
 trait Fresh: Send {
-    type S: BenchStore;
+    type S: Store;
     fn fresh(&mut self, purpose: &str) -> impl Future<Output = BenchResult<Self::S>> + Send;
 }
 
@@ -306,7 +280,7 @@ async fn measure<F: Fresh>(stores: &mut F, name: &str, sizes: Sizes) -> BenchRes
 }
 
 /// One event per transaction: `BEGIN`, `append`, `COMMIT`, `events` times on one task.
-async fn single_append<S: BenchStore>(store: S, events: usize) -> BenchResult<f64> {
+async fn single_append<S: Store>(store: S, events: usize) -> BenchResult<f64> {
     let trace = trace();
     let started = Instant::now();
     for n in 0..events as u64 {
@@ -325,7 +299,7 @@ async fn single_append<S: BenchStore>(store: S, events: usize) -> BenchResult<f6
 }
 
 /// `append_batch` of [`BATCH_SIZE`] events per transaction; building the events is not timed.
-async fn batch_append<S: BenchStore>(store: S, events: usize) -> BenchResult<f64> {
+async fn batch_append<S: Store>(store: S, events: usize) -> BenchResult<f64> {
     let trace = trace();
     let batches: Vec<Vec<NewEvent>> = (0..events as u64)
         .collect::<Vec<_>>()
@@ -353,7 +327,7 @@ async fn batch_append<S: BenchStore>(store: S, events: usize) -> BenchResult<f64
 
 /// `deliveries` appended beforehand (untimed), then one worker loop on one connection: claim a
 /// leased batch, mark each started, ack the batch (fenced, with attempt rows) until none is left.
-async fn claim_ack<S: BenchStore>(store: S, deliveries: usize) -> BenchResult<f64> {
+async fn claim_ack<S: Store>(store: S, deliveries: usize) -> BenchResult<f64> {
     let trace = trace();
     let all: Vec<NewEvent> = (0..deliveries as u64)
         .map(|n| NewEvent::new(event(&trace, n), AppendOptions::default()))
@@ -384,9 +358,9 @@ async fn claim_ack<S: BenchStore>(store: S, deliveries: usize) -> BenchResult<f6
     }
     let rate = acked as f64 / started.elapsed().as_secs_f64();
     drop(connection);
-    let attempts = store.acked_attempts().await?;
+    let attempts = store.count_attempts(CONSUMER, "acked").await?;
     let open = store.count_deliveries(CONSUMER, OPEN).await?;
-    if acked != deliveries || attempts != deliveries as i64 || open != 0 {
+    if acked != deliveries || attempts != deliveries as u64 || open != 0 {
         return Err(format!(
             "claim+ack: {acked} acked, {attempts} acked attempt rows, {open} open, of {deliveries}"
         )
@@ -427,7 +401,7 @@ impl<S: Store> DynHandler<S> for Recorder {
 /// producer appends [`LATENCY_RATE`] events/s for `length`, one per transaction; the latency of
 /// an event is from just before its commit to its handler call. Returns the producer's rate
 /// (events/s) and p50, p99, max in ms.
-async fn latency<S: BenchStore>(store: S, length: Duration) -> BenchResult<(f64, f64, f64, f64)> {
+async fn latency<S: Store>(store: S, length: Duration) -> BenchResult<(f64, f64, f64, f64)> {
     let events = (LATENCY_RATE as f64 * length.as_secs_f64()).round() as usize;
     let times = Arc::new(Mutex::new(Times {
         sent: vec![None; events],

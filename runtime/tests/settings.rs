@@ -16,7 +16,7 @@ use evc_runtime::{
 use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use support::{
-    DISPATCH_REGISTRY, REFERENCE_POLICY, TEST_REGISTRY, TestResult, count, event, note, statuses,
+    DISPATCH_REGISTRY, REFERENCE_POLICY, TEST_REGISTRY, TestResult, event, note, statuses,
     with_database,
 };
 
@@ -139,7 +139,8 @@ async fn required_tenant_scope_refuses_an_append_without_one() -> TestResult {
             require_tenant_scope: true,
             ..TEST_REGISTRY
         };
-        let rejects_before = count(&pool, "evc_validation_rejects").await?;
+        let reader = PgStore::new(pool.clone(), TEST_REGISTRY)?;
+        let rejects_before = reader.rejects(u32::MAX).await?.len();
         let refused = append_with(&pool, registry, note(NOTE_ID), AppendOptions::new()).await?;
         assert!(
             matches!(
@@ -163,12 +164,13 @@ async fn required_tenant_scope_refuses_an_append_without_one() -> TestResult {
             "an empty scope is none: {empty:?}"
         );
         // Recorded like every refusal, with its reason code.
-        let codes: Vec<String> = sqlx::query_scalar(
-            "SELECT reason_code FROM evc_validation_rejects ORDER BY id OFFSET $1",
-        )
-        .bind(rejects_before)
-        .fetch_all(&pool)
-        .await?;
+        let codes: Vec<String> = reader
+            .rejects(u32::MAX)
+            .await?
+            .into_iter()
+            .skip(rejects_before)
+            .map(|reject| reject.reason_code)
+            .collect();
         assert_eq!(codes, ["missing_tenant_scope", "missing_tenant_scope"]);
 
         let with = append_with(
