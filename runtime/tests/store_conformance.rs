@@ -1678,6 +1678,81 @@ mod sqlite_only {
         Ok(())
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_recorded_open_reads_back_the_whole_registry() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let location = dir.path().join("outbox.db").to_string_lossy().into_owned();
+        let store = SqliteStore::open(&location, CONFORMANCE_REGISTRY).await?;
+        super::committed(&store, vec![note(1)]).await?;
+
+        // While the application holds the file, a recorded open is refused as any second one.
+        let held = SqliteStore::recorded(&location).open().await;
+        assert!(
+            matches!(held, Err(SqliteOpenError::Locked { .. })),
+            "{held:?}"
+        );
+        store.close().await;
+
+        let recorded = SqliteStore::recorded(format!("sqlite://{location}"))
+            .open()
+            .await?;
+        assert_eq!(*recorded.registry(), CONFORMANCE_REGISTRY);
+        assert_eq!(recorded.count_events().await?, 1);
+        recorded.verify_registry().await?;
+        recorded.close().await;
+
+        // An accepted change replaces the recorded registry as a whole.
+        let changed = SqliteStore::builder(&location, TEST_REGISTRY)
+            .accept_registry_change()
+            .open()
+            .await?;
+        changed.close().await;
+        let recorded = SqliteStore::recorded(&location).open().await?;
+        assert_eq!(*recorded.registry(), TEST_REGISTRY);
+        recorded.close().await;
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_recorded_open_creates_nothing_and_writes_to_no_foreign_file() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let missing = dir.path().join("missing.db");
+        let opened = SqliteStore::recorded(missing.to_string_lossy())
+            .open()
+            .await;
+        assert!(
+            matches!(&opened, Err(SqliteOpenError::Missing { path }) if *path == missing),
+            "{opened:?}"
+        );
+        assert_eq!(std::fs::read_dir(dir.path())?.count(), 0, "nothing created");
+
+        // A SQLite file of something else: refused before any migration runs.
+        let foreign = dir.path().join("foreign.db");
+        let options = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&foreign)
+            .create_if_missing(true);
+        let mut connection = sqlx::ConnectOptions::connect(&options).await?;
+        sqlx::query("CREATE TABLE notes (id INTEGER PRIMARY KEY)")
+            .execute(&mut connection)
+            .await?;
+        sqlx::Connection::close(connection).await?;
+        let opened = SqliteStore::recorded(foreign.to_string_lossy())
+            .open()
+            .await;
+        assert!(
+            matches!(opened, Err(SqliteOpenError::NotAnOutbox { .. })),
+            "{opened:?}"
+        );
+        let mut connection = sqlx::ConnectOptions::connect(&options).await?;
+        let tables: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table'")
+                .fetch_one(&mut connection)
+                .await?;
+        assert_eq!(tables, 1, "only the file's own table");
+        sqlx::Connection::close(connection).await?;
+        Ok(())
+    }
+
     /// Polled once: whether a permit or a wake-up is there now. The commit hook runs inside
     /// the commit, so by the time `commit`/`rollback` returned it has fired or never will.
     async fn woken(notify: &tokio::sync::Notify) -> bool {

@@ -55,6 +55,18 @@ INSERT INTO evc_registry_state (id, project, digest, recorded_at) VALUES (1, ?1,
 ON CONFLICT (id) DO UPDATE SET project = excluded.project, digest = excluded.digest,
     recorded_at = excluded.recorded_at";
 
+/// The whole registry the file records, as a JSON document (NULL: recorded before the
+/// document was).
+pub(crate) const REGISTRY_DOCUMENT: &str = "SELECT registry FROM evc_registry_state WHERE id = 1";
+
+/// Records the whole registry the file is opened with: `?1` its JSON document.
+pub(crate) const RECORD_REGISTRY_DOCUMENT: &str =
+    "UPDATE evc_registry_state SET registry = ?1 WHERE id = 1";
+
+/// Whether the file has the store's tables (an evc store opened it once).
+pub(crate) const IS_OUTBOX: &str = "\
+SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'evc_registry_state')";
+
 /// Adds the registry the file is opened with to its history: `?1` project, `?2` digest, `?3`
 /// now.
 pub(crate) const RECORD_REGISTRY_HISTORY: &str = "\
