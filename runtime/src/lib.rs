@@ -49,7 +49,7 @@ pub use store::postgres::{
 pub use store::sqlite::{SqliteOpenError, SqlitePublisher, SqliteStore, SqliteStoreBuilder};
 pub use store::{
     AckBatch, AttemptRecord, ClaimRequest, Claimed, Connection, DeliveryRecord, DeliveryStatus,
-    DispatchError, Drift, Heartbeat, Hold, Intent, Lease, Operate, RegistryDrift, RegistryObject,
-    RejectRecord, ShadowLog, Store, StoreError,
+    DispatchError, Drift, Heartbeat, Hold, Intent, Lease, Observe, Operate, RegistryDrift,
+    RegistryObject, RejectRecord, ShadowLog, Store, StoreError,
 };
 pub use trace::{TraceContext, TraceContextError};

@@ -13,7 +13,7 @@ mod conformance;
 
 use std::time::Duration;
 
-use conformance::{BoxError, Conformance, ORDERED, PLAIN, SHADOW, eventually};
+use conformance::{BoxError, Conformance, OFF, ORDERED, PLAIN, SHADOW, eventually};
 use evc_runtime::{
     AckBatch, AppendOptions, AppendReceipt, ClaimRequest, Claimed, Connection, DeliveryStatus,
     DispatchError, FailureClass, Lease, NewEvent, OutgoingEvent, ReplayApproval, ReplayError,
@@ -76,6 +76,8 @@ conformance!(
     applied_replay_writes_a_claimable_next_generation,
     repeated_idempotency_key_answers_the_first_result,
     pause_stops_claims_and_resume_restores_them,
+    status_counts_each_consumers_deliveries_lag_and_state,
+    timeline_lists_the_traces_event_deliveries_and_attempts,
 );
 
 /// A `test.note` whose key is number `key`.
@@ -1590,6 +1592,175 @@ async fn pause_stops_claims_and_resume_restores_them<S: Conformance>(store: S) -
         store.pause("k.nobody").await,
         Err(DispatchError::UnknownConsumer(_))
     ));
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Observation (`Observe`): the status report and a trace's timeline.
+// ---------------------------------------------------------------------------------------------
+
+async fn status_counts_each_consumers_deliveries_lag_and_state<S: Conformance>(
+    store: S,
+) -> TestResult {
+    use evc_runtime::{ConsumerMode, Problem};
+
+    let window = Duration::from_secs(3_600);
+    let receipts = committed(&store, vec![note(1), note(2), note(3)]).await?;
+    let mut claimed = claim(&store, PLAIN, "w1", 10, LEASE, false).await?;
+    claimed.sort_by_key(|c| c.event_seq);
+    let appended: Vec<uuid::Uuid> = receipts.iter().map(|r| r.event_id).collect();
+    assert_eq!(ids(&claimed), appended, "{}", S::NAME);
+    let dead = RetryDecision::Dead;
+    store
+        .fail(&claimed[0].lease, FailureClass::Permanent, "E_BAD", dead)
+        .await?;
+    let quarantine = RetryDecision::Quarantine;
+    store
+        .fail(
+            &claimed[1].lease,
+            FailureClass::Schema,
+            "E_SHAPE",
+            quarantine,
+        )
+        .await?;
+
+    let report = store.status(window).await?;
+    let names: Vec<&str> = report
+        .consumers
+        .iter()
+        .map(|c| c.consumer.as_str())
+        .collect();
+    let registered: Vec<&str> = store.registry().consumers.iter().map(|c| c.name).collect();
+    assert_eq!(names, registered, "{}: every registered consumer", S::NAME);
+    let of = |name: &str| {
+        report
+            .consumers
+            .iter()
+            .find(|c| c.consumer == name)
+            .cloned()
+            .expect("listed")
+    };
+    let plain = of(PLAIN);
+    let counts = (plain.pending, plain.leased, plain.dead, plain.quarantined);
+    assert_eq!(counts, (0, 1, 1, 1), "{}", S::NAME);
+    assert_eq!(plain.oldest_pending, None, "{}", S::NAME);
+    assert!(!plain.paused);
+    assert_eq!(plain.mode, ConsumerMode::Live);
+    let ordered = of(ORDERED);
+    assert_eq!((ordered.pending, ordered.leased), (3, 0), "{}", S::NAME);
+    assert!(ordered.oldest_pending.is_some(), "{}", S::NAME);
+    assert_eq!(of(SHADOW).mode, ConsumerMode::Shadow);
+    let off = of(OFF);
+    assert_eq!((off.pending, off.mode), (0, ConsumerMode::Off));
+    assert!(report.lag.is_empty(), "{}: nothing acked yet", S::NAME);
+    let attempts: Vec<(&str, i64)> = report
+        .attempts
+        .iter()
+        .map(|a| (a.consumer.as_str(), a.latency.samples))
+        .collect();
+    assert_eq!(attempts, [(PLAIN, 2)], "{}", S::NAME);
+    assert!(report.silent_workers.is_empty() && report.workers.is_empty());
+    assert_eq!(report.stale_tokens, 0);
+    let first = Problem::DeadLetters {
+        consumer: PLAIN.to_owned(),
+        dead: 1,
+        quarantined: 1,
+    };
+    assert_eq!(report.problems(window).first(), Some(&first), "{}", S::NAME);
+
+    ack(&store, &claimed[2].lease).await?;
+    store.pause(PLAIN).await?;
+    let report = store.status(window).await?;
+    let lag: Vec<(&str, &str, i64)> = report
+        .lag
+        .iter()
+        .map(|l| {
+            (
+                l.producer_class.as_str(),
+                l.consumer.as_str(),
+                l.latency.samples,
+            )
+        })
+        .collect();
+    assert_eq!(lag, [("notes", PLAIN, 1)], "{}", S::NAME);
+    let latency = &report.lag[0].latency;
+    assert!(latency.p50 <= latency.p95 && latency.p95 <= latency.p99);
+    assert_eq!(report.attempts[0].latency.samples, 3, "{}", S::NAME);
+    let plain = report
+        .consumers
+        .iter()
+        .find(|c| c.consumer == PLAIN)
+        .expect("listed");
+    assert_eq!((plain.leased, plain.paused), (0, true), "{}", S::NAME);
+    let stopped = Problem::Stopped {
+        consumer: PLAIN.to_owned(),
+        paused: true,
+    };
+    assert!(report.problems(window).contains(&stopped), "{}", S::NAME);
+    assert!(report.prometheus().contains("evc_consumer_paused"));
+    Ok(())
+}
+
+async fn timeline_lists_the_traces_event_deliveries_and_attempts<S: Conformance>(
+    store: S,
+) -> TestResult {
+    let receipts = committed(&store, vec![note(1)]).await?;
+    let event_id = receipts[0].event_id;
+    let claimed = claim(&store, PLAIN, "w1", 10, LEASE, false).await?;
+    ack(&store, &claimed[0].lease).await?;
+
+    let timeline = store.timeline(support::TRACE_ID).await?;
+    assert!(timeline.iter().all(|entry| entry.event_id == event_id));
+    let in_order = timeline.windows(2).all(|pair| pair[0].at <= pair[1].at);
+    assert!(in_order, "{}: in time order", S::NAME);
+    let first = &timeline[0];
+    let shown = (
+        first.kind.as_str(),
+        first.consumer.as_deref(),
+        first.detail.as_str(),
+    );
+    assert_eq!(shown, ("event", None, "test.note 1.0.0"), "{}", S::NAME);
+    let mut deliveries: Vec<(&str, &str)> = timeline
+        .iter()
+        .filter(|entry| entry.kind == "delivery")
+        .map(|entry| {
+            (
+                entry.consumer.as_deref().unwrap_or("-"),
+                entry.detail.as_str(),
+            )
+        })
+        .collect();
+    deliveries.sort_unstable();
+    // The acked delivery is gone; its attempt row is its record.
+    let pending = [(ORDERED, "pending"), (SHADOW, "pending")];
+    assert_eq!(deliveries, pending, "{}", S::NAME);
+    let attempts: Vec<(Option<&str>, &str, Option<i32>)> = timeline
+        .iter()
+        .filter(|entry| entry.kind == "attempt")
+        .map(|entry| {
+            (
+                entry.consumer.as_deref(),
+                entry.detail.as_str(),
+                entry.attempt,
+            )
+        })
+        .collect();
+    assert_eq!(attempts, [(Some(PLAIN), "acked", Some(1))], "{}", S::NAME);
+
+    let unknown = store.timeline("0af7651916cd43dd8448eb211c80319c").await?;
+    assert!(unknown.is_empty(), "{}", S::NAME);
+    for bad in [
+        "4BF92F3577B34DA6A3CE929D0E0E4736",
+        "00000000000000000000000000000000",
+        "x",
+    ] {
+        let refused = store.timeline(bad).await;
+        assert!(
+            matches!(refused, Err(DispatchError::TraceId(_))),
+            "{}: {bad}",
+            S::NAME
+        );
+    }
     Ok(())
 }
 

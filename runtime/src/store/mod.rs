@@ -51,11 +51,13 @@ use crate::registry::Registry;
 use crate::retry::{RetryDecision, RetryPolicyError};
 use crate::trace::{TraceContext, TraceContextError};
 
+pub mod observe;
 pub mod ops;
 pub mod parity;
 pub mod postgres;
 pub mod sqlite;
 
+pub use observe::Observe;
 pub use ops::Operate;
 pub use parity::{Drift, RegistryDrift, RegistryObject};
 

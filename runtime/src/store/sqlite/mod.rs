@@ -68,6 +68,7 @@ use crate::store::{
 };
 
 mod dispatch;
+mod observe;
 mod operate;
 mod read;
 mod recorded;
