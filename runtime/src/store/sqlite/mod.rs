@@ -348,24 +348,27 @@ impl Prepared {
     }
 }
 
+/// The store's schema: each migration's version, name and SQL, in order.
+const SCHEMA: [(i64, &str, &str); 3] = [
+    (1, "evc_runtime", MIGRATION_0001),
+    (2, "evc_replays", MIGRATION_0002),
+    (3, "evc_registry_document", MIGRATION_0003),
+];
+
 /// Applies the store's migrations (sqlx's migrator: each once, in order).
 async fn migrate(pool: &SqlitePool, path: &Path) -> Result<(), SqliteOpenError> {
-    let migrations = [
-        (1, "evc_runtime", MIGRATION_0001),
-        (2, "evc_replays", MIGRATION_0002),
-        (3, "evc_registry_document", MIGRATION_0003),
-    ]
-    .into_iter()
-    .map(|(version, name, sql)| {
-        Migration::new(
-            version,
-            name.into(),
-            MigrationType::Simple,
-            sql.into_sql_str(),
-            false,
-        )
-    })
-    .collect();
+    let migrations = SCHEMA
+        .into_iter()
+        .map(|(version, name, sql)| {
+            Migration::new(
+                version,
+                name.into(),
+                MigrationType::Simple,
+                sql.into_sql_str(),
+                false,
+            )
+        })
+        .collect();
     Migrator::with_migrations(migrations)
         .run(pool)
         .await
@@ -465,6 +468,49 @@ impl SqliteStore {
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
             accept_registry_change: false,
         }
+    }
+
+    /// Creates the outbox file at `location` if missing and applies the store's schema (the
+    /// migrations every open applies), holding the file's lock meanwhile; records no registry
+    /// (the application's first open does). `evc migrate` on a `sqlite:` URL runs it.
+    /// Returns the version and name of each migration this call applied, in order (empty: the
+    /// file was up to date).
+    ///
+    /// # Errors
+    /// [`SqliteOpenError::Locked`] while a store holds the file; [`SqliteOpenError::InMemory`],
+    /// [`SqliteOpenError::Location`], [`SqliteOpenError::LockFile`],
+    /// [`SqliteOpenError::Migrate`] or the database's.
+    pub async fn apply_schema(
+        location: impl AsRef<str>,
+    ) -> Result<Vec<(i64, &'static str)>, SqliteOpenError> {
+        let (options, path) = connect_options(location.as_ref())?;
+        let _lock = lock_file(&path)?;
+        let options = options
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await?;
+        let migrated_before: bool = sqlx::query_scalar(sql::HAS_MIGRATIONS)
+            .fetch_one(&pool)
+            .await?;
+        let before: Vec<i64> = if migrated_before {
+            sqlx::query_scalar(sql::APPLIED_MIGRATIONS)
+                .fetch_all(&pool)
+                .await?
+        } else {
+            Vec::new()
+        };
+        let migrated = migrate(&pool, &path).await;
+        pool.close().await;
+        migrated?;
+        Ok(SCHEMA
+            .into_iter()
+            .filter(|(version, _, _)| !before.contains(version))
+            .map(|(version, name, _)| (version, name))
+            .collect())
     }
 
     /// Closes the pool and gives the file's lock back once every clone of the store is gone

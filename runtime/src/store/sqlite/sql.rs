@@ -63,6 +63,13 @@ pub(crate) const REGISTRY_DOCUMENT: &str = "SELECT registry FROM evc_registry_st
 pub(crate) const RECORD_REGISTRY_DOCUMENT: &str =
     "UPDATE evc_registry_state SET registry = ?1 WHERE id = 1";
 
+/// Whether sqlx's migrator ever ran on the file (its table exists).
+pub(crate) const HAS_MIGRATIONS: &str = "\
+SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations')";
+
+/// The versions sqlx's migrator recorded.
+pub(crate) const APPLIED_MIGRATIONS: &str = "SELECT version FROM _sqlx_migrations";
+
 /// Whether the file has the store's tables (an evc store opened it once).
 pub(crate) const IS_OUTBOX: &str = "\
 SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'evc_registry_state')";
