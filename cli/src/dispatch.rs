@@ -1,7 +1,8 @@
 //! `evc dispatch`: runs dispatcher workers for the consumers a configuration file names, each
 //! delivery handed to a command (the payload on standard input, the delivery in environment
 //! variables; the exit status is the outcome). It needs no build of the application: the
-//! registry comes from the database's mirror (`evc_runtime::deployed_registry`), so consumers
+//! registry comes from the database's mirror (`evc_runtime::deployed_registry`), or from the
+//! one a SQLite outbox file records (`evc_runtime::SqliteStore::recorded`), so consumers
 //! written in any language can be driven by the runtime's fenced leases, retries, dead-letter
 //! and audit. docs/cli.md ("evc dispatch") describes the file and the exit statuses.
 
@@ -13,11 +14,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use evc_runtime::{BoxFuture, DispatchStats, DynHandler, HandlerContext};
-use evc_runtime::{Dispatcher, DispatcherConfig, FailureClass, HandlerError, PgStore};
+use evc_runtime::{
+    DeliveryStatus, Dispatcher, DispatcherConfig, FailureClass, HandlerError, PgStore, SqliteStore,
+    Store,
+};
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
 
-use crate::operate::Database;
+use crate::operate::{Database, Outbox};
 use evc_codegen::printable::escape;
 
 /// The exit status of a handler command that asks for a retry (`EX_TEMPFAIL`).
@@ -273,10 +277,10 @@ struct CommandHandler {
     timeout: Option<Duration>,
 }
 
-impl DynHandler for CommandHandler {
+impl<S: Store> DynHandler<S> for CommandHandler {
     fn handle<'a>(
         &'a self,
-        context: HandlerContext<'a>,
+        context: HandlerContext<'a, S>,
     ) -> BoxFuture<'a, Result<(), HandlerError>> {
         Box::pin(async move {
             let delivery = context.delivery();
@@ -340,34 +344,71 @@ pub(crate) fn dispatch(
         ));
     }
     let progress_every = crate::operate::duration(progress_every, "--progress")?;
-    let options = database.options()?;
+    // Per worker: the connection it keeps while busy, one for lease renewals and one for
+    // failures and reconciliations (docs/runtime.md, "Dispatch"); the rest for the
+    // dispatcher's doorbells, recovery and heartbeats. The caps on consumers' workers keep
+    // the sum small.
+    let connections: usize = checked.iter().map(|(_, _, s)| s.workers * 3).sum::<usize>() + 4;
+    let connections = u32::try_from(connections).unwrap_or(u32::MAX);
+    let outbox = database.outbox()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let run = Run {
+        owner: config.owner,
+        checked,
+        exit_when_idle,
+        progress_every,
+    };
     runtime.block_on(async move {
-        // Per worker: the connection it keeps while busy, one for lease renewals and one for
-        // failures and reconciliations (docs/runtime.md, "Dispatch"); the rest for the
-        // dispatcher's doorbells, recovery and heartbeats. The caps on consumers' workers keep
-        // the sum small.
-        let connections: usize = checked.iter().map(|(_, _, s)| s.workers * 3).sum::<usize>() + 4;
-        let pool =
-            crate::operate::pool(&options, u32::try_from(connections).unwrap_or(u32::MAX)).await?;
-        let registry = evc_runtime::deployed_registry(&pool)
-            .await
-            .context("cannot read the deployed registry (are the evc migrations applied?)")?;
-        // A dispatch-only store: nothing here appends.
-        let store =
-            PgStore::new(pool.clone(), registry).context("the deployed registry does not load")?;
-        store
-            .verify_registry()
-            .await
-            .context("the database's registry does not match its mirror")?;
+        match outbox {
+            Outbox::Postgres(options) => {
+                let pool = crate::operate::pool(&options, connections).await?;
+                let registry = evc_runtime::deployed_registry(&pool).await.context(
+                    "cannot read the deployed registry (are the evc migrations applied?)",
+                )?;
+                // A dispatch-only store: nothing here appends.
+                let store = PgStore::new(pool.clone(), registry)
+                    .context("the deployed registry does not load")?;
+                store
+                    .verify_registry()
+                    .await
+                    .context("the database's registry does not match its mirror")?;
+                let result = run.workers(store).await;
+                pool.close().await;
+                result
+            }
+            Outbox::Sqlite(location) => {
+                // The registry the file records; the store holds the file while it runs.
+                let store = crate::operate::open_sqlite(&location, connections).await?;
+                let result = run.workers(store.clone()).await;
+                store.close().await;
+                result
+            }
+        }
+    })
+}
 
-        let owner = config
-            .owner
-            .clone()
-            .unwrap_or_else(|| format!("evc-dispatch-{}", std::process::id()));
+/// What `evc dispatch` runs, whichever store it runs on.
+struct Run {
+    owner: Option<String>,
+    checked: Vec<(String, Vec<String>, Checked)>,
+    exit_when_idle: bool,
+    progress_every: Duration,
+}
+
+impl Run {
+    /// Runs the workers on `store` until Ctrl-C (or idle, with `--exit-when-idle`), then prints
+    /// the totals.
+    async fn workers<S: Store + Idle + Clone>(self, store: S) -> anyhow::Result<ExitCode> {
+        let Self {
+            owner,
+            checked,
+            exit_when_idle,
+            progress_every,
+        } = self;
+        let owner = owner.unwrap_or_else(|| format!("evc-dispatch-{}", std::process::id()));
         let mut handles = Vec::new();
         for (name, command, s) in checked {
             // The contracts' settings as the database's settings row holds them, under the
@@ -428,7 +469,7 @@ pub(crate) fn dispatch(
                 let totals = sum(handles.iter().map(|(_, h)| h.stats()));
                 eprintln!("{}", progress_line(&totals, started.elapsed()));
             }
-            if exit_when_idle && idle(&store, &names).await? {
+            if exit_when_idle && store.open_count(&names).await? == 0 {
                 break;
             }
         }
@@ -438,18 +479,35 @@ pub(crate) fn dispatch(
         }
         let totals = sum(totals.into_iter());
         println!("{}", progress_line(&totals, started.elapsed()));
-        pool.close().await;
         Ok(ExitCode::SUCCESS)
-    })
+    }
 }
 
-/// Whether none of `consumers`' deliveries is pending (due or not) or leased.
-async fn idle(store: &PgStore, consumers: &[String]) -> anyhow::Result<bool> {
-    let open = store
-        .open_deliveries(consumers)
-        .await
-        .context("cannot count open deliveries")?;
-    Ok(open == 0)
+/// How many deliveries of some consumers are open (pending, due or not, or leased): zero is
+/// idle.
+trait Idle {
+    async fn open_count(&self, consumers: &[String]) -> anyhow::Result<u64>;
+}
+
+impl Idle for PgStore {
+    async fn open_count(&self, consumers: &[String]) -> anyhow::Result<u64> {
+        self.open_deliveries(consumers)
+            .await
+            .context("cannot count open deliveries")
+    }
+}
+
+impl Idle for SqliteStore {
+    async fn open_count(&self, consumers: &[String]) -> anyhow::Result<u64> {
+        let mut open = 0;
+        for consumer in consumers {
+            open += self
+                .count_deliveries(consumer, &[DeliveryStatus::Pending, DeliveryStatus::Leased])
+                .await
+                .context("cannot count open deliveries")?;
+        }
+        Ok(open)
+    }
 }
 
 fn sum(stats: impl Iterator<Item = DispatchStats>) -> DispatchStats {

@@ -8,6 +8,10 @@
 //! nothing pending. Before applying anything the directory is compared with the recorded rows;
 //! a migration changed since it was applied, a failed one, a missing file or a new file
 //! numbered below the applied ones stops the run with nothing applied.
+//!
+//! On a `sqlite:` URL it creates the outbox file if missing and applies the SQLite store's own
+//! schema (the migrations every open of the store applies); the directory's migrations are
+//! PostgreSQL's and are not read (docs/cli.md, "SQLite outboxes").
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -18,7 +22,7 @@ use sqlx::Connection;
 use sqlx::migrate::{Migrate, Migration, Migrator};
 use sqlx::postgres::PgConnection;
 
-use crate::operate::Database;
+use crate::operate::{Database, Outbox};
 use evc_codegen::printable::escape;
 
 /// sqlx's table of applied migrations.
@@ -33,7 +37,10 @@ pub(crate) fn migrate(
     status_only: bool,
     database: &Database,
 ) -> anyhow::Result<ExitCode> {
-    let options = database.options()?;
+    let options = match database.outbox()? {
+        Outbox::Postgres(options) => options,
+        Outbox::Sqlite(location) => return sqlite(&location, status_only),
+    };
     crate::operate::async_runtime()?.block_on(async move {
         let migrator = Migrator::new(dir)
             .await
@@ -132,6 +139,28 @@ pub(crate) fn migrate(
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// `evc migrate` on a SQLite outbox file.
+fn sqlite(location: &str, status_only: bool) -> anyhow::Result<ExitCode> {
+    if status_only {
+        return Err(crate::operate::not_on_sqlite("evc migrate --status"));
+    }
+    let applied = crate::operate::async_runtime()?
+        .block_on(evc_runtime::SqliteStore::apply_schema(location))
+        .context("cannot apply the SQLite store's schema to the outbox file")?;
+    for (version, name) in &applied {
+        println!("applied {version:04} {name}");
+    }
+    if applied.is_empty() {
+        println!("up to date");
+    } else {
+        println!(
+            "applied {} of the SQLite store's schema",
+            crate::count(applied.len(), "migration")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn need(n: usize) -> &'static str {

@@ -1,6 +1,8 @@
 //! `evc status`, `evc timeline` and `evc consumer`: the operator commands, a thin shell over
-//! `evc_runtime::Console` (the consumers deployed in the database, from its registry mirror).
-//! Also what every database command shares: the URL, the first connection, the console.
+//! `evc_runtime::Console` on PostgreSQL (the consumers deployed in the database, from its
+//! registry mirror) and over `evc_runtime::SqliteStore` on SQLite (the registry the outbox file
+//! records). Also what every database command shares: the URL and its scheme, the first
+//! connection, the [`Operator`].
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -9,7 +11,11 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
 use clap::{Args, Subcommand, ValueEnum};
-use evc_runtime::{Console, ConsumerMode, ConsumerState, Percentiles, StatusReport, TimelineEntry};
+use evc_runtime::{
+    Console, ConsumerMode, ConsumerState, DispatchError, Observe, Operate, Percentiles,
+    ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, SettledDelivery,
+    SqliteOpenError, SqliteStore, StatusReport, TimelineEntry,
+};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection};
 
@@ -29,7 +35,8 @@ const MAX_WINDOW: Duration = Duration::from_secs(3_650 * 86_400);
 /// Where the outbox lives.
 #[derive(Args)]
 pub(crate) struct Database {
-    /// PostgreSQL URL of the outbox (default: `$DATABASE_URL`).
+    /// The outbox: a PostgreSQL URL, or `sqlite:PATH` for an outbox file (default:
+    /// `$DATABASE_URL`).
     #[arg(long, value_name = "URL", global = true)]
     database_url: Option<String>,
 }
@@ -44,16 +51,175 @@ impl Database {
         }
     }
 
-    /// The connection settings the URL names. Errors never repeat the URL: it may hold a
-    /// password.
-    pub(crate) fn options(&self) -> anyhow::Result<PgConnectOptions> {
+    /// The outbox the URL names, by its scheme: the one place the commands tell the stores
+    /// apart. Errors never repeat the URL: it may hold a password.
+    pub(crate) fn outbox(&self) -> anyhow::Result<Outbox> {
         let url = self.url()?;
+        if url.starts_with("sqlite:") {
+            return Ok(Outbox::Sqlite(url));
+        }
         let scheme = url.split_once("://").map(|(scheme, _)| scheme);
         if !matches!(scheme, Some("postgres" | "postgresql")) {
-            bail!("the database URL must start with postgres:// or postgresql://");
+            bail!("the database URL must start with postgres://, postgresql:// or sqlite:");
         }
         PgConnectOptions::from_str(&url)
+            .map(|options| Outbox::Postgres(Box::new(options)))
             .map_err(|error| anyhow!("the database URL is not valid: {}", cause(&error)))
+    }
+}
+
+/// The outbox a database URL names.
+pub(crate) enum Outbox {
+    /// A PostgreSQL database, by its connection settings.
+    Postgres(Box<PgConnectOptions>),
+    /// A SQLite outbox file, by its `sqlite:` URL (no password in it).
+    Sqlite(String),
+}
+
+/// Opens the SQLite outbox at `location` on the registry it records, with up to
+/// `max_connections`: never creates a file (docs/cli.md, "SQLite outboxes").
+pub(crate) async fn open_sqlite(
+    location: &str,
+    max_connections: u32,
+) -> anyhow::Result<SqliteStore> {
+    SqliteStore::recorded(location)
+        .max_connections(max_connections)
+        .open()
+        .await
+        .map_err(|error| match error {
+            SqliteOpenError::Locked { .. } => anyhow!(error).context(
+                "cannot open the outbox file: a SQLite outbox has one store at a time; stop the \
+                 application (or the other evc command) that holds it",
+            ),
+            SqliteOpenError::NotAnOutbox { .. } | SqliteOpenError::Missing { .. } => anyhow!(error)
+                .context(
+                    "cannot open the outbox file (evc migrate creates one; the application's \
+                     first open records its registry)",
+                ),
+            error => anyhow!(error).context("cannot open the outbox file"),
+        })
+}
+
+/// What a command refuses on a SQLite outbox, naming the command.
+pub(crate) fn not_on_sqlite(what: &str) -> anyhow::Error {
+    anyhow!(
+        "{what} is not available on a SQLite outbox: the SQLite store does not offer it \
+         (docs/runtime.md, \"SQLite store\")"
+    )
+}
+
+/// The operator commands over either store: the console of a PostgreSQL database, or a
+/// SQLite store opened on the registry its file records.
+pub(crate) enum Operator {
+    /// A PostgreSQL database.
+    Postgres(Console),
+    /// A SQLite outbox file.
+    Sqlite(SqliteStore),
+}
+
+impl Operator {
+    /// The consumers commands may name, by name.
+    pub(crate) fn consumers(&self) -> Vec<String> {
+        match self {
+            Self::Postgres(console) => console.consumers().iter().map(|c| c.name.clone()).collect(),
+            Self::Sqlite(store) => store
+                .registry()
+                .consumers
+                .iter()
+                .map(|c| c.name.to_owned())
+                .collect(),
+        }
+    }
+
+    /// The PostgreSQL console, for what only it offers (`what` names the command).
+    pub(crate) fn console(&self, what: &str) -> anyhow::Result<&Console> {
+        match self {
+            Self::Postgres(console) => Ok(console),
+            Self::Sqlite(_) => Err(not_on_sqlite(what)),
+        }
+    }
+
+    pub(crate) async fn status(&self, window: Duration) -> Result<StatusReport, DispatchError> {
+        match self {
+            Self::Postgres(console) => console.status(window).await,
+            Self::Sqlite(store) => store.status(window).await,
+        }
+    }
+
+    pub(crate) async fn timeline(
+        &self,
+        trace_id: &str,
+    ) -> Result<Vec<TimelineEntry>, DispatchError> {
+        match self {
+            Self::Postgres(console) => console.timeline(trace_id).await,
+            Self::Sqlite(store) => store.timeline(trace_id).await,
+        }
+    }
+
+    pub(crate) async fn consumer_state(
+        &self,
+        consumer: &str,
+    ) -> Result<ConsumerState, DispatchError> {
+        match self {
+            Self::Postgres(console) => console.consumer_state(consumer).await,
+            Self::Sqlite(store) => store.consumer_state(consumer).await,
+        }
+    }
+
+    pub(crate) async fn pause(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
+        match self {
+            Self::Postgres(console) => console.pause(consumer).await,
+            Self::Sqlite(store) => store.pause(consumer).await,
+        }
+    }
+
+    pub(crate) async fn resume(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
+        match self {
+            Self::Postgres(console) => console.resume(consumer).await,
+            Self::Sqlite(store) => store.resume(consumer).await,
+        }
+    }
+
+    pub(crate) async fn set_mode(
+        &self,
+        consumer: &str,
+        mode: ConsumerMode,
+    ) -> Result<ConsumerState, DispatchError> {
+        match self {
+            Self::Postgres(console) => console.set_mode(consumer, mode).await,
+            Self::Sqlite(store) => store.set_mode(consumer, mode).await,
+        }
+    }
+
+    pub(crate) async fn dead_letters(
+        &self,
+        selection: &ReplaySelection,
+    ) -> Result<Vec<SettledDelivery>, DispatchError> {
+        match self {
+            Self::Postgres(console) => console.dead_letters(selection).await,
+            Self::Sqlite(store) => store.dead_letters(selection).await,
+        }
+    }
+
+    pub(crate) async fn replay_plan(
+        &self,
+        selection: &ReplaySelection,
+    ) -> Result<ReplayPlan, ReplayError> {
+        match self {
+            Self::Postgres(console) => console.replay_plan(selection).await,
+            Self::Sqlite(store) => store.replay_plan(selection).await,
+        }
+    }
+
+    pub(crate) async fn replay(
+        &self,
+        selection: &ReplaySelection,
+        approval: &ReplayApproval,
+    ) -> Result<ReplayApplied, ReplayError> {
+        match self {
+            Self::Postgres(console) => console.replay(selection, approval).await,
+            Self::Sqlite(store) => store.replay(selection, approval).await,
+        }
     }
 }
 
@@ -193,29 +359,42 @@ pub(crate) fn async_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// Runs `work` with a console on the database of `database`.
-pub(crate) fn with_console<T>(
+/// Runs `work` with an operator on the outbox of `database`.
+pub(crate) fn with_operator<T>(
     database: &Database,
-    work: impl AsyncFnOnce(&Console) -> anyhow::Result<T>,
+    work: impl AsyncFnOnce(&Operator) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    console_run(database, false, work)
+    operator_run(database, false, work)
 }
 
-/// Runs `work` with a console that emits the lifecycle events of replays and discards through
-/// a store on the deployed registry and its settings (docs/runtime.md, "Lifecycle events").
-pub(crate) fn with_lifecycle_console<T>(
+/// Runs `work` with an operator whose PostgreSQL console emits the lifecycle events of replays
+/// and discards through a store on the deployed registry and its settings (docs/runtime.md,
+/// "Lifecycle events"); the SQLite store emits none.
+pub(crate) fn with_lifecycle_operator<T>(
     database: &Database,
-    work: impl AsyncFnOnce(&Console) -> anyhow::Result<T>,
+    work: impl AsyncFnOnce(&Operator) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    console_run(database, true, work)
+    operator_run(database, true, work)
 }
 
-fn console_run<T>(
+fn operator_run<T>(
     database: &Database,
     lifecycle: bool,
-    work: impl AsyncFnOnce(&Console) -> anyhow::Result<T>,
+    work: impl AsyncFnOnce(&Operator) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    let options = database.options()?;
+    let options = match database.outbox()? {
+        Outbox::Postgres(options) => options,
+        Outbox::Sqlite(location) => {
+            return async_runtime()?.block_on(async move {
+                let store = open_sqlite(&location, 2).await?;
+                let operator = Operator::Sqlite(store.clone());
+                let result = work(&operator).await;
+                drop(operator);
+                store.close().await;
+                result
+            });
+        }
+    };
     async_runtime()?.block_on(async move {
         let pool = pool(&options, 2).await?;
         let mut console = Console::connect(pool.clone())
@@ -229,7 +408,7 @@ fn console_run<T>(
                 .context("the deployed registry does not load")?;
             console = console.with_lifecycle(store);
         }
-        let result = work(&console).await;
+        let result = work(&Operator::Postgres(console)).await;
         pool.close().await;
         result
     })
@@ -246,8 +425,8 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let lag_limit = duration(&args.lag_limit, "--lag-limit")?;
-    let report = with_console(&args.database, async |console| {
-        Ok(console.status(window).await?)
+    let report = with_operator(&args.database, async |operator| {
+        Ok(operator.status(window).await?)
     })?;
     let problems = report.problems(lag_limit);
     let text = match args.format {
@@ -428,8 +607,8 @@ pub(crate) fn timeline(argument: &str, database: &Database) -> anyhow::Result<Ex
     if argument.bytes().any(|b| b.is_ascii_uppercase()) {
         eprintln!("evc: note: trace ids are lower-case hex; showing trace {trace_id}");
     }
-    let entries = with_console(database, async |console| {
-        Ok(console.timeline(&trace_id).await?)
+    let entries = with_operator(database, async |operator| {
+        Ok(operator.timeline(&trace_id).await?)
     })?;
     if entries.is_empty() {
         println!("nothing recorded for trace {trace_id}");
@@ -477,22 +656,18 @@ fn timeline_text(entries: &[TimelineEntry]) -> String {
 
 /// `evc consumer pause | resume | mode | show`.
 pub(crate) fn consumer(action: &ConsumerAction, database: &Database) -> anyhow::Result<ExitCode> {
-    let state = with_console(database, async |console| {
+    let state = with_operator(database, async |operator| {
         let state = match action {
-            ConsumerAction::Pause { consumer } => console.pause(consumer).await,
-            ConsumerAction::Resume { consumer } => console.resume(consumer).await,
+            ConsumerAction::Pause { consumer } => operator.pause(consumer).await,
+            ConsumerAction::Resume { consumer } => operator.resume(consumer).await,
             ConsumerAction::Mode { consumer, mode } => {
-                console.set_mode(consumer, (*mode).into()).await
+                operator.set_mode(consumer, (*mode).into()).await
             }
-            ConsumerAction::Show { consumer } => console.consumer_state(consumer).await,
+            ConsumerAction::Show { consumer } => operator.consumer_state(consumer).await,
         };
         match state {
-            Err(evc_runtime::DispatchError::UnknownConsumer(name)) => {
-                let deployed: Vec<&str> = console
-                    .consumers()
-                    .iter()
-                    .map(|c| c.name.as_str())
-                    .collect();
+            Err(DispatchError::UnknownConsumer(name)) => {
+                let deployed = operator.consumers();
                 Err(anyhow!(
                     "consumer {} is not deployed in this database (deployed: {})",
                     escape(&name),

@@ -1,6 +1,7 @@
 //! `evc dlq list`, `evc dlq discard` and `evc replay`: dead letters, their discard and their
-//! replay, a thin shell over `evc_runtime::Console` (docs/cli.md, "evc dlq list",
-//! "evc dlq discard" and "evc replay").
+//! replay, a thin shell over the [`crate::operate::Operator`] of either store (discard: only
+//! PostgreSQL's `evc_runtime::Console`; docs/cli.md, "evc dlq list", "evc dlq discard" and
+//! "evc replay").
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -13,7 +14,7 @@ use evc_runtime::{
 };
 use uuid::Uuid;
 
-use crate::operate::{Database, with_console, with_lifecycle_console};
+use crate::operate::{Database, with_lifecycle_operator, with_operator};
 use evc_codegen::printable::escape;
 
 /// The largest `--limit`: a plan is held in memory and printed whole. 0 is refused too, since
@@ -140,8 +141,8 @@ pub(crate) fn dlq(action: &DlqAction, database: &Database) -> anyhow::Result<Exi
         DlqAction::Discard { selection, plan } => return discard(selection, plan, database),
     };
     let runtime = selection.to_runtime();
-    let listed = with_console(database, async |console| {
-        console.dead_letters(&runtime).await.map_err(unknown)
+    let listed = with_operator(database, async |operator| {
+        operator.dead_letters(&runtime).await.map_err(unknown)
     })?;
     if listed.is_empty() {
         println!(
@@ -210,15 +211,15 @@ fn deliveries_text(deliveries: &[SettledDelivery]) -> String {
 pub(crate) fn replay(args: &ReplayArgs, database: &Database) -> anyhow::Result<ExitCode> {
     let selection = args.selection.to_runtime();
     if args.plan.dry_run {
-        let plan = with_console(database, async |console| {
-            console.replay_plan(&selection).await.map_err(refused)
+        let plan = with_operator(database, async |operator| {
+            operator.replay_plan(&selection).await.map_err(refused)
         })?;
         print!("{}", plan_text(&plan));
         return Ok(ExitCode::SUCCESS);
     }
     let approval = args.plan.approval();
-    let applied = with_lifecycle_console(database, async |console| {
-        match console.replay(&selection, &approval).await {
+    let applied = with_lifecycle_operator(database, async |operator| {
+        match operator.replay(&selection, &approval).await {
             Err(ReplayError::Database(error)) => Err(error.into()),
             Err(error @ ReplayError::UnknownConsumer(_)) => Err(refused(error)),
             Err(refusal) => Err(anyhow!("replay refused, nothing written: {refusal}")),
@@ -310,14 +311,16 @@ fn discard(
 ) -> anyhow::Result<ExitCode> {
     let runtime = selection.to_runtime();
     if args.dry_run {
-        let plan = with_console(database, async |console| {
+        let plan = with_operator(database, async |operator| {
+            let console = operator.console("evc dlq discard")?;
             console.discard_plan(&runtime).await.map_err(refused)
         })?;
         print!("{}", discard_plan_text(&plan));
         return Ok(ExitCode::SUCCESS);
     }
     let approval = args.approval();
-    let applied = with_lifecycle_console(database, async |console| {
+    let applied = with_lifecycle_operator(database, async |operator| {
+        let console = operator.console("evc dlq discard")?;
         match console.discard(&runtime, &approval).await {
             Err(ReplayError::Database(error)) => Err(error.into()),
             Err(error @ ReplayError::UnknownConsumer(_)) => Err(refused(error)),

@@ -13,7 +13,7 @@ mod conformance;
 
 use std::time::Duration;
 
-use conformance::{BoxError, Conformance, ORDERED, PLAIN, SHADOW, eventually};
+use conformance::{BoxError, Conformance, OFF, ORDERED, PLAIN, SHADOW, eventually};
 use evc_runtime::{
     AckBatch, AppendOptions, AppendReceipt, ClaimRequest, Claimed, Connection, DeliveryStatus,
     DispatchError, FailureClass, Lease, NewEvent, OutgoingEvent, ReplayApproval, ReplayError,
@@ -77,6 +77,8 @@ conformance!(
     applied_replay_writes_a_claimable_next_generation,
     repeated_idempotency_key_answers_the_first_result,
     pause_stops_claims_and_resume_restores_them,
+    status_counts_each_consumers_deliveries_lag_and_state,
+    timeline_lists_the_traces_event_deliveries_and_attempts,
 );
 
 /// A `test.note` whose key is number `key`.
@@ -1688,6 +1690,175 @@ async fn pause_stops_claims_and_resume_restores_them<S: Conformance>(store: S) -
 }
 
 // ---------------------------------------------------------------------------------------------
+// Observation (`Observe`): the status report and a trace's timeline.
+// ---------------------------------------------------------------------------------------------
+
+async fn status_counts_each_consumers_deliveries_lag_and_state<S: Conformance>(
+    store: S,
+) -> TestResult {
+    use evc_runtime::{ConsumerMode, Problem};
+
+    let window = Duration::from_secs(3_600);
+    let receipts = committed(&store, vec![note(1), note(2), note(3)]).await?;
+    let mut claimed = claim(&store, PLAIN, "w1", 10, LEASE, false).await?;
+    claimed.sort_by_key(|c| c.event_seq);
+    let appended: Vec<uuid::Uuid> = receipts.iter().map(|r| r.event_id).collect();
+    assert_eq!(ids(&claimed), appended, "{}", S::NAME);
+    let dead = RetryDecision::Dead;
+    store
+        .fail(&claimed[0].lease, FailureClass::Permanent, "E_BAD", dead)
+        .await?;
+    let quarantine = RetryDecision::Quarantine;
+    store
+        .fail(
+            &claimed[1].lease,
+            FailureClass::Schema,
+            "E_SHAPE",
+            quarantine,
+        )
+        .await?;
+
+    let report = store.status(window).await?;
+    let names: Vec<&str> = report
+        .consumers
+        .iter()
+        .map(|c| c.consumer.as_str())
+        .collect();
+    let registered: Vec<&str> = store.registry().consumers.iter().map(|c| c.name).collect();
+    assert_eq!(names, registered, "{}: every registered consumer", S::NAME);
+    let of = |name: &str| {
+        report
+            .consumers
+            .iter()
+            .find(|c| c.consumer == name)
+            .cloned()
+            .expect("listed")
+    };
+    let plain = of(PLAIN);
+    let counts = (plain.pending, plain.leased, plain.dead, plain.quarantined);
+    assert_eq!(counts, (0, 1, 1, 1), "{}", S::NAME);
+    assert_eq!(plain.oldest_pending, None, "{}", S::NAME);
+    assert!(!plain.paused);
+    assert_eq!(plain.mode, ConsumerMode::Live);
+    let ordered = of(ORDERED);
+    assert_eq!((ordered.pending, ordered.leased), (3, 0), "{}", S::NAME);
+    assert!(ordered.oldest_pending.is_some(), "{}", S::NAME);
+    assert_eq!(of(SHADOW).mode, ConsumerMode::Shadow);
+    let off = of(OFF);
+    assert_eq!((off.pending, off.mode), (0, ConsumerMode::Off));
+    assert!(report.lag.is_empty(), "{}: nothing acked yet", S::NAME);
+    let attempts: Vec<(&str, i64)> = report
+        .attempts
+        .iter()
+        .map(|a| (a.consumer.as_str(), a.latency.samples))
+        .collect();
+    assert_eq!(attempts, [(PLAIN, 2)], "{}", S::NAME);
+    assert!(report.silent_workers.is_empty() && report.workers.is_empty());
+    assert_eq!(report.stale_tokens, 0);
+    let first = Problem::DeadLetters {
+        consumer: PLAIN.to_owned(),
+        dead: 1,
+        quarantined: 1,
+    };
+    assert_eq!(report.problems(window).first(), Some(&first), "{}", S::NAME);
+
+    ack(&store, &claimed[2].lease).await?;
+    store.pause(PLAIN).await?;
+    let report = store.status(window).await?;
+    let lag: Vec<(&str, &str, i64)> = report
+        .lag
+        .iter()
+        .map(|l| {
+            (
+                l.producer_class.as_str(),
+                l.consumer.as_str(),
+                l.latency.samples,
+            )
+        })
+        .collect();
+    assert_eq!(lag, [("notes", PLAIN, 1)], "{}", S::NAME);
+    let latency = &report.lag[0].latency;
+    assert!(latency.p50 <= latency.p95 && latency.p95 <= latency.p99);
+    assert_eq!(report.attempts[0].latency.samples, 3, "{}", S::NAME);
+    let plain = report
+        .consumers
+        .iter()
+        .find(|c| c.consumer == PLAIN)
+        .expect("listed");
+    assert_eq!((plain.leased, plain.paused), (0, true), "{}", S::NAME);
+    let stopped = Problem::Stopped {
+        consumer: PLAIN.to_owned(),
+        paused: true,
+    };
+    assert!(report.problems(window).contains(&stopped), "{}", S::NAME);
+    assert!(report.prometheus().contains("evc_consumer_paused"));
+    Ok(())
+}
+
+async fn timeline_lists_the_traces_event_deliveries_and_attempts<S: Conformance>(
+    store: S,
+) -> TestResult {
+    let receipts = committed(&store, vec![note(1)]).await?;
+    let event_id = receipts[0].event_id;
+    let claimed = claim(&store, PLAIN, "w1", 10, LEASE, false).await?;
+    ack(&store, &claimed[0].lease).await?;
+
+    let timeline = store.timeline(support::TRACE_ID).await?;
+    assert!(timeline.iter().all(|entry| entry.event_id == event_id));
+    let in_order = timeline.windows(2).all(|pair| pair[0].at <= pair[1].at);
+    assert!(in_order, "{}: in time order", S::NAME);
+    let first = &timeline[0];
+    let shown = (
+        first.kind.as_str(),
+        first.consumer.as_deref(),
+        first.detail.as_str(),
+    );
+    assert_eq!(shown, ("event", None, "test.note 1.0.0"), "{}", S::NAME);
+    let mut deliveries: Vec<(&str, &str)> = timeline
+        .iter()
+        .filter(|entry| entry.kind == "delivery")
+        .map(|entry| {
+            (
+                entry.consumer.as_deref().unwrap_or("-"),
+                entry.detail.as_str(),
+            )
+        })
+        .collect();
+    deliveries.sort_unstable();
+    // The acked delivery is gone; its attempt row is its record.
+    let pending = [(ORDERED, "pending"), (SHADOW, "pending")];
+    assert_eq!(deliveries, pending, "{}", S::NAME);
+    let attempts: Vec<(Option<&str>, &str, Option<i32>)> = timeline
+        .iter()
+        .filter(|entry| entry.kind == "attempt")
+        .map(|entry| {
+            (
+                entry.consumer.as_deref(),
+                entry.detail.as_str(),
+                entry.attempt,
+            )
+        })
+        .collect();
+    assert_eq!(attempts, [(Some(PLAIN), "acked", Some(1))], "{}", S::NAME);
+
+    let unknown = store.timeline("0af7651916cd43dd8448eb211c80319c").await?;
+    assert!(unknown.is_empty(), "{}", S::NAME);
+    for bad in [
+        "4BF92F3577B34DA6A3CE929D0E0E4736",
+        "00000000000000000000000000000000",
+        "x",
+    ] {
+        let refused = store.timeline(bad).await;
+        assert!(
+            matches!(refused, Err(DispatchError::TraceId(_))),
+            "{}: {bad}",
+            S::NAME
+        );
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
 // The SQLite store's own behaviour.
 // ---------------------------------------------------------------------------------------------
 
@@ -1769,6 +1940,81 @@ mod sqlite_only {
             SqliteStore::open("sqlite::memory:", CONFORMANCE_REGISTRY).await,
             Err(SqliteOpenError::InMemory)
         ));
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_recorded_open_reads_back_the_whole_registry() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let location = dir.path().join("outbox.db").to_string_lossy().into_owned();
+        let store = SqliteStore::open(&location, CONFORMANCE_REGISTRY).await?;
+        super::committed(&store, vec![note(1)]).await?;
+
+        // While the application holds the file, a recorded open is refused as any second one.
+        let held = SqliteStore::recorded(&location).open().await;
+        assert!(
+            matches!(held, Err(SqliteOpenError::Locked { .. })),
+            "{held:?}"
+        );
+        store.close().await;
+
+        let recorded = SqliteStore::recorded(format!("sqlite://{location}"))
+            .open()
+            .await?;
+        assert_eq!(*recorded.registry(), CONFORMANCE_REGISTRY);
+        assert_eq!(recorded.count_events().await?, 1);
+        recorded.verify_registry().await?;
+        recorded.close().await;
+
+        // An accepted change replaces the recorded registry as a whole.
+        let changed = SqliteStore::builder(&location, TEST_REGISTRY)
+            .accept_registry_change()
+            .open()
+            .await?;
+        changed.close().await;
+        let recorded = SqliteStore::recorded(&location).open().await?;
+        assert_eq!(*recorded.registry(), TEST_REGISTRY);
+        recorded.close().await;
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_recorded_open_creates_nothing_and_writes_to_no_foreign_file() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let missing = dir.path().join("missing.db");
+        let opened = SqliteStore::recorded(missing.to_string_lossy())
+            .open()
+            .await;
+        assert!(
+            matches!(&opened, Err(SqliteOpenError::Missing { path }) if *path == missing),
+            "{opened:?}"
+        );
+        assert_eq!(std::fs::read_dir(dir.path())?.count(), 0, "nothing created");
+
+        // A SQLite file of something else: refused before any migration runs.
+        let foreign = dir.path().join("foreign.db");
+        let options = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&foreign)
+            .create_if_missing(true);
+        let mut connection = sqlx::ConnectOptions::connect(&options).await?;
+        sqlx::query("CREATE TABLE notes (id INTEGER PRIMARY KEY)")
+            .execute(&mut connection)
+            .await?;
+        sqlx::Connection::close(connection).await?;
+        let opened = SqliteStore::recorded(foreign.to_string_lossy())
+            .open()
+            .await;
+        assert!(
+            matches!(opened, Err(SqliteOpenError::NotAnOutbox { .. })),
+            "{opened:?}"
+        );
+        let mut connection = sqlx::ConnectOptions::connect(&options).await?;
+        let tables: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table'")
+                .fetch_one(&mut connection)
+                .await?;
+        assert_eq!(tables, 1, "only the file's own table");
+        sqlx::Connection::close(connection).await?;
         Ok(())
     }
 

@@ -53,11 +53,13 @@ use crate::registry::Registry;
 use crate::retry::{RetryDecision, RetryPolicyError};
 use crate::trace::{TraceContext, TraceContextError};
 
+pub(crate) mod observe;
 pub(crate) mod ops;
 pub(crate) mod parity;
 pub(crate) mod postgres;
 pub(crate) mod sqlite;
 
+pub use observe::Observe;
 pub use ops::Operate;
 pub use parity::{Drift, RegistryDrift, RegistryObject};
 

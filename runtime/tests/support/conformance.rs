@@ -1,5 +1,5 @@
 //! What the store conformance tests (`runtime/tests/store_conformance.rs`) need of a store
-//! beyond [`Store`] and [`Operate`]: its name, and the replay tests' setup. Implemented for [`PgStore`] (a fresh database per test, `support::with_database`) and
+//! beyond [`Store`], [`Operate`] and [`Observe`]: its name, and the replay tests' setup. Implemented for [`PgStore`] (a fresh database per test, `support::with_database`) and
 //! [`SqliteStore`] (a fresh file in a temporary directory per test).
 
 #![allow(dead_code, unreachable_pub)]
@@ -8,8 +8,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use evc_runtime::{
-    ConsumerDescriptor, ConsumerMode, EventDescriptor, HandlerKind, Operate, PgStore, Registry,
-    SqliteStore, Store, SubscriptionDescriptor, VersionDescriptor,
+    ConsumerDescriptor, ConsumerMode, EventDescriptor, HandlerKind, Observe, Operate, PgStore,
+    Registry, SqliteStore, Store, SubscriptionDescriptor, VersionDescriptor,
 };
 
 use crate::support::{FIXED_200MS, NOTE_SCHEMA, REFERENCE_POLICY, TestResult};
@@ -18,7 +18,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A store under test: [`Store`] (which begins the caller's transactions and answers the read
 /// methods) and [`Operate`], its name for messages, and what a replay test arranges first.
-pub trait Conformance: Store + Operate {
+pub trait Conformance: Store + Operate + Observe {
     /// Which store, for messages.
     const NAME: &'static str;
 

@@ -68,8 +68,10 @@ use crate::store::{
 };
 
 mod dispatch;
+mod observe;
 mod operate;
 mod read;
+mod recorded;
 pub(crate) mod sql;
 mod wake;
 
@@ -78,6 +80,10 @@ const MIGRATION_0001: &str = include_str!("../../../migrations/sqlite/0001_evc_r
 
 /// The replay tables, applied after [`MIGRATION_0001`].
 const MIGRATION_0002: &str = include_str!("../../../migrations/sqlite/0002_evc_replays.sql");
+
+/// The recorded registry document, applied after [`MIGRATION_0002`].
+const MIGRATION_0003: &str =
+    include_str!("../../../migrations/sqlite/0003_evc_registry_document.sql");
 
 /// Connections of the store's pool unless [`SqliteStoreBuilder::max_connections`] says
 /// otherwise: one for a caller's transaction, one for the reject audit and the dispatcher's
@@ -133,6 +139,39 @@ pub enum SqliteOpenError {
         /// Why.
         source: MigrateError,
     },
+    /// [`SqliteStore::recorded`] found no file: it never creates one.
+    #[error("no outbox file at {}", path.display())]
+    Missing {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// [`SqliteStore::recorded`] found a SQLite file that no evc store ever opened (it has no
+    /// evc tables); nothing was written to it.
+    #[error("{} is not an evc outbox file: no evc store ever opened it", path.display())]
+    NotAnOutbox {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// [`SqliteStore::recorded`] found an outbox file that records no whole registry: no
+    /// application opened it since the store began recording one. Open it once with the
+    /// application.
+    #[error(
+        "outbox file {} records no registry; open it once with the application first",
+        path.display()
+    )]
+    NoRecordedRegistry {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// The registry the file records does not read back (never quoted: it is the file's
+    /// content).
+    #[error("the registry outbox file {} records does not read back: {reason}", path.display())]
+    RecordedRegistry {
+        /// The database file.
+        path: PathBuf,
+        /// What is wrong with the document.
+        reason: String,
+    },
     /// A registered schema does not compile, the file was opened with another registry
     /// ([`StoreError::Drift`]), or the database failed.
     #[error(transparent)]
@@ -152,7 +191,8 @@ impl From<sqlx::Error> for SqliteOpenError {
 #[must_use]
 pub struct SqliteStoreBuilder {
     location: String,
-    registry: Registry,
+    /// `None`: the registry the file records ([`SqliteStore::recorded`]).
+    registry: Option<Registry>,
     policy: Option<PayloadPolicy>,
     digest_key: Option<DigestKey>,
     max_connections: u32,
@@ -206,29 +246,20 @@ impl SqliteStoreBuilder {
     /// other [`SqliteOpenError`] variants.
     pub async fn open(self) -> Result<SqliteStore, SqliteOpenError> {
         let (options, path) = connect_options(&self.location)?;
-        let (mut policy, policy_source) = match self.policy {
-            Some(policy) => {
-                tracing::info!(
-                    project = self.registry.project,
-                    "payload policy overridden by the application; the registry's does not apply"
-                );
-                (policy, PolicySource::Override)
-            }
-            None => (
-                PayloadPolicy::from_registry(&self.registry),
-                PolicySource::Registry,
-            ),
-        };
-        if let Some(key) = self.digest_key {
-            policy = policy.with_digest_key(key);
+        let recorded = self.registry.is_none();
+        // The application's registry is checked before anything is created; a recorded one
+        // is read from the file.
+        let prepared = self
+            .registry
+            .map(|registry| Prepared::new(registry, self.policy.clone(), self.digest_key.clone()))
+            .transpose()?;
+        if recorded && !path.is_file() {
+            return Err(SqliteOpenError::Missing { path });
         }
-        let attempt_limits = attempt_limits(&self.registry);
-        let wakeups = wake::Wakeups::new(&self.registry);
-        let checker = Checker::new(self.registry, &policy).map_err(StoreError::from)?;
         let lock = lock_file(&path)?;
 
         let options = options
-            .create_if_missing(true)
+            .create_if_missing(!recorded)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
@@ -237,46 +268,130 @@ impl SqliteStoreBuilder {
             .max_connections(self.max_connections)
             .connect_with(options)
             .await?;
-        let migrations = vec![
-            Migration::new(
-                1,
-                "evc_runtime".into(),
-                MigrationType::Simple,
-                MIGRATION_0001.into_sql_str(),
-                false,
-            ),
-            Migration::new(
-                2,
-                "evc_replays".into(),
-                MigrationType::Simple,
-                MIGRATION_0002.into_sql_str(),
-                false,
-            ),
-        ];
-        Migrator::with_migrations(migrations)
-            .run(&pool)
-            .await
-            .map_err(|source| SqliteOpenError::Migrate {
-                path: path.clone(),
-                source,
-            })?;
+        if recorded {
+            let outbox: bool = sqlx::query_scalar(sql::IS_OUTBOX).fetch_one(&pool).await?;
+            if !outbox {
+                pool.close().await;
+                return Err(SqliteOpenError::NotAnOutbox { path });
+            }
+        }
+        migrate(&pool, &path).await?;
+        let prepared = match prepared {
+            Some(prepared) => prepared,
+            None => {
+                let registry = recorded_registry(&pool, &path).await?;
+                Prepared::new(registry, self.policy, self.digest_key)?
+            }
+        };
 
         let store = SqliteStore {
             inner: Arc::new(Inner {
                 pool,
-                checker,
-                policy,
-                policy_source,
-                attempt_limits,
+                checker: prepared.checker,
+                policy: prepared.policy,
+                policy_source: prepared.policy_source,
+                attempt_limits: prepared.attempt_limits,
                 stale_tokens: AtomicU64::new(0),
-                wakeups,
+                wakeups: prepared.wakeups,
                 path,
                 _lock: lock,
             }),
         };
-        store.record_registry(self.accept_registry_change).await?;
+        if !recorded {
+            store.record_registry(self.accept_registry_change).await?;
+        }
         Ok(store)
     }
+}
+
+/// What a store derives from its registry before it opens its file.
+struct Prepared {
+    checker: Checker,
+    policy: PayloadPolicy,
+    policy_source: PolicySource,
+    attempt_limits: HashMap<&'static str, u32>,
+    wakeups: wake::Wakeups,
+}
+
+impl Prepared {
+    fn new(
+        registry: Registry,
+        policy: Option<PayloadPolicy>,
+        digest_key: Option<DigestKey>,
+    ) -> Result<Self, StoreError> {
+        let (mut policy, policy_source) = match policy {
+            Some(policy) => {
+                tracing::info!(
+                    project = registry.project,
+                    "payload policy overridden by the application; the registry's does not apply"
+                );
+                (policy, PolicySource::Override)
+            }
+            None => (
+                PayloadPolicy::from_registry(&registry),
+                PolicySource::Registry,
+            ),
+        };
+        if let Some(key) = digest_key {
+            policy = policy.with_digest_key(key);
+        }
+        let attempt_limits = attempt_limits(&registry);
+        let wakeups = wake::Wakeups::new(&registry);
+        let checker = Checker::new(registry, &policy)?;
+        Ok(Self {
+            checker,
+            policy,
+            policy_source,
+            attempt_limits,
+            wakeups,
+        })
+    }
+}
+
+/// The store's schema: each migration's version, name and SQL, in order.
+const SCHEMA: [(i64, &str, &str); 3] = [
+    (1, "evc_runtime", MIGRATION_0001),
+    (2, "evc_replays", MIGRATION_0002),
+    (3, "evc_registry_document", MIGRATION_0003),
+];
+
+/// Applies the store's migrations (sqlx's migrator: each once, in order).
+async fn migrate(pool: &SqlitePool, path: &Path) -> Result<(), SqliteOpenError> {
+    let migrations = SCHEMA
+        .into_iter()
+        .map(|(version, name, sql)| {
+            Migration::new(
+                version,
+                name.into(),
+                MigrationType::Simple,
+                sql.into_sql_str(),
+                false,
+            )
+        })
+        .collect();
+    Migrator::with_migrations(migrations)
+        .run(pool)
+        .await
+        .map_err(|source| SqliteOpenError::Migrate {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// The registry the file records.
+async fn recorded_registry(pool: &SqlitePool, path: &Path) -> Result<Registry, SqliteOpenError> {
+    let document: Option<Option<String>> = sqlx::query_scalar(sql::REGISTRY_DOCUMENT)
+        .fetch_optional(pool)
+        .await?;
+    let Some(document) = document.flatten() else {
+        return Err(SqliteOpenError::NoRecordedRegistry {
+            path: path.to_path_buf(),
+        });
+    };
+    recorded::registry(&document).map_err(|reason| SqliteOpenError::RecordedRegistry {
+        path: path.to_path_buf(),
+        reason,
+    })
 }
 
 /// The SQLite outbox store. Cheap to clone (shared state behind an `Arc`); the file's lock is
@@ -322,13 +437,80 @@ impl SqliteStore {
     pub fn builder(location: impl AsRef<str>, registry: Registry) -> SqliteStoreBuilder {
         SqliteStoreBuilder {
             location: location.as_ref().to_owned(),
-            registry,
+            registry: Some(registry),
             policy: None,
             digest_key: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
             accept_registry_change: false,
         }
+    }
+
+    /// A builder for the store at `location` on the registry the file records: the whole
+    /// registry the application last opened it with, read back as
+    /// [`crate::deployed_registry`] reads PostgreSQL's (its strings are leaked: call it once
+    /// per process). It is how a process without the application's compiled registry (`evc`)
+    /// opens an outbox file. It never creates a file, nor writes to a file no evc store
+    /// opened; it takes the file's lock as any store does (refused while the application
+    /// holds it), applies the store's later migrations, and records nothing.
+    ///
+    /// # Errors
+    /// At [`SqliteStoreBuilder::open`]: [`SqliteOpenError::Missing`],
+    /// [`SqliteOpenError::NotAnOutbox`], [`SqliteOpenError::NoRecordedRegistry`],
+    /// [`SqliteOpenError::RecordedRegistry`], and the others of an open.
+    pub fn recorded(location: impl AsRef<str>) -> SqliteStoreBuilder {
+        SqliteStoreBuilder {
+            location: location.as_ref().to_owned(),
+            registry: None,
+            policy: None,
+            digest_key: None,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            accept_registry_change: false,
+        }
+    }
+
+    /// Creates the outbox file at `location` if missing and applies the store's schema (the
+    /// migrations every open applies), holding the file's lock meanwhile; records no registry
+    /// (the application's first open does). `evc migrate` on a `sqlite:` URL runs it.
+    /// Returns the version and name of each migration this call applied, in order (empty: the
+    /// file was up to date).
+    ///
+    /// # Errors
+    /// [`SqliteOpenError::Locked`] while a store holds the file; [`SqliteOpenError::InMemory`],
+    /// [`SqliteOpenError::Location`], [`SqliteOpenError::LockFile`],
+    /// [`SqliteOpenError::Migrate`] or the database's.
+    pub async fn apply_schema(
+        location: impl AsRef<str>,
+    ) -> Result<Vec<(i64, &'static str)>, SqliteOpenError> {
+        let (options, path) = connect_options(location.as_ref())?;
+        let _lock = lock_file(&path)?;
+        let options = options
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await?;
+        let migrated_before: bool = sqlx::query_scalar(sql::HAS_MIGRATIONS)
+            .fetch_one(&pool)
+            .await?;
+        let before: Vec<i64> = if migrated_before {
+            sqlx::query_scalar(sql::APPLIED_MIGRATIONS)
+                .fetch_all(&pool)
+                .await?
+        } else {
+            Vec::new()
+        };
+        let migrated = migrate(&pool, &path).await;
+        pool.close().await;
+        migrated?;
+        Ok(SCHEMA
+            .into_iter()
+            .filter(|(version, _, _)| !before.contains(version))
+            .map(|(version, name, _)| (version, name))
+            .collect())
     }
 
     /// Closes the pool and gives the file's lock back once every clone of the store is gone
@@ -417,12 +599,25 @@ impl SqliteStore {
     /// `accept_change`.
     async fn record_registry(&self, accept_change: bool) -> Result<(), StoreError> {
         let registry = self.registry();
+        let document = recorded::document(registry);
         let mut tx = self.begin().await?;
         let recorded: Option<(String, String)> = sqlx::query_as(sql::REGISTRY_STATE)
             .fetch_optional(&mut *tx)
             .await?;
         match recorded {
             Some((project, digest)) if project == registry.project && digest == registry.digest => {
+                // Same digest, but a file recorded before the document was, or settings
+                // outside the digest (handler timeouts) that changed: the document follows.
+                let stored: Option<String> = sqlx::query_scalar(sql::REGISTRY_DOCUMENT)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                if stored.as_deref() != Some(document.as_str()) {
+                    sqlx::query(sql::RECORD_REGISTRY_DOCUMENT)
+                        .bind(&document)
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                }
                 return Ok(());
             }
             Some(_) if !accept_change => {
@@ -448,6 +643,10 @@ impl SqliteStore {
                 .execute(&mut *tx)
                 .await?;
         }
+        sqlx::query(sql::RECORD_REGISTRY_DOCUMENT)
+            .bind(&document)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(())
     }

@@ -55,6 +55,25 @@ INSERT INTO evc_registry_state (id, project, digest, recorded_at) VALUES (1, ?1,
 ON CONFLICT (id) DO UPDATE SET project = excluded.project, digest = excluded.digest,
     recorded_at = excluded.recorded_at";
 
+/// The whole registry the file records, as a JSON document (NULL: recorded before the
+/// document was).
+pub(crate) const REGISTRY_DOCUMENT: &str = "SELECT registry FROM evc_registry_state WHERE id = 1";
+
+/// Records the whole registry the file is opened with: `?1` its JSON document.
+pub(crate) const RECORD_REGISTRY_DOCUMENT: &str =
+    "UPDATE evc_registry_state SET registry = ?1 WHERE id = 1";
+
+/// Whether sqlx's migrator ever ran on the file (its table exists).
+pub(crate) const HAS_MIGRATIONS: &str = "\
+SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations')";
+
+/// The versions sqlx's migrator recorded.
+pub(crate) const APPLIED_MIGRATIONS: &str = "SELECT version FROM _sqlx_migrations";
+
+/// Whether the file has the store's tables (an evc store opened it once).
+pub(crate) const IS_OUTBOX: &str = "\
+SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'evc_registry_state')";
+
 /// Adds the registry the file is opened with to its history: `?1` project, `?2` digest, `?3`
 /// now.
 pub(crate) const RECORD_REGISTRY_HISTORY: &str = "\
@@ -444,6 +463,101 @@ ON CONFLICT (consumer) DO UPDATE SET
     revision = revision + 1,
     updated_at = ?5
 RETURNING paused, mode, revision";
+
+// ---------------------------------------------------------------------------------------------
+// Observation (read only): status, lag, silent workers, the trace timeline.
+// ---------------------------------------------------------------------------------------------
+
+/// Per consumer of `?1` (a JSON array of names): deliveries pending, leased, dead and
+/// quarantined, the age in seconds at `?2` (now) of the oldest pending delivery, and the
+/// operator state (paused, mode override; NULL mode: the contract's).
+pub(crate) const STATUS_COUNTS: &str = "\
+SELECT c.value AS consumer,
+    (SELECT count(*) FROM evc_deliveries d
+        WHERE d.consumer = c.value AND d.status = 'pending') AS pending,
+    (SELECT count(*) FROM evc_deliveries d
+        WHERE d.consumer = c.value AND d.status = 'leased') AS leased,
+    (SELECT count(*) FROM evc_deliveries d
+        WHERE d.consumer = c.value AND d.status = 'dead') AS dead,
+    (SELECT count(*) FROM evc_deliveries d
+        WHERE d.consumer = c.value AND d.status = 'quarantined') AS quarantined,
+    (SELECT ?2 - d.created_at FROM evc_deliveries d
+        WHERE d.consumer = c.value AND d.status = 'pending'
+        ORDER BY d.event_seq LIMIT 1) AS oldest_pending_s,
+    coalesce(s.paused, 0) AS paused, s.mode AS mode,
+    coalesce(r.rejected, 0) AS stale_rejections
+FROM json_each(?1) AS c
+LEFT JOIN evc_consumer_state s ON s.consumer = c.value
+LEFT JOIN evc_stale_rejections r ON r.consumer = c.value
+ORDER BY c.value";
+
+/// Produce-to-ack lag samples: over the newest `?2` attempt rows, those acked since `?1`
+/// (epoch seconds); seconds from the event's `produced_at` to the ack.
+pub(crate) const LAG_SAMPLE: &str = "\
+WITH a AS (
+    SELECT event_id, consumer, outcome, finished_at FROM evc_delivery_attempts
+    ORDER BY id DESC LIMIT ?2
+)
+SELECT e.producer_class, a.consumer, a.finished_at - e.produced_at AS seconds
+FROM a JOIN evc_events e ON e.event_id = a.event_id
+WHERE a.outcome = 'acked' AND a.finished_at >= ?1";
+
+/// Attempt duration samples over the same attempt rows as [`LAG_SAMPLE`] (every outcome), in
+/// seconds.
+pub(crate) const ATTEMPT_SAMPLE: &str = "\
+WITH a AS (
+    SELECT consumer, duration_ms, finished_at FROM evc_delivery_attempts
+    ORDER BY id DESC LIMIT ?2
+)
+SELECT consumer, duration_ms / 1000.0 AS seconds FROM a WHERE finished_at >= ?1";
+
+/// Workers silent at `?2` (now) for longer than their consumer's heartbeat threshold: `?1` a
+/// JSON object of consumer names to thresholds in milliseconds. Longest silent first.
+pub(crate) const SILENT_WORKERS: &str = "\
+SELECT h.owner, h.consumer, ?2 - h.seen_at AS silent_s, t.value AS threshold_ms
+FROM evc_heartbeats h JOIN json_each(?1) AS t ON t.key = h.consumer
+WHERE h.seen_at < ?2 - t.value / 1000.0
+ORDER BY h.seen_at, h.owner";
+
+/// Every worker of the consumers in `?1` (a JSON array) and where its settings came from.
+pub(crate) const WORKER_SETTINGS: &str = "\
+SELECT owner, consumer, payload_policy, dispatcher_overrides FROM evc_heartbeats
+WHERE consumer IN (SELECT value FROM json_each(?1))
+ORDER BY consumer, owner";
+
+/// Everything recorded for trace `?1`, in time order, as PostgreSQL's timeline (no discards:
+/// this store has none). NULLs sort last, as PostgreSQL sorts them.
+pub(crate) const TIMELINE: &str = "\
+WITH e AS (
+    SELECT event_id, event_type, schema_version, produced_at, seq FROM evc_events
+    WHERE trace_id = ?1
+)
+SELECT t.at, t.kind, t.event_id, t.consumer, t.detail, t.attempt
+FROM (
+    SELECT e.produced_at AS at, 0 AS rank, e.seq AS seq, 'event' AS kind, e.event_id AS event_id,
+        NULL AS consumer, e.event_type || ' ' || e.schema_version AS detail, NULL AS attempt
+    FROM e
+    UNION ALL
+    SELECT d.created_at, 1, e.seq, 'delivery', d.event_id, d.consumer,
+        d.status || CASE WHEN d.generation > 0
+            THEN ' (generation ' || d.generation || ', replay ' || d.replay_id || ')' ELSE '' END,
+        d.attempt
+    FROM e JOIN evc_deliveries d ON d.event_id = e.event_id
+    UNION ALL
+    SELECT a.finished_at, 2, e.seq, 'attempt', a.event_id, a.consumer,
+        a.outcome || coalesce(' (' || a.error_code || ')', '')
+            || CASE WHEN a.generation > 0 THEN ' [generation ' || a.generation || ']' ELSE '' END,
+        a.attempt
+    FROM e JOIN evc_delivery_attempts a ON a.event_id = e.event_id
+    UNION ALL
+    SELECT r.applied_at, 3, e.seq, 'replay', i.event_id, i.consumer,
+        'replay ' || r.id || ' of generation ' || i.generation || ' from ' || i.replayed_from
+            || ' (approval ' || r.approval_ref || ')',
+        NULL
+    FROM e JOIN evc_replay_items i ON i.event_id = e.event_id
+    JOIN evc_replays r ON r.id = i.replay_id
+) AS t
+ORDER BY t.at, t.rank, t.seq, t.consumer IS NULL, t.consumer, t.attempt IS NULL, t.attempt";
 
 #[cfg(test)]
 mod tests {

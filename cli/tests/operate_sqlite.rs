@@ -1,0 +1,382 @@
+//! The operator commands on a SQLite outbox file (`--database-url sqlite:PATH`): `evc migrate`
+//! creates the file and its schema, an application opens it (recording its registry), and
+//! `evc status`, `timeline`, `consumer`, `dlq list`, `replay` and `dispatch` run on the
+//! registry the file records. What SQLite does not offer is refused with a clear message, and
+//! a missing or foreign file is never created or changed.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use evc_runtime::{
+    AppendOptions, ClaimRequest, ConsumerDescriptor, ConsumerMode, DispatcherDescriptor,
+    EventDescriptor, FailureClass, HandlerKind, OutgoingEvent, PayloadPolicyDescriptor, Registry,
+    RetryDecision, RetryPolicyDescriptor, SqliteStore, Store, SubscriptionDescriptor, TraceContext,
+    VersionDescriptor,
+};
+
+const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const SPAN: &str = "00f067aa0ba902b7";
+
+const NOTE: &[SubscriptionDescriptor] = &[SubscriptionDescriptor {
+    event: "note.made",
+    requirement: "^1",
+    versions: &["1.0.0"],
+}];
+
+const fn consumer(name: &'static str) -> ConsumerDescriptor {
+    ConsumerDescriptor {
+        name,
+        handler: HandlerKind::Leased,
+        mode: ConsumerMode::Live,
+        per_key_ordering: false,
+        retry_policy: "once",
+        heartbeat_threshold_ms: 60_000,
+        handler_timeout_ms: None,
+        subscriptions: NOTE,
+    }
+}
+
+/// `note.made` 1.0.0 fans out to `audit` and `mailer`; nothing is retried.
+static REGISTRY: Registry = Registry {
+    project: "cli_sqlite",
+    digest: "00000000000000000000000000000000000000000000000000000000000000d1",
+    events: &[EventDescriptor {
+        name: "note.made",
+        description: "A note was made.",
+        producer_class: "notes",
+        order_key: &["id"],
+        deprecated: false,
+        max_payload_bytes: 1024,
+        versions: &[VersionDescriptor {
+            version: "1.0.0",
+            major: 1,
+            schema: r#"{"properties":{"id":{"type":"string"}},"required":["id"],"type":"object"}"#,
+            schema_digest: "00000000000000000000000000000000000000000000000000000000000000d2",
+        }],
+    }],
+    // Sorted by name, as the registry's lookups expect.
+    consumers: &[consumer("audit"), consumer("mailer")],
+    retry_policies: &[RetryPolicyDescriptor {
+        name: "once",
+        kind: "no_retry",
+        base_delay_ms: 0,
+        max_delay_ms: None,
+        max_attempts: 1,
+        jitter: "none",
+        retry_on: &[],
+    }],
+    payload_policy: PayloadPolicyDescriptor {
+        denied_keys: &[],
+        credential_key_names: &["password"],
+        default_max_bytes: 4096,
+        hard_max_bytes: 4096,
+    },
+    require_tenant_scope: false,
+    dispatcher: DispatcherDescriptor::FORMAT_DEFAULTS,
+};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn evc(url: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_evc"))
+        .args(args)
+        .args(["--database-url", url])
+        .output()
+        .expect("evc runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// What the application does: opens the file with its registry (recording it), appends two
+/// notes on one trace, and of `audit`'s deliveries acks the first and dead-letters the second.
+/// Returns the dead-lettered event's id.
+async fn application(path: &Path) -> uuid::Uuid {
+    let store = SqliteStore::open(path.to_string_lossy(), REGISTRY)
+        .await
+        .expect("the application opens its file");
+    let trace = TraceContext::new(TRACE, SPAN, 1).expect("trace");
+    let mut tx = store.begin().await.expect("begin");
+    let mut ids = Vec::new();
+    for id in ["n1", "n2"] {
+        let payload = serde_json::json!({ "id": id });
+        let event = OutgoingEvent::new(
+            "note.made",
+            "1.0.0",
+            Some(evc_runtime::order_key_part(&payload["id"])),
+            &trace,
+            &payload,
+        )
+        .expect("event");
+        let receipt = store
+            .append(&mut tx, event, AppendOptions::default())
+            .await
+            .expect("append");
+        ids.push(receipt.event_id);
+    }
+    tx.commit().await.expect("commit");
+    let mut connection = store.pool().acquire().await.expect("connection");
+    let request = ClaimRequest::leased("audit", "app", 10, Duration::from_secs(30));
+    let mut claimed = Store::claim(&store, &mut *connection, &request)
+        .await
+        .expect("claim");
+    claimed.sort_by_key(|c| c.event_seq);
+    assert_eq!(claimed.len(), 2);
+    Store::ack(&store, &mut *connection, &[&claimed[0].lease])
+        .await
+        .expect("ack");
+    drop(connection);
+    Store::fail(
+        &store,
+        &claimed[1].lease,
+        FailureClass::Permanent,
+        "E_BAD",
+        RetryDecision::Dead,
+    )
+    .await
+    .expect("fail");
+    store.close().await;
+    ids[1]
+}
+
+#[test]
+fn operator_commands_run_on_the_registry_a_sqlite_file_records() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("outbox.db");
+    let url = format!("sqlite:{}", path.display());
+    let runtime = runtime();
+
+    // migrate: creates the file and the store's schema, once.
+    let output = evc(&url, &["migrate"]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let text = stdout(&output);
+    assert!(
+        text.contains("applied 0001 evc_runtime") && text.contains("applied 3 migrations"),
+        "{text}"
+    );
+    let output = evc(&url, &["migrate"]);
+    assert_eq!(stdout(&output), "up to date\n", "{output:?}");
+    let output = evc(&url, &["migrate", "--status"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("evc migrate --status is not available on a SQLite outbox"),
+        "{output:?}"
+    );
+
+    // Before the application opened it, the file records no registry.
+    let output = evc(&url, &["status"]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stderr(&output).contains("records no registry; open it once with the application"),
+        "{output:?}"
+    );
+
+    let dead = runtime.block_on(application(&path));
+
+    // status: the dead letter is a problem (exit 100); both consumers listed.
+    let output = evc(&url, &["status"]);
+    assert_eq!(output.status.code(), Some(100), "{output:?}");
+    let text = stdout(&output);
+    assert!(
+        text.contains("audit: 1 dead-lettered, 0 quarantined"),
+        "{text}"
+    );
+    let output = evc(&url, &["status", "--format", "json"]);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let consumers: Vec<(&str, i64, i64)> = report["consumers"]
+        .as_array()
+        .expect("consumers")
+        .iter()
+        .map(|c| {
+            (
+                c["consumer"].as_str().expect("name"),
+                c["pending"].as_i64().expect("pending"),
+                c["dead"].as_i64().expect("dead"),
+            )
+        })
+        .collect();
+    assert_eq!(consumers, [("audit", 0, 1), ("mailer", 2, 0)]);
+    assert_eq!(report["lag"][0]["latency"]["samples"], 1);
+
+    // timeline: the trace's events, deliveries and attempts.
+    let output = evc(&url, &["timeline", TRACE]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let text = stdout(&output);
+    let kinds = |kind: &str| text.lines().filter(|l| l.contains(kind)).count();
+    assert_eq!(kinds("  event  "), 2, "{text}");
+    assert_eq!(kinds("  attempt  "), 2, "{text}");
+    assert!(text.contains("audit  acked (attempt 1)"), "{text}");
+    assert!(text.contains("audit  dead (E_BAD) (attempt 1)"), "{text}");
+
+    // consumer: pause, show, resume; an unknown consumer names the known ones.
+    let output = evc(&url, &["consumer", "pause", "mailer"]);
+    assert_eq!(
+        stdout(&output),
+        "mailer: paused, mode live (revision 1)\n",
+        "{output:?}"
+    );
+    let output = evc(&url, &["consumer", "show", "mailer"]);
+    assert_eq!(stdout(&output), "mailer: paused, mode live (revision 1)\n");
+    let output = evc(&url, &["consumer", "pause", "nope"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output)
+            .contains("consumer nope is not deployed in this database (deployed: audit, mailer)"),
+        "{output:?}"
+    );
+    let output = evc(&url, &["consumer", "resume", "mailer"]);
+    assert_eq!(stdout(&output), "mailer: running, mode live (revision 2)\n");
+
+    // dlq list and replay: dry run, apply under its digest, a repeated key creates nothing.
+    let output = evc(&url, &["dlq", "list", "audit"]);
+    let text = stdout(&output);
+    assert!(
+        text.contains(&dead.to_string()) && text.contains("dead") && text.contains("E_BAD"),
+        "{output:?}"
+    );
+    let output = evc(&url, &["replay", "audit", "--dry-run"]);
+    let text = stdout(&output);
+    assert!(
+        text.contains("replay plan for audit: 1 deliveries"),
+        "{text}"
+    );
+    let digest = text
+        .lines()
+        .find_map(|line| line.strip_prefix("digest: "))
+        .expect("digest")
+        .to_owned();
+    let apply = [
+        "replay",
+        "audit",
+        "--apply",
+        "--digest",
+        &digest,
+        "--reason",
+        "fixed",
+        "--approval",
+        "T-1",
+        "--idempotency-key",
+        "k1",
+    ];
+    let output = evc(&url, &apply);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(
+        stdout(&output),
+        "replay 1: 1 new deliveries of audit, pending\n"
+    );
+    let output = evc(&url, &apply);
+    assert!(stdout(&output).contains("was applied before"), "{output:?}");
+
+    // dlq discard: not offered by the SQLite store.
+    let output = evc(&url, &["dlq", "discard", "audit", "--dry-run"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("evc dlq discard is not available on a SQLite outbox"),
+        "{output:?}"
+    );
+
+    // dispatch: the replayed delivery and mailer's two, each once, then idle.
+    let config = dir.path().join("dispatch.yaml");
+    std::fs::write(
+        &config,
+        "defaults:\n  poll_interval: 50ms\nconsumers:\n  \
+         audit:\n    command: [sh, -c, 'cat > \"$OUT/$EVC_CONSUMER.$EVC_EVENT_ID.json\"']\n  \
+         mailer:\n    command: [sh, -c, 'cat > \"$OUT/$EVC_CONSUMER.$EVC_EVENT_ID.json\"']\n",
+    )
+    .expect("config");
+    let output = Command::new(env!("CARGO_BIN_EXE_evc"))
+        .args([
+            "dispatch",
+            "--exit-when-idle",
+            "--progress",
+            "0s",
+            "--config",
+        ])
+        .arg(&config)
+        .args(["--database-url", &url])
+        .env("OUT", dir.path())
+        .output()
+        .expect("evc runs");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(
+        stdout(&output).contains(": 3 acked (") && stdout(&output).contains("0 dead"),
+        "{output:?}"
+    );
+    let handled = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .filter(|entry| {
+            entry
+                .as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".json"))
+        })
+        .count();
+    assert_eq!(handled, 3);
+    let output = evc(&url, &["status"]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(stdout(&output).starts_with("no problems\n"), "{output:?}");
+}
+
+#[test]
+fn a_sqlite_outbox_is_never_created_shared_or_guessed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = runtime();
+
+    // A missing file: an error, and nothing created (not even its lock file).
+    let missing = dir.path().join("missing.db");
+    let url = format!("sqlite:{}", missing.display());
+    for args in [
+        &["status"][..],
+        &["timeline", TRACE],
+        &["consumer", "show", "audit"],
+        &["dlq", "list", "audit"],
+        &["replay", "audit", "--dry-run"],
+    ] {
+        let output = evc(&url, args);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {output:?}");
+        assert!(
+            stderr(&output).contains("no outbox file at"),
+            "{args:?}: {output:?}"
+        );
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0);
+
+    // While the application holds its file, the commands are refused, saying why.
+    let path = dir.path().join("outbox.db");
+    let url = format!("sqlite:{}", path.display());
+    let store = runtime
+        .block_on(SqliteStore::open(path.to_string_lossy(), REGISTRY))
+        .expect("open");
+    let output = evc(&url, &["status"]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stderr(&output).contains("a SQLite outbox has one store at a time"),
+        "{output:?}"
+    );
+    runtime.block_on(store.close());
+    assert_eq!(evc(&url, &["status"]).status.code(), Some(0));
+
+    // An in-memory database cannot hold an outbox; an unknown scheme is refused without
+    // repeating the URL (it may hold a password).
+    let output = evc("sqlite::memory:", &["status"]);
+    assert!(stderr(&output).contains("in-memory"), "{output:?}");
+    let output = evc("mysql://user:hunter2@localhost/db", &["status"]);
+    assert_eq!(output.status.code(), Some(1));
+    let error = stderr(&output);
+    assert!(
+        error.contains("must start with postgres://, postgresql:// or sqlite:")
+            && !error.contains("hunter2"),
+        "{error}"
+    );
+}

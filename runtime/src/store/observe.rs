@@ -1,0 +1,435 @@
+//! What operators see of a store (read only), on both stores ([`Observe`]): a status report
+//! per consumer (deliveries by status, oldest pending age, operator state), produce-to-ack lag
+//! and attempt latency percentiles, silent workers, the same as Prometheus metrics, and the
+//! timeline of one trace (docs/runtime.md, "Observing").
+
+use std::future::Future;
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry as MetricRegistry;
+use uuid::Uuid;
+
+use crate::registry::ConsumerMode;
+use crate::store::{DispatchError, Store};
+
+/// Attempt rows the lag and latency percentiles read at most (the newest ones).
+pub(crate) const SAMPLE_ATTEMPTS: i64 = 100_000;
+
+/// The read-only operator view of a store: the status report and a trace's timeline.
+/// Implemented by [`crate::PgStore`] and [`crate::SqliteStore`] with the same semantics
+/// (docs/runtime.md, "Observing").
+pub trait Observe: Store {
+    /// The status report of the store's registered consumers: each one's deliveries by status
+    /// (acked deliveries are not counted), oldest pending age and operator state; lag and
+    /// attempt latency percentiles over the attempts of the last `window` (at most the newest
+    /// 100,000 attempt rows); workers silent past their consumer's heartbeat threshold; this
+    /// store's stale-token count.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn status(
+        &self,
+        window: Duration,
+    ) -> impl Future<Output = Result<StatusReport, DispatchError>> + Send;
+
+    /// Everything recorded for one W3C trace id, in time order: its events, their deliveries,
+    /// their attempts, and the replays (and, on PostgreSQL, discards) of them. Empty for an
+    /// unknown trace.
+    ///
+    /// # Errors
+    /// [`DispatchError::TraceId`] when `trace_id` is not 32 lower-case hex digits (not all
+    /// zero), checked before any query; [`DispatchError::Database`].
+    fn timeline(
+        &self,
+        trace_id: &str,
+    ) -> impl Future<Output = Result<Vec<TimelineEntry>, DispatchError>> + Send;
+}
+
+/// One consumer's deliveries and operator state.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ConsumerStatus {
+    /// The consumer.
+    pub consumer: String,
+    /// Deliveries waiting to be claimed (due or backing off).
+    pub pending: i64,
+    /// Deliveries leased to a worker now.
+    pub leased: i64,
+    /// Dead-lettered deliveries.
+    pub dead: i64,
+    /// Quarantined deliveries.
+    pub quarantined: i64,
+    /// How long the oldest pending delivery has waited; `None` when nothing is pending.
+    pub oldest_pending: Option<Duration>,
+    /// Paused by an operator.
+    pub paused: bool,
+    /// The mode in force: the operator's override, else the contract's.
+    pub mode: ConsumerMode,
+    /// Fenced operations refused for a stale token, by every process, since the database was
+    /// set up (`evc_stale_rejections`; stored after the refusal, on its own task).
+    pub stale_rejections: i64,
+}
+
+/// p50, p95 and p99 of a sample.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct Percentiles {
+    /// Values in the sample.
+    pub samples: i64,
+    /// Median.
+    pub p50: Duration,
+    /// 95th percentile.
+    pub p95: Duration,
+    /// 99th percentile.
+    pub p99: Duration,
+}
+
+/// Produce-to-ack lag of one producer class's events at one consumer.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Lag {
+    /// The producer class of the events.
+    pub producer_class: String,
+    /// The consumer.
+    pub consumer: String,
+    /// From the event's `produced_at` to its delivery's ack.
+    pub latency: Percentiles,
+}
+
+/// How long one consumer's attempts took, from handler start to settlement.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct AttemptLatency {
+    /// The consumer.
+    pub consumer: String,
+    /// Attempt durations (every outcome).
+    pub latency: Percentiles,
+}
+
+/// A worker whose last heartbeat is older than its consumer's threshold.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct SilentWorker {
+    /// The worker (lease owner).
+    pub owner: String,
+    /// Its consumer.
+    pub consumer: String,
+    /// Time since its last heartbeat.
+    pub silent_for: Duration,
+    /// The consumer's heartbeat threshold.
+    pub threshold: Duration,
+}
+
+/// Where a live worker's settings came from, as its heartbeat records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerSettings {
+    /// The worker (lease owner).
+    pub owner: String,
+    /// Its consumer.
+    pub consumer: String,
+    /// Where its store's payload policy came from: `registry` or `override`
+    /// ([`crate::PolicySource`]); `None`: a process that does not record it.
+    pub payload_policy: Option<String>,
+    /// The dispatcher settings its configuration sets apart from the registry's
+    /// ([`crate::Dispatcher::overrides`]); empty: all the registry's; `None`: a process that
+    /// does not record them.
+    pub dispatcher_overrides: Option<Vec<String>>,
+}
+
+impl WorkerSettings {
+    /// Whether the worker runs on anything but the registry's settings.
+    pub fn overridden(&self) -> bool {
+        self.payload_policy.as_deref() == Some("override")
+            || self
+                .dispatcher_overrides
+                .as_ref()
+                .is_some_and(|overrides| !overrides.is_empty())
+    }
+}
+
+/// What [`Observe::status`] reports.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct StatusReport {
+    /// Every registered consumer, by name.
+    pub consumers: Vec<ConsumerStatus>,
+    /// Produce-to-ack lag per producer class and consumer, over the window.
+    pub lag: Vec<Lag>,
+    /// Attempt durations per consumer, over the window.
+    pub attempts: Vec<AttemptLatency>,
+    /// Workers silent past their consumer's threshold, longest silent first.
+    pub silent_workers: Vec<SilentWorker>,
+    /// Every worker with a heartbeat row, by consumer and owner, and where its settings came
+    /// from.
+    pub workers: Vec<WorkerSettings>,
+    /// Fenced operations this process's store refused for a stale token (not shared between
+    /// processes).
+    pub stale_tokens: u64,
+}
+
+/// Something an operator should look at, most urgent kinds first (see
+/// [`StatusReport::problems`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Problem {
+    /// Deliveries dead-lettered or quarantined.
+    DeadLetters {
+        /// The consumer.
+        consumer: String,
+        /// Dead deliveries.
+        dead: i64,
+        /// Quarantined deliveries.
+        quarantined: i64,
+    },
+    /// A worker stopped sending heartbeats.
+    SilentWorker(SilentWorker),
+    /// The p99 produce-to-ack lag is over the limit.
+    LagBreach {
+        /// The producer class.
+        producer_class: String,
+        /// The consumer.
+        consumer: String,
+        /// The measured p99.
+        p99: Duration,
+        /// The limit it breaks.
+        limit: Duration,
+    },
+    /// An operator paused the consumer, or set it `off`.
+    Stopped {
+        /// The consumer.
+        consumer: String,
+        /// Paused (else: mode `off`).
+        paused: bool,
+    },
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::DeadLetters {
+                consumer,
+                dead,
+                quarantined,
+            } => write!(
+                f,
+                "{consumer}: {dead} dead-lettered, {quarantined} quarantined"
+            ),
+            Self::SilentWorker(worker) => write!(
+                f,
+                "{}: worker {} silent for {:.1} s (threshold {:.1} s)",
+                worker.consumer,
+                worker.owner,
+                worker.silent_for.as_secs_f64(),
+                worker.threshold.as_secs_f64()
+            ),
+            Self::LagBreach {
+                producer_class,
+                consumer,
+                p99,
+                limit,
+            } => write!(
+                f,
+                "{consumer}: p99 lag of {producer_class} events {:.3} s over {:.3} s",
+                p99.as_secs_f64(),
+                limit.as_secs_f64()
+            ),
+            Self::Stopped { consumer, paused } => {
+                let how = if *paused { "paused" } else { "mode off" };
+                write!(f, "{consumer}: {how}")
+            }
+        }
+    }
+}
+
+impl StatusReport {
+    /// The problems in the report, dead letters first, then silent workers, then lag over
+    /// `lag_limit` (p99), then paused or stopped consumers.
+    pub fn problems(&self, lag_limit: Duration) -> Vec<Problem> {
+        let mut problems: Vec<Problem> = self
+            .consumers
+            .iter()
+            .filter(|c| c.dead + c.quarantined > 0)
+            .map(|c| Problem::DeadLetters {
+                consumer: c.consumer.clone(),
+                dead: c.dead,
+                quarantined: c.quarantined,
+            })
+            .collect();
+        problems.extend(
+            self.silent_workers
+                .iter()
+                .cloned()
+                .map(Problem::SilentWorker),
+        );
+        problems.extend(
+            self.lag
+                .iter()
+                .filter(|lag| lag.latency.p99 > lag_limit)
+                .map(|lag| Problem::LagBreach {
+                    producer_class: lag.producer_class.clone(),
+                    consumer: lag.consumer.clone(),
+                    p99: lag.latency.p99,
+                    limit: lag_limit,
+                }),
+        );
+        problems.extend(
+            self.consumers
+                .iter()
+                .filter(|c| c.paused || c.mode == ConsumerMode::Off)
+                .map(|c| Problem::Stopped {
+                    consumer: c.consumer.clone(),
+                    paused: c.paused,
+                }),
+        );
+        problems
+    }
+
+    /// The report as Prometheus metrics, in the OpenMetrics text format.
+    pub fn prometheus(&self) -> String {
+        let mut registry = MetricRegistry::with_prefix("evc");
+        let deliveries = gauge_family(
+            &mut registry,
+            "deliveries",
+            "Deliveries by consumer and status",
+        );
+        let oldest = gauge_family(
+            &mut registry,
+            "oldest_pending_age_seconds",
+            "Age of the oldest pending delivery",
+        );
+        let paused = gauge_family(
+            &mut registry,
+            "consumer_paused",
+            "1 while an operator paused the consumer",
+        );
+        let lag = gauge_family(
+            &mut registry,
+            "lag_seconds",
+            "Produce-to-ack lag by producer class and consumer",
+        );
+        let attempts = gauge_family(
+            &mut registry,
+            "attempt_duration_seconds",
+            "Attempt durations",
+        );
+        let silent = gauge_family(
+            &mut registry,
+            "silent_workers",
+            "Workers past their consumer's heartbeat threshold",
+        );
+        let rejections = Family::<Labels, Counter<u64>>::default();
+        registry.register(
+            "stale_rejections",
+            "Fenced operations refused for a stale token, by every process",
+            rejections.clone(),
+        );
+        let stale = Counter::<u64>::default();
+        registry.register(
+            "stale_tokens",
+            "Fenced operations refused for a stale token by this process",
+            stale.clone(),
+        );
+
+        for c in &self.consumers {
+            for (status, count) in [
+                ("pending", c.pending),
+                ("leased", c.leased),
+                ("dead", c.dead),
+                ("quarantined", c.quarantined),
+            ] {
+                deliveries
+                    .get_or_create(&labels(&[("consumer", &c.consumer), ("status", status)]))
+                    .set(count as f64);
+            }
+            let consumer = labels(&[("consumer", &c.consumer)]);
+            oldest
+                .get_or_create(&consumer)
+                .set(c.oldest_pending.map_or(0.0, |age| age.as_secs_f64()));
+            paused
+                .get_or_create(&consumer)
+                .set(f64::from(u8::from(c.paused)));
+            let silent_count = self
+                .silent_workers
+                .iter()
+                .filter(|w| w.consumer == c.consumer)
+                .count();
+            silent.get_or_create(&consumer).set(silent_count as f64);
+            rejections
+                .get_or_create(&consumer)
+                .inc_by(u64::try_from(c.stale_rejections).unwrap_or(0));
+        }
+        for l in &self.lag {
+            set_quantiles(
+                &lag,
+                &[
+                    ("producer_class", &l.producer_class),
+                    ("consumer", &l.consumer),
+                ],
+                &l.latency,
+            );
+        }
+        for a in &self.attempts {
+            set_quantiles(&attempts, &[("consumer", &a.consumer)], &a.latency);
+        }
+        stale.inc_by(self.stale_tokens);
+
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = encode(&mut text, &registry);
+        text
+    }
+}
+
+type Labels = Vec<(String, String)>;
+type GaugeFamily = Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>;
+
+fn gauge_family(registry: &mut MetricRegistry, name: &str, help: &str) -> GaugeFamily {
+    let family = GaugeFamily::default();
+    registry.register(name, help, family.clone());
+    family
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+        .collect()
+}
+
+fn set_quantiles(family: &GaugeFamily, pairs: &[(&str, &str)], latency: &Percentiles) {
+    for (quantile, value) in [
+        ("0.5", latency.p50),
+        ("0.95", latency.p95),
+        ("0.99", latency.p99),
+    ] {
+        let mut labels = labels(pairs);
+        labels.push(("quantile".to_owned(), quantile.to_owned()));
+        family.get_or_create(&labels).set(value.as_secs_f64());
+    }
+}
+
+/// One entry of a trace's timeline.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct TimelineEntry {
+    /// When, in epoch seconds of the database's clock: an event's `produced_at`, a delivery's
+    /// creation, an attempt's end, a replay's or a discard's application.
+    pub at: f64,
+    /// `event`, `delivery`, `attempt`, `replay` or `discard`.
+    pub kind: String,
+    /// The event.
+    pub event_id: Uuid,
+    /// The consumer (deliveries and attempts).
+    pub consumer: Option<String>,
+    /// An event's type and version; a delivery's current status (and generation); an
+    /// attempt's outcome and error code; a replay's or discard's id, the generation it
+    /// superseded or discarded and the approval reference.
+    pub detail: String,
+    /// The attempt number (attempts), or the delivery's attempts so far (deliveries).
+    pub attempt: Option<i32>,
+}

@@ -1,0 +1,217 @@
+//! What operators see of a SQLite outbox ([`Observe`]): the status report and a trace's
+//! timeline, with PostgreSQL's semantics (docs/runtime.md, "Observing"). SQLite has no
+//! `percentile_cont`: the sample is read in order and its percentiles are interpolated here the
+//! same way. Times are the process's clock, as every time of this store.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use sqlx::Row;
+
+use super::{SqliteStore, epoch_now, parse_uuid, sql};
+use crate::registry::ConsumerMode;
+use crate::store::DispatchError;
+use crate::store::observe::{
+    AttemptLatency, ConsumerStatus, Lag, Observe, Percentiles, SAMPLE_ATTEMPTS, SilentWorker,
+    StatusReport, TimelineEntry, WorkerSettings,
+};
+
+impl Observe for SqliteStore {
+    async fn status(&self, window: Duration) -> Result<StatusReport, DispatchError> {
+        let pool = &self.inner.pool;
+        let registry = self.registry();
+        let names = serde_json::Value::from(
+            registry
+                .consumers
+                .iter()
+                .map(|c| c.name)
+                .collect::<Vec<_>>(),
+        )
+        .to_string();
+        let now = epoch_now();
+        let mut consumers = Vec::with_capacity(registry.consumers.len());
+        for row in sqlx::query(sql::STATUS_COUNTS)
+            .bind(&names)
+            .bind(now)
+            .fetch_all(pool)
+            .await?
+        {
+            let consumer: String = row.try_get("consumer")?;
+            let declared = registry
+                .consumer(&consumer)
+                .map_or(ConsumerMode::Live, |c| c.mode);
+            let mode: Option<String> = row.try_get("mode")?;
+            consumers.push(ConsumerStatus {
+                pending: row.try_get("pending")?,
+                leased: row.try_get("leased")?,
+                dead: row.try_get("dead")?,
+                quarantined: row.try_get("quarantined")?,
+                oldest_pending: row
+                    .try_get::<Option<f64>, _>("oldest_pending_s")?
+                    .map(seconds),
+                paused: row.try_get("paused")?,
+                stale_rejections: row.try_get("stale_rejections")?,
+                mode: mode
+                    .as_deref()
+                    .and_then(ConsumerMode::parse)
+                    .unwrap_or(declared),
+                consumer,
+            });
+        }
+
+        let since = now - window.as_secs_f64();
+        let mut lag_samples: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+        for row in sqlx::query(sql::LAG_SAMPLE)
+            .bind(since)
+            .bind(SAMPLE_ATTEMPTS)
+            .fetch_all(pool)
+            .await?
+        {
+            lag_samples
+                .entry((row.try_get("producer_class")?, row.try_get("consumer")?))
+                .or_default()
+                .push(row.try_get("seconds")?);
+        }
+        let lag = lag_samples
+            .into_iter()
+            .map(|((producer_class, consumer), values)| Lag {
+                producer_class,
+                consumer,
+                latency: percentiles(values),
+            })
+            .collect();
+        let mut attempt_samples: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        for row in sqlx::query(sql::ATTEMPT_SAMPLE)
+            .bind(since)
+            .bind(SAMPLE_ATTEMPTS)
+            .fetch_all(pool)
+            .await?
+        {
+            attempt_samples
+                .entry(row.try_get("consumer")?)
+                .or_default()
+                .push(row.try_get("seconds")?);
+        }
+        let attempts = attempt_samples
+            .into_iter()
+            .map(|(consumer, values)| AttemptLatency {
+                consumer,
+                latency: percentiles(values),
+            })
+            .collect();
+
+        let thresholds = serde_json::Value::Object(
+            registry
+                .consumers
+                .iter()
+                .map(|c| (c.name.to_owned(), c.heartbeat_threshold_ms.into()))
+                .collect(),
+        )
+        .to_string();
+        let silent_workers = sqlx::query(sql::SILENT_WORKERS)
+            .bind(&thresholds)
+            .bind(now)
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(|row| {
+                let threshold: i64 = row.try_get("threshold_ms")?;
+                Ok(SilentWorker {
+                    owner: row.try_get("owner")?,
+                    consumer: row.try_get("consumer")?,
+                    silent_for: seconds(row.try_get("silent_s")?),
+                    threshold: Duration::from_millis(u64::try_from(threshold).unwrap_or(0)),
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        let workers = sqlx::query(sql::WORKER_SETTINGS)
+            .bind(&names)
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(|row| {
+                let overrides: Option<String> = row.try_get("dispatcher_overrides")?;
+                Ok(WorkerSettings {
+                    owner: row.try_get("owner")?,
+                    consumer: row.try_get("consumer")?,
+                    payload_policy: row.try_get("payload_policy")?,
+                    // A JSON array of setting names; anything else records nothing.
+                    dispatcher_overrides: overrides
+                        .and_then(|text| serde_json::from_str::<Vec<String>>(&text).ok()),
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()?;
+
+        Ok(StatusReport {
+            consumers,
+            lag,
+            attempts,
+            silent_workers,
+            workers,
+            stale_tokens: self.stale_tokens(),
+        })
+    }
+
+    async fn timeline(&self, trace_id: &str) -> Result<Vec<TimelineEntry>, DispatchError> {
+        crate::trace::check_trace_id(trace_id)?;
+        let rows = sqlx::query(sql::TIMELINE)
+            .bind(trace_id)
+            .fetch_all(&self.inner.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(TimelineEntry {
+                    at: row.try_get("at")?,
+                    kind: row.try_get("kind")?,
+                    event_id: parse_uuid(&row.try_get::<String, _>("event_id")?)?,
+                    consumer: row.try_get("consumer")?,
+                    detail: row.try_get("detail")?,
+                    attempt: row
+                        .try_get::<Option<i64>, _>("attempt")?
+                        .map(|n| i32::try_from(n).unwrap_or(i32::MAX)),
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+            .map_err(DispatchError::from)
+    }
+}
+
+fn seconds(value: f64) -> Duration {
+    Duration::try_from_secs_f64(value.max(0.0)).unwrap_or(Duration::ZERO)
+}
+
+/// p50, p95 and p99 of `values` as PostgreSQL's `percentile_cont` computes them: linear
+/// interpolation between the two nearest ranks of the sorted sample.
+fn percentiles(mut values: Vec<f64>) -> Percentiles {
+    values.sort_by(f64::total_cmp);
+    let at = |fraction: f64| {
+        let Some(last) = values.len().checked_sub(1) else {
+            return Duration::ZERO;
+        };
+        let position = fraction * last as f64;
+        let below = position.floor() as usize;
+        let above = position.ceil() as usize;
+        let value = values[below] + (values[above] - values[below]) * (position - below as f64);
+        seconds(value)
+    };
+    Percentiles {
+        samples: i64::try_from(values.len()).unwrap_or(i64::MAX),
+        p50: at(0.5),
+        p95: at(0.95),
+        p99: at(0.99),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_interpolate_as_percentile_cont() {
+        let p = percentiles(vec![4.0, 1.0, 3.0, 2.0]);
+        assert_eq!(p.samples, 4);
+        assert_eq!(p.p50, Duration::from_secs_f64(2.5));
+        assert_eq!(p.p99, Duration::from_secs_f64(3.97));
+        assert_eq!(percentiles(vec![7.0]).p95, Duration::from_secs(7));
+    }
+}
