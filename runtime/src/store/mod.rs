@@ -57,6 +57,7 @@ pub(crate) mod observe;
 pub(crate) mod ops;
 pub(crate) mod parity;
 pub(crate) mod postgres;
+mod rows;
 pub(crate) mod sqlite;
 
 pub use observe::Observe;

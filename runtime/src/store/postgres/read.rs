@@ -7,6 +7,7 @@ use sqlx::postgres::PgRow;
 use uuid::Uuid;
 
 use super::{PgStore, sql};
+use crate::store::rows;
 use crate::store::{
     AttemptRecord, DeliveryRecord, DeliveryStatus, DispatchError, EventRecord, RejectRecord,
 };
@@ -150,20 +151,7 @@ pub(super) async fn event(
         .bind(event_id)
         .fetch_optional(pool)
         .await?;
-    let Some(row) = row else { return Ok(None) };
-    Ok(Some(EventRecord {
-        seq: row.try_get("seq")?,
-        event_type: row.try_get("event_type")?,
-        schema_version: row.try_get("schema_version")?,
-        order_key: row.try_get("order_key")?,
-        producer_class: row.try_get("producer_class")?,
-        tenant_scope: row.try_get("tenant_scope")?,
-        idempotency_key: row.try_get("idempotency_key")?,
-        trace_id: row.try_get("trace_id")?,
-        correlation_id: row.try_get("correlation_id")?,
-        causation_id: row.try_get("causation_id")?,
-        payload_bytes: u64::try_from(row.try_get::<i32, _>("payload_bytes")?).unwrap_or(0),
-    }))
+    Ok(row.as_ref().map(rows::event_record).transpose()?)
 }
 
 /// Attempt rows of `consumer` with `outcome` ([`crate::Store::count_attempts`]).

@@ -1104,7 +1104,7 @@ pub(crate) const COUNT_EVENTS: &str = "SELECT count(*) FROM evc_events";
 /// The envelope of event `$1` (never its payload).
 pub(crate) const READ_EVENT: &str = "\
 SELECT seq, event_type, schema_version, order_key, producer_class, tenant_scope,
-    idempotency_key, trace_id, correlation_id, causation_id, payload_bytes
+    idempotency_key, trace_id, correlation_id, causation_id, payload_bytes::int8 AS payload_bytes
 FROM evc_events WHERE event_id = $1";
 
 /// The oldest `$1` reject rows; times in epoch seconds.

@@ -1,0 +1,31 @@
+//! Row mappings both stores share: the columns have the same names and, once the statements
+//! cast them alike (integers as 64-bit, text as text), the same Rust types on either driver.
+
+use sqlx::{ColumnIndex, Decode, Row, Type};
+
+use crate::store::EventRecord;
+
+/// An [`EventRecord`] from a row of the stores' event statements (`payload_bytes` as a 64-bit
+/// integer).
+pub(crate) fn event_record<'r, R>(row: &'r R) -> Result<EventRecord, sqlx::Error>
+where
+    R: Row,
+    &'r str: ColumnIndex<R>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+    Option<String>: Decode<'r, R::Database> + Type<R::Database>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+{
+    Ok(EventRecord {
+        seq: row.try_get("seq")?,
+        event_type: row.try_get("event_type")?,
+        schema_version: row.try_get("schema_version")?,
+        order_key: row.try_get("order_key")?,
+        producer_class: row.try_get("producer_class")?,
+        tenant_scope: row.try_get("tenant_scope")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+        trace_id: row.try_get("trace_id")?,
+        correlation_id: row.try_get("correlation_id")?,
+        causation_id: row.try_get("causation_id")?,
+        payload_bytes: u64::try_from(row.try_get::<i64, _>("payload_bytes")?).unwrap_or(0),
+    })
+}
