@@ -109,14 +109,15 @@ async fn child(role: &str) -> TestResult {
 /// holds SQLite's write lock, and the dispatcher renews the rest of a batch from another
 /// connection meanwhile: that renewal waits for the lock its own worker holds (up to the busy
 /// timeout) and the batch's leases may run out. With one delivery per batch nothing else is
-/// held while a handler's transaction is open.
+/// held while a handler's transaction is open. Idle workers poll every 100 ms: every claim
+/// takes the one write lock, found work or not.
 fn worker_config(owner: String, workers: usize) -> DispatcherConfig {
     DispatcherConfig::default()
         .owner(owner)
         .workers(workers)
         .batch(1)
         .lease(Duration::from_secs(2))
-        .poll_interval(Duration::from_millis(20))
+        .poll_interval(Duration::from_millis(100))
         .recovery_interval(Duration::from_millis(200))
         .heartbeat_interval(Duration::from_millis(200))
         .seed(3)
