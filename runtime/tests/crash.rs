@@ -12,39 +12,29 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+#[path = "support/crash.rs"]
+mod crash;
+
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
+use crash::{
+    ALL_CONSUMERS, BoxError, ChildProcess, Counting, CrashStore, OWNER, PER_KEY, POINT, Point,
+    VICTIM_LEASE, claim_and_block, env, restart_config, serve_until_done, victim,
+};
 use evc_runtime::{
-    DispatchError, Dispatcher, DispatcherConfig, FailureClass, HandlerError, HandlerKind, Lease,
-    PgStore, RetryDecision,
+    Connection, DispatcherConfig, FailureClass, HandlerKind, Lease, PgStore, RetryDecision,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use support::{DISPATCH_REGISTRY, TestResult, append_notes, dispatch_store, statuses};
 use uuid::Uuid;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// The child's role: `claim`, `victim`, `restart` or `worker`. Unset: not a child.
-const ROLE: &str = "EVC_CRASH_ROLE";
-/// Where a `victim` stops: `after_effect`, `between_renewals` or `during_shutdown`.
-const POINT: &str = "EVC_CRASH_POINT";
 /// The server URL (the parent's `DATABASE_URL` or the default).
 const URL: &str = "EVC_CRASH_URL";
 /// The test database on that server.
 const DATABASE: &str = "EVC_CRASH_DATABASE";
-/// Comma-separated consumers the child serves.
-const CONSUMERS: &str = "EVC_CRASH_CONSUMERS";
-/// The child's lease owner prefix.
-const OWNER: &str = "EVC_CRASH_OWNER";
 
 const DEFAULT_URL: &str = "postgres://root@localhost/test";
-/// The crashing children's lease: short, so the parent waits little for expiry.
-const VICTIM_LEASE: Duration = Duration::from_millis(1_000);
-const ALL_CONSUMERS: [&str; 3] = ["d.leased", "d.tx", "d.unordered"];
-const PER_KEY: [&str; 2] = ["d.leased", "d.tx"];
 
 // ---------------------------------------------------------------------------------------------
 // The child side.
@@ -53,7 +43,7 @@ const PER_KEY: [&str; 2] = ["d.leased", "d.tx"];
 /// Entry point of the child processes; a no-op in a normal test run.
 #[test]
 fn crash_child() {
-    let Ok(role) = std::env::var(ROLE) else {
+    let Ok(role) = std::env::var(crash::ROLE) else {
         return;
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -66,10 +56,6 @@ fn crash_child() {
     }
 }
 
-fn env(name: &str) -> Result<String, BoxError> {
-    std::env::var(name).map_err(|_| format!("{name} is not set").into())
-}
-
 async fn child(role: &str) -> TestResult {
     let options = PgConnectOptions::from_str(&env(URL)?)?.database(&env(DATABASE)?);
     let pool = PgPoolOptions::new()
@@ -77,101 +63,34 @@ async fn child(role: &str) -> TestResult {
         .connect_with(options)
         .await?;
     let store = PgStore::new(pool.clone(), DISPATCH_REGISTRY)?;
-    let consumers: Vec<String> = env(CONSUMERS)?.split(',').map(str::to_owned).collect();
+    let consumers = crash::consumers()?;
     let owner = env(OWNER)?;
     match role {
         // A dispatcher that claimed and dies before its handler runs.
-        "claim" => {
-            for consumer in &consumers {
-                for claimed in store
-                    .claim(consumer, &owner, 10, VICTIM_LEASE, true)
-                    .await?
-                {
-                    signal(&pool, "claimed", Some(&claimed.lease)).await?;
-                }
-            }
-            std::future::pending::<()>().await;
-            Ok(())
-        }
-        "victim" => {
-            let point = Point::parse(&env(POINT)?)?;
-            let config = DispatcherConfig::default()
-                .owner(owner)
-                .workers(1)
-                .batch(10)
-                .lease(VICTIM_LEASE)
-                .poll_interval(Duration::from_millis(50))
-                .recovery_interval(Duration::from_millis(200))
-                .heartbeat_interval(Duration::from_millis(500))
-                .seed(1);
-            let mut dispatcher = Dispatcher::new(store.clone(), config);
-            for consumer in &consumers {
-                dispatcher = dispatcher.consumer(consumer, Effects { point })?;
-            }
-            let handle = dispatcher.start();
-            if point == Point::DuringShutdown {
-                // Once a handler runs, ask for a graceful shutdown; it drains forever because
-                // the handler never returns.
-                wait_for_signal(&pool, "handler_started", 1, Duration::from_secs(20)).await?;
-                let draining = tokio::spawn(handle.shutdown());
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                signal(&pool, "draining", None).await?;
-                let _ = draining.await;
-            } else {
-                std::future::pending::<()>().await;
-            }
-            Ok(())
-        }
+        "claim" => claim_and_block(&store, &consumers, &owner).await,
+        "victim" => victim(&store, &consumers, owner, Point::parse(&env(POINT)?)?).await,
         // The restarted dispatcher, or one of several dispatcher processes: serves until
         // nothing is open, then shuts down and reports its counts.
         "restart" | "worker" => {
             let config = if role == "restart" {
-                DispatcherConfig::default()
-                    .workers(1)
-                    .lease(Duration::from_secs(5))
-                    .recovery_interval(Duration::from_millis(100))
+                restart_config(owner.clone())
             } else {
                 DispatcherConfig::default()
                     .workers(2)
                     .batch(20)
                     .lease(Duration::from_secs(10))
                     .recovery_interval(Duration::from_millis(500))
-            }
-            .owner(owner)
-            .poll_interval(Duration::from_millis(20))
-            .heartbeat_interval(Duration::from_millis(200))
-            .seed(2);
+                    .owner(owner.clone())
+                    .poll_interval(Duration::from_millis(20))
+                    .heartbeat_interval(Duration::from_millis(200))
+                    .seed(2)
+            };
             let calls = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-            let mut dispatcher = Dispatcher::new(store.clone(), config);
-            for consumer in &consumers {
-                dispatcher = dispatcher.consumer(
-                    consumer,
-                    Counting {
-                        calls: std::sync::Arc::clone(&calls),
-                        effects: role == "restart",
-                    },
-                )?;
-            }
-            let handle = dispatcher.start();
-            let start = Instant::now();
-            while open(&pool, &consumers).await? > 0 {
-                if start.elapsed() > Duration::from_secs(270) {
-                    return Err("deliveries still open after 270 s".into());
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            let stats = handle.shutdown().await;
-            sqlx::query(
-                "INSERT INTO t_signal (point, owner, calls, acked) VALUES ($1, $2, $3, $4)",
-            )
-            .bind(format!("{role}_done"))
-            .bind(env(OWNER)?)
-            .bind(i64::try_from(
-                calls.load(std::sync::atomic::Ordering::SeqCst),
-            )?)
-            .bind(i64::try_from(stats.acked)?)
-            .execute(&pool)
-            .await?;
+            let handler = Counting::new(&calls, role == "restart", None);
+            let (calls, acked) = serve_until_done(&store, config, &consumers, handler).await?;
+            store
+                .report(&format!("{role}_done"), &owner, calls, acked)
+                .await?;
             pool.close().await;
             Ok(())
         }
@@ -179,164 +98,68 @@ async fn child(role: &str) -> TestResult {
     }
 }
 
-/// Where a victim blocks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Point {
-    /// After the effect row and the side effect are written (committed for the leased kind,
-    /// in the still-open transaction for the transactional kind), before the ack.
-    AfterEffect,
-    /// At the start of a long handler, whose lease the dispatcher keeps renewing.
-    BetweenRenewals,
-    /// At the start of a long handler; the child then asks for a graceful shutdown.
-    DuringShutdown,
-}
+/// Signals are rows of `t_signal`, committed on their own connection; the side effects are
+/// rows of `t_effects` and `t_seen`. Per-key order is checked on the attempt rows, so calls are
+/// not recorded.
+impl CrashStore for PgStore {
+    const RECORDS_CALLS: bool = false;
 
-impl Point {
-    fn parse(name: &str) -> Result<Self, BoxError> {
-        match name {
-            "after_effect" => Ok(Self::AfterEffect),
-            "between_renewals" => Ok(Self::BetweenRenewals),
-            "during_shutdown" => Ok(Self::DuringShutdown),
-            other => Err(format!("unknown crash point {other}").into()),
+    async fn signal(&self, point: &str, lease: Option<&Lease>) -> Result<(), BoxError> {
+        sqlx::query(
+            "INSERT INTO t_signal (point, event_id, consumer, owner, token, attempt) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(point)
+        .bind(lease.map(|l| l.event_id))
+        .bind(lease.map(|l| l.consumer.clone()))
+        .bind(lease.map(|l| l.owner.clone()))
+        .bind(lease.map(|l| l.token))
+        .bind(lease.map(|l| i32::try_from(l.attempt).unwrap_or(i32::MAX)))
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    async fn report(&self, point: &str, owner: &str, calls: u64, acked: u64) -> TestResult {
+        sqlx::query("INSERT INTO t_signal (point, owner, calls, acked) VALUES ($1, $2, $3, $4)")
+            .bind(point)
+            .bind(owner)
+            .bind(i64::try_from(calls)?)
+            .bind(i64::try_from(acked)?)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    async fn write_side_effect(
+        &self,
+        connection: &mut Connection<Self>,
+        lease: &Lease,
+        first: bool,
+    ) -> TestResult {
+        let attempt = i32::try_from(lease.attempt).unwrap_or(i32::MAX);
+        if first {
+            sqlx::query("INSERT INTO t_effects (event_id, consumer, attempt) VALUES ($1, $2, $3)")
+                .bind(lease.event_id)
+                .bind(&lease.consumer)
+                .bind(attempt)
+                .execute(&mut *connection)
+                .await?;
         }
-    }
-}
-
-fn store_error(error: DispatchError) -> HandlerError {
-    HandlerError::transient(if error.is_stale_token() {
-        "stale_token"
-    } else {
-        "store"
-    })
-}
-
-fn db_error(_: sqlx::Error) -> HandlerError {
-    HandlerError::transient("database")
-}
-
-/// Tells the parent that `point` was reached (committed on its own connection).
-async fn signal(pool: &PgPool, point: &str, lease: Option<&Lease>) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO t_signal (point, event_id, consumer, owner, token, attempt) \
-         VALUES ($1, $2, $3, $4, $5, $6)",
-    )
-    .bind(point)
-    .bind(lease.map(|l| l.event_id))
-    .bind(lease.map(|l| l.consumer.clone()))
-    .bind(lease.map(|l| l.owner.clone()))
-    .bind(lease.map(|l| l.token))
-    .bind(lease.map(|l| i32::try_from(l.attempt).unwrap_or(i32::MAX)))
-    .execute(pool)
-    .await
-    .map(|_| ())
-}
-
-/// Writes the effect row and the side effect (`t_effects`) once per delivery, and a `t_seen`
-/// row per attempt saying whether it was the first; blocks forever at `point`.
-struct Effects {
-    point: Point,
-}
-
-impl DynHandler for Effects {
-    fn handle<'a>(
-        &'a self,
-        mut context: HandlerContext<'a>,
-    ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(async move {
-            let lease = context.lease().clone();
-            let store = context.store;
-            if matches!(self.point, Point::BetweenRenewals | Point::DuringShutdown) {
-                signal(store.pool(), "handler_started", Some(&lease))
-                    .await
-                    .map_err(db_error)?;
-                std::future::pending::<()>().await;
-            }
-            match context.transaction() {
-                Some(tx) => {
-                    write_effect(store, tx, &lease).await?;
-                    if self.point == Point::AfterEffect {
-                        // The transaction (effect, side effect, ack) is still open.
-                        signal(store.pool(), "effect_written", Some(&lease))
-                            .await
-                            .map_err(db_error)?;
-                        std::future::pending::<()>().await;
-                    }
-                }
-                None => {
-                    let mut tx = store.pool().begin().await.map_err(db_error)?;
-                    write_effect(store, &mut tx, &lease).await?;
-                    tx.commit().await.map_err(db_error)?;
-                    if self.point == Point::AfterEffect {
-                        signal(store.pool(), "effect_written", Some(&lease))
-                            .await
-                            .map_err(db_error)?;
-                        std::future::pending::<()>().await;
-                    }
-                }
-            }
-            Ok(())
-        })
-    }
-}
-
-/// The idempotent effect: the effect row (fenced) and, the first time only, the side effect;
-/// every attempt leaves a `t_seen` row in the same transaction.
-async fn write_effect(
-    store: &PgStore,
-    tx: &mut sqlx::PgConnection,
-    lease: &Lease,
-) -> Result<(), HandlerError> {
-    let first = store
-        .record_effect(tx, lease, &lease.event_id.to_string(), "digest")
-        .await
-        .map_err(store_error)?;
-    if first {
-        sqlx::query("INSERT INTO t_effects (event_id, consumer, attempt) VALUES ($1, $2, $3)")
-            .bind(lease.event_id)
-            .bind(&lease.consumer)
-            .bind(i32::try_from(lease.attempt).unwrap_or(i32::MAX))
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
-    }
-    sqlx::query("INSERT INTO t_seen (event_id, consumer, attempt, first) VALUES ($1, $2, $3, $4)")
+        sqlx::query(
+            "INSERT INTO t_seen (event_id, consumer, attempt, first) VALUES ($1, $2, $3, $4)",
+        )
         .bind(lease.event_id)
         .bind(&lease.consumer)
-        .bind(i32::try_from(lease.attempt).unwrap_or(i32::MAX))
+        .bind(attempt)
         .bind(first)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-    Ok(())
-}
+        .execute(&mut *connection)
+        .await?;
+        Ok(())
+    }
 
-/// Counts its calls; with `effects` writes the idempotent effect like [`Effects`] does, else
-/// only the transactional kind's side effect (on the handler's transaction).
-struct Counting {
-    calls: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    effects: bool,
-}
-
-impl DynHandler for Counting {
-    fn handle<'a>(
-        &'a self,
-        mut context: HandlerContext<'a>,
-    ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(async move {
-            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let lease = context.lease().clone();
-            let store = context.store;
-            match context.transaction() {
-                Some(tx) => write_effect(store, tx, &lease).await?,
-                None if self.effects => {
-                    let mut tx = store.pool().begin().await.map_err(db_error)?;
-                    write_effect(store, &mut tx, &lease).await?;
-                    tx.commit().await.map_err(db_error)?;
-                }
-                None => {}
-            }
-            Ok(())
-        })
+    async fn record_call(&self, _: &mut Connection<Self>, _: &Lease, _: u64) -> TestResult {
+        Ok(())
     }
 }
 
@@ -344,73 +167,25 @@ impl DynHandler for Counting {
 // The parent side.
 // ---------------------------------------------------------------------------------------------
 
-/// A child process, killed (SIGKILL) and reaped when dropped.
-struct ChildProcess {
-    child: Child,
-    role: String,
-}
-
-impl ChildProcess {
-    fn spawn(pool: &PgPool, role: &str, point: &str, consumers: &[&str], owner: &str) -> Self {
-        let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
-        let database = pool
-            .connect_options()
-            .get_database()
-            .expect("the test pool names its database")
-            .to_owned();
-        let exe = std::env::current_exe().expect("the test binary's path");
-        let child = Command::new(exe)
-            .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
-            .env(ROLE, role)
-            .env(POINT, point)
-            .env(URL, url)
-            .env(DATABASE, database)
-            .env(CONSUMERS, consumers.join(","))
-            .env(OWNER, owner)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn the child process");
-        Self {
-            child,
-            role: role.to_owned(),
-        }
-    }
-
-    /// SIGKILL, then reap.
-    fn kill(&mut self) -> std::io::Result<()> {
-        self.child.kill()?;
-        let status = self.child.wait()?;
-        assert!(!status.success(), "{} exited before the kill", self.role);
-        Ok(())
-    }
-
-    /// Waits for a successful exit.
-    async fn finish(&mut self, timeout: Duration) -> TestResult {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                assert!(status.success(), "{} failed: {status}", self.role);
-                return Ok(());
-            }
-            assert!(
-                start.elapsed() < timeout,
-                "{} still running after {timeout:?}",
-                self.role
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-impl Drop for ChildProcess {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// Spawns a child in `role` on the test database of `pool`.
+fn spawn(pool: &PgPool, role: &str, point: &str, consumers: &[&str], owner: &str) -> ChildProcess {
+    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
+    let database = pool
+        .connect_options()
+        .get_database()
+        .expect("the test pool names its database")
+        .to_owned();
+    ChildProcess::spawn(
+        role,
+        &[
+            (POINT, point.to_owned()),
+            (URL, url),
+            (DATABASE, database),
+            (crash::CONSUMERS, consumers.join(",")),
+            (OWNER, owner.to_owned()),
+        ],
+        false,
+    )
 }
 
 async fn create_tables(pool: &PgPool) -> Result<(), sqlx::Error> {
@@ -444,17 +219,6 @@ async fn wait_for_signal(pool: &PgPool, point: &str, n: i64, timeout: Duration) 
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     Ok(())
-}
-
-/// Deliveries of `consumers` still pending or leased.
-async fn open(pool: &PgPool, consumers: &[String]) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM evc_deliveries WHERE status IN ('pending', 'leased') \
-         AND consumer = ANY($1)",
-    )
-    .bind(consumers)
-    .fetch_one(pool)
-    .await
 }
 
 /// The leases held right now, as the killed process held them.
@@ -494,15 +258,11 @@ async fn crash(consumer: &'static str, events: u64, role: &'static str, point: &
             .map(|c| c.handler)
             .ok_or("unknown consumer")?;
 
-        let mut victim = ChildProcess::spawn(&pool, role, point, &[consumer], "victim");
-        let ready = match point {
-            "before_handler" => ("claimed", i64::try_from(events)?),
-            "after_effect" => ("effect_written", 1),
-            "between_renewals" => ("handler_started", 1),
-            "during_shutdown" => ("draining", 1),
-            other => return Err(format!("unknown point {other}").into()),
-        };
-        wait_for_signal(&pool, ready.0, ready.1, Duration::from_secs(30)).await?;
+        let mut victim = spawn(&pool, role, point, &[consumer], "victim");
+        // At `between_renewals` the handler signals right after a renewal: the kill falls
+        // between two of them.
+        let (ready, n) = crash::ready_signal(point, events)?;
+        wait_for_signal(&pool, ready, i64::try_from(n)?, Duration::from_secs(30)).await?;
 
         // What the victim left visible before it dies.
         let effects = support::count(&pool, "t_effects").await?;
@@ -512,15 +272,6 @@ async fn crash(consumer: &'static str, events: u64, role: &'static str, point: &
             // The leased kind committed its effect before the ack.
             ("after_effect", HandlerKind::Leased) => assert_eq!(effects, 1),
             _ => assert_eq!(effects, 0),
-        }
-        if point == "between_renewals" {
-            // Kill right after a renewal: between two of them.
-            let first: f64 = lease_until(&pool).await?;
-            let start = Instant::now();
-            while lease_until(&pool).await? <= first {
-                assert!(start.elapsed() < Duration::from_secs(10), "never renewed");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
         }
         let killed = leases(&pool).await?;
         assert!(!killed.is_empty(), "the victim held no lease");
@@ -558,7 +309,7 @@ async fn crash(consumer: &'static str, events: u64, role: &'static str, point: &
             assert_eq!(support::count(&pool, "evc_consumer_effects").await?, 0);
         }
 
-        let mut restart = ChildProcess::spawn(&pool, "restart", "", &[consumer], "restart");
+        let mut restart = spawn(&pool, "restart", "", &[consumer], "restart");
         restart.finish(Duration::from_secs(45)).await?;
         eprintln!(
             "{consumer} killed {point}: {} lease(s) recovered and settled {:?} after the kill",
@@ -603,15 +354,6 @@ async fn crash(consumer: &'static str, events: u64, role: &'static str, point: &
     if let Err(error) = result {
         panic!("{consumer} {point}: {error}");
     }
-}
-
-async fn lease_until(pool: &PgPool) -> Result<f64, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT extract(epoch FROM max(lease_until))::float8 FROM evc_deliveries \
-         WHERE status = 'leased'",
-    )
-    .fetch_one(pool)
-    .await
 }
 
 /// Events (`test.note`, which every consumer here subscribes to) whose delivery to `consumer`
@@ -736,7 +478,7 @@ async fn processes(dispatchers: usize, events: u64) -> TestResult {
         append_notes(&producer, events, KEYS).await?;
         let started = Instant::now();
         let mut children: Vec<ChildProcess> = (0..dispatchers)
-            .map(|n| ChildProcess::spawn(&pool, "worker", "", &ALL_CONSUMERS, &format!("p{n}")))
+            .map(|n| spawn(&pool, "worker", "", &ALL_CONSUMERS, &format!("p{n}")))
             .collect();
         let (mut samples, mut worst) = (0u64, 0i64);
         while children

@@ -370,13 +370,13 @@ pub fn note_key(key: u64) -> String {
     format!("00000000-0000-4000-8000-{key:012x}")
 }
 
-/// Appends `events` notes in one transaction, round-robin over `keys` keys; payload `count` is
-/// the event's number.
-pub async fn append_notes(
-    store: &evc_runtime::PgStore,
+/// Appends `events` notes in one transaction on any store, round-robin over `keys` keys;
+/// payload `count` is the event's number. Answers the receipts in append order.
+pub async fn append_notes<S: evc_runtime::Store>(
+    store: &S,
     events: u64,
     keys: u64,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<Vec<evc_runtime::AppendReceipt>, Box<dyn std::error::Error + Send + Sync>> {
     let batch: Vec<evc_runtime::NewEvent> = (0..events)
         .map(|n| {
             let payload =
@@ -384,10 +384,10 @@ pub async fn append_notes(
             event("test.note", "1.0.0", payload).into()
         })
         .collect();
-    let mut tx = store.pool().begin().await?;
-    store.append_batch(&mut tx, batch).await?;
+    let mut tx = store.begin().await?;
+    let receipts = store.append_batch(&mut tx, batch).await?;
     tx.commit().await?;
-    Ok(())
+    Ok(receipts)
 }
 
 /// Appends one `event_type` 1.0.0 event per number in `numbers`, in one transaction: payload
