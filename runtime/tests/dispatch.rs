@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{
-    DispatchError, Dispatcher, DispatcherConfig, FailureClass, HandlerError, PgStore, RetryDecision,
+    DispatchError, Dispatcher, DispatcherConfig, FailureClass, HandlerError, PgStore,
+    RetryDecision, Store,
 };
 use sqlx::postgres::PgPool;
 use support::{TestResult, append_notes, dispatch_store, statuses, with_database};
@@ -347,7 +348,13 @@ async fn a_stale_token_is_refused_and_counted_after_expiry_and_reclaim() -> Test
             .await
             .expect_err("old token");
         assert!(error.is_stale_token());
-        assert_eq!(store.renew(&[&old], short).await?, 0);
+        let mut connection = store.pool().acquire().await?;
+        assert!(
+            store
+                .renew(&mut connection, &[&old], short)
+                .await?
+                .is_empty()
+        );
         let mut tx = store.pool().begin().await?;
         let error = store
             .record_effect(&mut tx, &old, "effect", "d")
@@ -357,7 +364,11 @@ async fn a_stale_token_is_refused_and_counted_after_expiry_and_reclaim() -> Test
         tx.rollback().await?;
         assert_eq!(store.stale_tokens(), 4);
 
-        assert_eq!(store.renew(&[&new], Duration::from_secs(10)).await?, 1);
+        let renewed = store
+            .renew(&mut connection, &[&new], Duration::from_secs(10))
+            .await?;
+        assert_eq!(renewed, [new.event_id]);
+        drop(connection);
         store.ack(&new).await?;
         assert_eq!(
             statuses(&store, "d.leased").await?,

@@ -83,6 +83,13 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// A consumer's doorbell held by a sleeping worker ([`Store::hold_doorbell`]).
     type Doorbell: Send + 'static;
 
+    /// Whether a write transaction keeps every other writer waiting until it ends (SQLite's
+    /// one writer). The dispatcher then renews the rest of a transactional handler's batch in
+    /// the handler's own transaction, after the handler: a renewal beside it, on another
+    /// connection, would wait for the very transaction it runs beside. No other writer can
+    /// take those leases meanwhile, since none can write.
+    const ONE_WRITER: bool;
+
     /// The static registry the store checks events against and fans out from.
     fn registry(&self) -> &Registry;
 
@@ -175,13 +182,15 @@ pub trait Store: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), DispatchError>> + Send;
 
     /// Extends the leases (of one consumer) that still carry their tokens until now +
-    /// `lease`; answers which were renewed, by event id. A lease not renewed was lost (its
-    /// token is stale, counted).
+    /// `lease`, on `connection`; answers which were renewed, by event id. A lease not renewed
+    /// was lost (its token is stale, counted). Outside a transaction the renewal commits
+    /// itself; inside one, it commits with it.
     ///
     /// # Errors
     /// [`DispatchError::Database`].
     fn renew(
         &self,
+        connection: &mut Connection<Self>,
         leases: &[&Lease],
         lease: Duration,
     ) -> impl Future<Output = Result<Vec<Uuid>, DispatchError>> + Send;

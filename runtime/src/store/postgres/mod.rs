@@ -746,6 +746,8 @@ impl Store for PgStore {
     type Publisher<'a> = PgPublisher<'a>;
     type Doorbell = Doorbell;
 
+    const ONE_WRITER: bool = false;
+
     fn registry(&self) -> &Registry {
         PgStore::registry(self)
     }
@@ -862,8 +864,13 @@ impl Store for PgStore {
         PgStore::fail(self, lease, class, code, decision).await
     }
 
-    async fn renew(&self, leases: &[&Lease], lease: Duration) -> Result<Vec<Uuid>, DispatchError> {
-        self.renewed(leases, lease).await
+    async fn renew(
+        &self,
+        connection: &mut PgConnection,
+        leases: &[&Lease],
+        lease: Duration,
+    ) -> Result<Vec<Uuid>, DispatchError> {
+        self.renewed(connection, leases, lease).await
     }
 
     async fn lock_lease(

@@ -957,6 +957,8 @@ impl Store for SqliteStore {
     type Publisher<'a> = SqlitePublisher<'a>;
     type Doorbell = CommitBell;
 
+    const ONE_WRITER: bool = true;
+
     fn registry(&self) -> &Registry {
         SqliteStore::registry(self)
     }
@@ -1073,8 +1075,13 @@ impl Store for SqliteStore {
         SqliteStore::fail(self, lease, class, code, decision).await
     }
 
-    async fn renew(&self, leases: &[&Lease], lease: Duration) -> Result<Vec<Uuid>, DispatchError> {
-        self.renewed(leases, lease).await
+    async fn renew(
+        &self,
+        connection: &mut SqliteConnection,
+        leases: &[&Lease],
+        lease: Duration,
+    ) -> Result<Vec<Uuid>, DispatchError> {
+        self.renewed(connection, leases, lease).await
     }
 
     async fn lock_lease(
