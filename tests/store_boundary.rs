@@ -74,10 +74,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "reads the attempt rows and delivery order dispatch leaves",
     ),
     (
-        "runtime/tests/handler_timeout.rs",
-        "reads the attempt rows a timed-out handler leaves",
-    ),
-    (
         "runtime/tests/held.rs",
         "reads events, deliveries, attempts and effects around held batches",
     ),
