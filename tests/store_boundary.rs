@@ -86,10 +86,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "reads row versions and event lineage to prove what was not rewritten",
     ),
     (
-        "runtime/tests/observe.rs",
-        "writes a stale heartbeat row to make a worker silent",
-    ),
-    (
         "runtime/tests/registry_parity.rs",
         "corrupts the registry mirror to test that the store refuses it",
     ),
