@@ -62,10 +62,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "reads leases, tokens and attempts after a dispatcher is killed mid-batch",
     ),
     (
-        "runtime/tests/delay.rs",
-        "reads and moves the due times of delayed deliveries",
-    ),
-    (
         "runtime/tests/deployed_settings.rs",
         "edits and drops the settings row to test how workers read it",
     ),
