@@ -74,10 +74,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "reads events, deliveries, attempts and effects around held batches",
     ),
     (
-        "runtime/tests/lease_loss.rs",
-        "steals a lease by hand and reads the fencing tokens",
-    ),
-    (
         "runtime/tests/lifecycle.rs",
         "reads row versions and event lineage to prove what was not rewritten",
     ),
