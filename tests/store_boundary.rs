@@ -86,10 +86,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "reads replay rows and tries to edit the discard audit",
     ),
     (
-        "runtime/tests/retry.rs",
-        "moves due times and reads the statuses and attempts retries leave",
-    ),
-    (
         "runtime/tests/shadow.rs",
         "reads the reconciliation rows and deliveries of shadow mode",
     ),
