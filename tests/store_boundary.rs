@@ -85,10 +85,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "runtime/tests/replay.rs",
         "reads replay rows and tries to edit the discard audit",
     ),
-    (
-        "runtime/tests/shadow.rs",
-        "reads the reconciliation rows and deliveries of shadow mode",
-    ),
 ];
 
 /// Upper-case SQL keywords followed by a table name.
