@@ -70,10 +70,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "reads the attempt rows and delivery order dispatch leaves",
     ),
     (
-        "runtime/tests/held.rs",
-        "reads events, deliveries, attempts and effects around held batches",
-    ),
-    (
         "runtime/tests/lifecycle.rs",
         "reads row versions and event lineage to prove what was not rewritten",
     ),
