@@ -62,10 +62,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "reads leases, tokens and attempts after a dispatcher is killed mid-batch",
     ),
     (
-        "runtime/tests/delay.rs",
-        "reads and moves the due times of delayed deliveries",
-    ),
-    (
         "runtime/tests/deployed_settings.rs",
         "edits and drops the settings row to test how workers read it",
     ),
@@ -74,24 +70,8 @@ const ALLOWED: &[(&str, &str)] = &[
         "reads the attempt rows and delivery order dispatch leaves",
     ),
     (
-        "runtime/tests/handler_timeout.rs",
-        "reads the attempt rows a timed-out handler leaves",
-    ),
-    (
-        "runtime/tests/held.rs",
-        "reads events, deliveries, attempts and effects around held batches",
-    ),
-    (
-        "runtime/tests/lease_loss.rs",
-        "steals a lease by hand and reads the fencing tokens",
-    ),
-    (
         "runtime/tests/lifecycle.rs",
         "reads row versions and event lineage to prove what was not rewritten",
-    ),
-    (
-        "runtime/tests/observe.rs",
-        "writes a stale heartbeat row to make a worker silent",
     ),
     (
         "runtime/tests/registry_parity.rs",
@@ -100,14 +80,6 @@ const ALLOWED: &[(&str, &str)] = &[
     (
         "runtime/tests/replay.rs",
         "reads replay rows and tries to edit the discard audit",
-    ),
-    (
-        "runtime/tests/retry.rs",
-        "moves due times and reads the statuses and attempts retries leave",
-    ),
-    (
-        "runtime/tests/shadow.rs",
-        "reads the reconciliation rows and deliveries of shadow mode",
     ),
 ];
 

@@ -950,6 +950,23 @@ async fn record_effect_is_recorded_once<S: Conformance>(store: S) -> TestResult 
     }
     let intents = shadow.shadow_log().map(|log| log.intents().len());
     assert_eq!(intents, Some(2));
+
+    // The effect rows read back: who recorded each, with which digest and token; the rolled
+    // back one was recorded by the redelivery, the shadow one not at all.
+    let effect = |key: &'static str| {
+        let store = store.clone();
+        async move { store.effect(PLAIN, key).await }
+    };
+    let first = effect("effect-1").await?.ok_or("effect-1 not recorded")?;
+    assert_eq!(
+        (first.event_id, first.outcome_digest.as_str(), first.token),
+        (lease.event_id, "d1", Some(lease.token))
+    );
+    let third = effect("effect-3").await?.ok_or("effect-3 not recorded")?;
+    assert_eq!(third.token, Some(next.token));
+    assert!(effect("effect-2").await?.is_some());
+    assert_eq!(effect("effect-4").await?, None);
+    assert_eq!(store.effect(SHADOW, "effect-1").await?, None);
     Ok(())
 }
 
@@ -1225,6 +1242,24 @@ async fn shadow_savepoint_undoes_the_handlers_writes<S: Conformance>(store: S) -
     assert_eq!(
         attempt_rows(&store, lease.event_id, SHADOW).await?,
         vec![row(1, "acked", None, 1, "w1")]
+    );
+    // What the handler meant to do is its reconciliation row; no effect row was written.
+    let reconciliations = store.reconciliations(lease.event_id, SHADOW).await?;
+    let summary: Vec<_> = reconciliations
+        .iter()
+        .map(|r| (r.generation, r.token, r.intents.clone()))
+        .collect();
+    let intent = evc_runtime::Intent {
+        effect_key: "effect".to_owned(),
+        outcome_digest: "d".to_owned(),
+    };
+    assert_eq!(summary, [(0, lease.token, vec![intent])]);
+    assert_eq!(store.effect(SHADOW, "effect").await?, None);
+    assert!(
+        store
+            .reconciliations(lease.event_id, PLAIN)
+            .await?
+            .is_empty()
     );
 
     // Heartbeats are written and forgotten without error.

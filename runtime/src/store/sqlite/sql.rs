@@ -384,6 +384,17 @@ FROM evc_validation_rejects ORDER BY id LIMIT ?1";
 pub(crate) const STALE_REJECTIONS: &str = "\
 SELECT rejected FROM evc_stale_rejections WHERE consumer = ?1";
 
+/// The effect row of consumer `?1` under effect key `?2`.
+pub(crate) const EFFECT: &str = "\
+SELECT event_id, outcome_digest, fencing_token, created_at
+FROM evc_consumer_effects WHERE consumer = ?1 AND effect_key = ?2";
+
+/// The reconciliation rows of delivery `?1` of consumer `?2`, oldest generation first.
+pub(crate) const RECONCILIATIONS: &str = "\
+SELECT generation, fencing_token, intended, recorded_at
+FROM evc_reconciliations WHERE event_id = ?1 AND consumer = ?2
+ORDER BY generation";
+
 // ---------------------------------------------------------------------------------------------
 // Operator controls (docs/runtime.md, "Replay", "Pause, resume and modes"). The replay tables are
 // declared in `runtime/migrations/sqlite/0002_evc_replays.sql`.
