@@ -727,12 +727,8 @@ impl SqliteStore {
             .into_iter()
             .collect();
         self.inner.wakeups.arm(connection, &consumers).await?;
-        let now = epoch_now();
         let mut tx = begin_write(connection).await?;
-        let mut receipts = Vec::with_capacity(events.len());
-        for (new, checked) in events.iter().zip(&checked) {
-            receipts.push(insert_event(&mut tx, &new.event, &new.options, checked, now).await?);
-        }
+        let receipts = insert_events(&mut tx, &events, &checked, epoch_now()).await?;
         tx.commit().await?;
         Ok(receipts)
     }
@@ -847,6 +843,99 @@ async fn insert_event(
             deliveries: u32::try_from(checked.consumers.len()).unwrap_or(u32::MAX),
         });
     }
+    first_receipt(connection, checked, options).await
+}
+
+/// Writes checked events and their deliveries on `connection` (inside the batch's savepoint
+/// or transaction) in two statements, whatever the batch's size: round trips to the
+/// connection's thread, not SQLite, bound a statement-per-row batch. Receipts come back in the
+/// order of `events`; an event whose idempotency key was taken returns the first event's.
+async fn insert_events(
+    connection: &mut SqliteConnection,
+    events: &[NewEvent],
+    checked: &[CheckedEvent<'_>],
+    now: f64,
+) -> Result<Vec<AppendReceipt>, AppendError> {
+    let mut ids = Vec::with_capacity(events.len());
+    let mut order_keys = Vec::with_capacity(events.len());
+    let mut rows = Vec::with_capacity(events.len());
+    for (new, checked) in events.iter().zip(checked) {
+        let (event, options) = (&new.event, &new.options);
+        let event_id = Uuid::now_v7();
+        let order_key = order_key(event, options, event_id);
+        rows.push(serde_json::json!([
+            event_id.to_string(),
+            event.event_type,
+            event.version,
+            order_key,
+            options.tenant_scope,
+            checked.descriptor.producer_class,
+            options.idempotency_key,
+            event.trace.trace_id(),
+            event.trace.parent_span_id(),
+            format!("{:02x}", event.trace.trace_flags()),
+            options.correlation_id,
+            options.causation_id,
+            checked.payload,
+            checked.payload.len(),
+        ]));
+        ids.push(event_id);
+        order_keys.push(order_key);
+    }
+    let written = sqlx::query(sql::APPEND_EVENTS)
+        .bind(serde_json::Value::from(rows).to_string())
+        .bind(now)
+        .fetch_all(&mut *connection)
+        .await?;
+    let mut seqs: HashMap<Uuid, i64> = HashMap::with_capacity(written.len());
+    for row in &written {
+        seqs.insert(
+            parse_uuid(&row.try_get::<String, _>("event_id")?)?,
+            row.try_get("seq")?,
+        );
+    }
+    let mut deliveries = Vec::new();
+    let mut receipts = Vec::with_capacity(events.len());
+    for (index, (new, checked)) in events.iter().zip(checked).enumerate() {
+        let event_id = ids[index];
+        let Some(&seq) = seqs.get(&event_id) else {
+            receipts.push(first_receipt(connection, checked, &new.options).await?);
+            continue;
+        };
+        let due = new.options.not_before_epoch().unwrap_or(now);
+        for (consumer, &ordered) in checked.consumers.iter().zip(checked.ordered) {
+            deliveries.push(serde_json::json!([
+                event_id.to_string(),
+                consumer,
+                seq,
+                ordered.then_some(order_keys[index].as_str()),
+                due,
+            ]));
+        }
+        receipts.push(AppendReceipt {
+            event_id,
+            seq,
+            created: true,
+            deliveries: u32::try_from(checked.consumers.len()).unwrap_or(u32::MAX),
+        });
+    }
+    if !deliveries.is_empty() {
+        sqlx::query(sql::APPEND_DELIVERIES)
+            .bind(serde_json::Value::from(deliveries).to_string())
+            .bind(now)
+            .execute(&mut *connection)
+            .await?;
+    }
+    Ok(receipts)
+}
+
+/// The receipt of the event that took `options`' idempotency key first (an append that wrote
+/// nothing because the key was taken).
+async fn first_receipt(
+    connection: &mut SqliteConnection,
+    checked: &CheckedEvent<'_>,
+    options: &AppendOptions,
+) -> Result<AppendReceipt, AppendError> {
     let producer_class = checked.descriptor.producer_class;
     let existing = sqlx::query(sql::FIND_BY_IDEMPOTENCY_KEY)
         .bind(producer_class)

@@ -35,6 +35,34 @@ INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key, next_attem
     created_at, updated_at)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)";
 
+/// [`APPEND_EVENT`] for many events in one statement, in array order (so their seqs follow
+/// it): `?1` a JSON array of `[event id, event type, version, order key, tenant scope, producer
+/// class, idempotency key, trace id, parent span id, trace flags, correlation id, causation id,
+/// payload, payload bytes]` entries, `?2` now. Returns the event id and seq of each event
+/// written; an event whose idempotency key was taken (before, or by an earlier entry) has none.
+pub(crate) const APPEND_EVENTS: &str = "\
+INSERT INTO evc_events (event_id, event_type, schema_version, order_key, tenant_scope,
+    producer_class, idempotency_key, produced_at, trace_id, parent_span_id, trace_flags,
+    correlation_id, causation_id, payload, payload_bytes)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+    json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'),
+    json_extract(value, '$[6]'), ?2, json_extract(value, '$[7]'), json_extract(value, '$[8]'),
+    json_extract(value, '$[9]'), json_extract(value, '$[10]'), json_extract(value, '$[11]'),
+    json_extract(value, '$[12]'), json_extract(value, '$[13]')
+FROM json_each(?1) WHERE true ORDER BY key
+ON CONFLICT (producer_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING event_id, seq";
+
+/// [`APPEND_DELIVERY`] for many deliveries in one statement: `?1` a JSON array of `[event id,
+/// consumer, event seq, order key (null: the consumer does not order per key), due at]`
+/// entries, `?2` now.
+pub(crate) const APPEND_DELIVERIES: &str = "\
+INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key, next_attempt_at,
+    created_at, updated_at)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+    json_extract(value, '$[3]'), json_extract(value, '$[4]'), ?2, ?2
+FROM json_each(?1)";
+
 /// The event an idempotency key of a producer class names: `?1` producer class, `?2` key.
 pub(crate) const FIND_BY_IDEMPOTENCY_KEY: &str = "\
 SELECT event_id, seq FROM evc_events WHERE producer_class = ?1 AND idempotency_key = ?2";
