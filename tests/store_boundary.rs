@@ -70,10 +70,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "edits and drops the settings row to test how workers read it",
     ),
     (
-        "runtime/tests/dispatch.rs",
-        "reads the attempt rows and delivery order dispatch leaves",
-    ),
-    (
         "runtime/tests/handler_timeout.rs",
         "reads the attempt rows a timed-out handler leaves",
     ),
