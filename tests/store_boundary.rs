@@ -50,10 +50,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "test helpers: seed registry rows and count deliveries and attempts by status",
     ),
     (
-        "runtime/tests/append.rs",
-        "reads the stored events, payloads and reject rows an append leaves",
-    ),
-    (
         "runtime/tests/append_only.rs",
         "tries updates, deletes and truncates the ledger triggers must refuse",
     ),

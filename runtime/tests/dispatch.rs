@@ -153,15 +153,6 @@ fn consumers(store: &PgStore) -> Vec<String> {
         .collect()
 }
 
-/// Delivery rows of every consumer of `store`'s registry in any of `statuses` (empty: all).
-async fn delivery_rows(store: &PgStore, statuses: &[DeliveryStatus]) -> Result<u64, DispatchError> {
-    let mut total = 0;
-    for consumer in consumers(store) {
-        total += store.count_deliveries(&consumer, statuses).await?;
-    }
-    Ok(total)
-}
-
 async fn wait_until_settled(store: &PgStore, timeout: Duration) -> Result<(), DispatchError> {
     let start = Instant::now();
     let consumers = consumers(store);
@@ -261,7 +252,7 @@ async fn exactly_once(dispatchers: usize, events: u64) -> TestResult {
         }
         // No delivery row left (acks delete them), and one `acked` attempt row for every event
         // and consumer: none acked twice, none missed.
-        assert_eq!(delivery_rows(&producer, &[]).await?, 0);
+        assert_eq!(support::count_all_deliveries(&producer).await?, 0);
         let attempts = attempts_of(&producer, &event_ids).await?;
         for consumer in CONSUMERS {
             let acked: Vec<_> = attempts

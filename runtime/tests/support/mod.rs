@@ -436,6 +436,18 @@ pub async fn statuses(
     Ok(counts)
 }
 
+/// Delivery rows of every consumer of `store`'s registry, in any status (acked deliveries
+/// have none).
+pub async fn count_all_deliveries<S: evc_runtime::Store>(
+    store: &S,
+) -> Result<u64, evc_runtime::DispatchError> {
+    let mut total = 0;
+    for consumer in store.registry().consumers {
+        total += store.count_deliveries(consumer.name, &[]).await?;
+    }
+    Ok(total)
+}
+
 /// The event ids of `receipts`, in order.
 pub fn ids(receipts: &[evc_runtime::AppendReceipt]) -> Vec<uuid::Uuid> {
     receipts.iter().map(|receipt| receipt.event_id).collect()
