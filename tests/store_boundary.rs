@@ -47,7 +47,8 @@ const ALLOWED: &[(&str, &str)] = &[
     ),
     (
         "runtime/tests/support/mod.rs",
-        "test helpers: seed registry rows and count deliveries and attempts by status",
+        "seeds the registry mirror as a deployed registry migration would (test registries \
+         have no generated migration)",
     ),
     (
         "runtime/tests/append_only.rs",
