@@ -336,6 +336,29 @@ async fn four_dispatchers_ack_every_delivery_exactly_once_in_key_order() -> Test
     exactly_once(4, EVENTS).await
 }
 
+/// The checks of the exactly-once runs catch what they look for: two live leases on one key,
+/// and a key's acks out of its append order (here forced by claiming without per-key ordering).
+#[tokio::test]
+async fn the_order_checks_see_two_leases_on_a_key_and_acks_out_of_order() -> TestResult {
+    with_database(|pool| async move {
+        let store = dispatch_store(&pool, 4).await?;
+        let event_ids = ids(&append_notes(&store, 2, 1).await?);
+        assert_eq!(doubly_leased_keys(&store).await?, 0);
+        let claimed = store
+            .claim("d.leased", "owner", 10, Duration::from_secs(30), false)
+            .await?;
+        assert_eq!(claimed.len(), 2);
+        assert_eq!(doubly_leased_keys(&store).await?, 1);
+        store.ack(&claimed[1].lease).await?;
+        store.ack(&claimed[0].lease).await?;
+        assert_eq!(doubly_leased_keys(&store).await?, 0);
+        let order = support::acks_out_of_key_order(&store, &PER_KEY, &event_ids).await?;
+        assert_eq!(order, (2, 1));
+        Ok(())
+    })
+    .await
+}
+
 #[tokio::test]
 async fn a_stale_token_is_refused_and_counted_after_expiry_and_reclaim() -> TestResult {
     with_database(|pool| async move {
