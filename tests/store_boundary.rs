@@ -59,33 +59,13 @@ const ALLOWED: &[(&str, &str)] = &[
         "reads leases, tokens and attempts after a dispatcher is killed mid-batch",
     ),
     (
-        "runtime/tests/delay.rs",
-        "reads and moves the due times of delayed deliveries",
-    ),
-    (
         "runtime/tests/deployed_settings.rs",
         "edits and drops the settings row to test how workers read it",
-    ),
-    (
-        "runtime/tests/handler_timeout.rs",
-        "reads the attempt rows a timed-out handler leaves",
-    ),
-    (
-        "runtime/tests/held.rs",
-        "reads events, deliveries, attempts and effects around held batches",
-    ),
-    (
-        "runtime/tests/lease_loss.rs",
-        "steals a lease by hand and reads the fencing tokens",
     ),
     (
         "runtime/tests/lifecycle.rs",
         "compares row versions (xmin) to prove one transaction and no rewrite, and adds \
          triggers on evc_events that make lifecycle inserts fail",
-    ),
-    (
-        "runtime/tests/observe.rs",
-        "writes a stale heartbeat row to make a worker silent",
     ),
     (
         "runtime/tests/registry_parity.rs",
@@ -95,14 +75,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "runtime/tests/replay.rs",
         "reads replay and discard audit rows and superseded generations (no read method \
          shows them), edits the deployed registry mirror, and tries to edit the discard audit",
-    ),
-    (
-        "runtime/tests/retry.rs",
-        "moves due times and reads the statuses and attempts retries leave",
-    ),
-    (
-        "runtime/tests/shadow.rs",
-        "reads the reconciliation rows and deliveries of shadow mode",
     ),
 ];
 

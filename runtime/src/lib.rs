@@ -55,7 +55,8 @@ pub use store::sqlite::{
 };
 pub use store::{
     AckBatch, AttemptRecord, ClaimRequest, Claimed, Connection, DeliveryRecord, DeliveryStatus,
-    DispatchError, Drift, EventRecord, Heartbeat, Hold, Intent, Lease, Observe, Operate,
-    RegistryDrift, RegistryObject, RejectRecord, ShadowLog, Store, StoreError,
+    DispatchError, Drift, EffectRecord, EventRecord, Heartbeat, Hold, Intent, Lease, Observe,
+    Operate, ReconciliationRecord, RegistryDrift, RegistryObject, RejectRecord, ShadowLog, Store,
+    StoreError,
 };
 pub use trace::{TraceContext, TraceContextError, check_trace_id};

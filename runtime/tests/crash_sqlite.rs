@@ -28,7 +28,7 @@ use crash::{
 };
 use evc_runtime::{
     Connection, DeliveryStatus, DispatcherConfig, FailureClass, HandlerKind, Lease, RetryDecision,
-    SqliteOpenError, SqliteStore,
+    SqliteOpenError, SqliteStore, Store,
 };
 use support::{DISPATCH_REGISTRY, TestResult, append_notes};
 use uuid::Uuid;
@@ -105,17 +105,14 @@ async fn child(role: &str) -> TestResult {
 }
 
 /// A worker child's dispatcher: `workers` per consumer, a lease renewed often (the killed
-/// leases expire soon after the kill), batches of one. A transactional handler's transaction
-/// holds SQLite's write lock, and the dispatcher renews the rest of a batch from another
-/// connection meanwhile: that renewal waits for the lock its own worker holds (up to the busy
-/// timeout) and the batch's leases may run out. With one delivery per batch nothing else is
-/// held while a handler's transaction is open. Idle workers poll every 100 ms: every claim
-/// takes the one write lock, found work or not.
+/// leases expire soon after the kill), batches of ten: a transactional handler's transaction
+/// holds SQLite's write lock, so the rest of its batch is renewed in that transaction. Idle
+/// workers poll every 100 ms: every claim takes the one write lock, found work or not.
 fn worker_config(owner: String, workers: usize) -> DispatcherConfig {
     DispatcherConfig::default()
         .owner(owner)
         .workers(workers)
-        .batch(1)
+        .batch(10)
         .lease(Duration::from_secs(2))
         .poll_interval(Duration::from_millis(100))
         .recovery_interval(Duration::from_millis(200))
@@ -393,7 +390,13 @@ async fn assert_late_tokens_refused(store: &SqliteStore, killed: &[Lease]) -> Te
             .expect_err("late effect");
         assert!(error.is_stale_token(), "{error}");
         tx.rollback().await?;
-        assert_eq!(store.renew(&[lease], VICTIM_LEASE).await?, 0);
+        let mut connection = store.pool().acquire().await?;
+        assert!(
+            store
+                .renew(&mut connection, &[lease], VICTIM_LEASE)
+                .await?
+                .is_empty()
+        );
     }
     assert!(store.stale_tokens() >= before + 3 * killed.len() as u64);
     Ok(())
@@ -654,21 +657,18 @@ async fn killed_mid_run(workers: usize) -> TestResult {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "intermittently stalls before its kill point on a loaded machine (cause open; suspected: the SQLite write lock, docs/runtime.md); run with --ignored"]
 async fn one_worker_killed_mid_run_acks_every_delivery_once_in_key_order() -> TestResult {
     let _turn = ONE_RUN_AT_A_TIME.lock().await;
     killed_mid_run(1).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "intermittently stalls before its kill point on a loaded machine (cause open; suspected: the SQLite write lock, docs/runtime.md); run with --ignored"]
 async fn two_workers_killed_mid_run_ack_every_delivery_once_in_key_order() -> TestResult {
     let _turn = ONE_RUN_AT_A_TIME.lock().await;
     killed_mid_run(2).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "intermittently stalls before its kill point on a loaded machine (cause open; suspected: the SQLite write lock, docs/runtime.md); run with --ignored"]
 async fn four_workers_killed_mid_run_ack_every_delivery_once_in_key_order() -> TestResult {
     let _turn = ONE_RUN_AT_A_TIME.lock().await;
     killed_mid_run(4).await

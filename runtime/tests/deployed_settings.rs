@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use evc_runtime::{
-    AppendError, AppendOptions, Console, Dispatcher, DispatcherConfig, HandlerError, OutgoingEvent,
-    PgStore, Registry, Rejection, deployed_registry,
+    AppendError, AppendOptions, Console, DeliveryStatus, DispatchError, Dispatcher,
+    DispatcherConfig, HandlerError, OutgoingEvent, PgStore, Registry, Rejection, deployed_registry,
 };
 use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use sqlx::postgres::{PgPool, PgPoolOptions};
@@ -160,13 +160,10 @@ impl DynHandler for Held {
 }
 
 /// Leased deliveries of `consumer`.
-async fn leased(pool: &PgPool, consumer: &str) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM evc_deliveries WHERE consumer = $1 AND status = 'leased'",
-    )
-    .bind(consumer)
-    .fetch_one(pool)
-    .await
+async fn leased(store: &PgStore, consumer: &str) -> Result<u64, DispatchError> {
+    store
+        .count_deliveries(consumer, &[DeliveryStatus::Leased])
+        .await
 }
 
 /// Waits until `done` holds (a hang guard of a minute, not a timing assertion).
@@ -216,10 +213,14 @@ async fn the_deployed_batch_size_bounds_a_claim_and_heartbeats_name_overrides() 
         assert!(dispatcher.overrides(CONSUMER).is_empty());
         let handle = dispatcher.start();
         eventually("a claim", || async {
-            Ok(leased(&pool, CONSUMER).await? > 0)
+            Ok(leased(&store, CONSUMER).await? > 0)
         })
         .await?;
-        assert_eq!(leased(&pool, CONSUMER).await?, 3, "the deployed batch_size");
+        assert_eq!(
+            leased(&store, CONSUMER).await?,
+            3,
+            "the deployed batch_size"
+        );
 
         // Its heartbeat says the settings are the registry's.
         let console = Console::connect(pool.clone()).await?;

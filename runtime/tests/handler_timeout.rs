@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{
-    ConsumerDescriptor, Dispatcher, DispatcherConfig, HandlerError, PgStore, Registry,
+    AppendReceipt, ConsumerDescriptor, DispatchError, Dispatcher, DispatcherConfig, HandlerError,
+    PgStore, Registry,
 };
+use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use support::{DISPATCH_REGISTRY, TestResult, append_notes, statuses, with_database};
 
@@ -138,20 +139,23 @@ async fn settled(store: &PgStore, consumer: &str) -> TestResult {
     Ok(())
 }
 
+/// The attempt rows of the deliveries of `receipts`' events to `consumer`, event by event in
+/// the order they were written, as `(attempt, outcome, error code)`.
 async fn attempts(
-    pool: &PgPool,
+    store: &PgStore,
+    receipts: &[AppendReceipt],
     consumer: &str,
-) -> Result<Vec<(i32, String, Option<String>)>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT attempt, outcome, error_code FROM evc_delivery_attempts WHERE consumer = $1 \
-         ORDER BY id",
-    )
-    .bind(consumer)
-    .fetch_all(pool)
-    .await
+) -> Result<Vec<(u32, String, Option<String>)>, DispatchError> {
+    let mut rows = Vec::new();
+    for receipt in receipts {
+        for attempt in store.attempts(receipt.event_id, consumer).await? {
+            rows.push((attempt.attempt, attempt.outcome, attempt.error_code));
+        }
+    }
+    Ok(rows)
 }
 
-fn timed_out_then_acked() -> Vec<(i32, String, Option<String>)> {
+fn timed_out_then_acked() -> Vec<(u32, String, Option<String>)> {
     vec![
         (1, "retry".to_owned(), Some("handler_timeout".to_owned())),
         (2, "acked".to_owned(), None),
@@ -164,7 +168,7 @@ async fn a_transactional_handler_past_its_timeout_is_cancelled_rolled_back_and_r
     with_database(|pool| async move {
         create_effects_table(&pool).await?;
         let store = store_of(&pool, registry_with_timeouts(&[("d.tx", 300)])).await?;
-        append_notes(&store, 1, 1).await?;
+        let receipts = append_notes(&store, 1, 1).await?;
         let handler = HangsFirst::new();
         let (dropped, completed) = (Arc::clone(&handler.dropped), Arc::clone(&handler.completed));
         let handle = Dispatcher::new(store.clone(), config("timeout-tx"))
@@ -180,7 +184,10 @@ async fn a_transactional_handler_past_its_timeout_is_cancelled_rolled_back_and_r
         assert_eq!(completed.load(Ordering::SeqCst), 1);
         assert_eq!((stats.acked, stats.retried), (1, 1));
         assert_eq!(statuses(&store, "d.tx").await?, [("acked".to_owned(), 1)]);
-        assert_eq!(attempts(&pool, "d.tx").await?, timed_out_then_acked());
+        assert_eq!(
+            attempts(&store, &receipts, "d.tx").await?,
+            timed_out_then_acked()
+        );
         // The hung attempt's write was rolled back; only the second attempt's committed.
         let rows: Vec<String> = sqlx::query_scalar("SELECT consumer FROM t_effects")
             .fetch_all(&pool)
@@ -195,7 +202,7 @@ async fn a_transactional_handler_past_its_timeout_is_cancelled_rolled_back_and_r
 async fn a_leased_handler_past_its_timeout_is_cancelled_and_retried() -> TestResult {
     with_database(|pool| async move {
         let store = store_of(&pool, registry_with_timeouts(&[("d.unordered", 300)])).await?;
-        append_notes(&store, 1, 1).await?;
+        let receipts = append_notes(&store, 1, 1).await?;
         let handler = HangsFirst::new();
         let (dropped, completed) = (Arc::clone(&handler.dropped), Arc::clone(&handler.completed));
         let handle = Dispatcher::new(store.clone(), config("timeout-leased"))
@@ -211,7 +218,7 @@ async fn a_leased_handler_past_its_timeout_is_cancelled_and_retried() -> TestRes
         assert_eq!(completed.load(Ordering::SeqCst), 1);
         assert_eq!((stats.acked, stats.retried, stats.cancelled), (1, 1, 0));
         assert_eq!(
-            attempts(&pool, "d.unordered").await?,
+            attempts(&store, &receipts, "d.unordered").await?,
             timed_out_then_acked()
         );
         Ok(())
@@ -226,7 +233,7 @@ async fn the_dispatcher_override_times_out_a_held_batch_handler() -> TestResult 
         // `d.held` sets no timeout in the registry: the dispatcher's override applies.
         let store = store_of(&pool, DISPATCH_REGISTRY).await?;
         let mut tx = store.pool().begin().await?;
-        store
+        let receipt = store
             .append(
                 &mut tx,
                 support::event("test.job", "1.0.0", support::note(&support::note_key(1))),
@@ -253,7 +260,10 @@ async fn the_dispatcher_override_times_out_a_held_batch_handler() -> TestResult 
         );
         assert_eq!(completed.load(Ordering::SeqCst), 1);
         assert_eq!(stats.acked, 1);
-        assert_eq!(attempts(&pool, "d.held").await?, timed_out_then_acked());
+        assert_eq!(
+            attempts(&store, &[receipt], "d.held").await?,
+            timed_out_then_acked()
+        );
         let rows: Vec<String> = sqlx::query_scalar("SELECT consumer FROM t_effects")
             .fetch_all(&pool)
             .await?;
@@ -285,7 +295,7 @@ async fn a_handler_within_its_timeout_is_unaffected() -> TestResult {
         // A timeout no test run comes near: every handler finishes well within it.
         let registry = registry_with_timeouts(&[("d.leased", 600_000), ("d.tx", 600_000)]);
         let store = store_of(&pool, registry).await?;
-        append_notes(&store, 6, 3).await?;
+        let receipts = append_notes(&store, 6, 3).await?;
         let ran = Arc::new(AtomicU64::new(0));
         let handle = Dispatcher::new(store.clone(), config("timeout-quick"))
             .consumer("d.leased", Quick(Arc::clone(&ran)))?
@@ -298,7 +308,7 @@ async fn a_handler_within_its_timeout_is_unaffected() -> TestResult {
         assert_eq!(ran.load(Ordering::SeqCst), 12);
         assert_eq!((stats.acked, stats.retried), (12, 0));
         for consumer in ["d.leased", "d.tx"] {
-            let outcomes = attempts(&pool, consumer).await?;
+            let outcomes = attempts(&store, &receipts, consumer).await?;
             assert_eq!(outcomes.len(), 6, "{consumer}: {outcomes:?}");
             assert!(
                 outcomes.iter().all(|(attempt, outcome, code)| *attempt == 1

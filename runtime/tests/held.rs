@@ -16,19 +16,35 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
-use evc_runtime::{Dispatcher, DispatcherConfig, HandlerError, PgStore};
+use evc_runtime::{
+    DeliveryStatus, DispatchError, Dispatcher, DispatcherConfig, HandlerError, NewEvent, PgStore,
+    Store,
+};
 use sqlx::PgPool;
 use support::{TestResult, dispatch_store, statuses, with_database};
+use uuid::Uuid;
 
 const CONSUMER: &str = "d.held";
 
-/// Appends `jobs` `test.job` events; payload `text` is `text_of(n)`.
+/// Appends `jobs` `test.job` events in one transaction; payload `text` is `text_of(n)` and
+/// `count` is `n`. Answers the event ids, job number `n` at index `n`.
 async fn append_jobs(
     store: &PgStore,
     jobs: u64,
     text_of: impl Fn(u64) -> &'static str,
-) -> TestResult {
-    support::append_numbered(store, "test.job", 0..jobs, text_of).await
+) -> Result<Vec<Uuid>, Box<dyn std::error::Error + Send + Sync>> {
+    let batch: Vec<NewEvent> = (0..jobs)
+        .map(|n| {
+            let payload = serde_json::json!(
+                {"note_id": support::note_key(n), "text": text_of(n), "count": n}
+            );
+            support::event("test.job", "1.0.0", payload).into()
+        })
+        .collect();
+    let mut tx = store.pool().begin().await?;
+    let receipts = store.append_batch(&mut tx, batch).await?;
+    tx.commit().await?;
+    Ok(receipts.iter().map(|receipt| receipt.event_id).collect())
 }
 
 async fn create_effects_table(pool: &PgPool) -> TestResult {
@@ -85,16 +101,10 @@ impl DynHandler for WritesEffects {
     }
 }
 
-async fn settle(pool: &PgPool, limit: Duration) -> TestResult {
+async fn settle(store: &PgStore, limit: Duration) -> TestResult {
     let start = Instant::now();
     loop {
-        let open: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM evc_deliveries WHERE consumer = $1 \
-             AND status IN ('pending', 'leased')",
-        )
-        .bind(CONSUMER)
-        .fetch_one(pool)
-        .await?;
+        let open = store.open_deliveries(&[CONSUMER.to_owned()]).await?;
         if open == 0 {
             return Ok(());
         }
@@ -113,27 +123,26 @@ fn held_config(owner: &str) -> DispatcherConfig {
         .held_batches(true)
 }
 
-/// The event id (text) of job number `n`.
-async fn event_of(pool: &PgPool, n: i64) -> Result<String, sqlx::Error> {
-    sqlx::query_scalar("SELECT event_id::text FROM evc_events WHERE (payload->>'count')::int8 = $1")
-        .bind(n)
-        .fetch_one(pool)
-        .await
-}
-
 /// Attempts of one delivery: `(attempt, outcome, fencing_token)` in order.
 async fn attempts_of(
-    pool: &PgPool,
-    event_id: &str,
-) -> Result<Vec<(i32, String, i64)>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT attempt, outcome, fencing_token FROM evc_delivery_attempts \
-         WHERE consumer = $1 AND event_id = $2::uuid ORDER BY id",
-    )
-    .bind(CONSUMER)
-    .bind(event_id)
-    .fetch_all(pool)
-    .await
+    store: &PgStore,
+    event_id: Uuid,
+) -> Result<Vec<(u32, String, i64)>, DispatchError> {
+    Ok(store
+        .attempts(event_id, CONSUMER)
+        .await?
+        .into_iter()
+        .map(|attempt| (attempt.attempt, attempt.outcome, attempt.token))
+        .collect())
+}
+
+/// Attempt rows of the deliveries of `ids`, all told.
+async fn attempt_rows(store: &PgStore, ids: &[Uuid]) -> Result<usize, DispatchError> {
+    let mut rows = 0;
+    for id in ids {
+        rows += store.attempts(*id, CONSUMER).await?.len();
+    }
+    Ok(rows)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -142,7 +151,7 @@ async fn two_dispatchers_drain_held_batches_each_delivery_acked_and_written_once
         const JOBS: u64 = 3_000;
         create_effects_table(&pool).await?;
         let store = dispatch_store(&pool, 12).await?;
-        append_jobs(&store, JOBS, |_| "n").await?;
+        let ids = append_jobs(&store, JOBS, |_| "n").await?;
         let handler = Arc::new(WritesEffects::default());
         let first = Dispatcher::new(store.clone(), held_config("held-a"))
             .consumer(CONSUMER, Arc::clone(&handler))?
@@ -150,7 +159,7 @@ async fn two_dispatchers_drain_held_batches_each_delivery_acked_and_written_once
         let second = Dispatcher::new(store.clone(), held_config("held-b"))
             .consumer(CONSUMER, Arc::clone(&handler))?
             .start();
-        settle(&pool, Duration::from_secs(60)).await?;
+        settle(&store, Duration::from_secs(60)).await?;
         let (a, b) = (first.shutdown().await, second.shutdown().await);
         assert_eq!(a.acked + b.acked, JOBS, "acks counted by the dispatchers");
         assert_eq!((a.stale, b.stale), (0, 0));
@@ -160,37 +169,36 @@ async fn two_dispatchers_drain_held_batches_each_delivery_acked_and_written_once
             statuses(&store, CONSUMER).await?,
             vec![("acked".to_owned(), JOBS as i64)]
         );
-        let wrong: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM evc_events e WHERE e.event_type = 'test.job' AND (\
-             SELECT count(*) FROM evc_delivery_attempts a WHERE a.event_id = e.event_id \
-             AND a.consumer = $1 AND a.outcome = 'acked' AND a.attempt = 1 \
-             AND a.fencing_token = 1 AND a.owner LIKE 'held-_/%') <> 1",
-        )
-        .bind(CONSUMER)
-        .fetch_one(&pool)
-        .await?;
-        assert_eq!(
-            wrong, 0,
-            "events without exactly one matching acked attempt"
-        );
-        assert_eq!(
-            support::count(&pool, "evc_delivery_attempts").await?,
-            JOBS as i64
+        // Each event's attempt rows (so all attempt rows: only test.job's d.held has any).
+        let mut wrong = Vec::new();
+        let mut owners = std::collections::BTreeSet::new();
+        let mut effects = 0;
+        for id in &ids {
+            let attempts = store.attempts(*id, CONSUMER).await?;
+            let prefix = |owner: &str| owner.split('/').next().unwrap_or("").to_owned();
+            owners.extend(attempts.iter().map(|attempt| prefix(&attempt.owner)));
+            let matching = attempts.len() == 1
+                && attempts.iter().all(|a| {
+                    (a.outcome.as_str(), a.attempt, a.token) == ("acked", 1, 1)
+                        && ["held-a", "held-b"].contains(&prefix(&a.owner).as_str())
+                });
+            if !matching {
+                wrong.push((*id, attempts));
+            }
+            // The handler's effect key is the event id.
+            let effect = store.effect(CONSUMER, &id.to_string()).await?;
+            if effect.is_some_and(|effect| effect.event_id == *id) {
+                effects += 1;
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "events without exactly one matching acked attempt: {wrong:?}"
         );
         // Each handler write and effect row once; both dispatchers took part.
         assert_eq!(support::count(&pool, "t_effects").await?, JOBS as i64);
-        assert_eq!(
-            support::count(&pool, "evc_consumer_effects").await?,
-            JOBS as i64
-        );
-        let owners: Vec<String> = sqlx::query_scalar(
-            "SELECT DISTINCT split_part(owner, '/', 1) FROM evc_delivery_attempts \
-             WHERE consumer = $1 ORDER BY 1",
-        )
-        .bind(CONSUMER)
-        .fetch_all(&pool)
-        .await?;
-        assert_eq!(owners, ["held-a", "held-b"]);
+        assert_eq!(effects, JOBS);
+        assert_eq!(owners.into_iter().collect::<Vec<_>>(), ["held-a", "held-b"]);
         Ok(())
     })
     .await
@@ -204,7 +212,7 @@ async fn a_failing_handler_rolls_its_held_batch_back_and_its_failure_is_recorded
         let store = dispatch_store(&pool, 8).await?;
         // Job 10 fails once (transient: retried after 200 ms), job 70 always fails (permanent:
         // dead at once); the rest succeed.
-        append_jobs(&store, JOBS, |n| match n {
+        let ids = append_jobs(&store, JOBS, |n| match n {
             10 => "fail_once",
             70 => "poison",
             _ => "n",
@@ -214,7 +222,7 @@ async fn a_failing_handler_rolls_its_held_batch_back_and_its_failure_is_recorded
         let dispatcher = Dispatcher::new(store.clone(), held_config("held-f").workers(1))
             .consumer(CONSUMER, Arc::clone(&handler))?
             .start();
-        settle(&pool, Duration::from_secs(30)).await?;
+        settle(&store, Duration::from_secs(30)).await?;
         let stats = dispatcher.shutdown().await;
 
         assert_eq!(
@@ -225,9 +233,9 @@ async fn a_failing_handler_rolls_its_held_batch_back_and_its_failure_is_recorded
             ]
         );
         assert_eq!((stats.retried, stats.dead), (1, 1));
-        let (retried, dead) = (event_of(&pool, 10).await?, event_of(&pool, 70).await?);
+        let (retried, dead) = (ids[10], ids[70]);
         // The failures are counted attempts, with the policy's outcome.
-        let retried_attempts = attempts_of(&pool, &retried).await?;
+        let retried_attempts = attempts_of(&store, retried).await?;
         assert_eq!(
             retried_attempts
                 .iter()
@@ -235,7 +243,7 @@ async fn a_failing_handler_rolls_its_held_batch_back_and_its_failure_is_recorded
                 .collect::<Vec<_>>(),
             [(1, "retry"), (2, "acked")]
         );
-        let dead_attempts = attempts_of(&pool, &dead).await?;
+        let dead_attempts = attempts_of(&store, dead).await?;
         assert_eq!(
             dead_attempts
                 .iter()
@@ -248,14 +256,11 @@ async fn a_failing_handler_rolls_its_held_batch_back_and_its_failure_is_recorded
         assert_eq!(support::count(&pool, "t_effects").await?, JOBS as i64 - 1);
         let dead_writes: i64 =
             sqlx::query_scalar("SELECT count(*) FROM t_effects WHERE event_id = $1")
-                .bind(&dead)
+                .bind(dead.to_string())
                 .fetch_one(&pool)
                 .await?;
         assert_eq!(dead_writes, 0);
-        assert_eq!(
-            support::count(&pool, "evc_delivery_attempts").await?,
-            JOBS as i64 + 1
-        );
+        assert_eq!(attempt_rows(&store, &ids).await?, JOBS as usize + 1);
         // The rolled-back siblings ran again: more calls than deliveries.
         let calls: u32 = handler.calls.lock().expect("calls").values().sum();
         assert!(
@@ -344,20 +349,15 @@ async fn a_held_claim_hides_its_rows_fences_on_its_token_and_dies_with_its_conne
             .await?;
         assert!(killed);
         doomed.detach();
-        let (attempt, token): (i32, i64) = sqlx::query_as(
-            "SELECT attempt, fencing_token FROM evc_deliveries WHERE consumer = $1 \
-             AND status = 'pending'",
-        )
-        .bind(CONSUMER)
-        .fetch_one(&pool)
-        .await?;
-        assert_eq!((attempt, token), (0, 0));
-        let effects: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM evc_consumer_effects WHERE effect_key = $1")
-                .bind(&key)
-                .fetch_one(&pool)
-                .await?;
-        assert_eq!(effects, 0);
+        let delivery = store
+            .delivery(last[0].lease.event_id, CONSUMER)
+            .await?
+            .ok_or("no delivery")?;
+        assert_eq!(
+            (delivery.status, delivery.attempts, delivery.token),
+            (DeliveryStatus::Pending, 0, 0)
+        );
+        assert_eq!(store.effect(CONSUMER, &key).await?, None);
         let mut again = store.pool().begin().await?;
         let retaken = store.claim_held(&mut again, CONSUMER, "w5", 10).await?;
         assert_eq!(retaken.len(), 1);
@@ -436,7 +436,7 @@ async fn a_busy_held_worker_keeps_its_connection_and_an_idle_one_gives_it_back()
         )
         .consumer(CONSUMER, Arc::clone(&handler))?
         .start();
-        settle(&pool, Duration::from_secs(30)).await?;
+        settle(&store, Duration::from_secs(30)).await?;
         // Idle now (its claims find nothing): the worker holds no connection between polls.
         all_idle(store.pool(), "an idle dispatcher's").await;
         let stats = dispatcher.shutdown().await;

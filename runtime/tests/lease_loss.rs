@@ -1,6 +1,10 @@
 //! A leased handler whose lease is lost while it runs, on a real server: the dispatcher stops
 //! polling (drops) the handler future, counts the cancellation, writes no ack for the lost
 //! token, and the delivery is recovered and completed exactly once by a later attempt.
+//!
+//! The lease is lost as it is in production: it runs out before the dispatcher renews it (here
+//! because renewal is set to come long after the lease's end), lease-expiry recovery takes the
+//! delivery back, and the renewal that follows finds its token no longer current.
 
 mod support;
 
@@ -9,11 +13,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
-use evc_runtime::{Dispatcher, DispatcherConfig, HandlerError};
-use sqlx::postgres::PgPool;
+use evc_runtime::{DispatchError, Dispatcher, DispatcherConfig, HandlerError, Store};
 use support::{TestResult, append_notes, dispatch_store, statuses, with_database};
+use uuid::Uuid;
 
 const CONSUMER: &str = "d.unordered";
+
+/// The dispatcher's lease.
+const LEASE: Duration = Duration::from_millis(600);
+
+/// How often the dispatcher renews: well after [`LEASE`] runs out and recovery (every 50 ms)
+/// takes the delivery back, so the running handler's lease is lost by the time of its first
+/// renewal.
+const RENEW_EVERY: Duration = Duration::from_secs(2);
 
 /// Sets its flag when dropped.
 struct DropFlag(Arc<AtomicBool>);
@@ -61,72 +73,66 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-async fn acked_attempts(pool: &PgPool) -> Result<Vec<(i32, i64)>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT attempt, fencing_token FROM evc_delivery_attempts \
-         WHERE consumer = $1 AND outcome = 'acked' ORDER BY id",
-    )
-    .bind(CONSUMER)
-    .fetch_all(pool)
-    .await
+/// `(attempt, fencing token)` of the `acked` attempt rows of `event_id`'s delivery.
+async fn acked_attempts(
+    store: &impl Store,
+    event_id: Uuid,
+) -> Result<Vec<(u32, i64)>, DispatchError> {
+    Ok(store
+        .attempts(event_id, CONSUMER)
+        .await?
+        .into_iter()
+        .filter(|attempt| attempt.outcome == "acked")
+        .map(|attempt| (attempt.attempt, attempt.token))
+        .collect())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_lease_cancels_the_running_handler() -> TestResult {
     with_database(|pool| async move {
         let store = dispatch_store(&pool, 8).await?;
-        append_notes(&store, 1, 1).await?;
+        let event_id = append_notes(&store, 1, 1).await?[0].event_id;
         let dropped = Arc::new(AtomicBool::new(false));
         let started = Arc::new(AtomicBool::new(false));
         let completed = Arc::new(AtomicU64::new(0));
-        let handle = Dispatcher::new(
-            store.clone(),
-            DispatcherConfig::default()
-                .owner("lease-loss")
-                .workers(1)
-                .batch(1)
-                .lease(Duration::from_millis(600))
-                .poll_interval(Duration::from_millis(20))
-                .recovery_interval(Duration::from_millis(50))
-                .seed(7),
-        )
-        .consumer(
-            CONSUMER,
-            BlocksFirst {
-                dropped: Arc::clone(&dropped),
-                started: Arc::clone(&started),
-                completed: Arc::clone(&completed),
-            },
-        )?
-        .start();
+        let mut config = DispatcherConfig::default()
+            .owner("lease-loss")
+            .workers(1)
+            .batch(1)
+            .lease(LEASE)
+            .poll_interval(Duration::from_millis(20))
+            .recovery_interval(Duration::from_millis(50))
+            .seed(7);
+        config.renew_every = RENEW_EVERY;
+        let handle = Dispatcher::new(store.clone(), config)
+            .consumer(
+                CONSUMER,
+                BlocksFirst {
+                    dropped: Arc::clone(&dropped),
+                    started: Arc::clone(&started),
+                    completed: Arc::clone(&completed),
+                },
+            )?
+            .start();
         until("the first attempt started", || {
             started.load(Ordering::SeqCst)
         })
         .await;
-        let held_token: i64 = sqlx::query_scalar(
-            "SELECT fencing_token FROM evc_deliveries WHERE consumer = $1 AND status = 'leased'",
-        )
-        .bind(CONSUMER)
-        .fetch_one(&pool)
-        .await?;
-
-        // Another worker's claim, as far as the running one can tell: the token moves on and
-        // the lease ends.
-        sqlx::query(
-            "UPDATE evc_deliveries SET fencing_token = fencing_token + 1, \
-                 lease_until = now() - interval '1 second' \
-             WHERE consumer = $1 AND status = 'leased'",
-        )
-        .bind(CONSUMER)
-        .execute(&pool)
-        .await?;
+        // The running attempt's token: no claim can raise it before the handler is dropped
+        // (the only worker is running it).
+        let delivery = store
+            .delivery(event_id, CONSUMER)
+            .await?
+            .ok_or("no delivery")?;
+        assert_eq!(delivery.attempts, 1, "{delivery:?}");
+        let held_token = delivery.token;
 
         until("the running handler was dropped", || {
             dropped.load(Ordering::SeqCst)
         })
         .await;
         let start = Instant::now();
-        while acked_attempts(&pool).await?.is_empty() {
+        while acked_attempts(&store, event_id).await?.is_empty() {
             assert!(start.elapsed() < Duration::from_secs(30), "never acked");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -136,25 +142,24 @@ async fn a_lost_lease_cancels_the_running_handler() -> TestResult {
         assert_eq!(completed.load(Ordering::SeqCst), 1);
         assert_eq!(stats.cancelled, 1);
         assert_eq!(stats.acked, 1);
-        let acked = acked_attempts(&pool).await?;
+        let acked = acked_attempts(&store, event_id).await?;
         assert_eq!(acked.len(), 1, "acked exactly once: {acked:?}");
         let (attempt, token) = acked[0];
         assert_eq!(attempt, 2);
-        assert!(token > held_token + 1, "acked with a later claim's token");
-        // No row at all carries the cancelled attempt's token; its attempt is recorded by
-        // recovery (`lease_expired`, under the token the lease had when it expired).
-        let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT outcome, fencing_token FROM evc_delivery_attempts WHERE consumer = $1 \
-             ORDER BY id",
-        )
-        .bind(CONSUMER)
-        .fetch_all(&pool)
-        .await?;
+        assert!(token > held_token, "acked with a later claim's token");
+        // The cancelled attempt wrote no row of its own: its attempt is recorded by recovery
+        // (`lease_expired`, under the token the lease had when it expired).
+        let rows: Vec<(u32, String, i64)> = store
+            .attempts(event_id, CONSUMER)
+            .await?
+            .into_iter()
+            .map(|attempt| (attempt.attempt, attempt.outcome, attempt.token))
+            .collect();
         assert_eq!(
             rows,
             [
-                ("lease_expired".to_owned(), held_token + 1),
-                ("acked".to_owned(), token)
+                (1, "lease_expired".to_owned(), held_token),
+                (2, "acked".to_owned(), token)
             ]
         );
         assert_eq!(statuses(&store, CONSUMER).await?, [("acked".to_owned(), 1)]);

@@ -8,10 +8,38 @@ mod support;
 use std::time::Duration;
 
 use evc_runtime::{
-    ConsumerMode, DispatchError, Dispatcher, DispatcherConfig, FailureClass, Problem,
-    RetryDecision, TraceContextError,
+    ConsumerDescriptor, ConsumerMode, DispatchError, Dispatcher, DispatcherConfig, FailureClass,
+    Heartbeat, PgStore, Problem, Registry, RetryDecision, Store, TraceContextError,
 };
-use support::{TestResult, append_notes, dispatch_store, with_database};
+use support::{DISPATCH_REGISTRY, TestResult, append_notes, dispatch_store, with_database};
+
+/// `d.leased`'s heartbeat threshold in the status test: short, so that a worker falls silent
+/// while the test waits.
+const THRESHOLD: Duration = Duration::from_secs(1);
+
+/// How long the silent worker of the status test goes without a heartbeat: past
+/// [`THRESHOLD`].
+const SILENCE: Duration = Duration::from_millis(1_500);
+
+/// [`DISPATCH_REGISTRY`] with `d.leased`'s heartbeat threshold at [`THRESHOLD`].
+fn short_heartbeat_registry() -> Registry {
+    let consumers: Vec<ConsumerDescriptor> = DISPATCH_REGISTRY
+        .consumers
+        .iter()
+        .map(|consumer| {
+            let mut consumer = *consumer;
+            if consumer.name == "d.leased" {
+                consumer.heartbeat_threshold_ms =
+                    u64::try_from(THRESHOLD.as_millis()).unwrap_or(u64::MAX);
+            }
+            consumer
+        })
+        .collect();
+    Registry {
+        consumers: Box::leak(consumers.into_boxed_slice()),
+        ..DISPATCH_REGISTRY
+    }
+}
 
 /// Acks everything.
 struct NoOp;
@@ -35,7 +63,8 @@ fn metric(text: &str, series: &str) -> Option<f64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_report_counts_ranks_problems_and_exports_metrics() -> TestResult {
     with_database(|pool| async move {
-        let store = dispatch_store(&pool, 8).await?;
+        let pool = dispatch_store(&pool, 8).await?.pool().clone();
+        let store = PgStore::new(pool, short_heartbeat_registry())?;
         // 4 notes for d.leased, d.tx and d.unordered; all on support::TRACE_ID.
         append_notes(&store, 4, 4).await?;
         let lease = Duration::from_secs(30);
@@ -68,14 +97,14 @@ async fn the_status_report_counts_ranks_problems_and_exports_metrics() -> TestRe
         );
         store.pause("d.tx").await?;
         store.set_mode("d.held", ConsumerMode::Off).await?;
-        // One worker silent for two minutes (threshold 60 s), one fresh.
-        sqlx::raw_sql(
-            "INSERT INTO evc_heartbeats (owner, consumer, seen_at) VALUES \
-             ('old/d.leased/0', 'd.leased', now() - interval '2 minutes'), \
-             ('fresh/d.leased/0', 'd.leased', now())",
-        )
-        .execute(&pool)
-        .await?;
+        // One worker silent past its consumer's threshold, one fresh.
+        store
+            .heartbeat(&[Heartbeat::new("old/d.leased/0", "d.leased", "")])
+            .await?;
+        tokio::time::sleep(SILENCE).await;
+        store
+            .heartbeat(&[Heartbeat::new("fresh/d.leased/0", "d.leased", "")])
+            .await?;
 
         let report = store.status(Duration::from_secs(3_600)).await?;
         let summary: Vec<_> = report
@@ -119,8 +148,10 @@ async fn the_status_report_counts_ranks_problems_and_exports_metrics() -> TestRe
         assert_eq!(report.silent_workers.len(), 1);
         let silent = &report.silent_workers[0];
         assert_eq!(silent.owner, "old/d.leased/0");
-        assert_eq!(silent.threshold, Duration::from_secs(60));
-        assert!(silent.silent_for >= Duration::from_secs(119), "{silent:?}");
+        assert_eq!(silent.threshold, THRESHOLD);
+        assert!(silent.silent_for >= SILENCE, "{silent:?}");
+        let workers: Vec<&str> = report.workers.iter().map(|w| w.owner.as_str()).collect();
+        assert_eq!(workers, ["fresh/d.leased/0", "old/d.leased/0"]);
 
         // Problems, most urgent first; a lag limit of zero flags the lag, an hour does not.
         let kinds = |problems: &[Problem]| -> Vec<String> {
@@ -253,9 +284,12 @@ async fn a_dispatcher_that_shuts_down_leaves_no_heartbeat_behind() -> TestResult
         let handle = Dispatcher::new(store.clone(), config)
             .consumer("d.unordered", NoOp)?
             .start();
+        let workers = async || -> Result<usize, DispatchError> {
+            Ok(store.status(Duration::from_secs(60)).await?.workers.len())
+        };
         let mut beats = 0;
         for _ in 0..100 {
-            beats = support::count(&pool, "evc_heartbeats").await?;
+            beats = workers().await?;
             if beats == 2 {
                 break;
             }
@@ -263,7 +297,7 @@ async fn a_dispatcher_that_shuts_down_leaves_no_heartbeat_behind() -> TestResult
         }
         assert_eq!(beats, 2, "one heartbeat row per worker");
         handle.shutdown().await;
-        assert_eq!(support::count(&pool, "evc_heartbeats").await?, 0);
+        assert_eq!(workers().await?, 0);
         assert!(
             store
                 .status(Duration::from_secs(60))

@@ -7,12 +7,14 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use evc_runtime::{AppendOptions, Dispatcher, DispatcherConfig, FailureClass, HandlerError};
+use evc_runtime::{
+    AppendOptions, DeliveryStatus, Dispatcher, DispatcherConfig, FailureClass, HandlerError,
+};
 use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use support::{TestResult, append_notes, dispatch_store, with_database};
 
 /// Per delivery: payload text, status, attempt, attempt outcomes, last error code.
-type ClassRow = (String, String, i32, Vec<String>, Option<String>);
+type ClassRow = (String, DeliveryStatus, u32, Vec<String>, Option<String>);
 
 /// Fails with the class its payload's `text` names.
 struct FailsAsTold;
@@ -37,6 +39,7 @@ async fn attempts_follow_the_policy_then_dead_and_quarantine_is_never_retried() 
     with_database(|pool| async move {
         let store = dispatch_store(&pool, 8).await?;
         let mut tx = store.pool().begin().await?;
+        let mut ids = Vec::new();
         let classes = [
             "transient",
             "permanent",
@@ -46,14 +49,16 @@ async fn attempts_follow_the_policy_then_dead_and_quarantine_is_never_retried() 
             "integrity",
         ];
         for (key, text) in classes.iter().enumerate() {
-            let payload = serde_json::json!({"note_id": support::note_key(key as u64), "text": text});
-            store
+            let payload =
+                serde_json::json!({"note_id": support::note_key(key as u64), "text": text});
+            let receipt = store
                 .append(
                     &mut tx,
                     support::event("test.note", "1.0.0", payload),
                     AppendOptions::new(),
                 )
                 .await?;
+            ids.push((*text, receipt.event_id));
         }
         tx.commit().await?;
         let config = DispatcherConfig::default()
@@ -66,12 +71,7 @@ async fn attempts_follow_the_policy_then_dead_and_quarantine_is_never_retried() 
             .start();
         let start = Instant::now();
         loop {
-            let open: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM evc_deliveries WHERE consumer = 'd.leased' \
-                 AND status IN ('pending', 'leased')",
-            )
-            .fetch_one(&pool)
-            .await?;
+            let open = store.open_deliveries(&["d.leased".to_owned()]).await?;
             if open == 0 {
                 break;
             }
@@ -87,20 +87,33 @@ async fn attempts_follow_the_policy_then_dead_and_quarantine_is_never_retried() 
         );
 
         // Per class: final status, attempts, the attempt rows' outcomes.
-        let rows: Vec<ClassRow> = sqlx::query_as(
-            "SELECT e.payload->>'text', d.status, d.attempt, \
-                 array_agg(a.outcome ORDER BY a.attempt), d.last_error_code \
-             FROM evc_deliveries d JOIN evc_events e USING (event_id) \
-             JOIN evc_delivery_attempts a ON a.event_id = d.event_id AND a.consumer = d.consumer \
-             GROUP BY 1, 2, 3, 5 ORDER BY 1",
-        )
-        .fetch_all(&pool)
-        .await?;
-        let expected = |text: &str, status: &str, outcomes: &[&str]| {
+        ids.sort();
+        let mut rows: Vec<ClassRow> = Vec::new();
+        let mut transient = Vec::new();
+        for (text, event_id) in &ids {
+            let delivery = store
+                .delivery(*event_id, "d.leased")
+                .await?
+                .ok_or("no delivery")?;
+            let mut attempts = store.attempts(*event_id, "d.leased").await?;
+            attempts.sort_by_key(|attempt| attempt.attempt);
+            let outcomes = attempts.iter().map(|a| a.outcome.clone()).collect();
+            rows.push((
+                (*text).to_owned(),
+                delivery.status,
+                delivery.attempts,
+                outcomes,
+                delivery.last_error_code,
+            ));
+            if *text == "transient" {
+                transient = attempts;
+            }
+        }
+        let expected = |text: &str, status: DeliveryStatus, outcomes: &[&str]| {
             (
                 text.to_owned(),
-                status.to_owned(),
-                i32::try_from(outcomes.len()).unwrap_or(0),
+                status,
+                u32::try_from(outcomes.len()).unwrap_or(0),
                 outcomes.iter().map(|o| (*o).to_owned()).collect::<Vec<_>>(),
                 Some(format!("{text}_failure")),
             )
@@ -108,30 +121,32 @@ async fn attempts_follow_the_policy_then_dead_and_quarantine_is_never_retried() 
         assert_eq!(
             rows,
             [
-                expected("integrity", "quarantined", &["quarantined"]),
-                expected("permanent", "dead", &["dead"]),
-                expected("poison", "dead", &["dead"]),
-                expected("schema", "quarantined", &["quarantined"]),
-                expected("scope", "quarantined", &["quarantined"]),
-                expected("transient", "dead", &["retry", "retry", "retry", "dead"]),
+                expected("integrity", DeliveryStatus::Quarantined, &["quarantined"]),
+                expected("permanent", DeliveryStatus::Dead, &["dead"]),
+                expected("poison", DeliveryStatus::Dead, &["dead"]),
+                expected("schema", DeliveryStatus::Quarantined, &["quarantined"]),
+                expected("scope", DeliveryStatus::Quarantined, &["quarantined"]),
+                expected(
+                    "transient",
+                    DeliveryStatus::Dead,
+                    &["retry", "retry", "retry", "dead"]
+                ),
             ]
         );
 
         // The transient delivery's gaps: from one attempt's end to the next one's start, the
         // policy's 200 ms (no jitter), plus at most the polling interval and scheduling slack.
-        let gaps: Vec<f64> = sqlx::query_scalar(
-            "SELECT (extract(epoch FROM a.started_at - lag(a.finished_at) OVER (ORDER BY a.attempt)) \
-                 * 1000)::float8 \
-             FROM evc_delivery_attempts a JOIN evc_events e USING (event_id) \
-             WHERE e.payload->>'text' = 'transient' ORDER BY a.attempt",
-        )
-        .fetch_all(&pool)
-        .await
-        .map(|gaps: Vec<Option<f64>>| gaps.into_iter().flatten().collect())?;
+        let gaps: Vec<f64> = transient
+            .windows(2)
+            .map(|pair| (pair[1].started_at - pair[0].finished_at) * 1000.0)
+            .collect();
         eprintln!("transient retry gaps (ms): {gaps:?}");
         assert_eq!(gaps.len(), 3);
         for gap in gaps {
-            assert!((195.0..=450.0).contains(&gap), "gap {gap} ms outside 200 ms + slack");
+            assert!(
+                (195.0..=450.0).contains(&gap),
+                "gap {gap} ms outside 200 ms + slack"
+            );
         }
         Ok(())
     })
@@ -143,44 +158,37 @@ async fn a_lease_that_expires_at_every_attempt_goes_dead_at_the_last_one() -> Te
     with_database(|pool| async move {
         // `d.unordered` runs on `fixed.200ms`: at most 4 attempts.
         const CONSUMER: &str = "d.unordered";
+        // A short lease, so that it runs out within the test.
+        const LEASE: Duration = Duration::from_millis(50);
         let store = dispatch_store(&pool, 4).await?;
-        append_notes(&store, 1, 1).await?;
-        let status = || async {
-            sqlx::query_as::<_, (String, i32)>(
-                "SELECT status, attempt FROM evc_deliveries WHERE consumer = $1",
-            )
-            .bind(CONSUMER)
-            .fetch_one(&pool)
-            .await
-        };
+        let event_id = append_notes(&store, 1, 1).await?[0].event_id;
         for attempt in 1..=4 {
-            let claimed = store
-                .claim(CONSUMER, "w", 1, Duration::from_secs(30), false)
-                .await?;
+            let claimed = store.claim(CONSUMER, "w", 1, LEASE, false).await?;
             assert_eq!(claimed.len(), 1, "attempt {attempt} claims the delivery");
             // The process dies: nothing settles the lease, which expires.
-            sqlx::query(
-                "UPDATE evc_deliveries SET lease_until = now() - interval '1 second' \
-                 WHERE consumer = $1",
-            )
-            .bind(CONSUMER)
-            .execute(&pool)
-            .await?;
+            tokio::time::sleep(2 * LEASE).await;
             assert_eq!(store.recover_expired(10).await?, 1);
-            let expected = if attempt < 4 { "pending" } else { "dead" };
-            assert_eq!(status().await?, (expected.to_owned(), attempt));
+            let expected = if attempt < 4 {
+                DeliveryStatus::Pending
+            } else {
+                DeliveryStatus::Dead
+            };
+            let delivery = store
+                .delivery(event_id, CONSUMER)
+                .await?
+                .ok_or("no delivery")?;
+            assert_eq!((delivery.status, delivery.attempts), (expected, attempt));
         }
         let none = store
             .claim(CONSUMER, "w", 1, Duration::from_secs(30), false)
             .await?;
         assert!(none.is_empty(), "a dead delivery is not claimed again");
-        let outcomes: Vec<(String, Option<String>)> = sqlx::query_as(
-            "SELECT outcome, error_code FROM evc_delivery_attempts WHERE consumer = $1 \
-             ORDER BY attempt",
-        )
-        .bind(CONSUMER)
-        .fetch_all(&pool)
-        .await?;
+        let outcomes: Vec<(String, Option<String>)> = store
+            .attempts(event_id, CONSUMER)
+            .await?
+            .into_iter()
+            .map(|attempt| (attempt.outcome, attempt.error_code))
+            .collect();
         let expired = ("lease_expired".to_owned(), Some("lease_expired".to_owned()));
         assert_eq!(
             outcomes,

@@ -8,9 +8,13 @@ mod support;
 use std::time::{Duration, Instant};
 
 use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
-use evc_runtime::{ConsumerMode, Dispatcher, DispatcherConfig, HandlerError, PgStore};
+use evc_runtime::{
+    ConsumerMode, DispatchError, Dispatcher, DispatcherConfig, HandlerError, Intent, NewEvent,
+    PgStore, Store,
+};
 use sqlx::PgPool;
-use support::{TestResult, append_notes, dispatch_store, with_database};
+use support::{TestResult, dispatch_store, with_database};
+use uuid::Uuid;
 
 /// One of each handler path: transactional (per key), held batches, leased.
 const CONSUMERS: [&str; 3] = ["d.tx", "d.held", "d.unordered"];
@@ -64,8 +68,80 @@ impl DynHandler for WritesEffects {
     }
 }
 
-async fn append_jobs(store: &PgStore, from: u64, jobs: u64) -> TestResult {
-    support::append_numbered(store, "test.job", from..from + jobs, |_| "j").await
+/// An appended event: its number (payload `count`) and id.
+type Numbered = (u64, Uuid);
+
+/// Appends one `event_type` 1.0.0 event per number of `numbers` in one transaction (payload
+/// `count` the number); answers each number with its event id.
+async fn append(
+    store: &PgStore,
+    event_type: &'static str,
+    numbers: std::ops::Range<u64>,
+) -> Result<Vec<Numbered>, Box<dyn std::error::Error + Send + Sync>> {
+    let numbers: Vec<u64> = numbers.collect();
+    let batch: Vec<NewEvent> = numbers
+        .iter()
+        .map(|n| {
+            let payload =
+                serde_json::json!({"note_id": support::note_key(*n), "text": "n", "count": n});
+            support::event(event_type, "1.0.0", payload).into()
+        })
+        .collect();
+    let mut tx = store.pool().begin().await?;
+    let receipts = store.append_batch(&mut tx, batch).await?;
+    tx.commit().await?;
+    Ok(numbers
+        .into_iter()
+        .zip(receipts.iter().map(|receipt| receipt.event_id))
+        .collect())
+}
+
+/// The events `consumer` of [`CONSUMERS`] gets: the jobs for `d.held`, the notes for the
+/// others.
+fn events_of<'a>(consumer: &str, notes: &'a [Numbered], jobs: &'a [Numbered]) -> &'a [Numbered] {
+    if consumer == "d.held" { jobs } else { notes }
+}
+
+/// Effect rows per consumer of [`CONSUMERS`], in that order, over the events each gets (the
+/// handler's effect key is the event id).
+async fn effects(
+    store: &PgStore,
+    notes: &[Numbered],
+    jobs: &[Numbered],
+) -> Result<Vec<usize>, DispatchError> {
+    let mut counts = Vec::new();
+    for consumer in CONSUMERS {
+        let mut count = 0;
+        for (_, event_id) in events_of(consumer, notes, jobs) {
+            if store
+                .effect(consumer, &event_id.to_string())
+                .await?
+                .is_some()
+            {
+                count += 1;
+            }
+        }
+        counts.push(count);
+    }
+    Ok(counts)
+}
+
+/// Reconciliation rows per consumer of [`CONSUMERS`], in that order, over the events each
+/// gets.
+async fn reconciliations(
+    store: &PgStore,
+    notes: &[Numbered],
+    jobs: &[Numbered],
+) -> Result<Vec<usize>, DispatchError> {
+    let mut counts = Vec::new();
+    for consumer in CONSUMERS {
+        let mut count = 0;
+        for (_, event_id) in events_of(consumer, notes, jobs) {
+            count += store.reconciliations(*event_id, consumer).await?.len();
+        }
+        counts.push(count);
+    }
+    Ok(counts)
 }
 
 /// Runs a dispatcher for [`CONSUMERS`] until none of their deliveries is open.
@@ -83,14 +159,9 @@ async fn dispatch(store: &PgStore) -> TestResult {
     }
     let handle = dispatcher.start();
     let start = Instant::now();
+    let consumers = CONSUMERS.map(str::to_owned);
     loop {
-        let open: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM evc_deliveries WHERE consumer = ANY($1) \
-             AND status IN ('pending', 'leased')",
-        )
-        .bind(&CONSUMERS[..])
-        .fetch_one(store.pool())
-        .await?;
+        let open = store.open_deliveries(&consumers).await?;
         if open == 0 {
             break;
         }
@@ -105,17 +176,15 @@ async fn dispatch(store: &PgStore) -> TestResult {
     Ok(())
 }
 
-/// Rows of `table` per consumer of [`CONSUMERS`], in that order.
-async fn per_consumer(pool: &PgPool, table: &str) -> Result<Vec<i64>, sqlx::Error> {
+/// The handlers' own writes (`t_effects` rows) per consumer of [`CONSUMERS`], in that order.
+async fn handler_writes(pool: &PgPool) -> Result<Vec<i64>, sqlx::Error> {
     let mut counts = Vec::new();
     for consumer in CONSUMERS {
         counts.push(
-            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "SELECT count(*) FROM {table} WHERE consumer = $1"
-            )))
-            .bind(consumer)
-            .fetch_one(pool)
-            .await?,
+            sqlx::query_scalar("SELECT count(*) FROM t_effects WHERE consumer = $1")
+                .bind(consumer)
+                .fetch_one(pool)
+                .await?,
         );
     }
     Ok(counts)
@@ -134,42 +203,52 @@ async fn shadow_mode_causes_no_side_effect_and_records_what_it_meant_to_do() -> 
             let state = store.set_mode(consumer, ConsumerMode::Shadow).await?;
             assert_eq!(state.mode, ConsumerMode::Shadow);
         }
-        append_notes(&store, 3, 3).await?;
-        append_jobs(&store, 0, 3).await?;
+        let mut notes = append(&store, "test.note", 0..3).await?;
+        let mut jobs = append(&store, "test.job", 0..3).await?;
         dispatch(&store).await?;
 
         // Nothing written by the handlers stayed; each delivery has its reconciliation row.
-        assert_eq!(per_consumer(&pool, "t_effects").await?, [0, 0, 0]);
-        assert_eq!(per_consumer(&pool, "evc_consumer_effects").await?, [0, 0, 0]);
-        assert_eq!(per_consumer(&pool, "evc_reconciliations").await?, [3, 3, 3]);
+        assert_eq!(handler_writes(&pool).await?, [0, 0, 0]);
+        assert_eq!(effects(&store, &notes, &jobs).await?, [0, 0, 0]);
+        assert_eq!(reconciliations(&store, &notes, &jobs).await?, [3, 3, 3]);
         // Each row holds its handler's intent, and the token of the attempt that acked it.
-        let mismatched: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM evc_reconciliations r JOIN evc_events e \
-                ON e.event_id = r.event_id \
-             WHERE r.intended <> jsonb_build_array(jsonb_build_object( \
-                    'effect_key', r.event_id::text, \
-                    'outcome_digest', 'count-' || (e.payload->>'count'))) \
-                OR NOT EXISTS (SELECT 1 FROM evc_delivery_attempts a \
-                    WHERE a.event_id = r.event_id AND a.consumer = r.consumer \
-                    AND a.outcome = 'acked' AND a.fencing_token = r.fencing_token)",
-        )
-        .fetch_one(&pool)
-        .await?;
-        assert_eq!(mismatched, 0, "reconciliation rows differ from the handlers' intents");
+        for consumer in CONSUMERS {
+            for (n, event_id) in events_of(consumer, &notes, &jobs) {
+                let rows = store.reconciliations(*event_id, consumer).await?;
+                let intent = Intent {
+                    effect_key: event_id.to_string(),
+                    outcome_digest: format!("count-{n}"),
+                };
+                assert_eq!(rows.len(), 1, "{consumer} {n}: {rows:?}");
+                assert_eq!(rows[0].intents, [intent], "{consumer} {n}");
+                let acked: Vec<i64> = store
+                    .attempts(*event_id, consumer)
+                    .await?
+                    .into_iter()
+                    .filter(|attempt| attempt.outcome == "acked")
+                    .map(|attempt| attempt.token)
+                    .collect();
+                assert_eq!(acked, [rows[0].token], "{consumer} {n}");
+            }
+        }
 
         // Live again: the same handlers' effects commit, and no reconciliation row is added.
         for consumer in CONSUMERS {
             store.set_mode(consumer, ConsumerMode::Live).await?;
         }
-        sqlx::raw_sql("DELETE FROM evc_deliveries WHERE consumer = 'd.leased'")
-            .execute(&pool)
-            .await?;
-        support::append_numbered(&store, "test.note", 10..12, |_| "n").await?;
-        append_jobs(&store, 10, 2).await?;
+        let live_notes = append(&store, "test.note", 10..12).await?;
+        let live_jobs = append(&store, "test.job", 10..12).await?;
         dispatch(&store).await?;
-        assert_eq!(per_consumer(&pool, "t_effects").await?, [2, 2, 2]);
-        assert_eq!(per_consumer(&pool, "evc_consumer_effects").await?, [2, 2, 2]);
-        assert_eq!(per_consumer(&pool, "evc_reconciliations").await?, [3, 3, 3]);
+        assert_eq!(handler_writes(&pool).await?, [2, 2, 2]);
+        assert_eq!(effects(&store, &live_notes, &live_jobs).await?, [2, 2, 2]);
+        assert_eq!(
+            reconciliations(&store, &live_notes, &live_jobs).await?,
+            [0, 0, 0]
+        );
+        notes.extend(live_notes);
+        jobs.extend(live_jobs);
+        assert_eq!(effects(&store, &notes, &jobs).await?, [2, 2, 2]);
+        assert_eq!(reconciliations(&store, &notes, &jobs).await?, [3, 3, 3]);
         Ok(())
     })
     .await

@@ -71,6 +71,7 @@ conformance!(
     concurrent_per_key_workers_keep_one_in_flight_per_key,
     shadow_savepoint_undoes_the_handlers_writes,
     the_dispatcher_delivers_every_event_once,
+    a_slow_transactional_handler_keeps_the_rest_of_its_batch,
     dead_letters_list_dead_and_quarantined_deliveries,
     replay_plan_digest_changes_with_the_dead_set,
     replay_with_a_wrong_digest_is_refused_and_writes_nothing,
@@ -551,9 +552,15 @@ async fn claim_leases_with_new_tokens_and_counts_attempts<S: Conformance>(store:
     );
 
     // Renewal extends the lease.
+    let mut connection = store.pool().acquire().await?;
     let renewed = store
-        .renew(&[&claimed[1].lease], Duration::from_secs(120))
+        .renew(
+            &mut connection,
+            &[&claimed[1].lease],
+            Duration::from_secs(120),
+        )
         .await?;
+    drop(connection);
     assert_eq!(renewed, vec![claimed[1].lease.event_id]);
     let delivery = store.delivery(claimed[1].lease.event_id, PLAIN).await?;
     let until = delivery.and_then(|d| d.lease_until).ok_or("no lease end")?;
@@ -596,7 +603,14 @@ async fn stale_token_is_refused_after_a_reclaim<S: Conformance>(store: S) -> Tes
         .fail(old, FailureClass::Transient, "E_LATE", RetryDecision::Dead)
         .await;
     assert!(failed.is_err_and(|e| e.is_stale_token()));
-    assert!(store.renew(&[old], LEASE).await?.is_empty());
+    let mut connection = store.pool().acquire().await?;
+    assert!(
+        store
+            .renew(&mut connection, &[old], LEASE)
+            .await?
+            .is_empty()
+    );
+    drop(connection);
     let mut tx = store.begin().await?;
     let effect = store.record_effect(&mut *tx, old, "effect", "digest").await;
     assert!(effect.is_err_and(|e| e.is_stale_token()));
@@ -1000,6 +1014,23 @@ async fn record_effect_is_recorded_once<S: Conformance>(store: S) -> TestResult 
     }
     let intents = shadow.shadow_log().map(|log| log.intents().len());
     assert_eq!(intents, Some(2));
+
+    // The effect rows read back: who recorded each, with which digest and token; the rolled
+    // back one was recorded by the redelivery, the shadow one not at all.
+    let effect = |key: &'static str| {
+        let store = store.clone();
+        async move { store.effect(PLAIN, key).await }
+    };
+    let first = effect("effect-1").await?.ok_or("effect-1 not recorded")?;
+    assert_eq!(
+        (first.event_id, first.outcome_digest.as_str(), first.token),
+        (lease.event_id, "d1", Some(lease.token))
+    );
+    let third = effect("effect-3").await?.ok_or("effect-3 not recorded")?;
+    assert_eq!(third.token, Some(next.token));
+    assert!(effect("effect-2").await?.is_some());
+    assert_eq!(effect("effect-4").await?, None);
+    assert_eq!(store.effect(SHADOW, "effect-1").await?, None);
     Ok(())
 }
 
@@ -1276,6 +1307,24 @@ async fn shadow_savepoint_undoes_the_handlers_writes<S: Conformance>(store: S) -
         attempt_rows(&store, lease.event_id, SHADOW).await?,
         vec![row(1, "acked", None, 1, "w1")]
     );
+    // What the handler meant to do is its reconciliation row; no effect row was written.
+    let reconciliations = store.reconciliations(lease.event_id, SHADOW).await?;
+    let summary: Vec<_> = reconciliations
+        .iter()
+        .map(|r| (r.generation, r.token, r.intents.clone()))
+        .collect();
+    let intent = evc_runtime::Intent {
+        effect_key: "effect".to_owned(),
+        outcome_digest: "d".to_owned(),
+    };
+    assert_eq!(summary, [(0, lease.token, vec![intent])]);
+    assert_eq!(store.effect(SHADOW, "effect").await?, None);
+    assert!(
+        store
+            .reconciliations(lease.event_id, PLAIN)
+            .await?
+            .is_empty()
+    );
 
     // Heartbeats are written and forgotten without error.
     let beats = [
@@ -1403,6 +1452,71 @@ async fn the_dispatcher_delivers_every_event_once<S: Conformance>(store: S) -> T
             .load(std::sync::atomic::Ordering::SeqCst),
         62
     );
+    Ok(())
+}
+
+/// Sleeps through its first call, longer than a lease; the other calls return at once.
+#[derive(Default)]
+struct SlowFirst {
+    calls: std::sync::atomic::AtomicU64,
+}
+
+impl<S: Store> evc_runtime::DynHandler<S> for SlowFirst {
+    fn handle<'a>(
+        &'a self,
+        _context: evc_runtime::HandlerContext<'a, S>,
+    ) -> evc_runtime::BoxFuture<'a, Result<(), evc_runtime::HandlerError>> {
+        Box::pin(async move {
+            if self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                tokio::time::sleep(SLOW_LEASE + Duration::from_secs(1)).await;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The lease of [`a_slow_transactional_handler_keeps_the_rest_of_its_batch`], renewed every
+/// third of it.
+const SLOW_LEASE: Duration = Duration::from_secs(3);
+
+/// A transactional handler that outlives its lease does not cost the rest of its batch: the
+/// batch's other leases are renewed meanwhile (on PostgreSQL beside the handler's transaction,
+/// on SQLite in it, since a renewal beside it would wait for its write lock), so none expires
+/// and every delivery is acked on its first attempt.
+async fn a_slow_transactional_handler_keeps_the_rest_of_its_batch<S: Conformance>(
+    store: S,
+) -> TestResult {
+    // Three keys: one per-key claim leases the three heads.
+    let receipts = committed(&store, (0..3).map(note).collect()).await?;
+    let handler = std::sync::Arc::new(SlowFirst::default());
+    let config = evc_runtime::DispatcherConfig::default()
+        .owner(format!("slow-{}", S::NAME))
+        .workers(1)
+        .batch(3)
+        .lease(SLOW_LEASE)
+        .poll_interval(Duration::from_millis(20))
+        .recovery_interval(Duration::from_millis(100))
+        .heartbeat_interval(Duration::from_millis(100))
+        .seed(7);
+    let handle = evc_runtime::Dispatcher::new(store.clone(), config)
+        .consumer(ORDERED, handler.clone())?
+        .start();
+    let store_ref = &store;
+    let settled = eventually(|| async move {
+        Ok((store_ref.count_deliveries(ORDERED, &[]).await? == 0).then_some(()))
+    })
+    .await?;
+    let stats = handle.shutdown().await;
+    assert!(settled.is_some(), "{}: deliveries still open", S::NAME);
+    assert_eq!((stats.acked, stats.stale), (3, 0), "{}", S::NAME);
+    for receipt in &receipts {
+        let outcomes: Vec<String> = attempt_rows(&store, receipt.event_id, ORDERED)
+            .await?
+            .into_iter()
+            .map(|(attempt, outcome, ..)| format!("{attempt} {outcome}"))
+            .collect();
+        assert_eq!(outcomes, ["1 acked"], "{}", S::NAME);
+    }
     Ok(())
 }
 

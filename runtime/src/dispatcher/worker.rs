@@ -335,10 +335,24 @@ impl<S: Store> Worker<S> {
                     }
                     Err(error) => Err(error),
                 },
-                HandlerKind::Leased => {
-                    self.run_leased(&claimed, &unacked, &remaining, &mut ticker)
-                        .await
-                }
+                HandlerKind::Leased => match self.take_connection().await {
+                    Ok(mut connection) => {
+                        let outcome = self
+                            .run_leased(
+                                &mut connection,
+                                &claimed,
+                                &unacked,
+                                &remaining,
+                                &mut ticker,
+                            )
+                            .await;
+                        if outcome.is_ok() {
+                            self.connection = Some(connection);
+                        }
+                        outcome
+                    }
+                    Err(error) => Err(error),
+                },
             };
             let failure = match outcome {
                 Ok(Ran::Succeeded) => {
@@ -436,14 +450,24 @@ impl<S: Store> Worker<S> {
         let result = {
             let context = HandlerContext::new(claimed, &self.store, Some(&mut *tx));
             let future = std::pin::pin!(self.timed(CatchUnwind(handler.handle(context))));
-            // The row lock keeps this lease: only another lease's loss ends the renewals.
-            self.with_renewal(future, &held, None, ticker).await
+            if S::ONE_WRITER {
+                // `tx` holds the one write lock: a renewal beside it would wait for it. No
+                // other writer can take the rest of the batch meanwhile; it is renewed in
+                // `tx` below, or after the rollback.
+                Some(future.await)
+            } else {
+                // The row lock keeps this lease: only another lease's loss ends the renewals.
+                self.with_renewal(future, None, &held, None, ticker).await
+            }
         };
         let Some(result) = result else {
             return Ok(Ran::Cancelled);
         };
         match flatten(result) {
             Ok(()) => {
+                if S::ONE_WRITER {
+                    self.renew_if_due(&mut tx, &held, ticker).await;
+                }
                 if shadow {
                     // No side effect: the handler's writes go, its intents stay.
                     self.store.end_shadow(&mut tx).await?;
@@ -464,8 +488,32 @@ impl<S: Store> Worker<S> {
             }
             Err(failure) => {
                 tx.rollback().await?;
+                if S::ONE_WRITER {
+                    self.renew_if_due(connection, &held, ticker).await;
+                }
                 Ok(Ran::Failed(failure))
             }
+        }
+    }
+
+    /// Renews `held` on `connection` if a renewal fell due while a transactional handler ran
+    /// without renewals beside it ([`Store::ONE_WRITER`]). A lease not renewed is counted
+    /// stale; its claim runs on, and its ack or fail is refused by its token.
+    async fn renew_if_due(
+        &self,
+        connection: &mut Connection<S>,
+        held: &[&Lease],
+        ticker: &mut Interval,
+    ) {
+        let due = ticker
+            .poll_tick(&mut Context::from_waker(std::task::Waker::noop()))
+            .is_ready();
+        if held.is_empty() || !due {
+            return;
+        }
+        match self.store.renew(connection, held, self.config.lease).await {
+            Ok(renewed) => add(&self.counters.stale, (held.len() - renewed.len()) as u64),
+            Err(error) => tracing::warn!(%error, "lease renewal failed"),
         }
     }
 
@@ -474,6 +522,7 @@ impl<S: Store> Worker<S> {
     /// was lost while it ran, and it was stopped.
     async fn run_leased(
         &self,
+        connection: &mut Connection<S>,
         claimed: &Claimed,
         unacked: &[Lease],
         remaining: &VecDeque<Claimed>,
@@ -488,8 +537,14 @@ impl<S: Store> Worker<S> {
         let result = {
             let context = HandlerContext::new(claimed, &self.store, None);
             let future = std::pin::pin!(self.timed(CatchUnwind(handler.handle(context))));
-            self.with_renewal(future, &held, Some(&claimed.lease), ticker)
-                .await
+            self.with_renewal(
+                future,
+                Some(&mut *connection),
+                &held,
+                Some(&claimed.lease),
+                ticker,
+            )
+            .await
         };
         let Some(result) = result else {
             add(&self.counters.cancelled, 1);
@@ -504,9 +559,8 @@ impl<S: Store> Worker<S> {
         match flatten(result) {
             Ok(()) => {
                 if claimed.lease.is_shadow() {
-                    let mut connection = self.store.pool().acquire().await?;
                     self.store
-                        .record_reconciliation(&mut connection, &claimed.lease)
+                        .record_reconciliation(connection, &claimed.lease)
                         .await?;
                 }
                 Ok(Ran::Succeeded)
@@ -538,7 +592,9 @@ impl<S: Store> Worker<S> {
         }
     }
 
-    /// Drives `future`, renewing `held` leases on every tick meanwhile. `None` when the lease
+    /// Drives `future`, renewing `held` leases on every tick meanwhile: on `connection`, or
+    /// (`None`: the worker's connection carries the handler's transaction) on one from the
+    /// pool. `None` when the lease
     /// `current` (the one `future` runs under, when renewals keep it) could not be renewed:
     /// refused as stale (another claim took it, or it expired and was recovered) or the
     /// renewal failed, so the lease may end before `future` does. `future` is dropped then,
@@ -547,6 +603,7 @@ impl<S: Store> Worker<S> {
     async fn with_renewal<F: Future + Unpin>(
         &self,
         mut future: F,
+        mut connection: Option<&mut Connection<S>>,
         held: &[&Lease],
         current: Option<&Lease>,
         ticker: &mut Interval,
@@ -558,7 +615,18 @@ impl<S: Store> Worker<S> {
                     if held.is_empty() {
                         continue;
                     }
-                    let kept = match self.store.renew(held, self.config.lease).await {
+                    let renewed = match connection.as_deref_mut() {
+                        Some(connection) => {
+                            self.store.renew(connection, held, self.config.lease).await
+                        }
+                        None => match self.store.pool().acquire().await {
+                            Ok(mut pooled) => {
+                                self.store.renew(&mut pooled, held, self.config.lease).await
+                            }
+                            Err(error) => Err(error.into()),
+                        },
+                    };
+                    let kept = match renewed {
                         Ok(renewed) => {
                             if renewed.len() < held.len() {
                                 add(&self.counters.stale, (held.len() - renewed.len()) as u64);

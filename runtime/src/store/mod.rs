@@ -12,10 +12,11 @@
 //!
 //! Both stores also answer the same read methods ([`Store::delivery`], [`Store::attempts`],
 //! [`Store::event`], [`Store::count_deliveries`], [`Store::count_attempts`],
-//! [`Store::count_events`], [`Store::rejects`];
-//! and, inherent, `stale_rejections`) with the types below ([`DeliveryRecord`],
-//! [`AttemptRecord`], [`EventRecord`], [`RejectRecord`]), so tests and tools read a delivery's
-//! state without SQL of their own.
+//! [`Store::count_events`], [`Store::rejects`], [`Store::effect`],
+//! [`Store::reconciliations`]; and, inherent, `stale_rejections`) with the types below
+//! ([`DeliveryRecord`], [`AttemptRecord`], [`EventRecord`], [`RejectRecord`],
+//! [`EffectRecord`], [`ReconciliationRecord`]), so tests and tools read a delivery's state
+//! without SQL of their own.
 //! The operator surface common to both ([`Operate`]) is in [`ops`].
 //!
 //! | Method | Used by |
@@ -31,6 +32,7 @@
 //! | [`Store::listen`], [`Store::hold_doorbell`], [`Store::release_doorbell`] | wake-ups of idle workers |
 //! | [`Store::begin`], [`Store::begin_on`] | applications (the transaction they append in), the transactional kind |
 //! | [`Store::delivery`], [`Store::attempts`], [`Store::event`], [`Store::count_deliveries`], [`Store::count_attempts`], [`Store::count_events`], [`Store::rejects`] | tests, tools, the tour |
+//! | [`Store::effect`], [`Store::reconciliations`] | operators checking an effect, or what a shadow run meant to do; tests |
 //! | [`Operate`] (dead letters, replay, pause and resume) | operators, the CLI |
 //!
 //! Appends run on the caller's connection ([`Connection`], inside the caller's transaction),
@@ -82,6 +84,13 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// A consumer's doorbell held by a sleeping worker ([`Store::hold_doorbell`]).
     type Doorbell: Send + 'static;
+
+    /// Whether a write transaction keeps every other writer waiting until it ends (SQLite's
+    /// one writer). The dispatcher then renews the rest of a transactional handler's batch in
+    /// the handler's own transaction, after the handler: a renewal beside it, on another
+    /// connection, would wait for the very transaction it runs beside. No other writer can
+    /// take those leases meanwhile, since none can write.
+    const ONE_WRITER: bool;
 
     /// The static registry the store checks events against and fans out from.
     fn registry(&self) -> &Registry;
@@ -175,13 +184,15 @@ pub trait Store: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), DispatchError>> + Send;
 
     /// Extends the leases (of one consumer) that still carry their tokens until now +
-    /// `lease`; answers which were renewed, by event id. A lease not renewed was lost (its
-    /// token is stale, counted).
+    /// `lease`, on `connection`; answers which were renewed, by event id. A lease not renewed
+    /// was lost (its token is stale, counted). Outside a transaction the renewal commits
+    /// itself; inside one, it commits with it.
     ///
     /// # Errors
     /// [`DispatchError::Database`].
     fn renew(
         &self,
+        connection: &mut Connection<Self>,
         leases: &[&Lease],
         lease: Duration,
     ) -> impl Future<Output = Result<Vec<Uuid>, DispatchError>> + Send;
@@ -405,6 +416,30 @@ pub trait Store: Clone + Send + Sync + 'static {
         &self,
         limit: u32,
     ) -> impl Future<Output = Result<Vec<RejectRecord>, DispatchError>> + Send;
+
+    /// The effect row `consumer` recorded under `effect_key` ([`Store::record_effect`]; `None`:
+    /// not recorded, so a handler would perform the effect): whether, when and by which
+    /// delivery an effect was performed.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn effect(
+        &self,
+        consumer: &str,
+        effect_key: &str,
+    ) -> impl Future<Output = Result<Option<EffectRecord>, DispatchError>> + Send;
+
+    /// The reconciliation rows of `event_id`'s delivery to `consumer`: what its handler meant
+    /// to do while the consumer ran in shadow mode, one row per delivery generation, oldest
+    /// generation first (empty: never run in shadow mode).
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn reconciliations(
+        &self,
+        event_id: Uuid,
+        consumer: &str,
+    ) -> impl Future<Output = Result<Vec<ReconciliationRecord>, DispatchError>> + Send;
 }
 
 /// What a [`Store::claim`] asks for.
@@ -530,7 +565,7 @@ pub struct Lease {
 pub struct ShadowLog(std::sync::Arc<std::sync::Mutex<Vec<Intent>>>);
 
 /// One effect a shadow-mode handler would have recorded.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Intent {
     /// The effect key it presented.
     pub effect_key: String,
@@ -810,6 +845,36 @@ pub struct RejectRecord {
     pub payload_digest: String,
     /// When it was refused, in epoch seconds.
     pub rejected_at: f64,
+}
+
+/// One effect row: a handler's effect, recorded once per consumer and effect key
+/// ([`Store::record_effect`], read with [`Store::effect`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct EffectRecord {
+    /// The event whose delivery recorded it.
+    pub event_id: Uuid,
+    /// The outcome digest the handler presented.
+    pub outcome_digest: String,
+    /// The fencing token of the lease that recorded it (`None`: written without one).
+    pub token: Option<i64>,
+    /// When it was recorded, in epoch seconds.
+    pub recorded_at: f64,
+}
+
+/// One reconciliation row: what a shadow-mode handler meant to do for one delivery generation
+/// ([`Store::record_reconciliation`], read with [`Store::reconciliations`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ReconciliationRecord {
+    /// The delivery generation.
+    pub generation: u32,
+    /// The fencing token of the lease whose handler ran.
+    pub token: i64,
+    /// The effects it would have recorded, in order.
+    pub intents: Vec<Intent>,
+    /// When it was recorded, in epoch seconds.
+    pub recorded_at: f64,
 }
 
 /// A claimed delivery: its lease, what the handler is told and the event's payload.

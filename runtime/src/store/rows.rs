@@ -3,7 +3,13 @@
 
 use sqlx::{ColumnIndex, Decode, Row, Type};
 
-use crate::store::EventRecord;
+use crate::store::{EventRecord, Intent};
+
+/// The intents of a reconciliation row's `intended` column (a JSON array of
+/// `{"effect_key", "outcome_digest"}`, as text); anything else is a decode error.
+pub(crate) fn intents(intended: &str) -> Result<Vec<Intent>, sqlx::Error> {
+    serde_json::from_str(intended).map_err(|error| sqlx::Error::Decode(Box::new(error)))
+}
 
 /// An [`EventRecord`] from a row of the stores' event statements (`payload_bytes` as a 64-bit
 /// integer).

@@ -536,22 +536,12 @@ impl PgStore {
         Ok(())
     }
 
-    /// Extends leases (see [`crate::Store::renew`]); every lease not renewed counts as a stale
-    /// token.
-    ///
-    /// # Errors
-    /// [`DispatchError::Database`].
-    pub async fn renew(&self, leases: &[&Lease], lease: Duration) -> Result<usize, DispatchError> {
-        Ok(self.renewed(leases, lease).await?.len())
-    }
-
-    /// [`PgStore::renew`], answering which leases were renewed (by event id; the leases are of
-    /// one consumer). A lease not in the answer is lost: counted as a stale token.
-    ///
-    /// # Errors
-    /// [`DispatchError::Database`].
-    pub async fn renewed(
+    /// Extends leases on `connection` (see [`crate::Store::renew`]), answering which were
+    /// renewed (by event id; the leases are of one consumer). A lease not in the answer is
+    /// lost: counted as a stale token.
+    pub(super) async fn renewed(
         &self,
+        connection: &mut PgConnection,
         leases: &[&Lease],
         lease: Duration,
     ) -> Result<Vec<Uuid>, DispatchError> {
@@ -565,7 +555,7 @@ impl PgStore {
             .bind(&tokens)
             .bind(&first.consumer)
             .bind(millis(lease))
-            .fetch_all(&self.inner.pool)
+            .fetch_all(connection)
             .await?;
         if renewed.len() < leases.len() {
             for lost in leases.iter().filter(|l| !renewed.contains(&l.event_id)) {

@@ -42,7 +42,8 @@ use crate::retry::RetryDecision;
 use crate::store::parity::{self, Mirror};
 use crate::store::{
     AckBatch, AttemptRecord, ClaimRequest, Claimed, DeliveryRecord, DeliveryStatus, DispatchError,
-    EventRecord, Heartbeat, Hold, Lease, RegistryDrift, RejectRecord, Store, StoreError,
+    EffectRecord, EventRecord, Heartbeat, Hold, Lease, ReconciliationRecord, RegistryDrift,
+    RejectRecord, Store, StoreError,
 };
 
 mod console;
@@ -746,6 +747,8 @@ impl Store for PgStore {
     type Publisher<'a> = PgPublisher<'a>;
     type Doorbell = Doorbell;
 
+    const ONE_WRITER: bool = false;
+
     fn registry(&self) -> &Registry {
         PgStore::registry(self)
     }
@@ -862,8 +865,13 @@ impl Store for PgStore {
         PgStore::fail(self, lease, class, code, decision).await
     }
 
-    async fn renew(&self, leases: &[&Lease], lease: Duration) -> Result<Vec<Uuid>, DispatchError> {
-        self.renewed(leases, lease).await
+    async fn renew(
+        &self,
+        connection: &mut PgConnection,
+        leases: &[&Lease],
+        lease: Duration,
+    ) -> Result<Vec<Uuid>, DispatchError> {
+        self.renewed(connection, leases, lease).await
     }
 
     async fn lock_lease(
@@ -996,6 +1004,22 @@ impl Store for PgStore {
 
     async fn rejects(&self, limit: u32) -> Result<Vec<RejectRecord>, DispatchError> {
         PgStore::rejects(self, limit).await
+    }
+
+    async fn effect(
+        &self,
+        consumer: &str,
+        effect_key: &str,
+    ) -> Result<Option<EffectRecord>, DispatchError> {
+        read::effect(self.pool(), consumer, effect_key).await
+    }
+
+    async fn reconciliations(
+        &self,
+        event_id: Uuid,
+        consumer: &str,
+    ) -> Result<Vec<ReconciliationRecord>, DispatchError> {
+        read::reconciliations(self.pool(), event_id, consumer).await
     }
 }
 

@@ -1125,6 +1125,20 @@ FROM evc_validation_rejects ORDER BY id LIMIT $1";
 pub(crate) const READ_STALE_REJECTIONS: &str = "\
 SELECT rejected FROM evc_stale_rejections WHERE consumer = $1";
 
+/// The effect row of consumer `$1` under effect key `$2`; time in epoch seconds.
+pub(crate) const READ_EFFECT: &str = "\
+SELECT event_id, outcome_digest, fencing_token,
+    extract(epoch FROM created_at)::float8 AS created_at
+FROM evc_consumer_effects WHERE consumer = $1 AND effect_key = $2";
+
+/// The reconciliation rows of delivery `$1` of consumer `$2`, oldest generation first; the
+/// intents as JSON text, the time in epoch seconds.
+pub(crate) const READ_RECONCILIATIONS: &str = "\
+SELECT generation, fencing_token, intended::text AS intended,
+    extract(epoch FROM recorded_at)::float8 AS recorded_at
+FROM evc_reconciliations WHERE event_id = $1 AND consumer = $2
+ORDER BY generation";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -87,6 +87,46 @@ impl Settled {
     }
 }
 
+/// Writes the attempt rows of `settled` deliveries in one statement, each started when its
+/// lease says and finished now (never before it), all with `outcome` and `error_code`.
+async fn write_attempts(
+    connection: &mut SqliteConnection,
+    settled: &[(Settled, f64)],
+    outcome: &str,
+    error_code: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    if settled.is_empty() {
+        return Ok(());
+    }
+    let now = epoch_now();
+    let rows: Vec<serde_json::Value> = settled
+        .iter()
+        .map(|(row, started)| {
+            let finished = now.max(*started);
+            // Whole milliseconds, as PostgreSQL's `floor(extract(epoch ...) * 1000)`.
+            let duration_ms = ((finished - started) * 1000.0).floor() as i64;
+            serde_json::json!([
+                row.event_id,
+                row.consumer,
+                row.generation,
+                row.attempt.max(1),
+                row.owner,
+                row.token,
+                started,
+                finished,
+                duration_ms
+            ])
+        })
+        .collect();
+    sqlx::query(sql::INSERT_ATTEMPTS)
+        .bind(serde_json::Value::from(rows).to_string())
+        .bind(outcome)
+        .bind(error_code)
+        .execute(connection)
+        .await?;
+    Ok(())
+}
+
 impl SqliteStore {
     /// Fenced operations refused so far because their token was stale (acks, fails, renewals,
     /// effect writes, transactional fences). Monotonic for the life of the store; the file's
@@ -408,25 +448,34 @@ impl SqliteStore {
         let Some(first) = leases.first() else {
             return Ok(Vec::new());
         };
-        let mut acked: Vec<Uuid> = Vec::with_capacity(leases.len());
-        let mut tx = begin_write(transaction).await?;
+        // Each held lease's owner and start, by event id (named twice: the first).
+        let mut held: HashMap<String, &Lease> = HashMap::with_capacity(leases.len());
+        let mut pairs = Vec::with_capacity(leases.len());
         for lease in leases
             .iter()
             .filter(|lease| lease.is_held() && lease.consumer == first.consumer)
         {
-            let row = sqlx::query(sql::ACK_HELD)
-                .bind(lease.event_id.to_string())
-                .bind(&lease.consumer)
-                .bind(lease.token)
-                .fetch_optional(&mut *tx)
-                .await?;
-            if let Some(row) = row {
-                Settled::read_held(&row, &lease.owner)?
-                    .write_attempt(&mut tx, lease.started_at, "acked", None)
-                    .await?;
-                acked.push(lease.event_id);
-            }
+            let id = lease.event_id.to_string();
+            pairs.push(serde_json::json!([id, lease.token]));
+            held.entry(id).or_insert(lease);
         }
+        let mut tx = begin_write(transaction).await?;
+        let rows = sqlx::query(sql::ACK_HELD)
+            .bind(serde_json::Value::from(pairs).to_string())
+            .bind(&first.consumer)
+            .fetch_all(&mut *tx)
+            .await?;
+        let mut acked: Vec<Uuid> = Vec::with_capacity(rows.len());
+        let mut settled = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let event_id: String = row.try_get("event_id")?;
+            let Some(lease) = held.get(&event_id) else {
+                continue;
+            };
+            acked.push(lease.event_id);
+            settled.push((Settled::read_held(row, &lease.owner)?, lease.started_at));
+        }
+        write_attempts(&mut tx, &settled, "acked", None).await?;
         tx.commit().await?;
         for lease in leases {
             if !(lease.consumer == first.consumer && acked.contains(&lease.event_id)) {
@@ -500,23 +549,35 @@ impl SqliteStore {
         if leases.is_empty() {
             return Ok(AckBatch::default());
         }
-        let mut acked: HashSet<(Uuid, String)> = HashSet::with_capacity(leases.len());
+        // When each lease's attempt started, by delivery (a delivery named twice: the first).
+        let mut started: HashMap<(String, &str), f64> = HashMap::with_capacity(leases.len());
+        let entries: Vec<serde_json::Value> = leases
+            .iter()
+            .map(|lease| {
+                let id = lease.event_id.to_string();
+                started
+                    .entry((id.clone(), lease.consumer.as_str()))
+                    .or_insert(lease.started_at);
+                serde_json::json!([id, lease.consumer, lease.token, lease.owner])
+            })
+            .collect();
         let mut tx = begin_write(connection).await?;
-        for lease in leases {
-            let row = sqlx::query(sql::ACK_OWNED)
-                .bind(lease.event_id.to_string())
-                .bind(&lease.consumer)
-                .bind(lease.token)
-                .bind(&lease.owner)
-                .fetch_optional(&mut *tx)
-                .await?;
-            if let Some(row) = row {
-                Settled::read(&row)?
-                    .write_attempt(&mut tx, lease.started_at, "acked", None)
-                    .await?;
-                acked.insert((lease.event_id, lease.consumer.clone()));
-            }
+        let rows = sqlx::query(sql::ACK_BATCH)
+            .bind(serde_json::Value::from(entries).to_string())
+            .fetch_all(&mut *tx)
+            .await?;
+        let mut settled = Vec::with_capacity(rows.len());
+        let mut acked: HashSet<(Uuid, String)> = HashSet::with_capacity(rows.len());
+        for row in &rows {
+            let row = Settled::read(row)?;
+            let began = started
+                .get(&(row.event_id.clone(), row.consumer.as_str()))
+                .copied()
+                .unwrap_or_else(epoch_now);
+            acked.insert((parse_uuid(&row.event_id)?, row.consumer.clone()));
+            settled.push((row, began));
         }
+        write_attempts(&mut tx, &settled, "acked", None).await?;
         tx.commit().await?;
         // As PostgreSQL's: an entry whose delivery was acked (by it or a duplicate of it) is
         // not stale.
@@ -596,22 +657,12 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// Extends leases (see [`crate::Store::renew`]); every lease not renewed counts as a stale
-    /// token.
-    ///
-    /// # Errors
-    /// [`DispatchError::Database`].
-    pub async fn renew(&self, leases: &[&Lease], lease: Duration) -> Result<usize, DispatchError> {
-        Ok(self.renewed(leases, lease).await?.len())
-    }
-
-    /// [`SqliteStore::renew`], answering which leases were renewed (by event id; the leases
-    /// are of one consumer). A lease not in the answer is lost: counted as a stale token.
-    ///
-    /// # Errors
-    /// [`DispatchError::Database`].
-    pub async fn renewed(
+    /// Extends leases on `connection` (see [`crate::Store::renew`]), answering which were
+    /// renewed (by event id; the leases are of one consumer). A lease not in the answer is
+    /// lost: counted as a stale token.
+    pub(super) async fn renewed(
         &self,
+        connection: &mut SqliteConnection,
         leases: &[&Lease],
         lease: Duration,
     ) -> Result<Vec<Uuid>, DispatchError> {
@@ -625,7 +676,7 @@ impl SqliteStore {
                 .collect::<Vec<_>>(),
         )
         .to_string();
-        let mut tx = self.begin().await?;
+        let mut tx = begin_write(connection).await?;
         let rows: Vec<String> = sqlx::query_scalar(sql::RENEW_FENCED)
             .bind(pairs)
             .bind(&first.consumer)

@@ -64,7 +64,8 @@ use crate::store::parity::Drift;
 use crate::store::postgres::PolicySource;
 use crate::store::{
     AckBatch, AttemptRecord, ClaimRequest, Claimed, DeliveryRecord, DeliveryStatus, DispatchError,
-    EventRecord, Heartbeat, Hold, Lease, RegistryDrift, RejectRecord, Store, StoreError,
+    EffectRecord, EventRecord, Heartbeat, Hold, Lease, ReconciliationRecord, RegistryDrift,
+    RejectRecord, Store, StoreError,
 };
 
 mod dispatch;
@@ -957,6 +958,8 @@ impl Store for SqliteStore {
     type Publisher<'a> = SqlitePublisher<'a>;
     type Doorbell = CommitBell;
 
+    const ONE_WRITER: bool = true;
+
     fn registry(&self) -> &Registry {
         SqliteStore::registry(self)
     }
@@ -1073,8 +1076,13 @@ impl Store for SqliteStore {
         SqliteStore::fail(self, lease, class, code, decision).await
     }
 
-    async fn renew(&self, leases: &[&Lease], lease: Duration) -> Result<Vec<Uuid>, DispatchError> {
-        self.renewed(leases, lease).await
+    async fn renew(
+        &self,
+        connection: &mut SqliteConnection,
+        leases: &[&Lease],
+        lease: Duration,
+    ) -> Result<Vec<Uuid>, DispatchError> {
+        self.renewed(connection, leases, lease).await
     }
 
     async fn lock_lease(
@@ -1223,6 +1231,22 @@ impl Store for SqliteStore {
 
     async fn rejects(&self, limit: u32) -> Result<Vec<RejectRecord>, DispatchError> {
         SqliteStore::rejects(self, limit).await
+    }
+
+    async fn effect(
+        &self,
+        consumer: &str,
+        effect_key: &str,
+    ) -> Result<Option<EffectRecord>, DispatchError> {
+        read::effect(&self.inner.pool, consumer, effect_key).await
+    }
+
+    async fn reconciliations(
+        &self,
+        event_id: Uuid,
+        consumer: &str,
+    ) -> Result<Vec<ReconciliationRecord>, DispatchError> {
+        read::reconciliations(&self.inner.pool, event_id, consumer).await
     }
 }
 

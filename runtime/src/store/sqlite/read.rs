@@ -8,7 +8,8 @@ use uuid::Uuid;
 use super::{SqliteStore, sql};
 use crate::store::rows;
 use crate::store::{
-    AttemptRecord, DeliveryRecord, DeliveryStatus, DispatchError, EventRecord, RejectRecord,
+    AttemptRecord, DeliveryRecord, DeliveryStatus, DispatchError, EffectRecord, EventRecord,
+    ReconciliationRecord, RejectRecord,
 };
 
 impl SqliteStore {
@@ -173,4 +174,52 @@ pub(super) async fn count_attempts(
         .fetch_one(pool)
         .await?;
     Ok(u64::try_from(count).unwrap_or(0))
+}
+
+/// The effect row of `consumer` under `effect_key` ([`crate::Store::effect`]).
+pub(super) async fn effect(
+    pool: &sqlx::SqlitePool,
+    consumer: &str,
+    effect_key: &str,
+) -> Result<Option<EffectRecord>, DispatchError> {
+    let row = sqlx::query(sql::EFFECT)
+        .bind(consumer)
+        .bind(effect_key)
+        .fetch_optional(pool)
+        .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let event_id: String = row.try_get("event_id")?;
+    Ok(Some(EffectRecord {
+        event_id: Uuid::parse_str(&event_id)
+            .map_err(|error| sqlx::Error::Decode(Box::new(error)))?,
+        outcome_digest: row.try_get("outcome_digest")?,
+        token: row.try_get("fencing_token")?,
+        recorded_at: row.try_get("created_at")?,
+    }))
+}
+
+/// The reconciliation rows of `event_id`'s delivery to `consumer`
+/// ([`crate::Store::reconciliations`]).
+pub(super) async fn reconciliations(
+    pool: &sqlx::SqlitePool,
+    event_id: Uuid,
+    consumer: &str,
+) -> Result<Vec<ReconciliationRecord>, DispatchError> {
+    let rows = sqlx::query(sql::RECONCILIATIONS)
+        .bind(event_id.to_string())
+        .bind(consumer)
+        .fetch_all(pool)
+        .await?;
+    let mut records = Vec::with_capacity(rows.len());
+    for row in &rows {
+        records.push(ReconciliationRecord {
+            generation: u32::try_from(row.try_get::<i64, _>("generation")?).unwrap_or(0),
+            token: row.try_get("fencing_token")?,
+            intents: rows::intents(&row.try_get::<String, _>("intended")?)?,
+            recorded_at: row.try_get("recorded_at")?,
+        });
+    }
+    Ok(records)
 }

@@ -155,12 +155,15 @@ WHERE rowid IN (
 RETURNING event_id, consumer, generation, attempt + 1 AS attempt,
     fencing_token + 1 AS fencing_token, event_seq";
 
-/// Acks a held delivery in the transaction that claimed it ([`CLAIM_HELD`]): delivery `?1` of
-/// consumer `?2` still `pending` with the token below the held token `?3`. Returns what its
-/// `acked` attempt row needs (the held attempt and token); no row: not held by this claim.
+/// Acks held deliveries in the transaction that claimed them ([`CLAIM_HELD`]): of consumer
+/// `?2`, `?1` a JSON array of `[event id, held token]` pairs, each still `pending` with the
+/// token below its held token. Returns what each `acked` attempt row needs (the held attempt
+/// and token); a pair without a row was not held by this claim.
 pub(crate) const ACK_HELD: &str = "\
 DELETE FROM evc_deliveries
-WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 - 1 AND status = 'pending'
+WHERE consumer = ?2 AND status = 'pending' AND (event_id, fencing_token) IN (
+    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') - 1 FROM json_each(?1)
+)
 RETURNING event_id, consumer, generation, attempt + 1 AS attempt,
     fencing_token + 1 AS fencing_token";
 
@@ -180,13 +183,30 @@ DELETE FROM evc_deliveries
 WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 AND status = 'leased'
 RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token";
 
-/// [`ACK_FENCED`] that also presents the owner `?4` (the batch ack's fence, as PostgreSQL's
-/// `ACK_BATCH_FENCED`).
-pub(crate) const ACK_OWNED: &str = "\
+/// Acks many leases in one statement, each fenced like [`ACK_FENCED`] and on its owner too (as
+/// PostgreSQL's `ACK_BATCH_FENCED`): `?1` a JSON array of `[event id, consumer, token, owner]`
+/// entries. Returns what each acked delivery's attempt
+/// row needs; an entry without a row is stale.
+pub(crate) const ACK_BATCH: &str = "\
 DELETE FROM evc_deliveries
-WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 AND lease_owner = ?4
-    AND status = 'leased'
+WHERE status = 'leased' AND (event_id, consumer, fencing_token, lease_owner) IN (
+    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
+        json_extract(value, '$[2]'), json_extract(value, '$[3]')
+    FROM json_each(?1)
+)
 RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token";
+
+/// [`INSERT_ATTEMPT`] for many rows in one statement: `?1` a JSON array of `[event id,
+/// consumer, generation, attempt, owner, token, started at, finished at, duration in
+/// milliseconds]` entries, all with outcome `?2` and error code `?3`.
+pub(crate) const INSERT_ATTEMPTS: &str = "\
+INSERT INTO evc_delivery_attempts (event_id, consumer, generation, attempt, owner,
+    fencing_token, started_at, finished_at, outcome, error_code, duration_ms)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+    json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'),
+    json_extract(value, '$[6]'), json_extract(value, '$[7]'), ?2, ?3,
+    json_extract(value, '$[8]')
+FROM json_each(?1)";
 
 /// One attempt row: `?1` event id, `?2` consumer, `?3` generation, `?4` attempt, `?5` owner,
 /// `?6` token, `?7` started at, `?8` finished at, `?9` outcome, `?10` error code, `?11`
@@ -363,6 +383,17 @@ FROM evc_validation_rejects ORDER BY id LIMIT ?1";
 /// Stale-token refusals counted for consumer `?1` (no row: none).
 pub(crate) const STALE_REJECTIONS: &str = "\
 SELECT rejected FROM evc_stale_rejections WHERE consumer = ?1";
+
+/// The effect row of consumer `?1` under effect key `?2`.
+pub(crate) const EFFECT: &str = "\
+SELECT event_id, outcome_digest, fencing_token, created_at
+FROM evc_consumer_effects WHERE consumer = ?1 AND effect_key = ?2";
+
+/// The reconciliation rows of delivery `?1` of consumer `?2`, oldest generation first.
+pub(crate) const RECONCILIATIONS: &str = "\
+SELECT generation, fencing_token, intended, recorded_at
+FROM evc_reconciliations WHERE event_id = ?1 AND consumer = ?2
+ORDER BY generation";
 
 // ---------------------------------------------------------------------------------------------
 // Operator controls (docs/runtime.md, "Replay", "Pause, resume and modes"). The replay tables are
@@ -575,8 +606,9 @@ mod tests {
         for statement in [ACK_FENCED, FAIL_FENCED, LOCK_LEASE] {
             assert!(statement.contains("fencing_token = ?3 AND status = 'leased'"));
         }
-        assert!(ACK_OWNED.contains("fencing_token = ?3 AND lease_owner = ?4"));
-        for statement in [ACK_HELD, FAIL_HELD, FENCE_HELD] {
+        assert!(ACK_BATCH.contains("(event_id, consumer, fencing_token, lease_owner) IN"));
+        assert!(ACK_HELD.contains("json_extract(value, '$[1]') - 1 FROM json_each(?1)"));
+        for statement in [FAIL_HELD, FENCE_HELD] {
             assert!(statement.contains("fencing_token = ?3 - 1 AND status = 'pending'"));
         }
         assert!(RENEW_FENCED.contains("(event_id, fencing_token) IN"));
