@@ -481,7 +481,7 @@ async fn processes(dispatchers: usize, events: u64) -> TestResult {
     support::with_database(move |pool| async move {
         create_tables(&pool).await?;
         let producer = dispatch_store(&pool, 2).await?;
-        append_notes(&producer, events, KEYS).await?;
+        let event_ids = support::ids(&append_notes(&producer, events, KEYS).await?);
         let started = Instant::now();
         let mut children: Vec<ChildProcess> = (0..dispatchers)
             .map(|n| spawn(&pool, "worker", "", &ALL_CONSUMERS, &format!("p{n}")))
@@ -565,7 +565,8 @@ async fn processes(dispatchers: usize, events: u64) -> TestResult {
         // Per-key order: acks of a key's deliveries (attempt rows, in insertion order) follow
         // the key's append order (its events' seq), for every per-key consumer, across
         // processes.
-        let (acks, out_of_order) = support::acks_out_of_key_order(&pool, &PER_KEY).await?;
+        let (acks, out_of_order) =
+            support::acks_out_of_key_order(&producer, &PER_KEY, &event_ids).await?;
         assert_eq!(
             acks,
             events * i64::try_from(PER_KEY.len())?,

@@ -12,11 +12,13 @@ use std::time::{Duration, Instant};
 
 use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{
-    DispatchError, Dispatcher, DispatcherConfig, FailureClass, HandlerError, PgStore,
-    RetryDecision, Store,
+    DeliveryStatus, DispatchError, Dispatcher, DispatcherConfig, FailureClass, HandlerError,
+    Observe, PgStore, RetryDecision, Store,
 };
 use sqlx::postgres::PgPool;
-use support::{TestResult, append_notes, dispatch_store, statuses, with_database};
+use support::{
+    TestResult, append_notes, attempts_of, dispatch_store, ids, statuses, with_database,
+};
 
 /// Keys the events spread over (10,000 events: 4 per key).
 const KEYS: u64 = 2_500;
@@ -124,25 +126,38 @@ async fn create_effects_table(pool: &PgPool) -> Result<(), sqlx::Error> {
         .map(|_| ())
 }
 
-/// Keys with more than one live lease of a per-key consumer, right now.
-async fn doubly_leased_keys(pool: &PgPool) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM (SELECT consumer, order_key FROM evc_deliveries \
-         WHERE status = 'leased' AND consumer = ANY($1) GROUP BY 1, 2 HAVING count(*) > 1) AS x",
-    )
-    .bind(&PER_KEY[..])
-    .fetch_one(pool)
-    .await
+/// Keys with more than one live lease of a per-key consumer, right now (each consumer's
+/// leases read at once).
+async fn doubly_leased_keys(store: &PgStore) -> Result<usize, DispatchError> {
+    let mut doubled = 0;
+    for consumer in PER_KEY {
+        let mut leases_per_key: BTreeMap<Option<String>, u32> = BTreeMap::new();
+        for lease in store.leases(consumer).await? {
+            *leases_per_key.entry(lease.order_key).or_default() += 1;
+        }
+        doubled += leases_per_key
+            .values()
+            .filter(|&&leases| leases > 1)
+            .count();
+    }
+    Ok(doubled)
 }
 
-async fn wait_until_settled(pool: &PgPool, timeout: Duration) -> Result<(), sqlx::Error> {
+/// The names of the consumers of `store`'s registry.
+fn consumers(store: &PgStore) -> Vec<String> {
+    store
+        .registry()
+        .consumers
+        .iter()
+        .map(|consumer| consumer.name.to_owned())
+        .collect()
+}
+
+async fn wait_until_settled(store: &PgStore, timeout: Duration) -> Result<(), DispatchError> {
     let start = Instant::now();
+    let consumers = consumers(store);
     loop {
-        let open: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM evc_deliveries WHERE status IN ('pending', 'leased')",
-        )
-        .fetch_one(pool)
-        .await?;
+        let open = store.open_deliveries(&consumers).await?;
         if open == 0 {
             return Ok(());
         }
@@ -158,7 +173,7 @@ async fn exactly_once(dispatchers: usize, events: u64) -> TestResult {
     with_database(move |pool| async move {
         create_effects_table(&pool).await?;
         let producer = dispatch_store(&pool, 2).await?;
-        append_notes(&producer, events, KEYS).await?;
+        let event_ids = ids(&append_notes(&producer, events, KEYS).await?);
         let recorder = Arc::new(Recorder::default());
         let started = Instant::now();
         let mut handles = Vec::new();
@@ -182,18 +197,18 @@ async fn exactly_once(dispatchers: usize, events: u64) -> TestResult {
         // Sample live leases while the dispatchers run.
         let done = Arc::new(AtomicBool::new(false));
         let sampler = {
-            let (pool, done) = (pool.clone(), Arc::clone(&done));
+            let (observer, done) = (producer.clone(), Arc::clone(&done));
             tokio::spawn(async move {
-                let (mut samples, mut worst) = (0u64, 0i64);
+                let (mut samples, mut worst) = (0u64, 0usize);
                 while !done.load(Ordering::SeqCst) {
-                    worst = worst.max(doubly_leased_keys(&pool).await?);
+                    worst = worst.max(doubly_leased_keys(&observer).await?);
                     samples += 1;
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
-                Ok::<_, sqlx::Error>((samples, worst))
+                Ok::<_, DispatchError>((samples, worst))
             })
         };
-        wait_until_settled(&pool, Duration::from_secs(240)).await?;
+        wait_until_settled(&producer, Duration::from_secs(240)).await?;
         let elapsed = started.elapsed();
         done.store(true, Ordering::SeqCst);
         let (samples, worst) = sampler.await??;
@@ -212,12 +227,11 @@ async fn exactly_once(dispatchers: usize, events: u64) -> TestResult {
         // delivery to another worker and the first one's late ack is refused as stale. That is
         // the fencing working, so the invariants below allow it and count it; what they never
         // allow is a delivery acked twice or not at all, or a key acked out of order.
-        let expired: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM evc_delivery_attempts WHERE outcome = 'lease_expired'",
-        )
-        .fetch_one(&pool)
-        .await?;
-        let expired_u64 = u64::try_from(expired)?;
+        let mut expired_u64 = 0;
+        for consumer in consumers(&producer) {
+            expired_u64 += producer.count_attempts(&consumer, "lease_expired").await?;
+        }
+        let expired = i64::try_from(expired_u64)?;
         if expired > 0 {
             eprintln!("{expired} lease(s) expired under load and were redelivered");
         }
@@ -238,25 +252,33 @@ async fn exactly_once(dispatchers: usize, events: u64) -> TestResult {
         }
         // No delivery row left (acks delete them), and one `acked` attempt row for every event
         // and consumer: none acked twice, none missed.
-        assert_eq!(support::count(&pool, "evc_deliveries").await?, 0);
+        assert_eq!(support::count_all_deliveries(&producer).await?, 0);
+        let attempts = attempts_of(&producer, &event_ids).await?;
         for consumer in CONSUMERS {
-            let acked: (i64, i64) = sqlx::query_as(
-                "SELECT count(*), count(DISTINCT event_id) FROM evc_delivery_attempts \
-                 WHERE consumer = $1 AND outcome = 'acked'",
-            )
-            .bind(consumer)
-            .fetch_one(&pool)
-            .await?;
-            assert_eq!(acked, (i64::try_from(events)?, i64::try_from(events)?));
+            let acked: Vec<_> = attempts
+                .iter()
+                .filter(|(_, c, attempt)| c == consumer && attempt.outcome == "acked")
+                .map(|(event_id, _, _)| event_id)
+                .collect();
+            let distinct: HashSet<_> = acked.iter().collect();
+            assert_eq!(
+                (acked.len(), distinct.len()),
+                (event_ids.len(), event_ids.len())
+            );
         }
         // No attempt ended otherwise than acked, or expired under load.
-        let other: Vec<(String, String, Option<String>, i64)> = sqlx::query_as(
-            "SELECT consumer, outcome, error_code, count(*) FROM evc_delivery_attempts \
-             WHERE outcome NOT IN ('acked', 'lease_expired') GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
-        )
-        .fetch_all(&pool)
-        .await?;
-        assert_eq!(other, []);
+        let mut other: BTreeMap<(&str, &str, Option<&str>), u64> = BTreeMap::new();
+        for (_, consumer, attempt) in &attempts {
+            if !["acked", "lease_expired"].contains(&attempt.outcome.as_str()) {
+                let outcome = (
+                    consumer.as_str(),
+                    attempt.outcome.as_str(),
+                    attempt.error_code.as_deref(),
+                );
+                *other.entry(outcome).or_default() += 1;
+            }
+        }
+        assert_eq!(other, BTreeMap::new());
         // The transactional consumer's effects: one per delivery.
         let effects: (i64, i64) = sqlx::query_as(
             "SELECT count(*), count(DISTINCT event_id) FROM t_effects WHERE consumer = 'd.tx'",
@@ -267,7 +289,8 @@ async fn exactly_once(dispatchers: usize, events: u64) -> TestResult {
         // Per-key order: acks of a key's deliveries (attempt rows, in insertion order) follow
         // the key's append order (its events' seq); handler calls never go back to an earlier
         // event of a key (a redelivery repeats the same one).
-        let (acks, out_of_order) = support::acks_out_of_key_order(&pool, &PER_KEY).await?;
+        let (acks, out_of_order) =
+            support::acks_out_of_key_order(&producer, &PER_KEY, &event_ids).await?;
         assert_eq!(
             acks,
             i64::try_from(events)? * i64::try_from(PER_KEY.len())?,
@@ -288,7 +311,8 @@ async fn exactly_once(dispatchers: usize, events: u64) -> TestResult {
             assert_eq!(stale, 0);
         }
         // The dispatchers shut down: their workers are not silent, so no heartbeat is left.
-        assert_eq!(support::count(&pool, "evc_heartbeats").await?, 0);
+        let workers = producer.status(Duration::from_secs(60)).await?.workers;
+        assert_eq!(workers, []);
         Ok(())
     })
     .await
@@ -310,6 +334,29 @@ async fn two_dispatchers_ack_every_delivery_exactly_once_in_key_order() -> TestR
 async fn four_dispatchers_ack_every_delivery_exactly_once_in_key_order() -> TestResult {
     let _turn = ONE_RUN_AT_A_TIME.lock().await;
     exactly_once(4, EVENTS).await
+}
+
+/// The checks of the exactly-once runs catch what they look for: two live leases on one key,
+/// and a key's acks out of its append order (here forced by claiming without per-key ordering).
+#[tokio::test]
+async fn the_order_checks_see_two_leases_on_a_key_and_acks_out_of_order() -> TestResult {
+    with_database(|pool| async move {
+        let store = dispatch_store(&pool, 4).await?;
+        let event_ids = ids(&append_notes(&store, 2, 1).await?);
+        assert_eq!(doubly_leased_keys(&store).await?, 0);
+        let claimed = store
+            .claim("d.leased", "owner", 10, Duration::from_secs(30), false)
+            .await?;
+        assert_eq!(claimed.len(), 2);
+        assert_eq!(doubly_leased_keys(&store).await?, 1);
+        store.ack(&claimed[1].lease).await?;
+        store.ack(&claimed[0].lease).await?;
+        assert_eq!(doubly_leased_keys(&store).await?, 0);
+        let order = support::acks_out_of_key_order(&store, &PER_KEY, &event_ids).await?;
+        assert_eq!(order, (2, 1));
+        Ok(())
+    })
+    .await
 }
 
 #[tokio::test]
@@ -374,12 +421,12 @@ async fn a_stale_token_is_refused_and_counted_after_expiry_and_reclaim() -> Test
             statuses(&store, "d.leased").await?,
             [("acked".to_owned(), 1)]
         );
-        let attempts: Vec<(i32, String, i64, String)> = sqlx::query_as(
-            "SELECT attempt, owner, fencing_token, outcome FROM evc_delivery_attempts \
-             WHERE consumer = 'd.leased' ORDER BY id",
-        )
-        .fetch_all(&pool)
-        .await?;
+        let attempts: Vec<(u32, String, i64, String)> = store
+            .attempts(new.event_id, "d.leased")
+            .await?
+            .into_iter()
+            .map(|a| (a.attempt, a.owner, a.token, a.outcome))
+            .collect();
         assert_eq!(
             attempts,
             [
@@ -404,6 +451,7 @@ async fn a_redelivered_event_records_its_effect_once() -> TestResult {
         // Attempt 1: effect and side effect commit, then the worker "dies" before its ack.
         let claimed = store.claim("d.leased", "owner-a", 1, short, true).await?;
         let lease = &claimed[0].lease;
+        let first_token = lease.token;
         let mut tx = store.pool().begin().await?;
         assert!(store.record_effect(&mut tx, lease, "note", "d1").await?);
         sqlx::query("INSERT INTO t_effects VALUES ($1, 'd.leased')")
@@ -423,7 +471,15 @@ async fn a_redelivered_event_records_its_effect_once() -> TestResult {
         tx.commit().await?;
         store.ack(lease).await?;
         assert_eq!(support::count(&pool, "t_effects").await?, 1);
-        assert_eq!(support::count(&pool, "evc_consumer_effects").await?, 1);
+        // The effect row is the first attempt's: the redelivery wrote none.
+        let effect = store
+            .effect("d.leased", "note")
+            .await?
+            .map(|e| (e.event_id, e.outcome_digest, e.token));
+        assert_eq!(
+            effect,
+            Some((lease.event_id, "d1".to_owned(), Some(first_token)))
+        );
         Ok(())
     })
     .await
@@ -463,15 +519,17 @@ async fn a_failed_transactional_handler_leaves_no_write() -> TestResult {
         create_effects_table(&pool).await?;
         let store = dispatch_store(&pool, 8).await?;
         let mut tx = store.pool().begin().await?;
+        let mut event_ids = Vec::new();
         for (key, mode) in [(1, "ok"), (2, "error"), (3, "panic")] {
             let payload = serde_json::json!({"note_id": support::note_key(key), "text": mode});
-            store
+            let receipt = store
                 .append(
                     &mut tx,
                     support::event("test.note", "1.0.0", payload),
                     evc_runtime::AppendOptions::new(),
                 )
                 .await?;
+            event_ids.push(receipt.event_id);
         }
         tx.commit().await?;
         let handle = Dispatcher::new(store.clone(), config("rollback"))
@@ -494,11 +552,12 @@ async fn a_failed_transactional_handler_leaves_no_write() -> TestResult {
         );
         // Only the successful handler's write committed.
         assert_eq!(support::count(&pool, "t_effects").await?, 1);
-        let codes: Vec<(String, Option<String>)> = sqlx::query_as(
-            "SELECT outcome, error_code FROM evc_delivery_attempts ORDER BY outcome, error_code",
-        )
-        .fetch_all(&pool)
-        .await?;
+        let mut codes: Vec<(String, Option<String>)> = attempts_of(&store, &event_ids)
+            .await?
+            .into_iter()
+            .map(|(_, _, attempt)| (attempt.outcome, attempt.error_code))
+            .collect();
+        codes.sort();
         assert_eq!(
             codes,
             [
@@ -545,15 +604,17 @@ async fn a_failing_head_blocks_its_key_while_other_keys_proceed() -> TestResult 
         let store = dispatch_store(&pool, 8).await?;
         let mut tx = store.pool().begin().await?;
         // Key 1: a failing head, then a follower; key 2: two events.
+        let mut event_ids = BTreeMap::new();
         for (key, text) in [(1, "fail"), (1, "after"), (2, "b1"), (2, "b2")] {
             let payload = serde_json::json!({"note_id": support::note_key(key), "text": text});
-            store
+            let receipt = store
                 .append(
                     &mut tx,
                     support::event("test.note", "1.0.0", payload),
                     evc_runtime::AppendOptions::new(),
                 )
                 .await?;
+            event_ids.insert(text, receipt.event_id);
         }
         tx.commit().await?;
         let handler = Arc::new(FailsSome::default());
@@ -564,24 +625,19 @@ async fn a_failing_head_blocks_its_key_while_other_keys_proceed() -> TestResult 
         // While the head backs off (200 ms between its 4 attempts), key 2 is done and the
         // follower waits, untouched.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let follower: (String, i32) = sqlx::query_as(
-            "SELECT d.status, d.attempt FROM evc_deliveries d JOIN evc_events e USING (event_id) \
-             WHERE d.consumer = 'd.leased' AND e.payload->>'text' = 'after'",
-        )
-        .fetch_one(&pool)
-        .await?;
-        assert_eq!(follower, ("pending".to_owned(), 0));
+        let follower = store
+            .delivery(event_ids["after"], "d.leased")
+            .await?
+            .map(|d| (d.status, d.attempts));
+        assert_eq!(follower, Some((DeliveryStatus::Pending, 0)));
         // Acked: each has its `acked` attempt row, and its delivery row is gone.
-        let key2: (i64, i64) = sqlx::query_as(
-            "SELECT (SELECT count(*) FROM evc_delivery_attempts a JOIN evc_events e \
-                 USING (event_id) WHERE a.consumer = 'd.leased' AND a.outcome = 'acked' \
-                 AND e.payload->>'text' IN ('b1', 'b2')), \
-             (SELECT count(*) FROM evc_deliveries d JOIN evc_events e USING (event_id) \
-                 WHERE d.consumer = 'd.leased' AND e.payload->>'text' IN ('b1', 'b2'))",
-        )
-        .fetch_one(&pool)
-        .await?;
-        assert_eq!(key2, (2, 0));
+        let (mut acked, mut rows) = (0, 0);
+        for text in ["b1", "b2"] {
+            let attempts = store.attempts(event_ids[text], "d.leased").await?;
+            acked += attempts.iter().filter(|a| a.outcome == "acked").count();
+            rows += usize::from(store.delivery(event_ids[text], "d.leased").await?.is_some());
+        }
+        assert_eq!((acked, rows), (2, 0));
 
         let start = Instant::now();
         while statuses(&store, "d.leased").await?
@@ -643,7 +699,7 @@ impl DynHandler for Slow {
 async fn shutdown_drains_the_running_handler_and_releases_the_rest() -> TestResult {
     with_database(|pool| async move {
         let store = dispatch_store(&pool, 8).await?;
-        append_notes(&store, 5, 5).await?;
+        let event_ids = ids(&append_notes(&store, 5, 5).await?);
         let started = Arc::new(tokio::sync::Notify::new());
         let finished = Arc::new(AtomicU64::new(0));
         let handle = Dispatcher::new(store.clone(), config("shutdown").workers(1).batch(5))
@@ -671,14 +727,16 @@ async fn shutdown_drains_the_running_handler_and_releases_the_rest() -> TestResu
             [("acked".to_owned(), 1), ("pending".to_owned(), 4)]
         );
         // Released as if never claimed: attempt 0 again, no attempt rows.
-        let attempts: Vec<i32> = sqlx::query_scalar(
-            "SELECT attempt FROM evc_deliveries WHERE consumer = 'd.unordered' AND status = 'pending' \
-             ORDER BY event_seq",
-        )
-        .fetch_all(&pool)
-        .await?;
+        let mut attempts = Vec::new();
+        for &event_id in &event_ids {
+            if let Some(delivery) = store.delivery(event_id, "d.unordered").await?
+                && delivery.status == DeliveryStatus::Pending
+            {
+                attempts.push(delivery.attempts);
+            }
+        }
         assert_eq!(attempts, [0, 0, 0, 0]);
-        assert_eq!(support::count(&pool, "evc_delivery_attempts").await?, 1);
+        assert_eq!(attempts_of(&store, &event_ids).await?.len(), 1);
         Ok(())
     })
     .await
@@ -688,7 +746,7 @@ async fn shutdown_drains_the_running_handler_and_releases_the_rest() -> TestResu
 async fn renewal_keeps_a_long_handler_s_lease() -> TestResult {
     with_database(|pool| async move {
         let store = dispatch_store(&pool, 8).await?;
-        append_notes(&store, 2, 2).await?;
+        let event_ids = ids(&append_notes(&store, 2, 2).await?);
         let handle = Dispatcher::new(
             store.clone(),
             config("renew")
@@ -714,10 +772,11 @@ async fn renewal_keeps_a_long_handler_s_lease() -> TestResult {
         let stats = handle.shutdown().await;
         assert_eq!((stats.acked, stats.recovered, stats.stale), (2, 0, 0));
         assert_eq!(store.stale_tokens(), 0);
-        let outcomes: Vec<String> =
-            sqlx::query_scalar("SELECT outcome FROM evc_delivery_attempts ORDER BY id")
-                .fetch_all(&pool)
-                .await?;
+        let outcomes: Vec<String> = attempts_of(&store, &event_ids)
+            .await?
+            .into_iter()
+            .map(|(_, _, attempt)| attempt.outcome)
+            .collect();
         assert_eq!(outcomes, ["acked", "acked"]);
         Ok(())
     })

@@ -12,8 +12,8 @@ mod support;
 use std::time::Duration;
 
 use evc_runtime::{
-    AppendOptions, Claimed, Console, DEAD_LETTERED, DISCARDED, DispatchError, FailureClass,
-    PgStore, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED, REPLAYED_JOB_FAILED,
+    AppendOptions, Claimed, Console, DEAD_LETTERED, DISCARDED, DeliveryStatus, DispatchError,
+    FailureClass, PgStore, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED, REPLAYED_JOB_FAILED,
     ReplayApproval, ReplayError, ReplaySelection, RetryDecision, replay_uuid,
 };
 use sqlx::PgPool;
@@ -175,7 +175,7 @@ async fn retries_exhausted_emit_a_transient_event_with_every_attempt() -> TestRe
 async fn a_rolled_back_dead_lettering_emits_nothing_and_a_stale_fail_neither() -> TestResult {
     with_database(|pool| async move {
         let store = PgStore::new(pool.clone(), LIFECYCLE_REGISTRY)?;
-        append_note(&store).await?;
+        let event_id = append_note(&store).await?;
         let claimed = claim_one(&store, "d.leased").await?;
         // The lifecycle event's insert fails: the fail statement must roll back with it.
         sqlx::raw_sql(
@@ -198,12 +198,16 @@ async fn a_rolled_back_dead_lettering_emits_nothing_and_a_stale_fail_neither() -
             matches!(failed, Err(DispatchError::Database(_))),
             "{failed:?}"
         );
-        let status: String =
-            sqlx::query_scalar("SELECT status FROM evc_deliveries WHERE consumer = 'd.leased'")
-                .fetch_one(&pool)
-                .await?;
-        assert_eq!(status, "leased", "the dead-lettering rolled back");
-        assert_eq!(support::count(&pool, "evc_delivery_attempts").await?, 0);
+        let status = store
+            .delivery(event_id, "d.leased")
+            .await?
+            .map(|d| d.status);
+        assert_eq!(
+            status,
+            Some(DeliveryStatus::Leased),
+            "the dead-lettering rolled back"
+        );
+        assert_eq!(support::attempts_of(&store, &[event_id]).await?, []);
         assert!(dead_lettered(&pool).await?.is_empty());
 
         sqlx::raw_sql("DROP TRIGGER refuse_dead_lettered ON evc_events")
@@ -254,7 +258,7 @@ async fn an_unregistered_type_emits_nothing() -> TestResult {
         let statuses = support::statuses(&store, "d.leased").await?;
         assert_eq!(statuses, [("dead".to_owned(), 1)]);
         assert!(dead_lettered(&pool).await?.is_empty());
-        assert_eq!(support::count(&pool, "evc_events").await?, 1);
+        assert_eq!(store.count_events().await?, 1);
         Ok(())
     })
     .await
@@ -304,15 +308,23 @@ async fn lease_expiry_past_max_attempts_emits_one_event() -> TestResult {
     with_database(|pool| async move {
         let store = PgStore::new(pool.clone(), LIFECYCLE_REGISTRY)?;
         let event_id = append_note(&store).await?;
-        claim_one(&store, "d.leased").await?;
-        // The policy's last attempt, its lease over (as if its process died).
-        sqlx::query(
-            "UPDATE evc_deliveries SET attempt = 4, lease_until = now() - interval '1 second' \
-             WHERE consumer = 'd.leased'",
-        )
-        .execute(&pool)
-        .await?;
-        assert_eq!(store.recover_expired(10).await?, 1);
+        // Every attempt of the policy (4) claimed on a lease that runs out at once, as if its
+        // process died each time: recovery requeues the first three and dead-letters the last.
+        for attempt in 1..=4 {
+            let claimed = store
+                .claim("d.leased", "worker", 10, Duration::from_millis(5), false)
+                .await?;
+            assert_eq!(claimed.len(), 1, "attempt {attempt} claimed");
+            assert_eq!(claimed[0].lease.attempt, attempt);
+            let start = std::time::Instant::now();
+            while store.recover_expired(10).await? == 0 {
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "lease not recovered"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
         assert_eq!(
             support::statuses(&store, "d.leased").await?,
             [("dead".to_owned(), 1)]
@@ -359,10 +371,12 @@ async fn a_refused_lifecycle_event_leaves_the_dead_lettering_standing() -> TestR
             [("dead".to_owned(), 1)]
         );
         assert!(dead_lettered(&pool).await?.is_empty());
-        let rejects: Vec<(String, String)> =
-            sqlx::query_as("SELECT event_type, reason_code FROM evc_validation_rejects")
-                .fetch_all(&pool)
-                .await?;
+        let rejects: Vec<(String, String)> = store
+            .rejects(100)
+            .await?
+            .into_iter()
+            .map(|r| (r.event_type, r.reason_code))
+            .collect();
         assert_eq!(rejects, [(DEAD_LETTERED.to_owned(), "oversize".to_owned())]);
         Ok(())
     })
@@ -794,11 +808,8 @@ async fn a_registry_without_the_replay_events_appends_none() -> TestResult {
                 .len(),
             2
         );
-        let types: Vec<String> = sqlx::query_scalar("SELECT DISTINCT event_type FROM evc_events")
-            .fetch_all(&pool)
-            .await?;
-        assert_eq!(types, ["test.note"], "the notes, nothing else");
-        assert_eq!(support::count(&pool, "evc_validation_rejects").await?, 0);
+        assert_eq!(store.count_events().await?, 3, "the notes, nothing else");
+        assert_eq!(store.rejects(10).await?, []);
         Ok(())
     })
     .await

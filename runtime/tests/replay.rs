@@ -11,8 +11,8 @@ mod support;
 use std::time::Duration;
 
 use evc_runtime::{
-    Console, FailureClass, NotReplayableReason, ReplayApproval, ReplayError, ReplaySelection,
-    RetryDecision, SettledStatus,
+    Console, DeliveryStatus, FailureClass, NotReplayableReason, ReplayApproval, ReplayError,
+    ReplaySelection, RetryDecision, SettledStatus,
 };
 use sqlx::postgres::PgPool;
 use support::{
@@ -206,13 +206,7 @@ async fn a_replay_is_planned_checked_applied_once_and_audited() -> TestResult {
         ));
         assert_eq!(replays(&pool).await?, (1, 3));
         // The 3 replayed originals and their 3 next generations (the acked delivery is gone).
-        assert_eq!(
-            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM evc_deliveries WHERE consumer = $1")
-                .bind(CONSUMER)
-                .fetch_one(&pool)
-                .await?,
-            6
-        );
+        assert_eq!(store.count_deliveries(CONSUMER, &[]).await?, 6);
 
         // Nothing is left to replay under a new key.
         let empty = console.replay_plan(&all).await?;
@@ -257,14 +251,16 @@ async fn a_replay_is_planned_checked_applied_once_and_audited() -> TestResult {
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
         assert_eq!(stale, 1);
-        let attempts: Vec<(i32, String)> = sqlx::query_as(
-            "SELECT generation, outcome FROM evc_delivery_attempts WHERE consumer = $1 \
-             ORDER BY generation, id",
-        )
-        .bind(CONSUMER)
-        .fetch_all(&pool)
-        .await?;
-        let outcomes: Vec<(i32, &str)> = attempts.iter().map(|(g, o)| (*g, o.as_str())).collect();
+        // Every attempt of the four events (in append order, each one's rows in the order
+        // written), by generation.
+        let mut attempts = Vec::new();
+        for lease in &original_leases {
+            for attempt in store.attempts(lease.event_id, CONSUMER).await? {
+                attempts.push((attempt.generation, attempt.outcome));
+            }
+        }
+        attempts.sort_by_key(|(generation, _)| *generation);
+        let outcomes: Vec<(u32, &str)> = attempts.iter().map(|(g, o)| (*g, o.as_str())).collect();
         assert_eq!(
             outcomes,
             [
@@ -426,15 +422,15 @@ async fn a_payload_the_deployed_schema_refuses_is_never_requeued() -> TestResult
         let approval = ReplayApproval::new(&plan.digest, "handler fixed", "CHG-3", "r-4");
         let applied = console.replay(&rest, &approval).await?;
         assert_eq!(applied.deliveries, 2);
-        let dead_zero: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM evc_deliveries WHERE consumer = $1 AND event_id = $2 \
-             AND status = 'dead' AND generation = 0",
-        )
-        .bind(CONSUMER)
-        .bind(leases[0].event_id)
-        .fetch_one(&pool)
-        .await?;
-        assert_eq!(dead_zero, 1, "note 0 stays dead-lettered");
+        let note_0 = store
+            .delivery(leases[0].event_id, CONSUMER)
+            .await?
+            .map(|d| (d.status, d.generation));
+        assert_eq!(
+            note_0,
+            Some((DeliveryStatus::Dead, 0)),
+            "note 0 stays dead-lettered"
+        );
         Ok(())
     })
     .await

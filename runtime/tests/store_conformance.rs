@@ -80,6 +80,7 @@ conformance!(
     pause_stops_claims_and_resume_restores_them,
     status_counts_each_consumers_deliveries_lag_and_state,
     timeline_lists_the_traces_event_deliveries_and_attempts,
+    leases_list_the_deliveries_leased_now,
 );
 
 /// A `test.note` whose key is number `key`.
@@ -689,6 +690,69 @@ async fn per_key_claims_only_the_head_of_each_key<S: Conformance>(store: S) -> T
         store.delivery(b2, ORDERED).await?.map(|d| d.status),
         Some(DeliveryStatus::Pending)
     );
+    Ok(())
+}
+
+async fn leases_list_the_deliveries_leased_now<S: Conformance>(store: S) -> TestResult {
+    // Key 1 twice, key 2 once: a per-key claim leases the heads of keys 1 and 2.
+    let receipts = committed(&store, vec![note(1), note(1), note(2)]).await?;
+    assert_eq!(store.leases(ORDERED).await?, []);
+    let heads = claim(&store, ORDERED, "w1", 10, LEASE, true).await?;
+    let leases = store.leases(ORDERED).await?;
+    let listed: Vec<_> = leases
+        .iter()
+        .map(|l| {
+            let key = l.order_key.clone();
+            (
+                l.event_id,
+                l.event_seq,
+                key,
+                l.owner.as_str(),
+                l.token,
+                l.attempt,
+            )
+        })
+        .collect();
+    let expected: Vec<_> = heads
+        .iter()
+        .map(|c| {
+            let key = Some(c.order_key.clone());
+            (c.lease.event_id, c.event_seq, key, "w1", c.lease.token, 1)
+        })
+        .collect();
+    assert_eq!(listed, expected);
+    assert_eq!(
+        (leases[0].event_id, leases[1].event_id),
+        (receipts[0].event_id, receipts[2].event_id)
+    );
+    for lease in &leases {
+        let delivery = store.delivery(lease.event_id, ORDERED).await?;
+        assert_eq!(
+            delivery.and_then(|d| d.lease_until),
+            Some(lease.lease_until)
+        );
+        assert_eq!((lease.consumer.as_str(), lease.generation), (ORDERED, 0));
+    }
+    // Another consumer's leases are its own; an unordered consumer's carry no order key.
+    assert_eq!(store.leases(PLAIN).await?, []);
+    claim(&store, PLAIN, "w2", 1, LEASE, false).await?;
+    let plain = store.leases(PLAIN).await?;
+    assert_eq!(plain.len(), 1);
+    assert_eq!(
+        (plain[0].owner.as_str(), plain[0].order_key.as_deref()),
+        ("w2", None)
+    );
+    // Acked or failed, a delivery is no longer leased.
+    ack(&store, &heads[0].lease).await?;
+    store
+        .fail(
+            &heads[1].lease,
+            FailureClass::Transient,
+            "E_LATER",
+            RetryDecision::Retry(Duration::from_secs(3600)),
+        )
+        .await?;
+    assert_eq!(store.leases(ORDERED).await?, []);
     Ok(())
 }
 

@@ -436,23 +436,77 @@ pub async fn statuses(
     Ok(counts)
 }
 
-/// `(acks, out of order)` over the `acked` attempt rows of `consumers`: acks of one order key
-/// (attempt rows in insertion order) that came after an ack of a later event of that key (its
-/// events' `seq`). Holds across processes and through redeliveries of expired leases.
-pub async fn acks_out_of_key_order(
-    pool: &PgPool,
+/// Delivery rows of every consumer of `store`'s registry, in any status (acked deliveries
+/// have none).
+pub async fn count_all_deliveries<S: evc_runtime::Store>(
+    store: &S,
+) -> Result<u64, evc_runtime::DispatchError> {
+    let mut total = 0;
+    for consumer in store.registry().consumers {
+        total += store.count_deliveries(consumer.name, &[]).await?;
+    }
+    Ok(total)
+}
+
+/// The event ids of `receipts`, in order.
+pub fn ids(receipts: &[evc_runtime::AppendReceipt]) -> Vec<uuid::Uuid> {
+    receipts.iter().map(|receipt| receipt.event_id).collect()
+}
+
+/// Every attempt row of the events `event_ids` at every consumer of `store`'s registry, as
+/// `(event, consumer, attempt)`: events in the order given, consumers in the registry's order,
+/// each delivery's rows in the order written.
+pub async fn attempts_of<S: evc_runtime::Store>(
+    store: &S,
+    event_ids: &[uuid::Uuid],
+) -> Result<Vec<(uuid::Uuid, String, evc_runtime::AttemptRecord)>, evc_runtime::DispatchError> {
+    let mut rows = Vec::new();
+    for &event_id in event_ids {
+        for consumer in store.registry().consumers {
+            for attempt in store.attempts(event_id, consumer.name).await? {
+                rows.push((event_id, consumer.name.to_owned(), attempt));
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// `(acks, out of order)` over the `acked` attempt rows of `consumers` for the events
+/// `event_ids`: acks of one order key (in the order they ended) that came after an ack of a
+/// later event of that key (its events' `seq`). Holds across processes and through
+/// redeliveries of expired leases. Two acks of one key ending at the same instant count as out
+/// of order: a key's next delivery is only claimed once the previous one's ack committed.
+pub async fn acks_out_of_key_order<S: evc_runtime::Store>(
+    store: &S,
     consumers: &[&str],
-) -> Result<(i64, i64), sqlx::Error> {
-    sqlx::query_as(
-        "SELECT count(*), count(*) FILTER (WHERE previous > seq) FROM ( \
-             SELECT e.seq, lag(e.seq) OVER \
-                 (PARTITION BY a.consumer, e.order_key ORDER BY a.id) AS previous \
-             FROM evc_delivery_attempts a JOIN evc_events e USING (event_id) \
-             WHERE a.outcome = 'acked' AND a.consumer = ANY($1)) AS x",
-    )
-    .bind(consumers)
-    .fetch_one(pool)
-    .await
+    event_ids: &[uuid::Uuid],
+) -> Result<(i64, i64), Box<dyn std::error::Error + Send + Sync>> {
+    // (consumer, order key) -> (ack's end, event seq) of every ack.
+    let mut acks: std::collections::BTreeMap<(&str, String), Vec<(f64, i64)>> =
+        std::collections::BTreeMap::new();
+    for &event_id in event_ids {
+        let event = store
+            .event(event_id)
+            .await?
+            .ok_or_else(|| format!("event {event_id} not stored"))?;
+        for &consumer in consumers {
+            for attempt in store.attempts(event_id, consumer).await? {
+                if attempt.outcome == "acked" {
+                    acks.entry((consumer, event.order_key.clone()))
+                        .or_default()
+                        .push((attempt.finished_at, event.seq));
+                }
+            }
+        }
+    }
+    let (mut total, mut out_of_order) = (0, 0);
+    for key_acks in acks.values_mut() {
+        // By end time; on a tie the later event first, so the tie counts as out of order.
+        key_acks.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)));
+        total += i64::try_from(key_acks.len())?;
+        out_of_order += i64::try_from(key_acks.windows(2).filter(|w| w[0].1 > w[1].1).count())?;
+    }
+    Ok((total, out_of_order))
 }
 
 // ---------------------------------------------------------------------------------------------
