@@ -1,7 +1,7 @@
 //! What operators see of a store (read only), on both stores ([`Observe`]): a status report
 //! per consumer (deliveries by status, oldest pending age, operator state), produce-to-ack lag
-//! and attempt latency percentiles, silent workers, the same as Prometheus metrics, and the
-//! timeline of one trace (docs/runtime.md, "Observing").
+//! and attempt latency percentiles, silent workers, the same as Prometheus metrics, the
+//! timeline of one trace, and the leases held now (docs/runtime.md, "Observing").
 
 use std::future::Future;
 use std::time::Duration;
@@ -47,6 +47,42 @@ pub trait Observe: Store {
         &self,
         trace_id: &str,
     ) -> impl Future<Output = Result<Vec<TimelineEntry>, DispatchError>> + Send;
+
+    /// The deliveries of `consumer` leased now, in event order: which worker holds each, until
+    /// when, with which token, and the order key it holds (what a stuck worker or a blocked key
+    /// is waiting on). Deliveries held by a transactional batch's open transaction stay
+    /// `pending` and are not listed.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn leases(
+        &self,
+        consumer: &str,
+    ) -> impl Future<Output = Result<Vec<LeasedDelivery>, DispatchError>> + Send;
+}
+
+/// A delivery leased now ([`Observe::leases`]). Times are epoch seconds of the store's clock.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct LeasedDelivery {
+    /// The event.
+    pub event_id: Uuid,
+    /// The consumer.
+    pub consumer: String,
+    /// The delivery's generation (0 unless replayed).
+    pub generation: u32,
+    /// The event's global append order.
+    pub event_seq: i64,
+    /// The order key the delivery holds (`None`: the consumer does not order per key).
+    pub order_key: Option<String>,
+    /// The worker holding the lease.
+    pub owner: String,
+    /// The lease's fencing token.
+    pub token: i64,
+    /// The attempt the lease runs, from 1.
+    pub attempt: u32,
+    /// When the lease ends unless renewed.
+    pub lease_until: f64,
 }
 
 /// One consumer's deliveries and operator state.

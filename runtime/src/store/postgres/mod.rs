@@ -68,8 +68,8 @@ pub use lifecycle::{
     REPLAYED_JOB_FAILED, replay_uuid,
 };
 pub use observe::{
-    AttemptLatency, ConsumerStatus, Lag, Percentiles, Problem, SilentWorker, StatusReport,
-    TimelineEntry, WatchedConsumer, WorkerSettings,
+    AttemptLatency, ConsumerStatus, Lag, LeasedDelivery, Percentiles, Problem, SilentWorker,
+    StatusReport, TimelineEntry, WatchedConsumer, WorkerSettings,
 };
 pub use replay::{DiscardApplied, DiscardPlan, DiscardedDelivery};
 // The operator types moved to `store::ops` (both stores use them); kept here for old paths.

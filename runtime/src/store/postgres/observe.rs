@@ -1,5 +1,5 @@
-//! What operators see of a PostgreSQL outbox (read only): the status report and a trace's
-//! timeline ([`Observe`]; the report types are the shared ones of [`crate::store::observe`]),
+//! What operators see of a PostgreSQL outbox (read only): the status report, a trace's
+//! timeline and the leases held now ([`Observe`]; the report types are the shared ones of [`crate::store::observe`]),
 //! over the static registry's consumers or, for the console, the deployed ones.
 
 use std::time::Duration;
@@ -12,8 +12,8 @@ use crate::registry::ConsumerMode;
 use crate::store::DispatchError;
 // The report types moved to `store::observe` (both stores use them); kept here for old paths.
 pub use crate::store::observe::{
-    AttemptLatency, ConsumerStatus, Lag, Percentiles, Problem, SilentWorker, StatusReport,
-    TimelineEntry, WorkerSettings,
+    AttemptLatency, ConsumerStatus, Lag, LeasedDelivery, Percentiles, Problem, SilentWorker,
+    StatusReport, TimelineEntry, WorkerSettings,
 };
 use crate::store::observe::{Observe, SAMPLE_ATTEMPTS};
 
@@ -52,6 +52,29 @@ impl Observe for PgStore {
 
     async fn timeline(&self, trace_id: &str) -> Result<Vec<TimelineEntry>, DispatchError> {
         PgStore::timeline(self, trace_id).await
+    }
+
+    async fn leases(&self, consumer: &str) -> Result<Vec<LeasedDelivery>, DispatchError> {
+        let rows = sqlx::query(sql::LEASES)
+            .bind(consumer)
+            .fetch_all(&self.inner.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(LeasedDelivery {
+                    event_id: row.try_get("event_id")?,
+                    consumer: consumer.to_owned(),
+                    generation: u32::try_from(row.try_get::<i32, _>("generation")?).unwrap_or(0),
+                    event_seq: row.try_get("event_seq")?,
+                    order_key: row.try_get("order_key")?,
+                    owner: row.try_get("lease_owner")?,
+                    token: row.try_get("fencing_token")?,
+                    attempt: u32::try_from(row.try_get::<i32, _>("attempt")?).unwrap_or(0),
+                    lease_until: row.try_get("lease_until")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(DispatchError::from)
     }
 }
 

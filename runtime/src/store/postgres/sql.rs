@@ -1005,6 +1005,14 @@ pub(crate) const COUNT_STALE: &str = "\
 INSERT INTO evc_stale_rejections AS r (consumer, rejected) VALUES ($1, $2)
 ON CONFLICT (consumer) DO UPDATE SET rejected = r.rejected + EXCLUDED.rejected, last_at = now()";
 
+/// The deliveries of consumer `$1` leased now, in event order (through the lease index);
+/// `lease_until` in epoch seconds.
+pub(crate) const LEASES: &str = "\
+SELECT event_id, generation, event_seq, order_key, lease_owner, fencing_token, attempt,
+    extract(epoch FROM lease_until)::float8 AS lease_until
+FROM evc_deliveries WHERE consumer = $1 AND status = 'leased'
+ORDER BY event_seq, generation";
+
 /// Everything recorded for trace `$1`, in order: its events (when produced), their delivery
 /// rows (when created; detail: the current status, and the generation and replay of a replayed
 /// one; an acked delivery has no row, its `acked` attempt is its entry), their attempts (when

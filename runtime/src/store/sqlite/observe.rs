@@ -1,5 +1,5 @@
-//! What operators see of a SQLite outbox ([`Observe`]): the status report and a trace's
-//! timeline, with PostgreSQL's semantics (docs/runtime.md, "Observing"). SQLite has no
+//! What operators see of a SQLite outbox ([`Observe`]): the status report, a trace's
+//! timeline and the leases held now, with PostgreSQL's semantics (docs/runtime.md, "Observing"). SQLite has no
 //! `percentile_cont`: the sample is read in order and its percentiles are interpolated here the
 //! same way. Times are the process's clock, as every time of this store.
 
@@ -12,8 +12,8 @@ use super::{SqliteStore, epoch_now, parse_uuid, sql};
 use crate::registry::ConsumerMode;
 use crate::store::DispatchError;
 use crate::store::observe::{
-    AttemptLatency, ConsumerStatus, Lag, Observe, Percentiles, SAMPLE_ATTEMPTS, SilentWorker,
-    StatusReport, TimelineEntry, WorkerSettings,
+    AttemptLatency, ConsumerStatus, Lag, LeasedDelivery, Observe, Percentiles, SAMPLE_ATTEMPTS,
+    SilentWorker, StatusReport, TimelineEntry, WorkerSettings,
 };
 
 impl Observe for SqliteStore {
@@ -172,6 +172,29 @@ impl Observe for SqliteStore {
                 })
             })
             .collect::<Result<Vec<_>, sqlx::Error>>()
+            .map_err(DispatchError::from)
+    }
+
+    async fn leases(&self, consumer: &str) -> Result<Vec<LeasedDelivery>, DispatchError> {
+        let rows = sqlx::query(sql::LEASES)
+            .bind(consumer)
+            .fetch_all(&self.inner.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(LeasedDelivery {
+                    event_id: parse_uuid(&row.try_get::<String, _>("event_id")?)?,
+                    consumer: consumer.to_owned(),
+                    generation: u32::try_from(row.try_get::<i64, _>("generation")?).unwrap_or(0),
+                    event_seq: row.try_get("event_seq")?,
+                    order_key: row.try_get("order_key")?,
+                    owner: row.try_get("lease_owner")?,
+                    token: row.try_get("fencing_token")?,
+                    attempt: u32::try_from(row.try_get::<i64, _>("attempt")?).unwrap_or(0),
+                    lease_until: row.try_get("lease_until")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
             .map_err(DispatchError::from)
     }
 }

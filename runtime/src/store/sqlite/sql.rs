@@ -556,6 +556,13 @@ SELECT owner, consumer, payload_policy, dispatcher_overrides FROM evc_heartbeats
 WHERE consumer IN (SELECT value FROM json_each(?1))
 ORDER BY consumer, owner";
 
+/// The deliveries of consumer `?1` leased now, in event order, as PostgreSQL's.
+pub(crate) const LEASES: &str = "\
+SELECT event_id, generation, event_seq, order_key, lease_owner, fencing_token, attempt,
+    lease_until
+FROM evc_deliveries WHERE consumer = ?1 AND status = 'leased'
+ORDER BY event_seq, generation";
+
 /// Everything recorded for trace `?1`, in time order, as PostgreSQL's timeline (no discards:
 /// this store has none). NULLs sort last, as PostgreSQL sorts them.
 pub(crate) const TIMELINE: &str = "\
