@@ -58,10 +58,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "tries updates, deletes and truncates the ledger triggers must refuse",
     ),
     (
-        "runtime/tests/crash.rs",
-        "reads leases, tokens and attempts after a dispatcher is killed mid-batch",
-    ),
-    (
         "runtime/tests/deployed_settings.rs",
         "edits and drops the settings row to test how workers read it",
     ),
