@@ -39,10 +39,6 @@ const ALLOWED: &[(&str, &str)] = &[
          horizon run holds a snapshot open with a query on the attempts table",
     ),
     (
-        "bench-peers/src/evc.rs",
-        "the peer benchmark counts evc's drained rows as it counts each peer's own tables",
-    ),
-    (
         "cli/tests/operate.rs",
         "seeds dead and pending deliveries for the operator commands and reads what they did",
     ),
