@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{
-    AppendOptions, ConsumerDescriptor, ConsumerMode, Dispatcher, DispatcherConfig, EventDescriptor,
-    HandlerError, HandlerKind, NewEvent, OutgoingEvent, PgStore, Registry,
-    RetryPolicyDescriptor, SubscriptionDescriptor, TraceContext, VersionDescriptor,
+    AppendOptions, ConsumerDescriptor, ConsumerMode, DeliveryStatus, Dispatcher, DispatcherConfig,
+    EventDescriptor, HandlerError, HandlerKind, NewEvent, OutgoingEvent, PgStore, Registry,
+    RetryPolicyDescriptor, Store, SubscriptionDescriptor, TraceContext, VersionDescriptor,
 };
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgPool, PgPoolOptions};
@@ -251,19 +251,17 @@ impl System for Evc {
         }
 
         // The audit: one acked attempt row per acked delivery, and every delivery acked:
-        // kept with status `acked` (leased) or removed by its held batch's ack, whose attempt
-        // row is its record.
-        let (kept, present): (i64, i64) = sqlx::query_as(
-            "SELECT count(*) FILTER (WHERE status = 'acked'), count(*) FROM evc_deliveries",
-        )
-        .fetch_one(store.pool())
-        .await?;
+        // kept with status `acked` (by a store from before acks deleted the delivery) or
+        // removed by its ack, whose attempt row is its record. Every event of the run has one
+        // delivery, to `consumer`, so its rows are all there is.
+        let kept = i64::try_from(
+            store
+                .count_deliveries(consumer, &[DeliveryStatus::Acked])
+                .await?,
+        )?;
+        let present = i64::try_from(store.count_deliveries(consumer, &[]).await?)?;
         let acked = kept + jobs as i64 - present;
-        let attempts: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM evc_delivery_attempts WHERE outcome = 'acked'",
-        )
-        .fetch_one(store.pool())
-        .await?;
+        let attempts = i64::try_from(store.count_attempts(consumer, "acked").await?)?;
         if attempts != acked {
             return Err(format!("{acked} acked deliveries but {attempts} attempt rows").into());
         }

@@ -30,9 +30,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use evc_runtime::{
-    AppendOptions, ConsumerDescriptor, ConsumerMode, Dispatcher, DispatcherConfig, EventDescriptor,
-    HandlerError, HandlerKind, NewEvent, OutgoingEvent, PgStore, Publish, Registry,
-    RetryPolicyDescriptor, SubscriptionDescriptor, TraceContext, VersionDescriptor,
+    AppendOptions, ConsumerDescriptor, ConsumerMode, DeliveryStatus, Dispatcher, DispatcherConfig,
+    EventDescriptor, HandlerError, HandlerKind, NewEvent, OutgoingEvent, PgStore, Publish,
+    Registry, RetryPolicyDescriptor, Store, SubscriptionDescriptor, TraceContext,
+    VersionDescriptor,
 };
 use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use sqlx::migrate::Migrator;
@@ -1169,22 +1170,19 @@ async fn claim_ack(
         sqlx::raw_sql("ROLLBACK").execute(&mut **holder).await?;
     }
     drop(horizon);
-    let attempts: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM evc_delivery_attempts WHERE outcome = 'acked'")
-            .fetch_one(&pool)
-            .await?;
+    // Every claimed event has one delivery, to `consumer`, so its rows are all there is.
+    let attempts = i64::try_from(store.count_attempts(consumer, "acked").await?)?;
     // Acked deliveries: removed by their ack (the attempt row is the record).
-    let present: i64 = sqlx::query_scalar("SELECT count(*) FROM evc_deliveries")
-        .fetch_one(&pool)
-        .await?;
+    let present = i64::try_from(store.count_deliveries(consumer, &[]).await?)?;
     let acked = i64::try_from(settings.claim_events)? - present;
     if attempts != acked {
         return Err(format!("{acked} acked deliveries but {attempts} attempt rows").into());
     }
-    let pending: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM evc_deliveries WHERE status = 'pending'")
-            .fetch_one(&pool)
-            .await?;
+    let pending = i64::try_from(
+        store
+            .count_deliveries(consumer, &[DeliveryStatus::Pending])
+            .await?,
+    )?;
     pool.close().await;
     Ok(ClaimRun {
         rate,

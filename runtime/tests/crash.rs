@@ -15,6 +15,7 @@ mod support;
 #[path = "support/crash.rs"]
 mod crash;
 
+use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
@@ -23,7 +24,8 @@ use crash::{
     VICTIM_LEASE, claim_and_block, env, restart_config, serve_until_done, victim,
 };
 use evc_runtime::{
-    Connection, DispatcherConfig, FailureClass, HandlerKind, Lease, PgStore, RetryDecision, Store,
+    Connection, DispatchError, DispatcherConfig, FailureClass, HandlerKind, Lease, Observe,
+    PgStore, RetryDecision, Store,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use support::{DISPATCH_REGISTRY, TestResult, append_notes, dispatch_store, statuses};
@@ -221,27 +223,30 @@ async fn wait_for_signal(pool: &PgPool, point: &str, n: i64, timeout: Duration) 
     Ok(())
 }
 
-/// The leases held right now, as the killed process held them.
-async fn leases(pool: &PgPool) -> Result<Vec<Lease>, sqlx::Error> {
-    let rows: Vec<(Uuid, String, String, i64, i32)> = sqlx::query_as(
-        "SELECT event_id, consumer, lease_owner, fencing_token, attempt FROM evc_deliveries \
-         WHERE status = 'leased' ORDER BY event_seq, consumer",
-    )
-    .fetch_all(pool)
-    .await?;
-    Ok(rows
+/// The leases of `consumer` held right now, in event order, as the killed process held them.
+async fn leases(store: &PgStore, consumer: &str) -> Result<Vec<Lease>, DispatchError> {
+    Ok(store
+        .leases(consumer)
+        .await?
         .into_iter()
-        .map(|(event_id, consumer, owner, token, attempt)| {
+        .map(|leased| {
             Lease::new(
-                event_id,
-                consumer,
-                owner,
-                token,
-                u32::try_from(attempt).unwrap_or(0),
+                leased.event_id,
+                leased.consumer,
+                leased.owner,
+                leased.token,
+                leased.attempt,
                 0.0,
             )
         })
         .collect())
+}
+
+/// The database's clock now, in epoch seconds (the clock lease ends are read on).
+async fn database_now(pool: &PgPool) -> Result<f64, sqlx::Error> {
+    sqlx::query_scalar("SELECT extract(epoch FROM now())::float8")
+        .fetch_one(pool)
+        .await
 }
 
 /// One crash: `events` notes (one key each) for `consumer`; a child in `role` stopping at
@@ -252,7 +257,11 @@ async fn crash(consumer: &'static str, events: u64, role: &'static str, point: &
     let result = support::with_database(move |pool| async move {
         create_tables(&pool).await?;
         let store = dispatch_store(&pool, 4).await?;
-        append_notes(&store, events, events).await?;
+        let event_ids: Vec<Uuid> = append_notes(&store, events, events)
+            .await?
+            .into_iter()
+            .map(|receipt| receipt.event_id)
+            .collect();
         let kind = DISPATCH_REGISTRY
             .consumer(consumer)
             .map(|c| c.handler)
@@ -273,7 +282,7 @@ async fn crash(consumer: &'static str, events: u64, role: &'static str, point: &
             ("after_effect", HandlerKind::Leased) => assert_eq!(effects, 1),
             _ => assert_eq!(effects, 0),
         }
-        let killed = leases(&pool).await?;
+        let killed = leases(&store, consumer).await?;
         assert!(!killed.is_empty(), "the victim held no lease");
         if point == "during_shutdown" {
             // The running handler and the rest of its batch: none released yet.
@@ -296,17 +305,23 @@ async fn crash(consumer: &'static str, events: u64, role: &'static str, point: &
                 .collect::<Vec<_>>()
         );
         if point == "between_renewals" {
-            let live: bool = sqlx::query_scalar(
-                "SELECT bool_and(lease_until > now()) FROM evc_deliveries WHERE status = 'leased'",
-            )
-            .fetch_one(&pool)
-            .await?;
-            assert!(live, "the lease expired before the kill");
+            let now = database_now(&pool).await?;
+            let live = store.leases(consumer).await?;
+            assert!(
+                !live.is_empty() && live.iter().all(|lease| lease.lease_until > now),
+                "the lease expired before the kill"
+            );
         }
         if kind == HandlerKind::Transactional {
             // The killed transaction rolled back: nothing of the attempt is visible.
             assert_eq!(support::count(&pool, "t_effects").await?, 0);
-            assert_eq!(support::count(&pool, "evc_consumer_effects").await?, 0);
+            for event_id in &event_ids {
+                assert_eq!(
+                    store.effect(consumer, &event_id.to_string()).await?,
+                    None,
+                    "an effect row of the killed transaction"
+                );
+            }
         }
 
         let mut restart = spawn(&pool, "restart", "", &[consumer], "restart");
@@ -317,7 +332,7 @@ async fn crash(consumer: &'static str, events: u64, role: &'static str, point: &
             killed_at.elapsed()
         );
 
-        assert_outcome(&pool, &store, consumer, events, &killed).await?;
+        assert_outcome(&pool, &store, consumer, &event_ids, &killed).await?;
         if (point, kind) == ("after_effect", HandlerKind::Leased) {
             // The redelivered attempt found the effect recorded and skipped the side effect.
             let seen: Vec<(i32, bool)> =
@@ -353,7 +368,7 @@ async fn crash(consumer: &'static str, events: u64, role: &'static str, point: &
             );
         }
         assert!(store.stale_tokens() >= before + 3 * killed.len() as u64);
-        assert_outcome(&pool, &store, consumer, events, &killed).await?;
+        assert_outcome(&pool, &store, consumer, &event_ids, &killed).await?;
         Ok(())
     })
     .await;
@@ -362,24 +377,34 @@ async fn crash(consumer: &'static str, events: u64, role: &'static str, point: &
     }
 }
 
-/// Events (`test.note`, which every consumer here subscribes to) whose delivery to `consumer`
-/// does not have exactly one `acked` attempt row, or whose `acked` row does not carry the
-/// delivery's final token (the highest of its attempts). An ack deletes the delivery, so its
-/// attempt rows are all that is left to check.
-async fn not_acked_once(pool: &PgPool, consumer: &str) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM evc_events e WHERE e.event_type = 'test.note' AND ( \
-             (SELECT count(*) FROM evc_delivery_attempts a WHERE a.event_id = e.event_id \
-                 AND a.consumer = $1 AND a.outcome = 'acked') <> 1 \
-             OR NOT EXISTS (SELECT 1 FROM evc_delivery_attempts a \
-                 WHERE a.event_id = e.event_id AND a.consumer = $1 AND a.outcome = 'acked' \
-                 AND a.fencing_token = (SELECT max(b.fencing_token) \
-                     FROM evc_delivery_attempts b \
-                     WHERE b.event_id = e.event_id AND b.consumer = $1)))",
-    )
-    .bind(consumer)
-    .fetch_one(pool)
-    .await
+/// Checks that the delivery of every event of `event_ids` to `consumer` has exactly one
+/// `acked` attempt row, and that it carries the delivery's final token (the highest of its
+/// attempts). An ack deletes the delivery, so its attempt rows are all that is left to check.
+/// Answers how many attempt rows ended each way (by outcome).
+async fn assert_acked_once(
+    store: &PgStore,
+    consumer: &str,
+    event_ids: &[Uuid],
+) -> Result<BTreeMap<String, u64>, BoxError> {
+    let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
+    for event_id in event_ids {
+        let attempts = store.attempts(*event_id, consumer).await?;
+        let acked: Vec<i64> = attempts
+            .iter()
+            .filter(|attempt| attempt.outcome == "acked")
+            .map(|attempt| attempt.token)
+            .collect();
+        let last = attempts.iter().map(|attempt| attempt.token).max();
+        assert_eq!(
+            (acked.len(), acked.first().copied()),
+            (1, last),
+            "{consumer} {event_id}: not acked exactly once with its final token"
+        );
+        for attempt in attempts {
+            *outcomes.entry(attempt.outcome).or_default() += 1;
+        }
+    }
+    Ok(outcomes)
 }
 
 /// Every delivery acked once, with one `acked` attempt row carrying its final token; each
@@ -388,29 +413,23 @@ async fn assert_outcome(
     pool: &PgPool,
     store: &PgStore,
     consumer: &str,
-    events: u64,
+    event_ids: &[Uuid],
     killed: &[Lease],
 ) -> TestResult {
-    let events = i64::try_from(events)?;
+    let events = i64::try_from(event_ids.len())?;
     assert_eq!(
         statuses(store, consumer).await?,
         [("acked".to_owned(), events)]
     );
-    assert_eq!(
-        not_acked_once(pool, consumer).await?,
-        0,
-        "a delivery without exactly one acked attempt holding its final token"
-    );
+    assert_acked_once(store, consumer, event_ids).await?;
     for lease in killed {
-        let outcome: Vec<String> = sqlx::query_scalar(
-            "SELECT outcome FROM evc_delivery_attempts WHERE event_id = $1 AND consumer = $2 \
-             AND fencing_token = $3",
-        )
-        .bind(lease.event_id)
-        .bind(&lease.consumer)
-        .bind(lease.token)
-        .fetch_all(pool)
-        .await?;
+        let outcome: Vec<String> = store
+            .attempts(lease.event_id, &lease.consumer)
+            .await?
+            .into_iter()
+            .filter(|attempt| attempt.token == lease.token)
+            .map(|attempt| attempt.outcome)
+            .collect();
         assert_eq!(outcome, ["lease_expired"], "the killed attempt's row");
     }
     let effects: (i64, i64) =
@@ -418,13 +437,20 @@ async fn assert_outcome(
             .fetch_one(pool)
             .await?;
     assert_eq!(effects, (events, events), "side effects visible once each");
-    let rows: (i64, i64) = sqlx::query_as(
-        "SELECT count(*), count(DISTINCT event_id) FROM evc_consumer_effects WHERE consumer = $1",
-    )
-    .bind(consumer)
-    .fetch_one(pool)
-    .await?;
-    assert_eq!(rows, (events, events), "effect rows once each");
+    // Effect rows once each: every event's row, under its key (the event id), and exactly one
+    // attempt per event found its key unrecorded (`first`, committed with the row it wrote).
+    for event_id in event_ids {
+        let effect = store
+            .effect(consumer, &event_id.to_string())
+            .await?
+            .ok_or_else(|| format!("{consumer} {event_id}: no effect row"))?;
+        assert_eq!(effect.event_id, *event_id, "the effect row's delivery");
+    }
+    let firsts: (i64, i64) =
+        sqlx::query_as("SELECT count(*), count(DISTINCT event_id) FROM t_seen WHERE first")
+            .fetch_one(pool)
+            .await?;
+    assert_eq!(firsts, (events, events), "effect rows once each");
     Ok(())
 }
 
@@ -466,15 +492,21 @@ const EVENTS: u64 = 10_000;
 /// The dispatcher-process runs take turns (see `runtime/tests/dispatch.rs`).
 static ONE_RUN_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Keys of a per-key consumer with more than one live lease, right now.
-async fn doubly_leased_keys(pool: &PgPool) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM (SELECT consumer, order_key FROM evc_deliveries \
-         WHERE status = 'leased' AND consumer = ANY($1) GROUP BY 1, 2 HAVING count(*) > 1) AS x",
-    )
-    .bind(&PER_KEY[..])
-    .fetch_one(pool)
-    .await
+/// Keys of a per-key consumer with more than one live lease, right now (each consumer's
+/// leases read at once).
+async fn doubly_leased_keys(store: &PgStore) -> Result<usize, DispatchError> {
+    let mut doubled = 0;
+    for consumer in PER_KEY {
+        let mut leases_per_key: BTreeMap<Option<String>, u32> = BTreeMap::new();
+        for lease in store.leases(consumer).await? {
+            *leases_per_key.entry(lease.order_key).or_default() += 1;
+        }
+        doubled += leases_per_key
+            .values()
+            .filter(|&&leases| leases > 1)
+            .count();
+    }
+    Ok(doubled)
 }
 
 async fn processes(dispatchers: usize, events: u64) -> TestResult {
@@ -486,12 +518,12 @@ async fn processes(dispatchers: usize, events: u64) -> TestResult {
         let mut children: Vec<ChildProcess> = (0..dispatchers)
             .map(|n| spawn(&pool, "worker", "", &ALL_CONSUMERS, &format!("p{n}")))
             .collect();
-        let (mut samples, mut worst) = (0u64, 0i64);
+        let (mut samples, mut worst) = (0u64, 0usize);
         while children
             .iter_mut()
             .any(|c| matches!(c.child.try_wait(), Ok(None)))
         {
-            worst = worst.max(doubly_leased_keys(&pool).await?);
+            worst = worst.max(doubly_leased_keys(&producer).await?);
             samples += 1;
             assert!(
                 started.elapsed() < Duration::from_secs(280),
@@ -514,11 +546,10 @@ async fn processes(dispatchers: usize, events: u64) -> TestResult {
         // misses its renewals): recovery hands the delivery on and the late ack is refused.
         // That is fencing at work; the checks count it and allow it, and never allow a
         // delivery acked twice, left unacked or acked out of key order.
-        let expired: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM evc_delivery_attempts WHERE outcome = 'lease_expired'",
-        )
-        .fetch_one(&pool)
-        .await?;
+        let mut expired = 0;
+        for consumer in ALL_CONSUMERS {
+            expired += i64::try_from(producer.count_attempts(consumer, "lease_expired").await?)?;
+        }
         if expired > 0 {
             eprintln!("{expired} lease(s) expired under load and were redelivered");
         }
@@ -548,19 +579,14 @@ async fn processes(dispatchers: usize, events: u64) -> TestResult {
         }
         // One `acked` attempt row per delivery, with the delivery's final token; no outcome
         // but `acked`, and `lease_expired` where a lease expired under load.
-        let outcomes: Vec<(String, String, i64)> = sqlx::query_as(
-            "SELECT consumer, outcome, count(*) FROM evc_delivery_attempts \
-             WHERE outcome <> 'lease_expired' GROUP BY 1, 2 ORDER BY 1, 2",
-        )
-        .fetch_all(&pool)
-        .await?;
-        let expected: Vec<(String, String, i64)> = ALL_CONSUMERS
-            .iter()
-            .map(|c| ((*c).to_owned(), "acked".to_owned(), events))
-            .collect();
-        assert_eq!(outcomes, expected);
         for consumer in ALL_CONSUMERS {
-            assert_eq!(not_acked_once(&pool, consumer).await?, 0, "{consumer}");
+            let mut outcomes = assert_acked_once(&producer, consumer, &event_ids).await?;
+            outcomes.remove("lease_expired");
+            assert_eq!(
+                outcomes,
+                BTreeMap::from([("acked".to_owned(), u64::try_from(events)?)]),
+                "{consumer}: attempt outcomes"
+            );
         }
         // Per-key order: acks of a key's deliveries (attempt rows, in insertion order) follow
         // the key's append order (its events' seq), for every per-key consumer, across
