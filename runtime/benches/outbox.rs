@@ -1118,9 +1118,10 @@ async fn claim_ack(
                 // One connection per task, as a dispatcher's busy worker keeps one.
                 let mut connection = store.pool().acquire().await?;
                 while Instant::now() < deadline {
-                    let mut claimed = store
-                        .claim_in(&mut connection, CLAIM_CONSUMER, &owner, batch, lease, false)
-                        .await?;
+                    let request =
+                        evc_runtime::ClaimRequest::leased(CLAIM_CONSUMER, &owner, batch, lease);
+                    let mut claimed =
+                        evc_runtime::Store::claim(&store, &mut connection, &request).await?;
                     if claimed.is_empty() {
                         break;
                     }
@@ -1130,7 +1131,7 @@ async fn claim_ack(
                         NoOp.handle(context).await?;
                     }
                     let leases: Vec<_> = claimed.iter().map(|c| &c.lease).collect();
-                    let outcome = store.ack_batch_in(&mut connection, &leases).await?;
+                    let outcome = evc_runtime::Store::ack(&store, &mut connection, &leases).await?;
                     if !outcome.stale.is_empty() {
                         return Err(format!("{} stale acks", outcome.stale.len()).into());
                     }

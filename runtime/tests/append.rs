@@ -151,9 +151,15 @@ async fn append_writes_one_event_and_a_delivery_per_subscriber_then_notifies_on_
         // span, flags); it carries its event's seq, and the order key only for the consumer
         // that orders per key.
         for consumer in consumers {
-            let claimed = store
-                .claim(consumer, "reader", 10, Duration::from_secs(30), false)
-                .await?;
+            let claimed = support::claim(
+                &store,
+                consumer,
+                "reader",
+                10,
+                Duration::from_secs(30),
+                false,
+            )
+            .await?;
             assert_eq!(claimed.len(), 1, "{consumer}");
             assert_eq!(claimed[0].payload, note(NOTE_ID), "{consumer}");
             assert_eq!(claimed[0].trace, Some(support::trace()), "{consumer}");
@@ -853,9 +859,15 @@ async fn batch_append_in_order(keyed: bool) -> TestResult {
             .collect();
         let mut texts = 0;
         for (consumer, deliveries) in [("c.live", 1_000), ("c.shadow", 750)] {
-            let claimed = store
-                .claim(consumer, "reader", 2_000, Duration::from_secs(60), false)
-                .await?;
+            let claimed = support::claim(
+                &store,
+                consumer,
+                "reader",
+                2_000,
+                Duration::from_secs(60),
+                false,
+            )
+            .await?;
             assert_eq!(claimed.len(), deliveries, "{consumer}");
             for delivery in &claimed {
                 let i = position[&delivery.lease.event_id];
@@ -966,9 +978,15 @@ async fn a_payload_deeper_than_serde_json_reads_is_refused_and_the_deepest_allow
                 AppendOptions::new(),
             )
             .await?;
-        let claimed = store
-            .claim("c.live", "owner-1", 10, Duration::from_secs(30), true)
-            .await?;
+        let claimed = support::claim(
+            &store,
+            "c.live",
+            "owner-1",
+            10,
+            Duration::from_secs(30),
+            true,
+        )
+        .await?;
         assert_eq!(claimed.len(), 1);
         assert_eq!(claimed[0].payload, deepest);
         Ok(())

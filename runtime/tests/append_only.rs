@@ -8,7 +8,7 @@ mod support;
 
 use std::time::{Duration, SystemTime};
 
-use evc_runtime::{PgStore, PurgeError};
+use evc_runtime::{PgStore, PurgeError, Store};
 use sqlx::postgres::PgPool;
 use sqlx::{AssertSqlSafe, Connection};
 use support::{TestResult, append_notes, count, dispatch_store, with_database};
@@ -235,7 +235,7 @@ async fn a_purge_removes_old_settled_rows_keeps_open_ones_and_is_audited() -> Te
         append_notes(&store, 4, 4).await?;
         let mut open = None;
         for (consumer, per_key) in [("d.leased", true), ("d.tx", true), ("d.unordered", false)] {
-            let claimed = store.claim(consumer, "w/1", 10, LEASE, per_key).await?;
+            let claimed = support::claim(&store, consumer, "w/1", 10, LEASE, per_key).await?;
             assert_eq!(claimed.len(), 4, "{consumer}");
             for c in claimed {
                 let count = c.payload["count"].as_i64();
@@ -253,7 +253,7 @@ async fn a_purge_removes_old_settled_rows_keeps_open_ones_and_is_audited() -> Te
                             )
                             .await?;
                     }
-                    _ => store.ack(&c.lease).await?,
+                    _ => support::ack_current(&store, &c.lease).await?,
                 }
             }
         }
@@ -262,8 +262,8 @@ async fn a_purge_removes_old_settled_rows_keeps_open_ones_and_is_audited() -> Te
         // A note after the cutoff, settled everywhere: too new to purge.
         support::append_numbered(&store, "test.note", 100..101, |_| "late").await?;
         for (consumer, per_key) in [("d.leased", true), ("d.tx", true), ("d.unordered", false)] {
-            for c in store.claim(consumer, "w/2", 10, LEASE, per_key).await? {
-                store.ack(&c.lease).await?;
+            for c in support::claim(&store, consumer, "w/2", 10, LEASE, per_key).await? {
+                support::ack_current(&store, &c.lease).await?;
             }
         }
         assert_eq!(count(&pool, "evc_events").await?, 5);
@@ -330,7 +330,7 @@ async fn a_purge_removes_old_settled_rows_keeps_open_ones_and_is_audited() -> Te
         );
 
         // Once note 3's last delivery settles, a later cutoff takes it and note 100.
-        store.ack(&open).await?;
+        support::ack_current(&store, &open).await?;
         let later = store
             .purge_events(
                 database_now(&pool).await? + Duration::from_secs(3600),

@@ -345,8 +345,9 @@ async fn crash(consumer: &'static str, events: u64, role: &'static str, point: &
         // The killed attempts' tokens, presented late: refused, and nothing changes.
         let before = store.stale_tokens();
         for lease in &killed {
-            let error = store.ack(lease).await.expect_err("late ack");
-            assert!(error.is_stale_token(), "{error}");
+            let late = support::ack(&store, &[lease]).await?;
+            let stale = vec![(lease.event_id, lease.consumer.clone(), lease.token)];
+            assert_eq!((late.acked, late.stale), (0, stale), "late ack");
             let error = store
                 .fail(lease, FailureClass::Transient, "late", RetryDecision::Dead)
                 .await

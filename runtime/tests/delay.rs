@@ -47,11 +47,11 @@ async fn claim_numbers(
     consumer: &str,
     per_key: bool,
 ) -> Result<Vec<u64>, Box<dyn std::error::Error + Send + Sync>> {
-    let claimed = store.claim(consumer, "w/1", 10, LEASE, per_key).await?;
+    let claimed = support::claim(store, consumer, "w/1", 10, LEASE, per_key).await?;
     let mut numbers = Vec::new();
     for c in &claimed {
         numbers.push(c.payload["count"].as_u64().unwrap_or(u64::MAX));
-        store.ack(&c.lease).await?;
+        support::ack_current(store, &c.lease).await?;
     }
     Ok(numbers)
 }

@@ -344,13 +344,19 @@ async fn the_order_checks_see_two_leases_on_a_key_and_acks_out_of_order() -> Tes
         let store = dispatch_store(&pool, 4).await?;
         let event_ids = ids(&append_notes(&store, 2, 1).await?);
         assert_eq!(doubly_leased_keys(&store).await?, 0);
-        let claimed = store
-            .claim("d.leased", "owner", 10, Duration::from_secs(30), false)
-            .await?;
+        let claimed = support::claim(
+            &store,
+            "d.leased",
+            "owner",
+            10,
+            Duration::from_secs(30),
+            false,
+        )
+        .await?;
         assert_eq!(claimed.len(), 2);
         assert_eq!(doubly_leased_keys(&store).await?, 1);
-        store.ack(&claimed[1].lease).await?;
-        store.ack(&claimed[0].lease).await?;
+        support::ack_current(&store, &claimed[1].lease).await?;
+        support::ack_current(&store, &claimed[0].lease).await?;
         assert_eq!(doubly_leased_keys(&store).await?, 0);
         let order = support::acks_out_of_key_order(&store, &PER_KEY, &event_ids).await?;
         assert_eq!(order, (2, 1));
@@ -365,30 +371,39 @@ async fn a_stale_token_is_refused_and_counted_after_expiry_and_reclaim() -> Test
         let store = dispatch_store(&pool, 4).await?;
         append_notes(&store, 1, 1).await?;
         let short = Duration::from_millis(100);
-        let first = store.claim("d.leased", "owner-a", 10, short, true).await?;
+        let first = support::claim(&store, "d.leased", "owner-a", 10, short, true).await?;
         assert_eq!(first.len(), 1);
         let old = first[0].lease.clone();
         assert_eq!((old.attempt, old.token), (1, 1));
         // Still leased: nothing to claim, nothing to recover.
         assert!(
-            store
-                .claim("d.leased", "owner-b", 10, short, true)
+            support::claim(&store, "d.leased", "owner-b", 10, short, true)
                 .await?
                 .is_empty()
         );
         assert_eq!(store.recover_expired(100).await?, 0);
         tokio::time::sleep(Duration::from_millis(250)).await;
         assert_eq!(store.recover_expired(100).await?, 1);
-        let second = store
-            .claim("d.leased", "owner-b", 10, Duration::from_secs(10), true)
-            .await?;
+        let second = support::claim(
+            &store,
+            "d.leased",
+            "owner-b",
+            10,
+            Duration::from_secs(10),
+            true,
+        )
+        .await?;
         assert_eq!(second.len(), 1);
         let new = second[0].lease.clone();
         assert_eq!((new.attempt, new.token), (2, 2));
 
         assert_eq!(store.stale_tokens(), 0);
-        let error = store.ack(&old).await.expect_err("old token");
-        assert!(error.is_stale_token(), "{error}");
+        let late = support::ack(&store, &[&old]).await?;
+        assert_eq!(late.acked, 0, "old token");
+        assert_eq!(
+            late.stale,
+            [(old.event_id, old.consumer.clone(), old.token)]
+        );
         assert_eq!(store.stale_tokens(), 1);
         let error = store
             .fail(&old, FailureClass::Transient, "late", RetryDecision::Dead)
@@ -416,7 +431,7 @@ async fn a_stale_token_is_refused_and_counted_after_expiry_and_reclaim() -> Test
             .await?;
         assert_eq!(renewed, [new.event_id]);
         drop(connection);
-        store.ack(&new).await?;
+        support::ack_current(&store, &new).await?;
         assert_eq!(
             statuses(&store, "d.leased").await?,
             [("acked".to_owned(), 1)]
@@ -435,7 +450,12 @@ async fn a_stale_token_is_refused_and_counted_after_expiry_and_reclaim() -> Test
             ]
         );
         // A second ack of the same (now acked) lease is stale too.
-        assert!(store.ack(&new).await.expect_err("acked").is_stale_token());
+        let again = support::ack(&store, &[&new]).await?;
+        assert_eq!(again.acked, 0, "acked");
+        assert_eq!(
+            again.stale,
+            [(new.event_id, new.consumer.clone(), new.token)]
+        );
         Ok(())
     })
     .await
@@ -449,7 +469,7 @@ async fn a_redelivered_event_records_its_effect_once() -> TestResult {
         append_notes(&store, 1, 1).await?;
         let short = Duration::from_millis(100);
         // Attempt 1: effect and side effect commit, then the worker "dies" before its ack.
-        let claimed = store.claim("d.leased", "owner-a", 1, short, true).await?;
+        let claimed = support::claim(&store, "d.leased", "owner-a", 1, short, true).await?;
         let lease = &claimed[0].lease;
         let first_token = lease.token;
         let mut tx = store.pool().begin().await?;
@@ -462,14 +482,20 @@ async fn a_redelivered_event_records_its_effect_once() -> TestResult {
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(store.recover_expired(10).await?, 1);
         // Attempt 2: the effect is known; the handler skips its side effect and acks.
-        let claimed = store
-            .claim("d.leased", "owner-b", 1, Duration::from_secs(5), true)
-            .await?;
+        let claimed = support::claim(
+            &store,
+            "d.leased",
+            "owner-b",
+            1,
+            Duration::from_secs(5),
+            true,
+        )
+        .await?;
         let lease = &claimed[0].lease;
         let mut tx = store.pool().begin().await?;
         assert!(!store.record_effect(&mut tx, lease, "note", "d1").await?);
         tx.commit().await?;
-        store.ack(lease).await?;
+        support::ack_current(&store, lease).await?;
         assert_eq!(support::count(&pool, "t_effects").await?, 1);
         // The effect row is the first attempt's: the redelivery wrote none.
         let effect = store

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{
-    DeliveryStatus, DispatchError, Dispatcher, DispatcherConfig, HandlerError, NewEvent, PgStore,
-    Store,
+    ClaimRequest, DeliveryStatus, DispatchError, Dispatcher, DispatcherConfig, HandlerError,
+    NewEvent, PgStore, Store,
 };
 use sqlx::PgPool;
 use support::{TestResult, dispatch_store, statuses, with_database};
@@ -280,7 +280,9 @@ async fn a_held_claim_hides_its_rows_fences_on_its_token_and_dies_with_its_conne
         append_jobs(&store, 3, |_| "n").await?;
 
         let mut holder = store.pool().begin().await?;
-        let held = store.claim_held(&mut holder, CONSUMER, "w1", 10).await?;
+        let held = store
+            .claim(&mut holder, &ClaimRequest::held(CONSUMER, "w1", 10))
+            .await?;
         assert_eq!(held.len(), 3);
         assert!(held.iter().all(|c| c.lease.is_held()));
         assert!(
@@ -295,14 +297,13 @@ async fn a_held_claim_hides_its_rows_fences_on_its_token_and_dies_with_its_conne
         let mut other = store.pool().begin().await?;
         assert!(
             store
-                .claim_held(&mut other, CONSUMER, "w2", 10)
+                .claim(&mut other, &ClaimRequest::held(CONSUMER, "w2", 10))
                 .await?
                 .is_empty()
         );
         other.rollback().await?;
-        let leased = store
-            .claim(CONSUMER, "w3", 10, Duration::from_secs(30), false)
-            .await?;
+        let leased =
+            support::claim(&store, CONSUMER, "w3", 10, Duration::from_secs(30), false).await?;
         assert!(leased.is_empty(), "a leased claim took held rows");
 
         // Effect writes are fenced on the held token; a forged token is refused.
@@ -320,7 +321,9 @@ async fn a_held_claim_hides_its_rows_fences_on_its_token_and_dies_with_its_conne
         assert!(error.is_stale_token(), "{error}");
         // Acks likewise: the forged lease is refused, the held ones acked.
         let leases = [&held[0].lease, &forged, &held[2].lease];
-        assert_eq!(store.ack_held(&mut holder, &leases).await?, 2);
+        let acked = store.ack(&mut holder, &leases).await?;
+        assert_eq!(acked.acked, 2);
+        assert_eq!(acked.stale, [(forged.event_id, forged.consumer.clone(), 5)]);
         assert_eq!(store.stale_tokens(), before + 2);
         holder.commit().await?;
         assert_eq!(
@@ -335,7 +338,9 @@ async fn a_held_claim_hides_its_rows_fences_on_its_token_and_dies_with_its_conne
         let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
             .fetch_one(&mut *doomed)
             .await?;
-        let last = store.claim_held(&mut doomed, CONSUMER, "w4", 10).await?;
+        let last = store
+            .claim(&mut doomed, &ClaimRequest::held(CONSUMER, "w4", 10))
+            .await?;
         assert_eq!(last.len(), 1);
         let key = last[0].lease.event_id.to_string();
         assert!(
@@ -359,10 +364,12 @@ async fn a_held_claim_hides_its_rows_fences_on_its_token_and_dies_with_its_conne
         );
         assert_eq!(store.effect(CONSUMER, &key).await?, None);
         let mut again = store.pool().begin().await?;
-        let retaken = store.claim_held(&mut again, CONSUMER, "w5", 10).await?;
+        let retaken = store
+            .claim(&mut again, &ClaimRequest::held(CONSUMER, "w5", 10))
+            .await?;
         assert_eq!(retaken.len(), 1);
         let leases: Vec<_> = retaken.iter().map(|c| &c.lease).collect();
-        assert_eq!(store.ack_held(&mut again, &leases).await?, 1);
+        assert_eq!(store.ack(&mut again, &leases).await?.acked, 1);
         again.commit().await?;
         assert_eq!(
             statuses(&store, CONSUMER).await?,

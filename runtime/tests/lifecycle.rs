@@ -14,7 +14,7 @@ use std::time::Duration;
 use evc_runtime::{
     AppendOptions, Claimed, Console, DEAD_LETTERED, DISCARDED, DeliveryStatus, DispatchError,
     FailureClass, PgStore, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED, REPLAYED_JOB_FAILED,
-    ReplayApproval, ReplayError, ReplaySelection, RetryDecision, replay_uuid,
+    ReplayApproval, ReplayError, ReplaySelection, RetryDecision, Store, replay_uuid,
 };
 use sqlx::PgPool;
 use support::{LIFECYCLE_REGISTRY, TestResult, with_database};
@@ -42,7 +42,7 @@ async fn claim_one(
     store: &PgStore,
     consumer: &str,
 ) -> Result<Claimed, Box<dyn std::error::Error + Send + Sync>> {
-    let mut claimed = store.claim(consumer, "worker", 10, LEASE, false).await?;
+    let mut claimed = support::claim(store, consumer, "worker", 10, LEASE, false).await?;
     assert_eq!(claimed.len(), 1, "one due delivery of {consumer}");
     Ok(claimed.remove(0))
 }
@@ -293,8 +293,7 @@ async fn a_dead_lettered_lifecycle_event_emits_no_other() -> TestResult {
         );
         assert_eq!(dead_lettered(&pool).await?.len(), 1, "the loop guard held");
         assert!(
-            store
-                .claim("ops.watch", "worker", 10, LEASE, false)
+            support::claim(&store, "ops.watch", "worker", 10, LEASE, false)
                 .await?
                 .is_empty()
         );
@@ -311,9 +310,15 @@ async fn lease_expiry_past_max_attempts_emits_one_event() -> TestResult {
         // Every attempt of the policy (4) claimed on a lease that runs out at once, as if its
         // process died each time: recovery requeues the first three and dead-letters the last.
         for attempt in 1..=4 {
-            let claimed = store
-                .claim("d.leased", "worker", 10, Duration::from_millis(5), false)
-                .await?;
+            let claimed = support::claim(
+                &store,
+                "d.leased",
+                "worker",
+                10,
+                Duration::from_millis(5),
+                false,
+            )
+            .await?;
             assert_eq!(claimed.len(), 1, "attempt {attempt} claimed");
             assert_eq!(claimed[0].lease.attempt, attempt);
             let start = std::time::Instant::now();
@@ -440,7 +445,7 @@ async fn settle(
 ) -> Result<Vec<uuid::Uuid>, BoxError> {
     let notes = u64::try_from(decisions.len())?;
     support::append_notes(store, notes, notes).await?;
-    let claimed = store.claim(CONSUMER, "worker", 10, LEASE, false).await?;
+    let claimed = support::claim(store, CONSUMER, "worker", 10, LEASE, false).await?;
     assert_eq!(claimed.len(), decisions.len());
     for (claimed, (class, decision)) in claimed.iter().zip(decisions) {
         store
@@ -470,7 +475,7 @@ async fn replay_all(
 
 /// Claims every due delivery of [`CONSUMER`].
 async fn claim_all(store: &PgStore) -> Result<Vec<Claimed>, BoxError> {
-    Ok(store.claim(CONSUMER, "worker", 10, LEASE, false).await?)
+    Ok(support::claim(store, CONSUMER, "worker", 10, LEASE, false).await?)
 }
 
 #[tokio::test]
@@ -570,7 +575,7 @@ async fn a_replay_whose_deliveries_all_ack_emits_completed_once() -> TestResult 
         assert_eq!(claimed.len(), 3);
         assert!(claimed.iter().all(|c| c.lease.generation() == 1));
 
-        store.ack(&claimed[0].lease).await?;
+        support::ack_current(&store, &claimed[0].lease).await?;
         assert!(
             events_of(&pool, REPLAY_COMPLETED).await?.is_empty(),
             "two deliveries outstanding"
@@ -579,7 +584,7 @@ async fn a_replay_whose_deliveries_all_ack_emits_completed_once() -> TestResult 
         // The event's insert fails: the acks roll back with it.
         refuse(&pool, REPLAY_COMPLETED).await?;
         let rest = [&claimed[1].lease, &claimed[2].lease];
-        let refused = store.ack_batch(&rest).await;
+        let refused = support::ack(&store, &rest).await;
         assert!(
             matches!(refused, Err(DispatchError::Database(_))),
             "{refused:?}"
@@ -595,7 +600,7 @@ async fn a_replay_whose_deliveries_all_ack_emits_completed_once() -> TestResult 
         assert!(events_of(&pool, REPLAY_COMPLETED).await?.is_empty());
         allow(&pool).await?;
 
-        let outcome = store.ack_batch(&rest).await?;
+        let outcome = support::ack(&store, &rest).await?;
         assert_eq!(outcome.acked, 2);
         let events = events_of(&pool, REPLAY_COMPLETED).await?;
         assert_eq!(events.len(), 1, "one dlq_replay.completed");
@@ -635,7 +640,7 @@ async fn a_replayed_delivery_dead_lettered_again_emits_failed() -> TestResult {
         let applied = replay_all(&console, "k-3", None).await?;
         let claimed = claim_all(&store).await?;
         assert_eq!(claimed.len(), 2);
-        store.ack(&claimed[0].lease).await?;
+        support::ack_current(&store, &claimed[0].lease).await?;
 
         // The event's insert fails: the dead-lettering rolls back with it.
         refuse(&pool, REPLAY_FAILED).await?;
@@ -780,7 +785,7 @@ async fn a_registry_without_the_replay_events_appends_none() -> TestResult {
         let claimed = claim_all(&store).await?;
         assert_eq!(claimed.len(), 3);
         // One acked, one dead again: the replay ended, as failed.
-        store.ack(&claimed[0].lease).await?;
+        support::ack_current(&store, &claimed[0].lease).await?;
         store
             .fail(
                 &claimed[1].lease,

@@ -70,10 +70,10 @@ async fn the_status_report_counts_ranks_problems_and_exports_metrics() -> TestRe
         let lease = Duration::from_secs(30);
 
         // d.unordered: 2 acked, 1 dead, 1 quarantined.
-        let claimed = store.claim("d.unordered", "w/u", 4, lease, false).await?;
+        let claimed = support::claim(&store, "d.unordered", "w/u", 4, lease, false).await?;
         assert_eq!(claimed.len(), 4);
         let acked: Vec<_> = claimed[..2].iter().map(|c| &c.lease).collect();
-        assert_eq!(store.ack_batch(&acked).await?.acked, 2);
+        assert_eq!(support::ack(&store, &acked).await?.acked, 2);
         store
             .fail(
                 &claimed[2].lease,
@@ -92,7 +92,9 @@ async fn the_status_report_counts_ranks_problems_and_exports_metrics() -> TestRe
             .await?;
         // d.leased: one in flight; d.tx paused; d.held switched off.
         assert_eq!(
-            store.claim("d.leased", "w/l", 1, lease, true).await?.len(),
+            support::claim(&store, "d.leased", "w/l", 1, lease, true)
+                .await?
+                .len(),
             1
         );
         store.pause("d.tx").await?;
@@ -206,8 +208,8 @@ async fn a_trace_timeline_lists_events_deliveries_and_attempts_in_order() -> Tes
         let store = dispatch_store(&pool, 8).await?;
         append_notes(&store, 2, 2).await?;
         let lease = Duration::from_secs(30);
-        let claimed = store.claim("d.unordered", "w/u", 2, lease, false).await?;
-        store.ack(&claimed[0].lease).await?;
+        let claimed = support::claim(&store, "d.unordered", "w/u", 2, lease, false).await?;
+        support::ack_current(&store, &claimed[0].lease).await?;
         store
             .fail(
                 &claimed[1].lease,
@@ -333,11 +335,11 @@ async fn open_deliveries_are_the_pending_and_leased_ones() -> TestResult {
 
         // Leased deliveries are still open; acked, dead and quarantined ones are not.
         let lease = Duration::from_secs(30);
-        let claimed = store.claim("d.unordered", "w/u", 4, lease, false).await?;
+        let claimed = support::claim(&store, "d.unordered", "w/u", 4, lease, false).await?;
         assert_eq!(claimed.len(), 4);
         assert_eq!(store.open_deliveries(&unordered).await?, 4);
         let acked: Vec<_> = claimed[..2].iter().map(|c| &c.lease).collect();
-        assert_eq!(store.ack_batch(&acked).await?.acked, 2);
+        assert_eq!(support::ack(&store, &acked).await?.acked, 2);
         assert_eq!(store.open_deliveries(&unordered).await?, 2);
         store
             .fail(

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use evc_runtime::{
     Console, DeliveryStatus, FailureClass, NotReplayableReason, ReplayApproval, ReplayError,
-    ReplaySelection, RetryDecision, SettledStatus,
+    ReplaySelection, RetryDecision, SettledStatus, Store,
 };
 use sqlx::postgres::PgPool;
 use support::{
@@ -27,9 +27,7 @@ async fn settle_some(
     store: &evc_runtime::PgStore,
 ) -> Result<Vec<evc_runtime::Lease>, Box<dyn std::error::Error + Send + Sync>> {
     append_notes(store, 4, 4).await?;
-    let claimed = store
-        .claim(CONSUMER, "w/1", 4, Duration::from_secs(30), false)
-        .await?;
+    let claimed = support::claim(store, CONSUMER, "w/1", 4, Duration::from_secs(30), false).await?;
     assert_eq!(claimed.len(), 4);
     for (claimed, (class, code, decision)) in claimed.iter().zip([
         (FailureClass::Permanent, "boom", RetryDecision::Dead),
@@ -38,7 +36,7 @@ async fn settle_some(
     ]) {
         store.fail(&claimed.lease, class, code, decision).await?;
     }
-    store.ack(&claimed[3].lease).await?;
+    support::ack_current(store, &claimed[3].lease).await?;
     Ok(claimed.into_iter().map(|c| c.lease).collect())
 }
 
@@ -225,18 +223,19 @@ async fn a_replay_is_planned_checked_applied_once_and_audited() -> TestResult {
         .bind(CONSUMER)
         .fetch_one(&pool)
         .await?;
-        let claimed = store
-            .claim(CONSUMER, "w/2", 10, Duration::from_secs(30), false)
-            .await?;
+        let claimed =
+            support::claim(&store, CONSUMER, "w/2", 10, Duration::from_secs(30), false).await?;
         assert_eq!(claimed.len(), 3);
         assert!(claimed.iter().all(|c| c.lease.attempt == 1));
         assert!(claimed.iter().all(|c| c.lease.token > old_token));
         // A late ack from an original attempt's token touches neither generation, and is
         // counted where every process's status report sees it.
-        let late = store.ack(&original_leases[0]).await;
-        assert!(late.is_err_and(|error| error.is_stale_token()));
+        let late = support::ack(&store, &[&original_leases[0]]).await?;
+        assert_eq!(late.acked, 0);
+        assert_eq!(late.stale.len(), 1, "{late:?}");
+        assert_eq!(late.stale[0].0, original_leases[0].event_id);
         let leases: Vec<_> = claimed.iter().map(|c| &c.lease).collect();
-        assert_eq!(store.ack_batch(&leases).await?.acked, 3);
+        assert_eq!(support::ack(&store, &leases).await?.acked, 3);
         let start = std::time::Instant::now();
         let stale = loop {
             let status = console.status(Duration::from_secs(60)).await?;
@@ -652,8 +651,7 @@ async fn a_discard_is_planned_checked_applied_once_and_audited() -> TestResult {
             Err(ReplayError::NothingToDiscard)
         ));
         assert!(
-            store
-                .claim(CONSUMER, "w/2", 10, Duration::from_secs(30), false)
+            support::claim(&store, CONSUMER, "w/2", 10, Duration::from_secs(30), false)
                 .await?
                 .is_empty()
         );

@@ -8,7 +8,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use evc_runtime::{
-    AppendOptions, DeliveryStatus, Dispatcher, DispatcherConfig, FailureClass, HandlerError,
+    AppendOptions, DeliveryStatus, Dispatcher, DispatcherConfig, FailureClass, HandlerError, Store,
 };
 use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use support::{TestResult, append_notes, dispatch_store, with_database};
@@ -163,7 +163,7 @@ async fn a_lease_that_expires_at_every_attempt_goes_dead_at_the_last_one() -> Te
         let store = dispatch_store(&pool, 4).await?;
         let event_id = append_notes(&store, 1, 1).await?[0].event_id;
         for attempt in 1..=4 {
-            let claimed = store.claim(CONSUMER, "w", 1, LEASE, false).await?;
+            let claimed = support::claim(&store, CONSUMER, "w", 1, LEASE, false).await?;
             assert_eq!(claimed.len(), 1, "attempt {attempt} claims the delivery");
             // The process dies: nothing settles the lease, which expires.
             tokio::time::sleep(2 * LEASE).await;
@@ -179,9 +179,7 @@ async fn a_lease_that_expires_at_every_attempt_goes_dead_at_the_last_one() -> Te
                 .ok_or("no delivery")?;
             assert_eq!((delivery.status, delivery.attempts), (expected, attempt));
         }
-        let none = store
-            .claim(CONSUMER, "w", 1, Duration::from_secs(30), false)
-            .await?;
+        let none = support::claim(&store, CONSUMER, "w", 1, Duration::from_secs(30), false).await?;
         assert!(none.is_empty(), "a dead delivery is not claimed again");
         let outcomes: Vec<(String, Option<String>)> = store
             .attempts(event_id, CONSUMER)

@@ -2275,7 +2275,7 @@ mod sqlite_only {
             let (store, wake) = (store.clone(), wake.clone());
             tokio::spawn(async move {
                 wake.notified().await;
-                store.claim(PLAIN, "w1", 10, LEASE, false).await
+                crate::support::claim(&store, PLAIN, "w1", 10, LEASE, false).await
             })
         };
         // Let the waiter register (a permit would wake it anyway).

@@ -3,7 +3,7 @@
 //!
 //! ```no_run
 //! # use evc_runtime::{BoxFuture, Dispatcher, DispatcherConfig, DynHandler, HandlerContext};
-//! # use evc_runtime::{HandlerError, PgStore};
+//! # use evc_runtime::{HandlerError, PgStore, Store};
 //! struct Audit;
 //!
 //! impl DynHandler for Audit {

@@ -659,7 +659,7 @@ impl Lease {
 
     /// A held claim's lease: the delivery stays `pending`, row-locked by the claiming
     /// transaction, and `token` and `attempt` are the values its ack writes (see
-    /// [`crate::PgStore::claim_held`]).
+    /// [`Hold::Transaction`]).
     pub(crate) fn held(mut self) -> Self {
         self.held = true;
         self
@@ -678,7 +678,7 @@ impl Lease {
     }
 }
 
-/// What [`Store::ack_batch`] did.
+/// What [`Store::ack`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct AckBatch {

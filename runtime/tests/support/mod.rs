@@ -681,3 +681,49 @@ pub async fn deploy_version(pool: &PgPool, schema: &str) -> Result<(), sqlx::Err
     .await?;
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------------------
+// Store calls: the `Store` trait's one claim and one ack, on a connection of the store's pool.
+// ---------------------------------------------------------------------------------------------
+
+/// A leased claim of up to `batch` deliveries of `consumer` for `owner`, per key or not
+/// ([`evc_runtime::Store::claim`] on a connection of the store's pool).
+pub async fn claim<S: evc_runtime::Store>(
+    store: &S,
+    consumer: &str,
+    owner: &str,
+    batch: u32,
+    lease: std::time::Duration,
+    per_key: bool,
+) -> Result<Vec<evc_runtime::Claimed>, evc_runtime::DispatchError> {
+    let mut connection = store.pool().acquire().await?;
+    let request = evc_runtime::ClaimRequest::leased(consumer, owner, batch, lease).per_key(per_key);
+    store.claim(&mut connection, &request).await
+}
+
+/// Acks `leases` ([`evc_runtime::Store::ack`] on a connection of the store's pool): what was
+/// acked, and which were stale.
+pub async fn ack<S: evc_runtime::Store>(
+    store: &S,
+    leases: &[&evc_runtime::Lease],
+) -> Result<evc_runtime::AckBatch, evc_runtime::DispatchError> {
+    let mut connection = store.pool().acquire().await?;
+    store.ack(&mut connection, leases).await
+}
+
+/// Acks one lease the test expects to be current: an error unless the ack took it (a stale
+/// lease is an error, as a single ack's `StaleToken` was).
+pub async fn ack_current<S: evc_runtime::Store>(
+    store: &S,
+    lease: &evc_runtime::Lease,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let outcome = ack(store, &[lease]).await?;
+    if outcome.acked != 1 || !outcome.stale.is_empty() {
+        return Err(format!(
+            "lease of {} at {} (token {}) not acked: {outcome:?}",
+            lease.event_id, lease.consumer, lease.token
+        )
+        .into());
+    }
+    Ok(())
+}

@@ -93,7 +93,7 @@ impl PgStore {
     ///
     /// # Errors
     /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
-    pub async fn record_reconciliation(
+    pub(super) async fn record_reconciliation(
         &self,
         connection: &mut PgConnection,
         lease: &Lease,
@@ -117,57 +117,20 @@ impl PgStore {
         Ok(())
     }
 
-    /// Claims a batch (see [`crate::Store::claim`]).
+    /// A leased claim ([`crate::Hold::Lease`]) on the caller's connection (outside a
+    /// transaction: the claim commits its leases itself), for [`crate::Store::claim`].
+    /// Only deliveries whose `event_seq` is above `after_seq` are considered (0: all of them):
+    /// the dispatcher's claim cursor skips the index entries of deliveries it knows were
+    /// claimed (docs/runtime.md, "Claim cursor"). A per-key claim ignores `after_seq`: it must
+    /// see every head of a key.
     ///
     /// Without per-key ordering: one statement ([`sql::CLAIM_BATCH`]). With it: one transaction
     /// of two statements — candidates that head their key and whose key's transaction-scoped
     /// advisory lock this transaction obtains ([`sql::CLAIM_KEY_HEADS_LOCK`]), then the lease,
     /// re-checking the head predicate on a snapshot taken after the key locks were granted
     /// ([`sql::CLAIM_KEY_HEADS_LEASE`]).
-    ///
-    /// # Errors
-    /// [`DispatchError::Database`] or [`DispatchError::Payload`].
-    pub async fn claim(
-        &self,
-        consumer: &str,
-        owner: &str,
-        batch: u32,
-        lease: Duration,
-        per_key: bool,
-    ) -> Result<Vec<Claimed>, DispatchError> {
-        let mut connection = self.inner.pool.acquire().await?;
-        self.claim_in(&mut connection, consumer, owner, batch, lease, per_key)
-            .await
-    }
-
-    /// [`PgStore::claim`] on the caller's connection (outside a transaction: the claim commits
-    /// its leases itself). A worker that claims batch after batch keeps one connection rather
-    /// than taking one from the pool for each statement.
-    ///
-    /// # Errors
-    /// [`DispatchError::Database`] or [`DispatchError::Payload`].
-    pub async fn claim_in(
-        &self,
-        connection: &mut PgConnection,
-        consumer: &str,
-        owner: &str,
-        batch: u32,
-        lease: Duration,
-        per_key: bool,
-    ) -> Result<Vec<Claimed>, DispatchError> {
-        self.claim_after_in(connection, consumer, owner, batch, lease, per_key, 0)
-            .await
-    }
-
-    /// [`PgStore::claim_in`] that considers only deliveries whose `event_seq` is above
-    /// `after_seq` (0: all of them). The dispatcher's claim cursor: a claim that starts after
-    /// the deliveries it knows were claimed skips their index entries (docs/runtime.md, "Claim
-    /// cursor"). A per-key claim ignores `after_seq`: it must see every head of a key.
-    ///
-    /// # Errors
-    /// [`DispatchError::Database`] or [`DispatchError::Payload`].
     #[allow(clippy::too_many_arguments)]
-    pub async fn claim_after_in(
+    pub(super) async fn claim_leased(
         &self,
         connection: &mut PgConnection,
         consumer: &str,
@@ -209,35 +172,18 @@ impl PgStore {
         rows.iter().map(|row| self.claimed(row, owner)).collect()
     }
 
-    /// Claims a batch held by the caller's transaction: the due deliveries of `consumer` (one
-    /// that does not order per key), oldest first, row-locked until `transaction` ends and
-    /// otherwise untouched ([`sql::CLAIM_HELD`]). Nothing is committed by the claim: if the
-    /// transaction rolls back or its connection dies, the deliveries are simply due again, with
-    /// no attempt counted. Run the handlers on `transaction`, then [`PgStore::ack_held`] and
-    /// commit: the handlers' writes, the acks and the attempt rows commit together.
+    /// A claim held by the caller's transaction ([`crate::Hold::Transaction`]), for
+    /// [`crate::Store::claim`]: the due deliveries of `consumer` (one that does not order per
+    /// key) whose `event_seq` is above `after_seq` (0: all of them), oldest first, row-locked
+    /// until `transaction` ends and otherwise untouched ([`sql::CLAIM_HELD`]). Nothing is
+    /// committed by the claim: if the transaction rolls back or its connection dies, the
+    /// deliveries are simply due again, with no attempt counted. The caller runs the handlers
+    /// on `transaction`, then acks ([`PgStore::held_acks`]) and commits: the handlers' writes,
+    /// the acks and the attempt rows commit together.
     ///
     /// The leases returned are [held](Lease::is_held): their `token` and `attempt` are the
     /// values the ack writes.
-    ///
-    /// # Errors
-    /// [`DispatchError::Database`] or [`DispatchError::Payload`].
-    pub async fn claim_held(
-        &self,
-        transaction: &mut PgConnection,
-        consumer: &str,
-        owner: &str,
-        batch: u32,
-    ) -> Result<Vec<Claimed>, DispatchError> {
-        self.claim_held_after(transaction, consumer, owner, batch, 0)
-            .await
-    }
-
-    /// [`PgStore::claim_held`] that considers only deliveries whose `event_seq` is above
-    /// `after_seq` (0: all of them), like [`PgStore::claim_after_in`].
-    ///
-    /// # Errors
-    /// [`DispatchError::Database`] or [`DispatchError::Payload`].
-    pub async fn claim_held_after(
+    pub(super) async fn claim_held(
         &self,
         transaction: &mut PgConnection,
         consumer: &str,
@@ -261,23 +207,11 @@ impl PgStore {
     }
 
     /// Acks held deliveries ([`PgStore::claim_held`]) of one consumer in the transaction that
-    /// claimed them, with their `acked` attempt rows, in one statement ([`sql::ACK_HELD`]).
-    /// Returns how many were acked; a lease that is not held by this transaction's claim is
-    /// refused (counted as stale) and skipped. The ends of the replays the acks end are
-    /// appended in the same transaction.
-    ///
-    /// # Errors
-    /// [`DispatchError::Database`].
-    pub async fn ack_held(
-        &self,
-        transaction: &mut PgConnection,
-        leases: &[&Lease],
-    ) -> Result<usize, DispatchError> {
-        Ok(self.held_acks(transaction, leases).await?.len())
-    }
-
-    /// [`PgStore::ack_held`], answering which deliveries were acked (by event id).
-    pub(crate) async fn held_acks(
+    /// claimed them, with their `acked` attempt rows, in one statement ([`sql::ACK_HELD`]),
+    /// answering which deliveries were acked (by event id). A lease that is not held by this
+    /// transaction's claim is refused (counted as stale) and skipped. The ends of the replays
+    /// the acks end are appended in the same transaction.
+    pub(super) async fn held_acks(
         &self,
         transaction: &mut PgConnection,
         leases: &[&Lease],
@@ -316,24 +250,16 @@ impl PgStore {
         Ok(acked)
     }
 
-    /// Acks a lease on the store's pool (see [`crate::Store::ack`]).
+    /// Acks one lease on the caller's connection (the single-lease case of
+    /// [`crate::Store::ack`]). The ack of a replayed delivery (a later
+    /// [generation](Lease::generation)) that ends its replay appends the replay's end in the
+    /// same transaction (a savepoint of the caller's, or a transaction of its own on a
+    /// connection outside one), when the registry registers it (docs/runtime.md, "Lifecycle
+    /// events").
     ///
     /// # Errors
-    /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
-    pub async fn ack(&self, lease: &Lease) -> Result<(), DispatchError> {
-        let mut connection = self.inner.pool.acquire().await?;
-        self.ack_in(&mut connection, lease).await
-    }
-
-    /// Acks a lease on the caller's connection (see [`crate::Store::ack`]). The ack of a
-    /// replayed delivery (a later [generation](Lease::generation)) that ends its replay appends
-    /// the replay's end in the same transaction (a savepoint of the caller's, or a
-    /// transaction of its own on a connection outside one), when the registry registers it
-    /// (docs/runtime.md, "Lifecycle events").
-    ///
-    /// # Errors
-    /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
-    pub async fn ack_in(
+    /// [`DispatchError::StaleToken`] (counted) or [`DispatchError::Database`].
+    pub(super) async fn ack_one(
         &self,
         connection: &mut PgConnection,
         lease: &Lease,
@@ -362,28 +288,13 @@ impl PgStore {
         Ok(())
     }
 
-    /// Acks many leases in one statement (see [`crate::Store::ack`]): each lease is
-    /// fenced on its own (owner and token), every acked one gets its `acked` attempt row
-    /// (started when its handler started), and every refused one is counted as a stale token
-    /// and returned in [`AckBatch::stale`].
-    ///
-    /// # Errors
-    /// [`DispatchError::Database`] (nothing is acked then).
-    pub async fn ack_batch(&self, leases: &[&Lease]) -> Result<AckBatch, DispatchError> {
-        if leases.is_empty() {
-            return Ok(AckBatch::default());
-        }
-        let mut connection = self.inner.pool.acquire().await?;
-        self.ack_batch_in(&mut connection, leases).await
-    }
-
-    /// [`PgStore::ack_batch`] on the caller's connection (see [`PgStore::claim_in`]). With a
-    /// replayed delivery among the leases, the acks and the ends of the replays they end
-    /// commit together, as in [`PgStore::ack_in`].
-    ///
-    /// # Errors
-    /// [`DispatchError::Database`].
-    pub async fn ack_batch_in(
+    /// Acks many leases in one statement on the caller's connection (see
+    /// [`crate::Store::ack`]): each lease is fenced on its own (owner and token), every acked
+    /// one gets its `acked` attempt row (started when its handler started), and every refused
+    /// one is counted as a stale token and returned in [`AckBatch::stale`]. With a replayed
+    /// delivery among the leases, the acks and the ends of the replays they end commit
+    /// together, as in [`PgStore::ack_one`].
+    pub(super) async fn ack_many(
         &self,
         connection: &mut PgConnection,
         leases: &[&Lease],
@@ -401,7 +312,7 @@ impl PgStore {
         Ok(outcome)
     }
 
-    /// The statement of [`PgStore::ack_batch_in`]: what it acked, and the replays that made
+    /// The statement of [`PgStore::ack_many`]: what it acked, and the replays that made
     /// the acked deliveries.
     async fn ack_batch_statement(
         &self,
@@ -453,7 +364,7 @@ impl PgStore {
     ///
     /// # Errors
     /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
-    pub async fn fail(
+    pub(super) async fn fail(
         &self,
         lease: &Lease,
         class: FailureClass,
@@ -570,7 +481,7 @@ impl PgStore {
     ///
     /// # Errors
     /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
-    pub async fn lock_lease(
+    pub(super) async fn lock_lease(
         &self,
         connection: &mut PgConnection,
         lease: &Lease,
@@ -591,7 +502,7 @@ impl PgStore {
     ///
     /// # Errors
     /// [`DispatchError::Database`].
-    pub async fn release(&self, owner: &str) -> Result<u64, DispatchError> {
+    pub(super) async fn release(&self, owner: &str) -> Result<u64, DispatchError> {
         let released: i64 = sqlx::query_scalar(sql::RELEASE_LEASES)
             .bind(owner)
             .fetch_one(&self.inner.pool)
@@ -606,7 +517,7 @@ impl PgStore {
     ///
     /// # Errors
     /// [`DispatchError::Database`].
-    pub async fn recover_expired(&self, limit: u32) -> Result<u64, DispatchError> {
+    pub(super) async fn recover_expired(&self, limit: u32) -> Result<u64, DispatchError> {
         let (consumers, limits) = &self.inner.attempt_limits;
         let recover = || {
             sqlx::query(sql::RECOVER_EXPIRED)
@@ -655,7 +566,7 @@ impl PgStore {
     ///
     /// # Errors
     /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
-    pub async fn record_effect(
+    pub(super) async fn record_effect(
         &self,
         connection: &mut PgConnection,
         lease: &Lease,

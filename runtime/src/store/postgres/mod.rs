@@ -801,7 +801,7 @@ impl Store for PgStore {
         } = *request;
         match request.hold {
             Hold::Lease(lease) => {
-                self.claim_after_in(
+                self.claim_leased(
                     connection, consumer, owner, batch, lease, per_key, after_seq,
                 )
                 .await
@@ -810,7 +810,7 @@ impl Store for PgStore {
                 "a claim held by a transaction does not order per key",
             )),
             Hold::Transaction => {
-                self.claim_held_after(connection, consumer, owner, batch, after_seq)
+                self.claim_held(connection, consumer, owner, batch, after_seq)
                     .await
             }
         }
@@ -836,7 +836,7 @@ impl Store for PgStore {
         if let [lease] = leases {
             // One lease: the fenced single ack, which also ends a replay in the caller's
             // transaction.
-            return match self.ack_in(connection, lease).await {
+            return match self.ack_one(connection, lease).await {
                 Ok(()) => Ok(AckBatch {
                     acked: 1,
                     stale: Vec::new(),
@@ -852,7 +852,7 @@ impl Store for PgStore {
                 Err(error) => Err(error),
             };
         }
-        self.ack_batch_in(connection, leases).await
+        self.ack_many(connection, leases).await
     }
 
     async fn fail(

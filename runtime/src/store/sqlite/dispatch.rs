@@ -188,54 +188,18 @@ impl SqliteStore {
         }
     }
 
-    /// Claims a batch on the store's pool (see [`crate::Store::claim`]).
-    ///
-    /// # Errors
-    /// [`DispatchError::Database`] or [`DispatchError::Payload`].
-    pub async fn claim(
-        &self,
-        consumer: &str,
-        owner: &str,
-        batch: u32,
-        lease: Duration,
-        per_key: bool,
-    ) -> Result<Vec<Claimed>, DispatchError> {
-        let mut connection = self.inner.pool.acquire().await?;
-        self.claim_in(&mut connection, consumer, owner, batch, lease, per_key)
-            .await
-    }
-
-    /// [`SqliteStore::claim`] on the caller's connection (outside a transaction: the claim
-    /// commits its leases itself; inside one, they commit with it).
-    ///
-    /// # Errors
-    /// [`DispatchError::Database`] or [`DispatchError::Payload`].
-    pub async fn claim_in(
-        &self,
-        connection: &mut SqliteConnection,
-        consumer: &str,
-        owner: &str,
-        batch: u32,
-        lease: Duration,
-        per_key: bool,
-    ) -> Result<Vec<Claimed>, DispatchError> {
-        self.claim_after_in(connection, consumer, owner, batch, lease, per_key, 0)
-            .await
-    }
-
-    /// [`SqliteStore::claim_in`] that considers only deliveries whose `event_seq` is above
-    /// `after_seq` (0: all of them), the dispatcher's claim cursor. A per-key claim ignores
-    /// `after_seq`: it must see every head of a key.
+    /// A leased claim ([`crate::Hold::Lease`]) on the caller's connection, for
+    /// [`crate::Store::claim`] (outside a transaction: the claim commits its leases itself;
+    /// inside one, they commit with it). Only deliveries whose `event_seq` is above
+    /// `after_seq` are considered (0: all of them), the dispatcher's claim cursor. A per-key
+    /// claim ignores `after_seq`: it must see every head of a key.
     ///
     /// One statement leases the batch (`CLAIM_BATCH` or `CLAIM_KEY_HEADS`) and
     /// one reads its events, in one `BEGIN IMMEDIATE` transaction: oldest first, due only, the
     /// attempt counted and the fencing token raised; with `per_key`, only the head of each key
     /// and never while another delivery of the key is leased.
-    ///
-    /// # Errors
-    /// [`DispatchError::Database`] or [`DispatchError::Payload`].
     #[allow(clippy::too_many_arguments)]
-    pub async fn claim_after_in(
+    pub(super) async fn claim_leased(
         &self,
         connection: &mut SqliteConnection,
         consumer: &str,
@@ -371,35 +335,18 @@ impl SqliteStore {
         })
     }
 
-    /// Claims a batch held by the caller's transaction: the due deliveries of `consumer` (one
-    /// that does not order per key), oldest first, otherwise untouched (`CLAIM_HELD`:
-    /// a no-op update that takes the write lock, so nobody else claims, recovers or renews
-    /// them until `transaction` ends). Nothing is committed by the claim: if the transaction
-    /// rolls back, the deliveries are simply due again, with no attempt counted. Run the
-    /// handlers on `transaction`, then [`SqliteStore::ack_held`] and commit.
+    /// A claim held by the caller's transaction ([`crate::Hold::Transaction`]), for
+    /// [`crate::Store::claim`]: the due deliveries of `consumer` (one that does not order per
+    /// key) whose `event_seq` is above `after_seq` (0: all of them), oldest first, otherwise
+    /// untouched (`CLAIM_HELD`: a no-op update that takes the write lock, so nobody else
+    /// claims, recovers or renews them until `transaction` ends). Nothing is committed by the
+    /// claim: if the transaction rolls back, the deliveries are simply due again, with no
+    /// attempt counted. The caller runs the handlers on `transaction`, then acks
+    /// ([`SqliteStore::held_acks`]) and commits.
     ///
     /// The leases returned are [held](Lease::is_held): their `token` and `attempt` are the
     /// values the ack writes.
-    ///
-    /// # Errors
-    /// [`DispatchError::Database`] or [`DispatchError::Payload`].
-    pub async fn claim_held(
-        &self,
-        transaction: &mut SqliteConnection,
-        consumer: &str,
-        owner: &str,
-        batch: u32,
-    ) -> Result<Vec<Claimed>, DispatchError> {
-        self.claim_held_after(transaction, consumer, owner, batch, 0)
-            .await
-    }
-
-    /// [`SqliteStore::claim_held`] that considers only deliveries whose `event_seq` is above
-    /// `after_seq` (0: all of them).
-    ///
-    /// # Errors
-    /// [`DispatchError::Database`] or [`DispatchError::Payload`].
-    pub async fn claim_held_after(
+    pub(super) async fn claim_held(
         &self,
         transaction: &mut SqliteConnection,
         consumer: &str,
@@ -426,21 +373,9 @@ impl SqliteStore {
 
     /// Acks held deliveries ([`SqliteStore::claim_held`]) of one consumer in the transaction
     /// that claimed them, each with its `acked` attempt row (the held attempt number, token
-    /// and owner). Returns how many were acked; a lease not held by this transaction's claim
-    /// is refused (counted as stale) and skipped.
-    ///
-    /// # Errors
-    /// [`DispatchError::Database`].
-    pub async fn ack_held(
-        &self,
-        transaction: &mut SqliteConnection,
-        leases: &[&Lease],
-    ) -> Result<usize, DispatchError> {
-        Ok(self.held_acks(transaction, leases).await?.len())
-    }
-
-    /// [`SqliteStore::ack_held`], answering which deliveries were acked (by event id).
-    pub(crate) async fn held_acks(
+    /// and owner), answering which deliveries were acked (by event id). A lease not held by
+    /// this transaction's claim is refused (counted as stale) and skipped.
+    pub(super) async fn held_acks(
         &self,
         transaction: &mut SqliteConnection,
         leases: &[&Lease],
@@ -485,22 +420,13 @@ impl SqliteStore {
         Ok(acked)
     }
 
-    /// Acks a lease on the store's pool (see [`crate::Store::ack`]).
-    ///
-    /// # Errors
-    /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
-    pub async fn ack(&self, lease: &Lease) -> Result<(), DispatchError> {
-        let mut connection = self.inner.pool.acquire().await?;
-        self.ack_in(&mut connection, lease).await
-    }
-
-    /// Acks a lease on the caller's connection (the single-lease case of
+    /// Acks one lease on the caller's connection (the single-lease case of
     /// [`crate::Store::ack`]): deletes the delivery if still leased with the lease's token and
     /// writes its `acked` attempt row, together.
     ///
     /// # Errors
-    /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
-    pub async fn ack_in(
+    /// [`DispatchError::StaleToken`] (counted) or [`DispatchError::Database`].
+    pub(super) async fn ack_one(
         &self,
         connection: &mut SqliteConnection,
         lease: &Lease,
@@ -523,25 +449,10 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// Acks many leases in one transaction on the store's pool (see
-    /// [`crate::Store::ack`]): each fenced on its own (owner and token); every refused
-    /// one is counted as a stale token and returned in [`AckBatch::stale`].
-    ///
-    /// # Errors
-    /// [`DispatchError::Database`] (nothing is acked then).
-    pub async fn ack_batch(&self, leases: &[&Lease]) -> Result<AckBatch, DispatchError> {
-        if leases.is_empty() {
-            return Ok(AckBatch::default());
-        }
-        let mut connection = self.inner.pool.acquire().await?;
-        self.ack_batch_in(&mut connection, leases).await
-    }
-
-    /// [`SqliteStore::ack_batch`] on the caller's connection.
-    ///
-    /// # Errors
-    /// [`DispatchError::Database`] (nothing is acked then).
-    pub async fn ack_batch_in(
+    /// Acks many leases in one transaction on the caller's connection (see
+    /// [`crate::Store::ack`]): each fenced on its own (owner and token); every refused one is
+    /// counted as a stale token and returned in [`AckBatch::stale`].
+    pub(super) async fn ack_many(
         &self,
         connection: &mut SqliteConnection,
         leases: &[&Lease],
@@ -602,7 +513,7 @@ impl SqliteStore {
     ///
     /// # Errors
     /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
-    pub async fn fail(
+    pub(super) async fn fail(
         &self,
         lease: &Lease,
         class: FailureClass,
@@ -703,7 +614,7 @@ impl SqliteStore {
     ///
     /// # Errors
     /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
-    pub async fn lock_lease(
+    pub(super) async fn lock_lease(
         &self,
         connection: &mut SqliteConnection,
         lease: &Lease,
@@ -738,7 +649,7 @@ impl SqliteStore {
     ///
     /// # Errors
     /// [`DispatchError::Database`].
-    pub async fn release(&self, owner: &str) -> Result<u64, DispatchError> {
+    pub(super) async fn release(&self, owner: &str) -> Result<u64, DispatchError> {
         let mut tx = self.begin().await?;
         let released = sqlx::query(sql::RELEASE_LEASES)
             .bind(owner)
@@ -758,7 +669,7 @@ impl SqliteStore {
     ///
     /// # Errors
     /// [`DispatchError::Database`].
-    pub async fn recover_expired(&self, limit: u32) -> Result<u64, DispatchError> {
+    pub(super) async fn recover_expired(&self, limit: u32) -> Result<u64, DispatchError> {
         let mut tx = self.begin().await?;
         let now = epoch_now();
         let expired = sqlx::query(sql::EXPIRED_LEASES)
@@ -815,7 +726,7 @@ impl SqliteStore {
     ///
     /// # Errors
     /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
-    pub async fn record_effect(
+    pub(super) async fn record_effect(
         &self,
         connection: &mut SqliteConnection,
         lease: &Lease,
@@ -858,7 +769,7 @@ impl SqliteStore {
     ///
     /// # Errors
     /// [`DispatchError::StaleToken`] or [`DispatchError::Database`].
-    pub async fn record_reconciliation(
+    pub(super) async fn record_reconciliation(
         &self,
         connection: &mut SqliteConnection,
         lease: &Lease,

@@ -1101,7 +1101,7 @@ impl Store for SqliteStore {
         } = *request;
         match request.hold {
             Hold::Lease(lease) => {
-                self.claim_after_in(
+                self.claim_leased(
                     connection, consumer, owner, batch, lease, per_key, after_seq,
                 )
                 .await
@@ -1111,7 +1111,7 @@ impl Store for SqliteStore {
                 "a claim held by a transaction does not order per key",
             )),
             Hold::Transaction => {
-                self.claim_held_after(connection, consumer, owner, batch, after_seq)
+                self.claim_held(connection, consumer, owner, batch, after_seq)
                     .await
             }
         }
@@ -1136,7 +1136,7 @@ impl Store for SqliteStore {
         }
         if let [lease] = leases {
             // One lease: the fenced single ack, as PostgreSQL's.
-            return match self.ack_in(connection, lease).await {
+            return match self.ack_one(connection, lease).await {
                 Ok(()) => Ok(AckBatch {
                     acked: 1,
                     stale: Vec::new(),
@@ -1152,7 +1152,7 @@ impl Store for SqliteStore {
                 Err(error) => Err(error),
             };
         }
-        self.ack_batch_in(connection, leases).await
+        self.ack_many(connection, leases).await
     }
 
     async fn fail(
