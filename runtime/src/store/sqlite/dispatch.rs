@@ -57,34 +57,6 @@ impl Settled {
             token: row.try_get("fencing_token")?,
         })
     }
-
-    /// Writes the attempt row: started at `started`, finished now (never before it).
-    async fn write_attempt(
-        &self,
-        connection: &mut SqliteConnection,
-        started: f64,
-        outcome: &str,
-        error_code: Option<&str>,
-    ) -> Result<(), sqlx::Error> {
-        let finished = epoch_now().max(started);
-        // Whole milliseconds, as PostgreSQL's `floor(extract(epoch ...) * 1000)`.
-        let duration_ms = ((finished - started) * 1000.0).floor() as i64;
-        sqlx::query(sql::INSERT_ATTEMPT)
-            .bind(&self.event_id)
-            .bind(&self.consumer)
-            .bind(self.generation)
-            .bind(self.attempt.max(1))
-            .bind(&self.owner)
-            .bind(self.token)
-            .bind(started)
-            .bind(finished)
-            .bind(outcome)
-            .bind(error_code)
-            .bind(duration_ms)
-            .execute(connection)
-            .await?;
-        Ok(())
-    }
 }
 
 /// Writes the attempt rows of `settled` deliveries in one statement, each started when its
@@ -442,9 +414,13 @@ impl SqliteStore {
             tx.rollback().await?;
             return Err(self.stale(lease));
         };
-        Settled::read(&row)?
-            .write_attempt(&mut tx, lease.started_at, "acked", None)
-            .await?;
+        write_attempts(
+            &mut tx,
+            &[(Settled::read(&row)?, lease.started_at)],
+            "acked",
+            None,
+        )
+        .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -561,9 +537,13 @@ impl SqliteStore {
             tx.rollback().await?;
             return Err(self.stale(lease));
         };
-        Settled::read(&row)?
-            .write_attempt(&mut tx, lease.started_at, outcome, Some(code))
-            .await?;
+        write_attempts(
+            &mut tx,
+            &[(Settled::read(&row)?, lease.started_at)],
+            outcome,
+            Some(code),
+        )
+        .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -702,9 +682,13 @@ impl SqliteStore {
             // end).
             let started: f64 = row.try_get("updated_at")?;
             let outcome = if exhausted { "dead" } else { "lease_expired" };
-            settled
-                .write_attempt(&mut tx, started, outcome, Some("lease_expired"))
-                .await?;
+            write_attempts(
+                &mut tx,
+                &[(settled, started)],
+                outcome,
+                Some("lease_expired"),
+            )
+            .await?;
             recovered += 1;
             dead += u64::from(exhausted);
         }

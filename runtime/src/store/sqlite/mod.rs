@@ -679,7 +679,11 @@ impl SqliteStore {
             .arm(connection, checked.consumers)
             .await?;
         let mut tx = begin_write(connection).await?;
-        let receipt = insert_event(&mut tx, &event, &options, &checked, epoch_now()).await?;
+        let new = NewEvent::new(event, options);
+        let receipt = insert_events(&mut tx, &[new], &[checked], epoch_now())
+            .await?
+            .pop()
+            .ok_or(AppendError::Database(sqlx::Error::RowNotFound))?;
         tx.commit().await?;
         Ok(receipt)
     }
@@ -790,60 +794,6 @@ impl RejectRow {
             digest: why.digest.clone(),
         }
     }
-}
-
-/// Writes one checked event and its deliveries on `connection` (inside the append's savepoint
-/// or transaction).
-async fn insert_event(
-    connection: &mut SqliteConnection,
-    event: &OutgoingEvent,
-    options: &AppendOptions,
-    checked: &CheckedEvent<'_>,
-    now: f64,
-) -> Result<AppendReceipt, AppendError> {
-    let event_id = Uuid::now_v7();
-    let order_key = order_key(event, options, event_id);
-    let id_text = event_id.to_string();
-    let payload_bytes = i64::try_from(checked.payload.len()).unwrap_or(i64::MAX);
-    let seq: Option<i64> = sqlx::query_scalar(sql::APPEND_EVENT)
-        .bind(&id_text)
-        .bind(event.event_type)
-        .bind(event.version)
-        .bind(&order_key)
-        .bind(&options.tenant_scope)
-        .bind(checked.descriptor.producer_class)
-        .bind(&options.idempotency_key)
-        .bind(now)
-        .bind(event.trace.trace_id())
-        .bind(event.trace.parent_span_id())
-        .bind(format!("{:02x}", event.trace.trace_flags()))
-        .bind(&options.correlation_id)
-        .bind(&options.causation_id)
-        .bind(&checked.payload)
-        .bind(payload_bytes)
-        .fetch_optional(&mut *connection)
-        .await?;
-    if let Some(seq) = seq {
-        let due = options.not_before_epoch().unwrap_or(now);
-        for (consumer, &ordered) in checked.consumers.iter().zip(checked.ordered) {
-            sqlx::query(sql::APPEND_DELIVERY)
-                .bind(&id_text)
-                .bind(*consumer)
-                .bind(seq)
-                .bind(ordered.then_some(order_key.as_str()))
-                .bind(due)
-                .bind(now)
-                .execute(&mut *connection)
-                .await?;
-        }
-        return Ok(AppendReceipt {
-            event_id,
-            seq,
-            created: true,
-            deliveries: u32::try_from(checked.consumers.len()).unwrap_or(u32::MAX),
-        });
-    }
-    first_receipt(connection, checked, options).await
 }
 
 /// Writes checked events and their deliveries on `connection` (inside the batch's savepoint

@@ -14,29 +14,7 @@
 //! - an ack and its attempt row, or a fail and its attempt row, are two statements in one
 //!   transaction (SQLite has no data-modifying CTEs).
 
-/// Appends one event: `?1` event id, `?2` type, `?3` version, `?4` order key, `?5` tenant
-/// scope, `?6` producer class, `?7` idempotency key, `?8` produced at (epoch seconds), `?9` trace
-/// id, `?10` parent span id, `?11` trace flags, `?12` correlation id, `?13` causation id, `?14`
-/// canonical payload text, `?15` payload bytes. Returns the event's seq, or no row when the
-/// idempotency key of the producer class is taken.
-pub(crate) const APPEND_EVENT: &str = "\
-INSERT INTO evc_events (event_id, event_type, schema_version, order_key, tenant_scope,
-    producer_class, idempotency_key, produced_at, trace_id, parent_span_id, trace_flags,
-    correlation_id, causation_id, payload, payload_bytes)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
-ON CONFLICT (producer_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING seq";
-
-/// One delivery of a new event: `?1` event id, `?2` consumer, `?3` the event's seq, `?4` order
-/// key (NULL for a consumer that does not order per key), `?5` due at (epoch seconds), `?6`
-/// now.
-pub(crate) const APPEND_DELIVERY: &str = "\
-INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key, next_attempt_at,
-    created_at, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)";
-
-/// [`APPEND_EVENT`] for many events in one statement, in array order (so their seqs follow
-/// it): `?1` a JSON array of `[event id, event type, version, order key, tenant scope, producer
+/// Appends events in one statement, in array order (so their seqs follow it): `?1` a JSON array of `[event id, event type, version, order key, tenant scope, producer
 /// class, idempotency key, trace id, parent span id, trace flags, correlation id, causation id,
 /// payload, payload bytes]` entries, `?2` now. Returns the event id and seq of each event
 /// written; an event whose idempotency key was taken (before, or by an earlier entry) has none.
@@ -53,7 +31,7 @@ FROM json_each(?1) WHERE true ORDER BY key
 ON CONFLICT (producer_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING event_id, seq";
 
-/// [`APPEND_DELIVERY`] for many deliveries in one statement: `?1` a JSON array of `[event id,
+/// The deliveries of new events, one statement for any number: `?1` a JSON array of `[event id,
 /// consumer, event seq, order key (null: the consumer does not order per key), due at]`
 /// entries, `?2` now.
 pub(crate) const APPEND_DELIVERIES: &str = "\
@@ -224,7 +202,7 @@ WHERE status = 'leased' AND (event_id, consumer, fencing_token, lease_owner) IN 
 )
 RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token";
 
-/// [`INSERT_ATTEMPT`] for many rows in one statement: `?1` a JSON array of `[event id,
+/// Attempt rows, one statement for any number: `?1` a JSON array of `[event id,
 /// consumer, generation, attempt, owner, token, started at, finished at, duration in
 /// milliseconds]` entries, all with outcome `?2` and error code `?3`.
 pub(crate) const INSERT_ATTEMPTS: &str = "\
@@ -235,14 +213,6 @@ SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(va
     json_extract(value, '$[6]'), json_extract(value, '$[7]'), ?2, ?3,
     json_extract(value, '$[8]')
 FROM json_each(?1)";
-
-/// One attempt row: `?1` event id, `?2` consumer, `?3` generation, `?4` attempt, `?5` owner,
-/// `?6` token, `?7` started at, `?8` finished at, `?9` outcome, `?10` error code, `?11`
-/// duration in milliseconds.
-pub(crate) const INSERT_ATTEMPT: &str = "\
-INSERT INTO evc_delivery_attempts (event_id, consumer, generation, attempt, owner,
-    fencing_token, started_at, finished_at, outcome, error_code, duration_ms)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
 
 /// Ends a failed attempt, fenced like [`ACK_FENCED`]: `?4` the new status (`pending` to retry,
 /// `dead`, `quarantined`), due again at `?5` when pending, `?6` the error code, `?7` now.
