@@ -13,6 +13,7 @@ use std::time::Duration;
 use sqlx::pool::PoolConnection;
 use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, Interval, MissedTickBehavior};
+use uuid::Uuid;
 
 use super::ConsumerSetup;
 use super::config::DispatcherConfig;
@@ -322,37 +323,42 @@ impl<S: Store> Worker<S> {
                 break;
             }
             claimed.lease.mark_started();
-            let outcome = match self.consumer.kind {
-                HandlerKind::Transactional => match self.take_connection().await {
-                    Ok(mut connection) => {
-                        let outcome = self
-                            .run_transactional(&mut connection, &claimed, &remaining, &mut ticker)
-                            .await;
-                        if matches!(outcome, Ok(Ran::Succeeded)) {
-                            self.connection = Some(connection);
+            let outcome = match self.take_connection().await {
+                Ok(mut connection) => {
+                    let kind = self.consumer.kind;
+                    let outcome = match kind {
+                        HandlerKind::Transactional => {
+                            self.run_transactional(
+                                &mut connection,
+                                &claimed,
+                                &remaining,
+                                &mut ticker,
+                            )
+                            .await
                         }
-                        outcome
-                    }
-                    Err(error) => Err(error),
-                },
-                HandlerKind::Leased => match self.take_connection().await {
-                    Ok(mut connection) => {
-                        let outcome = self
-                            .run_leased(
+                        HandlerKind::Leased => {
+                            self.run_leased(
                                 &mut connection,
                                 &claimed,
                                 &unacked,
                                 &remaining,
                                 &mut ticker,
                             )
-                            .await;
-                        if outcome.is_ok() {
-                            self.connection = Some(connection);
+                            .await
                         }
-                        outcome
+                    };
+                    // Kept for the next run unless the run ended in an error (or a
+                    // transactional run's rollback).
+                    let keep = match kind {
+                        HandlerKind::Transactional => matches!(outcome, Ok(Ran::Succeeded)),
+                        HandlerKind::Leased => outcome.is_ok(),
+                    };
+                    if keep {
+                        self.connection = Some(connection);
                     }
-                    Err(error) => Err(error),
-                },
+                    outcome
+                }
+                Err(error) => Err(error),
             };
             let failure = match outcome {
                 Ok(Ran::Succeeded) => {
@@ -508,12 +514,23 @@ impl<S: Store> Worker<S> {
         let due = ticker
             .poll_tick(&mut Context::from_waker(std::task::Waker::noop()))
             .is_ready();
-        if held.is_empty() || !due {
-            return;
+        if !held.is_empty() && due {
+            self.renew(connection, held).await;
         }
+    }
+
+    /// Renews `held` on `connection`, counting the leases not renewed as stale; answers which
+    /// were renewed (`None`: the renewal failed, logged).
+    async fn renew(&self, connection: &mut Connection<S>, held: &[&Lease]) -> Option<Vec<Uuid>> {
         match self.store.renew(connection, held, self.config.lease).await {
-            Ok(renewed) => add(&self.counters.stale, (held.len() - renewed.len()) as u64),
-            Err(error) => tracing::warn!(%error, "lease renewal failed"),
+            Ok(renewed) => {
+                add(&self.counters.stale, (held.len() - renewed.len()) as u64);
+                Some(renewed)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "lease renewal failed");
+                None
+            }
         }
     }
 
@@ -616,27 +633,20 @@ impl<S: Store> Worker<S> {
                         continue;
                     }
                     let renewed = match connection.as_deref_mut() {
-                        Some(connection) => {
-                            self.store.renew(connection, held, self.config.lease).await
-                        }
+                        Some(connection) => self.renew(connection, held).await,
                         None => match self.store.pool().acquire().await {
-                            Ok(mut pooled) => {
-                                self.store.renew(&mut pooled, held, self.config.lease).await
+                            Ok(mut pooled) => self.renew(&mut pooled, held).await,
+                            Err(error) => {
+                                tracing::warn!(%error, "lease renewal failed");
+                                None
                             }
-                            Err(error) => Err(error.into()),
                         },
                     };
                     let kept = match renewed {
-                        Ok(renewed) => {
-                            if renewed.len() < held.len() {
-                                add(&self.counters.stale, (held.len() - renewed.len()) as u64);
-                            }
+                        Some(renewed) => {
                             current.is_none_or(|lease| renewed.contains(&lease.event_id))
                         }
-                        Err(error) => {
-                            tracing::warn!(%error, "lease renewal failed");
-                            current.is_none()
-                        }
+                        None => current.is_none(),
                     };
                     if !kept {
                         drop(future);
