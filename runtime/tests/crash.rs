@@ -390,17 +390,7 @@ async fn assert_acked_once(
     let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
     for event_id in event_ids {
         let attempts = store.attempts(*event_id, consumer).await?;
-        let acked: Vec<i64> = attempts
-            .iter()
-            .filter(|attempt| attempt.outcome == "acked")
-            .map(|attempt| attempt.token)
-            .collect();
-        let last = attempts.iter().map(|attempt| attempt.token).max();
-        assert_eq!(
-            (acked.len(), acked.first().copied()),
-            (1, last),
-            "{consumer} {event_id}: not acked exactly once with its final token"
-        );
+        support::assert_one_final_ack(&attempts, &format!("{consumer} {event_id}"));
         for attempt in attempts {
             *outcomes.entry(attempt.outcome).or_default() += 1;
         }
@@ -493,23 +483,6 @@ const EVENTS: u64 = 10_000;
 /// The dispatcher-process runs take turns (see `runtime/tests/dispatch.rs`).
 static ONE_RUN_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Keys of a per-key consumer with more than one live lease, right now (each consumer's
-/// leases read at once).
-async fn doubly_leased_keys(store: &PgStore) -> Result<usize, DispatchError> {
-    let mut doubled = 0;
-    for consumer in PER_KEY {
-        let mut leases_per_key: BTreeMap<Option<String>, u32> = BTreeMap::new();
-        for lease in store.leases(consumer).await? {
-            *leases_per_key.entry(lease.order_key).or_default() += 1;
-        }
-        doubled += leases_per_key
-            .values()
-            .filter(|&&leases| leases > 1)
-            .count();
-    }
-    Ok(doubled)
-}
-
 async fn processes(dispatchers: usize, events: u64) -> TestResult {
     support::with_database(move |pool| async move {
         create_tables(&pool).await?;
@@ -524,7 +497,7 @@ async fn processes(dispatchers: usize, events: u64) -> TestResult {
             .iter_mut()
             .any(|c| matches!(c.child.try_wait(), Ok(None)))
         {
-            worst = worst.max(doubly_leased_keys(&producer).await?);
+            worst = worst.max(support::doubly_leased_keys(&producer, &PER_KEY).await?);
             samples += 1;
             assert!(
                 started.elapsed() < Duration::from_secs(280),

@@ -337,17 +337,7 @@ async fn assert_acked_once(
     let (mut expired, mut retried) = (0, 0);
     for event_id in events {
         let attempts = store.attempts(*event_id, consumer).await?;
-        let acked: Vec<i64> = attempts
-            .iter()
-            .filter(|a| a.outcome == "acked")
-            .map(|a| a.token)
-            .collect();
-        let last = attempts.iter().map(|a| a.token).max();
-        assert_eq!(
-            (acked.len(), acked.first().copied()),
-            (1, last),
-            "{consumer} {event_id}: not acked exactly once with its final token"
-        );
+        support::assert_one_final_ack(&attempts, &format!("{consumer} {event_id}"));
         for attempt in &attempts {
             match attempt.outcome.as_str() {
                 "acked" => {}

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{
     DeliveryStatus, DispatchError, Dispatcher, DispatcherConfig, FailureClass, HandlerError,
-    Observe, PgStore, RetryDecision, Store,
+    PgStore, RetryDecision, Store,
 };
 use sqlx::postgres::PgPool;
 use support::{
@@ -126,23 +126,6 @@ async fn create_effects_table(pool: &PgPool) -> Result<(), sqlx::Error> {
         .map(|_| ())
 }
 
-/// Keys with more than one live lease of a per-key consumer, right now (each consumer's
-/// leases read at once).
-async fn doubly_leased_keys(store: &PgStore) -> Result<usize, DispatchError> {
-    let mut doubled = 0;
-    for consumer in PER_KEY {
-        let mut leases_per_key: BTreeMap<Option<String>, u32> = BTreeMap::new();
-        for lease in store.leases(consumer).await? {
-            *leases_per_key.entry(lease.order_key).or_default() += 1;
-        }
-        doubled += leases_per_key
-            .values()
-            .filter(|&&leases| leases > 1)
-            .count();
-    }
-    Ok(doubled)
-}
-
 /// The names of the consumers of `store`'s registry.
 fn consumers(store: &PgStore) -> Vec<String> {
     store
@@ -201,7 +184,7 @@ async fn exactly_once(dispatchers: usize, events: u64) -> TestResult {
             tokio::spawn(async move {
                 let (mut samples, mut worst) = (0u64, 0usize);
                 while !done.load(Ordering::SeqCst) {
-                    worst = worst.max(doubly_leased_keys(&observer).await?);
+                    worst = worst.max(support::doubly_leased_keys(&observer, &PER_KEY).await?);
                     samples += 1;
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
@@ -343,7 +326,7 @@ async fn the_order_checks_see_two_leases_on_a_key_and_acks_out_of_order() -> Tes
     with_database(|pool| async move {
         let store = dispatch_store(&pool, 4).await?;
         let event_ids = ids(&append_notes(&store, 2, 1).await?);
-        assert_eq!(doubly_leased_keys(&store).await?, 0);
+        assert_eq!(support::doubly_leased_keys(&store, &PER_KEY).await?, 0);
         let claimed = support::claim(
             &store,
             "d.leased",
@@ -354,10 +337,10 @@ async fn the_order_checks_see_two_leases_on_a_key_and_acks_out_of_order() -> Tes
         )
         .await?;
         assert_eq!(claimed.len(), 2);
-        assert_eq!(doubly_leased_keys(&store).await?, 1);
+        assert_eq!(support::doubly_leased_keys(&store, &PER_KEY).await?, 1);
         support::ack_current(&store, &claimed[1].lease).await?;
         support::ack_current(&store, &claimed[0].lease).await?;
-        assert_eq!(doubly_leased_keys(&store).await?, 0);
+        assert_eq!(support::doubly_leased_keys(&store, &PER_KEY).await?, 0);
         let order = support::acks_out_of_key_order(&store, &PER_KEY, &event_ids).await?;
         assert_eq!(order, (2, 1));
         Ok(())

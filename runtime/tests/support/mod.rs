@@ -727,3 +727,41 @@ pub async fn ack_current<S: evc_runtime::Store>(
     }
     Ok(())
 }
+
+/// Keys of the `per_key` consumers with more than one live lease right now (each consumer's
+/// leases read at once): per-key ordering allows none.
+pub async fn doubly_leased_keys<S: evc_runtime::Observe>(
+    store: &S,
+    per_key: &[&str],
+) -> Result<usize, evc_runtime::DispatchError> {
+    let mut doubled = 0;
+    for consumer in per_key {
+        let mut leases_per_key: std::collections::BTreeMap<Option<String>, u32> =
+            std::collections::BTreeMap::new();
+        for lease in store.leases(consumer).await? {
+            *leases_per_key.entry(lease.order_key).or_default() += 1;
+        }
+        doubled += leases_per_key
+            .values()
+            .filter(|&&leases| leases > 1)
+            .count();
+    }
+    Ok(doubled)
+}
+
+/// Fails unless `attempts` (one delivery's attempt rows, every generation) hold exactly one
+/// `acked` row and it carries the delivery's final token, the highest of its attempts. An ack
+/// deletes the delivery, so its attempt rows are all that is left to check.
+pub fn assert_one_final_ack(attempts: &[evc_runtime::AttemptRecord], delivery: &str) {
+    let acked: Vec<i64> = attempts
+        .iter()
+        .filter(|attempt| attempt.outcome == "acked")
+        .map(|attempt| attempt.token)
+        .collect();
+    let last = attempts.iter().map(|attempt| attempt.token).max();
+    assert_eq!(
+        (acked.len(), acked.first().copied()),
+        (1, last),
+        "{delivery}: not acked exactly once with its final token"
+    );
+}
