@@ -3,7 +3,7 @@
 //! `pgbench` exactly as the script runs them, or by 4 Rust connections when `pgbench` is not on
 //! PATH), then evc's own paths — single-event produce, claim+ack with a no-op handler (4
 //! workers, batch 50 and 100, fencing and the attempt audit on) through the `Dispatcher` and
-//! through `claim_in` + `ack_batch_in` (one connection per task), and one batch append of
+//! through `Store::claim` + `Store::ack` (one connection per task), and one batch append of
 //! 100,000 events — each printed with its ratio to the ceiling and the goal of issue 6.
 //!
 //! ```sh
@@ -941,9 +941,9 @@ async fn produce(
 /// How the claim+ack figures drain their deliveries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ClaimPath {
-    /// The `Dispatcher`, leased handlers: claim (lease), handlers, one fenced `ack_batch`.
+    /// The `Dispatcher`, leased handlers: claim (lease), handlers, one fenced batched `Store::ack`.
     Dispatcher,
-    /// `claim_in` + `ack_batch_in` called directly on one connection per task, one fenced
+    /// `Store::claim` + `Store::ack` called directly on one connection per task, one fenced
     /// statement per claimed batch.
     StoreCalls,
     /// The `Dispatcher`, transactional handlers in held batches: one transaction claims with
@@ -967,7 +967,7 @@ impl ClaimPath {
     fn describe(self) -> &'static str {
         match self {
             Self::Dispatcher => "Dispatcher, leased",
-            Self::StoreCalls => "claim_in + ack_batch_in",
+            Self::StoreCalls => "Store::claim + Store::ack",
             Self::HeldBatches => "Dispatcher, held batches",
         }
     }
