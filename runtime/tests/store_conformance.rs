@@ -58,6 +58,7 @@ conformance!(
     event_reads_the_stored_envelope_without_the_payload,
     rejected_append_writes_a_reject_row_and_nothing_else,
     batch_append_keeps_order_and_receipts,
+    a_large_batch_keeps_order_and_idempotency_across_statements,
     claim_leases_with_new_tokens_and_counts_attempts,
     stale_token_is_refused_after_a_reclaim,
     per_key_claims_only_the_head_of_each_key,
@@ -432,6 +433,59 @@ async fn rejected_append_writes_a_reject_row_and_nothing_else<S: Conformance>(
     assert_eq!(store.count_events().await?, 0);
     for consumer in [ORDERED, PLAIN, SHADOW] {
         assert_eq!(store.count_deliveries(consumer, &[]).await?, 0);
+    }
+    Ok(())
+}
+
+/// A batch larger than one statement writes (the SQLite store writes 256 rows per statement,
+/// then powers of two): every event once, seqs in batch order, a key taken in an earlier
+/// statement answered with the first receipt, and each event's deliveries.
+async fn a_large_batch_keeps_order_and_idempotency_across_statements<S: Conformance>(
+    store: S,
+) -> TestResult {
+    const EVENTS: u64 = 700;
+    let keyed = |key: &str| AppendOptions::new().idempotency_key(key);
+    let events: Vec<NewEvent> = (0..EVENTS)
+        .map(|n| match n {
+            // "early" is taken in the first statement, then repeated in the third and last.
+            10 | 600 | 699 => NewEvent::new(note(n), keyed("early")),
+            300 => NewEvent::new(note(n), keyed("middle")),
+            n if n % 3 == 0 => NewEvent::new(ping(), AppendOptions::default()),
+            n => NewEvent::new(note(n), AppendOptions::default()),
+        })
+        .collect();
+    let mut tx = store.begin().await?;
+    let receipts = store.append_batch(&mut *tx, events).await?;
+    tx.commit().await?;
+
+    assert_eq!(receipts.len(), EVENTS as usize);
+    let repeated = [600, 699];
+    for (index, receipt) in receipts.iter().enumerate() {
+        assert_eq!(receipt.created, !repeated.contains(&index), "event {index}");
+    }
+    for index in repeated {
+        assert_eq!(
+            (receipts[index].event_id, receipts[index].seq),
+            (receipts[10].event_id, receipts[10].seq)
+        );
+    }
+    let created: Vec<&AppendReceipt> = receipts.iter().filter(|r| r.created).collect();
+    assert!(created.windows(2).all(|w| w[0].seq < w[1].seq));
+    assert_eq!(store.count_events().await?, EVENTS - 2);
+    // Notes (indexes not a multiple of three, and 300) fan out to three consumers, pings to
+    // k.plain alone.
+    let notes = (0..EVENTS)
+        .filter(|n| (n % 3 != 0 || *n == 300) && !matches!(n, 600 | 699))
+        .count() as u64;
+    let pings = EVENTS - 2 - notes;
+    assert_eq!(store.count_deliveries(ORDERED, &[]).await?, notes);
+    assert_eq!(store.count_deliveries(PLAIN, &[]).await?, notes + pings);
+    for receipt in &created {
+        let stored = store
+            .event(receipt.event_id)
+            .await?
+            .ok_or("event missing")?;
+        assert_eq!(stored.seq, receipt.seq);
     }
     Ok(())
 }

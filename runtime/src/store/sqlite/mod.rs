@@ -797,54 +797,53 @@ impl RejectRow {
 }
 
 /// Writes checked events and their deliveries on `connection` (inside the batch's savepoint
-/// or transaction) in two statements, whatever the batch's size: round trips to the
-/// connection's thread, not SQLite, bound a statement-per-row batch. Receipts come back in the
-/// order of `events`; an event whose idempotency key was taken returns the first event's.
+/// or transaction) in multi-row statements of [`sql::VALUES_ROWS`] rows at most: round trips
+/// to the connection's thread, not SQLite, bound a statement-per-row batch. Receipts come back
+/// in the order of `events`; an event whose idempotency key was taken returns the first
+/// event's.
 async fn insert_events(
     connection: &mut SqliteConnection,
     events: &[NewEvent],
     checked: &[CheckedEvent<'_>],
     now: f64,
 ) -> Result<Vec<AppendReceipt>, AppendError> {
-    let mut ids = Vec::with_capacity(events.len());
-    let mut order_keys = Vec::with_capacity(events.len());
-    let mut rows = Vec::with_capacity(events.len());
-    for (new, checked) in events.iter().zip(checked) {
-        let (event, options) = (&new.event, &new.options);
-        let event_id = Uuid::now_v7();
-        let order_key = order_key(event, options, event_id);
-        rows.push(serde_json::json!([
-            event_id.to_string(),
-            event.event_type,
-            event.version,
-            order_key,
-            options.tenant_scope,
-            checked.descriptor.producer_class,
-            options.idempotency_key,
-            event.trace.trace_id(),
-            event.trace.parent_span_id(),
-            format!("{:02x}", event.trace.trace_flags()),
-            options.correlation_id,
-            options.causation_id,
-            checked.payload,
-            checked.payload.len(),
-        ]));
-        ids.push(event_id);
-        order_keys.push(order_key);
+    let ids: Vec<Uuid> = events.iter().map(|_| Uuid::now_v7()).collect();
+    let order_keys: Vec<String> = events
+        .iter()
+        .zip(&ids)
+        .map(|(new, &id)| order_key(&new.event, &new.options, id))
+        .collect();
+    let mut seqs: HashMap<Uuid, i64> = HashMap::with_capacity(events.len());
+    for (start, rows) in sql::values_chunks(events.len()) {
+        let mut query = sqlx::query(sql::append_events(rows));
+        for index in start..start + rows {
+            let (event, options) = (&events[index].event, &events[index].options);
+            let checked = &checked[index];
+            query = query
+                .bind(ids[index].to_string())
+                .bind(event.event_type)
+                .bind(event.version)
+                .bind(order_keys[index].as_str())
+                .bind(options.tenant_scope.as_deref())
+                .bind(checked.descriptor.producer_class)
+                .bind(options.idempotency_key.as_deref())
+                .bind(now)
+                .bind(event.trace.trace_id())
+                .bind(event.trace.parent_span_id())
+                .bind(format!("{:02x}", event.trace.trace_flags()))
+                .bind(options.correlation_id.as_deref())
+                .bind(options.causation_id.as_deref())
+                .bind(checked.payload.as_str())
+                .bind(i64::try_from(checked.payload.len()).unwrap_or(i64::MAX));
+        }
+        for row in query.fetch_all(&mut *connection).await? {
+            seqs.insert(
+                parse_uuid(&row.try_get::<String, _>("event_id")?)?,
+                row.try_get("seq")?,
+            );
+        }
     }
-    let written = sqlx::query(sql::APPEND_EVENTS)
-        .bind(serde_json::Value::from(rows).to_string())
-        .bind(now)
-        .fetch_all(&mut *connection)
-        .await?;
-    let mut seqs: HashMap<Uuid, i64> = HashMap::with_capacity(written.len());
-    for row in &written {
-        seqs.insert(
-            parse_uuid(&row.try_get::<String, _>("event_id")?)?,
-            row.try_get("seq")?,
-        );
-    }
-    let mut deliveries = Vec::new();
+    let mut deliveries: Vec<(Uuid, &'static str, i64, Option<&str>, f64)> = Vec::new();
     let mut receipts = Vec::with_capacity(events.len());
     for (index, (new, checked)) in events.iter().zip(checked).enumerate() {
         let event_id = ids[index];
@@ -854,13 +853,8 @@ async fn insert_events(
         };
         let due = new.options.not_before_epoch().unwrap_or(now);
         for (consumer, &ordered) in checked.consumers.iter().zip(checked.ordered) {
-            deliveries.push(serde_json::json!([
-                event_id.to_string(),
-                consumer,
-                seq,
-                ordered.then_some(order_keys[index].as_str()),
-                due,
-            ]));
+            let order_key = ordered.then_some(order_keys[index].as_str());
+            deliveries.push((event_id, consumer, seq, order_key, due));
         }
         receipts.push(AppendReceipt {
             event_id,
@@ -869,12 +863,19 @@ async fn insert_events(
             deliveries: u32::try_from(checked.consumers.len()).unwrap_or(u32::MAX),
         });
     }
-    if !deliveries.is_empty() {
-        sqlx::query(sql::APPEND_DELIVERIES)
-            .bind(serde_json::Value::from(deliveries).to_string())
-            .bind(now)
-            .execute(&mut *connection)
-            .await?;
+    for (start, rows) in sql::values_chunks(deliveries.len()) {
+        let mut query = sqlx::query(sql::append_deliveries(rows));
+        for &(event_id, consumer, seq, order_key, due) in &deliveries[start..start + rows] {
+            query = query
+                .bind(event_id.to_string())
+                .bind(consumer)
+                .bind(seq)
+                .bind(order_key)
+                .bind(due)
+                .bind(now)
+                .bind(now);
+        }
+        query.execute(&mut *connection).await?;
     }
     Ok(receipts)
 }

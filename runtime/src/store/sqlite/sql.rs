@@ -10,36 +10,96 @@
 //! - the fence of a caller's transaction (`LOCK_LEASE`, `FENCE_LEASE`) is a no-op `UPDATE`
 //!   of the leased row, which takes the database's write lock for the rest of the transaction;
 //! - times are epoch seconds computed by the store and bound as parameters, never `now()`;
-//! - lists are bound as JSON arrays and read with `json_each` (PostgreSQL: `UNNEST`);
+//! - lists are bound as JSON arrays and read with `json_each` (PostgreSQL: `UNNEST`), except
+//!   appended rows, which are bound as parameters of multi-row `VALUES` (see [`VALUES_ROWS`]);
 //! - an ack and its attempt row, or a fail and its attempt row, are two statements in one
 //!   transaction (SQLite has no data-modifying CTEs).
 
-/// Appends events in one statement, in array order (so their seqs follow it): `?1` a JSON array of `[event id, event type, version, order key, tenant scope, producer
-/// class, idempotency key, trace id, parent span id, trace flags, correlation id, causation id,
-/// payload, payload bytes]` entries, `?2` now. Returns the event id and seq of each event
-/// written; an event whose idempotency key was taken (before, or by an earlier entry) has none.
-pub(crate) const APPEND_EVENTS: &str = "\
-INSERT INTO evc_events (event_id, event_type, schema_version, order_key, tenant_scope,
-    producer_class, idempotency_key, produced_at, trace_id, parent_span_id, trace_flags,
-    correlation_id, causation_id, payload, payload_bytes)
-SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
-    json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'),
-    json_extract(value, '$[6]'), ?2, json_extract(value, '$[7]'), json_extract(value, '$[8]'),
-    json_extract(value, '$[9]'), json_extract(value, '$[10]'), json_extract(value, '$[11]'),
-    json_extract(value, '$[12]'), json_extract(value, '$[13]')
-FROM json_each(?1) WHERE true ORDER BY key
-ON CONFLICT (producer_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING event_id, seq";
+use std::sync::OnceLock;
 
-/// The deliveries of new events, one statement for any number: `?1` a JSON array of `[event id,
-/// consumer, event seq, order key (null: the consumer does not order per key), due at]`
-/// entries, `?2` now.
-pub(crate) const APPEND_DELIVERIES: &str = "\
-INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key, next_attempt_at,
-    created_at, updated_at)
-SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
-    json_extract(value, '$[3]'), json_extract(value, '$[4]'), ?2, ?2
-FROM json_each(?1)";
+/// Rows one append statement writes at most. A batch is written in statements of this many
+/// rows, then of powers of two for the rest, so a connection prepares (and caches) at most nine
+/// statements per table whatever the batch sizes, and no statement nears SQLite's limit on bind
+/// parameters. Rows are bound as parameters: handing SQLite one JSON array to unpack costs more
+/// than the insert itself (every column would be a `json_extract` of a re-rendered entry).
+pub(crate) const VALUES_ROWS: usize = 256;
+
+/// Statement sizes of a batch of `rows`: `(first row, rows)` pairs, in order, each size
+/// [`VALUES_ROWS`] or a smaller power of two.
+pub(crate) fn values_chunks(rows: usize) -> impl Iterator<Item = (usize, usize)> {
+    let full = rows / VALUES_ROWS * VALUES_ROWS;
+    let rest = rows - full;
+    let whole = (0..full)
+        .step_by(VALUES_ROWS)
+        .map(|start| (start, VALUES_ROWS));
+    let powers = (0..VALUES_ROWS.trailing_zeros())
+        .rev()
+        .filter_map(move |bit| {
+            let size = 1 << bit;
+            (rest & size != 0).then(|| (full + (rest & !((size << 1) - 1)), size))
+        });
+    whole.chain(powers)
+}
+
+/// Appends `rows` events in one statement, in row order (so their seqs follow it). Each row
+/// binds, in order: event id, event type, version, order key, tenant scope, producer class,
+/// idempotency key, produced at (now), trace id, parent span id, trace flags, correlation id,
+/// causation id, payload, payload bytes. Returns the event id and seq of each event written;
+/// an event whose idempotency key was taken (before, or by an earlier row) has none. `rows` is
+/// a size [`values_chunks`] gives.
+pub(crate) fn append_events(rows: usize) -> &'static str {
+    static STATEMENTS: OnceLock<Vec<String>> = OnceLock::new();
+    values_statement(
+        &STATEMENTS,
+        "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, tenant_scope, \
+         producer_class, idempotency_key, produced_at, trace_id, parent_span_id, trace_flags, \
+         correlation_id, causation_id, payload, payload_bytes) VALUES ",
+        15,
+        " ON CONFLICT (producer_class, idempotency_key) WHERE idempotency_key IS NOT NULL \
+         DO NOTHING RETURNING event_id, seq",
+        rows,
+    )
+}
+
+/// The deliveries of new events, `rows` in one statement. Each row binds, in order: event id,
+/// consumer, event seq, order key (null: the consumer does not order per key), due at, created
+/// at and updated at (both now). `rows` is a size [`values_chunks`] gives.
+pub(crate) fn append_deliveries(rows: usize) -> &'static str {
+    static STATEMENTS: OnceLock<Vec<String>> = OnceLock::new();
+    values_statement(
+        &STATEMENTS,
+        "INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key, next_attempt_at, \
+         created_at, updated_at) VALUES ",
+        7,
+        "",
+        rows,
+    )
+}
+
+/// `head`, then `rows` tuples of `columns` anonymous parameters, then `tail`: built once per
+/// size and kept for the process (the sizes are [`VALUES_ROWS`] and the powers of two below
+/// it). The parameters are anonymous (`?`) because sqlx looks up each parameter's name when it
+/// binds, which SQLite answers by a scan of the statement's named parameters: numbered ones
+/// would make binding a row quadratic in the statement's size.
+fn values_statement(
+    statements: &'static OnceLock<Vec<String>>,
+    head: &str,
+    columns: usize,
+    tail: &str,
+    rows: usize,
+) -> &'static str {
+    let statements = statements.get_or_init(|| {
+        let tuple = format!("({})", vec!["?"; columns].join(", "));
+        (0..=VALUES_ROWS.trailing_zeros())
+            .map(|bit| format!("{head}{}{tail}", vec![tuple.as_str(); 1 << bit].join(", ")))
+            .collect()
+    });
+    assert!(
+        rows.is_power_of_two() && rows <= VALUES_ROWS,
+        "{rows} rows is not a size values_chunks gives"
+    );
+    &statements[rows.trailing_zeros() as usize]
+}
 
 /// The event an idempotency key of a producer class names: `?1` producer class, `?2` key.
 pub(crate) const FIND_BY_IDEMPOTENCY_KEY: &str = "\
@@ -610,5 +670,38 @@ mod tests {
             assert!(statement.contains("fencing_token = ?3 - 1 AND status = 'pending'"));
         }
         assert!(RENEW_FENCED.contains("(event_id, fencing_token) IN"));
+    }
+
+    #[test]
+    fn values_chunks_cover_every_row_once_in_order() {
+        for rows in (0..600).chain([1000, 4096, 4097]) {
+            let mut next = 0;
+            for (start, size) in values_chunks(rows) {
+                assert_eq!(start, next, "{rows} rows");
+                assert!(
+                    size.is_power_of_two() && size <= VALUES_ROWS,
+                    "{rows}: {size}"
+                );
+                next += size;
+            }
+            assert_eq!(next, rows);
+        }
+        let sizes: Vec<usize> = values_chunks(700).map(|(_, size)| size).collect();
+        assert_eq!(sizes, [256, 256, 128, 32, 16, 8, 4]);
+    }
+
+    #[test]
+    fn values_statements_bind_each_column_of_each_row() {
+        let events = append_events(2);
+        let row = format!("({})", ["?"; 15].join(", "));
+        assert!(
+            events.contains(&format!("VALUES {row}, {row} ON CONFLICT")),
+            "{events}"
+        );
+        for rows in [1, 2, 128, 256] {
+            let sql = append_deliveries(rows);
+            assert_eq!(sql.matches('?').count(), 7 * rows, "{rows}");
+            assert!(sql.ends_with(&format!("({})", ["?"; 7].join(", "))), "{sql}");
+        }
     }
 }
