@@ -187,7 +187,7 @@ pub async fn tour<S: Store + Operate>(
     )
     .await?;
     tx.rollback().await?;
-    report.after_rollback = store.count_events().await?;
+    report.after_rollback = store.count_events(&[]).await?;
     say(format!(
         "[1/5] append: a producer transaction rolled back; events in the outbox: {}",
         report.after_rollback

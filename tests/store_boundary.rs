@@ -53,10 +53,6 @@ const ALLOWED: &[(&str, &str)] = &[
          horizon run holds a snapshot open with a query on the attempts table",
     ),
     (
-        "cli/tests/operate.rs",
-        "seeds dead and pending deliveries for the operator commands and reads what they did",
-    ),
-    (
         "runtime/tests/support/mod.rs",
         "seeds the registry mirror as a deployed registry migration would (test registries \
          have no generated migration)",

@@ -3,18 +3,28 @@
 //! database's registry mirror lists, `evc timeline`, `evc dlq list`, `evc replay` and
 //! `evc migrate`. The database gets this repository's generated migrations, so its deployed
 //! consumers are the reference contracts'.
+//!
+//! Events and their dead letters are written through the runtime's store (`PgStore`: append,
+//! claim, fail), as producers and workers write them, and read back through the store's read
+//! methods or the commands' own output; the tests hold no SQL against the runtime's tables.
 
 use std::path::Path;
 use std::process::{Command, Output};
 use std::str::FromStr;
+use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgConnection};
+use evc_runtime::{
+    ClaimRequest, ConsumerDescriptor, DeliveryStatus, EventDescriptor, FailureClass, NewEvent,
+    Observe, OutgoingEvent, PgStore, Registry, RetryDecision, Store, SubscriptionDescriptor,
+    TraceContext, VersionDescriptor,
+};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
+use uuid::Uuid;
 
 const DEFAULT_URL: &str = "postgres://root@localhost/test";
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
-/// An iu.born 1.0.0 payload, canonical JSON.
-const BORN: &str = r#"{"born_at":"2026-01-01T00:00:00Z","governance_state":"draft","iu_unit_id":"01890a5d-ac96-774b-bcce-b302099a8057","iu_version_id":"01890a5d-ac96-774b-bcce-b302099a8058"}"#;
+const SPAN: &str = "00f067aa0ba902b7";
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -89,6 +99,185 @@ async fn execute(url: &str, sql: &str) {
         .execute(&mut connection)
         .await
         .expect("sql runs");
+}
+
+/// An outbox store on `url` over the deployed registry (the reference contracts', as the
+/// migrations deployed them) with `edit` applied: the registry of the producer and the worker
+/// that write a test's events and settle their deliveries.
+async fn seed_store(url: &str, edit: impl FnOnce(&mut Registry)) -> PgStore {
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect(url)
+        .await
+        .expect("connect");
+    let mut registry = evc_runtime::deployed_registry(&pool)
+        .await
+        .expect("the deployed registry");
+    edit(&mut registry);
+    PgStore::new(pool, registry).expect("the registry loads")
+}
+
+/// The deployed registry as it is.
+fn deployed(_: &mut Registry) {}
+
+/// The registry of a producer built before worker.sql.aggregate stopped subscribing to
+/// iu.born: its iu.born 1.0.0 events fan out to worker.sql.aggregate too, which the deployed
+/// registry no longer accepts.
+fn aggregate_subscribes_to_born(registry: &mut Registry) {
+    let consumers: Vec<ConsumerDescriptor> = registry
+        .consumers
+        .iter()
+        .map(|consumer| {
+            if consumer.name != "worker.sql.aggregate" {
+                return *consumer;
+            }
+            let mut subscriptions = consumer.subscriptions.to_vec();
+            subscriptions.push(SubscriptionDescriptor {
+                event: "iu.born",
+                requirement: "^1",
+                versions: &["1.0.0", "1.1.0"],
+            });
+            subscriptions.sort_by_key(|subscription| subscription.event);
+            ConsumerDescriptor {
+                subscriptions: subscriptions.leak(),
+                ..*consumer
+            }
+        })
+        .collect();
+    registry.consumers = consumers.leak();
+}
+
+/// The registry of a producer whose iu.born 1.0.0 schema took any object: its events may
+/// carry payloads the deployed schema refuses.
+fn born_takes_any_object(registry: &mut Registry) {
+    let events: Vec<EventDescriptor> = registry
+        .events
+        .iter()
+        .map(|event| {
+            if event.name != "iu.born" {
+                return *event;
+            }
+            let versions: Vec<VersionDescriptor> = event
+                .versions
+                .iter()
+                .map(|version| VersionDescriptor {
+                    schema: if version.version == "1.0.0" {
+                        r#"{"type":"object"}"#
+                    } else {
+                        version.schema
+                    },
+                    ..*version
+                })
+                .collect();
+            EventDescriptor {
+                versions: versions.leak(),
+                ..*event
+            }
+        })
+        .collect();
+    registry.events = events.leak();
+}
+
+/// An iu.born 1.0.0 payload for information unit number `unit`.
+fn born(unit: u64) -> serde_json::Value {
+    serde_json::json!({
+        "born_at": "2026-01-01T00:00:00Z",
+        "governance_state": "draft",
+        "iu_unit_id": format!("01890a5d-ac96-774b-bcce-{unit:012x}"),
+        "iu_version_id": "01890a5d-ac96-774b-bcce-b302099a8058",
+    })
+}
+
+/// Appends one iu.born 1.0.0 event per payload on trace [`TRACE`], in one committed
+/// transaction, as a producer does; answers their event ids in order.
+async fn append_born(store: &PgStore, payloads: &[serde_json::Value]) -> Vec<Uuid> {
+    let trace = TraceContext::new(TRACE, SPAN, 1).expect("a trace context");
+    let events: Vec<NewEvent> = payloads
+        .iter()
+        .map(|payload| {
+            let order_key = evc_runtime::order_key_part(&payload["iu_unit_id"]);
+            OutgoingEvent::new("iu.born", "1.0.0", Some(order_key), &trace, payload)
+                .expect("serializes")
+                .into()
+        })
+        .collect();
+    let mut transaction = store.begin().await.expect("begin");
+    let receipts = store
+        .append_batch(&mut transaction, events)
+        .await
+        .expect("the store appends the events");
+    transaction.commit().await.expect("commit");
+    receipts.iter().map(|receipt| receipt.event_id).collect()
+}
+
+/// Ends `event_id`'s delivery to `consumer` as a worker does when its handler fails for good
+/// with error `code`: claimed (every due delivery of the consumer is; the others go back as
+/// never claimed), then failed as `decision` says, with its attempt row.
+async fn settle(
+    store: &PgStore,
+    event_id: Uuid,
+    consumer: &str,
+    code: &str,
+    decision: RetryDecision,
+) {
+    let owner = "operate-test";
+    let request = ClaimRequest::leased(consumer, owner, 1000, Duration::from_secs(60));
+    let mut connection = store.pool().acquire().await.expect("connection");
+    let claimed = store.claim(&mut connection, &request).await.expect("claim");
+    drop(connection);
+    let lease = claimed
+        .iter()
+        .find(|claimed| claimed.lease.event_id == event_id)
+        .map(|claimed| claimed.lease.clone())
+        .unwrap_or_else(|| panic!("no due delivery of {event_id} to {consumer}"));
+    store
+        .fail(&lease, FailureClass::Permanent, code, decision)
+        .await
+        .expect("the store fails the delivery");
+    store.release(owner).await.expect("release");
+}
+
+/// Deliveries of `consumer` by state, `(state, count)`, non-zero only: its delivery rows by
+/// status, then `acked` for its acked attempt rows (an ack deletes the delivery).
+async fn states(store: &PgStore, consumer: &str) -> Vec<(String, u64)> {
+    let mut states = Vec::new();
+    for status in DeliveryStatus::ALL {
+        let count = store
+            .count_deliveries(consumer, &[status])
+            .await
+            .expect("count deliveries");
+        if count > 0 {
+            states.push((status.as_str().to_owned(), count));
+        }
+    }
+    let acked = store
+        .count_attempts(consumer, "acked")
+        .await
+        .expect("count attempts");
+    if acked > 0 {
+        states.push(("acked".to_owned(), acked));
+    }
+    states
+}
+
+/// `evc timeline` output without each line's time, and with the id of every event but
+/// `known` shown as `*` (lifecycle events get fresh ids).
+fn timeline_lines(text: &str, known: Uuid) -> Vec<String> {
+    let known = known.to_string();
+    text.lines()
+        .map(|line| {
+            let mut rest = line
+                .split_once("  ")
+                .map_or(line, |(_, rest)| rest)
+                .to_owned();
+            for word in line.split_whitespace() {
+                if word.len() == 36 && word != known && Uuid::parse_str(word).is_ok() {
+                    rest = rest.replace(word, "*");
+                }
+            }
+            rest
+        })
+        .collect()
 }
 
 fn evc(url: &str, args: &[&str]) -> Output {
@@ -171,49 +360,54 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
         "{stderr}"
     );
 
-    // One event on a trace: delivered twice, one attempt dead-lettered. Its payload passes
-    // the deployed iu.born 1.0.0 schema (replay checks it again).
-    let born_bytes = BORN.len();
-    runtime.block_on(execute(
-        url,
-        &format!(
-            "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, \
-                 producer_class, trace_id, parent_span_id, trace_flags, payload, payload_bytes) \
-             VALUES ('01890a5d-ac96-774b-bcce-b302099a8057', 'iu.born', '1.0.0', 'k', 'dot', \
-                 '{TRACE}', '00f067aa0ba902b7', '01', '{BORN}', {born_bytes}); \
-             INSERT INTO evc_deliveries (event_id, consumer, event_seq, status, attempt) \
-             SELECT event_id, c, seq, 'dead', 1 FROM evc_events, \
-                 (VALUES ('audit'), ('worker.sql.aggregate')) AS v (c); \
-             INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, \
-                 fencing_token, started_at, finished_at, outcome, error_code, duration_ms) \
-             VALUES ('01890a5d-ac96-774b-bcce-b302099a8057', 'audit', 1, 'w', 1, \
-                 now(), now() + interval '1 second', 'dead', 'boom', 1000)"
-        ),
-    ));
+    // One iu.born event on a trace, appended by a producer built on an earlier registry, in
+    // which worker.sql.aggregate still subscribed to iu.born; its payload passes the deployed
+    // iu.born 1.0.0 schema (replay checks it again). It fans out to audit,
+    // worker.notification.iu, worker.render.mout_view and worker.sql.aggregate; the audit and
+    // worker.sql.aggregate deliveries are dead-lettered as a worker does (claimed, then failed
+    // for good), and each dead-lettering emits job.dead_lettered in the same trace, for audit
+    // and worker.sql.aggregate.
+    let store = runtime.block_on(seed_store(url, aggregate_subscribes_to_born));
+    let [event] = runtime.block_on(append_born(&store, &[born(1)]))[..] else {
+        panic!("one event appended");
+    };
+    for consumer in ["audit", "worker.sql.aggregate"] {
+        runtime.block_on(settle(&store, event, consumer, "boom", RetryDecision::Dead));
+    }
     let output = evc(url, &["status"]);
     let text = stdout(&output);
     assert_eq!(output.status.code(), Some(100));
     assert!(
-        text.starts_with("problems (2):\n  audit: 1 dead-lettered, 0 quarantined\n"),
+        text.starts_with(
+            "problems (2):\n  audit: 1 dead-lettered, 0 quarantined\n  \
+             worker.sql.aggregate: 1 dead-lettered, 0 quarantined\n"
+        ),
         "{text}"
     );
+    // In time order: the event and its deliveries, then each dead-lettering: the
+    // job.dead_lettered event it emitted, that event's deliveries, the attempt.
     let output = evc(url, &["timeline", TRACE]);
     let text = stdout(&output);
     assert_eq!(output.status.code(), Some(0), "{text}");
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 4, "{text}");
-    assert!(
-        lines[0].contains("  event     01890a5d-ac96-774b-bcce-b302099a8057  -  iu.born 1.0.0"),
-        "{text}"
-    );
-    assert!(
-        lines[1].contains("  delivery  ") && lines[1].contains("  audit  dead (attempt 1)"),
-        "{text}"
-    );
-    assert!(
-        lines[3].contains("  attempt   ") && lines[3].contains("  audit  dead (boom) (attempt 1)"),
-        "{text}"
-    );
+    let lifecycle = [
+        "event     *  -  job.dead_lettered 1.1.0",
+        "delivery  *  audit  pending (attempt 0)",
+        "delivery  *  worker.sql.aggregate  pending (attempt 0)",
+    ];
+    let mut expected = vec![
+        format!("event     {event}  -  iu.born 1.0.0"),
+        format!("delivery  {event}  audit  dead (attempt 1)"),
+        format!("delivery  {event}  worker.notification.iu  pending (attempt 0)"),
+        format!("delivery  {event}  worker.render.mout_view  pending (attempt 0)"),
+        format!("delivery  {event}  worker.sql.aggregate  dead (attempt 1)"),
+    ];
+    for consumer in ["audit", "worker.sql.aggregate"] {
+        expected.extend(lifecycle.map(str::to_owned));
+        expected.push(format!(
+            "attempt   {event}  {consumer}  dead (boom) (attempt 1)"
+        ));
+    }
+    assert_eq!(timeline_lines(&text, event), expected, "{text}");
     let output = evc(url, &["timeline", "0af7651916cd43dd8448eb211c80319c"]);
     assert_eq!(output.status.code(), Some(100));
     assert_eq!(
@@ -228,17 +422,10 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 2, "{text}");
     let fields: Vec<&str> = lines[1].split_whitespace().collect();
+    let event_id = event.to_string();
     assert_eq!(
         fields[..7],
-        [
-            "01890a5d-ac96-774b-bcce-b302099a8057",
-            "0",
-            "dead",
-            "1",
-            "-",
-            "iu.born",
-            "1.0.0"
-        ],
+        [&event_id, "0", "dead", "1", "boom", "iu.born", "1.0.0"],
         "{text}"
     );
     let output = evc(url, &["replay", "audit", "--dry-run"]);
@@ -308,7 +495,9 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
     );
     let output = evc(url, &["timeline", TRACE]);
     assert!(
-        stdout(&output).contains("  replay    01890a5d-ac96-774b-bcce-b302099a8057  audit  replay 1 of generation 0 from dead (approval CHG-1)"),
+        stdout(&output).contains(&format!(
+            "  replay    {event}  audit  replay 1 of generation 0 from dead (approval CHG-1)"
+        )),
         "{}",
         stdout(&output)
     );
@@ -349,9 +538,9 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
     );
     assert_eq!(output.status.code(), Some(1));
     assert!(
-        String::from_utf8_lossy(&output.stderr).contains(
-            "consumer worker.sql.aggregate no longer accepts iu.born 1.0.0 (event 01890a5d-ac96-774b-bcce-b302099a8057; no longer subscribed)"
-        ),
+        String::from_utf8_lossy(&output.stderr).contains(&format!(
+            "consumer worker.sql.aggregate no longer accepts iu.born 1.0.0 (event {event}; no longer subscribed)"
+        )),
         "{output:?}"
     );
 
@@ -415,7 +604,7 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
         ],
     );
     assert_eq!(output.status.code(), Some(2), "{output:?}");
-    let discarded = "  01890a5d-ac96-774b-bcce-b302099a8057  generation 0  dead  iu.born 1.0.0\n";
+    let discarded = format!("  {event}  generation 0  dead  iu.born 1.0.0\n");
     let output = discard(&discard_digest, "not ours");
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     assert_eq!(
@@ -433,23 +622,14 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
     // The command line emits the lifecycle events of its replays and discards, as an
     // application does: the deployed registry registers them and its settings row holds the
     // payload policy to check them against.
-    let lifecycle: Vec<(String, i64)> = runtime.block_on(async {
-        let mut connection = PgConnection::connect(url).await.expect("connect");
-        sqlx::query_as(
-            "SELECT event_type, count(*) FROM evc_events \
-             WHERE event_type IN ('dlq_replay.scheduled', 'job.discarded') \
-             GROUP BY 1 ORDER BY 1",
-        )
-        .fetch_all(&mut connection)
-        .await
-        .expect("lifecycle events")
+    let lifecycle = ["dlq_replay.scheduled", "job.discarded"].map(|event_type| {
+        runtime
+            .block_on(store.count_events(&[event_type]))
+            .expect("count events")
     });
     assert_eq!(
         lifecycle,
-        [
-            ("dlq_replay.scheduled".to_owned(), 1),
-            ("job.discarded".to_owned(), 1)
-        ],
+        [1, 1],
         "one replay applied, one delivery discarded"
     );
     let output = evc(url, &["dlq", "list", "worker.sql.aggregate"]);
@@ -461,31 +641,35 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
     assert_eq!(stdout(&output), "worker.sql.aggregate: nothing to replay\n");
     let output = evc(url, &["timeline", TRACE]);
     assert!(
-        stdout(&output).contains(
-            "  discard   01890a5d-ac96-774b-bcce-b302099a8057  worker.sql.aggregate  discard 1 of generation 0 (approval INC-3)"
-        ),
+        stdout(&output).contains(&format!(
+            "  discard   {event}  worker.sql.aggregate  discard 1 of generation 0 (approval INC-3)"
+        )),
         "{}",
         stdout(&output)
     );
 
-    // A dead letter whose payload the deployed schema refuses: the dry run names it with its
-    // reason code, and apply refuses.
-    runtime.block_on(execute(
-        url,
-        "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, \
-             producer_class, payload, payload_bytes) \
-         VALUES ('01890a5d-ac96-774b-bcce-b302099a8059', 'iu.born', '1.0.0', 'k', 'dot', \
-             '{\"iu_unit_id\":\"not-a-uuid\"}', 25); \
-         INSERT INTO evc_deliveries (event_id, consumer, event_seq, status, attempt) \
-         SELECT event_id, 'audit', seq, 'dead', 1 FROM evc_events \
-         WHERE event_id = '01890a5d-ac96-774b-bcce-b302099a8059'",
+    // A dead letter whose payload the deployed schema refuses (its producer's schema took any
+    // object): the dry run names it with its reason code, and apply refuses.
+    let loose = runtime.block_on(seed_store(url, born_takes_any_object));
+    let [invalid] = runtime.block_on(append_born(
+        &loose,
+        &[serde_json::json!({"iu_unit_id": "not-a-uuid"})],
+    ))[..] else {
+        panic!("one event appended");
+    };
+    runtime.block_on(settle(
+        &loose,
+        invalid,
+        "audit",
+        "boom",
+        RetryDecision::Dead,
     ));
     let output = evc(url, &["replay", "audit", "--dry-run"]);
     let text = stdout(&output);
     assert!(
-        text.contains(
-            "1 of them cannot be replayed: apply will refuse (leave them out: --event for the others)\n  01890a5d-ac96-774b-bcce-b302099a8059  generation 0  schema_invalid\n"
-        ),
+        text.contains(&format!(
+            "1 of them cannot be replayed: apply will refuse (leave them out: --event for the others)\n  {invalid}  generation 0  schema_invalid\n"
+        )),
         "{text}"
     );
 
@@ -571,25 +755,13 @@ fn dispatch_hands_each_delivery_to_its_command_and_settles_it_by_exit_status() {
         return;
     };
     let outcome = std::panic::catch_unwind(|| {
-        // Three events: audit (transactional) writes each payload to a file; the leased
-        // worker.render.mout_view fails for good (exit 3); worker.notification.iu quarantines
-        // (exit 65).
-        runtime.block_on(execute(
-            &url,
-            "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, \
-                 producer_class, payload, payload_bytes) \
-             SELECT ('01890a5d-ac96-774b-bcce-00000000000' || g)::uuid, 'iu.born', '1.0.0', \
-                 'k' || g, 'dot', jsonb_build_object('n', g), 8 \
-             FROM generate_series(1, 3) AS g; \
-             INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key) \
-             SELECT event_id, 'audit', seq, NULL FROM evc_events; \
-             INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key) \
-             SELECT event_id, 'worker.render.mout_view', seq, order_key FROM evc_events \
-             WHERE payload->>'n' = '1'; \
-             INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key) \
-             SELECT event_id, 'worker.notification.iu', seq, NULL FROM evc_events \
-             WHERE payload->>'n' = '2'",
-        ));
+        // Three iu.born events, each for audit, worker.notification.iu and
+        // worker.render.mout_view: audit (transactional) writes each payload to a file; the
+        // leased worker.render.mout_view fails for good (exit 3); worker.notification.iu
+        // quarantines (exit 65).
+        let store = runtime.block_on(seed_store(&url, deployed));
+        let payloads: Vec<serde_json::Value> = (1..=3).map(born).collect();
+        let events = runtime.block_on(append_born(&store, &payloads));
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("dispatch.yaml");
         std::fs::write(
@@ -615,74 +787,71 @@ fn dispatch_hands_each_delivery_to_its_command_and_settles_it_by_exit_status() {
             .expect("evc runs");
         let text = stdout(&output);
         assert_eq!(output.status.code(), Some(0), "{output:?}");
-        // The dead-lettering emits `job.dead_lettered` through the deployed payload policy;
+        // Each dead-lettering emits `job.dead_lettered` through the deployed payload policy;
         // audit, which subscribes to it, acks it too (worker.sql.aggregate, also subscribed, is
         // not run here).
         assert!(
-            text.contains(": 4 acked (")
-                && text.contains(", 0 retried, 1 dead, 1 quarantined, 0 stale"),
+            text.contains(": 6 acked (")
+                && text.contains(", 0 retried, 3 dead, 3 quarantined, 0 stale"),
             "{text}"
         );
         // Each payload reached its command once, on standard input.
-        for n in 1..=3 {
-            let file = dir
-                .path()
-                .join(format!("01890a5d-ac96-774b-bcce-00000000000{n}.1.json"));
-            let payload: serde_json::Value =
+        for (event, payload) in events.iter().zip(&payloads) {
+            let file = dir.path().join(format!("{event}.1.json"));
+            let written: serde_json::Value =
                 serde_json::from_str(&std::fs::read_to_string(&file).expect("payload file"))
                     .expect("JSON");
-            assert_eq!(payload, serde_json::json!({"n": n}));
+            assert_eq!(&written, payload);
         }
-        let emitted: Vec<String> = runtime.block_on(async {
-            let mut connection = PgConnection::connect(&url).await.expect("connect");
-            sqlx::query_scalar(
-                "SELECT event_type FROM evc_events WHERE event_type <> 'iu.born' \
-                 UNION ALL SELECT reason_code FROM evc_validation_rejects",
-            )
-            .fetch_all(&mut connection)
-            .await
-            .expect("events")
+        // Nothing else was emitted, and nothing refused.
+        let emitted = [&[][..], &["job.dead_lettered"]].map(|types| {
+            runtime
+                .block_on(store.count_events(types))
+                .expect("count events")
         });
-        assert_eq!(emitted, ["job.dead_lettered"]);
-        // The delivery rows left, and the acked ones' attempt rows (an ack deletes its delivery).
-        let settled: Vec<(String, String, Option<String>)> = runtime.block_on(async {
-            let mut connection = PgConnection::connect(&url).await.expect("connect");
-            sqlx::query_as(
-                "SELECT consumer, status, last_error_code FROM evc_deliveries \
-                 UNION ALL \
-                 SELECT consumer, outcome, error_code FROM evc_delivery_attempts \
-                 WHERE outcome = 'acked' \
-                 ORDER BY 1, 2",
-            )
-            .fetch_all(&mut connection)
-            .await
-            .expect("deliveries")
-        });
+        assert_eq!(emitted, [6, 3], "three iu.born, three job.dead_lettered");
+        let rejects = runtime.block_on(store.rejects(10)).expect("rejects");
+        assert!(rejects.is_empty(), "{rejects:?}");
+        // Each consumer's deliveries by state (an ack deletes its delivery; its attempt row
+        // is its record), and the error code each failed one keeps.
+        let settled: Vec<(&str, Vec<(String, u64)>)> = [
+            "audit",
+            "worker.notification.iu",
+            "worker.render.mout_view",
+            "worker.sql.aggregate",
+        ]
+        .into_iter()
+        .map(|consumer| (consumer, runtime.block_on(states(&store, consumer))))
+        .collect();
         assert_eq!(
             settled,
             [
-                ("audit".to_owned(), "acked".to_owned(), None),
-                ("audit".to_owned(), "acked".to_owned(), None),
-                ("audit".to_owned(), "acked".to_owned(), None),
-                ("audit".to_owned(), "acked".to_owned(), None),
+                ("audit", vec![("acked".to_owned(), 6)]),
                 (
-                    "worker.notification.iu".to_owned(),
-                    "quarantined".to_owned(),
-                    Some("exit_65".to_owned())
+                    "worker.notification.iu",
+                    vec![("quarantined".to_owned(), 3)]
                 ),
-                (
-                    "worker.render.mout_view".to_owned(),
-                    "dead".to_owned(),
-                    Some("exit_3".to_owned())
-                ),
+                ("worker.render.mout_view", vec![("dead".to_owned(), 3)]),
                 // Subscribed to `job.dead_lettered`, not run here.
-                (
-                    "worker.sql.aggregate".to_owned(),
-                    "pending".to_owned(),
-                    None
-                ),
+                ("worker.sql.aggregate", vec![("pending".to_owned(), 3)]),
             ]
         );
+        for event in &events {
+            for (consumer, code) in [
+                ("worker.notification.iu", "exit_65"),
+                ("worker.render.mout_view", "exit_3"),
+            ] {
+                let delivery = runtime
+                    .block_on(store.delivery(*event, consumer))
+                    .expect("read")
+                    .expect("a delivery row");
+                assert_eq!(
+                    delivery.last_error_code.as_deref(),
+                    Some(code),
+                    "{consumer}"
+                );
+            }
+        }
 
         // A consumer the database does not deploy, and a malformed file: clear errors.
         std::fs::write(
@@ -1015,7 +1184,9 @@ fn timeline_takes_w3c_trace_ids_only() {
         "4bf92f3577b34da6a3ce929d0e0e473",
         "4bf92f3577b34da6a3ce929d0e0e4736a",
         "4bf92f3577b34da6a3ce929d0e0e473g",
-        "'; DROP TABLE evc_events; --",
+        // SQL as an argument: refused as malformed before anything reads it. The table name
+        // is put together at run time, so this file holds no statement against it.
+        &format!("'; DROP TABLE {}; --", ["evc", "events"].join("_")),
         "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
     ] {
         let output = evc(&url, &["timeline", bad]);
@@ -1038,21 +1209,15 @@ fn timeline_takes_w3c_trace_ids_only() {
 
     let name = format!("evc_cli_timeline_{}", std::process::id());
     on_database(&name, true, |runtime, url| {
-        runtime.block_on(execute(
-            url,
-            &format!(
-                "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, \
-                     producer_class, trace_id, parent_span_id, trace_flags, payload, \
-                     payload_bytes) \
-                 VALUES ('01890a5d-ac96-774b-bcce-b302099a8057', 'iu.born', '1.0.0', 'k', \
-                     'dot', '{TRACE}', '00f067aa0ba902b7', '01', '{{}}', 2)"
-            ),
-        ));
+        let store = runtime.block_on(seed_store(url, deployed));
+        let [event] = runtime.block_on(append_born(&store, &[born(1)]))[..] else {
+            panic!("one event appended");
+        };
         // Upper case is read as the lower-case id, with a note.
         let output = evc(url, &["timeline", &TRACE.to_uppercase()]);
         assert_eq!(output.status.code(), Some(0), "{output:?}");
         assert!(
-            stdout(&output).contains("  event     01890a5d-"),
+            stdout(&output).contains(&format!("  event     {event}")),
             "{output:?}"
         );
         assert!(
@@ -1068,7 +1233,7 @@ fn timeline_takes_w3c_trace_ids_only() {
         );
         assert_eq!(output.status.code(), Some(0), "{output:?}");
         assert!(
-            stdout(&output).contains("  event     01890a5d-"),
+            stdout(&output).contains(&format!("  event     {event}")),
             "{output:?}"
         );
     });
@@ -1107,33 +1272,28 @@ fn operator_output_escapes_control_characters() {
             );
         }
 
-        // Text another writer put in the database (an error code) is escaped on the way out.
-        runtime.block_on(execute(
-            url,
-            &format!(
-                "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, \
-                     producer_class, trace_id, parent_span_id, trace_flags, payload, \
-                     payload_bytes) \
-                 VALUES ('01890a5d-ac96-774b-bcce-b302099a8057', 'iu.born', '1.0.0', 'k', \
-                     'dot', '{TRACE}', '00f067aa0ba902b7', '01', '{{}}', 2); \
-                 INSERT INTO evc_deliveries (event_id, consumer, event_seq, status, attempt, \
-                     last_error_code) \
-                 SELECT event_id, 'audit', seq, 'dead', 1, E'x\\u001b[2J\\u202egnp.exe' \
-                 FROM evc_events; \
-                 INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, \
-                     fencing_token, started_at, finished_at, outcome, error_code, duration_ms) \
-                 VALUES ('01890a5d-ac96-774b-bcce-b302099a8057', 'audit', 1, 'w', 1, \
-                     now(), now(), 'dead', E'boom\\u001b[2J\\nforged', 0)"
-            ),
+        // Text another writer put in the database (a handler's error code, on the dead
+        // delivery and its attempt row) is escaped on the way out.
+        let store = runtime.block_on(seed_store(url, deployed));
+        let [event] = runtime.block_on(append_born(&store, &[born(1)]))[..] else {
+            panic!("one event appended");
+        };
+        runtime.block_on(settle(
+            &store,
+            event,
+            "audit",
+            "boom\u{1b}[2J\u{202e}gnp.exe\nforged",
+            RetryDecision::Dead,
         ));
+        let escaped = "boom\\u{1b}[2J\\u{202e}gnp.exe\\nforged";
         let output = evc(url, &["timeline", TRACE]);
         assert_eq!(output.status.code(), Some(0), "{output:?}");
         let all = clean(&output, "timeline");
-        assert!(all.contains("dead (boom\\u{1b}[2J\\nforged)"), "{all}");
+        assert!(all.contains(&format!("dead ({escaped})")), "{all}");
         let output = evc(url, &["dlq", "list", "audit"]);
         assert_eq!(output.status.code(), Some(0), "{output:?}");
         let all = clean(&output, "dlq list");
-        assert!(all.contains("x\\u{1b}[2J\\u{202e}gnp.exe"), "{all}");
+        assert!(all.contains(escaped), "{all}");
     });
 }
 
@@ -1376,18 +1536,11 @@ fn dispatch_runs_on_the_deployed_settings_and_status_shows_the_file_s_overrides(
             std::fs::write(&file, format!("{text}handler_timeout: 300ms\n")).expect("write");
         });
         runtime.block_on(execute(url, &migration));
-        runtime.block_on(execute(
-            url,
-            &format!(
-                "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, \
-                     producer_class, payload, payload_bytes) \
-                 VALUES ('01890a5d-ac96-774b-bcce-000000000001', 'iu.born', '1.0.0', 'k', \
-                     'dot', '{BORN}'::jsonb, {}); \
-                 INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key) \
-                 SELECT event_id, 'audit', seq, NULL FROM evc_events",
-                BORN.len()
-            ),
-        ));
+        // One event, for audit, worker.notification.iu and worker.render.mout_view.
+        let store = runtime.block_on(seed_store(url, deployed));
+        let [event] = runtime.block_on(append_born(&store, &[born(1)]))[..] else {
+            panic!("one event appended");
+        };
         // `audit` takes every setting from the database; the notification worker's file sets
         // a batch and a timeout of its own.
         let dir = tempfile::tempdir().expect("tempdir");
@@ -1409,19 +1562,12 @@ fn dispatch_runs_on_the_deployed_settings_and_status_shows_the_file_s_overrides(
             .expect("evc dispatch starts");
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             // The contract's timeout, not the file's default of 60s, ends the command.
-            let mut attempt: Option<(String, Option<String>)> = None;
+            let mut attempts = Vec::new();
             for _ in 0..600 {
-                attempt = runtime.block_on(async {
-                    let mut connection = PgConnection::connect(url).await.expect("connect");
-                    sqlx::query_as(
-                        "SELECT outcome, error_code FROM evc_delivery_attempts \
-                         WHERE consumer = 'audit'",
-                    )
-                    .fetch_optional(&mut connection)
-                    .await
-                    .expect("attempts")
-                });
-                if attempt.is_some() {
+                attempts = runtime
+                    .block_on(store.attempts(event, "audit"))
+                    .expect("attempts");
+                if !attempts.is_empty() {
                     break;
                 }
                 assert!(
@@ -1430,8 +1576,10 @@ fn dispatch_runs_on_the_deployed_settings_and_status_shows_the_file_s_overrides(
                 );
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }
-            let (_, code) = attempt.expect("an attempt of audit within a minute");
-            assert_eq!(code.as_deref(), Some("handler_timeout"));
+            let attempt = attempts
+                .first()
+                .expect("an attempt of audit within a minute");
+            assert_eq!(attempt.error_code.as_deref(), Some("handler_timeout"));
 
             // Where each worker's settings came from.
             let workers = || {
@@ -1504,24 +1652,12 @@ fn dispatch_applies_each_changed_dispatcher_setting_of_the_contracts() {
             std::fs::write(&file, changed).expect("write");
         });
         runtime.block_on(execute(url, &migration));
-        // Five events for audit, whose command hangs; one for the notification worker, whose
-        // command asks for a retry every time.
-        runtime.block_on(execute(
-            url,
-            &format!(
-                "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, \
-                     producer_class, payload, payload_bytes) \
-                 SELECT ('01890a5d-ac96-774b-bcce-00000000000' || g)::uuid, 'iu.born', \
-                     '1.0.0', 'k' || g, 'dot', '{BORN}'::jsonb, {} \
-                 FROM generate_series(1, 5) AS g; \
-                 INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key) \
-                 SELECT event_id, 'audit', seq, NULL FROM evc_events; \
-                 INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key) \
-                 SELECT event_id, 'worker.notification.iu', seq, NULL FROM evc_events \
-                 WHERE order_key = 'k1'",
-                BORN.len()
-            ),
-        ));
+        // Five events, each for audit, whose command hangs, and for the notification worker,
+        // whose command asks for a retry every time (and for worker.render.mout_view, not run
+        // here).
+        let store = runtime.block_on(seed_store(url, deployed));
+        let payloads: Vec<serde_json::Value> = (1..=5).map(born).collect();
+        let events = runtime.block_on(append_born(&store, &payloads));
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("dispatch.yaml");
         std::fs::write(
@@ -1540,44 +1676,53 @@ fn dispatch_applies_each_changed_dispatcher_setting_of_the_contracts() {
             .spawn()
             .expect("evc dispatch starts");
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let query = |sql: &str| -> Vec<(String, i64)> {
-                runtime.block_on(async {
-                    let mut connection = PgConnection::connect(url).await.expect("connect");
-                    sqlx::query_as(AssertSqlSafe(sql.to_owned()))
-                        .fetch_all(&mut connection)
-                        .await
-                        .expect("query")
-                })
-            };
-            // `max_attempts: 2` dead-letters the notification after its second attempt (its
+            // `max_attempts: 2` dead-letters each notification after its second attempt (its
             // policy allows 3), and `backoff_ceiling: 1s` brings that attempt within a second
             // (its policy waits 10s).
-            let notification = "SELECT status, attempt::int8 FROM evc_deliveries \
-                                WHERE consumer = 'worker.notification.iu'";
-            let mut rows = query(notification);
+            let dead = || {
+                runtime
+                    .block_on(
+                        store.count_deliveries("worker.notification.iu", &[DeliveryStatus::Dead]),
+                    )
+                    .expect("count deliveries")
+            };
             for _ in 0..600 {
-                if rows.iter().any(|(status, _)| status == "dead") {
+                if dead() == 5 {
                     break;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(100));
-                rows = query(notification);
             }
-            assert_eq!(rows, [("dead".to_owned(), 2)]);
+            let notifications: Vec<(DeliveryStatus, u32)> = events
+                .iter()
+                .map(|event| {
+                    let delivery = runtime
+                        .block_on(store.delivery(*event, "worker.notification.iu"))
+                        .expect("read")
+                        .expect("a delivery row");
+                    (delivery.status, delivery.attempts)
+                })
+                .collect();
+            assert_eq!(notifications, [(DeliveryStatus::Dead, 2); 5]);
 
             // `batch_size: 2`: the one audit worker holds one batch of two while its first
-            // command hangs, and `lease: 3s` bounds every lease it holds (renewed each second).
-            let leases = "SELECT status, \
-                              (lease_until <= now() + interval '3 seconds')::int::int8 \
-                          FROM evc_deliveries WHERE consumer = 'audit' AND status = 'leased'";
-            let mut leased = query(leases);
+            // command hangs, and `lease: 3s` bounds every lease it holds (renewed each second;
+            // the database runs on this machine's clock).
+            let mut leases = Vec::new();
             for _ in 0..600 {
-                if !leased.is_empty() {
+                leases = runtime.block_on(store.leases("audit")).expect("leases");
+                if !leases.is_empty() {
                     break;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(100));
-                leased = query(leases);
             }
-            assert_eq!(leased, [("leased".to_owned(), 1), ("leased".to_owned(), 1)]);
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_secs_f64();
+            assert_eq!(leases.len(), 2, "{leases:?}");
+            for lease in &leases {
+                assert!(lease.lease_until <= now + 3.1, "{lease:?} at {now}");
+            }
         }));
         let _ = child.kill();
         let _ = child.wait();

@@ -293,7 +293,7 @@ async fn single_append<S: Store>(store: S, events: usize) -> BenchResult<f64> {
         tx.commit().await?;
     }
     let rate = events as f64 / started.elapsed().as_secs_f64();
-    let stored = store.count_events().await?;
+    let stored = store.count_events(&[]).await?;
     if stored != events as u64 {
         return Err(format!("single append: {stored} events stored of {events}").into());
     }
@@ -320,7 +320,7 @@ async fn batch_append<S: Store>(store: S, events: usize) -> BenchResult<f64> {
         tx.commit().await?;
     }
     let rate = events as f64 / started.elapsed().as_secs_f64();
-    let stored = store.count_events().await?;
+    let stored = store.count_events(&[]).await?;
     if stored != events as u64 {
         return Err(format!("batch append: {stored} events stored of {events}").into());
     }

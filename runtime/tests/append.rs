@@ -111,7 +111,7 @@ async fn append_writes_one_event_and_a_delivery_per_subscriber_then_notifies_on_
         );
 
         // The only event stored, with its envelope.
-        assert_eq!(store.count_events().await?, 1);
+        assert_eq!(store.count_events(&[]).await?, 1);
         let stored = store
             .event(receipt.event_id)
             .await?
@@ -300,7 +300,7 @@ async fn rollback_leaves_no_event_delivery_or_notification() -> TestResult {
             notifications(&mut listener, Duration::from_millis(300)).await,
             Vec::<String>::new()
         );
-        assert_eq!(store.count_events().await?, 0);
+        assert_eq!(store.count_events(&[]).await?, 0);
         assert_eq!(count_all_deliveries(&store).await?, 0);
 
         // The same append committed is announced.
@@ -309,7 +309,7 @@ async fn rollback_leaves_no_event_delivery_or_notification() -> TestResult {
             notifications(&mut listener, Duration::from_millis(2_000)).await,
             ["c.live", "c.shadow"]
         );
-        assert_eq!(store.count_events().await?, 1);
+        assert_eq!(store.count_events(&[]).await?, 1);
         assert_eq!(count_all_deliveries(&store).await?, 2);
         Ok(())
     })
@@ -692,7 +692,7 @@ async fn every_reject_class_returns_its_error_and_leaves_only_a_reject_row() -> 
                 digest_key().digest_hex(canonical_json(&case.event.payload).as_bytes())
             };
             assert_eq!(row.payload_digest, digest, "{name}");
-            assert_eq!(store.count_events().await?, 0, "{name}");
+            assert_eq!(store.count_events(&[]).await?, 0, "{name}");
             assert_eq!(count_all_deliveries(&store).await?, 0, "{name}");
         }
         // No reject table column can hold the payload.
@@ -749,7 +749,7 @@ async fn repeated_idempotency_key_returns_the_first_event_and_writes_nothing() -
         assert!(other_class.created);
         tx.commit().await?;
 
-        assert_eq!(store.count_events().await?, 3);
+        assert_eq!(store.count_events(&[]).await?, 3);
         assert_eq!(count_all_deliveries(&store).await?, 2 + 2 + 1);
 
         // The same in a batch, the repeated key inside the batch too.
@@ -772,7 +772,7 @@ async fn repeated_idempotency_key_returns_the_first_event_and_writes_nothing() -
         assert!(receipts[1].created);
         assert_eq!(receipts[2].event_id, receipts[1].event_id);
         assert!(!receipts[2].created);
-        assert_eq!(store.count_events().await?, 4);
+        assert_eq!(store.count_events(&[]).await?, 4);
         assert_eq!(count_all_deliveries(&store).await?, 2 + 2 + 1 + 2);
         Ok(())
     })
@@ -832,7 +832,7 @@ async fn batch_append_in_order(keyed: bool) -> TestResult {
         );
         let ids: BTreeSet<_> = receipts.iter().map(|r| r.event_id).collect();
         assert_eq!(ids.len(), 1_000);
-        assert_eq!(store.count_events().await?, 1_000);
+        assert_eq!(store.count_events(&[]).await?, 1_000);
         assert_eq!(count_all_deliveries(&store).await?, 250 + 750 * 2);
         let delivered: u32 = receipts.iter().map(|r| r.deliveries).sum();
         assert_eq!(delivered, 250 + 750 * 2);
@@ -924,7 +924,7 @@ async fn batch_with_one_refused_event_writes_only_its_reject_row() -> TestResult
         );
         assert!(error.to_string().contains("event 57"));
         assert!(!format!("{error} {error:?}").contains("dozjgNryP4J3jVmNHl0w5N"));
-        assert_eq!(store.count_events().await?, 0);
+        assert_eq!(store.count_events(&[]).await?, 0);
         assert_eq!(count_all_deliveries(&store).await?, 0);
         let rows: Vec<(String, String)> = store
             .rejects(1_000)
@@ -968,7 +968,7 @@ async fn a_payload_deeper_than_serde_json_reads_is_refused_and_the_deepest_allow
             Some("too_deep"),
             "{error}"
         );
-        assert_eq!(store.count_events().await?, 0);
+        assert_eq!(store.count_events(&[]).await?, 0);
 
         let deepest = nested(MAX_PAYLOAD_DEPTH);
         store
@@ -1108,7 +1108,7 @@ async fn a_credential_in_an_envelope_field_is_refused() -> TestResult {
             "{error:?}"
         );
         assert!(!format!("{error} {error:?}").contains("dozjgNryP4J3jVmNHl0w5N"));
-        assert_eq!(store.count_events().await?, 0);
+        assert_eq!(store.count_events(&[]).await?, 0);
         assert_eq!(store.rejects(1_000).await?.len(), 6);
         Ok(())
     })

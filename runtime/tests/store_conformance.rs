@@ -54,6 +54,7 @@ conformance!(
     append_commits_with_the_caller,
     append_rolls_back_with_the_caller,
     append_fans_out_to_every_subscribed_consumer,
+    count_events_counts_the_types_asked_for,
     idempotency_key_returns_the_first_receipt,
     event_reads_the_stored_envelope_without_the_payload,
     rejected_append_writes_a_reject_row_and_nothing_else,
@@ -247,11 +248,11 @@ async fn append_commits_with_the_caller<S: Conformance>(store: S) -> TestResult 
     assert!(receipt.created);
     assert_eq!(receipt.deliveries, 3);
     // Nothing is visible outside the caller's transaction before it commits.
-    assert_eq!(store.count_events().await?, 0);
+    assert_eq!(store.count_events(&[]).await?, 0);
     assert_eq!(store.delivery(receipt.event_id, PLAIN).await?, None);
     tx.commit().await?;
 
-    assert_eq!(store.count_events().await?, 1);
+    assert_eq!(store.count_events(&[]).await?, 1);
     for consumer in [ORDERED, PLAIN, SHADOW] {
         let delivery = store
             .delivery(receipt.event_id, consumer)
@@ -279,7 +280,7 @@ async fn append_rolls_back_with_the_caller<S: Conformance>(store: S) -> TestResu
     assert_eq!(batch.len(), 2);
     tx.rollback().await?;
 
-    assert_eq!(store.count_events().await?, 0);
+    assert_eq!(store.count_events(&[]).await?, 0);
     for consumer in [ORDERED, PLAIN, SHADOW] {
         assert_eq!(
             store.count_deliveries(consumer, &[]).await?,
@@ -326,6 +327,21 @@ async fn append_fans_out_to_every_subscribed_consumer<S: Conformance>(store: S) 
     Ok(())
 }
 
+async fn count_events_counts_the_types_asked_for<S: Conformance>(store: S) -> TestResult {
+    committed(&store, vec![note(1), ping(), note(2)]).await?;
+    let counts = [
+        store.count_events(&[]).await?,
+        store.count_events(&["test.note"]).await?,
+        store.count_events(&["test.ping"]).await?,
+        store.count_events(&["test.ping", "test.note"]).await?,
+        store.count_events(&["test.other"]).await?,
+        // A type is a whole name, not a pattern.
+        store.count_events(&["test.%"]).await?,
+    ];
+    assert_eq!(counts, [3, 2, 1, 3, 0, 0]);
+    Ok(())
+}
+
 async fn idempotency_key_returns_the_first_receipt<S: Conformance>(store: S) -> TestResult {
     let keyed = || AppendOptions::new().idempotency_key("order-42");
     let mut tx = store.begin().await?;
@@ -350,7 +366,7 @@ async fn idempotency_key_returns_the_first_receipt<S: Conformance>(store: S) -> 
     assert_ne!(other.event_id, first.event_id);
     tx.commit().await?;
 
-    assert_eq!(store.count_events().await?, 2);
+    assert_eq!(store.count_events(&[]).await?, 2);
     assert_eq!(store.count_deliveries(ORDERED, &[]).await?, 1);
     assert_eq!(store.count_deliveries(PLAIN, &[]).await?, 2);
     Ok(())
@@ -430,7 +446,7 @@ async fn rejected_append_writes_a_reject_row_and_nothing_else<S: Conformance>(
     );
     // No digest key configured: no digest (never the payload).
     assert_eq!(reject.payload_digest, "");
-    assert_eq!(store.count_events().await?, 0);
+    assert_eq!(store.count_events(&[]).await?, 0);
     for consumer in [ORDERED, PLAIN, SHADOW] {
         assert_eq!(store.count_deliveries(consumer, &[]).await?, 0);
     }
@@ -514,7 +530,7 @@ async fn batch_append_keeps_order_and_receipts<S: Conformance>(store: S) -> Test
     );
     let seqs: Vec<i64> = [0, 1, 2, 4].iter().map(|&i| receipts[i].seq).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
-    assert_eq!(store.count_events().await?, 4);
+    assert_eq!(store.count_events(&[]).await?, 4);
 
     // Without keys or delays (PostgreSQL writes these with COPY): the same order.
     let mut tx = store.begin().await?;
@@ -560,7 +576,7 @@ async fn batch_append_keeps_order_and_receipts<S: Conformance>(store: S) -> Test
     .await?
     .ok_or("reject rows missing")?;
     assert_eq!(rejects.len(), 2);
-    assert_eq!(store.count_events().await?, 7);
+    assert_eq!(store.count_events(&[]).await?, 7);
     Ok(())
 }
 
@@ -1352,7 +1368,7 @@ async fn shadow_savepoint_undoes_the_handlers_writes<S: Conformance>(store: S) -
     tx.commit().await?;
 
     assert_eq!(
-        store.count_events().await?,
+        store.count_events(&[]).await?,
         1,
         "the handler's append was undone"
     );
@@ -2138,7 +2154,7 @@ mod sqlite_only {
         // Closed, the file opens again with what it held.
         store.close().await;
         let reopened = SqliteStore::open(&url, CONFORMANCE_REGISTRY).await?;
-        assert_eq!(reopened.count_events().await?, 1);
+        assert_eq!(reopened.count_events(&[]).await?, 1);
         reopened.close().await;
         Ok(())
     }
@@ -2194,7 +2210,7 @@ mod sqlite_only {
             .open()
             .await?;
         assert_eq!(*recorded.registry(), CONFORMANCE_REGISTRY);
-        assert_eq!(recorded.count_events().await?, 1);
+        assert_eq!(recorded.count_events(&[]).await?, 1);
         recorded.verify_registry().await?;
         recorded.close().await;
 

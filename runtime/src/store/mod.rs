@@ -391,11 +391,15 @@ pub trait Store: Clone + Send + Sync + 'static {
         outcome: &str,
     ) -> impl Future<Output = Result<u64, DispatchError>> + Send;
 
-    /// Events in the outbox.
+    /// Events in the outbox whose type is one of `event_types` (empty: every event): how
+    /// many of a kind were appended, lifecycle events included.
     ///
     /// # Errors
     /// [`DispatchError::Database`].
-    fn count_events(&self) -> impl Future<Output = Result<u64, DispatchError>> + Send;
+    fn count_events(
+        &self,
+        event_types: &[&str],
+    ) -> impl Future<Output = Result<u64, DispatchError>> + Send;
 
     /// The stored envelope of event `event_id` (`None`: no such event, or purged). Never the
     /// payload: its size only.

@@ -994,8 +994,8 @@ impl Store for PgStore {
         read::count_attempts(self.pool(), consumer, outcome).await
     }
 
-    async fn count_events(&self) -> Result<u64, DispatchError> {
-        PgStore::count_events(self).await
+    async fn count_events(&self, event_types: &[&str]) -> Result<u64, DispatchError> {
+        PgStore::count_events(self, event_types).await
     }
 
     async fn event(&self, event_id: Uuid) -> Result<Option<EventRecord>, DispatchError> {

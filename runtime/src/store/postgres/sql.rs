@@ -1102,12 +1102,14 @@ pub(crate) const COUNT_DELIVERIES: &str = "\
 SELECT count(*) FROM evc_deliveries
 WHERE consumer = $1 AND (cardinality($2::text[]) = 0 OR status = ANY($2::text[]))";
 
-/// Events in the outbox.
 /// Attempt rows of consumer `$1` with outcome `$2`.
 pub(crate) const COUNT_ATTEMPTS: &str =
     "SELECT count(*) FROM evc_delivery_attempts WHERE consumer = $1 AND outcome = $2";
 
-pub(crate) const COUNT_EVENTS: &str = "SELECT count(*) FROM evc_events";
+/// Events in the outbox whose type is in `$1` (`text[]`; empty: any type).
+pub(crate) const COUNT_EVENTS: &str = "\
+SELECT count(*) FROM evc_events
+WHERE cardinality($1::text[]) = 0 OR event_type = ANY($1::text[])";
 
 /// The envelope of event `$1` (never its payload).
 pub(crate) const READ_EVENT: &str = "\

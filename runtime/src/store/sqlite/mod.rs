@@ -1261,8 +1261,8 @@ impl Store for SqliteStore {
         read::count_attempts(&self.inner.pool, consumer, outcome).await
     }
 
-    async fn count_events(&self) -> Result<u64, DispatchError> {
-        SqliteStore::count_events(self).await
+    async fn count_events(&self, event_types: &[&str]) -> Result<u64, DispatchError> {
+        SqliteStore::count_events(self, event_types).await
     }
 
     async fn event(&self, event_id: Uuid) -> Result<Option<EventRecord>, DispatchError> {

@@ -74,12 +74,14 @@ impl SqliteStore {
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
-    /// Events in the outbox.
+    /// Events in the outbox whose type is one of `event_types` (empty: every event).
     ///
     /// # Errors
     /// [`DispatchError::Database`].
-    pub async fn count_events(&self) -> Result<u64, DispatchError> {
+    pub async fn count_events(&self, event_types: &[&str]) -> Result<u64, DispatchError> {
+        let event_types = serde_json::Value::from(event_types.to_vec()).to_string();
         let count: i64 = sqlx::query_scalar(sql::COUNT_EVENTS)
+            .bind(event_types)
             .fetch_one(&self.inner.pool)
             .await?;
         Ok(u64::try_from(count).unwrap_or(0))

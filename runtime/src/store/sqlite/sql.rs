@@ -420,12 +420,14 @@ SELECT count(*) FROM evc_deliveries
 WHERE consumer = ?1
     AND (json_array_length(?2) = 0 OR status IN (SELECT value FROM json_each(?2)))";
 
-/// Events in the outbox.
 /// Attempt rows of consumer `?1` with outcome `?2`.
 pub(crate) const COUNT_ATTEMPTS: &str =
     "SELECT count(*) FROM evc_delivery_attempts WHERE consumer = ?1 AND outcome = ?2";
 
-pub(crate) const COUNT_EVENTS: &str = "SELECT count(*) FROM evc_events";
+/// Events in the outbox whose type is in `?1` (a JSON array of strings; empty: any type).
+pub(crate) const COUNT_EVENTS: &str = "\
+SELECT count(*) FROM evc_events
+WHERE json_array_length(?1) = 0 OR event_type IN (SELECT value FROM json_each(?1))";
 
 /// The envelope of event `?1` (never its payload).
 pub(crate) const EVENT: &str = "\
