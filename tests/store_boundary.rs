@@ -35,11 +35,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "checks that rendered x-evc-dead-letter table name; no query",
     ),
     (
-        "runtime/tests/operations.rs",
-        "checks that a refused pause of an unknown consumer writes no state row, which no store \
-         method shows (state is read per registered consumer)",
-    ),
-    (
         "tests/migrations.rs",
         "tests the schema itself: rows kept across steps, constraints, triggers",
     ),
