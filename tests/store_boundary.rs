@@ -73,11 +73,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "runtime/tests/registry_parity.rs",
         "corrupts the registry mirror to test that the store refuses it",
     ),
-    (
-        "runtime/tests/replay.rs",
-        "reads replay and discard audit rows and superseded generations (no read method \
-         shows them), edits the deployed registry mirror, and tries to edit the discard audit",
-    ),
 ];
 
 /// Upper-case SQL keywords followed by a table name.

@@ -23,6 +23,7 @@ const LEDGERS: &[(&str, &str)] = &[
     ("evc_reconciliations", "consumer = consumer"),
     ("evc_consumer_effects", "consumer = consumer"),
     ("evc_purges", "reason = reason"),
+    ("evc_discards", "reason = reason"),
 ];
 
 /// One row in every append-only table, written as the runtime writes them.
@@ -46,7 +47,10 @@ async fn one_row_each(pool: &PgPool) -> Result<(), sqlx::Error> {
          INSERT INTO evc_reconciliations (consumer, event_id, fencing_token, intended) \
          VALUES ('c', '01890a5d-ac96-774b-bcce-000000000001', 1, '[]'); \
          INSERT INTO evc_consumer_effects (consumer, effect_key, event_id, outcome_digest) \
-         VALUES ('c', 'e', '01890a5d-ac96-774b-bcce-000000000001', 'd')",
+         VALUES ('c', 'e', '01890a5d-ac96-774b-bcce-000000000001', 'd'); \
+         INSERT INTO evc_discards (consumer, plan_digest, reason, approval_ref, \
+             idempotency_key, deliveries, items) \
+         VALUES ('c', 'd', 'poison', 'INC-1', 'd-1', 1, '[]')",
     )
     .execute(pool)
     .await?;

@@ -631,6 +631,79 @@ pub const LIFECYCLE_REGISTRY: Registry = Registry {
 // Replay and discard tests.
 // ---------------------------------------------------------------------------------------------
 
+/// Deploys, in the database's registry mirror, a registry of its own digest
+/// ([`evc_runtime::PgStore::install_registry`], as its generated migration would): `test.note`
+/// (order key `note_id`, producer class `notes`, cap 512 bytes) with version 1.0.0 of `schema`
+/// (`None`: no version), and the leased consumer `consumer` on [`FIXED_200MS`], subscribed to
+/// it under `requirement` (`None`: not subscribed). Whatever an earlier deployment had and this
+/// one lacks is no longer deployed.
+pub async fn install(
+    pool: &PgPool,
+    consumer: &str,
+    requirement: Option<&str>,
+    schema: Option<&str>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    fn leak<T>(value: Vec<T>) -> &'static [T] {
+        Box::leak(value.into_boxed_slice())
+    }
+    fn text(value: &str) -> &'static str {
+        Box::leak(value.to_owned().into_boxed_str())
+    }
+    let subscriptions = leak(
+        requirement
+            .map(|requirement| SubscriptionDescriptor {
+                event: "test.note",
+                requirement: text(requirement),
+                versions: &["1.0.0"],
+            })
+            .into_iter()
+            .collect(),
+    );
+    let versions = leak(
+        schema
+            .map(|schema| VersionDescriptor {
+                version: "1.0.0",
+                major: 1,
+                schema: text(schema),
+                schema_digest: DIGEST,
+            })
+            .into_iter()
+            .collect(),
+    );
+    let registry = Registry {
+        project: "runtime_deployed",
+        digest: text(&format!(
+            "{:016x}{:016x}{:016x}{:016x}",
+            random(),
+            random(),
+            random(),
+            random()
+        )),
+        events: leak(vec![EventDescriptor {
+            name: "test.note",
+            description: "A note.",
+            producer_class: "notes",
+            order_key: &["note_id"],
+            deprecated: false,
+            max_payload_bytes: 512,
+            versions,
+        }]),
+        consumers: leak(vec![ConsumerDescriptor {
+            name: text(consumer),
+            subscriptions,
+            ..dispatch_consumer("", HandlerKind::Leased, false)
+        }]),
+        retry_policies: &[FIXED_200MS],
+        payload_policy: REFERENCE_POLICY,
+        require_tenant_scope: false,
+        dispatcher: evc_runtime::DispatcherDescriptor::FORMAT_DEFAULTS,
+    };
+    evc_runtime::PgStore::new(pool.clone(), registry)?
+        .install_registry()
+        .await?;
+    Ok(())
+}
+
 /// Lists `consumer` in the database's registry mirror, subscribed to `test.note` under
 /// `requirement`, as a deployed registry migration would (the test registry is not one).
 pub async fn deploy(pool: &PgPool, consumer: &str, requirement: &str) -> Result<(), sqlx::Error> {
