@@ -52,11 +52,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "seeds dead and pending deliveries for the operator commands and reads what they did",
     ),
     (
-        "runtime/tests/support/mod.rs",
-        "seeds the registry mirror as a deployed registry migration would (test registries \
-         have no generated migration)",
-    ),
-    (
         "runtime/tests/append_only.rs",
         "tries updates, deletes and truncates the ledger triggers must refuse",
     ),

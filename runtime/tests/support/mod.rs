@@ -704,55 +704,14 @@ pub async fn install(
     Ok(())
 }
 
-/// Lists `consumer` in the database's registry mirror, subscribed to `test.note` under
-/// `requirement`, as a deployed registry migration would (the test registry is not one).
-pub async fn deploy(pool: &PgPool, consumer: &str, requirement: &str) -> Result<(), sqlx::Error> {
-    sqlx::raw_sql(
-        "INSERT INTO evc_retry_policies (name, kind, base_delay_ms, max_attempts, jitter, \
-             retry_on, registry_digest) \
-         SELECT 'fixed.200ms', 'fixed_delay', 200, 4, 'none', '{transient}', digest \
-         FROM evc_registry_state ON CONFLICT DO NOTHING; \
-         INSERT INTO evc_event_types (name, description, producer_class, order_key, compat, \
-             status, max_payload_bytes, registry_digest) \
-         SELECT 'test.note', 'A note.', 'notes', '{note_id}', 'backward', 'active', 512, digest \
-         FROM evc_registry_state ON CONFLICT DO NOTHING",
-    )
-    .execute(pool)
-    .await?;
-    sqlx::query(
-        "INSERT INTO evc_consumers (name, description, executor_kind, retry_policy, handler, \
-             ordering, mode, heartbeat_threshold_ms, registry_digest) \
-         SELECT $1, 'test', 'leased', 'fixed.200ms', 'h', 'none', 'live', 60000, digest \
-         FROM evc_registry_state ON CONFLICT DO NOTHING",
-    )
-    .bind(consumer)
-    .execute(pool)
-    .await?;
-    sqlx::query(
-        "INSERT INTO evc_subscriptions (consumer, event_type, requirement, registry_digest) \
-         SELECT $1, 'test.note', $2, digest FROM evc_registry_state \
-         ON CONFLICT (consumer, event_type) DO UPDATE SET requirement = EXCLUDED.requirement",
-    )
-    .bind(consumer)
-    .bind(requirement)
-    .execute(pool)
-    .await?;
-    deploy_version(pool, NOTE_SCHEMA).await
-}
-
-/// Deploys `schema` as `test.note` 1.0.0's in the database's registry mirror.
-pub async fn deploy_version(pool: &PgPool, schema: &str) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO evc_event_versions (event_type, version, major, minor, patch, schema, \
-             schema_digest, registry_digest) \
-         SELECT 'test.note', '1.0.0', 1, 0, 0, $1::jsonb, digest, digest \
-         FROM evc_registry_state \
-         ON CONFLICT (event_type, version) DO UPDATE SET schema = EXCLUDED.schema",
-    )
-    .bind(schema)
-    .execute(pool)
-    .await?;
-    Ok(())
+/// Deploys `consumer`, subscribed to `test.note` under `requirement`, with `test.note` 1.0.0 of
+/// [`NOTE_SCHEMA`] ([`install`]): the test registries have no generated registry migration.
+pub async fn deploy(
+    pool: &PgPool,
+    consumer: &str,
+    requirement: &str,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    install(pool, consumer, Some(requirement), Some(NOTE_SCHEMA)).await
 }
 
 // ---------------------------------------------------------------------------------------------
