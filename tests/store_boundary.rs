@@ -43,11 +43,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "renders the migrations; its tests read the registry and settings upserts it writes",
     ),
     (
-        "runtime/benches/outbox.rs",
-        "the produce run counts events and deliveries straight from the tables, and the \
-         horizon run holds a snapshot open with a query on the attempts table",
-    ),
-    (
         "cli/tests/operate.rs",
         "seeds dead and pending deliveries for the operator commands and reads what they did",
     ),

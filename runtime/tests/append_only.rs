@@ -205,6 +205,28 @@ async fn the_database_refuses_a_payload_over_the_hard_cap() -> TestResult {
             );
         }
         assert_eq!(count(&pool, "evc_events").await?, 1);
+
+        // Switched off (the outbox benchmark's run without it), the cap lets the payload in;
+        // switched on again, it refuses the next one.
+        let over = format!(r#"{{"a":"{}"}}"#, "x".repeat(cap - 7));
+        let store = PgStore::new(pool.clone(), support::TEST_REGISTRY)?;
+        store.set_payload_cap(false).await?;
+        sqlx::query(insert)
+            .bind("01890a5d-ac96-774b-bcce-000000000004")
+            .bind(&over)
+            .execute(&pool)
+            .await?;
+        store.set_payload_cap(true).await?;
+        let refused = sqlx::query(insert)
+            .bind("01890a5d-ac96-774b-bcce-000000000005")
+            .bind(&over)
+            .execute(&pool)
+            .await;
+        assert!(
+            refused.is_err_and(|error| error.to_string().contains("evc_events_payload_cap")),
+            "the cap is on again"
+        );
+        assert_eq!(count(&pool, "evc_events").await?, 2);
         Ok(())
     })
     .await

@@ -2483,4 +2483,17 @@ mod postgres_only {
         })
         .await
     }
+
+    /// `VACUUM` refuses to run inside a transaction block, a multi-statement string's too.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn analyze_refreshes_the_statistics_after_a_bulk_append() -> TestResult {
+        with_database(|pool| async move {
+            let store = crate::support::dispatch_store(&pool, 2).await?;
+            crate::support::append_notes(&store, 50, 5).await?;
+            store.analyze().await?;
+            assert_eq!(evc_runtime::Store::count_events(&store).await?, 50);
+            Ok(())
+        })
+        .await
+    }
 }

@@ -53,6 +53,7 @@ mod dispatch;
 mod doorbell;
 mod lifecycle;
 mod listen;
+mod maintenance;
 mod observe;
 mod operations;
 mod read;

@@ -1231,6 +1231,24 @@ SELECT generation, fencing_token, intended::text AS intended,
 FROM evc_reconciliations WHERE event_id = $1 AND consumer = $2
 ORDER BY generation";
 
+// ---------------------------------------------------------------------------------------------
+// Maintenance (`PgStore::analyze`, `PgStore::set_payload_cap`).
+// ---------------------------------------------------------------------------------------------
+
+/// Fresh planner statistics for the outbox, one statement each (`VACUUM` refuses to run in the
+/// implicit transaction of a multi-statement string): deliveries vacuumed and analyzed, events
+/// analyzed.
+pub(crate) const ANALYZE_OUTBOX: [&str; 2] =
+    ["VACUUM ANALYZE evc_deliveries", "ANALYZE evc_events"];
+
+/// Switches the database-side payload cap off (the fifth runtime step's trigger).
+pub(crate) const DISABLE_PAYLOAD_CAP: &str =
+    "ALTER TABLE evc_events DISABLE TRIGGER evc_events_payload_cap";
+
+/// Switches the database-side payload cap on again.
+pub(crate) const ENABLE_PAYLOAD_CAP: &str =
+    "ALTER TABLE evc_events ENABLE TRIGGER evc_events_payload_cap";
+
 #[cfg(test)]
 mod tests {
     use super::*;
