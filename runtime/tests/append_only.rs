@@ -23,6 +23,7 @@ const LEDGERS: &[(&str, &str)] = &[
     ("evc_reconciliations", "consumer = consumer"),
     ("evc_consumer_effects", "consumer = consumer"),
     ("evc_purges", "reason = reason"),
+    ("evc_discards", "reason = reason"),
 ];
 
 /// One row in every append-only table, written as the runtime writes them.
@@ -46,7 +47,10 @@ async fn one_row_each(pool: &PgPool) -> Result<(), sqlx::Error> {
          INSERT INTO evc_reconciliations (consumer, event_id, fencing_token, intended) \
          VALUES ('c', '01890a5d-ac96-774b-bcce-000000000001', 1, '[]'); \
          INSERT INTO evc_consumer_effects (consumer, effect_key, event_id, outcome_digest) \
-         VALUES ('c', 'e', '01890a5d-ac96-774b-bcce-000000000001', 'd')",
+         VALUES ('c', 'e', '01890a5d-ac96-774b-bcce-000000000001', 'd'); \
+         INSERT INTO evc_discards (consumer, plan_digest, reason, approval_ref, \
+             idempotency_key, deliveries, items) \
+         VALUES ('c', 'd', 'poison', 'INC-1', 'd-1', 1, '[]')",
     )
     .execute(pool)
     .await?;
@@ -201,6 +205,28 @@ async fn the_database_refuses_a_payload_over_the_hard_cap() -> TestResult {
             );
         }
         assert_eq!(count(&pool, "evc_events").await?, 1);
+
+        // Switched off (the outbox benchmark's run without it), the cap lets the payload in;
+        // switched on again, it refuses the next one.
+        let over = format!(r#"{{"a":"{}"}}"#, "x".repeat(cap - 7));
+        let store = PgStore::new(pool.clone(), support::TEST_REGISTRY)?;
+        store.set_payload_cap(false).await?;
+        sqlx::query(insert)
+            .bind("01890a5d-ac96-774b-bcce-000000000004")
+            .bind(&over)
+            .execute(&pool)
+            .await?;
+        store.set_payload_cap(true).await?;
+        let refused = sqlx::query(insert)
+            .bind("01890a5d-ac96-774b-bcce-000000000005")
+            .bind(&over)
+            .execute(&pool)
+            .await;
+        assert!(
+            refused.is_err_and(|error| error.to_string().contains("evc_events_payload_cap")),
+            "the cap is on again"
+        );
+        assert_eq!(count(&pool, "evc_events").await?, 2);
         Ok(())
     })
     .await

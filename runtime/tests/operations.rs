@@ -138,13 +138,21 @@ async fn a_paused_consumer_receives_nothing_and_resumes_in_order() -> TestResult
 async fn an_unknown_consumer_cannot_be_paused() -> TestResult {
     with_database(|pool| async move {
         let store = dispatch_store(&pool, 2).await?;
-        let error = store.pause("nobody").await.expect_err("unknown");
+        // A consumer of another registry: unknown to this store.
+        let unknown = "c.live";
+        let error = store.pause(unknown).await.expect_err("unknown");
         assert!(
-            matches!(&error, DispatchError::UnknownConsumer(name) if name == "nobody"),
+            matches!(&error, DispatchError::UnknownConsumer(name) if name == unknown),
             "{error:?}"
         );
-        // No state row was written for the unknown name.
-        assert_eq!(support::count(&pool, "evc_consumer_state").await?, 0);
+        // No state was written for the unknown name: a store whose registry has it reads the
+        // contract's state, never changed (a written row would read paused, revision 1).
+        let other = PgStore::new(pool.clone(), support::TEST_REGISTRY)?;
+        let state = other.consumer_state(unknown).await?;
+        assert_eq!(
+            (state.paused, state.mode, state.revision),
+            (false, ConsumerMode::Live, 0)
+        );
         Ok(())
     })
     .await

@@ -79,6 +79,7 @@ conformance!(
     replay_with_a_wrong_digest_is_refused_and_writes_nothing,
     applied_replay_writes_a_claimable_next_generation,
     repeated_idempotency_key_answers_the_first_result,
+    replays_and_superseded_generations_are_read_back,
     pause_stops_claims_and_resume_restores_them,
     status_counts_each_consumers_deliveries_lag_and_state,
     timeline_lists_the_traces_event_deliveries_and_attempts,
@@ -487,7 +488,7 @@ async fn a_large_batch_keeps_order_and_idempotency_across_statements<S: Conforma
     }
     let created: Vec<&AppendReceipt> = receipts.iter().filter(|r| r.created).collect();
     assert!(created.windows(2).all(|w| w[0].seq < w[1].seq));
-    assert_eq!(store.count_events().await?, EVENTS - 2);
+    assert_eq!(store.count_events(&[]).await?, EVENTS - 2);
     // Notes (indexes not a multiple of three, and 300) fan out to three consumers, pings to
     // k.plain alone.
     let notes = (0..EVENTS)
@@ -1869,6 +1870,116 @@ async fn applied_replay_writes_a_claimable_next_generation<S: Conformance>(store
     Ok(())
 }
 
+async fn replays_and_superseded_generations_are_read_back<S: Conformance>(store: S) -> TestResult {
+    store.deploy_replayable(PLAIN).await?;
+    let leases = settle(
+        &store,
+        vec![
+            (note(1), RetryDecision::Dead),
+            (note(2), RetryDecision::Quarantine),
+        ],
+    )
+    .await?;
+    let first = store.deliveries(leases[0].event_id, PLAIN).await?;
+    assert_eq!(
+        first
+            .iter()
+            .map(|d| (d.generation, d.status, d.replay_id, d.discard_id))
+            .collect::<Vec<_>>(),
+        [(0, DeliveryStatus::Dead, None, None)],
+        "{}",
+        S::NAME
+    );
+    assert!(store.deliveries(uuid::Uuid::nil(), PLAIN).await?.is_empty());
+
+    // A refused replay records nothing.
+    let selection = ReplaySelection::consumer(PLAIN);
+    let plan = store.replay_plan(&selection).await?;
+    let wrong = ReplayApproval::new("0".repeat(64), "fixed", "CHG-1", "k-1");
+    assert!(store.replay(&selection, &wrong).await.is_err());
+    assert!(store.replays(10).await?.is_empty(), "{}", S::NAME);
+
+    let approval = ReplayApproval::new(plan.digest.clone(), "fixed the bug", "CHG-1", "k-1");
+    let applied = store.replay(&selection, &approval).await?;
+    let replays = store.replays(10).await?;
+    assert_eq!(replays.len(), 1, "{}", S::NAME);
+    let replay = &replays[0];
+    assert_eq!(
+        (
+            replay.replay_id,
+            replay.plan_digest.as_str(),
+            replay.reason.as_str(),
+            replay.approval_ref.as_str(),
+            replay.idempotency_key.as_str(),
+            replay.deliveries
+        ),
+        (
+            applied.replay_id,
+            plan.digest.as_str(),
+            "fixed the bug",
+            "CHG-1",
+            "k-1",
+            2
+        ),
+        "{}",
+        S::NAME
+    );
+    assert!(replay.applied_at > 0.0);
+    let mut items: Vec<_> = replay
+        .items
+        .iter()
+        .map(|i| {
+            (
+                i.event_id,
+                i.consumer.as_str(),
+                i.generation,
+                i.replayed_from,
+                i.version.as_str(),
+            )
+        })
+        .collect();
+    items.sort();
+    let mut expected = vec![
+        (leases[0].event_id, PLAIN, 0, SettledStatus::Dead, "1.0.0"),
+        (
+            leases[1].event_id,
+            PLAIN,
+            0,
+            SettledStatus::Quarantined,
+            "1.0.0",
+        ),
+    ];
+    expected.sort();
+    assert_eq!(items, expected, "{}", S::NAME);
+    assert!(store.replays(0).await?.is_empty());
+
+    // Every generation, oldest first: the superseded one stays, the next names the replay.
+    for lease in &leases {
+        let rows = store.deliveries(lease.event_id, PLAIN).await?;
+        assert_eq!(
+            rows.iter()
+                .map(|d| (d.generation, d.status, d.replay_id, d.token))
+                .collect::<Vec<_>>(),
+            [
+                (0, DeliveryStatus::Replayed, None, lease.token),
+                (
+                    1,
+                    DeliveryStatus::Pending,
+                    Some(applied.replay_id),
+                    lease.token
+                )
+            ],
+            "{}",
+            S::NAME
+        );
+        assert_eq!(
+            rows.last(),
+            store.delivery(lease.event_id, PLAIN).await?.as_ref()
+        );
+    }
+    Ok(())
+}
+
 async fn repeated_idempotency_key_answers_the_first_result<S: Conformance>(store: S) -> TestResult {
     store.deploy_replayable(PLAIN).await?;
     settle(&store, vec![(note(1), RetryDecision::Dead)]).await?;
@@ -2374,5 +2485,85 @@ mod sqlite_only {
         drop(connection);
         store.close().await;
         Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The PostgreSQL store's own behaviour.
+// ---------------------------------------------------------------------------------------------
+
+mod postgres_only {
+    use evc_runtime::{PgStore, StoreError};
+
+    use crate::conformance::CONFORMANCE_REGISTRY;
+    use crate::support::{DISPATCH_REGISTRY, TestResult, with_database};
+
+    /// The consumers of the registry the database deploys, by name.
+    async fn deployed_consumers(
+        pool: &sqlx::PgPool,
+    ) -> Result<Vec<String>, evc_runtime::DispatchError> {
+        let deployed = evc_runtime::deployed_registry(pool).await?;
+        let mut names: Vec<String> = deployed
+            .consumers
+            .iter()
+            .map(|c| c.name.to_owned())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_installed_registry_is_the_deployed_one() -> TestResult {
+        with_database(|pool| async move {
+            let store = PgStore::new(pool.clone(), CONFORMANCE_REGISTRY)?;
+            // The database deploys the reference contracts' registry.
+            assert!(matches!(
+                store.verify_registry().await,
+                Err(StoreError::Drift(_))
+            ));
+            store.install_registry().await?;
+            store.verify_registry().await?;
+            let mut expected: Vec<String> = CONFORMANCE_REGISTRY
+                .consumers
+                .iter()
+                .map(|c| c.name.to_owned())
+                .collect();
+            expected.sort();
+            assert_eq!(deployed_consumers(&pool).await?, expected);
+            // Again: nothing changes.
+            store.install_registry().await?;
+            store.verify_registry().await?;
+
+            // Another registry installed after it is deployed in its place: objects only the
+            // first one has stay as rows, no longer deployed.
+            let other = PgStore::new(pool.clone(), DISPATCH_REGISTRY)?;
+            other.install_registry().await?;
+            other.verify_registry().await?;
+            assert!(matches!(
+                store.verify_registry().await,
+                Err(StoreError::Drift(_))
+            ));
+            let names: Vec<String> = DISPATCH_REGISTRY
+                .consumers
+                .iter()
+                .map(|c| c.name.to_owned())
+                .collect();
+            assert_eq!(deployed_consumers(&pool).await?, names);
+            Ok(())
+        })
+        .await
+    }
+
+    /// `VACUUM` refuses to run inside a transaction block, a multi-statement string's too.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn analyze_refreshes_the_statistics_after_a_bulk_append() -> TestResult {
+        with_database(|pool| async move {
+            let store = crate::support::dispatch_store(&pool, 2).await?;
+            crate::support::append_notes(&store, 50, 5).await?;
+            store.analyze().await?;
+            assert_eq!(evc_runtime::Store::count_events(&store).await?, 50);
+            Ok(())
+        })
+        .await
     }
 }

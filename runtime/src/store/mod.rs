@@ -10,7 +10,8 @@
 //! ([`crate::append::Checker`]); PostgreSQL's registry mirror follows the parity rules of
 //! [`parity`].
 //!
-//! Both stores also answer the same read methods ([`Store::delivery`], [`Store::attempts`],
+//! Both stores also answer the same read methods ([`Store::delivery`], [`Store::deliveries`],
+//! [`Store::attempts`],
 //! [`Store::event`], [`Store::count_deliveries`], [`Store::count_attempts`],
 //! [`Store::count_events`], [`Store::rejects`], [`Store::effect`],
 //! [`Store::reconciliations`]; and, inherent, `stale_rejections`) with the types below
@@ -31,7 +32,7 @@
 //! | [`Store::heartbeat`], [`Store::forget_heartbeats`] | the heartbeat task |
 //! | [`Store::listen`], [`Store::hold_doorbell`], [`Store::release_doorbell`] | wake-ups of idle workers |
 //! | [`Store::begin`], [`Store::begin_on`] | applications (the transaction they append in), the transactional kind |
-//! | [`Store::delivery`], [`Store::attempts`], [`Store::event`], [`Store::count_deliveries`], [`Store::count_attempts`], [`Store::count_events`], [`Store::rejects`] | tests, tools, the tour |
+//! | [`Store::delivery`], [`Store::deliveries`], [`Store::attempts`], [`Store::event`], [`Store::count_deliveries`], [`Store::count_attempts`], [`Store::count_events`], [`Store::rejects`] | tests, tools, the tour |
 //! | [`Store::effect`], [`Store::reconciliations`] | operators checking an effect, or what a shadow run meant to do; tests |
 //! | [`Operate`] (dead letters, replay, pause and resume) | operators, the CLI |
 //!
@@ -356,6 +357,19 @@ pub trait Store: Clone + Send + Sync + 'static {
         event_id: Uuid,
         consumer: &str,
     ) -> impl Future<Output = Result<Option<DeliveryRecord>, DispatchError>> + Send;
+
+    /// Every generation of `event_id`'s delivery to `consumer` that has a row, oldest first
+    /// (the last is [`Store::delivery`]'s): a replayed delivery's superseded generations stay,
+    /// with status [`DeliveryStatus::Replayed`]. Empty: no such delivery, or its only
+    /// generation was acked.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn deliveries(
+        &self,
+        event_id: Uuid,
+        consumer: &str,
+    ) -> impl Future<Output = Result<Vec<DeliveryRecord>, DispatchError>> + Send;
 
     /// The attempt rows of `event_id`'s delivery to `consumer`, every generation, in the order
     /// they were written.
@@ -780,6 +794,11 @@ pub struct DeliveryRecord {
     pub available_at: f64,
     /// The last failed attempt's error code (`lease_expired` after a recovery), if any.
     pub last_error_code: Option<String>,
+    /// The replay that wrote this generation (`None` for generation 0, which the append wrote).
+    pub replay_id: Option<i64>,
+    /// The discard that settled it for good (status [`DeliveryStatus::Discarded`]; PostgreSQL
+    /// only, where an operator console discards).
+    pub discard_id: Option<i64>,
 }
 
 /// One stored event's envelope, as the outbox keeps it ([`Store::event`]).

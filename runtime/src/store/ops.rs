@@ -85,6 +85,16 @@ pub trait Operate: Store {
         &self,
         consumer: &str,
     ) -> impl Future<Output = Result<ConsumerState, DispatchError>> + Send;
+
+    /// The oldest `limit` applied replays, oldest first, each with the deliveries it
+    /// superseded: the audit of who approved what and why. A refused replay writes none.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn replays(
+        &self,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<ReplayRecord>, DispatchError>> + Send;
 }
 
 /// Longest replay reason, in characters.
@@ -450,6 +460,45 @@ pub enum ReplayError {
     /// The database failed.
     #[error("outbox database error: {0}")]
     Database(#[from] sqlx::Error),
+}
+
+/// An applied replay as its audit rows keep it ([`Operate::replays`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ReplayRecord {
+    /// The replay's id ([`ReplayApplied::replay_id`]; the new deliveries'
+    /// [`crate::DeliveryRecord::replay_id`]).
+    pub replay_id: i64,
+    /// The digest of the plan it applied.
+    pub plan_digest: String,
+    /// The operator's reason.
+    pub reason: String,
+    /// The approval reference.
+    pub approval_ref: String,
+    /// The idempotency key it was applied under.
+    pub idempotency_key: String,
+    /// New deliveries it created.
+    pub deliveries: u64,
+    /// When it was applied, in epoch seconds of the store's clock.
+    pub applied_at: f64,
+    /// The deliveries it superseded, by event id.
+    pub items: Vec<ReplayItem>,
+}
+
+/// A delivery a replay superseded ([`ReplayRecord::items`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplayItem {
+    /// The event.
+    pub event_id: Uuid,
+    /// The consumer.
+    pub consumer: String,
+    /// The generation replayed (the replay wrote the next one).
+    pub generation: i32,
+    /// The status it left.
+    pub replayed_from: SettledStatus,
+    /// The event's version.
+    pub version: String,
 }
 
 /// A consumer's operator state.

@@ -205,7 +205,7 @@ fn list(items: &[impl AsRef<str>]) -> String {
     format!("[{}]", items.join(", "))
 }
 
-fn handler_name(kind: HandlerKind) -> &'static str {
+pub(crate) fn handler_name(kind: HandlerKind) -> &'static str {
     match kind {
         HandlerKind::Transactional => "transactional",
         HandlerKind::Leased => "leased",

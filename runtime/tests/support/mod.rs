@@ -631,55 +631,87 @@ pub const LIFECYCLE_REGISTRY: Registry = Registry {
 // Replay and discard tests.
 // ---------------------------------------------------------------------------------------------
 
-/// Lists `consumer` in the database's registry mirror, subscribed to `test.note` under
-/// `requirement`, as a deployed registry migration would (the test registry is not one).
-pub async fn deploy(pool: &PgPool, consumer: &str, requirement: &str) -> Result<(), sqlx::Error> {
-    sqlx::raw_sql(
-        "INSERT INTO evc_retry_policies (name, kind, base_delay_ms, max_attempts, jitter, \
-             retry_on, registry_digest) \
-         SELECT 'fixed.200ms', 'fixed_delay', 200, 4, 'none', '{transient}', digest \
-         FROM evc_registry_state ON CONFLICT DO NOTHING; \
-         INSERT INTO evc_event_types (name, description, producer_class, order_key, compat, \
-             status, max_payload_bytes, registry_digest) \
-         SELECT 'test.note', 'A note.', 'notes', '{note_id}', 'backward', 'active', 512, digest \
-         FROM evc_registry_state ON CONFLICT DO NOTHING",
-    )
-    .execute(pool)
-    .await?;
-    sqlx::query(
-        "INSERT INTO evc_consumers (name, description, executor_kind, retry_policy, handler, \
-             ordering, mode, heartbeat_threshold_ms, registry_digest) \
-         SELECT $1, 'test', 'leased', 'fixed.200ms', 'h', 'none', 'live', 60000, digest \
-         FROM evc_registry_state ON CONFLICT DO NOTHING",
-    )
-    .bind(consumer)
-    .execute(pool)
-    .await?;
-    sqlx::query(
-        "INSERT INTO evc_subscriptions (consumer, event_type, requirement, registry_digest) \
-         SELECT $1, 'test.note', $2, digest FROM evc_registry_state \
-         ON CONFLICT (consumer, event_type) DO UPDATE SET requirement = EXCLUDED.requirement",
-    )
-    .bind(consumer)
-    .bind(requirement)
-    .execute(pool)
-    .await?;
-    deploy_version(pool, NOTE_SCHEMA).await
+/// Deploys, in the database's registry mirror, a registry of its own digest
+/// ([`evc_runtime::PgStore::install_registry`], as its generated migration would): `test.note`
+/// (order key `note_id`, producer class `notes`, cap 512 bytes) with version 1.0.0 of `schema`
+/// (`None`: no version), and the leased consumer `consumer` on [`FIXED_200MS`], subscribed to
+/// it under `requirement` (`None`: not subscribed). Whatever an earlier deployment had and this
+/// one lacks is no longer deployed.
+pub async fn install(
+    pool: &PgPool,
+    consumer: &str,
+    requirement: Option<&str>,
+    schema: Option<&str>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    fn leak<T>(value: Vec<T>) -> &'static [T] {
+        Box::leak(value.into_boxed_slice())
+    }
+    fn text(value: &str) -> &'static str {
+        Box::leak(value.to_owned().into_boxed_str())
+    }
+    let subscriptions = leak(
+        requirement
+            .map(|requirement| SubscriptionDescriptor {
+                event: "test.note",
+                requirement: text(requirement),
+                versions: &["1.0.0"],
+            })
+            .into_iter()
+            .collect(),
+    );
+    let versions = leak(
+        schema
+            .map(|schema| VersionDescriptor {
+                version: "1.0.0",
+                major: 1,
+                schema: text(schema),
+                schema_digest: DIGEST,
+            })
+            .into_iter()
+            .collect(),
+    );
+    let registry = Registry {
+        project: "runtime_deployed",
+        digest: text(&format!(
+            "{:016x}{:016x}{:016x}{:016x}",
+            random(),
+            random(),
+            random(),
+            random()
+        )),
+        events: leak(vec![EventDescriptor {
+            name: "test.note",
+            description: "A note.",
+            producer_class: "notes",
+            order_key: &["note_id"],
+            deprecated: false,
+            max_payload_bytes: 512,
+            versions,
+        }]),
+        consumers: leak(vec![ConsumerDescriptor {
+            name: text(consumer),
+            subscriptions,
+            ..dispatch_consumer("", HandlerKind::Leased, false)
+        }]),
+        retry_policies: &[FIXED_200MS],
+        payload_policy: REFERENCE_POLICY,
+        require_tenant_scope: false,
+        dispatcher: evc_runtime::DispatcherDescriptor::FORMAT_DEFAULTS,
+    };
+    evc_runtime::PgStore::new(pool.clone(), registry)?
+        .install_registry()
+        .await?;
+    Ok(())
 }
 
-/// Deploys `schema` as `test.note` 1.0.0's in the database's registry mirror.
-pub async fn deploy_version(pool: &PgPool, schema: &str) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO evc_event_versions (event_type, version, major, minor, patch, schema, \
-             schema_digest, registry_digest) \
-         SELECT 'test.note', '1.0.0', 1, 0, 0, $1::jsonb, digest, digest \
-         FROM evc_registry_state \
-         ON CONFLICT (event_type, version) DO UPDATE SET schema = EXCLUDED.schema",
-    )
-    .bind(schema)
-    .execute(pool)
-    .await?;
-    Ok(())
+/// Deploys `consumer`, subscribed to `test.note` under `requirement`, with `test.note` 1.0.0 of
+/// [`NOTE_SCHEMA`] ([`install`]): the test registries have no generated registry migration.
+pub async fn deploy(
+    pool: &PgPool,
+    consumer: &str,
+    requirement: &str,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    install(pool, consumer, Some(requirement), Some(NOTE_SCHEMA)).await
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ use sqlx::postgres::PgPool;
 
 use super::observe::{self, WatchedConsumer};
 use super::operations;
-use super::replay::{self, DiscardApplied, DiscardPlan};
+use super::replay::{self, DiscardApplied, DiscardPlan, DiscardRecord};
 use super::{PgStore, sql};
 use crate::registry::ConsumerMode;
 use crate::store::DispatchError;
@@ -208,6 +208,15 @@ impl Console {
     ) -> Result<DiscardApplied, ReplayError> {
         self.deployed(&selection.consumer)?;
         replay::discard(&self.pool, self.lifecycle.as_ref(), selection, approval).await
+    }
+
+    /// The oldest `limit` applied discards, oldest first: the audit of who discarded what,
+    /// why and when. A refused discard writes none.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    pub async fn discards(&self, limit: u32) -> Result<Vec<DiscardRecord>, DispatchError> {
+        Ok(replay::discards(&self.pool, limit).await?)
     }
 
     fn deployed(&self, consumer: &str) -> Result<(), ReplayError> {

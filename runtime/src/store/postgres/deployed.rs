@@ -12,13 +12,14 @@
 use sqlx::Row;
 use sqlx::postgres::PgPool;
 
-use super::sql;
+use super::{PgStore, sql};
 use crate::registry::{
     ConsumerDescriptor, ConsumerMode, DispatcherDescriptor, EventDescriptor, HandlerKind,
     PayloadPolicyDescriptor, Registry, RetryPolicyDescriptor, SubscriptionDescriptor,
     VersionDescriptor,
 };
-use crate::store::DispatchError;
+use crate::store::parity;
+use crate::store::{DispatchError, StoreError};
 
 /// Reads the deployed registry of the database behind `pool`.
 ///
@@ -241,4 +242,109 @@ fn leak(text: String) -> &'static str {
 
 fn leak_slice<T>(items: Vec<T>) -> &'static [T] {
     Box::leak(items.into_boxed_slice())
+}
+
+impl PgStore {
+    /// Writes the store's registry into the database's registry mirror, as the generated
+    /// registry migration (`NNNN_evc_registry_*.sql`) of the same registry would, in one
+    /// transaction: upserts every retry policy, event type, version, consumer and subscription
+    /// under the registry's digest, then makes that digest the deployed one. Rows of objects
+    /// the registry lacks stay, under their older digest, so they are no longer deployed.
+    ///
+    /// For databases set up without `evc generate` migrations (a registry built in code, as
+    /// tests build theirs); after it, [`PgStore::verify_registry`] finds no drift. What the
+    /// compiled registry does not hold is written as: no description for consumers, the
+    /// handler kind as the executor kind, and compatibility `unknown`. The runtime settings
+    /// row (the settings migration) is not written.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (nothing is written then).
+    pub async fn install_registry(&self) -> Result<(), StoreError> {
+        let registry = self.registry();
+        let digest = registry.digest;
+        let mut tx = self.pool().begin().await?;
+        for policy in registry.retry_policies {
+            sqlx::query(sql::INSTALL_RETRY_POLICY)
+                .bind(policy.name)
+                .bind(policy.kind)
+                .bind(i64::try_from(policy.base_delay_ms).unwrap_or(i64::MAX))
+                .bind(
+                    policy
+                        .max_delay_ms
+                        .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)),
+                )
+                .bind(i32::try_from(policy.max_attempts).unwrap_or(i32::MAX))
+                .bind(policy.jitter)
+                .bind(policy.retry_on)
+                .bind(digest)
+                .execute(&mut *tx)
+                .await?;
+        }
+        for event in registry.events {
+            sqlx::query(sql::INSTALL_EVENT_TYPE)
+                .bind(event.name)
+                .bind(event.description)
+                .bind(event.producer_class)
+                .bind(event.order_key)
+                .bind("unknown")
+                .bind(if event.deprecated {
+                    "deprecated"
+                } else {
+                    "active"
+                })
+                .bind(i32::try_from(event.max_payload_bytes).unwrap_or(i32::MAX))
+                .bind(digest)
+                .execute(&mut *tx)
+                .await?;
+            for version in event.versions {
+                let (minor, patch) = semver::Version::parse(version.version)
+                    .map_or((0, 0), |parsed| (parsed.minor, parsed.patch));
+                sqlx::query(sql::INSTALL_EVENT_VERSION)
+                    .bind(event.name)
+                    .bind(version.version)
+                    .bind(i64::try_from(version.major).unwrap_or(i64::MAX))
+                    .bind(i64::try_from(minor).unwrap_or(i64::MAX))
+                    .bind(i64::try_from(patch).unwrap_or(i64::MAX))
+                    .bind(version.schema)
+                    .bind(version.schema_digest)
+                    .bind(digest)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        for consumer in registry.consumers {
+            let handler = parity::handler_name(consumer.handler);
+            sqlx::query(sql::INSTALL_CONSUMER)
+                .bind(consumer.name)
+                .bind("")
+                .bind(handler)
+                .bind(consumer.retry_policy)
+                .bind(handler)
+                .bind(if consumer.per_key_ordering {
+                    "per_key"
+                } else {
+                    "none"
+                })
+                .bind(consumer.mode.as_str())
+                .bind(i64::try_from(consumer.heartbeat_threshold_ms).unwrap_or(i64::MAX))
+                .bind(digest)
+                .execute(&mut *tx)
+                .await?;
+            for subscription in consumer.subscriptions {
+                sqlx::query(sql::INSTALL_SUBSCRIPTION)
+                    .bind(consumer.name)
+                    .bind(subscription.event)
+                    .bind(subscription.requirement)
+                    .bind(digest)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        sqlx::query(sql::INSTALL_REGISTRY_DIGEST)
+            .bind(digest)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
 }

@@ -53,6 +53,7 @@ mod dispatch;
 mod doorbell;
 mod lifecycle;
 mod listen;
+mod maintenance;
 mod observe;
 mod operations;
 mod read;
@@ -71,12 +72,12 @@ pub use observe::{
     AttemptLatency, ConsumerStatus, Lag, LeasedDelivery, Percentiles, Problem, SilentWorker,
     StatusReport, TimelineEntry, WatchedConsumer, WorkerSettings,
 };
-pub use replay::{DiscardApplied, DiscardPlan, DiscardedDelivery};
+pub use replay::{DiscardApplied, DiscardPlan, DiscardRecord, DiscardedDelivery};
 // The operator types moved to `store::ops` (both stores use them); kept here for old paths.
 pub use crate::store::ops::{
     ConsumerState, DEFAULT_REPLAY_LIMIT, MAX_REPLAY_REASON_CHARS, MAX_REPLAY_REF_CHARS,
-    NotReplayable, NotReplayableReason, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
-    ReplaySelection, SettledDelivery, SettledStatus,
+    NotReplayable, NotReplayableReason, ReplayApplied, ReplayApproval, ReplayError, ReplayItem,
+    ReplayPlan, ReplayRecord, ReplaySelection, SettledDelivery, SettledStatus,
 };
 
 pub use retention::{
@@ -972,6 +973,14 @@ impl Store for PgStore {
         consumer: &str,
     ) -> Result<Option<DeliveryRecord>, DispatchError> {
         PgStore::delivery(self, event_id, consumer).await
+    }
+
+    async fn deliveries(
+        &self,
+        event_id: Uuid,
+        consumer: &str,
+    ) -> Result<Vec<DeliveryRecord>, DispatchError> {
+        read::deliveries(self, event_id, consumer).await
     }
 
     async fn attempts(

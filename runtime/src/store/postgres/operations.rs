@@ -10,7 +10,7 @@ use super::{PgStore, replay, sql};
 use crate::registry::ConsumerMode;
 use crate::store::DispatchError;
 use crate::store::ops::{
-    ConsumerState, Operate, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
+    ConsumerState, Operate, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplayRecord,
     ReplaySelection, SettledDelivery,
 };
 
@@ -167,6 +167,10 @@ impl Operate for PgStore {
 
     async fn consumer_state(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
         PgStore::consumer_state(self, consumer).await
+    }
+
+    async fn replays(&self, limit: u32) -> Result<Vec<ReplayRecord>, DispatchError> {
+        Ok(replay::replays(&self.inner.pool, limit).await?)
     }
 }
 

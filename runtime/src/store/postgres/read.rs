@@ -117,6 +117,21 @@ impl PgStore {
     }
 }
 
+/// Every generation of `event_id`'s delivery to `consumer`, oldest first
+/// ([`crate::Store::deliveries`]).
+pub(super) async fn deliveries(
+    store: &PgStore,
+    event_id: Uuid,
+    consumer: &str,
+) -> Result<Vec<DeliveryRecord>, DispatchError> {
+    let rows = sqlx::query(sql::READ_DELIVERIES)
+        .bind(event_id)
+        .bind(consumer)
+        .fetch_all(store.pool())
+        .await?;
+    Ok(rows.iter().map(delivery_record).collect::<Result<_, _>>()?)
+}
+
 fn delivery_record(row: &PgRow) -> Result<DeliveryRecord, sqlx::Error> {
     Ok(DeliveryRecord {
         generation: u32::try_from(row.try_get::<i32, _>("generation")?).unwrap_or(0),
@@ -127,6 +142,8 @@ fn delivery_record(row: &PgRow) -> Result<DeliveryRecord, sqlx::Error> {
         lease_until: row.try_get("lease_until")?,
         available_at: row.try_get("next_attempt_at")?,
         last_error_code: row.try_get("last_error_code")?,
+        replay_id: row.try_get("replay_id")?,
+        discard_id: row.try_get("discard_id")?,
     })
 }
 

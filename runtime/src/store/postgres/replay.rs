@@ -11,8 +11,9 @@ use uuid::Uuid;
 
 use super::{PgStore, sql};
 use crate::store::ops::{
-    self, NotReplayable, PlanKind, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
-    ReplaySelection, SettledDelivery, SettledStatus, check_approval, plan_digest, plan_of,
+    self, NotReplayable, PlanKind, ReplayApplied, ReplayApproval, ReplayError, ReplayItem,
+    ReplayPlan, ReplayRecord, ReplaySelection, SettledDelivery, SettledStatus, check_approval,
+    plan_digest, plan_of,
 };
 
 /// The settled deliveries `selection` takes, read only.
@@ -336,6 +337,102 @@ pub(crate) async fn discard(
         discarded,
         repeated: false,
     })
+}
+
+/// An applied discard as its audit row keeps it ([`crate::Console::discards`]). The row is
+/// append-only: the database refuses to update, delete or truncate it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct DiscardRecord {
+    /// The discard's id ([`DiscardApplied::discard_id`]).
+    pub discard_id: i64,
+    /// The consumer whose deliveries it discarded.
+    pub consumer: String,
+    /// The digest of the plan it applied.
+    pub plan_digest: String,
+    /// The operator's reason.
+    pub reason: String,
+    /// The approval reference.
+    pub approval_ref: String,
+    /// The idempotency key it was applied under.
+    pub idempotency_key: String,
+    /// The database role that applied it.
+    pub db_role: String,
+    /// When, in epoch seconds of the database's clock.
+    pub discarded_at: f64,
+    /// Deliveries discarded, as the row counts them.
+    pub deliveries: u64,
+    /// The deliveries discarded, in plan order, as the row lists them.
+    pub discarded: Vec<DiscardedDelivery>,
+}
+
+/// The oldest `limit` replays with their items, oldest first ([`crate::Operate::replays`]).
+pub(crate) async fn replays(pool: &PgPool, limit: u32) -> Result<Vec<ReplayRecord>, sqlx::Error> {
+    let rows = sqlx::query(sql::READ_REPLAYS)
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await?;
+    let mut replays = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let deliveries: i32 = row.try_get("deliveries")?;
+        replays.push(ReplayRecord {
+            replay_id: row.try_get("id")?,
+            plan_digest: row.try_get("plan_digest")?,
+            reason: row.try_get("reason")?,
+            approval_ref: row.try_get("approval_ref")?,
+            idempotency_key: row.try_get("idempotency_key")?,
+            deliveries: u64::try_from(deliveries).unwrap_or(0),
+            applied_at: row.try_get("applied_at")?,
+            items: Vec::new(),
+        });
+    }
+    let ids: Vec<i64> = replays.iter().map(|r| r.replay_id).collect();
+    let items = sqlx::query(sql::READ_REPLAY_ITEMS)
+        .bind(&ids)
+        .fetch_all(pool)
+        .await?;
+    for row in &items {
+        let replay_id: i64 = row.try_get("replay_id")?;
+        let from: String = row.try_get("replayed_from")?;
+        let item = ReplayItem {
+            event_id: row.try_get("event_id")?,
+            consumer: row.try_get("consumer")?,
+            generation: row.try_get("generation")?,
+            // The table's CHECK allows only the two settled statuses.
+            replayed_from: SettledStatus::parse(&from).unwrap_or(SettledStatus::Dead),
+            version: row.try_get("schema_version")?,
+        };
+        if let Some(replay) = replays.iter_mut().find(|r| r.replay_id == replay_id) {
+            replay.items.push(item);
+        }
+    }
+    Ok(replays)
+}
+
+/// The oldest `limit` discards, oldest first ([`crate::Console::discards`]).
+pub(crate) async fn discards(pool: &PgPool, limit: u32) -> Result<Vec<DiscardRecord>, sqlx::Error> {
+    let rows = sqlx::query(sql::READ_DISCARDS)
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await?;
+    let mut discards = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let deliveries: i32 = row.try_get("deliveries")?;
+        let items: String = row.try_get("items")?;
+        discards.push(DiscardRecord {
+            discard_id: row.try_get("id")?,
+            consumer: row.try_get("consumer")?,
+            plan_digest: row.try_get("plan_digest")?,
+            reason: row.try_get("reason")?,
+            approval_ref: row.try_get("approval_ref")?,
+            idempotency_key: row.try_get("idempotency_key")?,
+            db_role: row.try_get("db_role")?,
+            discarded_at: row.try_get("discarded_at")?,
+            deliveries: u64::try_from(deliveries).unwrap_or(0),
+            discarded: discarded_items(&items),
+        });
+    }
+    Ok(discards)
 }
 
 /// A discard as its `job.discarded` events describe it: as `evc_discards` records it.

@@ -139,6 +139,68 @@ SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[])";
 /// The registry digest the database holds (no row: the migrations were not applied).
 pub(crate) const REGISTRY_DIGEST: &str = "SELECT digest FROM evc_registry_state";
 
+// Writes of the registry mirror ([`crate::PgStore::install_registry`]): the upserts a generated
+// registry migration (`NNNN_evc_registry_*.sql`) runs, one row at a time. Never a DELETE: rows
+// of objects the registry lacks stay, with the digest of the last registry that held them.
+
+/// Upserts retry policy `$1`: kind, base and max delay, max attempts, jitter, retry-on classes
+/// (`text[]`), registry digest `$8`.
+pub(crate) const INSTALL_RETRY_POLICY: &str = "\
+INSERT INTO evc_retry_policies (name, kind, base_delay_ms, max_delay_ms, max_attempts, jitter,
+    retry_on, registry_digest)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (name) DO UPDATE SET kind = EXCLUDED.kind, base_delay_ms = EXCLUDED.base_delay_ms,
+    max_delay_ms = EXCLUDED.max_delay_ms, max_attempts = EXCLUDED.max_attempts,
+    jitter = EXCLUDED.jitter, retry_on = EXCLUDED.retry_on,
+    registry_digest = EXCLUDED.registry_digest";
+
+/// Upserts event type `$1`: description, producer class, order key (`text[]`), compatibility,
+/// status, payload cap, registry digest `$8`.
+pub(crate) const INSTALL_EVENT_TYPE: &str = "\
+INSERT INTO evc_event_types (name, description, producer_class, order_key, compat, status,
+    max_payload_bytes, registry_digest)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (name) DO UPDATE SET description = EXCLUDED.description,
+    producer_class = EXCLUDED.producer_class, order_key = EXCLUDED.order_key,
+    compat = EXCLUDED.compat, status = EXCLUDED.status,
+    max_payload_bytes = EXCLUDED.max_payload_bytes, registry_digest = EXCLUDED.registry_digest";
+
+/// Upserts version `$2` of event type `$1`: major, minor, patch, schema (JSON text), schema
+/// digest, registry digest `$8`.
+pub(crate) const INSTALL_EVENT_VERSION: &str = "\
+INSERT INTO evc_event_versions (event_type, version, major, minor, patch, schema, schema_digest,
+    registry_digest)
+VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8)
+ON CONFLICT (event_type, version) DO UPDATE SET major = EXCLUDED.major, minor = EXCLUDED.minor,
+    patch = EXCLUDED.patch, schema = EXCLUDED.schema, schema_digest = EXCLUDED.schema_digest,
+    registry_digest = EXCLUDED.registry_digest";
+
+/// Upserts consumer `$1`: description, executor kind, retry policy, handler kind, ordering,
+/// mode, heartbeat threshold, registry digest `$9`.
+pub(crate) const INSTALL_CONSUMER: &str = "\
+INSERT INTO evc_consumers (name, description, executor_kind, retry_policy, handler, ordering,
+    mode, heartbeat_threshold_ms, registry_digest)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (name) DO UPDATE SET description = EXCLUDED.description,
+    executor_kind = EXCLUDED.executor_kind, retry_policy = EXCLUDED.retry_policy,
+    handler = EXCLUDED.handler, ordering = EXCLUDED.ordering, mode = EXCLUDED.mode,
+    heartbeat_threshold_ms = EXCLUDED.heartbeat_threshold_ms,
+    registry_digest = EXCLUDED.registry_digest";
+
+/// Upserts the subscription of consumer `$1` to event type `$2` under requirement `$3`,
+/// registry digest `$4`.
+pub(crate) const INSTALL_SUBSCRIPTION: &str = "\
+INSERT INTO evc_subscriptions (consumer, event_type, requirement, registry_digest)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (consumer, event_type) DO UPDATE SET requirement = EXCLUDED.requirement,
+    registry_digest = EXCLUDED.registry_digest";
+
+/// Makes `$1` the deployed registry digest.
+pub(crate) const INSTALL_REGISTRY_DIGEST: &str = "\
+INSERT INTO evc_registry_state (id, digest) VALUES (true, $1)
+ON CONFLICT (id) DO UPDATE SET digest = EXCLUDED.digest, applied_at = now()
+WHERE evc_registry_state.digest IS DISTINCT FROM EXCLUDED.digest";
+
 /// The event type mirror rows.
 pub(crate) const REGISTRY_EVENT_TYPES: &str = "\
 SELECT name, description, producer_class, order_key, status, max_payload_bytes::int8 AS max_payload_bytes,
@@ -875,6 +937,24 @@ WHERE e.event_id = ANY($1::uuid[])";
 /// Serializes replays that present idempotency key `$1` (transaction-scoped).
 pub(crate) const LOCK_REPLAY_KEY: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 7266))";
 
+/// The oldest `$1` replays, oldest first; times in epoch seconds.
+pub(crate) const READ_REPLAYS: &str = "\
+SELECT id, plan_digest, reason, approval_ref, idempotency_key, deliveries,
+    extract(epoch FROM coalesce(applied_at, requested_at))::float8 AS applied_at
+FROM evc_replays ORDER BY id LIMIT $1";
+
+/// The items of the replays `$1` (`bigint[]`), by replay and event id.
+pub(crate) const READ_REPLAY_ITEMS: &str = "\
+SELECT replay_id, event_id, consumer, generation, replayed_from, schema_version
+FROM evc_replay_items WHERE replay_id = ANY($1::bigint[])
+ORDER BY replay_id, event_id, consumer";
+
+/// The oldest `$1` discards, oldest first; times in epoch seconds.
+pub(crate) const READ_DISCARDS: &str = "\
+SELECT id, consumer, plan_digest, reason, approval_ref, idempotency_key, db_role,
+    extract(epoch FROM discarded_at)::float8 AS discarded_at, deliveries, items::text AS items
+FROM evc_discards ORDER BY id LIMIT $1";
+
 /// The replay recorded under idempotency key `$1`, if any.
 pub(crate) const REPLAY_BY_KEY: &str = "\
 SELECT id, plan_digest, deliveries FROM evc_replays WHERE idempotency_key = $1";
@@ -1080,13 +1160,25 @@ SELECT purge_id, rejects FROM evc_purge_rejects(to_timestamp($1::float8), $2, $3
 // tests and tools read a delivery's state without SQL of their own.
 // ---------------------------------------------------------------------------------------------
 
-/// The newest generation of delivery `$1` of consumer `$2`; times in epoch seconds.
-pub(crate) const READ_DELIVERY: &str = "\
+/// Delivery rows of delivery `$1` of consumer `$2` in generation order (ascending unless a
+/// suffix says otherwise); times in epoch seconds.
+macro_rules! read_deliveries {
+    () => {
+        "\
 SELECT generation, status, attempt, fencing_token, lease_owner,
     extract(epoch FROM lease_until)::float8 AS lease_until,
-    extract(epoch FROM next_attempt_at)::float8 AS next_attempt_at, last_error_code
+    extract(epoch FROM next_attempt_at)::float8 AS next_attempt_at, last_error_code,
+    replay_id, discard_id
 FROM evc_deliveries WHERE event_id = $1 AND consumer = $2
-ORDER BY generation DESC LIMIT 1";
+ORDER BY generation"
+    };
+}
+
+/// The newest generation of delivery `$1` of consumer `$2`; times in epoch seconds.
+pub(crate) const READ_DELIVERY: &str = concat!(read_deliveries!(), " DESC LIMIT 1");
+
+/// Every generation of delivery `$1` of consumer `$2`, oldest first.
+pub(crate) const READ_DELIVERIES: &str = read_deliveries!();
 
 /// The attempt rows of delivery `$1` of consumer `$2` (every generation), in the order
 /// written; times in epoch seconds.
@@ -1140,6 +1232,24 @@ SELECT generation, fencing_token, intended::text AS intended,
     extract(epoch FROM recorded_at)::float8 AS recorded_at
 FROM evc_reconciliations WHERE event_id = $1 AND consumer = $2
 ORDER BY generation";
+
+// ---------------------------------------------------------------------------------------------
+// Maintenance (`PgStore::analyze`, `PgStore::set_payload_cap`).
+// ---------------------------------------------------------------------------------------------
+
+/// Fresh planner statistics for the outbox, one statement each (`VACUUM` refuses to run in the
+/// implicit transaction of a multi-statement string): deliveries vacuumed and analyzed, events
+/// analyzed.
+pub(crate) const ANALYZE_OUTBOX: [&str; 2] =
+    ["VACUUM ANALYZE evc_deliveries", "ANALYZE evc_events"];
+
+/// Switches the database-side payload cap off (the fifth runtime step's trigger).
+pub(crate) const DISABLE_PAYLOAD_CAP: &str =
+    "ALTER TABLE evc_events DISABLE TRIGGER evc_events_payload_cap";
+
+/// Switches the database-side payload cap on again.
+pub(crate) const ENABLE_PAYLOAD_CAP: &str =
+    "ALTER TABLE evc_events ENABLE TRIGGER evc_events_payload_cap";
 
 #[cfg(test)]
 mod tests {

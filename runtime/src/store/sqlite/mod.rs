@@ -1241,6 +1241,14 @@ impl Store for SqliteStore {
         SqliteStore::delivery(self, event_id, consumer).await
     }
 
+    async fn deliveries(
+        &self,
+        event_id: Uuid,
+        consumer: &str,
+    ) -> Result<Vec<DeliveryRecord>, DispatchError> {
+        read::deliveries(self, event_id, consumer).await
+    }
+
     async fn attempts(
         &self,
         event_id: Uuid,

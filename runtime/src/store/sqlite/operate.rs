@@ -16,9 +16,9 @@ use super::{SqliteStore, epoch_now, parse_uuid, sql};
 use crate::registry::ConsumerMode;
 use crate::store::DispatchError;
 use crate::store::ops::{
-    ConsumerState, Operate, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
-    ReplaySelection, SettledDelivery, SettledStatus, StoredPayloads, check_approval, check_plan,
-    plan_of, refusal, refusals,
+    ConsumerState, Operate, ReplayApplied, ReplayApproval, ReplayError, ReplayItem, ReplayPlan,
+    ReplayRecord, ReplaySelection, SettledDelivery, SettledStatus, StoredPayloads, check_approval,
+    check_plan, plan_of, refusal, refusals,
 };
 
 impl Operate for SqliteStore {
@@ -159,6 +159,50 @@ impl Operate for SqliteStore {
                 revision: 0,
             }),
         }
+    }
+
+    async fn replays(&self, limit: u32) -> Result<Vec<ReplayRecord>, DispatchError> {
+        let rows = sqlx::query(sql::READ_REPLAYS)
+            .bind(i64::from(limit))
+            .fetch_all(&self.inner.pool)
+            .await?;
+        let mut replays = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let deliveries: i64 = row.try_get("deliveries")?;
+            replays.push(ReplayRecord {
+                replay_id: row.try_get("id")?,
+                plan_digest: row.try_get("plan_digest")?,
+                reason: row.try_get("reason")?,
+                approval_ref: row.try_get("approval_ref")?,
+                idempotency_key: row.try_get("idempotency_key")?,
+                deliveries: u64::try_from(deliveries).unwrap_or(0),
+                applied_at: row.try_get("applied_at")?,
+                items: Vec::new(),
+            });
+        }
+        let ids = serde_json::Value::from(replays.iter().map(|r| r.replay_id).collect::<Vec<_>>())
+            .to_string();
+        let items = sqlx::query(sql::READ_REPLAY_ITEMS)
+            .bind(ids)
+            .fetch_all(&self.inner.pool)
+            .await?;
+        for row in &items {
+            let replay_id: i64 = row.try_get("replay_id")?;
+            let from: String = row.try_get("replayed_from")?;
+            let generation: i64 = row.try_get("generation")?;
+            let item = ReplayItem {
+                event_id: parse_uuid(&row.try_get::<String, _>("event_id")?)?,
+                consumer: row.try_get("consumer")?,
+                generation: i32::try_from(generation).unwrap_or(i32::MAX),
+                // The table's CHECK allows only the two settled statuses.
+                replayed_from: SettledStatus::parse(&from).unwrap_or(SettledStatus::Dead),
+                version: row.try_get("schema_version")?,
+            };
+            if let Some(replay) = replays.iter_mut().find(|r| r.replay_id == replay_id) {
+                replay.items.push(item);
+            }
+        }
+        Ok(replays)
     }
 }
 

@@ -125,6 +125,21 @@ impl SqliteStore {
     }
 }
 
+/// Every generation of `event_id`'s delivery to `consumer`, oldest first
+/// ([`crate::Store::deliveries`]).
+pub(super) async fn deliveries(
+    store: &SqliteStore,
+    event_id: Uuid,
+    consumer: &str,
+) -> Result<Vec<DeliveryRecord>, DispatchError> {
+    let rows = sqlx::query(sql::DELIVERIES)
+        .bind(event_id.to_string())
+        .bind(consumer)
+        .fetch_all(&store.inner.pool)
+        .await?;
+    Ok(rows.iter().map(delivery_record).collect::<Result<_, _>>()?)
+}
+
 fn delivery_record(row: &SqliteRow) -> Result<DeliveryRecord, sqlx::Error> {
     Ok(DeliveryRecord {
         generation: u32::try_from(row.try_get::<i64, _>("generation")?).unwrap_or(0),
@@ -135,6 +150,8 @@ fn delivery_record(row: &SqliteRow) -> Result<DeliveryRecord, sqlx::Error> {
         lease_until: row.try_get("lease_until")?,
         available_at: row.try_get("next_attempt_at")?,
         last_error_code: row.try_get("last_error_code")?,
+        replay_id: row.try_get("replay_id")?,
+        discard_id: row.try_get("discard_id")?,
     })
 }
 

@@ -400,12 +400,23 @@ pub(crate) const SHADOW_ROLLBACK: &str = "ROLLBACK TO SAVEPOINT evc_shadow";
 // Reads (tests, later the CLI).
 // ---------------------------------------------------------------------------------------------
 
-/// The newest generation of delivery `?1` of consumer `?2`.
-pub(crate) const DELIVERY: &str = "\
+/// Delivery rows of delivery `?1` of consumer `?2` in generation order (ascending unless a
+/// suffix says otherwise).
+macro_rules! deliveries {
+    () => {
+        "\
 SELECT generation, status, attempt, fencing_token, lease_owner, lease_until, next_attempt_at,
-    last_error_code
+    last_error_code, replay_id, discard_id
 FROM evc_deliveries WHERE event_id = ?1 AND consumer = ?2
-ORDER BY generation DESC LIMIT 1";
+ORDER BY generation"
+    };
+}
+
+/// The newest generation of delivery `?1` of consumer `?2`.
+pub(crate) const DELIVERY: &str = concat!(deliveries!(), " DESC LIMIT 1");
+
+/// Every generation of delivery `?1` of consumer `?2`, oldest first.
+pub(crate) const DELIVERIES: &str = deliveries!();
 
 /// The attempt rows of delivery `?1` of consumer `?2` (every generation), in the order written.
 pub(crate) const ATTEMPTS: &str = "\
@@ -484,6 +495,17 @@ SELECT event_id, payload FROM evc_events WHERE event_id IN (SELECT value FROM js
 /// The replay recorded under idempotency key `?1`, if any.
 pub(crate) const REPLAY_BY_KEY: &str = "\
 SELECT id, plan_digest, deliveries FROM evc_replays WHERE idempotency_key = ?1";
+
+/// The oldest `?1` replays, oldest first.
+pub(crate) const READ_REPLAYS: &str = "\
+SELECT id, plan_digest, reason, approval_ref, idempotency_key, deliveries, applied_at
+FROM evc_replays ORDER BY id LIMIT ?1";
+
+/// The items of the replays in `?1` (a JSON array of ids), by replay and event id.
+pub(crate) const READ_REPLAY_ITEMS: &str = "\
+SELECT replay_id, event_id, consumer, generation, replayed_from, schema_version
+FROM evc_replay_items WHERE replay_id IN (SELECT value FROM json_each(?1))
+ORDER BY replay_id, event_id, consumer";
 
 /// Records a replay as applied: `?1` consumer, `?2` plan digest, `?3` reason, `?4` approval
 /// reference, `?5` idempotency key, `?6` deliveries, `?7` now. Returns its id.
