@@ -2561,7 +2561,7 @@ mod postgres_only {
             let store = crate::support::dispatch_store(&pool, 2).await?;
             crate::support::append_notes(&store, 50, 5).await?;
             store.analyze().await?;
-            assert_eq!(evc_runtime::Store::count_events(&store).await?, 50);
+            assert_eq!(evc_runtime::Store::count_events(&store, &[]).await?, 50);
             Ok(())
         })
         .await
