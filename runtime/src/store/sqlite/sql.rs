@@ -725,7 +725,10 @@ mod tests {
         for rows in [1, 2, 128, 256] {
             let sql = append_deliveries(rows);
             assert_eq!(sql.matches('?').count(), 7 * rows, "{rows}");
-            assert!(sql.ends_with(&format!("({})", ["?"; 7].join(", "))), "{sql}");
+            assert!(
+                sql.ends_with(&format!("({})", ["?"; 7].join(", "))),
+                "{sql}"
+            );
         }
     }
 }
