@@ -47,10 +47,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "tries updates, deletes and truncates the ledger triggers must refuse",
     ),
     (
-        "runtime/tests/deployed_settings.rs",
-        "edits and drops the settings row to test how workers read it",
-    ),
-    (
         "runtime/tests/lifecycle.rs",
         "compares row versions (xmin) to prove one transaction and no rewrite, and adds \
          triggers on evc_events that make lifecycle inserts fail",

@@ -1,8 +1,9 @@
 //! The settings a database deploys: the settings migration writes the contracts' runtime
 //! settings into the mirror, `deployed_registry` reads them back (so `evc dispatch` runs on the
-//! contracts' settings, not on the format's defaults), a changed settings row changes what a
-//! store built on it accepts and how its dispatcher claims, and each worker's heartbeat records
-//! where its settings came from.
+//! contracts' settings, not on the format's defaults), changed settings deployed later
+//! (`PgStore::install_settings`, as the settings migration of a changed `evc.yaml` writes them)
+//! change what a store built on it accepts and how its dispatcher claims, and each worker's
+//! heartbeat records where its settings came from.
 
 mod support;
 
@@ -11,11 +12,12 @@ use std::time::{Duration, Instant};
 
 use evc_runtime::{
     AppendError, AppendOptions, Console, DeliveryStatus, DispatchError, Dispatcher,
-    DispatcherConfig, HandlerError, OutgoingEvent, PgStore, Registry, Rejection, deployed_registry,
+    DispatcherConfig, DispatcherDescriptor, HandlerError, OutgoingEvent, PayloadPolicyDescriptor,
+    PgStore, Registry, Rejection, deployed_registry,
 };
 use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use sqlx::postgres::{PgPool, PgPoolOptions};
-use support::{TestResult, trace, with_database};
+use support::{TestResult, trace, with_database, with_database_before};
 use tokio::sync::Semaphore;
 
 /// An `iu.born` 1.0.0 payload for unit `n`.
@@ -28,6 +30,18 @@ fn born(n: u64) -> OutgoingEvent {
     });
     let key = evc_runtime::order_key_part(&payload["iu_unit_id"]);
     OutgoingEvent::new("iu.born", "1.0.0", Some(key), &trace(), &payload).expect("serializes")
+}
+
+/// Deploys `registry`'s runtime settings, as the settings migration of an `evc.yaml` changed to
+/// them would.
+async fn deploy_settings(
+    pool: &PgPool,
+    registry: Registry,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    PgStore::new(pool.clone(), registry)?
+        .install_settings()
+        .await?;
+    Ok(())
 }
 
 /// Appends `born(n)` through a store on the registry the database deploys.
@@ -70,27 +84,103 @@ async fn the_mirror_carries_the_settings_the_application_is_built_with() -> Test
     .await
 }
 
+/// Asserts that the database behind `pool` deploys no settings: the format's defaults, a
+/// tenant scope required, and a hard cap of 0 that refuses every append.
+async fn assert_no_settings(pool: &PgPool) -> TestResult {
+    let deployed = deployed_registry(pool).await?;
+    assert_eq!(deployed.payload_policy.hard_max_bytes, 0);
+    assert!(deployed.require_tenant_scope);
+    assert_eq!(deployed.dispatcher, DispatcherDescriptor::FORMAT_DEFAULTS);
+    assert!(
+        deployed
+            .consumers
+            .iter()
+            .all(|c| c.handler_timeout_ms.is_none()),
+        "{:?}",
+        deployed.consumers
+    );
+    let refused = append_deployed(pool, 1, AppendOptions::new().tenant_scope("t")).await?;
+    assert!(
+        matches!(
+            refused,
+            Err(AppendError::Rejected(Rejection::Oversize { cap: 0, .. }))
+        ),
+        "{refused:?}"
+    );
+    Ok(())
+}
+
 #[tokio::test]
-async fn a_database_without_settings_refuses_appends_and_has_the_format_defaults() -> TestResult {
+async fn a_database_without_the_settings_table_refuses_appends_and_has_the_format_defaults()
+-> TestResult {
+    // Migrations generated before the seventh runtime step: no settings table.
+    with_database_before(Some("evc runtime v7"), |pool| async move {
+        assert_no_settings(&pool).await
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_database_without_the_settings_row_refuses_appends_and_has_the_format_defaults()
+-> TestResult {
+    // The seventh step applied, the settings migration not (yet): the table has no row.
+    with_database_before(Some("evc settings"), |pool| async move {
+        assert_no_settings(&pool).await
+    })
+    .await
+}
+
+#[tokio::test]
+async fn installed_settings_are_the_settings_deployed_registry_reads() -> TestResult {
     with_database(|pool| async move {
-        sqlx::query("DROP TABLE evc_settings")
-            .execute(&pool)
-            .await?;
+        let built = evc_generated::REGISTRY;
+        let consumers: Vec<_> = built
+            .consumers
+            .iter()
+            .enumerate()
+            .map(|(i, consumer)| evc_runtime::ConsumerDescriptor {
+                // Every other consumer with a timeout of its own, the rest without one.
+                handler_timeout_ms: (i % 2 == 0).then_some(1_000 + i as u64),
+                ..*consumer
+            })
+            .collect();
+        let changed = Registry {
+            consumers: Box::leak(consumers.into_boxed_slice()),
+            payload_policy: PayloadPolicyDescriptor {
+                denied_keys: &["secret", "it's"],
+                credential_key_names: &["token"],
+                default_max_bytes: 100,
+                hard_max_bytes: 200,
+            },
+            require_tenant_scope: !built.require_tenant_scope,
+            dispatcher: DispatcherDescriptor {
+                batch_size: 7,
+                lease_ms: 12_345,
+                heartbeat_ms: 2_345,
+                max_attempts: 4,
+                backoff_ceiling_ms: 0,
+            },
+            ..built
+        };
+        assert_ne!(changed.dispatcher, built.dispatcher);
+        deploy_settings(&pool, changed).await?;
+        // Installing them again changes nothing.
+        deploy_settings(&pool, changed).await?;
+
         let deployed = deployed_registry(&pool).await?;
-        assert_eq!(deployed.payload_policy.hard_max_bytes, 0);
-        assert!(deployed.require_tenant_scope);
-        assert_eq!(
-            deployed.dispatcher,
-            evc_runtime::DispatcherDescriptor::FORMAT_DEFAULTS
-        );
-        let refused = append_deployed(&pool, 1, AppendOptions::new().tenant_scope("t")).await?;
-        assert!(
-            matches!(
-                refused,
-                Err(AppendError::Rejected(Rejection::Oversize { cap: 0, .. }))
-            ),
-            "{refused:?}"
-        );
+        assert_eq!(deployed.payload_policy, changed.payload_policy);
+        assert_eq!(deployed.require_tenant_scope, changed.require_tenant_scope);
+        assert_eq!(deployed.dispatcher, changed.dispatcher);
+        for consumer in changed.consumers {
+            assert_eq!(
+                deployed
+                    .consumer(consumer.name)
+                    .map(|c| c.handler_timeout_ms),
+                Some(consumer.handler_timeout_ms),
+                "{}",
+                consumer.name
+            );
+        }
         Ok(())
     })
     .await
@@ -99,10 +189,27 @@ async fn a_database_without_settings_refuses_appends_and_has_the_format_defaults
 #[tokio::test]
 async fn changed_settings_rows_change_what_appends_pass() -> TestResult {
     with_database(|pool| async move {
-        // A lowered hard cap, as a settings migration of a changed `evc.yaml` writes it.
-        sqlx::query("UPDATE evc_settings SET hard_max_bytes = 64")
-            .execute(&pool)
-            .await?;
+        let built = evc_generated::REGISTRY;
+        assert!(!built.require_tenant_scope);
+        assert!(
+            !built
+                .payload_policy
+                .denied_keys
+                .contains(&"governance_state")
+        );
+
+        // A lowered hard cap.
+        deploy_settings(
+            &pool,
+            Registry {
+                payload_policy: PayloadPolicyDescriptor {
+                    hard_max_bytes: 64,
+                    ..built.payload_policy
+                },
+                ..built
+            },
+        )
+        .await?;
         let refused = append_deployed(&pool, 1, AppendOptions::new()).await?;
         assert!(
             matches!(
@@ -112,10 +219,15 @@ async fn changed_settings_rows_change_what_appends_pass() -> TestResult {
             "{refused:?}"
         );
 
-        // `envelope.require_tenant_scope: true`.
-        sqlx::query("UPDATE evc_settings SET hard_max_bytes = 65536, require_tenant_scope = true")
-            .execute(&pool)
-            .await?;
+        // The built cap again, and `envelope.require_tenant_scope: true`.
+        deploy_settings(
+            &pool,
+            Registry {
+                require_tenant_scope: true,
+                ..built
+            },
+        )
+        .await?;
         let refused = append_deployed(&pool, 2, AppendOptions::new()).await?;
         assert!(
             matches!(
@@ -128,11 +240,18 @@ async fn changed_settings_rows_change_what_appends_pass() -> TestResult {
         assert!(with.is_ok(), "{with:?}");
 
         // A newly denied key: `governance_state` is a field of the payload.
-        sqlx::query(
-            "UPDATE evc_settings SET require_tenant_scope = false, \
-             denied_keys = denied_keys || ARRAY['governance_state']",
+        let mut denied_keys = built.payload_policy.denied_keys.to_vec();
+        denied_keys.push("governance_state");
+        deploy_settings(
+            &pool,
+            Registry {
+                payload_policy: PayloadPolicyDescriptor {
+                    denied_keys: Box::leak(denied_keys.into_boxed_slice()),
+                    ..built.payload_policy
+                },
+                ..built
+            },
         )
-        .execute(&pool)
         .await?;
         let refused = append_deployed(&pool, 4, AppendOptions::new()).await?;
         assert!(
@@ -184,9 +303,18 @@ where
 async fn the_deployed_batch_size_bounds_a_claim_and_heartbeats_name_overrides() -> TestResult {
     with_database(|pool| async move {
         const CONSUMER: &str = "worker.notification.iu";
-        sqlx::query("UPDATE evc_settings SET batch_size = 3")
-            .execute(&pool)
-            .await?;
+        let built = evc_generated::REGISTRY;
+        deploy_settings(
+            &pool,
+            Registry {
+                dispatcher: DispatcherDescriptor {
+                    batch_size: 3,
+                    ..built.dispatcher
+                },
+                ..built
+            },
+        )
+        .await?;
         let options = (*pool.connect_options()).clone();
         let dispatch_pool = PgPoolOptions::new()
             .max_connections(8)

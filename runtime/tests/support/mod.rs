@@ -32,6 +32,18 @@ where
     F: FnOnce(PgPool) -> Fut + Send + 'static,
     Fut: Future<Output = TestResult> + Send + 'static,
 {
+    with_database_before(None, check).await
+}
+
+/// [`with_database`], with the generated migrations applied only up to the first whose
+/// description starts with `before` (sqlx's description: the file name's words after the
+/// number, e.g. `"evc runtime v7"` for `NNNN_evc_runtime_v7.sql`), that one excluded: a database
+/// deployed with migrations generated before that step. `None`: all of them.
+pub async fn with_database_before<F, Fut>(before: Option<&'static str>, check: F) -> TestResult
+where
+    F: FnOnce(PgPool) -> Fut + Send + 'static,
+    Fut: Future<Output = TestResult> + Send + 'static,
+{
     let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
     let mut admin = match PgConnection::connect(&url).await {
         Ok(connection) => connection,
@@ -59,10 +71,27 @@ where
             .connect_with(options)
             .await?;
         let migrations = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/migrations");
-        Migrator::new(migrations.as_path())
-            .await?
-            .run(&pool)
-            .await?;
+        let migrator = Migrator::new(migrations.as_path()).await?;
+        match before {
+            None => migrator.run(&pool).await?,
+            Some(description) => {
+                let step = migrator
+                    .iter()
+                    .filter(|m| m.description.starts_with(description))
+                    .map(|m| m.version)
+                    .min()
+                    .ok_or_else(|| {
+                        format!("no migration whose description starts with {description:?}")
+                    })?;
+                let target = migrator
+                    .iter()
+                    .map(|m| m.version)
+                    .filter(|version| *version < step)
+                    .max()
+                    .ok_or_else(|| format!("no migration before {description:?}"))?;
+                migrator.run_to(target, &pool).await?;
+            }
+        }
         let result = check(pool.clone()).await;
         pool.close().await;
         result

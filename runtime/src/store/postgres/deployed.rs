@@ -255,7 +255,7 @@ impl PgStore {
     /// tests build theirs); after it, [`PgStore::verify_registry`] finds no drift. What the
     /// compiled registry does not hold is written as: no description for consumers, the
     /// handler kind as the executor kind, and compatibility `unknown`. The runtime settings
-    /// row (the settings migration) is not written.
+    /// row (the settings migration) is not written: [`PgStore::install_settings`] writes it.
     ///
     /// # Errors
     /// [`StoreError::Database`] (nothing is written then).
@@ -345,6 +345,72 @@ impl PgStore {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
+        Ok(())
+    }
+
+    /// Writes the store's registry's runtime settings into the database's settings row, as a
+    /// generated settings migration (`NNNN_evc_settings_*.sql`) of the same settings would:
+    /// the payload policy, the tenant-scope requirement, the dispatcher block and the
+    /// consumers' handler timeouts, replacing the row whole (a row already holding them is not
+    /// rewritten). [`deployed_registry`] then reads them back, so a process started on the
+    /// deployed registry (`evc dispatch`) runs on these settings.
+    ///
+    /// For databases set up without `evc generate` migrations and for tests that deploy
+    /// settings of their own (a registry built in code). It writes the registry's payload
+    /// policy, not an override set with [`super::PgStoreBuilder::payload_policy`]. The
+    /// `settings_digest` column gets the SHA-256 of the canonical JSON of the settings as the
+    /// registry holds them: not the digest a generated file is named by, which covers
+    /// `registry.json`'s settings (some of which the compiled registry does not carry); the
+    /// runtime never reads it.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`], also when the database lacks the settings table (the
+    /// seventh runtime step, `NNNN_evc_runtime_v7.sql`, was not applied).
+    pub async fn install_settings(&self) -> Result<(), StoreError> {
+        let registry = self.registry();
+        let policy = &registry.payload_policy;
+        let dispatcher = &registry.dispatcher;
+        let mut handler_timeouts = serde_json::Map::new();
+        for consumer in registry.consumers {
+            if let Some(ms) = consumer.handler_timeout_ms {
+                handler_timeouts.insert(consumer.name.to_owned(), serde_json::Value::from(ms));
+            }
+        }
+        let handler_timeouts = crate::canonical_json(&serde_json::Value::Object(handler_timeouts));
+        let settings = serde_json::json!({
+            "payload_policy": {
+                "denied_keys": policy.denied_keys,
+                "credential_key_names": policy.credential_key_names,
+                "default_max_bytes": policy.default_max_bytes,
+                "hard_max_bytes": policy.hard_max_bytes,
+            },
+            "require_tenant_scope": registry.require_tenant_scope,
+            "dispatcher": {
+                "batch_size": dispatcher.batch_size,
+                "lease_ms": dispatcher.lease_ms,
+                "heartbeat_ms": dispatcher.heartbeat_ms,
+                "max_attempts": dispatcher.max_attempts,
+                "backoff_ceiling_ms": dispatcher.backoff_ceiling_ms,
+            },
+            "handler_timeouts": handler_timeouts,
+        });
+        let digest = crate::sha256_hex(crate::canonical_json(&settings).as_bytes());
+        let bigint = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
+        sqlx::query(sql::INSTALL_SETTINGS)
+            .bind(digest)
+            .bind(policy.denied_keys)
+            .bind(policy.credential_key_names)
+            .bind(i64::from(policy.default_max_bytes))
+            .bind(i64::from(policy.hard_max_bytes))
+            .bind(registry.require_tenant_scope)
+            .bind(i64::from(dispatcher.batch_size))
+            .bind(bigint(dispatcher.lease_ms))
+            .bind(bigint(dispatcher.heartbeat_ms))
+            .bind(i64::from(dispatcher.max_attempts))
+            .bind(bigint(dispatcher.backoff_ceiling_ms))
+            .bind(handler_timeouts)
+            .execute(self.pool())
+            .await?;
         Ok(())
     }
 }

@@ -201,6 +201,33 @@ INSERT INTO evc_registry_state (id, digest) VALUES (true, $1)
 ON CONFLICT (id) DO UPDATE SET digest = EXCLUDED.digest, applied_at = now()
 WHERE evc_registry_state.digest IS DISTINCT FROM EXCLUDED.digest";
 
+/// Upserts the settings row ([`crate::PgStore::install_settings`]), as a generated settings
+/// migration (`NNNN_evc_settings_*.sql`) does: settings digest `$1`, denied keys and credential
+/// key names (`text[]`), default and hard payload caps, tenant-scope requirement, batch size,
+/// lease, heartbeat, max attempts, backoff ceiling, handler timeouts `$12` (JSON text). A row
+/// whose values are unchanged is not rewritten.
+pub(crate) const INSTALL_SETTINGS: &str = "\
+INSERT INTO evc_settings (id, settings_digest, denied_keys, credential_key_names,
+    default_max_bytes, hard_max_bytes, require_tenant_scope, batch_size, lease_ms, heartbeat_ms,
+    max_attempts, backoff_ceiling_ms, handler_timeouts)
+VALUES (true, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb)
+ON CONFLICT (id) DO UPDATE SET settings_digest = EXCLUDED.settings_digest,
+    denied_keys = EXCLUDED.denied_keys, credential_key_names = EXCLUDED.credential_key_names,
+    default_max_bytes = EXCLUDED.default_max_bytes, hard_max_bytes = EXCLUDED.hard_max_bytes,
+    require_tenant_scope = EXCLUDED.require_tenant_scope, batch_size = EXCLUDED.batch_size,
+    lease_ms = EXCLUDED.lease_ms, heartbeat_ms = EXCLUDED.heartbeat_ms,
+    max_attempts = EXCLUDED.max_attempts, backoff_ceiling_ms = EXCLUDED.backoff_ceiling_ms,
+    handler_timeouts = EXCLUDED.handler_timeouts, applied_at = now()
+WHERE (evc_settings.settings_digest, evc_settings.denied_keys, evc_settings.credential_key_names,
+    evc_settings.default_max_bytes, evc_settings.hard_max_bytes,
+    evc_settings.require_tenant_scope, evc_settings.batch_size, evc_settings.lease_ms,
+    evc_settings.heartbeat_ms, evc_settings.max_attempts, evc_settings.backoff_ceiling_ms,
+    evc_settings.handler_timeouts)
+    IS DISTINCT FROM (EXCLUDED.settings_digest, EXCLUDED.denied_keys,
+    EXCLUDED.credential_key_names, EXCLUDED.default_max_bytes, EXCLUDED.hard_max_bytes,
+    EXCLUDED.require_tenant_scope, EXCLUDED.batch_size, EXCLUDED.lease_ms, EXCLUDED.heartbeat_ms,
+    EXCLUDED.max_attempts, EXCLUDED.backoff_ceiling_ms, EXCLUDED.handler_timeouts)";
+
 /// The event type mirror rows.
 pub(crate) const REGISTRY_EVENT_TYPES: &str = "\
 SELECT name, description, producer_class, order_key, status, max_payload_bytes::int8 AS max_payload_bytes,
