@@ -68,7 +68,7 @@ pub fn items_source(set: &ContractSet, runtime_path: &str) -> Result<String, Emi
         message: format!("`{runtime_path}` is not a Rust path"),
     })?;
     let mut clashes = Vec::new();
-    let tokens = crate_tokens(set, &runtime, &mut clashes)?;
+    let tokens = crate_tokens(set, &runtime, true, &mut clashes)?;
     if let Some(clash) = clashes.first() {
         return Err(EmitError::Rust {
             subject: clash.second.file.clone(),
@@ -79,17 +79,17 @@ pub fn items_source(set: &ContractSet, runtime_path: &str) -> Result<String, Emi
 }
 
 /// Every pair of contract names that would become one Rust name in one scope of the generated
-/// crate (`evc check` reports them as `RUST_NAME_COLLISION`). The tokens are built exactly as
-/// [`render`] builds them.
+/// crate (`evc check` reports them as `RUST_NAME_COLLISION`). The names are taken by the walk
+/// [`render`] makes, in its order, without building the items.
 ///
 /// # Errors
 /// Any other reason the crate cannot be rendered (an [`EmitError`], which `evc check` reports
 /// too).
 pub fn name_clashes(set: &ContractSet) -> Result<Vec<Clash>, EmitError> {
     let mut clashes = Vec::new();
-    // The tokens are not parsed here: `generate` parses them to print them, and the fixture,
-    // property and corpus tests compile what it prints.
-    crate_tokens(set, &quote!(::evc), &mut clashes)?;
+    // The items are neither built nor parsed here: `generate` builds them and parses them to
+    // print them, and the fixture, property and corpus tests compile what it prints.
+    crate_tokens(set, &quote!(::evc), false, &mut clashes)?;
     Ok(clashes)
 }
 
@@ -141,9 +141,12 @@ const RESERVED_TYPE_NAMES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The generated items, taking every name they define (a clash goes to `clashes`). Without
+/// `render`, only the names are taken, and the result is empty.
 fn crate_tokens(
     set: &ContractSet,
     runtime: &TokenStream,
+    render: bool,
     clashes: &mut Vec<Clash>,
 ) -> Result<TokenStream, EmitError> {
     let mut names = Names::new("type");
@@ -154,10 +157,21 @@ fn crate_tokens(
     let mut payloads = Vec::new();
     let mut producers = Vec::new();
     for event in set.events.values() {
-        payloads.push(event_payloads(event, runtime, &mut names, clashes)?);
-        producers.extend(event_producers(event, runtime, &mut functions, clashes));
+        payloads.push(event_payloads(event, runtime, render, &mut names, clashes)?);
+        producers.extend(event_producers(
+            event,
+            runtime,
+            render,
+            &mut functions,
+            clashes,
+        ));
     }
-    let consumers = consumer_items(set, runtime, &mut names, clashes)?;
+    let consumers = consumer_items(set, runtime, render, &mut names, clashes)?;
+    // The registry and `Event` take no names, and what could fail in them (the registry
+    // digest serializes plain data with string keys) does not.
+    if !render {
+        return Ok(TokenStream::new());
+    }
     // An unused glob import is a warning, and the generated crate denies warnings.
     let payloads_use = |used: bool| {
         used.then(|| {
@@ -200,10 +214,12 @@ fn take(names: &mut Names, clashes: &mut Vec<Clash>, name: &str, taker: Taker) {
     }
 }
 
-/// The payload structs of every major, the versions enum and their constants.
+/// The payload structs of every major, the versions enum and their constants (only their names
+/// without `render`).
 fn event_payloads(
     event: &EventType,
     runtime: &TokenStream,
+    render: bool,
     names: &mut Names,
     clashes: &mut Vec<Clash>,
 ) -> Result<TokenStream, EmitError> {
@@ -224,7 +240,13 @@ fn event_payloads(
             clashes,
             runtime,
         );
+        if !render {
+            generator = generator.names_only();
+        }
         generator.root_type()?;
+        if !render {
+            continue;
+        }
         let order_key = order_key_body(event, generator.struct_fields.get(&type_name), runtime);
         items.extend(generator.items);
         let ident = format_ident!("{type_name}");
@@ -266,6 +288,9 @@ fn event_payloads(
         "/event",
     );
     take(names, clashes, &enum_name, taker);
+    if !render {
+        return Ok(TokenStream::new());
+    }
     let enum_ident = format_ident!("{enum_name}");
     let enum_doc = format!("`{}`: {}", event.name, event.description.trim());
     let event_name = &event.name;
@@ -386,16 +411,18 @@ fn order_key_body(
     }
 }
 
+/// The producer function of every major (only their names without `render`).
 fn event_producers(
     event: &EventType,
     runtime: &TokenStream,
+    render: bool,
     functions: &mut Names,
     clashes: &mut Vec<Clash>,
 ) -> Vec<TokenStream> {
     event
         .latest_per_major()
         .into_iter()
-        .map(|version| {
+        .filter_map(|version| {
             let major = version.version.major;
             let fn_name = naming::producer_fn(&event.name, major);
             let taker = Taker::new(
@@ -404,6 +431,9 @@ fn event_producers(
                 "/event",
             );
             take(functions, clashes, &fn_name, taker);
+            if !render {
+                return None;
+            }
             let fn_ident = format_ident!("{fn_name}");
             let type_ident = format_ident!("{}", naming::payload_type(&event.name, major));
             let doc = format!(
@@ -413,7 +443,7 @@ fn event_producers(
             let deprecated = (event.status == EventStatus::Deprecated).then(
                 || quote!(#[deprecated(note = "the event type is deprecated in the contracts")]),
             );
-            quote! {
+            Some(quote! {
                 #[doc = #doc]
                 ///
                 /// # Errors
@@ -433,7 +463,7 @@ fn event_producers(
                     )?;
                     publisher.publish(event).await
                 }
-            }
+            })
         })
         .collect()
 }
@@ -452,9 +482,11 @@ fn matched<'a>(
     (versions, majors)
 }
 
+/// The consumer traits, their adapters and `Handlers` (only their names without `render`).
 fn consumer_items(
     set: &ContractSet,
     runtime: &TokenStream,
+    render: bool,
     names: &mut Names,
     clashes: &mut Vec<Clash>,
 ) -> Result<TokenStream, EmitError> {
@@ -499,7 +531,6 @@ fn consumer_items(
         let mut forwards = Vec::new();
         for (index, subscription) in consumer.subscriptions.iter().enumerate() {
             let event = &set.events[&subscription.event];
-            let (versions, majors) = matched(event, &subscription.requirement);
             let method_name = naming::handler_method(&event.name);
             let taker = Taker::new(
                 format!(
@@ -510,6 +541,10 @@ fn consumer_items(
                 format!("/subscribes/{index}"),
             );
             take(&mut method_names, clashes, &method_name, taker);
+            if !render {
+                continue;
+            }
+            let (versions, majors) = matched(event, &subscription.requirement);
             let method = format_ident!("{method_name}");
             let payload_type = match majors.iter().collect::<Vec<_>>().as_slice() {
                 [major] => {
@@ -575,6 +610,9 @@ fn consumer_items(
                     self.0.#method(&mut context, payload).await
                 }
             });
+        }
+        if !render {
+            continue;
         }
         let doc = format!(
             "Handler of the consumer `{}`: {}",
@@ -656,6 +694,9 @@ fn consumer_items(
             #[doc = #field_doc]
             pub #field_ident: #generic,
         });
+    }
+    if !render {
+        return Ok(TokenStream::new());
     }
     let generic_names: Vec<TokenStream> = generics
         .iter()

@@ -43,6 +43,9 @@ impl TypeGen<'_> {
             };
             let taker = self.taker(format!("the value `{text}`"), &pointer);
             Self::take(&mut variant_names, self.clashes, &variant, taker);
+            if !self.render {
+                continue;
+            }
             let variant_ident = format_ident!("{variant}");
             let doc = format!("`{text}`");
             variants.push(quote! {
@@ -50,6 +53,9 @@ impl TypeGen<'_> {
                 #[serde(rename = #text)]
                 #variant_ident,
             });
+        }
+        if !self.render {
+            return Ok(quote!(#ident));
         }
         let doc = type_doc(
             schema,
@@ -79,8 +85,12 @@ impl TypeGen<'_> {
         at: At<'_>,
     ) -> Result<TokenStream, EmitError> {
         self.take_type_name(name, at);
-        let runtime = self.runtime.clone();
         let ident = format_ident!("{name}");
+        // Its variant names are made unique, so they never clash.
+        if !self.render {
+            return Ok(quote!(#ident));
+        }
+        let runtime = self.runtime.clone();
         let mut variants = Vec::new();
         let mut texts = Vec::new();
         let mut idents = Vec::new();

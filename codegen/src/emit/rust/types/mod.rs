@@ -38,8 +38,11 @@ pub(super) struct TypeGen<'a> {
     /// The contract file and the JSON pointer of the schema in it, for name clashes.
     file: String,
     schema_pointer: String,
-    /// Items generated so far.
+    /// Items generated so far (none when only names are taken).
     pub(super) items: Vec<TokenStream>,
+    /// Whether items are built; without them the walk only takes names and reports clashes
+    /// and errors, which is all `evc check` needs.
+    render: bool,
     /// The Rust type (and whether `null` is allowed) of every schema generated so far at a
     /// pointer of the document, so a schema reached twice (by the walk and by `$ref`) is one type.
     generated: BTreeMap<String, (TokenStream, bool)>,
@@ -133,12 +136,20 @@ impl<'a> TypeGen<'a> {
             file,
             schema_pointer,
             items: Vec::new(),
+            render: true,
             generated: BTreeMap::new(),
             in_progress: BTreeMap::new(),
             struct_fields: BTreeMap::new(),
             names,
             clashes,
         }
+    }
+
+    /// The same generator taking names only: the walk, its names, clashes and errors are
+    /// those of rendering, but no item is built.
+    pub(super) fn names_only(mut self) -> Self {
+        self.render = false;
+        self
     }
 
     fn error(&self, message: impl Into<String>) -> EmitError {
@@ -217,6 +228,9 @@ impl<'a> TypeGen<'a> {
         }
         let ty = optional_if(nullable, ty);
         self.take_type_name(&name, at);
+        if !self.render {
+            return Ok(());
+        }
         let ident = format_ident!("{name}");
         let doc = type_doc(
             root,
@@ -352,7 +366,8 @@ impl<'a> TypeGen<'a> {
         at: At<'_>,
     ) -> Result<TokenStream, EmitError> {
         let runtime = self.runtime.clone();
-        let map = schema.as_object().cloned().unwrap_or_default();
+        let empty = serde_json::Map::new();
+        let map = schema.as_object().unwrap_or(&empty);
         Ok(match kind {
             "object" => self.object(schema, name, at)?,
             "string" => match map.get("format").and_then(Json::as_str) {
@@ -360,7 +375,7 @@ impl<'a> TypeGen<'a> {
                 Some("date-time") => quote!(#runtime::chrono::DateTime<#runtime::chrono::Utc>),
                 _ => quote!(::std::string::String),
             },
-            "integer" => integer_type(&map),
+            "integer" => integer_type(map),
             "number" => quote!(f64),
             "boolean" => quote!(bool),
             "array" if map.contains_key("prefixItems") => self.tuple(schema, name, at)?,

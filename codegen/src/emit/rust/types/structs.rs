@@ -24,14 +24,15 @@ impl TypeGen<'_> {
         name: &str,
         at: At<'_>,
     ) -> Result<TokenStream, EmitError> {
-        let map = schema.as_object().cloned().unwrap_or_default();
-        let extra = if shape::is_closed(&map) {
+        let empty = Map::new();
+        let map = schema.as_object().unwrap_or(&empty);
+        let extra = if shape::is_closed(map) {
             None
         } else {
-            Some(self.extra_value_type(&map, name, at)?)
+            Some(self.extra_value_type(map, name, at)?)
         };
         match extra {
-            Some(value) if !shape::has_properties(&map) => {
+            Some(value) if !shape::has_properties(map) => {
                 Ok(quote!(::std::collections::BTreeMap<::std::string::String, #value>))
             }
             extra => self.struct_type(schema, name, at, extra),
@@ -83,9 +84,12 @@ impl TypeGen<'_> {
                 Self::take(&mut field_names, self.clashes, &field_name, taker);
                 taken.insert(field_name.clone());
                 field_of.insert(property.clone(), field_name.clone());
-                let field_ident = naming::ident(&field_name);
                 let type_name = format!("{name}{}", naming::pascal(property));
                 let (inner, nullable) = self.mapped(property_schema, &type_name, child.at())?;
+                if !self.render {
+                    continue;
+                }
+                let field_ident = naming::ident(&field_name);
                 let doc = field_doc(property_schema, property);
                 let rename = (field_name != *property).then(|| quote!(rename = #property,));
                 let field = if required.contains(property.as_str()) {
@@ -128,6 +132,9 @@ impl TypeGen<'_> {
             });
         }
         self.struct_fields.insert(name.to_owned(), field_of);
+        if !self.render {
+            return Ok(quote!(#ident));
+        }
         let doc = type_doc(schema, &format!("Part of the {} payload.", self.subject));
         let constructor = constructor.tokens(name);
         let derives = derives(&self.runtime);

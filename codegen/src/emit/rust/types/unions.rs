@@ -109,6 +109,9 @@ impl TypeGen<'_> {
         for branch in &branches {
             let type_name = format!("{name}{}", branch.variant);
             let ty = self.type_for(&branch.schema, &type_name, branch.child.at())?;
+            if !self.render {
+                continue;
+            }
             let ident = format_ident!("{}", branch.variant);
             let doc = type_doc(&branch.schema, &format!("A `{}` value.", branch.variant));
             variants.push(quote! {
@@ -116,13 +119,16 @@ impl TypeGen<'_> {
                 #ident(#ty),
             });
         }
+        let ident = format_ident!("{name}");
+        if !self.render {
+            return Ok(quote!(#ident));
+        }
         let doc = type_doc(
             schema,
             &format!("Values of {} in the {} payload.", at.path, self.subject),
         );
         let derives = derives(&self.runtime);
         let derive_crates = derive_crates(&self.runtime);
-        let ident = format_ident!("{name}");
         self.items.push(quote! {
             #doc
             #[derive(Debug, Clone, PartialEq, #derives)]
@@ -151,25 +157,30 @@ impl TypeGen<'_> {
         let mut taken = BTreeSet::new();
         for (branch, value) in branches.iter().zip(values) {
             let variant = unique(&mut taken, naming::pascal(value));
-            let ident = format_ident!("{variant}");
             let object = self.without_tag(&branch.schema, tag)?;
-            let doc = type_doc(&branch.schema, &format!("`{tag}: {value}`."));
             let map = object.as_object().cloned().unwrap_or_default();
-            if !shape::has_properties(&map) && shape::is_closed(&map) {
-                variants.push(quote! {
-                    #doc
-                    #[serde(rename = #value)]
-                    #ident,
-                });
+            let unit = !shape::has_properties(&map) && shape::is_closed(&map);
+            let ty = if unit {
+                None
+            } else {
+                let type_name = format!("{name}{variant}");
+                Some(self.object(&object, &type_name, branch.child.at().built())?)
+            };
+            if !self.render {
                 continue;
             }
-            let type_name = format!("{name}{variant}");
-            let ty = self.object(&object, &type_name, branch.child.at().built())?;
+            let ident = format_ident!("{variant}");
+            let doc = type_doc(&branch.schema, &format!("`{tag}: {value}`."));
+            let fields = ty.map(|ty| quote!((#ty)));
             variants.push(quote! {
                 #doc
                 #[serde(rename = #value)]
-                #ident(#ty),
+                #ident #fields,
             });
+        }
+        let ident = format_ident!("{name}");
+        if !self.render {
+            return Ok(quote!(#ident));
         }
         let doc = type_doc(
             schema,
@@ -180,7 +191,6 @@ impl TypeGen<'_> {
         );
         let derives = derives(&self.runtime);
         let derive_crates = derive_crates(&self.runtime);
-        let ident = format_ident!("{name}");
         self.items.push(quote! {
             #doc
             #[derive(Debug, Clone, PartialEq, #derives)]
