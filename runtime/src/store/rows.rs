@@ -3,7 +3,31 @@
 
 use sqlx::{ColumnIndex, Decode, Row, Type};
 
+use crate::registry::{DispatcherDescriptor, PayloadPolicyDescriptor};
 use crate::store::{EventRecord, Intent};
+
+/// A payload policy as the stores' settings documents hold it (the PostgreSQL settings row,
+/// the SQLite file's recorded registry), under the keys their readers take it from.
+pub(crate) fn payload_policy_document(policy: &PayloadPolicyDescriptor) -> serde_json::Value {
+    serde_json::json!({
+        "denied_keys": policy.denied_keys,
+        "credential_key_names": policy.credential_key_names,
+        "default_max_bytes": policy.default_max_bytes,
+        "hard_max_bytes": policy.hard_max_bytes,
+    })
+}
+
+/// A dispatcher block as the stores' settings documents hold it (see
+/// [`payload_policy_document`]).
+pub(crate) fn dispatcher_document(dispatcher: &DispatcherDescriptor) -> serde_json::Value {
+    serde_json::json!({
+        "batch_size": dispatcher.batch_size,
+        "lease_ms": dispatcher.lease_ms,
+        "heartbeat_ms": dispatcher.heartbeat_ms,
+        "max_attempts": dispatcher.max_attempts,
+        "backoff_ceiling_ms": dispatcher.backoff_ceiling_ms,
+    })
+}
 
 /// The intents of a reconciliation row's `intended` column (a JSON array of
 /// `{"effect_key", "outcome_digest"}`, as text); anything else is a decode error.

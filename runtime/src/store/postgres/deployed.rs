@@ -18,8 +18,8 @@ use crate::registry::{
     PayloadPolicyDescriptor, Registry, RetryPolicyDescriptor, SubscriptionDescriptor,
     VersionDescriptor,
 };
-use crate::store::parity;
 use crate::store::{DispatchError, StoreError};
+use crate::store::{parity, rows};
 
 /// Reads the deployed registry of the database behind `pool`.
 ///
@@ -378,20 +378,9 @@ impl PgStore {
         }
         let handler_timeouts = crate::canonical_json(&serde_json::Value::Object(handler_timeouts));
         let settings = serde_json::json!({
-            "payload_policy": {
-                "denied_keys": policy.denied_keys,
-                "credential_key_names": policy.credential_key_names,
-                "default_max_bytes": policy.default_max_bytes,
-                "hard_max_bytes": policy.hard_max_bytes,
-            },
+            "payload_policy": rows::payload_policy_document(policy),
             "require_tenant_scope": registry.require_tenant_scope,
-            "dispatcher": {
-                "batch_size": dispatcher.batch_size,
-                "lease_ms": dispatcher.lease_ms,
-                "heartbeat_ms": dispatcher.heartbeat_ms,
-                "max_attempts": dispatcher.max_attempts,
-                "backoff_ceiling_ms": dispatcher.backoff_ceiling_ms,
-            },
+            "dispatcher": rows::dispatcher_document(dispatcher),
             "handler_timeouts": handler_timeouts,
         });
         let digest = crate::sha256_hex(crate::canonical_json(&settings).as_bytes());

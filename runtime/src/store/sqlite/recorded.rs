@@ -10,6 +10,7 @@ use crate::registry::{
     PayloadPolicyDescriptor, Registry, RetryPolicyDescriptor, SubscriptionDescriptor,
     VersionDescriptor,
 };
+use crate::store::rows;
 
 /// The document's format, so a later change of shape is told apart from a damaged file.
 const FORMAT: u64 = 1;
@@ -83,20 +84,9 @@ pub(crate) fn document(registry: &Registry) -> String {
         "events": events,
         "consumers": consumers,
         "retry_policies": retry_policies,
-        "payload_policy": {
-            "denied_keys": policy.denied_keys,
-            "credential_key_names": policy.credential_key_names,
-            "default_max_bytes": policy.default_max_bytes,
-            "hard_max_bytes": policy.hard_max_bytes,
-        },
+        "payload_policy": rows::payload_policy_document(policy),
         "require_tenant_scope": registry.require_tenant_scope,
-        "dispatcher": {
-            "batch_size": dispatcher.batch_size,
-            "lease_ms": dispatcher.lease_ms,
-            "heartbeat_ms": dispatcher.heartbeat_ms,
-            "max_attempts": dispatcher.max_attempts,
-            "backoff_ceiling_ms": dispatcher.backoff_ceiling_ms,
-        },
+        "dispatcher": rows::dispatcher_document(dispatcher),
     })
     .to_string()
 }
