@@ -69,34 +69,6 @@ pub const RUNTIME_V6_SUFFIX: &str = "_evc_runtime_v6.sql";
 /// The file name of the runtime tables' seventh step, after its version.
 pub const RUNTIME_V7_SUFFIX: &str = "_evc_runtime_v7.sql";
 
-/// The append-only tables of the fifth step, each with the name of its row trigger (the first
-/// and third steps' `BEFORE UPDATE` triggers keep their names and are widened to deletes).
-const LEDGERS: &[Ledger] = &[
-    Ledger::new("evc_events", "evc_events_append_only"),
-    Ledger::new("evc_delivery_attempts", "evc_delivery_attempts_immutable"),
-    Ledger::new(
-        "evc_validation_rejects",
-        "evc_validation_rejects_append_only",
-    ),
-    Ledger::new("evc_replays", "evc_replays_append_only"),
-    Ledger::new("evc_replay_items", "evc_replay_items_immutable"),
-    Ledger::new("evc_reconciliations", "evc_reconciliations_append_only"),
-    Ledger::new("evc_consumer_effects", "evc_consumer_effects_append_only"),
-    Ledger::new("evc_purges", "evc_purges_append_only"),
-];
-
-/// An append-only table and its row trigger.
-struct Ledger {
-    table: &'static str,
-    row_trigger: &'static str,
-}
-
-impl Ledger {
-    const fn new(table: &'static str, row_trigger: &'static str) -> Self {
-        Self { table, row_trigger }
-    }
-}
-
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
 
@@ -236,8 +208,6 @@ struct Source {
 struct Inputs {
     /// The generated-file notice of the first line.
     notice: &'static str,
-    /// The append-only tables ([`With::PayloadCap`]).
-    ledgers: &'static [Ledger],
     /// `payload_policy.hard_max_bytes` of the project file: the cap the runtime's payload
     /// policy mirrors ([`With::PayloadCap`]).
     hard_max_bytes: u32,
@@ -260,7 +230,6 @@ impl Inputs {
             },
             With::PayloadCap => Self {
                 notice,
-                ledgers: LEDGERS,
                 hard_max_bytes: set.project.payload_policy.hard_max_bytes,
                 ..Self::default()
             },
@@ -939,15 +908,6 @@ mod tests {
         );
         set.project.payload_policy.hard_max_bytes = 1_048_576;
         assert_eq!(cap(&step(&set)?).as_deref(), Some("1048576"));
-        // Every ledger gets both triggers.
-        let sql = step(&set)?;
-        for ledger in LEDGERS {
-            assert!(sql.contains(&format!(
-                "CREATE OR REPLACE TRIGGER {}\n    BEFORE UPDATE OR DELETE ON {}\n",
-                ledger.row_trigger, ledger.table
-            )));
-            assert!(sql.contains(&format!("BEFORE TRUNCATE ON {}\n", ledger.table)));
-        }
         Ok(())
     }
 

@@ -55,15 +55,62 @@ BEGIN
             HINT = 'rows leave only through a retention purge (evc_purge_events, evc_purge_rejects)';
 END;
 $$;
-{%- for ledger in ledgers %}
 
-CREATE OR REPLACE TRIGGER {{ ledger.row_trigger }}
-    BEFORE UPDATE OR DELETE ON {{ ledger.table }}
+CREATE OR REPLACE TRIGGER evc_events_append_only
+    BEFORE UPDATE OR DELETE ON evc_events
     FOR EACH ROW EXECUTE FUNCTION evc_append_only();
-CREATE OR REPLACE TRIGGER {{ ledger.table }}_no_truncate
-    BEFORE TRUNCATE ON {{ ledger.table }}
+CREATE OR REPLACE TRIGGER evc_events_no_truncate
+    BEFORE TRUNCATE ON evc_events
     FOR EACH STATEMENT EXECUTE FUNCTION evc_append_only();
-{%- endfor %}
+
+CREATE OR REPLACE TRIGGER evc_delivery_attempts_immutable
+    BEFORE UPDATE OR DELETE ON evc_delivery_attempts
+    FOR EACH ROW EXECUTE FUNCTION evc_append_only();
+CREATE OR REPLACE TRIGGER evc_delivery_attempts_no_truncate
+    BEFORE TRUNCATE ON evc_delivery_attempts
+    FOR EACH STATEMENT EXECUTE FUNCTION evc_append_only();
+
+CREATE OR REPLACE TRIGGER evc_validation_rejects_append_only
+    BEFORE UPDATE OR DELETE ON evc_validation_rejects
+    FOR EACH ROW EXECUTE FUNCTION evc_append_only();
+CREATE OR REPLACE TRIGGER evc_validation_rejects_no_truncate
+    BEFORE TRUNCATE ON evc_validation_rejects
+    FOR EACH STATEMENT EXECUTE FUNCTION evc_append_only();
+
+CREATE OR REPLACE TRIGGER evc_replays_append_only
+    BEFORE UPDATE OR DELETE ON evc_replays
+    FOR EACH ROW EXECUTE FUNCTION evc_append_only();
+CREATE OR REPLACE TRIGGER evc_replays_no_truncate
+    BEFORE TRUNCATE ON evc_replays
+    FOR EACH STATEMENT EXECUTE FUNCTION evc_append_only();
+
+CREATE OR REPLACE TRIGGER evc_replay_items_immutable
+    BEFORE UPDATE OR DELETE ON evc_replay_items
+    FOR EACH ROW EXECUTE FUNCTION evc_append_only();
+CREATE OR REPLACE TRIGGER evc_replay_items_no_truncate
+    BEFORE TRUNCATE ON evc_replay_items
+    FOR EACH STATEMENT EXECUTE FUNCTION evc_append_only();
+
+CREATE OR REPLACE TRIGGER evc_reconciliations_append_only
+    BEFORE UPDATE OR DELETE ON evc_reconciliations
+    FOR EACH ROW EXECUTE FUNCTION evc_append_only();
+CREATE OR REPLACE TRIGGER evc_reconciliations_no_truncate
+    BEFORE TRUNCATE ON evc_reconciliations
+    FOR EACH STATEMENT EXECUTE FUNCTION evc_append_only();
+
+CREATE OR REPLACE TRIGGER evc_consumer_effects_append_only
+    BEFORE UPDATE OR DELETE ON evc_consumer_effects
+    FOR EACH ROW EXECUTE FUNCTION evc_append_only();
+CREATE OR REPLACE TRIGGER evc_consumer_effects_no_truncate
+    BEFORE TRUNCATE ON evc_consumer_effects
+    FOR EACH STATEMENT EXECUTE FUNCTION evc_append_only();
+
+CREATE OR REPLACE TRIGGER evc_purges_append_only
+    BEFORE UPDATE OR DELETE ON evc_purges
+    FOR EACH ROW EXECUTE FUNCTION evc_append_only();
+CREATE OR REPLACE TRIGGER evc_purges_no_truncate
+    BEFORE TRUNCATE ON evc_purges
+    FOR EACH STATEMENT EXECUTE FUNCTION evc_append_only();
 
 -- The purge reads events by age.
 CREATE INDEX IF NOT EXISTS evc_events_produced_brin_idx ON evc_events USING brin (produced_at);
