@@ -39,10 +39,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "tests the schema itself: rows kept across steps, constraints, triggers",
     ),
     (
-        "codegen/src/emit/sql.rs",
-        "renders the migrations; its tests read the registry and settings upserts it writes",
-    ),
-    (
         "runtime/tests/append_only.rs",
         "tries updates, deletes and truncates the ledger triggers must refuse",
     ),

@@ -215,8 +215,10 @@ struct Inputs {
     digest: String,
     /// The digest as a SQL literal ([`With::Registry`]).
     digest_literal: String,
-    /// Upserts, in foreign-key order ([`With::Registry`], [`With::Settings`]).
-    tables: Vec<Upsert>,
+    /// The registry rows ([`With::Registry`]).
+    registry: RegistryRows,
+    /// The settings row, in the settings template's column order ([`With::Settings`]).
+    settings: Row,
 }
 
 impl Inputs {
@@ -238,7 +240,7 @@ impl Inputs {
                 Self {
                     notice,
                     digest_literal: literal(&digest)?,
-                    tables: upserts(&manifest::registry(set), &digest)?,
+                    registry: registry_rows(&manifest::registry(set), &digest)?,
                     digest,
                     ..Self::default()
                 }
@@ -247,7 +249,7 @@ impl Inputs {
                 let digest = settings_digest(set)?;
                 Self {
                     notice,
-                    tables: vec![settings_upsert(set, &digest)?],
+                    settings: settings_row(set, &digest)?,
                     digest,
                     ..Self::default()
                 }
@@ -256,25 +258,20 @@ impl Inputs {
     }
 }
 
-/// One multi-row `INSERT ... ON CONFLICT (key) DO UPDATE` statement.
-struct Upsert {
-    comment: &'static str,
-    name: &'static str,
-    key: &'static [&'static str],
-    columns: &'static [&'static str],
-    /// SQL expressions, one per column, already quoted.
-    rows: Vec<Vec<String>>,
-}
+/// One row of an upsert: SQL expressions, already quoted, in the order of the template's
+/// column list. The templates (`evc_registry.sql`, `evc_settings.sql`) name the tables and
+/// columns: the runtime's schema is the runtime's.
+type Row = Vec<String>;
 
-impl Upsert {
-    /// The columns an upsert overwrites: every column outside the conflict key.
-    fn updated(&self) -> Vec<&'static str> {
-        self.columns
-            .iter()
-            .copied()
-            .filter(|column| !self.key.contains(column))
-            .collect()
-    }
+/// The registry rows, one list per table of `evc_registry.sql`, each in that template's column
+/// order; a table without rows gets no statement (`INSERT ... VALUES` needs one).
+#[derive(Default)]
+struct RegistryRows {
+    retry_policies: Vec<Row>,
+    event_types: Vec<Row>,
+    event_versions: Vec<Row>,
+    consumers: Vec<Row>,
+    subscriptions: Vec<Row>,
 }
 
 /// Renders the migrations `evc generate` adds to `<crate>/migrations/`: the runtime tables and
@@ -396,8 +393,8 @@ fn version_of(name: &str) -> Option<u64> {
     version.parse().ok()
 }
 
-/// The upserts of the registry rows, parents before children.
-fn upserts(registry: &Registry<'_>, digest: &str) -> Result<Vec<Upsert>, EmitError> {
+/// The registry rows of `registry`, each table's in its template's column order.
+fn registry_rows(registry: &Registry<'_>, digest: &str) -> Result<RegistryRows, EmitError> {
     let digest = literal(digest)?;
 
     let mut policies = Vec::new();
@@ -475,89 +472,17 @@ fn upserts(registry: &Registry<'_>, digest: &str) -> Result<Vec<Upsert>, EmitErr
         }
     }
 
-    let tables = vec![
-        Upsert {
-            comment: "Retry policies, before the consumers that name them.",
-            name: "evc_retry_policies",
-            key: &["name"],
-            columns: &[
-                "name",
-                "kind",
-                "base_delay_ms",
-                "max_delay_ms",
-                "max_attempts",
-                "jitter",
-                "retry_on",
-                "registry_digest",
-            ],
-            rows: policies,
-        },
-        Upsert {
-            comment: "Event types.",
-            name: "evc_event_types",
-            key: &["name"],
-            columns: &[
-                "name",
-                "description",
-                "producer_class",
-                "order_key",
-                "compat",
-                "status",
-                "max_payload_bytes",
-                "registry_digest",
-            ],
-            rows: types,
-        },
-        Upsert {
-            comment: "Event versions: the payload schema and the digest of its canonical JSON.",
-            name: "evc_event_versions",
-            key: &["event_type", "version"],
-            columns: &[
-                "event_type",
-                "version",
-                "major",
-                "minor",
-                "patch",
-                "schema",
-                "schema_digest",
-                "registry_digest",
-            ],
-            rows: versions,
-        },
-        Upsert {
-            comment: "Consumers.",
-            name: "evc_consumers",
-            key: &["name"],
-            columns: &[
-                "name",
-                "description",
-                "executor_kind",
-                "retry_policy",
-                "handler",
-                "ordering",
-                "mode",
-                "heartbeat_threshold_ms",
-                "registry_digest",
-            ],
-            rows: consumers,
-        },
-        Upsert {
-            comment: "Subscriptions: the event versions each consumer accepts.",
-            name: "evc_subscriptions",
-            key: &["consumer", "event_type"],
-            columns: &["consumer", "event_type", "requirement", "registry_digest"],
-            rows: subscriptions,
-        },
-    ];
-    // `INSERT ... VALUES` needs at least one row.
-    Ok(tables
-        .into_iter()
-        .filter(|table| !table.rows.is_empty())
-        .collect())
+    Ok(RegistryRows {
+        retry_policies: policies,
+        event_types: types,
+        event_versions: versions,
+        consumers,
+        subscriptions,
+    })
 }
 
-/// The upsert of the settings row.
-fn settings_upsert(set: &ContractSet, settings_digest: &str) -> Result<Upsert, EmitError> {
+/// The settings row, in `evc_settings.sql`'s column order.
+fn settings_row(set: &ContractSet, settings_digest: &str) -> Result<Row, EmitError> {
     let project = &set.project;
     let policy = &project.payload_policy;
     let dispatcher = &project.dispatcher;
@@ -568,41 +493,21 @@ fn settings_upsert(set: &ContractSet, settings_digest: &str) -> Result<Upsert, E
             timeouts.insert(name.clone(), serde_json::Value::from(ms));
         }
     }
-    Ok(Upsert {
-        comment: "The settings the runtime applies; `evc dispatch` reads them.",
-        name: "evc_settings",
-        key: &["id"],
-        columns: &[
-            "id",
-            "settings_digest",
-            "denied_keys",
-            "credential_key_names",
-            "default_max_bytes",
-            "hard_max_bytes",
-            "require_tenant_scope",
-            "batch_size",
-            "lease_ms",
-            "heartbeat_ms",
-            "max_attempts",
-            "backoff_ceiling_ms",
-            "handler_timeouts",
-        ],
-        rows: vec![vec![
-            "true".to_owned(),
-            literal(settings_digest)?,
-            text_array(&policy.denied_keys)?,
-            text_array(&policy.credential_key_names)?,
-            policy.default_max_bytes.to_string(),
-            policy.hard_max_bytes.to_string(),
-            project.require_tenant_scope.to_string(),
-            dispatcher.batch_size.to_string(),
-            duration_ms(dispatcher.lease)?,
-            duration_ms(dispatcher.heartbeat)?,
-            dispatcher.max_attempts.to_string(),
-            duration_ms(dispatcher.backoff_ceiling)?,
-            jsonb(&serde_json::Value::Object(timeouts))?,
-        ]],
-    })
+    Ok(vec![
+        "true".to_owned(),
+        literal(settings_digest)?,
+        text_array(&policy.denied_keys)?,
+        text_array(&policy.credential_key_names)?,
+        policy.default_max_bytes.to_string(),
+        policy.hard_max_bytes.to_string(),
+        project.require_tenant_scope.to_string(),
+        dispatcher.batch_size.to_string(),
+        duration_ms(dispatcher.lease)?,
+        duration_ms(dispatcher.heartbeat)?,
+        dispatcher.max_attempts.to_string(),
+        duration_ms(dispatcher.backoff_ceiling)?,
+        jsonb(&serde_json::Value::Object(timeouts))?,
+    ])
 }
 
 /// A duration as a `bigint` of milliseconds.
@@ -937,7 +842,7 @@ mod tests {
                 .cloned()
         };
         let before = settings_of(&first).ok_or("no settings file")?;
-        assert!(before.contents.contains("INSERT INTO evc_settings"));
+        assert!(before.contents.contains("-- The settings the runtime applies"));
         assert!(before.contents.contains("ARRAY['body_text', "));
 
         set.project.dispatcher.batch_size = 7;

@@ -4,19 +4,24 @@
 -- (the `settings` of registry.json: payload policy, envelope requirements, dispatcher block,
 -- handler timeouts). One row, replaced whole; a row whose values are unchanged is not rewritten,
 -- so running this file again changes nothing.
-{%- for table in tables %}
 
--- {{ table.comment }}
-INSERT INTO {{ table.name }} ({{ table.columns|join(", ") }})
+-- The settings the runtime applies; `evc dispatch` reads them.
+INSERT INTO evc_settings (id, settings_digest, denied_keys, credential_key_names, default_max_bytes, hard_max_bytes, require_tenant_scope, batch_size, lease_ms, heartbeat_ms, max_attempts, backoff_ceiling_ms, handler_timeouts)
 VALUES
-{%- for row in table.rows %}
-    ({{ row|join(", ") }}){% if !loop.last %},{% endif %}
-{%- endfor %}
-ON CONFLICT ({{ table.key|join(", ") }}) DO UPDATE SET
-{%- for column in table.updated() %}
-    {{ column }} = EXCLUDED.{{ column }},
-{%- endfor %}
+    ({{ settings|join(", ") }})
+ON CONFLICT (id) DO UPDATE SET
+    settings_digest = EXCLUDED.settings_digest,
+    denied_keys = EXCLUDED.denied_keys,
+    credential_key_names = EXCLUDED.credential_key_names,
+    default_max_bytes = EXCLUDED.default_max_bytes,
+    hard_max_bytes = EXCLUDED.hard_max_bytes,
+    require_tenant_scope = EXCLUDED.require_tenant_scope,
+    batch_size = EXCLUDED.batch_size,
+    lease_ms = EXCLUDED.lease_ms,
+    heartbeat_ms = EXCLUDED.heartbeat_ms,
+    max_attempts = EXCLUDED.max_attempts,
+    backoff_ceiling_ms = EXCLUDED.backoff_ceiling_ms,
+    handler_timeouts = EXCLUDED.handler_timeouts,
     applied_at = now()
-WHERE ({% for column in table.updated() %}{{ table.name }}.{{ column }}{% if !loop.last %}, {% endif %}{% endfor %})
-    IS DISTINCT FROM ({% for column in table.updated() %}EXCLUDED.{{ column }}{% if !loop.last %}, {% endif %}{% endfor %});
-{%- endfor %}
+WHERE (evc_settings.settings_digest, evc_settings.denied_keys, evc_settings.credential_key_names, evc_settings.default_max_bytes, evc_settings.hard_max_bytes, evc_settings.require_tenant_scope, evc_settings.batch_size, evc_settings.lease_ms, evc_settings.heartbeat_ms, evc_settings.max_attempts, evc_settings.backoff_ceiling_ms, evc_settings.handler_timeouts)
+    IS DISTINCT FROM (EXCLUDED.settings_digest, EXCLUDED.denied_keys, EXCLUDED.credential_key_names, EXCLUDED.default_max_bytes, EXCLUDED.hard_max_bytes, EXCLUDED.require_tenant_scope, EXCLUDED.batch_size, EXCLUDED.lease_ms, EXCLUDED.heartbeat_ms, EXCLUDED.max_attempts, EXCLUDED.backoff_ceiling_ms, EXCLUDED.handler_timeouts);
