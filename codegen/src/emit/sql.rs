@@ -842,7 +842,11 @@ mod tests {
                 .cloned()
         };
         let before = settings_of(&first).ok_or("no settings file")?;
-        assert!(before.contents.contains("-- The settings the runtime applies"));
+        assert!(
+            before
+                .contents
+                .contains("-- The settings the runtime applies")
+        );
         assert!(before.contents.contains("ARRAY['body_text', "));
 
         set.project.dispatcher.batch_size = 7;
