@@ -62,9 +62,6 @@ pub const CONTENT_TYPE: &str = "application/json";
 /// The `info.version` written; the registry digest (`x-evc-registry-digest`) tells contents apart.
 pub const INFO_VERSION: &str = "1.0.0";
 
-/// The table dead-lettered deliveries stay in, named in `x-evc-dead-letter`.
-pub const DEAD_LETTER_TABLE: &str = "evc_deliveries";
-
 /// The channel id of an event type: the event type itself (`iu.born`).
 pub fn channel_id(event: &str) -> String {
     event.to_owned()
@@ -285,7 +282,6 @@ fn document(set: &ContractSet) -> Result<Document, EmitError> {
                             settings: policy.map(retry_settings),
                         },
                         dead_letter: DeadLetter {
-                            table: DEAD_LETTER_TABLE,
                             status: "dead",
                             after_attempts: policy.map_or(
                                 set.project.dispatcher.max_attempts,
@@ -577,7 +573,6 @@ struct RetrySettings {
 
 #[derive(Debug, Serialize)]
 struct DeadLetter {
-    table: &'static str,
     status: &'static str,
     after_attempts: u32,
     immediately_on: [FailureClass; 2],
