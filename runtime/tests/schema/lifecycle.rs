@@ -7,17 +7,17 @@
 //! of its state change (a refused insert rolls the state change back), and none when the
 //! registry does not register them.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
+use crate::support::{LIFECYCLE_REGISTRY, TestResult, with_database};
 use evc_runtime::{
     AppendOptions, Claimed, Console, DEAD_LETTERED, DISCARDED, DeliveryStatus, DispatchError,
     FailureClass, PgStore, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED, REPLAYED_JOB_FAILED,
     ReplayApproval, ReplayError, ReplaySelection, RetryDecision, Store, replay_uuid,
 };
 use sqlx::PgPool;
-use support::{LIFECYCLE_REGISTRY, TestResult, with_database};
 
 const LEASE: Duration = Duration::from_secs(60);
 

@@ -91,7 +91,7 @@ fn is_runtime_step(name: &str) -> bool {
 /// A database on the first runtime step with events, deliveries and attempts in it: the second
 /// to sixth steps leave every row as it was (the third adds columns, at their defaults).
 async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
-    let contracts = Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts");
+    let contracts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../contracts");
     let set = ContractSet::load(&contracts)?.contracts;
     let artifacts = sql::render(&set, &Layout::default())?;
     // The settings file needs the seventh step's table; it writes no outbox row.
@@ -194,7 +194,7 @@ async fn table_digests(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
 }
 
 async fn check(options: PgConnectOptions) -> TestResult {
-    let contracts = Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts");
+    let contracts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../contracts");
     let set = ContractSet::load(&contracts)?.contracts;
     let digest = manifest::registry_digest(&set)?;
 

@@ -1,14 +1,14 @@
 //! Start-up registry parity against the generated migrations, and the generated producer
 //! functions appending through the PostgreSQL store.
 
-mod support;
+use crate::support;
 
+use crate::support::{TestResult, count, with_database};
 use evc_generated::REGISTRY;
 use evc_generated::payloads::CutCompletedV1;
 use evc_generated::producers::emit_cut_completed_v1;
 use evc_runtime::{Drift, PgStore, RegistryObject, StoreError};
 use serde_json::json;
-use support::{TestResult, count, with_database};
 
 #[tokio::test]
 async fn matching_registry_starts_and_drift_is_named() -> TestResult {

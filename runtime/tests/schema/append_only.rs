@@ -4,14 +4,14 @@
 //! is refused by the database itself, and the retention purge removes old settled rows (never a
 //! delivery still open) and writes its audit row.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, SystemTime};
 
+use crate::support::{TestResult, append_notes, count, dispatch_store, with_database};
 use evc_runtime::{PgStore, PurgeError, Store};
 use sqlx::postgres::PgPool;
 use sqlx::{AssertSqlSafe, Connection};
-use support::{TestResult, append_notes, count, dispatch_store, with_database};
 
 /// Every append-only table and a `WHERE` that names its rows (for `UPDATE` and `DELETE`).
 const LEDGERS: &[(&str, &str)] = &[

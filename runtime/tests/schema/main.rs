@@ -1,0 +1,14 @@
+//! The PostgreSQL store's own schema, tested from the inside: these tests write and read the
+//! runtime's tables by hand, as an application bug, a non-owner role or a corrupted mirror
+//! would, to prove what the schema itself guarantees (ledger triggers, constraints, row
+//! versions written in one transaction, migrations that keep every row). They are the only
+//! tests that name the store's tables; every other test goes through store methods
+//! (`tests/store_boundary.rs` enforces it).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod append_only;
+mod lifecycle;
+mod migrations;
+mod registry_parity;
