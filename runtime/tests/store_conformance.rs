@@ -60,6 +60,7 @@ conformance!(
     rejected_append_writes_a_reject_row_and_nothing_else,
     batch_append_keeps_order_and_receipts,
     a_large_batch_keeps_order_and_idempotency_across_statements,
+    a_refusal_in_a_later_statement_leaves_nothing_of_the_batch,
     claim_leases_with_new_tokens_and_counts_attempts,
     stale_token_is_refused_after_a_reclaim,
     per_key_claims_only_the_head_of_each_key,
@@ -504,6 +505,60 @@ async fn a_large_batch_keeps_order_and_idempotency_across_statements<S: Conforma
             .ok_or("event missing")?;
         assert_eq!(stored.seq, receipt.seq);
     }
+    Ok(())
+}
+
+/// A batch refused by an event past its first statement (the SQLite store checks each
+/// statement's rows while it inserts the statement before): the error names the first refused
+/// event and counts all, each refused event gets a reject row, and nothing of the batch stays,
+/// while the caller's transaction keeps what it wrote before and can go on.
+async fn a_refusal_in_a_later_statement_leaves_nothing_of_the_batch<S: Conformance>(
+    store: S,
+) -> TestResult {
+    const EVENTS: u64 = 700;
+    committed(&store, vec![note(1_000)]).await?;
+    let mut tx = store.begin().await?;
+    store
+        .append(&mut *tx, note(1_001), AppendOptions::default())
+        .await?;
+    let events: Vec<NewEvent> = (0..EVENTS)
+        .map(|n| match n {
+            100 => NewEvent::new(note(n), AppendOptions::new().idempotency_key("late")),
+            400 | 650 => NewEvent::new(forbidden_note(n), AppendOptions::default()),
+            n if n % 3 == 0 => NewEvent::new(ping(), AppendOptions::default()),
+            n => NewEvent::new(note(n), AppendOptions::default()),
+        })
+        .collect();
+    match store.append_batch(&mut *tx, events).await {
+        Err(evc_runtime::AppendError::BatchRejected {
+            index, rejected, ..
+        }) => assert_eq!((index, rejected), (400, 2)),
+        Err(other) => return Err(format!("expected BatchRejected, got {other}").into()),
+        Ok(receipts) => return Err(format!("appended {} events", receipts.len()).into()),
+    }
+    // The key the refused batch used in its first statement is free again.
+    let again = store
+        .append_batch(
+            &mut *tx,
+            vec![NewEvent::new(
+                note(2_000),
+                AppendOptions::new().idempotency_key("late"),
+            )],
+        )
+        .await?;
+    assert!(again[0].created);
+    tx.commit().await?;
+
+    assert_eq!(store.count_events(&[]).await?, 3);
+    assert_eq!(store.count_deliveries(PLAIN, &[]).await?, 3);
+    let store = &store;
+    let rejects = eventually(|| async move {
+        let rejects = store.rejects(10).await?;
+        Ok((rejects.len() >= 2).then_some(rejects))
+    })
+    .await?
+    .ok_or("reject rows missing")?;
+    assert_eq!(rejects.len(), 2);
     Ok(())
 }
 

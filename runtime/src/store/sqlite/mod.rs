@@ -47,7 +47,7 @@ use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
 use sqlx::query::Query;
 use sqlx::sqlite::{
     Sqlite, SqliteArguments, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool,
-    SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+    SqlitePoolOptions, SqliteQueryResult, SqliteRow, SqliteSynchronous,
 };
 use sqlx::{Connection, Row, SqlSafeStr, Transaction};
 use tokio::sync::{Notify, watch};
@@ -680,19 +680,27 @@ impl SqliteStore {
             .arm(connection, checked.consumers)
             .await?;
         let mut tx = begin_write(connection).await?;
-        let new = NewEvent::new(event, options);
-        let receipt = insert_events(&mut tx, &[new], &[checked], epoch_now())
-            .await?
-            .pop()
-            .ok_or(AppendError::Database(sqlx::Error::RowNotFound))?;
+        let events = [NewEvent::new(event, options)];
+        // Checked above, before taking the write lock, so a refusal never waits for it.
+        let written = insert_events(&mut tx, &events, |_| Ok(checked.clone()), epoch_now()).await?;
+        let receipt = match written {
+            Written::Appended { mut receipts, .. } => receipts
+                .pop()
+                .ok_or(AppendError::Database(sqlx::Error::RowNotFound))?,
+            Written::Refused(refused) => {
+                tx.rollback().await?;
+                return Err(self.refuse_batch(&events, &refused));
+            }
+        };
         tx.commit().await?;
         Ok(receipt)
     }
 
-    /// Appends many events in the caller's transaction (see [`Store::append_batch`]): every
-    /// event is checked first, then all are written in one savepoint (or transaction), in
-    /// order. An event whose idempotency key was taken, before the batch or by an earlier
-    /// event of it, returns the first event's receipt.
+    /// Appends many events in the caller's transaction (see [`Store::append_batch`]), in
+    /// one savepoint (or transaction), in order. Every event is checked; the checks of each
+    /// statement's rows run while SQLite inserts the rows before them, and one refused event
+    /// rolls the whole batch back. An event whose idempotency key was taken, before the batch
+    /// or by an earlier event of it, returns the first event's receipt.
     ///
     /// # Errors
     /// [`AppendError::BatchRejected`], [`AppendError::IdempotencyConflict`] or
@@ -702,40 +710,45 @@ impl SqliteStore {
         connection: &mut SqliteConnection,
         events: Vec<NewEvent>,
     ) -> Result<Vec<AppendReceipt>, AppendError> {
-        let mut checked: Vec<CheckedEvent<'_>> = Vec::with_capacity(events.len());
-        let mut refused: Vec<(usize, Box<Refused>)> = Vec::new();
-        for (index, new) in events.iter().enumerate() {
-            match self.inner.checker.check(&new.event, &new.options) {
-                Ok(event) => checked.push(event),
-                Err(why) => refused.push((index, why)),
-            }
-        }
-        if let Some((index, first)) = refused.first() {
-            let rows = refused
-                .iter()
-                .map(|(index, why)| RejectRow::new(&events[*index].event, why))
-                .collect();
-            self.record_rejects(rows);
-            return Err(AppendError::BatchRejected {
-                index: *index,
-                rejection: first.rejection.clone(),
-                rejected: refused.len(),
-            });
-        }
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        let consumers: Vec<&'static str> = checked
-            .iter()
-            .flat_map(|event| event.consumers.iter().copied())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        self.inner.wakeups.arm(connection, &consumers).await?;
+        let checker = &self.inner.checker;
         let mut tx = begin_write(connection).await?;
-        let receipts = insert_events(&mut tx, &events, &checked, epoch_now()).await?;
-        tx.commit().await?;
-        Ok(receipts)
+        let check = |new: &NewEvent| checker.check(&new.event, &new.options);
+        match insert_events(&mut tx, &events, check, epoch_now()).await? {
+            Written::Appended {
+                receipts,
+                consumers,
+            } => {
+                // Armed inside the transaction: its commit (or the caller's) wakes them.
+                self.inner.wakeups.arm(&mut tx, &consumers).await?;
+                tx.commit().await?;
+                Ok(receipts)
+            }
+            Written::Refused(refused) => {
+                tx.rollback().await?;
+                Err(self.refuse_batch(&events, &refused))
+            }
+        }
+    }
+
+    /// Records the refused events of a batch (see [`Self::record_rejects`]) and names the
+    /// first in the error.
+    fn refuse_batch(&self, events: &[NewEvent], refused: &[(usize, Box<Refused>)]) -> AppendError {
+        let rows = refused
+            .iter()
+            .map(|(index, why)| RejectRow::new(&events[*index].event, why))
+            .collect();
+        self.record_rejects(rows);
+        match refused.first() {
+            Some((index, first)) => AppendError::BatchRejected {
+                index: *index,
+                rejection: first.rejection.clone(),
+                rejected: refused.len(),
+            },
+            None => AppendError::Database(sqlx::Error::RowNotFound),
+        }
     }
 
     /// Records reject rows on the store's pool from a task of their own: the caller's open
@@ -797,35 +810,87 @@ impl RejectRow {
     }
 }
 
-/// Writes checked events and their deliveries on `connection` (inside the batch's savepoint
-/// or transaction) in multi-row statements of [`sql::VALUES_ROWS`] rows at most: round trips
-/// to the connection's thread, not SQLite, bound a statement-per-row batch. Receipts come back
-/// in the order of `events`; an event whose idempotency key was taken returns the first
-/// event's.
-async fn insert_events(
+/// What [`insert_events`] did: appended every event, or found refused ones (and inserted
+/// part of the batch, which the caller rolls back).
+enum Written {
+    /// The receipts, in the order of the events, and the consumers their deliveries are for.
+    Appended {
+        receipts: Vec<AppendReceipt>,
+        consumers: Vec<&'static str>,
+    },
+    /// Every refused event: its index in the batch and why.
+    Refused(Vec<(usize, Box<Refused>)>),
+}
+
+/// Checks `events` with `check` and writes them and their deliveries on `connection` (inside
+/// the batch's savepoint or transaction) in multi-row statements of [`sql::VALUES_ROWS`] rows
+/// at most: round trips to the connection's thread, not SQLite, bound a statement-per-row
+/// batch. A statement's rows are checked while the connection's thread inserts the rows of
+/// the statement before ([`run_in_turn`] builds the next statement then); after a refusal the
+/// rest of the batch is checked and nothing more is inserted. Receipts come back in the order
+/// of `events`; an event whose idempotency key was taken returns the first event's.
+async fn insert_events<'c>(
     connection: &mut SqliteConnection,
     events: &[NewEvent],
-    checked: &[CheckedEvent<'_>],
+    mut check: impl FnMut(&NewEvent) -> Result<CheckedEvent<'c>, Box<Refused>>,
     now: f64,
-) -> Result<Vec<AppendReceipt>, AppendError> {
+) -> Result<Written, AppendError> {
     let ids: Vec<Uuid> = events.iter().map(|_| Uuid::now_v7()).collect();
-    let order_keys: Vec<String> = events
+    // Texts bound more than once (an event's id and order key, in its row and each delivery's)
+    // or by many rows (event types, consumers) are shared: sqlx copies a bound `&str` into a
+    // new `String` and `Arc` for every row, a bound `Arc<str>` costs a reference count.
+    let id_texts: Vec<Arc<str>> = ids
+        .iter()
+        .map(|id| Arc::from(id.hyphenated().encode_lower(&mut Uuid::encode_buffer()) as &str))
+        .collect();
+    let order_keys: Vec<Arc<str>> = events
         .iter()
         .zip(&ids)
-        .map(|(new, &id)| order_key(&new.event, &new.options, id))
+        .map(|(new, &id)| Arc::from(order_key(&new.event, &new.options, id)))
         .collect();
-    let statements = sql::values_chunks(events.len()).map(|(start, rows)| {
-        let mut query = sqlx::query(sql::append_events(rows));
-        for index in start..start + rows {
+    let mut texts = SharedTexts::default();
+    let mut checked: Vec<CheckedEvent<'c>> = Vec::with_capacity(events.len());
+    let mut refused: Vec<(usize, Box<Refused>)> = Vec::new();
+    let mut chunks = sql::values_chunks(events.len());
+    let statements = std::iter::from_fn(|| {
+        if !refused.is_empty() {
+            return None;
+        }
+        let (start, rows) = chunks.next()?;
+        // Up to the end of this statement's rows, or of the batch once one is refused.
+        let mut end = start + rows;
+        let mut index = start;
+        while index < end {
+            match check(&events[index]) {
+                Ok(event) => checked.push(event),
+                Err(why) => {
+                    refused.push((index, why));
+                    end = events.len();
+                }
+            }
+            index += 1;
+        }
+        if !refused.is_empty() {
+            return None;
+        }
+        let keyed = events[start..start + rows]
+            .iter()
+            .any(|new| new.options.idempotency_key.is_some());
+        let mut query = sqlx::query(if keyed {
+            sql::append_events(rows)
+        } else {
+            sql::append_unkeyed_events(rows)
+        });
+        for (index, checked) in (start..).zip(&mut checked[start..]) {
             let (event, options) = (&events[index].event, &events[index].options);
-            let checked = &checked[index];
+            let length = i64::try_from(checked.payload.len()).unwrap_or(i64::MAX);
             query = query
-                .bind(ids[index].to_string())
-                .bind(event.event_type)
-                .bind(event.version)
-                .bind(order_keys[index].as_str())
+                .bind(Arc::clone(&id_texts[index]))
+                .bind(texts.get(event.event_type))
+                .bind(texts.get(event.version))
+                .bind(Arc::clone(&order_keys[index]))
                 .bind(options.tenant_scope.as_deref())
-                .bind(checked.descriptor.producer_class)
+                .bind(texts.get(checked.descriptor.producer_class))
                 .bind(options.idempotency_key.as_deref())
                 .bind(now)
                 .bind(event.trace.trace_id())
@@ -833,30 +898,63 @@ async fn insert_events(
                 .bind(format!("{:02x}", event.trace.trace_flags()))
                 .bind(options.correlation_id.as_deref())
                 .bind(options.causation_id.as_deref())
-                .bind(checked.payload.as_str())
-                .bind(i64::try_from(checked.payload.len()).unwrap_or(i64::MAX));
+                // Moved, not copied: the payload is not needed after its insert.
+                .bind(std::mem::take(&mut checked.payload))
+                .bind(length);
         }
-        query
+        Some(if keyed {
+            Step::Rows(query)
+        } else {
+            Step::Write(query)
+        })
     });
-    let mut seqs: HashMap<Uuid, i64> = HashMap::with_capacity(events.len());
-    for row in run_in_turn(connection, statements).await? {
-        seqs.insert(
-            parse_uuid(&row.try_get::<String, _>("event_id")?)?,
-            row.try_get("seq")?,
-        );
+    let results = run_in_turn(connection, statements).await?;
+    if !refused.is_empty() {
+        return Ok(Written::Refused(refused));
     }
-    let mut deliveries: Vec<(Uuid, &'static str, i64, Option<&str>, f64)> = Vec::new();
+    // Each event's seq, or none when its idempotency key was taken.
+    let mut seqs: Vec<Option<i64>> = vec![None; events.len()];
+    for ((start, rows), result) in sql::values_chunks(events.len()).zip(results) {
+        match result {
+            Stepped::Rows(returned) => {
+                let chunk: HashMap<Uuid, usize> = (start..start + rows)
+                    .map(|index| (ids[index], index))
+                    .collect();
+                for row in returned {
+                    let event_id = parse_uuid(&row.try_get::<String, _>("event_id")?)?;
+                    if let Some(&index) = chunk.get(&event_id) {
+                        seqs[index] = Some(row.try_get("seq")?);
+                    }
+                }
+            }
+            Stepped::Written(done) => {
+                let last = done.last_insert_rowid();
+                let written = i64::try_from(rows).unwrap_or(i64::MAX);
+                if done.rows_affected() != rows as u64 {
+                    return Err(AppendError::Database(sqlx::Error::Protocol(format!(
+                        "an unkeyed append wrote {} rows of {rows}",
+                        done.rows_affected()
+                    ))));
+                }
+                for (offset, seq) in seqs[start..start + rows].iter_mut().enumerate() {
+                    *seq = Some(last - written + 1 + offset as i64);
+                }
+            }
+        }
+    }
+    // Per delivery: its event's index, the consumer, the event's seq, whether the consumer
+    // orders per key, when it is due.
+    let mut deliveries: Vec<(usize, &'static str, i64, bool, f64)> = Vec::new();
     let mut receipts = Vec::with_capacity(events.len());
-    for (index, (new, checked)) in events.iter().zip(checked).enumerate() {
+    for (index, (new, checked)) in events.iter().zip(&checked).enumerate() {
         let event_id = ids[index];
-        let Some(&seq) = seqs.get(&event_id) else {
+        let Some(seq) = seqs[index] else {
             receipts.push(first_receipt(connection, checked, &new.options).await?);
             continue;
         };
         let due = new.options.not_before_epoch().unwrap_or(now);
         for (consumer, &ordered) in checked.consumers.iter().zip(checked.ordered) {
-            let order_key = ordered.then_some(order_keys[index].as_str());
-            deliveries.push((event_id, consumer, seq, order_key, due));
+            deliveries.push((index, consumer, seq, ordered, due));
         }
         receipts.push(AppendReceipt {
             event_id,
@@ -867,42 +965,83 @@ async fn insert_events(
     }
     let statements = sql::values_chunks(deliveries.len()).map(|(start, rows)| {
         let mut query = sqlx::query(sql::append_deliveries(rows));
-        for &(event_id, consumer, seq, order_key, due) in &deliveries[start..start + rows] {
+        for &(index, consumer, seq, ordered, due) in &deliveries[start..start + rows] {
             query = query
-                .bind(event_id.to_string())
-                .bind(consumer)
+                .bind(Arc::clone(&id_texts[index]))
+                .bind(texts.get(consumer))
                 .bind(seq)
-                .bind(order_key)
+                .bind(ordered.then(|| Arc::clone(&order_keys[index])))
                 .bind(due)
                 .bind(now)
                 .bind(now);
         }
-        query
+        Step::Write(query)
     });
     run_in_turn(connection, statements).await?;
-    Ok(receipts)
+    let consumers = deliveries
+        .iter()
+        .map(|&(_, consumer, ..)| consumer)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    Ok(Written::Appended {
+        receipts,
+        consumers,
+    })
 }
 
-/// Runs `statements` one after the other on `connection` and returns the rows of all, in
+/// One `Arc<str>` per distinct static text of a batch (event types, versions, producer
+/// classes, consumers), keyed by where the text lives.
+#[derive(Default)]
+struct SharedTexts(HashMap<(usize, usize), Arc<str>>);
+
+impl SharedTexts {
+    fn get(&mut self, text: &'static str) -> Arc<str> {
+        let shared = self
+            .0
+            .entry((text.as_ptr().addr(), text.len()))
+            .or_insert_with(|| Arc::from(text));
+        Arc::clone(shared)
+    }
+}
+
+/// A statement of a batch, by what comes back: its rows (`RETURNING`), or only its result
+/// (rows written, last insert rowid).
+enum Step<'q> {
+    Rows(Query<'q, Sqlite, SqliteArguments>),
+    Write(Query<'q, Sqlite, SqliteArguments>),
+}
+
+/// What a [`Step`] gave back.
+enum Stepped {
+    Rows(Vec<SqliteRow>),
+    Written(SqliteQueryResult),
+}
+
+/// Runs `statements` one after the other on `connection` and returns what each gave back, in
 /// order. Each next statement is bound while the connection's thread runs the one before:
 /// binding (about a third of what SQLite's insert costs, in a profile) and the insert run on
 /// different threads.
 async fn run_in_turn<'q>(
     connection: &mut SqliteConnection,
-    mut statements: impl Iterator<Item = Query<'q, Sqlite, SqliteArguments>>,
-) -> Result<Vec<SqliteRow>, sqlx::Error> {
-    let mut rows = Vec::new();
+    mut statements: impl Iterator<Item = Step<'q>>,
+) -> Result<Vec<Stepped>, sqlx::Error> {
+    let mut results = Vec::new();
     let mut next = statements.next();
     while let Some(statement) = next.take() {
+        let run = async {
+            match statement {
+                Step::Rows(query) => query.fetch_all(&mut *connection).await.map(Stepped::Rows),
+                Step::Write(query) => query.execute(&mut *connection).await.map(Stepped::Written),
+            }
+        };
         // `join!` polls the statement first, which hands it to the connection's thread, and
         // then binds the next one on this thread while that runs.
-        let (written, following) = tokio::join!(statement.fetch_all(&mut *connection), async {
-            statements.next()
-        });
-        rows.extend(written?);
+        let (result, following) = tokio::join!(run, async { statements.next() });
+        results.push(result?);
         next = following;
     }
-    Ok(rows)
+    Ok(results)
 }
 
 /// The receipt of the event that took `options`' idempotency key first (an append that wrote

@@ -61,6 +61,24 @@ pub(crate) fn append_events(rows: usize) -> &'static str {
     )
 }
 
+/// [`append_events`] for rows that carry no idempotency key, so none can conflict: every row
+/// is written, in row order, and nothing is returned. The seqs are consecutive (one writer,
+/// `AUTOINCREMENT` gives each row the last seq plus one) and end at the statement's last
+/// insert rowid, so the caller reads them from the statement's result instead of from a row
+/// per event, which the driver would hand over one message at a time.
+pub(crate) fn append_unkeyed_events(rows: usize) -> &'static str {
+    static STATEMENTS: OnceLock<Vec<String>> = OnceLock::new();
+    values_statement(
+        &STATEMENTS,
+        "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, tenant_scope, \
+         producer_class, idempotency_key, produced_at, trace_id, parent_span_id, trace_flags, \
+         correlation_id, causation_id, payload, payload_bytes) VALUES ",
+        15,
+        "",
+        rows,
+    )
+}
+
 /// The deliveries of new events, `rows` in one statement. Each row binds, in order: event id,
 /// consumer, event seq, order key (null: the consumer does not order per key), due at, created
 /// at and updated at (both now). `rows` is a size [`values_chunks`] gives.
