@@ -40,15 +40,14 @@ pub use registry::{
 };
 pub use retry::{Jitter, RetryDecision, RetryKind, RetryPolicy, RetryPolicyError};
 pub use store::postgres::{
-    AttemptLatency, Console, ConsumerState, ConsumerStatus, DEAD_LETTERED, DEFAULT_REPLAY_LIMIT,
-    DISCARDED, DiscardApplied, DiscardPlan, DiscardRecord, DiscardedDelivery, Doorbell,
-    EventsPurged, Lag, LeasedDelivery, MAX_PURGE_ACTOR_CHARS, MAX_PURGE_REASON_CHARS,
-    MAX_REPLAY_REASON_CHARS, MAX_REPLAY_REF_CHARS, NOTIFY_CHANNEL, NotReplayable,
-    NotReplayableReason, Percentiles, PgPublisher, PgStore, PgStoreBuilder, PolicySource, Problem,
-    PurgeError, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED, REPLAYED_JOB_FAILED,
-    RejectsPurged, ReplayApplied, ReplayApproval, ReplayError, ReplayItem, ReplayPlan,
-    ReplayRecord, ReplaySelection, SettledDelivery, SettledStatus, SilentWorker, StatusReport,
-    TimelineEntry, WatchedConsumer, WorkerSettings, deployed_registry, replay_uuid,
+    AttemptLatency, Console, ConsumerState, ConsumerStatus, DEFAULT_REPLAY_LIMIT, DiscardApplied,
+    DiscardPlan, DiscardRecord, DiscardedDelivery, Doorbell, EventsPurged, Lag, LeasedDelivery,
+    MAX_PURGE_ACTOR_CHARS, MAX_PURGE_REASON_CHARS, MAX_REPLAY_REASON_CHARS, MAX_REPLAY_REF_CHARS,
+    NOTIFY_CHANNEL, NotReplayable, NotReplayableReason, Percentiles, PgPublisher, PgStore,
+    PgStoreBuilder, PolicySource, Problem, PurgeError, RejectsPurged, ReplayApplied,
+    ReplayApproval, ReplayError, ReplayItem, ReplayPlan, ReplayRecord, ReplaySelection,
+    SettledDelivery, SettledStatus, SilentWorker, StatusReport, TimelineEntry, WatchedConsumer,
+    WorkerSettings, deployed_registry,
 };
 pub use store::sqlite::{
     CommitBell, SqliteOpenError, SqlitePublisher, SqliteStore, SqliteStoreBuilder,
@@ -58,5 +57,9 @@ pub use store::{
     DispatchError, Drift, EffectRecord, EventRecord, Heartbeat, Hold, Intent, Lease, Observe,
     Operate, ReconciliationRecord, RegistryDrift, RegistryObject, RejectRecord, ShadowLog, Store,
     StoreError,
+};
+pub use store::{
+    DEAD_LETTERED, DISCARDED, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED,
+    REPLAYED_JOB_FAILED, replay_uuid,
 };
 pub use trace::{TraceContext, TraceContextError, check_trace_id};

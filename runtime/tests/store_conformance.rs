@@ -87,6 +87,28 @@ conformance!(
     leases_list_the_deliveries_leased_now,
 );
 
+/// Lifecycle events, on both stores, with [`support::LIFECYCLE_REGISTRY`] (which registers
+/// `job.dead_lettered` for the consumer `ops.watch`).
+mod lifecycle {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_dead_lettering_appends_job_dead_lettered() -> crate::support::TestResult {
+        crate::conformance::with_postgres_on(
+            crate::support::LIFECYCLE_REGISTRY,
+            super::dead_lettering_appends_job_dead_lettered::<evc_runtime::PgStore>,
+        )
+        .await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_dead_lettering_appends_job_dead_lettered() -> crate::support::TestResult {
+        crate::conformance::with_sqlite_on(
+            crate::support::LIFECYCLE_REGISTRY,
+            super::dead_lettering_appends_job_dead_lettered::<evc_runtime::SqliteStore>,
+        )
+        .await
+    }
+}
+
 /// A `test.note` whose key is number `key`.
 fn note(key: u64) -> OutgoingEvent {
     support::event("test.note", "1.0.0", support::note(&support::note_key(key)))
@@ -559,6 +581,71 @@ async fn a_refusal_in_a_later_statement_leaves_nothing_of_the_batch<S: Conforman
     .await?
     .ok_or("reject rows missing")?;
     assert_eq!(rejects.len(), 2);
+    Ok(())
+}
+
+/// A delivery dead-lettered by a failure, and one dead-lettered by recovery when its last
+/// lease expired, each append one `job.dead_lettered` that names it, fanned out to its
+/// subscriber; a dead-lettered `job.dead_lettered` delivery appends nothing more.
+async fn dead_lettering_appends_job_dead_lettered<S: Conformance>(store: S) -> TestResult {
+    const LEASED: &str = "d.leased";
+    const WATCH: &str = "ops.watch";
+    let failed = committed(&store, vec![note(1)]).await?[0].event_id;
+    let claimed = claim(&store, LEASED, "w1", 1, LEASE, false).await?;
+    store
+        .fail(
+            &claimed[0].lease,
+            FailureClass::Permanent,
+            "bad-note",
+            RetryDecision::Dead,
+        )
+        .await?;
+    assert_eq!(store.count_events(&[evc_runtime::DEAD_LETTERED]).await?, 1);
+
+    let watched = claim(&store, WATCH, "w1", 10, LEASE, false).await?;
+    assert_eq!(watched.len(), 1);
+    let event = &watched[0];
+    assert_eq!(event.delivery.event_type, evc_runtime::DEAD_LETTERED);
+    let payload = &event.payload;
+    assert_eq!(payload["event_id"], failed.to_string());
+    assert_eq!(payload["event_type"], "test.note");
+    assert_eq!(payload["consumer_name"], LEASED);
+    assert_eq!(payload["attempts"], 1);
+    assert_eq!(payload["failure_class"], "permanent");
+    assert_eq!(payload["last_error_code"], "BAD_NOTE");
+    let at = payload["dead_lettered_at"].as_str().ok_or("no time")?;
+    assert!(at.starts_with("20") && at.ends_with('Z'), "{at}");
+    // In the dead-lettered event's trace, caused by it.
+    assert_eq!(
+        event.trace.as_ref().map(|t| t.trace_id().to_owned()),
+        claimed[0].trace.as_ref().map(|t| t.trace_id().to_owned())
+    );
+
+    // The loop guard.
+    store
+        .fail(
+            &event.lease,
+            FailureClass::Permanent,
+            "watch-failed",
+            RetryDecision::Dead,
+        )
+        .await?;
+    assert_eq!(store.count_events(&[evc_runtime::DEAD_LETTERED]).await?, 1);
+
+    // Recovery spends the retry policy's four attempts.
+    let expired = committed(&store, vec![note(2)]).await?[0].event_id;
+    for _ in 1..=4 {
+        assert_eq!(claim(&store, LEASED, "w1", 1, SHORT, false).await?.len(), 1);
+        recover(&store, 1).await?;
+    }
+    assert_eq!(store.count_events(&[evc_runtime::DEAD_LETTERED]).await?, 2);
+    let watched = claim(&store, WATCH, "w1", 10, LEASE, false).await?;
+    assert_eq!(watched.len(), 1);
+    let payload = &watched[0].payload;
+    assert_eq!(payload["event_id"], expired.to_string());
+    assert_eq!(payload["attempts"], 4);
+    assert_eq!(payload["failure_class"], "transient");
+    assert_eq!(payload["last_error_code"], "LEASE_EXPIRED");
     Ok(())
 }
 

@@ -56,6 +56,7 @@ use crate::registry::Registry;
 use crate::retry::{RetryDecision, RetryPolicyError};
 use crate::trace::{TraceContext, TraceContextError};
 
+mod lifecycle;
 pub(crate) mod observe;
 pub(crate) mod ops;
 pub(crate) mod parity;
@@ -63,6 +64,10 @@ pub(crate) mod postgres;
 mod rows;
 pub(crate) mod sqlite;
 
+pub use lifecycle::{
+    DEAD_LETTERED, DISCARDED, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED,
+    REPLAYED_JOB_FAILED, replay_uuid,
+};
 pub use observe::Observe;
 pub use ops::Operate;
 pub use parity::{Drift, RegistryDrift, RegistryObject};

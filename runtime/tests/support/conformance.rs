@@ -55,8 +55,17 @@ where
     F: FnOnce(PgStore) -> Fut + Send + 'static,
     Fut: Future<Output = TestResult> + Send + 'static,
 {
+    with_postgres_on(CONFORMANCE_REGISTRY, check).await
+}
+
+/// [`with_postgres`] on a store of `registry`.
+pub async fn with_postgres_on<F, Fut>(registry: Registry, check: F) -> TestResult
+where
+    F: FnOnce(PgStore) -> Fut + Send + 'static,
+    Fut: Future<Output = TestResult> + Send + 'static,
+{
     crate::support::with_database(move |pool| async move {
-        let store = PgStore::new(pool, CONFORMANCE_REGISTRY)?;
+        let store = PgStore::new(pool, registry)?;
         check(store).await
     })
     .await
@@ -69,9 +78,18 @@ where
     F: FnOnce(SqliteStore) -> Fut + Send + 'static,
     Fut: Future<Output = TestResult> + Send + 'static,
 {
+    with_sqlite_on(CONFORMANCE_REGISTRY, check).await
+}
+
+/// [`with_sqlite`] on a store of `registry`.
+pub async fn with_sqlite_on<F, Fut>(registry: Registry, check: F) -> TestResult
+where
+    F: FnOnce(SqliteStore) -> Fut + Send + 'static,
+    Fut: Future<Output = TestResult> + Send + 'static,
+{
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("outbox.db");
-    let store = SqliteStore::open(path.to_string_lossy(), CONFORMANCE_REGISTRY).await?;
+    let store = SqliteStore::open(path.to_string_lossy(), registry).await?;
     let result = check(store.clone()).await;
     store.close().await;
     result

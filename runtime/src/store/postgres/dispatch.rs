@@ -9,11 +9,11 @@ use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{AssertSqlSafe, Connection, Row};
 use uuid::Uuid;
 
-use super::lifecycle::{self, DeadLetter};
 use super::{PgStore, sql};
 use crate::handler::{Delivery, FailureClass};
 use crate::registry::ConsumerMode;
 use crate::retry::RetryDecision;
+use crate::store::lifecycle::{self, DeadLetter};
 use crate::store::{AckBatch, Claimed, DispatchError, Heartbeat, Intent, Lease};
 use crate::trace::TraceContext;
 

@@ -64,10 +64,6 @@ pub(crate) mod sql;
 pub use console::Console;
 pub use deployed::deployed_registry;
 pub use doorbell::Doorbell;
-pub use lifecycle::{
-    DEAD_LETTERED, DISCARDED, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED,
-    REPLAYED_JOB_FAILED, replay_uuid,
-};
 pub use observe::{
     AttemptLatency, ConsumerStatus, Lag, LeasedDelivery, Percentiles, Problem, SilentWorker,
     StatusReport, TimelineEntry, WatchedConsumer, WorkerSettings,

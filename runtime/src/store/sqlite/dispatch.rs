@@ -19,6 +19,7 @@ use super::{SqliteStore, begin_write, epoch_now, parse_uuid, sql};
 use crate::handler::{Delivery, FailureClass};
 use crate::registry::ConsumerMode;
 use crate::retry::RetryDecision;
+use crate::store::lifecycle::{self, DeadLetter};
 use crate::store::{AckBatch, Claimed, DispatchError, Heartbeat, Intent, Lease};
 use crate::trace::TraceContext;
 
@@ -544,6 +545,19 @@ impl SqliteStore {
             Some(code),
         )
         .await?;
+        if let (RetryDecision::Dead, Some(descriptor)) = (decision, self.dead_letter_type()) {
+            let dead = DeadLetter {
+                event_id: lease.event_id,
+                consumer: &lease.consumer,
+                // A held lease's attempt is the one the fail statement counted; a leased one's
+                // was counted by its claim.
+                attempts: lease.attempt,
+                failure_class: lifecycle::failure_class(class),
+                error_code: code,
+            };
+            self.emit_dead_lettered(&mut tx, descriptor, dead, now)
+                .await?;
+        }
         tx.commit().await?;
         Ok(())
     }
@@ -691,6 +705,18 @@ impl SqliteStore {
             .await?;
             recovered += 1;
             dead += u64::from(exhausted);
+            if let (true, Some(descriptor)) = (exhausted, self.dead_letter_type()) {
+                let dead = DeadLetter {
+                    event_id: parse_uuid(&row.try_get::<String, _>("event_id")?)?,
+                    consumer: &row.try_get::<String, _>("consumer")?,
+                    attempts: u32::try_from(row.try_get::<i64, _>("attempt")?).unwrap_or(1),
+                    // The handler never answered: its attempts ended like transient failures.
+                    failure_class: "transient",
+                    error_code: "lease_expired",
+                };
+                self.emit_dead_lettered(&mut tx, descriptor, dead, now)
+                    .await?;
+            }
         }
         tx.commit().await?;
         if dead > 0 {

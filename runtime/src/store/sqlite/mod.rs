@@ -70,6 +70,7 @@ use crate::store::{
 };
 
 mod dispatch;
+mod lifecycle;
 mod observe;
 mod operate;
 mod read;

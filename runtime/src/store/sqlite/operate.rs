@@ -5,9 +5,9 @@
 //! file) and the locking (a replay's apply is one `BEGIN IMMEDIATE` transaction, which no other
 //! writer shares, instead of row locks and an advisory lock on the key).
 //!
-//! Lifecycle events (`dlq_replay.scheduled`) are not appended, as no lifecycle event is on this
-//! store; [`ReplayApproval::requested_by`] is then unused, as on a PostgreSQL store whose
-//! registry does not register the type.
+//! The replay's lifecycle events (`dlq_replay.scheduled`) are not appended on this store;
+//! [`ReplayApproval::requested_by`] is then unused, as on a PostgreSQL store whose registry does
+//! not register the type.
 
 use sqlx::Row;
 use sqlx::sqlite::{SqliteConnection, SqliteRow};

@@ -697,6 +697,14 @@ FROM (
 ) AS t
 ORDER BY t.at, t.rank, t.seq, t.consumer IS NULL, t.consumer, t.attempt IS NULL, t.attempt";
 
+/// What a lifecycle event about a delivery (`job.dead_lettered`) needs of its event `?1`:
+/// type, version, tenant scope and trace, and the time of the state change `?2` (epoch
+/// seconds) in RFC 3339, UTC. Never the payload.
+pub(crate) const LIFECYCLE_SOURCE: &str = "\
+SELECT event_type, schema_version, tenant_scope, trace_id, parent_span_id, trace_flags,
+    strftime('%Y-%m-%dT%H:%M:%fZ', ?2, 'unixepoch') AS now
+FROM evc_events WHERE event_id = ?1";
+
 #[cfg(test)]
 mod tests {
     use super::*;
