@@ -107,6 +107,24 @@ mod lifecycle {
         )
         .await
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_a_replay_appends_scheduled_then_its_end() -> crate::support::TestResult {
+        crate::conformance::with_postgres_on(
+            crate::support::LIFECYCLE_REGISTRY,
+            super::a_replay_appends_scheduled_then_its_end::<evc_runtime::PgStore>,
+        )
+        .await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_a_replay_appends_scheduled_then_its_end() -> crate::support::TestResult {
+        crate::conformance::with_sqlite_on(
+            crate::support::LIFECYCLE_REGISTRY,
+            super::a_replay_appends_scheduled_then_its_end::<evc_runtime::SqliteStore>,
+        )
+        .await
+    }
 }
 
 /// A `test.note` whose key is number `key`.
@@ -646,6 +664,69 @@ async fn dead_lettering_appends_job_dead_lettered<S: Conformance>(store: S) -> T
     assert_eq!(payload["attempts"], 4);
     assert_eq!(payload["failure_class"], "transient");
     assert_eq!(payload["last_error_code"], "LEASE_EXPIRED");
+    Ok(())
+}
+
+/// An applied replay appends `dlq_replay.scheduled`; the settle of its last delivery appends
+/// `dlq_replay.failed` when one failed again, `dlq_replay.completed` when all were acked, and
+/// a settle before the last appends neither.
+async fn a_replay_appends_scheduled_then_its_end<S: Conformance>(store: S) -> TestResult {
+    use evc_runtime::{REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED};
+    const LEASED: &str = "d.leased";
+    store.deploy_replayable(LEASED).await?;
+    let count = |kind: &'static str| {
+        let store = &store;
+        async move { store.count_events(&[kind]).await }
+    };
+    let fail = |claimed: &Claimed| {
+        let (store, lease) = (&store, claimed.lease.clone());
+        async move {
+            store
+                .fail(&lease, FailureClass::Permanent, "bad", RetryDecision::Dead)
+                .await
+        }
+    };
+    let replay = |key: &'static str| {
+        let store = &store;
+        async move {
+            let selection = ReplaySelection::consumer(LEASED).statuses([SettledStatus::Dead]);
+            let plan = store.replay_plan(&selection).await?;
+            let approval = ReplayApproval::new(plan.digest, "fixed the bug", "CHG-1", key);
+            Ok::<_, BoxError>(store.replay(&selection, &approval).await?.deliveries)
+        }
+    };
+
+    committed(&store, vec![note(1), note(2)]).await?;
+    for claimed in claim(&store, LEASED, "w1", 10, LEASE, false).await? {
+        fail(&claimed).await?;
+    }
+    assert_eq!(replay("replay-1").await?, 2);
+    assert_eq!(count(REPLAY_SCHEDULED).await?, 1);
+
+    let claimed = claim(&store, LEASED, "w2", 10, LEASE, false).await?;
+    assert_eq!(claimed.len(), 2);
+    ack(&store, &claimed[0].lease).await?;
+    assert_eq!(
+        count(REPLAY_COMPLETED).await? + count(REPLAY_FAILED).await?,
+        0
+    );
+    fail(&claimed[1]).await?;
+    assert_eq!(
+        (count(REPLAY_FAILED).await?, count(REPLAY_COMPLETED).await?),
+        (1, 0)
+    );
+
+    assert_eq!(replay("replay-2").await?, 1);
+    let claimed = claim(&store, LEASED, "w3", 10, LEASE, false).await?;
+    ack(&store, &claimed[0].lease).await?;
+    assert_eq!(
+        (
+            count(REPLAY_SCHEDULED).await?,
+            count(REPLAY_FAILED).await?,
+            count(REPLAY_COMPLETED).await?
+        ),
+        (2, 1, 1)
+    );
     Ok(())
 }
 

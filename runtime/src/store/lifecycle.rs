@@ -217,6 +217,84 @@ pub(in crate::store) fn dead_lettered(source: Source, dead: DeadLetter<'_>) -> O
     })
 }
 
+/// The `dlq_replay.scheduled` event of replay `replay_id` (`evc_replays.id`): its consumer,
+/// the deliveries it queued (`jobs`, due now: `scheduled_for` is the apply's time, `now`), and
+/// who requested it.
+pub(in crate::store) fn replay_scheduled(
+    replay_id: i64,
+    consumer: &str,
+    jobs: i64,
+    requested_by: Uuid,
+    now: String,
+) -> Lifecycle {
+    let mut payload = Map::new();
+    payload.insert(
+        "replay_id".into(),
+        replay_uuid(replay_id).to_string().into(),
+    );
+    payload.insert("consumer_name".into(), consumer.into());
+    payload.insert("job_count".into(), jobs.into());
+    payload.insert("requested_by_id".into(), requested_by.to_string().into());
+    payload.insert("scheduled_for".into(), now.into());
+    Lifecycle {
+        payload,
+        trace: None,
+        causation_id: None,
+        tenant_scope: None,
+        idempotency_key: None,
+    }
+}
+
+/// Where a replay stands after a settle: the deliveries it made, how many are still pending or
+/// leased, how many failed again (settled but not acked), of those how many are quarantined,
+/// and the settle's time, RFC 3339 UTC.
+pub(in crate::store) struct ReplayProgress {
+    pub(in crate::store) replayed: i64,
+    pub(in crate::store) outstanding: i64,
+    pub(in crate::store) failed: i64,
+    pub(in crate::store) quarantined: i64,
+    pub(in crate::store) now: String,
+}
+
+/// The event that ends replay `id` and its type (`dlq_replay.completed` when every replayed
+/// delivery was acked, `dlq_replay.failed` when any failed again); `None` while deliveries are
+/// outstanding. The idempotency key `evc:replay:<id>:end` keeps a replay's end to one event.
+pub(in crate::store) fn replay_ended(
+    id: i64,
+    progress: ReplayProgress,
+) -> Option<(&'static str, Lifecycle)> {
+    if progress.outstanding > 0 {
+        return None;
+    }
+    let replayed = progress.replayed.max(0);
+    let mut payload = Map::new();
+    payload.insert("replay_id".into(), replay_uuid(id).to_string().into());
+    payload.insert("replayed_count".into(), replayed.into());
+    let name = if progress.failed == 0 {
+        payload.insert("succeeded_count".into(), replayed.into());
+        payload.insert("failed_count".into(), 0.into());
+        payload.insert("completed_at".into(), progress.now.into());
+        REPLAY_COMPLETED
+    } else {
+        let mut error = Map::new();
+        error.insert("code".into(), REPLAYED_JOB_FAILED.into());
+        // A dead-lettered delivery may have run out of transient retries; a quarantined one
+        // fails the same way until something changes.
+        error.insert("retryable".into(), (progress.quarantined == 0).into());
+        payload.insert("error".into(), Value::Object(error));
+        payload.insert("failed_at".into(), progress.now.into());
+        REPLAY_FAILED
+    };
+    let event = Lifecycle {
+        payload,
+        trace: None,
+        causation_id: None,
+        tenant_scope: None,
+        idempotency_key: Some(format!("evc:replay:{id}:end")),
+    };
+    Some((name, event))
+}
+
 /// The trace of a stored event's columns, if they hold a valid one.
 pub(in crate::store) fn stored_trace(
     trace_id: Option<String>,

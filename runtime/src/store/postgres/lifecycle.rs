@@ -5,7 +5,7 @@
 //! transaction of the state change, through the checked append path. What each says is
 //! [`crate::store::lifecycle`]'s.
 
-use serde_json::{Map, Value};
+use serde_json::Map;
 use sqlx::Row;
 use sqlx::postgres::PgConnection;
 use uuid::Uuid;
@@ -17,8 +17,8 @@ use crate::registry::EventDescriptor;
 use crate::store::DispatchError;
 use crate::store::lifecycle::{
     DEAD_LETTERED, DISCARDED, DeadLetter, Lifecycle, REPLAY_COMPLETED, REPLAY_FAILED,
-    REPLAY_SCHEDULED, REPLAYED_JOB_FAILED, Source, dead_lettered, error_code, outgoing,
-    replay_uuid, role_uuid, stored_trace,
+    REPLAY_SCHEDULED, ReplayProgress, Source, dead_lettered, error_code, outgoing, replay_ended,
+    replay_scheduled, role_uuid, stored_trace,
 };
 use crate::store::ops::SettledDelivery;
 
@@ -147,22 +147,7 @@ impl PgStore {
         let now: String = row.try_get("now")?;
         let role: String = row.try_get("role")?;
         let requested_by = requested_by.unwrap_or_else(|| role_uuid(&role));
-        let mut payload = Map::new();
-        payload.insert(
-            "replay_id".into(),
-            replay_uuid(replay_id).to_string().into(),
-        );
-        payload.insert("consumer_name".into(), consumer.into());
-        payload.insert("job_count".into(), jobs.into());
-        payload.insert("requested_by_id".into(), requested_by.to_string().into());
-        payload.insert("scheduled_for".into(), now.into());
-        let event = Lifecycle {
-            payload,
-            trace: None,
-            causation_id: None,
-            tenant_scope: None,
-            idempotency_key: None,
-        };
+        let event = replay_scheduled(replay_id, consumer, jobs, requested_by, now);
         self.emit_lifecycle(transaction, descriptor, event).await
     }
 
@@ -245,44 +230,21 @@ impl PgStore {
             else {
                 continue;
             };
-            let outstanding: i64 = row.try_get("outstanding")?;
-            if outstanding > 0 {
-                continue;
-            }
             let replayed: i32 = row.try_get("deliveries")?;
-            let failed: i64 = row.try_get("failed")?;
-            let quarantined: i64 = row.try_get("quarantined")?;
-            let now: String = row.try_get("now")?;
-            let replayed = i64::from(replayed.max(0));
-            let mut payload = Map::new();
-            payload.insert("replay_id".into(), replay_uuid(id).to_string().into());
-            payload.insert("replayed_count".into(), replayed.into());
-            let (name, descriptor) = if failed == 0 {
-                payload.insert("succeeded_count".into(), replayed.into());
-                payload.insert("failed_count".into(), 0.into());
-                payload.insert("completed_at".into(), now.into());
-                (REPLAY_COMPLETED, self.lifecycle_type(REPLAY_COMPLETED))
-            } else {
-                let mut error = Map::new();
-                error.insert("code".into(), REPLAYED_JOB_FAILED.into());
-                // A dead-lettered delivery may have run out of transient retries; a
-                // quarantined one fails the same way until something changes.
-                error.insert("retryable".into(), (quarantined == 0).into());
-                payload.insert("error".into(), Value::Object(error));
-                payload.insert("failed_at".into(), now.into());
-                (REPLAY_FAILED, self.lifecycle_type(REPLAY_FAILED))
+            let progress = ReplayProgress {
+                replayed: i64::from(replayed),
+                outstanding: row.try_get("outstanding")?,
+                failed: row.try_get("failed")?,
+                quarantined: row.try_get("quarantined")?,
+                now: row.try_get("now")?,
             };
-            let Some(descriptor) = descriptor else {
+            let Some((name, event)) = replay_ended(id, progress) else {
+                continue;
+            };
+            let Some(descriptor) = self.lifecycle_type(name) else {
                 continue;
             };
             tracing::info!(replay_id = id, event_type = name, "replay ended");
-            let event = Lifecycle {
-                payload,
-                trace: None,
-                causation_id: None,
-                tenant_scope: None,
-                idempotency_key: Some(format!("evc:replay:{id}:end")),
-            };
             self.emit_lifecycle(connection, descriptor, event).await?;
         }
         Ok(())

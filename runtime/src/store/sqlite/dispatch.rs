@@ -15,6 +15,7 @@ use sqlx::Row;
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use uuid::Uuid;
 
+use super::lifecycle::SettledKey;
 use super::{SqliteStore, begin_write, epoch_now, parse_uuid, sql};
 use crate::handler::{Delivery, FailureClass};
 use crate::registry::ConsumerMode;
@@ -58,6 +59,14 @@ impl Settled {
             token: row.try_get("fencing_token")?,
         })
     }
+}
+
+/// The keys [`SqliteStore::end_replays`] looks settled deliveries up by.
+fn keys(settled: &[(Settled, f64)]) -> Vec<SettledKey<'_>> {
+    settled
+        .iter()
+        .map(|(row, _)| (row.event_id.as_str(), row.consumer.as_str(), row.generation))
+        .collect()
 }
 
 /// Writes the attempt rows of `settled` deliveries in one statement, each started when its
@@ -384,6 +393,8 @@ impl SqliteStore {
             settled.push((Settled::read_held(row, &lease.owner)?, lease.started_at));
         }
         write_attempts(&mut tx, &settled, "acked", None).await?;
+        self.end_replays(&mut tx, &keys(&settled), epoch_now())
+            .await?;
         tx.commit().await?;
         for lease in leases {
             if !(lease.consumer == first.consumer && acked.contains(&lease.event_id)) {
@@ -415,13 +426,10 @@ impl SqliteStore {
             tx.rollback().await?;
             return Err(self.stale(lease));
         };
-        write_attempts(
-            &mut tx,
-            &[(Settled::read(&row)?, lease.started_at)],
-            "acked",
-            None,
-        )
-        .await?;
+        let settled = [(Settled::read(&row)?, lease.started_at)];
+        write_attempts(&mut tx, &settled, "acked", None).await?;
+        self.end_replays(&mut tx, &keys(&settled), epoch_now())
+            .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -466,6 +474,8 @@ impl SqliteStore {
             settled.push((row, began));
         }
         write_attempts(&mut tx, &settled, "acked", None).await?;
+        self.end_replays(&mut tx, &keys(&settled), epoch_now())
+            .await?;
         tx.commit().await?;
         // As PostgreSQL's: an entry whose delivery was acked (by it or a duplicate of it) is
         // not stale.
@@ -538,13 +548,8 @@ impl SqliteStore {
             tx.rollback().await?;
             return Err(self.stale(lease));
         };
-        write_attempts(
-            &mut tx,
-            &[(Settled::read(&row)?, lease.started_at)],
-            outcome,
-            Some(code),
-        )
-        .await?;
+        let settled = [(Settled::read(&row)?, lease.started_at)];
+        write_attempts(&mut tx, &settled, outcome, Some(code)).await?;
         if let (RetryDecision::Dead, Some(descriptor)) = (decision, self.dead_letter_type()) {
             let dead = DeadLetter {
                 event_id: lease.event_id,
@@ -557,6 +562,9 @@ impl SqliteStore {
             };
             self.emit_dead_lettered(&mut tx, descriptor, dead, now)
                 .await?;
+        }
+        if !matches!(decision, RetryDecision::Retry(_)) {
+            self.end_replays(&mut tx, &keys(&settled), now).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -715,6 +723,13 @@ impl SqliteStore {
                     error_code: "lease_expired",
                 };
                 self.emit_dead_lettered(&mut tx, descriptor, dead, now)
+                    .await?;
+            }
+            if exhausted {
+                let event_id: String = row.try_get("event_id")?;
+                let consumer: String = row.try_get("consumer")?;
+                let generation: i64 = row.try_get("generation")?;
+                self.end_replays(&mut tx, &[(&event_id, &consumer, generation)], now)
                     .await?;
             }
         }

@@ -1,32 +1,84 @@
 //! The SQLite store's lifecycle events (docs/runtime.md, "Lifecycle events"): when the registry
-//! registers `job.dead_lettered`, dead-lettering a delivery appends one in the transaction of
-//! the dead-lettering, through the checked append path. What it says is
-//! [`crate::store::lifecycle`]'s, as on PostgreSQL.
+//! registers their type, dead-lettering a delivery (`job.dead_lettered`), applying a replay
+//! (`dlq_replay.scheduled`) and settling a replay's last delivery (`dlq_replay.completed` or
+//! `dlq_replay.failed`) append one, in the transaction of the state change, through the
+//! checked append path. What each says is [`crate::store::lifecycle`]'s, as on PostgreSQL.
 
 use sqlx::Row;
 use sqlx::sqlite::SqliteConnection;
+use uuid::Uuid;
 
 use super::{SqliteStore, sql};
 use crate::append::AppendError;
 use crate::registry::EventDescriptor;
 use crate::store::DispatchError;
 use crate::store::lifecycle::{
-    DEAD_LETTERED, DeadLetter, Source, dead_lettered, outgoing, stored_trace,
+    DEAD_LETTERED, DeadLetter, Lifecycle, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED,
+    ReplayProgress, Source, dead_lettered, outgoing, replay_ended, replay_scheduled, role_uuid,
+    stored_trace,
 };
 
+/// Who a replay's `dlq_replay.scheduled` names when the approval names no person: the store
+/// has no database roles, so [`role_uuid`] of this name.
+const REQUESTER: &str = "sqlite";
+
+/// A settled delivery, as [`SqliteStore::end_replays`] looks it up: event id, consumer,
+/// generation.
+pub(super) type SettledKey<'a> = (&'a str, &'a str, i64);
+
 impl SqliteStore {
-    /// The registered `job.dead_lettered` type, if the registry has a version of it.
-    pub(super) fn dead_letter_type(&self) -> Option<&'static EventDescriptor> {
+    /// The registered lifecycle event type `name`, if the registry has a version of it.
+    fn lifecycle_type(&self, name: &str) -> Option<&'static EventDescriptor> {
         self.registry()
-            .event(DEAD_LETTERED)
+            .event(name)
             .filter(|descriptor| !descriptor.versions.is_empty())
     }
 
+    /// The registered `job.dead_lettered` type, if the registry has a version of it.
+    pub(super) fn dead_letter_type(&self) -> Option<&'static EventDescriptor> {
+        self.lifecycle_type(DEAD_LETTERED)
+    }
+
+    /// Whether the registry registers an event that ends a replay: only then do settled
+    /// replayed deliveries look at their replay.
+    fn tracks_replays(&self) -> bool {
+        self.lifecycle_type(REPLAY_COMPLETED).is_some()
+            || self.lifecycle_type(REPLAY_FAILED).is_some()
+    }
+
+    /// Appends `event` as `descriptor`'s newest registered version on `transaction` (the one
+    /// of the state change it describes), through [`SqliteStore::append`]. A refused event
+    /// (the registered schema wants fields the runtime cannot fill) is recorded as a reject
+    /// and logged; the state change stands.
+    ///
+    /// # Errors
+    /// The database's; the caller's transaction must then roll back.
+    async fn emit_lifecycle(
+        &self,
+        transaction: &mut SqliteConnection,
+        descriptor: &'static EventDescriptor,
+        event: Lifecycle,
+    ) -> Result<(), sqlx::Error> {
+        let Some((event, options)) = outgoing(descriptor, event) else {
+            return Ok(());
+        };
+        match self.append(transaction, event, options).await {
+            Ok(_) => Ok(()),
+            Err(AppendError::Database(error)) => Err(error),
+            Err(error) => {
+                tracing::warn!(
+                    event_type = descriptor.name,
+                    %error,
+                    "lifecycle event not emitted: the registered contract refused it"
+                );
+                Ok(())
+            }
+        }
+    }
+
     /// Appends the `job.dead_lettered` event of `dead` on `transaction` (the one that
-    /// dead-lettered it, at `now`, epoch seconds), in the newest registered version, through
-    /// [`SqliteStore::append`]. A dead-lettered `job.dead_lettered` delivery emits nothing
-    /// (the loop guard). A refused event (the registered schema wants fields the runtime
-    /// cannot fill) is recorded as a reject and logged; the dead-lettering stands.
+    /// dead-lettered it, at `now`, epoch seconds). A dead-lettered `job.dead_lettered`
+    /// delivery emits nothing (the loop guard).
     ///
     /// # Errors
     /// [`DispatchError::Database`]; the caller's transaction must then roll back.
@@ -56,22 +108,92 @@ impl SqliteStore {
             ),
             now: row.try_get("now")?,
         };
-        let Some((event, options)) =
-            dead_lettered(source, dead).and_then(|lifecycle| outgoing(descriptor, lifecycle))
-        else {
+        let Some(event) = dead_lettered(source, dead) else {
             return Ok(());
         };
-        match self.append(transaction, event, options).await {
-            Ok(_) => Ok(()),
-            Err(AppendError::Database(error)) => Err(error.into()),
-            Err(error) => {
-                tracing::warn!(
-                    event_type = descriptor.name,
-                    %error,
-                    "lifecycle event not emitted: the registered contract refused it"
-                );
-                Ok(())
-            }
+        Ok(self.emit_lifecycle(transaction, descriptor, event).await?)
+    }
+
+    /// Appends `dlq_replay.scheduled` for replay `replay_id` on `transaction` (the one that
+    /// applied it at `now`, epoch seconds), when the registry registers the type.
+    ///
+    /// # Errors
+    /// The database's; the caller's transaction must then roll back.
+    pub(super) async fn emit_replay_scheduled(
+        &self,
+        transaction: &mut SqliteConnection,
+        replay_id: i64,
+        consumer: &str,
+        jobs: u64,
+        requested_by: Option<Uuid>,
+        now: f64,
+    ) -> Result<(), sqlx::Error> {
+        let Some(descriptor) = self.lifecycle_type(REPLAY_SCHEDULED) else {
+            return Ok(());
+        };
+        let at: String = sqlx::query_scalar(sql::RFC3339_AT)
+            .bind(now)
+            .fetch_one(&mut *transaction)
+            .await?;
+        let requested_by = requested_by.unwrap_or_else(|| role_uuid(REQUESTER));
+        let jobs = i64::try_from(jobs).unwrap_or(i64::MAX);
+        let event = replay_scheduled(replay_id, consumer, jobs, requested_by, at);
+        self.emit_lifecycle(transaction, descriptor, event).await
+    }
+
+    /// Ends the replays whose last outstanding delivery `transaction` just settled (one of
+    /// `settled`, at `now`, epoch seconds): appends `dlq_replay.completed` when every
+    /// replayed delivery was acked, `dlq_replay.failed` when any failed again, whichever the
+    /// registry registers. One writer at a time: the count sees every earlier settle.
+    ///
+    /// # Errors
+    /// The database's; the caller's transaction must then roll back.
+    pub(super) async fn end_replays(
+        &self,
+        transaction: &mut SqliteConnection,
+        settled: &[SettledKey<'_>],
+        now: f64,
+    ) -> Result<(), sqlx::Error> {
+        if settled.iter().all(|&(_, _, generation)| generation == 0) || !self.tracks_replays() {
+            return Ok(());
         }
+        let mut ids: Vec<i64> = Vec::new();
+        for &(event_id, consumer, generation) in settled.iter().filter(|s| s.2 > 0) {
+            let found: Vec<i64> = sqlx::query_scalar(sql::REPLAY_OF)
+                .bind(event_id)
+                .bind(consumer)
+                .bind(generation)
+                .fetch_all(&mut *transaction)
+                .await?;
+            ids.extend(found);
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        for id in ids {
+            let Some(row) = sqlx::query(sql::REPLAY_PROGRESS)
+                .bind(id)
+                .bind(now)
+                .fetch_optional(&mut *transaction)
+                .await?
+            else {
+                continue;
+            };
+            let progress = ReplayProgress {
+                replayed: row.try_get("deliveries")?,
+                outstanding: row.try_get("outstanding")?,
+                failed: row.try_get("failed")?,
+                quarantined: row.try_get("quarantined")?,
+                now: row.try_get("now")?,
+            };
+            let Some((name, event)) = replay_ended(id, progress) else {
+                continue;
+            };
+            let Some(descriptor) = self.lifecycle_type(name) else {
+                continue;
+            };
+            tracing::info!(replay_id = id, event_type = name, "replay ended");
+            self.emit_lifecycle(transaction, descriptor, event).await?;
+        }
+        Ok(())
     }
 }

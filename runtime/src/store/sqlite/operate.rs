@@ -5,9 +5,8 @@
 //! file) and the locking (a replay's apply is one `BEGIN IMMEDIATE` transaction, which no other
 //! writer shares, instead of row locks and an advisory lock on the key).
 //!
-//! The replay's lifecycle events (`dlq_replay.scheduled`) are not appended on this store;
-//! [`ReplayApproval::requested_by`] is then unused, as on a PostgreSQL store whose registry does
-//! not register the type.
+//! An applied replay appends `dlq_replay.scheduled` when the registry registers it; without
+//! [`ReplayApproval::requested_by`] it names the store (there are no database roles).
 
 use sqlx::Row;
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
@@ -119,6 +118,15 @@ impl Operate for SqliteStore {
                 created = done.rows_affected();
             }
         }
+        self.emit_replay_scheduled(
+            &mut tx,
+            replay_id,
+            consumer,
+            created,
+            approval.requested_by,
+            now,
+        )
+        .await?;
         // The consumer's workers wake when this commits, as after an append.
         self.inner.wakeups.arm(&mut tx, &[consumer]).await?;
         tx.commit().await?;

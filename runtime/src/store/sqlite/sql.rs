@@ -705,6 +705,33 @@ SELECT event_type, schema_version, tenant_scope, trace_id, parent_span_id, trace
     strftime('%Y-%m-%dT%H:%M:%fZ', ?2, 'unixepoch') AS now
 FROM evc_events WHERE event_id = ?1";
 
+/// Epoch seconds `?1` in RFC 3339, UTC (the time a lifecycle event names).
+pub(crate) const RFC3339_AT: &str = "SELECT strftime('%Y-%m-%dT%H:%M:%fZ', ?1, 'unixepoch')";
+
+/// The replay that wrote generation `?3` of delivery `?1` for consumer `?2` (none for a
+/// generation no replay wrote).
+pub(crate) const REPLAY_OF: &str = "\
+SELECT replay_id FROM evc_replay_items
+WHERE event_id = ?1 AND consumer = ?2 AND generation = ?3 - 1";
+
+/// Replay `?1`'s deliveries (the generation after each of its items): how many it made, how
+/// many are still `pending` or `leased`, how many failed again (settled but not acked: an ack
+/// deletes the row, so a missing row is an ack), of those how many are quarantined; and the
+/// time `?2` (epoch seconds) in RFC 3339, UTC. No row: no such replay.
+pub(crate) const REPLAY_PROGRESS: &str = "\
+SELECT r.deliveries,
+    count(*) FILTER (WHERE d.status IN ('pending', 'leased')) AS outstanding,
+    count(*) FILTER (WHERE d.status IN ('dead', 'quarantined', 'replayed', 'discarded'))
+        AS failed,
+    count(*) FILTER (WHERE d.status = 'quarantined') AS quarantined,
+    strftime('%Y-%m-%dT%H:%M:%fZ', ?2, 'unixepoch') AS now
+FROM evc_replays r
+LEFT JOIN evc_replay_items i ON i.replay_id = r.id
+LEFT JOIN evc_deliveries d ON d.event_id = i.event_id AND d.consumer = i.consumer
+    AND d.generation = i.generation + 1
+WHERE r.id = ?1
+GROUP BY r.deliveries";
+
 #[cfg(test)]
 mod tests {
     use super::*;
