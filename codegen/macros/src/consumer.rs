@@ -1,7 +1,8 @@
 //! `#[consumer("name")]` on an impl block: the consumer exists, every subscribed event type has
 //! an `on_<event>` handler of the right shape and payload type, and no handler is for an event
 //! type the consumer does not subscribe to. The block is then served: the attribute implements
-//! `evc::DynHandler` (decode the payload, call the handler) and `evc::Consumer` for the type.
+//! `evc::DynHandler` (decode the payload, call the handler) and `evc::Consumer` for the type,
+//! for the store its handlers' contexts name (PostgreSQL by default).
 
 use evc_codegen::facts;
 use evc_codegen::model::Consumer;
@@ -86,7 +87,10 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
                 Some(consumer) => {
                     let subscribed = subscriptions(set, consumer);
                     let handlers = check(&block, consumer, &subscribed, &mut errors);
-                    served = serve(&block.self_ty, &name, &handlers);
+                    match store(&handlers) {
+                        Ok(store) => served = serve(&block.self_ty, &name, &store, &handlers),
+                        Err(error) => errors.push(error),
+                    }
                 }
             },
         }
@@ -268,9 +272,57 @@ fn shape<'a>(
     })
 }
 
-/// The `evc::DynHandler` and `evc::Consumer` impls, and one constant per handler that fails to
-/// evaluate when the payload type is not of the subscribed event type and majors.
-fn serve(self_ty: &Type, name: &LitStr, handlers: &[Handler<'_>]) -> TokenStream {
+/// The store the block serves: the one its handlers' contexts name
+/// (`&mut evc::HandlerContext<'_, SqliteStore>`), PostgreSQL when they name none (the
+/// context's default). Handlers naming different stores are an error at the second.
+fn store(handlers: &[Handler<'_>]) -> syn::Result<Type> {
+    let mut named: Option<&Type> = None;
+    for handler in handlers {
+        let Some(store) = context_store(handler.context) else {
+            continue;
+        };
+        match named {
+            Some(first) if quote!(#first).to_string() != quote!(#store).to_string() => {
+                return Err(syn::Error::new_spanned(
+                    store,
+                    format!(
+                        "the handlers of one `#[evc::consumer]` block serve one store: `{}` \
+                         here, `{}` in an earlier handler",
+                        quote!(#store),
+                        quote!(#first)
+                    ),
+                ));
+            }
+            _ => named = Some(store),
+        }
+    }
+    Ok(named
+        .cloned()
+        .unwrap_or_else(|| syn::parse_quote!(::evc::PgStore)))
+}
+
+/// The store argument of a handler context type (`&mut HandlerContext<'_, S>` gives `S`).
+fn context_store(context: &Type) -> Option<&Type> {
+    let Type::Reference(reference) = context else {
+        return None;
+    };
+    let Type::Path(path) = &*reference.elem else {
+        return None;
+    };
+    let syn::PathArguments::AngleBracketed(arguments) = &path.path.segments.last()?.arguments
+    else {
+        return None;
+    };
+    arguments.args.iter().find_map(|argument| match argument {
+        syn::GenericArgument::Type(store) => Some(store),
+        _ => None,
+    })
+}
+
+/// The `evc::DynHandler` and `evc::Consumer` impls for `store`, and one constant per handler
+/// that fails to evaluate when the payload type is not of the subscribed event type and
+/// majors.
+fn serve(self_ty: &Type, name: &LitStr, store: &Type, handlers: &[Handler<'_>]) -> TokenStream {
     let mut assertions = Vec::new();
     let mut arms = Vec::new();
     for handler in handlers {
@@ -355,10 +407,10 @@ fn serve(self_ty: &Type, name: &LitStr, handlers: &[Handler<'_>]) -> TokenStream
     quote! {
         #(#assertions)*
 
-        impl ::evc::DynHandler for #self_ty {
+        impl ::evc::DynHandler<#store> for #self_ty {
             fn handle<'a>(
                 &'a self,
-                mut context: ::evc::HandlerContext<'a>,
+                mut context: ::evc::HandlerContext<'a, #store>,
             ) -> ::evc::BoxFuture<'a, ::std::result::Result<(), ::evc::HandlerError>> {
                 ::std::boxed::Box::pin(async move {
                     let claimed = context.claimed;
@@ -374,7 +426,7 @@ fn serve(self_ty: &Type, name: &LitStr, handlers: &[Handler<'_>]) -> TokenStream
             }
         }
 
-        impl ::evc::Consumer for #self_ty {
+        impl ::evc::Consumer<#store> for #self_ty {
             const NAME: &'static str = #name;
         }
     }

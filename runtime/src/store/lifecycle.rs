@@ -7,10 +7,11 @@ use serde_json::{Map, Value};
 use sha2::Digest as _;
 use uuid::Uuid;
 
-use crate::append::AppendOptions;
+use crate::append::{AppendError, AppendOptions};
 use crate::handler::FailureClass;
 use crate::publish::{OutgoingEvent, order_key_part};
 use crate::registry::EventDescriptor;
+use crate::store::{Connection, Store};
 use crate::trace::TraceContext;
 
 /// The lifecycle event a dead-lettered delivery emits, when the registry registers it.
@@ -186,6 +187,36 @@ pub(in crate::store) fn outgoing(
     options.tenant_scope = event.tenant_scope;
     options.idempotency_key = event.idempotency_key;
     Some((outgoing, options))
+}
+
+/// Appends `event` as `descriptor`'s newest registered version on `transaction` (the one of
+/// the state change it describes), through `store`'s checked append. A refused event (the
+/// registered schema wants fields the runtime cannot fill, a payload cap below its size) is
+/// recorded as a reject and logged; the state change stands.
+///
+/// # Errors
+/// The database's; the caller's transaction must then roll back.
+pub(in crate::store) async fn emit<S: Store>(
+    store: &S,
+    transaction: &mut Connection<S>,
+    descriptor: &'static EventDescriptor,
+    event: Lifecycle,
+) -> Result<(), sqlx::Error> {
+    let Some((event, options)) = outgoing(descriptor, event) else {
+        return Ok(());
+    };
+    match store.append(transaction, event, options).await {
+        Ok(_) => Ok(()),
+        Err(AppendError::Database(error)) => Err(error),
+        Err(error) => {
+            tracing::warn!(
+                event_type = descriptor.name,
+                %error,
+                "lifecycle event not emitted: the registered contract refused it"
+            );
+            Ok(())
+        }
+    }
 }
 
 /// The `job.dead_lettered` event of `dead`, whose event is `source`; `None` for a delivery of

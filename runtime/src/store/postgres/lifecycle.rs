@@ -12,12 +12,11 @@ use uuid::Uuid;
 
 use super::replay::Discarded;
 use super::{PgStore, sql};
-use crate::append::AppendError;
 use crate::registry::EventDescriptor;
 use crate::store::DispatchError;
 use crate::store::lifecycle::{
     DEAD_LETTERED, DISCARDED, DeadLetter, Lifecycle, REPLAY_COMPLETED, REPLAY_FAILED,
-    REPLAY_SCHEDULED, ReplayProgress, Source, dead_lettered, error_code, outgoing, replay_ended,
+    REPLAY_SCHEDULED, ReplayProgress, Source, dead_lettered, emit, error_code, replay_ended,
     replay_scheduled, role_uuid, stored_trace,
 };
 use crate::store::ops::SettledDelivery;
@@ -67,37 +66,6 @@ impl PgStore {
             || self.lifecycle_type(REPLAY_FAILED).is_some()
     }
 
-    /// Appends `event` as `descriptor`'s newest registered version on `transaction` (the one
-    /// of the state change it describes), through [`PgStore::append`].
-    ///
-    /// A refused event (the registered schema wants fields the runtime cannot fill, a payload
-    /// cap below its size) is recorded as a reject and logged; the state change stands.
-    ///
-    /// # Errors
-    /// The database's; the caller's transaction must then roll back.
-    pub(super) async fn emit_lifecycle(
-        &self,
-        transaction: &mut PgConnection,
-        descriptor: &'static EventDescriptor,
-        event: Lifecycle,
-    ) -> Result<(), sqlx::Error> {
-        let Some((outgoing, options)) = outgoing(descriptor, event) else {
-            return Ok(());
-        };
-        match self.append(transaction, outgoing, options).await {
-            Ok(_) => Ok(()),
-            Err(AppendError::Database(error)) => Err(error),
-            Err(error) => {
-                tracing::warn!(
-                    event_type = descriptor.name,
-                    %error,
-                    "lifecycle event not emitted: the registered contract refused it"
-                );
-                Ok(())
-            }
-        }
-    }
-
     /// Appends the `job.dead_lettered` event of `dead` on `transaction` (the one that
     /// dead-lettered it), in the newest registered version, through [`PgStore::append`].
     ///
@@ -120,7 +88,7 @@ impl PgStore {
         let Some(event) = dead_lettered(source, dead) else {
             return Ok(());
         };
-        Ok(self.emit_lifecycle(transaction, descriptor, event).await?)
+        Ok(emit(self, transaction, descriptor, event).await?)
     }
 
     /// Appends `dlq_replay.scheduled` for replay `replay_id` on `transaction` (the one that
@@ -148,7 +116,7 @@ impl PgStore {
         let role: String = row.try_get("role")?;
         let requested_by = requested_by.unwrap_or_else(|| role_uuid(&role));
         let event = replay_scheduled(replay_id, consumer, jobs, requested_by, now);
-        self.emit_lifecycle(transaction, descriptor, event).await
+        emit(self, transaction, descriptor, event).await
     }
 
     /// Appends `job.discarded` for `delivery` on `transaction` (the one of `discard`), when the
@@ -192,7 +160,7 @@ impl PgStore {
             tenant_scope: source.tenant_scope,
             idempotency_key: None,
         };
-        self.emit_lifecycle(transaction, descriptor, event).await
+        emit(self, transaction, descriptor, event).await
     }
 
     /// Ends the replays of `replay_ids` whose last outstanding delivery `connection`'s
@@ -245,7 +213,7 @@ impl PgStore {
                 continue;
             };
             tracing::info!(replay_id = id, event_type = name, "replay ended");
-            self.emit_lifecycle(connection, descriptor, event).await?;
+            emit(self, connection, descriptor, event).await?;
         }
         Ok(())
     }

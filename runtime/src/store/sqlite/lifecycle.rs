@@ -9,13 +9,11 @@ use sqlx::sqlite::SqliteConnection;
 use uuid::Uuid;
 
 use super::{SqliteStore, sql};
-use crate::append::AppendError;
 use crate::registry::EventDescriptor;
 use crate::store::DispatchError;
 use crate::store::lifecycle::{
-    DEAD_LETTERED, DeadLetter, Lifecycle, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED,
-    ReplayProgress, Source, dead_lettered, outgoing, replay_ended, replay_scheduled, role_uuid,
-    stored_trace,
+    DEAD_LETTERED, DeadLetter, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED, ReplayProgress,
+    Source, dead_lettered, emit, replay_ended, replay_scheduled, role_uuid, stored_trace,
 };
 
 /// Who a replay's `dlq_replay.scheduled` names when the approval names no person: the store
@@ -44,36 +42,6 @@ impl SqliteStore {
     fn tracks_replays(&self) -> bool {
         self.lifecycle_type(REPLAY_COMPLETED).is_some()
             || self.lifecycle_type(REPLAY_FAILED).is_some()
-    }
-
-    /// Appends `event` as `descriptor`'s newest registered version on `transaction` (the one
-    /// of the state change it describes), through [`SqliteStore::append`]. A refused event
-    /// (the registered schema wants fields the runtime cannot fill) is recorded as a reject
-    /// and logged; the state change stands.
-    ///
-    /// # Errors
-    /// The database's; the caller's transaction must then roll back.
-    async fn emit_lifecycle(
-        &self,
-        transaction: &mut SqliteConnection,
-        descriptor: &'static EventDescriptor,
-        event: Lifecycle,
-    ) -> Result<(), sqlx::Error> {
-        let Some((event, options)) = outgoing(descriptor, event) else {
-            return Ok(());
-        };
-        match self.append(transaction, event, options).await {
-            Ok(_) => Ok(()),
-            Err(AppendError::Database(error)) => Err(error),
-            Err(error) => {
-                tracing::warn!(
-                    event_type = descriptor.name,
-                    %error,
-                    "lifecycle event not emitted: the registered contract refused it"
-                );
-                Ok(())
-            }
-        }
     }
 
     /// Appends the `job.dead_lettered` event of `dead` on `transaction` (the one that
@@ -111,7 +79,7 @@ impl SqliteStore {
         let Some(event) = dead_lettered(source, dead) else {
             return Ok(());
         };
-        Ok(self.emit_lifecycle(transaction, descriptor, event).await?)
+        Ok(emit(self, transaction, descriptor, event).await?)
     }
 
     /// Appends `dlq_replay.scheduled` for replay `replay_id` on `transaction` (the one that
@@ -138,7 +106,7 @@ impl SqliteStore {
         let requested_by = requested_by.unwrap_or_else(|| role_uuid(REQUESTER));
         let jobs = i64::try_from(jobs).unwrap_or(i64::MAX);
         let event = replay_scheduled(replay_id, consumer, jobs, requested_by, at);
-        self.emit_lifecycle(transaction, descriptor, event).await
+        emit(self, transaction, descriptor, event).await
     }
 
     /// Ends the replays whose last outstanding delivery `transaction` just settled (one of
@@ -192,7 +160,7 @@ impl SqliteStore {
                 continue;
             };
             tracing::info!(replay_id = id, event_type = name, "replay ended");
-            self.emit_lifecycle(transaction, descriptor, event).await?;
+            emit(self, transaction, descriptor, event).await?;
         }
         Ok(())
     }
