@@ -27,14 +27,16 @@ const LEASE: Duration = Duration::from_secs(30);
 /// A lease that runs out at once (recovery then finds it).
 const SHORT: Duration = Duration::from_millis(5);
 
-/// Instantiates each generic test for both stores: `postgres::<name>` and `sqlite::<name>`.
+/// Instantiates each generic test for both stores: `postgres::<name>` and `sqlite::<name>`, on
+/// stores of `registry =>` (default [`conformance::CONFORMANCE_REGISTRY`]).
 macro_rules! conformance {
-    ($($name:ident),* $(,)?) => {
+    ($registry:path => $($name:ident),* $(,)?) => {
         mod postgres {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() -> crate::support::TestResult {
-                    crate::conformance::with_postgres(super::$name::<evc_runtime::PgStore>).await
+                    crate::conformance::with_postgres($registry, super::$name::<evc_runtime::PgStore>)
+                        .await
                 }
             )*
         }
@@ -43,10 +45,14 @@ macro_rules! conformance {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() -> crate::support::TestResult {
-                    crate::conformance::with_sqlite(super::$name::<evc_runtime::SqliteStore>).await
+                    crate::conformance::with_sqlite($registry, super::$name::<evc_runtime::SqliteStore>)
+                        .await
                 }
             )*
         }
+    };
+    ($($name:ident),* $(,)?) => {
+        conformance!(crate::conformance::CONFORMANCE_REGISTRY => $($name),*);
     };
 }
 
@@ -88,43 +94,15 @@ conformance!(
 );
 
 /// Lifecycle events, on both stores, with [`support::LIFECYCLE_REGISTRY`] (which registers
-/// `job.dead_lettered` for the consumer `ops.watch`).
+/// `job.dead_lettered` for the consumer `ops.watch`, and the replay events).
 mod lifecycle {
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn postgres_dead_lettering_appends_job_dead_lettered() -> crate::support::TestResult {
-        crate::conformance::with_postgres_on(
-            crate::support::LIFECYCLE_REGISTRY,
-            super::dead_lettering_appends_job_dead_lettered::<evc_runtime::PgStore>,
-        )
-        .await
-    }
+    use super::*;
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn sqlite_dead_lettering_appends_job_dead_lettered() -> crate::support::TestResult {
-        crate::conformance::with_sqlite_on(
-            crate::support::LIFECYCLE_REGISTRY,
-            super::dead_lettering_appends_job_dead_lettered::<evc_runtime::SqliteStore>,
-        )
-        .await
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn postgres_a_replay_appends_scheduled_then_its_end() -> crate::support::TestResult {
-        crate::conformance::with_postgres_on(
-            crate::support::LIFECYCLE_REGISTRY,
-            super::a_replay_appends_scheduled_then_its_end::<evc_runtime::PgStore>,
-        )
-        .await
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn sqlite_a_replay_appends_scheduled_then_its_end() -> crate::support::TestResult {
-        crate::conformance::with_sqlite_on(
-            crate::support::LIFECYCLE_REGISTRY,
-            super::a_replay_appends_scheduled_then_its_end::<evc_runtime::SqliteStore>,
-        )
-        .await
-    }
+    conformance!(
+        crate::support::LIFECYCLE_REGISTRY =>
+        dead_lettering_appends_job_dead_lettered,
+        a_replay_appends_scheduled_then_its_end,
+    );
 }
 
 /// A `test.note` whose key is number `key`.

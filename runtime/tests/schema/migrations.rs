@@ -7,70 +7,24 @@
 //! test is skipped with a message, except under `CI=true`, where that is a failure.
 
 use std::collections::BTreeMap;
-use std::hash::{BuildHasher, Hasher};
 use std::path::Path;
-use std::str::FromStr;
 
 use evc_codegen::ContractSet;
 use evc_codegen::emit::{Layout, MIGRATION_NOTICE, manifest, sql};
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
-use sqlx::{AssertSqlSafe, Connection, Row};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Row};
 
-type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
-
-const DEFAULT_URL: &str = "postgres://root@localhost/test";
+use crate::support::{TestResult, with_empty_database};
 
 #[tokio::test]
 async fn generated_migrations_apply_idempotently_to_postgres() -> TestResult {
-    in_fresh_database(check).await
+    with_empty_database(check).await
 }
 
 #[tokio::test]
 async fn the_runtime_step_keeps_every_existing_row() -> TestResult {
-    in_fresh_database(runtime_step_keeps_rows).await
-}
-
-/// Runs `test` on a database of its own, created on the server of `DATABASE_URL` and dropped
-/// afterwards (also when `test` fails).
-async fn in_fresh_database<F, Fut>(test: F) -> TestResult
-where
-    F: FnOnce(PgConnectOptions) -> Fut,
-    Fut: std::future::Future<Output = TestResult> + Send + 'static,
-{
-    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
-    let mut admin = match PgConnection::connect(&url).await {
-        Ok(connection) => connection,
-        Err(error) => {
-            let ci = std::env::var("CI").is_ok_and(|value| value.eq_ignore_ascii_case("true"));
-            assert!(
-                !ci,
-                "CI=true and PostgreSQL at {url} is unreachable: {error}"
-            );
-            eprintln!("skipped: PostgreSQL at {url} is unreachable ({error}); set DATABASE_URL");
-            return Ok(());
-        }
-    };
-
-    let database = format!("evc_mig_{:016x}", random());
-    sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {database}")))
-        .execute(&mut admin)
-        .await?;
-    let options = PgConnectOptions::from_str(&url)?.database(&database);
-
-    // Run the checks in their own task so a failed assertion still drops the database.
-    let outcome = tokio::spawn(test(options)).await;
-    sqlx::raw_sql(AssertSqlSafe(format!(
-        "DROP DATABASE IF EXISTS {database} WITH (FORCE)"
-    )))
-    .execute(&mut admin)
-    .await?;
-    admin.close().await?;
-    match outcome {
-        Ok(result) => result,
-        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-        Err(error) => Err(error.into()),
-    }
+    with_empty_database(runtime_step_keeps_rows).await
 }
 
 /// Whether `name` is a later runtime step (the only files that may drop what an earlier one
@@ -593,14 +547,4 @@ fn file_name(path: &Path) -> String {
     path.file_name()
         .map(|name| name.to_string_lossy().into_owned())
         .unwrap_or_default()
-}
-
-/// A random number from the standard library's hash seed, mixed with the process and the time.
-fn random() -> u64 {
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u32(std::process::id());
-    if let Ok(elapsed) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-        hasher.write_u128(elapsed.as_nanos());
-    }
-    hasher.finish()
 }

@@ -48,18 +48,9 @@ impl Conformance for SqliteStore {
     }
 }
 
-/// Runs `check` on a [`PgStore`] of [`CONFORMANCE_REGISTRY`] over a fresh database (skipped
-/// with a message when PostgreSQL is unreachable, except under `CI=true`).
-pub async fn with_postgres<F, Fut>(check: F) -> TestResult
-where
-    F: FnOnce(PgStore) -> Fut + Send + 'static,
-    Fut: Future<Output = TestResult> + Send + 'static,
-{
-    with_postgres_on(CONFORMANCE_REGISTRY, check).await
-}
-
-/// [`with_postgres`] on a store of `registry`.
-pub async fn with_postgres_on<F, Fut>(registry: Registry, check: F) -> TestResult
+/// Runs `check` on a [`PgStore`] of `registry` over a fresh database (skipped with a message
+/// when PostgreSQL is unreachable, except under `CI=true`).
+pub async fn with_postgres<F, Fut>(registry: Registry, check: F) -> TestResult
 where
     F: FnOnce(PgStore) -> Fut + Send + 'static,
     Fut: Future<Output = TestResult> + Send + 'static,
@@ -71,18 +62,9 @@ where
     .await
 }
 
-/// Runs `check` on a [`SqliteStore`] of [`CONFORMANCE_REGISTRY`] over a fresh file in a
-/// temporary directory (removed afterwards).
-pub async fn with_sqlite<F, Fut>(check: F) -> TestResult
-where
-    F: FnOnce(SqliteStore) -> Fut + Send + 'static,
-    Fut: Future<Output = TestResult> + Send + 'static,
-{
-    with_sqlite_on(CONFORMANCE_REGISTRY, check).await
-}
-
-/// [`with_sqlite`] on a store of `registry`.
-pub async fn with_sqlite_on<F, Fut>(registry: Registry, check: F) -> TestResult
+/// Runs `check` on a [`SqliteStore`] of `registry` over a fresh file in a temporary directory
+/// (removed afterwards).
+pub async fn with_sqlite<F, Fut>(registry: Registry, check: F) -> TestResult
 where
     F: FnOnce(SqliteStore) -> Fut + Send + 'static,
     Fut: Future<Output = TestResult> + Send + 'static,

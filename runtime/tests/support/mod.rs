@@ -44,28 +44,7 @@ where
     F: FnOnce(PgPool) -> Fut + Send + 'static,
     Fut: Future<Output = TestResult> + Send + 'static,
 {
-    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
-    let mut admin = match PgConnection::connect(&url).await {
-        Ok(connection) => connection,
-        Err(error) => {
-            let ci = std::env::var("CI").is_ok_and(|value| value.eq_ignore_ascii_case("true"));
-            assert!(
-                !ci,
-                "CI=true and PostgreSQL at {url} is unreachable: {error}"
-            );
-            eprintln!("skipped: PostgreSQL at {url} is unreachable ({error}); set DATABASE_URL");
-            return Ok(());
-        }
-    };
-
-    let database = format!("evc_rt_{:016x}", random());
-    sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {database}")))
-        .execute(&mut admin)
-        .await?;
-    let options = PgConnectOptions::from_str(&url)?.database(&database);
-
-    // Run the checks in their own task so a failed assertion still drops the database.
-    let outcome = tokio::spawn(async move {
+    with_empty_database(move |options| async move {
         let pool = PgPoolOptions::new()
             .max_connections(4)
             .connect_with(options)
@@ -96,7 +75,39 @@ where
         pool.close().await;
         result
     })
-    .await;
+    .await
+}
+
+/// Runs `check` with the options of a database of its own, created empty (no migration) on the
+/// server of `DATABASE_URL` and dropped afterwards, also when `check` fails or panics. Skipped
+/// with a message when the server is unreachable, except under `CI=true`.
+pub async fn with_empty_database<F, Fut>(check: F) -> TestResult
+where
+    F: FnOnce(PgConnectOptions) -> Fut,
+    Fut: Future<Output = TestResult> + Send + 'static,
+{
+    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
+    let mut admin = match PgConnection::connect(&url).await {
+        Ok(connection) => connection,
+        Err(error) => {
+            let ci = std::env::var("CI").is_ok_and(|value| value.eq_ignore_ascii_case("true"));
+            assert!(
+                !ci,
+                "CI=true and PostgreSQL at {url} is unreachable: {error}"
+            );
+            eprintln!("skipped: PostgreSQL at {url} is unreachable ({error}); set DATABASE_URL");
+            return Ok(());
+        }
+    };
+
+    let database = format!("evc_rt_{:016x}", random());
+    sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {database}")))
+        .execute(&mut admin)
+        .await?;
+    let options = PgConnectOptions::from_str(&url)?.database(&database);
+
+    // Run the checks in their own task so a failed assertion still drops the database.
+    let outcome = tokio::spawn(check(options)).await;
     sqlx::raw_sql(AssertSqlSafe(format!(
         "DROP DATABASE IF EXISTS {database} WITH (FORCE)"
     )))
