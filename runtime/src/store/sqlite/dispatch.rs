@@ -61,10 +61,12 @@ impl Settled {
     }
 }
 
-/// The keys [`SqliteStore::end_replays`] looks settled deliveries up by.
-fn keys(settled: &[(Settled, f64)]) -> Vec<SettledKey<'_>> {
+/// The replayed deliveries among `settled` (generation above 0), as
+/// [`SqliteStore::end_replays`] looks them up: none, and no allocation, for an ordinary settle.
+fn replayed(settled: &[(Settled, f64)]) -> Vec<SettledKey<'_>> {
     settled
         .iter()
+        .filter(|(row, _)| row.generation > 0)
         .map(|(row, _)| (row.event_id.as_str(), row.consumer.as_str(), row.generation))
         .collect()
 }
@@ -393,7 +395,7 @@ impl SqliteStore {
             settled.push((Settled::read_held(row, &lease.owner)?, lease.started_at));
         }
         write_attempts(&mut tx, &settled, "acked", None).await?;
-        self.end_replays(&mut tx, &keys(&settled), epoch_now())
+        self.end_replays(&mut tx, &replayed(&settled), epoch_now())
             .await?;
         tx.commit().await?;
         for lease in leases {
@@ -428,7 +430,7 @@ impl SqliteStore {
         };
         let settled = [(Settled::read(&row)?, lease.started_at)];
         write_attempts(&mut tx, &settled, "acked", None).await?;
-        self.end_replays(&mut tx, &keys(&settled), epoch_now())
+        self.end_replays(&mut tx, &replayed(&settled), epoch_now())
             .await?;
         tx.commit().await?;
         Ok(())
@@ -474,7 +476,7 @@ impl SqliteStore {
             settled.push((row, began));
         }
         write_attempts(&mut tx, &settled, "acked", None).await?;
-        self.end_replays(&mut tx, &keys(&settled), epoch_now())
+        self.end_replays(&mut tx, &replayed(&settled), epoch_now())
             .await?;
         tx.commit().await?;
         // As PostgreSQL's: an entry whose delivery was acked (by it or a duplicate of it) is
@@ -564,7 +566,7 @@ impl SqliteStore {
                 .await?;
         }
         if !matches!(decision, RetryDecision::Retry(_)) {
-            self.end_replays(&mut tx, &keys(&settled), now).await?;
+            self.end_replays(&mut tx, &replayed(&settled), now).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -704,20 +706,19 @@ impl SqliteStore {
             // end).
             let started: f64 = row.try_get("updated_at")?;
             let outcome = if exhausted { "dead" } else { "lease_expired" };
-            write_attempts(
-                &mut tx,
-                &[(settled, started)],
-                outcome,
-                Some("lease_expired"),
-            )
-            .await?;
+            let settled = [(settled, started)];
+            write_attempts(&mut tx, &settled, outcome, Some("lease_expired")).await?;
             recovered += 1;
-            dead += u64::from(exhausted);
-            if let (true, Some(descriptor)) = (exhausted, self.dead_letter_type()) {
+            if !exhausted {
+                continue;
+            }
+            dead += 1;
+            let (delivery, _) = &settled[0];
+            if let Some(descriptor) = self.dead_letter_type() {
                 let dead = DeadLetter {
-                    event_id: parse_uuid(&row.try_get::<String, _>("event_id")?)?,
-                    consumer: &row.try_get::<String, _>("consumer")?,
-                    attempts: u32::try_from(row.try_get::<i64, _>("attempt")?).unwrap_or(1),
+                    event_id: parse_uuid(&delivery.event_id)?,
+                    consumer: &delivery.consumer,
+                    attempts: u32::try_from(delivery.attempt).unwrap_or(1),
                     // The handler never answered: its attempts ended like transient failures.
                     failure_class: "transient",
                     error_code: "lease_expired",
@@ -725,13 +726,7 @@ impl SqliteStore {
                 self.emit_dead_lettered(&mut tx, descriptor, dead, now)
                     .await?;
             }
-            if exhausted {
-                let event_id: String = row.try_get("event_id")?;
-                let consumer: String = row.try_get("consumer")?;
-                let generation: i64 = row.try_get("generation")?;
-                self.end_replays(&mut tx, &[(&event_id, &consumer, generation)], now)
-                    .await?;
-            }
+            self.end_replays(&mut tx, &replayed(&settled), now).await?;
         }
         tx.commit().await?;
         if dead > 0 {

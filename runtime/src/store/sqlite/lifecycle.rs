@@ -109,10 +109,10 @@ impl SqliteStore {
         emit(self, transaction, descriptor, event).await
     }
 
-    /// Ends the replays whose last outstanding delivery `transaction` just settled (one of
-    /// `settled`, at `now`, epoch seconds): appends `dlq_replay.completed` when every
-    /// replayed delivery was acked, `dlq_replay.failed` when any failed again, whichever the
-    /// registry registers. One writer at a time: the count sees every earlier settle.
+    /// Ends the replays whose last outstanding delivery `transaction` just settled (one of the
+    /// replayed deliveries `settled`, at `now`, epoch seconds): appends `dlq_replay.completed`
+    /// when every replayed delivery was acked, `dlq_replay.failed` when any failed again,
+    /// whichever the registry registers. One writer at a time: the count sees every earlier settle.
     ///
     /// # Errors
     /// The database's; the caller's transaction must then roll back.
@@ -122,11 +122,11 @@ impl SqliteStore {
         settled: &[SettledKey<'_>],
         now: f64,
     ) -> Result<(), sqlx::Error> {
-        if settled.iter().all(|&(_, _, generation)| generation == 0) || !self.tracks_replays() {
+        if settled.is_empty() || !self.tracks_replays() {
             return Ok(());
         }
         let mut ids: Vec<i64> = Vec::new();
-        for &(event_id, consumer, generation) in settled.iter().filter(|s| s.2 > 0) {
+        for &(event_id, consumer, generation) in settled {
             let found: Vec<i64> = sqlx::query_scalar(sql::REPLAY_OF)
                 .bind(event_id)
                 .bind(consumer)
