@@ -173,6 +173,22 @@ pub fn type_set(schema: &Map<String, Value>) -> u8 {
     set
 }
 
+/// JSON equality as JSON Schema has it: `1` and `1.0` are the same number.
+pub fn json_equal(left: &Value, right: &Value) -> bool {
+    match (left, right) {
+        (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
+        (Value::Array(a), Value::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| json_equal(x, y))
+        }
+        (Value::Object(a), Value::Object(b)) => {
+            a.len() == b.len()
+                && a.iter()
+                    .all(|(key, x)| b.get(key).is_some_and(|y| json_equal(x, y)))
+        }
+        _ => left == right,
+    }
+}
+
 /// The values of `const` or `enum`, when the schema lists them (a finite schema).
 pub fn finite_values(schema: &Map<String, Value>) -> Option<Vec<Value>> {
     if let Some(value) = schema.get("const") {
@@ -180,7 +196,7 @@ pub fn finite_values(schema: &Map<String, Value>) -> Option<Vec<Value>> {
         return Some(match schema.get("enum").and_then(Value::as_array) {
             Some(allowed) => values
                 .into_iter()
-                .filter(|value| allowed.contains(value))
+                .filter(|value| allowed.iter().any(|item| json_equal(item, value)))
                 .collect(),
             None => values,
         });
@@ -427,7 +443,7 @@ pub fn merge(left: &Value, right: &Value) -> Option<Value> {
             merged.insert(keyword.clone(), value.clone());
             continue;
         };
-        if existing == value || is_annotation(keyword) {
+        if json_equal(existing, value) || is_annotation(keyword) {
             continue;
         }
         let combined = match keyword.as_str() {
@@ -459,7 +475,11 @@ pub fn merge(left: &Value, right: &Value) -> Option<Value> {
                 existing
                     .as_array()?
                     .iter()
-                    .filter(|item| value.as_array().is_some_and(|other| other.contains(item)))
+                    .filter(|item| {
+                        value
+                            .as_array()
+                            .is_some_and(|other| other.iter().any(|x| json_equal(x, item)))
+                    })
                     .cloned()
                     .collect(),
             ),
@@ -488,7 +508,7 @@ pub fn merge(left: &Value, right: &Value) -> Option<Value> {
     }
     // A `const` outside the merged `enum` leaves nothing.
     if let (Some(constant), Some(Value::Array(allowed))) = (merged.get("const"), merged.get("enum"))
-        && !allowed.contains(constant)
+        && !allowed.iter().any(|item| json_equal(item, constant))
     {
         return Some(Value::Bool(false));
     }

@@ -21,7 +21,8 @@ use serde_json::{Map, Value, json};
 use super::report::CompatRule;
 use super::schema::{
     self, Dialect, additional_properties, count, finite_values, is_annotation, is_false,
-    is_trivial, is_unsatisfiable, lower_bound, type_of_value, type_set, types, upper_bound,
+    is_trivial, is_unsatisfiable, json_equal, lower_bound, type_of_value, type_set, types,
+    upper_bound,
 };
 use super::values::Document;
 use crate::payload_schema::FORMATS;
@@ -916,22 +917,6 @@ fn without_values(map: &Map<String, Value>) -> Map<String, Value> {
     map.remove("enum");
     map.remove("const");
     map
-}
-
-/// JSON equality where `1` and `1.0` are the same number.
-fn json_equal(left: &Value, right: &Value) -> bool {
-    match (left, right) {
-        (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
-        (Value::Array(a), Value::Array(b)) => {
-            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| json_equal(x, y))
-        }
-        (Value::Object(a), Value::Object(b)) => {
-            a.len() == b.len()
-                && a.iter()
-                    .all(|(key, x)| b.get(key).is_some_and(|y| json_equal(x, y)))
-        }
-        _ => left == right,
-    }
 }
 
 fn short_list(values: &[Value]) -> String {

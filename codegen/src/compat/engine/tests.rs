@@ -128,6 +128,17 @@ fn conditionals_split_the_writer_and_fail_closed_otherwise() {
 }
 
 #[test]
+fn one_and_one_point_zero_are_one_value_in_a_condition() {
+    // The reader's `if` holds for 1 (`enum [1]` and `const 1.0` name the same number), so its
+    // `then` refuses the 1 the writer may emit (the writer's own `if` never holds).
+    let writer = json!({"type": "array", "items": {
+        "if": {"allOf": [{"enum": [1]}, {"const": 2}]}, "then": {"type": "string"}}});
+    let reader = json!({"items": {
+        "if": {"allOf": [{"enum": [1]}, {"const": 1.0}]}, "then": {"type": "string"}}});
+    assert!(!judge(writer, reader).is_empty());
+}
+
+#[test]
 fn negations_need_disjointness() {
     assert!(
         judge(
