@@ -6,6 +6,7 @@
 
 use std::path::Path;
 use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use evc_runtime::{
@@ -75,6 +76,17 @@ static REGISTRY: Registry = Registry {
     require_tenant_scope: false,
     dispatcher: DispatcherDescriptor::FORMAT_DEFAULTS,
 };
+
+/// Held by each test for its whole body. A child process one test starts holds, from its fork
+/// to its exec, a copy of every descriptor of this process: the other test's lock file too, so
+/// that test could see its own closed store's lock still held.
+static ONE_TEST_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_test_at_a_time() -> MutexGuard<'static, ()> {
+    ONE_TEST_AT_A_TIME
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -153,6 +165,7 @@ async fn application(path: &Path) -> uuid::Uuid {
 
 #[test]
 fn operator_commands_run_on_the_registry_a_sqlite_file_records() {
+    let _serial = one_test_at_a_time();
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("outbox.db");
     let url = format!("sqlite:{}", path.display());
@@ -330,6 +343,7 @@ fn operator_commands_run_on_the_registry_a_sqlite_file_records() {
 
 #[test]
 fn a_sqlite_outbox_is_never_created_shared_or_guessed() {
+    let _serial = one_test_at_a_time();
     let dir = tempfile::tempdir().expect("tempdir");
     let runtime = runtime();
 
@@ -365,7 +379,8 @@ fn a_sqlite_outbox_is_never_created_shared_or_guessed() {
         "{output:?}"
     );
     runtime.block_on(store.close());
-    assert_eq!(evc(&url, &["status"]).status.code(), Some(0));
+    let output = evc(&url, &["status"]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
 
     // An in-memory database cannot hold an outbox; an unknown scheme is refused without
     // repeating the URL (it may hold a password).

@@ -26,7 +26,8 @@
 //!
 //! - One store per file: [`SqliteStore::open`] takes an exclusive lock on `<file>.lock` and
 //!   refuses ([`SqliteOpenError::Locked`]) while another store holds it, in this process or
-//!   another. Clone the store to share it.
+//!   another. Clone the store to share it. The lock belongs to the open file, so a child
+//!   process started at the moment the store closes keeps it until the child execs.
 //! - Every write transaction the store starts is `BEGIN IMMEDIATE`; a caller's transaction
 //!   that writes (an append, a lease fence) keeps every other writer (claims, acks, other
 //!   appends) waiting until it ends, for at most the busy timeout. Begin write transactions
