@@ -970,7 +970,8 @@ impl<'a> Checker<'a> {
         let mut found = Vec::new();
         for (path, file) in self.files {
             if let (Some(tree), Some(source)) = (&file.tree, &file.source) {
-                control_characters_in(path, tree, "", None, false, source, &mut found);
+                let mut pointer = String::new();
+                control_characters_in(path, tree, &mut pointer, None, false, source, &mut found);
             }
         }
         self.diagnostics.extend(found);
@@ -1179,10 +1180,11 @@ const PROSE_KEYS: &[&str] = &["description", "title", "summary", "$comment"];
 /// summaries, property names, `enum` and `const` values) must hold none; any other string (data
 /// such as `default`, `examples` or an `x-` extension, which generated files only quote) must
 /// hold no NUL, which PostgreSQL text cannot store.
+/// `pointer` is the node's, a buffer extended and cut back on the way down.
 fn control_characters_in(
     path: &str,
     node: &crate::yaml::Node,
-    pointer: &str,
+    pointer: &mut String,
     key: Option<&str>,
     data: bool,
     source: &crate::source::SourceFile,
@@ -1220,24 +1222,31 @@ fn control_characters_in(
             check(text, node, prose, &what, out);
         }
         Value::Seq(items) => {
+            let len = pointer.len();
             for (index, item) in items.iter().enumerate() {
-                let pointer = format!("{pointer}/{index}");
-                control_characters_in(path, item, &pointer, key, data, source, out);
+                use std::fmt::Write as _;
+                let _ = write!(pointer, "/{index}");
+                control_characters_in(path, item, pointer, key, data, source, out);
+                pointer.truncate(len);
             }
         }
         Value::Map(entries) => {
+            let len = pointer.len();
             for (key_node, value) in entries {
                 let Some(text) = key_node.as_str() else {
                     continue;
                 };
-                let child = format!("{pointer}/{}", escape_pointer_segment(text));
+                pointer.push('/');
+                pointer.push_str(&escape_pointer_segment(text));
                 let property_name = !data && key == Some("properties");
-                let what = || format!("the key at `{}` in `{path}`", display_pointer(&child));
+                let child: &str = pointer;
+                let what = || format!("the key at `{}` in `{path}`", display_pointer(child));
                 check(text, key_node, property_name, &what, out);
                 let data = data
                     || (!property_name
                         && (text.starts_with("x-") || text == "default" || text == "examples"));
-                control_characters_in(path, value, &child, Some(text), data, source, out);
+                control_characters_in(path, value, pointer, Some(text), data, source, out);
+                pointer.truncate(len);
             }
         }
         _ => {}

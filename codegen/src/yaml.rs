@@ -5,6 +5,7 @@
 //! its line and column. Hostile input is bounded before it costs anything: nesting depth, alias
 //! expansion, node count and scalar bytes are all capped by an explicit [`Budget`].
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -141,15 +142,23 @@ impl Node {
 
 /// Splits a JSON pointer into unescaped segments.
 pub fn pointer_segments(pointer: &str) -> impl Iterator<Item = String> + '_ {
-    pointer
-        .split('/')
-        .skip(1)
-        .map(|segment| segment.replace("~1", "/").replace("~0", "~"))
+    pointer.split('/').skip(1).map(|segment| {
+        if segment.contains('~') {
+            segment.replace("~1", "/").replace("~0", "~")
+        } else {
+            segment.to_owned()
+        }
+    })
 }
 
-/// Escapes one segment for use in a JSON pointer.
-pub fn escape_pointer_segment(segment: &str) -> String {
-    segment.replace('~', "~0").replace('/', "~1")
+/// Escapes one segment for use in a JSON pointer; borrowed when there is nothing to escape,
+/// as for almost every key (pointers are built for every node of every schema).
+pub fn escape_pointer_segment(segment: &str) -> Cow<'_, str> {
+    if segment.contains(['~', '/']) {
+        Cow::Owned(segment.replace('~', "~0").replace('/', "~1"))
+    } else {
+        Cow::Borrowed(segment)
+    }
 }
 
 /// Parses one YAML document. An empty document (only comments or whitespace) gives `Ok(None)`.

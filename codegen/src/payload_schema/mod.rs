@@ -233,12 +233,11 @@ fn mark_closed(
         closed.insert(target);
     }
     for (keyword, child) in map {
-        let child_pointer = format!("{pointer}/{}", escape_pointer_segment(keyword));
         let in_place = matches!(
             keyword.as_str(),
             "allOf" | "anyOf" | "oneOf" | "if" | "then" | "else" | "dependentSchemas"
         );
-        for (at, grandchild) in subschemas(keyword, child, &child_pointer) {
+        for (at, grandchild) in subschemas(pointer, keyword, child) {
             if closes && in_place {
                 closed.insert(at.clone());
             }
@@ -247,21 +246,29 @@ fn mark_closed(
     }
 }
 
-/// The subschemas the 2020-12 keyword `keyword` holds in `value`, with their pointers.
-fn subschemas<'j>(keyword: &str, value: &'j Json, pointer: &str) -> Vec<(String, &'j Json)> {
+/// The subschemas the 2020-12 keyword `keyword` of the schema at `parent` holds in `value`,
+/// with their pointers (built only for keywords that hold subschemas).
+fn subschemas<'j>(parent: &str, keyword: &str, value: &'j Json) -> Vec<(String, &'j Json)> {
+    let pointer = || format!("{parent}/{}", escape_pointer_segment(keyword));
     match (keyword, value) {
         (
             "properties" | "patternProperties" | "$defs" | "dependentSchemas",
             Json::Object(children),
-        ) => children
-            .iter()
-            .map(|(name, child)| (format!("{pointer}/{}", escape_pointer_segment(name)), child))
-            .collect(),
-        ("allOf" | "anyOf" | "oneOf" | "prefixItems", Json::Array(children)) => children
-            .iter()
-            .enumerate()
-            .map(|(index, child)| (format!("{pointer}/{index}"), child))
-            .collect(),
+        ) => {
+            let pointer = pointer();
+            children
+                .iter()
+                .map(|(name, child)| (format!("{pointer}/{}", escape_pointer_segment(name)), child))
+                .collect()
+        }
+        ("allOf" | "anyOf" | "oneOf" | "prefixItems", Json::Array(children)) => {
+            let pointer = pointer();
+            children
+                .iter()
+                .enumerate()
+                .map(|(index, child)| (format!("{pointer}/{index}"), child))
+                .collect()
+        }
         (
             "items"
             | "additionalProperties"
@@ -275,7 +282,7 @@ fn subschemas<'j>(keyword: &str, value: &'j Json, pointer: &str) -> Vec<(String,
             | "propertyNames"
             | "contentSchema",
             child,
-        ) => vec![(pointer.to_owned(), child)],
+        ) => vec![(pointer(), child)],
         _ => Vec::new(),
     }
 }
@@ -308,24 +315,23 @@ impl Walk<'_> {
         check_numbers(map, pointer, self.problems);
         if let Some(Json::Object(properties)) = map.get("properties") {
             for key in properties.keys() {
-                let key_pointer = format!("{pointer}/properties/{}", escape_pointer_segment(key));
-                self.key(key, key_pointer);
+                self.key(key, pointer);
             }
         }
         for (keyword, child) in map {
-            let child_pointer = format!("{pointer}/{}", escape_pointer_segment(keyword));
-            for (at, grandchild) in subschemas(keyword, child, &child_pointer) {
+            for (at, grandchild) in subschemas(pointer, keyword, child) {
                 self.schema(grandchild, &at);
             }
         }
     }
 
-    /// A property name the payload policy may forbid.
-    fn key(&mut self, key: &str, pointer: String) {
+    /// A property name the payload policy may forbid, of the schema at `parent`.
+    fn key(&mut self, key: &str, parent: &str) {
+        let pointer = || format!("{parent}/properties/{}", escape_pointer_segment(key));
         if let Some(denied) = self.policy.denied_as(key) {
             self.problems.push(SchemaProblem {
                 rule: Rule::DeniedKeyInSchema,
-                pointer,
+                pointer: pointer(),
                 message: format!("`{key}` is on the payload policy's deny-list (`{denied}`)"),
                 fix: "payloads carry references, not content: replace it with an id of where \
                       the content is stored"
@@ -334,7 +340,7 @@ impl Walk<'_> {
         } else if let Some(shape) = self.policy.credential_shape(key) {
             self.problems.push(SchemaProblem {
                 rule: Rule::CredentialKeyInSchema,
-                pointer,
+                pointer: pointer(),
                 message: format!("`{key}` is shaped like a credential (`{shape}`)"),
                 fix: "never put credentials in events; pass a reference to a secret store \
                       entry under a name without the credential word"
@@ -443,22 +449,35 @@ fn check_numbers(
 
 /// Every `$ref` in `schema` with the JSON pointer of the schema object that holds it.
 fn references<'j>(schema: &'j Json, pointer: &str, out: &mut Vec<(String, &'j str)>) {
+    let mut path = pointer.to_owned();
+    references_at(schema, &mut path, out);
+}
+
+/// [`references`] with one pointer buffer, extended and cut back on the way down.
+fn references_at<'j>(schema: &'j Json, path: &mut String, out: &mut Vec<(String, &'j str)>) {
+    let len = path.len();
     match schema {
         Json::Object(map) => {
             if let Some(reference) = map.get("$ref").and_then(Json::as_str) {
-                out.push((pointer.to_owned(), reference));
+                out.push((path.clone(), reference));
             }
             for (key, child) in map {
-                references(
-                    child,
-                    &format!("{pointer}/{}", escape_pointer_segment(key)),
-                    out,
-                );
+                if matches!(child, Json::Object(_) | Json::Array(_)) {
+                    path.push('/');
+                    path.push_str(&escape_pointer_segment(key));
+                    references_at(child, path, out);
+                    path.truncate(len);
+                }
             }
         }
         Json::Array(items) => {
             for (index, item) in items.iter().enumerate() {
-                references(item, &format!("{pointer}/{index}"), out);
+                if matches!(item, Json::Object(_) | Json::Array(_)) {
+                    use std::fmt::Write as _;
+                    let _ = write!(path, "/{index}");
+                    references_at(item, path, out);
+                    path.truncate(len);
+                }
             }
         }
         _ => {}
