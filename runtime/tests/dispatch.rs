@@ -545,11 +545,7 @@ async fn a_failed_transactional_handler_leaves_no_write() -> TestResult {
             .consumer("d.tx", WritesThenFails)?
             .start();
         let start = Instant::now();
-        while statuses(&store, "d.tx")
-            .await?
-            .iter()
-            .any(|(s, _)| s == "pending" || s == "leased")
-        {
+        while support::unsettled(&store, "d.tx").await? > 0 {
             assert!(start.elapsed() < Duration::from_secs(20), "not settled");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

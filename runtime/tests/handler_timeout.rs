@@ -128,11 +128,7 @@ async fn create_effects_table(pool: &PgPool) -> Result<(), sqlx::Error> {
 /// broken run from hanging the suite.
 async fn settled(store: &PgStore, consumer: &str) -> TestResult {
     let start = Instant::now();
-    while statuses(store, consumer)
-        .await?
-        .iter()
-        .any(|(status, _)| status == "pending" || status == "leased")
-    {
+    while support::unsettled(store, consumer).await? > 0 {
         assert!(start.elapsed() < Duration::from_secs(30), "not settled");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

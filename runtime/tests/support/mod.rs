@@ -476,6 +476,17 @@ pub async fn statuses(
     Ok(counts)
 }
 
+/// Deliveries of `consumer` still pending or leased, counted in one statement: counted one
+/// after the other, a retry moving a delivery from `leased` back to `pending` between the two
+/// counts would make a busy consumer look settled.
+pub async fn unsettled(
+    store: &impl evc_runtime::Store,
+    consumer: &str,
+) -> Result<u64, evc_runtime::DispatchError> {
+    use evc_runtime::DeliveryStatus::{Leased, Pending};
+    store.count_deliveries(consumer, &[Pending, Leased]).await
+}
+
 /// Delivery rows of every consumer of `store`'s registry, in any status (acked deliveries
 /// have none).
 pub async fn count_all_deliveries<S: evc_runtime::Store>(
