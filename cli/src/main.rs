@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use evc_codegen::compat::{self, git};
 use evc_codegen::printable::escape;
 use evc_codegen::structure::FileKind;
-use evc_codegen::{ContractSet, Diagnostic, LoadError, Sources, diagnostic};
+use evc_codegen::{ContractSet, Diagnostic, LoadCache, LoadError, Sources, diagnostic};
 
 mod dispatch;
 mod migrate;
@@ -560,11 +560,13 @@ fn compat(args: &CompatArgs) -> anyhow::Result<ExitCode> {
         (Color::Auto, Some(_)) => false,
         (color, _) => use_color(color),
     };
-    // Both sides load at once: the head on another thread while the base is read from git.
+    // The base is found (for a revision: checked out of git) while the head loads; it loads
+    // after the head with the same cache, so the files the two share are parsed and checked once.
+    let cache = LoadCache::new();
     let (head, base) = std::thread::scope(|scope| {
-        let head = scope.spawn(|| ContractSet::load(dir));
-        let base = base_side(args, dir);
-        let head = head
+        let base = scope.spawn(|| base_side(args, dir));
+        let head = ContractSet::load_with(dir, &cache);
+        let base = base
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         (head, base)
@@ -595,8 +597,14 @@ fn compat(args: &CompatArgs) -> anyhow::Result<ExitCode> {
     };
     let head_label = format!("dir:{}", dir.display());
 
-    let (base, base_label) = base?;
-    let base = base.unwrap_or_else(|| empty_like(&head));
+    let base_side = base?;
+    let base = match &base_side.dir {
+        Some((base_dir, what)) => load_base(base_dir, what, &cache)?,
+        None => empty_like(&head),
+    };
+    // Its copies of the head's files are not needed for the comparison.
+    drop(cache);
+    let base_label = base_side.label;
 
     let report = compat::compare(&base, &head, &base_label, &head_label);
     let options = compat::output::RenderOptions {
@@ -620,50 +628,63 @@ fn compat(args: &CompatArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// The base contracts and their label; `None` when the contract directory did not exist at the
-/// base revision (every event type is then new).
-fn base_side(args: &CompatArgs, dir: &Path) -> anyhow::Result<(Option<ContractSet>, String)> {
-    // The published contracts: when they do not load, the tool cannot judge (exit 1).
-    Ok(match &args.against_dir {
-        Some(base_dir) => {
-            let base = load_base(
-                base_dir,
-                &format!("the base directory `{}`", base_dir.display()),
-            )?;
-            (Some(base), format!("dir:{}", base_dir.display()))
-        }
-        None => {
-            let rev = match &args.against {
-                Some(rev) => rev.clone(),
-                None => git::default_base(dir).context("cannot choose the base revision")?,
-            };
-            let checkout = git::checkout_contracts(dir, &rev)
-                .with_context(|| format!("cannot read the contracts of revision `{rev}`"))?;
-            let label = format!("git:{}", checkout.short_commit());
-            let base = if checkout.existed() {
-                Some(load_base(
-                    checkout.contracts_dir(),
-                    &format!(
-                        "the contracts of revision `{rev}` ({})",
-                        checkout.short_commit()
-                    ),
-                )?)
-            } else {
-                eprintln!(
-                    "evc: note: `{}` did not exist at revision `{rev}` ({}); every event type is new",
-                    dir.display(),
-                    checkout.short_commit()
-                );
-                None
-            };
-            (base, label)
-        }
+/// Where the base contracts of `evc compat` are, before they load.
+struct BaseSide {
+    /// The base directory and what to call it in errors; `None` when the contract directory did
+    /// not exist at the base revision (every event type is then new).
+    dir: Option<(PathBuf, String)>,
+    /// How the report names the base (`dir:...`, `git:<commit>`).
+    label: String,
+    /// A revision's checkout, kept on disk until the base has loaded.
+    _checkout: Option<git::BaseCheckout>,
+}
+
+/// Finds the base contracts: the `--against-dir` directory, or the contracts of a revision
+/// checked out of git.
+fn base_side(args: &CompatArgs, dir: &Path) -> anyhow::Result<BaseSide> {
+    if let Some(base_dir) = &args.against_dir {
+        return Ok(BaseSide {
+            dir: Some((
+                base_dir.clone(),
+                format!("the base directory `{}`", base_dir.display()),
+            )),
+            label: format!("dir:{}", base_dir.display()),
+            _checkout: None,
+        });
+    }
+    let rev = match &args.against {
+        Some(rev) => rev.clone(),
+        None => git::default_base(dir).context("cannot choose the base revision")?,
+    };
+    let checkout = git::checkout_contracts(dir, &rev)
+        .with_context(|| format!("cannot read the contracts of revision `{rev}`"))?;
+    let label = format!("git:{}", checkout.short_commit());
+    let dir = if checkout.existed() {
+        Some((
+            checkout.contracts_dir().to_owned(),
+            format!(
+                "the contracts of revision `{rev}` ({})",
+                checkout.short_commit()
+            ),
+        ))
+    } else {
+        eprintln!(
+            "evc: note: `{}` did not exist at revision `{rev}` ({}); every event type is new",
+            dir.display(),
+            checkout.short_commit()
+        );
+        None
+    };
+    Ok(BaseSide {
+        dir,
+        label,
+        _checkout: Some(checkout),
     })
 }
 
 /// Loads base contracts; any problem is a tool failure naming `what`.
-fn load_base(dir: &Path, what: &str) -> anyhow::Result<ContractSet> {
-    match ContractSet::load(dir) {
+fn load_base(dir: &Path, what: &str, cache: &LoadCache) -> anyhow::Result<ContractSet> {
+    match ContractSet::load_with(dir, cache) {
         Ok(loaded) => Ok(loaded.contracts),
         Err(LoadError::Invalid { diagnostics, .. }) => {
             let errors: Vec<&Diagnostic> = diagnostics.iter().filter(|d| d.is_error()).collect();

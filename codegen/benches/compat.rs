@@ -1,6 +1,7 @@
 //! `evc compat --against-dir`: the benchmark contract set (1,029 event types x 3 versions, see
-//! `support/contract_set.rs`) compared with a copy of itself. Both sides load at once, as the CLI
-//! does, then every version is judged against the others under `full_transitive`.
+//! `support/contract_set.rs`) compared with a copy of itself. The head loads, then the base with the
+//! same cache, as the CLI does; then every version is judged against the others under
+//! `full_transitive`.
 //! Run: `cargo bench -p evc-codegen --bench compat`.
 
 #[path = "support/contract_set.rs"]
@@ -9,17 +10,16 @@ mod contract_set;
 use std::path::Path;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use evc_codegen::ContractSet;
+use evc_codegen::{ContractSet, LoadCache};
 use evc_codegen::compat;
 
-/// Both sets, loaded at once as `evc compat` loads them.
+/// Both sets, loaded as `evc compat` loads them: the base reuses what the head's load parsed
+/// and checked of the files they share.
 fn load_both(base: &Path, head: &Path) -> (ContractSet, ContractSet) {
-    std::thread::scope(|scope| {
-        let head = scope.spawn(|| ContractSet::load(head));
-        let base = ContractSet::load(base).expect("valid").contracts;
-        let head = head.join().expect("no panic").expect("valid").contracts;
-        (base, head)
-    })
+    let cache = LoadCache::new();
+    let head = ContractSet::load_with(head, &cache).expect("valid").contracts;
+    let base = ContractSet::load_with(base, &cache).expect("valid").contracts;
+    (base, head)
 }
 
 fn compare(c: &mut Criterion) {

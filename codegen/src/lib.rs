@@ -11,6 +11,7 @@
 //! # Ok::<(), evc_codegen::LoadError>(())
 //! ```
 
+mod cache;
 pub mod compat;
 pub mod diagnostic;
 pub mod digest;
@@ -34,6 +35,7 @@ pub mod yaml;
 
 use std::path::Path;
 
+pub use cache::LoadCache;
 pub use diagnostic::{Diagnostic, Rule, Severity};
 /// Schema facts the macros ask (properties, required set, JSON types, agreeing Rust types).
 pub use emit::rust::facts;
@@ -57,8 +59,21 @@ impl ContractSet {
     /// [`LoadError::Invalid`] with all diagnostics when the contracts have errors;
     /// [`LoadError::Io`] or [`LoadError::NotADirectory`] when `dir` cannot be read at all.
     pub fn load(dir: impl AsRef<Path>) -> Result<Loaded, LoadError> {
-        let dir = dir.as_ref();
-        let parsed = loader::read_dir(dir)?;
+        Self::load_inner(dir.as_ref(), None)
+    }
+
+    /// [`ContractSet::load`], reusing from `cache` the parse of every file and the check of
+    /// every payload schema an earlier load with the same cache saw unchanged, and adding this
+    /// load's to it. The result is the same as without a cache.
+    ///
+    /// # Errors
+    /// As [`ContractSet::load`].
+    pub fn load_with(dir: impl AsRef<Path>, cache: &LoadCache) -> Result<Loaded, LoadError> {
+        Self::load_inner(dir.as_ref(), Some(cache))
+    }
+
+    fn load_inner(dir: &Path, cache: Option<&LoadCache>) -> Result<Loaded, LoadError> {
+        let parsed = loader::read_dir_with(dir, cache)?;
         let sources = parsed
             .files
             .values()
@@ -67,7 +82,7 @@ impl ContractSet {
                 sources.insert(file);
                 sources
             });
-        match validate::validate(dir, parsed) {
+        match validate::validate(dir, parsed, cache) {
             (Some(contracts), warnings) => Ok(Loaded {
                 contracts,
                 warnings,

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
 
+use crate::cache::LoadCache;
 use crate::diagnostic::{Diagnostic, Rule};
 use crate::error::LoadError;
 use crate::format::{ConsumerFile, EventFile, ProjectFile, RetryPoliciesFile, TopicsFile};
@@ -93,6 +94,11 @@ pub struct ParsedDir {
 
 /// Reads and parses every contract file under `dir`.
 pub fn read_dir(dir: &Path) -> Result<ParsedDir, LoadError> {
+    read_dir_with(dir, None)
+}
+
+/// [`read_dir`], taking the parse of a file whose bytes `cache` has seen from it.
+pub(crate) fn read_dir_with(dir: &Path, cache: Option<&LoadCache>) -> Result<ParsedDir, LoadError> {
     let metadata = fs::metadata(dir).map_err(|source| LoadError::Io {
         path: dir.to_owned(),
         source,
@@ -112,7 +118,7 @@ pub fn read_dir(dir: &Path) -> Result<ParsedDir, LoadError> {
     let mut total_bytes = 0;
     let mut index = 0;
     'chunks: for chunk in found.chunks(PARSE_CHUNK) {
-        for (file, diagnostics) in parse_in_parallel(&root, chunk) {
+        for (file, diagnostics) in parse_in_parallel(&root, chunk, cache) {
             let display = &found[index].0;
             if index == MAX_FILES || total_bytes > MAX_TOTAL_BYTES {
                 parsed.diagnostics.push(Diagnostic::new(
@@ -154,15 +160,12 @@ const PARSE_CHUNK: usize = 64;
 fn parse_in_parallel(
     root: &Path,
     files: &[(String, PathBuf, FileKind)],
+    cache: Option<&LoadCache>,
 ) -> Vec<(ParsedFile, Vec<Diagnostic>)> {
     let parse_all = |files: &[(String, PathBuf, FileKind)]| {
         files
             .iter()
-            .map(|(display, path, kind)| {
-                let mut diagnostics = Vec::new();
-                let file = parse_file_in(root, display, path, *kind, &mut diagnostics);
-                (file, diagnostics)
-            })
+            .map(|(display, path, kind)| parse_file_in(root, display, path, *kind, cache))
             .collect::<Vec<_>>()
     };
     let (first, second) = files.split_at(files.len() / 2);
@@ -288,21 +291,33 @@ pub fn parse_file(
     }
 }
 
-/// [`parse_file`] for a file that must resolve inside the canonical directory `root`.
+/// [`parse_file`] for a file that must resolve inside the canonical directory `root`; the
+/// parse and its diagnostics come from `cache` when it has seen the same bytes there.
 fn parse_file_in(
     root: &Path,
     display: &str,
     path: &Path,
     kind: FileKind,
-    diagnostics: &mut Vec<Diagnostic>,
-) -> ParsedFile {
-    match read_capped(path, Some(root)) {
-        Ok(bytes) => parse_bytes(display, bytes, kind, diagnostics),
+    cache: Option<&LoadCache>,
+) -> (ParsedFile, Vec<Diagnostic>) {
+    let mut diagnostics = Vec::new();
+    let bytes = match read_capped(path, Some(root)) {
+        Ok(bytes) => bytes,
         Err(problem) => {
             diagnostics.push(problem.into_diagnostic(display));
-            ParsedFile::unread(kind)
+            return (ParsedFile::unread(kind), diagnostics);
         }
+    };
+    let Some(cache) = cache else {
+        let file = parse_bytes(display, bytes, kind, &mut diagnostics);
+        return (file, diagnostics);
+    };
+    if let Some(hit) = cache.take_file(display, kind, &bytes) {
+        return hit;
     }
+    let file = parse_bytes(display, bytes.clone(), kind, &mut diagnostics);
+    cache.remember_file(display, kind, bytes, &file, &diagnostics);
+    (file, diagnostics)
 }
 
 /// Decodes, parses and structurally checks the bytes of one file. Problems go to `diagnostics`.

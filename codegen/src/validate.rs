@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
+use crate::cache::LoadCache;
 use crate::diagnostic::{Diagnostic, Rule};
 use crate::format::{
     CompatMode, ConsumerFile, EventFile, EventStatus, ProjectFile, RetryKind, RetryPoliciesFile,
@@ -36,8 +37,14 @@ const MAX_HANDLER_TIMEOUT: Duration = Duration::from_secs(86_400);
 const DEFAULT_HEARTBEAT_THRESHOLD: Duration = Duration::from_secs(60);
 
 /// Validates parsed files and builds the model; the model is `None` when any error was found.
-pub(crate) fn validate(dir: &Path, parsed: ParsedDir) -> (Option<ContractSet>, Vec<Diagnostic>) {
+/// Payload schema checks come from `cache` where it holds them, and go to it.
+pub(crate) fn validate(
+    dir: &Path,
+    parsed: ParsedDir,
+    cache: Option<&LoadCache>,
+) -> (Option<ContractSet>, Vec<Diagnostic>) {
     let mut checker = Checker {
+        cache,
         files: &parsed.files,
         diagnostics: parsed.diagnostics.clone(),
         broken_events: BTreeSet::new(),
@@ -141,6 +148,8 @@ fn rust_generation(set: &ContractSet) -> Vec<Diagnostic> {
 }
 
 struct Checker<'a> {
+    /// Payload schema checks of earlier loads.
+    cache: Option<&'a LoadCache>,
     files: &'a BTreeMap<String, ParsedFile>,
     diagnostics: Vec<Diagnostic>,
     /// Event types whose files or versions are broken (already reported): references to them
@@ -483,7 +492,7 @@ impl<'a> Checker<'a> {
                 _ => None,
             })
             .collect();
-        let checked = check_payload_schemas(&definitions, project);
+        let checked = check_payload_schemas(&definitions, project, self.cache);
         for ((path, def), checked) in definitions.into_iter().zip(checked) {
             let Some(event) = self.event(path, def, project, checked) else {
                 continue;
@@ -1104,21 +1113,35 @@ fn content_model(def: &EventFile, policy: &PayloadPolicy) -> ContentModel {
 
 /// The payload schema checks of every version of every event type in `definitions`, in order,
 /// on two threads: they are independent of each other and of the rest of validation.
+/// A check `cache` holds for the same schemas under the same policy is taken from it.
 fn check_payload_schemas(
     definitions: &[(&String, &EventFile)],
     project: &Project,
+    cache: Option<&LoadCache>,
 ) -> Vec<Vec<payload_schema::Checked>> {
     let policy = &project.payload_policy;
+    let check_one = |path: &str, def: &EventFile| {
+        let content = content_model(def, policy);
+        let schemas: Vec<&serde_json::Value> =
+            def.versions.iter().map(|version| &version.schema).collect();
+        if let Some(checked) =
+            cache.and_then(|cache| cache.take_checks(path, policy, content, &schemas))
+        {
+            return checked;
+        }
+        let checked: Vec<_> = schemas
+            .iter()
+            .map(|schema| payload_schema::check(schema, policy, content))
+            .collect();
+        if let Some(cache) = cache {
+            cache.remember_checks(path, policy, content, &schemas, &checked);
+        }
+        checked
+    };
     let check_all = |definitions: &[(&String, &EventFile)]| {
         definitions
             .iter()
-            .map(|(_, def)| {
-                let content = content_model(def, policy);
-                def.versions
-                    .iter()
-                    .map(|version| payload_schema::check(&version.schema, policy, content))
-                    .collect()
-            })
+            .map(|(path, def)| check_one(path, def))
             .collect::<Vec<Vec<_>>>()
     };
     let (first, second) = definitions.split_at(definitions.len() / 2);

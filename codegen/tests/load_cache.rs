@@ -1,0 +1,114 @@
+//! A [`LoadCache`] shared by two loads (as `evc compat` shares one between the head and the
+//! base) changes nothing a load reports: a file reused from the cache is one with the same
+//! bytes, and a payload schema check is reused only under the same payload policy.
+
+mod support;
+
+use std::fs;
+use std::path::Path;
+
+use evc_codegen::{ContractSet, Diagnostic, LoadCache, LoadError, Rule};
+
+/// The repository's own contracts, copied into a fresh directory.
+fn own_contracts() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let contracts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../contracts");
+    support::copy_fixture(&contracts, dir.path());
+    dir
+}
+
+/// What a load reports: the model and its warnings, or its diagnostics.
+fn report(loaded: Result<evc_codegen::Loaded, LoadError>) -> Result<String, Vec<Diagnostic>> {
+    match loaded {
+        Ok(loaded) => Ok(format!("{:?}\n{:?}", loaded.contracts, loaded.warnings)),
+        Err(LoadError::Invalid { diagnostics, .. }) => Err(diagnostics),
+        Err(error) => panic!("the load failed: {error}"),
+    }
+}
+
+/// Replaces `from` by `to` in the file at `path` under `dir`, once.
+fn edit(dir: &Path, path: &str, from: &str, to: &str) {
+    let path = dir.join(path);
+    let text = fs::read_to_string(&path).expect("read a contract file");
+    assert!(text.contains(from), "`{from}` is in {}", path.display());
+    fs::write(&path, text.replacen(from, to, 1)).expect("write a contract file");
+}
+
+fn rules(diagnostics: &[Diagnostic]) -> Vec<(Rule, String)> {
+    diagnostics
+        .iter()
+        .map(|d| (d.rule, d.location.to_string()))
+        .collect()
+}
+
+#[test]
+fn a_load_through_a_warm_cache_reports_what_a_load_without_one_does() {
+    let dir = own_contracts();
+    let cache = LoadCache::new();
+    let cold = report(ContractSet::load_with(dir.path(), &cache));
+    let warm = report(ContractSet::load_with(dir.path(), &cache));
+    let uncached = report(ContractSet::load(dir.path()));
+    assert!(uncached.is_ok(), "the repository's contracts load");
+    assert_eq!(cold, uncached);
+    assert_eq!(warm, uncached);
+}
+
+#[test]
+fn a_file_changed_since_the_cached_load_is_read_again() {
+    let base = own_contracts();
+    let head = own_contracts();
+    // The head's `iu.born` carries a denied key in its first version's payload.
+    edit(
+        head.path(),
+        "events/iu.born.yaml",
+        "        iu_unit_id:\n",
+        "        body_text:\n          type: string\n        iu_unit_id:\n",
+    );
+    let cache = LoadCache::new();
+    assert!(report(ContractSet::load_with(base.path(), &cache)).is_ok());
+
+    let cached = report(ContractSet::load_with(head.path(), &cache));
+    let uncached = report(ContractSet::load(head.path()));
+    let diagnostics = cached
+        .clone()
+        .expect_err("the changed file is read and refused");
+    assert!(
+        rules(&diagnostics)
+            .iter()
+            .any(|(rule, at)| *rule == Rule::DeniedKeyInSchema && at.contains("iu.born.yaml")),
+        "{:?}",
+        rules(&diagnostics)
+    );
+    assert_eq!(cached, uncached);
+    // The unchanged side still loads as it did.
+    assert!(report(ContractSet::load_with(base.path(), &cache)).is_ok());
+}
+
+#[test]
+fn a_changed_payload_policy_checks_unchanged_schemas_again() {
+    let base = own_contracts();
+    let head = own_contracts();
+    // Only `evc.yaml` changes: `born_at`, a property of the unchanged `iu.born`, is now denied.
+    edit(
+        head.path(),
+        "evc.yaml",
+        "denied_keys: [body_text,",
+        "denied_keys: [born_at, body_text,",
+    );
+    let cache = LoadCache::new();
+    assert!(report(ContractSet::load_with(base.path(), &cache)).is_ok());
+
+    let cached = report(ContractSet::load_with(head.path(), &cache));
+    let uncached = report(ContractSet::load(head.path()));
+    let diagnostics = cached
+        .clone()
+        .expect_err("the unchanged schema is checked again");
+    assert!(
+        rules(&diagnostics)
+            .iter()
+            .any(|(rule, at)| *rule == Rule::DeniedKeyInSchema && at.contains("iu.born.yaml")),
+        "{:?}",
+        rules(&diagnostics)
+    );
+    assert_eq!(cached, uncached);
+}
