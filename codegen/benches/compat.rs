@@ -10,15 +10,19 @@ mod contract_set;
 use std::path::Path;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use evc_codegen::{ContractSet, LoadCache};
 use evc_codegen::compat;
+use evc_codegen::{ContractSet, LoadCache};
 
 /// Both sets, loaded as `evc compat` loads them: the base reuses what the head's load parsed
 /// and checked of the files they share.
 fn load_both(base: &Path, head: &Path) -> (ContractSet, ContractSet) {
     let cache = LoadCache::new();
-    let head = ContractSet::load_with(head, &cache).expect("valid").contracts;
-    let base = ContractSet::load_with(base, &cache).expect("valid").contracts;
+    let head = ContractSet::load_with(head, &cache)
+        .expect("valid")
+        .contracts;
+    let base = ContractSet::load_with(base, &cache)
+        .expect("valid")
+        .contracts;
     (base, head)
 }
 

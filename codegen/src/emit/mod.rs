@@ -124,11 +124,23 @@ pub enum EmitError {
 /// # Errors
 /// An [`EmitError`] when an emitter fails; the model being valid, that is a bug in evc.
 pub fn render_all(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, EmitError> {
-    let mut artifacts = Vec::new();
-    artifacts.extend(rust::render(set, layout)?);
-    artifacts.push(manifest::render(set, layout)?);
-    artifacts.extend(sql::render(set, layout)?);
-    artifacts.push(asyncapi::render(set, layout)?);
+    // The Rust crate takes the longest to render (building, parsing and printing its items);
+    // the other artifacts render beside it on a second thread.
+    let (rust, others) = std::thread::scope(|scope| {
+        let others = scope.spawn(|| -> Result<Vec<Artifact>, EmitError> {
+            let mut others = vec![manifest::render(set, layout)?];
+            others.extend(sql::render(set, layout)?);
+            others.push(asyncapi::render(set, layout)?);
+            Ok(others)
+        });
+        let rust = rust::render(set, layout);
+        let others = others
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (rust, others)
+    });
+    let mut artifacts = rust?;
+    artifacts.extend(others?);
     artifacts.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(artifacts)
 }

@@ -62,20 +62,154 @@ fn crate_root(set: &ContractSet) -> String {
 }
 
 /// The generated items as one formatted module file with the generated-code header.
+///
+/// The payload types, most of the work, are built, parsed and printed in two halves on two
+/// threads (tokens cannot cross threads; text can). prettyplease prints the items of a module
+/// one after another with nothing between them, each printed at the same indentation whatever
+/// its neighbours, so the two halves join into the text one pass would print. Names are
+/// checked first, by the walk [`name_clashes`] makes, since each half only sees its own.
 pub fn items_source(set: &ContractSet, runtime_path: &str) -> Result<String, EmitError> {
-    let runtime: TokenStream = runtime_path.parse().map_err(|_| EmitError::Rust {
+    runtime_tokens(runtime_path)?;
+    let events: Vec<&EventType> = set.events.values().collect();
+    let (first, second) = events.split_at(events.len() / 2);
+    let (front, back) = std::thread::scope(|scope| {
+        let back = scope.spawn(|| -> Result<String, EmitError> {
+            if let Some(clash) = name_clashes(set)?.first() {
+                return Err(EmitError::Rust {
+                    subject: clash.second.file.clone(),
+                    message: clash.to_string(),
+                });
+            }
+            let runtime = runtime_tokens(runtime_path)?;
+            let payloads = payload_items(second, &runtime)?;
+            let any_event = any_event_item(set, &runtime);
+            format_items(quote! {
+                pub mod payloads {
+                    #(#payloads)*
+                    #any_event
+                }
+            })
+        });
+        let front = (|| -> Result<(String, String), EmitError> {
+            let runtime = runtime_tokens(runtime_path)?;
+            let payloads = payload_items(first, &runtime)?;
+            let payloads = format_items(quote! {
+                /// Payload types: one struct per event type and major version, one enum per event type.
+                pub mod payloads {
+                    #(#payloads)*
+                }
+            })?;
+            let rest = format_items(other_items(set, &runtime)?)?;
+            Ok((payloads, rest))
+        })();
+        let back = back
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (front, back)
+    });
+    let back = back?;
+    let (front, rest) = front?;
+    let (opening, front_items) = module_parts(&front)?;
+    let (_, back_items) = module_parts(&back)?;
+    let mut text = String::with_capacity(front.len() + back.len() + rest.len());
+    text.push_str(opening);
+    if front_items.is_empty() && back_items.is_empty() {
+        text.push_str(" {}\n");
+    } else {
+        text.push_str(" {\n");
+        text.push_str(front_items);
+        text.push_str(back_items);
+        text.push_str("}\n");
+    }
+    text.push_str(&rest);
+    Ok(format!(
+        "// {GENERATED_NOTICE}\n\n{}",
+        space_doc_comments(&text)
+    ))
+}
+
+fn runtime_tokens(runtime_path: &str) -> Result<TokenStream, EmitError> {
+    runtime_path.parse().map_err(|_| EmitError::Rust {
         subject: "the runtime path".to_owned(),
         message: format!("`{runtime_path}` is not a Rust path"),
-    })?;
-    let mut clashes = Vec::new();
-    let tokens = crate_tokens(set, &runtime, true, &mut clashes)?;
-    if let Some(clash) = clashes.first() {
-        return Err(EmitError::Rust {
-            subject: clash.second.file.clone(),
-            message: clash.to_string(),
-        });
+    })
+}
+
+/// The payload items of `events`. Names are not checked here (see [`items_source`]).
+fn payload_items(
+    events: &[&EventType],
+    runtime: &TokenStream,
+) -> Result<Vec<TokenStream>, EmitError> {
+    let (mut names, mut clashes) = (Names::new("type"), Vec::new());
+    events
+        .iter()
+        .map(|event| event_payloads(event, runtime, true, &mut names, &mut clashes))
+        .collect()
+}
+
+/// The producers and consumers modules and the registry. Names are not checked here (see
+/// [`items_source`]).
+fn other_items(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream, EmitError> {
+    let (mut names, mut functions, mut clashes) =
+        (Names::new("type"), Names::new("function"), Vec::new());
+    let producers: Vec<TokenStream> = set
+        .events
+        .values()
+        .flat_map(|event| event_producers(event, runtime, true, &mut functions, &mut clashes))
+        .collect();
+    let consumers = consumer_items(set, runtime, true, &mut names, &mut clashes)?;
+    // An unused glob import is a warning, and the generated crate denies warnings.
+    let payloads_use = |used: bool| {
+        used.then(|| {
+            quote!(
+                use super::payloads::*;
+            )
+        })
+    };
+    let producers_use = payloads_use(!producers.is_empty());
+    let consumers_use = payloads_use(set.consumers.values().any(|c| c.mode != ConsumerMode::Off));
+    let registry = registry_item(set, runtime)?;
+    Ok(quote! {
+        /// Producer functions: append a typed event in the caller's transaction.
+        pub mod producers {
+            #producers_use
+            #(#producers)*
+        }
+
+        /// Consumer traits and the `Handlers` value that routes deliveries to them.
+        pub mod consumers {
+            #consumers_use
+            #consumers
+        }
+
+        #registry
+    })
+}
+
+/// Splits the printed items `text`, which end in the module `pub mod payloads`, into what comes
+/// before the module's brace and the printed items inside it.
+fn module_parts(text: &str) -> Result<(&str, &str), EmitError> {
+    const OPENING: &str = "pub mod payloads";
+    let unexpected = || EmitError::Rust {
+        subject: "the generated crate".to_owned(),
+        message: "the payloads module did not print as expected".to_owned(),
+    };
+    // The module's line is the first that starts with it: its items are indented.
+    let line = if text.starts_with(OPENING) {
+        0
+    } else {
+        text.find(&format!("\n{OPENING}")).ok_or_else(unexpected)? + 1
+    };
+    let start = line + OPENING.len();
+    let (opening, module) = text.split_at(start);
+    if module == " {}\n" {
+        return Ok((opening, ""));
     }
-    format_file(tokens)
+    let items = module
+        .strip_prefix(" {\n")
+        .and_then(|rest| rest.strip_suffix("}\n"))
+        .ok_or_else(unexpected)?;
+    Ok((opening, items))
 }
 
 /// Every pair of contract names that would become one Rust name in one scope of the generated
@@ -89,20 +223,17 @@ pub fn name_clashes(set: &ContractSet) -> Result<Vec<Clash>, EmitError> {
     let mut clashes = Vec::new();
     // The items are neither built nor parsed here: `generate` builds them and parses them to
     // print them, and the fixture, property and corpus tests compile what it prints.
-    crate_tokens(set, &quote!(::evc), false, &mut clashes)?;
+    take_names(set, &quote!(::evc), &mut clashes)?;
     Ok(clashes)
 }
 
-fn format_file(tokens: TokenStream) -> Result<String, EmitError> {
+/// Parses `tokens` as the items of a file and prints them.
+fn format_items(tokens: TokenStream) -> Result<String, EmitError> {
     let file: syn::File = syn::parse2(tokens).map_err(|error| EmitError::Rust {
         subject: "the generated crate".to_owned(),
         message: error.to_string(),
     })?;
-    let text = prettyplease::unparse(&file);
-    Ok(format!(
-        "// {GENERATED_NOTICE}\n\n{}",
-        space_doc_comments(&text)
-    ))
+    Ok(prettyplease::unparse(&file))
 }
 
 /// prettyplease prints `#[doc = "Text"]` as `///Text`; rustfmt style is `/// Text`.
@@ -141,70 +272,26 @@ const RESERVED_TYPE_NAMES: &[(&str, &str)] = &[
     ),
 ];
 
-/// The generated items, taking every name they define (a clash goes to `clashes`). Without
-/// `render`, only the names are taken, and the result is empty.
-fn crate_tokens(
+/// Takes every name the generated items define, in the order they are built, without building
+/// them; a clash goes to `clashes`.
+fn take_names(
     set: &ContractSet,
     runtime: &TokenStream,
-    render: bool,
     clashes: &mut Vec<Clash>,
-) -> Result<TokenStream, EmitError> {
+) -> Result<(), EmitError> {
     let mut names = Names::new("type");
     for (name, what) in RESERVED_TYPE_NAMES {
         take(&mut names, clashes, name, Taker::new(*what, "", ""));
     }
     let mut functions = Names::new("function");
-    let mut payloads = Vec::new();
-    let mut producers = Vec::new();
     for event in set.events.values() {
-        payloads.push(event_payloads(event, runtime, render, &mut names, clashes)?);
-        producers.extend(event_producers(
-            event,
-            runtime,
-            render,
-            &mut functions,
-            clashes,
-        ));
+        event_payloads(event, runtime, false, &mut names, clashes)?;
+        event_producers(event, runtime, false, &mut functions, clashes);
     }
-    let consumers = consumer_items(set, runtime, render, &mut names, clashes)?;
     // The registry and `Event` take no names, and what could fail in them (the registry
     // digest serializes plain data with string keys) does not.
-    if !render {
-        return Ok(TokenStream::new());
-    }
-    // An unused glob import is a warning, and the generated crate denies warnings.
-    let payloads_use = |used: bool| {
-        used.then(|| {
-            quote!(
-                use super::payloads::*;
-            )
-        })
-    };
-    let producers_use = payloads_use(!producers.is_empty());
-    let consumers_use = payloads_use(set.consumers.values().any(|c| c.mode != ConsumerMode::Off));
-    let registry = registry_item(set, runtime)?;
-    let any_event = any_event_item(set, runtime);
-    Ok(quote! {
-        /// Payload types: one struct per event type and major version, one enum per event type.
-        pub mod payloads {
-            #(#payloads)*
-            #any_event
-        }
-
-        /// Producer functions: append a typed event in the caller's transaction.
-        pub mod producers {
-            #producers_use
-            #(#producers)*
-        }
-
-        /// Consumer traits and the `Handlers` value that routes deliveries to them.
-        pub mod consumers {
-            #consumers_use
-            #consumers
-        }
-
-        #registry
-    })
+    consumer_items(set, runtime, false, &mut names, clashes)?;
+    Ok(())
 }
 
 /// Takes `name` in `names`, recording a clash.
