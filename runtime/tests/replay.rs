@@ -625,6 +625,12 @@ async fn a_discard_is_planned_checked_applied_once_and_audited() -> TestResult {
         assert!(again.repeated);
         assert_eq!(again.discard_id, applied.discard_id);
         assert_eq!(again.discarded, applied.discarded);
+        // The same key and plan with another reason: another decision, refused.
+        let changed = ReplayApproval::new(&good.digest, "another reason", &good.approval_ref, "d-1");
+        assert!(matches!(
+            console.discard(&dead, &changed).await,
+            Err(ReplayError::IdempotencyKeyConflict { key, field }) if key == "d-1" && field == "reason"
+        ));
         let other = console.discard_plan(&all).await?;
         assert!(matches!(
             console

@@ -2198,6 +2198,25 @@ async fn repeated_idempotency_key_answers_the_first_result<S: Conformance>(store
         S::NAME
     );
     assert_eq!(store.count_deliveries(PLAIN, &[]).await?, deliveries);
+    // The same key and plan with another reason or approval is another decision: refused, not
+    // answered with the first result as if it had been approved.
+    for (reason, approval_ref, changed_field) in [
+        ("another reason", "CHG-1", "reason"),
+        ("fixed the bug", "CHG-9", "approval reference"),
+    ] {
+        let changed = ReplayApproval::new(plan.digest.clone(), reason, approval_ref, "k-1");
+        let answer = store.replay(&selection, &changed).await;
+        assert!(
+            matches!(
+                &answer,
+                Err(ReplayError::IdempotencyKeyConflict { key, field })
+                    if key == "k-1" && *field == changed_field
+            ),
+            "{}: {answer:?}",
+            S::NAME
+        );
+    }
+    assert_eq!(store.replays(10).await?.len(), 1, "{}", S::NAME);
     // The same key under another plan is refused.
     let other = ReplayApproval::new("f".repeat(64), "fixed the bug", "CHG-1", "k-1");
     assert!(matches!(

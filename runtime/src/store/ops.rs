@@ -419,6 +419,18 @@ pub enum ReplayError {
         /// The digest it was applied with.
         digest: String,
     },
+    /// The idempotency key was applied before to the same plan, but with another reason or
+    /// approval reference: that is another decision, which needs its own key. Answering it
+    /// with the first result would record an approval that was never applied.
+    #[error(
+        "idempotency key {key} was applied with another {field}; a new decision needs a new key"
+    )]
+    IdempotencyKeyConflict {
+        /// The key.
+        key: String,
+        /// `reason` or `approval reference`.
+        field: &'static str,
+    },
     /// The plan is empty: nothing is dead or quarantined under the selection.
     #[error("nothing to replay: no dead or quarantined delivery matches")]
     NothingToReplay,
@@ -583,6 +595,44 @@ pub(crate) fn check_approval(approval: &ReplayApproval) -> Result<(), ReplayErro
         if chars > MAX_REPLAY_REF_CHARS {
             return Err(ReplayError::RefTooLong { field, chars });
         }
+    }
+    Ok(())
+}
+
+/// What an earlier apply under the same idempotency key recorded.
+pub(crate) struct EarlierApply<'a> {
+    /// Its plan digest.
+    pub(crate) digest: &'a str,
+    /// Its reason.
+    pub(crate) reason: &'a str,
+    /// Its approval reference.
+    pub(crate) approval_ref: &'a str,
+}
+
+/// Whether `approval` repeats the `earlier` apply of its key: the same plan, reason and
+/// approval reference. Anything else is refused; a repeat answers with the first result.
+pub(crate) fn check_repeat(
+    approval: &ReplayApproval,
+    earlier: &EarlierApply<'_>,
+) -> Result<(), ReplayError> {
+    let key = || approval.idempotency_key.clone();
+    if earlier.digest != approval.digest {
+        return Err(ReplayError::IdempotencyKeyReused {
+            key: key(),
+            digest: earlier.digest.to_owned(),
+        });
+    }
+    if earlier.reason != approval.reason {
+        return Err(ReplayError::IdempotencyKeyConflict {
+            key: key(),
+            field: "reason",
+        });
+    }
+    if earlier.approval_ref != approval.approval_ref {
+        return Err(ReplayError::IdempotencyKeyConflict {
+            key: key(),
+            field: "approval reference",
+        });
     }
     Ok(())
 }

@@ -45,6 +45,15 @@ async fn earlier_apply(
         .await
 }
 
+/// The digest, reason and approval reference an earlier apply's row recorded.
+fn earlier_of(row: &PgRow) -> Result<ops::EarlierApply<'_>, sqlx::Error> {
+    Ok(ops::EarlierApply {
+        digest: row.try_get("plan_digest")?,
+        reason: row.try_get("reason")?,
+        approval_ref: row.try_get("approval_ref")?,
+    })
+}
+
 /// The selection's settled deliveries, their rows locked until the transaction ends.
 async fn locked_deliveries(
     connection: &mut PgConnection,
@@ -124,14 +133,8 @@ pub(crate) async fn apply(
     )
     .await?
     {
-        let digest: String = row.try_get("plan_digest")?;
         tx.rollback().await?;
-        if digest != approval.digest {
-            return Err(ReplayError::IdempotencyKeyReused {
-                key: approval.idempotency_key.clone(),
-                digest,
-            });
-        }
+        ops::check_repeat(approval, &earlier_of(&row)?)?;
         let deliveries: i32 = row.try_get("deliveries")?;
         return Ok(ReplayApplied {
             replay_id: row.try_get("id")?,
@@ -269,15 +272,16 @@ pub(crate) async fn discard(
     )
     .await?
     {
-        let digest: String = row.try_get("plan_digest")?;
         let consumer: String = row.try_get("consumer")?;
         tx.rollback().await?;
-        if digest != approval.digest || consumer != selection.consumer {
+        let earlier = earlier_of(&row)?;
+        if consumer != selection.consumer {
             return Err(ReplayError::IdempotencyKeyReused {
                 key: approval.idempotency_key.clone(),
-                digest,
+                digest: earlier.digest.to_owned(),
             });
         }
+        ops::check_repeat(approval, &earlier)?;
         let items: String = row.try_get("items")?;
         return Ok(DiscardApplied {
             discard_id: row.try_get("id")?,

@@ -984,7 +984,7 @@ FROM evc_discards ORDER BY id LIMIT $1";
 
 /// The replay recorded under idempotency key `$1`, if any.
 pub(crate) const REPLAY_BY_KEY: &str = "\
-SELECT id, plan_digest, deliveries FROM evc_replays WHERE idempotency_key = $1";
+SELECT id, plan_digest, reason, approval_ref, deliveries FROM evc_replays WHERE idempotency_key = $1";
 
 /// Records a replay as applied: `$1` plan digest, `$2` reason, `$3` approval reference, `$4`
 /// idempotency key, `$5` deliveries. Returns its id.
@@ -1036,7 +1036,8 @@ pub(crate) const LOCK_DISCARD_KEY: &str =
 
 /// The discard recorded under idempotency key `$1`, if any.
 pub(crate) const DISCARD_BY_KEY: &str = "\
-SELECT id, consumer, plan_digest, items::text AS items FROM evc_discards WHERE idempotency_key = $1";
+SELECT id, consumer, plan_digest, reason, approval_ref, items::text AS items
+FROM evc_discards WHERE idempotency_key = $1";
 
 /// Discards consumer `$1`'s settled deliveries named by parallel arrays `$6` event ids and `$7`
 /// generations (locked by [`SETTLED_DELIVERIES_LOCKED`]), under plan digest `$2`, reason `$3`,

@@ -15,9 +15,9 @@ use super::{SqliteStore, epoch_now, parse_uuid, sql};
 use crate::registry::ConsumerMode;
 use crate::store::DispatchError;
 use crate::store::ops::{
-    ConsumerState, Operate, ReplayApplied, ReplayApproval, ReplayError, ReplayItem, ReplayPlan,
-    ReplayRecord, ReplaySelection, SettledDelivery, SettledStatus, StoredPayloads, check_approval,
-    check_plan, plan_of, refusal, refusals,
+    ConsumerState, EarlierApply, Operate, ReplayApplied, ReplayApproval, ReplayError, ReplayItem,
+    ReplayPlan, ReplayRecord, ReplaySelection, SettledDelivery, SettledStatus, StoredPayloads,
+    check_approval, check_plan, check_repeat, plan_of, refusal, refusals,
 };
 
 impl Operate for SqliteStore {
@@ -57,13 +57,12 @@ impl Operate for SqliteStore {
             .await?;
         if let Some(row) = earlier {
             tx.rollback().await?;
-            let digest: String = row.try_get("plan_digest")?;
-            if digest != approval.digest {
-                return Err(ReplayError::IdempotencyKeyReused {
-                    key: approval.idempotency_key.clone(),
-                    digest,
-                });
-            }
+            let earlier = EarlierApply {
+                digest: row.try_get("plan_digest")?,
+                reason: row.try_get("reason")?,
+                approval_ref: row.try_get("approval_ref")?,
+            };
+            check_repeat(approval, &earlier)?;
             let deliveries: i64 = row.try_get("deliveries")?;
             return Ok(ReplayApplied {
                 replay_id: row.try_get("id")?,

@@ -512,7 +512,8 @@ SELECT event_id, payload FROM evc_events WHERE event_id IN (SELECT value FROM js
 
 /// The replay recorded under idempotency key `?1`, if any.
 pub(crate) const REPLAY_BY_KEY: &str = "\
-SELECT id, plan_digest, deliveries FROM evc_replays WHERE idempotency_key = ?1";
+SELECT id, plan_digest, reason, approval_ref, deliveries FROM evc_replays
+WHERE idempotency_key = ?1";
 
 /// The oldest `?1` replays, oldest first.
 pub(crate) const READ_REPLAYS: &str = "\
