@@ -4,11 +4,12 @@
 //! files are the same on both sides. A [`LoadCache`] given to both loads parses each unchanged
 //! file once and checks each unchanged payload schema once. Entries are matched on content,
 //! never on a name alone: a parsed file is reused only for equal bytes, a schema check only
-//! for an equal schema under an equal payload policy and content model. What a load reports is
-//! the same with or without a cache.
+//! for an identical schema (key order and number spelling included) under an equal payload
+//! policy and content model. What a load reports is the same with or without a cache.
 //!
-//! An entry serves one later load: that load takes it instead of copying it, so a cache costs
-//! one copy of what the first load read until the second has taken it.
+//! Every load keeps a copy of what it parsed and checked, and an entry serves one later load,
+//! which takes it instead of copying it: the cache holds about one copy of a set's files and
+//! checks until it is dropped.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -102,7 +103,11 @@ impl LoadCache {
         let same = entry.content == content
             && entry.policy == *policy
             && entry.schemas.len() == schemas.len()
-            && entry.schemas.iter().zip(schemas).all(|(a, b)| a == *b);
+            && entry
+                .schemas
+                .iter()
+                .zip(schemas)
+                .all(|(a, b)| identical(a, b));
         same.then_some(entry.checked)
     }
 
@@ -123,5 +128,29 @@ impl LoadCache {
         };
         let mut checks = self.checks.lock().unwrap_or_else(PoisonError::into_inner);
         checks.insert(display.to_owned(), entry);
+    }
+}
+
+/// Whether `a` and `b` are the same JSON as written: objects with the same keys in the same
+/// order, numbers of the same kind and bits. serde_json's `==` ignores key order (objects keep
+/// it in this workspace, and the model shows it) and takes `-0.0` for `0.0`; either would hand
+/// one schema's check, translated schema included, to another.
+fn identical(a: &Json, b: &Json) -> bool {
+    match (a, b) {
+        (Json::Object(a), Json::Object(b)) => {
+            a.len() == b.len()
+                && a.iter()
+                    .zip(b)
+                    .all(|((key_a, a), (key_b, b))| key_a == key_b && identical(a, b))
+        }
+        (Json::Array(a), Json::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(a, b)| identical(a, b))
+        }
+        (Json::Number(a), Json::Number(b)) => {
+            a.as_i64() == b.as_i64()
+                && a.as_u64() == b.as_u64()
+                && a.as_f64().map(f64::to_bits) == b.as_f64().map(f64::to_bits)
+        }
+        _ => a == b,
     }
 }

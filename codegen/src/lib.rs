@@ -62,9 +62,9 @@ impl ContractSet {
         Self::load_inner(dir.as_ref(), None)
     }
 
-    /// [`ContractSet::load`], reusing from `cache` the parse of every file and the check of
-    /// every payload schema an earlier load with the same cache saw unchanged, and adding this
-    /// load's to it. The result is the same as without a cache.
+    /// [`ContractSet::load`], taking from `cache` the parse of every file and the check of every
+    /// payload schema an earlier load with the same cache saw unchanged, and leaving this
+    /// load's own in it for the next. The result is the same as without a cache.
     ///
     /// # Errors
     /// As [`ContractSet::load`].

@@ -96,3 +96,26 @@ fn a_changed_payload_policy_checks_unchanged_schemas_again() {
         "denied_keys: [born_at, body_text,",
     );
 }
+
+#[test]
+fn a_schema_with_its_keys_reordered_keeps_its_own_order() {
+    let base = own_contracts();
+    let head = own_contracts();
+    // The same schema, keyword for keyword, written in another order: equal as JSON values,
+    // but the model (and what compat shows from it) keeps the order written.
+    edit(
+        head.path(),
+        "events/iu.born.yaml",
+        "      type: object\n      additionalProperties: false\n",
+        "      additionalProperties: false\n      type: object\n",
+    );
+    let cache = LoadCache::new();
+    let base_report = report(ContractSet::load_with(base.path(), &cache));
+    assert!(base_report.is_ok());
+
+    let cached = report(ContractSet::load_with(head.path(), &cache));
+    let uncached = report(ContractSet::load(head.path()));
+    assert!(uncached.is_ok());
+    assert_ne!(uncached, base_report, "the order shows in the model");
+    assert_eq!(cached, uncached);
+}
