@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 10] = [
+const SHIPPED: [(&str, &str); 11] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -47,6 +47,10 @@ const SHIPPED: [(&str, &str); 10] = [
     (
         "0010_evc_registry_cf189f13e159.sql",
         "31d5b1a6ace5ae23f9c9e273be34a1a9c8ddd9e8bbe0ea48d5a48d9ac4376cac",
+    ),
+    (
+        "0011_evc_runtime_v8.sql",
+        "bb7f1e62ccdde485bf62a2e96645add769aa6efe9388ff1eba740676f48dc35b",
     ),
 ];
 

@@ -86,6 +86,7 @@ conformance!(
     replay_with_a_wrong_digest_is_refused_and_writes_nothing,
     applied_replay_writes_a_claimable_next_generation,
     repeated_idempotency_key_answers_the_first_result,
+    an_idempotency_key_is_scoped_per_consumer,
     replays_and_superseded_generations_are_read_back,
     pause_stops_claims_and_resume_restores_them,
     status_counts_each_consumers_deliveries_lag_and_state,
@@ -1819,6 +1820,18 @@ async fn settle<S: Conformance>(
     Ok(leases)
 }
 
+/// Plans `selection` and applies the plan under idempotency key `key` (reason "fixed the
+/// bug", approval "CHG-1").
+async fn plan_and_apply<S: Conformance>(
+    store: &S,
+    selection: &ReplaySelection,
+    key: &str,
+) -> Result<evc_runtime::ReplayApplied, BoxError> {
+    let plan = store.replay_plan(selection).await?;
+    let approval = ReplayApproval::new(plan.digest, "fixed the bug", "CHG-1", key);
+    Ok(store.replay(selection, &approval).await?)
+}
+
 /// The digest of a replay plan of `consumer` over `deliveries`, as docs/runtime.md ("Replay")
 /// defines it: both stores must give this one.
 fn expected_digest(consumer: &str, deliveries: &[SettledDelivery]) -> String {
@@ -2005,9 +2018,7 @@ async fn applied_replay_writes_a_claimable_next_generation<S: Conformance>(store
     )
     .await?;
     let selection = ReplaySelection::consumer(PLAIN).statuses([SettledStatus::Dead]);
-    let plan = store.replay_plan(&selection).await?;
-    let approval = ReplayApproval::new(plan.digest, "fixed the bug", "CHG-1", "replay-1");
-    let applied = store.replay(&selection, &approval).await?;
+    let applied = plan_and_apply(&store, &selection, "replay-1").await?;
     assert_eq!(
         (applied.deliveries, applied.repeated),
         (1, false),
@@ -2231,6 +2242,40 @@ async fn repeated_idempotency_key_answers_the_first_result<S: Conformance>(store
         Err(ReplayError::NothingToReplay)
     ));
     assert_eq!(store.count_deliveries(PLAIN, &[]).await?, deliveries);
+    Ok(())
+}
+
+async fn an_idempotency_key_is_scoped_per_consumer<S: Conformance>(store: S) -> TestResult {
+    committed(&store, vec![note(1)]).await?;
+    for (consumer, ordered) in [(PLAIN, false), (ORDERED, true)] {
+        let claimed = claim(&store, consumer, "w1", 10, LEASE, ordered).await?;
+        assert_eq!(claimed.len(), 1, "{}", S::NAME);
+        store
+            .fail(
+                &claimed[0].lease,
+                FailureClass::Permanent,
+                "E_BAD",
+                RetryDecision::Dead,
+            )
+            .await?;
+    }
+    // One key, one decision per consumer: the second consumer's replay is its own, not a
+    // repeat of (or a conflict with) the first's.
+    let mut replay_ids = Vec::new();
+    for consumer in [PLAIN, ORDERED] {
+        // PostgreSQL's deployed registry subscribes one of them at a time.
+        store.deploy_replayable(consumer).await?;
+        let applied = plan_and_apply(&store, &ReplaySelection::consumer(consumer), "k-1").await?;
+        assert_eq!(
+            (applied.deliveries, applied.repeated),
+            (1, false),
+            "{}",
+            S::NAME
+        );
+        replay_ids.push(applied.replay_id);
+    }
+    assert_ne!(replay_ids[0], replay_ids[1], "{}", S::NAME);
+    assert_eq!(store.replays(10).await?.len(), 2, "{}", S::NAME);
     Ok(())
 }
 

@@ -23,6 +23,8 @@
 //! - `NNNN_evc_runtime_v7.sql`: the seventh step (the settings table of the registry mirror,
 //!   and the heartbeat columns that say where a worker's settings came from), named the same
 //!   way.
+//! - `NNNN_evc_runtime_v8.sql`: the eighth step (replay and discard idempotency keys scoped
+//!   per consumer), named the same way.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
@@ -68,6 +70,9 @@ pub const RUNTIME_V6_SUFFIX: &str = "_evc_runtime_v6.sql";
 
 /// The file name of the runtime tables' seventh step, after its version.
 pub const RUNTIME_V7_SUFFIX: &str = "_evc_runtime_v7.sql";
+
+/// The file name of the runtime tables' eighth step, after its version.
+pub const RUNTIME_V8_SUFFIX: &str = "_evc_runtime_v8.sql";
 
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
@@ -143,6 +148,11 @@ const STEPS: &[Step] = &[
     Step {
         name: Name::Step(RUNTIME_V7_SUFFIX),
         template: template!("evc_runtime_v7.sql"),
+        with: With::Notice,
+    },
+    Step {
+        name: Name::Step(RUNTIME_V8_SUFFIX),
+        template: template!("evc_runtime_v8.sql"),
         with: With::Notice,
     },
     Step {
@@ -731,9 +741,10 @@ mod tests {
                 format!("0005{RUNTIME_V5_SUFFIX}"),
                 format!("0006{RUNTIME_V6_SUFFIX}"),
                 format!("0007{RUNTIME_V7_SUFFIX}"),
-                format!("0008_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
+                format!("0008{RUNTIME_V8_SUFFIX}"),
+                format!("0009_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
                 format!(
-                    "0009_evc_settings_{}.sql",
+                    "0010_evc_settings_{}.sql",
                     &settings_digest(&set)?[..DIGEST_PREFIX_LEN]
                 ),
             ]
@@ -855,7 +866,7 @@ mod tests {
         let after = settings_of(&changed).ok_or("no settings file")?;
         assert_eq!(
             after.path.file_name().and_then(|n| n.to_str()),
-            Some(format!("0010_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
+            Some(format!("0011_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
             "the next number after the checked-in files"
         );
         // batch_size, lease_ms in column order.

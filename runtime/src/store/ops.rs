@@ -410,8 +410,8 @@ pub enum ReplayError {
         /// `reason`, `approval reference` or `idempotency key`.
         field: &'static str,
     },
-    /// The idempotency key was applied before, to another plan (a discard's keys are apart
-    /// from replays').
+    /// The idempotency key was applied before for the same consumer, to another plan (keys
+    /// are scoped per consumer; a discard's keys are apart from replays').
     #[error("idempotency key {key} was applied to another plan (digest {digest})")]
     IdempotencyKeyReused {
         /// The key.

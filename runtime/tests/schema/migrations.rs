@@ -27,6 +27,11 @@ async fn the_runtime_step_keeps_every_existing_row() -> TestResult {
     with_empty_database(runtime_step_keeps_rows).await
 }
 
+#[tokio::test]
+async fn the_eighth_step_scopes_replay_keys_per_consumer() -> TestResult {
+    with_empty_database(replay_keys_per_consumer).await
+}
+
 /// Whether `name` is a later runtime step (the only files that may drop what an earlier one
 /// created).
 fn is_runtime_step(name: &str) -> bool {
@@ -37,36 +42,42 @@ fn is_runtime_step(name: &str) -> bool {
         sql::RUNTIME_V5_SUFFIX,
         sql::RUNTIME_V6_SUFFIX,
         sql::RUNTIME_V7_SUFFIX,
+        sql::RUNTIME_V8_SUFFIX,
     ]
     .iter()
     .any(|suffix| name.ends_with(suffix))
 }
 
-/// A database on the first runtime step with events, deliveries and attempts in it: the second
-/// to sixth steps leave every row as it was (the third adds columns, at their defaults).
-async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
+/// A pool of one connection to the database of `options`, with the repository contracts'
+/// migrations applied except the settings file (it needs the seventh step's table and writes
+/// no outbox row) and those whose name `held_back` takes: those are returned, in order.
+async fn apply_all_but(
+    options: PgConnectOptions,
+    held_back: impl Fn(&str) -> bool,
+) -> Result<(PgPool, Vec<evc_codegen::emit::Artifact>), Box<dyn std::error::Error + Send + Sync>> {
     let contracts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../contracts");
     let set = ContractSet::load(&contracts)?.contracts;
-    let artifacts = sql::render(&set, &Layout::default())?;
-    // The settings file needs the seventh step's table; it writes no outbox row.
-    let (steps, earlier): (Vec<_>, Vec<_>) = artifacts
-        .iter()
+    let (held, earlier): (Vec<_>, Vec<_>) = sql::render(&set, &Layout::default())?
+        .into_iter()
         .filter(|artifact| !file_name(&artifact.path).contains("_evc_settings_"))
-        .partition(|artifact| {
-            let name = file_name(&artifact.path);
-            is_runtime_step(&name)
-        });
-    assert_eq!(steps.len(), 6);
-
+        .partition(|artifact| held_back(&file_name(&artifact.path)));
     let pool = PgPoolOptions::new()
         .max_connections(1)
         .connect_with(options)
         .await?;
     for artifact in earlier {
-        sqlx::raw_sql(AssertSqlSafe(artifact.contents.clone()))
+        sqlx::raw_sql(AssertSqlSafe(artifact.contents))
             .execute(&pool)
             .await?;
     }
+    Ok((pool, held))
+}
+
+/// A database on the first runtime step with events, deliveries and attempts in it: the second
+/// to sixth steps leave every row as it was (the third adds columns, at their defaults).
+async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
+    let (pool, steps) = apply_all_but(options, is_runtime_step).await?;
+    assert_eq!(steps.len(), 7);
     sqlx::raw_sql(
         "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, producer_class, \
              idempotency_key, trace_id, parent_span_id, trace_flags, payload, payload_bytes) \
@@ -126,6 +137,67 @@ async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
     Ok(())
 }
 
+/// A database on the seventh step with a replay (and its item) and a discard: the eighth step
+/// gives the replay its consumer, from its items, and lets another consumer take the same keys
+/// while the same consumer cannot.
+async fn replay_keys_per_consumer(options: PgConnectOptions) -> TestResult {
+    let (pool, eighth) =
+        apply_all_but(options, |name| name.ends_with(sql::RUNTIME_V8_SUFFIX)).await?;
+    assert_eq!(eighth.len(), 1);
+    sqlx::raw_sql(
+        "INSERT INTO evc_replays (id, plan_digest, reason, approval_ref, idempotency_key, \
+             deliveries) OVERRIDING SYSTEM VALUE VALUES (7, 'd', 'fixed', 'CHG-1', 'k-1', 1); \
+         INSERT INTO evc_replay_items (replay_id, event_id, consumer, generation, replayed_from, \
+             schema_version) \
+         VALUES (7, '01890a5d-ac96-774b-bcce-b302099a8057', 'audit', 0, 'dead', '1.0.0'); \
+         INSERT INTO evc_discards (consumer, plan_digest, reason, approval_ref, idempotency_key, \
+             deliveries, items) VALUES ('audit', 'd', 'poison', 'INC-1', 'd-1', 1, '[]')",
+    )
+    .execute(&pool)
+    .await?;
+    for _ in 0..2 {
+        // Twice: the second run is a no-op.
+        sqlx::raw_sql(AssertSqlSafe(eighth[0].contents.clone()))
+            .execute(&pool)
+            .await?;
+    }
+    let consumer: Option<String> =
+        sqlx::query_scalar("SELECT consumer FROM evc_replays WHERE id = 7")
+            .fetch_one(&pool)
+            .await?;
+    assert_eq!(consumer.as_deref(), Some("audit"));
+    for (table, statement) in [
+        (
+            "evc_replays",
+            "INSERT INTO evc_replays (consumer, plan_digest, reason, approval_ref, \
+                 idempotency_key, deliveries) VALUES ($1, 'd', 'fixed', 'CHG-1', 'k-1', 1)",
+        ),
+        (
+            "evc_discards",
+            "INSERT INTO evc_discards (consumer, plan_digest, reason, approval_ref, \
+                 idempotency_key, deliveries, items) VALUES ($1, 'd', 'poison', 'INC-1', 'd-1', \
+                 1, '[]')",
+        ),
+    ] {
+        let insert = |consumer: &'static str| {
+            sqlx::query(AssertSqlSafe(statement))
+                .bind(consumer)
+                .execute(&pool)
+        };
+        assert!(insert("other").await.is_ok(), "{table}: another consumer");
+        assert!(insert("audit").await.is_err(), "{table}: the same consumer");
+    }
+    // Still append-only.
+    assert!(
+        sqlx::query("UPDATE evc_replays SET reason = 'rewritten' WHERE id = 7")
+            .execute(&pool)
+            .await
+            .is_err()
+    );
+    pool.close().await;
+    Ok(())
+}
+
 /// One digest of every row of each outbox table, in key order, over the first step's columns
 /// (the third and sixth steps' columns, at their defaults, are checked on their own).
 async fn table_digests(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
@@ -168,9 +240,10 @@ async fn check(options: PgConnectOptions) -> TestResult {
             "0005_evc_runtime_v5.sql".to_owned(),
             "0006_evc_runtime_v6.sql".to_owned(),
             "0007_evc_runtime_v7.sql".to_owned(),
-            format!("0008_evc_registry_{}.sql", &digest[..12]),
+            "0008_evc_runtime_v8.sql".to_owned(),
+            format!("0009_evc_registry_{}.sql", &digest[..12]),
             format!(
-                "0009_evc_settings_{}.sql",
+                "0010_evc_settings_{}.sql",
                 &sql::settings_digest(&set)?[..12]
             ),
         ]

@@ -33,6 +33,7 @@ async fn earlier_apply(
     connection: &mut PgConnection,
     lock: &'static str,
     lookup: &'static str,
+    consumer: &str,
     key: &str,
 ) -> Result<Option<PgRow>, sqlx::Error> {
     sqlx::query(lock)
@@ -41,6 +42,7 @@ async fn earlier_apply(
         .await?;
     sqlx::query(lookup)
         .bind(key)
+        .bind(consumer)
         .fetch_optional(&mut *connection)
         .await
 }
@@ -129,6 +131,7 @@ pub(crate) async fn apply(
         &mut tx,
         sql::LOCK_REPLAY_KEY,
         sql::REPLAY_BY_KEY,
+        &selection.consumer,
         &approval.idempotency_key,
     )
     .await?
@@ -157,6 +160,7 @@ pub(crate) async fn apply(
         .bind(&approval.approval_ref)
         .bind(&approval.idempotency_key)
         .bind(count)
+        .bind(&selection.consumer)
         .fetch_one(&mut *tx)
         .await?;
     let ids: Vec<Uuid> = plan.deliveries.iter().map(|d| d.event_id).collect();
@@ -268,20 +272,13 @@ pub(crate) async fn discard(
         &mut tx,
         sql::LOCK_DISCARD_KEY,
         sql::DISCARD_BY_KEY,
+        &selection.consumer,
         &approval.idempotency_key,
     )
     .await?
     {
-        let consumer: String = row.try_get("consumer")?;
         tx.rollback().await?;
-        let earlier = earlier_of(&row)?;
-        if consumer != selection.consumer {
-            return Err(ReplayError::IdempotencyKeyReused {
-                key: approval.idempotency_key.clone(),
-                digest: earlier.digest.to_owned(),
-            });
-        }
-        ops::check_repeat(approval, &earlier)?;
+        ops::check_repeat(approval, &earlier_of(&row)?)?;
         let items: String = row.try_get("items")?;
         return Ok(DiscardApplied {
             discard_id: row.try_get("id")?,

@@ -961,7 +961,7 @@ LEFT JOIN evc_event_versions v ON v.event_type = e.event_type AND v.version = e.
     AND v.registry_digest = (SELECT digest FROM evc_registry_state)
 WHERE e.event_id = ANY($1::uuid[])";
 
-/// Serializes replays that present idempotency key `$1` (transaction-scoped).
+/// Serializes replays that present idempotency key `$1`, for any consumer (transaction-scoped).
 pub(crate) const LOCK_REPLAY_KEY: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 7266))";
 
 /// The oldest `$1` replays, oldest first; times in epoch seconds.
@@ -982,16 +982,18 @@ SELECT id, consumer, plan_digest, reason, approval_ref, idempotency_key, db_role
     extract(epoch FROM discarded_at)::float8 AS discarded_at, deliveries, items::text AS items
 FROM evc_discards ORDER BY id LIMIT $1";
 
-/// The replay recorded under idempotency key `$1`, if any.
+/// The replay of consumer `$2` recorded under idempotency key `$1`, if any.
 pub(crate) const REPLAY_BY_KEY: &str = "\
-SELECT id, plan_digest, reason, approval_ref, deliveries FROM evc_replays WHERE idempotency_key = $1";
+SELECT id, plan_digest, reason, approval_ref, deliveries FROM evc_replays
+WHERE idempotency_key = $1 AND consumer = $2";
 
 /// Records a replay as applied: `$1` plan digest, `$2` reason, `$3` approval reference, `$4`
-/// idempotency key, `$5` deliveries. Returns its id.
+/// idempotency key, `$5` deliveries, `$6` consumer. Returns its id.
 pub(crate) const INSERT_REPLAY: &str = "\
 INSERT INTO evc_replays (plan_digest, reason, approval_ref, idempotency_key, applied_at, counts,
-    deliveries)
-VALUES ($1, $2, $3, $4, now(), jsonb_build_object('planned', $5::int4, 'replayed', $5::int4), $5)
+    deliveries, consumer)
+VALUES ($1, $2, $3, $4, now(), jsonb_build_object('planned', $5::int4, 'replayed', $5::int4), $5,
+    $6)
 RETURNING id";
 
 /// Applies replay `$1` to consumer `$2`'s settled deliveries named by parallel arrays `$3`
@@ -1034,10 +1036,10 @@ SELECT (SELECT count(*) FROM n) AS created, (SELECT count(*) FROM o) AS supersed
 pub(crate) const LOCK_DISCARD_KEY: &str =
     "SELECT pg_advisory_xact_lock(hashtextextended($1, 7267))";
 
-/// The discard recorded under idempotency key `$1`, if any.
+/// The discard of consumer `$2` recorded under idempotency key `$1`, if any.
 pub(crate) const DISCARD_BY_KEY: &str = "\
 SELECT id, consumer, plan_digest, reason, approval_ref, items::text AS items
-FROM evc_discards WHERE idempotency_key = $1";
+FROM evc_discards WHERE idempotency_key = $1 AND consumer = $2";
 
 /// Discards consumer `$1`'s settled deliveries named by parallel arrays `$6` event ids and `$7`
 /// generations (locked by [`SETTLED_DELIVERIES_LOCKED`]), under plan digest `$2`, reason `$3`,

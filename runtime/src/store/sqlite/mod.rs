@@ -89,6 +89,10 @@ const MIGRATION_0002: &str = include_str!("../../../migrations/sqlite/0002_evc_r
 const MIGRATION_0003: &str =
     include_str!("../../../migrations/sqlite/0003_evc_registry_document.sql");
 
+/// Replay keys scoped per consumer, applied after [`MIGRATION_0003`]. It rebuilds a table with
+/// foreign keys off, so it runs outside sqlx's migration transaction and brings its own.
+const MIGRATION_0004: &str = include_str!("../../../migrations/sqlite/0004_evc_replay_keys.sql");
+
 /// Connections of the store's pool unless [`SqliteStoreBuilder::max_connections`] says
 /// otherwise: one for a caller's transaction, one for the reject audit and the dispatcher's
 /// work beside it, and readers (WAL lets them read while one connection writes).
@@ -352,24 +356,26 @@ impl Prepared {
     }
 }
 
-/// The store's schema: each migration's version, name and SQL, in order.
-const SCHEMA: [(i64, &str, &str); 3] = [
-    (1, "evc_runtime", MIGRATION_0001),
-    (2, "evc_replays", MIGRATION_0002),
-    (3, "evc_registry_document", MIGRATION_0003),
+/// The store's schema: each migration's version, name, SQL and whether it runs outside a
+/// transaction of sqlx's (it brings its own), in order.
+const SCHEMA: [(i64, &str, &str, bool); 4] = [
+    (1, "evc_runtime", MIGRATION_0001, false),
+    (2, "evc_replays", MIGRATION_0002, false),
+    (3, "evc_registry_document", MIGRATION_0003, false),
+    (4, "evc_replay_keys", MIGRATION_0004, true),
 ];
 
 /// Applies the store's migrations (sqlx's migrator: each once, in order).
 async fn migrate(pool: &SqlitePool, path: &Path) -> Result<(), SqliteOpenError> {
     let migrations = SCHEMA
         .into_iter()
-        .map(|(version, name, sql)| {
+        .map(|(version, name, sql, no_transaction)| {
             Migration::new(
                 version,
                 name.into(),
                 MigrationType::Simple,
                 sql.into_sql_str(),
-                false,
+                no_transaction,
             )
         })
         .collect();
@@ -512,8 +518,8 @@ impl SqliteStore {
         migrated?;
         Ok(SCHEMA
             .into_iter()
-            .filter(|(version, _, _)| !before.contains(version))
-            .map(|(version, name, _)| (version, name))
+            .filter(|(version, _, _, _)| !before.contains(version))
+            .map(|(version, name, _, _)| (version, name))
             .collect())
     }
 

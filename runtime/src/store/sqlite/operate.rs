@@ -53,6 +53,7 @@ impl Operate for SqliteStore {
         let mut tx = self.begin().await?;
         let earlier = sqlx::query(sql::REPLAY_BY_KEY)
             .bind(&approval.idempotency_key)
+            .bind(&selection.consumer)
             .fetch_optional(&mut *tx)
             .await?;
         if let Some(row) = earlier {

@@ -510,10 +510,10 @@ LIMIT ?5";
 pub(crate) const REPLAY_PAYLOADS: &str = "\
 SELECT event_id, payload FROM evc_events WHERE event_id IN (SELECT value FROM json_each(?1))";
 
-/// The replay recorded under idempotency key `?1`, if any.
+/// The replay of consumer `?2` recorded under idempotency key `?1`, if any.
 pub(crate) const REPLAY_BY_KEY: &str = "\
 SELECT id, plan_digest, reason, approval_ref, deliveries FROM evc_replays
-WHERE idempotency_key = ?1";
+WHERE idempotency_key = ?1 AND consumer = ?2";
 
 /// The oldest `?1` replays, oldest first.
 pub(crate) const READ_REPLAYS: &str = "\

@@ -1,0 +1,134 @@
+//! The embedded store's schema steps on a file that already holds data, as a store of an
+//! earlier release left it. The fourth step rebuilds `evc_replays` so that idempotency keys are
+//! scoped per consumer: every replay keeps its row, id and items, the id sequence goes on, and
+//! the table stays append-only. Reads the schema directly: this is the schema's own test.
+
+use std::str::FromStr;
+
+use evc_runtime::SqliteStore;
+use sqlx::SqlSafeStr;
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
+
+type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+/// The steps a file of the previous release has, with the names and SQL the store applies.
+const EARLIER_STEPS: [(i64, &str, &str); 3] = [
+    (
+        1,
+        "evc_runtime",
+        include_str!("../migrations/sqlite/0001_evc_runtime.sql"),
+    ),
+    (
+        2,
+        "evc_replays",
+        include_str!("../migrations/sqlite/0002_evc_replays.sql"),
+    ),
+    (
+        3,
+        "evc_registry_document",
+        include_str!("../migrations/sqlite/0003_evc_registry_document.sql"),
+    ),
+];
+
+async fn pool_of(path: &std::path::Path) -> Result<SqlitePool, sqlx::Error> {
+    let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
+        .create_if_missing(true)
+        .foreign_keys(true);
+    SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+}
+
+#[tokio::test]
+async fn the_replay_keys_step_keeps_every_replay_and_scopes_keys_per_consumer() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("outbox.db");
+    {
+        let pool = pool_of(&path).await?;
+        let steps = EARLIER_STEPS
+            .into_iter()
+            .map(|(version, name, sql)| {
+                Migration::new(
+                    version,
+                    name.into(),
+                    MigrationType::Simple,
+                    sql.into_sql_str(),
+                    false,
+                )
+            })
+            .collect();
+        Migrator::with_migrations(steps).run(&pool).await?;
+        sqlx::query(
+            "INSERT INTO evc_replays (id, consumer, plan_digest, reason, approval_ref, \
+             idempotency_key, deliveries, applied_at) \
+             VALUES (7, 'k.plain', 'digest', 'fixed', 'CHG-1', 'k-1', 1, 1.5)",
+        )
+        .execute(&pool)
+        .await?;
+        sqlx::query(
+            "INSERT INTO evc_replay_items (replay_id, event_id, consumer, generation, \
+             replayed_from, schema_version) \
+             VALUES (7, '01890a5d-ac96-774b-bcce-b302099a8057', 'k.plain', 0, 'dead', '1.0.0')",
+        )
+        .execute(&pool)
+        .await?;
+        pool.close().await;
+    }
+
+    let location = path.display().to_string();
+    assert_eq!(
+        SqliteStore::apply_schema(&location).await?,
+        [(4, "evc_replay_keys")]
+    );
+    assert!(SqliteStore::apply_schema(&location).await?.is_empty());
+
+    let pool = pool_of(&path).await?;
+    let kept: Vec<(i64, String, String, String, i64)> = sqlx::query_as(
+        "SELECT id, consumer, idempotency_key, reason, deliveries FROM evc_replays ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await?;
+    assert_eq!(
+        kept,
+        [(7, "k.plain".into(), "k-1".into(), "fixed".into(), 1)]
+    );
+    let items: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM evc_replay_items i JOIN evc_replays r ON r.id = i.replay_id",
+    )
+    .fetch_one(&pool)
+    .await?;
+    assert_eq!(items, 1);
+    let dangling: Vec<(String,)> = sqlx::query_as("PRAGMA foreign_key_check")
+        .fetch_all(&pool)
+        .await?;
+    assert!(dangling.is_empty(), "{dangling:?}");
+    let foreign_keys: i64 = sqlx::query_scalar("PRAGMA foreign_keys")
+        .fetch_one(&pool)
+        .await?;
+    assert_eq!(foreign_keys, 1);
+
+    // The same key for another consumer is another replay, after the last id; for the same
+    // consumer it is refused.
+    let insert = |consumer: &'static str| {
+        sqlx::query_scalar::<_, i64>(
+            "INSERT INTO evc_replays (consumer, plan_digest, reason, approval_ref, \
+             idempotency_key, deliveries, applied_at) \
+             VALUES (?1, 'digest', 'fixed', 'CHG-1', 'k-1', 1, 2.5) RETURNING id",
+        )
+        .bind(consumer)
+        .fetch_one(&pool)
+    };
+    assert_eq!(insert("k.ordered").await?, 8);
+    assert!(insert("k.plain").await.is_err());
+    // Still append-only.
+    assert!(
+        sqlx::query("UPDATE evc_replays SET reason = 'rewritten' WHERE id = 7")
+            .execute(&pool)
+            .await
+            .is_err()
+    );
+    pool.close().await;
+    Ok(())
+}
