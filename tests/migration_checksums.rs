@@ -50,7 +50,7 @@ const SHIPPED: [(&str, &str); 11] = [
     ),
     (
         "0011_evc_runtime_v8.sql",
-        "bb7f1e62ccdde485bf62a2e96645add769aa6efe9388ff1eba740676f48dc35b",
+        "4fad35f02ca9dd14140f8cffb45a4e414ffb02d39b4656f76443dad8d2087129",
     ),
 ];
 

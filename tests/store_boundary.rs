@@ -1,6 +1,6 @@
 //! The store boundary: SQL against the runtime's tables lives in the stores
 //! (`runtime/src/store/`), next to the schemas they depend on (`runtime/migrations/`), so a
-//! change to a table is a change to one crate. The PostgreSQL store's schema tests
+//! change to a table is a change to one crate. The stores' schema tests
 //! (`runtime/tests/schema/`) are part of it: they attack the tables by hand to prove what the
 //! schema guarantees. This test reads every other `.rs` file of the repository and fails,
 //! naming file and line, where it writes a query that names a runtime table.
@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// Where the runtime's SQL belongs: the stores, and the PostgreSQL store's schema tests.
+/// Where the runtime's SQL belongs: the stores, and the stores' schema tests.
 const STORE: &[&str] = &["runtime/src/store/", "runtime/tests/schema/"];
 
 /// The stores' migrations, which say which tables are the runtime's.

@@ -38,8 +38,8 @@ async fn one_row_each(pool: &PgPool) -> Result<(), sqlx::Error> {
              'acked', 0); \
          INSERT INTO evc_validation_rejects (event_type, reason_code, payload_digest) \
          VALUES ('t', 'oversize', 'd'); \
-         INSERT INTO evc_replays (plan_digest, reason, approval_ref, idempotency_key) \
-         VALUES ('d', 'why', 'CHG-1', 'k-1'); \
+         INSERT INTO evc_replays (consumer, plan_digest, reason, approval_ref, idempotency_key) \
+         VALUES ('c', 'd', 'why', 'CHG-1', 'k-1'); \
          INSERT INTO evc_replay_items (replay_id, event_id, consumer, generation, \
              replayed_from, schema_version) \
          SELECT id, '01890a5d-ac96-774b-bcce-000000000001', 'c', 0, 'dead', '1.0.0' \

@@ -1,4 +1,4 @@
-//! The PostgreSQL store's own schema, tested from the inside: these tests write and read the
+//! The stores' own schemas, tested from the inside: these tests write and read the
 //! runtime's tables by hand, as an application bug, a non-owner role or a corrupted mirror
 //! would, to prove what the schema itself guarantees (ledger triggers, constraints, row
 //! versions written in one transaction, migrations that keep every row). They are the only
@@ -12,3 +12,4 @@ mod append_only;
 mod lifecycle;
 mod migrations;
 mod registry_parity;
+mod sqlite_migrations;

@@ -73,8 +73,8 @@ async fn apply_all_but(
     Ok((pool, held))
 }
 
-/// A database on the first runtime step with events, deliveries and attempts in it: the second
-/// to sixth steps leave every row as it was (the third adds columns, at their defaults).
+/// A database on the first runtime step with events, deliveries and attempts in it: the later
+/// steps leave every row as it was (the third adds columns, at their defaults).
 async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
     let (pool, steps) = apply_all_but(options, is_runtime_step).await?;
     assert_eq!(steps.len(), 7);
@@ -187,6 +187,16 @@ async fn replay_keys_per_consumer(options: PgConnectOptions) -> TestResult {
         assert!(insert("other").await.is_ok(), "{table}: another consumer");
         assert!(insert("audit").await.is_err(), "{table}: the same consumer");
     }
+    // A replay without its consumer (a process of an earlier release) is refused.
+    assert!(
+        sqlx::query(
+            "INSERT INTO evc_replays (plan_digest, reason, approval_ref, idempotency_key, \
+                 deliveries) VALUES ('d', 'fixed', 'CHG-1', 'k-2', 1)"
+        )
+        .execute(&pool)
+        .await
+        .is_err()
+    );
     // Still append-only.
     assert!(
         sqlx::query("UPDATE evc_replays SET reason = 'rewritten' WHERE id = 7")
