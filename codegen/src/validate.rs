@@ -1113,7 +1113,8 @@ fn content_model(def: &EventFile, policy: &PayloadPolicy) -> ContentModel {
 
 /// The payload schema checks of every version of every event type in `definitions`, in order,
 /// on two threads: they are independent of each other and of the rest of validation.
-/// A check `cache` holds for the same schemas under the same policy is taken from it.
+/// The checks `cache` holds for a file this load took from it, under the same policy, are
+/// taken from it.
 fn check_payload_schemas(
     definitions: &[(&String, &EventFile)],
     project: &Project,
@@ -1122,19 +1123,16 @@ fn check_payload_schemas(
     let policy = &project.payload_policy;
     let check_one = |path: &str, def: &EventFile| {
         let content = content_model(def, policy);
-        let schemas: Vec<&serde_json::Value> =
-            def.versions.iter().map(|version| &version.schema).collect();
-        if let Some(checked) =
-            cache.and_then(|cache| cache.take_checks(path, policy, content, &schemas))
-        {
+        if let Some(checked) = cache.and_then(|cache| cache.take_checks(path, policy, content)) {
             return checked;
         }
-        let checked: Vec<_> = schemas
+        let checked: Vec<_> = def
+            .versions
             .iter()
-            .map(|schema| payload_schema::check(schema, policy, content))
+            .map(|version| payload_schema::check(&version.schema, policy, content))
             .collect();
         if let Some(cache) = cache {
-            cache.remember_checks(path, policy, content, &schemas, &checked);
+            cache.remember_checks(path, policy, content, &checked);
         }
         checked
     };

@@ -2261,7 +2261,6 @@ async fn an_idempotency_key_is_scoped_per_consumer<S: Conformance>(store: S) -> 
     }
     // One key, one decision per consumer: the second consumer's replay is its own, not a
     // repeat of (or a conflict with) the first's.
-    let mut replay_ids = Vec::new();
     for consumer in [PLAIN, ORDERED] {
         // PostgreSQL's deployed registry subscribes one of them at a time.
         store.deploy_replayable(consumer).await?;
@@ -2272,9 +2271,7 @@ async fn an_idempotency_key_is_scoped_per_consumer<S: Conformance>(store: S) -> 
             "{}",
             S::NAME
         );
-        replay_ids.push(applied.replay_id);
     }
-    assert_ne!(replay_ids[0], replay_ids[1], "{}", S::NAME);
     assert_eq!(store.replays(10).await?.len(), 2, "{}", S::NAME);
     Ok(())
 }

@@ -1038,7 +1038,7 @@ pub(crate) const LOCK_DISCARD_KEY: &str =
 
 /// The discard of consumer `$2` recorded under idempotency key `$1`, if any.
 pub(crate) const DISCARD_BY_KEY: &str = "\
-SELECT id, consumer, plan_digest, reason, approval_ref, items::text AS items
+SELECT id, plan_digest, reason, approval_ref, items::text AS items
 FROM evc_discards WHERE idempotency_key = $1 AND consumer = $2";
 
 /// Discards consumer `$1`'s settled deliveries named by parallel arrays `$6` event ids and `$7`
