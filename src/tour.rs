@@ -245,20 +245,21 @@ pub async fn tour<S: Store + Operate>(
         say(format!("      dead letter: event {event_id}, error {code}"));
     }
 
-    // The mailbox is fixed; an operator replays what died, with a dry run first.
+    // The mailbox is fixed; one operator proposes replaying what died, a second approves it.
     notifier.fix();
     let selection = ReplaySelection::consumer(CONSUMER);
-    let plan = store.replay_plan(&selection).await?;
+    let plan = store.propose_replay(&selection, "alice").await?.plan;
     let approval = ReplayApproval::new(
         plan.digest.clone(),
         "mailbox accepts mail again",
         "tour",
         format!("tour-{}", units[1]),
+        "bob",
     );
     let applied = store.replay(&selection, &approval).await?;
     report.replayed = applied.deliveries;
     say(format!(
-        "[4/5] replay: plan {} ({}) approved and applied; it created {}",
+        "[4/5] replay: plan {} ({}) proposed by alice, approved and applied by bob; it created {}",
         &plan.digest[..12.min(plan.digest.len())],
         deliveries(plan.deliveries.len() as u64),
         deliveries(report.replayed)

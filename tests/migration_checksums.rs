@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 11] = [
+const SHIPPED: [(&str, &str); 12] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -51,6 +51,10 @@ const SHIPPED: [(&str, &str); 11] = [
     (
         "0011_evc_runtime_v8.sql",
         "4fad35f02ca9dd14140f8cffb45a4e414ffb02d39b4656f76443dad8d2087129",
+    ),
+    (
+        "0012_evc_runtime_v9.sql",
+        "786fb5ade37851e364ac3b85830d8cdceae777b6cb84a4126c14fed18389759c",
     ),
 ];
 

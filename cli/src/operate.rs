@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, anyhow, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use evc_runtime::{
-    Console, ConsumerMode, ConsumerState, DispatchError, Observe, Operate, Percentiles,
+    Console, ConsumerMode, ConsumerState, DispatchError, Observe, Operate, Percentiles, Proposed,
     ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, SettledDelivery,
     SqliteOpenError, SqliteStore, StatusReport, TimelineEntry,
 };
@@ -208,6 +208,17 @@ impl Operator {
         match self {
             Self::Postgres(console) => console.replay_plan(selection).await,
             Self::Sqlite(store) => store.replay_plan(selection).await,
+        }
+    }
+
+    pub(crate) async fn propose_replay(
+        &self,
+        selection: &ReplaySelection,
+        planned_by: &str,
+    ) -> Result<Proposed<ReplayPlan>, ReplayError> {
+        match self {
+            Self::Postgres(console) => console.propose_replay(selection, planned_by).await,
+            Self::Sqlite(store) => store.propose_replay(selection, planned_by).await,
         }
     }
 

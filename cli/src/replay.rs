@@ -82,7 +82,8 @@ pub(crate) enum DlqAction {
         selection: Selection,
     },
     /// Discard a consumer's dead-lettered or quarantined deliveries for good: `--dry-run`
-    /// prints the plan and its digest, `--apply --digest` discards them, audited.
+    /// prints the plan and its digest, `--propose` records it, and another person's
+    /// `--apply --digest` discards them, audited.
     Discard {
         #[command(flatten)]
         selection: Selection,
@@ -100,14 +101,24 @@ pub(crate) struct ReplayArgs {
     plan: PlanArgs,
 }
 
-/// The dry run or apply of a plan (`evc replay`, `evc dlq discard`).
+/// The dry run, proposal or apply of a plan (`evc replay`, `evc dlq discard`).
 #[derive(Args)]
 pub(crate) struct PlanArgs {
     /// Print the plan and its digest; write nothing.
-    #[arg(long, conflicts_with = "apply", required_unless_present = "apply")]
+    #[arg(
+        long,
+        conflicts_with_all = ["apply", "propose"],
+        required_unless_present_any = ["apply", "propose"]
+    )]
     dry_run: bool,
-    /// Apply the plan whose digest `--digest` names.
-    #[arg(long, requires_all = ["digest", "reason", "approval", "idempotency_key"])]
+    /// Record the plan as proposed by `--as`; another person applies it (two-person rule).
+    #[arg(long, conflicts_with = "apply", requires = "person")]
+    propose: bool,
+    /// Apply the proposed plan whose digest `--digest` names; its proposer cannot.
+    #[arg(
+        long,
+        requires_all = ["digest", "reason", "approval", "idempotency_key", "person"]
+    )]
     apply: bool,
     /// The dry run's digest.
     #[arg(long)]
@@ -121,6 +132,9 @@ pub(crate) struct PlanArgs {
     /// Applies once; repeating it answers with the first result.
     #[arg(long)]
     idempotency_key: Option<String>,
+    /// Who proposes (`--propose`) or approves (`--apply`): a login or a name, recorded.
+    #[arg(long = "as", value_name = "PERSON")]
+    person: Option<String>,
 }
 
 impl PlanArgs {
@@ -130,7 +144,12 @@ impl PlanArgs {
             self.reason.clone().unwrap_or_default(),
             self.approval.clone().unwrap_or_default(),
             self.idempotency_key.clone().unwrap_or_default(),
+            self.person.clone().unwrap_or_default(),
         )
+    }
+
+    fn person(&self) -> &str {
+        self.person.as_deref().unwrap_or_default()
     }
 }
 
@@ -207,7 +226,7 @@ fn deliveries_text(deliveries: &[SettledDelivery]) -> String {
     out
 }
 
-/// `evc replay --dry-run | --apply`.
+/// `evc replay --dry-run | --propose | --apply`.
 pub(crate) fn replay(args: &ReplayArgs, database: &Database) -> anyhow::Result<ExitCode> {
     let selection = args.selection.to_runtime();
     if args.plan.dry_run {
@@ -215,6 +234,31 @@ pub(crate) fn replay(args: &ReplayArgs, database: &Database) -> anyhow::Result<E
             operator.replay_plan(&selection).await.map_err(refused)
         })?;
         print!("{}", plan_text(&plan));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.plan.propose {
+        let proposed = with_operator(database, async |operator| {
+            match operator
+                .propose_replay(&selection, args.plan.person())
+                .await
+            {
+                Err(ReplayError::Database(error)) => Err(error.into()),
+                Err(error @ ReplayError::UnknownConsumer(_)) => Err(refused(error)),
+                Err(refusal) => Err(anyhow!("proposal refused, nothing written: {refusal}")),
+                Ok(proposed) => Ok(proposed),
+            }
+        })?;
+        print!(
+            "{}",
+            proposed_text(
+                "evc replay",
+                proposed.plan_id,
+                &proposed.planned_by,
+                &args.selection.consumer,
+                &proposed.plan.digest,
+                proposed.plan.deliveries.len()
+            )
+        );
         return Ok(ExitCode::SUCCESS);
     }
     let approval = args.plan.approval();
@@ -296,14 +340,32 @@ fn plan_text(plan: &ReplayPlan) -> String {
     let _ = writeln!(out, "digest: {}", plan.digest);
     let _ = writeln!(
         out,
-        "apply with: evc replay {} --apply --digest {} --reason TEXT --approval REF --idempotency-key KEY (and the same selection flags)",
+        "propose with: evc replay {} --propose --as PERSON (and the same selection flags)",
         escape(&plan.selection.consumer),
-        plan.digest
     );
     out
 }
 
-/// `evc dlq discard --dry-run | --apply`.
+/// A recorded plan (its id and planner, the consumer, digest and size) and how another
+/// person applies it with `command`.
+fn proposed_text(
+    command: &str,
+    plan_id: i64,
+    planned_by: &str,
+    consumer: &str,
+    digest: &str,
+    deliveries: usize,
+) -> String {
+    let consumer = escape(consumer);
+    format!(
+        "plan {plan_id} proposed by {}: {deliveries} deliveries of {consumer}\n\
+         digest: {digest}\n\
+         another person applies it with: {command} {consumer} --apply --digest {digest} --reason TEXT --approval REF --idempotency-key KEY --as PERSON (and the same selection flags)\n",
+        escape(planned_by),
+    )
+}
+
+/// `evc dlq discard --dry-run | --propose | --apply`.
 fn discard(
     selection: &Selection,
     args: &PlanArgs,
@@ -316,6 +378,29 @@ fn discard(
             console.discard_plan(&runtime).await.map_err(refused)
         })?;
         print!("{}", discard_plan_text(&plan));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.propose {
+        let proposed = with_operator(database, async |operator| {
+            let console = operator.console("evc dlq discard")?;
+            match console.propose_discard(&runtime, args.person()).await {
+                Err(ReplayError::Database(error)) => Err(error.into()),
+                Err(error @ ReplayError::UnknownConsumer(_)) => Err(refused(error)),
+                Err(refusal) => Err(anyhow!("proposal refused, nothing written: {refusal}")),
+                Ok(proposed) => Ok(proposed),
+            }
+        })?;
+        print!(
+            "{}",
+            proposed_text(
+                "evc dlq discard",
+                proposed.plan_id,
+                &proposed.planned_by,
+                &selection.consumer,
+                &proposed.plan.digest,
+                proposed.plan.deliveries.len()
+            )
+        );
         return Ok(ExitCode::SUCCESS);
     }
     let approval = args.approval();
@@ -348,8 +433,7 @@ fn discard_plan_text(plan: &DiscardPlan) -> String {
     let _ = writeln!(out, "digest: {}", plan.digest);
     let _ = writeln!(
         out,
-        "apply with: evc dlq discard {consumer} --apply --digest {} --reason TEXT --approval REF --idempotency-key KEY (and the same selection flags)",
-        plan.digest
+        "propose with: evc dlq discard {consumer} --propose --as PERSON (and the same selection flags)"
     );
     out
 }

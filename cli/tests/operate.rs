@@ -444,7 +444,7 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
         .expect("the dry run prints the digest")
         .to_owned();
     assert_eq!(digest.len(), 64);
-    let apply = |reason: &str, key: &str| {
+    let apply_as = |person: &str, reason: &str, key: &str| {
         evc(
             url,
             &[
@@ -459,9 +459,42 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
                 "CHG-1",
                 "--idempotency-key",
                 key,
+                "--as",
+                person,
             ],
         )
     };
+    let apply = |reason: &str, key: &str| apply_as("bob", reason, key);
+    // The two-person rule: a plan no one proposed is not applied; its proposer cannot apply it.
+    let output = apply("audit sink fixed", "k-1");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains(&format!(
+            "replay refused, nothing written: no one proposed a plan with digest {digest}"
+        )),
+        "{output:?}"
+    );
+    let output = evc(url, &["replay", "audit", "--propose"]);
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "--propose names who: {output:?}"
+    );
+    let output = evc(url, &["replay", "audit", "--propose", "--as", "alice"]);
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(
+        text.starts_with("plan 1 proposed by alice: 1 deliveries of audit\n")
+            && text.contains(&format!("digest: {digest}\n")),
+        "{text}"
+    );
+    let output = apply_as("alice", "audit sink fixed", "k-1");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&output.stderr)
+            .contains("alice proposed this plan and cannot also approve it"),
+        "{output:?}"
+    );
     let output = apply(&"x".repeat(501), "k-1");
     assert_eq!(output.status.code(), Some(1));
     assert!(
@@ -534,6 +567,8 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
             "CHG-2",
             "--idempotency-key",
             "k-2",
+            "--as",
+            "bob",
         ],
     );
     assert_eq!(output.status.code(), Some(1));
@@ -581,6 +616,8 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
                 "INC-3",
                 "--idempotency-key",
                 "d-1",
+                "--as",
+                "bob",
             ],
         )
     };
@@ -604,6 +641,18 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
         ],
     );
     assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let output = evc(
+        url,
+        &[
+            "dlq",
+            "discard",
+            "worker.sql.aggregate",
+            "--propose",
+            "--as",
+            "alice",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
     let discarded = format!("  {event}  generation 0  dead  iu.born 1.0.0\n");
     let output = discard(&discard_digest, "not ours");
     assert_eq!(output.status.code(), Some(0), "{output:?}");
@@ -1338,12 +1387,23 @@ fn operator_commands_bound_their_input() {
                     &approval,
                     "--idempotency-key",
                     "k",
+                    "--as",
+                    "bob",
                 ],
             );
             let stderr = String::from_utf8_lossy(&output.stderr);
             assert_eq!(output.status.code(), Some(1), "{output:?}");
             assert!(stderr.contains(message), "{stderr}");
         }
+
+        // So are the names of who proposes: a control character could forge a log line.
+        let output = evc(url, &["replay", "audit", "--propose", "--as", "alice\nbob"]);
+        assert_eq!(output.status.code(), Some(1), "{output:?}");
+        assert!(
+            String::from_utf8_lossy(&output.stderr)
+                .contains("proposal refused, nothing written: the planner has control characters"),
+            "{output:?}"
+        );
 
         // A window PostgreSQL cannot subtract from now: refused up front, not a database error.
         let output = evc(url, &["status", "--window", "9999999999d"]);

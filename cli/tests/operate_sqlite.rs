@@ -176,7 +176,7 @@ fn operator_commands_run_on_the_registry_a_sqlite_file_records() {
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let text = stdout(&output);
     assert!(
-        text.contains("applied 0001 evc_runtime") && text.contains("applied 4 migrations"),
+        text.contains("applied 0001 evc_runtime") && text.contains("applied 5 migrations"),
         "{text}"
     );
     let output = evc(&url, &["migrate"]);
@@ -252,7 +252,8 @@ fn operator_commands_run_on_the_registry_a_sqlite_file_records() {
     let output = evc(&url, &["consumer", "resume", "mailer"]);
     assert_eq!(stdout(&output), "mailer: running, mode live (revision 2)\n");
 
-    // dlq list and replay: dry run, apply under its digest, a repeated key creates nothing.
+    // dlq list and replay: dry run, proposal, apply under its digest by another person, a
+    // repeated key creates nothing.
     let output = evc(&url, &["dlq", "list", "audit"]);
     let text = stdout(&output);
     assert!(
@@ -282,7 +283,21 @@ fn operator_commands_run_on_the_registry_a_sqlite_file_records() {
         "T-1",
         "--idempotency-key",
         "k1",
+        "--as",
+        "bob",
     ];
+    // The two-person rule: alice proposes, bob applies.
+    let output = evc(&url, &apply);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stderr(&output).contains("no one proposed a plan with digest"),
+        "{output:?}"
+    );
+    let output = evc(&url, &["replay", "audit", "--propose", "--as", "alice"]);
+    assert!(
+        stdout(&output).starts_with("plan 1 proposed by alice: 1 deliveries of audit\n"),
+        "{output:?}"
+    );
     let output = evc(&url, &apply);
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     assert_eq!(

@@ -44,7 +44,7 @@ pub use store::postgres::{
     DiscardPlan, DiscardRecord, DiscardedDelivery, Doorbell, EventsPurged, Lag, LeasedDelivery,
     MAX_PURGE_ACTOR_CHARS, MAX_PURGE_REASON_CHARS, MAX_REPLAY_REASON_CHARS, MAX_REPLAY_REF_CHARS,
     NOTIFY_CHANNEL, NotReplayable, NotReplayableReason, Percentiles, PgPublisher, PgStore,
-    PgStoreBuilder, PolicySource, Problem, PurgeError, RejectsPurged, ReplayApplied,
+    PgStoreBuilder, PolicySource, Problem, Proposed, PurgeError, RejectsPurged, ReplayApplied,
     ReplayApproval, ReplayError, ReplayItem, ReplayPlan, ReplayRecord, ReplaySelection,
     SettledDelivery, SettledStatus, SilentWorker, StatusReport, TimelineEntry, WatchedConsumer,
     WorkerSettings, deployed_registry,

@@ -115,7 +115,7 @@ async fn a_replay_is_planned_checked_applied_once_and_audited() -> TestResult {
             .replay_plan(&all.clone().statuses([SettledStatus::Dead]))
             .await?;
         assert_eq!(dead_only.deliveries.len(), 2);
-        let plan = console.replay_plan(&all).await?;
+        let plan = console.propose_replay(&all, "alice").await?.plan;
         assert_eq!(plan.deliveries, listed);
         assert_ne!(plan.digest, dead_only.digest);
         assert_eq!(plan.unsupported().count(), 0);
@@ -124,9 +124,20 @@ async fn a_replay_is_planned_checked_applied_once_and_audited() -> TestResult {
         assert_eq!(generations(&store, &events).await?, before);
 
         // Refusals, each leaving nothing behind.
-        let good = ReplayApproval::new(&plan.digest, "handler fixed in 1.4.2", "CHG-7", "r-1");
-        let wrong_digest =
-            ReplayApproval::new(&dead_only.digest, "handler fixed in 1.4.2", "CHG-7", "r-1");
+        let good = ReplayApproval::new(
+            &plan.digest,
+            "handler fixed in 1.4.2",
+            "CHG-7",
+            "r-1",
+            "bob",
+        );
+        let wrong_digest = ReplayApproval::new(
+            &dead_only.digest,
+            "handler fixed in 1.4.2",
+            "CHG-7",
+            "r-1",
+            "bob",
+        );
         match console.replay(&all, &wrong_digest).await {
             Err(ReplayError::DigestMismatch { presented, current }) => {
                 assert_eq!(presented, dead_only.digest);
@@ -134,17 +145,17 @@ async fn a_replay_is_planned_checked_applied_once_and_audited() -> TestResult {
             }
             other => panic!("expected a digest mismatch, got {other:?}"),
         }
-        let no_reason = ReplayApproval::new(&plan.digest, "", "CHG-7", "r-1");
+        let no_reason = ReplayApproval::new(&plan.digest, "", "CHG-7", "r-1", "bob");
         assert!(matches!(
             console.replay(&all, &no_reason).await,
             Err(ReplayError::ReasonMissing)
         ));
-        let long_reason = ReplayApproval::new(&plan.digest, "x".repeat(501), "CHG-7", "r-1");
+        let long_reason = ReplayApproval::new(&plan.digest, "x".repeat(501), "CHG-7", "r-1", "bob");
         assert!(matches!(
             console.replay(&all, &long_reason).await,
             Err(ReplayError::ReasonTooLong { chars: 501 })
         ));
-        let no_approval = ReplayApproval::new(&plan.digest, "fixed", " ", "r-1");
+        let no_approval = ReplayApproval::new(&plan.digest, "fixed", " ", "r-1", "bob");
         assert!(matches!(
             console.replay(&all, &no_approval).await,
             Err(ReplayError::ApprovalMissing)
@@ -152,15 +163,15 @@ async fn a_replay_is_planned_checked_applied_once_and_audited() -> TestResult {
         // Approval and key are kept for audit and shown to other operators: short, printable.
         for (approval, field) in [
             (
-                ReplayApproval::new(&plan.digest, "fixed", "CHG\u{1b}[2J", "r-1"),
+                ReplayApproval::new(&plan.digest, "fixed", "CHG\u{1b}[2J", "r-1", "bob"),
                 "approval reference",
             ),
             (
-                ReplayApproval::new(&plan.digest, "fixed", "CHG-7", "r-1\nforged"),
+                ReplayApproval::new(&plan.digest, "fixed", "CHG-7", "r-1\nforged", "bob"),
                 "idempotency key",
             ),
             (
-                ReplayApproval::new(&plan.digest, "fixed\u{1b}[31m", "CHG-7", "r-1"),
+                ReplayApproval::new(&plan.digest, "fixed\u{1b}[31m", "CHG-7", "r-1", "bob"),
                 "reason",
             ),
         ] {
@@ -169,7 +180,8 @@ async fn a_replay_is_planned_checked_applied_once_and_audited() -> TestResult {
                 Err(ReplayError::ControlCharacters { field: f }) if f == field
             ));
         }
-        let long_approval = ReplayApproval::new(&plan.digest, "fixed", "x".repeat(201), "r-1");
+        let long_approval =
+            ReplayApproval::new(&plan.digest, "fixed", "x".repeat(201), "r-1", "bob");
         assert!(matches!(
             console.replay(&all, &long_approval).await,
             Err(ReplayError::RefTooLong {
@@ -239,7 +251,7 @@ async fn a_replay_is_planned_checked_applied_once_and_audited() -> TestResult {
         // Nothing is left to replay under a new key.
         let empty = console.replay_plan(&all).await?;
         assert!(empty.deliveries.is_empty());
-        let new_key = ReplayApproval::new(&empty.digest, "again", "CHG-8", "r-2");
+        let new_key = ReplayApproval::new(&empty.digest, "again", "CHG-8", "r-2", "bob");
         assert!(matches!(
             console.replay(&all, &new_key).await,
             Err(ReplayError::NothingToReplay)
@@ -334,7 +346,7 @@ async fn a_replay_is_refused_when_the_consumer_no_longer_accepts_the_version() -
         let plan = console.replay_plan(&all).await?;
         assert_eq!(plan.unsupported().count(), 3);
         let before = generations(&store, &events).await?;
-        let approval = ReplayApproval::new(&plan.digest, "retry after fix", "CHG-9", "r-9");
+        let approval = ReplayApproval::new(&plan.digest, "retry after fix", "CHG-9", "r-9", "bob");
         match console.replay(&all, &approval).await {
             Err(ReplayError::UnsupportedVersion {
                 consumer,
@@ -356,7 +368,7 @@ async fn a_replay_is_refused_when_the_consumer_no_longer_accepts_the_version() -
         // Not subscribed at all any more: refused the same way.
         install(&pool, CONSUMER, None, Some(NOTE_SCHEMA)).await?;
         let plan = console.replay_plan(&all).await?;
-        let approval = ReplayApproval::new(&plan.digest, "retry after fix", "CHG-9", "r-9");
+        let approval = ReplayApproval::new(&plan.digest, "retry after fix", "CHG-9", "r-9", "bob");
         assert!(matches!(
             console.replay(&all, &approval).await,
             Err(ReplayError::UnsupportedVersion {
@@ -402,10 +414,15 @@ async fn a_payload_the_deployed_schema_refuses_is_never_requeued() -> TestResult
             plan.not_replayable_reason(leases[0].event_id, 0),
             Some(NotReplayableReason::SchemaInvalid)
         );
+        // Such a plan is not proposed: no one is asked to approve what apply refuses.
+        assert!(matches!(
+            console.propose_replay(&all, "alice").await,
+            Err(ReplayError::NotReplayable { .. })
+        ));
 
         // Apply refuses the whole plan; nothing is written.
         let before = generations(&store, &events).await?;
-        let approval = ReplayApproval::new(&plan.digest, "handler fixed", "CHG-3", "r-3");
+        let approval = ReplayApproval::new(&plan.digest, "handler fixed", "CHG-3", "r-3", "bob");
         match console.replay(&all, &approval).await {
             Err(ReplayError::NotReplayable {
                 event_id, reason, ..
@@ -428,7 +445,7 @@ async fn a_payload_the_deployed_schema_refuses_is_never_requeued() -> TestResult
                 .iter()
                 .all(|n| n.reason == NotReplayableReason::VersionNotDeployed)
         );
-        let approval = ReplayApproval::new(&missing.digest, "handler fixed", "CHG-3", "r-3");
+        let approval = ReplayApproval::new(&missing.digest, "handler fixed", "CHG-3", "r-3", "bob");
         assert!(matches!(
             console.replay(&all, &approval).await,
             Err(ReplayError::NotReplayable {
@@ -443,9 +460,9 @@ async fn a_payload_the_deployed_schema_refuses_is_never_requeued() -> TestResult
         let rest = all
             .clone()
             .event_ids([leases[1].event_id, leases[2].event_id]);
-        let plan = console.replay_plan(&rest).await?;
+        let plan = console.propose_replay(&rest, "alice").await?.plan;
         assert!(plan.not_replayable.is_empty());
-        let approval = ReplayApproval::new(&plan.digest, "handler fixed", "CHG-3", "r-4");
+        let approval = ReplayApproval::new(&plan.digest, "handler fixed", "CHG-3", "r-4", "bob");
         let applied = console.replay(&rest, &approval).await?;
         assert_eq!(applied.deliveries, 2);
         let note_0 = store
@@ -484,7 +501,7 @@ async fn a_discard_is_planned_checked_applied_once_and_audited() -> TestResult {
         let dead = all.clone().statuses([SettledStatus::Dead]);
         let listed = console.dead_letters(&dead).await?;
         assert_eq!(listed.len(), 2);
-        let plan = console.discard_plan(&dead).await?;
+        let plan = console.propose_discard(&dead, "alice").await?.plan;
         assert_eq!(plan.deliveries, listed);
         assert_eq!(console.discard_plan(&dead).await?.digest, plan.digest);
         let replay_plan = console.replay_plan(&dead).await?;
@@ -495,31 +512,31 @@ async fn a_discard_is_planned_checked_applied_once_and_audited() -> TestResult {
         assert_eq!(generations(&store, &events).await?, before);
 
         // Refusals, each leaving nothing behind.
-        let replay_digest = ReplayApproval::new(&replay_plan.digest, "poison", "INC-3", "d-1");
+        let replay_digest = ReplayApproval::new(&replay_plan.digest, "poison", "INC-3", "d-1", "bob");
         assert!(matches!(
             console.discard(&dead, &replay_digest).await,
             Err(ReplayError::DigestMismatch { current, .. }) if current == plan.digest
         ));
-        let wrong_selection = ReplayApproval::new(&plan.digest, "poison", "INC-3", "d-1");
+        let wrong_selection = ReplayApproval::new(&plan.digest, "poison", "INC-3", "d-1", "bob");
         assert!(matches!(
             console.discard(&all, &wrong_selection).await,
             Err(ReplayError::DigestMismatch { .. })
         ));
         for (approval, expected) in [
             (
-                ReplayApproval::new(&plan.digest, " ", "INC-3", "d-1"),
+                ReplayApproval::new(&plan.digest, " ", "INC-3", "d-1", "bob"),
                 "reason",
             ),
             (
-                ReplayApproval::new(&plan.digest, "poison", "", "d-1"),
+                ReplayApproval::new(&plan.digest, "poison", "", "d-1", "bob"),
                 "approval",
             ),
             (
-                ReplayApproval::new(&plan.digest, "poison", "INC-3", ""),
+                ReplayApproval::new(&plan.digest, "poison", "INC-3", "", "bob"),
                 "key",
             ),
             (
-                ReplayApproval::new(&plan.digest, "poison", "INC\u{1b}[2J", "d-1"),
+                ReplayApproval::new(&plan.digest, "poison", "INC\u{1b}[2J", "d-1", "bob"),
                 "control",
             ),
         ] {
@@ -544,8 +561,16 @@ async fn a_discard_is_planned_checked_applied_once_and_audited() -> TestResult {
         assert_eq!(generations(&store, &events).await?, before);
         assert_eq!(discards(&console).await?, 0);
 
+        // The two-person rule: the proposer cannot discard her own plan.
+        let hers = ReplayApproval::new(&plan.digest, "poison", "INC-3", "d-1", "Alice");
+        assert!(matches!(
+            console.discard(&dead, &hers).await,
+            Err(ReplayError::SamePerson { person }) if person == "Alice"
+        ));
+        assert_eq!(discards(&console).await?, 0);
+
         // Apply: the two dead deliveries are discarded, named in the answer, in plan order.
-        let good = ReplayApproval::new(&plan.digest, "poison message, INC-3", "INC-3", "d-1");
+        let good = ReplayApproval::new(&plan.digest, "poison message, INC-3", "INC-3", "d-1", "bob");
         let applied = console.discard(&dead, &good).await?;
         assert!(!applied.repeated);
         assert_eq!(
@@ -619,6 +644,10 @@ async fn a_discard_is_planned_checked_applied_once_and_audited() -> TestResult {
             )
         );
         assert_eq!(audit.discarded, applied.discarded);
+        assert_eq!(
+            (audit.planned_by.as_deref(), audit.approved_by.as_deref()),
+            (Some("alice"), Some("bob"))
+        );
 
         // The same key again: the first result, nothing new; another plan under it: refused.
         let again = console.discard(&dead, &good).await?;
@@ -626,7 +655,7 @@ async fn a_discard_is_planned_checked_applied_once_and_audited() -> TestResult {
         assert_eq!(again.discard_id, applied.discard_id);
         assert_eq!(again.discarded, applied.discarded);
         // The same key and plan with another reason: another decision, refused.
-        let changed = ReplayApproval::new(&good.digest, "another reason", &good.approval_ref, "d-1");
+        let changed = ReplayApproval::new(&good.digest, "another reason", &good.approval_ref, "d-1", "bob");
         assert!(matches!(
             console.discard(&dead, &changed).await,
             Err(ReplayError::IdempotencyKeyConflict { key, field }) if key == "d-1" && field == "reason"
@@ -634,7 +663,7 @@ async fn a_discard_is_planned_checked_applied_once_and_audited() -> TestResult {
         let other = console.discard_plan(&all).await?;
         assert!(matches!(
             console
-                .discard(&all, &ReplayApproval::new(&other.digest, "r", "INC-4", "d-1"))
+                .discard(&all, &ReplayApproval::new(&other.digest, "r", "INC-4", "d-1", "bob"))
                 .await,
             Err(ReplayError::IdempotencyKeyReused { key, .. }) if key == "d-1"
         ));
@@ -654,7 +683,7 @@ async fn a_discard_is_planned_checked_applied_once_and_audited() -> TestResult {
             console
                 .replay(
                     &by_id,
-                    &ReplayApproval::new(&replay.digest, "r", "CHG-9", "r-9")
+                    &ReplayApproval::new(&replay.digest, "r", "CHG-9", "r-9", "bob")
                 )
                 .await,
             Err(ReplayError::NothingToReplay)
@@ -664,7 +693,7 @@ async fn a_discard_is_planned_checked_applied_once_and_audited() -> TestResult {
             console
                 .discard(
                     &by_id,
-                    &ReplayApproval::new(&empty.digest, "r", "INC-5", "d-2")
+                    &ReplayApproval::new(&empty.digest, "r", "INC-5", "d-2", "bob")
                 )
                 .await,
             Err(ReplayError::NothingToDiscard)

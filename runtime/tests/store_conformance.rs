@@ -87,6 +87,7 @@ conformance!(
     applied_replay_writes_a_claimable_next_generation,
     repeated_idempotency_key_answers_the_first_result,
     an_idempotency_key_is_scoped_per_consumer,
+    only_another_person_applies_a_proposed_replay,
     replays_and_superseded_generations_are_read_back,
     pause_stops_claims_and_resume_restores_them,
     status_counts_each_consumers_deliveries_lag_and_state,
@@ -669,8 +670,8 @@ async fn a_replay_appends_scheduled_then_its_end<S: Conformance>(store: S) -> Te
         let store = &store;
         async move {
             let selection = ReplaySelection::consumer(LEASED).statuses([SettledStatus::Dead]);
-            let plan = store.replay_plan(&selection).await?;
-            let approval = ReplayApproval::new(plan.digest, "fixed the bug", "CHG-1", key);
+            let plan = store.propose_replay(&selection, "alice").await?.plan;
+            let approval = ReplayApproval::new(plan.digest, "fixed the bug", "CHG-1", key, "bob");
             Ok::<_, BoxError>(store.replay(&selection, &approval).await?.deliveries)
         }
     };
@@ -1827,8 +1828,8 @@ async fn plan_and_apply<S: Conformance>(
     selection: &ReplaySelection,
     key: &str,
 ) -> Result<evc_runtime::ReplayApplied, BoxError> {
-    let plan = store.replay_plan(selection).await?;
-    let approval = ReplayApproval::new(plan.digest, "fixed the bug", "CHG-1", key);
+    let plan = store.propose_replay(selection, "alice").await?.plan;
+    let approval = ReplayApproval::new(plan.digest, "fixed the bug", "CHG-1", key, "bob");
     Ok(store.replay(selection, &approval).await?)
 }
 
@@ -1968,8 +1969,8 @@ async fn replay_with_a_wrong_digest_is_refused_and_writes_nothing<S: Conformance
     store.deploy_replayable(PLAIN).await?;
     let leases = settle(&store, vec![(note(1), RetryDecision::Dead)]).await?;
     let selection = ReplaySelection::consumer(PLAIN);
-    let plan = store.replay_plan(&selection).await?;
-    let wrong = ReplayApproval::new("0".repeat(64), "fixed the bug", "CHG-1", "replay-1");
+    let plan = store.propose_replay(&selection, "alice").await?.plan;
+    let wrong = ReplayApproval::new("0".repeat(64), "fixed the bug", "CHG-1", "replay-1", "bob");
     match store.replay(&selection, &wrong).await {
         Err(ReplayError::DigestMismatch { presented, current }) => {
             assert_eq!(presented, "0".repeat(64));
@@ -1978,12 +1979,12 @@ async fn replay_with_a_wrong_digest_is_refused_and_writes_nothing<S: Conformance
         other => panic!("{}: expected a digest mismatch, got {other:?}", S::NAME),
     }
     // The approval's fields are checked first.
-    let no_reason = ReplayApproval::new(plan.digest.clone(), " ", "CHG-1", "replay-1");
+    let no_reason = ReplayApproval::new(plan.digest.clone(), " ", "CHG-1", "replay-1", "bob");
     assert!(matches!(
         store.replay(&selection, &no_reason).await,
         Err(ReplayError::ReasonMissing)
     ));
-    let no_key = ReplayApproval::new(plan.digest.clone(), "fixed", "CHG-1", "");
+    let no_key = ReplayApproval::new(plan.digest.clone(), "fixed", "CHG-1", "", "bob");
     assert!(matches!(
         store.replay(&selection, &no_key).await,
         Err(ReplayError::IdempotencyKeyMissing)
@@ -2000,7 +2001,7 @@ async fn replay_with_a_wrong_digest_is_refused_and_writes_nothing<S: Conformance
     );
     assert_eq!(store.count_deliveries(PLAIN, &[]).await?, 1);
     assert_eq!(store.replay_plan(&selection).await?, plan);
-    let right = ReplayApproval::new(plan.digest, "fixed the bug", "CHG-1", "replay-1");
+    let right = ReplayApproval::new(plan.digest, "fixed the bug", "CHG-1", "replay-1", "bob");
     let applied = store.replay(&selection, &right).await?;
     assert!(!applied.repeated);
     assert_eq!(applied.deliveries, 1);
@@ -2106,12 +2107,12 @@ async fn replays_and_superseded_generations_are_read_back<S: Conformance>(store:
 
     // A refused replay records nothing.
     let selection = ReplaySelection::consumer(PLAIN);
-    let plan = store.replay_plan(&selection).await?;
-    let wrong = ReplayApproval::new("0".repeat(64), "fixed", "CHG-1", "k-1");
+    let plan = store.propose_replay(&selection, "alice").await?.plan;
+    let wrong = ReplayApproval::new("0".repeat(64), "fixed", "CHG-1", "k-1", "bob");
     assert!(store.replay(&selection, &wrong).await.is_err());
     assert!(store.replays(10).await?.is_empty(), "{}", S::NAME);
 
-    let approval = ReplayApproval::new(plan.digest.clone(), "fixed the bug", "CHG-1", "k-1");
+    let approval = ReplayApproval::new(plan.digest.clone(), "fixed the bug", "CHG-1", "k-1", "bob");
     let applied = store.replay(&selection, &approval).await?;
     let replays = store.replays(10).await?;
     assert_eq!(replays.len(), 1, "{}", S::NAME);
@@ -2137,6 +2138,16 @@ async fn replays_and_superseded_generations_are_read_back<S: Conformance>(store:
         S::NAME
     );
     assert!(replay.applied_at > 0.0);
+    assert_eq!(
+        (
+            replay.planned_by.as_deref(),
+            replay.approved_by.as_deref(),
+            replay.plan_id.is_some()
+        ),
+        (Some("alice"), Some("bob"), true),
+        "{}",
+        S::NAME
+    );
     let mut items: Vec<_> = replay
         .items
         .iter()
@@ -2196,8 +2207,8 @@ async fn repeated_idempotency_key_answers_the_first_result<S: Conformance>(store
     store.deploy_replayable(PLAIN).await?;
     settle(&store, vec![(note(1), RetryDecision::Dead)]).await?;
     let selection = ReplaySelection::consumer(PLAIN);
-    let plan = store.replay_plan(&selection).await?;
-    let approval = ReplayApproval::new(plan.digest.clone(), "fixed the bug", "CHG-1", "k-1");
+    let plan = store.propose_replay(&selection, "alice").await?.plan;
+    let approval = ReplayApproval::new(plan.digest.clone(), "fixed the bug", "CHG-1", "k-1", "bob");
     let first = store.replay(&selection, &approval).await?;
     let deliveries = store.count_deliveries(PLAIN, &[]).await?;
 
@@ -2215,7 +2226,7 @@ async fn repeated_idempotency_key_answers_the_first_result<S: Conformance>(store
         ("another reason", "CHG-1", "reason"),
         ("fixed the bug", "CHG-9", "approval reference"),
     ] {
-        let changed = ReplayApproval::new(plan.digest.clone(), reason, approval_ref, "k-1");
+        let changed = ReplayApproval::new(plan.digest.clone(), reason, approval_ref, "k-1", "bob");
         let answer = store.replay(&selection, &changed).await;
         assert!(
             matches!(
@@ -2229,14 +2240,14 @@ async fn repeated_idempotency_key_answers_the_first_result<S: Conformance>(store
     }
     assert_eq!(store.replays(10).await?.len(), 1, "{}", S::NAME);
     // The same key under another plan is refused.
-    let other = ReplayApproval::new("f".repeat(64), "fixed the bug", "CHG-1", "k-1");
+    let other = ReplayApproval::new("f".repeat(64), "fixed the bug", "CHG-1", "k-1", "bob");
     assert!(matches!(
         store.replay(&selection, &other).await,
         Err(ReplayError::IdempotencyKeyReused { .. })
     ));
     // Nothing is left to replay under a new key.
     let now = store.replay_plan(&selection).await?;
-    let fresh = ReplayApproval::new(now.digest, "again", "CHG-2", "k-2");
+    let fresh = ReplayApproval::new(now.digest, "again", "CHG-2", "k-2", "bob");
     assert!(matches!(
         store.replay(&selection, &fresh).await,
         Err(ReplayError::NothingToReplay)
@@ -2273,6 +2284,89 @@ async fn an_idempotency_key_is_scoped_per_consumer<S: Conformance>(store: S) -> 
         );
     }
     assert_eq!(store.replays(10).await?.len(), 2, "{}", S::NAME);
+    Ok(())
+}
+
+async fn only_another_person_applies_a_proposed_replay<S: Conformance>(store: S) -> TestResult {
+    store.deploy_replayable(PLAIN).await?;
+    let leases = settle(&store, vec![(note(1), RetryDecision::Dead)]).await?;
+    let selection = ReplaySelection::consumer(PLAIN);
+    let dry_run = store.replay_plan(&selection).await?;
+    let approve =
+        |by: &str| ReplayApproval::new(&dry_run.digest, "fixed the bug", "CHG-1", "k-1", by);
+
+    // A plan no one proposed is not applied, even with the right digest.
+    assert!(
+        matches!(
+            store.replay(&selection, &approve("bob")).await,
+            Err(ReplayError::PlanNotProposed { digest }) if digest == dry_run.digest
+        ),
+        "{}",
+        S::NAME
+    );
+    // Proposing names a person and takes a plan that can be applied.
+    assert!(matches!(
+        store.propose_replay(&selection, " ").await,
+        Err(ReplayError::PersonMissing { role: "planner" })
+    ));
+    assert!(matches!(
+        store
+            .propose_replay(
+                &ReplaySelection::consumer(PLAIN).event_type("k.none"),
+                "alice"
+            )
+            .await,
+        Err(ReplayError::NothingToReplay)
+    ));
+    let proposed = store.propose_replay(&selection, "alice").await?;
+    assert_eq!(
+        (proposed.plan.digest.as_str(), proposed.planned_by.as_str()),
+        (dry_run.digest.as_str(), "alice"),
+        "{}",
+        S::NAME
+    );
+    // The proposer cannot approve her own plan, under any spelling of her name.
+    for same in ["alice", " Alice ", "ALICE"] {
+        let answer = store.replay(&selection, &approve(same)).await;
+        assert!(
+            matches!(&answer, Err(ReplayError::SamePerson { person }) if person == same.trim()),
+            "{}: {answer:?}",
+            S::NAME
+        );
+    }
+    // Nothing was written by the refusals.
+    assert!(store.replays(10).await?.is_empty(), "{}", S::NAME);
+    let delivery = store
+        .delivery(leases[0].event_id, PLAIN)
+        .await?
+        .ok_or("missing")?;
+    assert_eq!(delivery.status, DeliveryStatus::Dead, "{}", S::NAME);
+
+    // A second person applies it; both are recorded.
+    let applied = store.replay(&selection, &approve("bob")).await?;
+    assert_eq!((applied.deliveries, applied.repeated), (1, false));
+    let replays = store.replays(10).await?;
+    assert_eq!(
+        (
+            replays[0].plan_id,
+            replays[0].planned_by.as_deref(),
+            replays[0].approved_by.as_deref()
+        ),
+        (Some(proposed.plan_id), Some("alice"), Some("bob")),
+        "{}",
+        S::NAME
+    );
+    // The same key presented by a third person is another decision.
+    assert!(matches!(
+        store.replay(&selection, &approve("carol")).await,
+        Err(ReplayError::IdempotencyKeyConflict {
+            field: "approver",
+            ..
+        })
+    ));
+    // Bob repeating his own apply is answered with the first result.
+    let again = store.replay(&selection, &approve("bob")).await?;
+    assert_eq!((again.replay_id, again.repeated), (applied.replay_id, true));
     Ok(())
 }
 

@@ -254,12 +254,14 @@ async fn main() -> anyhow::Result<()> {
         .bind(declined)
         .execute(&pool)
         .await?;
-    let plan = console.replay_plan(&dead).await?;
+    // Two people: support proposes the replay, the on-call engineer approves it.
+    let plan = console.propose_replay(&dead, "support").await?.plan;
     let approval = ReplayApproval::new(
         plan.digest.clone(),
         "card fixed by the customer",
         "SHOP-42",
         format!("replay-{stuck}"),
+        "on-call",
     );
     let applied = console.replay(&dead, &approval).await?;
     println!(

@@ -42,12 +42,26 @@ pub trait Operate: Store {
         selection: &ReplaySelection,
     ) -> impl Future<Output = Result<ReplayPlan, ReplayError>> + Send;
 
+    /// Records `selection`'s plan as proposed by `planned_by`: the first half of the
+    /// two-person rule. Only a plan recorded this way can be applied, and only by another
+    /// person ([`Operate::replay`]). Refused, nothing written, when the plan is empty or
+    /// holds a delivery apply would refuse.
+    ///
+    /// # Errors
+    /// Every [`ReplayError`] but [`ReplayError::Database`] names a refusal.
+    fn propose_replay(
+        &self,
+        selection: &ReplaySelection,
+        planned_by: &str,
+    ) -> impl Future<Output = Result<Proposed<ReplayPlan>, ReplayError>> + Send;
+
     /// Applies a replay in one transaction: the approval's fields are checked, a key applied
     /// before answers with its first result (`repeated: true`, nothing created), the plan is
-    /// taken again and must have the approval's digest, and every planned event must still be
-    /// replayable. Then each planned delivery becomes `replayed` and its next generation is
-    /// written `pending`, due now, with no attempt counted; the replay and its items are
-    /// recorded. On any refusal nothing is written.
+    /// taken again and must have the approval's digest, a person other than the approver must
+    /// have proposed that very plan ([`Operate::propose_replay`]), and every planned event must
+    /// still be replayable. Then each planned delivery becomes `replayed` and its next
+    /// generation is written `pending`, due now, with no attempt counted; the replay, its
+    /// items, its plan and its approver are recorded. On any refusal nothing is written.
     ///
     /// # Errors
     /// Every [`ReplayError`] but [`ReplayError::Database`] names a refusal.
@@ -100,8 +114,8 @@ pub trait Operate: Store {
 /// Longest replay reason, in characters.
 pub const MAX_REPLAY_REASON_CHARS: usize = 500;
 
-/// Longest approval reference and idempotency key, in characters: a ticket or change id, not a
-/// document.
+/// Longest approval reference, idempotency key and person name, in characters: a ticket, a
+/// change id or a login, not a document.
 pub const MAX_REPLAY_REF_CHARS: usize = 200;
 
 /// Most deliveries one replay plan takes when the selection names no limit.
@@ -319,6 +333,8 @@ pub struct ReplayApproval {
     pub approval_ref: String,
     /// The same key applies once; repeating it answers with the first result.
     pub idempotency_key: String,
+    /// The person who approves and applies it: not the one who proposed the plan.
+    pub approved_by: String,
     /// The person who requested a replay, as `dlq_replay.scheduled` names them
     /// (`requested_by_id`); `None`: an id derived from the database role (docs/runtime.md,
     /// "Lifecycle events"). Not stored in `evc_replays`.
@@ -326,18 +342,20 @@ pub struct ReplayApproval {
 }
 
 impl ReplayApproval {
-    /// An approval.
+    /// An approval of the plan with `digest`, by `approved_by`.
     pub fn new(
         digest: impl Into<String>,
         reason: impl Into<String>,
         approval_ref: impl Into<String>,
         idempotency_key: impl Into<String>,
+        approved_by: impl Into<String>,
     ) -> Self {
         Self {
             digest: digest.into(),
             reason: reason.into(),
             approval_ref: approval_ref.into(),
             idempotency_key: idempotency_key.into(),
+            approved_by: approved_by.into(),
             requested_by: None,
         }
     }
@@ -347,6 +365,19 @@ impl ReplayApproval {
         self.requested_by = Some(person);
         self
     }
+}
+
+/// A plan recorded as proposed ([`Operate::propose_replay`], [`crate::Console::propose_discard`]):
+/// what another person may approve.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Proposed<P> {
+    /// The recorded plan's id (`evc_plans.id`).
+    pub plan_id: i64,
+    /// Who proposed it.
+    pub planned_by: String,
+    /// The plan, with the digest an approval presents.
+    pub plan: P,
 }
 
 /// What apply did.
@@ -394,11 +425,17 @@ pub enum ReplayError {
     /// No idempotency key was given.
     #[error("an idempotency key is required")]
     IdempotencyKeyMissing,
-    /// The approval reference or the idempotency key is longer than
+    /// The person who proposes or approves was not named.
+    #[error("the {role} must be named (who proposes a plan and who approves it are recorded)")]
+    PersonMissing {
+        /// `planner` or `approver`.
+        role: &'static str,
+    },
+    /// The approval reference, the idempotency key or a person's name is longer than
     /// [`MAX_REPLAY_REF_CHARS`].
     #[error("the {field} has {chars} characters; at most {MAX_REPLAY_REF_CHARS} are allowed")]
     RefTooLong {
-        /// `approval reference` or `idempotency key`.
+        /// `approval reference`, `idempotency key`, `planner` or `approver`.
         field: &'static str,
         /// Its length in characters.
         chars: usize,
@@ -407,8 +444,25 @@ pub enum ReplayError {
     /// (the reason may have line breaks and tabs).
     #[error("the {field} has control characters")]
     ControlCharacters {
-        /// `reason`, `approval reference` or `idempotency key`.
+        /// `reason`, `approval reference`, `idempotency key`, `planner` or `approver`.
         field: &'static str,
+    },
+    /// No one proposed the plan the approval names: apply takes only a recorded plan.
+    #[error(
+        "no one proposed a plan with digest {digest}; another person records it first (evc replay --propose, evc dlq discard --propose)"
+    )]
+    PlanNotProposed {
+        /// The digest presented.
+        digest: String,
+    },
+    /// The approver is the only person who proposed the plan: the two-person rule needs a
+    /// second person.
+    #[error(
+        "{person} proposed this plan and cannot also approve it; another person must apply it (two-person rule)"
+    )]
+    SamePerson {
+        /// The approver, who proposed it.
+        person: String,
     },
     /// The idempotency key was applied before for the same consumer, to another plan (keys
     /// are scoped per consumer; a discard's keys are apart from replays').
@@ -428,7 +482,7 @@ pub enum ReplayError {
     IdempotencyKeyConflict {
         /// The key.
         key: String,
-        /// `reason` or `approval reference`.
+        /// `reason`, `approval reference` or `approver`.
         field: &'static str,
     },
     /// The plan is empty: nothing is dead or quarantined under the selection.
@@ -489,6 +543,12 @@ pub struct ReplayRecord {
     pub approval_ref: String,
     /// The idempotency key it was applied under.
     pub idempotency_key: String,
+    /// The recorded plan it applied (`None`: applied before plans were recorded).
+    pub plan_id: Option<i64>,
+    /// Who proposed that plan (`None`: applied before plans were recorded).
+    pub planned_by: Option<String>,
+    /// Who approved and applied it (`None`: applied before approvers were recorded).
+    pub approved_by: Option<String>,
     /// New deliveries it created.
     pub deliveries: u64,
     /// When it was applied, in epoch seconds of the store's clock.
@@ -534,6 +594,16 @@ pub(crate) enum PlanKind {
     Replay,
     /// A discard's plan (PostgreSQL only).
     Discard,
+}
+
+impl PlanKind {
+    /// The kind as `evc_plans.kind` stores it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Replay => "replay",
+            Self::Discard => "discard",
+        }
+    }
 }
 
 /// SHA-256 (hex) of the plan's kind, consumer and each delivery's event, generation, status,
@@ -588,15 +658,57 @@ pub(crate) fn check_approval(approval: &ReplayApproval) -> Result<(), ReplayErro
         ("approval reference", &approval.approval_ref),
         ("idempotency key", &approval.idempotency_key),
     ] {
-        if text.chars().any(char::is_control) {
-            return Err(ReplayError::ControlCharacters { field });
-        }
-        let chars = text.chars().count();
-        if chars > MAX_REPLAY_REF_CHARS {
-            return Err(ReplayError::RefTooLong { field, chars });
-        }
+        check_ref(field, text)?;
+    }
+    check_person("approver", &approval.approved_by)
+}
+
+/// Checks a person's name: present, one line, at most [`MAX_REPLAY_REF_CHARS`] characters.
+/// `role` is `planner` or `approver`.
+pub(crate) fn check_person(role: &'static str, name: &str) -> Result<(), ReplayError> {
+    if name.trim().is_empty() {
+        return Err(ReplayError::PersonMissing { role });
+    }
+    check_ref(role, name)
+}
+
+fn check_ref(field: &'static str, text: &str) -> Result<(), ReplayError> {
+    if text.chars().any(char::is_control) {
+        return Err(ReplayError::ControlCharacters { field });
+    }
+    let chars = text.chars().count();
+    if chars > MAX_REPLAY_REF_CHARS {
+        return Err(ReplayError::RefTooLong { field, chars });
     }
     Ok(())
+}
+
+/// Whether two names are the same person's: equal once trimmed and lower-cased, so `Alice`
+/// cannot approve what `alice ` proposed. The stores' triggers compare the same way.
+pub(crate) fn same_person(a: &str, b: &str) -> bool {
+    a.trim().to_lowercase() == b.trim().to_lowercase()
+}
+
+/// The recorded plan an approval applies: of the `proposals` of its consumer and digest
+/// (id and planner, oldest first), the oldest proposed by someone else than the approver.
+pub(crate) fn proposal_for(
+    proposals: &[(i64, String)],
+    approval: &ReplayApproval,
+) -> Result<(i64, String), ReplayError> {
+    if let Some(other) = proposals
+        .iter()
+        .find(|(_, planner)| !same_person(planner, &approval.approved_by))
+    {
+        return Ok(other.clone());
+    }
+    if proposals.is_empty() {
+        return Err(ReplayError::PlanNotProposed {
+            digest: approval.digest.clone(),
+        });
+    }
+    Err(ReplayError::SamePerson {
+        person: approval.approved_by.trim().to_owned(),
+    })
 }
 
 /// What an earlier apply under the same idempotency key recorded.
@@ -607,10 +719,12 @@ pub(crate) struct EarlierApply<'a> {
     pub(crate) reason: &'a str,
     /// Its approval reference.
     pub(crate) approval_ref: &'a str,
+    /// Its approver (`None`: applied before approvers were recorded).
+    pub(crate) approved_by: Option<&'a str>,
 }
 
-/// Whether `approval` repeats the `earlier` apply of its key: the same plan, reason and
-/// approval reference. Anything else is refused; a repeat answers with the first result.
+/// Whether `approval` repeats the `earlier` apply of its key: the same plan, reason, approval
+/// reference and approver. Anything else is refused; a repeat answers with the first result.
 pub(crate) fn check_repeat(
     approval: &ReplayApproval,
     earlier: &EarlierApply<'_>,
@@ -632,6 +746,15 @@ pub(crate) fn check_repeat(
         return Err(ReplayError::IdempotencyKeyConflict {
             key: key(),
             field: "approval reference",
+        });
+    }
+    if earlier
+        .approved_by
+        .is_some_and(|earlier| !same_person(earlier, &approval.approved_by))
+    {
+        return Err(ReplayError::IdempotencyKeyConflict {
+            key: key(),
+            field: "approver",
         });
     }
     Ok(())
@@ -714,6 +837,18 @@ pub(crate) fn check_plan(plan: &ReplayPlan, approval: &ReplayApproval) -> Result
             current: plan.digest.clone(),
         });
     }
+    check_contents(plan)
+}
+
+/// Whether `plan` (its refusals known) may be proposed: what apply would refuse is refused
+/// here, before anyone is asked to approve it.
+pub(crate) fn check_proposable(plan: &ReplayPlan) -> Result<(), ReplayError> {
+    check_contents(plan)?;
+    refusal(plan, &plan.not_replayable)
+}
+
+/// An empty plan, or one with a version the consumer no longer accepts, is refused.
+fn check_contents(plan: &ReplayPlan) -> Result<(), ReplayError> {
     if plan.deliveries.is_empty() {
         return Err(ReplayError::NothingToReplay);
     }
@@ -797,7 +932,7 @@ mod tests {
 
     #[test]
     fn approvals_are_checked_before_anything_is_read() {
-        let ok = ReplayApproval::new("d", "fixed the bug", "CHG-1", "k");
+        let ok = ReplayApproval::new("d", "fixed the bug", "CHG-1", "k", "bob");
         assert!(check_approval(&ok).is_ok());
         let mut a = ok.clone();
         a.reason = "  ".to_owned();
@@ -818,11 +953,70 @@ mod tests {
             check_approval(&a),
             Err(ReplayError::ApprovalMissing)
         ));
-        let mut a = ok;
+        let mut a = ok.clone();
         a.idempotency_key.clear();
         assert!(matches!(
             check_approval(&a),
             Err(ReplayError::IdempotencyKeyMissing)
         ));
+        let mut a = ok.clone();
+        a.approved_by = " ".to_owned();
+        assert!(matches!(
+            check_approval(&a),
+            Err(ReplayError::PersonMissing { role: "approver" })
+        ));
+        let mut a = ok;
+        a.approved_by = "bob\u{1b}[2J".to_owned();
+        assert!(matches!(
+            check_approval(&a),
+            Err(ReplayError::ControlCharacters { field: "approver" })
+        ));
+    }
+
+    #[test]
+    fn only_another_person_applies_a_proposed_plan() {
+        let approval = ReplayApproval::new("d", "fixed the bug", "CHG-1", "k", " Alice");
+        assert!(matches!(
+            proposal_for(&[], &approval),
+            Err(ReplayError::PlanNotProposed { digest }) if digest == "d"
+        ));
+        // The same name in another case or with spaces is the same person.
+        let mine = [(1, "alice ".to_owned()), (2, "ALICE".to_owned())];
+        assert!(matches!(
+            proposal_for(&mine, &approval),
+            Err(ReplayError::SamePerson { person }) if person == "Alice"
+        ));
+        let both = [
+            (1, "alice".to_owned()),
+            (2, "bob".to_owned()),
+            (3, "carol".to_owned()),
+        ];
+        assert_eq!(
+            proposal_for(&both, &approval).ok(),
+            Some((2, "bob".to_owned()))
+        );
+    }
+
+    #[test]
+    fn a_repeat_by_another_approver_is_another_decision() {
+        let approval = ReplayApproval::new("d", "fixed the bug", "CHG-1", "k", "bob");
+        let mut earlier = EarlierApply {
+            digest: "d",
+            reason: "fixed the bug",
+            approval_ref: "CHG-1",
+            approved_by: Some("Bob"),
+        };
+        assert!(check_repeat(&approval, &earlier).is_ok());
+        earlier.approved_by = Some("carol");
+        assert!(matches!(
+            check_repeat(&approval, &earlier),
+            Err(ReplayError::IdempotencyKeyConflict {
+                field: "approver",
+                ..
+            })
+        ));
+        // A replay applied before approvers were recorded has none to compare.
+        earlier.approved_by = None;
+        assert!(check_repeat(&approval, &earlier).is_ok());
     }
 }

@@ -24,6 +24,7 @@ const LEDGERS: &[(&str, &str)] = &[
     ("evc_consumer_effects", "consumer = consumer"),
     ("evc_purges", "reason = reason"),
     ("evc_discards", "reason = reason"),
+    ("evc_plans", "planned_by = planned_by"),
 ];
 
 /// One row in every append-only table, written as the runtime writes them.
@@ -38,8 +39,11 @@ async fn one_row_each(pool: &PgPool) -> Result<(), sqlx::Error> {
              'acked', 0); \
          INSERT INTO evc_validation_rejects (event_type, reason_code, payload_digest) \
          VALUES ('t', 'oversize', 'd'); \
-         INSERT INTO evc_replays (consumer, plan_digest, reason, approval_ref, idempotency_key) \
-         VALUES ('c', 'd', 'why', 'CHG-1', 'k-1'); \
+         INSERT INTO evc_plans (kind, consumer, plan_digest, deliveries, planned_by) \
+         VALUES ('replay', 'c', 'd', 1, 'alice'), ('discard', 'c', 'd', 1, 'alice'); \
+         INSERT INTO evc_replays (consumer, plan_digest, reason, approval_ref, idempotency_key, \
+             plan_id, approved_by) \
+         SELECT 'c', 'd', 'why', 'CHG-1', 'k-1', id, 'bob' FROM evc_plans WHERE kind = 'replay'; \
          INSERT INTO evc_replay_items (replay_id, event_id, consumer, generation, \
              replayed_from, schema_version) \
          SELECT id, '01890a5d-ac96-774b-bcce-000000000001', 'c', 0, 'dead', '1.0.0' \
@@ -49,8 +53,9 @@ async fn one_row_each(pool: &PgPool) -> Result<(), sqlx::Error> {
          INSERT INTO evc_consumer_effects (consumer, effect_key, event_id, outcome_digest) \
          VALUES ('c', 'e', '01890a5d-ac96-774b-bcce-000000000001', 'd'); \
          INSERT INTO evc_discards (consumer, plan_digest, reason, approval_ref, \
-             idempotency_key, deliveries, items) \
-         VALUES ('c', 'd', 'poison', 'INC-1', 'd-1', 1, '[]')",
+             idempotency_key, deliveries, items, plan_id, approved_by) \
+         SELECT 'c', 'd', 'poison', 'INC-1', 'd-1', 1, '[]', id, 'bob' FROM evc_plans \
+         WHERE kind = 'discard'",
     )
     .execute(pool)
     .await?;
@@ -77,7 +82,7 @@ async fn ledger_rows_cannot_be_updated_deleted_or_truncated() -> TestResult {
             .await?;
         for (table, matching) in LEDGERS {
             let before = count(&pool, table).await?;
-            assert_eq!(before, 1, "{table} has its row");
+            assert!(before >= 1, "{table} has its rows");
             for statement in [
                 format!("UPDATE {table} SET {matching} WHERE {matching}"),
                 format!("DELETE FROM {table} WHERE {matching}"),

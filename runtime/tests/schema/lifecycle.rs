@@ -465,8 +465,8 @@ async fn replay_all(
     requested_by: Option<uuid::Uuid>,
 ) -> Result<evc_runtime::ReplayApplied, ReplayError> {
     let selection = ReplaySelection::consumer(CONSUMER);
-    let plan = console.replay_plan(&selection).await?;
-    let mut approval = ReplayApproval::new(plan.digest, "the bug is fixed", "CHG-7", key);
+    let plan = console.propose_replay(&selection, "alice").await?.plan;
+    let mut approval = ReplayApproval::new(plan.digest, "the bug is fixed", "CHG-7", key, "bob");
     if let Some(person) = requested_by {
         approval = approval.requested_by(person);
     }
@@ -504,8 +504,8 @@ async fn an_applied_replay_emits_scheduled_in_its_transaction() -> TestResult {
 
         let person = uuid::Uuid::now_v7();
         let selection = ReplaySelection::consumer(CONSUMER);
-        let plan = console.replay_plan(&selection).await?;
-        let approval = ReplayApproval::new(plan.digest, "the bug is fixed", "CHG-7", "k-1")
+        let plan = console.propose_replay(&selection, "alice").await?.plan;
+        let approval = ReplayApproval::new(plan.digest, "the bug is fixed", "CHG-7", "k-1", "bob")
             .requested_by(person);
         let applied = console.replay(&selection, &approval).await?;
         let events = events_of(&pool, REPLAY_SCHEDULED).await?;
@@ -544,8 +544,8 @@ async fn a_replay_without_a_person_names_the_database_role() -> TestResult {
         let events = settle(&store, &pool, &[DEAD, DEAD]).await?;
         let approve = |console: Console, event_id: uuid::Uuid, key: &'static str| async move {
             let selection = ReplaySelection::consumer(CONSUMER).event_ids([event_id]);
-            let plan = console.replay_plan(&selection).await?;
-            let approval = ReplayApproval::new(plan.digest, "fixed", "CHG-8", key);
+            let plan = console.propose_replay(&selection, "alice").await?.plan;
+            let approval = ReplayApproval::new(plan.digest, "fixed", "CHG-8", key, "bob");
             console.replay(&selection, &approval).await
         };
         // A console without a lifecycle store emits nothing of its own.
@@ -709,8 +709,9 @@ async fn a_discard_emits_one_event_per_delivery_in_its_transaction() -> TestResu
             .await?
             .with_lifecycle(store.clone());
         let selection = ReplaySelection::consumer(CONSUMER);
-        let plan = console.discard_plan(&selection).await?;
-        let approval = ReplayApproval::new(plan.digest, "poison, never again", "INC-4", "d-1");
+        let plan = console.propose_discard(&selection, "alice").await?.plan;
+        let approval =
+            ReplayApproval::new(plan.digest, "poison, never again", "INC-4", "d-1", "bob");
 
         // The event's insert fails: the discard rolls back with it.
         refuse(&pool, DISCARDED).await?;
@@ -803,8 +804,8 @@ async fn a_registry_without_the_replay_events_appends_none() -> TestResult {
             )
             .await?;
         let selection = ReplaySelection::consumer(CONSUMER);
-        let plan = console.discard_plan(&selection).await?;
-        let approval = ReplayApproval::new(plan.digest, "poison", "INC-5", "d-5");
+        let plan = console.propose_discard(&selection, "alice").await?.plan;
+        let approval = ReplayApproval::new(plan.digest, "poison", "INC-5", "d-5", "bob");
         assert_eq!(
             console
                 .discard(&selection, &approval)

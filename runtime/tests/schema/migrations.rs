@@ -43,6 +43,7 @@ fn is_runtime_step(name: &str) -> bool {
         sql::RUNTIME_V6_SUFFIX,
         sql::RUNTIME_V7_SUFFIX,
         sql::RUNTIME_V8_SUFFIX,
+        sql::RUNTIME_V9_SUFFIX,
     ]
     .iter()
     .any(|suffix| name.ends_with(suffix))
@@ -77,7 +78,7 @@ async fn apply_all_but(
 /// steps leave every row as it was (the third adds columns, at their defaults).
 async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
     let (pool, steps) = apply_all_but(options, is_runtime_step).await?;
-    assert_eq!(steps.len(), 7);
+    assert_eq!(steps.len(), 8);
     sqlx::raw_sql(
         "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, producer_class, \
              idempotency_key, trace_id, parent_span_id, trace_flags, payload, payload_bytes) \
@@ -141,9 +142,12 @@ async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
 /// gives the replay its consumer, from its items, and lets another consumer take the same keys
 /// while the same consumer cannot.
 async fn replay_keys_per_consumer(options: PgConnectOptions) -> TestResult {
-    let (pool, eighth) =
-        apply_all_but(options, |name| name.ends_with(sql::RUNTIME_V8_SUFFIX)).await?;
-    assert_eq!(eighth.len(), 1);
+    let (pool, held) = apply_all_but(options, |name| {
+        name.ends_with(sql::RUNTIME_V8_SUFFIX) || name.ends_with(sql::RUNTIME_V9_SUFFIX)
+    })
+    .await?;
+    assert_eq!(held.len(), 2);
+    let eighth = &held[..1];
     sqlx::raw_sql(
         "INSERT INTO evc_replays (id, plan_digest, reason, approval_ref, idempotency_key, \
              deliveries) OVERRIDING SYSTEM VALUE VALUES (7, 'd', 'fixed', 'CHG-1', 'k-1', 1); \
@@ -208,6 +212,127 @@ async fn replay_keys_per_consumer(options: PgConnectOptions) -> TestResult {
     Ok(())
 }
 
+#[tokio::test]
+async fn the_ninth_step_records_plans_and_needs_a_second_person() -> TestResult {
+    with_empty_database(two_person_rule).await
+}
+
+/// A database on the eighth step with a replay and a discard: the ninth step keeps them as they
+/// are, and from then on the database takes an apply only with a recorded plan of its kind,
+/// consumer and digest, approved by someone other than its planner.
+async fn two_person_rule(options: PgConnectOptions) -> TestResult {
+    let (pool, ninth) =
+        apply_all_but(options, |name| name.ends_with(sql::RUNTIME_V9_SUFFIX)).await?;
+    assert_eq!(ninth.len(), 1);
+    sqlx::raw_sql(
+        "INSERT INTO evc_replays (id, consumer, plan_digest, reason, approval_ref, \
+             idempotency_key, deliveries) OVERRIDING SYSTEM VALUE \
+             VALUES (7, 'audit', 'd', 'fixed', 'CHG-1', 'k-1', 1); \
+         INSERT INTO evc_discards (consumer, plan_digest, reason, approval_ref, idempotency_key, \
+             deliveries, items) VALUES ('audit', 'd', 'poison', 'INC-1', 'd-1', 1, '[]')",
+    )
+    .execute(&pool)
+    .await?;
+    for _ in 0..2 {
+        // Twice: the second run is a no-op.
+        sqlx::raw_sql(AssertSqlSafe(ninth[0].contents.clone()))
+            .execute(&pool)
+            .await?;
+    }
+    let old: (Option<i64>, Option<String>, Option<String>) =
+        sqlx::query_as("SELECT plan_id, approved_by, db_role FROM evc_replays WHERE id = 7")
+            .fetch_one(&pool)
+            .await?;
+    assert_eq!(old, (None, None, None), "an earlier replay was rewritten");
+
+    let plan = |kind: &'static str, digest: &'static str, by: &'static str| {
+        sqlx::query_scalar::<_, i64>(
+            "INSERT INTO evc_plans (kind, consumer, plan_digest, deliveries, planned_by) \
+             VALUES ($1, 'audit', $2, 1, $3) RETURNING id",
+        )
+        .bind(kind)
+        .bind(digest)
+        .bind(by)
+        .fetch_one(&pool)
+    };
+    let replay = |plan_id: Option<i64>, key: &'static str, by: Option<&'static str>| {
+        sqlx::query(
+            "INSERT INTO evc_replays (consumer, plan_digest, reason, approval_ref, \
+                 idempotency_key, deliveries, plan_id, approved_by) \
+             VALUES ('audit', 'd2', 'fixed', 'CHG-2', $1, 1, $2, $3)",
+        )
+        .bind(key)
+        .bind(plan_id)
+        .bind(by)
+        .execute(&pool)
+    };
+    let alice = plan("replay", "d2", "alice").await?;
+    // A process of an earlier release names no plan and no approver.
+    assert!(replay(None, "k-2", None).await.is_err(), "no plan");
+    assert!(
+        replay(Some(alice), "k-2", None).await.is_err(),
+        "no approver"
+    );
+    assert!(
+        replay(Some(alice), "k-2", Some(" ALICE")).await.is_err(),
+        "the planner approved her own plan"
+    );
+    let discard_plan = plan("discard", "d2", "alice").await?;
+    assert!(
+        replay(Some(discard_plan), "k-2", Some("bob"))
+            .await
+            .is_err(),
+        "a discard's plan applied as a replay"
+    );
+    let other_digest = plan("replay", "d3", "alice").await?;
+    assert!(
+        replay(Some(other_digest), "k-2", Some("bob"))
+            .await
+            .is_err(),
+        "a plan of another digest"
+    );
+    replay(Some(alice), "k-2", Some("bob")).await?;
+    let recorded: (Option<String>, Option<String>) = sqlx::query_as(
+        "SELECT approved_by, db_role FROM evc_replays WHERE idempotency_key = 'k-2'",
+    )
+    .fetch_one(&pool)
+    .await?;
+    let role: String = sqlx::query_scalar("SELECT session_user::text")
+        .fetch_one(&pool)
+        .await?;
+    assert_eq!(recorded, (Some("bob".to_owned()), Some(role)));
+
+    let discard = |plan_id: i64, by: &'static str| {
+        sqlx::query(
+            "INSERT INTO evc_discards (consumer, plan_digest, reason, approval_ref, \
+                 idempotency_key, deliveries, items, plan_id, approved_by) \
+             VALUES ('audit', 'd2', 'poison', 'INC-2', 'd-2', 1, '[]', $1, $2)",
+        )
+        .bind(plan_id)
+        .bind(by)
+        .execute(&pool)
+    };
+    assert!(
+        discard(alice, "bob").await.is_err(),
+        "a replay's plan discarded"
+    );
+    assert!(
+        discard(discard_plan, "alice").await.is_err(),
+        "her own discard"
+    );
+    discard(discard_plan, "bob").await?;
+    // Plans are append-only.
+    assert!(
+        sqlx::query("UPDATE evc_plans SET planned_by = 'bob' WHERE id = $1")
+            .bind(alice)
+            .execute(&pool)
+            .await
+            .is_err()
+    );
+    pool.close().await;
+    Ok(())
+}
+
 /// One digest of every row of each outbox table, in key order, over the first step's columns
 /// (the third and sixth steps' columns, at their defaults, are checked on their own).
 async fn table_digests(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
@@ -251,9 +376,10 @@ async fn check(options: PgConnectOptions) -> TestResult {
             "0006_evc_runtime_v6.sql".to_owned(),
             "0007_evc_runtime_v7.sql".to_owned(),
             "0008_evc_runtime_v8.sql".to_owned(),
-            format!("0009_evc_registry_{}.sql", &digest[..12]),
+            "0009_evc_runtime_v9.sql".to_owned(),
+            format!("0010_evc_registry_{}.sql", &digest[..12]),
             format!(
-                "0010_evc_settings_{}.sql",
+                "0011_evc_settings_{}.sql",
                 &sql::settings_digest(&set)?[..12]
             ),
         ]

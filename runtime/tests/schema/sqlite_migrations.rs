@@ -1,7 +1,9 @@
 //! The embedded SQLite store's schema steps on a file that already holds data, as a store of an
 //! earlier release left it. The fourth step rebuilds `evc_replays` so that idempotency keys are
 //! scoped per consumer: every replay keeps its row, id and items, the id sequence goes on, and
-//! the table stays append-only.
+//! the table stays append-only. The fifth records proposed plans and refuses a replay without
+//! one, or approved by its proposer (the two-person rule), leaving earlier replays as they
+//! were.
 
 use std::str::FromStr;
 
@@ -80,7 +82,7 @@ async fn the_replay_keys_step_keeps_every_replay_and_scopes_keys_per_consumer() 
     let location = path.display().to_string();
     assert_eq!(
         SqliteStore::apply_schema(&location).await?,
-        [(4, "evc_replay_keys")]
+        [(4, "evc_replay_keys"), (5, "evc_plans")]
     );
     assert!(SqliteStore::apply_schema(&location).await?.is_empty());
 
@@ -105,19 +107,51 @@ async fn the_replay_keys_step_keeps_every_replay_and_scopes_keys_per_consumer() 
         .await?;
     assert!(dangling.is_empty(), "{dangling:?}");
 
-    // The same key for another consumer is another replay, after the last id; for the same
-    // consumer it is refused.
-    let insert = |consumer: &'static str| {
-        sqlx::query_scalar::<_, i64>(
-            "INSERT INTO evc_replays (consumer, plan_digest, reason, approval_ref, \
-             idempotency_key, deliveries, applied_at) \
-             VALUES (?1, 'digest', 'fixed', 'CHG-1', 'k-1', 1, 2.5) RETURNING id",
+    // The earlier replay has no plan and no approver; it is not rewritten.
+    let earlier: (Option<i64>, Option<String>) =
+        sqlx::query_as("SELECT plan_id, approved_by FROM evc_replays WHERE id = 7")
+            .fetch_one(&pool)
+            .await?;
+    assert_eq!(earlier, (None, None));
+
+    // A plan proposed by alice for each consumer.
+    for consumer in ["k.plain", "k.ordered"] {
+        sqlx::query(
+            "INSERT INTO evc_plans (kind, consumer, plan_digest, deliveries, planned_by, \
+             planned_at) VALUES ('replay', ?1, 'digest', 1, 'alice', 2.0)",
         )
         .bind(consumer)
+        .execute(&pool)
+        .await?;
+    }
+    let insert = |consumer: &'static str, plan: Option<i64>, by: Option<&'static str>| {
+        sqlx::query_scalar::<_, i64>(
+            "INSERT INTO evc_replays (consumer, plan_digest, reason, approval_ref, \
+             idempotency_key, deliveries, applied_at, plan_id, approved_by) \
+             VALUES (?1, 'digest', 'fixed', 'CHG-1', 'k-1', 1, 2.5, ?2, ?3) RETURNING id",
+        )
+        .bind(consumer)
+        .bind(plan)
+        .bind(by)
         .fetch_one(&pool)
     };
-    assert_eq!(insert("k.ordered").await?, 8);
-    assert!(insert("k.plain").await.is_err());
+    // The two-person rule: no plan, no approver, the proposer herself, or another
+    // consumer's plan are refused.
+    assert!(insert("k.ordered", None, Some("bob")).await.is_err());
+    assert!(insert("k.ordered", Some(2), None).await.is_err());
+    assert!(insert("k.ordered", Some(2), Some(" ALICE")).await.is_err());
+    assert!(insert("k.ordered", Some(1), Some("bob")).await.is_err());
+    // The same key for another consumer is another replay, after the last id; for the same
+    // consumer it is refused.
+    assert_eq!(insert("k.ordered", Some(2), Some("bob")).await?, 8);
+    assert!(insert("k.plain", Some(1), Some("bob")).await.is_err());
+    // Plans are append-only.
+    assert!(
+        sqlx::query("UPDATE evc_plans SET planned_by = 'bob'")
+            .execute(&pool)
+            .await
+            .is_err()
+    );
     // Still append-only.
     assert!(
         sqlx::query("UPDATE evc_replays SET reason = 'rewritten' WHERE id = 7")

@@ -15,8 +15,8 @@ use super::{PgStore, sql};
 use crate::registry::ConsumerMode;
 use crate::store::DispatchError;
 use crate::store::ops::{
-    ConsumerState, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection,
-    SettledDelivery,
+    ConsumerState, Proposed, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
+    ReplaySelection, SettledDelivery,
 };
 use crate::store::postgres::{StatusReport, TimelineEntry};
 
@@ -160,10 +160,24 @@ impl Console {
         Ok(replay::plan(&self.pool, selection).await?)
     }
 
+    /// Records the plan of `selection` as proposed by `planned_by`, as
+    /// [`crate::Operate::propose_replay`]: only a recorded plan is applied, by someone else.
+    ///
+    /// # Errors
+    /// Every [`ReplayError`] but [`ReplayError::Database`] names a refusal.
+    pub async fn propose_replay(
+        &self,
+        selection: &ReplaySelection,
+        planned_by: &str,
+    ) -> Result<Proposed<ReplayPlan>, ReplayError> {
+        self.deployed(&selection.consumer)?;
+        replay::propose(&self.pool, selection, planned_by).await
+    }
+
     /// Applies a replay in one transaction: the approval's fields are checked, a key applied
     /// before answers with its first result, the plan is taken again with its rows locked and
-    /// must have the approval's digest, and every planned event's version must still be
-    /// accepted by the consumer. Then each planned delivery becomes `replayed`, and a new
+    /// must have the approval's digest, someone other than the approver must have proposed
+    /// it, and every planned event's version must still be accepted by the consumer. Then each planned delivery becomes `replayed`, and a new
     /// delivery (its next generation, due now, referencing the replay) is written; the replay
     /// and its items are recorded for audit. On any refusal nothing is written.
     ///
@@ -191,9 +205,25 @@ impl Console {
         Ok(replay::discard_plan(&self.pool, selection).await?)
     }
 
+    /// Records the discard plan of `selection` as proposed by `planned_by`: only a recorded
+    /// plan is discarded, by someone else ([`Console::discard`]).
+    ///
+    /// # Errors
+    /// Every [`ReplayError`] but [`ReplayError::Database`] names a refusal
+    /// ([`ReplayError::NothingToDiscard`] for an empty plan).
+    pub async fn propose_discard(
+        &self,
+        selection: &ReplaySelection,
+        planned_by: &str,
+    ) -> Result<Proposed<DiscardPlan>, ReplayError> {
+        self.deployed(&selection.consumer)?;
+        replay::propose_discard(&self.pool, selection, planned_by).await
+    }
+
     /// Discards dead-lettered or quarantined deliveries in one transaction: the approval's
     /// fields are checked as a replay's, a key applied before answers with its first result,
-    /// and the plan is taken again with its rows locked and must have the approval's digest.
+    /// the plan is taken again with its rows locked and must have the approval's digest, and
+    /// someone other than the approver must have proposed it.
     /// Then one `evc_discards` row records who approved it, why, when and each delivery, and
     /// every planned delivery becomes `discarded` (its row stays; no listing, claim or replay
     /// takes it again). On any refusal nothing is written.

@@ -72,8 +72,8 @@ pub use replay::{DiscardApplied, DiscardPlan, DiscardRecord, DiscardedDelivery};
 // The operator types moved to `store::ops` (both stores use them); kept here for old paths.
 pub use crate::store::ops::{
     ConsumerState, DEFAULT_REPLAY_LIMIT, MAX_REPLAY_REASON_CHARS, MAX_REPLAY_REF_CHARS,
-    NotReplayable, NotReplayableReason, ReplayApplied, ReplayApproval, ReplayError, ReplayItem,
-    ReplayPlan, ReplayRecord, ReplaySelection, SettledDelivery, SettledStatus,
+    NotReplayable, NotReplayableReason, Proposed, ReplayApplied, ReplayApproval, ReplayError,
+    ReplayItem, ReplayPlan, ReplayRecord, ReplaySelection, SettledDelivery, SettledStatus,
 };
 
 pub use retention::{

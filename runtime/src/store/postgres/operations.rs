@@ -10,8 +10,8 @@ use super::{PgStore, replay, sql};
 use crate::registry::ConsumerMode;
 use crate::store::DispatchError;
 use crate::store::ops::{
-    ConsumerState, Operate, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplayRecord,
-    ReplaySelection, SettledDelivery,
+    ConsumerState, Operate, Proposed, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
+    ReplayRecord, ReplaySelection, SettledDelivery,
 };
 
 impl PgStore {
@@ -144,6 +144,15 @@ impl Operate for PgStore {
     async fn replay_plan(&self, selection: &ReplaySelection) -> Result<ReplayPlan, ReplayError> {
         self.registered(&selection.consumer)?;
         Ok(replay::plan(&self.inner.pool, selection).await?)
+    }
+
+    async fn propose_replay(
+        &self,
+        selection: &ReplaySelection,
+        planned_by: &str,
+    ) -> Result<Proposed<ReplayPlan>, ReplayError> {
+        self.registered(&selection.consumer)?;
+        replay::propose(&self.inner.pool, selection, planned_by).await
     }
 
     /// Appends `dlq_replay.scheduled` in the replay's transaction when the store's registry

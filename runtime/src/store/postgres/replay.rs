@@ -1,7 +1,8 @@
 //! Replay from dead-letter or quarantine (docs/runtime.md, "Replay"): a dry run returns the
-//! plan and its digest; apply presents that digest with a reason, an approval reference and an
-//! idempotency key, and supersedes each planned delivery with a next generation that references
-//! the replay. Everything is checked against the registry the database deploys (its mirror): a
+//! plan and its digest; a person proposes it (the plan is recorded with its planner); another
+//! person applies it, presenting that digest with a reason, an approval reference and an
+//! idempotency key, which supersedes each planned delivery with a next generation that
+//! references the replay. Discards follow the same two steps. Everything is checked against the registry the database deploys (its mirror): a
 //! consumer that no longer accepts an event's version, or a payload that no longer validates
 //! against its version's deployed schema, refuses the replay.
 
@@ -11,9 +12,9 @@ use uuid::Uuid;
 
 use super::{PgStore, sql};
 use crate::store::ops::{
-    self, NotReplayable, PlanKind, ReplayApplied, ReplayApproval, ReplayError, ReplayItem,
-    ReplayPlan, ReplayRecord, ReplaySelection, SettledDelivery, SettledStatus, check_approval,
-    plan_digest, plan_of,
+    self, NotReplayable, PlanKind, Proposed, ReplayApplied, ReplayApproval, ReplayError,
+    ReplayItem, ReplayPlan, ReplayRecord, ReplaySelection, SettledDelivery, SettledStatus,
+    check_approval, check_person, plan_digest, plan_of,
 };
 
 /// The settled deliveries `selection` takes, read only.
@@ -47,13 +48,54 @@ async fn earlier_apply(
         .await
 }
 
-/// The digest, reason and approval reference an earlier apply's row recorded.
+/// The digest, reason, approval reference and approver an earlier apply's row recorded.
 fn earlier_of(row: &PgRow) -> Result<ops::EarlierApply<'_>, sqlx::Error> {
     Ok(ops::EarlierApply {
         digest: row.try_get("plan_digest")?,
         reason: row.try_get("reason")?,
         approval_ref: row.try_get("approval_ref")?,
+        approved_by: row.try_get("approved_by")?,
     })
+}
+
+/// Records a proposed plan of `kind` by `planned_by` and returns its id.
+async fn record_plan(
+    pool: &PgPool,
+    kind: PlanKind,
+    selection: &ReplaySelection,
+    digest: &str,
+    deliveries: usize,
+    planned_by: &str,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(sql::INSERT_PLAN)
+        .bind(kind.as_str())
+        .bind(&selection.consumer)
+        .bind(digest)
+        .bind(i32::try_from(deliveries).unwrap_or(i32::MAX))
+        .bind(planned_by.trim())
+        .fetch_one(pool)
+        .await
+}
+
+/// The recorded plan of `kind` that `approval` applies: one of its consumer and digest,
+/// proposed by someone other than the approver. Read inside the apply's transaction.
+async fn approved_plan(
+    connection: &mut PgConnection,
+    kind: PlanKind,
+    selection: &ReplaySelection,
+    approval: &ReplayApproval,
+) -> Result<i64, ReplayError> {
+    let rows = sqlx::query(sql::PLANS_OF)
+        .bind(kind.as_str())
+        .bind(&selection.consumer)
+        .bind(&approval.digest)
+        .fetch_all(&mut *connection)
+        .await?;
+    let proposals = rows
+        .iter()
+        .map(|row| Ok((row.try_get("id")?, row.try_get("planned_by")?)))
+        .collect::<Result<Vec<(i64, String)>, sqlx::Error>>()?;
+    Ok(ops::proposal_for(&proposals, approval)?.0)
 }
 
 /// The selection's settled deliveries, their rows locked until the transaction ends.
@@ -92,6 +134,33 @@ pub(crate) async fn plan(
     let mut connection = pool.acquire().await?;
     plan.not_replayable = not_replayable(&mut connection, &plan.deliveries).await?;
     Ok(plan)
+}
+
+/// Records the plan of `selection` as proposed by `planned_by` (see
+/// [`crate::Operate::propose_replay`]).
+pub(crate) async fn propose(
+    pool: &PgPool,
+    selection: &ReplaySelection,
+    planned_by: &str,
+) -> Result<Proposed<ReplayPlan>, ReplayError> {
+    check_person("planner", planned_by)?;
+    let plan = plan(pool, selection).await?;
+    ops::check_proposable(&plan)?;
+    let plan_id = record_plan(
+        pool,
+        PlanKind::Replay,
+        selection,
+        &plan.digest,
+        plan.deliveries.len(),
+        planned_by,
+    )
+    .await?;
+    tracing::info!(plan_id, consumer = %selection.consumer, deliveries = plan.deliveries.len(), "replay proposed");
+    Ok(Proposed {
+        plan_id,
+        planned_by: planned_by.trim().to_owned(),
+        plan,
+    })
 }
 
 /// The deliveries of `deliveries` that cannot be replayed: each event's version must still be
@@ -152,6 +221,7 @@ pub(crate) async fn apply(
     // Each payload against its version's deployed schema, on the locked rows: a schema
     // deployed since the dry run counts.
     ops::refusal(&plan, &not_replayable(&mut tx, &plan.deliveries).await?)?;
+    let plan_id = approved_plan(&mut tx, PlanKind::Replay, selection, approval).await?;
 
     let count = i32::try_from(plan.deliveries.len()).unwrap_or(i32::MAX);
     let replay_id: i64 = sqlx::query_scalar(sql::INSERT_REPLAY)
@@ -161,6 +231,8 @@ pub(crate) async fn apply(
         .bind(&approval.idempotency_key)
         .bind(count)
         .bind(&selection.consumer)
+        .bind(plan_id)
+        .bind(approval.approved_by.trim())
         .fetch_one(&mut *tx)
         .await?;
     let ids: Vec<Uuid> = plan.deliveries.iter().map(|d| d.event_id).collect();
@@ -193,6 +265,7 @@ pub(crate) async fn apply(
         replay_id,
         consumer = %selection.consumer,
         deliveries = created,
+        plan_id,
         approval = %approval.approval_ref,
         "replay applied"
     );
@@ -242,6 +315,35 @@ pub struct DiscardApplied {
     pub discarded: Vec<DiscardedDelivery>,
     /// Whether the idempotency key had been applied before: nothing new was discarded.
     pub repeated: bool,
+}
+
+/// Records the discard plan of `selection` as proposed by `planned_by` (see
+/// [`crate::Console::propose_discard`]).
+pub(crate) async fn propose_discard(
+    pool: &PgPool,
+    selection: &ReplaySelection,
+    planned_by: &str,
+) -> Result<Proposed<DiscardPlan>, ReplayError> {
+    check_person("planner", planned_by)?;
+    let plan = discard_plan(pool, selection).await?;
+    if plan.deliveries.is_empty() {
+        return Err(ReplayError::NothingToDiscard);
+    }
+    let plan_id = record_plan(
+        pool,
+        PlanKind::Discard,
+        selection,
+        &plan.digest,
+        plan.deliveries.len(),
+        planned_by,
+    )
+    .await?;
+    tracing::info!(plan_id, consumer = %selection.consumer, deliveries = plan.deliveries.len(), "discard proposed");
+    Ok(Proposed {
+        plan_id,
+        planned_by: planned_by.trim().to_owned(),
+        plan,
+    })
 }
 
 /// The discard plan of `selection` (a dry run: nothing is written).
@@ -299,6 +401,7 @@ pub(crate) async fn discard(
     if deliveries.is_empty() {
         return Err(ReplayError::NothingToDiscard);
     }
+    let plan_id = approved_plan(&mut tx, PlanKind::Discard, selection, approval).await?;
     let ids: Vec<Uuid> = deliveries.iter().map(|d| d.event_id).collect();
     let generations: Vec<i32> = deliveries.iter().map(|d| d.generation).collect();
     let row = sqlx::query(sql::APPLY_DISCARD)
@@ -309,6 +412,8 @@ pub(crate) async fn discard(
         .bind(&approval.idempotency_key)
         .bind(&ids)
         .bind(&generations)
+        .bind(plan_id)
+        .bind(approval.approved_by.trim())
         .fetch_one(&mut *tx)
         .await?;
     let discard_id: i64 = row.try_get("id")?;
@@ -359,6 +464,12 @@ pub struct DiscardRecord {
     pub idempotency_key: String,
     /// The database role that applied it.
     pub db_role: String,
+    /// The recorded plan it applied (`None`: applied before plans were recorded).
+    pub plan_id: Option<i64>,
+    /// Who proposed that plan (`None`: applied before plans were recorded).
+    pub planned_by: Option<String>,
+    /// Who approved and applied it (`None`: applied before approvers were recorded).
+    pub approved_by: Option<String>,
     /// When, in epoch seconds of the database's clock.
     pub discarded_at: f64,
     /// Deliveries discarded, as the row counts them.
@@ -384,6 +495,9 @@ pub(crate) async fn replays(pool: &PgPool, limit: u32) -> Result<Vec<ReplayRecor
             idempotency_key: row.try_get("idempotency_key")?,
             deliveries: u64::try_from(deliveries).unwrap_or(0),
             applied_at: row.try_get("applied_at")?,
+            plan_id: row.try_get("plan_id")?,
+            planned_by: row.try_get("planned_by")?,
+            approved_by: row.try_get("approved_by")?,
             items: Vec::new(),
         });
     }
@@ -428,6 +542,9 @@ pub(crate) async fn discards(pool: &PgPool, limit: u32) -> Result<Vec<DiscardRec
             approval_ref: row.try_get("approval_ref")?,
             idempotency_key: row.try_get("idempotency_key")?,
             db_role: row.try_get("db_role")?,
+            plan_id: row.try_get("plan_id")?,
+            planned_by: row.try_get("planned_by")?,
+            approved_by: row.try_get("approved_by")?,
             discarded_at: row.try_get("discarded_at")?,
             deliveries: u64::try_from(deliveries).unwrap_or(0),
             discarded: discarded_items(&items),

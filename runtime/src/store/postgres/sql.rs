@@ -964,11 +964,13 @@ WHERE e.event_id = ANY($1::uuid[])";
 /// Serializes replays that present idempotency key `$1`, for any consumer (transaction-scoped).
 pub(crate) const LOCK_REPLAY_KEY: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 7266))";
 
-/// The oldest `$1` replays, oldest first; times in epoch seconds.
+/// The oldest `$1` replays, oldest first, with their plans' planners; times in epoch seconds.
 pub(crate) const READ_REPLAYS: &str = "\
-SELECT id, plan_digest, reason, approval_ref, idempotency_key, deliveries,
-    extract(epoch FROM coalesce(applied_at, requested_at))::float8 AS applied_at
-FROM evc_replays ORDER BY id LIMIT $1";
+SELECT r.id, r.plan_digest, r.reason, r.approval_ref, r.idempotency_key, r.deliveries,
+    extract(epoch FROM coalesce(r.applied_at, r.requested_at))::float8 AS applied_at,
+    r.plan_id, p.planned_by, r.approved_by
+FROM evc_replays r LEFT JOIN evc_plans p ON p.id = r.plan_id
+ORDER BY r.id LIMIT $1";
 
 /// The items of the replays `$1` (`bigint[]`), by replay and event id.
 pub(crate) const READ_REPLAY_ITEMS: &str = "\
@@ -976,24 +978,41 @@ SELECT replay_id, event_id, consumer, generation, replayed_from, schema_version
 FROM evc_replay_items WHERE replay_id = ANY($1::bigint[])
 ORDER BY replay_id, event_id, consumer";
 
-/// The oldest `$1` discards, oldest first; times in epoch seconds.
+/// The oldest `$1` discards, oldest first, with their plans' planners; times in epoch seconds.
 pub(crate) const READ_DISCARDS: &str = "\
-SELECT id, consumer, plan_digest, reason, approval_ref, idempotency_key, db_role,
-    extract(epoch FROM discarded_at)::float8 AS discarded_at, deliveries, items::text AS items
-FROM evc_discards ORDER BY id LIMIT $1";
+SELECT x.id, x.consumer, x.plan_digest, x.reason, x.approval_ref, x.idempotency_key, x.db_role,
+    extract(epoch FROM x.discarded_at)::float8 AS discarded_at, x.deliveries,
+    x.items::text AS items, x.plan_id, p.planned_by, x.approved_by
+FROM evc_discards x LEFT JOIN evc_plans p ON p.id = x.plan_id
+ORDER BY x.id LIMIT $1";
+
+/// Records a proposed plan: `$1` kind (`replay`, `discard`), `$2` consumer, `$3` digest, `$4`
+/// deliveries, `$5` planner. Returns its id.
+pub(crate) const INSERT_PLAN: &str = "\
+INSERT INTO evc_plans (kind, consumer, plan_digest, deliveries, planned_by)
+VALUES ($1, $2, $3, $4, $5)
+RETURNING id";
+
+/// The recorded plans of kind `$1`, consumer `$2` and digest `$3`: id and planner, oldest
+/// first.
+pub(crate) const PLANS_OF: &str = "\
+SELECT id, planned_by FROM evc_plans
+WHERE kind = $1 AND consumer = $2 AND plan_digest = $3
+ORDER BY id";
 
 /// The replay of consumer `$2` recorded under idempotency key `$1`, if any.
 pub(crate) const REPLAY_BY_KEY: &str = "\
-SELECT id, plan_digest, reason, approval_ref, deliveries FROM evc_replays
+SELECT id, plan_digest, reason, approval_ref, approved_by, deliveries FROM evc_replays
 WHERE idempotency_key = $1 AND consumer = $2";
 
 /// Records a replay as applied: `$1` plan digest, `$2` reason, `$3` approval reference, `$4`
-/// idempotency key, `$5` deliveries, `$6` consumer. Returns its id.
+/// idempotency key, `$5` deliveries, `$6` consumer, `$7` the recorded plan, `$8` the approver.
+/// Returns its id.
 pub(crate) const INSERT_REPLAY: &str = "\
 INSERT INTO evc_replays (plan_digest, reason, approval_ref, idempotency_key, applied_at, counts,
-    deliveries, consumer)
+    deliveries, consumer, plan_id, approved_by)
 VALUES ($1, $2, $3, $4, now(), jsonb_build_object('planned', $5::int4, 'replayed', $5::int4), $5,
-    $6)
+    $6, $7, $8)
 RETURNING id";
 
 /// Applies replay `$1` to consumer `$2`'s settled deliveries named by parallel arrays `$3`
@@ -1038,14 +1057,14 @@ pub(crate) const LOCK_DISCARD_KEY: &str =
 
 /// The discard of consumer `$2` recorded under idempotency key `$1`, if any.
 pub(crate) const DISCARD_BY_KEY: &str = "\
-SELECT id, plan_digest, reason, approval_ref, items::text AS items
+SELECT id, plan_digest, reason, approval_ref, approved_by, items::text AS items
 FROM evc_discards WHERE idempotency_key = $1 AND consumer = $2";
 
 /// Discards consumer `$1`'s settled deliveries named by parallel arrays `$6` event ids and `$7`
 /// generations (locked by [`SETTLED_DELIVERIES_LOCKED`]), under plan digest `$2`, reason `$3`,
-/// approval reference `$4` and idempotency key `$5`: one `evc_discards` row lists them (event,
-/// generation, the status each left, type and version, in array order), and each becomes
-/// `discarded` with the discard's id, its row kept. Returns the discard's id, its items, the
+/// approval reference `$4`, idempotency key `$5`, recorded plan `$8` and approver `$9`: one
+/// `evc_discards` row lists them (event, generation, the status each left, type and version,
+/// in array order), and each becomes `discarded` with the discard's id, its row kept. Returns the discard's id, its items, the
 /// database role that applied it and when (RFC 3339, UTC).
 pub(crate) const APPLY_DISCARD: &str = "\
 WITH p AS (
@@ -1057,11 +1076,12 @@ WITH p AS (
     WHERE d.consumer = $1 AND d.status IN ('dead', 'quarantined')
 ), a AS (
     INSERT INTO evc_discards (consumer, plan_digest, reason, approval_ref, idempotency_key,
-        deliveries, items)
+        deliveries, items, plan_id, approved_by)
     SELECT $1, $2, $3, $4, $5, count(*)::int4,
         coalesce(jsonb_agg(jsonb_build_object('event_id', p.event_id,
             'generation', p.generation, 'status', p.status, 'event_type', p.event_type,
-            'version', p.schema_version) ORDER BY p.ord), '[]'::jsonb)
+            'version', p.schema_version) ORDER BY p.ord), '[]'::jsonb),
+        $8, $9
     FROM p
     RETURNING id, items, db_role, discarded_at
 ), u AS (

@@ -15,9 +15,10 @@ use super::{SqliteStore, epoch_now, parse_uuid, sql};
 use crate::registry::ConsumerMode;
 use crate::store::DispatchError;
 use crate::store::ops::{
-    ConsumerState, EarlierApply, Operate, ReplayApplied, ReplayApproval, ReplayError, ReplayItem,
-    ReplayPlan, ReplayRecord, ReplaySelection, SettledDelivery, SettledStatus, StoredPayloads,
-    check_approval, check_plan, check_repeat, plan_of, refusal, refusals,
+    ConsumerState, EarlierApply, Operate, Proposed, ReplayApplied, ReplayApproval, ReplayError,
+    ReplayItem, ReplayPlan, ReplayRecord, ReplaySelection, SettledDelivery, SettledStatus,
+    StoredPayloads, check_approval, check_person, check_plan, check_proposable, check_repeat,
+    plan_of, proposal_for, refusal, refusals,
 };
 
 impl Operate for SqliteStore {
@@ -41,6 +42,30 @@ impl Operate for SqliteStore {
         Ok(plan)
     }
 
+    async fn propose_replay(
+        &self,
+        selection: &ReplaySelection,
+        planned_by: &str,
+    ) -> Result<Proposed<ReplayPlan>, ReplayError> {
+        check_person("planner", planned_by)?;
+        let plan = self.replay_plan(selection).await?;
+        check_proposable(&plan)?;
+        let plan_id: i64 = sqlx::query_scalar(sql::INSERT_PLAN)
+            .bind(&selection.consumer)
+            .bind(&plan.digest)
+            .bind(i64::try_from(plan.deliveries.len()).unwrap_or(i64::MAX))
+            .bind(planned_by.trim())
+            .bind(epoch_now())
+            .fetch_one(&self.inner.pool)
+            .await?;
+        tracing::info!(plan_id, consumer = %selection.consumer, deliveries = plan.deliveries.len(), "replay proposed");
+        Ok(Proposed {
+            plan_id,
+            planned_by: planned_by.trim().to_owned(),
+            plan,
+        })
+    }
+
     async fn replay(
         &self,
         selection: &ReplaySelection,
@@ -62,6 +87,7 @@ impl Operate for SqliteStore {
                 digest: row.try_get("plan_digest")?,
                 reason: row.try_get("reason")?,
                 approval_ref: row.try_get("approval_ref")?,
+                approved_by: row.try_get("approved_by")?,
             };
             check_repeat(approval, &earlier)?;
             let deliveries: i64 = row.try_get("deliveries")?;
@@ -79,6 +105,15 @@ impl Operate for SqliteStore {
             &plan,
             &refusals(&plan.deliveries, &self.payloads(&mut tx, &plan).await?),
         )?;
+        let proposals = sqlx::query(sql::PLANS_OF)
+            .bind(&selection.consumer)
+            .bind(&approval.digest)
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(|row| Ok((row.try_get("id")?, row.try_get("planned_by")?)))
+            .collect::<Result<Vec<(i64, String)>, sqlx::Error>>()?;
+        let (plan_id, _) = proposal_for(&proposals, approval)?;
 
         let now = epoch_now();
         let count = i64::try_from(plan.deliveries.len()).unwrap_or(i64::MAX);
@@ -90,6 +125,8 @@ impl Operate for SqliteStore {
             .bind(&approval.idempotency_key)
             .bind(count)
             .bind(now)
+            .bind(plan_id)
+            .bind(approval.approved_by.trim())
             .fetch_one(&mut *tx)
             .await?;
         let planned = serde_json::Value::from(
@@ -134,6 +171,7 @@ impl Operate for SqliteStore {
             replay_id,
             consumer = %selection.consumer,
             deliveries = created,
+            plan_id,
             approval = %approval.approval_ref,
             "replay applied"
         );
@@ -185,6 +223,9 @@ impl Operate for SqliteStore {
                 idempotency_key: row.try_get("idempotency_key")?,
                 deliveries: u64::try_from(deliveries).unwrap_or(0),
                 applied_at: row.try_get("applied_at")?,
+                plan_id: row.try_get("plan_id")?,
+                planned_by: row.try_get("planned_by")?,
+                approved_by: row.try_get("approved_by")?,
                 items: Vec::new(),
             });
         }

@@ -512,13 +512,28 @@ SELECT event_id, payload FROM evc_events WHERE event_id IN (SELECT value FROM js
 
 /// The replay of consumer `?2` recorded under idempotency key `?1`, if any.
 pub(crate) const REPLAY_BY_KEY: &str = "\
-SELECT id, plan_digest, reason, approval_ref, deliveries FROM evc_replays
+SELECT id, plan_digest, reason, approval_ref, approved_by, deliveries FROM evc_replays
 WHERE idempotency_key = ?1 AND consumer = ?2";
 
-/// The oldest `?1` replays, oldest first.
+/// The oldest `?1` replays, oldest first, with their plans' planners.
 pub(crate) const READ_REPLAYS: &str = "\
-SELECT id, plan_digest, reason, approval_ref, idempotency_key, deliveries, applied_at
-FROM evc_replays ORDER BY id LIMIT ?1";
+SELECT r.id, r.plan_digest, r.reason, r.approval_ref, r.idempotency_key, r.deliveries,
+    r.applied_at, r.plan_id, p.planned_by, r.approved_by
+FROM evc_replays r LEFT JOIN evc_plans p ON p.id = r.plan_id
+ORDER BY r.id LIMIT ?1";
+
+/// Records a proposed replay plan: `?1` consumer, `?2` digest, `?3` deliveries, `?4` planner,
+/// `?5` now. Returns its id.
+pub(crate) const INSERT_PLAN: &str = "\
+INSERT INTO evc_plans (kind, consumer, plan_digest, deliveries, planned_by, planned_at)
+VALUES ('replay', ?1, ?2, ?3, ?4, ?5)
+RETURNING id";
+
+/// The recorded replay plans of consumer `?1` and digest `?2`: id and planner, oldest first.
+pub(crate) const PLANS_OF: &str = "\
+SELECT id, planned_by FROM evc_plans
+WHERE kind = 'replay' AND consumer = ?1 AND plan_digest = ?2
+ORDER BY id";
 
 /// The items of the replays in `?1` (a JSON array of ids), by replay and event id.
 pub(crate) const READ_REPLAY_ITEMS: &str = "\
@@ -527,11 +542,12 @@ FROM evc_replay_items WHERE replay_id IN (SELECT value FROM json_each(?1))
 ORDER BY replay_id, event_id, consumer";
 
 /// Records a replay as applied: `?1` consumer, `?2` plan digest, `?3` reason, `?4` approval
-/// reference, `?5` idempotency key, `?6` deliveries, `?7` now. Returns its id.
+/// reference, `?5` idempotency key, `?6` deliveries, `?7` now, `?8` the recorded plan, `?9`
+/// the approver. Returns its id.
 pub(crate) const INSERT_REPLAY: &str = "\
 INSERT INTO evc_replays (consumer, plan_digest, reason, approval_ref, idempotency_key,
-    deliveries, applied_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+    deliveries, applied_at, plan_id, approved_by)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
 RETURNING id";
 
 /// The planned deliveries of consumer `?2` named by the JSON array `?3` of `[event id,
