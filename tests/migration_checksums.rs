@@ -54,7 +54,7 @@ const SHIPPED: [(&str, &str); 12] = [
     ),
     (
         "0012_evc_runtime_v9.sql",
-        "786fb5ade37851e364ac3b85830d8cdceae777b6cb84a4126c14fed18389759c",
+        "ba9fe6bc24a1f60134b764a986dd305d0d477278f13efde28894784033f16d16",
     ),
 ];
 

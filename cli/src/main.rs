@@ -153,8 +153,9 @@ enum Command {
         #[command(flatten)]
         database: operate::Database,
     },
-    /// Replay a consumer's dead-lettered or quarantined deliveries: `--dry-run` prints the plan
-    /// and its digest; `--apply` needs that digest, a reason, an approval reference and an
+    /// Replay a consumer's dead-lettered or quarantined deliveries, by two people: `--dry-run`
+    /// prints the plan and its digest; `--propose --as PERSON` records it; another person's
+    /// `--apply --as PERSON` needs that digest, a reason, an approval reference and an
     /// idempotency key.
     Replay {
         #[command(flatten)]

@@ -529,7 +529,7 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
     let output = evc(url, &["timeline", TRACE]);
     assert!(
         stdout(&output).contains(&format!(
-            "  replay    {event}  audit  replay 1 of generation 0 from dead (approval CHG-1)"
+            "  replay    {event}  audit  replay 1 of generation 0 from dead (approval CHG-1, proposed by alice, approved by bob)"
         )),
         "{}",
         stdout(&output)
@@ -691,7 +691,7 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
     let output = evc(url, &["timeline", TRACE]);
     assert!(
         stdout(&output).contains(&format!(
-            "  discard   {event}  worker.sql.aggregate  discard 1 of generation 0 (approval INC-3)"
+            "  discard   {event}  worker.sql.aggregate  discard 1 of generation 0 (approval INC-3, proposed by alice, approved by bob)"
         )),
         "{}",
         stdout(&output)

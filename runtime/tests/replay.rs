@@ -723,7 +723,7 @@ async fn a_discard_is_planned_checked_applied_once_and_audited() -> TestResult {
             discard_entries[0]
                 .detail
                 .starts_with(&format!("discard {} of generation 0", applied.discard_id))
-                && discard_entries[0].detail.ends_with("(approval INC-3)"),
+                && discard_entries[0].detail.ends_with("(approval INC-3, proposed by alice, approved by bob)"),
             "{}",
             discard_entries[0].detail
         );

@@ -22,6 +22,20 @@ CREATE TABLE IF NOT EXISTS evc_plans (
 
 CREATE INDEX IF NOT EXISTS evc_plans_digest ON evc_plans (consumer, plan_digest);
 
+-- The database role is the session's, whatever the insert says: a writer cannot record
+-- another role as the one that proposed or applied.
+CREATE OR REPLACE FUNCTION evc_session_role() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.db_role := session_user;
+    RETURN NEW;
+END;
+$$;
+
+CREATE OR REPLACE TRIGGER evc_plans_session_role
+    BEFORE INSERT ON evc_plans
+    FOR EACH ROW EXECUTE FUNCTION evc_session_role();
+
 CREATE OR REPLACE TRIGGER evc_plans_append_only
     BEFORE UPDATE OR DELETE ON evc_plans
     FOR EACH ROW EXECUTE FUNCTION evc_append_only();
@@ -41,7 +55,8 @@ ALTER TABLE evc_discards ADD COLUMN IF NOT EXISTS plan_id bigint REFERENCES evc_
 ALTER TABLE evc_discards ADD COLUMN IF NOT EXISTS approved_by text;
 
 -- Refuses an apply without a recorded plan of its kind, consumer and digest, or whose
--- approver proposed it: names compare trimmed and lower-cased, as the runtime compares them.
+-- approver proposed it: names (printable ASCII, checked by the runtime) compare trimmed and
+-- lower-cased, as the runtime compares them. It records the session's role as the applier.
 -- `TG_ARGV[0]` is the plan kind. A process of an earlier release, which names no plan, is
 -- refused too: no apply bypasses the rule during a rolling deploy.
 CREATE OR REPLACE FUNCTION evc_two_person() RETURNS trigger
@@ -54,8 +69,8 @@ BEGIN
         RAISE EXCEPTION '% needs a proposed plan and an approver (two-person rule)', TG_TABLE_NAME
             USING ERRCODE = 'check_violation';
     END IF;
-    IF plan.kind <> TG_ARGV[0] OR plan.consumer <> NEW.consumer
-        OR plan.plan_digest <> NEW.plan_digest THEN
+    IF plan.kind IS DISTINCT FROM TG_ARGV[0] OR plan.consumer IS DISTINCT FROM NEW.consumer
+        OR plan.plan_digest IS DISTINCT FROM NEW.plan_digest THEN
         RAISE EXCEPTION '% names plan % of another kind, consumer or digest', TG_TABLE_NAME,
             plan.id USING ERRCODE = 'check_violation';
     END IF;
@@ -63,6 +78,7 @@ BEGIN
         RAISE EXCEPTION '% cannot approve the plan they proposed (two-person rule)',
             NEW.approved_by USING ERRCODE = 'check_violation';
     END IF;
+    NEW.db_role := session_user;
     RETURN NEW;
 END;
 $$;

@@ -1,10 +1,10 @@
 -- The two-person rule of replay in the embedded SQLite store, as PostgreSQL's ninth runtime
 -- step has it (docs/runtime.md, "Replay"): a plan is recorded when a person proposes it, and
 -- an apply names the recorded plan and the person who approves it. The trigger refuses an
--- apply without a plan of its consumer and digest, or whose approver proposed it (names
--- compare trimmed and lower-cased; SQLite lower-cases ASCII only, the store compares every
--- letter before it writes). Replays recorded before keep NULL plan and approver. Never edited
--- once released.
+-- apply without a plan of its consumer and digest, or whose approver proposed it (names are
+-- printable ASCII, which the store checks, and compare trimmed and lower-cased, as the store
+-- compares them). Replays recorded before keep NULL plan and approver. Never edited once
+-- released.
 
 CREATE TABLE evc_plans (
     id INTEGER PRIMARY KEY AUTOINCREMENT,

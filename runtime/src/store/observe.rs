@@ -464,7 +464,7 @@ pub struct TimelineEntry {
     pub consumer: Option<String>,
     /// An event's type and version; a delivery's current status (and generation); an
     /// attempt's outcome and error code; a replay's or discard's id, the generation it
-    /// superseded or discarded and the approval reference.
+    /// superseded or discarded, the approval reference, and who proposed and approved it.
     pub detail: String,
     /// The attempt number (attempts), or the delivery's attempts so far (deliveries).
     pub attempt: Option<i32>,

@@ -431,6 +431,15 @@ pub enum ReplayError {
         /// `planner` or `approver`.
         role: &'static str,
     },
+    /// A person's name is not a login: printable ASCII with single spaces between words. Look-
+    /// alike letters, invisible characters and doubled spaces would let one person pass as two.
+    #[error(
+        "the {role} must be a login or a name in printable ASCII, words separated by single spaces"
+    )]
+    PersonNotALogin {
+        /// `planner` or `approver`.
+        role: &'static str,
+    },
     /// The approval reference, the idempotency key or a person's name is longer than
     /// [`MAX_REPLAY_REF_CHARS`].
     #[error("the {field} has {chars} characters; at most {MAX_REPLAY_REF_CHARS} are allowed")]
@@ -663,13 +672,21 @@ pub(crate) fn check_approval(approval: &ReplayApproval) -> Result<(), ReplayErro
     check_person("approver", &approval.approved_by)
 }
 
-/// Checks a person's name: present, one line, at most [`MAX_REPLAY_REF_CHARS`] characters.
-/// `role` is `planner` or `approver`.
+/// Checks a person's name: present, at most [`MAX_REPLAY_REF_CHARS`] characters, and a login:
+/// printable ASCII, words separated by single spaces (surrounding spaces are trimmed). So no
+/// two spellings of one name differ by anything but ASCII case, which [`same_person`] and the
+/// stores' triggers ignore. `role` is `planner` or `approver`.
 pub(crate) fn check_person(role: &'static str, name: &str) -> Result<(), ReplayError> {
-    if name.trim().is_empty() {
+    let name = name.trim_matches(' ');
+    if name.is_empty() {
         return Err(ReplayError::PersonMissing { role });
     }
-    check_ref(role, name)
+    check_ref(role, name)?;
+    let login = name.chars().all(|c| c.is_ascii_graphic() || c == ' ') && !name.contains("  ");
+    if !login {
+        return Err(ReplayError::PersonNotALogin { role });
+    }
+    Ok(())
 }
 
 fn check_ref(field: &'static str, text: &str) -> Result<(), ReplayError> {
@@ -683,10 +700,12 @@ fn check_ref(field: &'static str, text: &str) -> Result<(), ReplayError> {
     Ok(())
 }
 
-/// Whether two names are the same person's: equal once trimmed and lower-cased, so `Alice`
-/// cannot approve what `alice ` proposed. The stores' triggers compare the same way.
+/// Whether two names (checked by [`check_person`]) are the same person's: equal once trimmed,
+/// ignoring ASCII case, so `Alice` cannot approve what `alice ` proposed. The stores' triggers
+/// compare the same way.
 pub(crate) fn same_person(a: &str, b: &str) -> bool {
-    a.trim().to_lowercase() == b.trim().to_lowercase()
+    a.trim_matches(' ')
+        .eq_ignore_ascii_case(b.trim_matches(' '))
 }
 
 /// The recorded plan an approval applies: of the `proposals` of its consumer and digest
@@ -971,6 +990,21 @@ mod tests {
             check_approval(&a),
             Err(ReplayError::ControlCharacters { field: "approver" })
         ));
+        // One person must not pass as two: invisible characters, look-alike letters and
+        // doubled spaces are refused.
+        for name in ["alice\u{200b}", "\u{430}lice", "alice  smith", "José"] {
+            let mut a = ReplayApproval::new("d", "fixed", "CHG-1", "k", name);
+            a.approved_by = name.to_owned();
+            assert!(
+                matches!(
+                    check_approval(&a),
+                    Err(ReplayError::PersonNotALogin { role: "approver" })
+                ),
+                "{name:?}"
+            );
+        }
+        assert!(check_person("planner", " alice.smith@example.com ").is_ok());
+        assert!(check_person("planner", "Alice Smith").is_ok());
     }
 
     #[test]

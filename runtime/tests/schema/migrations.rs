@@ -227,7 +227,7 @@ async fn two_person_rule(options: PgConnectOptions) -> TestResult {
     sqlx::raw_sql(
         "INSERT INTO evc_replays (id, consumer, plan_digest, reason, approval_ref, \
              idempotency_key, deliveries) OVERRIDING SYSTEM VALUE \
-             VALUES (7, 'audit', 'd', 'fixed', 'CHG-1', 'k-1', 1); \
+             VALUES (1007, 'audit', 'd', 'fixed', 'CHG-1', 'k-1', 1); \
          INSERT INTO evc_discards (consumer, plan_digest, reason, approval_ref, idempotency_key, \
              deliveries, items) VALUES ('audit', 'd', 'poison', 'INC-1', 'd-1', 1, '[]')",
     )
@@ -240,7 +240,7 @@ async fn two_person_rule(options: PgConnectOptions) -> TestResult {
             .await?;
     }
     let old: (Option<i64>, Option<String>, Option<String>) =
-        sqlx::query_as("SELECT plan_id, approved_by, db_role FROM evc_replays WHERE id = 7")
+        sqlx::query_as("SELECT plan_id, approved_by, db_role FROM evc_replays WHERE id = 1007")
             .fetch_one(&pool)
             .await?;
     assert_eq!(old, (None, None, None), "an earlier replay was rewritten");
@@ -292,6 +292,21 @@ async fn two_person_rule(options: PgConnectOptions) -> TestResult {
         "a plan of another digest"
     );
     replay(Some(alice), "k-2", Some("bob")).await?;
+    // The recorded roles are the session's, whatever an insert names.
+    let forged: String = sqlx::query_scalar(
+        "INSERT INTO evc_plans (kind, consumer, plan_digest, deliveries, planned_by, db_role) \
+         VALUES ('replay', 'audit', 'd4', 1, 'alice', 'someone_else') RETURNING db_role",
+    )
+    .fetch_one(&pool)
+    .await?;
+    let forged_replay: String = sqlx::query_scalar(
+        "INSERT INTO evc_replays (consumer, plan_digest, reason, approval_ref, idempotency_key, \
+             deliveries, plan_id, approved_by, db_role) \
+         SELECT 'audit', 'd4', 'fixed', 'CHG-4', 'k-4', 1, id, 'bob', 'someone_else' \
+         FROM evc_plans WHERE plan_digest = 'd4' RETURNING db_role",
+    )
+    .fetch_one(&pool)
+    .await?;
     let recorded: (Option<String>, Option<String>) = sqlx::query_as(
         "SELECT approved_by, db_role FROM evc_replays WHERE idempotency_key = 'k-2'",
     )
@@ -300,6 +315,7 @@ async fn two_person_rule(options: PgConnectOptions) -> TestResult {
     let role: String = sqlx::query_scalar("SELECT session_user::text")
         .fetch_one(&pool)
         .await?;
+    assert_eq!((&forged, &forged_replay), (&role, &role));
     assert_eq!(recorded, (Some("bob".to_owned()), Some(role)));
 
     let discard = |plan_id: i64, by: &'static str| {
@@ -667,13 +683,23 @@ async fn runtime_constraints(pool: &PgPool) -> TestResult {
         assert!(result.is_err(), "accepted delivery ({consumer}, {status})");
     }
 
+    // Everything else valid (consumer, a proposed plan, another approver): only the reason's
+    // check refuses these.
+    let plan: i64 = sqlx::query_scalar(
+        "INSERT INTO evc_plans (kind, consumer, plan_digest, deliveries, planned_by) \
+         VALUES ('replay', 'audit', 'd', 1, 'alice') RETURNING id",
+    )
+    .fetch_one(pool)
+    .await?;
     for reason in ["", &"x".repeat(501)] {
         let result = sqlx::query(
-            "INSERT INTO evc_replays (plan_digest, reason, approval_ref, idempotency_key) \
-             VALUES ('d', $1, 'ticket-1', $2)",
+            "INSERT INTO evc_replays (consumer, plan_digest, reason, approval_ref, \
+                 idempotency_key, plan_id, approved_by) \
+             VALUES ('audit', 'd', $1, 'ticket-1', $2, $3, 'bob')",
         )
         .bind(reason)
         .bind(format!("replay-{}", reason.len()))
+        .bind(plan)
         .execute(pool)
         .await;
         assert!(

@@ -1175,17 +1175,23 @@ FROM (
     UNION ALL
     SELECT r.applied_at, 3, e.seq, 'replay', i.event_id, i.consumer,
         'replay ' || r.id || ' of generation ' || i.generation || ' from ' || i.replayed_from
-            || ' (approval ' || r.approval_ref || ')',
+            || ' (approval ' || r.approval_ref
+            || coalesce(', proposed by ' || p.planned_by, '')
+            || coalesce(', approved by ' || r.approved_by, '') || ')',
         NULL::int4
     FROM e JOIN evc_replay_items i ON i.event_id = e.event_id
     JOIN evc_replays r ON r.id = i.replay_id
+    LEFT JOIN evc_plans p ON p.id = r.plan_id
     UNION ALL
     SELECT x.discarded_at, 3, e.seq, 'discard', d.event_id, d.consumer,
         'discard ' || x.id || ' of generation ' || d.generation
-            || ' (approval ' || x.approval_ref || ')',
+            || ' (approval ' || x.approval_ref
+            || coalesce(', proposed by ' || p.planned_by, '')
+            || coalesce(', approved by ' || x.approved_by, '') || ')',
         NULL::int4
     FROM e JOIN evc_deliveries d ON d.event_id = e.event_id AND d.discard_id IS NOT NULL
     JOIN evc_discards x ON x.id = d.discard_id
+    LEFT JOIN evc_plans p ON p.id = x.plan_id
 ) AS t
 ORDER BY t.at, t.rank, t.seq, t.consumer, t.attempt";
 

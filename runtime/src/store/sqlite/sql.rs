@@ -707,10 +707,13 @@ FROM (
     UNION ALL
     SELECT r.applied_at, 3, e.seq, 'replay', i.event_id, i.consumer,
         'replay ' || r.id || ' of generation ' || i.generation || ' from ' || i.replayed_from
-            || ' (approval ' || r.approval_ref || ')',
+            || ' (approval ' || r.approval_ref
+            || coalesce(', proposed by ' || p.planned_by, '')
+            || coalesce(', approved by ' || r.approved_by, '') || ')',
         NULL
     FROM e JOIN evc_replay_items i ON i.event_id = e.event_id
     JOIN evc_replays r ON r.id = i.replay_id
+    LEFT JOIN evc_plans p ON p.id = r.plan_id
 ) AS t
 ORDER BY t.at, t.rank, t.seq, t.consumer IS NULL, t.consumer, t.attempt IS NULL, t.attempt";
 
