@@ -184,14 +184,17 @@ fn unknown(error: evc_runtime::DispatchError) -> anyhow::Error {
     }
 }
 
-/// A replay error for the terminal: the consumer name is quoted from the command line.
-fn refused(error: ReplayError) -> anyhow::Error {
-    match error {
+/// Turns a replay error into a terminal error: a refusal says that `what` (`proposal`,
+/// `replay`, `discard`, `dry run`) was refused and nothing written; the consumer name is quoted
+/// from the command line.
+fn refused(what: &'static str) -> impl Fn(ReplayError) -> anyhow::Error {
+    move |error| match error {
+        ReplayError::Database(error) => error.into(),
         ReplayError::UnknownConsumer(name) => anyhow!(
             "consumer {} is not deployed in this database",
             escape(&name)
         ),
-        other => other.into(),
+        refusal => anyhow!("{what} refused, nothing written: {refusal}"),
     }
 }
 
@@ -231,22 +234,20 @@ pub(crate) fn replay(args: &ReplayArgs, database: &Database) -> anyhow::Result<E
     let selection = args.selection.to_runtime();
     if args.plan.dry_run {
         let plan = with_operator(database, async |operator| {
-            operator.replay_plan(&selection).await.map_err(refused)
+            operator
+                .replay_plan(&selection)
+                .await
+                .map_err(refused("dry run"))
         })?;
         print!("{}", plan_text(&plan));
         return Ok(ExitCode::SUCCESS);
     }
     if args.plan.propose {
         let proposed = with_operator(database, async |operator| {
-            match operator
+            operator
                 .propose_replay(&selection, args.plan.person())
                 .await
-            {
-                Err(ReplayError::Database(error)) => Err(error.into()),
-                Err(error @ ReplayError::UnknownConsumer(_)) => Err(refused(error)),
-                Err(refusal) => Err(anyhow!("proposal refused, nothing written: {refusal}")),
-                Ok(proposed) => Ok(proposed),
-            }
+                .map_err(refused("proposal"))
         })?;
         print!(
             "{}",
@@ -263,12 +264,10 @@ pub(crate) fn replay(args: &ReplayArgs, database: &Database) -> anyhow::Result<E
     }
     let approval = args.plan.approval();
     let applied = with_lifecycle_operator(database, async |operator| {
-        match operator.replay(&selection, &approval).await {
-            Err(ReplayError::Database(error)) => Err(error.into()),
-            Err(error @ ReplayError::UnknownConsumer(_)) => Err(refused(error)),
-            Err(refusal) => Err(anyhow!("replay refused, nothing written: {refusal}")),
-            Ok(applied) => Ok(applied),
-        }
+        operator
+            .replay(&selection, &approval)
+            .await
+            .map_err(refused("replay"))
     })?;
     if applied.repeated {
         println!(
@@ -375,7 +374,10 @@ fn discard(
     if args.dry_run {
         let plan = with_operator(database, async |operator| {
             let console = operator.console("evc dlq discard")?;
-            console.discard_plan(&runtime).await.map_err(refused)
+            console
+                .discard_plan(&runtime)
+                .await
+                .map_err(refused("dry run"))
         })?;
         print!("{}", discard_plan_text(&plan));
         return Ok(ExitCode::SUCCESS);
@@ -383,12 +385,10 @@ fn discard(
     if args.propose {
         let proposed = with_operator(database, async |operator| {
             let console = operator.console("evc dlq discard")?;
-            match console.propose_discard(&runtime, args.person()).await {
-                Err(ReplayError::Database(error)) => Err(error.into()),
-                Err(error @ ReplayError::UnknownConsumer(_)) => Err(refused(error)),
-                Err(refusal) => Err(anyhow!("proposal refused, nothing written: {refusal}")),
-                Ok(proposed) => Ok(proposed),
-            }
+            console
+                .propose_discard(&runtime, args.person())
+                .await
+                .map_err(refused("proposal"))
         })?;
         print!(
             "{}",
@@ -406,12 +406,10 @@ fn discard(
     let approval = args.approval();
     let applied = with_lifecycle_operator(database, async |operator| {
         let console = operator.console("evc dlq discard")?;
-        match console.discard(&runtime, &approval).await {
-            Err(ReplayError::Database(error)) => Err(error.into()),
-            Err(error @ ReplayError::UnknownConsumer(_)) => Err(refused(error)),
-            Err(refusal) => Err(anyhow!("discard refused, nothing written: {refusal}")),
-            Ok(applied) => Ok(applied),
-        }
+        console
+            .discard(&runtime, &approval)
+            .await
+            .map_err(refused("discard"))
     })?;
     print!("{}", discarded_text(&applied, &selection.consumer));
     Ok(ExitCode::SUCCESS)

@@ -380,6 +380,24 @@ pub struct Proposed<P> {
     pub plan: P,
 }
 
+/// Logs a plan just recorded as proposed and returns it, with the planner's name as checked
+/// by [`check_person`]. `kind` is `replay` or `discard`.
+pub(crate) fn proposed<P>(
+    kind: &'static str,
+    plan_id: i64,
+    consumer: &str,
+    deliveries: usize,
+    planned_by: &str,
+    plan: P,
+) -> Proposed<P> {
+    tracing::info!(plan_id, kind, consumer, deliveries, "plan proposed");
+    Proposed {
+        plan_id,
+        planned_by: planned_by.trim_matches(' ').to_owned(),
+        plan,
+    }
+}
+
 /// What apply did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -708,17 +726,17 @@ pub(crate) fn same_person(a: &str, b: &str) -> bool {
         .eq_ignore_ascii_case(b.trim_matches(' '))
 }
 
-/// The recorded plan an approval applies: of the `proposals` of its consumer and digest
-/// (id and planner, oldest first), the oldest proposed by someone else than the approver.
+/// The id of the recorded plan an approval applies: of the `proposals` of its consumer and
+/// digest (id and planner, oldest first), the oldest proposed by someone else than the approver.
 pub(crate) fn proposal_for(
     proposals: &[(i64, String)],
     approval: &ReplayApproval,
-) -> Result<(i64, String), ReplayError> {
-    if let Some(other) = proposals
+) -> Result<i64, ReplayError> {
+    if let Some((id, _)) = proposals
         .iter()
         .find(|(_, planner)| !same_person(planner, &approval.approved_by))
     {
-        return Ok(other.clone());
+        return Ok(*id);
     }
     if proposals.is_empty() {
         return Err(ReplayError::PlanNotProposed {
@@ -1025,10 +1043,7 @@ mod tests {
             (2, "bob".to_owned()),
             (3, "carol".to_owned()),
         ];
-        assert_eq!(
-            proposal_for(&both, &approval).ok(),
-            Some((2, "bob".to_owned()))
-        );
+        assert_eq!(proposal_for(&both, &approval).ok(), Some(2));
     }
 
     #[test]

@@ -95,7 +95,7 @@ async fn approved_plan(
         .iter()
         .map(|row| Ok((row.try_get("id")?, row.try_get("planned_by")?)))
         .collect::<Result<Vec<(i64, String)>, sqlx::Error>>()?;
-    Ok(ops::proposal_for(&proposals, approval)?.0)
+    ops::proposal_for(&proposals, approval)
 }
 
 /// The selection's settled deliveries, their rows locked until the transaction ends.
@@ -155,12 +155,15 @@ pub(crate) async fn propose(
         planned_by,
     )
     .await?;
-    tracing::info!(plan_id, consumer = %selection.consumer, deliveries = plan.deliveries.len(), "replay proposed");
-    Ok(Proposed {
+    let deliveries = plan.deliveries.len();
+    Ok(ops::proposed(
+        "replay",
         plan_id,
-        planned_by: planned_by.trim().to_owned(),
+        &selection.consumer,
+        deliveries,
+        planned_by,
         plan,
-    })
+    ))
 }
 
 /// The deliveries of `deliveries` that cannot be replayed: each event's version must still be
@@ -338,12 +341,15 @@ pub(crate) async fn propose_discard(
         planned_by,
     )
     .await?;
-    tracing::info!(plan_id, consumer = %selection.consumer, deliveries = plan.deliveries.len(), "discard proposed");
-    Ok(Proposed {
+    let deliveries = plan.deliveries.len();
+    Ok(ops::proposed(
+        "discard",
         plan_id,
-        planned_by: planned_by.trim().to_owned(),
+        &selection.consumer,
+        deliveries,
+        planned_by,
         plan,
-    })
+    ))
 }
 
 /// The discard plan of `selection` (a dry run: nothing is written).

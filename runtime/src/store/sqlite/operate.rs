@@ -18,7 +18,7 @@ use crate::store::ops::{
     ConsumerState, EarlierApply, Operate, Proposed, ReplayApplied, ReplayApproval, ReplayError,
     ReplayItem, ReplayPlan, ReplayRecord, ReplaySelection, SettledDelivery, SettledStatus,
     StoredPayloads, check_approval, check_person, check_plan, check_proposable, check_repeat,
-    plan_of, proposal_for, refusal, refusals,
+    plan_of, proposal_for, proposed, refusal, refusals,
 };
 
 impl Operate for SqliteStore {
@@ -58,12 +58,15 @@ impl Operate for SqliteStore {
             .bind(epoch_now())
             .fetch_one(&self.inner.pool)
             .await?;
-        tracing::info!(plan_id, consumer = %selection.consumer, deliveries = plan.deliveries.len(), "replay proposed");
-        Ok(Proposed {
+        let deliveries = plan.deliveries.len();
+        Ok(proposed(
+            "replay",
             plan_id,
-            planned_by: planned_by.trim().to_owned(),
+            &selection.consumer,
+            deliveries,
+            planned_by,
             plan,
-        })
+        ))
     }
 
     async fn replay(
@@ -113,7 +116,7 @@ impl Operate for SqliteStore {
             .iter()
             .map(|row| Ok((row.try_get("id")?, row.try_get("planned_by")?)))
             .collect::<Result<Vec<(i64, String)>, sqlx::Error>>()?;
-        let (plan_id, _) = proposal_for(&proposals, approval)?;
+        let plan_id = proposal_for(&proposals, approval)?;
 
         let now = epoch_now();
         let count = i64::try_from(plan.deliveries.len()).unwrap_or(i64::MAX);
