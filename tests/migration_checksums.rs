@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 12] = [
+const SHIPPED: [(&str, &str); 13] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -55,6 +55,10 @@ const SHIPPED: [(&str, &str); 12] = [
     (
         "0012_evc_runtime_v9.sql",
         "ba9fe6bc24a1f60134b764a986dd305d0d477278f13efde28894784033f16d16",
+    ),
+    (
+        "0013_evc_runtime_v10.sql",
+        "e3adeff9f93afe2f243a1255889dce2c1e006e0ede67ffee7c98515b988dda40",
     ),
 ];
 

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow, bail};
 use evc_runtime::{BoxFuture, DispatchStats, DynHandler, HandlerContext};
 use evc_runtime::{
-    DeliveryStatus, Dispatcher, DispatcherConfig, FailureClass, HandlerError, PgStore, SqliteStore,
-    Store,
+    DeliveryStatus, Dispatcher, DispatcherConfig, FailureClass, HandlerError, PgStore, Role,
+    SqliteStore, Store,
 };
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
@@ -364,7 +364,7 @@ pub(crate) fn dispatch(
     runtime.block_on(async move {
         match outbox {
             Outbox::Postgres(options) => {
-                let pool = crate::operate::pool(&options, connections).await?;
+                let pool = crate::operate::pool(&options, connections, Role::Dispatcher).await?;
                 let registry = evc_runtime::deployed_registry(&pool).await.context(
                     "cannot read the deployed registry (are the evc migrations applied?)",
                 )?;

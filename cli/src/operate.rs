@@ -13,8 +13,8 @@ use anyhow::{Context, anyhow, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use evc_runtime::{
     Console, ConsumerMode, ConsumerState, DispatchError, Observe, Operate, Percentiles, Proposed,
-    ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, SettledDelivery,
-    SqliteOpenError, SqliteStore, StatusReport, TimelineEntry,
+    ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, Role, RoleCheck,
+    SettledDelivery, SqliteOpenError, SqliteStore, StatusReport, TimelineEntry,
 };
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection};
@@ -275,19 +275,46 @@ pub(crate) async fn connect(options: &PgConnectOptions) -> anyhow::Result<PgConn
     }
 }
 
-/// A pool of up to `max_connections` on the outbox database, after one connection proved
-/// that the database answers ([`connect`]).
+/// A pool of up to `max_connections` on the outbox database whose connections take `role`,
+/// the group role of the command's job (docs/runtime.md, "Roles"), after one connection proved
+/// that the database answers ([`connect`]) and that the login can take the role. When it
+/// cannot (no such role, no grants in this database, not a member), the pool runs with the
+/// login's own privileges and says so on standard error.
 pub(crate) async fn pool(
     options: &PgConnectOptions,
     max_connections: u32,
+    role: Role,
 ) -> anyhow::Result<PgPool> {
-    // The first connection's only job is the error: the pool opens its own as it needs them.
-    let first = connect(options).await?;
+    // The first connection checks the role; the pool opens its own as it needs them.
+    let mut first = connect(options).await?;
+    let check = role.check(&mut first).await;
     let _ = first.close().await;
+    let options = match check.context("cannot read the database's roles")? {
+        RoleCheck::Ready => role.connect_options(options.clone()),
+        unavailable => {
+            eprintln!(
+                "warning: running with {}'s own privileges, not role {role}: {} \
+                 (docs/runtime.md, \"Roles\")",
+                escape(options.get_username()),
+                role_unavailable(&unavailable)
+            );
+            options.clone()
+        }
+    };
     Ok(PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(ACQUIRE_TIMEOUT)
-        .connect_lazy_with(options.clone()))
+        .connect_lazy_with(options))
+}
+
+/// Why a login cannot take a role, for the terminal.
+fn role_unavailable(check: &RoleCheck) -> String {
+    match check {
+        RoleCheck::Missing => "it does not exist (the migrations could not create it)".to_owned(),
+        RoleCheck::NotGranted => "it has no grants in this database (migrate it)".to_owned(),
+        RoleCheck::NotMember { login } => format!("{} is not a member", escape(login)),
+        _ => "unknown".to_owned(),
+    }
 }
 
 #[derive(Subcommand)]
@@ -370,29 +397,32 @@ pub(crate) fn async_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// Runs `work` with an operator on the outbox of `database`.
+/// Runs `work` with an operator on the outbox of `database`, connected as `role` on
+/// PostgreSQL ([`Role::Reader`] or [`Role::Operator`]).
 pub(crate) fn with_operator<T>(
     database: &Database,
+    role: Role,
     work: impl AsyncFnOnce(&Operator) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    operator_run(database, false, work)
+    operator_run(database, role, work)
 }
 
-/// Runs `work` with an operator whose PostgreSQL console emits the lifecycle events of replays
-/// and discards through a store on the deployed registry and its settings (docs/runtime.md,
-/// "Lifecycle events"); the SQLite store emits none.
-pub(crate) fn with_lifecycle_operator<T>(
+/// Runs `work` with an operator connected as [`Role::Approver`], whose PostgreSQL console emits
+/// the lifecycle events of replays and discards through a store on the deployed registry and
+/// its settings (docs/runtime.md, "Lifecycle events"); the SQLite store emits none.
+pub(crate) fn with_approver<T>(
     database: &Database,
     work: impl AsyncFnOnce(&Operator) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    operator_run(database, true, work)
+    operator_run(database, Role::Approver, work)
 }
 
 fn operator_run<T>(
     database: &Database,
-    lifecycle: bool,
+    role: Role,
     work: impl AsyncFnOnce(&Operator) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
+    let lifecycle = role == Role::Approver;
     let options = match database.outbox()? {
         Outbox::Postgres(options) => options,
         Outbox::Sqlite(location) => {
@@ -407,7 +437,7 @@ fn operator_run<T>(
         }
     };
     async_runtime()?.block_on(async move {
-        let pool = pool(&options, 2).await?;
+        let pool = pool(&options, 2, role).await?;
         let mut console = Console::connect(pool.clone())
             .await
             .context("cannot read the registry mirror (are the evc migrations applied?)")?;
@@ -436,7 +466,7 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let lag_limit = duration(&args.lag_limit, "--lag-limit")?;
-    let report = with_operator(&args.database, async |operator| {
+    let report = with_operator(&args.database, Role::Reader, async |operator| {
         Ok(operator.status(window).await?)
     })?;
     let problems = report.problems(lag_limit);
@@ -618,7 +648,7 @@ pub(crate) fn timeline(argument: &str, database: &Database) -> anyhow::Result<Ex
     if argument.bytes().any(|b| b.is_ascii_uppercase()) {
         eprintln!("evc: note: trace ids are lower-case hex; showing trace {trace_id}");
     }
-    let entries = with_operator(database, async |operator| {
+    let entries = with_operator(database, Role::Reader, async |operator| {
         Ok(operator.timeline(&trace_id).await?)
     })?;
     if entries.is_empty() {
@@ -667,7 +697,11 @@ fn timeline_text(entries: &[TimelineEntry]) -> String {
 
 /// `evc consumer pause | resume | mode | show`.
 pub(crate) fn consumer(action: &ConsumerAction, database: &Database) -> anyhow::Result<ExitCode> {
-    let state = with_operator(database, async |operator| {
+    let role = match action {
+        ConsumerAction::Show { .. } => Role::Reader,
+        _ => Role::Operator,
+    };
+    let state = with_operator(database, role, async |operator| {
         let state = match action {
             ConsumerAction::Pause { consumer } => operator.pause(consumer).await,
             ConsumerAction::Resume { consumer } => operator.resume(consumer).await,

@@ -10,11 +10,11 @@ use anyhow::anyhow;
 use clap::{Args, Subcommand, ValueEnum};
 use evc_runtime::{
     DiscardApplied, DiscardPlan, NotReplayableReason, ReplayApproval, ReplayError, ReplayPlan,
-    ReplaySelection, SettledDelivery, SettledStatus,
+    ReplaySelection, Role, SettledDelivery, SettledStatus,
 };
 use uuid::Uuid;
 
-use crate::operate::{Database, with_lifecycle_operator, with_operator};
+use crate::operate::{Database, with_approver, with_operator};
 use evc_codegen::printable::escape;
 
 /// The largest `--limit`: a plan is held in memory and printed whole. 0 is refused too, since
@@ -160,7 +160,7 @@ pub(crate) fn dlq(action: &DlqAction, database: &Database) -> anyhow::Result<Exi
         DlqAction::Discard { selection, plan } => return discard(selection, plan, database),
     };
     let runtime = selection.to_runtime();
-    let listed = with_operator(database, async |operator| {
+    let listed = with_operator(database, Role::Reader, async |operator| {
         operator.dead_letters(&runtime).await.map_err(unknown)
     })?;
     if listed.is_empty() {
@@ -233,7 +233,7 @@ fn deliveries_text(deliveries: &[SettledDelivery]) -> String {
 pub(crate) fn replay(args: &ReplayArgs, database: &Database) -> anyhow::Result<ExitCode> {
     let selection = args.selection.to_runtime();
     if args.plan.dry_run {
-        let plan = with_operator(database, async |operator| {
+        let plan = with_operator(database, Role::Operator, async |operator| {
             operator
                 .replay_plan(&selection)
                 .await
@@ -243,7 +243,7 @@ pub(crate) fn replay(args: &ReplayArgs, database: &Database) -> anyhow::Result<E
         return Ok(ExitCode::SUCCESS);
     }
     if args.plan.propose {
-        let proposed = with_operator(database, async |operator| {
+        let proposed = with_operator(database, Role::Operator, async |operator| {
             operator
                 .propose_replay(&selection, args.plan.person())
                 .await
@@ -263,7 +263,7 @@ pub(crate) fn replay(args: &ReplayArgs, database: &Database) -> anyhow::Result<E
         return Ok(ExitCode::SUCCESS);
     }
     let approval = args.plan.approval();
-    let applied = with_lifecycle_operator(database, async |operator| {
+    let applied = with_approver(database, async |operator| {
         operator
             .replay(&selection, &approval)
             .await
@@ -372,7 +372,7 @@ fn discard(
 ) -> anyhow::Result<ExitCode> {
     let runtime = selection.to_runtime();
     if args.dry_run {
-        let plan = with_operator(database, async |operator| {
+        let plan = with_operator(database, Role::Operator, async |operator| {
             let console = operator.console("evc dlq discard")?;
             console
                 .discard_plan(&runtime)
@@ -383,7 +383,7 @@ fn discard(
         return Ok(ExitCode::SUCCESS);
     }
     if args.propose {
-        let proposed = with_operator(database, async |operator| {
+        let proposed = with_operator(database, Role::Operator, async |operator| {
             let console = operator.console("evc dlq discard")?;
             console
                 .propose_discard(&runtime, args.person())
@@ -404,7 +404,7 @@ fn discard(
         return Ok(ExitCode::SUCCESS);
     }
     let approval = args.approval();
-    let applied = with_lifecycle_operator(database, async |operator| {
+    let applied = with_approver(database, async |operator| {
         let console = operator.console("evc dlq discard")?;
         console
             .discard(&runtime, &approval)

@@ -1791,3 +1791,101 @@ fn dispatch_applies_each_changed_dispatcher_setting_of_the_contracts() {
         }
     });
 }
+
+/// Each command connects with the group role of its job (docs/runtime.md, "Roles"). The
+/// login has no privileges of its own (`NOINHERIT`): it runs the commands only through the
+/// roles it is a member of. Without the membership a command's job needs, that command says
+/// so and the database refuses it.
+#[test]
+fn each_command_connects_with_the_role_of_its_job() {
+    let name = format!("evc_cli_roles_{}", std::process::id());
+    on_database(&name.clone(), true, |runtime, url| {
+        let login = format!("{name}_login");
+        runtime.block_on(execute(
+            url,
+            &format!(
+                "CREATE ROLE {login} LOGIN NOINHERIT \
+                 IN ROLE evc_reader, evc_operator, evc_approver"
+            ),
+        ));
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            commands_as(runtime, url, &login);
+        }));
+        runtime.block_on(execute(url, &format!("DROP ROLE {login}")));
+        if let Err(panic) = outcome {
+            std::panic::resume_unwind(panic);
+        }
+    });
+}
+
+fn commands_as(runtime: &tokio::runtime::Runtime, url: &str, login: &str) {
+    let store = runtime.block_on(seed_store(url, deployed));
+    let event = runtime.block_on(append_born(&store, &[born(1)]))[0];
+    runtime.block_on(settle(&store, event, "audit", "boom", RetryDecision::Dead));
+    let as_login = PgConnectOptions::from_str(url)
+        .expect("url")
+        .username(login)
+        .to_url_lossy()
+        .to_string();
+    let stderr = |output: &Output| String::from_utf8_lossy(&output.stderr).into_owned();
+
+    // Reader, operator and approver jobs, each through its role.
+    let output = evc(&as_login, &["status"]);
+    assert_eq!(output.status.code(), Some(100), "{output:?}");
+    assert!(stdout(&output).contains("audit"), "{output:?}");
+    assert_eq!(stderr(&output), "");
+    for action in ["pause", "resume"] {
+        let output = evc(&as_login, &["consumer", action, "audit"]);
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+    }
+    let output = evc(
+        &as_login,
+        &["replay", "audit", "--propose", "--as", "alice"],
+    );
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let digest = stdout(&output)
+        .lines()
+        .find_map(|line| line.strip_prefix("digest: ").map(str::to_owned))
+        .expect("the proposal prints the digest");
+    let output = evc(
+        &as_login,
+        &[
+            "replay",
+            "audit",
+            "--apply",
+            "--digest",
+            &digest,
+            "--reason",
+            "audit sink fixed",
+            "--approval",
+            "CHG-1",
+            "--idempotency-key",
+            "k-1",
+            "--as",
+            "bob",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(stderr(&output), "");
+
+    // Without the reader's membership, status runs with the login's own privileges: none.
+    runtime.block_on(execute(url, &format!("REVOKE evc_reader FROM {login}")));
+    let output = evc(&as_login, &["status"]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let text = stderr(&output);
+    assert!(
+        text.starts_with(&format!(
+            "warning: running with {login}'s own privileges, not role evc_reader: {login} is \
+             not a member"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("permission denied"), "{text}");
+    // The operator's job still runs through its own role.
+    let output = evc(&as_login, &["consumer", "pause", "audit"]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    runtime.block_on(execute(url, &format!("REVOKE evc_operator FROM {login}")));
+    let output = evc(&as_login, &["consumer", "resume", "audit"]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(stderr(&output).contains("permission denied"), "{output:?}");
+}

@@ -45,9 +45,9 @@ pub use store::postgres::{
     MAX_PURGE_ACTOR_CHARS, MAX_PURGE_REASON_CHARS, MAX_REPLAY_REASON_CHARS, MAX_REPLAY_REF_CHARS,
     NOTIFY_CHANNEL, NotReplayable, NotReplayableReason, Percentiles, PgPublisher, PgStore,
     PgStoreBuilder, PolicySource, Problem, Proposed, PurgeError, RejectsPurged, ReplayApplied,
-    ReplayApproval, ReplayError, ReplayItem, ReplayPlan, ReplayRecord, ReplaySelection,
-    SettledDelivery, SettledStatus, SilentWorker, StatusReport, TimelineEntry, WatchedConsumer,
-    WorkerSettings, deployed_registry,
+    ReplayApproval, ReplayError, ReplayItem, ReplayPlan, ReplayRecord, ReplaySelection, Role,
+    RoleCheck, SettledDelivery, SettledStatus, SilentWorker, StatusReport, TimelineEntry,
+    WatchedConsumer, WorkerSettings, deployed_registry,
 };
 pub use store::sqlite::{
     CommitBell, SqliteOpenError, SqlitePublisher, SqliteStore, SqliteStoreBuilder,

@@ -27,6 +27,8 @@
 //!   per consumer), named the same way.
 //! - `NNNN_evc_runtime_v9.sql`: the ninth step (recorded plans and the two-person rule of
 //!   replay and discard), named the same way.
+//! - `NNNN_evc_runtime_v10.sql`: the tenth step (one group role per job with its grants),
+//!   named the same way.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
@@ -78,6 +80,9 @@ pub const RUNTIME_V8_SUFFIX: &str = "_evc_runtime_v8.sql";
 
 /// The file name of the runtime tables' ninth step, after its version.
 pub const RUNTIME_V9_SUFFIX: &str = "_evc_runtime_v9.sql";
+
+/// The file name of the runtime tables' tenth step, after its version.
+pub const RUNTIME_V10_SUFFIX: &str = "_evc_runtime_v10.sql";
 
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
@@ -163,6 +168,11 @@ const STEPS: &[Step] = &[
     Step {
         name: Name::Step(RUNTIME_V9_SUFFIX),
         template: template!("evc_runtime_v9.sql"),
+        with: With::Notice,
+    },
+    Step {
+        name: Name::Step(RUNTIME_V10_SUFFIX),
+        template: template!("evc_runtime_v10.sql"),
         with: With::Notice,
     },
     Step {
@@ -753,9 +763,10 @@ mod tests {
                 format!("0007{RUNTIME_V7_SUFFIX}"),
                 format!("0008{RUNTIME_V8_SUFFIX}"),
                 format!("0009{RUNTIME_V9_SUFFIX}"),
-                format!("0010_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
+                format!("0010{RUNTIME_V10_SUFFIX}"),
+                format!("0011_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
                 format!(
-                    "0011_evc_settings_{}.sql",
+                    "0012_evc_settings_{}.sql",
                     &settings_digest(&set)?[..DIGEST_PREFIX_LEN]
                 ),
             ]
@@ -877,7 +888,7 @@ mod tests {
         let after = settings_of(&changed).ok_or("no settings file")?;
         assert_eq!(
             after.path.file_name().and_then(|n| n.to_str()),
-            Some(format!("0012_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
+            Some(format!("0013_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
             "the next number after the checked-in files"
         );
         // batch_size, lease_ms in column order.

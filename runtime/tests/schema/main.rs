@@ -12,4 +12,5 @@ mod append_only;
 mod lifecycle;
 mod migrations;
 mod registry_parity;
+mod roles;
 mod sqlite_migrations;

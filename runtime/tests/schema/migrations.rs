@@ -44,6 +44,7 @@ fn is_runtime_step(name: &str) -> bool {
         sql::RUNTIME_V7_SUFFIX,
         sql::RUNTIME_V8_SUFFIX,
         sql::RUNTIME_V9_SUFFIX,
+        sql::RUNTIME_V10_SUFFIX,
     ]
     .iter()
     .any(|suffix| name.ends_with(suffix))
@@ -78,7 +79,7 @@ async fn apply_all_but(
 /// steps leave every row as it was (the third adds columns, at their defaults).
 async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
     let (pool, steps) = apply_all_but(options, is_runtime_step).await?;
-    assert_eq!(steps.len(), 8);
+    assert_eq!(steps.len(), 9);
     sqlx::raw_sql(
         "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, producer_class, \
              idempotency_key, trace_id, parent_span_id, trace_flags, payload, payload_bytes) \
@@ -143,10 +144,12 @@ async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
 /// while the same consumer cannot.
 async fn replay_keys_per_consumer(options: PgConnectOptions) -> TestResult {
     let (pool, held) = apply_all_but(options, |name| {
-        name.ends_with(sql::RUNTIME_V8_SUFFIX) || name.ends_with(sql::RUNTIME_V9_SUFFIX)
+        name.ends_with(sql::RUNTIME_V8_SUFFIX)
+            || name.ends_with(sql::RUNTIME_V9_SUFFIX)
+            || name.ends_with(sql::RUNTIME_V10_SUFFIX)
     })
     .await?;
-    assert_eq!(held.len(), 2);
+    assert_eq!(held.len(), 3);
     let eighth = &held[..1];
     sqlx::raw_sql(
         "INSERT INTO evc_replays (id, plan_digest, reason, approval_ref, idempotency_key, \
@@ -221,9 +224,12 @@ async fn the_ninth_step_records_plans_and_needs_a_second_person() -> TestResult 
 /// are, and from then on the database takes an apply only with a recorded plan of its kind,
 /// consumer and digest, approved by someone other than its planner.
 async fn two_person_rule(options: PgConnectOptions) -> TestResult {
-    let (pool, ninth) =
-        apply_all_but(options, |name| name.ends_with(sql::RUNTIME_V9_SUFFIX)).await?;
-    assert_eq!(ninth.len(), 1);
+    let (pool, held) = apply_all_but(options, |name| {
+        name.ends_with(sql::RUNTIME_V9_SUFFIX) || name.ends_with(sql::RUNTIME_V10_SUFFIX)
+    })
+    .await?;
+    assert_eq!(held.len(), 2);
+    let ninth = &held[..1];
     sqlx::raw_sql(
         "INSERT INTO evc_replays (id, consumer, plan_digest, reason, approval_ref, \
              idempotency_key, deliveries) OVERRIDING SYSTEM VALUE \
@@ -393,9 +399,10 @@ async fn check(options: PgConnectOptions) -> TestResult {
             "0007_evc_runtime_v7.sql".to_owned(),
             "0008_evc_runtime_v8.sql".to_owned(),
             "0009_evc_runtime_v9.sql".to_owned(),
-            format!("0010_evc_registry_{}.sql", &digest[..12]),
+            "0010_evc_runtime_v10.sql".to_owned(),
+            format!("0011_evc_registry_{}.sql", &digest[..12]),
             format!(
-                "0011_evc_settings_{}.sql",
+                "0012_evc_settings_{}.sql",
                 &sql::settings_digest(&set)?[..12]
             ),
         ]

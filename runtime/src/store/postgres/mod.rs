@@ -59,6 +59,7 @@ mod operations;
 mod read;
 mod replay;
 mod retention;
+mod roles;
 pub(crate) mod sql;
 
 pub use console::Console;
@@ -69,6 +70,7 @@ pub use observe::{
     StatusReport, TimelineEntry, WatchedConsumer, WorkerSettings,
 };
 pub use replay::{DiscardApplied, DiscardPlan, DiscardRecord, DiscardedDelivery};
+pub use roles::{Role, RoleCheck};
 // The operator types moved to `store::ops` (both stores use them); kept here for old paths.
 pub use crate::store::ops::{
     ConsumerState, DEFAULT_REPLAY_LIMIT, MAX_REPLAY_REASON_CHARS, MAX_REPLAY_REF_CHARS,

@@ -1,0 +1,198 @@
+//! The group roles of the tenth PostgreSQL step, each through a login of its own: every job
+//! works through the store with only its role's grants, and everything outside the job is
+//! refused by the database (a producer cannot claim, a dispatcher cannot replay, an operator
+//! cannot approve, an approver cannot propose, a reader sees no payload and changes nothing).
+
+use std::time::Duration;
+
+use evc_runtime::{
+    Console, DispatchError, FailureClass, Operate, PgStore, ReplayApproval, ReplayError,
+    ReplaySelection, RetryDecision, Store,
+};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Executor};
+
+use crate::support::{self, DISPATCH_REGISTRY, TRACE_ID, TestResult, with_database};
+
+const CONSUMER: &str = "d.unordered";
+
+/// The jobs, by their group roles.
+const JOBS: [&str; 5] = ["reader", "producer", "dispatcher", "operator", "approver"];
+
+/// A login per job for this test's database, named `<database>_<job>`: roles belong to the
+/// cluster, so the database's unique name keeps concurrent tests apart.
+struct Logins {
+    database: String,
+}
+
+impl Logins {
+    async fn create(admin: &PgPool) -> Result<Self, sqlx::Error> {
+        let database: String = sqlx::query_scalar("SELECT current_database()::text")
+            .fetch_one(admin)
+            .await?;
+        let logins = Self { database };
+        for job in JOBS {
+            admin
+                .execute(AssertSqlSafe(format!(
+                    "CREATE ROLE {} LOGIN IN ROLE evc_{job}",
+                    logins.name(job)
+                )))
+                .await?;
+        }
+        Ok(logins)
+    }
+
+    fn name(&self, job: &str) -> String {
+        format!("{}_{job}", self.database)
+    }
+
+    /// A pool connected as the login of `job`.
+    async fn pool(&self, admin: &PgPool, job: &str) -> Result<PgPool, sqlx::Error> {
+        let options = (*admin.connect_options()).clone().username(&self.name(job));
+        PgPoolOptions::new()
+            .max_connections(2)
+            .connect_with(options)
+            .await
+    }
+
+    async fn drop(self, admin: &PgPool) -> Result<(), sqlx::Error> {
+        for job in JOBS {
+            admin
+                .execute(AssertSqlSafe(format!(
+                    "DROP ROLE IF EXISTS {}",
+                    self.name(job)
+                )))
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_role_does_its_job_and_is_refused_the_rest() -> TestResult {
+    with_database(|admin| async move {
+        // The connections as the logins end before their roles are dropped.
+        let logins = Logins::create(&admin).await?;
+        let result = jobs(&admin, &logins).await;
+        logins.drop(&admin).await?;
+        result
+    })
+    .await
+}
+
+/// Whether `error` is the database's refusal of a privilege (SQLSTATE 42501).
+fn denied(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(error);
+    while let Some(error) = source {
+        if let Some(sqlx::Error::Database(database)) = error.downcast_ref::<sqlx::Error>() {
+            return database.code().as_deref() == Some("42501");
+        }
+        source = error.source();
+    }
+    false
+}
+
+fn dispatch_denied<T: std::fmt::Debug>(result: Result<T, DispatchError>) -> bool {
+    matches!(&result, Err(DispatchError::Database(error)) if denied(error))
+}
+
+fn replay_denied<T: std::fmt::Debug>(result: Result<T, ReplayError>) -> bool {
+    matches!(&result, Err(ReplayError::Database(error)) if denied(error))
+}
+
+async fn raw_denied(pool: &PgPool, statement: &'static str) -> bool {
+    matches!(sqlx::raw_sql(statement).execute(pool).await, Err(error) if denied(&error))
+}
+
+async fn jobs(admin: &PgPool, logins: &Logins) -> TestResult {
+    let lease = Duration::from_secs(30);
+
+    // The producer appends, and can neither claim nor read the audit.
+    let producer = PgStore::new(logins.pool(admin, "producer").await?, DISPATCH_REGISTRY)?;
+    support::append_notes(&producer, 4, 4).await?;
+    assert!(dispatch_denied(
+        support::claim(&producer, CONSUMER, "w/p", 4, lease, false).await
+    ));
+    assert!(
+        raw_denied(
+            producer.pool(),
+            "SELECT count(*) FROM evc_delivery_attempts"
+        )
+        .await
+    );
+
+    // The dispatcher claims and settles: two dead, one quarantined, one acked.
+    let dispatcher = PgStore::new(logins.pool(admin, "dispatcher").await?, DISPATCH_REGISTRY)?;
+    let claimed = support::claim(&dispatcher, CONSUMER, "w/1", 4, lease, false).await?;
+    assert_eq!(claimed.len(), 4);
+    for (claimed, (class, code, decision)) in claimed.iter().zip([
+        (FailureClass::Permanent, "boom", RetryDecision::Dead),
+        (FailureClass::Poison, "crash", RetryDecision::Dead),
+        (FailureClass::Schema, "bad_shape", RetryDecision::Quarantine),
+    ]) {
+        dispatcher
+            .fail(&claimed.lease, class, code, decision)
+            .await?;
+    }
+    support::ack_current(&dispatcher, &claimed[3].lease).await?;
+
+    support::deploy(admin, CONSUMER, "^1").await?;
+    let all = ReplaySelection::consumer(CONSUMER);
+
+    // The operator pauses, resumes and proposes; it cannot apply.
+    let operator = Console::connect(logins.pool(admin, "operator").await?).await?;
+    assert!(operator.pause(CONSUMER).await?.paused);
+    assert!(!operator.resume(CONSUMER).await?.paused);
+    let proposed = operator.propose_replay(&all, "alice").await?;
+    assert_eq!(proposed.plan.deliveries.len(), 3);
+    let approval = |key: &str, by: &str| {
+        ReplayApproval::new(&proposed.plan.digest, "fixed in 1.4.2", "CHG-7", key, by)
+    };
+    assert!(replay_denied(
+        operator.replay(&all, &approval("r-1", "bob")).await
+    ));
+
+    // Neither can the dispatcher, the producer's peer in the data path.
+    let as_dispatcher = Console::connect(dispatcher.pool().clone()).await?;
+    assert!(replay_denied(
+        as_dispatcher.replay(&all, &approval("r-1", "bob")).await
+    ));
+    assert!(replay_denied(
+        as_dispatcher.propose_replay(&all, "carol").await
+    ));
+    assert!(dispatch_denied(as_dispatcher.pause(CONSUMER).await));
+
+    // The approver applies what another person proposed; it cannot propose or pause.
+    let approver = Console::connect(logins.pool(admin, "approver").await?).await?;
+    assert!(replay_denied(approver.propose_replay(&all, "bob").await));
+    assert!(dispatch_denied(approver.pause(CONSUMER).await));
+    let applied = approver.replay(&all, &approval("r-1", "bob")).await?;
+    assert_eq!((applied.deliveries, applied.repeated), (3, false));
+
+    // The reader reads status, dead letters, timeline and audit, without payloads, and
+    // changes nothing.
+    let reader = Console::connect(logins.pool(admin, "reader").await?).await?;
+    let status = reader.status(Duration::from_secs(3600)).await?;
+    assert!(status.consumers.iter().any(|c| c.consumer == CONSUMER));
+    assert!(reader.dead_letters(&all).await?.is_empty());
+    assert!(!reader.timeline(TRACE_ID).await?.is_empty());
+    assert_eq!(reader.discards(10).await?.len(), 0);
+    assert!(replay_denied(reader.replay_plan(&all).await));
+    assert!(replay_denied(reader.propose_replay(&all, "dave").await));
+    assert!(dispatch_denied(reader.pause(CONSUMER).await));
+    let pool = logins.pool(admin, "reader").await?;
+    let envelopes: i64 = sqlx::query_scalar("SELECT count(event_id) FROM evc_events")
+        .fetch_one(&pool)
+        .await?;
+    assert_eq!(envelopes, 4);
+    assert!(raw_denied(&pool, "SELECT payload FROM evc_events").await);
+    assert!(raw_denied(&pool, "SELECT intended FROM evc_reconciliations").await);
+    assert!(raw_denied(&pool, "UPDATE evc_deliveries SET status = 'pending'").await);
+    assert!(raw_denied(&pool, "DELETE FROM evc_heartbeats").await);
+
+    // What the roles refused left nothing behind: the one replay, by bob.
+    let replays = Operate::replays(&dispatcher, 10).await?;
+    assert_eq!(replays.len(), 1);
+    assert_eq!(replays[0].approved_by.as_deref(), Some("bob"));
+    Ok(())
+}
