@@ -17,9 +17,10 @@
 //! 300,000), `EVC_CEILING_SCRIPT` (the script whose statements are checked against the copies
 //! here; default `../shared/bench/pg_ceiling.sh` beside the workspace), `EVC_BENCH_ONLY` (a
 //! comma-separated subset of `produce`, `claim`, `held` (only the held-batch claim+ack runs),
-//! `leased` (only the leased Dispatcher's claim+ack runs), `append`, `vacuum`, and `cursor`
-//! (run only when named); the ceiling runs whenever `produce`, `claim`, `held` or `leased`
-//! does; default all but `cursor`).
+//! `leased` (only the leased Dispatcher's claim+ack runs), `append`, `vacuum`, and `cursor` and
+//! `endurance` (run only when named); the ceiling runs whenever `produce`, `claim`, `held` or
+//! `leased` does; default all but `cursor` and `endurance`), `EVC_BENCH_ENDURANCE_SECONDS`
+//! (each steady run of `endurance`, default 600).
 
 #![allow(missing_docs)]
 
@@ -51,6 +52,8 @@ const BATCH_EVENTS: usize = 100_000;
 const PRODUCE_GOAL: f64 = 0.8;
 const CLAIM_GOAL: f64 = 1.0;
 const BATCH_GOAL: f64 = 80_000.0;
+/// Goal of issue 21: the steady claim+ack with vacuum held back, to the same run without.
+const ENDURANCE_GOAL: f64 = 0.8;
 
 /// Batch append runs; the figure is their median.
 const BATCH_RUNS: usize = 5;
@@ -479,6 +482,9 @@ async fn run(server: &mut Server, settings: &Settings) -> BenchResult<()> {
     }
     if settings.names("cursor") {
         figures.extend(cursor_comparison(server, settings).await?);
+    }
+    if settings.names("endurance") {
+        figures.push(endurance(server).await?);
     }
     if settings.runs("append") {
         let batch = batch_append(server).await?;
@@ -1040,6 +1046,179 @@ async fn vacuum_horizon(server: &mut Server, settings: &Settings) -> BenchResult
     })
 }
 
+/// With `on`, a connection of `pool` in a repeatable-read transaction: it keeps the snapshot
+/// of its first statement until it ends, whatever the statement reads, so the xmin horizon
+/// stays where it is and vacuum removes nothing written after it.
+async fn hold(
+    pool: &PgPool,
+    on: bool,
+) -> BenchResult<Option<sqlx::pool::PoolConnection<sqlx::Postgres>>> {
+    if !on {
+        return Ok(None);
+    }
+    let mut holder = pool.acquire().await?;
+    sqlx::raw_sql("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1")
+        .execute(&mut *holder)
+        .await?;
+    Ok(Some(holder))
+}
+
+/// Ends the transaction [`hold`] opened, if any.
+async fn release(horizon: Option<sqlx::pool::PoolConnection<sqlx::Postgres>>) -> BenchResult<()> {
+    if let Some(mut holder) = horizon {
+        sqlx::raw_sql("ROLLBACK").execute(&mut *holder).await?;
+    }
+    Ok(())
+}
+
+/// The backlog the endurance run's producer keeps `bench.claim` above, and its append batch.
+const ENDURANCE_LOW: u64 = 200_000;
+const ENDURANCE_BATCH: usize = 50_000;
+
+/// One steady run ([`endurance`]).
+struct SteadyRun {
+    /// Acked deliveries per second over the whole run.
+    rate: f64,
+    /// Appended events per second over the whole run (the backlog's top-ups).
+    appended: f64,
+    /// Samples (one per 100 ms) that found no backlog: the producer, not the claim, set the pace.
+    dry: u64,
+    /// Acked per second in each minute.
+    minutes: Vec<f64>,
+    /// The churned tables' space at the end.
+    space: Vec<evc_runtime::TableSpace>,
+}
+
+/// The leased Dispatcher's claim+ack in a steady state for `EVC_BENCH_ENDURANCE_SECONDS`
+/// (default 600; `EVC_BENCH_ONLY=endurance`, run only when named): it drains `bench.claim`
+/// (batch 100, claim cursor on) while a producer tops the backlog up by batches of
+/// [`ENDURANCE_BATCH`] whenever it falls under [`ENDURANCE_LOW`]. Once without, then once with
+/// a repeatable-read transaction holding back vacuum from the first to the last second. The
+/// figure is the held run's rate, its ratio the one to the free run; each minute's rate and
+/// the tables' dead rows and sizes at the end are printed.
+async fn endurance(server: &mut Server) -> BenchResult<Figure> {
+    let seconds = env_number("EVC_BENCH_ENDURANCE_SECONDS", 600).max(10);
+    let free = steady(server, seconds, false).await?;
+    let held = steady(server, seconds, true).await?;
+    for (label, run) in [("without", &free), ("held", &held)] {
+        println!(
+            "  {label}: acked {:.0}/s, appended {:.0}/s, {} dry samples; per minute: {}",
+            run.rate,
+            run.appended,
+            run.dry,
+            run.minutes
+                .iter()
+                .map(|rate| thousands(*rate))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        for table in &run.space {
+            println!(
+                "    {}: {} live, {} dead rows; table {} MiB, indexes {} MiB",
+                table.table,
+                table.live_rows,
+                table.dead_rows,
+                table.table_bytes / (1 << 20),
+                table.index_bytes / (1 << 20)
+            );
+        }
+    }
+    println!(
+        "evc claim+ack steady for {seconds} s (Dispatcher, leased, batch 100): {:.0} deliveries/s without, {:.0} with vacuum held back ({:.2}x)",
+        free.rate,
+        held.rate,
+        held.rate / free.rate
+    );
+    Ok(Figure {
+        name: format!(
+            "evc claim+ack steady {seconds} s, vacuum held back (ratio: to the same run without)"
+        ),
+        value: held.rate,
+        unit: "/s",
+        ceiling: Some(free.rate),
+        goal: Goal::Ratio(ENDURANCE_GOAL),
+    })
+}
+
+async fn steady(server: &mut Server, seconds: u64, hold_horizon: bool) -> BenchResult<SteadyRun> {
+    let purpose = if hold_horizon {
+        "steady_held"
+    } else {
+        "steady"
+    };
+    let pool = server.migrated(purpose, 10).await?;
+    let store = store(pool.clone())?;
+    append_claimed(&store, CLAIMED, ENDURANCE_LOW as usize).await?;
+    store.analyze().await?;
+    let horizon = hold(&pool, hold_horizon).await?;
+    let config = DispatcherConfig::default()
+        .owner(format!("bench-{}", std::process::id()))
+        .workers(CLIENTS)
+        .batch(100)
+        .lease(Duration::from_secs(30))
+        .poll_interval(Duration::from_millis(20))
+        .recovery_interval(Duration::from_secs(60))
+        .heartbeat_interval(Duration::from_secs(60))
+        .listen(false)
+        .claim_cursor(true);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(seconds);
+    let handle = Dispatcher::new(store.clone(), config)
+        .consumer(CLAIM_CONSUMER, NoOp)?
+        .start();
+    let trace = trace();
+    let mut appended = ENDURANCE_LOW;
+    let mut produced = 0u64;
+    let mut dry = 0u64;
+    let mut minutes = Vec::new();
+    let mut minute = (started, 0u64);
+    let mut next = 0u64;
+    while Instant::now() < deadline {
+        let acked = handle.stats().acked;
+        if appended.saturating_sub(acked) == 0 {
+            dry += 1;
+        }
+        if minute.0.elapsed() >= Duration::from_secs(60) {
+            minutes.push((acked - minute.1) as f64 / minute.0.elapsed().as_secs_f64());
+            minute = (Instant::now(), acked);
+        }
+        if appended.saturating_sub(acked) < ENDURANCE_LOW {
+            let batch: Vec<NewEvent> = (next..next + ENDURANCE_BATCH as u64)
+                .map(|n| NewEvent::new(event(CLAIMED, &trace, n), AppendOptions::default()))
+                .collect();
+            next += ENDURANCE_BATCH as u64;
+            let mut tx = store.pool().begin().await?;
+            store.append_batch(&mut tx, batch).await?;
+            tx.commit().await?;
+            appended += ENDURANCE_BATCH as u64;
+            produced += ENDURANCE_BATCH as u64;
+        } else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let acked = handle.stats().acked;
+    let elapsed = started.elapsed();
+    let stats = handle.shutdown().await;
+    if stats.stale > 0 {
+        return Err(format!("{} stale acks", stats.stale).into());
+    }
+    // Read before the horizon moves on: what the run left behind.
+    let space = store.table_space().await?;
+    release(horizon).await?;
+    let attempts = store.count_attempts(CLAIM_CONSUMER, "acked").await?;
+    if attempts != stats.acked {
+        return Err(format!("{} acked but {attempts} attempt rows", stats.acked).into());
+    }
+    pool.close().await;
+    Ok(SteadyRun {
+        rate: acked as f64 / elapsed.as_secs_f64(),
+        appended: produced as f64 / elapsed.as_secs_f64(),
+        dry,
+        minutes,
+        space,
+    })
+}
+
 /// The Dispatcher's claim+ack at batch 50, held and leased, each with the claim cursor off
 /// and then on (`EVC_BENCH_ONLY=cursor`). Each figure is the rate with it on, its ratio the
 /// one to the same path with it off, in the same invocation.
@@ -1093,17 +1272,7 @@ async fn claim_ack(
     let store = store(pool.clone())?;
     let insert_rate = append_claimed(&store, event_type, settings.claim_events).await?;
     store.analyze().await?;
-    let mut horizon = if hold_horizon {
-        let mut holder = pool.acquire().await?;
-        // A repeatable-read transaction keeps the snapshot of its first statement until it
-        // ends, whatever the statement reads: the xmin horizon stays where it is.
-        sqlx::raw_sql("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1")
-            .execute(&mut *holder)
-            .await?;
-        Some(holder)
-    } else {
-        None
-    };
+    let horizon = hold(&pool, hold_horizon).await?;
 
     let rate = if path == ClaimPath::StoreCalls {
         timed(settings.seconds, |task, deadline| {
@@ -1164,10 +1333,7 @@ async fn claim_ack(
         acked as f64 / elapsed.as_secs_f64()
     };
 
-    if let Some(holder) = horizon.as_mut() {
-        sqlx::raw_sql("ROLLBACK").execute(&mut **holder).await?;
-    }
-    drop(horizon);
+    release(horizon).await?;
     // Every claimed event has one delivery, to `consumer`, so its rows are all there is.
     let attempts = i64::try_from(store.count_attempts(consumer, "acked").await?)?;
     // Acked deliveries: removed by their ack (the attempt row is the record).

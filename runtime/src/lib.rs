@@ -46,8 +46,8 @@ pub use store::postgres::{
     NOTIFY_CHANNEL, NotReplayable, NotReplayableReason, Percentiles, PgPublisher, PgStore,
     PgStoreBuilder, PolicySource, Problem, Proposed, PurgeError, RejectsPurged, ReplayApplied,
     ReplayApproval, ReplayError, ReplayItem, ReplayPlan, ReplayRecord, ReplaySelection, Role,
-    RoleCheck, SettledDelivery, SettledStatus, SilentWorker, StatusReport, TimelineEntry,
-    WatchedConsumer, WorkerSettings, deployed_registry,
+    RoleCheck, SettledDelivery, SettledStatus, SilentWorker, StatusReport, TableSpace,
+    TimelineEntry, WatchedConsumer, WorkerSettings, deployed_registry,
 };
 pub use store::sqlite::{
     CommitBell, SqliteOpenError, SqlitePublisher, SqliteStore, SqliteStoreBuilder,

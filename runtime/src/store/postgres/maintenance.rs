@@ -1,5 +1,6 @@
 //! Maintenance of the outbox tables an operator (or the outbox benchmark) runs by hand: fresh
-//! planner statistics after a bulk load, and the database-side payload cap switched off and on.
+//! planner statistics after a bulk load, the database-side payload cap switched off and on,
+//! and the space the churned tables take.
 
 use super::{PgStore, sql};
 use crate::store::DispatchError;
@@ -35,4 +36,45 @@ impl PgStore {
         sqlx::raw_sql(statement).execute(self.pool()).await?;
         Ok(())
     }
+
+    /// The space the tables a delivery churns take now: deliveries, attempts and events, each
+    /// with its live and dead rows (the statistics' estimates, which autovacuum reads) and its
+    /// heap and index bytes. What to watch while a long transaction holds back vacuum: the
+    /// dead rows and index bytes then grow with every ack (docs/runtime.md, "Benchmark").
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    pub async fn table_space(&self) -> Result<Vec<TableSpace>, DispatchError> {
+        let rows: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(sql::TABLE_SPACE)
+            .fetch_all(self.pool())
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(table, live_rows, dead_rows, table_bytes, index_bytes)| TableSpace {
+                    table,
+                    live_rows,
+                    dead_rows,
+                    table_bytes,
+                    index_bytes,
+                },
+            )
+            .collect())
+    }
+}
+
+/// One outbox table's space ([`PgStore::table_space`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TableSpace {
+    /// The table's name.
+    pub table: String,
+    /// Live rows (an estimate).
+    pub live_rows: i64,
+    /// Dead rows vacuum has not removed yet (an estimate).
+    pub dead_rows: i64,
+    /// Bytes of the heap (with its TOAST and maps).
+    pub table_bytes: i64,
+    /// Bytes of all its indexes.
+    pub index_bytes: i64,
 }

@@ -65,6 +65,7 @@ pub(crate) mod sql;
 pub use console::Console;
 pub use deployed::deployed_registry;
 pub use doorbell::Doorbell;
+pub use maintenance::TableSpace;
 pub use observe::{
     AttemptLatency, ConsumerStatus, Lag, LeasedDelivery, Percentiles, Problem, SilentWorker,
     StatusReport, TimelineEntry, WatchedConsumer, WorkerSettings,
