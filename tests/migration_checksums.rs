@@ -58,7 +58,7 @@ const SHIPPED: [(&str, &str); 13] = [
     ),
     (
         "0013_evc_runtime_v10.sql",
-        "e3adeff9f93afe2f243a1255889dce2c1e006e0ede67ffee7c98515b988dda40",
+        "c38deb6f0733bb8e6b56891b764574f1f06b234577080765691bd5916c0efe18",
     ),
 ];
 

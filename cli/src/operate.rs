@@ -277,9 +277,10 @@ pub(crate) async fn connect(options: &PgConnectOptions) -> anyhow::Result<PgConn
 
 /// A pool of up to `max_connections` on the outbox database whose connections take `role`,
 /// the group role of the command's job (docs/runtime.md, "Roles"), after one connection proved
-/// that the database answers ([`connect`]) and that the login can take the role. When it
-/// cannot (no such role, no grants in this database, not a member), the pool runs with the
-/// login's own privileges and says so on standard error.
+/// that the database answers ([`connect`]) and that the login can take the role. A login that
+/// may not take it is refused: the command stops. Where the role is not in place (it does not
+/// exist, or has no grants in this database), the pool runs with the login's own privileges
+/// and says so on standard error.
 pub(crate) async fn pool(
     options: &PgConnectOptions,
     max_connections: u32,
@@ -291,12 +292,20 @@ pub(crate) async fn pool(
     let _ = first.close().await;
     let options = match check.context("cannot read the database's roles")? {
         RoleCheck::Ready => role.connect_options(options.clone()),
-        unavailable => {
+        RoleCheck::NotMember { login } => bail!(
+            "{login} may not take role {role}, which this command's job needs: \
+             GRANT {role} TO {login} (docs/runtime.md, \"Roles\")",
+            login = escape(&login)
+        ),
+        missing => {
+            let why = match missing {
+                RoleCheck::Missing => "it does not exist (the migrating role could not create it)",
+                _ => "it has no grants in this database",
+            };
             eprintln!(
-                "warning: running with {}'s own privileges, not role {role}: {} \
+                "warning: running with {}'s own privileges, not role {role}: {why} \
                  (docs/runtime.md, \"Roles\")",
                 escape(options.get_username()),
-                role_unavailable(&unavailable)
             );
             options.clone()
         }
@@ -305,16 +314,6 @@ pub(crate) async fn pool(
         .max_connections(max_connections)
         .acquire_timeout(ACQUIRE_TIMEOUT)
         .connect_lazy_with(options))
-}
-
-/// Why a login cannot take a role, for the terminal.
-fn role_unavailable(check: &RoleCheck) -> String {
-    match check {
-        RoleCheck::Missing => "it does not exist (the migrations could not create it)".to_owned(),
-        RoleCheck::NotGranted => "it has no grants in this database (migrate it)".to_owned(),
-        RoleCheck::NotMember { login } => format!("{} is not a member", escape(login)),
-        _ => "unknown".to_owned(),
-    }
 }
 
 #[derive(Subcommand)]

@@ -1868,24 +1868,25 @@ fn commands_as(runtime: &tokio::runtime::Runtime, url: &str, login: &str) {
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     assert_eq!(stderr(&output), "");
 
-    // Without the reader's membership, status runs with the login's own privileges: none.
+    // Without the reader's membership, status is refused before it reads anything.
     runtime.block_on(execute(url, &format!("REVOKE evc_reader FROM {login}")));
     let output = evc(&as_login, &["status"]);
     assert_eq!(output.status.code(), Some(1), "{output:?}");
-    let text = stderr(&output);
-    assert!(
-        text.starts_with(&format!(
-            "warning: running with {login}'s own privileges, not role evc_reader: {login} is \
-             not a member"
-        )),
-        "{text}"
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "evc: error: {login} may not take role evc_reader, which this command's job \
+             needs: GRANT evc_reader TO {login} (docs/runtime.md, \"Roles\")\n"
+        )
     );
-    assert!(text.contains("permission denied"), "{text}");
-    // The operator's job still runs through its own role.
+    // The operator's job still runs through its own role, until that membership goes too.
     let output = evc(&as_login, &["consumer", "pause", "audit"]);
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     runtime.block_on(execute(url, &format!("REVOKE evc_operator FROM {login}")));
     let output = evc(&as_login, &["consumer", "resume", "audit"]);
     assert_eq!(output.status.code(), Some(1), "{output:?}");
-    assert!(stderr(&output).contains("permission denied"), "{output:?}");
+    assert!(
+        stderr(&output).contains("may not take role evc_operator"),
+        "{output:?}"
+    );
 }

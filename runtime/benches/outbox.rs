@@ -1046,27 +1046,26 @@ async fn vacuum_horizon(server: &mut Server, settings: &Settings) -> BenchResult
     })
 }
 
-/// With `on`, a connection of `pool` in a repeatable-read transaction: it keeps the snapshot
-/// of its first statement until it ends, whatever the statement reads, so the xmin horizon
-/// stays where it is and vacuum removes nothing written after it.
-async fn hold(
-    pool: &PgPool,
-    on: bool,
-) -> BenchResult<Option<sqlx::pool::PoolConnection<sqlx::Postgres>>> {
+/// With `on`, a connection of its own to `pool`'s database (not one of the pool's, which the
+/// run uses) in a repeatable-read transaction: it keeps the snapshot of its first statement
+/// until it ends, whatever the statement reads, so the xmin horizon stays where it is and
+/// vacuum removes nothing written after it.
+async fn hold(pool: &PgPool, on: bool) -> BenchResult<Option<PgConnection>> {
     if !on {
         return Ok(None);
     }
-    let mut holder = pool.acquire().await?;
+    let mut holder = PgConnection::connect_with(&pool.connect_options()).await?;
     sqlx::raw_sql("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1")
-        .execute(&mut *holder)
+        .execute(&mut holder)
         .await?;
     Ok(Some(holder))
 }
 
 /// Ends the transaction [`hold`] opened, if any.
-async fn release(horizon: Option<sqlx::pool::PoolConnection<sqlx::Postgres>>) -> BenchResult<()> {
+async fn release(horizon: Option<PgConnection>) -> BenchResult<()> {
     if let Some(mut holder) = horizon {
-        sqlx::raw_sql("ROLLBACK").execute(&mut *holder).await?;
+        sqlx::raw_sql("ROLLBACK").execute(&mut holder).await?;
+        holder.close().await?;
     }
     Ok(())
 }

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use evc_runtime::{
-    Console, DispatchError, FailureClass, Operate, PgStore, ReplayApproval, ReplayError,
-    ReplaySelection, RetryDecision, Store,
+    AppendOptions, Console, DispatchError, FailureClass, Operate, PgStore, ReplayApproval,
+    ReplayError, ReplaySelection, RetryDecision, Role, Store,
 };
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Executor};
@@ -16,11 +16,10 @@ use crate::support::{self, DISPATCH_REGISTRY, TRACE_ID, TestResult, with_databas
 
 const CONSUMER: &str = "d.unordered";
 
-/// The jobs, by their group roles.
-const JOBS: [&str; 5] = ["reader", "producer", "dispatcher", "operator", "approver"];
-
-/// A login per job for this test's database, named `<database>_<job>`: roles belong to the
-/// cluster, so the database's unique name keeps concurrent tests apart.
+/// A login per role for this test's database, named `<database>_<role>`: roles belong to the
+/// cluster, so the database's unique name keeps concurrent tests apart. The logins have no
+/// privileges of their own (`NOINHERIT`): they act only through the role their pools take at
+/// connect ([`Role::connect_options`]).
 struct Logins {
     database: String,
 }
@@ -31,36 +30,38 @@ impl Logins {
             .fetch_one(admin)
             .await?;
         let logins = Self { database };
-        for job in JOBS {
+        for role in Role::ALL {
             admin
                 .execute(AssertSqlSafe(format!(
-                    "CREATE ROLE {} LOGIN IN ROLE evc_{job}",
-                    logins.name(job)
+                    "CREATE ROLE {} LOGIN NOINHERIT IN ROLE {role}",
+                    logins.name(role)
                 )))
                 .await?;
         }
         Ok(logins)
     }
 
-    fn name(&self, job: &str) -> String {
-        format!("{}_{job}", self.database)
+    fn name(&self, role: Role) -> String {
+        format!("{}_{role}", self.database)
     }
 
-    /// A pool connected as the login of `job`.
-    async fn pool(&self, admin: &PgPool, job: &str) -> Result<PgPool, sqlx::Error> {
-        let options = (*admin.connect_options()).clone().username(&self.name(job));
+    /// A pool connected as the login of `role`, taking the role.
+    async fn pool(&self, admin: &PgPool, role: Role) -> Result<PgPool, sqlx::Error> {
+        let options = (*admin.connect_options())
+            .clone()
+            .username(&self.name(role));
         PgPoolOptions::new()
             .max_connections(2)
-            .connect_with(options)
+            .connect_with(role.connect_options(options))
             .await
     }
 
     async fn drop(self, admin: &PgPool) -> Result<(), sqlx::Error> {
-        for job in JOBS {
+        for role in Role::ALL {
             admin
                 .execute(AssertSqlSafe(format!(
                     "DROP ROLE IF EXISTS {}",
-                    self.name(job)
+                    self.name(role)
                 )))
                 .await?;
         }
@@ -107,9 +108,24 @@ async fn raw_denied(pool: &PgPool, statement: &'static str) -> bool {
 async fn jobs(admin: &PgPool, logins: &Logins) -> TestResult {
     let lease = Duration::from_secs(30);
 
-    // The producer appends, and can neither claim nor read the audit.
-    let producer = PgStore::new(logins.pool(admin, "producer").await?, DISPATCH_REGISTRY)?;
+    // The producer appends, one event (twice under one key) and a batch, and can neither
+    // claim nor read payloads or the audit.
+    let producer = PgStore::new(logins.pool(admin, Role::Producer).await?, DISPATCH_REGISTRY)?;
+    let keyed = || support::event("test.note", "1.0.0", support::note(&support::note_key(99)));
+    for created in [true, false] {
+        let mut tx = producer.begin().await?;
+        let receipt = producer
+            .append(
+                &mut tx,
+                keyed(),
+                AppendOptions::new().idempotency_key("n-99"),
+            )
+            .await?;
+        tx.commit().await?;
+        assert_eq!(receipt.created, created);
+    }
     support::append_notes(&producer, 4, 4).await?;
+    assert!(raw_denied(producer.pool(), "SELECT payload FROM evc_events").await);
     assert!(dispatch_denied(
         support::claim(&producer, CONSUMER, "w/p", 4, lease, false).await
     ));
@@ -122,7 +138,10 @@ async fn jobs(admin: &PgPool, logins: &Logins) -> TestResult {
     );
 
     // The dispatcher claims and settles: two dead, one quarantined, one acked.
-    let dispatcher = PgStore::new(logins.pool(admin, "dispatcher").await?, DISPATCH_REGISTRY)?;
+    let dispatcher = PgStore::new(
+        logins.pool(admin, Role::Dispatcher).await?,
+        DISPATCH_REGISTRY,
+    )?;
     let claimed = support::claim(&dispatcher, CONSUMER, "w/1", 4, lease, false).await?;
     assert_eq!(claimed.len(), 4);
     for (claimed, (class, code, decision)) in claimed.iter().zip([
@@ -140,7 +159,7 @@ async fn jobs(admin: &PgPool, logins: &Logins) -> TestResult {
     let all = ReplaySelection::consumer(CONSUMER);
 
     // The operator pauses, resumes and proposes; it cannot apply.
-    let operator = Console::connect(logins.pool(admin, "operator").await?).await?;
+    let operator = Console::connect(logins.pool(admin, Role::Operator).await?).await?;
     assert!(operator.pause(CONSUMER).await?.paused);
     assert!(!operator.resume(CONSUMER).await?.paused);
     let proposed = operator.propose_replay(&all, "alice").await?;
@@ -162,8 +181,21 @@ async fn jobs(admin: &PgPool, logins: &Logins) -> TestResult {
     ));
     assert!(dispatch_denied(as_dispatcher.pause(CONSUMER).await));
 
-    // The approver applies what another person proposed; it cannot propose or pause.
-    let approver = Console::connect(logins.pool(admin, "approver").await?).await?;
+    // The approver applies what another person proposed; it cannot propose, pause, claim or
+    // write a delivery's lease.
+    let approver_pool = logins.pool(admin, Role::Approver).await?;
+    let as_approver = PgStore::new(approver_pool.clone(), DISPATCH_REGISTRY)?;
+    assert!(dispatch_denied(
+        support::claim(&as_approver, CONSUMER, "w/a", 4, lease, false).await
+    ));
+    assert!(
+        raw_denied(
+            &approver_pool,
+            "UPDATE evc_deliveries SET lease_owner = 'w/a'"
+        )
+        .await
+    );
+    let approver = Console::connect(approver_pool).await?;
     assert!(replay_denied(approver.propose_replay(&all, "bob").await));
     assert!(dispatch_denied(approver.pause(CONSUMER).await));
     let applied = approver.replay(&all, &approval("r-1", "bob")).await?;
@@ -171,7 +203,7 @@ async fn jobs(admin: &PgPool, logins: &Logins) -> TestResult {
 
     // The reader reads status, dead letters, timeline and audit, without payloads, and
     // changes nothing.
-    let reader = Console::connect(logins.pool(admin, "reader").await?).await?;
+    let reader = Console::connect(logins.pool(admin, Role::Reader).await?).await?;
     let status = reader.status(Duration::from_secs(3600)).await?;
     assert!(status.consumers.iter().any(|c| c.consumer == CONSUMER));
     assert!(reader.dead_letters(&all).await?.is_empty());
@@ -180,11 +212,11 @@ async fn jobs(admin: &PgPool, logins: &Logins) -> TestResult {
     assert!(replay_denied(reader.replay_plan(&all).await));
     assert!(replay_denied(reader.propose_replay(&all, "dave").await));
     assert!(dispatch_denied(reader.pause(CONSUMER).await));
-    let pool = logins.pool(admin, "reader").await?;
+    let pool = logins.pool(admin, Role::Reader).await?;
     let envelopes: i64 = sqlx::query_scalar("SELECT count(event_id) FROM evc_events")
         .fetch_one(&pool)
         .await?;
-    assert_eq!(envelopes, 4);
+    assert_eq!(envelopes, 5);
     assert!(raw_denied(&pool, "SELECT payload FROM evc_events").await);
     assert!(raw_denied(&pool, "SELECT intended FROM evc_reconciliations").await);
     assert!(raw_denied(&pool, "UPDATE evc_deliveries SET status = 'pending'").await);

@@ -25,7 +25,7 @@ BEGIN
     FOREACH job IN ARRAY ARRAY['evc_reader', 'evc_producer', 'evc_dispatcher', 'evc_operator',
         'evc_approver']
     LOOP
-        CONTINUE WHEN EXISTS (SELECT 1 FROM pg_roles WHERE rolname = job);
+        CONTINUE WHEN to_regrole(job) IS NOT NULL;
         IF NOT EXISTS (
             SELECT 1 FROM pg_roles WHERE rolname = current_user AND (rolsuper OR rolcreaterole)
         ) THEN
@@ -64,9 +64,12 @@ BEGIN
                 'ON evc_events'),
             ('evc_reader', 'SELECT (consumer, event_id, generation, fencing_token, recorded_at) '
                 'ON evc_reconciliations'),
-            -- Append: the event, its fan-out and the audit of a refused payload; the lookups
-            -- of idempotency keys.
-            ('evc_producer', 'SELECT ON ' || registry || ', evc_events, evc_deliveries'),
+            -- Append: the event, its fan-out and the audit of a refused payload; what the
+            -- appends return and the lookups of idempotency keys read. No payload.
+            ('evc_producer', 'SELECT ON ' || registry),
+            ('evc_producer', 'SELECT (seq, event_id, order_key, producer_class, idempotency_key) '
+                'ON evc_events'),
+            ('evc_producer', 'SELECT (consumer) ON evc_deliveries'),
             ('evc_producer', 'INSERT ON evc_events, evc_deliveries, evc_validation_rejects'),
             ('evc_producer', event_seq),
             -- Claim, renew, ack, fail, recover; attempts, effects, reconciliations, heartbeats;
@@ -89,13 +92,16 @@ BEGIN
             -- event.
             ('evc_approver', 'SELECT ON ' || registry || ', ' || audit
                 || ', evc_events, evc_reconciliations'),
-            ('evc_approver', 'INSERT, UPDATE ON evc_deliveries'),
+            -- Only the columns an apply sets, so an approver cannot take a lease (claim).
+            ('evc_approver', 'INSERT, UPDATE (status, updated_at, discard_id) ON evc_deliveries'),
             ('evc_approver', 'INSERT ON evc_replays, evc_replay_items, evc_discards, evc_events, '
                 'evc_validation_rejects'),
             ('evc_approver', event_seq)
         ) AS grants (job, privileges)
     LOOP
-        IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = item.job) THEN
+        -- `to_regrole`, not a read of `pg_roles`: it also sees a role another database's
+        -- migration committed after this transaction's snapshot.
+        IF to_regrole(item.job) IS NOT NULL THEN
             EXECUTE format('GRANT %s TO %I', item.privileges, item.job);
         END IF;
     END LOOP;

@@ -1308,12 +1308,15 @@ pub(crate) const ENABLE_PAYLOAD_CAP: &str =
     "ALTER TABLE evc_events ENABLE TRIGGER evc_events_payload_cap";
 
 /// Whether group role `$1` exists, has grants in this database (it may read `evc_events`, as
-/// every role may), and whether the session's login is a member; and the login.
+/// every role may), and whether the session's login may take it (`SET ROLE`: membership, and
+/// from PostgreSQL 16 on a grant not made `WITH SET FALSE`); and the login.
 pub(crate) const ROLE_CHECK: &str = "\
 SELECT r.oid IS NOT NULL AS exists,
     COALESCE(has_any_column_privilege(r.oid, to_regclass('evc_events'), 'SELECT'), false)
         AS granted,
-    COALESCE(pg_has_role(session_user, r.oid, 'MEMBER'), false) AS member,
+    COALESCE(CASE WHEN current_setting('server_version_num')::int >= 160000
+        THEN pg_has_role(session_user, r.oid, 'SET')
+        ELSE pg_has_role(session_user, r.oid, 'MEMBER') END, false) AS member,
     session_user::text AS login
 FROM (SELECT 1) AS one LEFT JOIN pg_roles r ON r.rolname = $1";
 
