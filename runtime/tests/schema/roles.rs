@@ -20,6 +20,7 @@ const CONSUMER: &str = "d.unordered";
 /// cluster, so the database's unique name keeps concurrent tests apart. The logins have no
 /// privileges of their own (`NOINHERIT`): they act only through the role their pools take at
 /// connect ([`Role::connect_options`]).
+#[derive(Clone)]
 struct Logins {
     database: String,
 }
@@ -72,11 +73,20 @@ impl Logins {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_role_does_its_job_and_is_refused_the_rest() -> TestResult {
     with_database(|admin| async move {
-        // The connections as the logins end before their roles are dropped.
         let logins = Logins::create(&admin).await?;
-        let result = jobs(&admin, &logins).await;
+        // The jobs in their own task, so the logins are dropped after a failed assertion too
+        // (roles outlive the test's database).
+        let outcome = tokio::spawn({
+            let (admin, logins) = (admin.clone(), logins.clone());
+            async move { jobs(&admin, &logins).await }
+        })
+        .await;
         logins.drop(&admin).await?;
-        result
+        match outcome {
+            Ok(result) => result,
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            Err(error) => Err(error.into()),
+        }
     })
     .await
 }
