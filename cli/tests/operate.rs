@@ -62,14 +62,22 @@ async fn create_database(name: &str, migrated: bool) -> Option<String> {
     let options = PgConnectOptions::from_str(&url)
         .expect("url")
         .database(name);
-    if !migrated {
-        return Some(options.to_url_lossy().to_string());
+    let url = options.to_url_lossy().to_string();
+    if migrated {
+        apply_migrations(&url, |_| false).await;
     }
-    let mut connection = options.connect().await.expect("connect");
+    Some(url)
+}
+
+/// Applies the generated migrations to the database of `url`, in order, except the files
+/// whose name `skipped` takes.
+async fn apply_migrations(url: &str, skipped: impl Fn(&str) -> bool) {
+    let mut connection = PgConnection::connect(url).await.expect("connect");
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/migrations");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .expect("migrations")
         .map(|entry| entry.expect("entry").path())
+        .filter(|path| !skipped(&path.file_name().expect("a name").to_string_lossy()))
         .collect();
     files.sort();
     for file in files {
@@ -79,7 +87,6 @@ async fn create_database(name: &str, migrated: bool) -> Option<String> {
             .await
             .expect("migration applies");
     }
-    Some(options.to_url_lossy().to_string())
 }
 
 async fn drop_database(name: &str) {
@@ -1889,4 +1896,30 @@ fn commands_as(runtime: &tokio::runtime::Runtime, url: &str, login: &str) {
         stderr(&output).contains("may not take role evc_operator"),
         "{output:?}"
     );
+}
+
+/// On a database migrated without the tenth runtime step, the roles exist (the cluster's) but
+/// have no grants there: each command says so and runs with the login's own privileges.
+#[test]
+fn without_the_roles_grants_a_command_warns_and_runs_as_the_login() {
+    let name = format!("evc_cli_no_roles_{}", std::process::id());
+    on_database(&name, false, |runtime, url| {
+        runtime.block_on(apply_migrations(url, |file| {
+            file.ends_with("_evc_runtime_v10.sql")
+        }));
+        let login = PgConnectOptions::from_str(url)
+            .expect("url")
+            .get_username()
+            .to_owned();
+        let output = evc(url, &["consumer", "show", "audit"]);
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        assert_eq!(stdout(&output), "audit: running, mode live (revision 0)\n");
+        assert_eq!(
+            String::from_utf8_lossy(&output.stderr),
+            format!(
+                "warning: running with {login}'s own privileges, not role evc_reader: it has no \
+                 grants in this database (docs/runtime.md, \"Roles\")\n"
+            )
+        );
+    });
 }
