@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 13] = [
+const SHIPPED: [(&str, &str); 14] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -59,6 +59,10 @@ const SHIPPED: [(&str, &str); 13] = [
     (
         "0013_evc_runtime_v10.sql",
         "c38deb6f0733bb8e6b56891b764574f1f06b234577080765691bd5916c0efe18",
+    ),
+    (
+        "0014_evc_runtime_v11.sql",
+        "5d997e78d42602861d0ce592095e33f4b2fcbce7f48aed514168925822c07cc5",
     ),
 ];
 

@@ -37,6 +37,9 @@ pub(crate) fn migrate(
     status_only: bool,
     database: &Database,
 ) -> anyhow::Result<ExitCode> {
+    if database.tenant().is_some() {
+        bail!("evc migrate works on every tenant's rows: drop --tenant");
+    }
     let options = match database.outbox()? {
         Outbox::Postgres(options) => options,
         Outbox::Sqlite(location) => return sqlite(&location, status_only),

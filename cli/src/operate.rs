@@ -14,7 +14,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use evc_runtime::{
     Console, ConsumerMode, ConsumerState, DispatchError, Observe, Operate, Percentiles, Proposed,
     ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, Role, RoleCheck,
-    SettledDelivery, SqliteOpenError, SqliteStore, StatusReport, TimelineEntry,
+    SettledDelivery, SqliteOpenError, SqliteStore, StatusReport, TenantScope, TimelineEntry,
 };
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection};
@@ -39,6 +39,11 @@ pub(crate) struct Database {
     /// `$DATABASE_URL`).
     #[arg(long, value_name = "URL", global = true)]
     database_url: Option<String>,
+
+    /// Work on one tenant's rows only, where the contracts require a tenant scope (default:
+    /// every tenant). PostgreSQL outboxes only (docs/runtime.md, "Tenants").
+    #[arg(long, value_name = "TENANT", global = true)]
+    tenant: Option<String>,
 }
 
 impl Database {
@@ -51,19 +56,32 @@ impl Database {
         }
     }
 
+    /// `--tenant`, if given.
+    pub(crate) fn tenant(&self) -> Option<&str> {
+        self.tenant.as_deref()
+    }
+
     /// The outbox the URL names, by its scheme: the one place the commands tell the stores
-    /// apart. Errors never repeat the URL: it may hold a password.
+    /// apart. A PostgreSQL outbox's connections work on the rows of `--tenant`, or of every
+    /// tenant. Errors never repeat the URL: it may hold a password.
     pub(crate) fn outbox(&self) -> anyhow::Result<Outbox> {
         let url = self.url()?;
         if url.starts_with("sqlite:") {
+            if self.tenant.is_some() {
+                return Err(not_on_sqlite("--tenant"));
+            }
             return Ok(Outbox::Sqlite(url));
         }
         let scheme = url.split_once("://").map(|(scheme, _)| scheme);
         if !matches!(scheme, Some("postgres" | "postgresql")) {
             bail!("the database URL must start with postgres://, postgresql:// or sqlite:");
         }
+        let scope = match &self.tenant {
+            Some(tenant) => TenantScope::only(tenant.as_str()).context("--tenant")?,
+            None => TenantScope::all(),
+        };
         PgConnectOptions::from_str(&url)
-            .map(|options| Outbox::Postgres(Box::new(options)))
+            .map(|options| Outbox::Postgres(Box::new(scope.connect_options(options))))
             .map_err(|error| anyhow!("the database URL is not valid: {}", cause(&error)))
     }
 }

@@ -14,9 +14,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use evc_runtime::{
-    ClaimRequest, ConsumerDescriptor, DeliveryStatus, EventDescriptor, FailureClass, NewEvent,
-    Observe, OutgoingEvent, PgStore, Registry, RetryDecision, Store, SubscriptionDescriptor,
-    TraceContext, VersionDescriptor,
+    AppendOptions, ClaimRequest, ConsumerDescriptor, DeliveryStatus, EventDescriptor, FailureClass,
+    NewEvent, Observe, OutgoingEvent, PgStore, Registry, RetryDecision, Store,
+    SubscriptionDescriptor, TraceContext, VersionDescriptor,
 };
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
@@ -1823,6 +1823,104 @@ fn each_command_connects_with_the_role_of_its_job() {
             std::panic::resume_unwind(panic);
         }
     });
+}
+
+/// Where the contracts require a tenant scope, `--tenant` narrows every command to that
+/// tenant's rows; without it a command works on every tenant's. The login is no superuser
+/// (superusers are never subject to row-level security).
+#[test]
+fn the_tenant_flag_narrows_a_command_to_one_tenant() {
+    let name = format!("evc_cli_tenants_{}", std::process::id());
+    on_database(&name.clone(), true, |runtime, url| {
+        let login = format!("{name}_login");
+        runtime.block_on(execute(
+            url,
+            &format!("CREATE ROLE {login} LOGIN NOINHERIT IN ROLE evc_reader, evc_operator"),
+        ));
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            tenant_commands_as(runtime, url, &login);
+        }));
+        runtime.block_on(execute(url, &format!("DROP ROLE {login}")));
+        if let Err(panic) = outcome {
+            std::panic::resume_unwind(panic);
+        }
+    });
+}
+
+fn tenant_commands_as(runtime: &tokio::runtime::Runtime, url: &str, login: &str) {
+    let store = runtime.block_on(seed_store(url, |registry| {
+        registry.require_tenant_scope = true;
+    }));
+    runtime
+        .block_on(store.install_settings())
+        .expect("the settings install");
+    let trace = TraceContext::new(TRACE, SPAN, 1).expect("a trace context");
+    let mut events = Vec::new();
+    for (unit, tenant) in [(1, "acme"), (2, "bolt")] {
+        let payload = born(unit);
+        let order_key = evc_runtime::order_key_part(&payload["iu_unit_id"]);
+        let event = OutgoingEvent::new("iu.born", "1.0.0", Some(order_key), &trace, &payload)
+            .expect("serializes");
+        let id = runtime.block_on(async {
+            let mut transaction = store.begin().await.expect("begin");
+            let receipt = store
+                .append(
+                    &mut transaction,
+                    event,
+                    AppendOptions::new().tenant_scope(tenant),
+                )
+                .await
+                .expect("the store appends the event");
+            transaction.commit().await.expect("commit");
+            receipt.event_id
+        });
+        runtime.block_on(settle(&store, id, "audit", "boom", RetryDecision::Dead));
+        events.push(id.to_string());
+    }
+    let as_login = PgConnectOptions::from_str(url)
+        .expect("url")
+        .username(login)
+        .to_url_lossy()
+        .to_string();
+
+    let listed = |tenant: Option<&str>| {
+        let mut args = vec!["dlq", "list", "audit"];
+        args.extend(
+            tenant
+                .map(|tenant| ["--tenant", tenant])
+                .into_iter()
+                .flatten(),
+        );
+        let output = evc(&as_login, &args);
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        let out = stdout(&output);
+        events
+            .iter()
+            .map(|id| out.contains(id.as_str()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(listed(Some("acme")), [true, false]);
+    assert_eq!(listed(Some("bolt")), [false, true]);
+    assert_eq!(listed(Some("nobody")), [false, false]);
+    assert_eq!(listed(None), [true, true]);
+
+    // `*` names every tenant, not one; SQLite outboxes and migrations take no tenant.
+    let output = evc(&as_login, &["dlq", "list", "audit", "--tenant", "*"]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(stderr_of(&output).contains("--tenant"), "{output:?}");
+    let output = evc(
+        "sqlite:/nonexistent/outbox.db",
+        &["status", "--tenant", "acme"],
+    );
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stderr_of(&output).contains("--tenant is not available on a SQLite outbox"),
+        "{output:?}"
+    );
+}
+
+fn stderr_of(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 fn commands_as(runtime: &tokio::runtime::Runtime, url: &str, login: &str) {

@@ -20,6 +20,7 @@ use crate::policy::{
 };
 use crate::publish::{OutgoingEvent, PayloadError};
 use crate::registry::{EventDescriptor, Registry};
+use crate::tenant::ALL_TENANTS;
 
 /// Envelope fields of an append that the producer function does not know: idempotency key,
 /// tenant scope, correlation and causation ids, the aggregate key, and a delivery delay.
@@ -231,6 +232,15 @@ pub enum Rejection {
         /// [`MAX_PAYLOAD_DEPTH`].
         limit: usize,
     },
+    /// The append's tenant scope is `*`, which names every tenant where a session sets its
+    /// tenant (docs/runtime.md, "Tenants"), so no event may belong to it.
+    #[error("{event_type} {version} has tenant scope `*`, which names every tenant")]
+    ReservedTenantScope {
+        /// Event type.
+        event_type: String,
+        /// Version.
+        version: String,
+    },
     /// The registry requires a tenant scope (`envelope.require_tenant_scope`) and the append's
     /// options carry none.
     #[error("{event_type} {version} has no tenant scope; the contracts require one")]
@@ -280,6 +290,7 @@ impl Rejection {
             Self::CredentialInEnvelope { .. } => "credential_envelope",
             Self::TooDeep { .. } => "too_deep",
             Self::MissingTenantScope { .. } => "missing_tenant_scope",
+            Self::ReservedTenantScope { .. } => "reserved_tenant_scope",
         }
     }
 
@@ -294,7 +305,8 @@ impl Rejection {
             | Self::Oversize { event_type, .. }
             | Self::CredentialInEnvelope { event_type, .. }
             | Self::TooDeep { event_type, .. }
-            | Self::MissingTenantScope { event_type, .. } => event_type,
+            | Self::MissingTenantScope { event_type, .. }
+            | Self::ReservedTenantScope { event_type, .. } => event_type,
         }
     }
 }
@@ -408,6 +420,12 @@ impl std::fmt::Debug for Checker {
 }
 
 impl Checker {
+    /// Whether every append must name a tenant (`envelope.require_tenant_scope`); the database
+    /// then filters the tenant's rows by row-level security (docs/runtime.md, "Tenants").
+    pub fn requires_tenant_scope(&self) -> bool {
+        self.registry.require_tenant_scope
+    }
+
     /// Compiles every schema of `registry` (formats on) and the fan-out of every version.
     ///
     /// # Errors
@@ -590,6 +608,12 @@ impl Checker {
                     shape,
                 }));
             }
+        }
+        if options.tenant_scope.as_deref() == Some(ALL_TENANTS) {
+            return Err(refuse(Rejection::ReservedTenantScope {
+                event_type: event_type(),
+                version: version(),
+            }));
         }
         if self.registry.require_tenant_scope
             && options.tenant_scope.as_deref().is_none_or(str::is_empty)

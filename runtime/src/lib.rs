@@ -20,6 +20,7 @@ mod publish;
 mod registry;
 mod retry;
 mod store;
+mod tenant;
 mod trace;
 
 pub use append::{
@@ -62,4 +63,5 @@ pub use store::{
     DEAD_LETTERED, DISCARDED, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED,
     REPLAYED_JOB_FAILED, replay_uuid,
 };
+pub use tenant::{ALL_TENANTS, TenantScope, TenantScopeError};
 pub use trace::{TraceContext, TraceContextError, check_trace_id};

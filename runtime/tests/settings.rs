@@ -163,6 +163,21 @@ async fn required_tenant_scope_refuses_an_append_without_one() -> TestResult {
             ),
             "an empty scope is none: {empty:?}"
         );
+        // `*` names every tenant where a session sets its scope: no event belongs to it.
+        let star = append_with(
+            &pool,
+            registry,
+            note(NOTE_ID),
+            AppendOptions::new().tenant_scope(evc_runtime::ALL_TENANTS),
+        )
+        .await?;
+        assert!(
+            matches!(
+                star,
+                Err(AppendError::Rejected(Rejection::ReservedTenantScope { .. }))
+            ),
+            "{star:?}"
+        );
         // Recorded like every refusal, with its reason code.
         let codes: Vec<String> = reader
             .rejects(u32::MAX)
@@ -171,7 +186,14 @@ async fn required_tenant_scope_refuses_an_append_without_one() -> TestResult {
             .skip(rejects_before)
             .map(|reject| reject.reason_code)
             .collect();
-        assert_eq!(codes, ["missing_tenant_scope", "missing_tenant_scope"]);
+        assert_eq!(
+            codes,
+            [
+                "missing_tenant_scope",
+                "missing_tenant_scope",
+                "reserved_tenant_scope"
+            ]
+        );
 
         let with = append_with(
             &pool,

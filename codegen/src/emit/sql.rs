@@ -29,6 +29,9 @@
 //!   replay and discard), named the same way.
 //! - `NNNN_evc_runtime_v10.sql`: the tenth step (one group role per job with its grants),
 //!   named the same way.
+//! - `NNNN_evc_runtime_v11.sql`: the eleventh step (tenants: row-level security policies
+//!   keyed on the session's tenant, in force while the contracts require a tenant scope),
+//!   named the same way.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
@@ -83,6 +86,9 @@ pub const RUNTIME_V9_SUFFIX: &str = "_evc_runtime_v9.sql";
 
 /// The file name of the runtime tables' tenth step, after its version.
 pub const RUNTIME_V10_SUFFIX: &str = "_evc_runtime_v10.sql";
+
+/// The file name of the runtime tables' eleventh step, after its version.
+pub const RUNTIME_V11_SUFFIX: &str = "_evc_runtime_v11.sql";
 
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
@@ -173,6 +179,11 @@ const STEPS: &[Step] = &[
     Step {
         name: Name::Step(RUNTIME_V10_SUFFIX),
         template: template!("evc_runtime_v10.sql"),
+        with: With::Notice,
+    },
+    Step {
+        name: Name::Step(RUNTIME_V11_SUFFIX),
+        template: template!("evc_runtime_v11.sql"),
         with: With::Notice,
     },
     Step {
@@ -764,9 +775,10 @@ mod tests {
                 format!("0008{RUNTIME_V8_SUFFIX}"),
                 format!("0009{RUNTIME_V9_SUFFIX}"),
                 format!("0010{RUNTIME_V10_SUFFIX}"),
-                format!("0011_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
+                format!("0011{RUNTIME_V11_SUFFIX}"),
+                format!("0012_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
                 format!(
-                    "0012_evc_settings_{}.sql",
+                    "0013_evc_settings_{}.sql",
                     &settings_digest(&set)?[..DIGEST_PREFIX_LEN]
                 ),
             ]

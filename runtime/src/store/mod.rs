@@ -969,6 +969,10 @@ pub enum DispatchError {
     /// written.
     #[error("not supported by this store: {0}")]
     Unsupported(&'static str),
+    /// What was asked applies to every tenant, and the session works for one
+    /// (docs/runtime.md, "Tenants"); nothing was written.
+    #[error("{0} applies to every tenant: do it in the scope of all tenants, not tenant {1}")]
+    TenantScoped(&'static str, String),
     /// The database failed.
     #[error("outbox database error: {0}")]
     Database(#[from] sqlx::Error),

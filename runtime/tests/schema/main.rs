@@ -14,3 +14,4 @@ mod migrations;
 mod registry_parity;
 mod roles;
 mod sqlite_migrations;
+mod tenants;

@@ -45,6 +45,7 @@ fn is_runtime_step(name: &str) -> bool {
         sql::RUNTIME_V8_SUFFIX,
         sql::RUNTIME_V9_SUFFIX,
         sql::RUNTIME_V10_SUFFIX,
+        sql::RUNTIME_V11_SUFFIX,
     ]
     .iter()
     .any(|suffix| name.ends_with(suffix))
@@ -76,17 +77,19 @@ async fn apply_all_but(
 }
 
 /// A database on the first runtime step with events, deliveries and attempts in it: the later
-/// steps leave every row as it was (the third adds columns, at their defaults).
+/// steps leave every row as it was (the third adds columns, at their defaults; the eleventh
+/// gives each delivery its event's tenant).
 async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
     let (pool, steps) = apply_all_but(options, is_runtime_step).await?;
-    assert_eq!(steps.len(), 9);
+    assert_eq!(steps.len(), 10);
     sqlx::raw_sql(
         "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, producer_class, \
-             idempotency_key, trace_id, parent_span_id, trace_flags, payload, payload_bytes) \
+             idempotency_key, trace_id, parent_span_id, trace_flags, payload, payload_bytes, \
+             tenant_scope) \
          SELECT ('01890a5d-ac96-774b-bcce-' || lpad(g::text, 12, '0'))::uuid, 'iu.born', '1.0.0', \
              'iu-' || g % 7, 'dot', CASE WHEN g % 2 = 0 THEN 'key-' || g END, \
              '4bf92f3577b34da6a3ce929d0e0e4736', '00f067aa0ba902b7', '01', \
-             jsonb_build_object('n', g), 8 \
+             jsonb_build_object('n', g), 8, CASE WHEN g % 3 = 0 THEN 'acme' END \
          FROM generate_series(1, 50) AS g; \
          INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key) \
          SELECT event_id, c, seq, order_key FROM evc_events, (VALUES ('a'), ('b')) AS v (c); \
@@ -121,6 +124,16 @@ async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
     .fetch_one(&pool)
     .await?;
     assert_eq!(first_generation, 100);
+    // The eleventh step gave each delivery its event's tenant.
+    let tenants: Vec<(Option<String>, i64)> = sqlx::query_as(
+        "SELECT d.tenant_scope, count(*) FROM evc_deliveries d \
+         JOIN evc_events e ON e.event_id = d.event_id \
+         WHERE d.tenant_scope IS NOT DISTINCT FROM e.tenant_scope \
+         GROUP BY d.tenant_scope ORDER BY d.tenant_scope",
+    )
+    .fetch_all(&pool)
+    .await?;
+    assert_eq!(tenants, [(Some("acme".to_owned()), 32), (None, 68)]);
 
     // The old rows' keys still hold under the new unique index.
     let taken = sqlx::raw_sql(
@@ -147,9 +160,10 @@ async fn replay_keys_per_consumer(options: PgConnectOptions) -> TestResult {
         name.ends_with(sql::RUNTIME_V8_SUFFIX)
             || name.ends_with(sql::RUNTIME_V9_SUFFIX)
             || name.ends_with(sql::RUNTIME_V10_SUFFIX)
+            || name.ends_with(sql::RUNTIME_V11_SUFFIX)
     })
     .await?;
-    assert_eq!(held.len(), 3);
+    assert_eq!(held.len(), 4);
     let eighth = &held[..1];
     sqlx::raw_sql(
         "INSERT INTO evc_replays (id, plan_digest, reason, approval_ref, idempotency_key, \
@@ -225,10 +239,12 @@ async fn the_ninth_step_records_plans_and_needs_a_second_person() -> TestResult 
 /// consumer and digest, approved by someone other than its planner.
 async fn two_person_rule(options: PgConnectOptions) -> TestResult {
     let (pool, held) = apply_all_but(options, |name| {
-        name.ends_with(sql::RUNTIME_V9_SUFFIX) || name.ends_with(sql::RUNTIME_V10_SUFFIX)
+        name.ends_with(sql::RUNTIME_V9_SUFFIX)
+            || name.ends_with(sql::RUNTIME_V10_SUFFIX)
+            || name.ends_with(sql::RUNTIME_V11_SUFFIX)
     })
     .await?;
-    assert_eq!(held.len(), 2);
+    assert_eq!(held.len(), 3);
     let ninth = &held[..1];
     sqlx::raw_sql(
         "INSERT INTO evc_replays (id, consumer, plan_digest, reason, approval_ref, \
@@ -359,14 +375,15 @@ async fn two_person_rule(options: PgConnectOptions) -> TestResult {
 /// (the third and sixth steps' columns, at their defaults, are checked on their own).
 async fn table_digests(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
     let mut digests = Vec::new();
-    for (table, key) in [
-        ("evc_events", "seq"),
-        ("evc_deliveries", "event_id, consumer"),
-        ("evc_delivery_attempts", "id"),
+    // Columns later steps add (at their defaults, or copied from the row's event) are left out.
+    for (table, key, added) in [
+        ("evc_events", "seq", ""),
+        ("evc_deliveries", "event_id, consumer", " - 'tenant_scope'"),
+        ("evc_delivery_attempts", "id", ""),
     ] {
         let digest: String = sqlx::query_scalar(AssertSqlSafe(format!(
             "SELECT md5(coalesce(string_agg( \
-                (to_jsonb(t) - 'generation' - 'replay_id' - 'discard_id')::text, \
+                (to_jsonb(t) - 'generation' - 'replay_id' - 'discard_id'{added})::text, \
                 '|' ORDER BY {key}), '')) FROM {table} AS t"
         )))
         .fetch_one(pool)
@@ -400,9 +417,10 @@ async fn check(options: PgConnectOptions) -> TestResult {
             "0008_evc_runtime_v8.sql".to_owned(),
             "0009_evc_runtime_v9.sql".to_owned(),
             "0010_evc_runtime_v10.sql".to_owned(),
-            format!("0011_evc_registry_{}.sql", &digest[..12]),
+            "0011_evc_runtime_v11.sql".to_owned(),
+            format!("0012_evc_registry_{}.sql", &digest[..12]),
             format!(
-                "0012_evc_settings_{}.sql",
+                "0013_evc_settings_{}.sql",
                 &sql::settings_digest(&set)?[..12]
             ),
         ]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use evc_runtime::{
     AppendOptions, Console, DispatchError, FailureClass, Operate, PgStore, ReplayApproval,
-    ReplayError, ReplaySelection, RetryDecision, Role, Store,
+    ReplayError, ReplaySelection, RetryDecision, Role, Store, TenantScope,
 };
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Executor};
@@ -21,12 +21,12 @@ const CONSUMER: &str = "d.unordered";
 /// privileges of their own (`NOINHERIT`): they act only through the role their pools take at
 /// connect ([`Role::connect_options`]).
 #[derive(Clone)]
-struct Logins {
+pub(crate) struct Logins {
     database: String,
 }
 
 impl Logins {
-    async fn create(admin: &PgPool) -> Result<Self, sqlx::Error> {
+    pub(crate) async fn create(admin: &PgPool) -> Result<Self, sqlx::Error> {
         let database: String = sqlx::query_scalar("SELECT current_database()::text")
             .fetch_one(admin)
             .await?;
@@ -48,16 +48,31 @@ impl Logins {
 
     /// A pool connected as the login of `role`, taking the role.
     async fn pool(&self, admin: &PgPool, role: Role) -> Result<PgPool, sqlx::Error> {
+        self.pool_for(admin, role, None).await
+    }
+
+    /// A pool connected as the login of `role`, taking the role, working on the rows of
+    /// `scope` (`None`: no `evc.tenant` setting at all).
+    pub(crate) async fn pool_for(
+        &self,
+        admin: &PgPool,
+        role: Role,
+        scope: Option<TenantScope>,
+    ) -> Result<PgPool, sqlx::Error> {
         let options = (*admin.connect_options())
             .clone()
             .username(&self.name(role));
+        let options = match scope {
+            Some(scope) => scope.connect_options(options),
+            None => options,
+        };
         PgPoolOptions::new()
             .max_connections(2)
             .connect_with(role.connect_options(options))
             .await
     }
 
-    async fn drop(self, admin: &PgPool) -> Result<(), sqlx::Error> {
+    pub(crate) async fn drop(self, admin: &PgPool) -> Result<(), sqlx::Error> {
         for role in Role::ALL {
             admin
                 .execute(AssertSqlSafe(format!(
@@ -91,8 +106,9 @@ async fn each_role_does_its_job_and_is_refused_the_rest() -> TestResult {
     .await
 }
 
-/// Whether `error` is the database's refusal of a privilege (SQLSTATE 42501).
-fn denied(error: &(dyn std::error::Error + 'static)) -> bool {
+/// Whether `error` is the database's refusal of a privilege or of a row-level security
+/// policy (SQLSTATE 42501).
+pub(crate) fn denied(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut source = Some(error);
     while let Some(error) = source {
         if let Some(sqlx::Error::Database(database)) = error.downcast_ref::<sqlx::Error>() {

@@ -64,6 +64,7 @@ pub(super) async fn append(
             field(&mut deliveries, &event_id);
             text(&mut deliveries, Some(consumer));
             field(&mut deliveries, &seq);
+            text(&mut deliveries, options.tenant_scope.as_deref());
             text_last(&mut deliveries, ordered.then_some(row.order_key.as_str()));
             if !consumers.contains(consumer) {
                 consumers.push(consumer);

@@ -61,6 +61,7 @@ mod replay;
 mod retention;
 mod roles;
 pub(crate) mod sql;
+mod tenant;
 
 pub use console::Console;
 pub use deployed::deployed_registry;
@@ -391,10 +392,13 @@ impl PgStore {
             });
         }
 
-        // `COPY` writes deliveries due now; keys and delays go through `INSERT`.
-        if events
-            .iter()
-            .all(|new| new.options.idempotency_key.is_none() && new.options.not_before.is_none())
+        // `COPY` writes deliveries due now; keys and delays go through `INSERT`, and so does
+        // every batch where tenants are required: PostgreSQL refuses `COPY FROM` into a table
+        // under row-level security.
+        if !self.inner.checker.requires_tenant_scope()
+            && events.iter().all(|new| {
+                new.options.idempotency_key.is_none() && new.options.not_before.is_none()
+            })
         {
             return copy::append(connection, &events, &checked).await;
         }

@@ -13,6 +13,7 @@ use crate::store::ops::{
     ConsumerState, Operate, Proposed, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
     ReplayRecord, ReplaySelection, SettledDelivery,
 };
+use crate::tenant::ALL_TENANTS;
 
 impl PgStore {
     /// Pauses `consumer`: from its next claim on, no dispatcher claims its deliveries.
@@ -72,7 +73,8 @@ impl PgStore {
     }
 }
 
-/// The operator state of `consumer`, whose contract declares mode `declared`.
+/// The operator state of `consumer`, whose contract declares mode `declared`, as the session
+/// sees it: paused for every tenant or for the session's (docs/runtime.md, "Tenants").
 pub(crate) async fn state_of(
     pool: &PgPool,
     consumer: &str,
@@ -80,20 +82,32 @@ pub(crate) async fn state_of(
 ) -> Result<ConsumerState, DispatchError> {
     let row = sqlx::query(sql::CONSUMER_STATE)
         .bind(consumer)
-        .fetch_optional(pool)
+        .fetch_one(pool)
         .await?;
-    match row {
-        Some(row) => state(consumer, &row),
-        None => Ok(ConsumerState {
-            consumer: consumer.to_owned(),
-            paused: false,
-            mode: declared,
-            revision: 0,
+    let mode: Option<String> = row.try_get("mode")?;
+    Ok(ConsumerState {
+        consumer: consumer.to_owned(),
+        paused: row.try_get("paused")?,
+        // The table's CHECK allows only the three keywords.
+        mode: mode.map_or(declared, |mode| {
+            ConsumerMode::parse(&mode).unwrap_or(ConsumerMode::Off)
         }),
-    }
+        revision: row.try_get("revision")?,
+    })
+}
+
+/// The one tenant the sessions of `pool` work for, if they work for one (`evc.tenant`; not
+/// set, empty or `*`: none).
+async fn session_tenant(pool: &PgPool) -> Result<Option<String>, DispatchError> {
+    let tenant: Option<String> = sqlx::query_scalar(sql::SESSION_TENANT)
+        .fetch_one(pool)
+        .await?;
+    Ok(tenant.filter(|tenant| !tenant.is_empty() && tenant != ALL_TENANTS))
 }
 
 /// Changes the operator state of `consumer` (contract mode `declared`) and raises its revision.
+/// In a session of one tenant, a pause or resume is that tenant's only and a mode is refused
+/// ([`DispatchError::TenantScoped`]): a mode applies to every tenant.
 pub(crate) async fn change_state_of(
     pool: &PgPool,
     consumer: &str,
@@ -101,6 +115,25 @@ pub(crate) async fn change_state_of(
     paused: Option<bool>,
     mode: Option<ConsumerMode>,
 ) -> Result<ConsumerState, DispatchError> {
+    if let Some(tenant) = session_tenant(pool).await? {
+        if mode.is_some() {
+            return Err(DispatchError::TenantScoped("a consumer's mode", tenant));
+        }
+        let statement = match paused {
+            Some(true) => sql::PAUSE_TENANT,
+            Some(false) => sql::RESUME_TENANT,
+            None => return state_of(pool, consumer, declared).await,
+        };
+        sqlx::query(statement).bind(consumer).execute(pool).await?;
+        let changed = state_of(pool, consumer, declared).await?;
+        tracing::info!(
+            consumer,
+            paused = changed.paused,
+            scope = "tenant",
+            "consumer state changed for one tenant"
+        );
+        return Ok(changed);
+    }
     let row = sqlx::query(sql::CHANGE_CONSUMER_STATE)
         .bind(consumer)
         .bind(paused)

@@ -35,11 +35,12 @@ WITH e AS (
         causation_id, payload, payload_bytes)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14)
     ON CONFLICT (producer_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING event_id, seq, order_key
+    RETURNING event_id, seq, order_key, tenant_scope
 ), d AS (
-    INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key, next_attempt_at)
+    INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key, next_attempt_at,
+        tenant_scope)
     SELECT e.event_id, c.consumer, e.seq, CASE WHEN c.ordered THEN e.order_key END,
-        coalesce(to_timestamp($17::float8), now())
+        coalesce(to_timestamp($17::float8), now()), e.tenant_scope
     FROM e CROSS JOIN UNNEST($15::text[], $16::bool[]) AS c (consumer, ordered)
     RETURNING consumer
 ), n AS (
@@ -83,11 +84,12 @@ WITH input AS (
         payload::jsonb, payload_bytes
     FROM input ORDER BY ord
     ON CONFLICT (producer_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING event_id, seq, order_key
+    RETURNING event_id, seq, order_key, tenant_scope
 ), d AS (
-    INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key, next_attempt_at)
+    INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key, next_attempt_at,
+        tenant_scope)
     SELECT e.event_id, f.consumer, e.seq, CASE WHEN f.ordered THEN e.order_key END,
-        coalesce(to_timestamp(f.not_before), now())
+        coalesce(to_timestamp(f.not_before), now()), e.tenant_scope
     FROM UNNEST($15::uuid[], $16::text[], $17::bool[], $18::float8[])
         AS f (event_id, consumer, ordered, not_before)
     JOIN e ON e.event_id = f.event_id
@@ -117,7 +119,7 @@ COPY evc_events (seq, event_id, event_type, schema_version, order_key, tenant_sc
 
 /// `COPY` of deliveries in text format, columns in this order.
 pub(crate) const COPY_DELIVERIES: &str = "\
-COPY evc_deliveries (event_id, consumer, event_seq, order_key) FROM STDIN";
+COPY evc_deliveries (event_id, consumer, event_seq, tenant_scope, order_key) FROM STDIN";
 
 /// One notification per consumer in `$1` (after a `COPY`, which cannot notify).
 pub(crate) const NOTIFY_CONSUMERS: &str = "\
@@ -315,7 +317,9 @@ pub(crate) fn with_batch(statement: &str, batch: u32) -> String {
 /// Claims up to a batch ([`with_batch`]) of due deliveries of consumer `$1` that need no
 /// per-key ordering and come after `event_seq` `$4` (0: from the head; the dispatcher's claim
 /// cursor), oldest first, in one statement (nothing while the consumer is paused or its mode is
-/// `off` in `evc_consumer_state`): locks them (`SKIP LOCKED`, so concurrent claimers take
+/// `off` in `evc_consumer_state`, none of a tenant it is paused for in `evc_tenant_pauses`; the
+/// first test, uncorrelated, is evaluated once per statement, so the per-row test runs only
+/// while some tenant is paused): locks them (`SKIP LOCKED`, so concurrent claimers take
 /// disjoint rows), leases them to owner `$2` until now + `$3` milliseconds, counts the attempt
 /// and raises the fencing token. Returns the leases joined with their events, in `event_seq`
 /// order.
@@ -329,6 +333,11 @@ WITH c AS (
             SELECT 1 FROM evc_consumer_state s
             WHERE s.consumer = $1 AND (s.paused OR s.mode = 'off')
         )
+        AND (NOT EXISTS (SELECT 1 FROM evc_tenant_pauses p WHERE p.consumer = $1)
+            OR NOT EXISTS (
+                SELECT 1 FROM evc_tenant_pauses p
+                WHERE p.consumer = $1 AND p.tenant_scope = evc_deliveries.tenant_scope
+            ))
     ORDER BY event_seq
     LIMIT $batch
     FOR UPDATE SKIP LOCKED
@@ -370,6 +379,11 @@ WHERE d.consumer = $1 AND d.status = 'pending' AND d.next_attempt_at <= now()
         SELECT 1 FROM evc_consumer_state s
         WHERE s.consumer = $1 AND (s.paused OR s.mode = 'off')
     )
+    AND (NOT EXISTS (SELECT 1 FROM evc_tenant_pauses p WHERE p.consumer = $1)
+        OR NOT EXISTS (
+            SELECT 1 FROM evc_tenant_pauses p
+            WHERE p.consumer = $1 AND p.tenant_scope = d.tenant_scope
+        ))
     AND CASE
         WHEN EXISTS (
             SELECT 1 FROM evc_deliveries p
@@ -430,6 +444,11 @@ WITH d AS (
             SELECT 1 FROM evc_consumer_state s
             WHERE s.consumer = $1 AND (s.paused OR s.mode = 'off')
         )
+        AND (NOT EXISTS (SELECT 1 FROM evc_tenant_pauses p WHERE p.consumer = $1)
+            OR NOT EXISTS (
+                SELECT 1 FROM evc_tenant_pauses p
+                WHERE p.consumer = $1 AND p.tenant_scope = evc_deliveries.tenant_scope
+            ))
     ORDER BY event_seq
     LIMIT $batch
     FOR UPDATE SKIP LOCKED
@@ -758,9 +777,28 @@ pub(crate) const RELEASE_DOORBELL: &str =
 /// Sets the current transaction's `lock_timeout` to `$1` (text, e.g. `50ms`).
 pub(crate) const LOCAL_LOCK_TIMEOUT: &str = "SELECT set_config('lock_timeout', $1, true)";
 
-/// A consumer's operator state: `$1` consumer. No row: never changed by an operator.
+/// A consumer's operator state: `$1` consumer. Paused when it is paused for every tenant or for
+/// the session's tenant (`evc.tenant`); mode NULL and revision 0 while no operator changed it.
 pub(crate) const CONSUMER_STATE: &str = "\
-SELECT paused, mode, revision FROM evc_consumer_state WHERE consumer = $1";
+SELECT coalesce(s.paused, false) OR EXISTS (
+        SELECT 1 FROM evc_tenant_pauses p
+        WHERE p.consumer = $1 AND p.tenant_scope = current_setting('evc.tenant', true)
+    ) AS paused,
+    s.mode, coalesce(s.revision, 0) AS revision
+FROM (SELECT) AS one LEFT JOIN evc_consumer_state s ON s.consumer = $1";
+
+/// Pauses consumer `$1` for the session's tenant (`evc.tenant`).
+pub(crate) const PAUSE_TENANT: &str = "\
+INSERT INTO evc_tenant_pauses (consumer) VALUES ($1) ON CONFLICT DO NOTHING";
+
+/// Resumes consumer `$1` for the session's tenant (row-level security keeps the other tenants'
+/// pauses out of reach).
+pub(crate) const RESUME_TENANT: &str = "\
+DELETE FROM evc_tenant_pauses WHERE consumer = $1
+    AND tenant_scope = current_setting('evc.tenant', true)";
+
+/// The session's tenant scope: `evc.tenant` (NULL or empty: none; `*`: every tenant).
+pub(crate) const SESSION_TENANT: &str = "SELECT current_setting('evc.tenant', true)";
 
 /// Changes a consumer's operator state and raises its revision: `$1` consumer, `$2` paused
 /// (NULL: unchanged), `$3` mode (NULL: unchanged), `$4` the contract's mode (for a first row).
@@ -812,7 +850,10 @@ SELECT c.consumer,
     (SELECT extract(epoch FROM now() - d.created_at)::float8 FROM evc_deliveries d
         WHERE d.consumer = c.consumer AND d.status = 'pending'
         ORDER BY d.event_seq LIMIT 1) AS oldest_pending_s,
-    coalesce(s.paused, false) AS paused, s.mode AS mode,
+    coalesce(s.paused, false) OR EXISTS (
+        SELECT 1 FROM evc_tenant_pauses p
+        WHERE p.consumer = c.consumer AND p.tenant_scope = current_setting('evc.tenant', true)
+    ) AS paused, s.mode AS mode,
     coalesce(r.rejected, 0) AS stale_rejections
 FROM UNNEST($1::text[]) AS c (consumer)
 LEFT JOIN evc_consumer_state s ON s.consumer = c.consumer
@@ -1024,7 +1065,7 @@ RETURNING id";
 pub(crate) const APPLY_REPLAY: &str = "\
 WITH p AS (
     SELECT d.ctid, d.event_id, d.consumer, d.generation, d.status, d.event_seq, d.order_key,
-        d.fencing_token
+        d.fencing_token, d.tenant_scope
     FROM evc_deliveries d
     JOIN UNNEST($3::uuid[], $4::int4[]) AS r (event_id, generation)
         ON d.event_id = r.event_id AND d.generation = r.generation
@@ -1041,9 +1082,9 @@ WITH p AS (
     RETURNING 1
 ), n AS (
     INSERT INTO evc_deliveries (event_id, consumer, generation, event_seq, order_key, status,
-        attempt, next_attempt_at, fencing_token, replay_id)
+        attempt, next_attempt_at, fencing_token, replay_id, tenant_scope)
     SELECT p.event_id, p.consumer, p.generation + 1, p.event_seq, p.order_key, 'pending', 0,
-        now(), p.fencing_token, $1
+        now(), p.fencing_token, $1, p.tenant_scope
     FROM p
     RETURNING 1
 )

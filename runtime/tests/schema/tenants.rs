@@ -1,0 +1,277 @@
+//! Tenants on PostgreSQL (the eleventh step): while the settings require a tenant scope, every
+//! job of tenant `acme` works through the store on acme's rows only. Claims, status, dead
+//! letters, timelines, replays and pauses of one tenant return and touch nothing of the other;
+//! a session that names no tenant sees nothing; a write into another tenant is refused; clearing
+//! the setting lifts the policies. Each job runs as the login of its role, as `roles.rs` does,
+//! because superusers (the test's admin) are never subject to row-level security.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use evc_runtime::{
+    AppendError, AppendOptions, Console, DispatchError, FailureClass, NewEvent, PgStore, Registry,
+    ReplayApproval, ReplaySelection, RetryDecision, Role, Store, TenantScope,
+};
+use sqlx::postgres::PgPool;
+use uuid::Uuid;
+
+use crate::roles::{Logins, denied};
+use crate::support::{self, DISPATCH_REGISTRY, TRACE_ID, TestResult, with_database};
+
+const CONSUMER: &str = "d.unordered";
+
+/// The dispatch registry with tenants required, as contracts with
+/// `envelope.require_tenant_scope` compile it.
+const TENANT_REGISTRY: Registry = Registry {
+    require_tenant_scope: true,
+    ..DISPATCH_REGISTRY
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_tenant_sees_and_touches_only_its_own_rows() -> TestResult {
+    with_database(|admin| async move {
+        let logins = Logins::create(&admin).await?;
+        let outcome = tokio::spawn({
+            let (admin, logins) = (admin.clone(), logins.clone());
+            async move { two_tenants(&admin, &logins).await }
+        })
+        .await;
+        logins.drop(&admin).await?;
+        match outcome {
+            Ok(result) => result,
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            Err(error) => Err(error.into()),
+        }
+    })
+    .await
+}
+
+/// Whether row-level security is enabled and forced on `evc_events` and `evc_delivery_attempts`.
+async fn row_security(admin: &PgPool) -> Result<Vec<(bool, bool)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT relrowsecurity, relforcerowsecurity FROM pg_class \
+         WHERE oid IN ('evc_events'::regclass, 'evc_delivery_attempts'::regclass)",
+    )
+    .fetch_all(admin)
+    .await
+}
+
+/// Appends `count` notes of `tenant` in one batch through `store`.
+async fn append(
+    store: &PgStore,
+    tenant: &str,
+    count: u64,
+) -> Result<BTreeSet<Uuid>, Box<dyn std::error::Error + Send + Sync>> {
+    let batch = (0..count)
+        .map(|n| {
+            let payload = support::note(&support::note_key(n));
+            NewEvent::new(
+                support::event("test.note", "1.0.0", payload),
+                AppendOptions::new().tenant_scope(tenant),
+            )
+        })
+        .collect();
+    let mut tx = store.begin().await?;
+    let receipts = store.append_batch(&mut tx, batch).await?;
+    tx.commit().await?;
+    Ok(receipts.into_iter().map(|r| r.event_id).collect())
+}
+
+async fn two_tenants(admin: &PgPool, logins: &Logins) -> TestResult {
+    let (acme, bolt) = (TenantScope::only("acme")?, TenantScope::only("bolt")?);
+    let all = TenantScope::all();
+    let pool =
+        |role: Role, scope: Option<&TenantScope>| logins.pool_for(admin, role, scope.cloned());
+
+    // The contracts' setting takes effect when it is written.
+    assert_eq!(row_security(admin).await?, [(false, false); 2]);
+    sqlx::query("UPDATE evc_settings SET require_tenant_scope = true")
+        .execute(admin)
+        .await?;
+    assert_eq!(row_security(admin).await?, [(true, true); 2]);
+    support::deploy(admin, CONSUMER, "^1").await?;
+
+    // Each tenant's producer appends its own events; one cannot write into the other.
+    let acme_producer = PgStore::new(pool(Role::Producer, Some(&acme)).await?, TENANT_REGISTRY)?;
+    let bolt_producer = PgStore::new(pool(Role::Producer, Some(&bolt)).await?, TENANT_REGISTRY)?;
+    let acme_events = append(&acme_producer, "acme", 3).await?;
+    let bolt_events = append(&bolt_producer, "bolt", 2).await?;
+    let mut tx = acme_producer.begin().await?;
+    let foreign = acme_producer
+        .append(
+            &mut tx,
+            support::event("test.note", "1.0.0", support::note(&support::note_key(9))),
+            AppendOptions::new().tenant_scope("bolt"),
+        )
+        .await;
+    drop(tx);
+    assert!(
+        matches!(&foreign, Err(AppendError::Database(error)) if denied(error)),
+        "{foreign:?}"
+    );
+
+    // Each tenant's dispatcher claims only its tenant's deliveries: acme's two fail dead, one
+    // acks; bolt's first fails dead, its second stays pending.
+    let lease = Duration::from_secs(30);
+    let acme_dispatcher =
+        PgStore::new(pool(Role::Dispatcher, Some(&acme)).await?, TENANT_REGISTRY)?;
+    let claimed = support::claim(&acme_dispatcher, CONSUMER, "w/acme", 10, lease, false).await?;
+    let ids = |claimed: &[evc_runtime::Claimed]| -> BTreeSet<Uuid> {
+        claimed
+            .iter()
+            .map(|c| c.delivery.event_id.parse().expect("a uuid"))
+            .collect()
+    };
+    assert_eq!(ids(&claimed), acme_events);
+    for claimed in &claimed[..2] {
+        acme_dispatcher
+            .fail(
+                &claimed.lease,
+                FailureClass::Permanent,
+                "boom",
+                RetryDecision::Dead,
+            )
+            .await?;
+    }
+    support::ack_current(&acme_dispatcher, &claimed[2].lease).await?;
+    let bolt_dispatcher =
+        PgStore::new(pool(Role::Dispatcher, Some(&bolt)).await?, TENANT_REGISTRY)?;
+    let claimed = support::claim(&bolt_dispatcher, CONSUMER, "w/bolt", 1, lease, false).await?;
+    assert_eq!(claimed.len(), 1);
+    let bolt_dead: Uuid = claimed[0].delivery.event_id.parse()?;
+    assert!(bolt_events.contains(&bolt_dead));
+    bolt_dispatcher
+        .fail(
+            &claimed[0].lease,
+            FailureClass::Permanent,
+            "boom",
+            RetryDecision::Dead,
+        )
+        .await?;
+
+    // A session that names no tenant sees nothing and claims nothing.
+    let unscoped = PgStore::new(pool(Role::Dispatcher, None).await?, TENANT_REGISTRY)?;
+    assert!(
+        support::claim(&unscoped, CONSUMER, "w/none", 10, lease, false)
+            .await?
+            .is_empty()
+    );
+    let reader = pool(Role::Reader, None).await?;
+    for table in ["evc_events", "evc_deliveries", "evc_delivery_attempts"] {
+        assert_eq!(support::count(&reader, table).await?, 0, "{table}");
+    }
+    let blind = Console::connect(reader).await?;
+    assert!(blind.timeline(TRACE_ID).await?.is_empty());
+    let everything = ReplaySelection::consumer(CONSUMER);
+    assert!(blind.dead_letters(&everything).await?.is_empty());
+
+    // Each tenant's reader: status, dead letters and the timeline of the trace every event
+    // shares hold its own tenant's rows only.
+    let acme_reader = Console::connect(pool(Role::Reader, Some(&acme)).await?).await?;
+    let status = acme_reader.status(Duration::from_secs(3600)).await?;
+    let consumer = status
+        .consumers
+        .iter()
+        .find(|c| c.consumer == CONSUMER)
+        .ok_or("no status row")?;
+    assert_eq!((consumer.pending, consumer.dead), (0, 2));
+    let dead: BTreeSet<Uuid> = acme_reader
+        .dead_letters(&everything)
+        .await?
+        .iter()
+        .map(|d| d.event_id)
+        .collect();
+    assert!(dead.is_subset(&acme_events) && dead.len() == 2);
+    let seen: BTreeSet<Uuid> = acme_reader
+        .timeline(TRACE_ID)
+        .await?
+        .iter()
+        .map(|entry| entry.event_id)
+        .collect();
+    assert_eq!(seen, acme_events);
+    let bolt_reader = Console::connect(pool(Role::Reader, Some(&bolt)).await?).await?;
+    let status = bolt_reader.status(Duration::from_secs(3600)).await?;
+    let consumer = status
+        .consumers
+        .iter()
+        .find(|c| c.consumer == CONSUMER)
+        .ok_or("no status row")?;
+    assert_eq!((consumer.pending, consumer.dead), (1, 1));
+
+    // A replay for acme, proposed and applied by acme's operator and approver, replays acme's
+    // two dead deliveries and leaves bolt's where it was.
+    let operator = Console::connect(pool(Role::Operator, Some(&acme)).await?).await?;
+    let proposed = operator.propose_replay(&everything, "alice").await?;
+    let planned: BTreeSet<Uuid> = proposed
+        .plan
+        .deliveries
+        .iter()
+        .map(|d| d.event_id)
+        .collect();
+    assert_eq!(planned, dead);
+    let approver = Console::connect(pool(Role::Approver, Some(&acme)).await?).await?;
+    let approval = ReplayApproval::new(
+        &proposed.plan.digest,
+        "fixed in 1.4.2",
+        "CHG-7",
+        "r-1",
+        "bob",
+    );
+    let applied = approver.replay(&everything, &approval).await?;
+    assert_eq!(applied.deliveries, 2);
+    assert_eq!(bolt_reader.dead_letters(&everything).await?.len(), 1);
+    // The replay, its plan and its items are acme's: bolt sees none of them.
+    for (scope, rows) in [(&acme, 1), (&bolt, 0)] {
+        let reader = pool(Role::Reader, Some(scope)).await?;
+        for table in ["evc_replays", "evc_plans"] {
+            assert_eq!(
+                support::count(&reader, table).await?,
+                rows,
+                "{scope}: {table}"
+            );
+        }
+        let items = support::count(&reader, "evc_replay_items").await?;
+        assert_eq!(items, 2 * rows, "{scope}: evc_replay_items");
+    }
+
+    // A pause for acme holds acme's two replayed deliveries and no other tenant's, also for a
+    // dispatcher serving every tenant; a mode, which applies to every tenant, is refused.
+    assert!(operator.pause(CONSUMER).await?.paused);
+    assert!(!bolt_reader.consumer_state(CONSUMER).await?.paused);
+    assert!(
+        matches!(
+            operator.set_mode(CONSUMER, evc_runtime::ConsumerMode::Off).await,
+            Err(DispatchError::TenantScoped(_, tenant)) if tenant == "acme"
+        ),
+        "a tenant's operator set a mode"
+    );
+    let all_dispatcher = PgStore::new(pool(Role::Dispatcher, Some(&all)).await?, TENANT_REGISTRY)?;
+    let bolt_pending: BTreeSet<Uuid> = bolt_events
+        .iter()
+        .copied()
+        .filter(|id| *id != bolt_dead)
+        .collect();
+    let claimed = support::claim(&all_dispatcher, CONSUMER, "w/all", 10, lease, false).await?;
+    assert_eq!(ids(&claimed), bolt_pending);
+    assert!(
+        support::claim(&acme_dispatcher, CONSUMER, "w/acme", 10, lease, false)
+            .await?
+            .is_empty()
+    );
+    assert!(!operator.resume(CONSUMER).await?.paused);
+    let replayed = support::claim(&acme_dispatcher, CONSUMER, "w/acme", 10, lease, false).await?;
+    assert_eq!(ids(&replayed), dead);
+
+    // Every tenant's scope sees both tenants.
+    let all_reader = pool(Role::Reader, Some(&all)).await?;
+    assert_eq!(support::count(&all_reader, "evc_events").await?, 5);
+
+    // Clearing the setting lifts the policies.
+    sqlx::query("UPDATE evc_settings SET require_tenant_scope = false")
+        .execute(admin)
+        .await?;
+    assert_eq!(row_security(admin).await?, [(false, false); 2]);
+    let reader = pool(Role::Reader, None).await?;
+    assert_eq!(support::count(&reader, "evc_events").await?, 5);
+    Ok(())
+}
