@@ -569,7 +569,9 @@ async fn killed_mid_run(workers: usize) -> TestResult {
         (STOP_AFTER, (deliveries / 2).to_string()),
     ];
     let mut first = spawn(&path, "worker", &envs, &ALL_CONSUMERS);
-    first.wait_for("stuck", 1, Duration::from_secs(120)).await?;
+    first
+        .wait_for_progress("stuck", 1, Duration::from_secs(120))
+        .await?;
     first.kill()?;
 
     // Killed mid-run: something in flight, something not yet handled.

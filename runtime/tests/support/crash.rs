@@ -252,6 +252,9 @@ impl<S: CrashStore> DynHandler<S> for Effects {
 /// writes the idempotent effect on its transaction, the leased kind only `with_effects`. After
 /// `stop_after` calls, leased handlers block forever (the run is then killed mid-way); the
 /// first to block signals `stuck`.
+/// Handler calls between two `progress` signals of a [`Counting`] handler that will block.
+const PROGRESS_EVERY: u64 = 50;
+
 pub struct Counting {
     /// Handler calls so far.
     pub calls: Arc<AtomicU64>,
@@ -293,6 +296,15 @@ impl<S: CrashStore> DynHandler<S> for Counting {
     ) -> BoxFuture<'a, Result<(), HandlerError>> {
         Box::pin(async move {
             let calls = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+            // A run that will block says it still moves, so the test waits on progress, not on
+            // the clock (a loaded machine may take minutes to get there).
+            if self.stop_after.is_some() && calls.is_multiple_of(PROGRESS_EVERY) {
+                context
+                    .store
+                    .signal("progress", None)
+                    .await
+                    .map_err(test_error)?;
+            }
             let lease = context.lease().clone();
             let n = context
                 .payload()
@@ -534,6 +546,35 @@ impl ChildProcess {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         Ok(())
+    }
+
+    /// Waits until `n` signals `point` were read, as long as the child keeps signalling: fails
+    /// if the child exits first, or sends no signal at all for `stall` (a hang, however slow
+    /// the machine).
+    pub async fn wait_for_progress(&mut self, point: &str, n: u64, stall: Duration) -> TestResult {
+        let mut seen = self.signals_seen();
+        let mut since = Instant::now();
+        while (self.signals(point).len() as u64) < n {
+            if let Some(status) = self.child.try_wait()? {
+                return Err(format!("{} exited ({status}) before {point}", self.role).into());
+            }
+            let now_seen = self.signals_seen();
+            if now_seen > seen {
+                (seen, since) = (now_seen, Instant::now());
+            } else if since.elapsed() > stall {
+                return Err(format!("no signal for {stall:?} while waiting for {point}").into());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
+    }
+
+    /// How many signals were read so far.
+    fn signals_seen(&mut self) -> usize {
+        if let Some(receiver) = &self.signals {
+            self.seen.extend(receiver.try_iter());
+        }
+        self.seen.len()
     }
 
     /// SIGKILL, then reap.
