@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 14] = [
+const SHIPPED: [(&str, &str); 15] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -63,6 +63,10 @@ const SHIPPED: [(&str, &str); 14] = [
     (
         "0014_evc_runtime_v11.sql",
         "5d997e78d42602861d0ce592095e33f4b2fcbce7f48aed514168925822c07cc5",
+    ),
+    (
+        "0015_evc_runtime_v12.sql",
+        "91d8e5cb50561a747fe1d70c887cdf25d9cd2b823c0aa04d4073f13ba1c42f66",
     ),
 ];
 

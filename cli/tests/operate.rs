@@ -1805,18 +1805,30 @@ fn dispatch_applies_each_changed_dispatcher_setting_of_the_contracts() {
 /// so and the database refuses it.
 #[test]
 fn each_command_connects_with_the_role_of_its_job() {
-    let name = format!("evc_cli_roles_{}", std::process::id());
+    as_login(
+        "evc_cli_roles",
+        "evc_reader, evc_operator, evc_approver",
+        commands_as,
+    );
+}
+
+/// Runs `commands` on a migrated database of its own as a login created for it, `NOINHERIT`
+/// and a member of `roles` only; drops the login afterwards, also after a failed assertion
+/// (roles belong to the cluster, not to the database).
+fn as_login(
+    prefix: &str,
+    roles: &str,
+    commands: impl FnOnce(&tokio::runtime::Runtime, &str, &str),
+) {
+    let name = format!("{prefix}_{}", std::process::id());
     on_database(&name.clone(), true, |runtime, url| {
         let login = format!("{name}_login");
         runtime.block_on(execute(
             url,
-            &format!(
-                "CREATE ROLE {login} LOGIN NOINHERIT \
-                 IN ROLE evc_reader, evc_operator, evc_approver"
-            ),
+            &format!("CREATE ROLE {login} LOGIN NOINHERIT IN ROLE {roles}"),
         ));
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            commands_as(runtime, url, &login);
+            commands(runtime, url, &login);
         }));
         runtime.block_on(execute(url, &format!("DROP ROLE {login}")));
         if let Err(panic) = outcome {
@@ -1830,21 +1842,11 @@ fn each_command_connects_with_the_role_of_its_job() {
 /// (superusers are never subject to row-level security).
 #[test]
 fn the_tenant_flag_narrows_a_command_to_one_tenant() {
-    let name = format!("evc_cli_tenants_{}", std::process::id());
-    on_database(&name.clone(), true, |runtime, url| {
-        let login = format!("{name}_login");
-        runtime.block_on(execute(
-            url,
-            &format!("CREATE ROLE {login} LOGIN NOINHERIT IN ROLE evc_reader, evc_operator"),
-        ));
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            tenant_commands_as(runtime, url, &login);
-        }));
-        runtime.block_on(execute(url, &format!("DROP ROLE {login}")));
-        if let Err(panic) = outcome {
-            std::panic::resume_unwind(panic);
-        }
-    });
+    as_login(
+        "evc_cli_tenants",
+        "evc_reader, evc_operator",
+        tenant_commands_as,
+    );
 }
 
 fn tenant_commands_as(runtime: &tokio::runtime::Runtime, url: &str, login: &str) {

@@ -13,5 +13,6 @@ mod lifecycle;
 mod migrations;
 mod registry_parity;
 mod roles;
+mod settled;
 mod sqlite_migrations;
 mod tenants;

@@ -46,6 +46,7 @@ fn is_runtime_step(name: &str) -> bool {
         sql::RUNTIME_V9_SUFFIX,
         sql::RUNTIME_V10_SUFFIX,
         sql::RUNTIME_V11_SUFFIX,
+        sql::RUNTIME_V12_SUFFIX,
     ]
     .iter()
     .any(|suffix| name.ends_with(suffix))
@@ -81,7 +82,7 @@ async fn apply_all_but(
 /// gives each delivery its event's tenant).
 async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
     let (pool, steps) = apply_all_but(options, is_runtime_step).await?;
-    assert_eq!(steps.len(), 10);
+    assert_eq!(steps.len(), 11);
     sqlx::raw_sql(
         "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, producer_class, \
              idempotency_key, trace_id, parent_span_id, trace_flags, payload, payload_bytes, \
@@ -161,9 +162,10 @@ async fn replay_keys_per_consumer(options: PgConnectOptions) -> TestResult {
             || name.ends_with(sql::RUNTIME_V9_SUFFIX)
             || name.ends_with(sql::RUNTIME_V10_SUFFIX)
             || name.ends_with(sql::RUNTIME_V11_SUFFIX)
+            || name.ends_with(sql::RUNTIME_V12_SUFFIX)
     })
     .await?;
-    assert_eq!(held.len(), 4);
+    assert_eq!(held.len(), 5);
     let eighth = &held[..1];
     sqlx::raw_sql(
         "INSERT INTO evc_replays (id, plan_digest, reason, approval_ref, idempotency_key, \
@@ -242,9 +244,10 @@ async fn two_person_rule(options: PgConnectOptions) -> TestResult {
         name.ends_with(sql::RUNTIME_V9_SUFFIX)
             || name.ends_with(sql::RUNTIME_V10_SUFFIX)
             || name.ends_with(sql::RUNTIME_V11_SUFFIX)
+            || name.ends_with(sql::RUNTIME_V12_SUFFIX)
     })
     .await?;
-    assert_eq!(held.len(), 3);
+    assert_eq!(held.len(), 4);
     let ninth = &held[..1];
     sqlx::raw_sql(
         "INSERT INTO evc_replays (id, consumer, plan_digest, reason, approval_ref, \
@@ -418,9 +421,10 @@ async fn check(options: PgConnectOptions) -> TestResult {
             "0009_evc_runtime_v9.sql".to_owned(),
             "0010_evc_runtime_v10.sql".to_owned(),
             "0011_evc_runtime_v11.sql".to_owned(),
-            format!("0012_evc_registry_{}.sql", &digest[..12]),
+            "0012_evc_runtime_v12.sql".to_owned(),
+            format!("0013_evc_registry_{}.sql", &digest[..12]),
             format!(
-                "0013_evc_settings_{}.sql",
+                "0014_evc_settings_{}.sql",
                 &sql::settings_digest(&set)?[..12]
             ),
         ]

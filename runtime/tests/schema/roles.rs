@@ -85,17 +85,16 @@ impl Logins {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_role_does_its_job_and_is_refused_the_rest() -> TestResult {
+/// Runs `work` on a fresh database with a login per role, then drops the logins, also after a
+/// failed assertion: the work runs in its own task, and roles outlive the test's database.
+pub(crate) async fn with_logins<F, Fut>(work: F) -> TestResult
+where
+    F: FnOnce(PgPool, Logins) -> Fut + Send + 'static,
+    Fut: Future<Output = TestResult> + Send + 'static,
+{
     with_database(|admin| async move {
         let logins = Logins::create(&admin).await?;
-        // The jobs in their own task, so the logins are dropped after a failed assertion too
-        // (roles outlive the test's database).
-        let outcome = tokio::spawn({
-            let (admin, logins) = (admin.clone(), logins.clone());
-            async move { jobs(&admin, &logins).await }
-        })
-        .await;
+        let outcome = tokio::spawn(work(admin.clone(), logins.clone())).await;
         logins.drop(&admin).await?;
         match outcome {
             Ok(result) => result,
@@ -104,6 +103,11 @@ async fn each_role_does_its_job_and_is_refused_the_rest() -> TestResult {
         }
     })
     .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_role_does_its_job_and_is_refused_the_rest() -> TestResult {
+    with_logins(|admin, logins| async move { jobs(&admin, &logins).await }).await
 }
 
 /// Whether `error` is the database's refusal of a privilege or of a row-level security

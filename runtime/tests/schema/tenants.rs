@@ -15,8 +15,8 @@ use evc_runtime::{
 use sqlx::postgres::PgPool;
 use uuid::Uuid;
 
-use crate::roles::{Logins, denied};
-use crate::support::{self, DISPATCH_REGISTRY, TRACE_ID, TestResult, with_database};
+use crate::roles::{Logins, denied, with_logins};
+use crate::support::{self, DISPATCH_REGISTRY, TRACE_ID, TestResult};
 
 const CONSUMER: &str = "d.unordered";
 
@@ -29,21 +29,7 @@ const TENANT_REGISTRY: Registry = Registry {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_tenant_sees_and_touches_only_its_own_rows() -> TestResult {
-    with_database(|admin| async move {
-        let logins = Logins::create(&admin).await?;
-        let outcome = tokio::spawn({
-            let (admin, logins) = (admin.clone(), logins.clone());
-            async move { two_tenants(&admin, &logins).await }
-        })
-        .await;
-        logins.drop(&admin).await?;
-        match outcome {
-            Ok(result) => result,
-            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-            Err(error) => Err(error.into()),
-        }
-    })
-    .await
+    with_logins(|admin, logins| async move { two_tenants(&admin, &logins).await }).await
 }
 
 /// Whether row-level security is enabled and forced on `evc_events` and `evc_delivery_attempts`.
@@ -75,6 +61,19 @@ async fn append(
     let receipts = store.append_batch(&mut tx, batch).await?;
     tx.commit().await?;
     Ok(receipts.into_iter().map(|r| r.event_id).collect())
+}
+
+/// [`CONSUMER`]'s pending and dead deliveries in the status report `reader` reads.
+async fn pending_and_dead(
+    reader: &Console,
+) -> Result<(i64, i64), Box<dyn std::error::Error + Send + Sync>> {
+    let status = reader.status(Duration::from_secs(3600)).await?;
+    let consumer = status
+        .consumers
+        .iter()
+        .find(|c| c.consumer == CONSUMER)
+        .ok_or("no status row")?;
+    Ok((consumer.pending, consumer.dead))
 }
 
 async fn two_tenants(admin: &PgPool, logins: &Logins) -> TestResult {
@@ -168,13 +167,7 @@ async fn two_tenants(admin: &PgPool, logins: &Logins) -> TestResult {
     // Each tenant's reader: status, dead letters and the timeline of the trace every event
     // shares hold its own tenant's rows only.
     let acme_reader = Console::connect(pool(Role::Reader, Some(&acme)).await?).await?;
-    let status = acme_reader.status(Duration::from_secs(3600)).await?;
-    let consumer = status
-        .consumers
-        .iter()
-        .find(|c| c.consumer == CONSUMER)
-        .ok_or("no status row")?;
-    assert_eq!((consumer.pending, consumer.dead), (0, 2));
+    assert_eq!(pending_and_dead(&acme_reader).await?, (0, 2));
     let dead: BTreeSet<Uuid> = acme_reader
         .dead_letters(&everything)
         .await?
@@ -190,13 +183,7 @@ async fn two_tenants(admin: &PgPool, logins: &Logins) -> TestResult {
         .collect();
     assert_eq!(seen, acme_events);
     let bolt_reader = Console::connect(pool(Role::Reader, Some(&bolt)).await?).await?;
-    let status = bolt_reader.status(Duration::from_secs(3600)).await?;
-    let consumer = status
-        .consumers
-        .iter()
-        .find(|c| c.consumer == CONSUMER)
-        .ok_or("no status row")?;
-    assert_eq!((consumer.pending, consumer.dead), (1, 1));
+    assert_eq!(pending_and_dead(&bolt_reader).await?, (1, 1));
 
     // A replay for acme, proposed and applied by acme's operator and approver, replays acme's
     // two dead deliveries and leaves bolt's where it was.

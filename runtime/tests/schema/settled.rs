@@ -1,0 +1,113 @@
+//! Settled deliveries on PostgreSQL (the twelfth step): a dead, quarantined, replayed or
+//! discarded delivery leaves its status only through a replay or discard applied with its audit
+//! row, and its row only through a retention purge. The dispatcher's and the approver's grants
+//! let them update deliveries; here each tries, with hand-written SQL as a compromised process
+//! would, to bring dead letters back or make them vanish without a plan or an audit row, and the
+//! database refuses. The store's own replay then goes through.
+
+use std::time::Duration;
+
+use evc_runtime::{
+    Console, FailureClass, PgStore, ReplayApproval, ReplaySelection, RetryDecision, Role, Store,
+};
+use sqlx::postgres::PgPool;
+
+use crate::roles::{Logins, with_logins};
+use crate::support::{self, DISPATCH_REGISTRY, TestResult};
+
+const CONSUMER: &str = "d.unordered";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settled_delivery_moves_only_with_its_audit_row() -> TestResult {
+    with_logins(|admin, logins| async move { moves(&admin, &logins).await }).await
+}
+
+/// Whether `statement` fails with the settled-delivery trigger's `restrict_violation`.
+async fn refused(pool: &PgPool, statement: &'static str) -> bool {
+    match sqlx::raw_sql(statement).execute(pool).await {
+        Err(sqlx::Error::Database(error)) => error.code().as_deref() == Some("23001"),
+        _ => false,
+    }
+}
+
+async fn moves(admin: &PgPool, logins: &Logins) -> TestResult {
+    support::deploy(admin, CONSUMER, "^1").await?;
+    let producer = PgStore::new(
+        logins.pool_for(admin, Role::Producer, None).await?,
+        DISPATCH_REGISTRY,
+    )?;
+    support::append_notes(&producer, 2, 2).await?;
+    let dispatcher_pool = logins.pool_for(admin, Role::Dispatcher, None).await?;
+    let dispatcher = PgStore::new(dispatcher_pool.clone(), DISPATCH_REGISTRY)?;
+    let lease = Duration::from_secs(30);
+    let claimed = support::claim(&dispatcher, CONSUMER, "w/1", 2, lease, false).await?;
+    assert_eq!(claimed.len(), 2);
+    for claimed in &claimed {
+        dispatcher
+            .fail(
+                &claimed.lease,
+                FailureClass::Permanent,
+                "boom",
+                RetryDecision::Dead,
+            )
+            .await?;
+    }
+
+    // The dispatcher may update and delete deliveries, but not settled ones.
+    assert!(
+        refused(
+            &dispatcher_pool,
+            "UPDATE evc_deliveries SET status = 'pending' WHERE status = 'dead'"
+        )
+        .await
+    );
+    assert!(
+        refused(
+            &dispatcher_pool,
+            "DELETE FROM evc_deliveries WHERE status = 'dead'"
+        )
+        .await
+    );
+    // The approver may set a status, but not without the replay or discard it belongs to.
+    let approver_pool = logins.pool_for(admin, Role::Approver, None).await?;
+    assert!(
+        refused(
+            &approver_pool,
+            "UPDATE evc_deliveries SET status = 'replayed' WHERE status = 'dead'"
+        )
+        .await
+    );
+    assert!(
+        refused(
+            &approver_pool,
+            "UPDATE evc_deliveries SET status = 'discarded' WHERE status = 'dead'"
+        )
+        .await
+    );
+    let reader = Console::connect(logins.pool_for(admin, Role::Reader, None).await?).await?;
+    let all = ReplaySelection::consumer(CONSUMER);
+    assert_eq!(reader.dead_letters(&all).await?.len(), 2);
+
+    // The store's replay, proposed by one login and applied by another, goes through.
+    let operator = Console::connect(logins.pool_for(admin, Role::Operator, None).await?).await?;
+    let proposed = operator.propose_replay(&all, "alice").await?;
+    let approval = ReplayApproval::new(
+        &proposed.plan.digest,
+        "fixed in 1.4.2",
+        "CHG-7",
+        "r-1",
+        "bob",
+    );
+    let approver = Console::connect(approver_pool.clone()).await?;
+    assert_eq!(approver.replay(&all, &approval).await?.deliveries, 2);
+    assert!(reader.dead_letters(&all).await?.is_empty());
+    // And what it replayed stays replayed.
+    assert!(
+        refused(
+            &dispatcher_pool,
+            "UPDATE evc_deliveries SET status = 'dead' WHERE status = 'replayed'"
+        )
+        .await
+    );
+    Ok(())
+}
