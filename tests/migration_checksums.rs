@@ -66,7 +66,7 @@ const SHIPPED: [(&str, &str); 15] = [
     ),
     (
         "0015_evc_runtime_v12.sql",
-        "91d8e5cb50561a747fe1d70c887cdf25d9cd2b823c0aa04d4073f13ba1c42f66",
+        "61a398415921c1b0172d0fe380d01094b5c53ea61da1013a9e3c3323a7d9a269",
     ),
 ];
 

@@ -36,7 +36,7 @@ async fn moves(admin: &PgPool, logins: &Logins) -> TestResult {
         logins.pool_for(admin, Role::Producer, None).await?,
         DISPATCH_REGISTRY,
     )?;
-    support::append_notes(&producer, 2, 2).await?;
+    support::append_notes(&producer, 3, 3).await?;
     let dispatcher_pool = logins.pool_for(admin, Role::Dispatcher, None).await?;
     let dispatcher = PgStore::new(dispatcher_pool.clone(), DISPATCH_REGISTRY)?;
     let lease = Duration::from_secs(30);
@@ -68,6 +68,19 @@ async fn moves(admin: &PgPool, logins: &Logins) -> TestResult {
         )
         .await
     );
+    // Nor hide them under another consumer or generation, nor deliver them again as a new
+    // generation, nor mark a pending one discarded.
+    for statement in [
+        "UPDATE evc_deliveries SET consumer = 'ghost' WHERE status = 'dead'",
+        "UPDATE evc_deliveries SET generation = 7 WHERE status = 'dead'",
+        "INSERT INTO evc_deliveries (event_id, consumer, generation, event_seq, status) \
+         SELECT event_id, consumer, 1, event_seq, 'pending' FROM evc_deliveries \
+         WHERE status = 'dead'",
+        "UPDATE evc_deliveries SET status = 'discarded' \
+         WHERE status = 'pending' AND consumer = 'd.unordered'",
+    ] {
+        assert!(refused(&dispatcher_pool, statement).await, "{statement}");
+    }
     // The approver may set a status, but not without the replay or discard it belongs to.
     let approver_pool = logins.pool_for(admin, Role::Approver, None).await?;
     assert!(
@@ -101,6 +114,25 @@ async fn moves(admin: &PgPool, logins: &Logins) -> TestResult {
     let approver = Console::connect(approver_pool.clone()).await?;
     assert_eq!(approver.replay(&all, &approval).await?.deliveries, 2);
     assert!(reader.dead_letters(&all).await?.is_empty());
+    // A replay's transaction is the one that wrote it, whatever the insert says.
+    let mut tx = admin.begin().await?;
+    sqlx::raw_sql(
+        "INSERT INTO evc_plans (kind, consumer, plan_digest, deliveries, planned_by) \
+         VALUES ('replay', 'd.unordered', 'd', 1, 'carol')",
+    )
+    .execute(&mut *tx)
+    .await?;
+    let (planted, current): (Option<i64>, i64) = sqlx::query_as(
+        "WITH r AS (INSERT INTO evc_replays (consumer, plan_digest, reason, approval_ref, \
+             idempotency_key, deliveries, plan_id, approved_by, txid) \
+         SELECT 'd.unordered', 'd', 'test', 'CHG-9', 'r-9', 1, max(id), 'dave', 42 \
+         FROM evc_plans RETURNING txid) \
+         SELECT (SELECT txid FROM r), txid_current()",
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.rollback().await?;
+    assert_eq!(planted, Some(current));
     // And what it replayed stays replayed.
     assert!(
         refused(

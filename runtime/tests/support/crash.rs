@@ -248,13 +248,13 @@ impl<S: CrashStore> DynHandler<S> for Effects {
     }
 }
 
-/// Counts its calls and records each ([`CrashStore::record_call`]); the transactional kind
-/// writes the idempotent effect on its transaction, the leased kind only `with_effects`. After
-/// `stop_after` calls, leased handlers block forever (the run is then killed mid-way); the
-/// first to block signals `stuck`.
 /// Handler calls between two `progress` signals of a [`Counting`] handler that will block.
 const PROGRESS_EVERY: u64 = 50;
 
+/// Counts its calls and records each ([`CrashStore::record_call`]); the transactional kind
+/// writes the idempotent effect on its transaction, the leased kind only `with_effects`. After
+/// `stop_after` calls, leased handlers block forever (the run is then killed mid-way); the
+/// first to block signals `stuck`, and until then every 50th call signals `progress`.
 pub struct Counting {
     /// Handler calls so far.
     pub calls: Arc<AtomicU64>,
@@ -549,12 +549,16 @@ impl ChildProcess {
     }
 
     /// Waits until `n` signals `point` were read, as long as the child keeps signalling: fails
-    /// if the child exits first, or sends no signal at all for `stall` (a hang, however slow
-    /// the machine).
+    /// if the child exits first, sends no signal at all for `stall` (a hang, however slow the
+    /// machine), or never gets there in fifteen minutes (a loop that keeps signalling).
     pub async fn wait_for_progress(&mut self, point: &str, n: u64, stall: Duration) -> TestResult {
+        let start = Instant::now();
         let mut seen = self.signals_seen();
         let mut since = Instant::now();
         while (self.signals(point).len() as u64) < n {
+            if start.elapsed() > Duration::from_secs(900) {
+                return Err(format!("no {point} signal in {:?}", start.elapsed()).into());
+            }
             if let Some(status) = self.child.try_wait()? {
                 return Err(format!("{} exited ({status}) before {point}", self.role).into());
             }

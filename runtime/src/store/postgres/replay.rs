@@ -240,6 +240,13 @@ pub(crate) async fn apply(
         .await?;
     let ids: Vec<Uuid> = plan.deliveries.iter().map(|d| d.event_id).collect();
     let generations: Vec<i32> = plan.deliveries.iter().map(|d| d.generation).collect();
+    sqlx::query(sql::RECORD_REPLAY_ITEMS)
+        .bind(replay_id)
+        .bind(&selection.consumer)
+        .bind(&ids)
+        .bind(&generations)
+        .execute(&mut *tx)
+        .await?;
     let row = sqlx::query(sql::APPLY_REPLAY)
         .bind(replay_id)
         .bind(&selection.consumer)

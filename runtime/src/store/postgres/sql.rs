@@ -1056,12 +1056,27 @@ VALUES ($1, $2, $3, $4, now(), jsonb_build_object('planned', $5::int4, 'replayed
     $6, $7, $8)
 RETURNING id";
 
+/// Records what replay `$1` re-delivers: one `evc_replay_items` row per settled delivery of
+/// consumer `$2` named by parallel arrays `$3` event ids and `$4` generations (locked by
+/// [`SETTLED_DELIVERIES_LOCKED`]), with the status it leaves and its event's version. Runs before
+/// [`APPLY_REPLAY`], whose status change the database admits only for a delivery with an item of
+/// a replay of this transaction (docs/runtime.md, "Settled deliveries").
+pub(crate) const RECORD_REPLAY_ITEMS: &str = "\
+INSERT INTO evc_replay_items (replay_id, event_id, consumer, generation, replayed_from,
+    schema_version)
+SELECT $1, d.event_id, d.consumer, d.generation, d.status, e.schema_version
+FROM evc_deliveries d
+JOIN UNNEST($3::uuid[], $4::int4[]) AS r (event_id, generation)
+    ON d.event_id = r.event_id AND d.generation = r.generation
+JOIN evc_events e ON e.event_id = d.event_id
+WHERE d.consumer = $2 AND d.status IN ('dead', 'quarantined')";
+
 /// Applies replay `$1` to consumer `$2`'s settled deliveries named by parallel arrays `$3`
-/// event ids and `$4` generations (locked by [`SETTLED_DELIVERIES_LOCKED`]): each original
-/// becomes `replayed`, gets its `evc_replay_items` row (the status it left and its event's
-/// version), and a next generation is written `pending`, due now, with no attempt counted, the
-/// original's fencing token (so no token of the original is ever current again) and the
-/// replay's id. Returns the number of new deliveries.
+/// event ids and `$4` generations (locked by [`SETTLED_DELIVERIES_LOCKED`], their items
+/// recorded by [`RECORD_REPLAY_ITEMS`]): each original becomes `replayed`, and a next
+/// generation is written `pending`, due now, with no attempt counted, the original's fencing
+/// token (so no token of the original is ever current again) and the replay's id. Returns the
+/// number of new deliveries.
 pub(crate) const APPLY_REPLAY: &str = "\
 WITH p AS (
     SELECT d.ctid, d.event_id, d.consumer, d.generation, d.status, d.event_seq, d.order_key,
@@ -1074,12 +1089,6 @@ WITH p AS (
     UPDATE evc_deliveries d SET status = 'replayed', updated_at = now()
     FROM p WHERE d.ctid = p.ctid
     RETURNING 1
-), i AS (
-    INSERT INTO evc_replay_items (replay_id, event_id, consumer, generation, replayed_from,
-        schema_version)
-    SELECT $1, p.event_id, p.consumer, p.generation, p.status, e.schema_version
-    FROM p JOIN evc_events e ON e.event_id = p.event_id
-    RETURNING 1
 ), n AS (
     INSERT INTO evc_deliveries (event_id, consumer, generation, event_seq, order_key, status,
         attempt, next_attempt_at, fencing_token, replay_id, tenant_scope)
@@ -1088,8 +1097,7 @@ WITH p AS (
     FROM p
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM n) AS created, (SELECT count(*) FROM o) AS superseded,
-    (SELECT count(*) FROM i) AS items";
+SELECT (SELECT count(*) FROM n) AS created, (SELECT count(*) FROM o) AS superseded";
 
 /// Serializes discards that present idempotency key `$1` (transaction-scoped; apart from
 /// replays' keys).
