@@ -84,16 +84,7 @@ pub(crate) async fn state_of(
         .bind(consumer)
         .fetch_one(pool)
         .await?;
-    let mode: Option<String> = row.try_get("mode")?;
-    Ok(ConsumerState {
-        consumer: consumer.to_owned(),
-        paused: row.try_get("paused")?,
-        // The table's CHECK allows only the three keywords.
-        mode: mode.map_or(declared, |mode| {
-            ConsumerMode::parse(&mode).unwrap_or(ConsumerMode::Off)
-        }),
-        revision: row.try_get("revision")?,
-    })
+    state(consumer, &row, declared)
 }
 
 /// The one tenant the sessions of `pool` work for, if they work for one (`evc.tenant`; not
@@ -141,7 +132,7 @@ pub(crate) async fn change_state_of(
         .bind(declared.as_str())
         .fetch_one(pool)
         .await?;
-    let changed = state(consumer, &row)?;
+    let changed = state(consumer, &row, declared)?;
     tracing::info!(
         consumer,
         paused = changed.paused,
@@ -152,13 +143,21 @@ pub(crate) async fn change_state_of(
     Ok(changed)
 }
 
-fn state(consumer: &str, row: &sqlx::postgres::PgRow) -> Result<ConsumerState, DispatchError> {
-    let mode: String = row.try_get("mode")?;
+/// A consumer state row (`paused`, `mode`, `revision`); a NULL mode is the contract's,
+/// `declared`.
+fn state(
+    consumer: &str,
+    row: &sqlx::postgres::PgRow,
+    declared: ConsumerMode,
+) -> Result<ConsumerState, DispatchError> {
+    let mode: Option<String> = row.try_get("mode")?;
     Ok(ConsumerState {
         consumer: consumer.to_owned(),
         paused: row.try_get("paused")?,
         // The table's CHECK allows only the three keywords.
-        mode: ConsumerMode::parse(&mode).unwrap_or(ConsumerMode::Off),
+        mode: mode.map_or(declared, |mode| {
+            ConsumerMode::parse(&mode).unwrap_or(ConsumerMode::Off)
+        }),
         revision: row.try_get("revision")?,
     })
 }

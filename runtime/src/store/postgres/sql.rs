@@ -264,6 +264,28 @@ FROM evc_retry_policies ORDER BY name";
 // leases).
 // ---------------------------------------------------------------------------------------------
 
+/// The claim statements' test that consumer `$1` may be claimed for the delivery row `$row`:
+/// not paused and not `off` in `evc_consumer_state`, and not paused for the row's tenant in
+/// `evc_tenant_pauses`. The first tenant test, uncorrelated, is evaluated once per statement,
+/// so the per-row test runs only while the consumer is paused for some tenant.
+macro_rules! claimable {
+    ($row:literal) => {
+        concat!(
+            "NOT EXISTS (
+            SELECT 1 FROM evc_consumer_state s
+            WHERE s.consumer = $1 AND (s.paused OR s.mode = 'off')
+        )
+        AND (NOT EXISTS (SELECT 1 FROM evc_tenant_pauses p WHERE p.consumer = $1)
+            OR NOT EXISTS (
+                SELECT 1 FROM evc_tenant_pauses p
+                WHERE p.consumer = $1 AND p.tenant_scope = ",
+            $row,
+            ".tenant_scope
+            ))"
+        )
+    };
+}
+
 /// The end every claim statement shares: its claimed rows `d` joined with their events, in
 /// `event_seq` order (what `dispatch::claimed` reads).
 macro_rules! claimed_rows {
@@ -317,10 +339,8 @@ pub(crate) fn with_batch(statement: &str, batch: u32) -> String {
 /// Claims up to a batch ([`with_batch`]) of due deliveries of consumer `$1` that need no
 /// per-key ordering and come after `event_seq` `$4` (0: from the head; the dispatcher's claim
 /// cursor), oldest first, in one statement (nothing while the consumer is paused or its mode is
-/// `off` in `evc_consumer_state`, none of a tenant it is paused for in `evc_tenant_pauses`; the
-/// first test, uncorrelated, is evaluated once per statement, so the per-row test runs only
-/// while some tenant is paused): locks them (`SKIP LOCKED`, so concurrent claimers take
-/// disjoint rows), leases them to owner `$2` until now + `$3` milliseconds, counts the attempt
+/// `off`, none of a tenant it is paused for: `claimable!`): locks them (`SKIP LOCKED`, so
+/// concurrent claimers take disjoint rows), leases them to owner `$2` until now + `$3` milliseconds, counts the attempt
 /// and raises the fencing token. Returns the leases joined with their events, in `event_seq`
 /// order.
 pub(crate) const CLAIM_BATCH: &str = concat!(
@@ -329,15 +349,9 @@ WITH c AS (
     SELECT ctid FROM evc_deliveries
     WHERE consumer = $1 AND status = 'pending' AND next_attempt_at <= now()
         AND event_seq > $4
-        AND NOT EXISTS (
-            SELECT 1 FROM evc_consumer_state s
-            WHERE s.consumer = $1 AND (s.paused OR s.mode = 'off')
-        )
-        AND (NOT EXISTS (SELECT 1 FROM evc_tenant_pauses p WHERE p.consumer = $1)
-            OR NOT EXISTS (
-                SELECT 1 FROM evc_tenant_pauses p
-                WHERE p.consumer = $1 AND p.tenant_scope = evc_deliveries.tenant_scope
-            ))
+        AND ",
+    claimable!("evc_deliveries"),
+    "
     ORDER BY event_seq
     LIMIT $batch
     FOR UPDATE SKIP LOCKED
@@ -372,18 +386,13 @@ WITH c AS (
 /// The head predicate is evaluated on this statement's snapshot, which may predate a
 /// concurrent claim of the same key; step 2 re-checks it on a snapshot taken after the key's
 /// advisory lock was granted (docs/runtime.md, "At most one in flight per key").
-pub(crate) const CLAIM_KEY_HEADS_LOCK: &str = "\
+pub(crate) const CLAIM_KEY_HEADS_LOCK: &str = concat!(
+    "\
 SELECT d.event_id FROM evc_deliveries d
 WHERE d.consumer = $1 AND d.status = 'pending' AND d.next_attempt_at <= now()
-    AND NOT EXISTS (
-        SELECT 1 FROM evc_consumer_state s
-        WHERE s.consumer = $1 AND (s.paused OR s.mode = 'off')
-    )
-    AND (NOT EXISTS (SELECT 1 FROM evc_tenant_pauses p WHERE p.consumer = $1)
-        OR NOT EXISTS (
-            SELECT 1 FROM evc_tenant_pauses p
-            WHERE p.consumer = $1 AND p.tenant_scope = d.tenant_scope
-        ))
+    AND ",
+    claimable!("d"),
+    "
     AND CASE
         WHEN EXISTS (
             SELECT 1 FROM evc_deliveries p
@@ -398,7 +407,8 @@ WHERE d.consumer = $1 AND d.status = 'pending' AND d.next_attempt_at <= now()
         ELSE pg_try_advisory_xact_lock(hashtext($1), hashtext(d.order_key))
     END
 ORDER BY d.event_seq
-LIMIT $batch";
+LIMIT $batch"
+);
 
 /// Step 2 of a per-key claim: leases the candidates `$2` (event ids, key-locked by step 1) of consumer `$1` to owner `$3` until now + `$4` milliseconds, re-checking the head
 /// predicate on this statement's fresh snapshot; counts the attempt and raises the fencing
@@ -440,15 +450,9 @@ WITH d AS (
     FROM evc_deliveries
     WHERE consumer = $1 AND status = 'pending' AND next_attempt_at <= now()
         AND event_seq > $2
-        AND NOT EXISTS (
-            SELECT 1 FROM evc_consumer_state s
-            WHERE s.consumer = $1 AND (s.paused OR s.mode = 'off')
-        )
-        AND (NOT EXISTS (SELECT 1 FROM evc_tenant_pauses p WHERE p.consumer = $1)
-            OR NOT EXISTS (
-                SELECT 1 FROM evc_tenant_pauses p
-                WHERE p.consumer = $1 AND p.tenant_scope = evc_deliveries.tenant_scope
-            ))
+        AND ",
+    claimable!("evc_deliveries"),
+    "
     ORDER BY event_seq
     LIMIT $batch
     FOR UPDATE SKIP LOCKED
