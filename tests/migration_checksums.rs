@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 15] = [
+const SHIPPED: [(&str, &str); 16] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -67,6 +67,10 @@ const SHIPPED: [(&str, &str); 15] = [
     (
         "0015_evc_runtime_v12.sql",
         "61a398415921c1b0172d0fe380d01094b5c53ea61da1013a9e3c3323a7d9a269",
+    ),
+    (
+        "0016_evc_runtime_v13.sql",
+        "40c76c3d3f4554be3370d13594967f9df08547f4db77442c0d6b01c70e1c2840",
     ),
 ];
 

@@ -105,6 +105,16 @@ mod lifecycle {
         dead_lettering_appends_job_dead_lettered,
         a_replay_appends_scheduled_then_its_end,
     );
+
+    /// Where every event needs a tenant, with [`support::LIFECYCLE_TENANT_REGISTRY`].
+    mod tenants {
+        use super::*;
+
+        conformance!(
+            crate::support::LIFECYCLE_TENANT_REGISTRY =>
+            a_replay_of_one_tenant_appends_its_events_in_that_tenant,
+        );
+    }
 }
 
 /// A `test.note` whose key is number `key`.
@@ -666,15 +676,7 @@ async fn a_replay_appends_scheduled_then_its_end<S: Conformance>(store: S) -> Te
                 .await
         }
     };
-    let replay = |key: &'static str| {
-        let store = &store;
-        async move {
-            let selection = ReplaySelection::consumer(LEASED).statuses([SettledStatus::Dead]);
-            let plan = store.propose_replay(&selection, "alice").await?.plan;
-            let approval = ReplayApproval::new(plan.digest, "fixed the bug", "CHG-1", key, "bob");
-            Ok::<_, BoxError>(store.replay(&selection, &approval).await?.deliveries)
-        }
-    };
+    let replay = |key: &'static str| replay_dead(&store, LEASED, key);
 
     committed(&store, vec![note(1), note(2)]).await?;
     for claimed in claim(&store, LEASED, "w1", 10, LEASE, false).await? {
@@ -707,6 +709,90 @@ async fn a_replay_appends_scheduled_then_its_end<S: Conformance>(store: S) -> Te
         ),
         (2, 1, 1)
     );
+    Ok(())
+}
+
+/// Proposes (alice) and applies (bob) a replay of `consumer`'s dead deliveries under
+/// idempotency key `key`; the deliveries it made.
+async fn replay_dead<S: Conformance>(
+    store: &S,
+    consumer: &str,
+    key: &str,
+) -> Result<u64, BoxError> {
+    let selection = ReplaySelection::consumer(consumer).statuses([SettledStatus::Dead]);
+    let plan = store.propose_replay(&selection, "alice").await?.plan;
+    let approval = ReplayApproval::new(plan.digest, "fixed the bug", "CHG-1", key, "bob");
+    Ok(store.replay(&selection, &approval).await?.deliveries)
+}
+
+/// Where the registry requires a tenant scope, a replay of one tenant's events appends
+/// `dlq_replay.scheduled` and its end in that tenant; a replay of several tenants' events has
+/// no tenant to give them, so the registry refuses them (logged) and the replay stands.
+async fn a_replay_of_one_tenant_appends_its_events_in_that_tenant<S: Conformance>(
+    store: S,
+) -> TestResult {
+    use evc_runtime::{REPLAY_COMPLETED, REPLAY_SCHEDULED};
+    const LEASED: &str = "d.leased";
+    store.deploy_replayable(LEASED).await?;
+    let count = |kind: &'static str| {
+        let store = &store;
+        async move { store.count_events(&[kind]).await }
+    };
+    let dead_in = |tenants: &'static [&'static str]| {
+        let store = &store;
+        async move {
+            let mut tx = store.begin().await?;
+            for (key, tenant) in (1..).zip(tenants) {
+                let options = AppendOptions::new().tenant_scope(*tenant);
+                store.append(&mut *tx, note(key), options).await?;
+            }
+            tx.commit().await?;
+            for claimed in claim(store, LEASED, "w1", 10, LEASE, false).await? {
+                store
+                    .fail(
+                        &claimed.lease,
+                        FailureClass::Permanent,
+                        "bad",
+                        RetryDecision::Dead,
+                    )
+                    .await?;
+            }
+            Ok::<_, BoxError>(())
+        }
+    };
+    let replay = |key: &'static str| replay_dead(&store, LEASED, key);
+
+    dead_in(&["acme", "acme"]).await?;
+    assert_eq!(replay("replay-1").await?, 2);
+    assert_eq!(count(REPLAY_SCHEDULED).await?, 1, "{}", S::NAME);
+    let scheduled = claim(&store, "ops.replays", "w9", 10, LEASE, false).await?;
+    assert_eq!(scheduled.len(), 1, "{}", S::NAME);
+    let event = store
+        .event(scheduled[0].lease.event_id)
+        .await?
+        .ok_or("the scheduled event")?;
+    assert_eq!(event.tenant_scope.as_deref(), Some("acme"), "{}", S::NAME);
+    for claimed in claim(&store, LEASED, "w2", 10, LEASE, false).await? {
+        ack(&store, &claimed.lease).await?;
+    }
+    assert_eq!(count(REPLAY_COMPLETED).await?, 1, "{}", S::NAME);
+
+    // Two tenants in one replay: the replay is applied, its events are not.
+    dead_in(&["acme", "bolt"]).await?;
+    assert_eq!(replay("replay-2").await?, 2);
+    for claimed in claim(&store, LEASED, "w3", 10, LEASE, false).await? {
+        ack(&store, &claimed.lease).await?;
+    }
+    assert_eq!(
+        (
+            count(REPLAY_SCHEDULED).await?,
+            count(REPLAY_COMPLETED).await?
+        ),
+        (1, 1),
+        "{}",
+        S::NAME
+    );
+    assert_eq!(store.replays(10).await?.len(), 2, "{}", S::NAME);
     Ok(())
 }
 

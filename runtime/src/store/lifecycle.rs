@@ -250,13 +250,15 @@ pub(in crate::store) fn dead_lettered(source: Source, dead: DeadLetter<'_>) -> O
 
 /// The `dlq_replay.scheduled` event of replay `replay_id` (`evc_replays.id`): its consumer,
 /// the deliveries it queued (`jobs`, due now: `scheduled_for` is the apply's time, `now`), and
-/// who requested it.
+/// who requested it; in `tenant_scope`, the tenant of the replayed events when they share one
+/// (the stores' `REPLAY_TENANT`).
 pub(in crate::store) fn replay_scheduled(
     replay_id: i64,
     consumer: &str,
     jobs: i64,
     requested_by: Uuid,
     now: String,
+    tenant_scope: Option<String>,
 ) -> Lifecycle {
     let mut payload = Map::new();
     payload.insert(
@@ -267,11 +269,13 @@ pub(in crate::store) fn replay_scheduled(
     payload.insert("job_count".into(), jobs.into());
     payload.insert("requested_by_id".into(), requested_by.to_string().into());
     payload.insert("scheduled_for".into(), now.into());
+    // A registry that requires a tenant scope refuses a replay's events without one; a replay
+    // of several tenants' events (applied in an all-tenant scope) has none to give.
     Lifecycle {
         payload,
         trace: None,
         causation_id: None,
-        tenant_scope: None,
+        tenant_scope,
         idempotency_key: None,
     }
 }
@@ -285,6 +289,8 @@ pub(in crate::store) struct ReplayProgress {
     pub(in crate::store) failed: i64,
     pub(in crate::store) quarantined: i64,
     pub(in crate::store) now: String,
+    /// The tenant of the replayed events when they share one.
+    pub(in crate::store) tenant_scope: Option<String>,
 }
 
 /// The event that ends replay `id` and its type (`dlq_replay.completed` when every replayed
@@ -320,7 +326,7 @@ pub(in crate::store) fn replay_ended(
         payload,
         trace: None,
         causation_id: None,
-        tenant_scope: None,
+        tenant_scope: progress.tenant_scope,
         idempotency_key: Some(format!("evc:replay:{id}:end")),
     };
     Some((name, event))

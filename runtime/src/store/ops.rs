@@ -482,6 +482,15 @@ pub enum ReplayError {
         /// The digest presented.
         digest: String,
     },
+    /// Every plan of the digest proposed by someone else than the approver was applied
+    /// already: a plan is one decision, applied once. Apply a new proposal.
+    #[error(
+        "plan {plan_id} was applied already; propose the plan again to apply it again (evc replay --propose, evc dlq discard --propose)"
+    )]
+    PlanApplied {
+        /// The plan applied last (`evc_plans.id`).
+        plan_id: i64,
+    },
     /// The approver is the only person who proposed the plan: the two-person rule needs a
     /// second person.
     #[error(
@@ -726,17 +735,35 @@ pub(crate) fn same_person(a: &str, b: &str) -> bool {
         .eq_ignore_ascii_case(b.trim_matches(' '))
 }
 
+/// A recorded plan of an approval's consumer and digest, as the stores read it.
+pub(crate) struct Proposal {
+    /// `evc_plans.id`.
+    pub(crate) id: i64,
+    /// Who proposed it.
+    pub(crate) planned_by: String,
+    /// Whether an apply took it already: a plan is applied once.
+    pub(crate) applied: bool,
+}
+
 /// The id of the recorded plan an approval applies: of the `proposals` of its consumer and
-/// digest (id and planner, oldest first), the oldest proposed by someone else than the approver.
+/// digest (oldest first), the oldest not applied yet and proposed by someone else than the
+/// approver. A plan is one decision: once applied, it is not applied again.
 pub(crate) fn proposal_for(
-    proposals: &[(i64, String)],
+    proposals: &[Proposal],
     approval: &ReplayApproval,
 ) -> Result<i64, ReplayError> {
-    if let Some((id, _)) = proposals
-        .iter()
-        .find(|(_, planner)| !same_person(planner, &approval.approved_by))
-    {
-        return Ok(*id);
+    let others = || {
+        proposals
+            .iter()
+            .filter(|proposal| !same_person(&proposal.planned_by, &approval.approved_by))
+    };
+    if let Some(proposal) = others().find(|proposal| !proposal.applied) {
+        return Ok(proposal.id);
+    }
+    if let Some(applied) = others().next_back() {
+        return Err(ReplayError::PlanApplied {
+            plan_id: applied.id,
+        });
     }
     if proposals.is_empty() {
         return Err(ReplayError::PlanNotProposed {
@@ -1032,18 +1059,44 @@ mod tests {
             proposal_for(&[], &approval),
             Err(ReplayError::PlanNotProposed { digest }) if digest == "d"
         ));
+        let plan = |id, planned_by: &str, applied| Proposal {
+            id,
+            planned_by: planned_by.to_owned(),
+            applied,
+        };
         // The same name in another case or with spaces is the same person.
-        let mine = [(1, "alice ".to_owned()), (2, "ALICE".to_owned())];
+        let mine = [plan(1, "alice ", false), plan(2, "ALICE", false)];
         assert!(matches!(
             proposal_for(&mine, &approval),
             Err(ReplayError::SamePerson { person }) if person == "Alice"
         ));
         let both = [
-            (1, "alice".to_owned()),
-            (2, "bob".to_owned()),
-            (3, "carol".to_owned()),
+            plan(1, "alice", false),
+            plan(2, "bob", false),
+            plan(3, "carol", false),
         ];
         assert_eq!(proposal_for(&both, &approval).ok(), Some(2));
+    }
+
+    #[test]
+    fn a_plan_is_applied_once() {
+        let approval = ReplayApproval::new("d", "fixed the bug", "CHG-1", "k", "alice");
+        let plan = |id, planned_by: &str, applied| Proposal {
+            id,
+            planned_by: planned_by.to_owned(),
+            applied,
+        };
+        let later = [plan(1, "bob", true), plan(2, "carol", false)];
+        assert_eq!(proposal_for(&later, &approval).ok(), Some(2));
+        let used = [
+            plan(1, "bob", true),
+            plan(2, "alice", false),
+            plan(3, "carol", true),
+        ];
+        assert!(matches!(
+            proposal_for(&used, &approval),
+            Err(ReplayError::PlanApplied { plan_id: 3 })
+        ));
     }
 
     #[test]

@@ -47,6 +47,7 @@ fn is_runtime_step(name: &str) -> bool {
         sql::RUNTIME_V10_SUFFIX,
         sql::RUNTIME_V11_SUFFIX,
         sql::RUNTIME_V12_SUFFIX,
+        sql::RUNTIME_V13_SUFFIX,
     ]
     .iter()
     .any(|suffix| name.ends_with(suffix))
@@ -82,7 +83,7 @@ async fn apply_all_but(
 /// gives each delivery its event's tenant).
 async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
     let (pool, steps) = apply_all_but(options, is_runtime_step).await?;
-    assert_eq!(steps.len(), 11);
+    assert_eq!(steps.len(), 12);
     sqlx::raw_sql(
         "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, producer_class, \
              idempotency_key, trace_id, parent_span_id, trace_flags, payload, payload_bytes, \
@@ -163,9 +164,10 @@ async fn replay_keys_per_consumer(options: PgConnectOptions) -> TestResult {
             || name.ends_with(sql::RUNTIME_V10_SUFFIX)
             || name.ends_with(sql::RUNTIME_V11_SUFFIX)
             || name.ends_with(sql::RUNTIME_V12_SUFFIX)
+            || name.ends_with(sql::RUNTIME_V13_SUFFIX)
     })
     .await?;
-    assert_eq!(held.len(), 5);
+    assert_eq!(held.len(), 6);
     let eighth = &held[..1];
     sqlx::raw_sql(
         "INSERT INTO evc_replays (id, plan_digest, reason, approval_ref, idempotency_key, \
@@ -238,16 +240,18 @@ async fn the_ninth_step_records_plans_and_needs_a_second_person() -> TestResult 
 
 /// A database on the eighth step with a replay and a discard: the ninth step keeps them as they
 /// are, and from then on the database takes an apply only with a recorded plan of its kind,
-/// consumer and digest, approved by someone other than its planner.
+/// consumer and digest, approved by someone other than its planner; from the thirteenth step
+/// on, only once per plan.
 async fn two_person_rule(options: PgConnectOptions) -> TestResult {
     let (pool, held) = apply_all_but(options, |name| {
         name.ends_with(sql::RUNTIME_V9_SUFFIX)
             || name.ends_with(sql::RUNTIME_V10_SUFFIX)
             || name.ends_with(sql::RUNTIME_V11_SUFFIX)
             || name.ends_with(sql::RUNTIME_V12_SUFFIX)
+            || name.ends_with(sql::RUNTIME_V13_SUFFIX)
     })
     .await?;
-    assert_eq!(held.len(), 4);
+    assert_eq!(held.len(), 5);
     let ninth = &held[..1];
     sqlx::raw_sql(
         "INSERT INTO evc_replays (id, consumer, plan_digest, reason, approval_ref, \
@@ -362,6 +366,69 @@ async fn two_person_rule(options: PgConnectOptions) -> TestResult {
         "her own discard"
     );
     discard(discard_plan, "bob").await?;
+
+    // Before the thirteenth step a login that may insert replays takes an applied plan again
+    // under a new key: an approval of one decision reused for another, with no one proposing.
+    replay(Some(alice), "k-5", Some("bob")).await?;
+
+    // From the thirteenth step on, a plan is applied once, whatever the idempotency key. The
+    // step applies beside the pair that already shares a plan, and runs again as a no-op.
+    for step in held[1..].iter().chain(&held[held.len() - 1..]) {
+        sqlx::raw_sql(AssertSqlSafe(step.contents.clone()))
+            .execute(&pool)
+            .await?;
+    }
+    let refused = replay(Some(alice), "k-6", Some("bob")).await;
+    assert_eq!(
+        refused
+            .as_ref()
+            .err()
+            .and_then(|e| e.as_database_error()?.constraint()),
+        Some("evc_replays_plan_once"),
+        "a replay's plan applied twice: {refused:?}"
+    );
+    // The unique index refuses what the trigger cannot see (an insert not committed yet, a
+    // row of another tenant's scope): here, with the trigger off.
+    let bob = plan("replay", "d2", "bob").await?;
+    replay(Some(bob), "k-7", Some("carol")).await?;
+    let mut tx = pool.begin().await?;
+    sqlx::raw_sql("ALTER TABLE evc_replays DISABLE TRIGGER evc_replays_two_person")
+        .execute(&mut *tx)
+        .await?;
+    let unchecked = sqlx::query(
+        "INSERT INTO evc_replays (consumer, plan_digest, reason, approval_ref, \
+             idempotency_key, deliveries, plan_id, approved_by) \
+         VALUES ('audit', 'd2', 'fixed', 'CHG-8', 'k-8', 1, $1, 'carol')",
+    )
+    .bind(bob)
+    .execute(&mut *tx)
+    .await;
+    assert_eq!(
+        unchecked
+            .as_ref()
+            .err()
+            .and_then(|e| e.as_database_error()?.code())
+            .as_deref(),
+        Some("23505"),
+        "{unchecked:?}"
+    );
+    tx.rollback().await?;
+    let again = |plan_id: i64| {
+        sqlx::query(
+            "INSERT INTO evc_discards (consumer, plan_digest, reason, approval_ref, \
+                 idempotency_key, deliveries, items, plan_id, approved_by) \
+             VALUES ('audit', 'd2', 'poison', 'INC-3', 'd-3', 1, '[]', $1, 'bob')",
+        )
+        .bind(plan_id)
+        .execute(&pool)
+    };
+    assert!(
+        again(discard_plan).await.is_err(),
+        "a discard's plan applied twice"
+    );
+    let carol = plan("replay", "d2", "carol").await?;
+    replay(Some(carol), "k-9", Some("bob")).await?;
+    again(plan("discard", "d2", "carol").await?).await?;
     // Plans are append-only.
     assert!(
         sqlx::query("UPDATE evc_plans SET planned_by = 'bob' WHERE id = $1")
@@ -422,9 +489,10 @@ async fn check(options: PgConnectOptions) -> TestResult {
             "0010_evc_runtime_v10.sql".to_owned(),
             "0011_evc_runtime_v11.sql".to_owned(),
             "0012_evc_runtime_v12.sql".to_owned(),
-            format!("0013_evc_registry_{}.sql", &digest[..12]),
+            "0013_evc_runtime_v13.sql".to_owned(),
+            format!("0014_evc_registry_{}.sql", &digest[..12]),
             format!(
-                "0014_evc_settings_{}.sql",
+                "0015_evc_settings_{}.sql",
                 &sql::settings_digest(&set)?[..12]
             ),
         ]

@@ -3,7 +3,7 @@
 //! scoped per consumer: every replay keeps its row, id and items, the id sequence goes on, and
 //! the table stays append-only. The fifth records proposed plans and refuses a replay without
 //! one, or approved by its proposer (the two-person rule), leaving earlier replays as they
-//! were.
+//! were. The sixth refuses a second apply of one plan.
 
 use std::str::FromStr;
 
@@ -82,7 +82,11 @@ async fn the_replay_keys_step_keeps_every_replay_and_scopes_keys_per_consumer() 
     let location = path.display().to_string();
     assert_eq!(
         SqliteStore::apply_schema(&location).await?,
-        [(4, "evc_replay_keys"), (5, "evc_plans")]
+        [
+            (4, "evc_replay_keys"),
+            (5, "evc_plans"),
+            (6, "evc_plan_once")
+        ]
     );
     assert!(SqliteStore::apply_schema(&location).await?.is_empty());
 
@@ -145,6 +149,24 @@ async fn the_replay_keys_step_keeps_every_replay_and_scopes_keys_per_consumer() 
     // consumer it is refused.
     assert_eq!(insert("k.ordered", Some(2), Some("bob")).await?, 8);
     assert!(insert("k.plain", Some(1), Some("bob")).await.is_err());
+    // A plan is applied once (the sixth step): not again under another key.
+    let reapply = |plan: i64| {
+        sqlx::query(
+            "INSERT INTO evc_replays (consumer, plan_digest, reason, approval_ref, \
+             idempotency_key, deliveries, applied_at, plan_id, approved_by) \
+             VALUES ('k.ordered', 'digest', 'fixed', 'CHG-2', 'k-2', 1, 3.0, ?1, 'bob')",
+        )
+        .bind(plan)
+        .execute(&pool)
+    };
+    assert!(reapply(2).await.is_err(), "a plan applied twice");
+    sqlx::query(
+        "INSERT INTO evc_plans (kind, consumer, plan_digest, deliveries, planned_by, \
+         planned_at) VALUES ('replay', 'k.ordered', 'digest', 1, 'carol', 3.0)",
+    )
+    .execute(&pool)
+    .await?;
+    reapply(3).await?;
     // Plans are append-only.
     assert!(
         sqlx::query("UPDATE evc_plans SET planned_by = 'bob'")

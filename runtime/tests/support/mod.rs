@@ -678,6 +678,28 @@ pub const LIFECYCLE_REGISTRY: Registry = Registry {
     dispatcher: evc_runtime::DispatcherDescriptor::FORMAT_DEFAULTS,
 };
 
+/// [`LIFECYCLE_REGISTRY`] requiring a tenant scope on every event, the lifecycle events
+/// included, with the leased consumer `ops.replays` subscribed to `dlq_replay.scheduled`.
+pub const LIFECYCLE_TENANT_REGISTRY: Registry = Registry {
+    consumers: &[
+        dispatch_consumer("d.leased", HandlerKind::Leased, false),
+        ConsumerDescriptor {
+            subscriptions: &[SubscriptionDescriptor {
+                event: "dlq_replay.scheduled",
+                requirement: "^1",
+                versions: &["1.0.0"],
+            }],
+            ..dispatch_consumer("ops.replays", HandlerKind::Leased, false)
+        },
+        ConsumerDescriptor {
+            subscriptions: DEAD_LETTERED_1,
+            ..dispatch_consumer("ops.watch", HandlerKind::Leased, false)
+        },
+    ],
+    require_tenant_scope: true,
+    ..LIFECYCLE_REGISTRY
+};
+
 // ---------------------------------------------------------------------------------------------
 // Replay and discard tests.
 // ---------------------------------------------------------------------------------------------

@@ -115,7 +115,8 @@ impl PgStore {
         let now: String = row.try_get("now")?;
         let role: String = row.try_get("role")?;
         let requested_by = requested_by.unwrap_or_else(|| role_uuid(&role));
-        let event = replay_scheduled(replay_id, consumer, jobs, requested_by, now);
+        let tenant = replay_tenant(transaction, replay_id).await?;
+        let event = replay_scheduled(replay_id, consumer, jobs, requested_by, now, tenant);
         emit(self, transaction, descriptor, event).await
     }
 
@@ -199,12 +200,18 @@ impl PgStore {
                 continue;
             };
             let replayed: i32 = row.try_get("deliveries")?;
+            let outstanding: i64 = row.try_get("outstanding")?;
             let progress = ReplayProgress {
                 replayed: i64::from(replayed),
-                outstanding: row.try_get("outstanding")?,
+                outstanding,
                 failed: row.try_get("failed")?,
                 quarantined: row.try_get("quarantined")?,
                 now: row.try_get("now")?,
+                tenant_scope: if outstanding > 0 {
+                    None
+                } else {
+                    replay_tenant(connection, id).await?
+                },
             };
             let Some((name, event)) = replay_ended(id, progress) else {
                 continue;
@@ -217,4 +224,15 @@ impl PgStore {
         }
         Ok(())
     }
+}
+
+/// The tenant of replay `replay_id`'s events when they all have the same one.
+async fn replay_tenant(
+    connection: &mut PgConnection,
+    replay_id: i64,
+) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar(sql::REPLAY_TENANT)
+        .bind(replay_id)
+        .fetch_one(connection)
+        .await
 }

@@ -93,8 +93,14 @@ async fn approved_plan(
         .await?;
     let proposals = rows
         .iter()
-        .map(|row| Ok((row.try_get("id")?, row.try_get("planned_by")?)))
-        .collect::<Result<Vec<(i64, String)>, sqlx::Error>>()?;
+        .map(|row| {
+            Ok(ops::Proposal {
+                id: row.try_get("id")?,
+                planned_by: row.try_get("planned_by")?,
+                applied: row.try_get("applied")?,
+            })
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
     ops::proposal_for(&proposals, approval)
 }
 
@@ -237,7 +243,8 @@ pub(crate) async fn apply(
         .bind(plan_id)
         .bind(approval.approved_by.trim())
         .fetch_one(&mut *tx)
-        .await?;
+        .await
+        .map_err(|error| plan_taken(error, plan_id))?;
     let ids: Vec<Uuid> = plan.deliveries.iter().map(|d| d.event_id).collect();
     let generations: Vec<i32> = plan.deliveries.iter().map(|d| d.generation).collect();
     sqlx::query(sql::RECORD_REPLAY_ITEMS)
@@ -428,7 +435,8 @@ pub(crate) async fn discard(
         .bind(plan_id)
         .bind(approval.approved_by.trim())
         .fetch_one(&mut *tx)
-        .await?;
+        .await
+        .map_err(|error| plan_taken(error, plan_id))?;
     let discard_id: i64 = row.try_get("id")?;
     let items: String = row.try_get("items")?;
     if let Some(store) = lifecycle {
@@ -576,6 +584,20 @@ pub(super) struct Discarded<'a> {
     pub(super) discarded_by: String,
     /// When, RFC 3339 UTC.
     pub(super) discarded_at: String,
+}
+
+/// `error`, or [`ReplayError::PlanApplied`] when the database refused the insert because an
+/// earlier replay or discard took plan `plan_id` (the thirteenth step's trigger or index:
+/// an apply of the same plan that committed after this transaction read the plans).
+fn plan_taken(error: sqlx::Error, plan_id: i64) -> ReplayError {
+    let constraint = error.as_database_error().and_then(|e| e.constraint());
+    if matches!(
+        constraint,
+        Some("evc_replays_plan_once" | "evc_discards_plan_once")
+    ) {
+        return ReplayError::PlanApplied { plan_id };
+    }
+    ReplayError::Database(error)
 }
 
 /// The deliveries of an `evc_discards.items` array (written by [`sql::APPLY_DISCARD`]).

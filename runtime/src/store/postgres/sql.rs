@@ -726,6 +726,16 @@ WHERE r.id = $1
 GROUP BY r.deliveries"
 );
 
+/// The tenant scope shared by every event of replay `$1`'s items; NULL when they have none,
+/// several, or some have none.
+pub(crate) const REPLAY_TENANT: &str = "\
+SELECT CASE WHEN count(*) > 0 AND count(e.tenant_scope) = count(*)
+        AND min(e.tenant_scope) = max(e.tenant_scope)
+    THEN min(e.tenant_scope) END AS tenant_scope
+FROM evc_replay_items i
+JOIN evc_events e ON e.event_id = i.event_id
+WHERE i.replay_id = $1";
+
 /// Locks delivery `$1` of consumer `$2` for the rest of the transaction if it is still leased
 /// with token `$3` (the transactional kind's fence, and [`RECORD_EFFECT`]'s). No row: stale.
 pub(crate) const LOCK_LEASE: &str = "\
@@ -1038,12 +1048,15 @@ INSERT INTO evc_plans (kind, consumer, plan_digest, deliveries, planned_by)
 VALUES ($1, $2, $3, $4, $5)
 RETURNING id";
 
-/// The recorded plans of kind `$1`, consumer `$2` and digest `$3`: id and planner, oldest
-/// first.
+/// The recorded plans of kind `$1`, consumer `$2` and digest `$3`: id, planner and whether
+/// a replay or discard applied it, oldest first.
 pub(crate) const PLANS_OF: &str = "\
-SELECT id, planned_by FROM evc_plans
-WHERE kind = $1 AND consumer = $2 AND plan_digest = $3
-ORDER BY id";
+SELECT p.id, p.planned_by,
+    EXISTS (SELECT 1 FROM evc_replays r WHERE r.plan_id = p.id)
+        OR EXISTS (SELECT 1 FROM evc_discards d WHERE d.plan_id = p.id) AS applied
+FROM evc_plans p
+WHERE p.kind = $1 AND p.consumer = $2 AND p.plan_digest = $3
+ORDER BY p.id";
 
 /// The replay of consumer `$2` recorded under idempotency key `$1`, if any.
 pub(crate) const REPLAY_BY_KEY: &str = "\

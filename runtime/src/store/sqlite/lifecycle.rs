@@ -105,7 +105,8 @@ impl SqliteStore {
             .await?;
         let requested_by = requested_by.unwrap_or_else(|| role_uuid(REQUESTER));
         let jobs = i64::try_from(jobs).unwrap_or(i64::MAX);
-        let event = replay_scheduled(replay_id, consumer, jobs, requested_by, at);
+        let tenant = replay_tenant(transaction, replay_id).await?;
+        let event = replay_scheduled(replay_id, consumer, jobs, requested_by, at, tenant);
         emit(self, transaction, descriptor, event).await
     }
 
@@ -146,12 +147,18 @@ impl SqliteStore {
             else {
                 continue;
             };
+            let outstanding: i64 = row.try_get("outstanding")?;
             let progress = ReplayProgress {
                 replayed: row.try_get("deliveries")?,
-                outstanding: row.try_get("outstanding")?,
+                outstanding,
                 failed: row.try_get("failed")?,
                 quarantined: row.try_get("quarantined")?,
                 now: row.try_get("now")?,
+                tenant_scope: if outstanding > 0 {
+                    None
+                } else {
+                    replay_tenant(transaction, id).await?
+                },
             };
             let Some((name, event)) = replay_ended(id, progress) else {
                 continue;
@@ -164,4 +171,15 @@ impl SqliteStore {
         }
         Ok(())
     }
+}
+
+/// The tenant of replay `replay_id`'s events when they all have the same one.
+async fn replay_tenant(
+    connection: &mut SqliteConnection,
+    replay_id: i64,
+) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar(sql::REPLAY_TENANT)
+        .bind(replay_id)
+        .fetch_one(connection)
+        .await
 }

@@ -96,6 +96,9 @@ const MIGRATION_0004: &str = include_str!("../../../migrations/sqlite/0004_evc_r
 /// The two-person rule of replay: recorded plans, and the plan and approver of each replay.
 const MIGRATION_0005: &str = include_str!("../../../migrations/sqlite/0005_evc_plans.sql");
 
+/// A recorded plan is applied once.
+const MIGRATION_0006: &str = include_str!("../../../migrations/sqlite/0006_evc_plan_once.sql");
+
 /// Connections of the store's pool unless [`SqliteStoreBuilder::max_connections`] says
 /// otherwise: one for a caller's transaction, one for the reject audit and the dispatcher's
 /// work beside it, and readers (WAL lets them read while one connection writes).
@@ -361,12 +364,13 @@ impl Prepared {
 
 /// The store's schema: each migration's version, name, SQL and whether it runs outside a
 /// transaction of sqlx's (it brings its own), in order.
-const SCHEMA: [(i64, &str, &str, bool); 5] = [
+const SCHEMA: [(i64, &str, &str, bool); 6] = [
     (1, "evc_runtime", MIGRATION_0001, false),
     (2, "evc_replays", MIGRATION_0002, false),
     (3, "evc_registry_document", MIGRATION_0003, false),
     (4, "evc_replay_keys", MIGRATION_0004, true),
     (5, "evc_plans", MIGRATION_0005, false),
+    (6, "evc_plan_once", MIGRATION_0006, false),
 ];
 
 /// Applies the store's migrations (sqlx's migrator: each once, in order).

@@ -15,10 +15,10 @@ use super::{SqliteStore, epoch_now, parse_uuid, sql};
 use crate::registry::ConsumerMode;
 use crate::store::DispatchError;
 use crate::store::ops::{
-    ConsumerState, EarlierApply, Operate, Proposed, ReplayApplied, ReplayApproval, ReplayError,
-    ReplayItem, ReplayPlan, ReplayRecord, ReplaySelection, SettledDelivery, SettledStatus,
-    StoredPayloads, check_approval, check_person, check_plan, check_proposable, check_repeat,
-    plan_of, proposal_for, proposed, refusal, refusals,
+    ConsumerState, EarlierApply, Operate, Proposal, Proposed, ReplayApplied, ReplayApproval,
+    ReplayError, ReplayItem, ReplayPlan, ReplayRecord, ReplaySelection, SettledDelivery,
+    SettledStatus, StoredPayloads, check_approval, check_person, check_plan, check_proposable,
+    check_repeat, plan_of, proposal_for, proposed, refusal, refusals,
 };
 
 impl Operate for SqliteStore {
@@ -114,8 +114,14 @@ impl Operate for SqliteStore {
             .fetch_all(&mut *tx)
             .await?
             .iter()
-            .map(|row| Ok((row.try_get("id")?, row.try_get("planned_by")?)))
-            .collect::<Result<Vec<(i64, String)>, sqlx::Error>>()?;
+            .map(|row| {
+                Ok(Proposal {
+                    id: row.try_get("id")?,
+                    planned_by: row.try_get("planned_by")?,
+                    applied: row.try_get("applied")?,
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()?;
         let plan_id = proposal_for(&proposals, approval)?;
 
         let now = epoch_now();

@@ -529,11 +529,14 @@ INSERT INTO evc_plans (kind, consumer, plan_digest, deliveries, planned_by, plan
 VALUES ('replay', ?1, ?2, ?3, ?4, ?5)
 RETURNING id";
 
-/// The recorded replay plans of consumer `?1` and digest `?2`: id and planner, oldest first.
+/// The recorded replay plans of consumer `?1` and digest `?2`: id, planner and whether a
+/// replay applied it, oldest first.
 pub(crate) const PLANS_OF: &str = "\
-SELECT id, planned_by FROM evc_plans
-WHERE kind = 'replay' AND consumer = ?1 AND plan_digest = ?2
-ORDER BY id";
+SELECT p.id, p.planned_by,
+    EXISTS (SELECT 1 FROM evc_replays r WHERE r.plan_id = p.id) AS applied
+FROM evc_plans p
+WHERE p.kind = 'replay' AND p.consumer = ?1 AND p.plan_digest = ?2
+ORDER BY p.id";
 
 /// The items of the replays in `?1` (a JSON array of ids), by replay and event id.
 pub(crate) const READ_REPLAY_ITEMS: &str = "\
@@ -733,6 +736,16 @@ pub(crate) const RFC3339_AT: &str = "SELECT strftime('%Y-%m-%dT%H:%M:%fZ', ?1, '
 pub(crate) const REPLAY_OF: &str = "\
 SELECT replay_id FROM evc_replay_items
 WHERE event_id = ?1 AND consumer = ?2 AND generation = ?3 - 1";
+
+/// The tenant scope shared by every event of replay `?1`'s items; NULL when they have none,
+/// several, or some have none.
+pub(crate) const REPLAY_TENANT: &str = "\
+SELECT CASE WHEN count(*) > 0 AND count(e.tenant_scope) = count(*)
+        AND min(e.tenant_scope) = max(e.tenant_scope)
+    THEN min(e.tenant_scope) END AS tenant_scope
+FROM evc_replay_items i
+JOIN evc_events e ON e.event_id = i.event_id
+WHERE i.replay_id = ?1";
 
 /// Replay `?1`'s deliveries (the generation after each of its items): how many it made, how
 /// many are still `pending` or `leased`, how many failed again (settled but not acked: an ack
