@@ -70,7 +70,7 @@ const SHIPPED: [(&str, &str); 16] = [
     ),
     (
         "0016_evc_runtime_v13.sql",
-        "40c76c3d3f4554be3370d13594967f9df08547f4db77442c0d6b01c70e1c2840",
+        "0c8425aa98f9d15ac376624c7351c9df3e799b9a08fa90f67d5c574db2ac30fb",
     ),
 ];
 

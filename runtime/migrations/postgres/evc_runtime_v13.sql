@@ -1,7 +1,8 @@
 -- {{ notice }}
 --
 -- evc runtime tables, thirteenth step: a recorded plan is applied once (docs/runtime.md,
--- "Replay"). It follows `NNNN_evc_runtime_v12.sql`. The two-person trigger checks that a
+-- "Replay"), and a tenant's claims find its deliveries by index (docs/runtime.md, "Tenants").
+-- It follows `NNNN_evc_runtime_v12.sql`. The two-person trigger checks that a
 -- replay or discard names a plan someone else proposed, but not that no earlier one took it:
 -- a login that may insert replays could apply an approved plan again with hand-written SQL,
 -- under a new idempotency key, with no one proposing again. The trigger now refuses that with
@@ -59,3 +60,10 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- The due deliveries of a consumer for one tenant, in seq order: a claim in a tenant's session
+-- scans these (docs/runtime.md, "Tenants") instead of reading past the other tenants' backlog.
+-- Deliveries without a tenant have no entry, so an outbox without tenants writes none.
+CREATE INDEX IF NOT EXISTS evc_deliveries_tenant_due_idx
+    ON evc_deliveries (consumer, tenant_scope, event_seq)
+    WHERE status = 'pending' AND tenant_scope IS NOT NULL;

@@ -286,6 +286,53 @@ macro_rules! claimable {
     };
 }
 
+/// The two scans of a claim statement, as CTEs `every_tenant` and `one_tenant`, each of the
+/// due deliveries `$due` (which reads `evc_deliveries` as `d`) that `claimable!`, oldest first,
+/// at most a batch, with `$select` columns and `$lock` (`FOR UPDATE SKIP LOCKED`, or nothing).
+/// Only one of them reads rows: `every_tenant` for a session of every tenant (`evc.tenant`
+/// `*`, or unset where tenants are not required), `one_tenant` for a tenant's session, through
+/// `evc_deliveries_tenant_due_idx`, so a tenant's claim does not read past the backlog of the
+/// others (row-level security would filter those rows one by one). The test of
+/// `every_tenant` has no column in it, so PostgreSQL evaluates it once, before the scan; for
+/// a session of every tenant `one_tenant` looks up the tenant `*`, which no delivery has.
+macro_rules! scoped_scans {
+    ($select:literal, $due:literal, $lock:literal) => {
+        concat!(
+            "every_tenant AS (
+    SELECT ",
+            $select,
+            " FROM evc_deliveries d
+    WHERE ",
+            $due,
+            "
+        AND ",
+            claimable!("d"),
+            "
+        AND coalesce(nullif(current_setting('evc.tenant', true), ''), '*') = '*'
+    ORDER BY d.event_seq
+    LIMIT $batch",
+            $lock,
+            "
+), one_tenant AS (
+    SELECT ",
+            $select,
+            " FROM evc_deliveries d
+    WHERE ",
+            $due,
+            "
+        AND ",
+            claimable!("d"),
+            "
+        AND d.tenant_scope = nullif(current_setting('evc.tenant', true), '')
+    ORDER BY d.event_seq
+    LIMIT $batch",
+            $lock,
+            "
+)"
+        )
+    };
+}
+
 /// The end every claim statement shares: its claimed rows `d` joined with their events, in
 /// `event_seq` order (what `dispatch::claimed` reads).
 macro_rules! claimed_rows {
@@ -321,7 +368,8 @@ macro_rules! acked_attempt_rows {
 }
 
 /// Stands for the batch size in the claim statements ([`CLAIM_BATCH`], [`CLAIM_HELD`],
-/// [`CLAIM_KEY_HEADS_LOCK`]); [`with_batch`] writes the number in.
+/// [`CLAIM_KEY_HEADS_LOCK`], once in each of their two scans); [`with_batch`] writes the number
+/// in.
 const BATCH_LIMIT: &str = "LIMIT $batch";
 
 /// A claim statement with its batch size written in as a constant (one prepared statement per
@@ -333,7 +381,7 @@ const BATCH_LIMIT: &str = "LIMIT $batch";
 /// claim of 100, docs/design.md, "Claim statements"). With the number in the text the generic plan is the custom one, and
 /// PostgreSQL keeps it from the sixth execution on.
 pub(crate) fn with_batch(statement: &str, batch: u32) -> String {
-    statement.replacen(BATCH_LIMIT, &format!("LIMIT {}", batch.max(1)), 1)
+    statement.replace(BATCH_LIMIT, &format!("LIMIT {}", batch.max(1)))
 }
 
 /// Claims up to a batch ([`with_batch`]) of due deliveries of consumer `$1` that need no
@@ -345,16 +393,16 @@ pub(crate) fn with_batch(statement: &str, batch: u32) -> String {
 /// order.
 pub(crate) const CLAIM_BATCH: &str = concat!(
     "\
-WITH c AS (
-    SELECT ctid FROM evc_deliveries
-    WHERE consumer = $1 AND status = 'pending' AND next_attempt_at <= now()
-        AND event_seq > $4
-        AND ",
-    claimable!("evc_deliveries"),
-    "
-    ORDER BY event_seq
-    LIMIT $batch
-    FOR UPDATE SKIP LOCKED
+WITH ",
+    scoped_scans!(
+        "d.ctid",
+        "d.consumer = $1 AND d.status = 'pending' AND d.next_attempt_at <= now()
+        AND d.event_seq > $4",
+        "
+    FOR UPDATE SKIP LOCKED"
+    ),
+    ", c AS (
+    SELECT ctid FROM every_tenant UNION ALL SELECT ctid FROM one_tenant
 ), d AS (
     -- By ctid: the rows are locked, so they stay where the claim found them.
     UPDATE evc_deliveries d
@@ -388,26 +436,27 @@ WITH c AS (
 /// advisory lock was granted (docs/runtime.md, "At most one in flight per key").
 pub(crate) const CLAIM_KEY_HEADS_LOCK: &str = concat!(
     "\
-SELECT d.event_id FROM evc_deliveries d
-WHERE d.consumer = $1 AND d.status = 'pending' AND d.next_attempt_at <= now()
-    AND ",
-    claimable!("d"),
+WITH ",
+    scoped_scans!(
+        "d.event_id, d.event_seq",
+        "d.consumer = $1 AND d.status = 'pending' AND d.next_attempt_at <= now()
+        AND CASE
+            WHEN EXISTS (
+                SELECT 1 FROM evc_deliveries p
+                WHERE p.consumer = d.consumer AND p.order_key = d.order_key
+                    -- Implied by the equality; spelled out so the planner matches the partial
+                    -- index evc_deliveries_key_order_idx.
+                    AND p.order_key IS NOT NULL
+                    AND p.status IN ('pending', 'leased')
+                    AND (p.status = 'leased' OR p.event_seq < d.event_seq)
+            ) THEN false
+            WHEN d.order_key IS NULL THEN true
+            ELSE pg_try_advisory_xact_lock(hashtext($1), hashtext(d.order_key))
+        END",
+        ""
+    ),
     "
-    AND CASE
-        WHEN EXISTS (
-            SELECT 1 FROM evc_deliveries p
-            WHERE p.consumer = d.consumer AND p.order_key = d.order_key
-                -- Implied by the equality; spelled out so the planner matches the partial
-                -- index evc_deliveries_key_order_idx.
-                AND p.order_key IS NOT NULL
-                AND p.status IN ('pending', 'leased')
-                AND (p.status = 'leased' OR p.event_seq < d.event_seq)
-        ) THEN false
-        WHEN d.order_key IS NULL THEN true
-        ELSE pg_try_advisory_xact_lock(hashtext($1), hashtext(d.order_key))
-    END
-ORDER BY d.event_seq
-LIMIT $batch"
+SELECT event_id FROM every_tenant UNION ALL SELECT event_id FROM one_tenant"
 );
 
 /// Step 2 of a per-key claim: leases the candidates `$2` (event ids, key-locked by step 1) of consumer `$1` to owner `$3` until now + `$4` milliseconds, re-checking the head
@@ -444,18 +493,17 @@ WITH d AS (
 /// `attempt` and `fencing_token` are returned raised by one: the values [`ACK_HELD`] writes.
 pub(crate) const CLAIM_HELD: &str = concat!(
     "\
-WITH d AS (
-    SELECT event_id, consumer, generation, attempt + 1 AS attempt,
-        fencing_token + 1 AS fencing_token, event_seq
-    FROM evc_deliveries
-    WHERE consumer = $1 AND status = 'pending' AND next_attempt_at <= now()
-        AND event_seq > $2
-        AND ",
-    claimable!("evc_deliveries"),
-    "
-    ORDER BY event_seq
-    LIMIT $batch
-    FOR UPDATE SKIP LOCKED
+WITH ",
+    scoped_scans!(
+        "d.event_id, d.consumer, d.generation, d.attempt + 1 AS attempt,
+        d.fencing_token + 1 AS fencing_token, d.event_seq",
+        "d.consumer = $1 AND d.status = 'pending' AND d.next_attempt_at <= now()
+        AND d.event_seq > $2",
+        "
+    FOR UPDATE SKIP LOCKED"
+    ),
+    ", d AS (
+    SELECT * FROM every_tenant UNION ALL SELECT * FROM one_tenant
 )
 ",
     claimed_rows!()
@@ -1417,10 +1465,10 @@ mod tests {
     #[test]
     fn claims_take_their_batch_size_as_a_constant() {
         for statement in [CLAIM_BATCH, CLAIM_HELD, CLAIM_KEY_HEADS_LOCK] {
-            assert_eq!(statement.matches(BATCH_LIMIT).count(), 1);
+            assert_eq!(statement.matches(BATCH_LIMIT).count(), 2);
             let written = with_batch(statement, 50);
             assert!(!written.contains("$batch"), "{written}");
-            assert_eq!(written.matches("LIMIT 50").count(), 1, "{written}");
+            assert_eq!(written.matches("LIMIT 50").count(), 2, "{written}");
         }
         assert!(with_batch(CLAIM_BATCH, 0).contains("LIMIT 1\n"));
     }
