@@ -70,7 +70,7 @@ const SHIPPED: [(&str, &str); 16] = [
     ),
     (
         "0016_evc_runtime_v13.sql",
-        "0c8425aa98f9d15ac376624c7351c9df3e799b9a08fa90f67d5c574db2ac30fb",
+        "b116d973bfc0131e1cd5e864c6a46c2cd131bde4e9acc48027c99b0c4b2fccc7",
     ),
 ];
 

@@ -63,7 +63,7 @@ $$;
 
 -- The due deliveries of a consumer for one tenant, in seq order: a claim in a tenant's session
 -- scans these (docs/runtime.md, "Tenants") instead of reading past the other tenants' backlog.
--- Deliveries without a tenant have no entry, so an outbox without tenants writes none.
+-- Deliveries without a tenant (NULL) have no entry.
 CREATE INDEX IF NOT EXISTS evc_deliveries_tenant_due_idx
     ON evc_deliveries (consumer, tenant_scope, event_seq)
     WHERE status = 'pending' AND tenant_scope IS NOT NULL;

@@ -50,7 +50,8 @@ async fn deliveries_fetched(connection: &mut PgConnection) -> Result<i64, sqlx::
 /// Behind a backlog of 400 of bolt's deliveries, acme's dispatcher claims its three through
 /// each kind of claim (leased, per key, held) reading a handful of delivery rows, not bolt's
 /// 400: its claims scan the tenant's own index range instead of letting row-level security
-/// drop the other tenant's rows one by one. A dispatcher of every tenant still claims both.
+/// drop the other tenant's rows one by one. Keys order within their tenant. A dispatcher of
+/// every tenant still claims both tenants' deliveries.
 async fn scoped_claims(admin: &PgPool, logins: &Logins) -> TestResult {
     const BACKLOG: u64 = 400;
     let acme = TenantScope::only("acme")?;
@@ -104,12 +105,29 @@ async fn scoped_claims(admin: &PgPool, logins: &Logins) -> TestResult {
         );
     }
 
+    // A key orders within its tenant, also where tenants are not required (no row-level
+    // security): bolt's pending deliveries of keys 0 to 2 do not hold back acme's of the same
+    // keys from acme's dispatcher, which claims acme's only.
+    sqlx::query("UPDATE evc_settings SET require_tenant_scope = false")
+        .execute(admin)
+        .await?;
+    let shared = append_keys(&acme_producer, "acme", 0..3).await?;
+    let request = ClaimRequest::leased("d.leased", "w", 10, lease).per_key(true);
+    let mut tx = dispatcher.begin().await?;
+    let claimed = dispatcher.claim(&mut tx, &request).await?;
+    tx.rollback().await?;
+    let ids: BTreeSet<Uuid> = claimed
+        .iter()
+        .map(|c| c.delivery.event_id.parse())
+        .collect::<Result<_, _>>()?;
+    assert_eq!(ids, &acme_events | &shared);
+
     let everyone = PgStore::new(
         pool(Role::Dispatcher, Some(TenantScope::all())).await?,
         TENANT_REGISTRY,
     )?;
     let claimed = support::claim(&everyone, "d.unordered", "w/all", 500, lease, false).await?;
-    assert_eq!(claimed.len(), usize::try_from(BACKLOG)? + 3);
+    assert_eq!(claimed.len(), usize::try_from(BACKLOG)? + 6);
     Ok(())
 }
 

@@ -259,9 +259,9 @@ FROM evc_retry_policies ORDER BY name";
 
 // ---------------------------------------------------------------------------------------------
 // Dispatch (docs/runtime.md, "Dispatch"). Served by evc_deliveries_due_idx (pending deliveries
-// of a consumer in seq order), evc_deliveries_key_order_idx (the head of a key; only deliveries
-// of consumers with per-key ordering carry the key) and evc_deliveries_lease_expiry_idx (expired
-// leases).
+// of a consumer in seq order), evc_deliveries_tenant_due_idx (the same for one tenant),
+// evc_deliveries_key_order_idx (the head of a key; only deliveries of consumers with per-key
+// ordering carry the key) and evc_deliveries_lease_expiry_idx (expired leases).
 // ---------------------------------------------------------------------------------------------
 
 /// The claim statements' test that consumer `$1` may be claimed for the delivery row `$row`:
@@ -294,7 +294,7 @@ macro_rules! claimable {
 /// `evc_deliveries_tenant_due_idx`, so a tenant's claim does not read past the backlog of the
 /// others (row-level security would filter those rows one by one). The test of
 /// `every_tenant` has no column in it, so PostgreSQL evaluates it once, before the scan; for
-/// a session of every tenant `one_tenant` looks up the tenant `*`, which no delivery has.
+/// a session of every tenant `one_tenant` compares with NULL and reads nothing.
 macro_rules! scoped_scans {
     ($select:literal, $due:literal, $lock:literal) => {
         concat!(
@@ -323,7 +323,7 @@ macro_rules! scoped_scans {
         AND ",
             claimable!("d"),
             "
-        AND d.tenant_scope = nullif(current_setting('evc.tenant', true), '')
+        AND d.tenant_scope = nullif(nullif(current_setting('evc.tenant', true), ''), '*')
     ORDER BY d.event_seq
     LIMIT $batch",
             $lock,
@@ -418,8 +418,8 @@ WITH ",
 );
 
 /// Step 1 of a per-key claim (inside one transaction with [`CLAIM_KEY_HEADS_LEASE`]): the due
-/// pending deliveries of consumer `$1` that head their key (no other delivery of the key is
-/// leased, none with a lower `event_seq` is pending) and whose key's transaction-scoped
+/// pending deliveries of consumer `$1` that head their key (no other delivery of the key and
+/// tenant is leased, none with a lower `event_seq` is pending) and whose key's transaction-scoped
 /// advisory lock (`hashtext(consumer), hashtext(order_key)`) this transaction obtains, oldest
 /// first, at most a batch ([`with_batch`]). The `CASE` fixes the order: the lock is tried only
 /// for a head, and the scan stops once a batch of heads is locked, so a concurrent claimer
@@ -447,6 +447,8 @@ WITH ",
                     -- Implied by the equality; spelled out so the planner matches the partial
                     -- index evc_deliveries_key_order_idx.
                     AND p.order_key IS NOT NULL
+                    -- A key orders within its tenant.
+                    AND p.tenant_scope IS NOT DISTINCT FROM d.tenant_scope
                     AND p.status IN ('pending', 'leased')
                     AND (p.status = 'leased' OR p.event_seq < d.event_seq)
             ) THEN false
@@ -474,6 +476,7 @@ WITH d AS (
             SELECT 1 FROM evc_deliveries p
             WHERE p.consumer = d.consumer AND p.order_key = d.order_key
                 AND p.order_key IS NOT NULL
+                AND p.tenant_scope IS NOT DISTINCT FROM d.tenant_scope
                 AND p.event_id <> d.event_id
                 AND p.status IN ('pending', 'leased')
                 AND (p.status = 'leased' OR p.event_seq < d.event_seq)
