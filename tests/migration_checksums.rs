@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 16] = [
+const SHIPPED: [(&str, &str); 17] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -71,6 +71,10 @@ const SHIPPED: [(&str, &str); 16] = [
     (
         "0016_evc_runtime_v13.sql",
         "b116d973bfc0131e1cd5e864c6a46c2cd131bde4e9acc48027c99b0c4b2fccc7",
+    ),
+    (
+        "0017_evc_runtime_v14.sql",
+        "6d515939bbdb4922703c3eb392b3e5436b224104b67e2a0d1811b1ed146a46f2",
     ),
 ];
 

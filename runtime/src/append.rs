@@ -30,8 +30,8 @@ use crate::tenant::ALL_TENANTS;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct AppendOptions {
-    /// A retried append with the same key (in the same producer class) is the same event: it
-    /// returns the first append's event id and writes nothing.
+    /// A retried append with the same key (in the same producer class and tenant scope) is the
+    /// same event: it returns the first append's event id and writes nothing.
     pub idempotency_key: Option<String>,
     /// The tenant the event belongs to.
     pub tenant_scope: Option<String>,

@@ -62,6 +62,7 @@ conformance!(
     append_fans_out_to_every_subscribed_consumer,
     count_events_counts_the_types_asked_for,
     idempotency_key_returns_the_first_receipt,
+    an_idempotency_key_is_scoped_per_tenant,
     event_reads_the_stored_envelope_without_the_payload,
     rejected_append_writes_a_reject_row_and_nothing_else,
     batch_append_keeps_order_and_receipts,
@@ -401,6 +402,76 @@ async fn idempotency_key_returns_the_first_receipt<S: Conformance>(store: S) -> 
     assert_eq!(store.count_events(&[]).await?, 2);
     assert_eq!(store.count_deliveries(ORDERED, &[]).await?, 1);
     assert_eq!(store.count_deliveries(PLAIN, &[]).await?, 2);
+    Ok(())
+}
+
+/// One producer serving every tenant: the same key in two tenants is two events, never the
+/// first tenant's event answered to the second (which would drop the second tenant's event);
+/// within a tenant, and among events without one, a repeated key is still the first event.
+async fn an_idempotency_key_is_scoped_per_tenant<S: Conformance>(store: S) -> TestResult {
+    let keyed = |tenant: Option<&str>| {
+        let options = AppendOptions::new().idempotency_key("order-1001");
+        match tenant {
+            Some(tenant) => options.tenant_scope(tenant),
+            None => options,
+        }
+    };
+    let mut tx = store.begin().await?;
+    let acme = store.append(&mut *tx, note(1), keyed(Some("acme"))).await?;
+    let bolt = store.append(&mut *tx, note(2), keyed(Some("bolt"))).await?;
+    let untenanted = store.append(&mut *tx, note(3), keyed(None)).await?;
+    tx.commit().await?;
+    assert!(
+        acme.created && bolt.created && untenanted.created,
+        "{}",
+        S::NAME
+    );
+    assert_ne!(acme.event_id, bolt.event_id);
+    assert_ne!(untenanted.event_id, acme.event_id);
+
+    let mut tx = store.begin().await?;
+    let again = [
+        store.append(&mut *tx, note(4), keyed(Some("bolt"))).await?,
+        store.append(&mut *tx, note(5), keyed(None)).await?,
+    ];
+    let batch = store
+        .append_batch(
+            &mut *tx,
+            vec![
+                NewEvent::new(note(6), keyed(Some("cargo"))),
+                NewEvent::new(note(7), keyed(Some("acme"))),
+                NewEvent::new(note(8), keyed(Some("cargo"))),
+                NewEvent::new(note(9), keyed(None)),
+            ],
+        )
+        .await?;
+    tx.commit().await?;
+    let answered = |receipt: &AppendReceipt| (receipt.created, receipt.event_id);
+    assert_eq!(
+        again.each_ref().map(answered),
+        [(false, bolt.event_id), (false, untenanted.event_id)],
+        "{}",
+        S::NAME
+    );
+    assert!(batch[0].created, "{}", S::NAME);
+    assert_eq!(
+        batch[1..].iter().map(answered).collect::<Vec<_>>(),
+        [
+            (false, acme.event_id),
+            (false, batch[0].event_id),
+            (false, untenanted.event_id)
+        ],
+        "{}",
+        S::NAME
+    );
+    assert_eq!(store.count_events(&[]).await?, 4);
+    for (receipt, tenant) in [(&acme, "acme"), (&bolt, "bolt"), (&batch[0], "cargo")] {
+        let stored = store
+            .event(receipt.event_id)
+            .await?
+            .ok_or("event missing")?;
+        assert_eq!(stored.tenant_scope.as_deref(), Some(tenant));
+    }
     Ok(())
 }
 

@@ -37,6 +37,8 @@
 //!   same way.
 //! - `NNNN_evc_runtime_v13.sql`: the thirteenth step (a recorded plan is applied once), named
 //!   the same way.
+//! - `NNNN_evc_runtime_v14.sql`: the fourteenth step (an idempotency key is scoped per producer
+//!   class and tenant), named the same way.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
@@ -100,6 +102,9 @@ pub const RUNTIME_V12_SUFFIX: &str = "_evc_runtime_v12.sql";
 
 /// The file name of the runtime tables' thirteenth step, after its version.
 pub const RUNTIME_V13_SUFFIX: &str = "_evc_runtime_v13.sql";
+
+/// The file name of the runtime tables' fourteenth step, after its version.
+pub const RUNTIME_V14_SUFFIX: &str = "_evc_runtime_v14.sql";
 
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
@@ -205,6 +210,11 @@ const STEPS: &[Step] = &[
     Step {
         name: Name::Step(RUNTIME_V13_SUFFIX),
         template: template!("evc_runtime_v13.sql"),
+        with: With::Notice,
+    },
+    Step {
+        name: Name::Step(RUNTIME_V14_SUFFIX),
+        template: template!("evc_runtime_v14.sql"),
         with: With::Notice,
     },
     Step {
@@ -799,9 +809,10 @@ mod tests {
                 format!("0011{RUNTIME_V11_SUFFIX}"),
                 format!("0012{RUNTIME_V12_SUFFIX}"),
                 format!("0013{RUNTIME_V13_SUFFIX}"),
-                format!("0014_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
+                format!("0014{RUNTIME_V14_SUFFIX}"),
+                format!("0015_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
                 format!(
-                    "0015_evc_settings_{}.sql",
+                    "0016_evc_settings_{}.sql",
                     &settings_digest(&set)?[..DIGEST_PREFIX_LEN]
                 ),
             ]
@@ -923,7 +934,7 @@ mod tests {
         let after = settings_of(&changed).ok_or("no settings file")?;
         assert_eq!(
             after.path.file_name().and_then(|n| n.to_str()),
-            Some(format!("0016_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
+            Some(format!("0017_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
             "the next number after the checked-in files"
         );
         // batch_size, lease_ms in column order.

@@ -48,6 +48,7 @@ fn is_runtime_step(name: &str) -> bool {
         sql::RUNTIME_V11_SUFFIX,
         sql::RUNTIME_V12_SUFFIX,
         sql::RUNTIME_V13_SUFFIX,
+        sql::RUNTIME_V14_SUFFIX,
     ]
     .iter()
     .any(|suffix| name.ends_with(suffix))
@@ -83,7 +84,7 @@ async fn apply_all_but(
 /// gives each delivery its event's tenant).
 async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
     let (pool, steps) = apply_all_but(options, is_runtime_step).await?;
-    assert_eq!(steps.len(), 12);
+    assert_eq!(steps.len(), 13);
     sqlx::raw_sql(
         "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, producer_class, \
              idempotency_key, trace_id, parent_span_id, trace_flags, payload, payload_bytes, \
@@ -490,9 +491,10 @@ async fn check(options: PgConnectOptions) -> TestResult {
             "0011_evc_runtime_v11.sql".to_owned(),
             "0012_evc_runtime_v12.sql".to_owned(),
             "0013_evc_runtime_v13.sql".to_owned(),
-            format!("0014_evc_registry_{}.sql", &digest[..12]),
+            "0014_evc_runtime_v14.sql".to_owned(),
+            format!("0015_evc_registry_{}.sql", &digest[..12]),
             format!(
-                "0015_evc_settings_{}.sql",
+                "0016_evc_settings_{}.sql",
                 &sql::settings_digest(&set)?[..12]
             ),
         ]

@@ -85,7 +85,8 @@ async fn the_replay_keys_step_keeps_every_replay_and_scopes_keys_per_consumer() 
         [
             (4, "evc_replay_keys"),
             (5, "evc_plans"),
-            (6, "evc_plan_once")
+            (6, "evc_plan_once"),
+            (7, "evc_tenant_idempotency_keys")
         ]
     );
     assert!(SqliteStore::apply_schema(&location).await?.is_empty());

@@ -1,9 +1,10 @@
 //! Tenants on PostgreSQL (the eleventh step): while the settings require a tenant scope, every
 //! job of tenant `acme` works through the store on acme's rows only. Claims, status, dead
-//! letters, timelines, replays and pauses of one tenant return and touch nothing of the other;
-//! a session that names no tenant sees nothing; a write into another tenant is refused; clearing
-//! the setting lifts the policies. Each job runs as the login of its role, as `roles.rs` does,
-//! because superusers (the test's admin) are never subject to row-level security.
+//! letters, timelines, replays, pauses and idempotency keys of one tenant return and touch
+//! nothing of the other; a session that names no tenant sees nothing; a write into another
+//! tenant is refused; clearing the setting lifts the policies. Each job runs as the login of
+//! its role, as `roles.rs` does, because superusers (the test's admin) are never subject to
+//! row-level security.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -357,9 +358,38 @@ async fn two_tenants(admin: &PgPool, logins: &Logins) -> TestResult {
     let replayed = support::claim(&acme_dispatcher, CONSUMER, "w/acme", 10, lease, false).await?;
     assert_eq!(ids(&replayed), dead);
 
+    // An idempotency key acme used first is bolt's to use too: bolt's producer, which cannot
+    // see acme's event, writes its own instead of being refused (and learning of acme's key);
+    // a repeat in bolt's scope is bolt's first event.
+    let mut keyed = Vec::new();
+    for (producer, tenant) in [
+        (&acme_producer, "acme"),
+        (&bolt_producer, "bolt"),
+        (&bolt_producer, "bolt"),
+    ] {
+        let mut tx = producer.begin().await?;
+        let receipt = producer
+            .append(
+                &mut tx,
+                support::event("test.note", "1.0.0", support::note(&support::note_key(7))),
+                AppendOptions::new()
+                    .tenant_scope(tenant)
+                    .idempotency_key("order-1001"),
+            )
+            .await?;
+        tx.commit().await?;
+        keyed.push((receipt.created, receipt.event_id));
+    }
+    assert_eq!(
+        keyed.iter().map(|k| k.0).collect::<Vec<_>>(),
+        [true, true, false]
+    );
+    assert_ne!(keyed[0].1, keyed[1].1);
+    assert_eq!(keyed[1].1, keyed[2].1);
+
     // Every tenant's scope sees both tenants.
     let all_reader = pool(Role::Reader, Some(&all)).await?;
-    assert_eq!(support::count(&all_reader, "evc_events").await?, 5);
+    assert_eq!(support::count(&all_reader, "evc_events").await?, 7);
 
     // Clearing the setting lifts the policies.
     sqlx::query("UPDATE evc_settings SET require_tenant_scope = false")
@@ -367,6 +397,6 @@ async fn two_tenants(admin: &PgPool, logins: &Logins) -> TestResult {
         .await?;
     assert_eq!(row_security(admin).await?, [(false, false); 2]);
     let reader = pool(Role::Reader, None).await?;
-    assert_eq!(support::count(&reader, "evc_events").await?, 5);
+    assert_eq!(support::count(&reader, "evc_events").await?, 7);
     Ok(())
 }

@@ -346,6 +346,7 @@ impl PgStore {
         let existing = sqlx::query(sql::FIND_BY_IDEMPOTENCY_KEY)
             .bind(producer_class)
             .bind(&options.idempotency_key)
+            .bind(&options.tenant_scope)
             .fetch_optional(&mut *connection)
             .await?;
         match existing {
@@ -614,32 +615,36 @@ async fn append_chunk(
         written.insert(row.try_get("event_id")?, row.try_get("seq")?);
     }
 
-    // Events whose idempotency key was taken (earlier, or by an earlier event of this batch).
-    let mut existing: HashMap<(&str, &str), (Uuid, i64)> = HashMap::new();
+    // Events whose idempotency key was taken (earlier, or by an earlier event of this batch),
+    // by index in the batch: the event that took the key in the event's producer class and
+    // tenant.
+    let mut existing: HashMap<usize, (Uuid, i64)> = HashMap::new();
     if written.len() < events.len() {
-        let mut classes = Vec::new();
-        let mut keys = Vec::new();
+        let mut indexes = Vec::new();
+        let (mut classes, mut keys, mut tenants) = (Vec::new(), Vec::new(), Vec::new());
         for (index, event_id) in columns.event_id.iter().enumerate() {
             if !written.contains_key(event_id)
                 && let Some(key) = columns.idempotency_key[index]
             {
+                indexes.push(index);
                 classes.push(columns.producer_class[index]);
                 keys.push(key);
+                tenants.push(columns.tenant_scope[index]);
             }
         }
         let rows = sqlx::query(sql::FIND_BY_IDEMPOTENCY_KEYS)
             .bind(&classes)
             .bind(&keys)
+            .bind(&tenants)
             .fetch_all(&mut *connection)
             .await?;
         for row in &rows {
-            let class: String = row.try_get("producer_class")?;
-            let key: String = row.try_get("idempotency_key")?;
-            let found = (row.try_get("event_id")?, row.try_get("seq")?);
-            if let Some(index) = (0..classes.len()).find(|&i| classes[i] == class && keys[i] == key)
-            {
-                existing.insert((classes[index], keys[index]), found);
-            }
+            let ord: i64 = row.try_get("ord")?;
+            let index = usize::try_from(ord - 1)
+                .ok()
+                .and_then(|at| indexes.get(at))
+                .ok_or_else(|| sqlx::Error::Protocol(format!("key {ord} was not asked")))?;
+            existing.insert(*index, (row.try_get("event_id")?, row.try_get("seq")?));
         }
     }
 
@@ -654,12 +659,9 @@ async fn append_chunk(
                 deliveries: u32::try_from(checked.consumers.len()).unwrap_or(u32::MAX),
             }
         } else {
-            let producer_class = columns.producer_class[index];
-            let found =
-                columns.idempotency_key[index].and_then(|key| existing.get(&(producer_class, key)));
-            let Some(&(event_id, seq)) = found else {
+            let Some(&(event_id, seq)) = existing.get(&index) else {
                 return Err(AppendError::IdempotencyConflict {
-                    producer_class: producer_class.to_owned(),
+                    producer_class: columns.producer_class[index].to_owned(),
                 });
             };
             AppendReceipt {

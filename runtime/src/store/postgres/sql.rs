@@ -18,8 +18,8 @@ pub const NOTIFY_CHANNEL: &str = "evc_deliveries";
 /// `$15` consumers (`text[]`), `$16` per consumer whether it orders per key (`bool[]`: its
 /// delivery carries the order key, the others' carry NULL), `$17` the deliveries' due time in
 /// epoch seconds (`AppendOptions::not_before`; NULL: now). Returns one row (event id, seq,
-/// deliveries) when the event was written, none when the idempotency key of the producer class
-/// is taken.
+/// deliveries) when the event was written, none when the idempotency key is taken in the
+/// producer class and tenant.
 ///
 /// Notifies only while a dispatcher waits for the consumer (docs/runtime.md, "Doorbell"): for
 /// each delivery's consumer the statement tries the shared transaction lock of the consumer's
@@ -34,7 +34,8 @@ WITH e AS (
         producer_class, idempotency_key, trace_id, parent_span_id, trace_flags, correlation_id,
         causation_id, payload, payload_bytes)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14)
-    ON CONFLICT (producer_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    ON CONFLICT (producer_class, idempotency_key, tenant_scope) WHERE idempotency_key IS NOT NULL
+        DO NOTHING
     RETURNING event_id, seq, order_key, tenant_scope
 ), d AS (
     INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key, next_attempt_at,
@@ -51,9 +52,11 @@ SELECT e.event_id, e.seq, (SELECT count(*) FROM d) AS deliveries,
     (SELECT count(*) FROM n) AS notified
 FROM e";
 
-/// The event an idempotency key of a producer class names: `$1` producer class, `$2` key.
+/// The event an idempotency key names: `$1` producer class, `$2` key, `$3` tenant scope (NULL:
+/// the events without one).
 pub(crate) const FIND_BY_IDEMPOTENCY_KEY: &str = "\
-SELECT event_id, seq FROM evc_events WHERE producer_class = $1 AND idempotency_key = $2";
+SELECT event_id, seq FROM evc_events
+WHERE producer_class = $1 AND idempotency_key = $2 AND tenant_scope IS NOT DISTINCT FROM $3";
 
 /// Appends a chunk of events and their deliveries in one statement, then notifies each
 /// consumer that got a delivery once.
@@ -83,7 +86,8 @@ WITH input AS (
         idempotency_key, trace_id, parent_span_id, trace_flags, correlation_id, causation_id,
         payload::jsonb, payload_bytes
     FROM input ORDER BY ord
-    ON CONFLICT (producer_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    ON CONFLICT (producer_class, idempotency_key, tenant_scope) WHERE idempotency_key IS NOT NULL
+        DO NOTHING
     RETURNING event_id, seq, order_key, tenant_scope
 ), d AS (
     INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key, next_attempt_at,
@@ -125,12 +129,15 @@ COPY evc_deliveries (event_id, consumer, event_seq, tenant_scope, order_key) FRO
 pub(crate) const NOTIFY_CONSUMERS: &str = "\
 SELECT count(pg_notify('evc_deliveries', c)) AS notified FROM UNNEST($1::text[]) AS c";
 
-/// The events that idempotency keys name: parallel arrays `$1` producer classes, `$2` keys.
+/// The events that idempotency keys name: parallel arrays `$1` producer classes, `$2` keys,
+/// `$3` tenant scopes; each row carries the index (from 1) of the key it answers.
 pub(crate) const FIND_BY_IDEMPOTENCY_KEYS: &str = "\
-SELECT k.producer_class, k.idempotency_key, e.event_id, e.seq
-FROM UNNEST($1::text[], $2::text[]) AS k (producer_class, idempotency_key)
+SELECT k.ord, e.event_id, e.seq
+FROM UNNEST($1::text[], $2::text[], $3::text[])
+    WITH ORDINALITY AS k (producer_class, idempotency_key, tenant_scope, ord)
 JOIN evc_events e
-    ON e.producer_class = k.producer_class AND e.idempotency_key = k.idempotency_key";
+    ON e.producer_class = k.producer_class AND e.idempotency_key = k.idempotency_key
+    AND e.tenant_scope IS NOT DISTINCT FROM k.tenant_scope";
 
 /// Records refused appends, one row each, on the store's own connection: parallel arrays `$1`
 /// event types, `$2` versions, `$3` reason codes, `$4` payload digests. Never the payload.

@@ -99,6 +99,10 @@ const MIGRATION_0005: &str = include_str!("../../../migrations/sqlite/0005_evc_p
 /// A recorded plan is applied once.
 const MIGRATION_0006: &str = include_str!("../../../migrations/sqlite/0006_evc_plan_once.sql");
 
+/// Idempotency keys scoped per producer class and tenant.
+const MIGRATION_0007: &str =
+    include_str!("../../../migrations/sqlite/0007_evc_tenant_idempotency_keys.sql");
+
 /// Connections of the store's pool unless [`SqliteStoreBuilder::max_connections`] says
 /// otherwise: one for a caller's transaction, one for the reject audit and the dispatcher's
 /// work beside it, and readers (WAL lets them read while one connection writes).
@@ -364,13 +368,14 @@ impl Prepared {
 
 /// The store's schema: each migration's version, name, SQL and whether it runs outside a
 /// transaction of sqlx's (it brings its own), in order.
-const SCHEMA: [(i64, &str, &str, bool); 6] = [
+const SCHEMA: [(i64, &str, &str, bool); 7] = [
     (1, "evc_runtime", MIGRATION_0001, false),
     (2, "evc_replays", MIGRATION_0002, false),
     (3, "evc_registry_document", MIGRATION_0003, false),
     (4, "evc_replay_keys", MIGRATION_0004, true),
     (5, "evc_plans", MIGRATION_0005, false),
     (6, "evc_plan_once", MIGRATION_0006, false),
+    (7, "evc_tenant_idempotency_keys", MIGRATION_0007, false),
 ];
 
 /// Applies the store's migrations (sqlx's migrator: each once, in order).
@@ -1071,6 +1076,7 @@ async fn first_receipt(
     let existing = sqlx::query(sql::FIND_BY_IDEMPOTENCY_KEY)
         .bind(producer_class)
         .bind(&options.idempotency_key)
+        .bind(&options.tenant_scope)
         .fetch_optional(&mut *connection)
         .await?;
     match existing {

@@ -45,7 +45,8 @@ pub(crate) fn values_chunks(rows: usize) -> impl Iterator<Item = (usize, usize)>
 /// binds, in order: event id, event type, version, order key, tenant scope, producer class,
 /// idempotency key, produced at (now), trace id, parent span id, trace flags, correlation id,
 /// causation id, payload, payload bytes. Returns the event id and seq of each event written;
-/// an event whose idempotency key was taken (before, or by an earlier row) has none. `rows` is
+/// an event whose idempotency key was taken in its producer class and tenant (before, or by an
+/// earlier row) has none. `rows` is
 /// a size [`values_chunks`] gives.
 pub(crate) fn append_events(rows: usize) -> &'static str {
     static STATEMENTS: OnceLock<Vec<String>> = OnceLock::new();
@@ -55,8 +56,8 @@ pub(crate) fn append_events(rows: usize) -> &'static str {
          producer_class, idempotency_key, produced_at, trace_id, parent_span_id, trace_flags, \
          correlation_id, causation_id, payload, payload_bytes) VALUES ",
         15,
-        " ON CONFLICT (producer_class, idempotency_key) WHERE idempotency_key IS NOT NULL \
-         DO NOTHING RETURNING event_id, seq",
+        " ON CONFLICT (producer_class, idempotency_key, ifnull(tenant_scope, '*')) \
+         WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING event_id, seq",
         rows,
     )
 }
@@ -119,9 +120,11 @@ fn values_statement(
     &statements[rows.trailing_zeros() as usize]
 }
 
-/// The event an idempotency key of a producer class names: `?1` producer class, `?2` key.
+/// The event an idempotency key names: `?1` producer class, `?2` key, `?3` tenant scope (NULL:
+/// the events without one).
 pub(crate) const FIND_BY_IDEMPOTENCY_KEY: &str = "\
-SELECT event_id, seq FROM evc_events WHERE producer_class = ?1 AND idempotency_key = ?2";
+SELECT event_id, seq FROM evc_events
+WHERE producer_class = ?1 AND idempotency_key = ?2 AND ifnull(tenant_scope, '*') = ifnull(?3, '*')";
 
 /// Records a refused append: `?1` event type, `?2` version, `?3` reason code, `?4` payload
 /// digest, `?5` now. Never the payload.

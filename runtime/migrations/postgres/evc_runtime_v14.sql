@@ -1,0 +1,15 @@
+-- {{ notice }}
+--
+-- evc runtime tables, fourteenth step: an idempotency key is scoped per producer class and
+-- tenant (docs/runtime.md, "Tenants"). It follows `NNNN_evc_runtime_v13.sql`. Keyed per
+-- producer class alone, a key one tenant used first answered another tenant's append with the
+-- first tenant's event: a producer serving every tenant dropped the second event, and a
+-- producer of one tenant's scope was refused (the first event is not in its scope) and learnt
+-- that another tenant had used the key.
+--
+-- NULLS NOT DISTINCT: events without a tenant share one scope, as they did. The key comes
+-- before the tenant, so a lookup by class and key reads one short range of the index.
+CREATE UNIQUE INDEX IF NOT EXISTS evc_events_tenant_idempotency_key_idx
+    ON evc_events (producer_class, idempotency_key, tenant_scope) NULLS NOT DISTINCT
+    WHERE idempotency_key IS NOT NULL;
+DROP INDEX IF EXISTS evc_events_idempotency_key_idx;
