@@ -6,8 +6,10 @@
 //! --root <temp>` (a debug build into a temporary directory, not `~/.cargo/bin`); the database
 //! name `shop_dev` becomes a fresh name per run (dropped at the end); the shop's dependency on
 //! `evc` points at this checkout; and between `cp -r contracts ...` and `evc compat` the test
-//! makes the contract edit the guide describes in prose. Everything builds in
-//! `target/guide`, so cargo's lock on the workspace's own target directory is not in the way.
+//! makes the contract edit the guide describes in prose. Everything builds in the target
+//! directory of the `cargo test` running this test (which holds no build lock while its tests
+//! run): the CLI's debug build is the one `cargo evc check` made, and the shop's dependencies
+//! are built once for every run.
 
 mod support;
 
@@ -79,6 +81,15 @@ impl Drop for DropDatabase {
             .args(["--if-exists", "--force", &self.0])
             .status();
     }
+}
+
+/// The target directory of the `cargo test` running this test (`CARGO_TARGET_TMPDIR` is its
+/// `tmp/`), so a custom `CARGO_TARGET_DIR` is honoured too.
+fn target_directory() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("the tmp dir sits in the target dir")
+        .to_owned()
 }
 
 /// The contract edit of the guide's last section: `order.paid` 1.1.0 with an optional
@@ -160,7 +171,7 @@ fn every_command_of_the_guide_runs() {
     );
     env.insert(
         "CARGO_TARGET_DIR".to_owned(),
-        repo.join("target/guide").display().to_string(),
+        target_directory().display().to_string(),
     );
     // A database URL of the caller's must not leak into the guide's commands.
     env.insert("DATABASE_URL".to_owned(), String::new());
