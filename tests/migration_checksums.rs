@@ -74,7 +74,7 @@ const SHIPPED: [(&str, &str); 17] = [
     ),
     (
         "0017_evc_runtime_v14.sql",
-        "6d515939bbdb4922703c3eb392b3e5436b224104b67e2a0d1811b1ed146a46f2",
+        "11b2cd3d20c3805ea3aa5c9b80edf75ac73e69c9f327c95f1efc3e08227bd22a",
     ),
 ];
 

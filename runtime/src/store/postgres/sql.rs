@@ -34,8 +34,8 @@ WITH e AS (
         producer_class, idempotency_key, trace_id, parent_span_id, trace_flags, correlation_id,
         causation_id, payload, payload_bytes)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14)
-    ON CONFLICT (producer_class, idempotency_key, tenant_scope) WHERE idempotency_key IS NOT NULL
-        DO NOTHING
+    ON CONFLICT (producer_class, idempotency_key, (coalesce(tenant_scope, '*')))
+        WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING event_id, seq, order_key, tenant_scope
 ), d AS (
     INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key, next_attempt_at,
@@ -56,7 +56,8 @@ FROM e";
 /// the events without one).
 pub(crate) const FIND_BY_IDEMPOTENCY_KEY: &str = "\
 SELECT event_id, seq FROM evc_events
-WHERE producer_class = $1 AND idempotency_key = $2 AND tenant_scope IS NOT DISTINCT FROM $3";
+WHERE producer_class = $1 AND idempotency_key = $2
+    AND coalesce(tenant_scope, '*') = coalesce($3, '*')";
 
 /// Appends a chunk of events and their deliveries in one statement, then notifies each
 /// consumer that got a delivery once.
@@ -86,8 +87,8 @@ WITH input AS (
         idempotency_key, trace_id, parent_span_id, trace_flags, correlation_id, causation_id,
         payload::jsonb, payload_bytes
     FROM input ORDER BY ord
-    ON CONFLICT (producer_class, idempotency_key, tenant_scope) WHERE idempotency_key IS NOT NULL
-        DO NOTHING
+    ON CONFLICT (producer_class, idempotency_key, (coalesce(tenant_scope, '*')))
+        WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING event_id, seq, order_key, tenant_scope
 ), d AS (
     INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key, next_attempt_at,
@@ -137,7 +138,7 @@ FROM UNNEST($1::text[], $2::text[], $3::text[])
     WITH ORDINALITY AS k (producer_class, idempotency_key, tenant_scope, ord)
 JOIN evc_events e
     ON e.producer_class = k.producer_class AND e.idempotency_key = k.idempotency_key
-    AND e.tenant_scope IS NOT DISTINCT FROM k.tenant_scope";
+    AND coalesce(e.tenant_scope, '*') = coalesce(k.tenant_scope, '*')";
 
 /// Records refused appends, one row each, on the store's own connection: parallel arrays `$1`
 /// event types, `$2` versions, `$3` reason codes, `$4` payload digests. Never the payload.
