@@ -8,8 +8,8 @@
 //! `evc` points at this checkout; and between `cp -r contracts ...` and `evc compat` the test
 //! makes the contract edit the guide describes in prose. Everything builds in the target
 //! directory of the `cargo test` running this test (which holds no build lock while its tests
-//! run): the CLI's debug build is the one `cargo evc check` made, and the shop's dependencies
-//! are built once for every run.
+//! run), so the install reuses a debug build of the CLI that `cargo evc check` made, and the
+//! shop (with the workspace's dev profile) reuses the workspace's dependency builds.
 
 mod support;
 

@@ -615,10 +615,9 @@ async fn append_chunk(
         written.insert(row.try_get("event_id")?, row.try_get("seq")?);
     }
 
-    // Events whose idempotency key was taken (earlier, or by an earlier event of this batch),
-    // by index in the batch: the event that took the key in the event's producer class and
-    // tenant.
-    let mut existing: HashMap<usize, (Uuid, i64)> = HashMap::new();
+    // Per event of the batch whose idempotency key was taken (earlier, or by an earlier event
+    // of this batch): the event that took the key in its producer class and tenant.
+    let mut existing: Vec<Option<(Uuid, i64)>> = vec![None; events.len()];
     if written.len() < events.len() {
         let mut indexes = Vec::new();
         let (mut classes, mut keys, mut tenants) = (Vec::new(), Vec::new(), Vec::new());
@@ -644,7 +643,7 @@ async fn append_chunk(
                 .ok()
                 .and_then(|at| indexes.get(at))
                 .ok_or_else(|| sqlx::Error::Protocol(format!("key {ord} was not asked")))?;
-            existing.insert(*index, (row.try_get("event_id")?, row.try_get("seq")?));
+            existing[*index] = Some((row.try_get("event_id")?, row.try_get("seq")?));
         }
     }
 
@@ -659,7 +658,7 @@ async fn append_chunk(
                 deliveries: u32::try_from(checked.consumers.len()).unwrap_or(u32::MAX),
             }
         } else {
-            let Some(&(event_id, seq)) = existing.get(&index) else {
+            let Some((event_id, seq)) = existing[index] else {
                 return Err(AppendError::IdempotencyConflict {
                     producer_class: columns.producer_class[index].to_owned(),
                 });

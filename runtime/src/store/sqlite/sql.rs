@@ -46,8 +46,7 @@ pub(crate) fn values_chunks(rows: usize) -> impl Iterator<Item = (usize, usize)>
 /// idempotency key, produced at (now), trace id, parent span id, trace flags, correlation id,
 /// causation id, payload, payload bytes. Returns the event id and seq of each event written;
 /// an event whose idempotency key was taken in its producer class and tenant (before, or by an
-/// earlier row) has none. `rows` is
-/// a size [`values_chunks`] gives.
+/// earlier row) has none. `rows` is a size [`values_chunks`] gives.
 pub(crate) fn append_events(rows: usize) -> &'static str {
     static STATEMENTS: OnceLock<Vec<String>> = OnceLock::new();
     values_statement(
