@@ -143,19 +143,23 @@ impl PgStore {
         let rows = if per_key {
             let mut tx = connection.begin().await?;
             let heads = sql::with_batch(sql::CLAIM_KEY_HEADS_LOCK, batch);
-            let candidates: Vec<Uuid> = sqlx::query_scalar(AssertSqlSafe(heads))
+            let candidates: Vec<(Uuid, i64)> = sqlx::query_as(AssertSqlSafe(heads))
                 .bind(consumer)
                 .fetch_all(&mut *tx)
                 .await?;
-            if candidates.is_empty() {
+            let seqs = candidates.iter().map(|&(_, seq)| seq);
+            let (Some(first), Some(last)) = (seqs.clone().min(), seqs.max()) else {
                 tx.rollback().await?;
                 return Ok(Vec::new());
-            }
+            };
+            let ids: Vec<Uuid> = candidates.iter().map(|&(id, _)| id).collect();
             let rows = sqlx::query(sql::CLAIM_KEY_HEADS_LEASE)
                 .bind(consumer)
-                .bind(&candidates)
+                .bind(&ids)
                 .bind(owner)
                 .bind(millis(lease))
+                .bind(first)
+                .bind(last)
                 .fetch_all(&mut *tx)
                 .await?;
             tx.commit().await?;

@@ -429,7 +429,8 @@ WITH ",
 /// pending deliveries of consumer `$1` that head their key (no other delivery of the key and
 /// tenant is leased, none with a lower `event_seq` is pending) and whose key's transaction-scoped
 /// advisory lock (`hashtext(consumer), hashtext(order_key)`) this transaction obtains, oldest
-/// first, at most a batch ([`with_batch`]). The `CASE` fixes the order: the lock is tried only
+/// first, at most a batch ([`with_batch`]); returns their `event_id` and `event_seq`. The `CASE`
+/// fixes the order: the lock is tried only
 /// for a head, and the scan stops once a batch of heads is locked, so a concurrent claimer
 /// skips the keys taken here and goes on to the next heads. A delivery without a key (written
 /// while its consumer did not order per key) orders with nothing and needs no key lock.
@@ -466,12 +467,23 @@ WITH ",
         ""
     ),
     "
-SELECT event_id FROM every_tenant UNION ALL SELECT event_id FROM one_tenant"
+SELECT event_id, event_seq FROM every_tenant UNION ALL SELECT event_id, event_seq FROM one_tenant"
 );
 
-/// Step 2 of a per-key claim: leases the candidates `$2` (event ids, key-locked by step 1) of consumer `$1` to owner `$3` until now + `$4` milliseconds, re-checking the head
-/// predicate on this statement's fresh snapshot; counts the attempt and raises the fencing
-/// token. Returns what [`CLAIM_BATCH`] returns.
+/// Step 2 of a per-key claim: leases the candidates `$2` (event ids, key-locked by step 1,
+/// their `event_seq` from `$5` to `$6`) of consumer `$1` to owner `$3` until now + `$4`
+/// milliseconds, re-checking the head predicate on this statement's fresh snapshot; counts the
+/// attempt and raises the fencing token. Returns what [`CLAIM_BATCH`] returns.
+///
+/// The `event_seq` window bounds the scan whichever index the planner picks: without
+/// statistics it reads the due index, and without the window that is every pending delivery
+/// of the consumer.
+///
+/// `OFFSET 0` keeps the head re-check a subplan run per candidate, an index probe on the
+/// candidate's key. Without it PostgreSQL turns `NOT EXISTS` into an anti-join, and before
+/// `evc_deliveries` has statistics (a backlog written faster than autovacuum analyses it) it
+/// estimates one row on each side and scans every keyed delivery of the consumer once per
+/// candidate (docs/design.md, "Claim statements").
 pub(crate) const CLAIM_KEY_HEADS_LEASE: &str = concat!(
     "\
 WITH d AS (
@@ -480,6 +492,7 @@ WITH d AS (
         lease_until = now() + $4::int8 * interval '1 millisecond',
         attempt = d.attempt + 1, fencing_token = d.fencing_token + 1, updated_at = now()
     WHERE d.consumer = $1 AND d.event_id = ANY($2::uuid[]) AND d.status = 'pending'
+        AND d.event_seq BETWEEN $5 AND $6
         AND NOT EXISTS (
             SELECT 1 FROM evc_deliveries p
             WHERE p.consumer = d.consumer AND p.order_key = d.order_key
@@ -488,6 +501,7 @@ WITH d AS (
                 AND p.event_id <> d.event_id
                 AND p.status IN ('pending', 'leased')
                 AND (p.status = 'leased' OR p.event_seq < d.event_seq)
+            OFFSET 0
         )
     RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.fencing_token, d.event_seq
 )
