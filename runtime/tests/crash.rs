@@ -486,7 +486,7 @@ static ONE_RUN_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new
 async fn processes(dispatchers: usize, events: u64) -> TestResult {
     support::with_database(move |pool| async move {
         create_tables(&pool).await?;
-        let producer = dispatch_store(&pool, 2).await?;
+        let producer = dispatch_store(&pool, 4).await?;
         let event_ids = support::ids(&append_notes(&producer, events, KEYS).await?);
         let started = Instant::now();
         let mut children: Vec<ChildProcess> = (0..dispatchers)

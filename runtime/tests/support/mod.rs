@@ -511,16 +511,52 @@ pub async fn attempts_of<S: evc_runtime::Store>(
     store: &S,
     event_ids: &[uuid::Uuid],
 ) -> Result<Vec<(uuid::Uuid, String, evc_runtime::AttemptRecord)>, evc_runtime::DispatchError> {
-    let mut rows = Vec::new();
-    for &event_id in event_ids {
-        for consumer in store.registry().consumers {
-            for attempt in store.attempts(event_id, consumer.name).await? {
-                rows.push((event_id, consumer.name.to_owned(), attempt));
+    let chunks = in_parallel(store, event_ids, |store, event_ids| async move {
+        let mut rows = Vec::new();
+        for event_id in event_ids {
+            for consumer in store.registry().consumers {
+                for attempt in store.attempts(event_id, consumer.name).await? {
+                    rows.push((event_id, consumer.name.to_owned(), attempt));
+                }
             }
         }
-    }
-    Ok(rows)
+        Ok::<_, evc_runtime::DispatchError>(rows)
+    })
+    .await?;
+    Ok(chunks.into_iter().flatten().collect())
 }
+
+/// Runs `query` over `event_ids` in [`PARALLEL_READS`] chunks at once, each on its own task
+/// with a clone of `store`, and returns the chunks' results in `event_ids`' order. The
+/// checks after a 10,000-event run read every event's attempts one by one; side by side, the
+/// round trips overlap instead of adding up.
+async fn in_parallel<S, T, E, F, Fut>(
+    store: &S,
+    event_ids: &[uuid::Uuid],
+    query: F,
+) -> Result<Vec<T>, E>
+where
+    S: evc_runtime::Store,
+    T: Send + 'static,
+    E: Send + 'static,
+    F: Fn(S, Vec<uuid::Uuid>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>> + Send + 'static,
+{
+    let size = event_ids.len().div_ceil(PARALLEL_READS).max(1);
+    let tasks: Vec<_> = event_ids
+        .chunks(size)
+        .map(|chunk| tokio::spawn(query(store.clone(), chunk.to_vec())))
+        .collect();
+    let mut results = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        results.push(task.await.expect("a read task panicked")?);
+    }
+    Ok(results)
+}
+
+/// Chunks [`in_parallel`] reads at once (the stores of the long runs keep at least this many
+/// connections).
+const PARALLEL_READS: usize = 4;
 
 /// `(acks, out of order)` over the `acked` attempt rows of `consumers` for the events
 /// `event_ids`: acks of one order key (in the order they ended) that came after an ack of a
@@ -533,22 +569,37 @@ pub async fn acks_out_of_key_order<S: evc_runtime::Store>(
     event_ids: &[uuid::Uuid],
 ) -> Result<(i64, i64), Box<dyn std::error::Error + Send + Sync>> {
     // (consumer, order key) -> (ack's end, event seq) of every ack.
-    let mut acks: std::collections::BTreeMap<(&str, String), Vec<(f64, i64)>> =
-        std::collections::BTreeMap::new();
-    for &event_id in event_ids {
-        let event = store
-            .event(event_id)
-            .await?
-            .ok_or_else(|| format!("event {event_id} not stored"))?;
-        for &consumer in consumers {
-            for attempt in store.attempts(event_id, consumer).await? {
-                if attempt.outcome == "acked" {
-                    acks.entry((consumer, event.order_key.clone()))
-                        .or_default()
-                        .push((attempt.finished_at, event.seq));
+    type BoxError = Box<dyn std::error::Error + Send + Sync>;
+    let owned: Vec<String> = consumers.iter().map(|&c| c.to_owned()).collect();
+    // (consumer, order key, ack's end, event seq) of every ack.
+    let chunks = in_parallel(store, event_ids, |store, event_ids| {
+        let consumers = owned.clone();
+        async move {
+            let mut acks = Vec::new();
+            for event_id in event_ids {
+                let event = store
+                    .event(event_id)
+                    .await?
+                    .ok_or_else(|| format!("event {event_id} not stored"))?;
+                for consumer in &consumers {
+                    for attempt in store.attempts(event_id, consumer).await? {
+                        if attempt.outcome == "acked" {
+                            let key = event.order_key.clone();
+                            acks.push((consumer.clone(), key, attempt.finished_at, event.seq));
+                        }
+                    }
                 }
             }
+            Ok::<_, BoxError>(acks)
         }
+    })
+    .await?;
+    let mut acks: std::collections::BTreeMap<(String, String), Vec<(f64, i64)>> =
+        std::collections::BTreeMap::new();
+    for (consumer, key, finished_at, seq) in chunks.into_iter().flatten() {
+        acks.entry((consumer, key))
+            .or_default()
+            .push((finished_at, seq));
     }
     let (mut total, mut out_of_order) = (0, 0);
     for key_acks in acks.values_mut() {
