@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 17] = [
+const SHIPPED: [(&str, &str); 18] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -75,6 +75,10 @@ const SHIPPED: [(&str, &str); 17] = [
     (
         "0017_evc_runtime_v14.sql",
         "11b2cd3d20c3805ea3aa5c9b80edf75ac73e69c9f327c95f1efc3e08227bd22a",
+    ),
+    (
+        "0018_evc_runtime_v15.sql",
+        "fdaee6422ffbdfdfcd121594cdf8cc9aca998a7efa7662ddee7f38b18ad56fff",
     ),
 ];
 

@@ -317,7 +317,7 @@ async fn crash(consumer: &'static str, events: u64, role: &'static str, point: &
             assert_eq!(support::count(&pool, "t_effects").await?, 0);
             for event_id in &event_ids {
                 assert_eq!(
-                    store.effect(consumer, &event_id.to_string()).await?,
+                    store.effect(consumer, &event_id.to_string(), None).await?,
                     None,
                     "an effect row of the killed transaction"
                 );
@@ -432,7 +432,7 @@ async fn assert_outcome(
     // attempt per event found its key unrecorded (`first`, committed with the row it wrote).
     for event_id in event_ids {
         let effect = store
-            .effect(consumer, &event_id.to_string())
+            .effect(consumer, &event_id.to_string(), None)
             .await?
             .ok_or_else(|| format!("{consumer} {event_id}: no effect row"))?;
         assert_eq!(effect.event_id, *event_id, "the effect row's delivery");

@@ -482,7 +482,7 @@ async fn a_redelivered_event_records_its_effect_once() -> TestResult {
         assert_eq!(support::count(&pool, "t_effects").await?, 1);
         // The effect row is the first attempt's: the redelivery wrote none.
         let effect = store
-            .effect("d.leased", "note")
+            .effect("d.leased", "note", None)
             .await?
             .map(|e| (e.event_id, e.outcome_digest, e.token));
         assert_eq!(

@@ -186,7 +186,7 @@ async fn two_dispatchers_drain_held_batches_each_delivery_acked_and_written_once
                 wrong.push((*id, attempts));
             }
             // The handler's effect key is the event id.
-            let effect = store.effect(CONSUMER, &id.to_string()).await?;
+            let effect = store.effect(CONSUMER, &id.to_string(), None).await?;
             if effect.is_some_and(|effect| effect.event_id == *id) {
                 effects += 1;
             }
@@ -362,7 +362,7 @@ async fn a_held_claim_hides_its_rows_fences_on_its_token_and_dies_with_its_conne
             (delivery.status, delivery.attempts, delivery.token),
             (DeliveryStatus::Pending, 0, 0)
         );
-        assert_eq!(store.effect(CONSUMER, &key).await?, None);
+        assert_eq!(store.effect(CONSUMER, &key, None).await?, None);
         let mut again = store.pool().begin().await?;
         let retaken = store
             .claim(&mut again, &ClaimRequest::held(CONSUMER, "w5", 10))

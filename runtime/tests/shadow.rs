@@ -114,7 +114,7 @@ async fn effects(
         let mut count = 0;
         for (_, event_id) in events_of(consumer, notes, jobs) {
             if store
-                .effect(consumer, &event_id.to_string())
+                .effect(consumer, &event_id.to_string(), None)
                 .await?
                 .is_some()
             {

@@ -76,6 +76,7 @@ conformance!(
     release_returns_leases_as_never_claimed,
     recover_expired_requeues_then_dead_letters,
     record_effect_is_recorded_once,
+    an_effect_key_is_scoped_per_tenant,
     ack_batch_reports_stale_entries,
     held_batch_commits_with_its_transaction_or_leaves_nothing,
     concurrent_per_key_workers_keep_one_in_flight_per_key,
@@ -1373,6 +1374,58 @@ async fn recover_expired_requeues_then_dead_letters<S: Conformance>(store: S) ->
     Ok(())
 }
 
+/// One consumer serving every tenant: an effect key a handler chooses (an invoice number, say)
+/// recorded for one tenant's event never answers "done before" to another tenant's event,
+/// which would skip that tenant's effect and tell it the other tenant used the key.
+async fn an_effect_key_is_scoped_per_tenant<S: Conformance>(store: S) -> TestResult {
+    let mut tx = store.begin().await?;
+    for (key, tenant) in [
+        (1, Some("acme")),
+        (2, Some("bolt")),
+        (3, None),
+        (4, Some("acme")),
+    ] {
+        let options = match tenant {
+            Some(tenant) => AppendOptions::new().tenant_scope(tenant),
+            None => AppendOptions::new(),
+        };
+        store.append(&mut *tx, note(key), options).await?;
+    }
+    tx.commit().await?;
+    let claimed = claim(&store, PLAIN, "w1", 10, LEASE, false).await?;
+    let leases: Vec<&Lease> = claimed.iter().map(|c| &c.lease).collect();
+    assert_eq!(leases.len(), 4, "{}", S::NAME);
+
+    let mut tx = store.begin().await?;
+    let mut first = Vec::new();
+    for lease in &leases {
+        first.push(
+            store
+                .record_effect(&mut *tx, lease, "invoice-7", "d")
+                .await?,
+        );
+    }
+    tx.commit().await?;
+    // acme, bolt and no tenant each record the key once; acme's second event finds acme's row.
+    assert_eq!(first, [true, true, true, false], "{}", S::NAME);
+    // Each tenant reads back its own row: the event that recorded it.
+    for (tenant, lease) in [
+        (Some("acme"), leases[0]),
+        (Some("bolt"), leases[1]),
+        (None, leases[2]),
+    ] {
+        let effect = store.effect(PLAIN, "invoice-7", tenant).await?;
+        assert_eq!(
+            effect.map(|e| e.event_id),
+            Some(lease.event_id),
+            "{} {tenant:?}",
+            S::NAME
+        );
+    }
+    assert_eq!(store.effect(PLAIN, "invoice-7", Some("cargo")).await?, None);
+    Ok(())
+}
+
 async fn record_effect_is_recorded_once<S: Conformance>(store: S) -> TestResult {
     committed(&store, vec![note(1)]).await?;
     let claimed = claim(&store, PLAIN, "w1", 1, LEASE, false).await?;
@@ -1450,7 +1503,7 @@ async fn record_effect_is_recorded_once<S: Conformance>(store: S) -> TestResult 
     // back one was recorded by the redelivery, the shadow one not at all.
     let effect = |key: &'static str| {
         let store = store.clone();
-        async move { store.effect(PLAIN, key).await }
+        async move { store.effect(PLAIN, key, None).await }
     };
     let first = effect("effect-1").await?.ok_or("effect-1 not recorded")?;
     assert_eq!(
@@ -1461,7 +1514,7 @@ async fn record_effect_is_recorded_once<S: Conformance>(store: S) -> TestResult 
     assert_eq!(third.token, Some(next.token));
     assert!(effect("effect-2").await?.is_some());
     assert_eq!(effect("effect-4").await?, None);
-    assert_eq!(store.effect(SHADOW, "effect-1").await?, None);
+    assert_eq!(store.effect(SHADOW, "effect-1", None).await?, None);
     Ok(())
 }
 
@@ -1749,7 +1802,7 @@ async fn shadow_savepoint_undoes_the_handlers_writes<S: Conformance>(store: S) -
         outcome_digest: "d".to_owned(),
     };
     assert_eq!(summary, [(0, lease.token, vec![intent])]);
-    assert_eq!(store.effect(SHADOW, "effect").await?, None);
+    assert_eq!(store.effect(SHADOW, "effect", None).await?, None);
     assert!(
         store
             .reconciliations(lease.event_id, PLAIN)

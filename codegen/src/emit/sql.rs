@@ -39,6 +39,8 @@
 //!   the same way.
 //! - `NNNN_evc_runtime_v14.sql`: the fourteenth step (an idempotency key is scoped per producer
 //!   class and tenant), named the same way.
+//! - `NNNN_evc_runtime_v15.sql`: the fifteenth step (an effect key is scoped per consumer and
+//!   tenant), named the same way.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
@@ -105,6 +107,9 @@ pub const RUNTIME_V13_SUFFIX: &str = "_evc_runtime_v13.sql";
 
 /// The file name of the runtime tables' fourteenth step, after its version.
 pub const RUNTIME_V14_SUFFIX: &str = "_evc_runtime_v14.sql";
+
+/// The file name of the runtime tables' fifteenth step, after its version.
+pub const RUNTIME_V15_SUFFIX: &str = "_evc_runtime_v15.sql";
 
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
@@ -215,6 +220,11 @@ const STEPS: &[Step] = &[
     Step {
         name: Name::Step(RUNTIME_V14_SUFFIX),
         template: template!("evc_runtime_v14.sql"),
+        with: With::Notice,
+    },
+    Step {
+        name: Name::Step(RUNTIME_V15_SUFFIX),
+        template: template!("evc_runtime_v15.sql"),
         with: With::Notice,
     },
     Step {
@@ -810,9 +820,10 @@ mod tests {
                 format!("0012{RUNTIME_V12_SUFFIX}"),
                 format!("0013{RUNTIME_V13_SUFFIX}"),
                 format!("0014{RUNTIME_V14_SUFFIX}"),
-                format!("0015_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
+                format!("0015{RUNTIME_V15_SUFFIX}"),
+                format!("0016_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
                 format!(
-                    "0016_evc_settings_{}.sql",
+                    "0017_evc_settings_{}.sql",
                     &settings_digest(&set)?[..DIGEST_PREFIX_LEN]
                 ),
             ]
@@ -934,7 +945,7 @@ mod tests {
         let after = settings_of(&changed).ok_or("no settings file")?;
         assert_eq!(
             after.path.file_name().and_then(|n| n.to_str()),
-            Some(format!("0017_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
+            Some(format!("0018_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
             "the next number after the checked-in files"
         );
         // batch_size, lease_ms in column order.

@@ -266,7 +266,9 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// Records a handler's effect once, in the caller's transaction, checked against the
     /// lease's fencing token. `Ok(true)`: first time, perform the effect in the same
-    /// transaction; `Ok(false)`: recorded before (a redelivery), skip it.
+    /// transaction; `Ok(false)`: recorded before (a redelivery), skip it. The key is scoped per
+    /// consumer and the event's tenant: the same key for another tenant's event is another
+    /// effect.
     ///
     /// # Errors
     /// [`DispatchError::StaleToken`] (counted) when the lease is no longer current;
@@ -440,9 +442,10 @@ pub trait Store: Clone + Send + Sync + 'static {
         limit: u32,
     ) -> impl Future<Output = Result<Vec<RejectRecord>, DispatchError>> + Send;
 
-    /// The effect row `consumer` recorded under `effect_key` ([`Store::record_effect`]; `None`:
-    /// not recorded, so a handler would perform the effect): whether, when and by which
-    /// delivery an effect was performed.
+    /// The effect row `consumer` recorded under `effect_key` for an event of `tenant_scope`
+    /// (`None`: events without a tenant) ([`Store::record_effect`]; `None`: not recorded, so a
+    /// handler would perform the effect): whether, when and by which delivery an effect was
+    /// performed. An effect key is scoped per consumer and tenant.
     ///
     /// # Errors
     /// [`DispatchError::Database`].
@@ -450,6 +453,7 @@ pub trait Store: Clone + Send + Sync + 'static {
         &self,
         consumer: &str,
         effect_key: &str,
+        tenant_scope: Option<&str>,
     ) -> impl Future<Output = Result<Option<EffectRecord>, DispatchError>> + Send;
 
     /// The reconciliation rows of `event_id`'s delivery to `consumer`: what its handler meant

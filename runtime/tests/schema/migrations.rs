@@ -49,6 +49,7 @@ fn is_runtime_step(name: &str) -> bool {
         sql::RUNTIME_V12_SUFFIX,
         sql::RUNTIME_V13_SUFFIX,
         sql::RUNTIME_V14_SUFFIX,
+        sql::RUNTIME_V15_SUFFIX,
     ]
     .iter()
     .any(|suffix| name.ends_with(suffix))
@@ -84,7 +85,7 @@ async fn apply_all_but(
 /// gives each delivery its event's tenant).
 async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
     let (pool, steps) = apply_all_but(options, is_runtime_step).await?;
-    assert_eq!(steps.len(), 13);
+    assert_eq!(steps.len(), 14);
     sqlx::raw_sql(
         "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, producer_class, \
              idempotency_key, trace_id, parent_span_id, trace_flags, payload, payload_bytes, \
@@ -98,7 +99,11 @@ async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
          SELECT event_id, c, seq, order_key FROM evc_events, (VALUES ('a'), ('b')) AS v (c); \
          INSERT INTO evc_delivery_attempts (event_id, consumer, attempt, owner, fencing_token, \
              started_at, finished_at, outcome, duration_ms) \
-         SELECT event_id, consumer, 1, 'w', 1, now(), now(), 'acked', 0 FROM evc_deliveries",
+         SELECT event_id, consumer, 1, 'w', 1, now(), now(), 'acked', 0 FROM evc_deliveries; \
+         INSERT INTO evc_consumer_effects (consumer, effect_key, event_id, outcome_digest, \
+             fencing_token) \
+         SELECT 'a', 'fx-' || right(event_id::text, 12)::int, event_id, 'd', 1 FROM evc_events \
+         WHERE right(event_id::text, 12)::int <= 10",
     )
     .execute(&pool)
     .await?;
@@ -137,6 +142,31 @@ async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
     .fetch_all(&pool)
     .await?;
     assert_eq!(tenants, [(Some("acme".to_owned()), 32), (None, 68)]);
+    // The fifteenth step gave each effect its event's tenant (events 3, 6 and 9 are acme's).
+    let effects: Vec<(Option<String>, i64)> = sqlx::query_as(
+        "SELECT f.tenant_scope, count(*) FROM evc_consumer_effects f \
+         JOIN evc_events e ON e.event_id = f.event_id \
+         WHERE f.tenant_scope IS NOT DISTINCT FROM e.tenant_scope \
+         GROUP BY f.tenant_scope ORDER BY f.tenant_scope",
+    )
+    .fetch_all(&pool)
+    .await?;
+    assert_eq!(effects, [(Some("acme".to_owned()), 3), (None, 7)]);
+    // An old effect key is taken within its tenant only.
+    let record = |key: &'static str, tenant: Option<&'static str>| {
+        sqlx::query(
+            "INSERT INTO evc_consumer_effects (consumer, effect_key, event_id, outcome_digest, \
+                 tenant_scope) \
+             VALUES ('a', $1, '01890a5d-ac96-774b-bcce-000000000001', 'd', $2)",
+        )
+        .bind(key)
+        .bind(tenant)
+        .execute(&pool)
+    };
+    assert!(record("fx-3", Some("acme")).await.is_err());
+    assert!(record("fx-4", None).await.is_err());
+    record("fx-3", None).await?;
+    record("fx-4", Some("acme")).await?;
 
     // The old rows' keys still hold under the new unique index.
     let taken = sqlx::raw_sql(
@@ -451,6 +481,11 @@ async fn table_digests(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
         ("evc_events", "seq", ""),
         ("evc_deliveries", "event_id, consumer", " - 'tenant_scope'"),
         ("evc_delivery_attempts", "id", ""),
+        (
+            "evc_consumer_effects",
+            "consumer, effect_key",
+            " - 'tenant_scope'",
+        ),
     ] {
         let digest: String = sqlx::query_scalar(AssertSqlSafe(format!(
             "SELECT md5(coalesce(string_agg( \
@@ -492,9 +527,10 @@ async fn check(options: PgConnectOptions) -> TestResult {
             "0012_evc_runtime_v12.sql".to_owned(),
             "0013_evc_runtime_v13.sql".to_owned(),
             "0014_evc_runtime_v14.sql".to_owned(),
-            format!("0015_evc_registry_{}.sql", &digest[..12]),
+            "0015_evc_runtime_v15.sql".to_owned(),
+            format!("0016_evc_registry_{}.sql", &digest[..12]),
             format!(
-                "0016_evc_settings_{}.sql",
+                "0017_evc_settings_{}.sql",
                 &sql::settings_digest(&set)?[..12]
             ),
         ]

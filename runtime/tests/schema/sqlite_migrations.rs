@@ -76,6 +76,13 @@ async fn the_replay_keys_step_keeps_every_replay_and_scopes_keys_per_consumer() 
         )
         .execute(&pool)
         .await?;
+        // An effect of an acme event and one of an event without a tenant, recorded before
+        // effect keys were scoped per tenant.
+        sqlx::raw_sql(
+            "INSERT INTO evc_events (event_id, event_type, schema_version, order_key,              tenant_scope, producer_class, produced_at, payload, payload_bytes) VALUES              ('01890a5d-ac96-774b-bcce-000000000001', 'iu.born', '1.0.0', 'k', 'acme', 'dot',               1.0, '{}', 2),              ('01890a5d-ac96-774b-bcce-000000000002', 'iu.born', '1.0.0', 'k', NULL, 'dot',               1.0, '{}', 2);              INSERT INTO evc_consumer_effects (consumer, effect_key, event_id, outcome_digest,              fencing_token, created_at) VALUES              ('k.plain', 'invoice-7', '01890a5d-ac96-774b-bcce-000000000001', 'd', 1, 1.5),              ('k.plain', 'invoice-8', '01890a5d-ac96-774b-bcce-000000000002', 'd', 1, 1.5)",
+        )
+        .execute(&pool)
+        .await?;
         pool.close().await;
     }
 
@@ -86,7 +93,8 @@ async fn the_replay_keys_step_keeps_every_replay_and_scopes_keys_per_consumer() 
             (4, "evc_replay_keys"),
             (5, "evc_plans"),
             (6, "evc_plan_once"),
-            (7, "evc_tenant_idempotency_keys")
+            (7, "evc_tenant_idempotency_keys"),
+            (8, "evc_tenant_effect_keys")
         ]
     );
     assert!(SqliteStore::apply_schema(&location).await?.is_empty());
@@ -107,6 +115,31 @@ async fn the_replay_keys_step_keeps_every_replay_and_scopes_keys_per_consumer() 
     .fetch_one(&pool)
     .await?;
     assert_eq!(items, 1);
+    // Each effect kept, with its event's tenant; its key is taken in that tenant only.
+    let effects: Vec<(String, Option<String>, f64)> = sqlx::query_as(
+        "SELECT effect_key, tenant_scope, created_at FROM evc_consumer_effects          ORDER BY effect_key",
+    )
+    .fetch_all(&pool)
+    .await?;
+    assert_eq!(
+        effects,
+        [
+            ("invoice-7".into(), Some("acme".into()), 1.5),
+            ("invoice-8".into(), None, 1.5)
+        ]
+    );
+    let record = |key: &'static str, tenant: Option<&'static str>| {
+        sqlx::query(
+            "INSERT INTO evc_consumer_effects (consumer, effect_key, event_id, outcome_digest,              fencing_token, created_at, tenant_scope)              VALUES ('k.plain', ?1, '01890a5d-ac96-774b-bcce-000000000003', 'd', 1, 2.0, ?2)",
+        )
+        .bind(key)
+        .bind(tenant)
+        .execute(&pool)
+    };
+    assert!(record("invoice-7", Some("acme")).await.is_err());
+    assert!(record("invoice-8", None).await.is_err());
+    record("invoice-7", Some("bolt")).await?;
+    record("invoice-7", None).await?;
     let dangling: Vec<(String,)> = sqlx::query_as("PRAGMA foreign_key_check")
         .fetch_all(&pool)
         .await?;

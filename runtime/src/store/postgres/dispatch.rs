@@ -583,6 +583,7 @@ impl PgStore {
             let recorded: bool = sqlx::query_scalar(sql::EFFECT_RECORDED)
                 .bind(&lease.consumer)
                 .bind(effect_key)
+                .bind(lease.event_id)
                 .fetch_one(connection)
                 .await?;
             log.push(Intent {

@@ -1023,8 +1023,9 @@ impl Store for PgStore {
         &self,
         consumer: &str,
         effect_key: &str,
+        tenant_scope: Option<&str>,
     ) -> Result<Option<EffectRecord>, DispatchError> {
-        read::effect(self.pool(), consumer, effect_key).await
+        read::effect(self.pool(), consumer, effect_key, tenant_scope).await
     }
 
     async fn reconciliations(

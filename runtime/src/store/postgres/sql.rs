@@ -818,18 +818,19 @@ FOR UPDATE";
 
 /// Records an effect once, fenced: consumer `$1`, effect key `$2`, event `$3`, outcome digest
 /// `$4`, token `$5`. The delivery must still be leased with the token (row-locked here for the
-/// rest of the caller's transaction); the effect row is inserted `ON CONFLICT DO NOTHING`.
-/// Returns `leased` (0: stale token) and `inserted` (0: recorded before).
+/// rest of the caller's transaction); the effect row, with the delivery's tenant, is inserted
+/// `ON CONFLICT DO NOTHING` on the key within the consumer and tenant. Returns `leased` (0:
+/// stale token) and `inserted` (0: recorded before).
 pub(crate) const RECORD_EFFECT: &str = "\
 WITH l AS (
-    SELECT 1 FROM evc_deliveries
+    SELECT tenant_scope FROM evc_deliveries
     WHERE event_id = $3 AND consumer = $1 AND fencing_token = $5 AND status = 'leased'
     FOR UPDATE
 ), i AS (
     INSERT INTO evc_consumer_effects (consumer, effect_key, event_id, outcome_digest,
-        fencing_token)
-    SELECT $1, $2, $3, $4, $5 FROM l
-    ON CONFLICT (consumer, effect_key) DO NOTHING
+        fencing_token, tenant_scope)
+    SELECT $1, $2, $3, $4, $5, l.tenant_scope FROM l
+    ON CONFLICT (consumer, effect_key, (coalesce(tenant_scope, '*'))) DO NOTHING
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM l) AS leased, (SELECT count(*) FROM i) AS inserted";
@@ -839,14 +840,14 @@ SELECT (SELECT count(*) FROM l) AS leased, (SELECT count(*) FROM i) AS inserted"
 /// transaction, which claimed it).
 pub(crate) const RECORD_EFFECT_HELD: &str = "\
 WITH l AS (
-    SELECT 1 FROM evc_deliveries
+    SELECT tenant_scope FROM evc_deliveries
     WHERE event_id = $3 AND consumer = $1 AND fencing_token = $5 - 1 AND status = 'pending'
     FOR UPDATE
 ), i AS (
     INSERT INTO evc_consumer_effects (consumer, effect_key, event_id, outcome_digest,
-        fencing_token)
-    SELECT $1, $2, $3, $4, $5 FROM l
-    ON CONFLICT (consumer, effect_key) DO NOTHING
+        fencing_token, tenant_scope)
+    SELECT $1, $2, $3, $4, $5, l.tenant_scope FROM l
+    ON CONFLICT (consumer, effect_key, (coalesce(tenant_scope, '*'))) DO NOTHING
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM l) AS leased, (SELECT count(*) FROM i) AS inserted";
@@ -1264,10 +1265,15 @@ pub(crate) const SHADOW_SAVEPOINT: &str = "SAVEPOINT evc_shadow";
 /// Undoes everything a shadow-mode handler wrote on the transaction.
 pub(crate) const SHADOW_ROLLBACK: &str = "ROLLBACK TO SAVEPOINT evc_shadow";
 
-/// Whether consumer `$1` has an effect row under key `$2` (a shadow-mode handler is told, as
-/// a live one would be, whether the effect was recorded before).
+/// Whether consumer `$1` has an effect row under key `$2` in the tenant of event `$3` (a
+/// shadow-mode handler is told, as a live one would be, whether the effect was recorded
+/// before).
 pub(crate) const EFFECT_RECORDED: &str = "\
-SELECT EXISTS (SELECT 1 FROM evc_consumer_effects WHERE consumer = $1 AND effect_key = $2)";
+SELECT EXISTS (
+    SELECT 1 FROM evc_consumer_effects
+    WHERE consumer = $1 AND effect_key = $2 AND coalesce(tenant_scope, '*') = coalesce(
+        (SELECT tenant_scope FROM evc_events WHERE event_id = $3), '*')
+)";
 
 /// Counts `$2` stale-token refusals for consumer `$1`, for every process to see.
 pub(crate) const COUNT_STALE: &str = "\
@@ -1414,11 +1420,13 @@ FROM evc_validation_rejects ORDER BY id LIMIT $1";
 pub(crate) const READ_STALE_REJECTIONS: &str = "\
 SELECT rejected FROM evc_stale_rejections WHERE consumer = $1";
 
-/// The effect row of consumer `$1` under effect key `$2`; time in epoch seconds.
+/// The effect row of consumer `$1` under effect key `$2` in tenant `$3` (NULL: effects of
+/// events without a tenant); time in epoch seconds.
 pub(crate) const READ_EFFECT: &str = "\
 SELECT event_id, outcome_digest, fencing_token,
     extract(epoch FROM created_at)::float8 AS created_at
-FROM evc_consumer_effects WHERE consumer = $1 AND effect_key = $2";
+FROM evc_consumer_effects
+WHERE consumer = $1 AND effect_key = $2 AND coalesce(tenant_scope, '*') = coalesce($3, '*')";
 
 /// The reconciliation rows of delivery `$1` of consumer `$2`, oldest generation first; the
 /// intents as JSON text, the time in epoch seconds.

@@ -757,6 +757,7 @@ impl SqliteStore {
             let recorded: bool = sqlx::query_scalar(sql::EFFECT_RECORDED)
                 .bind(&lease.consumer)
                 .bind(effect_key)
+                .bind(lease.event_id.to_string())
                 .fetch_one(connection)
                 .await?;
             log.push(Intent {

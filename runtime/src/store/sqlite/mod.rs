@@ -103,6 +103,10 @@ const MIGRATION_0006: &str = include_str!("../../../migrations/sqlite/0006_evc_p
 const MIGRATION_0007: &str =
     include_str!("../../../migrations/sqlite/0007_evc_tenant_idempotency_keys.sql");
 
+/// Effect keys scoped per consumer and tenant.
+const MIGRATION_0008: &str =
+    include_str!("../../../migrations/sqlite/0008_evc_tenant_effect_keys.sql");
+
 /// Connections of the store's pool unless [`SqliteStoreBuilder::max_connections`] says
 /// otherwise: one for a caller's transaction, one for the reject audit and the dispatcher's
 /// work beside it, and readers (WAL lets them read while one connection writes).
@@ -368,7 +372,7 @@ impl Prepared {
 
 /// The store's schema: each migration's version, name, SQL and whether it runs outside a
 /// transaction of sqlx's (it brings its own), in order.
-const SCHEMA: [(i64, &str, &str, bool); 7] = [
+const SCHEMA: [(i64, &str, &str, bool); 8] = [
     (1, "evc_runtime", MIGRATION_0001, false),
     (2, "evc_replays", MIGRATION_0002, false),
     (3, "evc_registry_document", MIGRATION_0003, false),
@@ -376,6 +380,7 @@ const SCHEMA: [(i64, &str, &str, bool); 7] = [
     (5, "evc_plans", MIGRATION_0005, false),
     (6, "evc_plan_once", MIGRATION_0006, false),
     (7, "evc_tenant_idempotency_keys", MIGRATION_0007, false),
+    (8, "evc_tenant_effect_keys", MIGRATION_0008, false),
 ];
 
 /// Applies the store's migrations (sqlx's migrator: each once, in order).
@@ -1471,8 +1476,9 @@ impl Store for SqliteStore {
         &self,
         consumer: &str,
         effect_key: &str,
+        tenant_scope: Option<&str>,
     ) -> Result<Option<EffectRecord>, DispatchError> {
-        read::effect(&self.inner.pool, consumer, effect_key).await
+        read::effect(&self.inner.pool, consumer, effect_key, tenant_scope).await
     }
 
     async fn reconciliations(

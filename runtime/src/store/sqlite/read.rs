@@ -195,15 +195,17 @@ pub(super) async fn count_attempts(
     Ok(u64::try_from(count).unwrap_or(0))
 }
 
-/// The effect row of `consumer` under `effect_key` ([`crate::Store::effect`]).
+/// The effect row of `consumer` under `effect_key` in `tenant_scope` ([`crate::Store::effect`]).
 pub(super) async fn effect(
     pool: &sqlx::SqlitePool,
     consumer: &str,
     effect_key: &str,
+    tenant_scope: Option<&str>,
 ) -> Result<Option<EffectRecord>, DispatchError> {
     let row = sqlx::query(sql::EFFECT)
         .bind(consumer)
         .bind(effect_key)
+        .bind(tenant_scope)
         .fetch_optional(pool)
         .await?;
     let Some(row) = row else {

@@ -369,17 +369,25 @@ WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 - 1 AND status = 'p
 RETURNING generation";
 
 /// Records an effect once: `?1` consumer, `?2` effect key, `?3` event id, `?4` outcome digest,
-/// `?5` token, `?6` now. Returns a row when inserted, none when recorded before.
+/// `?5` token, `?6` now; the row carries the event's tenant, and the key is unique within the
+/// consumer and tenant. Returns a row when inserted, none when recorded before. (`WHERE true`:
+/// SQLite's grammar needs it between an `INSERT ... SELECT` and its `ON CONFLICT`.)
 pub(crate) const RECORD_EFFECT: &str = "\
 INSERT INTO evc_consumer_effects (consumer, effect_key, event_id, outcome_digest,
-    fencing_token, created_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-ON CONFLICT (consumer, effect_key) DO NOTHING
+    fencing_token, created_at, tenant_scope)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, (SELECT tenant_scope FROM evc_events WHERE event_id = ?3)
+WHERE true
+ON CONFLICT (consumer, effect_key, ifnull(tenant_scope, '*')) DO NOTHING
 RETURNING 1";
 
-/// Whether consumer `?1` has an effect row under key `?2` (what a shadow-mode handler is told).
+/// Whether consumer `?1` has an effect row under key `?2` in the tenant of event `?3` (what a
+/// shadow-mode handler is told).
 pub(crate) const EFFECT_RECORDED: &str = "\
-SELECT EXISTS (SELECT 1 FROM evc_consumer_effects WHERE consumer = ?1 AND effect_key = ?2)";
+SELECT EXISTS (
+    SELECT 1 FROM evc_consumer_effects
+    WHERE consumer = ?1 AND effect_key = ?2 AND ifnull(tenant_scope, '*') = ifnull(
+        (SELECT tenant_scope FROM evc_events WHERE event_id = ?3), '*')
+)";
 
 /// Records what a shadow-mode handler meant to do: `?1` consumer, `?2` event id, `?3`
 /// generation, `?4` token, `?5` intended effects (a JSON array), `?6` now. One row per delivery
@@ -475,10 +483,12 @@ FROM evc_validation_rejects ORDER BY id LIMIT ?1";
 pub(crate) const STALE_REJECTIONS: &str = "\
 SELECT rejected FROM evc_stale_rejections WHERE consumer = ?1";
 
-/// The effect row of consumer `?1` under effect key `?2`.
+/// The effect row of consumer `?1` under effect key `?2` in tenant `?3` (NULL: effects of
+/// events without a tenant).
 pub(crate) const EFFECT: &str = "\
 SELECT event_id, outcome_digest, fencing_token, created_at
-FROM evc_consumer_effects WHERE consumer = ?1 AND effect_key = ?2";
+FROM evc_consumer_effects
+WHERE consumer = ?1 AND effect_key = ?2 AND ifnull(tenant_scope, '*') = ifnull(?3, '*')";
 
 /// The reconciliation rows of delivery `?1` of consumer `?2`, oldest generation first.
 pub(crate) const RECONCILIATIONS: &str = "\
