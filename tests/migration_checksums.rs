@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 18] = [
+const SHIPPED: [(&str, &str); 19] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -79,6 +79,10 @@ const SHIPPED: [(&str, &str); 18] = [
     (
         "0018_evc_runtime_v15.sql",
         "fdaee6422ffbdfdfcd121594cdf8cc9aca998a7efa7662ddee7f38b18ad56fff",
+    ),
+    (
+        "0019_evc_runtime_v16.sql",
+        "922b598d0831fad7f0300ac6f022fc4cf68f31302df3398939c42d71aa72f56e",
     ),
 ];
 

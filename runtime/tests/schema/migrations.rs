@@ -50,6 +50,7 @@ fn is_runtime_step(name: &str) -> bool {
         sql::RUNTIME_V13_SUFFIX,
         sql::RUNTIME_V14_SUFFIX,
         sql::RUNTIME_V15_SUFFIX,
+        sql::RUNTIME_V16_SUFFIX,
     ]
     .iter()
     .any(|suffix| name.ends_with(suffix))
@@ -85,7 +86,7 @@ async fn apply_all_but(
 /// gives each delivery its event's tenant).
 async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
     let (pool, steps) = apply_all_but(options, is_runtime_step).await?;
-    assert_eq!(steps.len(), 14);
+    assert_eq!(steps.len(), 15);
     sqlx::raw_sql(
         "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, producer_class, \
              idempotency_key, trace_id, parent_span_id, trace_flags, payload, payload_bytes, \
@@ -168,6 +169,51 @@ async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
     record("fx-3", None).await?;
     record("fx-4", Some("acme")).await?;
 
+    // The sixteenth step: a replay's or discard's key is taken within its consumer and tenant
+    // scope only (no tenant and an empty setting are one scope). The two-person triggers are
+    // set aside in this transaction: the unique indexes are what is checked.
+    let mut tx = pool.begin().await?;
+    sqlx::raw_sql(
+        "ALTER TABLE evc_replays DISABLE TRIGGER evc_replays_two_person; \
+         ALTER TABLE evc_discards DISABLE TRIGGER evc_discards_two_person",
+    )
+    .execute(&mut *tx)
+    .await?;
+    for (table, statement) in [
+        (
+            "evc_replays",
+            "INSERT INTO evc_replays (consumer, plan_digest, reason, approval_ref, \
+                 idempotency_key, deliveries, tenant_scope) \
+             VALUES ('audit', 'd', 'fixed', 'CHG-1', 'k-1', 1, $1)",
+        ),
+        (
+            "evc_discards",
+            "INSERT INTO evc_discards (consumer, plan_digest, reason, approval_ref, \
+                 idempotency_key, deliveries, items, tenant_scope) \
+             VALUES ('audit', 'd', 'poison', 'INC-1', 'd-1', 1, '[]', $1)",
+        ),
+    ] {
+        for (tenant, taken) in [
+            (Some("acme"), false),
+            (Some("bolt"), false),
+            (None, false),
+            (Some("acme"), true),
+            (Some(""), true),
+            (Some("*"), true),
+        ] {
+            let mut attempt = sqlx::Acquire::begin(&mut *tx).await?;
+            let inserted = sqlx::query(AssertSqlSafe(statement))
+                .bind(tenant)
+                .execute(&mut *attempt)
+                .await;
+            assert_eq!(inserted.is_err(), taken, "{table} {tenant:?}: {inserted:?}");
+            if inserted.is_ok() {
+                attempt.commit().await?;
+            }
+        }
+    }
+    tx.rollback().await?;
+
     // The old rows' keys still hold under the new unique index.
     let taken = sqlx::raw_sql(
         "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, producer_class, \
@@ -196,9 +242,10 @@ async fn replay_keys_per_consumer(options: PgConnectOptions) -> TestResult {
             || name.ends_with(sql::RUNTIME_V11_SUFFIX)
             || name.ends_with(sql::RUNTIME_V12_SUFFIX)
             || name.ends_with(sql::RUNTIME_V13_SUFFIX)
+            || name.ends_with(sql::RUNTIME_V16_SUFFIX)
     })
     .await?;
-    assert_eq!(held.len(), 6);
+    assert_eq!(held.len(), 7);
     let eighth = &held[..1];
     sqlx::raw_sql(
         "INSERT INTO evc_replays (id, plan_digest, reason, approval_ref, idempotency_key, \
@@ -280,9 +327,10 @@ async fn two_person_rule(options: PgConnectOptions) -> TestResult {
             || name.ends_with(sql::RUNTIME_V11_SUFFIX)
             || name.ends_with(sql::RUNTIME_V12_SUFFIX)
             || name.ends_with(sql::RUNTIME_V13_SUFFIX)
+            || name.ends_with(sql::RUNTIME_V16_SUFFIX)
     })
     .await?;
-    assert_eq!(held.len(), 5);
+    assert_eq!(held.len(), 6);
     let ninth = &held[..1];
     sqlx::raw_sql(
         "INSERT INTO evc_replays (id, consumer, plan_digest, reason, approval_ref, \
@@ -404,7 +452,9 @@ async fn two_person_rule(options: PgConnectOptions) -> TestResult {
 
     // From the thirteenth step on, a plan is applied once, whatever the idempotency key. The
     // step applies beside the pair that already shares a plan, and runs again as a no-op.
-    for step in held[1..].iter().chain(&held[held.len() - 1..]) {
+    let thirteenth = &held[4..5];
+    assert!(file_name(&thirteenth[0].path).ends_with(sql::RUNTIME_V13_SUFFIX));
+    for step in held[1..].iter().chain(thirteenth) {
         sqlx::raw_sql(AssertSqlSafe(step.contents.clone()))
             .execute(&pool)
             .await?;
@@ -528,9 +578,10 @@ async fn check(options: PgConnectOptions) -> TestResult {
             "0013_evc_runtime_v13.sql".to_owned(),
             "0014_evc_runtime_v14.sql".to_owned(),
             "0015_evc_runtime_v15.sql".to_owned(),
-            format!("0016_evc_registry_{}.sql", &digest[..12]),
+            "0016_evc_runtime_v16.sql".to_owned(),
+            format!("0017_evc_registry_{}.sql", &digest[..12]),
             format!(
-                "0017_evc_settings_{}.sql",
+                "0018_evc_settings_{}.sql",
                 &sql::settings_digest(&set)?[..12]
             ),
         ]

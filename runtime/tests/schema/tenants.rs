@@ -387,6 +387,31 @@ async fn two_tenants(admin: &PgPool, logins: &Logins) -> TestResult {
     assert_ne!(keyed[0].1, keyed[1].1);
     assert_eq!(keyed[1].1, keyed[2].1);
 
+    // A replay key acme used is bolt's to use too: bolt's replay of its own dead letter under
+    // `r-1` is applied, neither refused nor answered with acme's replay; a repeat in bolt's
+    // scope is bolt's replay again.
+    let bolt_operator = Console::connect(pool(Role::Operator, Some(&bolt)).await?).await?;
+    let bolt_proposed = bolt_operator.propose_replay(&everything, "carol").await?;
+    assert_eq!(bolt_proposed.plan.deliveries.len(), 1);
+    let bolt_approver = Console::connect(pool(Role::Approver, Some(&bolt)).await?).await?;
+    let bolt_approval = ReplayApproval::new(
+        &bolt_proposed.plan.digest,
+        "fixed in 1.4.3",
+        "CHG-8",
+        "r-1",
+        "dave",
+    );
+    let bolt_applied = bolt_approver.replay(&everything, &bolt_approval).await?;
+    assert_eq!(bolt_applied.deliveries, 1);
+    assert_ne!(bolt_applied.replay_id, applied.replay_id);
+    assert!(!bolt_applied.repeated);
+    let again = bolt_approver.replay(&everything, &bolt_approval).await?;
+    assert_eq!(
+        (again.replay_id, again.repeated),
+        (bolt_applied.replay_id, true)
+    );
+    assert!(bolt_reader.dead_letters(&everything).await?.is_empty());
+
     // Every tenant's scope sees both tenants.
     let all_reader = pool(Role::Reader, Some(&all)).await?;
     assert_eq!(support::count(&all_reader, "evc_events").await?, 7);

@@ -341,6 +341,16 @@ macro_rules! scoped_scans {
     };
 }
 
+/// Matches a replay's or discard's row written in the session's tenant scope: the expression
+/// the sixteenth step's unique indexes use, against the session's `evc.tenant` (no tenant
+/// and an empty setting are the `*` scope).
+macro_rules! session_scope {
+    () => {
+        "coalesce(nullif(tenant_scope, ''), '*') \
+        = coalesce(nullif(current_setting('evc.tenant', true), ''), '*')"
+    };
+}
+
 /// The end every claim statement shares: its claimed rows `d` joined with their events, in
 /// `event_seq` order (what `dispatch::claimed` reads).
 macro_rules! claimed_rows {
@@ -1132,10 +1142,14 @@ FROM evc_plans p
 WHERE p.kind = $1 AND p.consumer = $2 AND p.plan_digest = $3
 ORDER BY p.id";
 
-/// The replay of consumer `$2` recorded under idempotency key `$1`, if any.
-pub(crate) const REPLAY_BY_KEY: &str = "\
+/// The replay of consumer `$2` recorded under idempotency key `$1` in the session's tenant
+/// scope, if any (the key is unique per consumer and scope: `session_scope!`).
+pub(crate) const REPLAY_BY_KEY: &str = concat!(
+    "\
 SELECT id, plan_digest, reason, approval_ref, approved_by, deliveries FROM evc_replays
-WHERE idempotency_key = $1 AND consumer = $2";
+WHERE idempotency_key = $1 AND consumer = $2 AND ",
+    session_scope!()
+);
 
 /// Records a replay as applied: `$1` plan digest, `$2` reason, `$3` approval reference, `$4`
 /// idempotency key, `$5` deliveries, `$6` consumer, `$7` the recorded plan, `$8` the approver.
@@ -1195,10 +1209,14 @@ SELECT (SELECT count(*) FROM n) AS created, (SELECT count(*) FROM o) AS supersed
 pub(crate) const LOCK_DISCARD_KEY: &str =
     "SELECT pg_advisory_xact_lock(hashtextextended($1, 7267))";
 
-/// The discard of consumer `$2` recorded under idempotency key `$1`, if any.
-pub(crate) const DISCARD_BY_KEY: &str = "\
+/// The discard of consumer `$2` recorded under idempotency key `$1` in the session's tenant
+/// scope, if any ([`REPLAY_BY_KEY`]).
+pub(crate) const DISCARD_BY_KEY: &str = concat!(
+    "\
 SELECT id, plan_digest, reason, approval_ref, approved_by, items::text AS items
-FROM evc_discards WHERE idempotency_key = $1 AND consumer = $2";
+FROM evc_discards WHERE idempotency_key = $1 AND consumer = $2 AND ",
+    session_scope!()
+);
 
 /// Discards consumer `$1`'s settled deliveries named by parallel arrays `$6` event ids and `$7`
 /// generations (locked by [`SETTLED_DELIVERIES_LOCKED`]), under plan digest `$2`, reason `$3`,
