@@ -1,4 +1,4 @@
-//! Schema compatibility between two contract sets (`evc compat`, ARCHITECTURE §6).
+//! Schema compatibility between two contract sets (`evc compat`, docs/compat.md).
 //!
 //! [`compare`] judges every event type of the new contracts against the base: the schema engine
 //! ([`engine`]) decides whether every payload one version's writer can emit is read by another

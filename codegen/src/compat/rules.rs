@@ -1,4 +1,4 @@
-//! The versioning rules of ARCHITECTURE §6 over two contract sets: which versions are compared
+//! The versioning rules (docs/compat.md) over two contract sets: which versions are compared
 //! in which direction (the event type's mode), in-place edits, bumps, removals and migration
 //! policies. Schema comparisons go through [`super::judge`].
 

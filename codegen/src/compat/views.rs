@@ -1,4 +1,4 @@
-//! Writer and reader views of a schema (ARCHITECTURE §6).
+//! Writer and reader views of a schema (docs/compat.md).
 //!
 //! The *writer view* is what a generated producer can emit: objects that declare `properties`
 //! are closed (the struct has exactly those fields) unless the event's payload content is open

@@ -7,7 +7,8 @@
 //! These files go to `<crate>/migrations/`, named the way `sqlx::migrate!` and sqlx-cli read
 //! them (`<version>_<description>.sql`):
 //!
-//! - `0001_evc_runtime.sql`: the runtime tables of ARCHITECTURE §7, all `IF NOT EXISTS`.
+//! - `0001_evc_runtime.sql`: the runtime tables (docs/runtime.md, "Runtime schema"), all
+//!   `IF NOT EXISTS`.
 //! - `NNNN_evc_runtime_v2.sql`: the second step of the runtime tables (leaner indexes and
 //!   constraints for batched dispatch and bulk appends; docs/design.md). A checked-in file for
 //!   the step keeps its name; otherwise it numbers after the highest file checked in, so it
