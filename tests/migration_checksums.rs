@@ -78,7 +78,7 @@ const SHIPPED: [(&str, &str); 19] = [
     ),
     (
         "0018_evc_runtime_v15.sql",
-        "fdaee6422ffbdfdfcd121594cdf8cc9aca998a7efa7662ddee7f38b18ad56fff",
+        "b1333d990a8a2e815d25d106eae6a65468441e18561ed67af87f9bd88ac9daa1",
     ),
     (
         "0019_evc_runtime_v16.sql",

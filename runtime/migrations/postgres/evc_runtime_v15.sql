@@ -15,13 +15,19 @@
 -- its effects once the step ran, and this release's fails before: migrate and deploy together.
 ALTER TABLE evc_consumer_effects ADD COLUMN IF NOT EXISTS tenant_scope text;
 
--- `*`: the backfill sees every tenant's rows when row-level security is forced.
-SELECT set_config('evc.tenant', '*', true);
-ALTER TABLE evc_consumer_effects DISABLE TRIGGER evc_consumer_effects_append_only;
-UPDATE evc_consumer_effects f SET tenant_scope = e.tenant_scope
-FROM evc_events e
-WHERE e.event_id = f.event_id AND e.tenant_scope IS NOT NULL AND f.tenant_scope IS NULL;
-ALTER TABLE evc_consumer_effects ENABLE TRIGGER evc_consumer_effects_append_only;
+-- One block, so the setting holds for the backfill also where the file runs outside a
+-- transaction: with `*` the backfill sees every tenant's rows when row-level security is
+-- forced.
+DO $$
+BEGIN
+    PERFORM set_config('evc.tenant', '*', true);
+    ALTER TABLE evc_consumer_effects DISABLE TRIGGER evc_consumer_effects_append_only;
+    UPDATE evc_consumer_effects f SET tenant_scope = e.tenant_scope
+    FROM evc_events e
+    WHERE e.event_id = f.event_id AND e.tenant_scope IS NOT NULL AND f.tenant_scope IS NULL;
+    ALTER TABLE evc_consumer_effects ENABLE TRIGGER evc_consumer_effects_append_only;
+END
+$$;
 
 CREATE UNIQUE INDEX IF NOT EXISTS evc_consumer_effects_tenant_key_idx
     ON evc_consumer_effects (consumer, effect_key, (coalesce(tenant_scope, '*')));

@@ -548,8 +548,16 @@ where
         .map(|chunk| tokio::spawn(query(store.clone(), chunk.to_vec())))
         .collect();
     let mut results = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        results.push(task.await.expect("a read task panicked")?);
+    let mut tasks = tasks.into_iter();
+    while let Some(task) = tasks.next() {
+        match task.await.expect("a read task panicked") {
+            Ok(result) => results.push(result),
+            Err(error) => {
+                // None left reading while the caller drops the database.
+                tasks.for_each(|task| task.abort());
+                return Err(error);
+            }
+        }
     }
     Ok(results)
 }

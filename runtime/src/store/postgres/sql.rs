@@ -1283,14 +1283,15 @@ pub(crate) const SHADOW_SAVEPOINT: &str = "SAVEPOINT evc_shadow";
 /// Undoes everything a shadow-mode handler wrote on the transaction.
 pub(crate) const SHADOW_ROLLBACK: &str = "ROLLBACK TO SAVEPOINT evc_shadow";
 
-/// Whether consumer `$1` has an effect row under key `$2` in the tenant of event `$3` (a
-/// shadow-mode handler is told, as a live one would be, whether the effect was recorded
-/// before).
+/// Whether consumer `$1` has an effect row under key `$2` in the tenant of its delivery of
+/// event `$3` (a shadow-mode handler is told, as a live one would be, whether the effect was
+/// recorded before; the tenant is read where [`RECORD_EFFECT`] reads it).
 pub(crate) const EFFECT_RECORDED: &str = "\
 SELECT EXISTS (
     SELECT 1 FROM evc_consumer_effects
     WHERE consumer = $1 AND effect_key = $2 AND coalesce(tenant_scope, '*') = coalesce(
-        (SELECT tenant_scope FROM evc_events WHERE event_id = $3), '*')
+        (SELECT tenant_scope FROM evc_deliveries WHERE event_id = $3 AND consumer = $1
+         ORDER BY generation DESC LIMIT 1), '*')
 )";
 
 /// Counts `$2` stale-token refusals for consumer `$1`, for every process to see.
