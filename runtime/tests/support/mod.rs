@@ -576,7 +576,6 @@ pub async fn acks_out_of_key_order<S: evc_runtime::Store>(
     consumers: &[&str],
     event_ids: &[uuid::Uuid],
 ) -> Result<(i64, i64), Box<dyn std::error::Error + Send + Sync>> {
-    // (consumer, order key) -> (ack's end, event seq) of every ack.
     type BoxError = Box<dyn std::error::Error + Send + Sync>;
     let owned: Vec<String> = consumers.iter().map(|&c| c.to_owned()).collect();
     // (consumer, order key, ack's end, event seq) of every ack.
@@ -602,6 +601,7 @@ pub async fn acks_out_of_key_order<S: evc_runtime::Store>(
         }
     })
     .await?;
+    // (consumer, order key) -> (ack's end, event seq) of every ack.
     let mut acks: std::collections::BTreeMap<(String, String), Vec<(f64, i64)>> =
         std::collections::BTreeMap::new();
     for (consumer, key, finished_at, seq) in chunks.into_iter().flatten() {

@@ -445,10 +445,10 @@ WITH ",
 /// skips the keys taken here and goes on to the next heads. A delivery without a key (written
 /// while its consumer did not order per key) orders with nothing and needs no key lock.
 ///
-/// No row locks: the key lock is what keeps two claimers off one key. (An earlier version also
-/// took `FOR UPDATE SKIP LOCKED` row locks here; under load, re-checking concurrently updated
-/// rows through the anti-join kept claims running for minutes, and a row lock kept after a
-/// failed re-check blocked transactional handlers.)
+/// No row locks: the key lock is what keeps two claimers off one key. `FOR UPDATE SKIP LOCKED`
+/// here would make PostgreSQL re-check concurrently updated rows through the head predicate,
+/// which keeps claims running for minutes under load, and a row lock kept after a failed
+/// re-check blocks transactional handlers.
 ///
 /// The head predicate is evaluated on this statement's snapshot, which may predate a
 /// concurrent claim of the same key; step 2 re-checks it on a snapshot taken after the key's
