@@ -18,6 +18,7 @@ mod dispatch;
 mod migrate;
 mod operate;
 mod replay;
+mod serve;
 
 /// Loading and comparing contract sets builds and drops millions of small YAML and JSON nodes,
 /// on two threads; the system allocator spends a fifth of `evc check` on them.
@@ -181,6 +182,20 @@ enum Command {
         #[command(flatten)]
         database: operate::Database,
     },
+    /// Serve the governance API (`/api/v1`: event types, consumers, dead letters, timelines;
+    /// its OpenAPI document at `/api/v1/openapi.json`) and `/healthz`, `/readyz` and `/metrics`
+    /// over HTTP until Ctrl-C. Callers of the API present a bearer token from the tokens file.
+    Serve {
+        /// The address to listen on (port 0: any free port, printed on standard error).
+        #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDRESS")]
+        listen: std::net::SocketAddr,
+        /// The tokens file: one `ROLE NAME TOKEN` per line, roles reader, operator or
+        /// approver; tokens of 24 characters or more.
+        #[arg(long, value_name = "FILE")]
+        tokens: PathBuf,
+        #[command(flatten)]
+        database: operate::Database,
+    },
     /// Apply the SQL migrations of a directory (default `generated/migrations`) to the outbox
     /// database, each once, in order, printing each step; one run at a time (sqlx's migration
     /// lock). Nothing is applied while a migration is changed, failed, missing or out of order.
@@ -330,6 +345,11 @@ fn main() -> ExitCode {
             status,
             database,
         } => migrate::migrate(&dir, status, &database),
+        Command::Serve {
+            listen,
+            tokens,
+            database,
+        } => serve::serve(listen, &tokens, &database),
     };
     match result {
         Ok(code) => code,

@@ -2023,3 +2023,176 @@ fn without_the_roles_grants_a_command_warns_and_runs_as_the_login() {
         );
     });
 }
+
+/// `evc serve` as a process, stopped with SIGTERM when dropped.
+struct Served {
+    child: std::process::Child,
+    address: String,
+    stderr: std::sync::mpsc::Receiver<String>,
+}
+
+impl Served {
+    /// Starts `evc serve` on a free port with the tokens of `tokens_file`, and waits (at most
+    /// a minute, a hang guard) for the address it prints.
+    fn start(url: &str, tokens_file: &Path) -> Self {
+        use std::io::BufRead;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_evc"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--tokens"])
+            .arg(tokens_file)
+            .args(["--database-url", url])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("evc serve starts");
+        let stderr = child.stderr.take().expect("piped");
+        let (lines, received) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if lines.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut seen = Vec::new();
+        let address = loop {
+            match received.recv_timeout(Duration::from_secs(60)) {
+                Ok(line) => {
+                    if let Some(rest) = line.split("listening on http://").nth(1) {
+                        break rest
+                            .split_whitespace()
+                            .next()
+                            .unwrap_or_default()
+                            .to_owned();
+                    }
+                    seen.push(line);
+                }
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!("evc serve printed no address: {seen:?}");
+                }
+            }
+        };
+        Self {
+            child,
+            address,
+            stderr: received,
+        }
+    }
+
+    /// One HTTP/1.1 request; the status and body of the answer.
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: &str,
+    ) -> (u16, serde_json::Value) {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&self.address).expect("connects");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("timeout");
+        let authorization = token
+            .map(|token| format!("Authorization: Bearer {token}\r\n"))
+            .unwrap_or_default();
+        write!(
+            stream,
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n{authorization}\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            self.address,
+            body.len()
+        )
+        .expect("writes");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).expect("reads");
+        let status = answer
+            .get(9..12)
+            .and_then(|code| code.parse().ok())
+            .unwrap_or_else(|| panic!("not an HTTP answer: {answer:?}"));
+        let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+        (
+            status,
+            serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
+        )
+    }
+
+    /// Stops the server with SIGTERM; its exit status and what it printed after the address.
+    fn stop(mut self) -> (std::process::ExitStatus, String) {
+        Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        for _ in 0..600 {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                std::thread::sleep(Duration::from_millis(100));
+                let printed: Vec<String> = self.stderr.try_iter().collect();
+                return (status, printed.join("\n"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        panic!("evc serve did not stop within a minute of SIGTERM");
+    }
+}
+
+const OPERATOR_TOKEN: &str = "operator-token-for-serve-0123456789";
+const APPROVER_TOKEN: &str = "approver-token-for-serve-0123456789";
+
+#[test]
+fn serve_answers_each_caller_through_the_database_role_of_its_job() {
+    on_database("evc_cli_serve", true, |runtime, url| {
+        let store = runtime.block_on(seed_store(url, deployed));
+        let consumer = "worker.notification.iu";
+        let ids = runtime.block_on(append_born(&store, &[born(1)]));
+        runtime.block_on(settle(
+            &store,
+            ids[0],
+            consumer,
+            "E_MAIL",
+            RetryDecision::Dead,
+        ));
+        runtime.block_on(store.pool().close());
+
+        let dir = tempfile::tempdir().expect("temp dir");
+        let tokens = dir.path().join("tokens");
+        std::fs::write(
+            &tokens,
+            format!("operator bob {OPERATOR_TOKEN}\napprover eve {APPROVER_TOKEN}\n"),
+        )
+        .expect("writes the tokens file");
+        let served = Served::start(url, &tokens);
+
+        let (status, _) = served.request("GET", "/readyz", None, "");
+        assert_eq!(status, 200);
+        let (status, _) = served.request("GET", "/api/v1/consumers", None, "");
+        assert_eq!(status, 401);
+        let dead = format!("/api/v1/consumers/{consumer}/dead-letters");
+        let (status, dead) = served.request("GET", &dead, Some(OPERATOR_TOKEN), "");
+        assert_eq!(status, 200);
+        assert_eq!(dead[0]["event_id"], ids[0].to_string());
+
+        // The operator's pool plans and proposes; the approver's applies.
+        let propose = format!("/api/v1/consumers/{consumer}/replays/propose");
+        let (status, proposed) = served.request("POST", &propose, Some(OPERATOR_TOKEN), "{}");
+        assert_eq!(status, 201, "{proposed}");
+        let approval = serde_json::json!({
+            "digest": proposed["plan"]["digest"],
+            "reason": "mail works again",
+            "approval_ref": "CHG-1",
+            "idempotency_key": "serve-1",
+        })
+        .to_string();
+        let apply = format!("/api/v1/consumers/{consumer}/replays/apply");
+        let (status, applied) = served.request("POST", &apply, Some(APPROVER_TOKEN), &approval);
+        assert_eq!(status, 200, "{applied}");
+        assert_eq!(applied["deliveries"], 1);
+
+        let (status, printed) = served.stop();
+        assert!(status.success(), "{status}: {printed}");
+        assert!(printed.contains("evc serve: stopped"), "{printed}");
+        assert!(!printed.contains(OPERATOR_TOKEN) && !printed.contains(APPROVER_TOKEN));
+    });
+}

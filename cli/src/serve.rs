@@ -1,0 +1,90 @@
+//! `evc serve`: the governance API and the operations endpoints over HTTP, on either store, a
+//! thin shell over evc-serve (docs/serve.md).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use evc_runtime::{PgStore, Role};
+use evc_serve::{PgStores, Tokens};
+
+use crate::operate::{Database, Outbox, open_sqlite, pool};
+
+/// Connections the service keeps to the outbox.
+const CONNECTIONS: u32 = 4;
+
+/// Serves until Ctrl-C (or SIGTERM), then lets the requests in flight finish.
+pub(crate) fn serve(
+    listen: SocketAddr,
+    tokens: &Path,
+    database: &Database,
+) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(tokens)
+        .with_context(|| format!("cannot read the tokens file {}", tokens.display()))?;
+    let tokens = Tokens::parse(&text)
+        .with_context(|| format!("the tokens file {} is not usable", tokens.display()))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let outbox = match database.outbox()? {
+            Outbox::Postgres(options) => {
+                // Each API role works through a pool of its job's database role.
+                let reader = pool(&options, CONNECTIONS, Role::Reader).await?;
+                let registry = evc_runtime::deployed_registry(&reader).await.context(
+                    "cannot read the deployed registry (are the evc migrations applied?)",
+                )?;
+                let store = |pool| {
+                    PgStore::new(pool, registry).context("the deployed registry does not load")
+                };
+                evc_serve::Outbox::Postgres(Box::new(PgStores {
+                    reader: store(reader)?,
+                    operator: store(pool(&options, 2, Role::Operator).await?)?,
+                    approver: store(pool(&options, 2, Role::Approver).await?)?,
+                }))
+            }
+            Outbox::Sqlite(location) => {
+                evc_serve::Outbox::Sqlite(open_sqlite(&location, CONNECTIONS).await?)
+            }
+        };
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("cannot listen on {listen}"))?;
+        let address = listener
+            .local_addr()
+            .context("cannot read the listening address")?;
+        eprintln!("evc serve: listening on http://{address} (Ctrl-C stops)");
+        evc_serve::run(listener, outbox.clone(), tokens, shutdown())
+            .await
+            .context("the server stopped")?;
+        if let evc_serve::Outbox::Sqlite(store) = outbox {
+            store.close().await;
+        }
+        eprintln!("evc serve: stopped");
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}

@@ -1,0 +1,639 @@
+//! `/api/v1`: the registry (event types, versions, schemas, which consumers accept which
+//! versions), consumers (state, deliveries by status, lag, workers), dead letters and trace
+//! timelines, as JSON. Every handler authenticates its caller ([`Caller`]); the OpenAPI
+//! document is derived from the `#[utoipa::path]` attributes here.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{FromRequest, Path, Query, State};
+use evc_runtime::{
+    ConsumerDescriptor, ConsumerStatus, EventDescriptor, HandlerKind, Percentiles, Registry,
+    ReplaySelection, SettledDelivery, StatusReport, TimelineEntry,
+};
+use serde::{Deserialize, Serialize};
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{IntoParams, Modify, OpenApi, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::{ApiError, Problem};
+
+mod replay;
+
+/// The window of lag and latency percentiles when a request names none.
+const DEFAULT_WINDOW_S: u32 = 300;
+/// The longest window a request may name (a week).
+const MAX_WINDOW_S: u32 = 7 * 24 * 3600;
+/// Most dead letters one request lists.
+const MAX_DEAD_LETTERS: u32 = 1_000;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "evc governance API",
+        description = "Event types, consumers, dead letters and timelines of an evc outbox."
+    ),
+    modifiers(&BearerAuth),
+    security(("bearer" = [])),
+    components(schemas(Problem))
+)]
+struct ApiDoc;
+
+/// Declares the bearer scheme every `/api/v1` route requires.
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+        );
+    }
+}
+
+/// The routes of `/api/v1` and the document describing them.
+pub(crate) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(event_types))
+        .routes(routes!(event_type))
+        .routes(routes!(consumers))
+        .routes(routes!(consumer))
+        .routes(routes!(dead_letters))
+        .routes(routes!(timeline))
+        .routes(routes!(replay::plan))
+        .routes(routes!(replay::propose))
+        .routes(routes!(replay::apply))
+}
+
+/// A registered event type and who receives it.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct EventTypeSummary {
+    /// The event type's name.
+    name: String,
+    /// What happened.
+    description: String,
+    /// Who emits it.
+    producer_class: String,
+    /// Whether the type is deprecated.
+    deprecated: bool,
+    /// Its versions, ascending.
+    versions: Vec<String>,
+    /// The consumers subscribed to it.
+    consumers: Vec<Subscriber>,
+}
+
+/// A consumer's subscription to one event type.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Subscriber {
+    /// The consumer.
+    consumer: String,
+    /// Its semver requirement (`^1`).
+    requirement: String,
+    /// The versions the requirement accepts.
+    versions: Vec<String>,
+}
+
+/// An event type with every version's schema.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct EventTypeDetail {
+    /// The event type's name.
+    name: String,
+    /// What happened.
+    description: String,
+    /// Who emits it.
+    producer_class: String,
+    /// Payload fields that order deliveries (empty: the envelope's aggregate).
+    order_key: Vec<String>,
+    /// Whether the type is deprecated.
+    deprecated: bool,
+    /// Payload size cap in bytes.
+    max_payload_bytes: u32,
+    /// Its versions, ascending.
+    versions: Vec<VersionDetail>,
+}
+
+/// One version of an event type.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct VersionDetail {
+    /// The semantic version.
+    version: String,
+    /// The payload's JSON Schema (2020-12).
+    #[schema(value_type = Object)]
+    schema: serde_json::Value,
+    /// SHA-256 of the schema's canonical JSON, lower-case hex.
+    schema_digest: String,
+    /// The consumers whose requirement accepts this version.
+    accepted_by: Vec<String>,
+}
+
+/// A consumer: what its contract declares and what its deliveries look like now.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ConsumerView {
+    /// The consumer's name.
+    name: String,
+    /// `transactional` or `leased`.
+    handler: String,
+    /// The mode its contract declares (`off`, `shadow` or `live`).
+    declared_mode: String,
+    /// Whether deliveries are ordered per key.
+    per_key_ordering: bool,
+    /// Its retry policy.
+    retry_policy: String,
+    /// What it subscribes to.
+    subscriptions: Vec<Subscription>,
+    /// The mode in force: an operator's override, else the declared one.
+    mode: String,
+    /// Paused by an operator.
+    paused: bool,
+    /// Deliveries waiting to be claimed (due or backing off).
+    pending: i64,
+    /// Deliveries leased to a worker now.
+    leased: i64,
+    /// Dead-lettered deliveries.
+    dead: i64,
+    /// Quarantined deliveries.
+    quarantined: i64,
+    /// Seconds the oldest pending delivery has waited; null when nothing is pending.
+    oldest_pending_s: Option<f64>,
+    /// Fenced operations refused for a stale token.
+    stale_rejections: i64,
+    /// Produce-to-ack lag per producer class, over the window.
+    lag: Vec<ClassLag>,
+    /// Attempt durations over the window; null without attempts.
+    attempt_latency: Option<Latency>,
+    /// Workers with a heartbeat row.
+    workers: Vec<Worker>,
+}
+
+/// A subscription of a consumer.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Subscription {
+    /// The event type.
+    event_type: String,
+    /// The semver requirement.
+    requirement: String,
+    /// The versions it accepts.
+    versions: Vec<String>,
+}
+
+/// Produce-to-ack lag of one producer class's events.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ClassLag {
+    /// The producer class.
+    producer_class: String,
+    /// The lag's percentiles.
+    latency: Latency,
+}
+
+/// p50, p95 and p99 of a sample, in seconds.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Latency {
+    /// Values in the sample.
+    samples: i64,
+    /// Median.
+    p50_s: f64,
+    /// 95th percentile.
+    p95_s: f64,
+    /// 99th percentile.
+    p99_s: f64,
+}
+
+/// A worker of a consumer, by its heartbeat.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Worker {
+    /// The worker (lease owner).
+    owner: String,
+    /// Seconds since its last heartbeat, when past the consumer's threshold; null while it
+    /// beats in time.
+    silent_for_s: Option<f64>,
+}
+
+/// A dead or quarantined delivery. No payload: the event id leads to it.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct DeadLetter {
+    /// The event.
+    event_id: String,
+    /// The event type.
+    event_type: String,
+    /// The version the event was produced with.
+    version: String,
+    /// 0 for the delivery the append wrote; one more per replay since.
+    generation: i32,
+    /// `dead` or `quarantined`.
+    status: String,
+    /// Attempts made.
+    attempts: i32,
+    /// The last attempt's error code (never a message).
+    last_error_code: Option<String>,
+    /// When it settled, epoch seconds.
+    settled_at: f64,
+    /// Whether the consumer still accepts the event's version (a replay needs it).
+    version_supported: bool,
+}
+
+/// One thing recorded for a trace.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct TimelineItem {
+    /// When, epoch seconds of the store's clock.
+    at: f64,
+    /// `event`, `delivery`, `attempt`, `replay` or `discard`.
+    kind: String,
+    /// The event.
+    event_id: String,
+    /// The consumer (deliveries and attempts).
+    consumer: Option<String>,
+    /// What happened (type and version, status, outcome and error code, approval).
+    detail: String,
+    /// The attempt number, or a delivery's attempts so far.
+    attempt: Option<i32>,
+}
+
+/// The window of percentiles.
+#[derive(Debug, Deserialize, IntoParams)]
+pub(crate) struct Window {
+    /// Seconds of attempts the lag and latency percentiles read (default 300, at most a
+    /// week).
+    window_s: Option<u32>,
+}
+
+impl Window {
+    fn duration(&self) -> Result<Duration, ApiError> {
+        match self.window_s.unwrap_or(DEFAULT_WINDOW_S) {
+            0 => Err(ApiError::BadRequest(
+                "window_s must be at least 1".to_owned(),
+            )),
+            seconds if seconds > MAX_WINDOW_S => Err(ApiError::BadRequest(format!(
+                "window_s must be at most {MAX_WINDOW_S} (a week)"
+            ))),
+            seconds => Ok(Duration::from_secs(u64::from(seconds))),
+        }
+    }
+}
+
+/// How many dead letters to list.
+#[derive(Debug, Deserialize, IntoParams)]
+pub(crate) struct Limit {
+    /// At most this many, oldest first (default and maximum 1,000).
+    limit: Option<u32>,
+}
+
+/// Every registered event type, by name.
+#[utoipa::path(
+    get,
+    path = "/api/v1/event-types",
+    tag = "registry",
+    responses(
+        (status = 200, description = "The event types", body = Vec<EventTypeSummary>),
+        (status = 401, description = "No known bearer token", body = Problem,
+            content_type = "application/problem+json"),
+    )
+)]
+async fn event_types(
+    State(state): State<AppState>,
+    _caller: Caller,
+) -> Json<Vec<EventTypeSummary>> {
+    let registry = state.outbox.registry();
+    Json(
+        registry
+            .events
+            .iter()
+            .map(|event| EventTypeSummary {
+                name: event.name.to_owned(),
+                description: event.description.to_owned(),
+                producer_class: event.producer_class.to_owned(),
+                deprecated: event.deprecated,
+                versions: event
+                    .versions
+                    .iter()
+                    .map(|v| v.version.to_owned())
+                    .collect(),
+                consumers: subscribers(registry, event),
+            })
+            .collect(),
+    )
+}
+
+/// One event type with each version's schema and the consumers accepting it.
+#[utoipa::path(
+    get,
+    path = "/api/v1/event-types/{name}",
+    tag = "registry",
+    params(("name" = String, Path, description = "The event type's name")),
+    responses(
+        (status = 200, description = "The event type", body = EventTypeDetail),
+        (status = 401, description = "No known bearer token", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 404, description = "No such event type", body = Problem,
+            content_type = "application/problem+json"),
+    )
+)]
+async fn event_type(
+    State(state): State<AppState>,
+    _caller: Caller,
+    Path(name): Path<String>,
+) -> Result<Json<EventTypeDetail>, ApiError> {
+    let registry = state.outbox.registry();
+    let event = registry
+        .event(&name)
+        .ok_or_else(|| ApiError::NotFound(format!("event type `{name}`")))?;
+    let subscribers = subscribers(registry, event);
+    let versions = event
+        .versions
+        .iter()
+        .map(|version| VersionDetail {
+            version: version.version.to_owned(),
+            // The registry holds canonical JSON it generated; a schema that does not parse
+            // would be a broken build, shown as null rather than a failed page.
+            schema: serde_json::from_str(version.schema).unwrap_or_default(),
+            schema_digest: version.schema_digest.to_owned(),
+            accepted_by: subscribers
+                .iter()
+                .filter(|s| s.versions.iter().any(|v| v == version.version))
+                .map(|s| s.consumer.clone())
+                .collect(),
+        })
+        .collect();
+    Ok(Json(EventTypeDetail {
+        name: event.name.to_owned(),
+        description: event.description.to_owned(),
+        producer_class: event.producer_class.to_owned(),
+        order_key: event.order_key.iter().map(|&k| k.to_owned()).collect(),
+        deprecated: event.deprecated,
+        max_payload_bytes: event.max_payload_bytes,
+        versions,
+    }))
+}
+
+/// Every registered consumer with its deliveries, lag and workers.
+#[utoipa::path(
+    get,
+    path = "/api/v1/consumers",
+    tag = "consumers",
+    params(Window),
+    responses(
+        (status = 200, description = "The consumers", body = Vec<ConsumerView>),
+        (status = 400, description = "A bad window", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 401, description = "No known bearer token", body = Problem,
+            content_type = "application/problem+json"),
+    )
+)]
+async fn consumers(
+    State(state): State<AppState>,
+    _caller: Caller,
+    Query(window): Query<Window>,
+) -> Result<Json<Vec<ConsumerView>>, ApiError> {
+    let report = state.outbox.status(window.duration()?).await?;
+    let registry = state.outbox.registry();
+    Ok(Json(
+        registry
+            .consumers
+            .iter()
+            .map(|consumer| consumer_view(consumer, &report))
+            .collect(),
+    ))
+}
+
+/// One consumer with its deliveries, lag and workers.
+#[utoipa::path(
+    get,
+    path = "/api/v1/consumers/{name}",
+    tag = "consumers",
+    params(("name" = String, Path, description = "The consumer's name"), Window),
+    responses(
+        (status = 200, description = "The consumer", body = ConsumerView),
+        (status = 400, description = "A bad window", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 401, description = "No known bearer token", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 404, description = "No such consumer", body = Problem,
+            content_type = "application/problem+json"),
+    )
+)]
+async fn consumer(
+    State(state): State<AppState>,
+    _caller: Caller,
+    Path(name): Path<String>,
+    Query(window): Query<Window>,
+) -> Result<Json<ConsumerView>, ApiError> {
+    let window = window.duration()?;
+    let descriptor = registered_consumer(state.outbox.registry(), &name)?;
+    let report = state.outbox.status(window).await?;
+    Ok(Json(consumer_view(descriptor, &report)))
+}
+
+/// A consumer's dead and quarantined deliveries, oldest first.
+#[utoipa::path(
+    get,
+    path = "/api/v1/consumers/{name}/dead-letters",
+    tag = "consumers",
+    params(("name" = String, Path, description = "The consumer's name"), Limit),
+    responses(
+        (status = 200, description = "The dead letters", body = Vec<DeadLetter>),
+        (status = 400, description = "A bad limit", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 401, description = "No known bearer token", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 404, description = "No such consumer", body = Problem,
+            content_type = "application/problem+json"),
+    )
+)]
+async fn dead_letters(
+    State(state): State<AppState>,
+    _caller: Caller,
+    Path(name): Path<String>,
+    Query(limit): Query<Limit>,
+) -> Result<Json<Vec<DeadLetter>>, ApiError> {
+    let limit = match limit.limit.unwrap_or(MAX_DEAD_LETTERS) {
+        limit @ 1..=MAX_DEAD_LETTERS => limit,
+        _ => {
+            return Err(ApiError::BadRequest(format!(
+                "limit must be between 1 and {MAX_DEAD_LETTERS}"
+            )));
+        }
+    };
+    registered_consumer(state.outbox.registry(), &name)?;
+    let selection = ReplaySelection::consumer(name).limit(limit);
+    let dead = state.outbox.dead_letters(&selection).await?;
+    Ok(Json(dead.iter().map(dead_letter).collect()))
+}
+
+/// Everything recorded for one W3C trace id, in time order.
+#[utoipa::path(
+    get,
+    path = "/api/v1/timeline/{trace_id}",
+    tag = "timeline",
+    params(("trace_id" = String, Path, description = "32 lower-case hex digits")),
+    responses(
+        (status = 200, description = "The trace's timeline (empty for an unknown trace)",
+            body = Vec<TimelineItem>),
+        (status = 400, description = "Not a W3C trace id", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 401, description = "No known bearer token", body = Problem,
+            content_type = "application/problem+json"),
+    )
+)]
+async fn timeline(
+    State(state): State<AppState>,
+    _caller: Caller,
+    Path(trace_id): Path<String>,
+) -> Result<Json<Vec<TimelineItem>>, ApiError> {
+    let entries = state.outbox.timeline(&trace_id).await?;
+    Ok(Json(entries.iter().map(timeline_item).collect()))
+}
+
+/// A JSON request body; one that does not parse, or has an unknown field, is answered with a
+/// problem document like every other refusal.
+pub(crate) struct Body<T>(pub(crate) T);
+
+impl<T: serde::de::DeserializeOwned> FromRequest<AppState> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(
+        request: axum::extract::Request,
+        state: &AppState,
+    ) -> Result<Self, ApiError> {
+        match Json::<T>::from_request(request, state).await {
+            Ok(Json(value)) => Ok(Self(value)),
+            Err(rejection)
+                if rejection.status() == axum::http::StatusCode::UNPROCESSABLE_ENTITY =>
+            {
+                Err(ApiError::Unprocessable(rejection.body_text()))
+            }
+            Err(rejection) => Err(ApiError::BadRequest(rejection.body_text())),
+        }
+    }
+}
+
+pub(crate) fn registered_consumer<'r>(
+    registry: &'r Registry,
+    name: &str,
+) -> Result<&'r ConsumerDescriptor, ApiError> {
+    registry
+        .consumers
+        .iter()
+        .find(|consumer| consumer.name == name)
+        .ok_or_else(|| ApiError::NotFound(format!("consumer `{name}`")))
+}
+
+fn subscribers(registry: &Registry, event: &EventDescriptor) -> Vec<Subscriber> {
+    registry
+        .consumers
+        .iter()
+        .flat_map(|consumer| {
+            consumer
+                .subscriptions
+                .iter()
+                .filter(|s| s.event == event.name)
+                .map(|s| Subscriber {
+                    consumer: consumer.name.to_owned(),
+                    requirement: s.requirement.to_owned(),
+                    versions: s.versions.iter().map(|&v| v.to_owned()).collect(),
+                })
+        })
+        .collect()
+}
+
+fn consumer_view(consumer: &ConsumerDescriptor, report: &StatusReport) -> ConsumerView {
+    let status = report
+        .consumers
+        .iter()
+        .find(|s| s.consumer == consumer.name);
+    let count = |field: fn(&ConsumerStatus) -> i64| status.map_or(0, field);
+    let silent = |owner: &str| {
+        report
+            .silent_workers
+            .iter()
+            .find(|w| w.consumer == consumer.name && w.owner == owner)
+            .map(|w| w.silent_for.as_secs_f64())
+    };
+    ConsumerView {
+        name: consumer.name.to_owned(),
+        handler: match consumer.handler {
+            HandlerKind::Transactional => "transactional",
+            HandlerKind::Leased => "leased",
+        }
+        .to_owned(),
+        declared_mode: consumer.mode.as_str().to_owned(),
+        per_key_ordering: consumer.per_key_ordering,
+        retry_policy: consumer.retry_policy.to_owned(),
+        subscriptions: consumer
+            .subscriptions
+            .iter()
+            .map(|s| Subscription {
+                event_type: s.event.to_owned(),
+                requirement: s.requirement.to_owned(),
+                versions: s.versions.iter().map(|&v| v.to_owned()).collect(),
+            })
+            .collect(),
+        mode: status.map_or(consumer.mode, |s| s.mode).as_str().to_owned(),
+        paused: status.is_some_and(|s| s.paused),
+        pending: count(|s| s.pending),
+        leased: count(|s| s.leased),
+        dead: count(|s| s.dead),
+        quarantined: count(|s| s.quarantined),
+        oldest_pending_s: status.and_then(|s| s.oldest_pending.map(|age| age.as_secs_f64())),
+        stale_rejections: count(|s| s.stale_rejections),
+        lag: report
+            .lag
+            .iter()
+            .filter(|lag| lag.consumer == consumer.name)
+            .map(|lag| ClassLag {
+                producer_class: lag.producer_class.clone(),
+                latency: latency(&lag.latency),
+            })
+            .collect(),
+        attempt_latency: report
+            .attempts
+            .iter()
+            .find(|a| a.consumer == consumer.name)
+            .map(|a| latency(&a.latency)),
+        workers: report
+            .workers
+            .iter()
+            .filter(|w| w.consumer == consumer.name)
+            .map(|w| Worker {
+                owner: w.owner.clone(),
+                silent_for_s: silent(&w.owner),
+            })
+            .collect(),
+    }
+}
+
+fn latency(percentiles: &Percentiles) -> Latency {
+    Latency {
+        samples: percentiles.samples,
+        p50_s: percentiles.p50.as_secs_f64(),
+        p95_s: percentiles.p95.as_secs_f64(),
+        p99_s: percentiles.p99.as_secs_f64(),
+    }
+}
+
+pub(crate) fn dead_letter(delivery: &SettledDelivery) -> DeadLetter {
+    DeadLetter {
+        event_id: delivery.event_id.to_string(),
+        event_type: delivery.event_type.clone(),
+        version: delivery.version.clone(),
+        generation: delivery.generation,
+        status: delivery.status.as_str().to_owned(),
+        attempts: delivery.attempts,
+        last_error_code: delivery.last_error_code.clone(),
+        settled_at: delivery.settled_at,
+        version_supported: delivery.version_supported(),
+    }
+}
+
+fn timeline_item(entry: &TimelineEntry) -> TimelineItem {
+    TimelineItem {
+        at: entry.at,
+        kind: entry.kind.clone(),
+        event_id: entry.event_id.to_string(),
+        consumer: entry.consumer.clone(),
+        detail: entry.detail.clone(),
+        attempt: entry.attempt,
+    }
+}

@@ -1,0 +1,278 @@
+//! Who calls: bearer tokens mapped to a principal and a role, read from a tokens file.
+//!
+//! The file holds one caller per line, `ROLE NAME TOKEN` (blank lines and `#` comments
+//! ignored). Only the SHA-256 of each token is kept in memory, and no error repeats a token.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use axum::extract::FromRequestParts;
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use sha2::{Digest, Sha256};
+
+use crate::AppState;
+use crate::error::ApiError;
+
+/// Shortest token accepted: a guessable token is no authentication.
+const MIN_TOKEN_CHARS: usize = 24;
+
+/// What a caller may do. A reader reads; an operator also pauses, resumes and plans replays; an
+/// approver also approves them. Neither an operator nor an approver can do the other's job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Reads everything but payloads.
+    Reader,
+    /// Reads; pauses, resumes and plans replays.
+    Operator,
+    /// Reads; approves replays another person planned.
+    Approver,
+}
+
+impl Role {
+    /// The role's name in a tokens file.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Reader => "reader",
+            Self::Operator => "operator",
+            Self::Approver => "approver",
+        }
+    }
+
+    /// Whether a caller with this role may do what `needed` may.
+    pub fn allows(self, needed: Role) -> bool {
+        needed == Role::Reader || self == needed
+    }
+
+    fn parse(word: &str) -> Option<Self> {
+        [Self::Reader, Self::Operator, Self::Approver]
+            .into_iter()
+            .find(|role| role.as_str() == word)
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An authenticated caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// The caller's name, as audit rows record it.
+    pub name: String,
+    /// What the caller may do.
+    pub role: Role,
+}
+
+impl Principal {
+    /// `Ok` when the caller's role allows what `needed` may do, else 403.
+    pub(crate) fn require(&self, needed: Role) -> Result<(), ApiError> {
+        if self.role.allows(needed) {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden {
+                role: self.role,
+                needed,
+            })
+        }
+    }
+}
+
+/// A tokens file that cannot be used; the token itself is never part of the message.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TokensError {
+    /// A line is not `ROLE NAME TOKEN`.
+    #[error("line {line}: expected `ROLE NAME TOKEN`, three words")]
+    Shape {
+        /// The line, from 1.
+        line: usize,
+    },
+    /// A line names an unknown role.
+    #[error("line {line}: unknown role `{role}` (reader, operator or approver)")]
+    UnknownRole {
+        /// The line, from 1.
+        line: usize,
+        /// The word found.
+        role: String,
+    },
+    /// A token is too short to be a secret.
+    #[error("line {line}: the token of `{name}` is shorter than {MIN_TOKEN_CHARS} characters")]
+    ShortToken {
+        /// The line, from 1.
+        line: usize,
+        /// The caller it belongs to.
+        name: String,
+    },
+    /// Two lines hold the same token.
+    #[error("line {line}: the token of `{name}` is already given to another line")]
+    DuplicateToken {
+        /// The line, from 1.
+        line: usize,
+        /// The caller of the second line.
+        name: String,
+    },
+    /// The file grants nobody anything.
+    #[error("the tokens file names no caller")]
+    Empty,
+}
+
+/// The callers the service knows, by the SHA-256 of their token.
+#[derive(Debug, Default, Clone)]
+pub struct Tokens {
+    by_digest: HashMap<[u8; 32], Principal>,
+}
+
+impl Tokens {
+    /// Reads a tokens file's text: one `ROLE NAME TOKEN` per line.
+    ///
+    /// # Errors
+    /// [`TokensError`], naming the line.
+    pub fn parse(text: &str) -> Result<Self, TokensError> {
+        let mut tokens = Self::default();
+        for (index, line) in text.lines().enumerate() {
+            let line_number = index + 1;
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let [role, name, token] = words[..] else {
+                return Err(TokensError::Shape { line: line_number });
+            };
+            let role = Role::parse(role).ok_or_else(|| TokensError::UnknownRole {
+                line: line_number,
+                role: role.to_owned(),
+            })?;
+            if token.chars().count() < MIN_TOKEN_CHARS {
+                return Err(TokensError::ShortToken {
+                    line: line_number,
+                    name: name.to_owned(),
+                });
+            }
+            let principal = Principal {
+                name: name.to_owned(),
+                role,
+            };
+            if tokens.by_digest.insert(digest(token), principal).is_some() {
+                return Err(TokensError::DuplicateToken {
+                    line: line_number,
+                    name: name.to_owned(),
+                });
+            }
+        }
+        if tokens.by_digest.is_empty() {
+            return Err(TokensError::Empty);
+        }
+        Ok(tokens)
+    }
+
+    /// The caller `token` names, if any.
+    pub fn principal(&self, token: &str) -> Option<&Principal> {
+        self.by_digest.get(&digest(token))
+    }
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// The caller of a request: its `Authorization: Bearer` token must name a known principal,
+/// else the request is answered 401 before the handler runs.
+pub(crate) struct Caller(pub(crate) Principal);
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let token = parts
+            .headers
+            .get(AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| {
+                let (scheme, token) = value.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+            })
+            .ok_or(ApiError::Unauthorized)?;
+        state
+            .tokens
+            .principal(token)
+            .cloned()
+            .map(Caller)
+            .ok_or(ApiError::Unauthorized)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOKEN: &str = "0123456789abcdef01234567";
+
+    #[test]
+    fn a_tokens_file_maps_tokens_to_principals() {
+        let tokens = Tokens::parse(&format!(
+            "# callers\n\nreader ada {TOKEN}\noperator bob {TOKEN}x\n"
+        ))
+        .expect("valid");
+        assert_eq!(
+            tokens.principal(TOKEN),
+            Some(&Principal {
+                name: "ada".to_owned(),
+                role: Role::Reader
+            })
+        );
+        assert_eq!(
+            tokens.principal(&format!("{TOKEN}x")).map(|p| p.role),
+            Some(Role::Operator)
+        );
+        assert_eq!(tokens.principal("nobody-has-this-token-at-all"), None);
+    }
+
+    #[test]
+    fn a_bad_tokens_file_names_the_line_and_never_the_token() {
+        let cases = [
+            ("reader ada\n".to_owned(), TokensError::Shape { line: 1 }),
+            (
+                format!("\nroot ada {TOKEN}"),
+                TokensError::UnknownRole {
+                    line: 2,
+                    role: "root".to_owned(),
+                },
+            ),
+            (
+                "reader ada short-secret".to_owned(),
+                TokensError::ShortToken {
+                    line: 1,
+                    name: "ada".to_owned(),
+                },
+            ),
+            (
+                format!("reader ada {TOKEN}\napprover eve {TOKEN}"),
+                TokensError::DuplicateToken {
+                    line: 2,
+                    name: "eve".to_owned(),
+                },
+            ),
+            ("# nobody\n".to_owned(), TokensError::Empty),
+        ];
+        for (text, expected) in cases {
+            let error = Tokens::parse(&text).expect_err(&text);
+            assert!(!error.to_string().contains("short-secret"));
+            assert!(!error.to_string().contains(TOKEN));
+            assert_eq!(error, expected);
+        }
+    }
+
+    #[test]
+    fn roles_allow_reading_and_only_their_own_job() {
+        for role in [Role::Reader, Role::Operator, Role::Approver] {
+            assert!(role.allows(Role::Reader));
+        }
+        assert!(Role::Operator.allows(Role::Operator));
+        assert!(!Role::Operator.allows(Role::Approver));
+        assert!(!Role::Approver.allows(Role::Operator));
+        assert!(!Role::Reader.allows(Role::Operator));
+    }
+}

@@ -1,0 +1,72 @@
+//! evc-serve: the governance surface of an evc outbox over HTTP (docs/serve.md).
+//!
+//! [`router`] builds the service on an [`Outbox`] (a PostgreSQL or a SQLite store) and the
+//! bearer [`Tokens`] that map callers to a [`Role`]:
+//! - `/api/v1/...`: event types with their versions and schemas, consumers with their state,
+//!   deliveries by status, lag and dead letters, and trace timelines, as JSON. Every route
+//!   needs a token; [`openapi`] describes them all (OpenAPI 3.1, derived from the handlers) and
+//!   `/api/v1/openapi.json` serves that document.
+//! - `/healthz`, `/readyz` and `/metrics`: the operations endpoints, open like any probe.
+//!
+//! Run the router with `axum::serve` (the `evc serve` command does).
+
+mod api;
+mod auth;
+mod error;
+mod ops;
+mod outbox;
+
+use std::sync::Arc;
+
+use axum::Router;
+use utoipa::openapi::OpenApi;
+
+pub use auth::{Principal, Role, Tokens, TokensError};
+pub use outbox::{Outbox, PgStores};
+
+/// What every handler reads: the outbox and who may call.
+#[derive(Clone)]
+struct AppState {
+    outbox: Arc<Outbox>,
+    tokens: Arc<Tokens>,
+}
+
+/// The whole service on `outbox`, callers authenticated by `tokens`.
+pub fn router(outbox: Outbox, tokens: Tokens) -> Router {
+    let state = AppState {
+        outbox: Arc::new(outbox),
+        tokens: Arc::new(tokens),
+    };
+    let (api, document) = api::routes().split_for_parts();
+    let document = Arc::new(document);
+    api.merge(ops::routes())
+        .route(
+            "/api/v1/openapi.json",
+            axum::routing::get(move || {
+                let document = Arc::clone(&document);
+                async move { axum::Json(document.as_ref().clone()) }
+            }),
+        )
+        .with_state(state)
+}
+
+/// The OpenAPI 3.1 document of `/api/v1`, as `/api/v1/openapi.json` serves it.
+pub fn openapi() -> OpenApi {
+    api::routes().split_for_parts().1
+}
+
+/// Serves [`router`] on `listener` until `shutdown` resolves, then lets the requests in flight
+/// finish.
+///
+/// # Errors
+/// When accepting connections fails.
+pub async fn run(
+    listener: tokio::net::TcpListener,
+    outbox: Outbox,
+    tokens: Tokens,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(outbox, tokens))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

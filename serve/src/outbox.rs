@@ -1,0 +1,120 @@
+//! The outbox the service works on: either store, behind the operator traits both implement.
+//! On PostgreSQL each API role works through its own store, connected with the database role
+//! of that job, so the database refuses what the caller's role may not do as well.
+
+use std::time::Duration;
+
+use evc_runtime::{
+    DispatchError, Observe, Operate, PgStore, Proposed, Registry, ReplayApplied, ReplayApproval,
+    ReplayError, ReplayPlan, ReplaySelection, SettledDelivery, SqliteStore, StatusReport,
+    StoreError, TimelineEntry,
+};
+
+use crate::auth::Role;
+
+/// The store `evc serve` works on, with the registry it was opened on (a PostgreSQL
+/// database's deployed registry; the registry a SQLite file records).
+#[derive(Clone)]
+pub enum Outbox {
+    /// A PostgreSQL database, one store per API role.
+    Postgres(Box<PgStores>),
+    /// A SQLite outbox file (no database roles: the API's roles are all it has).
+    Sqlite(SqliteStore),
+}
+
+/// One [`PgStore`] per API role, each on a pool connected with that job's database role
+/// (docs/runtime.md, "Roles"), all on the same database and registry.
+#[derive(Clone)]
+pub struct PgStores {
+    /// Connected as `evc_reader`.
+    pub reader: PgStore,
+    /// Connected as `evc_operator`.
+    pub operator: PgStore,
+    /// Connected as `evc_approver`.
+    pub approver: PgStore,
+}
+
+impl PgStores {
+    /// One store for every role: a login's own privileges for all of them.
+    pub fn single(store: PgStore) -> Self {
+        Self {
+            reader: store.clone(),
+            operator: store.clone(),
+            approver: store,
+        }
+    }
+
+    fn of(&self, role: Role) -> &PgStore {
+        match role {
+            Role::Reader => &self.reader,
+            Role::Operator => &self.operator,
+            Role::Approver => &self.approver,
+        }
+    }
+}
+
+/// Runs `$body` with `$store` bound to the store of `$role` in `$outbox`.
+macro_rules! on_store {
+    ($outbox:expr, $role:expr, $store:ident => $body:expr) => {
+        match $outbox {
+            Outbox::Postgres(stores) => {
+                let $store = stores.of($role);
+                $body
+            }
+            Outbox::Sqlite($store) => $body,
+        }
+    };
+}
+
+impl Outbox {
+    /// The registry the store was opened on.
+    pub fn registry(&self) -> &Registry {
+        on_store!(self, Role::Reader, store => store.registry())
+    }
+
+    /// `Ok` when the store answers, is migrated and holds the registry it was opened on.
+    pub(crate) async fn ready(&self) -> Result<(), StoreError> {
+        on_store!(self, Role::Reader, store => store.verify_registry().await)
+    }
+
+    pub(crate) async fn status(&self, window: Duration) -> Result<StatusReport, DispatchError> {
+        on_store!(self, Role::Reader, store => store.status(window).await)
+    }
+
+    pub(crate) async fn timeline(
+        &self,
+        trace_id: &str,
+    ) -> Result<Vec<TimelineEntry>, DispatchError> {
+        on_store!(self, Role::Reader, store => store.timeline(trace_id).await)
+    }
+
+    pub(crate) async fn dead_letters(
+        &self,
+        selection: &ReplaySelection,
+    ) -> Result<Vec<SettledDelivery>, DispatchError> {
+        on_store!(self, Role::Reader, store => store.dead_letters(selection).await)
+    }
+
+    pub(crate) async fn replay_plan(
+        &self,
+        selection: &ReplaySelection,
+    ) -> Result<ReplayPlan, ReplayError> {
+        on_store!(self, Role::Operator, store => store.replay_plan(selection).await)
+    }
+
+    pub(crate) async fn propose_replay(
+        &self,
+        selection: &ReplaySelection,
+        planned_by: &str,
+    ) -> Result<Proposed<ReplayPlan>, ReplayError> {
+        on_store!(self, Role::Operator, store => store.propose_replay(selection, planned_by).await)
+    }
+
+    pub(crate) async fn replay(
+        &self,
+        selection: &ReplaySelection,
+        approval: &ReplayApproval,
+    ) -> Result<ReplayApplied, ReplayError> {
+        on_store!(self, Role::Approver, store => store.replay(selection, approval).await)
+    }
+}

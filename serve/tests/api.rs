@@ -1,0 +1,239 @@
+//! `/api/v1` against the OpenAPI document the server publishes, on both stores: every response
+//! (successes and problems alike) is validated against the schema the document gives its
+//! operation and status, and says what the seeded outbox holds. Callers without a known token
+//! are refused before any handler runs.
+
+mod support;
+
+use evc::{PgStore, SqliteStore};
+use evc_serve::Outbox;
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use support::{CONSUMER, Client, READER, Seeded, Server, TRACE, TestResult, seed};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_answers_as_its_openapi_document_says() -> TestResult {
+    support::with_postgres(|store: PgStore| async move {
+        let seeded = seed(&store).await?;
+        answers_as_documented(
+            Outbox::Postgres(Box::new(evc_serve::PgStores::single(store))),
+            seeded,
+        )
+        .await
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_answers_as_its_openapi_document_says() -> TestResult {
+    support::with_sqlite(|store: SqliteStore| async move {
+        let seeded = seed(&store).await?;
+        answers_as_documented(Outbox::Sqlite(store), seeded).await
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_refuses_callers_without_a_known_token() -> TestResult {
+    support::with_postgres(|store: PgStore| async move {
+        refuses_unknown_callers(Outbox::Postgres(Box::new(evc_serve::PgStores::single(
+            store,
+        ))))
+        .await
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_refuses_callers_without_a_known_token() -> TestResult {
+    support::with_sqlite(|store: SqliteStore| async move {
+        refuses_unknown_callers(Outbox::Sqlite(store)).await
+    })
+    .await
+}
+
+async fn answers_as_documented(outbox: Outbox, seeded: Seeded) -> TestResult {
+    let server = Server::start(outbox).await?;
+    let client = Client::new(&server, Some(READER)).await?;
+    assert_eq!(client.document["openapi"], "3.1.0");
+    // The check below can fail: a dead letter without its fields breaks the document.
+    let broken = serde_json::json!([{ "event_id": 7 }]);
+    assert!(
+        client
+            .conforms(
+                "get",
+                "/api/v1/consumers/{name}/dead-letters",
+                StatusCode::OK,
+                "application/json",
+                &broken
+            )
+            .is_err()
+    );
+
+    let (status, types) = client
+        .get(&server, "/api/v1/event-types", "/api/v1/event-types")
+        .await?;
+    assert_eq!(status, StatusCode::OK);
+    let born = types
+        .as_array()
+        .and_then(|types| types.iter().find(|t| t["name"] == "iu.born"))
+        .ok_or("iu.born is listed")?;
+    assert!(
+        born["consumers"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|s| s["consumer"] == CONSUMER)),
+        "{born}"
+    );
+
+    let (status, detail) = client
+        .get(
+            &server,
+            "/api/v1/event-types/{name}",
+            "/api/v1/event-types/iu.born",
+        )
+        .await?;
+    assert_eq!(status, StatusCode::OK);
+    let first = &detail["versions"][0];
+    assert_eq!(first["version"], "1.0.0");
+    assert_eq!(first["schema"]["type"], "object", "{first}");
+    assert!(
+        first["accepted_by"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|name| name == CONSUMER))
+    );
+    let (status, _) = client
+        .get(
+            &server,
+            "/api/v1/event-types/{name}",
+            "/api/v1/event-types/no.such",
+        )
+        .await?;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    let (status, consumers) = client
+        .get(&server, "/api/v1/consumers", "/api/v1/consumers")
+        .await?;
+    assert_eq!(status, StatusCode::OK);
+    let listed = consumers.as_array().ok_or("a list")?;
+    assert_eq!(listed.len(), evc_generated::REGISTRY.consumers.len());
+    // The other consumers of iu.born have not run: both events wait for them.
+    let waiting: Vec<&Value> = listed
+        .iter()
+        .filter(|c| c["name"] != CONSUMER && c["pending"] == 2)
+        .collect();
+    assert!(!waiting.is_empty(), "{consumers}");
+
+    let path = format!("/api/v1/consumers/{CONSUMER}");
+    let (status, consumer) = client
+        .get(&server, "/api/v1/consumers/{name}", &path)
+        .await?;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(consumer["dead"], 1, "{consumer}");
+    assert_eq!(consumer["pending"], 0, "{consumer}");
+    assert_eq!(consumer["mode"], "live");
+    assert!(
+        consumer["attempt_latency"]["samples"]
+            .as_i64()
+            .is_some_and(|n| n >= 2),
+        "{consumer}"
+    );
+    let (status, _) = client
+        .get(
+            &server,
+            "/api/v1/consumers/{name}",
+            &format!("{path}?window_s=0"),
+        )
+        .await?;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, _) = client
+        .get(
+            &server,
+            "/api/v1/consumers/{name}",
+            "/api/v1/consumers/no.such",
+        )
+        .await?;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    let dead_path = format!("/api/v1/consumers/{CONSUMER}/dead-letters");
+    let (status, dead) = client
+        .get(&server, "/api/v1/consumers/{name}/dead-letters", &dead_path)
+        .await?;
+    assert_eq!(status, StatusCode::OK);
+    let dead = dead.as_array().ok_or("a list")?;
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0]["event_id"], seeded.dead.to_string());
+    assert_eq!(dead[0]["last_error_code"], "mailbox_rejected");
+    assert_eq!(dead[0]["version_supported"], true);
+    assert!(dead[0].get("payload").is_none());
+    let (status, _) = client
+        .get(
+            &server,
+            "/api/v1/consumers/{name}/dead-letters",
+            &format!("{dead_path}?limit=0"),
+        )
+        .await?;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    let (status, timeline) = client
+        .get(
+            &server,
+            "/api/v1/timeline/{trace_id}",
+            &format!("/api/v1/timeline/{TRACE}"),
+        )
+        .await?;
+    assert_eq!(status, StatusCode::OK);
+    let entries = timeline.as_array().ok_or("a list")?;
+    for kind in ["event", "delivery", "attempt"] {
+        assert!(
+            entries.iter().any(|e| e["kind"] == kind),
+            "{kind}: {timeline}"
+        );
+    }
+    for id in [seeded.acked, seeded.dead] {
+        assert!(entries.iter().any(|e| e["event_id"] == id.to_string()));
+    }
+    let (status, _) = client
+        .get(
+            &server,
+            "/api/v1/timeline/{trace_id}",
+            "/api/v1/timeline/not-a-trace",
+        )
+        .await?;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    Ok(())
+}
+
+async fn refuses_unknown_callers(outbox: Outbox) -> TestResult {
+    let server = Server::start(outbox).await?;
+    let http = reqwest::Client::new();
+    let anonymous = Client::new(&server, None).await?;
+    let stranger = Client::new(&server, Some("not-a-token-anyone-holds-0123")).await?;
+    for client in [&anonymous, &stranger] {
+        let (status, problem) = client
+            .get(&server, "/api/v1/event-types", "/api/v1/event-types")
+            .await?;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert_eq!(problem["status"], 401);
+    }
+    // Another scheme with a known token is no bearer token.
+    let basic = http
+        .get(server.url("/api/v1/consumers"))
+        .header("Authorization", format!("Basic {READER}"))
+        .send()
+        .await?;
+    assert_eq!(basic.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        basic
+            .headers()
+            .get("www-authenticate")
+            .and_then(|v| v.to_str().ok()),
+        Some("Bearer")
+    );
+    // The probes and the document need no token.
+    for path in ["/healthz", "/readyz", "/metrics", "/api/v1/openapi.json"] {
+        let response = http.get(server.url(path)).send().await?;
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+    }
+    Ok(())
+}

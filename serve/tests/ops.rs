@@ -1,0 +1,71 @@
+//! `/healthz`, `/readyz` and `/metrics` on both stores: ready while the store answers with the
+//! registry the server was opened on, not ready once it stops answering (the process stays
+//! healthy), and metrics that count what the outbox holds.
+
+mod support;
+
+use evc::{PgStore, SqliteStore};
+use evc_serve::Outbox;
+use reqwest::StatusCode;
+
+use support::{CONSUMER, Server, TestResult, seed};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_probes_and_metrics_follow_the_store() -> TestResult {
+    support::with_postgres(|store: PgStore| async move {
+        seed(&store).await?;
+        let pool = store.pool().clone();
+        probes_follow_the_store(
+            Outbox::Postgres(Box::new(evc_serve::PgStores::single(store))),
+            async move { pool.close().await },
+        )
+        .await
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_probes_and_metrics_follow_the_store() -> TestResult {
+    support::with_sqlite(|store: SqliteStore| async move {
+        seed(&store).await?;
+        let pool = store.pool().clone();
+        probes_follow_the_store(Outbox::Sqlite(store), async move { pool.close().await }).await
+    })
+    .await
+}
+
+async fn probes_follow_the_store(
+    outbox: Outbox,
+    stop_store: impl Future<Output = ()>,
+) -> TestResult {
+    let digest = outbox.registry().digest;
+    let server = Server::start(outbox).await?;
+    let http = reqwest::Client::new();
+
+    let ready = http.get(server.url("/readyz")).send().await?;
+    assert_eq!(ready.status(), StatusCode::OK);
+    assert!(ready.text().await?.contains(digest));
+
+    let metrics = http.get(server.url("/metrics")).send().await?;
+    assert_eq!(metrics.status(), StatusCode::OK);
+    assert!(
+        metrics
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/openmetrics-text"))
+    );
+    let text = metrics.text().await?;
+    let dead = format!("evc_deliveries{{consumer=\"{CONSUMER}\",status=\"dead\"}} 1");
+    assert!(text.contains(&dead), "{dead} in:\n{text}");
+    assert!(text.trim_end().ends_with("# EOF"), "{text}");
+
+    stop_store.await;
+    let ready = http.get(server.url("/readyz")).send().await?;
+    assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let health = http.get(server.url("/healthz")).send().await?;
+    assert_eq!(health.status(), StatusCode::OK);
+    let metrics = http.get(server.url("/metrics")).send().await?;
+    assert_eq!(metrics.status(), StatusCode::SERVICE_UNAVAILABLE);
+    Ok(())
+}
