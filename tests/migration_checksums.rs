@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 19] = [
+const SHIPPED: [(&str, &str); 20] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -83,6 +83,10 @@ const SHIPPED: [(&str, &str); 19] = [
     (
         "0019_evc_runtime_v16.sql",
         "922b598d0831fad7f0300ac6f022fc4cf68f31302df3398939c42d71aa72f56e",
+    ),
+    (
+        "0020_evc_runtime_v17.sql",
+        "ef54ec8a20f8bb372fa4cfcc07f2d192309d5a89390ef611164e4bf04355a062",
     ),
 ];
 

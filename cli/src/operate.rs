@@ -14,7 +14,8 @@ use clap::{Args, Subcommand, ValueEnum};
 use evc_runtime::{
     Console, ConsumerMode, ConsumerState, DispatchError, Observe, Operate, Percentiles, Proposed,
     ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, Role, RoleCheck,
-    SettledDelivery, SqliteOpenError, SqliteStore, StatusReport, TenantScope, TimelineEntry,
+    SettledDelivery, SqliteOpenError, SqliteStore, StateChange, StatusReport, TenantScope,
+    TimelineEntry,
 };
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection};
@@ -184,17 +185,25 @@ impl Operator {
         }
     }
 
-    pub(crate) async fn pause(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
+    pub(crate) async fn pause(
+        &self,
+        consumer: &str,
+        change: &StateChange,
+    ) -> Result<ConsumerState, DispatchError> {
         match self {
-            Self::Postgres(console) => console.pause(consumer).await,
-            Self::Sqlite(store) => store.pause(consumer).await,
+            Self::Postgres(console) => console.pause(consumer, change).await,
+            Self::Sqlite(store) => store.pause(consumer, change).await,
         }
     }
 
-    pub(crate) async fn resume(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
+    pub(crate) async fn resume(
+        &self,
+        consumer: &str,
+        change: &StateChange,
+    ) -> Result<ConsumerState, DispatchError> {
         match self {
-            Self::Postgres(console) => console.resume(consumer).await,
-            Self::Sqlite(store) => store.resume(consumer).await,
+            Self::Postgres(console) => console.resume(consumer, change).await,
+            Self::Sqlite(store) => store.resume(consumer, change).await,
         }
     }
 
@@ -202,10 +211,11 @@ impl Operator {
         &self,
         consumer: &str,
         mode: ConsumerMode,
+        change: &StateChange,
     ) -> Result<ConsumerState, DispatchError> {
         match self {
-            Self::Postgres(console) => console.set_mode(consumer, mode).await,
-            Self::Sqlite(store) => store.set_mode(consumer, mode).await,
+            Self::Postgres(console) => console.set_mode(consumer, mode, change).await,
+            Self::Sqlite(store) => store.set_mode(consumer, mode, change).await,
         }
     }
 
@@ -340,11 +350,15 @@ pub(crate) enum ConsumerAction {
     Pause {
         /// The consumer.
         consumer: String,
+        #[command(flatten)]
+        change: ChangeArgs,
     },
     /// Claim the consumer's deliveries again.
     Resume {
         /// The consumer.
         consumer: String,
+        #[command(flatten)]
+        change: ChangeArgs,
     },
     /// Override the consumer's mode (`off` claims nothing, like a pause).
     Mode {
@@ -353,12 +367,31 @@ pub(crate) enum ConsumerAction {
         /// The mode.
         #[arg(value_enum)]
         mode: ModeArg,
+        #[command(flatten)]
+        change: ChangeArgs,
     },
     /// Show the consumer's operator state.
     Show {
         /// The consumer.
         consumer: String,
     },
+}
+
+/// Who changes a consumer's state and why: recorded with the change.
+#[derive(Args)]
+pub(crate) struct ChangeArgs {
+    /// The person making the change (a login).
+    #[arg(long = "as", value_name = "PERSON")]
+    person: String,
+    /// Why (1 to 500 characters).
+    #[arg(long, value_name = "TEXT")]
+    reason: String,
+}
+
+impl ChangeArgs {
+    fn change(&self) -> StateChange {
+        StateChange::new(&self.person, &self.reason)
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -720,10 +753,20 @@ pub(crate) fn consumer(action: &ConsumerAction, database: &Database) -> anyhow::
     };
     let state = with_operator(database, role, async |operator| {
         let state = match action {
-            ConsumerAction::Pause { consumer } => operator.pause(consumer).await,
-            ConsumerAction::Resume { consumer } => operator.resume(consumer).await,
-            ConsumerAction::Mode { consumer, mode } => {
-                operator.set_mode(consumer, (*mode).into()).await
+            ConsumerAction::Pause { consumer, change } => {
+                operator.pause(consumer, &change.change()).await
+            }
+            ConsumerAction::Resume { consumer, change } => {
+                operator.resume(consumer, &change.change()).await
+            }
+            ConsumerAction::Mode {
+                consumer,
+                mode,
+                change,
+            } => {
+                operator
+                    .set_mode(consumer, (*mode).into(), &change.change())
+                    .await
             }
             ConsumerAction::Show { consumer } => operator.consumer_state(consumer).await,
         };

@@ -322,7 +322,18 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
     assert!(text.contains("worker.sql.aggregate"), "{text}");
 
     // Pause: the status leads with it and exits 100; the metrics say so too.
-    let output = evc(url, &["consumer", "pause", "worker.sql.aggregate"]);
+    let output = evc(
+        url,
+        &[
+            "consumer",
+            "pause",
+            "worker.sql.aggregate",
+            "--as",
+            "ops",
+            "--reason",
+            "a test",
+        ],
+    );
     assert_eq!(output.status.code(), Some(0));
     assert_eq!(
         stdout(&output),
@@ -344,13 +355,48 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
     );
 
     // Mode off, then back to running and live: no problems again.
-    let output = evc(url, &["consumer", "mode", "worker.sql.aggregate", "off"]);
+    let output = evc(
+        url,
+        &[
+            "consumer",
+            "mode",
+            "worker.sql.aggregate",
+            "off",
+            "--as",
+            "ops",
+            "--reason",
+            "a test",
+        ],
+    );
     assert_eq!(
         stdout(&output),
         "worker.sql.aggregate: paused, mode off (revision 2)\n"
     );
-    evc(url, &["consumer", "resume", "worker.sql.aggregate"]);
-    evc(url, &["consumer", "mode", "worker.sql.aggregate", "live"]);
+    evc(
+        url,
+        &[
+            "consumer",
+            "resume",
+            "worker.sql.aggregate",
+            "--as",
+            "ops",
+            "--reason",
+            "a test",
+        ],
+    );
+    evc(
+        url,
+        &[
+            "consumer",
+            "mode",
+            "worker.sql.aggregate",
+            "live",
+            "--as",
+            "ops",
+            "--reason",
+            "a test",
+        ],
+    );
     let output = evc(url, &["consumer", "show", "worker.sql.aggregate"]);
     assert_eq!(
         stdout(&output),
@@ -359,7 +405,18 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
     assert_eq!(evc(url, &["status"]).status.code(), Some(0));
 
     // An unknown consumer: exit 1, naming the deployed ones; nothing written.
-    let output = evc(url, &["consumer", "pause", "worker.nope"]);
+    let output = evc(
+        url,
+        &[
+            "consumer",
+            "pause",
+            "worker.nope",
+            "--as",
+            "ops",
+            "--reason",
+            "a test",
+        ],
+    );
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -1192,7 +1249,9 @@ fn an_unreachable_database_fails_with_its_cause_and_never_shows_the_password() {
         &["dlq", "list", "audit"],
         &["replay", "audit", "--dry-run"],
         &["dispatch", "--config", config],
-        &["consumer", "pause", "audit"],
+        &[
+            "consumer", "pause", "audit", "--as", "ops", "--reason", "a test",
+        ],
     ];
     for args in commands {
         let started = std::time::Instant::now();
@@ -1314,7 +1373,9 @@ fn operator_output_escapes_control_characters() {
             all
         };
         for args in [
-            &["consumer", "pause", evil][..],
+            &[
+                "consumer", "pause", evil, "--as", "ops", "--reason", "a test",
+            ][..],
             &["consumer", "show", evil],
             &["dlq", "list", evil],
             &["replay", evil, "--dry-run"],
@@ -1942,7 +2003,12 @@ fn commands_as(runtime: &tokio::runtime::Runtime, url: &str, login: &str) {
     assert!(stdout(&output).contains("audit"), "{output:?}");
     assert_eq!(stderr(&output), "");
     for action in ["pause", "resume"] {
-        let output = evc(&as_login, &["consumer", action, "audit"]);
+        let output = evc(
+            &as_login,
+            &[
+                "consumer", action, "audit", "--as", "ops", "--reason", "a test",
+            ],
+        );
         assert_eq!(output.status.code(), Some(0), "{output:?}");
     }
     let output = evc(
@@ -1987,10 +2053,20 @@ fn commands_as(runtime: &tokio::runtime::Runtime, url: &str, login: &str) {
         )
     );
     // The operator's job still runs through its own role, until that membership goes too.
-    let output = evc(&as_login, &["consumer", "pause", "audit"]);
+    let output = evc(
+        &as_login,
+        &[
+            "consumer", "pause", "audit", "--as", "ops", "--reason", "a test",
+        ],
+    );
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     runtime.block_on(execute(url, &format!("REVOKE evc_operator FROM {login}")));
-    let output = evc(&as_login, &["consumer", "resume", "audit"]);
+    let output = evc(
+        &as_login,
+        &[
+            "consumer", "resume", "audit", "--as", "ops", "--reason", "a test",
+        ],
+    );
     assert_eq!(output.status.code(), Some(1), "{output:?}");
     assert!(
         stderr(&output).contains("may not take role evc_operator"),

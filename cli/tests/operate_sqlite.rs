@@ -176,7 +176,7 @@ fn operator_commands_run_on_the_registry_a_sqlite_file_records() {
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let text = stdout(&output);
     assert!(
-        text.contains("applied 0001 evc_runtime") && text.contains("applied 8 migrations"),
+        text.contains("applied 0001 evc_runtime") && text.contains("applied 9 migrations"),
         "{text}"
     );
     let output = evc(&url, &["migrate"]);
@@ -234,7 +234,12 @@ fn operator_commands_run_on_the_registry_a_sqlite_file_records() {
     assert!(text.contains("audit  dead (E_BAD) (attempt 1)"), "{text}");
 
     // consumer: pause, show, resume; an unknown consumer names the known ones.
-    let output = evc(&url, &["consumer", "pause", "mailer"]);
+    let output = evc(
+        &url,
+        &[
+            "consumer", "pause", "mailer", "--as", "ops", "--reason", "a test",
+        ],
+    );
     assert_eq!(
         stdout(&output),
         "mailer: paused, mode live (revision 1)\n",
@@ -242,14 +247,39 @@ fn operator_commands_run_on_the_registry_a_sqlite_file_records() {
     );
     let output = evc(&url, &["consumer", "show", "mailer"]);
     assert_eq!(stdout(&output), "mailer: paused, mode live (revision 1)\n");
-    let output = evc(&url, &["consumer", "pause", "nope"]);
+    // A change says who makes it and why, or it is not made.
+    let output = evc(&url, &["consumer", "resume", "mailer", "--as", "ops"]);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert!(stderr(&output).contains("--reason"), "{output:?}");
+    let output = evc(
+        &url,
+        &[
+            "consumer", "resume", "mailer", "--as", "ops", "--reason", " ",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stderr(&output).contains("a reason is required"),
+        "{output:?}"
+    );
+    let output = evc(
+        &url,
+        &[
+            "consumer", "pause", "nope", "--as", "ops", "--reason", "a test",
+        ],
+    );
     assert_eq!(output.status.code(), Some(1));
     assert!(
         stderr(&output)
             .contains("consumer nope is not deployed in this database (deployed: audit, mailer)"),
         "{output:?}"
     );
-    let output = evc(&url, &["consumer", "resume", "mailer"]);
+    let output = evc(
+        &url,
+        &[
+            "consumer", "resume", "mailer", "--as", "ops", "--reason", "a test",
+        ],
+    );
     assert_eq!(stdout(&output), "mailer: running, mode live (revision 2)\n");
 
     // dlq list and replay: dry run, proposal, apply under its digest by another person, a

@@ -7,6 +7,7 @@ mod support;
 
 use std::time::Duration;
 
+use evc_runtime::Operate;
 use evc_runtime::{
     ConsumerDescriptor, ConsumerMode, DispatchError, Dispatcher, DispatcherConfig, FailureClass,
     Heartbeat, PgStore, Problem, Registry, RetryDecision, Store, TraceContextError,
@@ -97,8 +98,10 @@ async fn the_status_report_counts_ranks_problems_and_exports_metrics() -> TestRe
                 .len(),
             1
         );
-        store.pause("d.tx").await?;
-        store.set_mode("d.held", ConsumerMode::Off).await?;
+        store.pause("d.tx", &support::change()).await?;
+        store
+            .set_mode("d.held", ConsumerMode::Off, &support::change())
+            .await?;
         // One worker silent past its consumer's threshold, one fresh.
         store
             .heartbeat(&[Heartbeat::new("old/d.leased/0", "d.leased", "")])

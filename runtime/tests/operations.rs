@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use evc_runtime::Operate;
 use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{
     ConsumerMode, DispatchError, Dispatcher, DispatcherConfig, HandlerError, PgStore, Store,
@@ -71,7 +72,7 @@ async fn a_paused_consumer_receives_nothing_and_resumes_in_order() -> TestResult
             (false, ConsumerMode::Live, 0),
             "never changed: the contract's mode"
         );
-        let paused = store.pause(PAUSED).await?;
+        let paused = store.pause(PAUSED, &support::change()).await?;
         assert_eq!((paused.paused, paused.revision), (true, 1));
 
         let calls = Arc::new(Calls::default());
@@ -96,17 +97,21 @@ async fn a_paused_consumer_receives_nothing_and_resumes_in_order() -> TestResult
         );
 
         // Mode `off` holds it back too, after the pause is lifted.
-        let off = store.set_mode(PAUSED, ConsumerMode::Off).await?;
+        let off = store
+            .set_mode(PAUSED, ConsumerMode::Off, &support::change())
+            .await?;
         assert_eq!(
             (off.paused, off.mode, off.revision),
             (true, ConsumerMode::Off, 2)
         );
-        let resumed = store.resume(PAUSED).await?;
+        let resumed = store.resume(PAUSED, &support::change()).await?;
         assert_eq!((resumed.paused, resumed.revision), (false, 3));
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(acked(&store, PAUSED).await?, 0, "mode off claims nothing");
 
-        let live = store.set_mode(PAUSED, ConsumerMode::Live).await?;
+        let live = store
+            .set_mode(PAUSED, ConsumerMode::Live, &support::change())
+            .await?;
         assert_eq!(
             (live.paused, live.mode, live.revision),
             (false, ConsumerMode::Live, 4)
@@ -140,7 +145,10 @@ async fn an_unknown_consumer_cannot_be_paused() -> TestResult {
         let store = dispatch_store(&pool, 2).await?;
         // A consumer of another registry: unknown to this store.
         let unknown = "c.live";
-        let error = store.pause(unknown).await.expect_err("unknown");
+        let error = store
+            .pause(unknown, &support::change())
+            .await
+            .expect_err("unknown");
         assert!(
             matches!(&error, DispatchError::UnknownConsumer(name) if name == unknown),
             "{error:?}"

@@ -7,6 +7,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use evc_runtime::Operate;
 use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{
     ConsumerMode, DispatchError, Dispatcher, DispatcherConfig, HandlerError, Intent, NewEvent,
@@ -200,7 +201,7 @@ async fn shadow_mode_causes_no_side_effect_and_records_what_it_meant_to_do() -> 
         .await?;
         let store = dispatch_store(&pool, 8).await?;
         for consumer in CONSUMERS {
-            let state = store.set_mode(consumer, ConsumerMode::Shadow).await?;
+            let state = store.set_mode(consumer, ConsumerMode::Shadow, &support::change()).await?;
             assert_eq!(state.mode, ConsumerMode::Shadow);
         }
         let mut notes = append(&store, "test.note", 0..3).await?;
@@ -234,7 +235,7 @@ async fn shadow_mode_causes_no_side_effect_and_records_what_it_meant_to_do() -> 
 
         // Live again: the same handlers' effects commit, and no reconciliation row is added.
         for consumer in CONSUMERS {
-            store.set_mode(consumer, ConsumerMode::Live).await?;
+            store.set_mode(consumer, ConsumerMode::Live, &support::change()).await?;
         }
         let live_notes = append(&store, "test.note", 10..12).await?;
         let live_jobs = append(&store, "test.job", 10..12).await?;

@@ -92,6 +92,7 @@ conformance!(
     only_another_person_applies_a_proposed_replay,
     replays_and_superseded_generations_are_read_back,
     pause_stops_claims_and_resume_restores_them,
+    each_state_change_is_recorded_with_who_and_why,
     status_counts_each_consumers_deliveries_lag_and_state,
     timeline_lists_the_traces_event_deliveries_and_attempts,
     leases_list_the_deliveries_leased_now,
@@ -2587,7 +2588,7 @@ async fn pause_stops_claims_and_resume_restores_them<S: Conformance>(store: S) -
         (false, evc_runtime::ConsumerMode::Live, 0)
     );
     committed(&store, vec![note(1)]).await?;
-    let paused = store.pause(PLAIN).await?;
+    let paused = store.pause(PLAIN, &support::change()).await?;
     assert_eq!((paused.paused, paused.revision), (true, 1), "{}", S::NAME);
     assert_eq!(store.consumer_state(PLAIN).await?, paused);
     assert!(
@@ -2604,11 +2605,81 @@ async fn pause_stops_claims_and_resume_restores_them<S: Conformance>(store: S) -
         1
     );
 
-    let resumed = store.resume(PLAIN).await?;
+    let resumed = store.resume(PLAIN, &support::change()).await?;
     assert_eq!((resumed.paused, resumed.revision), (false, 2));
     assert_eq!(claim(&store, PLAIN, "w1", 10, LEASE, false).await?.len(), 1);
     assert!(matches!(
-        store.pause("k.nobody").await,
+        store.pause("k.nobody", &support::change()).await,
+        Err(DispatchError::UnknownConsumer(_))
+    ));
+    Ok(())
+}
+
+async fn each_state_change_is_recorded_with_who_and_why<S: Conformance>(store: S) -> TestResult {
+    use evc_runtime::{ConsumerMode, StateChange};
+    assert!(store.state_changes(PLAIN, 10).await?.is_empty());
+    // A change that does not say who or why is refused, and neither changes nor records.
+    for refused in [
+        StateChange::new("", "relay down"),
+        StateChange::new("two  spaces", "relay down"),
+        StateChange::new("alice", " "),
+        StateChange::new("alice", "x".repeat(501)),
+        StateChange::new("alice", "a\u{1b}[2Jb"),
+    ] {
+        assert!(
+            matches!(
+                store.pause(PLAIN, &refused).await,
+                Err(DispatchError::InvalidChange(_))
+            ),
+            "{}: {refused:?}",
+            S::NAME
+        );
+    }
+    assert!(!store.consumer_state(PLAIN).await?.paused);
+    assert!(store.state_changes(PLAIN, 10).await?.is_empty());
+
+    store
+        .pause(PLAIN, &StateChange::new("alice", "relay down"))
+        .await?;
+    store
+        .set_mode(
+            PLAIN,
+            ConsumerMode::Shadow,
+            &StateChange::new("bob", "new template"),
+        )
+        .await?;
+    store
+        .resume(PLAIN, &StateChange::new(" alice ", "relay back\nfor good"))
+        .await?;
+    let changes = store.state_changes(PLAIN, 10).await?;
+    let seen: Vec<(&str, Option<ConsumerMode>, &str, &str)> = changes
+        .iter()
+        .map(|c| (c.change.as_str(), c.mode, c.by.as_str(), c.reason.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("resume", None, "alice", "relay back\nfor good"),
+            ("mode", Some(ConsumerMode::Shadow), "bob", "new template"),
+            ("pause", None, "alice", "relay down"),
+        ],
+        "{}",
+        S::NAME
+    );
+    assert!(
+        changes
+            .windows(2)
+            .all(|w| w[0].id > w[1].id && w[0].at >= w[1].at)
+    );
+    assert!(
+        changes
+            .iter()
+            .all(|c| c.consumer == PLAIN && c.tenant_scope.is_none())
+    );
+    assert_eq!(store.state_changes(PLAIN, 1).await?.len(), 1);
+    assert!(store.state_changes(ORDERED, 10).await?.is_empty());
+    assert!(matches!(
+        store.state_changes("k.nobody", 10).await,
         Err(DispatchError::UnknownConsumer(_))
     ));
     Ok(())
@@ -2688,7 +2759,7 @@ async fn status_counts_each_consumers_deliveries_lag_and_state<S: Conformance>(
     assert_eq!(report.problems(window).first(), Some(&first), "{}", S::NAME);
 
     ack(&store, &claimed[2].lease).await?;
-    store.pause(PLAIN).await?;
+    store.pause(PLAIN, &support::change()).await?;
     let report = store.status(window).await?;
     let lag: Vec<(&str, &str, i64)> = report
         .lag

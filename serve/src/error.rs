@@ -84,6 +84,10 @@ impl From<evc_runtime::DispatchError> for ApiError {
                 Self::NotFound(format!("consumer `{name}`"))
             }
             evc_runtime::DispatchError::TraceId(error) => Self::BadRequest(error.to_string()),
+            evc_runtime::DispatchError::InvalidChange(why) => Self::Unprocessable(why),
+            error @ evc_runtime::DispatchError::TenantScoped(..) => {
+                Self::Conflict(error.to_string())
+            }
             error => {
                 report(&error);
                 Self::Store

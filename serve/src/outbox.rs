@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use evc_runtime::{
-    DispatchError, Observe, Operate, PgStore, Proposed, Registry, ReplayApplied, ReplayApproval,
-    ReplayError, ReplayPlan, ReplaySelection, SettledDelivery, SqliteStore, StatusReport,
-    StoreError, TimelineEntry,
+    ConsumerMode, ConsumerState, DispatchError, Observe, Operate, PgStore, Proposed, Registry,
+    ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, SettledDelivery,
+    SqliteStore, StateChange, StateChangeRecord, StatusReport, StoreError, TimelineEntry,
 };
 
 use crate::auth::Role;
@@ -116,5 +116,38 @@ impl Outbox {
         approval: &ReplayApproval,
     ) -> Result<ReplayApplied, ReplayError> {
         on_store!(self, Role::Approver, store => store.replay(selection, approval).await)
+    }
+
+    pub(crate) async fn pause(
+        &self,
+        consumer: &str,
+        change: &StateChange,
+    ) -> Result<ConsumerState, DispatchError> {
+        on_store!(self, Role::Operator, store => store.pause(consumer, change).await)
+    }
+
+    pub(crate) async fn resume(
+        &self,
+        consumer: &str,
+        change: &StateChange,
+    ) -> Result<ConsumerState, DispatchError> {
+        on_store!(self, Role::Operator, store => store.resume(consumer, change).await)
+    }
+
+    pub(crate) async fn set_mode(
+        &self,
+        consumer: &str,
+        mode: ConsumerMode,
+        change: &StateChange,
+    ) -> Result<ConsumerState, DispatchError> {
+        on_store!(self, Role::Operator, store => store.set_mode(consumer, mode, change).await)
+    }
+
+    pub(crate) async fn state_changes(
+        &self,
+        consumer: &str,
+        limit: u32,
+    ) -> Result<Vec<StateChangeRecord>, DispatchError> {
+        on_store!(self, Role::Reader, store => store.state_changes(consumer, limit).await)
     }
 }

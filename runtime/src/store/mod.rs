@@ -69,7 +69,7 @@ pub use lifecycle::{
     REPLAYED_JOB_FAILED, replay_uuid,
 };
 pub use observe::Observe;
-pub use ops::Operate;
+pub use ops::{Operate, StateChange, StateChangeRecord};
 pub use parity::{Drift, RegistryDrift, RegistryObject};
 
 /// The connection a store's appends and transactional handlers run on (`PgConnection` for
@@ -977,6 +977,10 @@ pub enum DispatchError {
     /// (docs/runtime.md, "Tenants"); nothing was written.
     #[error("{0} applies to every tenant: do it in the scope of all tenants, not tenant {1}")]
     TenantScoped(&'static str, String),
+    /// A change of a consumer's operator state does not say who makes it or why, or says it
+    /// in a way that cannot be recorded; nothing was written.
+    #[error("{0}")]
+    InvalidChange(String),
     /// The database failed.
     #[error("outbox database error: {0}")]
     Database(#[from] sqlx::Error),

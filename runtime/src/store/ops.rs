@@ -72,23 +72,54 @@ pub trait Operate: Store {
     ) -> impl Future<Output = Result<ReplayApplied, ReplayError>> + Send;
 
     /// Pauses `consumer`: from its next claim on, no dispatcher claims its deliveries.
-    /// Deliveries already leased run to their end.
+    /// Deliveries already leased run to their end. `change` (who and why) is recorded with
+    /// the change, in the same transaction ([`Operate::state_changes`]).
     ///
     /// # Errors
-    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
+    /// [`DispatchError::InvalidChange`], [`DispatchError::UnknownConsumer`] or
+    /// [`DispatchError::Database`].
     fn pause(
         &self,
         consumer: &str,
+        change: &StateChange,
     ) -> impl Future<Output = Result<ConsumerState, DispatchError>> + Send;
 
     /// Resumes a paused `consumer`; its waiting deliveries are claimed in order again.
+    /// Recorded like [`Operate::pause`].
     ///
     /// # Errors
-    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
+    /// [`DispatchError::InvalidChange`], [`DispatchError::UnknownConsumer`] or
+    /// [`DispatchError::Database`].
     fn resume(
         &self,
         consumer: &str,
+        change: &StateChange,
     ) -> impl Future<Output = Result<ConsumerState, DispatchError>> + Send;
+
+    /// Overrides the mode of `consumer` (`off` claims nothing, like a pause; `shadow` shadows
+    /// its next claims). Recorded like [`Operate::pause`]. A mode applies to every tenant:
+    /// in a session of one tenant it is refused ([`DispatchError::TenantScoped`]).
+    ///
+    /// # Errors
+    /// [`DispatchError::InvalidChange`], [`DispatchError::UnknownConsumer`],
+    /// [`DispatchError::TenantScoped`] or [`DispatchError::Database`].
+    fn set_mode(
+        &self,
+        consumer: &str,
+        mode: ConsumerMode,
+        change: &StateChange,
+    ) -> impl Future<Output = Result<ConsumerState, DispatchError>> + Send;
+
+    /// The newest `limit` recorded changes of `consumer`'s operator state, newest first: who
+    /// paused, resumed or set a mode, when and why.
+    ///
+    /// # Errors
+    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
+    fn state_changes(
+        &self,
+        consumer: &str,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<StateChangeRecord>, DispatchError>> + Send;
 
     /// The operator state of `consumer` (the contract's mode, unpaused, revision 0, while no
     /// operator changed it).
@@ -109,6 +140,81 @@ pub trait Operate: Store {
         &self,
         limit: u32,
     ) -> impl Future<Output = Result<Vec<ReplayRecord>, DispatchError>> + Send;
+}
+
+/// Who changes a consumer's operator state and why ([`Operate::pause`], [`Operate::resume`],
+/// [`Operate::set_mode`]): a person's login and a reason of 1 to 500 characters, recorded with
+/// the change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StateChange {
+    /// The person making the change.
+    pub by: String,
+    /// Why.
+    pub reason: String,
+}
+
+impl StateChange {
+    /// A change made by `by` for `reason`.
+    pub fn new(by: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            by: by.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// One recorded change of a consumer's operator state ([`Operate::state_changes`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct StateChangeRecord {
+    /// The record's id, growing with each change.
+    pub id: i64,
+    /// The consumer.
+    pub consumer: String,
+    /// `pause`, `resume` or `mode`.
+    pub change: String,
+    /// The mode set (`mode` changes only).
+    pub mode: Option<ConsumerMode>,
+    /// The tenant the change was for (`None`: every tenant).
+    pub tenant_scope: Option<String>,
+    /// Who made it.
+    pub by: String,
+    /// Why.
+    pub reason: String,
+    /// When, in epoch seconds of the store's clock.
+    pub at: f64,
+}
+
+/// Checks a state change's person and reason; the messages name the field.
+pub(crate) fn check_change(change: &StateChange) -> Result<(), DispatchError> {
+    let refused = |why: String| Err(DispatchError::InvalidChange(why));
+    match check_person("operator", &change.by) {
+        Ok(()) => {}
+        Err(ReplayError::PersonMissing { .. }) => {
+            return refused("the person changing a consumer's state must be named".to_owned());
+        }
+        Err(error) => return refused(error.to_string()),
+    }
+    let chars = change.reason.chars().count();
+    if change.reason.trim().is_empty() {
+        return refused(format!(
+            "a reason is required (1 to {MAX_REPLAY_REASON_CHARS} characters)"
+        ));
+    }
+    if chars > MAX_REPLAY_REASON_CHARS {
+        return refused(format!(
+            "the reason has {chars} characters; at most {MAX_REPLAY_REASON_CHARS} are allowed"
+        ));
+    }
+    if change
+        .reason
+        .chars()
+        .any(|c| c.is_control() && !matches!(c, '\n' | '\t'))
+    {
+        return refused("the reason has control characters".to_owned());
+    }
+    Ok(())
 }
 
 /// Longest replay reason, in characters.

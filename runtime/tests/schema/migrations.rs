@@ -51,6 +51,7 @@ fn is_runtime_step(name: &str) -> bool {
         sql::RUNTIME_V14_SUFFIX,
         sql::RUNTIME_V15_SUFFIX,
         sql::RUNTIME_V16_SUFFIX,
+        sql::RUNTIME_V17_SUFFIX,
     ]
     .iter()
     .any(|suffix| name.ends_with(suffix))
@@ -86,7 +87,7 @@ async fn apply_all_but(
 /// gives each delivery its event's tenant).
 async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
     let (pool, steps) = apply_all_but(options, is_runtime_step).await?;
-    assert_eq!(steps.len(), 15);
+    assert_eq!(steps.len(), 16);
     sqlx::raw_sql(
         "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, producer_class, \
              idempotency_key, trace_id, parent_span_id, trace_flags, payload, payload_bytes, \
@@ -243,9 +244,10 @@ async fn replay_keys_per_consumer(options: PgConnectOptions) -> TestResult {
             || name.ends_with(sql::RUNTIME_V12_SUFFIX)
             || name.ends_with(sql::RUNTIME_V13_SUFFIX)
             || name.ends_with(sql::RUNTIME_V16_SUFFIX)
+            || name.ends_with(sql::RUNTIME_V17_SUFFIX)
     })
     .await?;
-    assert_eq!(held.len(), 7);
+    assert_eq!(held.len(), 8);
     let eighth = &held[..1];
     sqlx::raw_sql(
         "INSERT INTO evc_replays (id, plan_digest, reason, approval_ref, idempotency_key, \
@@ -328,9 +330,10 @@ async fn two_person_rule(options: PgConnectOptions) -> TestResult {
             || name.ends_with(sql::RUNTIME_V12_SUFFIX)
             || name.ends_with(sql::RUNTIME_V13_SUFFIX)
             || name.ends_with(sql::RUNTIME_V16_SUFFIX)
+            || name.ends_with(sql::RUNTIME_V17_SUFFIX)
     })
     .await?;
-    assert_eq!(held.len(), 6);
+    assert_eq!(held.len(), 7);
     let ninth = &held[..1];
     sqlx::raw_sql(
         "INSERT INTO evc_replays (id, consumer, plan_digest, reason, approval_ref, \
@@ -579,9 +582,10 @@ async fn check(options: PgConnectOptions) -> TestResult {
             "0014_evc_runtime_v14.sql".to_owned(),
             "0015_evc_runtime_v15.sql".to_owned(),
             "0016_evc_runtime_v16.sql".to_owned(),
-            format!("0017_evc_registry_{}.sql", &digest[..12]),
+            "0017_evc_runtime_v17.sql".to_owned(),
+            format!("0018_evc_registry_{}.sql", &digest[..12]),
             format!(
-                "0018_evc_settings_{}.sql",
+                "0019_evc_settings_{}.sql",
                 &sql::settings_digest(&set)?[..12]
             ),
         ]

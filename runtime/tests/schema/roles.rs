@@ -190,8 +190,18 @@ async fn jobs(admin: &PgPool, logins: &Logins) -> TestResult {
 
     // The operator pauses, resumes and proposes; it cannot apply.
     let operator = Console::connect(logins.pool(admin, Role::Operator).await?).await?;
-    assert!(operator.pause(CONSUMER).await?.paused);
-    assert!(!operator.resume(CONSUMER).await?.paused);
+    assert!(
+        operator
+            .pause(CONSUMER, &crate::support::change())
+            .await?
+            .paused
+    );
+    assert!(
+        !operator
+            .resume(CONSUMER, &crate::support::change())
+            .await?
+            .paused
+    );
     let proposed = operator.propose_replay(&all, "alice").await?;
     assert_eq!(proposed.plan.deliveries.len(), 3);
     let approval = |key: &str, by: &str| {
@@ -209,7 +219,11 @@ async fn jobs(admin: &PgPool, logins: &Logins) -> TestResult {
     assert!(replay_denied(
         as_dispatcher.propose_replay(&all, "carol").await
     ));
-    assert!(dispatch_denied(as_dispatcher.pause(CONSUMER).await));
+    assert!(dispatch_denied(
+        as_dispatcher
+            .pause(CONSUMER, &crate::support::change())
+            .await
+    ));
 
     // The approver applies what another person proposed; it cannot propose, pause, claim or
     // write a delivery's lease.
@@ -227,7 +241,9 @@ async fn jobs(admin: &PgPool, logins: &Logins) -> TestResult {
     );
     let approver = Console::connect(approver_pool).await?;
     assert!(replay_denied(approver.propose_replay(&all, "bob").await));
-    assert!(dispatch_denied(approver.pause(CONSUMER).await));
+    assert!(dispatch_denied(
+        approver.pause(CONSUMER, &crate::support::change()).await
+    ));
     let applied = approver.replay(&all, &approval("r-1", "bob")).await?;
     assert_eq!((applied.deliveries, applied.repeated), (3, false));
 
@@ -241,7 +257,9 @@ async fn jobs(admin: &PgPool, logins: &Logins) -> TestResult {
     assert_eq!(reader.discards(10).await?.len(), 0);
     assert!(replay_denied(reader.replay_plan(&all).await));
     assert!(replay_denied(reader.propose_replay(&all, "dave").await));
-    assert!(dispatch_denied(reader.pause(CONSUMER).await));
+    assert!(dispatch_denied(
+        reader.pause(CONSUMER, &crate::support::change()).await
+    ));
     let pool = logins.pool(admin, Role::Reader).await?;
     let envelopes: i64 = sqlx::query_scalar("SELECT count(event_id) FROM evc_events")
         .fetch_one(&pool)

@@ -94,7 +94,8 @@ async fn the_replay_keys_step_keeps_every_replay_and_scopes_keys_per_consumer() 
             (5, "evc_plans"),
             (6, "evc_plan_once"),
             (7, "evc_tenant_idempotency_keys"),
-            (8, "evc_tenant_effect_keys")
+            (8, "evc_tenant_effect_keys"),
+            (9, "evc_state_changes")
         ]
     );
     assert!(SqliteStore::apply_schema(&location).await?.is_empty());

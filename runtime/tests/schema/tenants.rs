@@ -332,11 +332,11 @@ async fn two_tenants(admin: &PgPool, logins: &Logins) -> TestResult {
 
     // A pause for acme holds acme's two replayed deliveries and no other tenant's, also for a
     // dispatcher serving every tenant; a mode, which applies to every tenant, is refused.
-    assert!(operator.pause(CONSUMER).await?.paused);
+    assert!(operator.pause(CONSUMER, &support::change()).await?.paused);
     assert!(!bolt_reader.consumer_state(CONSUMER).await?.paused);
     assert!(
         matches!(
-            operator.set_mode(CONSUMER, evc_runtime::ConsumerMode::Off).await,
+            operator.set_mode(CONSUMER, evc_runtime::ConsumerMode::Off, &support::change()).await,
             Err(DispatchError::TenantScoped(_, tenant)) if tenant == "acme"
         ),
         "a tenant's operator set a mode"
@@ -354,9 +354,26 @@ async fn two_tenants(admin: &PgPool, logins: &Logins) -> TestResult {
             .await?
             .is_empty()
     );
-    assert!(!operator.resume(CONSUMER).await?.paused);
+    assert!(!operator.resume(CONSUMER, &support::change()).await?.paused);
     let replayed = support::claim(&acme_dispatcher, CONSUMER, "w/acme", 10, lease, false).await?;
     assert_eq!(ids(&replayed), dead);
+    // Acme's pause and resume are recorded in acme's scope (the refused mode is not): bolt
+    // reads none of them.
+    let recorded: Vec<(String, Option<String>)> = operator
+        .state_changes(CONSUMER, 10)
+        .await?
+        .into_iter()
+        .map(|c| (c.change, c.tenant_scope))
+        .collect();
+    let acme_scope = Some("acme".to_owned());
+    assert_eq!(
+        recorded,
+        [
+            ("resume".to_owned(), acme_scope.clone()),
+            ("pause".to_owned(), acme_scope)
+        ]
+    );
+    assert!(bolt_reader.state_changes(CONSUMER, 10).await?.is_empty());
 
     // An idempotency key acme used first is bolt's to use too: bolt's producer, which cannot
     // see acme's event, writes its own instead of being refused (and learning of acme's key);

@@ -121,6 +121,11 @@ where
     }
 }
 
+/// Who changes a consumer's state in a test, and why (recorded with the change).
+pub fn change() -> evc_runtime::StateChange {
+    evc_runtime::StateChange::new("tester", "the test changes it")
+}
+
 /// A random number from the standard library's hash seed, mixed with the process and the time.
 pub fn random() -> u64 {
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();

@@ -22,6 +22,7 @@ use crate::auth::Caller;
 use crate::error::{ApiError, Problem};
 
 mod replay;
+mod state;
 
 /// The window of lag and latency percentiles when a request names none.
 const DEFAULT_WINDOW_S: u32 = 300;
@@ -67,6 +68,10 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(replay::plan))
         .routes(routes!(replay::propose))
         .routes(routes!(replay::apply))
+        .routes(routes!(state::pause))
+        .routes(routes!(state::resume))
+        .routes(routes!(state::mode))
+        .routes(routes!(state::changes))
 }
 
 /// A registered event type and who receives it.

@@ -16,7 +16,7 @@ use crate::registry::ConsumerMode;
 use crate::store::DispatchError;
 use crate::store::ops::{
     ConsumerState, Proposed, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
-    ReplaySelection, SettledDelivery,
+    ReplaySelection, SettledDelivery, StateChange, StateChangeRecord,
 };
 use crate::store::postgres::{StatusReport, TimelineEntry};
 
@@ -104,35 +104,60 @@ impl Console {
         operations::state_of(&self.pool, consumer, declared).await
     }
 
-    /// Pauses a deployed consumer (see [`crate::PgStore::pause`]).
+    /// Pauses a deployed consumer, recording who and why (see [`crate::Operate::pause`]).
     ///
     /// # Errors
-    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
-    pub async fn pause(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
+    /// [`DispatchError::InvalidChange`], [`DispatchError::UnknownConsumer`] or
+    /// [`DispatchError::Database`].
+    pub async fn pause(
+        &self,
+        consumer: &str,
+        change: &StateChange,
+    ) -> Result<ConsumerState, DispatchError> {
         let declared = self.declared_mode(consumer)?;
-        operations::change_state_of(&self.pool, consumer, declared, Some(true), None).await
+        operations::change_state_of(&self.pool, consumer, declared, Some(true), None, change).await
     }
 
-    /// Resumes a deployed consumer.
+    /// Resumes a deployed consumer, recording who and why.
     ///
     /// # Errors
-    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
-    pub async fn resume(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
+    /// [`DispatchError::InvalidChange`], [`DispatchError::UnknownConsumer`] or
+    /// [`DispatchError::Database`].
+    pub async fn resume(
+        &self,
+        consumer: &str,
+        change: &StateChange,
+    ) -> Result<ConsumerState, DispatchError> {
         let declared = self.declared_mode(consumer)?;
-        operations::change_state_of(&self.pool, consumer, declared, Some(false), None).await
+        operations::change_state_of(&self.pool, consumer, declared, Some(false), None, change).await
     }
 
-    /// Overrides the mode of a deployed consumer.
+    /// Overrides the mode of a deployed consumer, recording who and why.
     ///
     /// # Errors
-    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
+    /// [`DispatchError::InvalidChange`], [`DispatchError::UnknownConsumer`],
+    /// [`DispatchError::TenantScoped`] or [`DispatchError::Database`].
     pub async fn set_mode(
         &self,
         consumer: &str,
         mode: ConsumerMode,
+        change: &StateChange,
     ) -> Result<ConsumerState, DispatchError> {
         let declared = self.declared_mode(consumer)?;
-        operations::change_state_of(&self.pool, consumer, declared, None, Some(mode)).await
+        operations::change_state_of(&self.pool, consumer, declared, None, Some(mode), change).await
+    }
+
+    /// The newest `limit` recorded changes of a deployed consumer's state, newest first.
+    ///
+    /// # Errors
+    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
+    pub async fn state_changes(
+        &self,
+        consumer: &str,
+        limit: u32,
+    ) -> Result<Vec<StateChangeRecord>, DispatchError> {
+        self.declared_mode(consumer)?;
+        operations::state_changes_of(&self.pool, consumer, limit).await
     }
 
     /// The dead and quarantined deliveries `selection` takes, oldest first (`evc dlq list`).

@@ -11,40 +11,11 @@ use crate::registry::ConsumerMode;
 use crate::store::DispatchError;
 use crate::store::ops::{
     ConsumerState, Operate, Proposed, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
-    ReplayRecord, ReplaySelection, SettledDelivery,
+    ReplayRecord, ReplaySelection, SettledDelivery, StateChange, StateChangeRecord, check_change,
 };
 use crate::tenant::ALL_TENANTS;
 
 impl PgStore {
-    /// Pauses `consumer`: from its next claim on, no dispatcher claims its deliveries.
-    /// Deliveries already leased run to their end.
-    ///
-    /// # Errors
-    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
-    pub async fn pause(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
-        self.change_state(consumer, Some(true), None).await
-    }
-
-    /// Resumes a paused `consumer`; its waiting deliveries are claimed in order again.
-    ///
-    /// # Errors
-    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
-    pub async fn resume(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
-        self.change_state(consumer, Some(false), None).await
-    }
-
-    /// Overrides the mode of `consumer` (`off` claims nothing, like a pause).
-    ///
-    /// # Errors
-    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
-    pub async fn set_mode(
-        &self,
-        consumer: &str,
-        mode: ConsumerMode,
-    ) -> Result<ConsumerState, DispatchError> {
-        self.change_state(consumer, None, Some(mode)).await
-    }
-
     /// The operator state of `consumer` (the contract's mode, unpaused, revision 0, while no
     /// operator changed it).
     ///
@@ -67,9 +38,10 @@ impl PgStore {
         consumer: &str,
         paused: Option<bool>,
         mode: Option<ConsumerMode>,
+        change: &StateChange,
     ) -> Result<ConsumerState, DispatchError> {
         let declared = self.declared_mode(consumer)?;
-        change_state_of(&self.inner.pool, consumer, declared, paused, mode).await
+        change_state_of(&self.inner.pool, consumer, declared, paused, mode, change).await
     }
 }
 
@@ -96,16 +68,20 @@ async fn session_tenant(pool: &PgPool) -> Result<Option<String>, DispatchError> 
     Ok(tenant.filter(|tenant| !tenant.is_empty() && tenant != ALL_TENANTS))
 }
 
-/// Changes the operator state of `consumer` (contract mode `declared`) and raises its revision.
-/// In a session of one tenant, a pause or resume is that tenant's only and a mode is refused
-/// ([`DispatchError::TenantScoped`]): a mode applies to every tenant.
+/// Changes the operator state of `consumer` (contract mode `declared`), raises its revision and
+/// records `change` with it. In a session of one tenant, a pause or resume is that tenant's
+/// only and a mode is refused ([`DispatchError::TenantScoped`]): a mode applies to every
+/// tenant.
 pub(crate) async fn change_state_of(
     pool: &PgPool,
     consumer: &str,
     declared: ConsumerMode,
     paused: Option<bool>,
     mode: Option<ConsumerMode>,
+    change: &StateChange,
 ) -> Result<ConsumerState, DispatchError> {
+    check_change(change)?;
+    let by = change.by.trim_matches(' ');
     if let Some(tenant) = session_tenant(pool).await? {
         if mode.is_some() {
             return Err(DispatchError::TenantScoped("a consumer's mode", tenant));
@@ -115,7 +91,12 @@ pub(crate) async fn change_state_of(
             Some(false) => sql::RESUME_TENANT,
             None => return state_of(pool, consumer, declared).await,
         };
-        sqlx::query(statement).bind(consumer).execute(pool).await?;
+        sqlx::query(statement)
+            .bind(consumer)
+            .bind(by)
+            .bind(&change.reason)
+            .execute(pool)
+            .await?;
         let changed = state_of(pool, consumer, declared).await?;
         tracing::info!(
             consumer,
@@ -125,11 +106,20 @@ pub(crate) async fn change_state_of(
         );
         return Ok(changed);
     }
+    let kind = match (paused, mode) {
+        (_, Some(_)) => "mode",
+        (Some(true), None) => "pause",
+        (Some(false), None) => "resume",
+        (None, None) => return state_of(pool, consumer, declared).await,
+    };
     let row = sqlx::query(sql::CHANGE_CONSUMER_STATE)
         .bind(consumer)
         .bind(paused)
         .bind(mode.map(ConsumerMode::as_str))
         .bind(declared.as_str())
+        .bind(kind)
+        .bind(by)
+        .bind(&change.reason)
         .fetch_one(pool)
         .await?;
     let changed = state(consumer, &row, declared)?;
@@ -141,6 +131,35 @@ pub(crate) async fn change_state_of(
         "consumer state changed"
     );
     Ok(changed)
+}
+
+/// The newest `limit` recorded changes of `consumer`'s state the session may see, newest first.
+pub(crate) async fn state_changes_of(
+    pool: &PgPool,
+    consumer: &str,
+    limit: u32,
+) -> Result<Vec<StateChangeRecord>, DispatchError> {
+    let rows = sqlx::query(sql::STATE_CHANGES)
+        .bind(consumer)
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await?;
+    rows.iter()
+        .map(|row| {
+            let mode: Option<String> = row.try_get("mode")?;
+            Ok(StateChangeRecord {
+                id: row.try_get("id")?,
+                consumer: row.try_get("consumer")?,
+                change: row.try_get("change")?,
+                mode: mode.as_deref().and_then(ConsumerMode::parse),
+                tenant_scope: row.try_get("tenant_scope")?,
+                by: row.try_get("changed_by")?,
+                reason: row.try_get("reason")?,
+                at: row.try_get("changed_at")?,
+            })
+        })
+        .collect::<Result<_, sqlx::Error>>()
+        .map_err(DispatchError::from)
 }
 
 /// A consumer state row (`paused`, `mode`, `revision`); a NULL mode is the contract's,
@@ -198,12 +217,38 @@ impl Operate for PgStore {
         replay::apply(&self.inner.pool, Some(self), selection, approval).await
     }
 
-    async fn pause(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
-        PgStore::pause(self, consumer).await
+    async fn pause(
+        &self,
+        consumer: &str,
+        change: &StateChange,
+    ) -> Result<ConsumerState, DispatchError> {
+        self.change_state(consumer, Some(true), None, change).await
     }
 
-    async fn resume(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
-        PgStore::resume(self, consumer).await
+    async fn resume(
+        &self,
+        consumer: &str,
+        change: &StateChange,
+    ) -> Result<ConsumerState, DispatchError> {
+        self.change_state(consumer, Some(false), None, change).await
+    }
+
+    async fn set_mode(
+        &self,
+        consumer: &str,
+        mode: ConsumerMode,
+        change: &StateChange,
+    ) -> Result<ConsumerState, DispatchError> {
+        self.change_state(consumer, None, Some(mode), change).await
+    }
+
+    async fn state_changes(
+        &self,
+        consumer: &str,
+        limit: u32,
+    ) -> Result<Vec<StateChangeRecord>, DispatchError> {
+        self.declared_mode(consumer)?;
+        state_changes_of(&self.inner.pool, consumer, limit).await
     }
 
     async fn consumer_state(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {

@@ -885,30 +885,55 @@ SELECT coalesce(s.paused, false) OR EXISTS (
     s.mode, coalesce(s.revision, 0) AS revision
 FROM (SELECT) AS one LEFT JOIN evc_consumer_state s ON s.consumer = $1";
 
-/// Pauses consumer `$1` for the session's tenant (`evc.tenant`).
+/// Pauses consumer `$1` for the session's tenant (`evc.tenant`) and records it, `$2` who and
+/// `$3` why, in one statement.
 pub(crate) const PAUSE_TENANT: &str = "\
-INSERT INTO evc_tenant_pauses (consumer) VALUES ($1) ON CONFLICT DO NOTHING";
+WITH paused AS (
+    INSERT INTO evc_tenant_pauses (consumer) VALUES ($1) ON CONFLICT DO NOTHING
+)
+INSERT INTO evc_state_changes (consumer, change, changed_by, reason)
+VALUES ($1, 'pause', $2, $3)";
 
 /// Resumes consumer `$1` for the session's tenant (row-level security keeps the other tenants'
-/// pauses out of reach).
+/// pauses out of reach) and records it like [`PAUSE_TENANT`].
 pub(crate) const RESUME_TENANT: &str = "\
-DELETE FROM evc_tenant_pauses WHERE consumer = $1
-    AND tenant_scope = current_setting('evc.tenant', true)";
+WITH resumed AS (
+    DELETE FROM evc_tenant_pauses WHERE consumer = $1
+        AND tenant_scope = current_setting('evc.tenant', true)
+)
+INSERT INTO evc_state_changes (consumer, change, changed_by, reason)
+VALUES ($1, 'resume', $2, $3)";
+
+/// The newest `$2` recorded changes of consumer `$1`'s operator state the session may see,
+/// newest first (`*` and no tenant read as every tenant's).
+pub(crate) const STATE_CHANGES: &str = "\
+SELECT id, consumer, change, mode, nullif(nullif(tenant_scope, '*'), '') AS tenant_scope,
+    changed_by, reason, extract(epoch FROM changed_at)::float8 AS changed_at
+FROM evc_state_changes WHERE consumer = $1
+ORDER BY id DESC LIMIT $2";
 
 /// The session's tenant scope: `evc.tenant` (NULL or empty: none; `*`: every tenant).
 pub(crate) const SESSION_TENANT: &str = "SELECT current_setting('evc.tenant', true)";
 
-/// Changes a consumer's operator state and raises its revision: `$1` consumer, `$2` paused
-/// (NULL: unchanged), `$3` mode (NULL: unchanged), `$4` the contract's mode (for a first row).
+/// Changes a consumer's operator state, raises its revision and records the change, in one
+/// statement: `$1` consumer, `$2` paused (NULL: unchanged), `$3` mode (NULL: unchanged), `$4`
+/// the contract's mode (for a first row), `$5` the change (`pause`, `resume` or `mode`), `$6`
+/// who, `$7` why.
 pub(crate) const CHANGE_CONSUMER_STATE: &str = "\
-INSERT INTO evc_consumer_state AS s (consumer, paused, mode, revision, updated_at)
-VALUES ($1, coalesce($2, false), coalesce($3, $4), 1, now())
-ON CONFLICT (consumer) DO UPDATE SET
-    paused = coalesce($2, s.paused),
-    mode = coalesce($3, s.mode),
-    revision = s.revision + 1,
-    updated_at = now()
-RETURNING paused, mode, revision";
+WITH changed AS (
+    INSERT INTO evc_consumer_state AS s (consumer, paused, mode, revision, updated_at)
+    VALUES ($1, coalesce($2, false), coalesce($3, $4), 1, now())
+    ON CONFLICT (consumer) DO UPDATE SET
+        paused = coalesce($2, s.paused),
+        mode = coalesce($3, s.mode),
+        revision = s.revision + 1,
+        updated_at = now()
+    RETURNING paused, mode, revision
+), recorded AS (
+    INSERT INTO evc_state_changes (consumer, change, mode, changed_by, reason)
+    VALUES ($1, $5, $3, $6, $7)
+)
+SELECT paused, mode, revision FROM changed";
 
 /// Heartbeats: parallel arrays `$1` owners, `$2` consumers and `$3` dispatcher overrides
 /// (comma-separated setting names, empty: none) seen now; `$4` where the payload policy came

@@ -107,6 +107,9 @@ const MIGRATION_0007: &str =
 const MIGRATION_0008: &str =
     include_str!("../../../migrations/sqlite/0008_evc_tenant_effect_keys.sql");
 
+/// Who changed a consumer's operator state, and why.
+const MIGRATION_0009: &str = include_str!("../../../migrations/sqlite/0009_evc_state_changes.sql");
+
 /// Connections of the store's pool unless [`SqliteStoreBuilder::max_connections`] says
 /// otherwise: one for a caller's transaction, one for the reject audit and the dispatcher's
 /// work beside it, and readers (WAL lets them read while one connection writes).
@@ -372,7 +375,7 @@ impl Prepared {
 
 /// The store's schema: each migration's version, name, SQL and whether it runs outside a
 /// transaction of sqlx's (it brings its own), in order.
-const SCHEMA: [(i64, &str, &str, bool); 8] = [
+const SCHEMA: [(i64, &str, &str, bool); 9] = [
     (1, "evc_runtime", MIGRATION_0001, false),
     (2, "evc_replays", MIGRATION_0002, false),
     (3, "evc_registry_document", MIGRATION_0003, false),
@@ -381,6 +384,7 @@ const SCHEMA: [(i64, &str, &str, bool); 8] = [
     (6, "evc_plan_once", MIGRATION_0006, false),
     (7, "evc_tenant_idempotency_keys", MIGRATION_0007, false),
     (8, "evc_tenant_effect_keys", MIGRATION_0008, false),
+    (9, "evc_state_changes", MIGRATION_0009, false),
 ];
 
 /// Applies the store's migrations (sqlx's migrator: each once, in order).

@@ -17,8 +17,9 @@ use crate::store::DispatchError;
 use crate::store::ops::{
     ConsumerState, EarlierApply, Operate, Proposal, Proposed, ReplayApplied, ReplayApproval,
     ReplayError, ReplayItem, ReplayPlan, ReplayRecord, ReplaySelection, SettledDelivery,
-    SettledStatus, StoredPayloads, check_approval, check_person, check_plan, check_proposable,
-    check_repeat, plan_of, proposal_for, proposed, refusal, refusals,
+    SettledStatus, StateChange, StateChangeRecord, StoredPayloads, check_approval, check_change,
+    check_person, check_plan, check_proposable, check_repeat, plan_of, proposal_for, proposed,
+    refusal, refusals,
 };
 
 impl Operate for SqliteStore {
@@ -191,12 +192,58 @@ impl Operate for SqliteStore {
         })
     }
 
-    async fn pause(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
-        self.change_state(consumer, Some(true), None).await
+    async fn pause(
+        &self,
+        consumer: &str,
+        change: &StateChange,
+    ) -> Result<ConsumerState, DispatchError> {
+        self.change_state(consumer, Some(true), None, change).await
     }
 
-    async fn resume(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
-        self.change_state(consumer, Some(false), None).await
+    async fn resume(
+        &self,
+        consumer: &str,
+        change: &StateChange,
+    ) -> Result<ConsumerState, DispatchError> {
+        self.change_state(consumer, Some(false), None, change).await
+    }
+
+    async fn set_mode(
+        &self,
+        consumer: &str,
+        mode: ConsumerMode,
+        change: &StateChange,
+    ) -> Result<ConsumerState, DispatchError> {
+        self.change_state(consumer, None, Some(mode), change).await
+    }
+
+    async fn state_changes(
+        &self,
+        consumer: &str,
+        limit: u32,
+    ) -> Result<Vec<StateChangeRecord>, DispatchError> {
+        self.declared_mode(consumer)?;
+        let rows = sqlx::query(sql::STATE_CHANGES)
+            .bind(consumer)
+            .bind(i64::from(limit))
+            .fetch_all(&self.inner.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let mode: Option<String> = row.try_get("mode")?;
+                Ok(StateChangeRecord {
+                    id: row.try_get("id")?,
+                    consumer: row.try_get("consumer")?,
+                    change: row.try_get("change")?,
+                    mode: mode.as_deref().and_then(ConsumerMode::parse),
+                    tenant_scope: None,
+                    by: row.try_get("changed_by")?,
+                    reason: row.try_get("reason")?,
+                    at: row.try_get("changed_at")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(DispatchError::from)
     }
 
     async fn consumer_state(&self, consumer: &str) -> Result<ConsumerState, DispatchError> {
@@ -265,19 +312,6 @@ impl Operate for SqliteStore {
 }
 
 impl SqliteStore {
-    /// Overrides the mode of `consumer` (`off` claims nothing, like a pause; `shadow` shadows
-    /// its next claims), as [`crate::PgStore::set_mode`].
-    ///
-    /// # Errors
-    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
-    pub async fn set_mode(
-        &self,
-        consumer: &str,
-        mode: ConsumerMode,
-    ) -> Result<ConsumerState, DispatchError> {
-        self.change_state(consumer, None, Some(mode)).await
-    }
-
     /// The contract's mode of `consumer`, which must be in the static registry.
     fn declared_mode(&self, consumer: &str) -> Result<ConsumerMode, DispatchError> {
         self.registry()
@@ -294,23 +328,43 @@ impl SqliteStore {
             .ok_or_else(|| ReplayError::UnknownConsumer(consumer.to_owned()))
     }
 
-    /// Changes the operator state of `consumer` and raises its revision (one statement: it
-    /// takes the write lock by itself).
+    /// Changes the operator state of `consumer`, raises its revision and records `change`, in
+    /// one write transaction.
     async fn change_state(
         &self,
         consumer: &str,
         paused: Option<bool>,
         mode: Option<ConsumerMode>,
+        change: &StateChange,
     ) -> Result<ConsumerState, DispatchError> {
+        check_change(change)?;
         let declared = self.declared_mode(consumer)?;
+        let kind = match (paused, mode) {
+            (_, Some(_)) => "mode",
+            (Some(true), None) => "pause",
+            (Some(false), None) => "resume",
+            (None, None) => return self.consumer_state(consumer).await,
+        };
+        let now = epoch_now();
+        let mut tx = self.begin().await?;
         let row = sqlx::query(sql::CHANGE_CONSUMER_STATE)
             .bind(consumer)
             .bind(paused)
             .bind(mode.map(ConsumerMode::as_str))
             .bind(declared.as_str())
-            .bind(epoch_now())
-            .fetch_one(&self.inner.pool)
+            .bind(now)
+            .fetch_one(&mut *tx)
             .await?;
+        sqlx::query(sql::INSERT_STATE_CHANGE)
+            .bind(consumer)
+            .bind(kind)
+            .bind(mode.map(ConsumerMode::as_str))
+            .bind(change.by.trim_matches(' '))
+            .bind(&change.reason)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
         let changed = state(consumer, &row)?;
         tracing::info!(
             consumer,

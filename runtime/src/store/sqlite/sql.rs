@@ -627,6 +627,18 @@ ON CONFLICT (consumer) DO UPDATE SET
     updated_at = ?5
 RETURNING paused, mode, revision";
 
+/// Records a change of consumer `?1`'s operator state: `?2` `pause`, `resume` or `mode`, `?3`
+/// the mode set (NULL unless a mode), `?4` who, `?5` why, `?6` now.
+pub(crate) const INSERT_STATE_CHANGE: &str = "\
+INSERT INTO evc_state_changes (consumer, change, mode, changed_by, reason, changed_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+
+/// The newest `?2` recorded changes of consumer `?1`'s operator state, newest first.
+pub(crate) const STATE_CHANGES: &str = "\
+SELECT id, consumer, change, mode, changed_by, reason, changed_at
+FROM evc_state_changes WHERE consumer = ?1
+ORDER BY id DESC LIMIT ?2";
+
 // ---------------------------------------------------------------------------------------------
 // Observation (read only): status, lag, silent workers, the trace timeline.
 // ---------------------------------------------------------------------------------------------
