@@ -5,10 +5,13 @@
 use std::time::Duration;
 
 use evc_runtime::{
-    ConsumerMode, ConsumerState, DispatchError, Observe, Operate, PgStore, Proposed, Registry,
-    ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, SettledDelivery,
-    SqliteStore, StateChange, StateChangeRecord, StatusReport, StoreError, TimelineEntry,
+    AttemptRecord, ConsumerMode, ConsumerState, DeliveryRecord, DispatchError, EventRecord,
+    Observe, Operate, PgStore, Proposed, Registry, ReplayApplied, ReplayApproval, ReplayError,
+    ReplayPlan, ReplaySelection, SettledDelivery, SqliteStore, StateChange, StateChangeRecord,
+    StatusReport, Store, StoreError, TimelineEntry,
 };
+
+use uuid::Uuid;
 
 use crate::auth::Role;
 
@@ -149,5 +152,22 @@ impl Outbox {
         limit: u32,
     ) -> Result<Vec<StateChangeRecord>, DispatchError> {
         on_store!(self, Role::Reader, store => store.state_changes(consumer, limit).await)
+    }
+
+    pub(crate) async fn event(&self, event_id: Uuid) -> Result<Option<EventRecord>, DispatchError> {
+        on_store!(self, Role::Reader, store => store.event(event_id).await)
+    }
+
+    /// Every generation with a row of `event_id`'s delivery to `consumer`, and its attempts.
+    pub(crate) async fn delivery_history(
+        &self,
+        event_id: Uuid,
+        consumer: &str,
+    ) -> Result<(Vec<DeliveryRecord>, Vec<AttemptRecord>), DispatchError> {
+        on_store!(self, Role::Reader, store => {
+            let generations = store.deliveries(event_id, consumer).await?;
+            let attempts = store.attempts(event_id, consumer).await?;
+            Ok((generations, attempts))
+        })
     }
 }

@@ -201,6 +201,48 @@ async fn answers_as_documented(outbox: Outbox, seeded: Seeded) -> TestResult {
         )
         .await?;
     assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    // The dead event, at each consumer of its type: dead here after one attempt, pending at
+    // the others, which have not run.
+    const EVENT: &str = "/api/v1/events/{event_id}";
+    let (status, event) = client
+        .get(&server, EVENT, &format!("/api/v1/events/{}", seeded.dead))
+        .await?;
+    assert_eq!(status, StatusCode::OK, "{event}");
+    assert_eq!(event["event_type"], "iu.born");
+    assert_eq!(event["trace_id"], TRACE);
+    assert!(event.get("payload").is_none());
+    let deliveries = event["deliveries"].as_array().ok_or("a list")?;
+    let accepting = born["consumers"]
+        .as_array()
+        .ok_or("a list")?
+        .iter()
+        .filter(|s| {
+            s["versions"]
+                .as_array()
+                .is_some_and(|v| v.iter().any(|v| v == "1.0.0"))
+        })
+        .count();
+    assert!(accepting > 1);
+    assert_eq!(deliveries.len(), accepting);
+    for delivery in deliveries {
+        if delivery["consumer"] == CONSUMER {
+            assert_eq!(delivery["generations"][0]["status"], "dead", "{delivery}");
+            assert_eq!(delivery["attempts"].as_array().map(Vec::len), Some(1));
+            assert_eq!(delivery["attempts"][0]["error_code"], "mailbox_rejected");
+        } else {
+            assert_eq!(
+                delivery["generations"][0]["status"], "pending",
+                "{delivery}"
+            );
+            assert_eq!(delivery["attempts"], serde_json::json!([]));
+        }
+    }
+    let (status, _) = client.get(&server, EVENT, "/api/v1/events/nope").await?;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let unknown = "/api/v1/events/01890a5d-ac96-774b-bcce-000000000000";
+    let (status, _) = client.get(&server, EVENT, unknown).await?;
+    assert_eq!(status, StatusCode::NOT_FOUND);
     Ok(())
 }
 

@@ -21,6 +21,7 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, Problem};
 
+mod event;
 mod replay;
 mod state;
 
@@ -72,6 +73,7 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(state::resume))
         .routes(routes!(state::mode))
         .routes(routes!(state::changes))
+        .routes(routes!(event::event))
 }
 
 /// A registered event type and who receives it.

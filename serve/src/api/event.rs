@@ -1,0 +1,183 @@
+//! One event and what became of it: its envelope, and for each consumer whose subscription
+//! accepts its version, every delivery generation and attempt (ids, statuses, error codes,
+//! times; never a payload).
+
+use axum::Json;
+use axum::extract::{Path, State};
+use evc_runtime::{AttemptRecord, DeliveryRecord, EventRecord};
+use serde::Serialize;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::{ApiError, Problem};
+
+/// An event's envelope and its deliveries.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct EventDetail {
+    /// The event.
+    event_id: String,
+    /// Its place in the outbox's append order.
+    seq: i64,
+    /// The event type.
+    event_type: String,
+    /// The version it was produced with.
+    version: String,
+    /// The order key its deliveries hold.
+    order_key: String,
+    /// Who produced it.
+    producer_class: String,
+    /// Its tenant, if any.
+    tenant: Option<String>,
+    /// The producer's idempotency key, if any.
+    idempotency_key: Option<String>,
+    /// Its W3C trace id.
+    trace_id: Option<String>,
+    /// Its correlation id, if any.
+    correlation_id: Option<String>,
+    /// The event that caused it, if any.
+    causation_id: Option<String>,
+    /// The payload's size in bytes (the payload itself is not shown).
+    payload_bytes: u64,
+    /// The delivery of each consumer whose subscription accepts the event's version.
+    deliveries: Vec<ConsumerDelivery>,
+}
+
+/// What became of an event at one consumer.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ConsumerDelivery {
+    /// The consumer.
+    consumer: String,
+    /// Every generation that has a row, oldest first; empty once its only generation was
+    /// acked (an ack removes the row; its attempt stays).
+    generations: Vec<Generation>,
+    /// Every attempt, every generation, in the order they were made.
+    attempts: Vec<Attempt>,
+}
+
+/// One generation of a delivery.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Generation {
+    /// 0 for the delivery the append wrote; one more per replay.
+    generation: u32,
+    /// `pending`, `leased`, `dead`, `quarantined`, `replayed` or `discarded`.
+    status: String,
+    /// Attempts made.
+    attempts: u32,
+    /// The worker holding its lease, when leased.
+    owner: Option<String>,
+    /// When it is due, epoch seconds.
+    available_at: f64,
+    /// The last attempt's error code.
+    last_error_code: Option<String>,
+    /// The replay that wrote it, if any.
+    replay_id: Option<i64>,
+}
+
+/// One attempt at a delivery.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Attempt {
+    /// The generation it belongs to.
+    generation: u32,
+    /// The attempt number, from 1.
+    attempt: u32,
+    /// The worker that made it.
+    owner: String,
+    /// `acked`, `retry`, `dead`, `quarantined` or `lease_expired`.
+    outcome: String,
+    /// The error code of a failure.
+    error_code: Option<String>,
+    /// When the handler started, epoch seconds.
+    started_at: f64,
+    /// How long it took, in milliseconds.
+    duration_ms: u64,
+}
+
+/// An event's envelope, and every delivery and attempt of it.
+#[utoipa::path(
+    get,
+    path = "/api/v1/events/{event_id}",
+    tag = "timeline",
+    params(("event_id" = String, Path, description = "The event's UUID")),
+    responses(
+        (status = 200, description = "The event and its deliveries", body = EventDetail),
+        (status = 400, description = "Not a UUID", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 401, description = "No known bearer token", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 404, description = "No such event", body = Problem,
+            content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn event(
+    State(state): State<AppState>,
+    _caller: Caller,
+    Path(event_id): Path<String>,
+) -> Result<Json<EventDetail>, ApiError> {
+    let id: Uuid = event_id
+        .parse()
+        .map_err(|_| ApiError::BadRequest(format!("`{event_id}` is not a UUID")))?;
+    let record = state
+        .outbox
+        .event(id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("event {id}")))?;
+    let registry = state.outbox.registry();
+    let mut deliveries = Vec::new();
+    for consumer in registry.consumers.iter().filter(|c| {
+        c.subscriptions.iter().any(|s| {
+            s.event == record.event_type && s.versions.contains(&record.schema_version.as_str())
+        })
+    }) {
+        let (generations, attempts) = state.outbox.delivery_history(id, consumer.name).await?;
+        deliveries.push(ConsumerDelivery {
+            consumer: consumer.name.to_owned(),
+            generations: generations.iter().map(generation).collect(),
+            attempts: attempts.iter().map(attempt).collect(),
+        });
+    }
+    Ok(Json(detail(id, record, deliveries)))
+}
+
+fn detail(id: Uuid, record: EventRecord, deliveries: Vec<ConsumerDelivery>) -> EventDetail {
+    EventDetail {
+        event_id: id.to_string(),
+        seq: record.seq,
+        event_type: record.event_type,
+        version: record.schema_version,
+        order_key: record.order_key,
+        producer_class: record.producer_class,
+        tenant: record.tenant_scope,
+        idempotency_key: record.idempotency_key,
+        trace_id: record.trace_id,
+        correlation_id: record.correlation_id,
+        causation_id: record.causation_id,
+        payload_bytes: record.payload_bytes,
+        deliveries,
+    }
+}
+
+fn generation(record: &DeliveryRecord) -> Generation {
+    Generation {
+        generation: record.generation,
+        status: record.status.as_str().to_owned(),
+        attempts: record.attempts,
+        owner: record.owner.clone(),
+        available_at: record.available_at,
+        last_error_code: record.last_error_code.clone(),
+        replay_id: record.replay_id,
+    }
+}
+
+fn attempt(record: &AttemptRecord) -> Attempt {
+    Attempt {
+        generation: record.generation,
+        attempt: record.attempt,
+        owner: record.owner.clone(),
+        outcome: record.outcome.clone(),
+        error_code: record.error_code.clone(),
+        started_at: record.started_at,
+        duration_ms: record.duration_ms,
+    }
+}
