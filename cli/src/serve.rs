@@ -30,42 +30,56 @@ pub(crate) fn serve(
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
-        let outbox = match database.outbox()? {
-            Outbox::Postgres(options) => {
-                // Each API role works through a pool of its job's database role.
-                let reader = pool(&options, CONNECTIONS, Role::Reader).await?;
-                let registry = evc_runtime::deployed_registry(&reader).await.context(
-                    "cannot read the deployed registry (are the evc migrations applied?)",
-                )?;
-                let store = |pool| {
-                    PgStore::new(pool, registry).context("the deployed registry does not load")
-                };
-                evc_serve::Outbox::Postgres(Box::new(PgStores {
-                    reader: store(reader)?,
-                    operator: store(pool(&options, 2, Role::Operator).await?)?,
-                    approver: store(pool(&options, 2, Role::Approver).await?)?,
-                }))
-            }
-            Outbox::Sqlite(location) => {
-                evc_serve::Outbox::Sqlite(open_sqlite(&location, CONNECTIONS).await?)
-            }
-        };
+        // The address first: a port in use is refused before any store is opened.
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
         let address = listener
             .local_addr()
             .context("cannot read the listening address")?;
+        let outbox = open(database).await?;
         eprintln!("evc serve: listening on http://{address} (Ctrl-C stops)");
-        evc_serve::run(listener, outbox.clone(), tokens, shutdown())
-            .await
-            .context("the server stopped")?;
-        if let evc_serve::Outbox::Sqlite(store) = outbox {
-            store.close().await;
-        }
+        let served = evc_serve::run(listener, outbox.clone(), tokens, shutdown()).await;
+        close(outbox).await;
+        served.context("the server stopped")?;
         eprintln!("evc serve: stopped");
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// The outbox `database` names: on PostgreSQL a store per API role, each on a pool of its job's
+/// database role; on SQLite the file's store.
+async fn open(database: &Database) -> anyhow::Result<evc_serve::Outbox> {
+    match database.outbox()? {
+        Outbox::Postgres(options) => {
+            let reader = pool(&options, CONNECTIONS, Role::Reader).await?;
+            let registry = evc_runtime::deployed_registry(&reader)
+                .await
+                .context("cannot read the deployed registry (are the evc migrations applied?)")?;
+            let store =
+                |pool| PgStore::new(pool, registry).context("the deployed registry does not load");
+            Ok(evc_serve::Outbox::Postgres(Box::new(PgStores {
+                reader: store(reader)?,
+                operator: store(pool(&options, 2, Role::Operator).await?)?,
+                approver: store(pool(&options, 2, Role::Approver).await?)?,
+            })))
+        }
+        Outbox::Sqlite(location) => Ok(evc_serve::Outbox::Sqlite(
+            open_sqlite(&location, CONNECTIONS).await?,
+        )),
+    }
+}
+
+/// Closes every pool of `outbox` (a SQLite file's lock is released with its store).
+async fn close(outbox: evc_serve::Outbox) {
+    match outbox {
+        evc_serve::Outbox::Postgres(stores) => {
+            for store in [&stores.reader, &stores.operator, &stores.approver] {
+                store.pool().close().await;
+            }
+        }
+        evc_serve::Outbox::Sqlite(store) => store.close().await,
+    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
@@ -76,7 +90,10 @@ async fn shutdown() {
         let mut terminate =
             match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
                 Ok(signal) => signal,
-                Err(_) => return std::future::pending().await,
+                Err(_) => {
+                    let _ = interrupt.await;
+                    return;
+                }
             };
         tokio::select! {
             _ = interrupt => {}

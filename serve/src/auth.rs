@@ -17,6 +17,9 @@ use crate::error::ApiError;
 /// Shortest token accepted: a guessable token is no authentication.
 const MIN_TOKEN_CHARS: usize = 24;
 
+/// Longest caller name: the store records people's names up to this length.
+const MAX_NAME_CHARS: usize = 200;
+
 /// What a caller may do. A reader reads; an operator also pauses, resumes and plans replays; an
 /// approver also approves them. Neither an operator nor an approver can do the other's job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -80,7 +83,8 @@ impl Principal {
     }
 }
 
-/// A tokens file that cannot be used; the token itself is never part of the message.
+/// A tokens file that cannot be used. No message repeats a word of the file: a line whose words
+/// are out of order would otherwise print its token.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TokensError {
     /// A line is not `ROLE NAME TOKEN`.
@@ -89,29 +93,32 @@ pub enum TokensError {
         /// The line, from 1.
         line: usize,
     },
-    /// A line names an unknown role.
-    #[error("line {line}: unknown role `{role}` (reader, operator or approver)")]
+    /// A line's first word is not a role.
+    #[error("line {line}: the first word is not a role (reader, operator or approver)")]
     UnknownRole {
         /// The line, from 1.
         line: usize,
-        /// The word found.
-        role: String,
     },
-    /// A token is too short to be a secret.
-    #[error("line {line}: the token of `{name}` is shorter than {MIN_TOKEN_CHARS} characters")]
-    ShortToken {
+    /// A line's second word is not a login: printable ASCII, at most 200 characters (as the
+    /// store records people).
+    #[error(
+        "line {line}: the second word is not a login (printable ASCII, at most 200 characters)"
+    )]
+    NotALogin {
         /// The line, from 1.
         line: usize,
-        /// The caller it belongs to.
-        name: String,
+    },
+    /// A token is too short to be a secret, or has characters an HTTP header cannot carry.
+    #[error("line {line}: the token must be at least {MIN_TOKEN_CHARS} printable ASCII characters")]
+    WeakToken {
+        /// The line, from 1.
+        line: usize,
     },
     /// Two lines hold the same token.
-    #[error("line {line}: the token of `{name}` is already given to another line")]
+    #[error("line {line}: the token is already given to another line")]
     DuplicateToken {
         /// The line, from 1.
         line: usize,
-        /// The caller of the second line.
-        name: String,
     },
     /// The file grants nobody anything.
     #[error("the tokens file names no caller")]
@@ -141,25 +148,21 @@ impl Tokens {
             let [role, name, token] = words[..] else {
                 return Err(TokensError::Shape { line: line_number });
             };
-            let role = Role::parse(role).ok_or_else(|| TokensError::UnknownRole {
-                line: line_number,
-                role: role.to_owned(),
-            })?;
-            if token.chars().count() < MIN_TOKEN_CHARS {
-                return Err(TokensError::ShortToken {
-                    line: line_number,
-                    name: name.to_owned(),
-                });
+            let line = line_number;
+            let role = Role::parse(role).ok_or(TokensError::UnknownRole { line })?;
+            if name.chars().count() > MAX_NAME_CHARS || !name.chars().all(|c| c.is_ascii_graphic())
+            {
+                return Err(TokensError::NotALogin { line });
+            }
+            if token.len() < MIN_TOKEN_CHARS || !token.chars().all(|c| c.is_ascii_graphic()) {
+                return Err(TokensError::WeakToken { line });
             }
             let principal = Principal {
                 name: name.to_owned(),
                 role,
             };
             if tokens.by_digest.insert(digest(token), principal).is_some() {
-                return Err(TokensError::DuplicateToken {
-                    line: line_number,
-                    name: name.to_owned(),
-                });
+                return Err(TokensError::DuplicateToken { line });
             }
         }
         if tokens.by_digest.is_empty() {
@@ -231,37 +234,56 @@ mod tests {
     }
 
     #[test]
-    fn a_bad_tokens_file_names_the_line_and_never_the_token() {
+    fn a_bad_tokens_file_names_the_line_and_never_a_word_of_it() {
         let cases = [
             ("reader ada\n".to_owned(), TokensError::Shape { line: 1 }),
             (
                 format!("\nroot ada {TOKEN}"),
-                TokensError::UnknownRole {
-                    line: 2,
-                    role: "root".to_owned(),
-                },
+                TokensError::UnknownRole { line: 2 },
+            ),
+            // Words out of order: the token first, or second.
+            (
+                format!("{TOKEN} operator bob"),
+                TokensError::UnknownRole { line: 1 },
+            ),
+            (
+                format!("operator {TOKEN} bob"),
+                TokensError::WeakToken { line: 1 },
+            ),
+            (
+                format!("operator bob {TOKEN}x\nreader {TOKEN} {TOKEN}x"),
+                TokensError::DuplicateToken { line: 2 },
             ),
             (
                 "reader ada short-secret".to_owned(),
-                TokensError::ShortToken {
-                    line: 1,
-                    name: "ada".to_owned(),
-                },
+                TokensError::WeakToken { line: 1 },
+            ),
+            (
+                format!("reader ada {TOKEN}\u{e9}"),
+                TokensError::WeakToken { line: 1 },
+            ),
+            (
+                format!("reader \u{430}da {TOKEN}"),
+                TokensError::NotALogin { line: 1 },
+            ),
+            (
+                format!("reader {} {TOKEN}", "a".repeat(201)),
+                TokensError::NotALogin { line: 1 },
             ),
             (
                 format!("reader ada {TOKEN}\napprover eve {TOKEN}"),
-                TokensError::DuplicateToken {
-                    line: 2,
-                    name: "eve".to_owned(),
-                },
+                TokensError::DuplicateToken { line: 2 },
             ),
             ("# nobody\n".to_owned(), TokensError::Empty),
         ];
         for (text, expected) in cases {
             let error = Tokens::parse(&text).expect_err(&text);
-            assert!(!error.to_string().contains("short-secret"));
-            assert!(!error.to_string().contains(TOKEN));
-            assert_eq!(error, expected);
+            let message = error.to_string();
+            let secret_or_name = |w: &&str| w.len() > 3 && Role::parse(w).is_none();
+            for word in text.split_whitespace().filter(secret_or_name) {
+                assert!(!message.contains(word), "{message:?} repeats {word:?}");
+            }
+            assert_eq!(error, expected, "{text}");
         }
     }
 

@@ -44,6 +44,8 @@ pub(crate) enum ApiError {
     Unprocessable(String),
     /// The request is malformed; `detail` says how.
     BadRequest(String),
+    /// The route exists, but not with this method.
+    MethodNotAllowed,
     /// The store failed; the detail stays in the server's own error output.
     Store,
 }
@@ -57,6 +59,7 @@ impl ApiError {
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Store => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -72,6 +75,7 @@ impl ApiError {
                 detail.clone()
             }
             Self::Store => "the outbox store did not answer; see the server's log".to_owned(),
+            Self::MethodNotAllowed => "the route does not take this method".to_owned(),
         }
     }
 }

@@ -3,9 +3,10 @@
 //! [`router`] builds the service on an [`Outbox`] (a PostgreSQL or a SQLite store) and the
 //! bearer [`Tokens`] that map callers to a [`Role`]:
 //! - `/api/v1/...`: event types with their versions and schemas, consumers with their state,
-//!   deliveries by status, lag and dead letters, and trace timelines, as JSON. Every route
-//!   needs a token; [`openapi`] describes them all (OpenAPI 3.1, derived from the handlers) and
-//!   `/api/v1/openapi.json` serves that document.
+//!   deliveries by status, lag and dead letters, events and trace timelines, replays by two
+//!   people, pause, resume and modes, as JSON. Every route needs a token but
+//!   `/api/v1/openapi.json`, which serves the document [`openapi`] returns (OpenAPI 3.1,
+//!   derived from the handlers).
 //! - `/healthz`, `/readyz` and `/metrics`: the operations endpoints, open like any probe.
 //!
 //! Run the router with `axum::serve` (the `evc serve` command does).
@@ -19,6 +20,8 @@ mod outbox;
 use std::sync::Arc;
 
 use axum::Router;
+
+use crate::error::ApiError;
 use utoipa::openapi::OpenApi;
 
 pub use auth::{Principal, Role, Tokens, TokensError};
@@ -29,6 +32,10 @@ pub use outbox::{Outbox, PgStores};
 struct AppState {
     outbox: Arc<Outbox>,
     tokens: Arc<Tokens>,
+    /// One `/metrics` report at a time: scrapes need no token, and each report reads the
+    /// store, so concurrent scrapes wait in turn instead of taking every connection the API
+    /// needs.
+    metrics: Arc<tokio::sync::Semaphore>,
 }
 
 /// The whole service on `outbox`, callers authenticated by `tokens`.
@@ -36,10 +43,13 @@ pub fn router(outbox: Outbox, tokens: Tokens) -> Router {
     let state = AppState {
         outbox: Arc::new(outbox),
         tokens: Arc::new(tokens),
+        metrics: Arc::new(tokio::sync::Semaphore::new(1)),
     };
     let (api, document) = api::routes().split_for_parts();
     let document = Arc::new(document);
     api.merge(ops::routes())
+        .fallback(|| async { ApiError::NotFound("no such route".to_owned()) })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .route(
             "/api/v1/openapi.json",
             axum::routing::get(move || {

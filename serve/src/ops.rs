@@ -45,6 +45,8 @@ async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
+    // The semaphore is never closed; a closed one would only lift the limit.
+    let _turn = state.metrics.acquire().await;
     let report = state.outbox.status(METRICS_WINDOW).await?;
     Ok(([(header::CONTENT_TYPE, OPENMETRICS)], report.prometheus()).into_response())
 }

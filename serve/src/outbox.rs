@@ -98,11 +98,13 @@ impl Outbox {
         on_store!(self, Role::Reader, store => store.dead_letters(selection).await)
     }
 
+    /// A dry run through the store of `role` (an operator's or an approver's).
     pub(crate) async fn replay_plan(
         &self,
         selection: &ReplaySelection,
+        role: Role,
     ) -> Result<ReplayPlan, ReplayError> {
-        on_store!(self, Role::Operator, store => store.replay_plan(selection).await)
+        on_store!(self, role, store => store.replay_plan(selection).await)
     }
 
     pub(crate) async fn propose_replay(

@@ -154,6 +154,17 @@ async fn answers_as_documented(outbox: Outbox, seeded: Seeded) -> TestResult {
         )
         .await?;
     assert_eq!(status, StatusCode::NOT_FOUND);
+    // Parameters that do not parse are problems too, as the document says.
+    for query in ["window_s=abc", "window_s=-1", "window_s=99999999999"] {
+        let (status, problem) = client
+            .get(
+                &server,
+                "/api/v1/consumers/{name}",
+                &format!("{path}?{query}"),
+            )
+            .await?;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {problem}");
+    }
 
     let dead_path = format!("/api/v1/consumers/{CONSUMER}/dead-letters");
     let (status, dead) = client
@@ -243,6 +254,29 @@ async fn answers_as_documented(outbox: Outbox, seeded: Seeded) -> TestResult {
     let unknown = "/api/v1/events/01890a5d-ac96-774b-bcce-000000000000";
     let (status, _) = client.get(&server, EVENT, unknown).await?;
     assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // A path no route takes is a problem document as well.
+    let response = reqwest::Client::new()
+        .get(server.url("/api/v1/no-such-route"))
+        .bearer_auth(READER)
+        .send()
+        .await?;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok()),
+        Some("application/problem+json")
+    );
+    let response = reqwest::Client::new()
+        .delete(server.url("/api/v1/event-types"))
+        .bearer_auth(READER)
+        .send()
+        .await?;
+    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let problem: Value = response.json().await?;
+    assert_eq!(problem["status"], 405);
     Ok(())
 }
 

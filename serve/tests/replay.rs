@@ -72,7 +72,16 @@ async fn two_people_replay(outbox: Outbox, seeded: Seeded) -> TestResult {
         .await?;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
 
-    // Proposing is an operator's job too.
+    // The approver reads the plan an apply would take.
+    let (status, checked) = eve.post(&server, PLAN, &at(PLAN), &everything).await?;
+    assert_eq!(status, StatusCode::OK, "{checked}");
+    assert_eq!(checked["digest"], digest.as_str());
+    let (status, _) = bob
+        .post(&server, PLAN, &at(PLAN), &json!({ "limit": "ten" }))
+        .await?;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+
+    // Proposing is an operator's job.
     let (status, _) = eve
         .post(&server, PROPOSE, &at(PROPOSE), &everything)
         .await?;

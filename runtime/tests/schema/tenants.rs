@@ -333,6 +333,8 @@ async fn two_tenants(admin: &PgPool, logins: &Logins) -> TestResult {
     // A pause for acme holds acme's two replayed deliveries and no other tenant's, also for a
     // dispatcher serving every tenant; a mode, which applies to every tenant, is refused.
     assert!(operator.pause(CONSUMER, &support::change()).await?.paused);
+    // A second pause changes nothing and records nothing.
+    assert!(operator.pause(CONSUMER, &support::change()).await?.paused);
     assert!(!bolt_reader.consumer_state(CONSUMER).await?.paused);
     assert!(
         matches!(

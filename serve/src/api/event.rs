@@ -3,13 +3,14 @@
 //! times; never a payload).
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use evc_runtime::{AttemptRecord, DeliveryRecord, EventRecord};
 use serde::Serialize;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::AppState;
+use crate::api::Segment;
 use crate::auth::Caller;
 use crate::error::{ApiError, Problem};
 
@@ -108,12 +109,14 @@ pub(crate) struct Attempt {
             content_type = "application/problem+json"),
         (status = 404, description = "No such event", body = Problem,
             content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem,
+            content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn event(
     State(state): State<AppState>,
     _caller: Caller,
-    Path(event_id): Path<String>,
+    Segment(event_id): Segment,
 ) -> Result<Json<EventDetail>, ApiError> {
     let id: Uuid = event_id
         .parse()

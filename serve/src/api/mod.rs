@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::{FromRequest, Path, Query, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use evc_runtime::{
     ConsumerDescriptor, ConsumerStatus, EventDescriptor, HandlerKind, Percentiles, Registry,
     ReplaySelection, SettledDelivery, StatusReport, TimelineEntry,
@@ -297,6 +298,8 @@ pub(crate) struct Limit {
         (status = 200, description = "The event types", body = Vec<EventTypeSummary>),
         (status = 401, description = "No known bearer token", body = Problem,
             content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem,
+            content_type = "application/problem+json"),
     )
 )]
 async fn event_types(
@@ -336,12 +339,14 @@ async fn event_types(
             content_type = "application/problem+json"),
         (status = 404, description = "No such event type", body = Problem,
             content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem,
+            content_type = "application/problem+json"),
     )
 )]
 async fn event_type(
     State(state): State<AppState>,
     _caller: Caller,
-    Path(name): Path<String>,
+    Segment(name): Segment,
 ) -> Result<Json<EventTypeDetail>, ApiError> {
     let registry = state.outbox.registry();
     let event = registry
@@ -387,12 +392,14 @@ async fn event_type(
             content_type = "application/problem+json"),
         (status = 401, description = "No known bearer token", body = Problem,
             content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem,
+            content_type = "application/problem+json"),
     )
 )]
 async fn consumers(
     State(state): State<AppState>,
     _caller: Caller,
-    Query(window): Query<Window>,
+    Params(window): Params<Window>,
 ) -> Result<Json<Vec<ConsumerView>>, ApiError> {
     let report = state.outbox.status(window.duration()?).await?;
     let registry = state.outbox.registry();
@@ -419,13 +426,15 @@ async fn consumers(
             content_type = "application/problem+json"),
         (status = 404, description = "No such consumer", body = Problem,
             content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem,
+            content_type = "application/problem+json"),
     )
 )]
 async fn consumer(
     State(state): State<AppState>,
     _caller: Caller,
-    Path(name): Path<String>,
-    Query(window): Query<Window>,
+    Segment(name): Segment,
+    Params(window): Params<Window>,
 ) -> Result<Json<ConsumerView>, ApiError> {
     let window = window.duration()?;
     let descriptor = registered_consumer(state.outbox.registry(), &name)?;
@@ -447,13 +456,15 @@ async fn consumer(
             content_type = "application/problem+json"),
         (status = 404, description = "No such consumer", body = Problem,
             content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem,
+            content_type = "application/problem+json"),
     )
 )]
 async fn dead_letters(
     State(state): State<AppState>,
     _caller: Caller,
-    Path(name): Path<String>,
-    Query(limit): Query<Limit>,
+    Segment(name): Segment,
+    Params(limit): Params<Limit>,
 ) -> Result<Json<Vec<DeadLetter>>, ApiError> {
     let limit = match limit.limit.unwrap_or(MAX_DEAD_LETTERS) {
         limit @ 1..=MAX_DEAD_LETTERS => limit,
@@ -482,12 +493,14 @@ async fn dead_letters(
             content_type = "application/problem+json"),
         (status = 401, description = "No known bearer token", body = Problem,
             content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem,
+            content_type = "application/problem+json"),
     )
 )]
 async fn timeline(
     State(state): State<AppState>,
     _caller: Caller,
-    Path(trace_id): Path<String>,
+    Segment(trace_id): Segment,
 ) -> Result<Json<Vec<TimelineItem>>, ApiError> {
     let entries = state.outbox.timeline(&trace_id).await?;
     Ok(Json(entries.iter().map(timeline_item).collect()))
@@ -513,6 +526,35 @@ impl<T: serde::de::DeserializeOwned> FromRequest<AppState> for Body<T> {
             }
             Err(rejection) => Err(ApiError::BadRequest(rejection.body_text())),
         }
+    }
+}
+
+/// Query parameters; ones that do not parse are answered with a problem document (400).
+pub(crate) struct Params<T>(pub(crate) T);
+
+impl<T: serde::de::DeserializeOwned> FromRequestParts<AppState> for Params<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(value)| Self(value))
+            .map_err(|rejection| ApiError::BadRequest(rejection.body_text()))
+    }
+}
+
+/// The one path segment a route names; one that does not decode is answered with a problem
+/// document (400).
+pub(crate) struct Segment(pub(crate) String);
+
+impl FromRequestParts<AppState> for Segment {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        Path::<String>::from_request_parts(parts, state)
+            .await
+            .map(|Path(value)| Self(value))
+            .map_err(|rejection| ApiError::BadRequest(rejection.body_text()))
     }
 }
 

@@ -4,7 +4,7 @@
 //! refuses an apply by the proposer (docs/runtime.md, "Replay").
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use evc_runtime::{
     DEFAULT_REPLAY_LIMIT, ReplayApproval, ReplayPlan, ReplaySelection, SettledStatus,
@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::AppState;
-use crate::api::{Body, DeadLetter, dead_letter, registered_consumer};
+use crate::api::{Body, DeadLetter, Segment, dead_letter, registered_consumer};
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, Problem};
 
@@ -109,7 +109,8 @@ pub(crate) struct Applied {
     repeated: bool,
 }
 
-/// A replay's dry run: nothing is written.
+/// A replay's dry run, for the operator who plans and the approver who checks: nothing is
+/// written.
 #[utoipa::path(
     post,
     path = "/api/v1/consumers/{name}/replays/plan",
@@ -118,25 +119,32 @@ pub(crate) struct Applied {
     request_body = Selection,
     responses(
         (status = 200, description = "The plan", body = Plan),
+        (status = 400, description = "A body that is not JSON", body = Problem,
+            content_type = "application/problem+json"),
         (status = 401, description = "No known bearer token", body = Problem,
             content_type = "application/problem+json"),
-        (status = 403, description = "Not an operator", body = Problem,
+        (status = 403, description = "Neither an operator nor an approver", body = Problem,
             content_type = "application/problem+json"),
         (status = 404, description = "No such consumer", body = Problem,
             content_type = "application/problem+json"),
         (status = 422, description = "A field is not acceptable", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem,
             content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn plan(
     State(state): State<AppState>,
     Caller(caller): Caller,
-    Path(name): Path<String>,
+    Segment(name): Segment,
     Body(selection): Body<Selection>,
 ) -> Result<Json<Plan>, ApiError> {
-    caller.require(Role::Operator)?;
+    // The approver reads the plan too: what an apply would take, before approving it.
+    if caller.require(Role::Approver).is_err() {
+        caller.require(Role::Operator)?;
+    }
     let selection = replay_selection(&state, name, selection)?;
-    let plan = state.outbox.replay_plan(&selection).await?;
+    let plan = state.outbox.replay_plan(&selection, caller.role).await?;
     Ok(Json(plan_view(&plan)))
 }
 
@@ -149,6 +157,8 @@ pub(crate) async fn plan(
     request_body = Selection,
     responses(
         (status = 201, description = "The plan, recorded", body = ProposedPlan),
+        (status = 400, description = "A body that is not JSON", body = Problem,
+            content_type = "application/problem+json"),
         (status = 401, description = "No known bearer token", body = Problem,
             content_type = "application/problem+json"),
         (status = 403, description = "Not an operator", body = Problem,
@@ -159,12 +169,14 @@ pub(crate) async fn plan(
             body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A field is not acceptable", body = Problem,
             content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem,
+            content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn propose(
     State(state): State<AppState>,
     Caller(caller): Caller,
-    Path(name): Path<String>,
+    Segment(name): Segment,
     Body(selection): Body<Selection>,
 ) -> Result<(StatusCode, Json<ProposedPlan>), ApiError> {
     caller.require(Role::Operator)?;
@@ -193,6 +205,8 @@ pub(crate) async fn propose(
     responses(
         (status = 200, description = "The replay, applied (or applied before under the key)",
             body = Applied),
+        (status = 400, description = "A body that is not JSON", body = Problem,
+            content_type = "application/problem+json"),
         (status = 401, description = "No known bearer token", body = Problem,
             content_type = "application/problem+json"),
         (status = 403, description = "Not an approver", body = Problem,
@@ -204,12 +218,14 @@ pub(crate) async fn propose(
             body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A field is not acceptable", body = Problem,
             content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem,
+            content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn apply(
     State(state): State<AppState>,
     Caller(caller): Caller,
-    Path(name): Path<String>,
+    Segment(name): Segment,
     Body(approval): Body<Approval>,
 ) -> Result<Json<Applied>, ApiError> {
     caller.require(Role::Approver)?;

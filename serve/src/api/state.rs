@@ -3,13 +3,13 @@
 //! the record (docs/runtime.md, "Pause, resume and modes").
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use evc_runtime::{ConsumerMode, ConsumerState, StateChange, StateChangeRecord};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::AppState;
-use crate::api::{Body, registered_consumer};
+use crate::api::{Body, Params, Segment, registered_consumer};
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, Problem};
 
@@ -94,6 +94,8 @@ pub(crate) struct ChangeLimit {
     request_body = Reason,
     responses(
         (status = 200, description = "Paused, and recorded", body = OperatorState),
+        (status = 400, description = "A body that is not JSON", body = Problem,
+            content_type = "application/problem+json"),
         (status = 401, description = "No known bearer token", body = Problem,
             content_type = "application/problem+json"),
         (status = 403, description = "Not an operator", body = Problem,
@@ -102,12 +104,14 @@ pub(crate) struct ChangeLimit {
             content_type = "application/problem+json"),
         (status = 422, description = "No reason, or one that cannot be recorded",
             body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem,
+            content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn pause(
     State(state): State<AppState>,
     Caller(caller): Caller,
-    Path(name): Path<String>,
+    Segment(name): Segment,
     Body(body): Body<Reason>,
 ) -> Result<Json<OperatorState>, ApiError> {
     caller.require(Role::Operator)?;
@@ -127,6 +131,8 @@ pub(crate) async fn pause(
     request_body = Reason,
     responses(
         (status = 200, description = "Resumed, and recorded", body = OperatorState),
+        (status = 400, description = "A body that is not JSON", body = Problem,
+            content_type = "application/problem+json"),
         (status = 401, description = "No known bearer token", body = Problem,
             content_type = "application/problem+json"),
         (status = 403, description = "Not an operator", body = Problem,
@@ -135,12 +141,14 @@ pub(crate) async fn pause(
             content_type = "application/problem+json"),
         (status = 422, description = "No reason, or one that cannot be recorded",
             body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem,
+            content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn resume(
     State(state): State<AppState>,
     Caller(caller): Caller,
-    Path(name): Path<String>,
+    Segment(name): Segment,
     Body(body): Body<Reason>,
 ) -> Result<Json<OperatorState>, ApiError> {
     caller.require(Role::Operator)?;
@@ -160,6 +168,8 @@ pub(crate) async fn resume(
     request_body = ModeChange,
     responses(
         (status = 200, description = "Set, and recorded", body = OperatorState),
+        (status = 400, description = "A body that is not JSON", body = Problem,
+            content_type = "application/problem+json"),
         (status = 401, description = "No known bearer token", body = Problem,
             content_type = "application/problem+json"),
         (status = 403, description = "Not an operator", body = Problem,
@@ -170,12 +180,14 @@ pub(crate) async fn resume(
             tenant's", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "An unknown mode, no reason, or one that cannot be \
             recorded", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem,
+            content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn mode(
     State(state): State<AppState>,
     Caller(caller): Caller,
-    Path(name): Path<String>,
+    Segment(name): Segment,
     Body(body): Body<ModeChange>,
 ) -> Result<Json<OperatorState>, ApiError> {
     caller.require(Role::Operator)?;
@@ -205,13 +217,15 @@ pub(crate) async fn mode(
             content_type = "application/problem+json"),
         (status = 404, description = "No such consumer", body = Problem,
             content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem,
+            content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn changes(
     State(state): State<AppState>,
     _caller: Caller,
-    Path(name): Path<String>,
-    Query(limit): Query<ChangeLimit>,
+    Segment(name): Segment,
+    Params(limit): Params<ChangeLimit>,
 ) -> Result<Json<Vec<Change>>, ApiError> {
     let limit = match limit.limit.unwrap_or(100) {
         limit @ 1..=MAX_CHANGES => limit,

@@ -886,23 +886,26 @@ SELECT coalesce(s.paused, false) OR EXISTS (
 FROM (SELECT) AS one LEFT JOIN evc_consumer_state s ON s.consumer = $1";
 
 /// Pauses consumer `$1` for the session's tenant (`evc.tenant`) and records it, `$2` who and
-/// `$3` why, in one statement.
+/// `$3` why, in one statement; a pause already in place changes nothing and records nothing.
 pub(crate) const PAUSE_TENANT: &str = "\
 WITH paused AS (
     INSERT INTO evc_tenant_pauses (consumer) VALUES ($1) ON CONFLICT DO NOTHING
+    RETURNING consumer
 )
 INSERT INTO evc_state_changes (consumer, change, changed_by, reason)
-VALUES ($1, 'pause', $2, $3)";
+SELECT consumer, 'pause', $2, $3 FROM paused";
 
 /// Resumes consumer `$1` for the session's tenant (row-level security keeps the other tenants'
-/// pauses out of reach) and records it like [`PAUSE_TENANT`].
+/// pauses out of reach) and records it like [`PAUSE_TENANT`]: only when the tenant's pause was
+/// there (a pause for every tenant is not the tenant's to lift).
 pub(crate) const RESUME_TENANT: &str = "\
 WITH resumed AS (
     DELETE FROM evc_tenant_pauses WHERE consumer = $1
         AND tenant_scope = current_setting('evc.tenant', true)
+    RETURNING consumer
 )
 INSERT INTO evc_state_changes (consumer, change, changed_by, reason)
-VALUES ($1, 'resume', $2, $3)";
+SELECT consumer, 'resume', $2, $3 FROM resumed";
 
 /// The newest `$2` recorded changes of consumer `$1`'s operator state the session may see,
 /// newest first (`*` and no tenant read as every tenant's).
