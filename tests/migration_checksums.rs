@@ -86,7 +86,7 @@ const SHIPPED: [(&str, &str); 20] = [
     ),
     (
         "0020_evc_runtime_v17.sql",
-        "ef54ec8a20f8bb372fa4cfcc07f2d192309d5a89390ef611164e4bf04355a062",
+        "6979c1b8bdfc3529b167b0edd66c60286d226c856463a43d474258333c1db985",
     ),
 ];
 

@@ -3,9 +3,9 @@
 -- evc runtime tables, seventeenth step: who changed a consumer's operator state, and why
 -- (docs/runtime.md, "Pause, resume and modes"). It follows `NNNN_evc_runtime_v16.sql`. Each
 -- pause, resume and mode change writes one row, in the statement that makes the change, naming
--- the person and the reason the caller gave and the database role of the session. The table is
--- append-only and belongs to the tenant of the session that wrote it, like the other audit
--- ledgers (docs/runtime.md, "Tenants").
+-- the person and the reason the caller gave and the database role of the session, and the
+-- database refuses a change without one. The table is append-only and belongs to the tenant of
+-- the session that wrote it, like the other audit ledgers (docs/runtime.md, "Tenants").
 CREATE TABLE IF NOT EXISTS evc_state_changes (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     consumer text NOT NULL,
@@ -29,6 +29,39 @@ CREATE OR REPLACE TRIGGER evc_state_changes_append_only
 CREATE OR REPLACE TRIGGER evc_state_changes_no_truncate
     BEFORE TRUNCATE ON evc_state_changes
     FOR EACH STATEMENT EXECUTE FUNCTION evc_append_only();
+
+-- A change of a consumer's operator state commits only with its record: a login that may
+-- write the state tables cannot change them by hand without saying who and why. The check runs
+-- at commit (the store writes the change and its record in one statement, whose parts do not
+-- see each other) and takes a record of the same consumer written by the same transaction
+-- (`now()` is the transaction's start, in subtransactions too).
+CREATE OR REPLACE FUNCTION evc_state_recorded() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+DECLARE
+    changed text := CASE WHEN TG_OP = 'DELETE' THEN OLD.consumer ELSE NEW.consumer END;
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM evc_state_changes
+        WHERE consumer = changed AND changed_at = now() AND db_role = session_user
+    ) THEN
+        RAISE EXCEPTION 'a change of consumer %''s state needs its record in evc_state_changes '
+            '(who and why), written in the same transaction', changed
+            USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+DROP TRIGGER IF EXISTS evc_consumer_state_recorded ON evc_consumer_state;
+CREATE CONSTRAINT TRIGGER evc_consumer_state_recorded
+    AFTER INSERT OR UPDATE ON evc_consumer_state
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION evc_state_recorded();
+DROP TRIGGER IF EXISTS evc_tenant_pauses_recorded ON evc_tenant_pauses;
+CREATE CONSTRAINT TRIGGER evc_tenant_pauses_recorded
+    AFTER INSERT OR DELETE ON evc_tenant_pauses
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION evc_state_recorded();
 
 DROP POLICY IF EXISTS evc_tenant ON evc_state_changes;
 CREATE POLICY evc_tenant ON evc_state_changes USING (evc_tenant_visible(tenant_scope));

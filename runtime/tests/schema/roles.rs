@@ -276,3 +276,62 @@ async fn jobs(admin: &PgPool, logins: &Logins) -> TestResult {
     assert_eq!(replays[0].approved_by.as_deref(), Some("bob"));
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_cannot_change_a_consumer_by_hand_without_a_record() -> TestResult {
+    with_logins(|admin, logins| async move { state_by_hand(&admin, &logins).await }).await
+}
+
+/// Whether `result` is the database's refusal of a change whose record is missing.
+fn unrecorded<T: std::fmt::Debug>(result: &Result<T, sqlx::Error>) -> bool {
+    matches!(result, Err(sqlx::Error::Database(error)) if error.code().as_deref() == Some("23514"))
+}
+
+/// A login holding `evc_operator` may write the state tables, but a change commits only with
+/// its record of who and why: by hand without one it is refused and nothing changes.
+async fn state_by_hand(admin: &PgPool, logins: &Logins) -> TestResult {
+    support::deploy(admin, CONSUMER, "^1").await?;
+    let pool = logins.pool(admin, Role::Operator).await?;
+    let operator = Console::connect(pool.clone()).await?;
+    assert!(
+        operator
+            .pause(CONSUMER, &crate::support::change())
+            .await?
+            .paused
+    );
+    let by_hand = sqlx::raw_sql(
+        "UPDATE evc_consumer_state SET paused = false, revision = revision + 1 \
+         WHERE consumer = 'd.unordered'",
+    )
+    .execute(&pool)
+    .await;
+    assert!(unrecorded(&by_hand), "{by_hand:?}");
+    let by_hand = sqlx::raw_sql(
+        "INSERT INTO evc_tenant_pauses (consumer, tenant_scope) VALUES ('d.unordered', 'acme')",
+    )
+    .execute(&pool)
+    .await;
+    assert!(unrecorded(&by_hand), "{by_hand:?}");
+    assert!(operator.consumer_state(CONSUMER).await?.paused);
+    assert_eq!(operator.state_changes(CONSUMER, 10).await?.len(), 1);
+
+    // With its record in the same transaction, a change by hand commits, and says who and why.
+    sqlx::raw_sql(
+        "BEGIN; \
+         INSERT INTO evc_state_changes (consumer, change, changed_by, reason) \
+         VALUES ('d.unordered', 'resume', 'dba', 'resumed by hand'); \
+         UPDATE evc_consumer_state SET paused = false, revision = revision + 1 \
+         WHERE consumer = 'd.unordered'; \
+         COMMIT",
+    )
+    .execute(&pool)
+    .await?;
+    assert!(!operator.consumer_state(CONSUMER).await?.paused);
+    let newest = &operator.state_changes(CONSUMER, 1).await?[0];
+    assert_eq!(
+        (newest.by.as_str(), newest.reason.as_str()),
+        ("dba", "resumed by hand")
+    );
+    pool.close().await;
+    Ok(())
+}
