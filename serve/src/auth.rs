@@ -175,10 +175,30 @@ impl Tokens {
     pub fn principal(&self, token: &str) -> Option<&Principal> {
         self.by_digest.get(&digest(token))
     }
+
+    /// The caller whose token has the SHA-256 `hex` (a session cookie's value), if any.
+    pub(crate) fn principal_by_digest(&self, hex: &str) -> Option<&Principal> {
+        let mut bytes = [0u8; 32];
+        if hex.len() != 64 {
+            return None;
+        }
+        for (byte, pair) in bytes.iter_mut().zip(hex.as_bytes().chunks(2)) {
+            *byte = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+        }
+        self.by_digest.get(&bytes)
+    }
 }
 
 fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
+}
+
+/// A token's SHA-256 in lower-case hex: what a signed-in browser's session cookie holds.
+pub(crate) fn digest_hex(token: &str) -> String {
+    digest(token)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
 }
 
 /// The caller of a request: its `Authorization: Bearer` token must name a known principal,

@@ -16,6 +16,7 @@ mod auth;
 mod error;
 mod ops;
 mod outbox;
+mod page;
 
 use std::sync::Arc;
 
@@ -48,6 +49,7 @@ pub fn router(outbox: Outbox, tokens: Tokens) -> Router {
     let (api, document) = api::routes().split_for_parts();
     let document = Arc::new(document);
     api.merge(ops::routes())
+        .merge(page::routes())
         .fallback(|| async { ApiError::NotFound("no such route".to_owned()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .route(

@@ -18,81 +18,81 @@ use crate::error::{ApiError, Problem};
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct EventDetail {
     /// The event.
-    event_id: String,
+    pub(crate) event_id: String,
     /// Its place in the outbox's append order.
-    seq: i64,
+    pub(crate) seq: i64,
     /// The event type.
-    event_type: String,
+    pub(crate) event_type: String,
     /// The version it was produced with.
-    version: String,
+    pub(crate) version: String,
     /// The order key its deliveries hold.
-    order_key: String,
+    pub(crate) order_key: String,
     /// Who produced it.
-    producer_class: String,
+    pub(crate) producer_class: String,
     /// Its tenant, if any.
-    tenant: Option<String>,
+    pub(crate) tenant: Option<String>,
     /// The producer's idempotency key, if any.
-    idempotency_key: Option<String>,
+    pub(crate) idempotency_key: Option<String>,
     /// Its W3C trace id.
-    trace_id: Option<String>,
+    pub(crate) trace_id: Option<String>,
     /// Its correlation id, if any.
-    correlation_id: Option<String>,
+    pub(crate) correlation_id: Option<String>,
     /// The event that caused it, if any.
-    causation_id: Option<String>,
+    pub(crate) causation_id: Option<String>,
     /// The payload's size in bytes (the payload itself is not shown).
-    payload_bytes: u64,
+    pub(crate) payload_bytes: u64,
     /// The delivery of each consumer whose subscription accepts the event's version.
-    deliveries: Vec<ConsumerDelivery>,
+    pub(crate) deliveries: Vec<ConsumerDelivery>,
 }
 
 /// What became of an event at one consumer.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct ConsumerDelivery {
     /// The consumer.
-    consumer: String,
+    pub(crate) consumer: String,
     /// Every generation that has a row, oldest first; empty once its only generation was
     /// acked (an ack removes the row; its attempt stays).
-    generations: Vec<Generation>,
+    pub(crate) generations: Vec<Generation>,
     /// Every attempt, every generation, in the order they were made.
-    attempts: Vec<Attempt>,
+    pub(crate) attempts: Vec<Attempt>,
 }
 
 /// One generation of a delivery.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Generation {
     /// 0 for the delivery the append wrote; one more per replay.
-    generation: u32,
+    pub(crate) generation: u32,
     /// `pending`, `leased`, `dead`, `quarantined`, `replayed` or `discarded`.
-    status: String,
+    pub(crate) status: String,
     /// Attempts made.
-    attempts: u32,
+    pub(crate) attempts: u32,
     /// The worker holding its lease, when leased.
-    owner: Option<String>,
+    pub(crate) owner: Option<String>,
     /// When it is due, epoch seconds.
-    available_at: f64,
+    pub(crate) available_at: f64,
     /// The last attempt's error code.
-    last_error_code: Option<String>,
+    pub(crate) last_error_code: Option<String>,
     /// The replay that wrote it, if any.
-    replay_id: Option<i64>,
+    pub(crate) replay_id: Option<i64>,
 }
 
 /// One attempt at a delivery.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Attempt {
     /// The generation it belongs to.
-    generation: u32,
+    pub(crate) generation: u32,
     /// The attempt number, from 1.
-    attempt: u32,
+    pub(crate) attempt: u32,
     /// The worker that made it.
-    owner: String,
+    pub(crate) owner: String,
     /// `acked`, `retry`, `dead`, `quarantined` or `lease_expired`.
-    outcome: String,
+    pub(crate) outcome: String,
     /// The error code of a failure.
-    error_code: Option<String>,
+    pub(crate) error_code: Option<String>,
     /// When the handler started, epoch seconds.
-    started_at: f64,
+    pub(crate) started_at: f64,
     /// How long it took, in milliseconds.
-    duration_ms: u64,
+    pub(crate) duration_ms: u64,
 }
 
 /// An event's envelope, and every delivery and attempt of it.
@@ -121,6 +121,11 @@ pub(crate) async fn event(
     let id: Uuid = event_id
         .parse()
         .map_err(|_| ApiError::BadRequest(format!("`{event_id}` is not a UUID")))?;
+    Ok(Json(load(&state, id).await?))
+}
+
+/// The event `id` and its deliveries, as the API and the web page show them.
+pub(crate) async fn load(state: &AppState, id: Uuid) -> Result<EventDetail, ApiError> {
     let record = state
         .outbox
         .event(id)
@@ -140,7 +145,7 @@ pub(crate) async fn event(
             attempts: attempts.iter().map(attempt).collect(),
         });
     }
-    Ok(Json(detail(id, record, deliveries)))
+    Ok(detail(id, record, deliveries))
 }
 
 fn detail(id: Uuid, record: EventRecord, deliveries: Vec<ConsumerDelivery>) -> EventDetail {

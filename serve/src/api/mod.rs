@@ -22,9 +22,9 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, Problem};
 
-mod event;
+pub(crate) mod event;
 mod replay;
-mod state;
+pub(crate) mod state;
 
 /// The window of lag and latency percentiles when a request names none.
 const DEFAULT_WINDOW_S: u32 = 300;
@@ -81,183 +81,183 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct EventTypeSummary {
     /// The event type's name.
-    name: String,
+    pub(crate) name: String,
     /// What happened.
-    description: String,
+    pub(crate) description: String,
     /// Who emits it.
-    producer_class: String,
+    pub(crate) producer_class: String,
     /// Whether the type is deprecated.
-    deprecated: bool,
+    pub(crate) deprecated: bool,
     /// Its versions, ascending.
-    versions: Vec<String>,
+    pub(crate) versions: Vec<String>,
     /// The consumers subscribed to it.
-    consumers: Vec<Subscriber>,
+    pub(crate) consumers: Vec<Subscriber>,
 }
 
 /// A consumer's subscription to one event type.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Subscriber {
     /// The consumer.
-    consumer: String,
+    pub(crate) consumer: String,
     /// Its semver requirement (`^1`).
-    requirement: String,
+    pub(crate) requirement: String,
     /// The versions the requirement accepts.
-    versions: Vec<String>,
+    pub(crate) versions: Vec<String>,
 }
 
 /// An event type with every version's schema.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct EventTypeDetail {
     /// The event type's name.
-    name: String,
+    pub(crate) name: String,
     /// What happened.
-    description: String,
+    pub(crate) description: String,
     /// Who emits it.
-    producer_class: String,
+    pub(crate) producer_class: String,
     /// Payload fields that order deliveries (empty: the envelope's aggregate).
-    order_key: Vec<String>,
+    pub(crate) order_key: Vec<String>,
     /// Whether the type is deprecated.
-    deprecated: bool,
+    pub(crate) deprecated: bool,
     /// Payload size cap in bytes.
-    max_payload_bytes: u32,
+    pub(crate) max_payload_bytes: u32,
     /// Its versions, ascending.
-    versions: Vec<VersionDetail>,
+    pub(crate) versions: Vec<VersionDetail>,
 }
 
 /// One version of an event type.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct VersionDetail {
     /// The semantic version.
-    version: String,
+    pub(crate) version: String,
     /// The payload's JSON Schema (2020-12).
     #[schema(value_type = Object)]
-    schema: serde_json::Value,
+    pub(crate) schema: serde_json::Value,
     /// SHA-256 of the schema's canonical JSON, lower-case hex.
-    schema_digest: String,
+    pub(crate) schema_digest: String,
     /// The consumers whose requirement accepts this version.
-    accepted_by: Vec<String>,
+    pub(crate) accepted_by: Vec<String>,
 }
 
 /// A consumer: what its contract declares and what its deliveries look like now.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct ConsumerView {
     /// The consumer's name.
-    name: String,
+    pub(crate) name: String,
     /// `transactional` or `leased`.
-    handler: String,
+    pub(crate) handler: String,
     /// The mode its contract declares (`off`, `shadow` or `live`).
-    declared_mode: String,
+    pub(crate) declared_mode: String,
     /// Whether deliveries are ordered per key.
-    per_key_ordering: bool,
+    pub(crate) per_key_ordering: bool,
     /// Its retry policy.
-    retry_policy: String,
+    pub(crate) retry_policy: String,
     /// What it subscribes to.
-    subscriptions: Vec<Subscription>,
+    pub(crate) subscriptions: Vec<Subscription>,
     /// The mode in force: an operator's override, else the declared one.
-    mode: String,
+    pub(crate) mode: String,
     /// Paused by an operator.
-    paused: bool,
+    pub(crate) paused: bool,
     /// Deliveries waiting to be claimed (due or backing off).
-    pending: i64,
+    pub(crate) pending: i64,
     /// Deliveries leased to a worker now.
-    leased: i64,
+    pub(crate) leased: i64,
     /// Dead-lettered deliveries.
-    dead: i64,
+    pub(crate) dead: i64,
     /// Quarantined deliveries.
-    quarantined: i64,
+    pub(crate) quarantined: i64,
     /// Seconds the oldest pending delivery has waited; null when nothing is pending.
-    oldest_pending_s: Option<f64>,
+    pub(crate) oldest_pending_s: Option<f64>,
     /// Fenced operations refused for a stale token.
-    stale_rejections: i64,
+    pub(crate) stale_rejections: i64,
     /// Produce-to-ack lag per producer class, over the window.
-    lag: Vec<ClassLag>,
+    pub(crate) lag: Vec<ClassLag>,
     /// Attempt durations over the window; null without attempts.
-    attempt_latency: Option<Latency>,
+    pub(crate) attempt_latency: Option<Latency>,
     /// Workers with a heartbeat row.
-    workers: Vec<Worker>,
+    pub(crate) workers: Vec<Worker>,
 }
 
 /// A subscription of a consumer.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Subscription {
     /// The event type.
-    event_type: String,
+    pub(crate) event_type: String,
     /// The semver requirement.
-    requirement: String,
+    pub(crate) requirement: String,
     /// The versions it accepts.
-    versions: Vec<String>,
+    pub(crate) versions: Vec<String>,
 }
 
 /// Produce-to-ack lag of one producer class's events.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct ClassLag {
     /// The producer class.
-    producer_class: String,
+    pub(crate) producer_class: String,
     /// The lag's percentiles.
-    latency: Latency,
+    pub(crate) latency: Latency,
 }
 
 /// p50, p95 and p99 of a sample, in seconds.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Latency {
     /// Values in the sample.
-    samples: i64,
+    pub(crate) samples: i64,
     /// Median.
-    p50_s: f64,
+    pub(crate) p50_s: f64,
     /// 95th percentile.
-    p95_s: f64,
+    pub(crate) p95_s: f64,
     /// 99th percentile.
-    p99_s: f64,
+    pub(crate) p99_s: f64,
 }
 
 /// A worker of a consumer, by its heartbeat.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Worker {
     /// The worker (lease owner).
-    owner: String,
+    pub(crate) owner: String,
     /// Seconds since its last heartbeat, when past the consumer's threshold; null while it
     /// beats in time.
-    silent_for_s: Option<f64>,
+    pub(crate) silent_for_s: Option<f64>,
 }
 
 /// A dead or quarantined delivery. No payload: the event id leads to it.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct DeadLetter {
     /// The event.
-    event_id: String,
+    pub(crate) event_id: String,
     /// The event type.
-    event_type: String,
+    pub(crate) event_type: String,
     /// The version the event was produced with.
-    version: String,
+    pub(crate) version: String,
     /// 0 for the delivery the append wrote; one more per replay since.
-    generation: i32,
+    pub(crate) generation: i32,
     /// `dead` or `quarantined`.
-    status: String,
+    pub(crate) status: String,
     /// Attempts made.
-    attempts: i32,
+    pub(crate) attempts: i32,
     /// The last attempt's error code (never a message).
-    last_error_code: Option<String>,
+    pub(crate) last_error_code: Option<String>,
     /// When it settled, epoch seconds.
-    settled_at: f64,
+    pub(crate) settled_at: f64,
     /// Whether the consumer still accepts the event's version (a replay needs it).
-    version_supported: bool,
+    pub(crate) version_supported: bool,
 }
 
 /// One thing recorded for a trace.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct TimelineItem {
     /// When, epoch seconds of the store's clock.
-    at: f64,
+    pub(crate) at: f64,
     /// `event`, `delivery`, `attempt`, `replay` or `discard`.
-    kind: String,
+    pub(crate) kind: String,
     /// The event.
-    event_id: String,
+    pub(crate) event_id: String,
     /// The consumer (deliveries and attempts).
-    consumer: Option<String>,
+    pub(crate) consumer: Option<String>,
     /// What happened (type and version, status, outcome and error code, approval).
-    detail: String,
+    pub(crate) detail: String,
     /// The attempt number, or a delivery's attempts so far.
-    attempt: Option<i32>,
+    pub(crate) attempt: Option<i32>,
 }
 
 /// The window of percentiles.
@@ -265,7 +265,7 @@ pub(crate) struct TimelineItem {
 pub(crate) struct Window {
     /// Seconds of attempts the lag and latency percentiles read (default 300, at most a
     /// week).
-    window_s: Option<u32>,
+    pub(crate) window_s: Option<u32>,
 }
 
 impl Window {
@@ -286,7 +286,7 @@ impl Window {
 #[derive(Debug, Deserialize, IntoParams)]
 pub(crate) struct Limit {
     /// At most this many, oldest first (default and maximum 1,000).
-    limit: Option<u32>,
+    pub(crate) limit: Option<u32>,
 }
 
 /// Every registered event type, by name.
@@ -587,7 +587,7 @@ fn subscribers(registry: &Registry, event: &EventDescriptor) -> Vec<Subscriber> 
         .collect()
 }
 
-fn consumer_view(consumer: &ConsumerDescriptor, report: &StatusReport) -> ConsumerView {
+pub(crate) fn consumer_view(consumer: &ConsumerDescriptor, report: &StatusReport) -> ConsumerView {
     let status = report
         .consumers
         .iter()

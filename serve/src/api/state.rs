@@ -21,7 +21,7 @@ const MAX_CHANGES: u32 = 1_000;
 #[serde(deny_unknown_fields)]
 pub(crate) struct Reason {
     /// Why, 1 to 500 characters.
-    reason: String,
+    pub(crate) reason: String,
 }
 
 /// The mode to set, and why.
@@ -29,9 +29,9 @@ pub(crate) struct Reason {
 #[serde(deny_unknown_fields)]
 pub(crate) struct ModeChange {
     /// `off` (claims nothing), `shadow` (handles without committing effects) or `live`.
-    mode: Mode,
+    pub(crate) mode: Mode,
     /// Why, 1 to 500 characters.
-    reason: String,
+    pub(crate) reason: String,
 }
 
 /// A consumer mode.
@@ -50,39 +50,39 @@ pub(crate) enum Mode {
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct OperatorState {
     /// The consumer.
-    consumer: String,
+    pub(crate) consumer: String,
     /// Whether it is paused (for the server's tenant, when it serves one).
-    paused: bool,
+    pub(crate) paused: bool,
     /// The mode in force.
-    mode: String,
+    pub(crate) mode: String,
     /// Grows with every change for every tenant.
-    revision: i64,
+    pub(crate) revision: i64,
 }
 
 /// One recorded change.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Change {
     /// Grows with each change.
-    id: i64,
+    pub(crate) id: i64,
     /// `pause`, `resume` or `mode`.
-    change: String,
+    pub(crate) change: String,
     /// The mode set (mode changes only).
-    mode: Option<String>,
+    pub(crate) mode: Option<String>,
     /// The tenant the change was for; null: every tenant.
-    tenant: Option<String>,
+    pub(crate) tenant: Option<String>,
     /// Who made it.
-    by: String,
+    pub(crate) by: String,
     /// Why.
-    reason: String,
+    pub(crate) reason: String,
     /// When, epoch seconds.
-    at: f64,
+    pub(crate) at: f64,
 }
 
 /// How many recorded changes to list.
 #[derive(Debug, Deserialize, IntoParams)]
 pub(crate) struct ChangeLimit {
     /// At most this many, newest first (default 100, at most 1,000).
-    limit: Option<u32>,
+    pub(crate) limit: Option<u32>,
 }
 
 /// Pauses the consumer: its deliveries wait, in order, until it is resumed.
@@ -249,7 +249,7 @@ fn operator_state(state: &ConsumerState) -> OperatorState {
     }
 }
 
-fn change(record: &StateChangeRecord) -> Change {
+pub(crate) fn change(record: &StateChangeRecord) -> Change {
     Change {
         id: record.id,
         change: record.change.clone(),

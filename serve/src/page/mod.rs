@@ -1,0 +1,226 @@
+//! The web page `evc serve` serves at `/`: server-rendered HTML (askama), problems first, each
+//! linking to its consumer; a consumer's page with its counts, dead letters, subscriptions and
+//! recorded changes; an event's page with every delivery and attempt. A browser signs in once
+//! with a token from the tokens file; the session cookie holds the token's SHA-256 (never the
+//! token), `HttpOnly` and `SameSite=Strict`. The pages only read.
+
+use std::time::Duration;
+
+use askama::Template;
+use axum::Router;
+use axum::extract::{Form, FromRequestParts, State};
+use axum::http::HeaderValue;
+use axum::http::header::{
+    CONTENT_SECURITY_POLICY, COOKIE, REFERRER_POLICY, SET_COOKIE, X_CONTENT_TYPE_OPTIONS,
+};
+use axum::http::request::Parts;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::get;
+use evc_runtime::{Problem, ReplaySelection};
+use serde::Deserialize;
+use uuid::Uuid;
+
+use crate::AppState;
+use crate::api::event::{EventDetail, load};
+use crate::api::state::{Change, change};
+use crate::api::{
+    ConsumerView, DeadLetter, Segment, consumer_view, dead_letter, registered_consumer,
+};
+use crate::auth::{Principal, digest_hex};
+use crate::error::ApiError;
+
+/// The cookie of a signed-in browser.
+const SESSION_COOKIE: &str = "evc_session";
+/// The p99 produce-to-ack lag above which a consumer is a problem.
+const LAG_LIMIT: Duration = Duration::from_secs(30);
+/// The window of the status the pages read.
+const WINDOW: Duration = Duration::from_secs(300);
+/// Dead letters and recorded changes a consumer's page lists.
+const LISTED: u32 = 100;
+
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/", get(problems))
+        .route("/login", get(login_form).post(login))
+        .route("/logout", axum::routing::post(logout))
+        .route("/consumers/{name}", get(consumer))
+        .route("/events/{event_id}", get(event))
+        .layer(axum::middleware::map_response(page_headers))
+}
+
+/// The pages load nothing from elsewhere, run no script and are never framed by another site.
+async fn page_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; \
+             frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    response
+}
+
+/// The signed-in caller of a page; without a session the browser is sent to sign in.
+struct Viewer(Principal);
+
+impl FromRequestParts<AppState> for Viewer {
+    type Rejection = Redirect;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Redirect> {
+        parts
+            .headers
+            .get_all(COOKIE)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|cookies| cookies.split(';'))
+            .filter_map(|cookie| cookie.trim().split_once('='))
+            .find(|(name, _)| *name == SESSION_COOKIE)
+            .and_then(|(_, digest)| state.tokens.principal_by_digest(digest))
+            .cloned()
+            .map(Viewer)
+            .ok_or_else(|| Redirect::to("/login"))
+    }
+}
+
+#[derive(Template)]
+#[template(path = "login.html")]
+struct LoginPage {
+    failed: bool,
+}
+
+#[derive(Deserialize)]
+struct Login {
+    token: String,
+}
+
+async fn login_form() -> Result<Html<String>, ApiError> {
+    render(&LoginPage { failed: false })
+}
+
+async fn login(State(state): State<AppState>, Form(form): Form<Login>) -> Response {
+    if state.tokens.principal(&form.token).is_none() {
+        return match render(&LoginPage { failed: true }) {
+            Ok(page) => (axum::http::StatusCode::UNAUTHORIZED, page).into_response(),
+            Err(error) => error.into_response(),
+        };
+    }
+    let cookie = format!(
+        "{SESSION_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/",
+        digest_hex(&form.token)
+    );
+    ([(SET_COOKIE, cookie)], Redirect::to("/")).into_response()
+}
+
+async fn logout() -> Response {
+    let cookie = format!("{SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0");
+    ([(SET_COOKIE, cookie)], Redirect::to("/login")).into_response()
+}
+
+/// A problem as the page lists it: what, and the consumer it links to.
+struct Listed {
+    text: String,
+    consumer: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "problems.html")]
+struct ProblemsPage {
+    viewer: String,
+    lag_limit: String,
+    problems: Vec<Listed>,
+    consumers: Vec<ConsumerView>,
+}
+
+async fn problems(
+    State(state): State<AppState>,
+    Viewer(viewer): Viewer,
+) -> Result<Html<String>, ApiError> {
+    let report = state.outbox.status(WINDOW).await?;
+    let problems = report
+        .problems(LAG_LIMIT)
+        .iter()
+        .map(|problem| Listed {
+            text: problem.to_string(),
+            consumer: match problem {
+                Problem::DeadLetters { consumer, .. }
+                | Problem::LagBreach { consumer, .. }
+                | Problem::Stopped { consumer, .. } => Some(consumer.clone()),
+                Problem::SilentWorker(worker) => Some(worker.consumer.clone()),
+                _ => None,
+            },
+        })
+        .collect();
+    let consumers = state
+        .outbox
+        .registry()
+        .consumers
+        .iter()
+        .map(|consumer| consumer_view(consumer, &report))
+        .collect();
+    render(&ProblemsPage {
+        viewer: viewer.name,
+        lag_limit: format!("{} s", LAG_LIMIT.as_secs()),
+        problems,
+        consumers,
+    })
+}
+
+#[derive(Template)]
+#[template(path = "consumer.html")]
+struct ConsumerPage {
+    viewer: String,
+    consumer: ConsumerView,
+    dead: Vec<DeadLetter>,
+    changes: Vec<Change>,
+}
+
+async fn consumer(
+    State(state): State<AppState>,
+    Viewer(viewer): Viewer,
+    Segment(name): Segment,
+) -> Result<Html<String>, ApiError> {
+    let descriptor = registered_consumer(state.outbox.registry(), &name)?;
+    let report = state.outbox.status(WINDOW).await?;
+    let dead = state
+        .outbox
+        .dead_letters(&ReplaySelection::consumer(name.as_str()).limit(LISTED))
+        .await?;
+    let changes = state.outbox.state_changes(&name, LISTED).await?;
+    render(&ConsumerPage {
+        viewer: viewer.name,
+        consumer: consumer_view(descriptor, &report),
+        dead: dead.iter().map(dead_letter).collect(),
+        changes: changes.iter().map(change).collect(),
+    })
+}
+
+#[derive(Template)]
+#[template(path = "event.html")]
+struct EventPage {
+    viewer: String,
+    event: EventDetail,
+}
+
+async fn event(
+    State(state): State<AppState>,
+    Viewer(viewer): Viewer,
+    Segment(event_id): Segment,
+) -> Result<Html<String>, ApiError> {
+    let id: Uuid = event_id
+        .parse()
+        .map_err(|_| ApiError::BadRequest(format!("`{event_id}` is not a UUID")))?;
+    render(&EventPage {
+        viewer: viewer.name,
+        event: load(&state, id).await?,
+    })
+}
+
+fn render(page: &impl Template) -> Result<Html<String>, ApiError> {
+    page.render().map(Html).map_err(|error| {
+        crate::error::report(&error);
+        ApiError::Store
+    })
+}

@@ -1,0 +1,117 @@
+//! The web page on both stores: a browser without a session is sent to sign in, a token no one
+//! holds is refused, and a signed-in browser (whose cookie never holds the token) sees the
+//! problems first, each linking to its consumer, the consumer's dead letters and the event's
+//! attempts.
+
+mod support;
+
+use evc::{PgStore, SqliteStore};
+use evc_serve::Outbox;
+use reqwest::StatusCode;
+use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
+
+use support::{CONSUMER, READER, Seeded, Server, TestResult, seed};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_pages_show_problems_first() -> TestResult {
+    support::with_postgres(|store: PgStore| async move {
+        let seeded = seed(&store).await?;
+        pages(
+            Outbox::Postgres(Box::new(evc_serve::PgStores::single(store))),
+            seeded,
+        )
+        .await
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_pages_show_problems_first() -> TestResult {
+    support::with_sqlite(|store: SqliteStore| async move {
+        let seeded = seed(&store).await?;
+        pages(Outbox::Sqlite(store), seeded).await
+    })
+    .await
+}
+
+async fn pages(outbox: Outbox, seeded: Seeded) -> TestResult {
+    let server = Server::start(outbox).await?;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?;
+
+    let anonymous = http.get(server.url("/")).send().await?;
+    assert_eq!(anonymous.status(), StatusCode::SEE_OTHER);
+    assert_eq!(anonymous.headers()[LOCATION], "/login");
+    let form = http.get(server.url("/login")).send().await?;
+    assert_eq!(form.status(), StatusCode::OK);
+    assert!(form.text().await?.contains("name=\"token\""));
+
+    let refused = http
+        .post(server.url("/login"))
+        .form(&[("token", "no-one-holds-this-token-at-all")])
+        .send()
+        .await?;
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    assert!(refused.headers().get(SET_COOKIE).is_none());
+    assert!(refused.text().await?.contains("No caller holds this token"));
+
+    let signed_in = http
+        .post(server.url("/login"))
+        .form(&[("token", READER)])
+        .send()
+        .await?;
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+    let cookie = signed_in.headers()[SET_COOKIE].to_str()?.to_owned();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    assert!(
+        !cookie.contains(READER),
+        "the cookie holds the token: {cookie}"
+    );
+    let session = cookie.split(';').next().ok_or("a cookie")?.to_owned();
+    let page = |path: &str| {
+        http.get(server.url(path))
+            .header(COOKIE, session.as_str())
+            .send()
+    };
+
+    let problems = page("/").await?;
+    assert_eq!(problems.status(), StatusCode::OK);
+    let policy = problems.headers()["content-security-policy"].to_str()?;
+    assert!(policy.contains("frame-ancestors 'none'"), "{policy}");
+    let html = problems.text().await?;
+    let first_problem = html.find("id=\"problems\"").ok_or("a problems list")?;
+    let consumers_table = html.find("id=\"consumers\"").ok_or("a consumers table")?;
+    assert!(first_problem < consumers_table, "problems come first");
+    let link = format!("<a href=\"/consumers/{CONSUMER}\">");
+    let problem_link = html[first_problem..]
+        .find(&link)
+        .ok_or("a linked problem")?;
+    assert!(first_problem + problem_link < consumers_table, "{html}");
+    assert!(html.contains(">ada<"), "the viewer's name");
+
+    let consumer = page(&format!("/consumers/{CONSUMER}")).await?;
+    assert_eq!(consumer.status(), StatusCode::OK);
+    let html = consumer.text().await?;
+    assert!(html.contains(&format!("/events/{}", seeded.dead)), "{html}");
+    assert!(
+        !html.contains(&seeded.acked.to_string()),
+        "only dead letters are listed"
+    );
+
+    let event = page(&format!("/events/{}", seeded.dead)).await?;
+    assert_eq!(event.status(), StatusCode::OK);
+    assert!(event.text().await?.contains("mailbox_rejected"));
+
+    let out = http
+        .post(server.url("/logout"))
+        .header(COOKIE, session.as_str())
+        .send()
+        .await?;
+    assert_eq!(out.status(), StatusCode::SEE_OTHER);
+    assert!(out.headers()[SET_COOKIE].to_str()?.contains("Max-Age=0"));
+    Ok(())
+}
