@@ -1,0 +1,258 @@
+//! The web page in a real browser: headless Chromium, driven over the W3C WebDriver protocol by
+//! Debian's `chromedriver`, signs in with a token, sees the seeded dead letter among the
+//! problems, follows it to the consumer's page and to the event's attempts. Screenshots of each
+//! page are written to `target/tmp/serve-screenshots/`.
+//!
+//! Chromium and chromedriver come from Debian's `chromium` and `chromium-driver` (`.ci/run`
+//! installs them). Where they are missing the test says so and skips, except under `CI=true`.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use base64::Engine as _;
+use evc::SqliteStore;
+use evc_serve::Outbox;
+use serde_json::{Value, json};
+
+use support::{BoxError, CONSUMER, READER, Server, TestResult, seed};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_signs_in_and_follows_a_dead_letter_to_its_attempts() -> TestResult {
+    if !Path::new(CHROMIUM).exists() || !Path::new(CHROMEDRIVER).exists() {
+        let ci = std::env::var("CI").is_ok_and(|value| value.eq_ignore_ascii_case("true"));
+        assert!(!ci, "CI=true and {CHROMIUM} or {CHROMEDRIVER} is missing");
+        eprintln!(
+            "skipped: {CHROMIUM} or {CHROMEDRIVER} is missing (apt-get install chromium chromium-driver)"
+        );
+        return Ok(());
+    }
+    support::with_sqlite(|store: SqliteStore| async move {
+        let seeded = seed(&store).await?;
+        let server = Server::start(Outbox::Sqlite(store)).await?;
+        let driver = Driver::start().await?;
+        let result = browse(&driver, &server, &seeded.dead.to_string()).await;
+        driver.stop().await;
+        result
+    })
+    .await
+}
+
+async fn browse(driver: &Driver, server: &Server, dead: &str) -> TestResult {
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("serve-screenshots");
+    std::fs::create_dir_all(&shots)?;
+
+    driver.go(&server.url("/")).await?;
+    assert!(driver.url().await?.ends_with("/login"), "sent to sign in");
+    driver.type_into("#token", READER).await?;
+    driver.click("button[type=submit]").await?;
+    driver.arrive(&server.url("/")).await?;
+    let problem = driver.text("#problems li a").await?;
+    assert!(problem.contains(CONSUMER), "{problem}");
+    driver.screenshot(&shots.join("problems.png")).await?;
+
+    driver.click("#problems li a").await?;
+    assert_eq!(
+        driver.url().await?,
+        server.url(&format!("/consumers/{CONSUMER}"))
+    );
+    let letters = driver.text("#dead-letters").await?;
+    assert!(letters.contains(dead), "{letters}");
+    driver.screenshot(&shots.join("consumer.png")).await?;
+
+    driver.click("#dead-letters a").await?;
+    driver
+        .arrive(&server.url(&format!("/events/{dead}")))
+        .await?;
+    assert!(driver.text("main").await?.contains("mailbox_rejected"));
+    driver.screenshot(&shots.join("event.png")).await?;
+    eprintln!("screenshots: {}", shots.display());
+    Ok(())
+}
+
+/// A chromedriver process and one headless Chromium session on it.
+struct Driver {
+    process: Child,
+    http: reqwest::Client,
+    session: String,
+}
+
+impl Driver {
+    async fn start() -> Result<Self, BoxError> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let process = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let http = reqwest::Client::new();
+        let base = format!("http://127.0.0.1:{port}");
+        // A bound on a hang, not a timing assertion: chromedriver answers when it is up.
+        let mut ready = false;
+        for _ in 0..600 {
+            if let Ok(status) = http.get(format!("{base}/status")).send().await {
+                let status: Value = status.json().await?;
+                if status["value"]["ready"] == true {
+                    ready = true;
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let mut driver = Self {
+            process,
+            http,
+            session: String::new(),
+        };
+        if !ready {
+            driver.stop().await;
+            return Err("chromedriver did not become ready".into());
+        }
+        let created: Value = driver
+            .http
+            .post(format!("{base}/session"))
+            .json(&json!({ "capabilities": { "alwaysMatch": {
+                "browserName": "chrome",
+                "goog:chromeOptions": {
+                    "binary": CHROMIUM,
+                    "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                        "--disable-dev-shm-usage", "--window-size=1280,900"],
+                },
+            }}}))
+            .send()
+            .await?
+            .json()
+            .await?;
+        match created["value"]["sessionId"].as_str() {
+            Some(id) => driver.session = format!("{base}/session/{id}"),
+            None => {
+                driver.stop().await;
+                return Err(format!("no session: {created}").into());
+            }
+        }
+        Ok(driver)
+    }
+
+    async fn command(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Value,
+    ) -> Result<Value, BoxError> {
+        let mut request = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.session));
+        if method == reqwest::Method::POST {
+            request = request.json(&body);
+        }
+        let answer: Value = request.send().await?.json().await?;
+        if answer["value"].get("error").is_some() {
+            return Err(format!("webdriver {path}: {answer}").into());
+        }
+        Ok(answer["value"].clone())
+    }
+
+    async fn go(&self, url: &str) -> Result<(), BoxError> {
+        self.command(reqwest::Method::POST, "/url", json!({ "url": url }))
+            .await?;
+        Ok(())
+    }
+
+    async fn url(&self) -> Result<String, BoxError> {
+        let url = self
+            .command(reqwest::Method::GET, "/url", json!({}))
+            .await?;
+        Ok(url.as_str().unwrap_or_default().to_owned())
+    }
+
+    /// Waits until the browser is at `url` (a bound on a hang of 30 s, not a timing assertion:
+    /// a click's navigation may still be under way when the click answers).
+    async fn arrive(&self, url: &str) -> Result<(), BoxError> {
+        for _ in 0..300 {
+            if self.url().await? == url {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(format!(
+            "the browser never reached {url}; it is at {}",
+            self.url().await?
+        )
+        .into())
+    }
+
+    async fn element(&self, css: &str) -> Result<String, BoxError> {
+        let found = self
+            .command(
+                reqwest::Method::POST,
+                "/element",
+                json!({ "using": "css selector", "value": css }),
+            )
+            .await?;
+        found
+            .as_object()
+            .and_then(|object| object.values().next())
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .ok_or_else(|| format!("no element {css}").into())
+    }
+
+    async fn type_into(&self, css: &str, text: &str) -> Result<(), BoxError> {
+        let element = self.element(css).await?;
+        self.command(
+            reqwest::Method::POST,
+            &format!("/element/{element}/value"),
+            json!({ "text": text }),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn click(&self, css: &str) -> Result<(), BoxError> {
+        let element = self.element(css).await?;
+        self.command(
+            reqwest::Method::POST,
+            &format!("/element/{element}/click"),
+            json!({}),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn text(&self, css: &str) -> Result<String, BoxError> {
+        let element = self.element(css).await?;
+        let text = self
+            .command(
+                reqwest::Method::GET,
+                &format!("/element/{element}/text"),
+                json!({}),
+            )
+            .await?;
+        Ok(text.as_str().unwrap_or_default().to_owned())
+    }
+
+    async fn screenshot(&self, path: &PathBuf) -> Result<(), BoxError> {
+        let png = self
+            .command(reqwest::Method::GET, "/screenshot", json!({}))
+            .await?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(png.as_str().ok_or("a base64 screenshot")?)?;
+        std::fs::write(path, bytes)?;
+        Ok(())
+    }
+
+    async fn stop(mut self) {
+        if !self.session.is_empty() {
+            let _ = self.http.delete(&self.session).send().await;
+        }
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
