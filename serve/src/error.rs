@@ -28,6 +28,8 @@ pub(crate) struct Problem {
 pub(crate) enum ApiError {
     /// No `Authorization: Bearer` token, or one no caller holds.
     Unauthorized,
+    /// A form posted from another site than this server's pages.
+    CrossSite,
     /// The caller's role may not do this.
     Forbidden {
         /// The caller's role.
@@ -54,7 +56,7 @@ impl ApiError {
     fn status(&self) -> StatusCode {
         match self {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
-            Self::Forbidden { .. } => StatusCode::FORBIDDEN,
+            Self::Forbidden { .. } | Self::CrossSite => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
@@ -76,6 +78,7 @@ impl ApiError {
             }
             Self::Store => "the outbox store did not answer; see the server's log".to_owned(),
             Self::MethodNotAllowed => "the route does not take this method".to_owned(),
+            Self::CrossSite => "forms are taken only from this server's own pages".to_owned(),
         }
     }
 }

@@ -1,7 +1,9 @@
 //! The web page in a real browser: headless Chromium, driven over the W3C WebDriver protocol by
 //! Debian's `chromedriver`, signs in with a token, sees the seeded dead letter among the
-//! problems, follows it to the consumer's page and to the event's attempts. Screenshots of each
-//! page are written to `target/tmp/serve-screenshots/`.
+//! problems, follows it to the consumer's page and to the event's attempts; then an operator
+//! proposes its replay and an approver approves it, each signed in with their own token, and
+//! once the consumer has handled the replayed delivery the problems page shows none.
+//! Screenshots of each page are written to `target/tmp/serve-screenshots/`.
 //!
 //! Chromium and chromedriver come from Debian's `chromium` and `chromium-driver` (`.ci/run`
 //! installs them). Where they are missing the test says so and skips, except under `CI=true`.
@@ -10,6 +12,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -17,13 +20,14 @@ use evc::SqliteStore;
 use evc_serve::Outbox;
 use serde_json::{Value, json};
 
-use support::{BoxError, CONSUMER, READER, Server, TestResult, seed};
+use evc_reference::tour::Notifier;
+use support::{APPROVER, BoxError, CONSUMER, OPERATOR, READER, Server, TestResult, seed, settle};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_browser_signs_in_and_follows_a_dead_letter_to_its_attempts() -> TestResult {
+async fn two_people_replay_a_dead_letter_from_the_page_and_it_recovers() -> TestResult {
     if !Path::new(CHROMIUM).exists() || !Path::new(CHROMEDRIVER).exists() {
         let ci = std::env::var("CI").is_ok_and(|value| value.eq_ignore_ascii_case("true"));
         assert!(!ci, "CI=true and {CHROMIUM} or {CHROMEDRIVER} is missing");
@@ -34,16 +38,16 @@ async fn a_browser_signs_in_and_follows_a_dead_letter_to_its_attempts() -> TestR
     }
     support::with_sqlite(|store: SqliteStore| async move {
         let seeded = seed(&store).await?;
-        let server = Server::start(Outbox::Sqlite(store)).await?;
+        let server = Server::start(Outbox::Sqlite(store.clone())).await?;
         let driver = Driver::start().await?;
-        let result = browse(&driver, &server, &seeded.dead.to_string()).await;
+        let result = browse(&driver, &server, &store, &seeded.dead.to_string()).await;
         driver.stop().await;
         result
     })
     .await
 }
 
-async fn browse(driver: &Driver, server: &Server, dead: &str) -> TestResult {
+async fn browse(driver: &Driver, server: &Server, store: &SqliteStore, dead: &str) -> TestResult {
     let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("serve-screenshots");
     std::fs::create_dir_all(&shots)?;
 
@@ -71,6 +75,52 @@ async fn browse(driver: &Driver, server: &Server, dead: &str) -> TestResult {
         .await?;
     assert!(driver.text("main").await?.contains("mailbox_rejected"));
     driver.screenshot(&shots.join("event.png")).await?;
+
+    // Two people replay the dead letter: bob, an operator, proposes; eve, an approver, reads
+    // the plan and approves it.
+    driver.sign_in_as(server, OPERATOR).await?;
+    driver
+        .go(&server.url(&format!("/consumers/{CONSUMER}")))
+        .await?;
+    assert!(
+        driver.element("#approve").await.is_err(),
+        "an operator approves nothing"
+    );
+    driver.click("#propose button").await?;
+    driver
+        .arrive(&server.url(&format!("/consumers/{CONSUMER}/replay/propose")))
+        .await?;
+    let notice = driver.text("#notice").await?;
+    assert!(notice.starts_with("Proposed plan"), "{notice}");
+    driver.sign_in_as(server, APPROVER).await?;
+    driver
+        .go(&server.url(&format!("/consumers/{CONSUMER}")))
+        .await?;
+    assert!(
+        driver.element("#propose").await.is_err(),
+        "an approver proposes nothing"
+    );
+    driver
+        .type_into("#reason", "the mailbox accepts mail again")
+        .await?;
+    driver.type_into("#approval_ref", "CHG-7").await?;
+    driver.click("#approve button").await?;
+    driver
+        .arrive(&server.url(&format!("/consumers/{CONSUMER}/replay/apply")))
+        .await?;
+    let notice = driver.text("#notice").await?;
+    assert!(notice.starts_with("Applied replay"), "{notice}");
+    driver.screenshot(&shots.join("approved.png")).await?;
+
+    // The mailbox works again: the consumer handles the replayed delivery and recovers.
+    settle(store, Arc::new(Notifier::default())).await?;
+    driver
+        .go(&server.url(&format!("/consumers/{CONSUMER}")))
+        .await?;
+    assert!(driver.element("#no-dead-letters").await.is_ok());
+    driver.go(&server.url("/")).await?;
+    assert!(driver.element("#no-problems").await.is_ok());
+    driver.screenshot(&shots.join("recovered.png")).await?;
     eprintln!("screenshots: {}", shots.display());
     Ok(())
 }
@@ -170,6 +220,18 @@ impl Driver {
             .command(reqwest::Method::GET, "/url", json!({}))
             .await?;
         Ok(url.as_str().unwrap_or_default().to_owned())
+    }
+
+    /// Signs out whoever is signed in, and signs in with `token`.
+    async fn sign_in_as(&self, server: &Server, token: &str) -> Result<(), BoxError> {
+        self.go(&server.url("/")).await?;
+        if self.url().await? != server.url("/login") {
+            self.click("header form button").await?;
+            self.arrive(&server.url("/login")).await?;
+        }
+        self.type_into("#token", token).await?;
+        self.click("button[type=submit]").await?;
+        self.arrive(&server.url("/")).await
     }
 
     /// Waits until the browser is at `url` (a bound on a hang of 30 s, not a timing assertion:

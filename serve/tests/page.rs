@@ -106,6 +106,28 @@ async fn pages(outbox: Outbox, seeded: Seeded) -> TestResult {
     assert_eq!(event.status(), StatusCode::OK);
     assert!(event.text().await?.contains("mailbox_rejected"));
 
+    // Forms: only from this server's pages, and only by a role whose job it is.
+    let propose = server.url(&format!("/consumers/{CONSUMER}/replay/propose"));
+    let cross_site = http
+        .post(&propose)
+        .header(COOKIE, session.as_str())
+        .header("origin", "http://evil.example")
+        .send()
+        .await?;
+    assert_eq!(cross_site.status(), StatusCode::FORBIDDEN);
+    let as_reader = http
+        .post(&propose)
+        .header(COOKIE, session.as_str())
+        .header("origin", server.base.as_str())
+        .send()
+        .await?;
+    assert_eq!(as_reader.status(), StatusCode::FORBIDDEN);
+    let html = page(&format!("/consumers/{CONSUMER}"))
+        .await?
+        .text()
+        .await?;
+    assert!(!html.contains("id=\"propose\"") && !html.contains("id=\"approve\""));
+
     let out = http
         .post(server.url("/logout"))
         .header(COOKIE, session.as_str())

@@ -15,35 +15,34 @@ use axum::http::header::{
 };
 use axum::http::request::Parts;
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use axum::routing::get;
-use evc_runtime::{Problem, ReplaySelection};
+use axum::routing::{get, post};
+use evc_runtime::Problem;
 use serde::Deserialize;
 use uuid::Uuid;
 
 use crate::AppState;
 use crate::api::event::{EventDetail, load};
-use crate::api::state::{Change, change};
-use crate::api::{
-    ConsumerView, DeadLetter, Segment, consumer_view, dead_letter, registered_consumer,
-};
+use crate::api::{ConsumerView, Segment, consumer_view};
 use crate::auth::{Principal, digest_hex};
 use crate::error::ApiError;
+
+mod consumer;
 
 /// The cookie of a signed-in browser.
 const SESSION_COOKIE: &str = "evc_session";
 /// The p99 produce-to-ack lag above which a consumer is a problem.
 const LAG_LIMIT: Duration = Duration::from_secs(30);
 /// The window of the status the pages read.
-const WINDOW: Duration = Duration::from_secs(300);
-/// Dead letters and recorded changes a consumer's page lists.
-const LISTED: u32 = 100;
+pub(crate) const WINDOW: Duration = Duration::from_secs(300);
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route("/", get(problems))
         .route("/login", get(login_form).post(login))
-        .route("/logout", axum::routing::post(logout))
-        .route("/consumers/{name}", get(consumer))
+        .route("/logout", post(logout))
+        .route("/consumers/{name}", get(consumer::page))
+        .route("/consumers/{name}/replay/propose", post(consumer::propose))
+        .route("/consumers/{name}/replay/apply", post(consumer::apply))
         .route("/events/{event_id}", get(event))
         .layer(axum::middleware::map_response(page_headers))
 }
@@ -59,12 +58,12 @@ async fn page_headers(mut response: Response) -> Response {
         ),
     );
     headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    headers.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     response
 }
 
 /// The signed-in caller of a page; without a session the browser is sent to sign in.
-struct Viewer(Principal);
+pub(crate) struct Viewer(pub(crate) Principal);
 
 impl FromRequestParts<AppState> for Viewer {
     type Rejection = Redirect;
@@ -169,35 +168,6 @@ async fn problems(
 }
 
 #[derive(Template)]
-#[template(path = "consumer.html")]
-struct ConsumerPage {
-    viewer: String,
-    consumer: ConsumerView,
-    dead: Vec<DeadLetter>,
-    changes: Vec<Change>,
-}
-
-async fn consumer(
-    State(state): State<AppState>,
-    Viewer(viewer): Viewer,
-    Segment(name): Segment,
-) -> Result<Html<String>, ApiError> {
-    let descriptor = registered_consumer(state.outbox.registry(), &name)?;
-    let report = state.outbox.status(WINDOW).await?;
-    let dead = state
-        .outbox
-        .dead_letters(&ReplaySelection::consumer(name.as_str()).limit(LISTED))
-        .await?;
-    let changes = state.outbox.state_changes(&name, LISTED).await?;
-    render(&ConsumerPage {
-        viewer: viewer.name,
-        consumer: consumer_view(descriptor, &report),
-        dead: dead.iter().map(dead_letter).collect(),
-        changes: changes.iter().map(change).collect(),
-    })
-}
-
-#[derive(Template)]
 #[template(path = "event.html")]
 struct EventPage {
     viewer: String,
@@ -218,7 +188,7 @@ async fn event(
     })
 }
 
-fn render(page: &impl Template) -> Result<Html<String>, ApiError> {
+pub(crate) fn render(page: &impl Template) -> Result<Html<String>, ApiError> {
     page.render().map(Html).map_err(|error| {
         crate::error::report(&error);
         ApiError::Store

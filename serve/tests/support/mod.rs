@@ -87,7 +87,15 @@ pub async fn seed<S: Store>(store: &S) -> Result<Seeded, BoxError> {
     }
     tx.commit().await?;
 
-    let notifier = Arc::new(Notifier::bouncing_for(units[1]));
+    settle(store, Arc::new(Notifier::bouncing_for(units[1]))).await?;
+    Ok(Seeded {
+        acked: ids[0],
+        dead: ids[1],
+    })
+}
+
+/// Dispatches [`CONSUMER`] with `notifier` until none of its deliveries is pending or leased.
+pub async fn settle<S: Store>(store: &S, notifier: Arc<Notifier>) -> Result<(), BoxError> {
     let handle = Dispatcher::new(
         store.clone(),
         DispatcherConfig::default()
@@ -113,10 +121,7 @@ pub async fn seed<S: Store>(store: &S) -> Result<Seeded, BoxError> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     handle.shutdown().await;
-    Ok(Seeded {
-        acked: ids[0],
-        dead: ids[1],
-    })
+    Ok(())
 }
 
 /// Runs `check` on a [`PgStore`] of the reference registry over a fresh database with the
