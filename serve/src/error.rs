@@ -3,9 +3,12 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use std::collections::BTreeMap;
+
 use evc_runtime::ReplayError;
 use serde::Serialize;
 use utoipa::ToSchema;
+use utoipa::openapi::{self, ContentBuilder, Ref, RefOr, ResponseBuilder};
 
 use crate::auth::Role;
 
@@ -21,6 +24,35 @@ pub(crate) struct Problem {
     pub(crate) status: u16,
     /// What went wrong with this request.
     pub(crate) detail: String,
+}
+
+/// The problems every `/api/v1` route but the document may answer, for its `responses(...)`:
+/// 401 (no known bearer token) and 503 (the store did not answer).
+pub(crate) struct Unavailable;
+
+impl utoipa::IntoResponses for Unavailable {
+    fn responses() -> BTreeMap<String, RefOr<openapi::Response>> {
+        [
+            ("401", "No known bearer token"),
+            ("503", "The store did not answer"),
+        ]
+        .into_iter()
+        .map(|(status, description)| (status.to_owned(), problem_response(description)))
+        .collect()
+    }
+}
+
+/// A response whose body is a [`Problem`].
+fn problem_response(description: &str) -> RefOr<openapi::Response> {
+    let content = ContentBuilder::new()
+        .schema(Some(Ref::from_schema_name("Problem")))
+        .build();
+    RefOr::T(
+        ResponseBuilder::new()
+            .description(description)
+            .content("application/problem+json", content)
+            .build(),
+    )
 }
 
 /// Why a request was not answered.

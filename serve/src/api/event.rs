@@ -12,7 +12,7 @@ use uuid::Uuid;
 use crate::AppState;
 use crate::api::Segment;
 use crate::auth::Caller;
-use crate::error::{ApiError, Problem};
+use crate::error::{ApiError, Problem, Unavailable};
 
 /// An event's envelope and its deliveries.
 #[derive(Debug, Serialize, ToSchema)]
@@ -105,12 +105,9 @@ pub(crate) struct Attempt {
         (status = 200, description = "The event and its deliveries", body = EventDetail),
         (status = 400, description = "Not a UUID", body = Problem,
             content_type = "application/problem+json"),
-        (status = 401, description = "No known bearer token", body = Problem,
-            content_type = "application/problem+json"),
         (status = 404, description = "No such event", body = Problem,
             content_type = "application/problem+json"),
-        (status = 503, description = "The store did not answer", body = Problem,
-            content_type = "application/problem+json"),
+        Unavailable,
     )
 )]
 pub(crate) async fn event(

@@ -20,7 +20,7 @@ use utoipa_axum::routes;
 
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::{ApiError, Problem};
+use crate::error::{ApiError, Problem, Unavailable};
 
 pub(crate) mod event;
 mod replay;
@@ -296,10 +296,7 @@ pub(crate) struct Limit {
     tag = "registry",
     responses(
         (status = 200, description = "The event types", body = Vec<EventTypeSummary>),
-        (status = 401, description = "No known bearer token", body = Problem,
-            content_type = "application/problem+json"),
-        (status = 503, description = "The store did not answer", body = Problem,
-            content_type = "application/problem+json"),
+        Unavailable,
     )
 )]
 async fn event_types(
@@ -335,12 +332,9 @@ async fn event_types(
     params(("name" = String, Path, description = "The event type's name")),
     responses(
         (status = 200, description = "The event type", body = EventTypeDetail),
-        (status = 401, description = "No known bearer token", body = Problem,
-            content_type = "application/problem+json"),
         (status = 404, description = "No such event type", body = Problem,
             content_type = "application/problem+json"),
-        (status = 503, description = "The store did not answer", body = Problem,
-            content_type = "application/problem+json"),
+        Unavailable,
     )
 )]
 async fn event_type(
@@ -390,10 +384,7 @@ async fn event_type(
         (status = 200, description = "The consumers", body = Vec<ConsumerView>),
         (status = 400, description = "A bad window", body = Problem,
             content_type = "application/problem+json"),
-        (status = 401, description = "No known bearer token", body = Problem,
-            content_type = "application/problem+json"),
-        (status = 503, description = "The store did not answer", body = Problem,
-            content_type = "application/problem+json"),
+        Unavailable,
     )
 )]
 async fn consumers(
@@ -422,12 +413,9 @@ async fn consumers(
         (status = 200, description = "The consumer", body = ConsumerView),
         (status = 400, description = "A bad window", body = Problem,
             content_type = "application/problem+json"),
-        (status = 401, description = "No known bearer token", body = Problem,
-            content_type = "application/problem+json"),
         (status = 404, description = "No such consumer", body = Problem,
             content_type = "application/problem+json"),
-        (status = 503, description = "The store did not answer", body = Problem,
-            content_type = "application/problem+json"),
+        Unavailable,
     )
 )]
 async fn consumer(
@@ -452,12 +440,9 @@ async fn consumer(
         (status = 200, description = "The dead letters", body = Vec<DeadLetter>),
         (status = 400, description = "A bad limit", body = Problem,
             content_type = "application/problem+json"),
-        (status = 401, description = "No known bearer token", body = Problem,
-            content_type = "application/problem+json"),
         (status = 404, description = "No such consumer", body = Problem,
             content_type = "application/problem+json"),
-        (status = 503, description = "The store did not answer", body = Problem,
-            content_type = "application/problem+json"),
+        Unavailable,
     )
 )]
 async fn dead_letters(
@@ -491,10 +476,7 @@ async fn dead_letters(
             body = Vec<TimelineItem>),
         (status = 400, description = "Not a W3C trace id", body = Problem,
             content_type = "application/problem+json"),
-        (status = 401, description = "No known bearer token", body = Problem,
-            content_type = "application/problem+json"),
-        (status = 503, description = "The store did not answer", body = Problem,
-            content_type = "application/problem+json"),
+        Unavailable,
     )
 )]
 async fn timeline(

@@ -15,7 +15,7 @@ use utoipa::ToSchema;
 use crate::AppState;
 use crate::api::{Body, DeadLetter, Segment, dead_letter, registered_consumer};
 use crate::auth::{Caller, Role};
-use crate::error::{ApiError, Problem};
+use crate::error::{ApiError, Problem, Unavailable};
 
 /// Which of a consumer's dead letters a replay takes. Every field is optional: `{}` takes
 /// all of them, up to 1,000.
@@ -121,16 +121,13 @@ pub(crate) struct Applied {
         (status = 200, description = "The plan", body = Plan),
         (status = 400, description = "A body that is not JSON", body = Problem,
             content_type = "application/problem+json"),
-        (status = 401, description = "No known bearer token", body = Problem,
-            content_type = "application/problem+json"),
         (status = 403, description = "Neither an operator nor an approver", body = Problem,
             content_type = "application/problem+json"),
         (status = 404, description = "No such consumer", body = Problem,
             content_type = "application/problem+json"),
         (status = 422, description = "A field is not acceptable", body = Problem,
             content_type = "application/problem+json"),
-        (status = 503, description = "The store did not answer", body = Problem,
-            content_type = "application/problem+json"),
+        Unavailable,
     )
 )]
 pub(crate) async fn plan(
@@ -159,8 +156,6 @@ pub(crate) async fn plan(
         (status = 201, description = "The plan, recorded", body = ProposedPlan),
         (status = 400, description = "A body that is not JSON", body = Problem,
             content_type = "application/problem+json"),
-        (status = 401, description = "No known bearer token", body = Problem,
-            content_type = "application/problem+json"),
         (status = 403, description = "Not an operator", body = Problem,
             content_type = "application/problem+json"),
         (status = 404, description = "No such consumer", body = Problem,
@@ -169,8 +164,7 @@ pub(crate) async fn plan(
             body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A field is not acceptable", body = Problem,
             content_type = "application/problem+json"),
-        (status = 503, description = "The store did not answer", body = Problem,
-            content_type = "application/problem+json"),
+        Unavailable,
     )
 )]
 pub(crate) async fn propose(
@@ -207,8 +201,6 @@ pub(crate) async fn propose(
             body = Applied),
         (status = 400, description = "A body that is not JSON", body = Problem,
             content_type = "application/problem+json"),
-        (status = 401, description = "No known bearer token", body = Problem,
-            content_type = "application/problem+json"),
         (status = 403, description = "Not an approver", body = Problem,
             content_type = "application/problem+json"),
         (status = 404, description = "No such consumer", body = Problem,
@@ -218,8 +210,7 @@ pub(crate) async fn propose(
             body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A field is not acceptable", body = Problem,
             content_type = "application/problem+json"),
-        (status = 503, description = "The store did not answer", body = Problem,
-            content_type = "application/problem+json"),
+        Unavailable,
     )
 )]
 pub(crate) async fn apply(

@@ -11,7 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::AppState;
 use crate::api::{Body, Params, Segment, registered_consumer};
 use crate::auth::{Caller, Role};
-use crate::error::{ApiError, Problem};
+use crate::error::{ApiError, Problem, Unavailable};
 
 /// Most recorded changes one request lists.
 const MAX_CHANGES: u32 = 1_000;
@@ -96,16 +96,13 @@ pub(crate) struct ChangeLimit {
         (status = 200, description = "Paused, and recorded", body = OperatorState),
         (status = 400, description = "A body that is not JSON", body = Problem,
             content_type = "application/problem+json"),
-        (status = 401, description = "No known bearer token", body = Problem,
-            content_type = "application/problem+json"),
         (status = 403, description = "Not an operator", body = Problem,
             content_type = "application/problem+json"),
         (status = 404, description = "No such consumer", body = Problem,
             content_type = "application/problem+json"),
         (status = 422, description = "No reason, or one that cannot be recorded",
             body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store did not answer", body = Problem,
-            content_type = "application/problem+json"),
+        Unavailable,
     )
 )]
 pub(crate) async fn pause(
@@ -133,16 +130,13 @@ pub(crate) async fn pause(
         (status = 200, description = "Resumed, and recorded", body = OperatorState),
         (status = 400, description = "A body that is not JSON", body = Problem,
             content_type = "application/problem+json"),
-        (status = 401, description = "No known bearer token", body = Problem,
-            content_type = "application/problem+json"),
         (status = 403, description = "Not an operator", body = Problem,
             content_type = "application/problem+json"),
         (status = 404, description = "No such consumer", body = Problem,
             content_type = "application/problem+json"),
         (status = 422, description = "No reason, or one that cannot be recorded",
             body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store did not answer", body = Problem,
-            content_type = "application/problem+json"),
+        Unavailable,
     )
 )]
 pub(crate) async fn resume(
@@ -170,8 +164,6 @@ pub(crate) async fn resume(
         (status = 200, description = "Set, and recorded", body = OperatorState),
         (status = 400, description = "A body that is not JSON", body = Problem,
             content_type = "application/problem+json"),
-        (status = 401, description = "No known bearer token", body = Problem,
-            content_type = "application/problem+json"),
         (status = 403, description = "Not an operator", body = Problem,
             content_type = "application/problem+json"),
         (status = 404, description = "No such consumer", body = Problem,
@@ -180,8 +172,7 @@ pub(crate) async fn resume(
             tenant's", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "An unknown mode, no reason, or one that cannot be \
             recorded", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store did not answer", body = Problem,
-            content_type = "application/problem+json"),
+        Unavailable,
     )
 )]
 pub(crate) async fn mode(
@@ -213,12 +204,9 @@ pub(crate) async fn mode(
         (status = 200, description = "The recorded changes", body = Vec<Change>),
         (status = 400, description = "A bad limit", body = Problem,
             content_type = "application/problem+json"),
-        (status = 401, description = "No known bearer token", body = Problem,
-            content_type = "application/problem+json"),
         (status = 404, description = "No such consumer", body = Problem,
             content_type = "application/problem+json"),
-        (status = 503, description = "The store did not answer", body = Problem,
-            content_type = "application/problem+json"),
+        Unavailable,
     )
 )]
 pub(crate) async fn changes(
