@@ -10,7 +10,7 @@ use evc_serve::Outbox;
 use reqwest::StatusCode;
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
 
-use support::{CONSUMER, READER, Seeded, Server, TestResult, seed};
+use support::{CONSUMER, READER, Seeded, Server, TRACE, TestResult, seed};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_pages_show_problems_first() -> TestResult {
@@ -104,7 +104,36 @@ async fn pages(outbox: Outbox, seeded: Seeded) -> TestResult {
 
     let event = page(&format!("/events/{}", seeded.dead)).await?;
     assert_eq!(event.status(), StatusCode::OK);
-    assert!(event.text().await?.contains("mailbox_rejected"));
+    let html = event.text().await?;
+    assert!(html.contains("mailbox_rejected"));
+    assert!(
+        html.contains(&format!("href=\"/timeline/{TRACE}\"")),
+        "{html}"
+    );
+
+    let timeline = page(&format!("/timeline/{TRACE}")).await?;
+    assert_eq!(timeline.status(), StatusCode::OK);
+    let html = timeline.text().await?;
+    for id in [seeded.dead, seeded.acked] {
+        assert!(html.contains(&format!("/events/{id}")), "{html}");
+    }
+    let born = page("/event-types/iu.born").await?;
+    assert_eq!(born.status(), StatusCode::OK);
+    let html = born.text().await?;
+    assert!(
+        html.contains("id=\"v1.0.0\"") && html.contains("id=\"v1.1.0\""),
+        "{html}"
+    );
+    assert!(html.contains(&format!("/consumers/{CONSUMER}")));
+    let schema = html.find("<pre>").map_or("", |at| &html[at..]);
+    assert!(
+        schema.contains("&#34;type&#34;: &#34;object&#34;"),
+        "the schema, escaped: {schema}"
+    );
+    assert_eq!(
+        page("/event-types/no.such").await?.status(),
+        StatusCode::NOT_FOUND
+    );
 
     // Forms: only from this server's pages, and only by a role whose job it is.
     let propose = server.url(&format!("/consumers/{CONSUMER}/replay/propose"));

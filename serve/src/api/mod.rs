@@ -342,9 +342,16 @@ async fn event_type(
     _caller: Caller,
     Segment(name): Segment,
 ) -> Result<Json<EventTypeDetail>, ApiError> {
-    let registry = state.outbox.registry();
+    Ok(Json(event_type_detail(state.outbox.registry(), &name)?))
+}
+
+/// The event type `name` with each version's schema and the consumers accepting it.
+pub(crate) fn event_type_detail(
+    registry: &Registry,
+    name: &str,
+) -> Result<EventTypeDetail, ApiError> {
     let event = registry
-        .event(&name)
+        .event(name)
         .ok_or_else(|| ApiError::NotFound(format!("event type `{name}`")))?;
     let subscribers = subscribers(registry, event);
     let versions = event
@@ -363,7 +370,7 @@ async fn event_type(
                 .collect(),
         })
         .collect();
-    Ok(Json(EventTypeDetail {
+    Ok(EventTypeDetail {
         name: event.name.to_owned(),
         description: event.description.to_owned(),
         producer_class: event.producer_class.to_owned(),
@@ -371,7 +378,7 @@ async fn event_type(
         deprecated: event.deprecated,
         max_payload_bytes: event.max_payload_bytes,
         versions,
-    }))
+    })
 }
 
 /// Every registered consumer with its deliveries, lag and workers.
@@ -658,7 +665,7 @@ pub(crate) fn dead_letter(delivery: &SettledDelivery) -> DeadLetter {
     }
 }
 
-fn timeline_item(entry: &TimelineEntry) -> TimelineItem {
+pub(crate) fn timeline_item(entry: &TimelineEntry) -> TimelineItem {
     TimelineItem {
         at: entry.at,
         kind: entry.kind.clone(),

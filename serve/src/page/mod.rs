@@ -22,7 +22,9 @@ use uuid::Uuid;
 
 use crate::AppState;
 use crate::api::event::{EventDetail, load};
-use crate::api::{ConsumerView, Segment, consumer_view};
+use crate::api::{
+    ConsumerView, Segment, TimelineItem, consumer_view, event_type_detail, timeline_item,
+};
 use crate::auth::{Principal, digest_hex};
 use crate::error::ApiError;
 
@@ -44,6 +46,8 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/consumers/{name}/replay/propose", post(consumer::propose))
         .route("/consumers/{name}/replay/apply", post(consumer::apply))
         .route("/events/{event_id}", get(event))
+        .route("/event-types/{name}", get(event_type))
+        .route("/timeline/{trace_id}", get(timeline))
         .layer(axum::middleware::map_response(page_headers))
 }
 
@@ -192,5 +196,82 @@ pub(crate) fn render(page: &impl Template) -> Result<Html<String>, ApiError> {
     page.render().map(Html).map_err(|error| {
         crate::error::report(&error);
         ApiError::Store
+    })
+}
+
+#[derive(Template)]
+#[template(path = "timeline.html")]
+struct TimelinePage {
+    viewer: String,
+    trace_id: String,
+    entries: Vec<TimelineItem>,
+}
+
+async fn timeline(
+    State(state): State<AppState>,
+    Viewer(viewer): Viewer,
+    Segment(trace_id): Segment,
+) -> Result<Html<String>, ApiError> {
+    let entries = state.outbox.timeline(&trace_id).await?;
+    render(&TimelinePage {
+        viewer: viewer.name,
+        entries: entries.iter().map(timeline_item).collect(),
+        trace_id,
+    })
+}
+
+/// A version as the event type's page shows it: its schema pretty-printed.
+struct ShownVersion {
+    version: String,
+    schema_digest: String,
+    accepted_by: Vec<String>,
+    pretty: String,
+}
+
+/// An event type as its page shows it.
+struct ShownType {
+    name: String,
+    description: String,
+    producer_class: String,
+    order_key: Vec<String>,
+    deprecated: bool,
+    max_payload_bytes: u32,
+    versions: Vec<ShownVersion>,
+}
+
+#[derive(Template)]
+#[template(path = "event_type.html")]
+struct EventTypePage {
+    viewer: String,
+    event_type: ShownType,
+}
+
+async fn event_type(
+    State(state): State<AppState>,
+    Viewer(viewer): Viewer,
+    Segment(name): Segment,
+) -> Result<Html<String>, ApiError> {
+    let detail = event_type_detail(state.outbox.registry(), &name)?;
+    let versions = detail
+        .versions
+        .into_iter()
+        .map(|version| ShownVersion {
+            pretty: serde_json::to_string_pretty(&version.schema).unwrap_or_default(),
+            version: version.version,
+            schema_digest: version.schema_digest,
+            accepted_by: version.accepted_by,
+        })
+        .collect();
+    render(&EventTypePage {
+        viewer: viewer.name,
+        event_type: ShownType {
+            name: detail.name,
+            description: detail.description,
+            producer_class: detail.producer_class,
+            order_key: detail.order_key,
+            deprecated: detail.deprecated,
+            max_payload_bytes: detail.max_payload_bytes,
+            versions,
+        },
     })
 }
