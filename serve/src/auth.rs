@@ -125,10 +125,19 @@ pub enum TokensError {
     Empty,
 }
 
-/// The callers the service knows, by the SHA-256 of their token.
-#[derive(Debug, Default, Clone)]
+/// The callers the service knows, by the SHA-256 of their token. Its `Debug` counts them and
+/// shows no digest: the digests name the callers' web sessions.
+#[derive(Default, Clone)]
 pub struct Tokens {
     by_digest: HashMap<[u8; 32], Principal>,
+}
+
+impl fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tokens")
+            .field("callers", &self.by_digest.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Tokens {

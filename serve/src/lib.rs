@@ -37,6 +37,8 @@ struct AppState {
     /// store, so concurrent scrapes wait in turn instead of taking every connection the API
     /// needs.
     metrics: Arc<tokio::sync::Semaphore>,
+    /// Signs and opens the web page's sessions.
+    sessions: Arc<page::SessionKey>,
 }
 
 /// The whole service on `outbox`, callers authenticated by `tokens`.
@@ -45,6 +47,7 @@ pub fn router(outbox: Outbox, tokens: Tokens) -> Router {
         outbox: Arc::new(outbox),
         tokens: Arc::new(tokens),
         metrics: Arc::new(tokio::sync::Semaphore::new(1)),
+        sessions: Arc::new(page::SessionKey::draw()),
     };
     let (api, document) = api::routes().split_for_parts();
     let document = Arc::new(document);

@@ -47,8 +47,19 @@ async fn pages(outbox: Outbox, seeded: Seeded) -> TestResult {
     assert_eq!(form.status(), StatusCode::OK);
     assert!(form.text().await?.contains("name=\"token\""));
 
+    // Signing in is taken from this server's pages only.
+    let cross_site = http
+        .post(server.url("/login"))
+        .header("sec-fetch-site", "cross-site")
+        .form(&[("token", READER)])
+        .send()
+        .await?;
+    assert_eq!(cross_site.status(), StatusCode::FORBIDDEN);
+    assert!(cross_site.headers().get(SET_COOKIE).is_none());
+
     let refused = http
         .post(server.url("/login"))
+        .header("origin", server.base.as_str())
         .form(&[("token", "no-one-holds-this-token-at-all")])
         .send()
         .await?;
@@ -56,8 +67,11 @@ async fn pages(outbox: Outbox, seeded: Seeded) -> TestResult {
     assert!(refused.headers().get(SET_COOKIE).is_none());
     assert!(refused.text().await?.contains("No caller holds this token"));
 
+    // Behind a TLS proxy the browser's origin is https: the host and port are what count.
+    let https_origin = server.base.replacen("http://", "https://", 1);
     let signed_in = http
         .post(server.url("/login"))
+        .header("origin", https_origin.as_str())
         .form(&[("token", READER)])
         .send()
         .await?;
@@ -71,12 +85,25 @@ async fn pages(outbox: Outbox, seeded: Seeded) -> TestResult {
         !cookie.contains(READER),
         "the cookie holds the token: {cookie}"
     );
+    assert!(cookie.contains("Max-Age="), "{cookie}");
     let session = cookie.split(';').next().ok_or("a cookie")?.to_owned();
     let page = |path: &str| {
         http.get(server.url(path))
             .header(COOKIE, session.as_str())
             .send()
     };
+
+    let digest = session.split('.').next().ok_or("a digest")?;
+    let forged = http
+        .get(server.url("/"))
+        .header(COOKIE, digest)
+        .send()
+        .await?;
+    assert_eq!(
+        forged.status(),
+        StatusCode::SEE_OTHER,
+        "a digest without its signature"
+    );
 
     let problems = page("/").await?;
     assert_eq!(problems.status(), StatusCode::OK);
@@ -160,6 +187,7 @@ async fn pages(outbox: Outbox, seeded: Seeded) -> TestResult {
     let out = http
         .post(server.url("/logout"))
         .header(COOKIE, session.as_str())
+        .header("sec-fetch-site", "same-origin")
         .send()
         .await?;
     assert_eq!(out.status(), StatusCode::SEE_OTHER);

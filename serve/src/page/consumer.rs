@@ -129,7 +129,10 @@ pub(crate) async fn apply(
     registered_consumer(state.outbox.registry(), &name)?;
     // One key per plan and approver: posting the same approval again is answered with the
     // first result.
-    let key = format!("web-{}-{}", short(&form.digest), viewer.name);
+    let key = format!(
+        "web-{}",
+        &crate::auth::digest_hex(&format!("{}\n{}", form.digest, viewer.name))[..40]
+    );
     let approval = ReplayApproval::new(
         form.digest,
         form.reason,
@@ -169,11 +172,22 @@ fn short(digest: &str) -> &str {
     digest.get(..12).unwrap_or(digest)
 }
 
-/// Refuses a form posted from another site: its `Origin` must be this server's.
-fn same_site(headers: &HeaderMap) -> Result<(), ApiError> {
-    let value = |name| headers.get(name).and_then(|v| v.to_str().ok());
-    match (value(ORIGIN), value(HOST)) {
-        (Some(origin), Some(host)) if origin == format!("http://{host}") => Ok(()),
+/// Refuses a form posted from another site. A browser says where a request comes from in
+/// `Sec-Fetch-Site`, which no proxy rewrites; without it the `Origin`'s host and port must be
+/// the `Host` the request was sent to (whatever the scheme: a TLS proxy in front turns
+/// `https` into `http`).
+pub(crate) fn same_site(headers: &HeaderMap) -> Result<(), ApiError> {
+    let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(site) = value("sec-fetch-site") {
+        return if site == "same-origin" {
+            Ok(())
+        } else {
+            Err(ApiError::CrossSite)
+        };
+    }
+    let authority = value(ORIGIN.as_str()).and_then(|origin| origin.split_once("://"));
+    match (authority, value(HOST.as_str())) {
+        (Some((_, origin)), Some(host)) if origin == host => Ok(()),
         _ => Err(ApiError::CrossSite),
     }
 }

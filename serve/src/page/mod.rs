@@ -1,19 +1,20 @@
 //! The web page `evc serve` serves at `/`: server-rendered HTML (askama), problems first, each
 //! linking to its consumer; a consumer's page with its counts, dead letters, subscriptions and
 //! recorded changes; an event's page with every delivery and attempt. A browser signs in once
-//! with a token from the tokens file; the session cookie holds the token's SHA-256 (never the
-//! token), `HttpOnly` and `SameSite=Strict`. The pages only read.
+//! with a token from the tokens file; the session cookie is signed by the process and never
+//! holds the token ([`SessionKey`]), `HttpOnly` and `SameSite=Strict`. The consumer's page
+//! takes the replay forms ([`consumer`]).
 
 use std::time::Duration;
 
 use askama::Template;
 use axum::Router;
 use axum::extract::{Form, FromRequestParts, State};
-use axum::http::HeaderValue;
 use axum::http::header::{
     CONTENT_SECURITY_POLICY, COOKIE, REFERRER_POLICY, SET_COOKIE, X_CONTENT_TYPE_OPTIONS,
 };
 use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use evc_runtime::Problem;
@@ -25,10 +26,13 @@ use crate::api::event::{EventDetail, load};
 use crate::api::{
     ConsumerView, Segment, TimelineItem, consumer_view, event_type_detail, timeline_item,
 };
-use crate::auth::{Principal, digest_hex};
+use crate::auth::Principal;
 use crate::error::ApiError;
 
 mod consumer;
+mod session;
+
+pub(crate) use session::SessionKey;
 
 /// The cookie of a signed-in browser.
 const SESSION_COOKIE: &str = "evc_session";
@@ -81,7 +85,7 @@ impl FromRequestParts<AppState> for Viewer {
             .flat_map(|cookies| cookies.split(';'))
             .filter_map(|cookie| cookie.trim().split_once('='))
             .find(|(name, _)| *name == SESSION_COOKIE)
-            .and_then(|(_, digest)| state.tokens.principal_by_digest(digest))
+            .and_then(|(_, value)| state.sessions.open(value, &state.tokens))
             .cloned()
             .map(Viewer)
             .ok_or_else(|| Redirect::to("/login"))
@@ -103,7 +107,14 @@ async fn login_form() -> Result<Html<String>, ApiError> {
     render(&LoginPage { failed: false })
 }
 
-async fn login(State(state): State<AppState>, Form(form): Form<Login>) -> Response {
+async fn login(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Form(form): Form<Login>,
+) -> Response {
+    if let Err(error) = consumer::same_site(&headers) {
+        return error.into_response();
+    }
     if state.tokens.principal(&form.token).is_none() {
         return match render(&LoginPage { failed: true }) {
             Ok(page) => (axum::http::StatusCode::UNAUTHORIZED, page).into_response(),
@@ -111,13 +122,17 @@ async fn login(State(state): State<AppState>, Form(form): Form<Login>) -> Respon
         };
     }
     let cookie = format!(
-        "{SESSION_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/",
-        digest_hex(&form.token)
+        "{SESSION_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+        state.sessions.issue(&form.token),
+        session::SESSION_LIFETIME.as_secs()
     );
     ([(SET_COOKIE, cookie)], Redirect::to("/")).into_response()
 }
 
-async fn logout() -> Response {
+async fn logout(headers: HeaderMap) -> Response {
+    if let Err(error) = consumer::same_site(&headers) {
+        return error.into_response();
+    }
     let cookie = format!("{SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0");
     ([(SET_COOKIE, cookie)], Redirect::to("/login")).into_response()
 }
