@@ -9,7 +9,6 @@ use std::fmt;
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
-use sha2::{Digest, Sha256};
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -129,7 +128,7 @@ pub enum TokensError {
 /// shows no digest: the digests name the callers' web sessions.
 #[derive(Default, Clone)]
 pub struct Tokens {
-    by_digest: HashMap<[u8; 32], Principal>,
+    by_digest: HashMap<String, Principal>,
 }
 
 impl fmt::Debug for Tokens {
@@ -170,7 +169,11 @@ impl Tokens {
                 name: name.to_owned(),
                 role,
             };
-            if tokens.by_digest.insert(digest(token), principal).is_some() {
+            if tokens
+                .by_digest
+                .insert(digest_hex(token), principal)
+                .is_some()
+            {
                 return Err(TokensError::DuplicateToken { line });
             }
         }
@@ -182,32 +185,17 @@ impl Tokens {
 
     /// The caller `token` names, if any.
     pub fn principal(&self, token: &str) -> Option<&Principal> {
-        self.by_digest.get(&digest(token))
+        self.by_digest.get(&digest_hex(token))
     }
 
     /// The caller whose token has the SHA-256 `hex` (a session cookie's value), if any.
     pub(crate) fn principal_by_digest(&self, hex: &str) -> Option<&Principal> {
-        let mut bytes = [0u8; 32];
-        if hex.len() != 64 {
-            return None;
-        }
-        for (byte, pair) in bytes.iter_mut().zip(hex.as_bytes().chunks(2)) {
-            *byte = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
-        }
-        self.by_digest.get(&bytes)
+        self.by_digest.get(hex)
     }
 }
 
-fn digest(token: &str) -> [u8; 32] {
-    Sha256::digest(token.as_bytes()).into()
-}
-
-/// A token's SHA-256 in lower-case hex: what a signed-in browser's session cookie holds.
 pub(crate) fn digest_hex(token: &str) -> String {
-    digest(token)
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
+    evc_runtime::sha256_hex(token.as_bytes())
 }
 
 /// The caller of a request: its `Authorization: Bearer` token must name a known principal,

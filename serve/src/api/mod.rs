@@ -547,14 +547,12 @@ impl FromRequestParts<AppState> for Segment {
     }
 }
 
-pub(crate) fn registered_consumer<'r>(
-    registry: &'r Registry,
+pub(crate) fn registered_consumer(
+    registry: &Registry,
     name: &str,
-) -> Result<&'r ConsumerDescriptor, ApiError> {
+) -> Result<&'static ConsumerDescriptor, ApiError> {
     registry
-        .consumers
-        .iter()
-        .find(|consumer| consumer.name == name)
+        .consumer(name)
         .ok_or_else(|| ApiError::NotFound(format!("consumer `{name}`")))
 }
 
