@@ -186,6 +186,45 @@ pub struct StateChangeRecord {
     pub at: f64,
 }
 
+/// What a change of a consumer's operator state does, as `evc_state_changes.change` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transition {
+    /// Stop claiming.
+    Pause,
+    /// Claim again.
+    Resume,
+    /// Override the contract's mode.
+    Mode(ConsumerMode),
+}
+
+impl Transition {
+    /// The record's `change` column.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Pause => "pause",
+            Self::Resume => "resume",
+            Self::Mode(_) => "mode",
+        }
+    }
+
+    /// The pause it sets, if any (`evc_consumer_state.paused`).
+    pub(crate) fn paused(self) -> Option<bool> {
+        match self {
+            Self::Pause => Some(true),
+            Self::Resume => Some(false),
+            Self::Mode(_) => None,
+        }
+    }
+
+    /// The mode it sets, if any.
+    pub(crate) fn mode(self) -> Option<ConsumerMode> {
+        match self {
+            Self::Mode(mode) => Some(mode),
+            Self::Pause | Self::Resume => None,
+        }
+    }
+}
+
 /// Checks a state change's person and reason; the messages name the field.
 pub(crate) fn check_change(change: &StateChange) -> Result<(), DispatchError> {
     let refused = |why: String| Err(DispatchError::InvalidChange(why));

@@ -16,7 +16,7 @@ use crate::registry::ConsumerMode;
 use crate::store::DispatchError;
 use crate::store::ops::{
     ConsumerState, Proposed, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
-    ReplaySelection, SettledDelivery, StateChange, StateChangeRecord,
+    ReplaySelection, SettledDelivery, StateChange, StateChangeRecord, Transition,
 };
 use crate::store::postgres::{StatusReport, TimelineEntry};
 
@@ -115,7 +115,7 @@ impl Console {
         change: &StateChange,
     ) -> Result<ConsumerState, DispatchError> {
         let declared = self.declared_mode(consumer)?;
-        operations::change_state_of(&self.pool, consumer, declared, Some(true), None, change).await
+        operations::change_state_of(&self.pool, consumer, declared, Transition::Pause, change).await
     }
 
     /// Resumes a deployed consumer, recording who and why.
@@ -129,7 +129,8 @@ impl Console {
         change: &StateChange,
     ) -> Result<ConsumerState, DispatchError> {
         let declared = self.declared_mode(consumer)?;
-        operations::change_state_of(&self.pool, consumer, declared, Some(false), None, change).await
+        operations::change_state_of(&self.pool, consumer, declared, Transition::Resume, change)
+            .await
     }
 
     /// Overrides the mode of a deployed consumer, recording who and why.
@@ -144,7 +145,14 @@ impl Console {
         change: &StateChange,
     ) -> Result<ConsumerState, DispatchError> {
         let declared = self.declared_mode(consumer)?;
-        operations::change_state_of(&self.pool, consumer, declared, None, Some(mode), change).await
+        operations::change_state_of(
+            &self.pool,
+            consumer,
+            declared,
+            Transition::Mode(mode),
+            change,
+        )
+        .await
     }
 
     /// The newest `limit` recorded changes of a deployed consumer's state, newest first.

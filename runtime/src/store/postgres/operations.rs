@@ -11,7 +11,8 @@ use crate::registry::ConsumerMode;
 use crate::store::DispatchError;
 use crate::store::ops::{
     ConsumerState, Operate, Proposed, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
-    ReplayRecord, ReplaySelection, SettledDelivery, StateChange, StateChangeRecord, check_change,
+    ReplayRecord, ReplaySelection, SettledDelivery, StateChange, StateChangeRecord, Transition,
+    check_change,
 };
 use crate::tenant::ALL_TENANTS;
 
@@ -36,12 +37,11 @@ impl PgStore {
     async fn change_state(
         &self,
         consumer: &str,
-        paused: Option<bool>,
-        mode: Option<ConsumerMode>,
+        transition: Transition,
         change: &StateChange,
     ) -> Result<ConsumerState, DispatchError> {
         let declared = self.declared_mode(consumer)?;
-        change_state_of(&self.inner.pool, consumer, declared, paused, mode, change).await
+        change_state_of(&self.inner.pool, consumer, declared, transition, change).await
     }
 }
 
@@ -76,20 +76,18 @@ pub(crate) async fn change_state_of(
     pool: &PgPool,
     consumer: &str,
     declared: ConsumerMode,
-    paused: Option<bool>,
-    mode: Option<ConsumerMode>,
+    transition: Transition,
     change: &StateChange,
 ) -> Result<ConsumerState, DispatchError> {
     check_change(change)?;
     let by = change.by.trim_matches(' ');
     if let Some(tenant) = session_tenant(pool).await? {
-        if mode.is_some() {
-            return Err(DispatchError::TenantScoped("a consumer's mode", tenant));
-        }
-        let statement = match paused {
-            Some(true) => sql::PAUSE_TENANT,
-            Some(false) => sql::RESUME_TENANT,
-            None => return state_of(pool, consumer, declared).await,
+        let statement = match transition {
+            Transition::Pause => sql::PAUSE_TENANT,
+            Transition::Resume => sql::RESUME_TENANT,
+            Transition::Mode(_) => {
+                return Err(DispatchError::TenantScoped("a consumer's mode", tenant));
+            }
         };
         sqlx::query(statement)
             .bind(consumer)
@@ -106,18 +104,12 @@ pub(crate) async fn change_state_of(
         );
         return Ok(changed);
     }
-    let kind = match (paused, mode) {
-        (_, Some(_)) => "mode",
-        (Some(true), None) => "pause",
-        (Some(false), None) => "resume",
-        (None, None) => return state_of(pool, consumer, declared).await,
-    };
     let row = sqlx::query(sql::CHANGE_CONSUMER_STATE)
         .bind(consumer)
-        .bind(paused)
-        .bind(mode.map(ConsumerMode::as_str))
+        .bind(transition.paused())
+        .bind(transition.mode().map(ConsumerMode::as_str))
         .bind(declared.as_str())
-        .bind(kind)
+        .bind(transition.as_str())
         .bind(by)
         .bind(&change.reason)
         .fetch_one(pool)
@@ -222,7 +214,7 @@ impl Operate for PgStore {
         consumer: &str,
         change: &StateChange,
     ) -> Result<ConsumerState, DispatchError> {
-        self.change_state(consumer, Some(true), None, change).await
+        self.change_state(consumer, Transition::Pause, change).await
     }
 
     async fn resume(
@@ -230,7 +222,8 @@ impl Operate for PgStore {
         consumer: &str,
         change: &StateChange,
     ) -> Result<ConsumerState, DispatchError> {
-        self.change_state(consumer, Some(false), None, change).await
+        self.change_state(consumer, Transition::Resume, change)
+            .await
     }
 
     async fn set_mode(
@@ -239,7 +232,8 @@ impl Operate for PgStore {
         mode: ConsumerMode,
         change: &StateChange,
     ) -> Result<ConsumerState, DispatchError> {
-        self.change_state(consumer, None, Some(mode), change).await
+        self.change_state(consumer, Transition::Mode(mode), change)
+            .await
     }
 
     async fn state_changes(

@@ -17,9 +17,9 @@ use crate::store::DispatchError;
 use crate::store::ops::{
     ConsumerState, EarlierApply, Operate, Proposal, Proposed, ReplayApplied, ReplayApproval,
     ReplayError, ReplayItem, ReplayPlan, ReplayRecord, ReplaySelection, SettledDelivery,
-    SettledStatus, StateChange, StateChangeRecord, StoredPayloads, check_approval, check_change,
-    check_person, check_plan, check_proposable, check_repeat, plan_of, proposal_for, proposed,
-    refusal, refusals,
+    SettledStatus, StateChange, StateChangeRecord, StoredPayloads, Transition, check_approval,
+    check_change, check_person, check_plan, check_proposable, check_repeat, plan_of, proposal_for,
+    proposed, refusal, refusals,
 };
 
 impl Operate for SqliteStore {
@@ -197,7 +197,7 @@ impl Operate for SqliteStore {
         consumer: &str,
         change: &StateChange,
     ) -> Result<ConsumerState, DispatchError> {
-        self.change_state(consumer, Some(true), None, change).await
+        self.change_state(consumer, Transition::Pause, change).await
     }
 
     async fn resume(
@@ -205,7 +205,8 @@ impl Operate for SqliteStore {
         consumer: &str,
         change: &StateChange,
     ) -> Result<ConsumerState, DispatchError> {
-        self.change_state(consumer, Some(false), None, change).await
+        self.change_state(consumer, Transition::Resume, change)
+            .await
     }
 
     async fn set_mode(
@@ -214,7 +215,8 @@ impl Operate for SqliteStore {
         mode: ConsumerMode,
         change: &StateChange,
     ) -> Result<ConsumerState, DispatchError> {
-        self.change_state(consumer, None, Some(mode), change).await
+        self.change_state(consumer, Transition::Mode(mode), change)
+            .await
     }
 
     async fn state_changes(
@@ -333,32 +335,26 @@ impl SqliteStore {
     async fn change_state(
         &self,
         consumer: &str,
-        paused: Option<bool>,
-        mode: Option<ConsumerMode>,
+        transition: Transition,
         change: &StateChange,
     ) -> Result<ConsumerState, DispatchError> {
         check_change(change)?;
         let declared = self.declared_mode(consumer)?;
-        let kind = match (paused, mode) {
-            (_, Some(_)) => "mode",
-            (Some(true), None) => "pause",
-            (Some(false), None) => "resume",
-            (None, None) => return self.consumer_state(consumer).await,
-        };
+        let mode = transition.mode().map(ConsumerMode::as_str);
         let now = epoch_now();
         let mut tx = self.begin().await?;
         let row = sqlx::query(sql::CHANGE_CONSUMER_STATE)
             .bind(consumer)
-            .bind(paused)
-            .bind(mode.map(ConsumerMode::as_str))
+            .bind(transition.paused())
+            .bind(mode)
             .bind(declared.as_str())
             .bind(now)
             .fetch_one(&mut *tx)
             .await?;
         sqlx::query(sql::INSERT_STATE_CHANGE)
             .bind(consumer)
-            .bind(kind)
-            .bind(mode.map(ConsumerMode::as_str))
+            .bind(transition.as_str())
+            .bind(mode)
             .bind(change.by.trim_matches(' '))
             .bind(&change.reason)
             .bind(now)
