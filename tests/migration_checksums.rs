@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 20] = [
+const SHIPPED: [(&str, &str); 21] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -87,6 +87,10 @@ const SHIPPED: [(&str, &str); 20] = [
     (
         "0020_evc_runtime_v17.sql",
         "6979c1b8bdfc3529b167b0edd66c60286d226c856463a43d474258333c1db985",
+    ),
+    (
+        "0021_evc_runtime_v18.sql",
+        "efe14185de8cb33dc86b2e0724189477d90e87c663db1e10c5564a67c50ee4e1",
     ),
 ];
 

@@ -55,9 +55,9 @@ pub use store::sqlite::{
 };
 pub use store::{
     AckBatch, AttemptRecord, ClaimRequest, Claimed, Connection, DeliveryRecord, DeliveryStatus,
-    DispatchError, Drift, EffectRecord, EventRecord, Heartbeat, Hold, Intent, Lease, Observe,
-    Operate, ReconciliationRecord, RegistryDrift, RegistryObject, RejectRecord, ShadowLog,
-    StateChange, StateChangeRecord, Store, StoreError,
+    DispatchError, Drift, EffectRecord, EventRecord, FeedEvent, FeedPosition, FeedPositionError,
+    Heartbeat, Hold, Intent, Lease, Observe, Operate, ReconciliationRecord, RegistryDrift,
+    RegistryObject, RejectRecord, ShadowLog, StateChange, StateChangeRecord, Store, StoreError,
 };
 pub use store::{
     DEAD_LETTERED, DISCARDED, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED,

@@ -16,8 +16,9 @@ use std::time::Duration;
 use conformance::{BoxError, Conformance, OFF, ORDERED, PLAIN, SHADOW, eventually};
 use evc_runtime::{
     AckBatch, AppendOptions, AppendReceipt, ClaimRequest, Claimed, Connection, DeliveryStatus,
-    DispatchError, FailureClass, Lease, NewEvent, OutgoingEvent, ReplayApproval, ReplayError,
-    ReplaySelection, RetryDecision, RetryPolicy, SettledDelivery, SettledStatus, Store,
+    DispatchError, FailureClass, FeedEvent, FeedPosition, Lease, NewEvent, OutgoingEvent,
+    ReplayApproval, ReplayError, ReplaySelection, RetryDecision, RetryPolicy, SettledDelivery,
+    SettledStatus, Store,
 };
 use support::TestResult;
 
@@ -96,6 +97,7 @@ conformance!(
     status_counts_each_consumers_deliveries_lag_and_state,
     timeline_lists_the_traces_event_deliveries_and_attempts,
     leases_list_the_deliveries_leased_now,
+    the_feed_yields_each_event_once_and_never_passes_an_open_transaction,
 );
 
 /// Lifecycle events, on both stores, with [`support::LIFECYCLE_REGISTRY`] (which registers
@@ -3203,4 +3205,73 @@ mod postgres_only {
         })
         .await
     }
+}
+
+/// The feed after `after` once it holds at least `count` events (at most 60 s: on PostgreSQL
+/// any write transaction still open in the cluster, another test's too, holds the feed back).
+async fn feed_of<S: Conformance>(
+    store: &S,
+    after: FeedPosition,
+    count: usize,
+) -> Result<Vec<FeedEvent>, BoxError> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let feed = store.feed(after, 100).await?;
+        if feed.len() >= count || tokio::time::Instant::now() >= deadline {
+            return Ok(feed);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn the_feed_yields_each_event_once_and_never_passes_an_open_transaction<S: Conformance>(
+    store: S,
+) -> TestResult {
+    let start = FeedPosition::default();
+    assert_eq!(store.feed_head().await?, start);
+    assert!(store.feed(start, 10).await?.is_empty());
+    let mut receipts = committed(&store, vec![note(1), note(2)]).await?;
+    receipts.extend(committed(&store, vec![note(3)]).await?);
+    let feed = feed_of(&store, start, 3).await?;
+    let ids = |events: &[FeedEvent]| events.iter().map(|e| e.event_id).collect::<Vec<_>>();
+    let appended: Vec<_> = receipts.iter().map(|r| r.event_id).collect();
+    assert_eq!(ids(&feed), appended, "{}", S::NAME);
+    assert_eq!(
+        feed.iter().map(|e| e.position.seq).collect::<Vec<_>>(),
+        receipts.iter().map(|r| r.seq).collect::<Vec<_>>()
+    );
+    assert_eq!(feed[1].payload, support::note(&support::note_key(2)));
+    assert_eq!(
+        (feed[0].event_type.as_str(), feed[0].schema_version.as_str()),
+        ("test.note", "1.0.0")
+    );
+    assert!(!format!("{:?}", feed[1]).contains(&support::note_key(2)));
+    // Paging by position reads the same events, each once.
+    let first = store.feed(start, 2).await?;
+    let rest = store.feed(first[1].position, 10).await?;
+    assert_eq!([ids(&first), ids(&rest)].concat(), appended);
+    let head = store.feed_head().await?;
+    assert_eq!(head, feed[2].position);
+    assert!(store.feed(head, 10).await?.is_empty());
+
+    // SQLite commits one writer at a time in `seq` order. On PostgreSQL a transaction that
+    // drew an earlier seq can commit after a later one: the feed holds the later event back
+    // until the earlier one commits, then yields both in order.
+    if S::NAME == "postgres" {
+        let mut open = store.begin().await?;
+        let early = store
+            .append(&mut *open, note(4), AppendOptions::default())
+            .await?;
+        let late = committed(&store, vec![note(5)]).await?;
+        assert!(early.seq < late[0].seq);
+        assert!(
+            store.feed(head, 10).await?.is_empty(),
+            "passed an open transaction"
+        );
+        assert_eq!(store.feed_head().await?, head);
+        open.commit().await?;
+        let both = feed_of(&store, head, 2).await?;
+        assert_eq!(ids(&both), [early.event_id, late[0].event_id]);
+    }
+    Ok(())
 }

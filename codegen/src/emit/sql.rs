@@ -46,6 +46,8 @@
 //!   scoped per consumer and tenant), named the same way.
 //! - `NNNN_evc_runtime_v17.sql`: the seventeenth step (the audit of who paused, resumed or set
 //!   the mode of a consumer, and why), named the same way.
+//! - `NNNN_evc_runtime_v18.sql`: the eighteenth step (each event records the transaction that
+//!   wrote it, for the event feed), named the same way.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
@@ -121,6 +123,9 @@ pub const RUNTIME_V16_SUFFIX: &str = "_evc_runtime_v16.sql";
 
 /// The file name of the runtime tables' seventeenth step, after its version.
 pub const RUNTIME_V17_SUFFIX: &str = "_evc_runtime_v17.sql";
+
+/// The file name of the runtime tables' eighteenth step, after its version.
+pub const RUNTIME_V18_SUFFIX: &str = "_evc_runtime_v18.sql";
 
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
@@ -246,6 +251,11 @@ const STEPS: &[Step] = &[
     Step {
         name: Name::Step(RUNTIME_V17_SUFFIX),
         template: template!("evc_runtime_v17.sql"),
+        with: With::Notice,
+    },
+    Step {
+        name: Name::Step(RUNTIME_V18_SUFFIX),
+        template: template!("evc_runtime_v18.sql"),
         with: With::Notice,
     },
     Step {
@@ -844,9 +854,10 @@ mod tests {
                 format!("0015{RUNTIME_V15_SUFFIX}"),
                 format!("0016{RUNTIME_V16_SUFFIX}"),
                 format!("0017{RUNTIME_V17_SUFFIX}"),
-                format!("0018_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
+                format!("0018{RUNTIME_V18_SUFFIX}"),
+                format!("0019_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
                 format!(
-                    "0019_evc_settings_{}.sql",
+                    "0020_evc_settings_{}.sql",
                     &settings_digest(&set)?[..DIGEST_PREFIX_LEN]
                 ),
             ]
@@ -968,7 +979,7 @@ mod tests {
         let after = settings_of(&changed).ok_or("no settings file")?;
         assert_eq!(
             after.path.file_name().and_then(|n| n.to_str()),
-            Some(format!("0020_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
+            Some(format!("0021_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
             "the next number after the checked-in files"
         );
         // batch_size, lease_ms in column order.

@@ -56,6 +56,7 @@ use crate::registry::Registry;
 use crate::retry::{RetryDecision, RetryPolicyError};
 use crate::trace::{TraceContext, TraceContextError};
 
+mod feed;
 mod lifecycle;
 pub(crate) mod observe;
 pub(crate) mod ops;
@@ -64,6 +65,7 @@ pub(crate) mod postgres;
 mod rows;
 pub(crate) mod sqlite;
 
+pub use feed::{FeedEvent, FeedPosition, FeedPositionError};
 pub use lifecycle::{
     DEAD_LETTERED, DISCARDED, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED,
     REPLAYED_JOB_FAILED, replay_uuid,

@@ -14,7 +14,7 @@ use prometheus_client::registry::Registry as MetricRegistry;
 use uuid::Uuid;
 
 use crate::registry::ConsumerMode;
-use crate::store::{DispatchError, Store};
+use crate::store::{DispatchError, FeedEvent, FeedPosition, Store};
 
 /// Attempt rows the lag and latency percentiles read at most (the newest ones).
 pub(crate) const SAMPLE_ATTEMPTS: i64 = 100_000;
@@ -59,6 +59,27 @@ pub trait Observe: Store {
         &self,
         consumer: &str,
     ) -> impl Future<Output = Result<Vec<LeasedDelivery>, DispatchError>> + Send;
+
+    /// Up to `limit` events of the feed after `after`, in feed order, with their payloads
+    /// (docs/runtime.md, "The event feed"): only events no later commit can precede, so a
+    /// reader that moves its position to the last one returned never skips an event. Events
+    /// of other tenants are not returned to a tenant's session.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`]; [`DispatchError::Payload`] for a stored payload that is
+    /// not JSON (a broken database).
+    fn feed(
+        &self,
+        after: FeedPosition,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<FeedEvent>, DispatchError>> + Send;
+
+    /// The position of the newest event [`Observe::feed`] would return now (the start of the
+    /// feed when there is none): where a reader that wants only new events begins.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn feed_head(&self) -> impl Future<Output = Result<FeedPosition, DispatchError>> + Send;
 }
 
 /// A delivery leased now ([`Observe::leases`]). Times are epoch seconds of the store's clock.

@@ -52,6 +52,7 @@ fn is_runtime_step(name: &str) -> bool {
         sql::RUNTIME_V15_SUFFIX,
         sql::RUNTIME_V16_SUFFIX,
         sql::RUNTIME_V17_SUFFIX,
+        sql::RUNTIME_V18_SUFFIX,
     ]
     .iter()
     .any(|suffix| name.ends_with(suffix))
@@ -87,7 +88,7 @@ async fn apply_all_but(
 /// gives each delivery its event's tenant).
 async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
     let (pool, steps) = apply_all_but(options, is_runtime_step).await?;
-    assert_eq!(steps.len(), 16);
+    assert_eq!(steps.len(), 17);
     sqlx::raw_sql(
         "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, producer_class, \
              idempotency_key, trace_id, parent_span_id, trace_flags, payload, payload_bytes, \
@@ -531,7 +532,7 @@ async fn table_digests(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
     let mut digests = Vec::new();
     // Columns later steps add (at their defaults, or copied from the row's event) are left out.
     for (table, key, added) in [
-        ("evc_events", "seq", ""),
+        ("evc_events", "seq", " - 'writer_xid'"),
         ("evc_deliveries", "event_id, consumer", " - 'tenant_scope'"),
         ("evc_delivery_attempts", "id", ""),
         (
@@ -583,9 +584,10 @@ async fn check(options: PgConnectOptions) -> TestResult {
             "0015_evc_runtime_v15.sql".to_owned(),
             "0016_evc_runtime_v16.sql".to_owned(),
             "0017_evc_runtime_v17.sql".to_owned(),
-            format!("0018_evc_registry_{}.sql", &digest[..12]),
+            "0018_evc_runtime_v18.sql".to_owned(),
+            format!("0019_evc_registry_{}.sql", &digest[..12]),
             format!(
-                "0019_evc_settings_{}.sql",
+                "0020_evc_settings_{}.sql",
                 &sql::settings_digest(&set)?[..12]
             ),
         ]

@@ -9,7 +9,7 @@ use sqlx::postgres::{PgPool, PgRow};
 
 use super::{PgStore, sql};
 use crate::registry::ConsumerMode;
-use crate::store::DispatchError;
+use crate::store::{DispatchError, FeedEvent, FeedPosition};
 // The report types moved to `store::observe` (both stores use them); kept here for old paths.
 pub use crate::store::observe::{
     AttemptLatency, ConsumerStatus, Lag, LeasedDelivery, Percentiles, Problem, SilentWorker,
@@ -75,6 +75,50 @@ impl Observe for PgStore {
             })
             .collect::<Result<_, sqlx::Error>>()
             .map_err(DispatchError::from)
+    }
+
+    async fn feed(&self, after: FeedPosition, limit: u32) -> Result<Vec<FeedEvent>, DispatchError> {
+        let rows = sqlx::query(sql::FEED)
+            .bind(after.writer)
+            .bind(after.seq)
+            .bind(i64::from(limit))
+            .fetch_all(&self.inner.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let event_id: uuid::Uuid = row.try_get("event_id")?;
+                let payload: String = row.try_get("payload")?;
+                Ok(FeedEvent {
+                    position: FeedPosition {
+                        writer: row.try_get("writer")?,
+                        seq: row.try_get("seq")?,
+                    },
+                    event_id,
+                    event_type: row.try_get("event_type")?,
+                    schema_version: row.try_get("schema_version")?,
+                    order_key: row.try_get("order_key")?,
+                    tenant_scope: row.try_get("tenant_scope")?,
+                    trace_id: row.try_get("trace_id")?,
+                    correlation_id: row.try_get("correlation_id")?,
+                    produced_at: row.try_get("produced_at")?,
+                    payload: serde_json::from_str(&payload)
+                        .map_err(|source| DispatchError::Payload { event_id, source })?,
+                })
+            })
+            .collect()
+    }
+
+    async fn feed_head(&self) -> Result<FeedPosition, DispatchError> {
+        let row = sqlx::query(sql::FEED_HEAD)
+            .fetch_optional(&self.inner.pool)
+            .await?;
+        Ok(match row {
+            Some(row) => FeedPosition {
+                writer: row.try_get("writer")?,
+                seq: row.try_get("seq")?,
+            },
+            None => FeedPosition::default(),
+        })
     }
 }
 

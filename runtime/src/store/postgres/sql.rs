@@ -1327,6 +1327,27 @@ pub(crate) const COUNT_STALE: &str = "\
 INSERT INTO evc_stale_rejections AS r (consumer, rejected) VALUES ($1, $2)
 ON CONFLICT (consumer) DO UPDATE SET rejected = r.rejected + EXCLUDED.rejected, last_at = now()";
 
+/// Up to `$3` events of the feed after position (`$1` writer, `$2` seq), in feed order: only
+/// rows whose writing transaction is older than every transaction still open, ordered by that
+/// transaction and then `seq` (through `evc_events_feed_idx`); `produced_at` in epoch seconds.
+pub(crate) const FEED: &str = "\
+SELECT coalesce(writer_xid, '0'::xid8)::text::bigint AS writer, seq, event_id, event_type,
+    schema_version, order_key, tenant_scope, trace_id, correlation_id,
+    extract(epoch FROM produced_at)::float8 AS produced_at, payload::text AS payload
+FROM evc_events
+WHERE (coalesce(writer_xid, '0'::xid8), seq) > ($1::bigint::text::xid8, $2)
+    AND coalesce(writer_xid, '0'::xid8) < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY coalesce(writer_xid, '0'::xid8), seq
+LIMIT $3";
+
+/// The position of the newest event [`FEED`] would return now (no row: none).
+pub(crate) const FEED_HEAD: &str = "\
+SELECT coalesce(writer_xid, '0'::xid8)::text::bigint AS writer, seq
+FROM evc_events
+WHERE coalesce(writer_xid, '0'::xid8) < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY coalesce(writer_xid, '0'::xid8) DESC, seq DESC
+LIMIT 1";
+
 /// The deliveries of consumer `$1` leased now, in event order (through the lease index);
 /// `lease_until` in epoch seconds.
 pub(crate) const LEASES: &str = "\

@@ -10,11 +10,11 @@ use sqlx::Row;
 
 use super::{SqliteStore, epoch_now, parse_uuid, sql};
 use crate::registry::ConsumerMode;
-use crate::store::DispatchError;
 use crate::store::observe::{
     AttemptLatency, ConsumerStatus, Lag, LeasedDelivery, Observe, Percentiles, SAMPLE_ATTEMPTS,
     SilentWorker, StatusReport, TimelineEntry, WorkerSettings,
 };
+use crate::store::{DispatchError, FeedEvent, FeedPosition};
 
 impl Observe for SqliteStore {
     async fn status(&self, window: Duration) -> Result<StatusReport, DispatchError> {
@@ -196,6 +196,43 @@ impl Observe for SqliteStore {
             })
             .collect::<Result<_, sqlx::Error>>()
             .map_err(DispatchError::from)
+    }
+
+    async fn feed(&self, after: FeedPosition, limit: u32) -> Result<Vec<FeedEvent>, DispatchError> {
+        let rows = sqlx::query(sql::FEED)
+            .bind(after.seq)
+            .bind(i64::from(limit))
+            .fetch_all(&self.inner.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let event_id = parse_uuid(&row.try_get::<String, _>("event_id")?)?;
+                let payload: String = row.try_get("payload")?;
+                Ok(FeedEvent {
+                    position: FeedPosition {
+                        writer: 0,
+                        seq: row.try_get("seq")?,
+                    },
+                    event_id,
+                    event_type: row.try_get("event_type")?,
+                    schema_version: row.try_get("schema_version")?,
+                    order_key: row.try_get("order_key")?,
+                    tenant_scope: row.try_get("tenant_scope")?,
+                    trace_id: row.try_get("trace_id")?,
+                    correlation_id: row.try_get("correlation_id")?,
+                    produced_at: row.try_get("produced_at")?,
+                    payload: serde_json::from_str(&payload)
+                        .map_err(|source| DispatchError::Payload { event_id, source })?,
+                })
+            })
+            .collect()
+    }
+
+    async fn feed_head(&self) -> Result<FeedPosition, DispatchError> {
+        let seq: i64 = sqlx::query_scalar(sql::FEED_HEAD)
+            .fetch_one(&self.inner.pool)
+            .await?;
+        Ok(FeedPosition { writer: 0, seq })
     }
 }
 

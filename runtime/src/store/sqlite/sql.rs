@@ -700,6 +700,16 @@ SELECT owner, consumer, payload_policy, dispatcher_overrides FROM evc_heartbeats
 WHERE consumer IN (SELECT value FROM json_each(?1))
 ORDER BY consumer, owner";
 
+/// Up to `?2` events after seq `?1`, in `seq` order: one writer at a time commits, so `seq` is
+/// commit order and PostgreSQL's writer transaction is not needed.
+pub(crate) const FEED: &str = "\
+SELECT seq, event_id, event_type, schema_version, order_key, tenant_scope, trace_id,
+    correlation_id, produced_at, payload
+FROM evc_events WHERE seq > ?1 ORDER BY seq LIMIT ?2";
+
+/// The newest event's seq (0: none).
+pub(crate) const FEED_HEAD: &str = "SELECT coalesce(max(seq), 0) FROM evc_events";
+
 /// The deliveries of consumer `?1` leased now, in event order, as PostgreSQL's.
 pub(crate) const LEASES: &str = "\
 SELECT event_id, generation, event_seq, order_key, lease_owner, fencing_token, attempt,
