@@ -183,16 +183,21 @@ enum Command {
         database: operate::Database,
     },
     /// Serve the governance API (`/api/v1`: event types, consumers, dead letters, timelines;
-    /// its OpenAPI document at `/api/v1/openapi.json`) and `/healthz`, `/readyz` and `/metrics`
-    /// over HTTP until Ctrl-C. Callers of the API present a bearer token from the tokens file.
+    /// its OpenAPI document at `/api/v1/openapi.json`), the realtime gateway of `topics.yaml`
+    /// (`/api/v1/topics/{topic}/stream`), the web page and `/healthz`, `/readyz` and
+    /// `/metrics` over HTTP until Ctrl-C. Callers present a bearer token from the tokens file.
     Serve {
         /// The address to listen on (port 0: any free port, printed on standard error).
         #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDRESS")]
         listen: std::net::SocketAddr,
-        /// The tokens file: one `ROLE NAME TOKEN` per line, roles reader, operator or
-        /// approver; tokens of 24 characters or more.
+        /// The tokens file: one `ROLE NAME TOKEN [tenant=ID] [topics=NAME,...]` per line, roles
+        /// reader, operator or approver; tokens of 24 characters or more.
         #[arg(long, value_name = "FILE")]
         tokens: PathBuf,
+        /// The contract directory whose `topics.yaml` the realtime gateway serves (without it,
+        /// the gateway has no topics).
+        #[arg(long, value_name = "DIR")]
+        contracts: Option<PathBuf>,
         #[command(flatten)]
         database: operate::Database,
     },
@@ -348,8 +353,9 @@ fn main() -> ExitCode {
         Command::Serve {
             listen,
             tokens,
+            contracts,
             database,
-        } => serve::serve(listen, &tokens, &database),
+        } => serve::serve(listen, &tokens, contracts.as_deref(), &database),
     };
     match result {
         Ok(code) => code,

@@ -6,8 +6,10 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use evc_codegen::names::glob_matches;
+use evc_codegen::{ContractSet, LoadError};
 use evc_runtime::{PgStore, Role};
-use evc_serve::{PgStores, Tokens};
+use evc_serve::{GatewayConfig, PgStores, Tokens, Topic, TopicKey};
 
 use crate::operate::{Database, Outbox, open_sqlite, pool};
 
@@ -18,8 +20,13 @@ const CONNECTIONS: u32 = 4;
 pub(crate) fn serve(
     listen: SocketAddr,
     tokens: &Path,
+    contracts: Option<&Path>,
     database: &Database,
 ) -> anyhow::Result<ExitCode> {
+    let gateway = GatewayConfig::new(match contracts {
+        Some(dir) => topics(dir)?,
+        None => Vec::new(),
+    });
     let text = std::fs::read_to_string(tokens)
         .with_context(|| format!("cannot read the tokens file {}", tokens.display()))?;
     let tokens = Tokens::parse(&text)
@@ -38,13 +45,59 @@ pub(crate) fn serve(
             .local_addr()
             .context("cannot read the listening address")?;
         let outbox = open(database).await?;
-        eprintln!("evc serve: listening on http://{address} (Ctrl-C stops)");
-        let served = evc_serve::run(listener, outbox.clone(), tokens, shutdown()).await;
+        eprintln!(
+            "evc serve: listening on http://{address} with {} realtime topic{} (Ctrl-C stops)",
+            gateway.topics.len(),
+            if gateway.topics.len() == 1 { "" } else { "s" }
+        );
+        let served = evc_serve::run(listener, outbox.clone(), tokens, gateway, shutdown()).await;
         close(outbox).await;
         served.context("the server stopped")?;
         eprintln!("evc serve: stopped");
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// The realtime topics of the contracts in `dir`, each pattern resolved to the event types it
+/// matches.
+fn topics(dir: &Path) -> anyhow::Result<Vec<Topic>> {
+    let set = match ContractSet::load(dir) {
+        Ok(loaded) => loaded.contracts,
+        Err(LoadError::Invalid { diagnostics, .. }) => anyhow::bail!(
+            "the contracts in {} do not pass `evc check` ({} problem{}): run `evc check {}`",
+            dir.display(),
+            diagnostics.len(),
+            if diagnostics.len() == 1 { "" } else { "s" },
+            dir.display()
+        ),
+        Err(error) => {
+            return Err(error)
+                .with_context(|| format!("cannot load the contracts in {}", dir.display()));
+        }
+    };
+    set.topics
+        .values()
+        .map(|topic| {
+            let key = topic
+                .key
+                .as_deref()
+                .map(str::parse::<TopicKey>)
+                .transpose()
+                .with_context(|| format!("topic `{}`", topic.name))?;
+            Ok(Topic {
+                name: topic.name.clone(),
+                description: topic.description.clone(),
+                event_types: set
+                    .events
+                    .keys()
+                    .filter(|event| topic.events.iter().any(|p| glob_matches(p, event)))
+                    .cloned()
+                    .collect(),
+                key,
+                filter: topic.filter.clone(),
+            })
+        })
+        .collect()
 }
 
 /// The outbox `database` names: on PostgreSQL a store per API role, each on a pool of its job's

@@ -1,9 +1,13 @@
 //! Who calls: bearer tokens mapped to a principal and a role, read from a tokens file.
 //!
-//! The file holds one caller per line, `ROLE NAME TOKEN` (blank lines and `#` comments
-//! ignored). Only the SHA-256 of each token is kept in memory, and no error repeats a token.
+//! The file holds one caller per line, `ROLE NAME TOKEN [tenant=ID] [topics=NAME,...]` (blank
+//! lines and `#` comments ignored). `topics=` limits the realtime topics the caller may
+//! subscribe to (all, without it); `tenant=` binds the caller to one tenant: it is sent that
+//! tenant's events only, and may use the realtime gateway and nothing else (the rest of the
+//! API answers for every tenant the server sees). Only the SHA-256 of each token is kept in
+//! memory, and no error repeats a token.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
 use axum::extract::FromRequestParts;
@@ -66,9 +70,31 @@ pub struct Principal {
     pub name: String,
     /// What the caller may do.
     pub role: Role,
+    /// The one tenant whose events the caller may receive (`None`: every tenant the server
+    /// sees). A caller bound to a tenant may use the realtime gateway only.
+    pub tenant: Option<String>,
+    /// The realtime topics the caller may subscribe to (`None`: all of them).
+    pub topics: Option<BTreeSet<String>>,
 }
 
 impl Principal {
+    /// A caller with `role`, for every tenant and topic.
+    pub fn new(name: impl Into<String>, role: Role) -> Self {
+        Self {
+            name: name.into(),
+            role,
+            tenant: None,
+            topics: None,
+        }
+    }
+
+    /// Whether the caller may subscribe to the topic `name`.
+    pub fn may_read_topic(&self, name: &str) -> bool {
+        self.topics
+            .as_ref()
+            .is_none_or(|topics| topics.contains(name))
+    }
+
     /// `Ok` when the caller's role allows what `needed` may do, else 403.
     pub(crate) fn require(&self, needed: Role) -> Result<(), ApiError> {
         if self.role.allows(needed) {
@@ -86,9 +112,19 @@ impl Principal {
 /// are out of order would otherwise print its token.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TokensError {
-    /// A line is not `ROLE NAME TOKEN`.
-    #[error("line {line}: expected `ROLE NAME TOKEN`, three words")]
+    /// A line is not `ROLE NAME TOKEN` and options.
+    #[error("line {line}: expected `ROLE NAME TOKEN [tenant=ID] [topics=NAME,...]`")]
     Shape {
+        /// The line, from 1.
+        line: usize,
+    },
+    /// A word after the token is not `tenant=ID` or `topics=NAME,...` (each at most once, with
+    /// a value).
+    #[error(
+        "line {line}: after the token, only `tenant=ID` and `topics=NAME,...` may follow, \
+         once each, with a value"
+    )]
+    UnknownOption {
         /// The line, from 1.
         line: usize,
     },
@@ -153,7 +189,7 @@ impl Tokens {
                 continue;
             }
             let words: Vec<&str> = line.split_whitespace().collect();
-            let [role, name, token] = words[..] else {
+            let [role, name, token, ref options @ ..] = words[..] else {
                 return Err(TokensError::Shape { line: line_number });
             };
             let line = line_number;
@@ -165,10 +201,24 @@ impl Tokens {
             if token.len() < MIN_TOKEN_CHARS || !token.chars().all(|c| c.is_ascii_graphic()) {
                 return Err(TokensError::WeakToken { line });
             }
-            let principal = Principal {
-                name: name.to_owned(),
-                role,
-            };
+            let mut principal = Principal::new(name, role);
+            for option in options {
+                let unknown = TokensError::UnknownOption { line };
+                match option.split_once('=') {
+                    Some(("tenant", value)) if !value.is_empty() && principal.tenant.is_none() => {
+                        principal.tenant = Some(value.to_owned());
+                    }
+                    Some(("topics", value)) if !value.is_empty() && principal.topics.is_none() => {
+                        let topics: BTreeSet<String> =
+                            value.split(',').map(str::to_owned).collect();
+                        if topics.contains("") {
+                            return Err(unknown);
+                        }
+                        principal.topics = Some(topics);
+                    }
+                    _ => return Err(unknown),
+                }
+            }
             if tokens
                 .by_digest
                 .insert(digest_hex(token), principal)
@@ -199,10 +249,29 @@ pub(crate) fn digest_hex(token: &str) -> String {
 }
 
 /// The caller of a request: its `Authorization: Bearer` token must name a known principal,
-/// else the request is answered 401 before the handler runs.
+/// else the request is answered 401 before the handler runs; a caller bound to a tenant is
+/// answered 403 (it may use the realtime gateway only).
 pub(crate) struct Caller(pub(crate) Principal);
 
 impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Subscriber(principal) = Subscriber::from_request_parts(parts, state).await?;
+        if principal.tenant.is_some() {
+            return Err(ApiError::NotPermitted(
+                "a token bound to a tenant may use the realtime gateway only".to_owned(),
+            ));
+        }
+        Ok(Self(principal))
+    }
+}
+
+/// The caller of a realtime gateway route: any known principal, bound to a tenant or not;
+/// 401 otherwise.
+pub(crate) struct Subscriber(pub(crate) Principal);
+
+impl FromRequestParts<AppState> for Subscriber {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
@@ -219,7 +288,7 @@ impl FromRequestParts<AppState> for Caller {
             .tokens
             .principal(token)
             .cloned()
-            .map(Caller)
+            .map(Self)
             .ok_or(ApiError::Unauthorized)
     }
 }
@@ -238,16 +307,27 @@ mod tests {
         .expect("valid");
         assert_eq!(
             tokens.principal(TOKEN),
-            Some(&Principal {
-                name: "ada".to_owned(),
-                role: Role::Reader
-            })
+            Some(&Principal::new("ada", Role::Reader))
         );
         assert_eq!(
             tokens.principal(&format!("{TOKEN}x")).map(|p| p.role),
             Some(Role::Operator)
         );
         assert_eq!(tokens.principal("nobody-has-this-token-at-all"), None);
+    }
+
+    #[test]
+    fn a_line_may_bind_its_caller_to_a_tenant_and_topics() {
+        let tokens = Tokens::parse(&format!(
+            "reader ada {TOKEN} topics=iu.unit,trace tenant=acme\nreader bob {TOKEN}x\n"
+        ))
+        .expect("valid");
+        let ada = tokens.principal(TOKEN).expect("ada");
+        assert_eq!(ada.tenant.as_deref(), Some("acme"));
+        assert!(ada.may_read_topic("trace") && ada.may_read_topic("iu.unit"));
+        assert!(!ada.may_read_topic("workflow.run"));
+        let bob = tokens.principal(&format!("{TOKEN}x")).expect("bob");
+        assert!(bob.may_read_topic("workflow.run") && bob.tenant.is_none());
     }
 
     #[test]
@@ -291,12 +371,31 @@ mod tests {
                 format!("reader ada {TOKEN}\napprover eve {TOKEN}"),
                 TokensError::DuplicateToken { line: 2 },
             ),
+            (
+                format!("reader ada {TOKEN} {TOKEN}x"),
+                TokensError::UnknownOption { line: 1 },
+            ),
+            (
+                format!("reader ada {TOKEN} tenant=a tenant=b"),
+                TokensError::UnknownOption { line: 1 },
+            ),
+            (
+                format!("reader ada {TOKEN} topics=a,,b"),
+                TokensError::UnknownOption { line: 1 },
+            ),
+            (
+                format!("reader ada {TOKEN} tenant="),
+                TokensError::UnknownOption { line: 1 },
+            ),
             ("# nobody\n".to_owned(), TokensError::Empty),
         ];
         for (text, expected) in cases {
             let error = Tokens::parse(&text).expect_err(&text);
             let message = error.to_string();
-            let secret_or_name = |w: &&str| w.len() > 3 && Role::parse(w).is_none();
+            // The option names themselves are the message's own words.
+            let secret_or_name = |w: &&str| {
+                w.len() > 3 && Role::parse(w).is_none() && !matches!(*w, "tenant=" | "topics=")
+            };
             for word in text.split_whitespace().filter(secret_or_name) {
                 assert!(!message.contains(word), "{message:?} repeats {word:?}");
             }

@@ -69,6 +69,9 @@ pub(crate) enum ApiError {
         /// The role the call needs.
         needed: Role,
     },
+    /// The caller may not read this (a topic its token does not list, a route a tenant-bound
+    /// token may not use); `detail` says which.
+    NotPermitted(String),
     /// Nothing of that name (`what`).
     NotFound(String),
     /// The outbox's state refuses the call (a changed plan, the two-person rule, a reused
@@ -88,7 +91,9 @@ impl ApiError {
     fn status(&self) -> StatusCode {
         match self {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
-            Self::Forbidden { .. } | Self::CrossSite => StatusCode::FORBIDDEN,
+            Self::Forbidden { .. } | Self::CrossSite | Self::NotPermitted(_) => {
+                StatusCode::FORBIDDEN
+            }
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
@@ -105,9 +110,10 @@ impl ApiError {
                 format!("this needs the {needed} role; the caller is a {role}")
             }
             Self::NotFound(what) => format!("{what} does not exist"),
-            Self::BadRequest(detail) | Self::Conflict(detail) | Self::Unprocessable(detail) => {
-                detail.clone()
-            }
+            Self::BadRequest(detail)
+            | Self::Conflict(detail)
+            | Self::Unprocessable(detail)
+            | Self::NotPermitted(detail) => detail.clone(),
             Self::Store => "the outbox store did not answer; see the server's log".to_owned(),
             Self::MethodNotAllowed => "the route does not take this method".to_owned(),
             Self::CrossSite => "forms are taken only from this server's own pages".to_owned(),

@@ -7,6 +7,8 @@
 //!   people, pause, resume and modes, as JSON. Every route needs a token but
 //!   `/api/v1/openapi.json`, which serves the document [`openapi`] returns (OpenAPI 3.1,
 //!   derived from the handlers).
+//! - `/api/v1/topics/{topic}/stream`: the realtime gateway, Server-Sent Events of the topics a
+//!   [`GatewayConfig`] names (`topics.yaml`), filtered by each caller's permissions.
 //! - `/healthz`, `/readyz` and `/metrics`: the operations endpoints, open like any probe.
 //!
 //! Run the router with `axum::serve` (the `evc serve` command does).
@@ -14,6 +16,7 @@
 mod api;
 mod auth;
 mod error;
+mod gateway;
 mod ops;
 mod outbox;
 mod page;
@@ -26,6 +29,7 @@ use crate::error::ApiError;
 use utoipa::openapi::OpenApi;
 
 pub use auth::{Principal, Role, Tokens, TokensError};
+pub use gateway::{EnvelopeField, GatewayConfig, Topic, TopicKey, TopicKeyError};
 pub use outbox::{Outbox, PgStores};
 
 /// What every handler reads: the outbox and who may call.
@@ -39,19 +43,31 @@ struct AppState {
     metrics: Arc<tokio::sync::Semaphore>,
     /// Signs and opens the web page's sessions.
     sessions: Arc<page::SessionKey>,
+    /// The realtime gateway's topics, clients and feed reader.
+    gateway: Arc<gateway::Hub>,
 }
 
-/// The whole service on `outbox`, callers authenticated by `tokens`.
-pub fn router(outbox: Outbox, tokens: Tokens) -> Router {
+/// The whole service on `outbox`, callers authenticated by `tokens`, the realtime gateway
+/// configured by `gateway`.
+pub fn router(outbox: Outbox, tokens: Tokens, gateway: GatewayConfig) -> Router {
+    service(outbox, tokens, gateway).0
+}
+
+/// [`router`], and the gateway whose streams must end for the server to stop.
+fn service(outbox: Outbox, tokens: Tokens, gateway: GatewayConfig) -> (Router, Arc<gateway::Hub>) {
+    let outbox = Arc::new(outbox);
+    let hub = Arc::new(gateway::Hub::new(Arc::clone(&outbox), gateway));
     let state = AppState {
-        outbox: Arc::new(outbox),
+        outbox,
         tokens: Arc::new(tokens),
         metrics: Arc::new(tokio::sync::Semaphore::new(1)),
         sessions: Arc::new(page::SessionKey::draw()),
+        gateway: Arc::clone(&hub),
     };
-    let (api, document) = api::routes().split_for_parts();
+    let (api, document) = api::routes().merge(gateway::routes()).split_for_parts();
     let document = Arc::new(document);
-    api.merge(ops::routes())
+    let router = api
+        .merge(ops::routes())
         .merge(page::routes())
         .fallback(|| async { ApiError::NotFound("no such route".to_owned()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
@@ -62,16 +78,17 @@ pub fn router(outbox: Outbox, tokens: Tokens) -> Router {
                 async move { axum::Json(document.as_ref().clone()) }
             }),
         )
-        .with_state(state)
+        .with_state(state);
+    (router, hub)
 }
 
 /// The OpenAPI 3.1 document of `/api/v1`, as `/api/v1/openapi.json` serves it.
 pub fn openapi() -> OpenApi {
-    api::routes().split_for_parts().1
+    api::routes().merge(gateway::routes()).split_for_parts().1
 }
 
-/// Serves [`router`] on `listener` until `shutdown` resolves, then lets the requests in flight
-/// finish.
+/// Serves [`router`] on `listener` until `shutdown` resolves, then ends the realtime streams
+/// and lets the other requests in flight finish.
 ///
 /// # Errors
 /// When accepting connections fails.
@@ -79,9 +96,15 @@ pub async fn run(
     listener: tokio::net::TcpListener,
     outbox: Outbox,
     tokens: Tokens,
+    gateway: GatewayConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(outbox, tokens))
-        .with_graceful_shutdown(shutdown)
+    let (router, hub) = service(outbox, tokens, gateway);
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            // A stream never ends by itself: the graceful shutdown would wait on it forever.
+            hub.close();
+        })
         .await
 }

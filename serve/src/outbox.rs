@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use evc_runtime::{
     AttemptRecord, ConsumerMode, ConsumerState, DeliveryRecord, DispatchError, EventRecord,
-    Observe, Operate, PgStore, Proposed, Registry, ReplayApplied, ReplayApproval, ReplayError,
-    ReplayPlan, ReplaySelection, SettledDelivery, SqliteStore, StateChange, StateChangeRecord,
-    StatusReport, Store, StoreError, TimelineEntry,
+    FeedEvent, FeedPosition, Observe, Operate, PgStore, Proposed, Registry, ReplayApplied,
+    ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, SettledDelivery, SqliteStore,
+    StateChange, StateChangeRecord, StatusReport, Store, StoreError, TimelineEntry,
 };
 
 use uuid::Uuid;
@@ -154,6 +154,20 @@ impl Outbox {
         limit: u32,
     ) -> Result<Vec<StateChangeRecord>, DispatchError> {
         on_store!(self, Role::Reader, store => store.state_changes(consumer, limit).await)
+    }
+
+    /// The event feed, through the operator's store: the gateway routes on payload fields,
+    /// which the reader's database role may not read. No payload leaves the gateway.
+    pub(crate) async fn feed(
+        &self,
+        after: FeedPosition,
+        limit: u32,
+    ) -> Result<Vec<FeedEvent>, DispatchError> {
+        on_store!(self, Role::Operator, store => store.feed(after, limit).await)
+    }
+
+    pub(crate) async fn feed_head(&self) -> Result<FeedPosition, DispatchError> {
+        on_store!(self, Role::Operator, store => store.feed_head().await)
     }
 
     pub(crate) async fn event(&self, event_id: Uuid) -> Result<Option<EventRecord>, DispatchError> {

@@ -68,12 +68,16 @@ pub struct FeedEvent {
     pub schema_version: String,
     /// The order key.
     pub order_key: String,
+    /// The producer class that appended it.
+    pub producer_class: String,
     /// The tenant scope, if any.
     pub tenant_scope: Option<String>,
     /// The W3C trace id, if any.
     pub trace_id: Option<String>,
     /// The correlation id, if any.
     pub correlation_id: Option<String>,
+    /// The causation id, if any.
+    pub causation_id: Option<String>,
     /// When it was produced, in epoch seconds of the store's clock.
     pub produced_at: f64,
     /// The payload.

@@ -22,7 +22,7 @@ use evc_generated::consumers::WorkerNotificationIuConsumer;
 use evc_generated::payloads::{IuBornV1, IuBornV1GovernanceState};
 use evc_generated::producers::emit_iu_born_v1;
 use evc_reference::tour::Notifier;
-use evc_serve::{Outbox, Tokens};
+use evc_serve::{GatewayConfig, Outbox, Tokens};
 use reqwest::StatusCode;
 use serde_json::Value;
 use sqlx::migrate::Migrator;
@@ -206,14 +206,29 @@ pub struct Server {
 }
 
 impl Server {
-    /// Serves `outbox` to the callers of [`tokens`].
+    /// Serves `outbox` to the callers of [`tokens`], with a gateway without topics.
     pub async fn start(outbox: Outbox) -> Result<Self, BoxError> {
+        Self::with(outbox, tokens(), GatewayConfig::default()).await
+    }
+
+    /// Serves `outbox` to the callers of `tokens`, with the realtime gateway of `gateway`.
+    pub async fn with(
+        outbox: Outbox,
+        tokens: Tokens,
+        gateway: GatewayConfig,
+    ) -> Result<Self, BoxError> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(evc_serve::run(listener, outbox, tokens(), async move {
-            let _ = stopped.await;
-        }));
+        tokio::spawn(evc_serve::run(
+            listener,
+            outbox,
+            tokens,
+            gateway,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
         Ok(Self {
             base,
             stop: Some(stop),
@@ -346,6 +361,110 @@ impl Client {
             Ok(())
         } else {
             Err(format!("the body breaks the schema: {}", errors.join("; ")))
+        }
+    }
+}
+
+/// One Server-Sent Events message, or a comment line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SseMessage {
+    /// `event:` (empty for a comment).
+    pub event: String,
+    /// `id:`, if any.
+    pub id: Option<String>,
+    /// `data:` (a comment's text, for a comment).
+    pub data: String,
+}
+
+impl SseMessage {
+    /// The data as JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.data).unwrap_or(Value::Null)
+    }
+}
+
+/// A client's open event stream.
+pub struct SseStream {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl SseStream {
+    /// Opens `path` with `token` and `last_event_id`; the status when it is not 200.
+    pub async fn open(
+        server: &Server,
+        path: &str,
+        token: Option<&str>,
+        last_event_id: Option<&str>,
+    ) -> Result<Result<Self, (StatusCode, Value)>, BoxError> {
+        let mut request = reqwest::Client::new().get(server.url(path));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id);
+        }
+        let response = request.send().await?;
+        let status = response.status();
+        if status != StatusCode::OK {
+            return Ok(Err((status, response.json().await?)));
+        }
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default();
+        assert_eq!(content_type, "text/event-stream");
+        Ok(Ok(Self {
+            response,
+            buffer: String::new(),
+        }))
+    }
+
+    /// The next message or comment (`None`: the server ended the stream). Waits at most 60 s,
+    /// a bound on a hang.
+    pub async fn next_any(&mut self) -> Result<Option<SseMessage>, BoxError> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let mut message = SseMessage {
+                    event: String::new(),
+                    id: None,
+                    data: String::new(),
+                };
+                for line in block.lines() {
+                    if let Some(comment) = line.strip_prefix(':') {
+                        message.data = comment.trim().to_owned();
+                    } else if let Some((field, value)) = line.split_once(':') {
+                        let value = value.strip_prefix(' ').unwrap_or(value).to_owned();
+                        match field {
+                            "event" => message.event = value,
+                            "id" => message.id = Some(value),
+                            "data" => message.data = value,
+                            _ => {}
+                        }
+                    }
+                }
+                return Ok(Some(message));
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.response.chunk())
+                .await
+                .map_err(|_| "no message within 60 s")??;
+            match chunk {
+                Some(bytes) => self.buffer.push_str(std::str::from_utf8(&bytes)?),
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// The next message, comments skipped.
+    pub async fn next(&mut self) -> Result<Option<SseMessage>, BoxError> {
+        loop {
+            match self.next_any().await? {
+                Some(message) if message.event.is_empty() => continue,
+                other => return Ok(other),
+            }
         }
     }
 }

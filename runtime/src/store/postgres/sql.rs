@@ -1332,8 +1332,9 @@ ON CONFLICT (consumer) DO UPDATE SET rejected = r.rejected + EXCLUDED.rejected, 
 /// transaction and then `seq` (through `evc_events_feed_idx`); `produced_at` in epoch seconds.
 pub(crate) const FEED: &str = "\
 SELECT coalesce(writer_xid, '0'::xid8)::text::bigint AS writer, seq, event_id, event_type,
-    schema_version, order_key, tenant_scope, trace_id, correlation_id,
-    extract(epoch FROM produced_at)::float8 AS produced_at, payload::text AS payload
+    schema_version, order_key, producer_class, tenant_scope, trace_id, correlation_id,
+    causation_id, extract(epoch FROM produced_at)::float8 AS produced_at,
+    payload::text AS payload
 FROM evc_events
 WHERE (coalesce(writer_xid, '0'::xid8), seq) > ($1::bigint::text::xid8, $2)
     AND coalesce(writer_xid, '0'::xid8) < pg_snapshot_xmin(pg_current_snapshot())

@@ -217,9 +217,11 @@ impl Observe for SqliteStore {
                     event_type: row.try_get("event_type")?,
                     schema_version: row.try_get("schema_version")?,
                     order_key: row.try_get("order_key")?,
+                    producer_class: row.try_get("producer_class")?,
                     tenant_scope: row.try_get("tenant_scope")?,
                     trace_id: row.try_get("trace_id")?,
                     correlation_id: row.try_get("correlation_id")?,
+                    causation_id: row.try_get("causation_id")?,
                     produced_at: row.try_get("produced_at")?,
                     payload: serde_json::from_str(&payload)
                         .map_err(|source| DispatchError::Payload { event_id, source })?,

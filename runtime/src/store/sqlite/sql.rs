@@ -703,8 +703,8 @@ ORDER BY consumer, owner";
 /// Up to `?2` events after seq `?1`, in `seq` order: one writer at a time commits, so `seq` is
 /// commit order and PostgreSQL's writer transaction is not needed.
 pub(crate) const FEED: &str = "\
-SELECT seq, event_id, event_type, schema_version, order_key, tenant_scope, trace_id,
-    correlation_id, produced_at, payload
+SELECT seq, event_id, event_type, schema_version, order_key, producer_class, tenant_scope,
+    trace_id, correlation_id, causation_id, produced_at, payload
 FROM evc_events WHERE seq > ?1 ORDER BY seq LIMIT ?2";
 
 /// The newest event's seq (0: none).
