@@ -2108,13 +2108,17 @@ struct Served {
 }
 
 impl Served {
-    /// Starts `evc serve` on a free port with the tokens of `tokens_file`, and waits (at most
+    /// Starts `evc serve` on a free port with the tokens of `tokens_file` and the repository's
+    /// topics, and waits (at most
     /// a minute, a hang guard) for the address it prints.
     fn start(url: &str, tokens_file: &Path) -> Self {
         use std::io::BufRead;
+        let contracts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../contracts");
         let mut child = Command::new(env!("CARGO_BIN_EXE_evc"))
             .args(["serve", "--listen", "127.0.0.1:0", "--tokens"])
             .arg(tokens_file)
+            .arg("--contracts")
+            .arg(contracts)
             .args(["--database-url", url])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
@@ -2195,6 +2199,25 @@ impl Served {
         )
     }
 
+    /// Opens the event stream at `path`; the connection, its answer's head read.
+    fn stream(&self, path: &str, token: &str) -> std::net::TcpStream {
+        use std::io::Write;
+        let mut stream = std::net::TcpStream::connect(&self.address).expect("connects");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("timeout");
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n\r\n",
+            self.address
+        )
+        .expect("writes");
+        let head = read_until(&mut stream, "\r\n\r\n");
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(head.contains("text/event-stream"), "{head}");
+        stream
+    }
+
     /// Stops the server with SIGTERM; its exit status and what it printed after the address.
     fn stop(mut self) -> (std::process::ExitStatus, String) {
         Command::new("kill")
@@ -2212,6 +2235,26 @@ impl Served {
         let _ = self.child.kill();
         panic!("evc serve did not stop within a minute of SIGTERM");
     }
+}
+
+/// What `stream` sends until it has sent `needle` (a minute at most between reads, a hang
+/// guard).
+fn read_until(stream: &mut std::net::TcpStream, needle: &str) -> String {
+    use std::io::Read;
+    let mut seen = Vec::new();
+    let mut buffer = [0_u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains(needle) {
+        let read = stream
+            .read(&mut buffer)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&seen)));
+        assert!(
+            read > 0,
+            "the stream ended: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buffer[..read]);
+    }
+    String::from_utf8_lossy(&seen).into_owned()
 }
 
 const OPERATOR_TOKEN: &str = "operator-token-for-serve-0123456789";
@@ -2245,6 +2288,27 @@ fn serve_answers_each_caller_through_the_database_role_of_its_job() {
         assert_eq!(status, 200);
         let (status, _) = served.request("GET", "/api/v1/consumers", None, "");
         assert_eq!(status, 401);
+        // The gateway serves the repository's topics, read through the operator's pool.
+        let (status, topics) = served.request("GET", "/api/v1/topics", Some(OPERATOR_TOKEN), "");
+        assert_eq!(status, 200);
+        let names: Vec<&str> = topics
+            .as_array()
+            .expect("a list")
+            .iter()
+            .filter_map(|topic| topic["name"].as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "governance.problems",
+                "iu.frozen",
+                "iu.unit",
+                "trace",
+                "workers.silent",
+                "workflow.run"
+            ]
+        );
+        let mut everything = served.stream("/api/v1/topics/trace/stream", OPERATOR_TOKEN);
         let dead = format!("/api/v1/consumers/{consumer}/dead-letters");
         let (status, dead) = served.request("GET", &dead, Some(OPERATOR_TOKEN), "");
         assert_eq!(status, 200);
@@ -2265,6 +2329,9 @@ fn serve_answers_each_caller_through_the_database_role_of_its_job() {
         let (status, applied) = served.request("POST", &apply, Some(APPROVER_TOKEN), &approval);
         assert_eq!(status, 200, "{applied}");
         assert_eq!(applied["deliveries"], 1);
+        // The apply's lifecycle event reaches the open stream, which SIGTERM then ends.
+        let streamed = read_until(&mut everything, "dlq_replay.scheduled");
+        assert!(streamed.contains("event: event"), "{streamed}");
 
         let (status, printed) = served.stop();
         assert!(status.success(), "{status}: {printed}");
