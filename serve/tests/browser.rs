@@ -38,17 +38,16 @@ async fn two_people_replay_a_dead_letter_from_the_page_and_it_recovers() -> Test
         return Ok(());
     }
     support::with_sqlite(|store: SqliteStore| async move {
-        let seeded = seed(&store).await?;
         let server = Server::start(Outbox::Sqlite(store.clone())).await?;
         let driver = Driver::start().await?;
-        let result = browse(&driver, &server, &store, &seeded.dead.to_string()).await;
+        let result = browse(&driver, &server, &store).await;
         driver.stop().await;
         result
     })
     .await
 }
 
-async fn browse(driver: &Driver, server: &Server, store: &SqliteStore, dead: &str) -> TestResult {
+async fn browse(driver: &Driver, server: &Server, store: &SqliteStore) -> TestResult {
     let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("serve-screenshots");
     std::fs::create_dir_all(&shots)?;
 
@@ -57,6 +56,19 @@ async fn browse(driver: &Driver, server: &Server, store: &SqliteStore, dead: &st
     driver.type_into("#token", READER).await?;
     driver.click("button[type=submit]").await?;
     driver.arrive(&server.url("/")).await?;
+    assert!(!dead_lettered(driver).await?, "nothing is dead yet");
+    driver.wait_for("body[data-live=open]").await?;
+
+    // A handler fails while the reader looks at the problems: the dead letter appears without
+    // a reload.
+    let seeded = seed(store).await?;
+    let dead = &seeded.dead.to_string();
+    driver.wait_until(|| dead_lettered(driver)).await?;
+    assert!(
+        driver.has("body[data-refreshed]").await?,
+        "swapped in, not reloaded"
+    );
+    assert_eq!(driver.url().await?, server.url("/"));
     let problem = driver.text("#problems li a").await?;
     assert!(problem.contains(CONSUMER), "{problem}");
     driver.screenshot(&shots.join("problems.png")).await?;
@@ -112,12 +124,26 @@ async fn browse(driver: &Driver, server: &Server, store: &SqliteStore, dead: &st
     assert!(notice.starts_with("Applied replay"), "{notice}");
     driver.screenshot(&shots.join("approved.png")).await?;
 
-    // The mailbox works again: the consumer handles the replayed delivery and recovers.
-    settle(store, Arc::new(Notifier::default())).await?;
+    // The mailbox works again: the consumer handles the replayed delivery, and its page, open
+    // meanwhile, shows it recover without a reload.
     driver
         .go(&server.url(&format!("/consumers/{CONSUMER}")))
         .await?;
+    assert_eq!(
+        driver.text("#pending").await?,
+        "1",
+        "replayed, not yet handled"
+    );
+    driver.wait_for("body[data-live=open]").await?;
+    settle(store, Arc::new(Notifier::default())).await?;
+    driver
+        .wait_until(|| async { Ok(driver.text("#pending").await? == "0") })
+        .await?;
     assert!(driver.has("#no-dead-letters").await?);
+    assert!(
+        driver.has("body[data-refreshed]").await?,
+        "swapped in, not reloaded"
+    );
     driver.go(&server.url("/")).await?;
     // The dead letter's problem is gone (no other problem is asserted away: lag depends on how
     // long the machine took).
@@ -130,6 +156,11 @@ async fn browse(driver: &Driver, server: &Server, store: &SqliteStore, dead: &st
     driver.screenshot(&shots.join("recovered.png")).await?;
     eprintln!("screenshots: {}", shots.display());
     Ok(())
+}
+
+/// Whether the problems page lists a dead letter.
+async fn dead_lettered(driver: &Driver) -> Result<bool, BoxError> {
+    Ok(driver.has("#problems").await? && driver.text("#problems").await?.contains("dead-lettered"))
 }
 
 /// A chromedriver process and one headless Chromium session on it; dropping it kills the
@@ -290,6 +321,28 @@ impl Driver {
     }
 
     /// Whether the page has an element matching `css` now.
+    /// Waits until an element matches `css` (at most 60 s, a bound on a hang).
+    async fn wait_for(&self, css: &str) -> Result<(), BoxError> {
+        self.wait_until(|| self.has(css))
+            .await
+            .map_err(|_| format!("nothing matched {css}").into())
+    }
+
+    /// Waits until `probe` answers true (at most 60 s, a bound on a hang).
+    async fn wait_until<F, Fut>(&self, probe: F) -> Result<(), BoxError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<bool, BoxError>>,
+    {
+        for _ in 0..600 {
+            if probe().await? {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err("the page never showed it".into())
+    }
+
     async fn has(&self, css: &str) -> Result<bool, BoxError> {
         let found = self
             .command(

@@ -10,7 +10,7 @@ use evc_serve::Outbox;
 use reqwest::StatusCode;
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
 
-use support::{CONSUMER, READER, Seeded, Server, TRACE, TestResult, seed};
+use support::{CONSUMER, READER, Seeded, Server, TENANT_READER, TRACE, TestResult, seed};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_pages_show_problems_first() -> TestResult {
@@ -67,6 +67,18 @@ async fn pages(outbox: Outbox, seeded: Seeded) -> TestResult {
     assert!(refused.headers().get(SET_COOKIE).is_none());
     assert!(refused.text().await?.contains("No caller holds this token"));
 
+    // A token bound to a tenant signs in nowhere: it may use the realtime gateway only.
+    let bound = http
+        .post(server.url("/login"))
+        .header("origin", server.base.as_str())
+        .form(&[("token", TENANT_READER)])
+        .send()
+        .await?;
+    assert_eq!(bound.status(), StatusCode::UNAUTHORIZED);
+    assert!(bound.headers().get(SET_COOKIE).is_none());
+    let anonymous_live = http.get(server.url("/live")).send().await?;
+    assert_eq!(anonymous_live.status(), StatusCode::SEE_OTHER);
+
     // Behind a TLS proxy the browser's origin is https: the host and port are what count.
     let https_origin = server.base.replacen("http://", "https://", 1);
     let signed_in = http
@@ -109,6 +121,17 @@ async fn pages(outbox: Outbox, seeded: Seeded) -> TestResult {
     assert_eq!(problems.status(), StatusCode::OK);
     let policy = problems.headers()["content-security-policy"].to_str()?;
     assert!(policy.contains("frame-ancestors 'none'"), "{policy}");
+    assert!(
+        policy.contains("script-src 'self';") && !policy.contains("unsafe-eval"),
+        "{policy}"
+    );
+    let live = page("/live").await?;
+    assert_eq!(live.status(), StatusCode::OK);
+    assert_eq!(live.headers()["content-type"], "text/event-stream");
+    drop(live);
+    let script = page("/live.js").await?;
+    assert_eq!(script.status(), StatusCode::OK);
+    assert!(script.text().await?.contains("new EventSource(\"/live\")"));
     let html = problems.text().await?;
     let first_problem = html.find("id=\"problems\"").ok_or("a problems list")?;
     let consumers_table = html.find("id=\"consumers\"").ok_or("a consumers table")?;

@@ -24,8 +24,9 @@ const RETRY: Duration = Duration::from_secs(1);
 /// What a client subscribed to and may read.
 #[derive(Debug, Clone)]
 pub(crate) struct Interest {
-    /// The topic, by its index in the configuration.
-    pub(crate) topic: usize,
+    /// The topic, by its index in the configuration; `None`: every event, as a pulse that
+    /// names its type only (the web page's live updates).
+    pub(crate) topic: Option<usize>,
     /// The one partition value the client asked for, if any.
     pub(crate) key: Option<String>,
     /// The one tenant the client may read, if it is bound to one.
@@ -35,7 +36,7 @@ pub(crate) struct Interest {
 impl Interest {
     /// Whether an event of `topic` with partition value `key` and tenant `tenant` is for the
     /// client.
-    fn admits(&self, topic: usize, key: Option<&str>, tenant: Option<&str>) -> bool {
+    fn admits(&self, topic: Option<usize>, key: Option<&str>, tenant: Option<&str>) -> bool {
         self.topic == topic
             && self.key.as_deref().is_none_or(|wanted| key == Some(wanted))
             && self.tenant.as_deref().is_none_or(|own| tenant == Some(own))
@@ -43,7 +44,12 @@ impl Interest {
 
     /// `event` as the client's message, if it is for the client.
     pub(crate) fn message(&self, topics: &[Topic], event: &FeedEvent) -> Option<Message> {
-        let topic = &topics[self.topic];
+        let Some(index) = self.topic else {
+            return self
+                .admits(None, None, event.tenant_scope.as_deref())
+                .then(|| pulse(event));
+        };
+        let topic = &topics[index];
         if !topic.carries(event) {
             return None;
         }
@@ -68,6 +74,14 @@ struct EventData<'a> {
     produced_at: f64,
 }
 
+/// An event as a pulse: its type, nothing else.
+fn pulse(event: &FeedEvent) -> Message {
+    Message {
+        position: event.position,
+        data: Arc::from(serde_json::json!({ "event_type": event.event_type }).to_string()),
+    }
+}
+
 fn render(topic: &Topic, key: Option<&str>, event: &FeedEvent) -> Message {
     let data = EventData {
         topic: &topic.name,
@@ -87,6 +101,10 @@ fn render(topic: &Topic, key: Option<&str>, event: &FeedEvent) -> Message {
         data: Arc::from(serde_json::to_string(&data).unwrap_or_default()),
     }
 }
+
+/// An event as one topic (or the pulse, `None`) carries it: the topic, the partition value,
+/// the tenant and the message.
+type Routed<'a> = (Option<usize>, Option<String>, Option<&'a str>, Message);
 
 struct Client {
     interest: Interest,
@@ -187,13 +205,15 @@ impl Hub {
 
     /// Hands `events` to the clients they are for, each topic's message rendered once.
     fn hand_out(&self, events: &[FeedEvent]) {
-        let mut routed: Vec<(usize, Option<String>, Option<&str>, Message)> = Vec::new();
+        let mut routed: Vec<Routed<'_>> = Vec::new();
         for event in events {
+            let tenant = event.tenant_scope.as_deref();
+            routed.push((None, None, tenant, pulse(event)));
             for (index, topic) in self.config.topics.iter().enumerate() {
                 if topic.carries(event) {
                     let key = topic.key_of(event);
                     let message = render(topic, key.as_deref(), event);
-                    routed.push((index, key, event.tenant_scope.as_deref(), message));
+                    routed.push((Some(index), key, tenant, message));
                 }
             }
         }

@@ -32,7 +32,8 @@ use crate::api::{Params, Segment};
 use crate::auth::Subscriber;
 use crate::error::{ApiError, Problem, Unavailable};
 
-pub(crate) use hub::Hub;
+pub(crate) use hub::{Hub, Interest};
+pub(crate) use stream::respond;
 pub use topic::{EnvelopeField, Topic, TopicKey, TopicKeyError};
 
 /// How the realtime gateway runs: its topics and its limits.
@@ -203,7 +204,7 @@ async fn subscribe(
         ),
     };
     let interest = hub::Interest {
-        topic: index,
+        topic: Some(index),
         key: params.key,
         tenant: caller.tenant.clone(),
     };

@@ -30,6 +30,7 @@ use crate::auth::Principal;
 use crate::error::ApiError;
 
 mod consumer;
+mod live;
 mod session;
 
 pub(crate) use session::SessionKey;
@@ -52,17 +53,20 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/events/{event_id}", get(event))
         .route("/event-types/{name}", get(event_type))
         .route("/timeline/{trace_id}", get(timeline))
+        .route("/live", get(live::stream))
+        .route("/live.js", get(live::script))
         .layer(axum::middleware::map_response(page_headers))
 }
 
-/// The pages load nothing from elsewhere, run no script and are never framed by another site.
+/// The pages load nothing from elsewhere, run only this server's script (`/live.js`), connect
+/// only to this server and are never framed by another site.
 async fn page_headers(mut response: Response) -> Response {
     let headers = response.headers_mut();
     headers.insert(
         CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(
-            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; \
-             frame-ancestors 'none'; base-uri 'none'",
+            "default-src 'none'; style-src 'unsafe-inline'; script-src 'self'; \
+             connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ),
     );
     headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
@@ -86,6 +90,8 @@ impl FromRequestParts<AppState> for Viewer {
             .filter_map(|cookie| cookie.trim().split_once('='))
             .find(|(name, _)| *name == SESSION_COOKIE)
             .and_then(|(_, value)| state.sessions.open(value, &state.tokens))
+            // A caller bound to a tenant may use the realtime gateway only.
+            .filter(|principal| principal.tenant.is_none())
             .cloned()
             .map(Viewer)
             .ok_or_else(|| Redirect::to("/login"))
@@ -115,7 +121,8 @@ async fn login(
     if let Err(error) = consumer::same_site(&headers) {
         return error.into_response();
     }
-    if state.tokens.principal(&form.token).is_none() {
+    let known = state.tokens.principal(&form.token);
+    if known.is_none_or(|principal| principal.tenant.is_some()) {
         return match render(&LoginPage { failed: true }) {
             Ok(page) => (axum::http::StatusCode::UNAUTHORIZED, page).into_response(),
             Err(error) => error.into_response(),

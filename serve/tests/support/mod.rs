@@ -42,13 +42,15 @@ pub const OPERATOR: &str = "operator-token-0123456789abcdef";
 pub const APPROVER: &str = "approver-token-0123456789abcdef";
 /// Bob's second token: bob is an approver too.
 pub const BOB_APPROVER: &str = "bob-approver-token-0123456789abcdef";
+/// Tina reads tenant `acme` only: the realtime gateway and nothing else.
+pub const TENANT_READER: &str = "tenant-reader-token-0123456789abcdef";
 
 /// The tokens of ada (reader), bob (operator, and approver with a second token) and eve
 /// (approver).
 pub fn tokens() -> Tokens {
     Tokens::parse(&format!(
         "reader ada {READER}\noperator bob {OPERATOR}\napprover eve {APPROVER}\n\
-         approver bob {BOB_APPROVER}\n"
+         approver bob {BOB_APPROVER}\nreader tina {TENANT_READER} tenant=acme\n"
     ))
     .expect("valid tokens")
 }
