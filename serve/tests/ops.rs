@@ -8,7 +8,7 @@ use evc::{PgStore, SqliteStore};
 use evc_serve::Outbox;
 use reqwest::StatusCode;
 
-use support::{CONSUMER, Server, TestResult, seed};
+use support::{CONSUMER, Client, READER, Server, TestResult, seed};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_probes_and_metrics_follow_the_store() -> TestResult {
@@ -60,6 +60,14 @@ async fn probes_follow_the_store(
     assert!(text.contains(&dead), "{dead} in:\n{text}");
     assert!(text.trim_end().ends_with("# EOF"), "{text}");
 
+    let reader = Client::new(&server, Some(READER)).await?;
+    let (status, parity) = reader
+        .get(&server, "/api/v1/registry", "/api/v1/registry")
+        .await?;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(parity["digest"], digest);
+    assert_eq!(parity["in_parity"], true, "{parity}");
+
     stop_store.await;
     let ready = http.get(server.url("/readyz")).send().await?;
     assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -68,4 +76,37 @@ async fn probes_follow_the_store(
     let metrics = http.get(server.url("/metrics")).send().await?;
     assert_eq!(metrics.status(), StatusCode::SERVICE_UNAVAILABLE);
     Ok(())
+}
+
+/// Another deployment changes the database's registry under a running server: the API lists
+/// the difference and the server is no longer ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_registry_drift_is_listed() -> TestResult {
+    support::with_postgres(|store: PgStore| async move {
+        let pool = store.pool().clone();
+        let server = Server::start(Outbox::Postgres(Box::new(evc_serve::PgStores::single(
+            store,
+        ))))
+        .await?;
+        let reader = Client::new(&server, Some(READER)).await?;
+        sqlx::query("UPDATE evc_registry_state SET digest = repeat('0', 64)")
+            .execute(&pool)
+            .await?;
+        let (status, parity) = reader
+            .get(&server, "/api/v1/registry", "/api/v1/registry")
+            .await?;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(parity["in_parity"], false, "{parity}");
+        let differences = parity["differences"].as_array().ok_or("a list")?;
+        assert!(
+            differences
+                .iter()
+                .any(|line| line.as_str().is_some_and(|l| l.contains(&"0".repeat(64)))),
+            "{parity}"
+        );
+        let ready = reqwest::get(server.url("/readyz")).await?;
+        assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
+        Ok(())
+    })
+    .await
 }

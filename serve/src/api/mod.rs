@@ -23,6 +23,7 @@ use crate::auth::Caller;
 use crate::error::{ApiError, Problem, Unavailable};
 
 pub(crate) mod event;
+mod registry;
 mod replay;
 pub(crate) mod state;
 
@@ -75,6 +76,7 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(state::mode))
         .routes(routes!(state::changes))
         .routes(routes!(event::event))
+        .routes(routes!(registry::parity))
 }
 
 /// A registered event type and who receives it.
