@@ -10,7 +10,7 @@ use evc_serve::Outbox;
 use reqwest::StatusCode;
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
 
-use support::{CONSUMER, READER, Seeded, Server, TENANT_READER, TRACE, TestResult, seed};
+use support::{CONSUMER, OPERATOR, READER, Seeded, Server, TENANT_READER, TRACE, TestResult, seed};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_pages_show_problems_first() -> TestResult {
@@ -206,6 +206,54 @@ async fn pages(outbox: Outbox, seeded: Seeded) -> TestResult {
         .text()
         .await?;
     assert!(!html.contains("id=\"propose\"") && !html.contains("id=\"approve\""));
+    assert!(!html.contains("id=\"pause\""), "a reader pauses nothing");
+    let pause = server.url(&format!("/consumers/{CONSUMER}/pause"));
+    let as_reader = http
+        .post(&pause)
+        .header(COOKIE, session.as_str())
+        .header("origin", server.base.as_str())
+        .form(&[("reason", "curious")])
+        .send()
+        .await?;
+    assert_eq!(as_reader.status(), StatusCode::FORBIDDEN);
+
+    // An operator pauses and resumes from the page, each time saying why; the page shows the
+    // record, and a change without a reason is refused.
+    let operator = sign_in(&http, &server, OPERATOR).await?;
+    let post = |path: &str, reason: &'static str| {
+        http.post(server.url(path))
+            .header(COOKIE, operator.as_str())
+            .header("origin", server.base.as_str())
+            .form(&[("reason", reason)])
+            .send()
+    };
+    let html = http
+        .get(server.url(&format!("/consumers/{CONSUMER}")))
+        .header(COOKIE, operator.as_str())
+        .send()
+        .await?
+        .text()
+        .await?;
+    assert!(html.contains("id=\"pause\"") && !html.contains("id=\"resume\""));
+    let refused = post(&format!("/consumers/{CONSUMER}/pause"), "  ").await?;
+    assert_eq!(refused.status(), StatusCode::OK);
+    assert!(refused.text().await?.contains("Refused:"));
+    let paused = post(&format!("/consumers/{CONSUMER}/pause"), "the relay is down")
+        .await?
+        .text()
+        .await?;
+    assert!(paused.contains("id=\"notice\">Paused"), "{paused}");
+    assert!(paused.contains("the relay is down") && paused.contains(">bob<"));
+    assert!(paused.contains("id=\"resume\"") && !paused.contains("id=\"pause\""));
+    let resumed = post(
+        &format!("/consumers/{CONSUMER}/resume"),
+        "the relay is back",
+    )
+    .await?
+    .text()
+    .await?;
+    assert!(resumed.contains("id=\"notice\">Resumed"), "{resumed}");
+    assert!(resumed.contains("the relay is back"));
 
     let out = http
         .post(server.url("/logout"))
@@ -216,4 +264,21 @@ async fn pages(outbox: Outbox, seeded: Seeded) -> TestResult {
     assert_eq!(out.status(), StatusCode::SEE_OTHER);
     assert!(out.headers()[SET_COOKIE].to_str()?.contains("Max-Age=0"));
     Ok(())
+}
+
+/// A session cookie (`name=value`) for `token`.
+async fn sign_in(
+    http: &reqwest::Client,
+    server: &Server,
+    token: &str,
+) -> Result<String, support::BoxError> {
+    let signed_in = http
+        .post(server.url("/login"))
+        .header("origin", server.base.as_str())
+        .form(&[("token", token)])
+        .send()
+        .await?;
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+    let cookie = signed_in.headers()[SET_COOKIE].to_str()?;
+    Ok(cookie.split(';').next().ok_or("a cookie")?.to_owned())
 }

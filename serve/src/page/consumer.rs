@@ -11,7 +11,7 @@ use axum::extract::{Form, State};
 use axum::http::HeaderMap;
 use axum::http::header::{HOST, ORIGIN};
 use axum::response::{Html, IntoResponse, Response};
-use evc_runtime::{ReplayApproval, ReplaySelection};
+use evc_runtime::{ReplayApproval, ReplaySelection, StateChange};
 use serde::Deserialize;
 
 use super::{Viewer, WINDOW, render};
@@ -37,6 +37,8 @@ struct ConsumerPage {
     notice: Option<String>,
     /// Whether the viewer may propose a replay.
     can_propose: bool,
+    /// Whether the viewer may pause and resume the consumer.
+    can_pause: bool,
     /// The digest of the plan the viewer may approve, when the viewer is an approver and there
     /// is something to replay.
     approvable: Option<String>,
@@ -71,6 +73,7 @@ async fn show(
     };
     render(&ConsumerPage {
         can_propose: viewer.role == Role::Operator && !dead.is_empty(),
+        can_pause: viewer.role == Role::Operator,
         viewer: viewer.name,
         consumer: consumer_view(descriptor, &report),
         dead: dead.iter().map(dead_letter).collect(),
@@ -78,6 +81,62 @@ async fn show(
         notice,
         approvable,
     })
+}
+
+/// The pause and resume forms' field.
+#[derive(Deserialize)]
+pub(crate) struct ReasonForm {
+    reason: String,
+}
+
+/// Pauses the consumer, as the viewer, for the reason the form gives.
+pub(crate) async fn pause(
+    State(state): State<AppState>,
+    Viewer(viewer): Viewer,
+    Segment(name): Segment,
+    headers: HeaderMap,
+    Form(form): Form<ReasonForm>,
+) -> Result<Response, ApiError> {
+    change_state(state, viewer, name, headers, form, true).await
+}
+
+/// Resumes the consumer, as the viewer, for the reason the form gives.
+pub(crate) async fn resume(
+    State(state): State<AppState>,
+    Viewer(viewer): Viewer,
+    Segment(name): Segment,
+    headers: HeaderMap,
+    Form(form): Form<ReasonForm>,
+) -> Result<Response, ApiError> {
+    change_state(state, viewer, name, headers, form, false).await
+}
+
+async fn change_state(
+    state: AppState,
+    viewer: crate::auth::Principal,
+    name: String,
+    headers: HeaderMap,
+    form: ReasonForm,
+    pause: bool,
+) -> Result<Response, ApiError> {
+    same_site(&headers)?;
+    viewer.require(Role::Operator)?;
+    registered_consumer(state.outbox.registry(), &name)?;
+    let change = StateChange::new(viewer.name.as_str(), form.reason);
+    let changed = if pause {
+        state.outbox.pause(&name, &change).await
+    } else {
+        state.outbox.resume(&name, &change).await
+    };
+    let notice = match changed.map_err(ApiError::from) {
+        Ok(_) if pause => "Paused: no delivery is claimed until it is resumed.".to_owned(),
+        Ok(_) => "Resumed.".to_owned(),
+        Err(ApiError::Unprocessable(why) | ApiError::Conflict(why)) => format!("Refused: {why}"),
+        Err(error) => return Err(error),
+    };
+    Ok(show(&state, viewer, &name, Some(notice))
+        .await?
+        .into_response())
 }
 
 /// Proposes the replay of every dead letter of the consumer, as the viewer.

@@ -50,6 +50,8 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/consumers/{name}", get(consumer::page))
         .route("/consumers/{name}/replay/propose", post(consumer::propose))
         .route("/consumers/{name}/replay/apply", post(consumer::apply))
+        .route("/consumers/{name}/pause", post(consumer::pause))
+        .route("/consumers/{name}/resume", post(consumer::resume))
         .route("/events/{event_id}", get(event))
         .route("/event-types/{name}", get(event_type))
         .route("/timeline/{trace_id}", get(timeline))
