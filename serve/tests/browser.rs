@@ -320,7 +320,6 @@ impl Driver {
             .ok_or_else(|| format!("no element {css}").into())
     }
 
-    /// Whether the page has an element matching `css` now.
     /// Waits until an element matches `css` (at most 60 s, a bound on a hang).
     async fn wait_for(&self, css: &str) -> Result<(), BoxError> {
         self.wait_until(|| self.has(css))
@@ -343,6 +342,7 @@ impl Driver {
         Err("the page never showed it".into())
     }
 
+    /// Whether the page has an element matching `css` now.
     async fn has(&self, css: &str) -> Result<bool, BoxError> {
         let found = self
             .command(
@@ -354,11 +354,33 @@ impl Driver {
         Ok(found.as_array().is_some_and(|all| !all.is_empty()))
     }
 
+    /// Sends `method` `/element/ID{action}` to the element `css` matches, finding it again
+    /// when a live update swapped it out in between (WebDriver's "stale element reference").
+    async fn on_element(
+        &self,
+        css: &str,
+        method: reqwest::Method,
+        action: &str,
+        body: Value,
+    ) -> Result<Value, BoxError> {
+        let mut tries = 0;
+        loop {
+            let element = self.element(css).await?;
+            let path = format!("/element/{element}{action}");
+            match self.command(method.clone(), &path, body.clone()).await {
+                Err(error) if tries < 10 && error.to_string().contains("stale element") => {
+                    tries += 1;
+                }
+                answer => return answer,
+            }
+        }
+    }
+
     async fn type_into(&self, css: &str, text: &str) -> Result<(), BoxError> {
-        let element = self.element(css).await?;
-        self.command(
+        self.on_element(
+            css,
             reqwest::Method::POST,
-            &format!("/element/{element}/value"),
+            "/value",
             json!({ "text": text }),
         )
         .await?;
@@ -366,24 +388,14 @@ impl Driver {
     }
 
     async fn click(&self, css: &str) -> Result<(), BoxError> {
-        let element = self.element(css).await?;
-        self.command(
-            reqwest::Method::POST,
-            &format!("/element/{element}/click"),
-            json!({}),
-        )
-        .await?;
+        self.on_element(css, reqwest::Method::POST, "/click", json!({}))
+            .await?;
         Ok(())
     }
 
     async fn text(&self, css: &str) -> Result<String, BoxError> {
-        let element = self.element(css).await?;
         let text = self
-            .command(
-                reqwest::Method::GET,
-                &format!("/element/{element}/text"),
-                json!({}),
-            )
+            .on_element(css, reqwest::Method::GET, "/text", json!({}))
             .await?;
         Ok(text.as_str().unwrap_or_default().to_owned())
     }

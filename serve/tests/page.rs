@@ -184,6 +184,51 @@ async fn pages(outbox: Outbox, seeded: Seeded) -> TestResult {
         page("/event-types/no.such").await?.status(),
         StatusCode::NOT_FOUND
     );
+    // The last two versions' schemas, compared line by line; any two on request.
+    let diff = html.find("id=\"diff\"").map_or("", |at| &html[at..]);
+    assert!(diff.contains("from 1.1.0 to 2.0.0"), "{html}");
+    assert!(
+        diff.contains("<span class=\"del\">- "),
+        "2.0.0 drops axis_count: {diff}"
+    );
+    let added = page("/event-types/iu.born?from=1.0.0&to=1.1.0")
+        .await?
+        .text()
+        .await?;
+    assert!(added.contains("<span class=\"ins\">+ "), "{added}");
+    assert!(
+        !added.contains("<span class=\"del\">"),
+        "1.1.0 only adds: {added}"
+    );
+    let back = page("/event-types/iu.born?from=1.1.0&to=1.0.0")
+        .await?
+        .text()
+        .await?;
+    assert!(back.contains("<span class=\"del\">- "), "{back}");
+    assert!(!back.contains("<span class=\"ins\">"), "{back}");
+    // A refusal is a page too, with the status and what was wrong.
+    for (query, status, detail) in [
+        (
+            "?from=1.0.0&to=9.9.9",
+            StatusCode::NOT_FOUND,
+            "version `9.9.9` does not exist",
+        ),
+        ("?from=1.0.0", StatusCode::BAD_REQUEST, "name both versions"),
+    ] {
+        let answer = page(&format!("/event-types/iu.born{query}")).await?;
+        assert_eq!(answer.status(), status, "{query}");
+        assert!(
+            answer.headers()["content-type"]
+                .to_str()?
+                .starts_with("text/html")
+        );
+        assert!(answer.headers().contains_key("content-security-policy"));
+        let html = answer.text().await?;
+        assert!(
+            html.contains("id=\"detail\"") && html.contains(detail),
+            "{html}"
+        );
+    }
 
     // Forms: only from this server's pages, and only by a role whose job it is.
     let propose = server.url(&format!("/consumers/{CONSUMER}/replay/propose"));
@@ -235,6 +280,15 @@ async fn pages(outbox: Outbox, seeded: Seeded) -> TestResult {
         .text()
         .await?;
     assert!(html.contains("id=\"pause\"") && !html.contains("id=\"resume\""));
+    let unparsed = http
+        .post(server.url(&format!("/consumers/{CONSUMER}/pause")))
+        .header(COOKIE, operator.as_str())
+        .header("origin", server.base.as_str())
+        .form(&[("why", "no reason field")])
+        .send()
+        .await?;
+    assert_eq!(unparsed.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(unparsed.text().await?.contains("id=\"detail\""));
     let refused = post(&format!("/consumers/{CONSUMER}/pause"), "  ").await?;
     assert_eq!(refused.status(), StatusCode::OK);
     assert!(refused.text().await?.contains("Refused:"));

@@ -11,7 +11,8 @@ use askama::Template;
 use axum::Router;
 use axum::extract::{Form, FromRequestParts, State};
 use axum::http::header::{
-    CONTENT_SECURITY_POLICY, COOKIE, REFERRER_POLICY, SET_COOKIE, X_CONTENT_TYPE_OPTIONS,
+    CONTENT_LENGTH, CONTENT_SECURITY_POLICY, CONTENT_TYPE, COOKIE, REFERRER_POLICY, SET_COOKIE,
+    X_CONTENT_TYPE_OPTIONS,
 };
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue};
@@ -23,13 +24,12 @@ use uuid::Uuid;
 
 use crate::AppState;
 use crate::api::event::{EventDetail, load};
-use crate::api::{
-    ConsumerView, Segment, TimelineItem, consumer_view, event_type_detail, timeline_item,
-};
+use crate::api::{ConsumerView, Segment, TimelineItem, consumer_view, timeline_item};
 use crate::auth::Principal;
 use crate::error::ApiError;
 
 mod consumer;
+mod event_type;
 mod live;
 mod session;
 
@@ -53,16 +53,74 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/consumers/{name}/pause", post(consumer::pause))
         .route("/consumers/{name}/resume", post(consumer::resume))
         .route("/events/{event_id}", get(event))
-        .route("/event-types/{name}", get(event_type))
+        .route("/event-types/{name}", get(event_type::page))
         .route("/timeline/{trace_id}", get(timeline))
         .route("/live", get(live::stream))
         .route("/live.js", get(live::script))
         .layer(axum::middleware::map_response(page_headers))
 }
 
+/// Errors as pages: a refusal of a page route (a problem document, or the plain text of a form
+/// that does not parse) is shown as HTML with the same status and detail.
+#[derive(Template)]
+#[template(path = "error.html")]
+struct ErrorPage {
+    status: u16,
+    title: String,
+    detail: String,
+}
+
+/// Longest error body read back to render it as a page.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+async fn as_html_error(response: Response) -> Response {
+    let (mut parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, MAX_ERROR_BODY)
+        .await
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_default();
+    let detail = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|problem| problem["detail"].as_str().map(str::to_owned))
+        .unwrap_or(text);
+    let page = ErrorPage {
+        status: parts.status.as_u16(),
+        title: parts
+            .status
+            .canonical_reason()
+            .unwrap_or_default()
+            .to_owned(),
+        detail,
+    };
+    let html = page.render().unwrap_or_else(|_| page.detail.clone());
+    parts.headers.remove(CONTENT_LENGTH);
+    parts.headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    Response::from_parts(parts, axum::body::Body::from(html))
+}
+
 /// The pages load nothing from elsewhere, run only this server's script (`/live.js`), connect
 /// only to this server and are never framed by another site.
-async fn page_headers(mut response: Response) -> Response {
+async fn page_headers(response: Response) -> Response {
+    let html = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| {
+            value.starts_with("text/html") || value.starts_with("text/event-stream")
+        });
+    let mut response = if response.status().is_client_error() || response.status().is_server_error()
+    {
+        if html {
+            response
+        } else {
+            as_html_error(response).await
+        }
+    } else {
+        response
+    };
     let headers = response.headers_mut();
     headers.insert(
         CONTENT_SECURITY_POLICY,
@@ -241,61 +299,5 @@ async fn timeline(
         viewer: viewer.name,
         entries: entries.iter().map(timeline_item).collect(),
         trace_id,
-    })
-}
-
-/// A version as the event type's page shows it: its schema pretty-printed.
-struct ShownVersion {
-    version: String,
-    schema_digest: String,
-    accepted_by: Vec<String>,
-    pretty: String,
-}
-
-/// An event type as its page shows it.
-struct ShownType {
-    name: String,
-    description: String,
-    producer_class: String,
-    order_key: Vec<String>,
-    deprecated: bool,
-    max_payload_bytes: u32,
-    versions: Vec<ShownVersion>,
-}
-
-#[derive(Template)]
-#[template(path = "event_type.html")]
-struct EventTypePage {
-    viewer: String,
-    event_type: ShownType,
-}
-
-async fn event_type(
-    State(state): State<AppState>,
-    Viewer(viewer): Viewer,
-    Segment(name): Segment,
-) -> Result<Html<String>, ApiError> {
-    let detail = event_type_detail(state.outbox.registry(), &name)?;
-    let versions = detail
-        .versions
-        .into_iter()
-        .map(|version| ShownVersion {
-            pretty: serde_json::to_string_pretty(&version.schema).unwrap_or_default(),
-            version: version.version,
-            schema_digest: version.schema_digest,
-            accepted_by: version.accepted_by,
-        })
-        .collect();
-    render(&EventTypePage {
-        viewer: viewer.name,
-        event_type: ShownType {
-            name: detail.name,
-            description: detail.description,
-            producer_class: detail.producer_class,
-            order_key: detail.order_key,
-            deprecated: detail.deprecated,
-            max_payload_bytes: detail.max_payload_bytes,
-            versions,
-        },
     })
 }
