@@ -58,6 +58,11 @@ async fn probes_follow_the_store(
     let text = metrics.text().await?;
     let dead = format!("evc_deliveries{{consumer=\"{CONSUMER}\",status=\"dead\"}} 1");
     assert!(text.contains(&dead), "{dead} in:\n{text}");
+    // The seed's handler acked one delivery and dead-lettered the other.
+    for outcome in ["acked", "dead"] {
+        let line = format!("evc_attempts{{consumer=\"{CONSUMER}\",outcome=\"{outcome}\"}} 1");
+        assert!(text.contains(&line), "{line} in:\n{text}");
+    }
     assert!(text.trim_end().ends_with("# EOF"), "{text}");
 
     let reader = Client::new(&server, Some(READER)).await?;

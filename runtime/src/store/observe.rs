@@ -165,6 +165,51 @@ pub struct AttemptLatency {
     pub consumer: String,
     /// Attempt durations (every outcome).
     pub latency: Percentiles,
+    /// How those attempts ended.
+    pub outcomes: AttemptOutcomes,
+}
+
+/// How many attempts ended each way: the claims that were acked, failed (to be retried, dead,
+/// quarantined) or lost their lease.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AttemptOutcomes {
+    /// Acked.
+    pub acked: i64,
+    /// Failed, to be retried.
+    pub retry: i64,
+    /// Failed for good: dead-lettered.
+    pub dead: i64,
+    /// Failed for good: quarantined.
+    pub quarantined: i64,
+    /// The lease ran out and recovery took the delivery back.
+    pub lease_expired: i64,
+}
+
+impl AttemptOutcomes {
+    /// Counts one attempt that ended as `outcome` (an attempt row's `outcome`); an unknown
+    /// outcome counts nowhere.
+    pub(crate) fn count(&mut self, outcome: &str, by: i64) {
+        match outcome {
+            "acked" => self.acked += by,
+            "retry" => self.retry += by,
+            "dead" => self.dead += by,
+            "quarantined" => self.quarantined += by,
+            "lease_expired" => self.lease_expired += by,
+            _ => {}
+        }
+    }
+
+    /// Each outcome with its count, in a fixed order.
+    pub fn each(&self) -> [(&'static str, i64); 5] {
+        [
+            ("acked", self.acked),
+            ("retry", self.retry),
+            ("dead", self.dead),
+            ("quarantined", self.quarantined),
+            ("lease_expired", self.lease_expired),
+        ]
+    }
 }
 
 /// A worker whose last heartbeat is older than its consumer's threshold.
@@ -374,6 +419,11 @@ impl StatusReport {
             "attempt_duration_seconds",
             "Attempt durations",
         );
+        let outcomes = gauge_family(
+            &mut registry,
+            "attempts",
+            "Attempts that ended within the window, by consumer and outcome",
+        );
         let silent = gauge_family(
             &mut registry,
             "silent_workers",
@@ -432,6 +482,11 @@ impl StatusReport {
         }
         for a in &self.attempts {
             set_quantiles(&attempts, &[("consumer", &a.consumer)], &a.latency);
+            for (outcome, count) in a.outcomes.each() {
+                outcomes
+                    .get_or_create(&labels(&[("consumer", &a.consumer), ("outcome", outcome)]))
+                    .set(count as f64);
+            }
         }
         stale.inc_by(self.stale_tokens);
 

@@ -68,8 +68,8 @@ pub use deployed::deployed_registry;
 pub use doorbell::Doorbell;
 pub use maintenance::TableSpace;
 pub use observe::{
-    AttemptLatency, ConsumerStatus, Lag, LeasedDelivery, Percentiles, Problem, SilentWorker,
-    StatusReport, TimelineEntry, WatchedConsumer, WorkerSettings,
+    AttemptLatency, AttemptOutcomes, ConsumerStatus, Lag, LeasedDelivery, Percentiles, Problem,
+    SilentWorker, StatusReport, TimelineEntry, WatchedConsumer, WorkerSettings,
 };
 pub use replay::{DiscardApplied, DiscardPlan, DiscardRecord, DiscardedDelivery};
 pub use roles::{Role, RoleCheck};

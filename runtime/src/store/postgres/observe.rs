@@ -12,8 +12,8 @@ use crate::registry::ConsumerMode;
 use crate::store::{DispatchError, FeedEvent, FeedPosition};
 // The report types moved to `store::observe` (both stores use them); kept here for old paths.
 pub use crate::store::observe::{
-    AttemptLatency, ConsumerStatus, Lag, LeasedDelivery, Percentiles, Problem, SilentWorker,
-    StatusReport, TimelineEntry, WorkerSettings,
+    AttemptLatency, AttemptOutcomes, ConsumerStatus, Lag, LeasedDelivery, Percentiles, Problem,
+    SilentWorker, StatusReport, TimelineEntry, WorkerSettings,
 };
 use crate::store::observe::{Observe, SAMPLE_ATTEMPTS};
 
@@ -236,9 +236,14 @@ pub(crate) async fn status(
     })
     .await?;
     let attempts = sampled(pool, sql::ATTEMPT_LATENCY, window_ms, |row, latency| {
+        let mut outcomes = AttemptOutcomes::default();
+        for (outcome, _) in AttemptOutcomes::default().each() {
+            outcomes.count(outcome, row.try_get(outcome)?);
+        }
         Ok(AttemptLatency {
             consumer: row.try_get("consumer")?,
             latency,
+            outcomes,
         })
     })
     .await?;

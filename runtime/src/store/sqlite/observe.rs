@@ -11,8 +11,8 @@ use sqlx::Row;
 use super::{SqliteStore, epoch_now, parse_uuid, sql};
 use crate::registry::ConsumerMode;
 use crate::store::observe::{
-    AttemptLatency, ConsumerStatus, Lag, LeasedDelivery, Observe, Percentiles, SAMPLE_ATTEMPTS,
-    SilentWorker, StatusReport, TimelineEntry, WorkerSettings,
+    AttemptLatency, AttemptOutcomes, ConsumerStatus, Lag, LeasedDelivery, Observe, Percentiles,
+    SAMPLE_ATTEMPTS, SilentWorker, StatusReport, TimelineEntry, WorkerSettings,
 };
 use crate::store::{DispatchError, FeedEvent, FeedPosition};
 
@@ -80,23 +80,23 @@ impl Observe for SqliteStore {
                 latency: percentiles(values),
             })
             .collect();
-        let mut attempt_samples: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        let mut attempt_samples: BTreeMap<String, (Vec<f64>, AttemptOutcomes)> = BTreeMap::new();
         for row in sqlx::query(sql::ATTEMPT_SAMPLE)
             .bind(since)
             .bind(SAMPLE_ATTEMPTS)
             .fetch_all(pool)
             .await?
         {
-            attempt_samples
-                .entry(row.try_get("consumer")?)
-                .or_default()
-                .push(row.try_get("seconds")?);
+            let (values, outcomes) = attempt_samples.entry(row.try_get("consumer")?).or_default();
+            values.push(row.try_get("seconds")?);
+            outcomes.count(&row.try_get::<String, _>("outcome")?, 1);
         }
         let attempts = attempt_samples
             .into_iter()
-            .map(|(consumer, values)| AttemptLatency {
+            .map(|(consumer, (values, outcomes))| AttemptLatency {
                 consumer,
                 latency: percentiles(values),
+                outcomes,
             })
             .collect();
 
