@@ -113,7 +113,8 @@ async fn open(database: &Database) -> anyhow::Result<evc_serve::Outbox> {
                 |pool| PgStore::new(pool, registry).context("the deployed registry does not load");
             Ok(evc_serve::Outbox::Postgres(Box::new(PgStores {
                 reader: store(reader)?,
-                operator: store(pool(&options, 2, Role::Operator).await?)?,
+                // The realtime gateway reads the feed through the operator's pool too.
+                operator: store(pool(&options, CONNECTIONS, Role::Operator).await?)?,
                 approver: store(pool(&options, 2, Role::Approver).await?)?,
             })))
         }

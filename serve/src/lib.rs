@@ -1,7 +1,7 @@
 //! evc-serve: the governance surface of an evc outbox over HTTP (docs/serve.md).
 //!
-//! [`router`] builds the service on an [`Outbox`] (a PostgreSQL or a SQLite store) and the
-//! bearer [`Tokens`] that map callers to a [`Role`]:
+//! [`run`] serves an [`Outbox`] (a PostgreSQL or a SQLite store) to the callers of the bearer
+//! [`Tokens`] that map callers to a [`Role`]:
 //! - `/api/v1/...`: event types with their versions and schemas, consumers with their state,
 //!   deliveries by status, lag and dead letters, events and trace timelines, replays by two
 //!   people, pause, resume and modes, as JSON. Every route needs a token but
@@ -11,7 +11,7 @@
 //!   [`GatewayConfig`] names (`topics.yaml`), filtered by each caller's permissions.
 //! - `/healthz`, `/readyz` and `/metrics`: the operations endpoints, open like any probe.
 //!
-//! Run the router with `axum::serve` (the `evc serve` command does).
+//! The `evc serve` command is [`run`] on a listener.
 
 mod api;
 mod auth;
@@ -48,12 +48,8 @@ struct AppState {
 }
 
 /// The whole service on `outbox`, callers authenticated by `tokens`, the realtime gateway
-/// configured by `gateway`.
-pub fn router(outbox: Outbox, tokens: Tokens, gateway: GatewayConfig) -> Router {
-    service(outbox, tokens, gateway).0
-}
-
-/// [`router`], and the gateway whose streams must end for the server to stop.
+/// configured by `gateway`; and the gateway, whose streams must be ended for the server to
+/// stop ([`run`] does).
 fn service(outbox: Outbox, tokens: Tokens, gateway: GatewayConfig) -> (Router, Arc<gateway::Hub>) {
     let outbox = Arc::new(outbox);
     let hub = Arc::new(gateway::Hub::new(Arc::clone(&outbox), gateway));
@@ -87,8 +83,12 @@ pub fn openapi() -> OpenApi {
     api::routes().merge(gateway::routes()).split_for_parts().1
 }
 
-/// Serves [`router`] on `listener` until `shutdown` resolves, then ends the realtime streams
-/// and lets the other requests in flight finish.
+/// How long the requests in flight may take to finish once `shutdown` resolved; connections
+/// still open then (a client that stopped reading its stream) are dropped.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Serves the service on `listener` until `shutdown` resolves, then ends the realtime streams
+/// and lets the other requests in flight finish (for at most 10 s).
 ///
 /// # Errors
 /// When accepting connections fails.
@@ -100,11 +100,19 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let (router, hub) = service(outbox, tokens, gateway);
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            // A stream never ends by itself: the graceful shutdown would wait on it forever.
-            hub.close();
-        })
-        .await
+    let mut closing = hub.closing();
+    let serving = axum::serve(listener, router).with_graceful_shutdown(async move {
+        shutdown.await;
+        // A stream never ends by itself: the graceful shutdown would wait on it forever.
+        hub.close();
+    });
+    tokio::select! {
+        served = serving => served,
+        // A stream whose client stopped reading is never polled again, so it never sees the
+        // close: past the drain, dropping the server drops its connections.
+        () = async {
+            let _ = closing.wait_for(|closed| *closed).await;
+            tokio::time::sleep(DRAIN).await;
+        } => Ok(()),
+    }
 }

@@ -57,7 +57,7 @@ async fn browse(driver: &Driver, server: &Server, store: &SqliteStore) -> TestRe
     driver.click("button[type=submit]").await?;
     driver.arrive(&server.url("/")).await?;
     assert!(!dead_lettered(driver).await?, "nothing is dead yet");
-    driver.wait_for("body[data-live=open]").await?;
+    let before = driver.refreshes().await?;
 
     // A handler fails while the reader looks at the problems: the dead letter appears without
     // a reload.
@@ -65,7 +65,7 @@ async fn browse(driver: &Driver, server: &Server, store: &SqliteStore) -> TestRe
     let dead = &seeded.dead.to_string();
     driver.wait_until(|| dead_lettered(driver)).await?;
     assert!(
-        driver.has("body[data-refreshed]").await?,
+        driver.refreshes().await? > before,
         "swapped in, not reloaded"
     );
     assert_eq!(driver.url().await?, server.url("/"));
@@ -134,14 +134,14 @@ async fn browse(driver: &Driver, server: &Server, store: &SqliteStore) -> TestRe
         "1",
         "replayed, not yet handled"
     );
-    driver.wait_for("body[data-live=open]").await?;
+    let before = driver.refreshes().await?;
     settle(store, Arc::new(Notifier::default())).await?;
     driver
         .wait_until(|| async { Ok(driver.text("#pending").await? == "0") })
         .await?;
     assert!(driver.has("#no-dead-letters").await?);
     assert!(
-        driver.has("body[data-refreshed]").await?,
+        driver.refreshes().await? > before,
         "swapped in, not reloaded"
     );
     driver.go(&server.url("/")).await?;
@@ -340,6 +340,22 @@ impl Driver {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         Err("the page never showed it".into())
+    }
+
+    /// How often the page's live script swapped in a fresh main part, once its stream is open
+    /// and the refresh it makes on opening is done (so that later ones come from pulses).
+    async fn refreshes(&self) -> Result<u32, BoxError> {
+        self.wait_for("body[data-live=open][data-refreshed]")
+            .await?;
+        let count = self
+            .on_element(
+                "body",
+                reqwest::Method::GET,
+                "/attribute/data-refreshed",
+                json!({}),
+            )
+            .await?;
+        Ok(count.as_str().and_then(|n| n.parse().ok()).unwrap_or(0))
     }
 
     /// Whether the page has an element matching `css` now.

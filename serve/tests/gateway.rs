@@ -272,6 +272,9 @@ async fn a_client_resumes_from_its_last_event_id_without_a_gap_or_a_repeat<S: St
     use IuBornV1GovernanceState::Draft;
     let unit = || (Uuid::now_v7(), Draft, None);
 
+    // A witness stays connected: once it has an event, the gateway has read it, and a client
+    // resuming from before it catches up from the store.
+    let mut witness = open(&server, EVERYTHING, ADA, None).await?;
     let mut first = open(&server, EVERYTHING, ADA, None).await?;
     let early = born(&store, &[unit(), unit()]).await?;
     let got = next_events(&mut first, 2).await?;
@@ -281,6 +284,11 @@ async fn a_client_resumes_from_its_last_event_id_without_a_gap_or_a_repeat<S: St
     // Missed while away: three in one transaction, one in another.
     let mut missed = born(&store, &[unit(), unit(), unit()]).await?;
     missed.extend(born(&store, &[unit()]).await?);
+    let witnessed = next_events(&mut witness, 6).await?;
+    assert_eq!(
+        event_ids(&witnessed),
+        [early.clone(), missed.clone()].concat()
+    );
     let last_seen = got[1].id.clone().ok_or("no id")?;
     let mut resumed = open(&server, EVERYTHING, ADA, Some(&last_seen)).await?;
     let later = born(&store, &[unit()]).await?;
@@ -298,6 +306,31 @@ async fn a_client_resumes_from_its_last_event_id_without_a_gap_or_a_repeat<S: St
         event_ids(&got_again),
         [vec![early[1].clone()], missed, later].concat()
     );
+
+    // Catching up applies the client's key and tenant as the live stream does.
+    let (u1, u2) = (Uuid::now_v7(), Uuid::now_v7());
+    let keyed = format!("/api/v1/topics/units/stream?key={u1}");
+    let mut tina = open(&server, &keyed, TINA, None).await?;
+    let seen = born(&store, &[(u1, Draft, Some("acme"))]).await?;
+    let tina_got = next_events(&mut tina, 1).await?;
+    assert_eq!(event_ids(&tina_got), seen);
+    drop(tina);
+    let away = born(
+        &store,
+        &[
+            (u1, Draft, None),
+            (u2, Draft, Some("acme")),
+            (u1, Draft, Some("acme")),
+        ],
+    )
+    .await?;
+    // `later`, then what tina saw and missed.
+    next_events(&mut witness, 5).await?;
+    let tina_seen = tina_got[0].id.clone().ok_or("no id")?;
+    let mut tina = open(&server, &keyed, TINA, Some(&tina_seen)).await?;
+    let last = born(&store, &[(u1, Draft, Some("acme"))]).await?;
+    let caught_up = next_events(&mut tina, 2).await?;
+    assert_eq!(event_ids(&caught_up), [away[2].clone(), last[0].clone()]);
 
     // An id this stream never sent is refused.
     for bad in ["12", "x-1", "-1-2"] {

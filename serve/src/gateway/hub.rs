@@ -124,6 +124,8 @@ pub(crate) struct Hub {
     pub(crate) outbox: Arc<Outbox>,
     pub(crate) config: GatewayConfig,
     state: Mutex<State>,
+    /// One catch-up read of the store at a time (never closed).
+    pub(crate) catch_up: tokio::sync::Semaphore,
     started: OnceCell<()>,
     closing: watch::Sender<bool>,
 }
@@ -149,6 +151,7 @@ impl Hub {
             outbox,
             config,
             state: Mutex::new(State::default()),
+            catch_up: tokio::sync::Semaphore::new(1),
             started: OnceCell::new(),
             closing: watch::Sender::new(false),
         }

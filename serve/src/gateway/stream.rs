@@ -86,7 +86,12 @@ impl Stream {
                         self.phase = Phase::Live;
                         continue;
                     }
-                    let events = match self.hub.outbox.feed(*read, PAGE).await {
+                    // One catch-up read at a time for the whole gateway: reconnecting clients
+                    // take turns instead of the connections every other reader needs.
+                    let turn = self.hub.catch_up.acquire().await;
+                    let events = self.hub.outbox.feed(*read, PAGE).await;
+                    drop(turn);
+                    let events = match events {
                         Ok(events) => events,
                         Err(error) => {
                             tracing::warn!(%error, "a gateway client's catch-up cannot read the feed");
@@ -123,6 +128,9 @@ impl Stream {
                     match next {
                         Next::Event(message) if message.position <= self.sent => continue,
                         Next::Event(message) => return Some(self.event(message)),
+                        // A summary of events the client already has (it resumed from a later
+                        // id) says nothing new.
+                        Next::Summary(summary) if summary.last <= self.sent => continue,
                         Next::Summary(summary) => {
                             self.sent = summary.last;
                             return Some(

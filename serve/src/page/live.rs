@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use axum::response::IntoResponse;
 
@@ -17,18 +16,13 @@ use crate::gateway::{Interest, respond};
 /// The script every page loads.
 const SCRIPT: &str = include_str!("../../templates/live.js");
 
-/// A pulse per committed event, for a signed-in browser; resumes after `Last-Event-ID` as a
-/// topic's stream does (an id that does not parse starts afresh: `EventSource` sends the last
-/// one by itself).
+/// A pulse per event committed from now on, for a signed-in browser. `Last-Event-ID` (which
+/// `EventSource` sends by itself on reconnecting) is ignored: the page fetches itself again
+/// when its stream opens, so replaying what it missed would only read the store for nothing.
 pub(crate) async fn stream(
     State(state): State<AppState>,
     Viewer(_viewer): Viewer,
-    headers: HeaderMap,
 ) -> Result<impl IntoResponse, ApiError> {
-    let resume = headers
-        .get("last-event-id")
-        .and_then(|value| value.to_str().ok())
-        .and_then(|text| text.trim().parse().ok());
     let interest = Interest {
         topic: None,
         key: None,
@@ -39,7 +33,7 @@ pub(crate) async fn stream(
         Arc::clone(&state.gateway),
         interest,
         subscription,
-        resume,
+        None,
     ))
 }
 
