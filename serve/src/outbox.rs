@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use evc_runtime::{
-    AttemptRecord, ConsumerMode, ConsumerState, DeliveryRecord, DispatchError, EventRecord,
-    FeedEvent, FeedPosition, Observe, Operate, PgStore, Proposed, Registry, ReplayApplied,
-    ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, SettledDelivery, SqliteStore,
-    StateChange, StateChangeRecord, StatusReport, Store, StoreError, TimelineEntry,
+    AttemptRecord, Console, ConsumerMode, ConsumerState, DeliveryRecord, DispatchError,
+    EventRecord, FeedEvent, FeedPosition, Observe, Operate, PgStore, Proposed, Registry,
+    ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, SettledDelivery,
+    SqliteStore, StateChange, StateChangeRecord, StatusReport, Store, StoreError, TimelineEntry,
 };
 
 use uuid::Uuid;
@@ -154,6 +154,19 @@ impl Outbox {
         limit: u32,
     ) -> Result<Vec<StateChangeRecord>, DispatchError> {
         on_store!(self, Role::Reader, store => store.state_changes(consumer, limit).await)
+    }
+
+    /// The operator console of the database, connected as `role`, with lifecycle events
+    /// appended through that role's store (`None`: a SQLite outbox, which has no discard).
+    pub(crate) async fn console(&self, role: Role) -> Result<Option<Console>, DispatchError> {
+        match self {
+            Outbox::Postgres(stores) => {
+                let store = stores.of(role);
+                let console = Console::connect(store.pool().clone()).await?;
+                Ok(Some(console.with_lifecycle(store.clone())))
+            }
+            Outbox::Sqlite(_) => Ok(None),
+        }
     }
 
     /// The event feed, through the operator's store: the gateway routes on payload fields,

@@ -22,6 +22,7 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, Problem, Unavailable};
 
+mod discard;
 pub(crate) mod event;
 mod registry;
 mod replay;
@@ -71,6 +72,9 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(replay::plan))
         .routes(routes!(replay::propose))
         .routes(routes!(replay::apply))
+        .routes(routes!(discard::plan))
+        .routes(routes!(discard::propose))
+        .routes(routes!(discard::apply))
         .routes(routes!(state::pause))
         .routes(routes!(state::resume))
         .routes(routes!(state::mode))

@@ -50,15 +50,15 @@ pub(crate) enum Settled {
 pub(crate) struct Approval {
     /// The deliveries the plan took (absent: the default selection).
     #[serde(default)]
-    selection: Selection,
+    pub(crate) selection: Selection,
     /// The digest of the proposed plan.
-    digest: String,
+    pub(crate) digest: String,
     /// Why, 1 to 500 characters.
-    reason: String,
+    pub(crate) reason: String,
     /// Who or what approved it (a ticket, a change request).
-    approval_ref: String,
+    pub(crate) approval_ref: String,
     /// The same key applies once; repeating it answers with the first result.
-    idempotency_key: String,
+    pub(crate) idempotency_key: String,
 }
 
 /// A replay's plan: what it would replay, what it cannot, and the digest an approval presents.
@@ -236,7 +236,7 @@ pub(crate) async fn apply(
     }))
 }
 
-fn replay_selection(
+pub(crate) fn replay_selection(
     state: &AppState,
     consumer: String,
     selection: Selection,
