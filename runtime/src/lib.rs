@@ -32,7 +32,9 @@ pub use dispatcher::{
     HandlerContext,
 };
 pub use handler::{Delivery, FailureClass, HandlerError};
-pub use policy::{CredentialShape, DigestKey, DigestKeyError, PayloadPolicy, credential_shape};
+pub use policy::{
+    CredentialShape, DigestKey, DigestKeyError, PayloadPolicy, REDACTED, credential_shape,
+};
 pub use publish::{OutgoingEvent, PayloadError, Publish, RegisteredEvent, order_key_part};
 pub use registry::{
     ConsumerDescriptor, ConsumerMode, DispatcherDescriptor, EventDescriptor, HandlerKind,

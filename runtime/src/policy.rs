@@ -68,6 +68,14 @@ impl PayloadPolicy {
         self
     }
 
+    /// `payload` as a person may be shown it: the value of every deny-listed or
+    /// credential-named key, every string value shaped like a credential, and every key shaped
+    /// like one (numbered, to stay distinct) become [`REDACTED`]. An append refuses such
+    /// payloads, so this hides what was stored before the policy named it.
+    pub fn redact(&self, payload: &Value) -> Value {
+        self.compile().redact(payload)
+    }
+
     /// The policy compiled for fast checks: names split into parts once.
     pub(crate) fn compile(&self) -> CompiledPolicy {
         CompiledPolicy {
@@ -191,7 +199,45 @@ pub(crate) struct CompiledPolicy {
     pub(crate) digest_key: Option<DigestKey>,
 }
 
+/// What [`PayloadPolicy::redact`] puts in place of a hidden value.
+pub const REDACTED: &str = "[redacted]";
+
 impl CompiledPolicy {
+    fn redact(&self, value: &Value) -> Value {
+        match value {
+            Value::Object(map) => {
+                let mut hidden_keys = 0;
+                let mut out = serde_json::Map::with_capacity(map.len());
+                for (key, child) in map {
+                    let parts = name_parts(key);
+                    let joined = parts.concat();
+                    let hidden = self.denied.iter().any(|(_, denied)| *denied == joined)
+                        || self.credential_name(&parts).is_some();
+                    let key = if credential_shape(key).is_some() {
+                        hidden_keys += 1;
+                        format!("{REDACTED} {hidden_keys}")
+                    } else {
+                        key.clone()
+                    };
+                    let child = if hidden {
+                        Value::String(REDACTED.to_owned())
+                    } else {
+                        self.redact(child)
+                    };
+                    out.insert(key, child);
+                }
+                Value::Object(out)
+            }
+            Value::Array(items) => {
+                Value::Array(items.iter().map(|item| self.redact(item)).collect())
+            }
+            Value::String(text) if credential_shape(text).is_some() => {
+                Value::String(REDACTED.to_owned())
+            }
+            other => other.clone(),
+        }
+    }
+
     /// The first finding of the highest class in `payload`: any deny-listed key first, then any
     /// credential-shaped key (or name/value pair), then any credential-shaped string value or
     /// key, each in document order.
@@ -840,6 +886,30 @@ mod tests {
         for (text, shape) in cases {
             assert_eq!(credential_shape(&text), Some(shape), "{text}");
         }
+    }
+
+    #[test]
+    fn redaction_hides_named_and_shaped_credentials_and_keeps_the_rest() {
+        let policy = PayloadPolicy::new(["body_text"], ["password", "token"], 65_536);
+        let payload = serde_json::json!({
+            "unit_id": "u-1",
+            "bodyText": "the letter",
+            "owner": {"DB_PASSWORD": "hunter2", "name": "ada"},
+            "links": ["https://example.org", "postgres://app:s3cret@db/prod"],
+            "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB": 1,
+            "count": 3,
+        });
+        assert_eq!(
+            policy.redact(&payload),
+            serde_json::json!({
+                "unit_id": "u-1",
+                "bodyText": REDACTED,
+                "owner": {"DB_PASSWORD": REDACTED, "name": "ada"},
+                "links": ["https://example.org", REDACTED],
+                "[redacted] 1": 1,
+                "count": 3,
+            })
+        );
     }
 
     #[test]

@@ -3242,6 +3242,15 @@ async fn the_feed_yields_each_event_once_and_never_passes_an_open_transaction<S:
     );
     assert_eq!(feed[1].payload, support::note(&support::note_key(2)));
     assert_eq!(
+        store.payload(receipts[1].event_id).await?,
+        Some(support::note(&support::note_key(2)))
+    );
+    assert_eq!(
+        store.payload(evc_runtime::replay_uuid(424_242)).await?,
+        None,
+        "no such event"
+    );
+    assert_eq!(
         (feed[0].event_type.as_str(), feed[0].schema_version.as_str()),
         ("test.note", "1.0.0")
     );

@@ -179,6 +179,16 @@ impl Outbox {
         on_store!(self, Role::Operator, store => store.feed(after, limit).await)
     }
 
+    /// Event `event_id`'s stored payload, through the store of `role` (an operator's or an
+    /// approver's: the reader's database role may not read payloads).
+    pub(crate) async fn payload(
+        &self,
+        event_id: Uuid,
+        role: Role,
+    ) -> Result<Option<serde_json::Value>, DispatchError> {
+        on_store!(self, role, store => store.payload(event_id).await)
+    }
+
     pub(crate) async fn feed_head(&self) -> Result<FeedPosition, DispatchError> {
         on_store!(self, Role::Operator, store => store.feed_head().await)
     }

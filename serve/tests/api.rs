@@ -10,7 +10,9 @@ use evc_serve::Outbox;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use support::{CONSUMER, Client, READER, Seeded, Server, TRACE, TestResult, seed};
+use support::{
+    APPROVER, CONSUMER, Client, OPERATOR, READER, Seeded, Server, TRACE, TestResult, seed,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_answers_as_its_openapi_document_says() -> TestResult {
@@ -277,6 +279,34 @@ async fn answers_as_documented(outbox: Outbox, seeded: Seeded) -> TestResult {
     assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
     let problem: Value = response.json().await?;
     assert_eq!(problem["status"], 405);
+
+    // A payload is for the roles whose job needs it, redacted by the payload policy (the
+    // seeded payloads hold nothing it names: they come back whole).
+    const PAYLOAD: &str = "/api/v1/events/{event_id}/payload";
+    let path = format!("/api/v1/events/{}/payload", seeded.dead);
+    let (status, _) = client.get(&server, PAYLOAD, &path).await?;
+    assert_eq!(status, StatusCode::FORBIDDEN, "a reader reads no payloads");
+    for token in [OPERATOR, APPROVER] {
+        let caller = Client::new(&server, Some(token)).await?;
+        let (status, shown) = caller.get(&server, PAYLOAD, &path).await?;
+        assert_eq!(status, StatusCode::OK, "{shown}");
+        assert_eq!(shown["event_id"], seeded.dead.to_string());
+        assert!(shown["payload"]["iu_unit_id"].is_string(), "{shown}");
+        assert_eq!(shown["payload"]["governance_state"], "draft");
+    }
+    let operator = Client::new(&server, Some(OPERATOR)).await?;
+    let (status, _) = operator
+        .get(
+            &server,
+            PAYLOAD,
+            &format!("/api/v1/events/{}/payload", evc::uuid::Uuid::nil()),
+        )
+        .await?;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = operator
+        .get(&server, PAYLOAD, "/api/v1/events/not-a-uuid/payload")
+        .await?;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
     Ok(())
 }
 

@@ -74,6 +74,18 @@ pub trait Observe: Store {
         limit: u32,
     ) -> impl Future<Output = Result<Vec<FeedEvent>, DispatchError>> + Send;
 
+    /// The stored payload of event `event_id` (`None`: no such event, or purged). Whoever
+    /// shows it to a person should pass it through [`crate::PayloadPolicy::redact`] first.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`] (on PostgreSQL also when the session's role may not read
+    /// payloads, as `evc_reader` may not); [`DispatchError::Payload`] for a stored payload that
+    /// is not JSON.
+    fn payload(
+        &self,
+        event_id: Uuid,
+    ) -> impl Future<Output = Result<Option<serde_json::Value>, DispatchError>> + Send;
+
     /// The position of the newest event [`Observe::feed`] would return now (the start of the
     /// feed when there is none): where a reader that wants only new events begins.
     ///

@@ -24,6 +24,7 @@ use crate::error::{ApiError, Problem, Unavailable};
 
 mod discard;
 pub(crate) mod event;
+mod payload;
 mod registry;
 mod replay;
 pub(crate) mod state;
@@ -80,6 +81,7 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(state::mode))
         .routes(routes!(state::changes))
         .routes(routes!(event::event))
+        .routes(routes!(payload::payload))
         .routes(routes!(registry::parity))
 }
 

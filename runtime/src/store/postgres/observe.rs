@@ -110,6 +110,21 @@ impl Observe for PgStore {
             .collect()
     }
 
+    async fn payload(
+        &self,
+        event_id: uuid::Uuid,
+    ) -> Result<Option<serde_json::Value>, DispatchError> {
+        let text: Option<String> = sqlx::query_scalar(sql::READ_PAYLOAD)
+            .bind(event_id)
+            .fetch_optional(&self.inner.pool)
+            .await?;
+        text.map(|text| {
+            serde_json::from_str(&text)
+                .map_err(|source| DispatchError::Payload { event_id, source })
+        })
+        .transpose()
+    }
+
     async fn feed_head(&self) -> Result<FeedPosition, DispatchError> {
         let row = sqlx::query(sql::FEED_HEAD)
             .fetch_optional(&self.inner.pool)

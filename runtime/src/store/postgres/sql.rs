@@ -1346,6 +1346,9 @@ WHERE (coalesce(writer_xid, '0'::xid8), seq) > ($1::bigint::text::xid8, $2)
 ORDER BY coalesce(writer_xid, '0'::xid8), seq
 LIMIT $3";
 
+/// The payload of event `$1`, as text.
+pub(crate) const READ_PAYLOAD: &str = "SELECT payload::text FROM evc_events WHERE event_id = $1";
+
 /// The position of the newest event [`FEED`] would return now (no row: none).
 pub(crate) const FEED_HEAD: &str = "\
 SELECT coalesce(writer_xid, '0'::xid8)::text::bigint AS writer, seq

@@ -707,6 +707,9 @@ SELECT seq, event_id, event_type, schema_version, order_key, producer_class, ten
     trace_id, correlation_id, causation_id, produced_at, payload
 FROM evc_events WHERE seq > ?1 ORDER BY seq LIMIT ?2";
 
+/// The payload of event `?1`, as text.
+pub(crate) const READ_PAYLOAD: &str = "SELECT payload FROM evc_events WHERE event_id = ?1";
+
 /// The newest event's seq (0: none).
 pub(crate) const FEED_HEAD: &str = "SELECT coalesce(max(seq), 0) FROM evc_events";
 
