@@ -4,7 +4,7 @@
 use sqlx::{ColumnIndex, Decode, Row, Type};
 
 use crate::registry::{DispatcherDescriptor, PayloadPolicyDescriptor};
-use crate::store::{EventRecord, Intent};
+use crate::store::{DispatchError, EventRecord, FeedEvent, FeedPosition, Intent};
 
 /// A payload policy as the stores' settings documents hold it (the PostgreSQL settings row,
 /// the SQLite file's recorded registry), under the keys their readers take it from.
@@ -57,5 +57,37 @@ where
         correlation_id: row.try_get("correlation_id")?,
         causation_id: row.try_get("causation_id")?,
         payload_bytes: u64::try_from(row.try_get::<i64, _>("payload_bytes")?).unwrap_or(0),
+    })
+}
+
+/// A [`FeedEvent`] at `position` from a row of the stores' feed statements (`produced_at` in
+/// epoch seconds, the payload as JSON text); `event_id` as the store decodes its column.
+pub(crate) fn feed_event<'r, R>(
+    row: &'r R,
+    position: FeedPosition,
+    event_id: uuid::Uuid,
+) -> Result<FeedEvent, DispatchError>
+where
+    R: Row,
+    &'r str: ColumnIndex<R>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+    Option<String>: Decode<'r, R::Database> + Type<R::Database>,
+    f64: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let payload: String = row.try_get("payload")?;
+    Ok(FeedEvent {
+        position,
+        event_id,
+        event_type: row.try_get("event_type")?,
+        schema_version: row.try_get("schema_version")?,
+        order_key: row.try_get("order_key")?,
+        producer_class: row.try_get("producer_class")?,
+        tenant_scope: row.try_get("tenant_scope")?,
+        trace_id: row.try_get("trace_id")?,
+        correlation_id: row.try_get("correlation_id")?,
+        causation_id: row.try_get("causation_id")?,
+        produced_at: row.try_get("produced_at")?,
+        payload: serde_json::from_str(&payload)
+            .map_err(|source| DispatchError::Payload { event_id, source })?,
     })
 }

@@ -86,26 +86,11 @@ impl Observe for PgStore {
             .await?;
         rows.iter()
             .map(|row| {
-                let event_id: uuid::Uuid = row.try_get("event_id")?;
-                let payload: String = row.try_get("payload")?;
-                Ok(FeedEvent {
-                    position: FeedPosition {
-                        writer: row.try_get("writer")?,
-                        seq: row.try_get("seq")?,
-                    },
-                    event_id,
-                    event_type: row.try_get("event_type")?,
-                    schema_version: row.try_get("schema_version")?,
-                    order_key: row.try_get("order_key")?,
-                    producer_class: row.try_get("producer_class")?,
-                    tenant_scope: row.try_get("tenant_scope")?,
-                    trace_id: row.try_get("trace_id")?,
-                    correlation_id: row.try_get("correlation_id")?,
-                    causation_id: row.try_get("causation_id")?,
-                    produced_at: row.try_get("produced_at")?,
-                    payload: serde_json::from_str(&payload)
-                        .map_err(|source| DispatchError::Payload { event_id, source })?,
-                })
+                let position = FeedPosition {
+                    writer: row.try_get("writer")?,
+                    seq: row.try_get("seq")?,
+                };
+                crate::store::rows::feed_event(row, position, row.try_get("event_id")?)
             })
             .collect()
     }

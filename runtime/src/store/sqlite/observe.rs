@@ -206,26 +206,12 @@ impl Observe for SqliteStore {
             .await?;
         rows.iter()
             .map(|row| {
+                let position = FeedPosition {
+                    writer: 0,
+                    seq: row.try_get("seq")?,
+                };
                 let event_id = parse_uuid(&row.try_get::<String, _>("event_id")?)?;
-                let payload: String = row.try_get("payload")?;
-                Ok(FeedEvent {
-                    position: FeedPosition {
-                        writer: 0,
-                        seq: row.try_get("seq")?,
-                    },
-                    event_id,
-                    event_type: row.try_get("event_type")?,
-                    schema_version: row.try_get("schema_version")?,
-                    order_key: row.try_get("order_key")?,
-                    producer_class: row.try_get("producer_class")?,
-                    tenant_scope: row.try_get("tenant_scope")?,
-                    trace_id: row.try_get("trace_id")?,
-                    correlation_id: row.try_get("correlation_id")?,
-                    causation_id: row.try_get("causation_id")?,
-                    produced_at: row.try_get("produced_at")?,
-                    payload: serde_json::from_str(&payload)
-                        .map_err(|source| DispatchError::Payload { event_id, source })?,
-                })
+                crate::store::rows::feed_event(row, position, event_id)
             })
             .collect()
     }
