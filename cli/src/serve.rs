@@ -6,10 +6,11 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use evc_codegen::format::keyword;
 use evc_codegen::names::glob_matches;
 use evc_codegen::{ContractSet, LoadError};
 use evc_runtime::{PgStore, Role};
-use evc_serve::{GatewayConfig, PgStores, Tokens, Topic, TopicKey};
+use evc_serve::{Catalog, GatewayConfig, PgStores, Tokens, Topic, TopicKey};
 
 use crate::operate::{Database, Outbox, open_sqlite, pool};
 
@@ -23,10 +24,11 @@ pub(crate) fn serve(
     contracts: Option<&Path>,
     database: &Database,
 ) -> anyhow::Result<ExitCode> {
-    let gateway = GatewayConfig::new(match contracts {
-        Some(dir) => topics(dir)?,
-        None => Vec::new(),
-    });
+    let (topics, catalog) = match contracts {
+        Some(dir) => from_contracts(dir)?,
+        None => (Vec::new(), Catalog::default()),
+    };
+    let gateway = GatewayConfig::new(topics);
     let text = std::fs::read_to_string(tokens)
         .with_context(|| format!("cannot read the tokens file {}", tokens.display()))?;
     let tokens = Tokens::parse(&text)
@@ -50,7 +52,15 @@ pub(crate) fn serve(
             gateway.topics.len(),
             if gateway.topics.len() == 1 { "" } else { "s" }
         );
-        let served = evc_serve::run(listener, outbox.clone(), tokens, gateway, shutdown()).await;
+        let served = evc_serve::run(
+            listener,
+            outbox.clone(),
+            tokens,
+            gateway,
+            catalog,
+            shutdown(),
+        )
+        .await;
         close(outbox).await;
         served.context("the server stopped")?;
         eprintln!("evc serve: stopped");
@@ -58,9 +68,9 @@ pub(crate) fn serve(
     })
 }
 
-/// The realtime topics of the contracts in `dir`, each pattern resolved to the event types it
-/// matches.
-fn topics(dir: &Path) -> anyhow::Result<Vec<Topic>> {
+/// The realtime topics of the contracts in `dir` (each pattern resolved to the event types it
+/// matches) and each event type's compatibility mode.
+fn from_contracts(dir: &Path) -> anyhow::Result<(Vec<Topic>, Catalog)> {
     let set = match ContractSet::load(dir) {
         Ok(loaded) => loaded.contracts,
         Err(LoadError::Invalid { diagnostics, .. }) => anyhow::bail!(
@@ -75,7 +85,14 @@ fn topics(dir: &Path) -> anyhow::Result<Vec<Topic>> {
                 .with_context(|| format!("cannot load the contracts in {}", dir.display()));
         }
     };
-    set.topics
+    let catalog = Catalog::new(
+        set.events
+            .iter()
+            .map(|(name, event)| (name.clone(), keyword(&event.compat)))
+            .collect(),
+    );
+    let topics = set
+        .topics
         .values()
         .map(|topic| {
             let key = topic
@@ -97,7 +114,8 @@ fn topics(dir: &Path) -> anyhow::Result<Vec<Topic>> {
                 filter: topic.filter.clone(),
             })
         })
-        .collect()
+        .collect::<anyhow::Result<_>>()?;
+    Ok((topics, catalog))
 }
 
 /// The outbox `database` names: on PostgreSQL a store per API role, each on a pool of its job's

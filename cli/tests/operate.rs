@@ -2308,6 +2308,15 @@ fn serve_answers_each_caller_through_the_database_role_of_its_job() {
                 "workflow.run"
             ]
         );
+        // The contracts also give each event type's compatibility mode.
+        let (status, born) = served.request(
+            "GET",
+            "/api/v1/event-types/iu.born",
+            Some(OPERATOR_TOKEN),
+            "",
+        );
+        assert_eq!(status, 200);
+        assert_eq!(born["compat"], "breaking_with_policy", "{born}");
         let mut everything = served.stream("/api/v1/topics/trace/stream", OPERATOR_TOKEN);
         let dead = format!("/api/v1/consumers/{consumer}/dead-letters");
         let (status, dead) = served.request("GET", &dead, Some(OPERATOR_TOKEN), "");

@@ -36,7 +36,7 @@ use evc::uuid::Uuid;
 use evc::{AppendOptions, PgStore, SqliteStore, Store, TraceContext};
 use evc_generated::payloads::{IuBornV1, IuBornV1GovernanceState};
 use evc_generated::producers::emit_iu_born_v1;
-use evc_serve::{GatewayConfig, Outbox, PgStores, Tokens, Topic};
+use evc_serve::{Catalog, GatewayConfig, Outbox, PgStores, Tokens, Topic};
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
@@ -451,6 +451,7 @@ async fn serve_on<S: Store>(outbox: Outbox, store: &S) -> BenchResult<()> {
         outbox,
         Tokens::parse(&format!("reader bench {TOKEN}"))?,
         GatewayConfig::new(vec![topic]),
+        Catalog::default(),
         async move {
             let _ = stopped.await;
         },

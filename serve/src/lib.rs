@@ -45,12 +45,36 @@ struct AppState {
     sessions: Arc<page::SessionKey>,
     /// The realtime gateway's topics, clients and feed reader.
     gateway: Arc<gateway::Hub>,
+    /// What the contracts say that the database does not hold.
+    catalog: Arc<Catalog>,
+}
+
+/// What the contracts say that the outbox's registry does not hold, for the API and the pages:
+/// each event type's compatibility mode. Empty when the server runs without the contracts.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct Catalog {
+    /// Each event type's compatibility mode as `evc.yaml` and its file write it
+    /// (`forward`, `breaking_with_policy`, ...), by event type.
+    pub compat: std::collections::BTreeMap<String, String>,
+}
+
+impl Catalog {
+    /// A catalog of these compatibility modes.
+    pub fn new(compat: std::collections::BTreeMap<String, String>) -> Self {
+        Self { compat }
+    }
 }
 
 /// The whole service on `outbox`, callers authenticated by `tokens`, the realtime gateway
 /// configured by `gateway`; and the gateway, whose streams must be ended for the server to
 /// stop ([`run`] does).
-fn service(outbox: Outbox, tokens: Tokens, gateway: GatewayConfig) -> (Router, Arc<gateway::Hub>) {
+fn service(
+    outbox: Outbox,
+    tokens: Tokens,
+    gateway: GatewayConfig,
+    catalog: Catalog,
+) -> (Router, Arc<gateway::Hub>) {
     let outbox = Arc::new(outbox);
     let hub = Arc::new(gateway::Hub::new(Arc::clone(&outbox), gateway));
     let state = AppState {
@@ -59,6 +83,7 @@ fn service(outbox: Outbox, tokens: Tokens, gateway: GatewayConfig) -> (Router, A
         metrics: Arc::new(tokio::sync::Semaphore::new(1)),
         sessions: Arc::new(page::SessionKey::draw()),
         gateway: Arc::clone(&hub),
+        catalog: Arc::new(catalog),
     };
     let (api, document) = api::routes().merge(gateway::routes()).split_for_parts();
     let document = Arc::new(document);
@@ -97,9 +122,10 @@ pub async fn run(
     outbox: Outbox,
     tokens: Tokens,
     gateway: GatewayConfig,
+    catalog: Catalog,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let (router, hub) = service(outbox, tokens, gateway);
+    let (router, hub) = service(outbox, tokens, gateway, catalog);
     let mut closing = hub.closing();
     let serving = axum::serve(listener, router).with_graceful_shutdown(async move {
         shutdown.await;

@@ -96,6 +96,10 @@ async fn answers_as_documented(outbox: Outbox, seeded: Seeded) -> TestResult {
         )
         .await?;
     assert_eq!(status, StatusCode::OK);
+    assert!(
+        detail["compat"].is_null(),
+        "no contracts, no mode: {detail}"
+    );
     let first = &detail["versions"][0];
     assert_eq!(first["version"], "1.0.0");
     assert_eq!(first["schema"]["type"], "object", "{first}");

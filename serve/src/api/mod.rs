@@ -96,6 +96,9 @@ pub(crate) struct EventTypeSummary {
     pub(crate) producer_class: String,
     /// Whether the type is deprecated.
     pub(crate) deprecated: bool,
+    /// How its versions may evolve, as the contracts say; null when the server was started
+    /// without them.
+    pub(crate) compat: Option<String>,
     /// Its versions, ascending.
     pub(crate) versions: Vec<String>,
     /// The consumers subscribed to it.
@@ -128,6 +131,9 @@ pub(crate) struct EventTypeDetail {
     pub(crate) deprecated: bool,
     /// Payload size cap in bytes.
     pub(crate) max_payload_bytes: u32,
+    /// How its versions may evolve (`forward`, `breaking_with_policy`, ...), as the contracts
+    /// say; null when the server was started without them.
+    pub(crate) compat: Option<String>,
     /// Its versions, ascending.
     pub(crate) versions: Vec<VersionDetail>,
 }
@@ -321,6 +327,7 @@ async fn event_types(
                 description: event.description.to_owned(),
                 producer_class: event.producer_class.to_owned(),
                 deprecated: event.deprecated,
+                compat: state.catalog.compat.get(event.name).cloned(),
                 versions: event
                     .versions
                     .iter()
@@ -350,14 +357,12 @@ async fn event_type(
     _caller: Caller,
     Segment(name): Segment,
 ) -> Result<Json<EventTypeDetail>, ApiError> {
-    Ok(Json(event_type_detail(state.outbox.registry(), &name)?))
+    Ok(Json(event_type_detail(&state, &name)?))
 }
 
 /// The event type `name` with each version's schema and the consumers accepting it.
-pub(crate) fn event_type_detail(
-    registry: &Registry,
-    name: &str,
-) -> Result<EventTypeDetail, ApiError> {
+pub(crate) fn event_type_detail(state: &AppState, name: &str) -> Result<EventTypeDetail, ApiError> {
+    let registry = state.outbox.registry();
     let event = registry
         .event(name)
         .ok_or_else(|| ApiError::NotFound(format!("event type `{name}`")))?;
@@ -385,6 +390,7 @@ pub(crate) fn event_type_detail(
         order_key: event.order_key.iter().map(|&k| k.to_owned()).collect(),
         deprecated: event.deprecated,
         max_payload_bytes: event.max_payload_bytes,
+        compat: state.catalog.compat.get(event.name).cloned(),
         versions,
     })
 }

@@ -29,6 +29,7 @@ struct ShownType {
     order_key: Vec<String>,
     deprecated: bool,
     max_payload_bytes: u32,
+    compat: Option<String>,
     versions: Vec<ShownVersion>,
 }
 
@@ -67,7 +68,7 @@ pub(crate) async fn page(
     Segment(name): Segment,
     Params(query): Params<DiffQuery>,
 ) -> Result<Html<String>, ApiError> {
-    let detail = event_type_detail(state.outbox.registry(), &name)?;
+    let detail = event_type_detail(&state, &name)?;
     let versions: Vec<ShownVersion> = detail
         .versions
         .into_iter()
@@ -88,6 +89,7 @@ pub(crate) async fn page(
             order_key: detail.order_key,
             deprecated: detail.deprecated,
             max_payload_bytes: detail.max_payload_bytes,
+            compat: detail.compat,
             versions,
         },
         diff,

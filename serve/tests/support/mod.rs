@@ -22,7 +22,7 @@ use evc_generated::consumers::WorkerNotificationIuConsumer;
 use evc_generated::payloads::{IuBornV1, IuBornV1GovernanceState};
 use evc_generated::producers::emit_iu_born_v1;
 use evc_reference::tour::Notifier;
-use evc_serve::{GatewayConfig, Outbox, Tokens};
+use evc_serve::{Catalog, GatewayConfig, Outbox, Tokens};
 use reqwest::StatusCode;
 use serde_json::Value;
 use sqlx::migrate::Migrator;
@@ -227,6 +227,7 @@ impl Server {
             outbox,
             tokens,
             gateway,
+            Catalog::default(),
             async move {
                 let _ = stopped.await;
             },
