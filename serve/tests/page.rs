@@ -336,3 +336,36 @@ async fn sign_in(
     let cookie = signed_in.headers()[SET_COOKIE].to_str()?;
     Ok(cookie.split(';').next().ok_or("a cookie")?.to_owned())
 }
+
+/// A server whose registry the database no longer holds lists the drift first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_problems_list_registry_drift_first() -> TestResult {
+    support::with_postgres(|store: PgStore| async move {
+        const OTHER: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+        let drifted = evc::Registry {
+            digest: OTHER,
+            ..evc_generated::REGISTRY
+        };
+        let other = PgStore::new(store.pool().clone(), drifted)?;
+        let server = Server::start(Outbox::Postgres(Box::new(evc_serve::PgStores::single(
+            other,
+        ))))
+        .await?;
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()?;
+        let session = sign_in(&http, &server, READER).await?;
+        let html = http
+            .get(server.url("/"))
+            .header(COOKIE, session.as_str())
+            .send()
+            .await?
+            .text()
+            .await?;
+        let first = html.find("<li>").map_or("", |at| &html[at..]);
+        assert!(first.starts_with("<li>registry drift: "), "{html}");
+        assert!(first.contains(OTHER), "{first}");
+        Ok(())
+    })
+    .await
+}

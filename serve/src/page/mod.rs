@@ -224,10 +224,30 @@ async fn problems(
     Viewer(viewer): Viewer,
 ) -> Result<Html<String>, ApiError> {
     let report = state.outbox.status(WINDOW).await?;
-    let problems = report
-        .problems(LAG_LIMIT)
-        .iter()
-        .map(|problem| Listed {
+    // Drift first: every other line may be about a registry the database no longer holds.
+    let drift = match state.outbox.ready().await {
+        Err(evc_runtime::StoreError::Drift(drift)) => Some(Listed {
+            text: format!(
+                "registry drift: the database holds another registry than this server was \
+                 opened on ({} difference{}, first: {}); restart the server on the new one",
+                drift.differences.len(),
+                if drift.differences.len() == 1 {
+                    ""
+                } else {
+                    "s"
+                },
+                drift
+                    .differences
+                    .first()
+                    .map_or_else(String::new, ToString::to_string)
+            ),
+            consumer: None,
+        }),
+        _ => None,
+    };
+    let problems = drift
+        .into_iter()
+        .chain(report.problems(LAG_LIMIT).iter().map(|problem| Listed {
             text: problem.to_string(),
             consumer: match problem {
                 Problem::DeadLetters { consumer, .. }
@@ -236,7 +256,7 @@ async fn problems(
                 Problem::SilentWorker(worker) => Some(worker.consumer.clone()),
                 _ => None,
             },
-        })
+        }))
         .collect();
     let consumers = state
         .outbox
