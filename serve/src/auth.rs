@@ -95,6 +95,12 @@ impl Principal {
             .is_none_or(|topics| topics.contains(name))
     }
 
+    /// `Ok` when the caller's role allows what `first` or `second` may do, else 403 (naming
+    /// `second`).
+    pub(crate) fn require_either(&self, first: Role, second: Role) -> Result<(), ApiError> {
+        self.require(first).or_else(|_| self.require(second))
+    }
+
     /// `Ok` when the caller's role allows what `needed` may do, else 403.
     pub(crate) fn require(&self, needed: Role) -> Result<(), ApiError> {
         if self.role.allows(needed) {

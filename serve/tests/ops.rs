@@ -89,15 +89,7 @@ async fn probes_follow_the_store(
 async fn postgres_registry_drift_is_listed() -> TestResult {
     support::with_postgres(|store: PgStore| async move {
         const OTHER: &str = "0000000000000000000000000000000000000000000000000000000000000000";
-        let drifted = evc::Registry {
-            digest: OTHER,
-            ..evc_generated::REGISTRY
-        };
-        let other = PgStore::new(store.pool().clone(), drifted)?;
-        let server = Server::start(Outbox::Postgres(Box::new(evc_serve::PgStores::single(
-            other,
-        ))))
-        .await?;
+        let server = Server::start(support::drifted(&store, OTHER)?).await?;
         let reader = Client::new(&server, Some(READER)).await?;
         let (status, parity) = reader
             .get(&server, "/api/v1/registry", "/api/v1/registry")

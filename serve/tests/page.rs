@@ -342,15 +342,7 @@ async fn sign_in(
 async fn postgres_problems_list_registry_drift_first() -> TestResult {
     support::with_postgres(|store: PgStore| async move {
         const OTHER: &str = "1111111111111111111111111111111111111111111111111111111111111111";
-        let drifted = evc::Registry {
-            digest: OTHER,
-            ..evc_generated::REGISTRY
-        };
-        let other = PgStore::new(store.pool().clone(), drifted)?;
-        let server = Server::start(Outbox::Postgres(Box::new(evc_serve::PgStores::single(
-            other,
-        ))))
-        .await?;
+        let server = Server::start(support::drifted(&store, OTHER)?).await?;
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .build()?;

@@ -7,7 +7,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use evc_runtime::{Console, DiscardPlan, ReplayApproval};
+use evc_runtime::{Console, DiscardPlan};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -97,9 +97,7 @@ pub(crate) async fn plan(
     Segment(name): Segment,
     crate::api::Body(selection): crate::api::Body<Selection>,
 ) -> Result<Json<DiscardPlanView>, ApiError> {
-    if caller.require(Role::Approver).is_err() {
-        caller.require(Role::Operator)?;
-    }
+    caller.require_either(Role::Approver, Role::Operator)?;
     let selection = replay_selection(&state, name, selection)?;
     let plan = console(&state, caller.role)
         .await?
@@ -183,14 +181,7 @@ pub(crate) async fn apply(
     crate::api::Body(approval): crate::api::Body<Approval>,
 ) -> Result<Json<DiscardedView>, ApiError> {
     caller.require(Role::Approver)?;
-    let selection = replay_selection(&state, name, approval.selection)?;
-    let approved = ReplayApproval::new(
-        approval.digest,
-        approval.reason,
-        approval.approval_ref,
-        approval.idempotency_key,
-        caller.name,
-    );
+    let (selection, approved) = approval.decision(&state, name, caller.name)?;
     let applied = console(&state, Role::Approver)
         .await?
         .discard(&selection, &approved)

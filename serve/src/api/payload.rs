@@ -47,9 +47,7 @@ pub(crate) async fn payload(
     Caller(caller): Caller,
     Segment(event_id): Segment,
 ) -> Result<Json<PayloadView>, ApiError> {
-    if caller.require(Role::Approver).is_err() {
-        caller.require(Role::Operator)?;
-    }
+    caller.require_either(Role::Approver, Role::Operator)?;
     let id: Uuid = event_id
         .parse()
         .map_err(|_| ApiError::BadRequest(format!("`{event_id}` is not a UUID")))?;

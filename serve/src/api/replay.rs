@@ -50,15 +50,15 @@ pub(crate) enum Settled {
 pub(crate) struct Approval {
     /// The deliveries the plan took (absent: the default selection).
     #[serde(default)]
-    pub(crate) selection: Selection,
+    selection: Selection,
     /// The digest of the proposed plan.
-    pub(crate) digest: String,
+    digest: String,
     /// Why, 1 to 500 characters.
-    pub(crate) reason: String,
+    reason: String,
     /// Who or what approved it (a ticket, a change request).
-    pub(crate) approval_ref: String,
+    approval_ref: String,
     /// The same key applies once; repeating it answers with the first result.
-    pub(crate) idempotency_key: String,
+    idempotency_key: String,
 }
 
 /// A replay's plan: what it would replay, what it cannot, and the digest an approval presents.
@@ -137,9 +137,7 @@ pub(crate) async fn plan(
     Body(selection): Body<Selection>,
 ) -> Result<Json<Plan>, ApiError> {
     // The approver reads the plan too: what an apply would take, before approving it.
-    if caller.require(Role::Approver).is_err() {
-        caller.require(Role::Operator)?;
-    }
+    caller.require_either(Role::Approver, Role::Operator)?;
     let selection = replay_selection(&state, name, selection)?;
     let plan = state.outbox.replay_plan(&selection, caller.role).await?;
     Ok(Json(plan_view(&plan)))
@@ -220,20 +218,34 @@ pub(crate) async fn apply(
     Body(approval): Body<Approval>,
 ) -> Result<Json<Applied>, ApiError> {
     caller.require(Role::Approver)?;
-    let selection = replay_selection(&state, name, approval.selection)?;
-    let approved = ReplayApproval::new(
-        approval.digest,
-        approval.reason,
-        approval.approval_ref,
-        approval.idempotency_key,
-        caller.name,
-    );
+    let (selection, approved) = approval.decision(&state, name, caller.name)?;
     let applied = state.outbox.replay(&selection, &approved).await?;
     Ok(Json(Applied {
         replay_id: applied.replay_id,
         deliveries: applied.deliveries,
         repeated: applied.repeated,
     }))
+}
+
+impl Approval {
+    /// The selection of `consumer` the approval names and the decision of `approver`, as the
+    /// store takes them (a replay's apply and a discard's alike).
+    pub(crate) fn decision(
+        self,
+        state: &AppState,
+        consumer: String,
+        approver: String,
+    ) -> Result<(ReplaySelection, ReplayApproval), ApiError> {
+        let selection = replay_selection(state, consumer, self.selection)?;
+        let approval = ReplayApproval::new(
+            self.digest,
+            self.reason,
+            self.approval_ref,
+            self.idempotency_key,
+            approver,
+        );
+        Ok((selection, approval))
+    }
 }
 
 pub(crate) fn replay_selection(

@@ -93,13 +93,6 @@ pub(crate) struct TopicView {
     key: Option<String>,
 }
 
-fn key_text(key: &TopicKey) -> String {
-    match key {
-        TopicKey::Payload(field) => format!("payload.{field}"),
-        TopicKey::Envelope(field) => format!("envelope.{}", field.as_str()),
-    }
-}
-
 /// Lists the topics the caller may subscribe to.
 #[utoipa::path(
     get,
@@ -125,7 +118,7 @@ async fn topics(
                 name: topic.name.clone(),
                 description: topic.description.clone(),
                 event_types: topic.event_types.iter().cloned().collect(),
-                key: topic.key.as_ref().map(key_text),
+                key: topic.key.as_ref().map(ToString::to_string),
             })
             .collect::<Vec<_>>(),
     )

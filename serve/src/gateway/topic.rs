@@ -45,6 +45,16 @@ impl EnvelopeField {
     }
 }
 
+impl std::fmt::Display for TopicKey {
+    /// As `topics.yaml` writes it (`payload.iu_unit_id`, `envelope.trace_id`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Payload(field) => write!(f, "payload.{field}"),
+            Self::Envelope(field) => write!(f, "envelope.{}", field.as_str()),
+        }
+    }
+}
+
 /// A `topics.yaml` key (`payload.FIELD` or `envelope.FIELD`) the gateway cannot key by.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(

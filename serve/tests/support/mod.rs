@@ -182,6 +182,19 @@ where
     }
 }
 
+/// The outbox of `store`'s database opened on a registry whose digest is `digest`, which the
+/// database does not hold: a server started after another deployment migrated the database.
+pub fn drifted(store: &PgStore, digest: &'static str) -> Result<Outbox, BoxError> {
+    let registry = evc::Registry {
+        digest,
+        ..evc_generated::REGISTRY
+    };
+    let other = PgStore::new(store.pool().clone(), registry)?;
+    Ok(Outbox::Postgres(Box::new(evc_serve::PgStores::single(
+        other,
+    ))))
+}
+
 /// Runs `check` on a [`SqliteStore`] of the reference registry over a fresh file in a
 /// temporary directory.
 pub async fn with_sqlite<F, Fut>(check: F) -> TestResult
