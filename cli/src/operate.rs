@@ -657,6 +657,12 @@ fn status_json(report: &StatusReport, problems: &[evc_runtime::Problem]) -> Stri
             "consumer": a.consumer,
             "latency": percentiles(&a.latency),
         })).collect::<Vec<_>>(),
+        "rejects": report.rejects.iter().map(|r| serde_json::json!({
+            "event_type": r.event_type,
+            "reason_code": r.reason_code,
+            "rejects": r.rejects,
+            "newest": r.newest,
+        })).collect::<Vec<_>>(),
         "silent_workers": report.silent_workers.iter().map(|w| serde_json::json!({
             "owner": w.owner,
             "consumer": w.consumer,

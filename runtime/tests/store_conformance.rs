@@ -557,6 +557,35 @@ async fn rejected_append_writes_a_reject_row_and_nothing_else<S: Conformance>(
     for consumer in [ORDERED, PLAIN, SHADOW] {
         assert_eq!(store.count_deliveries(consumer, &[]).await?, 0);
     }
+
+    // The status report counts it among the window's problems; no window, no problem.
+    let report = store.status(Duration::from_secs(3_600)).await?;
+    let recent: Vec<(&str, &str, i64)> = report
+        .rejects
+        .iter()
+        .map(|r| (r.event_type.as_str(), r.reason_code.as_str(), r.rejects))
+        .collect();
+    assert_eq!(recent, [("test.note", "forbidden_key", 1)], "{}", S::NAME);
+    assert!((report.rejects[0].newest - reject.rejected_at).abs() < 0.001);
+    let problems: Vec<String> = report
+        .problems(Duration::from_secs(3_600))
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert!(
+        problems.contains(&"test.note: 1 append refused (forbidden_key)".to_owned()),
+        "{}: {problems:?}",
+        S::NAME
+    );
+    assert!(
+        report
+            .prometheus()
+            .contains("evc_rejected_appends{event_type=\"test.note\",reason=\"forbidden_key\"} 1"),
+        "{}",
+        S::NAME
+    );
+    let later = store.status(Duration::ZERO).await?;
+    assert!(later.rejects.is_empty(), "{}: {:?}", S::NAME, later.rejects);
     Ok(())
 }
 
@@ -2760,6 +2789,8 @@ async fn status_counts_each_consumers_deliveries_lag_and_state<S: Conformance>(
     };
     assert_eq!(report.problems(window).first(), Some(&first), "{}", S::NAME);
 
+    // An attempt that takes at least 30 ms: past the 25 ms bucket of the duration histogram.
+    tokio::time::sleep(Duration::from_millis(30)).await;
     ack(&store, &claimed[2].lease).await?;
     store.pause(PLAIN, &support::change()).await?;
     let report = store.status(window).await?;
@@ -2790,6 +2821,50 @@ async fn status_counts_each_consumers_deliveries_lag_and_state<S: Conformance>(
     };
     assert!(report.problems(window).contains(&stopped), "{}", S::NAME);
     assert!(report.prometheus().contains("evc_consumer_paused"));
+
+    // The totals count every attempt whatever the window: Prometheus counters and a histogram.
+    let report = store.status(Duration::ZERO).await?;
+    assert!(
+        report.attempts.is_empty(),
+        "{}: nothing in no window",
+        S::NAME
+    );
+    let totals: Vec<_> = report.totals.iter().map(|t| t.consumer.as_str()).collect();
+    assert_eq!(totals, [PLAIN], "{}", S::NAME);
+    let plain = &report.totals[0];
+    let outcomes = plain.outcomes;
+    assert_eq!(
+        (
+            outcomes.acked,
+            outcomes.dead,
+            outcomes.quarantined,
+            outcomes.retry
+        ),
+        (1, 1, 1, 0),
+        "{}",
+        S::NAME
+    );
+    assert_eq!(plain.attempts(), 3, "{}", S::NAME);
+    assert!(plain.durations[..3].iter().sum::<i64>() <= 2, "{plain:?}");
+    assert!(plain.duration_sum >= Duration::from_millis(30), "{plain:?}");
+    let text = report.prometheus();
+    for line in [
+        format!("evc_attempts_total{{consumer=\"{PLAIN}\",outcome=\"acked\"}} 1"),
+        format!("evc_attempts_total{{consumer=\"{PLAIN}\",outcome=\"dead\"}} 1"),
+        "# TYPE evc_attempt_duration_seconds histogram".to_owned(),
+        format!("evc_attempt_duration_seconds_count{{consumer=\"{PLAIN}\"}} 3"),
+        format!("evc_attempt_duration_seconds_bucket{{le=\"+Inf\",consumer=\"{PLAIN}\"}} 3"),
+    ] {
+        assert!(text.contains(&line), "{}: {line} in\n{text}", S::NAME);
+    }
+    // Cumulative buckets never fall.
+    let buckets: Vec<u64> = text
+        .lines()
+        .filter(|l| l.starts_with("evc_attempt_duration_seconds_bucket"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(buckets.len(), evc_runtime::DURATION_BUCKETS_MS.len() + 1);
+    assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{buckets:?}");
     Ok(())
 }
 

@@ -60,7 +60,7 @@ async fn probes_follow_the_store(
     assert!(text.contains(&dead), "{dead} in:\n{text}");
     // The seed's handler acked one delivery and dead-lettered the other.
     for outcome in ["acked", "dead"] {
-        let line = format!("evc_attempts{{consumer=\"{CONSUMER}\",outcome=\"{outcome}\"}} 1");
+        let line = format!("evc_attempts_total{{consumer=\"{CONSUMER}\",outcome=\"{outcome}\"}} 1");
         assert!(text.contains(&line), "{line} in:\n{text}");
     }
     assert!(text.trim_end().ends_with("# EOF"), "{text}");

@@ -7,6 +7,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -224,6 +226,84 @@ impl AttemptOutcomes {
     }
 }
 
+/// The upper bounds, in milliseconds, of the attempt-duration histogram's buckets
+/// ([`AttemptTotals::durations`]): Prometheus's default buckets, 5 ms to 10 s.
+pub const DURATION_BUCKETS_MS: [i64; 11] =
+    [5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000];
+
+/// Every attempt one consumer's deliveries have had since the store was set up: counts that
+/// only grow (until a purge erases the attempts of purged events), so that Prometheus can take
+/// rates of them.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct AttemptTotals {
+    /// The consumer.
+    pub consumer: String,
+    /// How the attempts ended.
+    pub outcomes: AttemptOutcomes,
+    /// Attempts by duration: `durations[i]` counts those that took at most
+    /// [`DURATION_BUCKETS_MS`]`[i]` and longer than the bound before it; the last, those longer
+    /// than every bound.
+    pub durations: [i64; DURATION_BUCKETS_MS.len() + 1],
+    /// The attempts' durations added up.
+    pub duration_sum: Duration,
+}
+
+impl AttemptTotals {
+    /// The totals of rows of `(consumer, outcome, bucket, attempts, duration_ms)`, as the
+    /// stores' attempt-totals queries return them (`bucket` indexes [`Self::durations`]), one
+    /// per consumer in name order.
+    pub(crate) fn fold(rows: impl IntoIterator<Item = TotalsRow>) -> Vec<Self> {
+        let mut totals: std::collections::BTreeMap<String, Self> =
+            std::collections::BTreeMap::new();
+        for row in rows {
+            let entry = totals.entry(row.consumer.clone()).or_insert_with(|| Self {
+                consumer: row.consumer,
+                outcomes: AttemptOutcomes::default(),
+                durations: [0; DURATION_BUCKETS_MS.len() + 1],
+                duration_sum: Duration::ZERO,
+            });
+            entry.outcomes.count(&row.outcome, row.attempts);
+            let bucket = usize::try_from(row.bucket)
+                .unwrap_or(0)
+                .min(DURATION_BUCKETS_MS.len());
+            entry.durations[bucket] += row.attempts;
+            entry.duration_sum +=
+                Duration::from_millis(u64::try_from(row.duration_ms).unwrap_or(0));
+        }
+        totals.into_values().collect()
+    }
+
+    /// How many attempts there are.
+    pub fn attempts(&self) -> i64 {
+        self.durations.iter().sum()
+    }
+}
+
+/// Appends of one event type refused for one reason within the report's window (the
+/// newest 100,000 reject rows at most).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RecentRejects {
+    /// The refused events' type.
+    pub event_type: String,
+    /// Why they were refused ([`crate::Rejection::reason_code`]).
+    pub reason_code: String,
+    /// How many were refused.
+    pub rejects: i64,
+    /// When the newest was refused, in epoch seconds.
+    pub newest: f64,
+}
+
+/// One row of a store's attempt-totals query.
+pub(crate) struct TotalsRow {
+    pub(crate) consumer: String,
+    pub(crate) outcome: String,
+    pub(crate) bucket: i64,
+    pub(crate) attempts: i64,
+    pub(crate) duration_ms: i64,
+}
+
 /// A worker whose last heartbeat is older than its consumer's threshold.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -276,6 +356,10 @@ pub struct StatusReport {
     pub lag: Vec<Lag>,
     /// Attempt durations per consumer, over the window.
     pub attempts: Vec<AttemptLatency>,
+    /// Every attempt per consumer since the store was set up, whatever the window.
+    pub totals: Vec<AttemptTotals>,
+    /// Appends refused within the window, by event type and reason.
+    pub rejects: Vec<RecentRejects>,
     /// Workers silent past their consumer's threshold, longest silent first.
     pub silent_workers: Vec<SilentWorker>,
     /// Every worker with a heartbeat row, by consumer and owner, and where its settings came
@@ -313,6 +397,8 @@ pub enum Problem {
         /// The limit it breaks.
         limit: Duration,
     },
+    /// Producers' appends of an event type were refused (and not stored) within the window.
+    Rejects(RecentRejects),
     /// An operator paused the consumer, or set it `off`.
     Stopped {
         /// The consumer.
@@ -352,6 +438,14 @@ impl std::fmt::Display for Problem {
                 p99.as_secs_f64(),
                 limit.as_secs_f64()
             ),
+            Self::Rejects(rejects) => write!(
+                f,
+                "{}: {} append{} refused ({})",
+                rejects.event_type,
+                rejects.rejects,
+                if rejects.rejects == 1 { "" } else { "s" },
+                rejects.reason_code
+            ),
             Self::Stopped { consumer, paused } => {
                 let how = if *paused { "paused" } else { "mode off" };
                 write!(f, "{consumer}: {how}")
@@ -362,7 +456,7 @@ impl std::fmt::Display for Problem {
 
 impl StatusReport {
     /// The problems in the report, dead letters first, then silent workers, then lag over
-    /// `lag_limit` (p99), then paused or stopped consumers.
+    /// `lag_limit` (p99), then refused appends, then paused or stopped consumers.
     pub fn problems(&self, lag_limit: Duration) -> Vec<Problem> {
         let mut problems: Vec<Problem> = self
             .consumers
@@ -391,6 +485,7 @@ impl StatusReport {
                     limit: lag_limit,
                 }),
         );
+        problems.extend(self.rejects.iter().cloned().map(Problem::Rejects));
         problems.extend(
             self.consumers
                 .iter()
@@ -426,15 +521,21 @@ impl StatusReport {
             "lag_seconds",
             "Produce-to-ack lag by producer class and consumer",
         );
-        let attempts = gauge_family(
-            &mut registry,
+        registry.register(
             "attempt_duration_seconds",
-            "Attempt durations",
+            "Durations of every attempt since the store was set up, by consumer",
+            DurationHistograms::of(&self.totals),
         );
-        let outcomes = gauge_family(
-            &mut registry,
+        let outcomes = Family::<Labels, Counter<u64>>::default();
+        registry.register(
             "attempts",
-            "Attempts that ended within the window, by consumer and outcome",
+            "Attempts since the store was set up (claims that ended), by consumer and outcome",
+            outcomes.clone(),
+        );
+        let rejected = gauge_family(
+            &mut registry,
+            "rejected_appends",
+            "Appends refused within the window, by event type and reason",
         );
         let silent = gauge_family(
             &mut registry,
@@ -492,12 +593,22 @@ impl StatusReport {
                 &l.latency,
             );
         }
-        for a in &self.attempts {
-            set_quantiles(&attempts, &[("consumer", &a.consumer)], &a.latency);
-            for (outcome, count) in a.outcomes.each() {
+        for r in &self.rejects {
+            rejected
+                .get_or_create(&labels(&[
+                    ("event_type", &r.event_type),
+                    ("reason", &r.reason_code),
+                ]))
+                .set(r.rejects as f64);
+        }
+        for total in &self.totals {
+            for (outcome, count) in total.outcomes.each() {
                 outcomes
-                    .get_or_create(&labels(&[("consumer", &a.consumer), ("outcome", outcome)]))
-                    .set(count as f64);
+                    .get_or_create(&labels(&[
+                        ("consumer", &total.consumer),
+                        ("outcome", outcome),
+                    ]))
+                    .inc_by(u64::try_from(count).unwrap_or(0));
             }
         }
         stale.inc_by(self.stale_tokens);
@@ -534,6 +645,50 @@ fn set_quantiles(family: &GaugeFamily, pairs: &[(&str, &str)], latency: &Percent
         let mut labels = labels(pairs);
         labels.push(("quantile".to_owned(), quantile.to_owned()));
         family.get_or_create(&labels).set(value.as_secs_f64());
+    }
+}
+
+/// The attempt-duration histograms of [`AttemptTotals`], one per consumer, encoded from the
+/// store's bucket counts (prometheus-client's own `Histogram` only counts observations made
+/// in this process).
+#[derive(Debug)]
+struct DurationHistograms(Vec<(Labels, AttemptTotals)>);
+
+impl DurationHistograms {
+    fn of(totals: &[AttemptTotals]) -> Self {
+        Self(
+            totals
+                .iter()
+                .map(|t| (labels(&[("consumer", &t.consumer)]), t.clone()))
+                .collect(),
+        )
+    }
+}
+
+impl EncodeMetric for DurationHistograms {
+    fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
+        for (labels, totals) in &self.0 {
+            let buckets: Vec<(f64, u64)> = DURATION_BUCKETS_MS
+                .iter()
+                .map(|ms| *ms as f64 / 1_000.0)
+                .chain([f64::INFINITY])
+                .zip(totals.durations)
+                .map(|(bound, count)| (bound, u64::try_from(count).unwrap_or(0)))
+                .collect();
+            encoder
+                .encode_family(labels)?
+                .encode_histogram::<NoLabelSet>(
+                    totals.duration_sum.as_secs_f64(),
+                    u64::try_from(totals.attempts()).unwrap_or(0),
+                    &buckets,
+                    None,
+                )?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
     }
 }
 

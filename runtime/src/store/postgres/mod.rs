@@ -68,8 +68,9 @@ pub use deployed::deployed_registry;
 pub use doorbell::Doorbell;
 pub use maintenance::TableSpace;
 pub use observe::{
-    AttemptLatency, AttemptOutcomes, ConsumerStatus, Lag, LeasedDelivery, Percentiles, Problem,
-    SilentWorker, StatusReport, TimelineEntry, WatchedConsumer, WorkerSettings,
+    AttemptLatency, AttemptOutcomes, AttemptTotals, ConsumerStatus, DURATION_BUCKETS_MS, Lag,
+    LeasedDelivery, Percentiles, Problem, RecentRejects, SilentWorker, StatusReport, TimelineEntry,
+    WatchedConsumer, WorkerSettings,
 };
 pub use replay::{DiscardApplied, DiscardPlan, DiscardRecord, DiscardedDelivery};
 pub use roles::{Role, RoleCheck};

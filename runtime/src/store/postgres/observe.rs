@@ -12,10 +12,11 @@ use crate::registry::ConsumerMode;
 use crate::store::{DispatchError, FeedEvent, FeedPosition};
 // The report types moved to `store::observe` (both stores use them); kept here for old paths.
 pub use crate::store::observe::{
-    AttemptLatency, AttemptOutcomes, ConsumerStatus, Lag, LeasedDelivery, Percentiles, Problem,
-    SilentWorker, StatusReport, TimelineEntry, WorkerSettings,
+    AttemptLatency, AttemptOutcomes, AttemptTotals, ConsumerStatus, DURATION_BUCKETS_MS, Lag,
+    LeasedDelivery, Percentiles, Problem, RecentRejects, SilentWorker, StatusReport, TimelineEntry,
+    WorkerSettings,
 };
-use crate::store::observe::{Observe, SAMPLE_ATTEMPTS};
+use crate::store::observe::{Observe, SAMPLE_ATTEMPTS, TotalsRow};
 
 /// A consumer as the status report watches it: its name, the mode its contract declares and
 /// its heartbeat threshold.
@@ -248,6 +249,32 @@ pub(crate) async fn status(
     })
     .await?;
 
+    let totals = AttemptTotals::fold(
+        sqlx::query(sql::ATTEMPT_TOTALS)
+            .bind(&names)
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(totals_row)
+            .collect::<Result<Vec<_>, sqlx::Error>>()?,
+    );
+
+    let rejects = sqlx::query(sql::RECENT_REJECTS)
+        .bind(window_ms)
+        .bind(SAMPLE_ATTEMPTS)
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(|row| {
+            Ok(RecentRejects {
+                event_type: row.try_get("event_type")?,
+                reason_code: row.try_get("reason_code")?,
+                rejects: row.try_get("rejects")?,
+                newest: row.try_get("newest")?,
+            })
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+
     let thresholds: Vec<i64> = consumers
         .iter()
         .map(|c| i64::try_from(c.heartbeat_threshold.as_millis()).unwrap_or(i64::MAX))
@@ -288,9 +315,21 @@ pub(crate) async fn status(
         consumers: statuses,
         lag,
         attempts,
+        totals,
+        rejects,
         silent_workers,
         workers,
         stale_tokens: 0,
+    })
+}
+
+fn totals_row(row: &PgRow) -> Result<TotalsRow, sqlx::Error> {
+    Ok(TotalsRow {
+        consumer: row.try_get("consumer")?,
+        outcome: row.try_get("outcome")?,
+        bucket: row.try_get("bucket")?,
+        attempts: row.try_get("attempts")?,
+        duration_ms: row.try_get("duration_ms")?,
     })
 }
 

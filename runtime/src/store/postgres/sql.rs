@@ -1028,6 +1028,36 @@ WHERE a.finished_at >= now() - $1::int8 * interval '1 millisecond'
 GROUP BY a.consumer
 ORDER BY a.consumer";
 
+/// Appends refused in the last `$1` milliseconds, by event type and reason, over the newest
+/// `$2` reject rows.
+pub(crate) const RECENT_REJECTS: &str = "\
+WITH r AS (
+    SELECT event_type, reason_code, rejected_at FROM evc_validation_rejects
+    ORDER BY id DESC LIMIT $2
+)
+SELECT event_type, reason_code, count(*)::int8 AS rejects,
+    extract(epoch FROM max(rejected_at))::float8 AS newest
+FROM r
+WHERE rejected_at >= now() - $1::int8 * interval '1 millisecond'
+GROUP BY event_type, reason_code
+ORDER BY event_type, reason_code";
+
+/// Every attempt ever recorded of the consumers `$1`, counted per consumer, outcome and duration bucket: `bucket`
+/// indexes `AttemptTotals::durations` (the bounds of `DURATION_BUCKETS_MS`; 11 is past the
+/// last). Reads the whole table, so `/metrics` costs a scan of the attempts.
+pub(crate) const ATTEMPT_TOTALS: &str = "\
+SELECT consumer, outcome,
+    CASE WHEN duration_ms <= 5 THEN 0 WHEN duration_ms <= 10 THEN 1
+        WHEN duration_ms <= 25 THEN 2 WHEN duration_ms <= 50 THEN 3
+        WHEN duration_ms <= 100 THEN 4 WHEN duration_ms <= 250 THEN 5
+        WHEN duration_ms <= 500 THEN 6 WHEN duration_ms <= 1000 THEN 7
+        WHEN duration_ms <= 2500 THEN 8 WHEN duration_ms <= 5000 THEN 9
+        WHEN duration_ms <= 10000 THEN 10 ELSE 11 END::int8 AS bucket,
+    count(*)::int8 AS attempts, sum(duration_ms)::int8 AS duration_ms
+FROM evc_delivery_attempts
+WHERE consumer = ANY($1::text[])
+GROUP BY consumer, outcome, bucket";
+
 /// Workers silent for longer than their consumer's heartbeat threshold: parallel arrays `$1`
 /// consumers and `$2` thresholds in milliseconds. Longest silent first.
 pub(crate) const SILENT_WORKERS: &str = "\

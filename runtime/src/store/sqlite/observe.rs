@@ -11,8 +11,9 @@ use sqlx::Row;
 use super::{SqliteStore, epoch_now, parse_uuid, sql};
 use crate::registry::ConsumerMode;
 use crate::store::observe::{
-    AttemptLatency, AttemptOutcomes, ConsumerStatus, Lag, LeasedDelivery, Observe, Percentiles,
-    SAMPLE_ATTEMPTS, SilentWorker, StatusReport, TimelineEntry, WorkerSettings,
+    AttemptLatency, AttemptOutcomes, AttemptTotals, ConsumerStatus, Lag, LeasedDelivery, Observe,
+    Percentiles, RecentRejects, SAMPLE_ATTEMPTS, SilentWorker, StatusReport, TimelineEntry,
+    TotalsRow, WorkerSettings,
 };
 use crate::store::{DispatchError, FeedEvent, FeedPosition};
 
@@ -142,10 +143,41 @@ impl Observe for SqliteStore {
             })
             .collect::<Result<Vec<_>, sqlx::Error>>()?;
 
+        let mut rejects = Vec::new();
+        for row in sqlx::query(sql::RECENT_REJECTS)
+            .bind(since)
+            .bind(SAMPLE_ATTEMPTS)
+            .fetch_all(pool)
+            .await?
+        {
+            rejects.push(RecentRejects {
+                event_type: row.try_get("event_type")?,
+                reason_code: row.try_get("reason_code")?,
+                rejects: row.try_get("rejects")?,
+                newest: row.try_get("newest")?,
+            });
+        }
+        let mut totals = Vec::new();
+        for row in sqlx::query(sql::ATTEMPT_TOTALS)
+            .bind(&names)
+            .fetch_all(pool)
+            .await?
+        {
+            totals.push(TotalsRow {
+                consumer: row.try_get("consumer")?,
+                outcome: row.try_get("outcome")?,
+                bucket: row.try_get("bucket")?,
+                attempts: row.try_get("attempts")?,
+                duration_ms: row.try_get("duration_ms")?,
+            });
+        }
+
         Ok(StatusReport {
             consumers,
             lag,
             attempts,
+            totals: AttemptTotals::fold(totals),
+            rejects,
             silent_workers,
             workers,
             stale_tokens: self.stale_tokens(),
