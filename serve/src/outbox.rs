@@ -156,6 +156,11 @@ impl Outbox {
         on_store!(self, Role::Reader, store => store.state_changes(consumer, limit).await)
     }
 
+    /// Whether the outbox can discard dead letters (PostgreSQL's can, SQLite's cannot).
+    pub(crate) fn discards(&self) -> bool {
+        matches!(self, Outbox::Postgres(_))
+    }
+
     /// The operator console of the database, connected as `role`, with lifecycle events
     /// appended through that role's store (`None`: a SQLite outbox, which has no discard).
     pub(crate) async fn console(&self, role: Role) -> Result<Option<Console>, DispatchError> {

@@ -99,9 +99,12 @@ async fn browse(driver: &Driver, server: &Server, store: &SqliteStore) -> TestRe
         "an operator approves nothing"
     );
     driver.click("#propose button").await?;
-    driver
-        .arrive(&server.url(&format!("/consumers/{CONSUMER}/replay/propose")))
-        .await?;
+    // POST, redirect, GET: the browser is back on the consumer's page, with the answer.
+    driver.appears("#notice").await?;
+    assert_eq!(
+        driver.url().await?,
+        server.url(&format!("/consumers/{CONSUMER}"))
+    );
     let notice = driver.text("#notice").await?;
     assert!(notice.starts_with("Proposed plan"), "{notice}");
     driver.sign_in_as(server, APPROVER).await?;
@@ -117,9 +120,7 @@ async fn browse(driver: &Driver, server: &Server, store: &SqliteStore) -> TestRe
         .await?;
     driver.type_into("#approval_ref", "CHG-7").await?;
     driver.click("#approve button").await?;
-    driver
-        .arrive(&server.url(&format!("/consumers/{CONSUMER}/replay/apply")))
-        .await?;
+    driver.appears("#notice").await?;
     let notice = driver.text("#notice").await?;
     assert!(notice.starts_with("Applied replay"), "{notice}");
     driver.screenshot(&shots.join("approved.png")).await?;
@@ -359,6 +360,17 @@ impl Driver {
     }
 
     /// Whether the page has an element matching `css` now.
+    /// Waits until an element matches `css` (a page the browser is loading).
+    async fn appears(&self, css: &str) -> Result<(), BoxError> {
+        for _ in 0..300 {
+            if self.has(css).await? {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(format!("nothing matched {css} at {}", self.url().await?).into())
+    }
+
     async fn has(&self, css: &str) -> Result<bool, BoxError> {
         let found = self
             .command(

@@ -10,7 +10,9 @@ use evc_serve::Outbox;
 use reqwest::StatusCode;
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
 
-use support::{CONSUMER, OPERATOR, READER, Seeded, Server, TENANT_READER, TRACE, TestResult, seed};
+use support::{
+    APPROVER, CONSUMER, OPERATOR, READER, Seeded, Server, TENANT_READER, TRACE, TestResult, seed,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_pages_show_problems_first() -> TestResult {
@@ -35,6 +37,7 @@ async fn sqlite_pages_show_problems_first() -> TestResult {
 }
 
 async fn pages(outbox: Outbox, seeded: Seeded) -> TestResult {
+    let discards = matches!(outbox, Outbox::Postgres(_));
     let server = Server::start(outbox).await?;
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -290,12 +293,10 @@ async fn pages(outbox: Outbox, seeded: Seeded) -> TestResult {
     assert_eq!(unparsed.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert!(unparsed.text().await?.contains("id=\"detail\""));
     let refused = post(&format!("/consumers/{CONSUMER}/pause"), "  ").await?;
-    assert_eq!(refused.status(), StatusCode::OK);
-    assert!(refused.text().await?.contains("Refused:"));
-    let paused = post(&format!("/consumers/{CONSUMER}/pause"), "the relay is down")
-        .await?
-        .text()
-        .await?;
+    let refused = follow(&http, &server, &operator, refused).await?;
+    assert!(refused.contains("id=\"notice\">Refused:"), "{refused}");
+    let paused = post(&format!("/consumers/{CONSUMER}/pause"), "the relay is down").await?;
+    let paused = follow(&http, &server, &operator, paused).await?;
     assert!(paused.contains("id=\"notice\">Paused"), "{paused}");
     assert!(paused.contains("the relay is down") && paused.contains(">bob<"));
     assert!(paused.contains("id=\"resume\"") && !paused.contains("id=\"pause\""));
@@ -303,11 +304,33 @@ async fn pages(outbox: Outbox, seeded: Seeded) -> TestResult {
         &format!("/consumers/{CONSUMER}/resume"),
         "the relay is back",
     )
-    .await?
-    .text()
     .await?;
+    let resumed = follow(&http, &server, &operator, resumed).await?;
     assert!(resumed.contains("id=\"notice\">Resumed"), "{resumed}");
     assert!(resumed.contains("the relay is back"));
+    // Shown once: the page again, without the post's cookie, has no notice.
+    let again = http
+        .get(server.url(&format!("/consumers/{CONSUMER}")))
+        .header(COOKIE, operator.as_str())
+        .send()
+        .await?
+        .text()
+        .await?;
+    assert!(!again.contains("id=\"notice\""), "{again}");
+    // A notice this process did not sign is not shown.
+    let forged = http
+        .get(server.url(&format!("/consumers/{CONSUMER}")))
+        .header(
+            COOKIE,
+            format!("{operator}; evc_notice=4f6b.00112233").as_str(),
+        )
+        .send()
+        .await?
+        .text()
+        .await?;
+    assert!(!forged.contains("id=\"notice\""), "{forged}");
+
+    discard_from_the_page(&http, &server, &operator, discards, &seeded).await?;
 
     let out = http
         .post(server.url("/logout"))
@@ -317,6 +340,123 @@ async fn pages(outbox: Outbox, seeded: Seeded) -> TestResult {
         .await?;
     assert_eq!(out.status(), StatusCode::SEE_OTHER);
     assert!(out.headers()[SET_COOKIE].to_str()?.contains("Max-Age=0"));
+    Ok(())
+}
+
+/// Follows a form post's redirect back to the consumer's page with the post's notice cookie,
+/// as a browser does: the page's HTML, after checking that the page clears the cookie.
+async fn follow(
+    http: &reqwest::Client,
+    server: &Server,
+    session: &str,
+    posted: reqwest::Response,
+) -> Result<String, support::BoxError> {
+    assert_eq!(
+        posted.status(),
+        StatusCode::SEE_OTHER,
+        "POST, redirect, GET"
+    );
+    let location = posted.headers()[LOCATION].to_str()?.to_owned();
+    assert_eq!(location, format!("/consumers/{CONSUMER}"));
+    let set = posted.headers()[SET_COOKIE].to_str()?;
+    assert!(
+        set.starts_with("evc_notice=")
+            && set.contains("HttpOnly")
+            && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    let notice = set.split(';').next().ok_or("a cookie")?.to_owned();
+    let page = http
+        .get(server.url(&location))
+        .header(COOKIE, format!("{session}; {notice}").as_str())
+        .send()
+        .await?;
+    assert_eq!(page.status(), StatusCode::OK);
+    let cleared = page.headers()[SET_COOKIE].to_str()?;
+    assert!(
+        cleared.starts_with("evc_notice=;") && cleared.contains("Max-Age=0"),
+        "{cleared}"
+    );
+    Ok(page.text().await?)
+}
+
+/// Two people discard the dead letter from the page on PostgreSQL: bob proposes, eve reads the
+/// digest and approves. A SQLite outbox says it has no discard.
+async fn discard_from_the_page(
+    http: &reqwest::Client,
+    server: &Server,
+    operator: &str,
+    discards: bool,
+    seeded: &Seeded,
+) -> TestResult {
+    let consumer_page = format!("/consumers/{CONSUMER}");
+    let get = |session: &str| {
+        http.get(server.url(&consumer_page))
+            .header(COOKIE, session)
+            .send()
+    };
+    let html = get(operator).await?.text().await?;
+    assert_eq!(html.contains("id=\"propose-discard\""), discards, "{html}");
+    assert_eq!(html.contains("id=\"no-discard\""), !discards, "{html}");
+    let proposed = http
+        .post(server.url(&format!("{consumer_page}/discard/propose")))
+        .header(COOKIE, operator)
+        .header("origin", server.base.as_str())
+        .send()
+        .await?;
+    let html = follow(http, server, operator, proposed).await?;
+    if !discards {
+        assert!(
+            html.contains("id=\"notice\">Refused: a SQLite outbox has no discard"),
+            "{html}"
+        );
+        return Ok(());
+    }
+    assert!(
+        html.contains("id=\"notice\">Proposed discard plan"),
+        "{html}"
+    );
+
+    let approver = sign_in(http, server, APPROVER).await?;
+    let html = get(&approver).await?.text().await?;
+    let form = html
+        .find("id=\"approve-discard\"")
+        .map(|at| &html[at..])
+        .ok_or("the discard's approval form")?;
+    let digest = form
+        .split("name=\"digest\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .ok_or("the plan's digest")?
+        .to_owned();
+    let apply = server.url(&format!("{consumer_page}/discard/apply"));
+    let fields = [
+        ("digest", digest.as_str()),
+        ("reason", "the mailbox is gone for good"),
+        ("approval_ref", "CHG-9"),
+    ];
+    let as_operator = http
+        .post(&apply)
+        .header(COOKIE, operator)
+        .header("origin", server.base.as_str())
+        .form(&fields)
+        .send()
+        .await?;
+    assert_eq!(as_operator.status(), StatusCode::FORBIDDEN);
+    let applied = http
+        .post(&apply)
+        .header(COOKIE, approver.as_str())
+        .header("origin", server.base.as_str())
+        .form(&fields)
+        .send()
+        .await?;
+    let html = follow(http, server, &approver, applied).await?;
+    assert!(html.contains("id=\"notice\">Applied discard"), "{html}");
+    assert!(html.contains("id=\"no-dead-letters\""), "{html}");
+    assert!(
+        !html.contains(&format!("/events/{}", seeded.dead)),
+        "{html}"
+    );
     Ok(())
 }
 
@@ -358,6 +498,58 @@ async fn postgres_problems_list_registry_drift_first() -> TestResult {
         assert!(first.starts_with("<li>registry drift: "), "{html}");
         assert!(first.contains(OTHER), "{first}");
         Ok(())
+    })
+    .await
+}
+
+/// An append the outbox refused is a problem on the first page, linking to its event type.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_problems_list_refused_appends_by_type() -> TestResult {
+    use evc_runtime::{AppendOptions, OutgoingEvent, TraceContext};
+
+    support::with_sqlite(|store: SqliteStore| async move {
+        let trace = TraceContext::new(TRACE, "00f067aa0ba902b7", 1)?;
+        let mut tx = store.begin().await?;
+        // `unit_id` must be a UUID string: the schema refuses a number.
+        let refused = OutgoingEvent::new(
+            "iu.born",
+            "1.0.0",
+            None,
+            &trace,
+            &serde_json::json!({"unit_id": 7}),
+        )?;
+        let error = store
+            .append(&mut tx, refused, AppendOptions::default())
+            .await
+            .expect_err("the schema refuses it");
+        assert_eq!(
+            error.rejection().map(|r| r.reason_code()),
+            Some("schema_violation")
+        );
+        tx.rollback().await?;
+
+        let server = Server::start(Outbox::Sqlite(store)).await?;
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()?;
+        let session = sign_in(&http, &server, READER).await?;
+        // The reject row is written on its own task, just after the refusal.
+        let line =
+            "<a href=\"/event-types/iu.born\">iu.born: 1 append refused (schema_violation)</a>";
+        for _ in 0..100 {
+            let html = http
+                .get(server.url("/"))
+                .header(COOKIE, session.as_str())
+                .send()
+                .await?
+                .text()
+                .await?;
+            if html.contains(line) {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        Err(format!("the problems page never listed: {line}").into())
     })
     .await
 }

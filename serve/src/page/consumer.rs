@@ -1,16 +1,21 @@
-//! A consumer's page, and the replay of its dead letters from it by two people: an operator
-//! proposes the replay of every dead letter, an approver who is not that operator reads the plan
-//! (its digest and size) and approves it with a reason and a reference. The store applies the
-//! two-person rule and records both; the page shows what it answered.
+//! A consumer's page, and what operators do from it: pause and resume (saying why), and the
+//! replay or discard of its dead letters by two people. An operator proposes; an approver who
+//! is not that operator reads the plan's digest and approves it with a reason and a reference.
+//! The store applies the two-person rule and records both. A discard is for PostgreSQL
+//! outboxes only (SQLite has none).
+//!
+//! Each form's post answers with a redirect to the page (POST/redirect/GET: reloading the page
+//! posts nothing again), carrying what the store answered in a short-lived cookie the process
+//! signs, which the page shows once.
 //!
 //! The forms are posted with the session cookie, which the browser sends only to this site
 //! (`SameSite=Strict`); each post must also come from a page of this site (its `Origin`).
 
 use askama::Template;
 use axum::extract::{Form, State};
-use axum::http::HeaderMap;
-use axum::http::header::{HOST, ORIGIN};
-use axum::response::{Html, IntoResponse, Response};
+use axum::http::header::{COOKIE, HOST, LOCATION, ORIGIN, SET_COOKIE};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use evc_runtime::{ReplayApproval, ReplaySelection, StateChange};
 use serde::Deserialize;
 
@@ -26,6 +31,12 @@ use crate::error::ApiError;
 /// Dead letters and recorded changes the page lists.
 const LISTED: u32 = 100;
 
+/// The cookie carrying a post's answer to the page it redirects to.
+const NOTICE_COOKIE: &str = "evc_notice";
+
+/// How long a post's answer waits for its page.
+const NOTICE_LIFETIME_SECS: u32 = 60;
+
 #[derive(Template)]
 #[template(path = "consumer.html")]
 struct ConsumerPage {
@@ -39,17 +50,38 @@ struct ConsumerPage {
     can_propose: bool,
     /// Whether the viewer may pause and resume the consumer.
     can_pause: bool,
-    /// The digest of the plan the viewer may approve, when the viewer is an approver and there
-    /// is something to replay.
+    /// The digest of the replay the viewer may approve, when the viewer is an approver and
+    /// there is something to replay.
     approvable: Option<String>,
+    /// Whether the outbox can discard (PostgreSQL).
+    discards: bool,
+    /// The digest of the discard the viewer may approve, when the viewer is an approver, the
+    /// outbox can discard and there is something to discard.
+    discardable: Option<String>,
 }
 
 pub(crate) async fn page(
     State(state): State<AppState>,
     Viewer(viewer): Viewer,
     Segment(name): Segment,
-) -> Result<Html<String>, ApiError> {
-    show(&state, viewer, &name, None).await
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let notice = cookie(&headers, NOTICE_COOKIE).and_then(|value| state.sessions.unseal(value));
+    let page = show(&state, viewer, &name, notice.clone()).await?;
+    Ok(match notice {
+        // Shown once: the cookie goes with this answer.
+        Some(_) => (
+            [(
+                SET_COOKIE,
+                format!(
+                    "{NOTICE_COOKIE}=; HttpOnly; SameSite=Strict; Path=/consumers/{name}; Max-Age=0"
+                ),
+            )],
+            page,
+        )
+            .into_response(),
+        None => page.into_response(),
+    })
 }
 
 async fn show(
@@ -57,7 +89,7 @@ async fn show(
     viewer: crate::auth::Principal,
     name: &str,
     notice: Option<String>,
-) -> Result<Html<String>, ApiError> {
+) -> Result<Response, ApiError> {
     let descriptor = registered_consumer(state.outbox.registry(), name)?;
     let report = state.outbox.status(WINDOW).await?;
     let all = ReplaySelection::consumer(name);
@@ -66,12 +98,21 @@ async fn show(
         .dead_letters(&all.clone().limit(LISTED))
         .await?;
     let changes = state.outbox.state_changes(name, LISTED).await?;
-    let approvable = if viewer.role == Role::Approver && !dead.is_empty() {
+    let approver = viewer.role == Role::Approver && !dead.is_empty();
+    let approvable = if approver {
         Some(state.outbox.replay_plan(&all, Role::Approver).await?.digest)
     } else {
         None
     };
-    render(&ConsumerPage {
+    let discards = state.outbox.discards();
+    let discardable = match approver && discards {
+        true => match state.outbox.console(Role::Approver).await? {
+            Some(console) => Some(console.discard_plan(&all).await?.digest),
+            None => None,
+        },
+        false => None,
+    };
+    Ok(render(&ConsumerPage {
         can_propose: viewer.role == Role::Operator && !dead.is_empty(),
         can_pause: viewer.role == Role::Operator,
         viewer: viewer.name,
@@ -80,7 +121,37 @@ async fn show(
         changes: changes.iter().map(change).collect(),
         notice,
         approvable,
-    })
+        discards,
+        discardable,
+    })?
+    .into_response())
+}
+
+/// The value of the request's cookie `name`.
+fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|cookies| cookies.split(';'))
+        .filter_map(|cookie| cookie.trim().split_once('='))
+        .find_map(|(key, value)| (key == name).then_some(value))
+}
+
+/// The answer to a form's post: back to the consumer's page, which shows `notice` once.
+fn back(state: &AppState, name: &str, notice: &str) -> Response {
+    let cookie = format!(
+        "{NOTICE_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/consumers/{name}; Max-Age={NOTICE_LIFETIME_SECS}",
+        state.sessions.seal(notice)
+    );
+    (
+        StatusCode::SEE_OTHER,
+        [
+            (LOCATION, format!("/consumers/{name}")),
+            (SET_COOKIE, cookie),
+        ],
+    )
+        .into_response()
 }
 
 /// The pause and resume forms' field.
@@ -134,9 +205,7 @@ async fn change_state(
         Err(ApiError::Unprocessable(why) | ApiError::Conflict(why)) => format!("Refused: {why}"),
         Err(error) => return Err(error),
     };
-    Ok(show(&state, viewer, &name, Some(notice))
-        .await?
-        .into_response())
+    Ok(back(&state, &name, &notice))
 }
 
 /// Proposes the replay of every dead letter of the consumer, as the viewer.
@@ -162,9 +231,7 @@ pub(crate) async fn propose(
         ),
         Err(error) => refusal(error)?,
     };
-    Ok(show(&state, viewer, &name, Some(notice))
-        .await?
-        .into_response())
+    Ok(back(&state, &name, &notice))
 }
 
 /// The approval form's fields.
@@ -186,19 +253,7 @@ pub(crate) async fn apply(
     same_site(&headers)?;
     viewer.require(Role::Approver)?;
     registered_consumer(state.outbox.registry(), &name)?;
-    // One key per plan and approver: posting the same approval again is answered with the
-    // first result.
-    let key = format!(
-        "web-{}",
-        &crate::auth::digest_hex(&format!("{}\n{}", form.digest, viewer.name))[..40]
-    );
-    let approval = ReplayApproval::new(
-        form.digest,
-        form.reason,
-        form.approval_ref,
-        key,
-        &viewer.name,
-    );
+    let approval = web_approval(form, &viewer.name, "replay");
     let notice = match state
         .outbox
         .replay(&ReplaySelection::consumer(name.as_str()), &approval)
@@ -213,12 +268,85 @@ pub(crate) async fn apply(
         ),
         Err(error) => refusal(error)?,
     };
-    Ok(show(&state, viewer, &name, Some(notice))
-        .await?
-        .into_response())
+    Ok(back(&state, &name, &notice))
 }
 
-/// A refused replay as the page says it; a store failure stays an error.
+/// Proposes the discard of every dead letter of the consumer, as the viewer.
+pub(crate) async fn propose_discard(
+    State(state): State<AppState>,
+    Viewer(viewer): Viewer,
+    Segment(name): Segment,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    same_site(&headers)?;
+    viewer.require(Role::Operator)?;
+    registered_consumer(state.outbox.registry(), &name)?;
+    let notice = match state.outbox.console(Role::Operator).await? {
+        None => NO_DISCARD.to_owned(),
+        Some(console) => match console
+            .propose_discard(&ReplaySelection::consumer(name.as_str()), &viewer.name)
+            .await
+        {
+            Ok(proposed) => format!(
+                "Proposed discard plan {} ({} deliveries, digest {}): another person approves it.",
+                proposed.plan_id,
+                proposed.plan.deliveries.len(),
+                short(&proposed.plan.digest)
+            ),
+            Err(error) => refusal(error)?,
+        },
+    };
+    Ok(back(&state, &name, &notice))
+}
+
+/// Applies the proposed discard whose digest the approver read, as the viewer.
+pub(crate) async fn apply_discard(
+    State(state): State<AppState>,
+    Viewer(viewer): Viewer,
+    Segment(name): Segment,
+    headers: HeaderMap,
+    Form(form): Form<ApprovalForm>,
+) -> Result<Response, ApiError> {
+    same_site(&headers)?;
+    viewer.require(Role::Approver)?;
+    registered_consumer(state.outbox.registry(), &name)?;
+    let approval = web_approval(form, &viewer.name, "discard");
+    let notice = match state.outbox.console(Role::Approver).await? {
+        None => NO_DISCARD.to_owned(),
+        Some(console) => match console
+            .discard(&ReplaySelection::consumer(name.as_str()), &approval)
+            .await
+        {
+            Ok(applied) if applied.repeated => {
+                format!("Discard {} was applied before.", applied.discard_id)
+            }
+            Ok(applied) => format!(
+                "Applied discard {}: {} deliveries are settled for good.",
+                applied.discard_id,
+                applied.discarded.len()
+            ),
+            Err(error) => refusal(error)?,
+        },
+    };
+    Ok(back(&state, &name, &notice))
+}
+
+/// What the page says to a discard on an outbox without one.
+const NO_DISCARD: &str =
+    "Refused: a SQLite outbox has no discard; replay the dead letters, or leave them.";
+
+/// The approval of `approver` from the form, under one idempotency key per plan, approver and
+/// kind (`replay`, `discard`): posting the same approval again is answered with the first
+/// result.
+fn web_approval(form: ApprovalForm, approver: &str, kind: &str) -> ReplayApproval {
+    let key = format!(
+        "web-{}",
+        &crate::auth::digest_hex(&format!("{kind}\n{}\n{approver}", form.digest))[..40]
+    );
+    ReplayApproval::new(form.digest, form.reason, form.approval_ref, key, approver)
+}
+
+/// A refused replay or discard as the page says it; a store failure stays an error.
 fn refusal(error: evc_runtime::ReplayError) -> Result<String, ApiError> {
     match ApiError::from(error) {
         ApiError::Conflict(why) | ApiError::Unprocessable(why) => Ok(format!("Refused: {why}")),

@@ -52,6 +52,14 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/consumers/{name}/replay/apply", post(consumer::apply))
         .route("/consumers/{name}/pause", post(consumer::pause))
         .route("/consumers/{name}/resume", post(consumer::resume))
+        .route(
+            "/consumers/{name}/discard/propose",
+            post(consumer::propose_discard),
+        )
+        .route(
+            "/consumers/{name}/discard/apply",
+            post(consumer::apply_discard),
+        )
         .route("/events/{event_id}", get(event))
         .route("/event-types/{name}", get(event_type::page))
         .route("/timeline/{trace_id}", get(timeline))
@@ -207,7 +215,8 @@ async fn logout(headers: HeaderMap) -> Response {
 /// A problem as the page lists it: what, and the consumer it links to.
 struct Listed {
     text: String,
-    consumer: Option<String>,
+    /// The page that details it.
+    href: Option<String>,
 }
 
 #[derive(Template)]
@@ -241,21 +250,30 @@ async fn problems(
                     .first()
                     .map_or_else(String::new, ToString::to_string)
             ),
-            consumer: None,
+            href: None,
         }),
         _ => None,
     };
+    let registry = state.outbox.registry();
     let problems = drift
         .into_iter()
-        .chain(report.problems(LAG_LIMIT).iter().map(|problem| Listed {
-            text: problem.to_string(),
-            consumer: match problem {
-                Problem::DeadLetters { consumer, .. }
-                | Problem::LagBreach { consumer, .. }
-                | Problem::Stopped { consumer, .. } => Some(consumer.clone()),
-                Problem::SilentWorker(worker) => Some(worker.consumer.clone()),
-                _ => None,
-            },
+        .chain(report.problems(LAG_LIMIT).iter().map(|problem| {
+            Listed {
+                text: problem.to_string(),
+                href: match problem {
+                    Problem::DeadLetters { consumer, .. }
+                    | Problem::LagBreach { consumer, .. }
+                    | Problem::Stopped { consumer, .. } => Some(format!("/consumers/{consumer}")),
+                    Problem::SilentWorker(worker) => {
+                        Some(format!("/consumers/{}", worker.consumer))
+                    }
+                    // A refused type may be one the registry does not know: no page then.
+                    Problem::Rejects(rejects) => registry
+                        .event(&rejects.event_type)
+                        .map(|event| format!("/event-types/{}", event.name)),
+                    _ => None,
+                },
+            }
         }))
         .collect();
     let consumers = state

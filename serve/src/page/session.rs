@@ -50,6 +50,23 @@ impl SessionKey {
         tokens.principal_by_digest(digest)
     }
 
+    /// A cookie value carrying `notice` to the page a form's post redirects to, signed so
+    /// that only this process's posts put text on its pages.
+    pub(crate) fn seal(&self, notice: &str) -> String {
+        let hex = encode_hex(notice.as_bytes());
+        // Signed as `notice:HEX`, which no session's digest can be.
+        format!("{hex}.{}", self.sign(&format!("notice:{hex}"), 0))
+    }
+
+    /// The notice of a cookie value [`Self::seal`] wrote with this key.
+    pub(crate) fn unseal(&self, value: &str) -> Option<String> {
+        let (hex, tag) = value.split_once('.')?;
+        if !self.verify(&format!("notice:{hex}"), 0, tag) {
+            return None;
+        }
+        String::from_utf8(decode_hex(hex)?).ok()
+    }
+
     fn mac(&self, digest: &str, issued: u64) -> Hmac<Sha256> {
         let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0)
             .unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"));
@@ -60,12 +77,7 @@ impl SessionKey {
     }
 
     fn sign(&self, digest: &str, issued: u64) -> String {
-        self.mac(digest, issued)
-            .finalize()
-            .into_bytes()
-            .iter()
-            .map(|byte| format!("{byte:02x}"))
-            .collect()
+        encode_hex(&self.mac(digest, issued).finalize().into_bytes())
     }
 
     fn verify(&self, digest: &str, issued: u64, tag: &str) -> bool {
@@ -74,6 +86,10 @@ impl SessionKey {
         };
         self.mac(digest, issued).verify_slice(&tag).is_ok()
     }
+}
+
+fn encode_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 fn decode_hex(hex: &str) -> Option<Vec<u8>> {
@@ -128,5 +144,23 @@ mod tests {
         // A token removed from the file ends its sessions.
         let others = Tokens::parse(&format!("reader bob {TOKEN}x")).expect("valid");
         assert_eq!(key.open(&cookie, &others), None);
+    }
+
+    #[test]
+    fn a_notice_opens_only_with_its_key_and_never_as_a_session() {
+        let key = SessionKey::draw();
+        let notice = "Refused: a plan; with \"quotes\" and ünïcode";
+        let sealed = key.seal(notice);
+        assert!(
+            sealed.bytes().all(|b| b.is_ascii_hexdigit() || b == b'.'),
+            "a cookie-safe value: {sealed}"
+        );
+        assert_eq!(key.unseal(&sealed).as_deref(), Some(notice));
+        assert_eq!(SessionKey::draw().unseal(&sealed), None);
+        let (hex, tag) = sealed.split_once('.').expect("two parts");
+        assert_eq!(key.unseal(&format!("{hex}00.{tag}")), None);
+        assert_eq!(key.unseal(hex), None);
+        // A notice's tag is not a session's tag over the same text.
+        assert!(!key.verify(hex, 0, tag));
     }
 }
