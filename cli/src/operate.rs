@@ -12,10 +12,10 @@ use std::time::Duration;
 use anyhow::{Context, anyhow, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use evc_runtime::{
-    Console, ConsumerMode, ConsumerState, DispatchError, Observe, Operate, Percentiles, Proposed,
-    ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, Role, RoleCheck,
-    SettledDelivery, SqliteOpenError, SqliteStore, StateChange, StatusReport, TenantScope,
-    TimelineEntry,
+    AttemptTotals, Console, ConsumerMode, ConsumerState, DispatchError, Observe, Operate,
+    Percentiles, Proposed, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection,
+    Role, RoleCheck, SettledDelivery, SqliteOpenError, SqliteStore, StateChange, StatusReport,
+    TenantScope, TimelineEntry,
 };
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection};
@@ -162,6 +162,14 @@ impl Operator {
         match self {
             Self::Postgres(console) => console.status(window).await,
             Self::Sqlite(store) => store.status(window).await,
+        }
+    }
+
+    /// Every attempt since the store was set up (reads the whole attempts table).
+    pub(crate) async fn attempt_totals(&self) -> Result<Vec<AttemptTotals>, DispatchError> {
+        match self {
+            Self::Postgres(console) => console.attempt_totals().await,
+            Self::Sqlite(store) => store.attempt_totals().await,
         }
     }
 
@@ -516,8 +524,14 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let lag_limit = duration(&args.lag_limit, "--lag-limit")?;
+    let metrics = matches!(args.format, StatusFormat::Prometheus);
     let report = with_operator(&args.database, Role::Reader, async |operator| {
-        Ok(operator.status(window).await?)
+        let report = operator.status(window).await?;
+        Ok(if metrics {
+            report.with_totals(operator.attempt_totals().await?)
+        } else {
+            report
+        })
     })?;
     let problems = report.problems(lag_limit);
     let text = match args.format {

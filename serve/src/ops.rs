@@ -47,6 +47,10 @@ async fn readyz(State(state): State<AppState>) -> Response {
 async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     // The semaphore is never closed; a closed one would only lift the limit.
     let _turn = state.metrics.acquire().await;
-    let report = state.outbox.status(METRICS_WINDOW).await?;
+    let report = state
+        .outbox
+        .status(METRICS_WINDOW)
+        .await?
+        .with_totals(state.outbox.attempt_totals().await?);
     Ok(([(header::CONTENT_TYPE, OPENMETRICS)], report.prometheus()).into_response())
 }

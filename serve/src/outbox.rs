@@ -5,10 +5,11 @@
 use std::time::Duration;
 
 use evc_runtime::{
-    AttemptRecord, Console, ConsumerMode, ConsumerState, DeliveryRecord, DispatchError,
-    EventRecord, FeedEvent, FeedPosition, Observe, Operate, PgStore, Proposed, Registry,
-    ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, SettledDelivery,
-    SqliteStore, StateChange, StateChangeRecord, StatusReport, Store, StoreError, TimelineEntry,
+    AttemptRecord, AttemptTotals, Console, ConsumerMode, ConsumerState, DeliveryRecord,
+    DispatchError, EventRecord, FeedEvent, FeedPosition, Observe, Operate, PgStore, Proposed,
+    Registry, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection,
+    SettledDelivery, SqliteStore, StateChange, StateChangeRecord, StatusReport, Store, StoreError,
+    TimelineEntry,
 };
 
 use uuid::Uuid;
@@ -82,6 +83,12 @@ impl Outbox {
 
     pub(crate) async fn status(&self, window: Duration) -> Result<StatusReport, DispatchError> {
         on_store!(self, Role::Reader, store => store.status(window).await)
+    }
+
+    /// Every attempt since the store was set up, for `/metrics` (reads the whole attempts
+    /// table).
+    pub(crate) async fn attempt_totals(&self) -> Result<Vec<AttemptTotals>, DispatchError> {
+        on_store!(self, Role::Reader, store => store.attempt_totals().await)
     }
 
     pub(crate) async fn timeline(

@@ -359,7 +359,6 @@ impl Driver {
         Ok(count.as_str().and_then(|n| n.parse().ok()).unwrap_or(0))
     }
 
-    /// Whether the page has an element matching `css` now.
     /// Waits until an element matches `css` (a page the browser is loading).
     async fn appears(&self, css: &str) -> Result<(), BoxError> {
         for _ in 0..300 {
@@ -371,6 +370,7 @@ impl Driver {
         Err(format!("nothing matched {css} at {}", self.url().await?).into())
     }
 
+    /// Whether the page has an element matching `css` now.
     async fn has(&self, css: &str) -> Result<bool, BoxError> {
         let found = self
             .command(

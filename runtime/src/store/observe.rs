@@ -62,6 +62,17 @@ pub trait Observe: Store {
         consumer: &str,
     ) -> impl Future<Output = Result<Vec<LeasedDelivery>, DispatchError>> + Send;
 
+    /// Every attempt of each registered consumer since the store was set up, counted by
+    /// outcome and duration ([`AttemptTotals`]): counts that only grow, for Prometheus. Reads
+    /// the whole attempts table (docs/runtime.md, "Observing"), so [`Observe::status`] leaves
+    /// it out; add it with [`StatusReport::with_totals`] where metrics are rendered.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn attempt_totals(
+        &self,
+    ) -> impl Future<Output = Result<Vec<AttemptTotals>, DispatchError>> + Send;
+
     /// Up to `limit` events of the feed after `after`, in feed order, with their payloads
     /// (docs/runtime.md, "The event feed"): only events no later commit can precede, so a
     /// reader that moves its position to the last one returned never skips an event. Events
@@ -231,6 +242,27 @@ impl AttemptOutcomes {
 pub const DURATION_BUCKETS_MS: [i64; 11] =
     [5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000];
 
+/// The SQL expression (both stores) of the duration bucket of `column`, in milliseconds: the
+/// index of the first of [`DURATION_BUCKETS_MS`] it does not pass, or their count.
+pub(crate) fn duration_bucket(column: &str) -> String {
+    let mut case = String::from("CASE");
+    for (index, bound) in DURATION_BUCKETS_MS.iter().enumerate() {
+        case.push_str(&format!(" WHEN {column} <= {bound} THEN {index}"));
+    }
+    case.push_str(&format!(" ELSE {} END", DURATION_BUCKETS_MS.len()));
+    case
+}
+
+/// The outcomes [`AttemptOutcomes`] counts, as a SQL list (`'acked', 'retry', ...`).
+pub(crate) fn known_outcomes() -> String {
+    AttemptOutcomes::default()
+        .each()
+        .iter()
+        .map(|(outcome, _)| format!("'{outcome}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Every attempt one consumer's deliveries have had since the store was set up: counts that
 /// only grow (until a purge erases the attempts of purged events), so that Prometheus can take
 /// rates of them.
@@ -356,7 +388,8 @@ pub struct StatusReport {
     pub lag: Vec<Lag>,
     /// Attempt durations per consumer, over the window.
     pub attempts: Vec<AttemptLatency>,
-    /// Every attempt per consumer since the store was set up, whatever the window.
+    /// Every attempt per consumer since the store was set up, whatever the window: empty
+    /// unless added with [`StatusReport::with_totals`].
     pub totals: Vec<AttemptTotals>,
     /// Appends refused within the window, by event type and reason.
     pub rejects: Vec<RecentRejects>,
@@ -455,6 +488,14 @@ impl std::fmt::Display for Problem {
 }
 
 impl StatusReport {
+    /// The report with `totals` ([`Observe::attempt_totals`]), which its metrics render as
+    /// counters and histograms.
+    #[must_use]
+    pub fn with_totals(mut self, totals: Vec<AttemptTotals>) -> Self {
+        self.totals = totals;
+        self
+    }
+
     /// The problems in the report, dead letters first, then silent workers, then lag over
     /// `lag_limit` (p99), then refused appends, then paused or stopped consumers.
     pub fn problems(&self, lag_limit: Duration) -> Vec<Problem> {
@@ -711,4 +752,39 @@ pub struct TimelineEntry {
     pub detail: String,
     /// The attempt number (attempts), or the delivery's attempts so far (deliveries).
     pub attempt: Option<i32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bucket SQL puts each duration where the bounds say, on a real SQLite.
+    #[tokio::test]
+    async fn the_bucket_expression_follows_the_bounds() -> Result<(), sqlx::Error> {
+        let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+        let mut durations = vec![0_i64];
+        for bound in DURATION_BUCKETS_MS {
+            durations.extend([bound - 1, bound, bound + 1]);
+        }
+        for duration in durations {
+            let sql = format!("SELECT {}", duration_bucket(&duration.to_string()));
+            let bucket: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                .fetch_one(&pool)
+                .await?;
+            let expected = DURATION_BUCKETS_MS
+                .iter()
+                .position(|bound| duration <= *bound)
+                .unwrap_or(DURATION_BUCKETS_MS.len());
+            assert_eq!(
+                usize::try_from(bucket).ok(),
+                Some(expected),
+                "{duration} ms"
+            );
+        }
+        assert_eq!(
+            known_outcomes(),
+            "'acked', 'retry', 'dead', 'quarantined', 'lease_expired'"
+        );
+        Ok(())
+    }
 }

@@ -13,7 +13,7 @@
 
 use askama::Template;
 use axum::extract::{Form, State};
-use axum::http::header::{COOKIE, HOST, LOCATION, ORIGIN, SET_COOKIE};
+use axum::http::header::{HOST, LOCATION, ORIGIN, SET_COOKIE};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use evc_runtime::{ReplayApproval, ReplaySelection, StateChange};
@@ -33,9 +33,6 @@ const LISTED: u32 = 100;
 
 /// The cookie carrying a post's answer to the page it redirects to.
 const NOTICE_COOKIE: &str = "evc_notice";
-
-/// How long a post's answer waits for its page.
-const NOTICE_LIFETIME_SECS: u32 = 60;
 
 #[derive(Template)]
 #[template(path = "consumer.html")]
@@ -66,7 +63,8 @@ pub(crate) async fn page(
     Segment(name): Segment,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let notice = cookie(&headers, NOTICE_COOKIE).and_then(|value| state.sessions.unseal(value));
+    let notice = super::cookie(&headers, NOTICE_COOKIE)
+        .and_then(|value| state.sessions.unseal(&name, value));
     let page = show(&state, viewer, &name, notice.clone()).await?;
     Ok(match notice {
         // Shown once: the cookie goes with this answer.
@@ -105,12 +103,19 @@ async fn show(
         None
     };
     let discards = state.outbox.discards();
-    let discardable = match approver && discards {
-        true => match state.outbox.console(Role::Approver).await? {
-            Some(console) => Some(console.discard_plan(&all).await?.digest),
+    // A discard plan the database refuses or cannot make (a consumer it has not deployed, an
+    // outage) shows no form; the rest of the page still loads.
+    let discardable = if approver && discards {
+        match state.outbox.console(Role::Approver).await? {
+            Some(console) => console
+                .discard_plan(&all)
+                .await
+                .ok()
+                .map(|plan| plan.digest),
             None => None,
-        },
-        false => None,
+        }
+    } else {
+        None
     };
     Ok(render(&ConsumerPage {
         can_propose: viewer.role == Role::Operator && !dead.is_empty(),
@@ -127,22 +132,12 @@ async fn show(
     .into_response())
 }
 
-/// The value of the request's cookie `name`.
-fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
-    headers
-        .get_all(COOKIE)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|cookies| cookies.split(';'))
-        .filter_map(|cookie| cookie.trim().split_once('='))
-        .find_map(|(key, value)| (key == name).then_some(value))
-}
-
 /// The answer to a form's post: back to the consumer's page, which shows `notice` once.
 fn back(state: &AppState, name: &str, notice: &str) -> Response {
     let cookie = format!(
-        "{NOTICE_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/consumers/{name}; Max-Age={NOTICE_LIFETIME_SECS}",
-        state.sessions.seal(notice)
+        "{NOTICE_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/consumers/{name}; Max-Age={}",
+        state.sessions.seal(name, notice),
+        super::session::NOTICE_LIFETIME.as_secs()
     );
     (
         StatusCode::SEE_OTHER,

@@ -1,9 +1,9 @@
 //! The web page `evc serve` serves at `/`: server-rendered HTML (askama), problems first, each
-//! linking to its consumer; a consumer's page with its counts, dead letters, subscriptions and
+//! linking to its consumer or event type; a consumer's page with its counts, dead letters, subscriptions and
 //! recorded changes; an event's page with every delivery and attempt. A browser signs in once
 //! with a token from the tokens file; the session cookie is signed by the process and never
 //! holds the token ([`SessionKey`]), `HttpOnly` and `SameSite=Strict`. The consumer's page
-//! takes the replay forms ([`consumer`]).
+//! takes the pause, resume, replay and discard forms ([`consumer`]).
 
 use std::time::Duration;
 
@@ -149,15 +149,8 @@ impl FromRequestParts<AppState> for Viewer {
     type Rejection = Redirect;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Redirect> {
-        parts
-            .headers
-            .get_all(COOKIE)
-            .iter()
-            .filter_map(|value| value.to_str().ok())
-            .flat_map(|cookies| cookies.split(';'))
-            .filter_map(|cookie| cookie.trim().split_once('='))
-            .find(|(name, _)| *name == SESSION_COOKIE)
-            .and_then(|(_, value)| state.sessions.open(value, &state.tokens))
+        cookie(&parts.headers, SESSION_COOKIE)
+            .and_then(|value| state.sessions.open(value, &state.tokens))
             // A caller bound to a tenant may use the realtime gateway only.
             .filter(|principal| principal.tenant.is_none())
             .cloned()
@@ -212,7 +205,18 @@ async fn logout(headers: HeaderMap) -> Response {
     ([(SET_COOKIE, cookie)], Redirect::to("/login")).into_response()
 }
 
-/// A problem as the page lists it: what, and the consumer it links to.
+/// The value of the request's cookie `name`.
+pub(crate) fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|cookies| cookies.split(';'))
+        .filter_map(|cookie| cookie.trim().split_once('='))
+        .find_map(|(key, value)| (key == name).then_some(value))
+}
+
+/// A problem as the page lists it: what, and the page that details it.
 struct Listed {
     text: String,
     /// The page that details it.

@@ -13,6 +13,9 @@ use crate::auth::{Principal, Tokens, digest_hex};
 /// How long a session lasts.
 pub(crate) const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
 
+/// How long a form post's answer waits for its page.
+pub(crate) const NOTICE_LIFETIME: Duration = Duration::from_secs(60);
+
 /// The key sessions are signed with, drawn from the operating system at start.
 pub(crate) struct SessionKey([u8; 32]);
 
@@ -50,21 +53,51 @@ impl SessionKey {
         tokens.principal_by_digest(digest)
     }
 
-    /// A cookie value carrying `notice` to the page a form's post redirects to, signed so
-    /// that only this process's posts put text on its pages.
-    pub(crate) fn seal(&self, notice: &str) -> String {
+    /// A cookie value carrying `notice` to the page of `consumer` a form's post redirects
+    /// to, signed so that only this process's posts put text on its pages, for that page
+    /// only, for [`NOTICE_LIFETIME`].
+    pub(crate) fn seal(&self, consumer: &str, notice: &str) -> String {
+        let issued = now_secs();
         let hex = encode_hex(notice.as_bytes());
-        // Signed as `notice:HEX`, which no session's digest can be.
-        format!("{hex}.{}", self.sign(&format!("notice:{hex}"), 0))
+        let tag = encode_hex(
+            &self
+                .notice_mac(consumer, issued, &hex)
+                .finalize()
+                .into_bytes(),
+        );
+        format!("{hex}.{issued}.{tag}")
     }
 
-    /// The notice of a cookie value [`Self::seal`] wrote with this key.
-    pub(crate) fn unseal(&self, value: &str) -> Option<String> {
-        let (hex, tag) = value.split_once('.')?;
-        if !self.verify(&format!("notice:{hex}"), 0, tag) {
+    /// The notice of a cookie value [`Self::seal`] wrote with this key for `consumer`, unless
+    /// it is older than [`NOTICE_LIFETIME`].
+    pub(crate) fn unseal(&self, consumer: &str, value: &str) -> Option<String> {
+        let mut parts = value.split('.');
+        let (hex, issued, tag) = (parts.next()?, parts.next()?, parts.next()?);
+        let issued: u64 = issued.parse().ok()?;
+        if parts.next().is_some() || now_secs().saturating_sub(issued) > NOTICE_LIFETIME.as_secs() {
             return None;
         }
+        self.notice_mac(consumer, issued, hex)
+            .verify_slice(&decode_hex(tag)?)
+            .ok()?;
         String::from_utf8(decode_hex(hex)?).ok()
+    }
+
+    /// The MAC of a notice, under a key of its own derived from the session key, so that no
+    /// notice's tag is ever a session's.
+    fn notice_mac(&self, consumer: &str, issued: u64, hex: &str) -> Hmac<Sha256> {
+        let mut derive = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0)
+            .unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"));
+        derive.update(b"evc notice key");
+        let key = derive.finalize().into_bytes();
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&key)
+            .unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"));
+        mac.update(consumer.as_bytes());
+        mac.update(b"\n");
+        mac.update(issued.to_string().as_bytes());
+        mac.update(b"\n");
+        mac.update(hex.as_bytes());
+        mac
     }
 
     fn mac(&self, digest: &str, issued: u64) -> Hmac<Sha256> {
@@ -147,20 +180,47 @@ mod tests {
     }
 
     #[test]
-    fn a_notice_opens_only_with_its_key_and_never_as_a_session() {
+    fn a_notice_opens_only_on_its_page_with_its_key_while_fresh() {
         let key = SessionKey::draw();
         let notice = "Refused: a plan; with \"quotes\" and ünïcode";
-        let sealed = key.seal(notice);
+        let sealed = key.seal("audit", notice);
         assert!(
-            sealed.bytes().all(|b| b.is_ascii_hexdigit() || b == b'.'),
+            sealed
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() || b.is_ascii_digit() || b == b'.'),
             "a cookie-safe value: {sealed}"
         );
-        assert_eq!(key.unseal(&sealed).as_deref(), Some(notice));
-        assert_eq!(SessionKey::draw().unseal(&sealed), None);
-        let (hex, tag) = sealed.split_once('.').expect("two parts");
-        assert_eq!(key.unseal(&format!("{hex}00.{tag}")), None);
-        assert_eq!(key.unseal(hex), None);
-        // A notice's tag is not a session's tag over the same text.
-        assert!(!key.verify(hex, 0, tag));
+        assert_eq!(key.unseal("audit", &sealed).as_deref(), Some(notice));
+        assert_eq!(
+            key.unseal("billing", &sealed),
+            None,
+            "another consumer's page"
+        );
+        assert_eq!(SessionKey::draw().unseal("audit", &sealed), None);
+        let parts: Vec<&str> = sealed.split('.').collect();
+        assert_eq!(
+            key.unseal(
+                "audit",
+                &format!("{}00.{}.{}", parts[0], parts[1], parts[2])
+            ),
+            None
+        );
+        assert_eq!(key.unseal("audit", parts[0]), None);
+        // A stale notice, even well signed, is not shown.
+        let old = now_secs() - NOTICE_LIFETIME.as_secs() - 1;
+        let tag = encode_hex(
+            &key.notice_mac("audit", old, parts[0])
+                .finalize()
+                .into_bytes(),
+        );
+        assert_eq!(
+            key.unseal("audit", &format!("{}.{old}.{tag}", parts[0])),
+            None
+        );
+        // A notice's value does not open as a session, whatever token holds that digest.
+        let tokens = Tokens::parse(&format!("reader ada {TOKEN}")).expect("valid");
+        assert_eq!(key.open(&sealed, &tokens), None);
+        let as_session = format!("{}.{}.{}", digest_hex(TOKEN), parts[1], parts[2]);
+        assert_eq!(key.open(&as_session, &tokens), None);
     }
 }

@@ -18,7 +18,7 @@ use crate::store::ops::{
     ConsumerState, Proposed, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
     ReplaySelection, SettledDelivery, StateChange, StateChangeRecord, Transition,
 };
-use crate::store::postgres::{StatusReport, TimelineEntry};
+use crate::store::postgres::{AttemptTotals, StatusReport, TimelineEntry};
 
 /// Operator commands over one database.
 #[derive(Debug, Clone)]
@@ -84,6 +84,16 @@ impl Console {
     /// [`DispatchError::Database`].
     pub async fn status(&self, window: Duration) -> Result<StatusReport, DispatchError> {
         observe::status(&self.pool, &self.consumers, window).await
+    }
+
+    /// Every attempt of the deployed consumers since the store was set up
+    /// ([`crate::Observe::attempt_totals`]; reads the whole attempts table).
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    pub async fn attempt_totals(&self) -> Result<Vec<AttemptTotals>, DispatchError> {
+        let names: Vec<&str> = self.consumers.iter().map(|c| c.name.as_str()).collect();
+        observe::attempt_totals(&self.pool, &names).await
     }
 
     /// Everything recorded for one W3C trace id, in time order.

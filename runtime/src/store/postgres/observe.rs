@@ -55,6 +55,11 @@ impl Observe for PgStore {
         PgStore::timeline(self, trace_id).await
     }
 
+    async fn attempt_totals(&self) -> Result<Vec<AttemptTotals>, DispatchError> {
+        let names: Vec<&str> = self.registry().consumers.iter().map(|c| c.name).collect();
+        attempt_totals(self.pool(), &names).await
+    }
+
     async fn leases(&self, consumer: &str) -> Result<Vec<LeasedDelivery>, DispatchError> {
         let rows = sqlx::query(sql::LEASES)
             .bind(consumer)
@@ -249,16 +254,6 @@ pub(crate) async fn status(
     })
     .await?;
 
-    let totals = AttemptTotals::fold(
-        sqlx::query(sql::ATTEMPT_TOTALS)
-            .bind(&names)
-            .fetch_all(pool)
-            .await?
-            .iter()
-            .map(totals_row)
-            .collect::<Result<Vec<_>, sqlx::Error>>()?,
-    );
-
     let rejects = sqlx::query(sql::RECENT_REJECTS)
         .bind(window_ms)
         .bind(SAMPLE_ATTEMPTS)
@@ -315,12 +310,31 @@ pub(crate) async fn status(
         consumers: statuses,
         lag,
         attempts,
-        totals,
+        totals: Vec::new(),
         rejects,
         silent_workers,
         workers,
         stale_tokens: 0,
     })
+}
+
+/// Every attempt of `consumers` since the store was set up ([`Observe::attempt_totals`]).
+///
+/// # Errors
+/// [`DispatchError::Database`].
+pub(crate) async fn attempt_totals(
+    pool: &PgPool,
+    consumers: &[&str],
+) -> Result<Vec<AttemptTotals>, DispatchError> {
+    Ok(AttemptTotals::fold(
+        sqlx::query(sql::ATTEMPT_TOTALS.as_str())
+            .bind(consumers)
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(totals_row)
+            .collect::<Result<Vec<_>, sqlx::Error>>()?,
+    ))
 }
 
 fn totals_row(row: &PgRow) -> Result<TotalsRow, sqlx::Error> {

@@ -157,10 +157,31 @@ impl Observe for SqliteStore {
                 newest: row.try_get("newest")?,
             });
         }
+        Ok(StatusReport {
+            consumers,
+            lag,
+            attempts,
+            totals: Vec::new(),
+            rejects,
+            silent_workers,
+            workers,
+            stale_tokens: self.stale_tokens(),
+        })
+    }
+
+    async fn attempt_totals(&self) -> Result<Vec<AttemptTotals>, DispatchError> {
+        let names = serde_json::Value::from(
+            self.registry()
+                .consumers
+                .iter()
+                .map(|c| c.name)
+                .collect::<Vec<_>>(),
+        )
+        .to_string();
         let mut totals = Vec::new();
-        for row in sqlx::query(sql::ATTEMPT_TOTALS)
+        for row in sqlx::query(sql::ATTEMPT_TOTALS.as_str())
             .bind(&names)
-            .fetch_all(pool)
+            .fetch_all(&self.inner.pool)
             .await?
         {
             totals.push(TotalsRow {
@@ -171,17 +192,7 @@ impl Observe for SqliteStore {
                 duration_ms: row.try_get("duration_ms")?,
             });
         }
-
-        Ok(StatusReport {
-            consumers,
-            lag,
-            attempts,
-            totals: AttemptTotals::fold(totals),
-            rejects,
-            silent_workers,
-            workers,
-            stale_tokens: self.stale_tokens(),
-        })
+        Ok(AttemptTotals::fold(totals))
     }
 
     async fn timeline(&self, trace_id: &str) -> Result<Vec<TimelineEntry>, DispatchError> {
