@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 21] = [
+const SHIPPED: [(&str, &str); 22] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -91,6 +91,10 @@ const SHIPPED: [(&str, &str); 21] = [
     (
         "0021_evc_runtime_v18.sql",
         "efe14185de8cb33dc86b2e0724189477d90e87c663db1e10c5564a67c50ee4e1",
+    ),
+    (
+        "0022_evc_runtime_v19.sql",
+        "cf3bd661ec884c8ef2ac277713ee963ffcf63f1106ac60c19f14fdc1427cbaa0",
     ),
 ];
 

@@ -57,10 +57,11 @@ pub use store::sqlite::{
     CommitBell, SqliteOpenError, SqlitePublisher, SqliteStore, SqliteStoreBuilder,
 };
 pub use store::{
-    AckBatch, AttemptRecord, ClaimRequest, Claimed, Connection, DeliveryRecord, DeliveryStatus,
-    DispatchError, Drift, EffectRecord, EventRecord, FeedEvent, FeedPosition, FeedPositionError,
-    Heartbeat, Hold, Intent, Lease, Observe, Operate, ReconciliationRecord, RegistryDrift,
-    RegistryObject, RejectRecord, ShadowLog, StateChange, StateChangeRecord, Store, StoreError,
+    AckBatch, AttemptRecord, ClaimRequest, Claimed, Connection, CursorLease, CursorState, Cursors,
+    DeliveryRecord, DeliveryStatus, DispatchError, Drift, EffectRecord, EventRecord, FeedEvent,
+    FeedPosition, FeedPositionError, Heartbeat, Hold, Intent, Lease, MAX_CURSOR_NAME_CHARS,
+    MAX_CURSOR_OWNER_CHARS, Observe, Operate, ReconciliationRecord, RegistryDrift, RegistryObject,
+    RejectRecord, ShadowLog, StateChange, StateChangeRecord, Store, StoreError,
 };
 pub use store::{
     DEAD_LETTERED, DISCARDED, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED,

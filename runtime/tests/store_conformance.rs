@@ -98,6 +98,7 @@ conformance!(
     timeline_lists_the_traces_event_deliveries_and_attempts,
     leases_list_the_deliveries_leased_now,
     the_feed_yields_each_event_once_and_never_passes_an_open_transaction,
+    a_relay_cursor_moves_only_under_its_newest_token,
 );
 
 /// Lifecycle events, on both stores, with [`support::LIFECYCLE_REGISTRY`] (which registers
@@ -2829,6 +2830,12 @@ async fn status_counts_each_consumers_deliveries_lag_and_state<S: Conformance>(
         "{}: nothing in no window",
         S::NAME
     );
+    assert!(
+        report.totals.is_empty(),
+        "{}: the status leaves them out",
+        S::NAME
+    );
+    let report = report.with_totals(store.attempt_totals().await?);
     let totals: Vec<_> = report.totals.iter().map(|t| t.consumer.as_str()).collect();
     assert_eq!(totals, [PLAIN], "{}", S::NAME);
     let plain = &report.totals[0];
@@ -3357,5 +3364,95 @@ async fn the_feed_yields_each_event_once_and_never_passes_an_open_transaction<S:
         let both = feed_of(&store, head, 2).await?;
         assert_eq!(ids(&both), [early.event_id, late[0].event_id]);
     }
+    Ok(())
+}
+
+/// A relay cursor: one holder at a time, taken back at once by its owner, by another only
+/// after the lease ran out; a position written only under the newest token.
+async fn a_relay_cursor_moves_only_under_its_newest_token<S: Conformance>(store: S) -> TestResult {
+    assert!(matches!(
+        store.take_cursor("Not A Name", "r1", LEASE).await,
+        Err(DispatchError::CursorName(_))
+    ));
+    assert_eq!(store.cursor("jetstream").await?, None);
+    let first = store
+        .take_cursor("jetstream", "r1", LEASE)
+        .await?
+        .ok_or("a new cursor is free")?;
+    assert_eq!((first.token, first.position), (1, FeedPosition::default()));
+    assert_eq!(
+        store.take_cursor("jetstream", "r2", LEASE).await?,
+        None,
+        "{}: held by r1",
+        S::NAME
+    );
+    let moved = FeedPosition { writer: 0, seq: 7 };
+    store.advance_cursor(&first, moved, LEASE).await?;
+    let state = store.cursor("jetstream").await?.ok_or("stored")?;
+    assert_eq!(
+        (state.position, state.owner.as_str(), state.token),
+        (moved, "r1", 1)
+    );
+    assert!(state.lease_until > state.advanced_at, "{state:?}");
+
+    // The owner restarted: it takes the cursor back at once, where it was, fencing its
+    // earlier self.
+    let again = store
+        .take_cursor("jetstream", "r1", LEASE)
+        .await?
+        .ok_or("its owner takes it back")?;
+    assert_eq!((again.token, again.position), (2, moved));
+    let stale = store
+        .advance_cursor(&first, FeedPosition { writer: 0, seq: 9 }, LEASE)
+        .await;
+    assert!(
+        matches!(stale, Err(DispatchError::StaleCursor { token: 1, .. })),
+        "{}: {stale:?}",
+        S::NAME
+    );
+    assert_eq!(
+        store.cursor("jetstream").await?.map(|c| c.position),
+        Some(moved)
+    );
+
+    // A holder whose lease ran out loses the cursor to the next relay.
+    store.advance_cursor(&again, moved, SHORT).await?;
+    tokio::time::sleep(SHORT * 4).await;
+    let taken = store
+        .take_cursor("jetstream", "r2", LEASE)
+        .await?
+        .ok_or("a lapsed lease is free")?;
+    assert_eq!(
+        (taken.token, taken.position, taken.owner.as_str()),
+        (3, moved, "r2")
+    );
+    assert!(matches!(
+        store.advance_cursor(&again, moved, LEASE).await,
+        Err(DispatchError::StaleCursor { .. })
+    ));
+    // A holder that stops lets its cursor go: the next relay takes it at once; a stale token
+    // releases nothing.
+    assert!(matches!(
+        store.release_cursor(&again).await,
+        Err(DispatchError::StaleCursor { .. })
+    ));
+    store.release_cursor(&taken).await?;
+    let next = store
+        .take_cursor("jetstream", "r3", LEASE)
+        .await?
+        .ok_or("a released cursor is free")?;
+    assert_eq!((next.token, next.position), (4, moved));
+    for owner in ["", &"o".repeat(201)] {
+        assert!(matches!(
+            store.take_cursor("jetstream", owner, LEASE).await,
+            Err(DispatchError::CursorOwner { .. })
+        ));
+    }
+    // Cursors are independent of one another.
+    let other = store
+        .take_cursor("kafka", "r1", LEASE)
+        .await?
+        .ok_or("another cursor is free")?;
+    assert_eq!(other.token, 1);
     Ok(())
 }

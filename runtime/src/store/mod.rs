@@ -56,6 +56,7 @@ use crate::registry::Registry;
 use crate::retry::{RetryDecision, RetryPolicyError};
 use crate::trace::{TraceContext, TraceContextError};
 
+pub(crate) mod cursor;
 mod feed;
 mod lifecycle;
 pub(crate) mod observe;
@@ -65,6 +66,9 @@ pub(crate) mod postgres;
 mod rows;
 pub(crate) mod sqlite;
 
+pub use cursor::{
+    CursorLease, CursorState, Cursors, MAX_CURSOR_NAME_CHARS, MAX_CURSOR_OWNER_CHARS,
+};
 pub use feed::{FeedEvent, FeedPosition, FeedPositionError};
 pub use lifecycle::{
     DEAD_LETTERED, DISCARDED, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED,
@@ -944,6 +948,27 @@ pub enum DispatchError {
         consumer: String,
         /// The token presented.
         token: i64,
+    },
+    /// A relay cursor's fencing token is no longer the newest: another relay took the cursor.
+    /// Nothing was written.
+    #[error("stale token {token} for relay cursor {name}: another relay took it")]
+    StaleCursor {
+        /// The cursor.
+        name: String,
+        /// The token presented.
+        token: i64,
+    },
+    /// A relay cursor name that is not 1 to 64 of `a-z`, `0-9`, `.`, `_`, `-`, starting with a
+    /// letter or digit.
+    #[error(
+        "`{0}` is not a cursor name: 1 to 64 of a-z, 0-9, '.', '_', '-', starting with a letter or digit"
+    )]
+    CursorName(String),
+    /// A relay cursor owner that is empty or longer than 200 characters.
+    #[error("a cursor owner of {chars} characters: it must have 1 to 200")]
+    CursorOwner {
+        /// Its length in characters.
+        chars: usize,
     },
     /// A consumer handed to the dispatcher is not in the static registry.
     #[error("consumer {0} is not registered")]

@@ -8,8 +8,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use evc_runtime::{
-    ConsumerDescriptor, ConsumerMode, EventDescriptor, HandlerKind, Observe, Operate, PgStore,
-    Registry, SqliteStore, Store, SubscriptionDescriptor, VersionDescriptor,
+    ConsumerDescriptor, ConsumerMode, Cursors, EventDescriptor, HandlerKind, Observe, Operate,
+    PgStore, Registry, SqliteStore, Store, SubscriptionDescriptor, VersionDescriptor,
 };
 
 use crate::support::{FIXED_200MS, NOTE_SCHEMA, REFERENCE_POLICY, TestResult};
@@ -18,7 +18,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A store under test: [`Store`] (which begins the caller's transactions and answers the read
 /// methods) and [`Operate`], its name for messages, and what a replay test arranges first.
-pub trait Conformance: Store + Operate + Observe {
+pub trait Conformance: Store + Operate + Observe + Cursors {
     /// Which store, for messages.
     const NAME: &'static str;
 

@@ -48,6 +48,7 @@ use crate::store::{
 
 mod console;
 mod copy;
+mod cursor;
 mod deployed;
 mod dispatch;
 mod doorbell;

@@ -1042,21 +1042,20 @@ WHERE rejected_at >= now() - $1::int8 * interval '1 millisecond'
 GROUP BY event_type, reason_code
 ORDER BY event_type, reason_code";
 
-/// Every attempt ever recorded of the consumers `$1`, counted per consumer, outcome and duration bucket: `bucket`
-/// indexes `AttemptTotals::durations` (the bounds of `DURATION_BUCKETS_MS`; 11 is past the
-/// last). Reads the whole table, so `/metrics` costs a scan of the attempts.
-pub(crate) const ATTEMPT_TOTALS: &str = "\
-SELECT consumer, outcome,
-    CASE WHEN duration_ms <= 5 THEN 0 WHEN duration_ms <= 10 THEN 1
-        WHEN duration_ms <= 25 THEN 2 WHEN duration_ms <= 50 THEN 3
-        WHEN duration_ms <= 100 THEN 4 WHEN duration_ms <= 250 THEN 5
-        WHEN duration_ms <= 500 THEN 6 WHEN duration_ms <= 1000 THEN 7
-        WHEN duration_ms <= 2500 THEN 8 WHEN duration_ms <= 5000 THEN 9
-        WHEN duration_ms <= 10000 THEN 10 ELSE 11 END::int8 AS bucket,
+/// Every attempt ever recorded of the consumers `$1` that ended one of the known ways, counted per
+/// consumer, outcome and duration bucket: `bucket` indexes `AttemptTotals::durations`, from
+/// the bounds of `DURATION_BUCKETS_MS`. Reads the whole table.
+pub(crate) static ATTEMPT_TOTALS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT consumer, outcome, {}::int8 AS bucket,
     count(*)::int8 AS attempts, sum(duration_ms)::int8 AS duration_ms
 FROM evc_delivery_attempts
-WHERE consumer = ANY($1::text[])
-GROUP BY consumer, outcome, bucket";
+WHERE consumer = ANY($1::text[]) AND outcome IN ({})
+GROUP BY consumer, outcome, bucket",
+        crate::store::observe::duration_bucket("duration_ms"),
+        crate::store::observe::known_outcomes(),
+    )
+});
 
 /// Workers silent for longer than their consumer's heartbeat threshold: parallel arrays `$1`
 /// consumers and `$2` thresholds in milliseconds. Longest silent first.
@@ -1583,6 +1582,41 @@ FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
 WHERE c.oid IN ('evc_deliveries'::regclass, 'evc_delivery_attempts'::regclass,
     'evc_events'::regclass)
 ORDER BY c.relname";
+
+// ---------------------------------------------------------------------------------------------
+// The relay's cursors (`Cursors`).
+// ---------------------------------------------------------------------------------------------
+
+/// Takes cursor `$1` for owner `$2` for `$3` milliseconds, when it is new, its lease ran out or
+/// `$2` holds it: a new token. No row: another owner holds it.
+pub(crate) const TAKE_CURSOR: &str = "\
+INSERT INTO evc_relay_cursors AS c (name, owner, token, lease_until)
+VALUES ($1, $2, 1, now() + $3::int8 * interval '1 millisecond')
+ON CONFLICT (name) DO UPDATE
+SET owner = EXCLUDED.owner, token = c.token + 1, lease_until = EXCLUDED.lease_until,
+    advanced_at = now()
+WHERE c.lease_until < now() OR c.owner = EXCLUDED.owner
+RETURNING token, writer_xid::text::bigint AS writer, seq";
+
+/// Moves cursor `$1` to (`$3`, `$4`) and its lease to `$5` milliseconds from now, if `$2` is
+/// its token. No row: stale.
+pub(crate) const ADVANCE_CURSOR: &str = "\
+UPDATE evc_relay_cursors
+SET writer_xid = $3::bigint::text::xid8, seq = $4,
+    lease_until = now() + $5::int8 * interval '1 millisecond', advanced_at = now()
+WHERE name = $1 AND token = $2
+RETURNING token";
+
+/// Ends the lease of cursor `$1` now, if `$2` is its token. No row: stale.
+pub(crate) const RELEASE_CURSOR: &str = "\
+UPDATE evc_relay_cursors SET lease_until = now() WHERE name = $1 AND token = $2 RETURNING token";
+
+/// Cursor `$1`; times in epoch seconds.
+pub(crate) const READ_CURSOR: &str = "\
+SELECT writer_xid::text::bigint AS writer, seq, owner, token,
+    extract(epoch FROM lease_until)::float8 AS lease_until,
+    extract(epoch FROM advanced_at)::float8 AS advanced_at
+FROM evc_relay_cursors WHERE name = $1";
 
 #[cfg(test)]
 mod tests {

@@ -70,6 +70,7 @@ use crate::store::{
     RejectRecord, Store, StoreError,
 };
 
+mod cursor;
 mod dispatch;
 mod lifecycle;
 mod observe;
@@ -109,6 +110,9 @@ const MIGRATION_0008: &str =
 
 /// Who changed a consumer's operator state, and why.
 const MIGRATION_0009: &str = include_str!("../../../migrations/sqlite/0009_evc_state_changes.sql");
+
+/// The relay's fenced cursors.
+const MIGRATION_0010: &str = include_str!("../../../migrations/sqlite/0010_evc_relay_cursors.sql");
 
 /// Connections of the store's pool unless [`SqliteStoreBuilder::max_connections`] says
 /// otherwise: one for a caller's transaction, one for the reject audit and the dispatcher's
@@ -375,7 +379,7 @@ impl Prepared {
 
 /// The store's schema: each migration's version, name, SQL and whether it runs outside a
 /// transaction of sqlx's (it brings its own), in order.
-const SCHEMA: [(i64, &str, &str, bool); 9] = [
+const SCHEMA: [(i64, &str, &str, bool); 10] = [
     (1, "evc_runtime", MIGRATION_0001, false),
     (2, "evc_replays", MIGRATION_0002, false),
     (3, "evc_registry_document", MIGRATION_0003, false),
@@ -385,6 +389,7 @@ const SCHEMA: [(i64, &str, &str, bool); 9] = [
     (7, "evc_tenant_idempotency_keys", MIGRATION_0007, false),
     (8, "evc_tenant_effect_keys", MIGRATION_0008, false),
     (9, "evc_state_changes", MIGRATION_0009, false),
+    (10, "evc_relay_cursors", MIGRATION_0010, false),
 ];
 
 /// Applies the store's migrations (sqlx's migrator: each once, in order).

@@ -699,21 +699,20 @@ WHERE rejected_at >= ?1
 GROUP BY event_type, reason_code
 ORDER BY event_type, reason_code";
 
-/// Every attempt ever recorded of the consumers `?1` (a JSON array), counted per consumer, outcome and duration bucket: `bucket`
-/// indexes `AttemptTotals::durations` (the bounds of `DURATION_BUCKETS_MS`; 11 is past the
-/// last). Reads the whole table, so `/metrics` costs a scan of the attempts.
-pub(crate) const ATTEMPT_TOTALS: &str = "\
-SELECT consumer, outcome,
-    CASE WHEN duration_ms <= 5 THEN 0 WHEN duration_ms <= 10 THEN 1
-        WHEN duration_ms <= 25 THEN 2 WHEN duration_ms <= 50 THEN 3
-        WHEN duration_ms <= 100 THEN 4 WHEN duration_ms <= 250 THEN 5
-        WHEN duration_ms <= 500 THEN 6 WHEN duration_ms <= 1000 THEN 7
-        WHEN duration_ms <= 2500 THEN 8 WHEN duration_ms <= 5000 THEN 9
-        WHEN duration_ms <= 10000 THEN 10 ELSE 11 END AS bucket,
+/// Every attempt ever recorded of the consumers `?1` (a JSON array) that ended one of the known ways, counted per
+/// consumer, outcome and duration bucket: `bucket` indexes `AttemptTotals::durations`, from
+/// the bounds of `DURATION_BUCKETS_MS`. Reads the whole table.
+pub(crate) static ATTEMPT_TOTALS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT consumer, outcome, {} AS bucket,
     count(*) AS attempts, sum(duration_ms) AS duration_ms
 FROM evc_delivery_attempts
-WHERE consumer IN (SELECT value FROM json_each(?1))
-GROUP BY consumer, outcome, bucket";
+WHERE consumer IN (SELECT value FROM json_each(?1)) AND outcome IN ({})
+GROUP BY consumer, outcome, bucket",
+        crate::store::observe::duration_bucket("duration_ms"),
+        crate::store::observe::known_outcomes(),
+    )
+});
 
 /// Workers silent at `?2` (now) for longer than their consumer's heartbeat threshold: `?1` a
 /// JSON object of consumer names to thresholds in milliseconds. Longest silent first.
@@ -830,6 +829,38 @@ LEFT JOIN evc_deliveries d ON d.event_id = i.event_id AND d.consumer = i.consume
     AND d.generation = i.generation + 1
 WHERE r.id = ?1
 GROUP BY r.deliveries";
+
+// ---------------------------------------------------------------------------------------------
+// The relay's cursors (`Cursors`).
+// ---------------------------------------------------------------------------------------------
+
+/// Takes cursor `?1` for owner `?2` until `?3` (epoch seconds), when it is new, its lease ran
+/// out before `?4` (now) or `?2` holds it: a new token. No row: another owner holds it.
+pub(crate) const TAKE_CURSOR: &str = "\
+INSERT INTO evc_relay_cursors AS c (name, owner, token, lease_until, advanced_at)
+VALUES (?1, ?2, 1, ?3, ?4)
+ON CONFLICT (name) DO UPDATE
+SET owner = excluded.owner, token = c.token + 1, lease_until = excluded.lease_until,
+    advanced_at = excluded.advanced_at
+WHERE c.lease_until < ?4 OR c.owner = excluded.owner
+RETURNING token, writer, seq";
+
+/// Moves cursor `?1` to (`?3`, `?4`) and its lease to `?5`, at `?6` (epoch seconds), if `?2` is
+/// its token. No row: stale.
+pub(crate) const ADVANCE_CURSOR: &str = "\
+UPDATE evc_relay_cursors
+SET writer = ?3, seq = ?4, lease_until = ?5, advanced_at = ?6
+WHERE name = ?1 AND token = ?2
+RETURNING token";
+
+/// Ends the lease of cursor `?1` at `?3` (now), if `?2` is its token. No row: stale.
+pub(crate) const RELEASE_CURSOR: &str = "\
+UPDATE evc_relay_cursors SET lease_until = ?3 WHERE name = ?1 AND token = ?2 RETURNING token";
+
+/// Cursor `?1`.
+pub(crate) const READ_CURSOR: &str = "\
+SELECT writer, seq, owner, token, lease_until, advanced_at
+FROM evc_relay_cursors WHERE name = ?1";
 
 #[cfg(test)]
 mod tests {
