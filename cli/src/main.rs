@@ -17,6 +17,7 @@ use evc_codegen::{ContractSet, Diagnostic, LoadCache, LoadError, Sources, diagno
 mod dispatch;
 mod migrate;
 mod operate;
+mod relay;
 mod replay;
 mod serve;
 
@@ -201,6 +202,40 @@ enum Command {
         #[command(flatten)]
         database: operate::Database,
     },
+    /// Relay the outbox's event feed to NATS JetStream until Ctrl-C: each event to
+    /// `PREFIX.<event type>.v<major>` with its id as `Nats-Msg-Id`, the envelope in headers and
+    /// the payload as the body; the cursor in the store moves only after the broker
+    /// acknowledged the events, and one relay of a cursor holds it at a time (docs/relay.md).
+    Relay {
+        /// The NATS server.
+        #[arg(long, default_value = "nats://127.0.0.1:4222", value_name = "URL")]
+        nats_url: String,
+        /// The cursor's name in the store: relays sharing it share one position.
+        #[arg(long, default_value = "jetstream", value_name = "NAME")]
+        cursor: String,
+        /// Who this relay is (default: `HOST/PID`).
+        #[arg(long, value_name = "NAME")]
+        owner: Option<String>,
+        /// The first token of every subject.
+        #[arg(long, default_value = "evc", value_name = "PREFIX")]
+        subject_prefix: String,
+        /// The JetStream stream `--apply` creates or sets back.
+        #[arg(long, default_value = "EVC", value_name = "NAME")]
+        stream: String,
+        /// How long the stream remembers message ids (`--apply`): longer than a relay can be
+        /// stopped between a publish and its cursor's move.
+        #[arg(long, default_value = "10m", value_name = "DURATION")]
+        duplicate_window: String,
+        /// Name the envelope's headers as CloudEvents 1.0 binary mode (`ce-id`, `ce-type`, ...).
+        #[arg(long)]
+        cloudevents: bool,
+        /// Create the stream taking `PREFIX.>`, or set its subjects and duplicate window back,
+        /// print what differed, and exit (100 when it had drifted); relay nothing.
+        #[arg(long)]
+        apply: bool,
+        #[command(flatten)]
+        database: operate::Database,
+    },
     /// Apply the SQL migrations of a directory (default `generated/migrations`) to the outbox
     /// database, each once, in order, printing each step; one run at a time (sqlx's migration
     /// lock). Nothing is applied while a migration is changed, failed, missing or out of order.
@@ -350,6 +385,29 @@ fn main() -> ExitCode {
             status,
             database,
         } => migrate::migrate(&dir, status, &database),
+        Command::Relay {
+            nats_url,
+            cursor,
+            owner,
+            subject_prefix,
+            stream,
+            duplicate_window,
+            cloudevents,
+            apply,
+            database,
+        } => relay::relay(
+            &relay::RelayArgs {
+                nats_url: &nats_url,
+                cursor: &cursor,
+                owner: owner.as_deref(),
+                subject_prefix: &subject_prefix,
+                stream: &stream,
+                duplicate_window: &duplicate_window,
+                cloudevents,
+                apply,
+            },
+            &database,
+        ),
         Command::Serve {
             listen,
             tokens,

@@ -155,7 +155,7 @@ async fn close(outbox: evc_serve::Outbox) {
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
-async fn shutdown() {
+pub(crate) async fn shutdown() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

@@ -2348,3 +2348,151 @@ fn serve_answers_each_caller_through_the_database_role_of_its_job() {
         assert!(!printed.contains(OPERATOR_TOKEN) && !printed.contains(APPROVER_TOKEN));
     });
 }
+
+/// `evc relay --apply` creates the stream, finds it in sync, then reports a drift (exit 100)
+/// and sets it back; `evc relay` publishes the outbox's events to it, each once, and stops on
+/// SIGTERM saying what it did. Needs the NATS server at `EVC_NATS_URL` (default
+/// `127.0.0.1:4222`); outside CI an unreachable one skips the test, loudly.
+#[test]
+fn relay_applies_its_stream_and_publishes_the_outbox_until_sigterm() {
+    let nats = std::env::var("EVC_NATS_URL").unwrap_or_else(|_| "127.0.0.1:4222".to_owned());
+    // The client's tasks run on this runtime, while it is blocked on.
+    let nats_runtime = runtime();
+    let client = match nats_runtime.block_on(async {
+        tokio::time::timeout(Duration::from_secs(5), async_nats::connect(&nats)).await
+    }) {
+        Ok(Ok(client)) => client,
+        outcome => {
+            let ci = std::env::var("CI").is_ok_and(|value| value.eq_ignore_ascii_case("true"));
+            assert!(
+                !ci,
+                "CI=true and NATS at {nats} is unreachable: {outcome:?}"
+            );
+            eprintln!("skipped: NATS at {nats} is unreachable ({outcome:?}); set EVC_NATS_URL");
+            return;
+        }
+    };
+    let jetstream = nats_runtime.block_on(async { async_nats::jetstream::new(client) });
+    let id = Uuid::now_v7().simple().to_string();
+    let (stream, prefix) = (format!("EVC_CLI_{id}"), format!("evccli{id}"));
+    on_database("evc_cli_relay", true, |runtime, url| {
+        let apply = |prefix: &str| {
+            evc(
+                url,
+                &[
+                    "relay",
+                    "--apply",
+                    "--nats-url",
+                    &nats,
+                    "--stream",
+                    &stream,
+                    "--subject-prefix",
+                    prefix,
+                ],
+            )
+        };
+        let created = apply(&prefix);
+        assert_eq!(created.status.code(), Some(0), "{created:?}");
+        assert_eq!(stdout(&created), format!("stream {stream}: created\n"));
+        let again = apply(&prefix);
+        assert_eq!(stdout(&again), format!("stream {stream}: in sync\n"));
+        let drifted = apply("elsewhere");
+        assert_eq!(drifted.status.code(), Some(100), "{drifted:?}");
+        assert!(
+            stdout(&drifted).contains("drifted, set back:\n  subjects"),
+            "{drifted:?}"
+        );
+        assert_eq!(apply(&prefix).status.code(), Some(100), "set back again");
+
+        let store = runtime.block_on(seed_store(url, deployed));
+        let events = runtime.block_on(append_born(&store, &[born(1), born(2), born(3)]));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_evc"))
+            .args([
+                "relay",
+                "--nats-url",
+                &nats,
+                "--subject-prefix",
+                &prefix,
+                "--owner",
+                "cli-test",
+            ])
+            .args(["--database-url", url])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("evc relay starts");
+        let mut stored = 0;
+        for _ in 0..600 {
+            stored = nats_runtime.block_on(async {
+                let mut handle = jetstream.get_stream(&stream).await.expect("the stream");
+                handle.info().await.expect("its info").state.messages
+            });
+            // Stored and recorded: the relay counts an event once its round moved the cursor.
+            let recorded = runtime.block_on(async {
+                use evc_runtime::{Cursors, Observe};
+                let head = store.feed_head().await.expect("the feed's head");
+                store
+                    .cursor("jetstream")
+                    .await
+                    .expect("the cursor")
+                    .is_some_and(|cursor| cursor.position == head)
+            });
+            if stored == 3 && recorded {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        let output = finish_child(&mut child);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(stored, 3, "{stderr}");
+        assert_eq!(output.status.code(), Some(0), "{stderr}");
+        assert!(
+            stderr.contains("evc relay: cli-test relays cursor jetstream"),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("stopped (published 3, duplicates dropped by the broker 0"),
+            "{stderr}"
+        );
+        let first = nats_runtime.block_on(async {
+            let handle = jetstream.get_stream(&stream).await.expect("the stream");
+            handle.get_raw_message(1).await.expect("the first message")
+        });
+        assert_eq!(
+            first
+                .headers
+                .get("Nats-Msg-Id")
+                .map(|v| v.as_str().to_owned()),
+            Some(events[0].to_string())
+        );
+        assert_eq!(first.subject.as_str(), format!("{prefix}.iu.born.v1"));
+    });
+    nats_runtime
+        .block_on(jetstream.delete_stream(&stream))
+        .expect("the stream is deleted");
+}
+
+/// Waits (a minute at most) for `child` to exit; its output.
+fn finish_child(child: &mut std::process::Child) -> Output {
+    for _ in 0..600 {
+        if child.try_wait().expect("wait").is_some() {
+            let mut stderr = Vec::new();
+            if let Some(mut pipe) = child.stderr.take() {
+                use std::io::Read;
+                let _ = pipe.read_to_end(&mut stderr);
+            }
+            return Output {
+                status: child.wait().expect("status"),
+                stdout: Vec::new(),
+                stderr,
+            };
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    panic!("the child did not stop within a minute");
+}

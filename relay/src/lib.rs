@@ -1,0 +1,332 @@
+//! Relays an evc outbox's event feed to NATS JetStream (docs/relay.md).
+//!
+//! The outbox stays the record; the broker is transport. A [`Relay`] takes a fenced cursor in
+//! the store ([`evc_runtime::Cursors`]), reads the event feed after it
+//! ([`evc_runtime::Observe::feed`]: commit order, no event skipped), publishes each event to
+//! `<prefix>.<event type>.v<major>` with its id as `Nats-Msg-Id`, waits for the broker's
+//! acknowledgements, and only then moves the cursor. A relay stopped between a publish and the
+//! cursor's move sends those events again, and the stream's duplicate window drops them. Any
+//! number of relays may run: one holds the cursor, the others wait for its lease to run out.
+
+mod message;
+mod stream;
+
+use std::future::Future;
+use std::time::Duration;
+
+use async_nats::jetstream::Context;
+use evc_runtime::{CursorLease, Cursors, DispatchError, FeedPosition};
+use tokio::time::Instant;
+
+pub use message::{HeaderStyle, headers, subject};
+pub use stream::{StreamDrift, StreamError, StreamSpec, apply_stream};
+
+/// What a relay publishes, where, and how it holds its cursor.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RelayConfig {
+    /// The cursor's name in the store: relays sharing it share one position.
+    pub cursor: String,
+    /// Who this relay is (the cursor's owner while it holds it).
+    pub owner: String,
+    /// The first subject token (`evc`).
+    pub subject_prefix: String,
+    /// How the envelope is named in headers.
+    pub header_style: HeaderStyle,
+    /// Events read and published per round.
+    pub batch: u32,
+    /// How long the cursor is held without an advance.
+    pub lease: Duration,
+    /// How long to wait when the feed has nothing new, or another relay holds the cursor.
+    pub poll: Duration,
+    /// The longest wait between attempts after a failure (the first wait is `poll`, doubling).
+    pub max_backoff: Duration,
+}
+
+impl RelayConfig {
+    /// A relay of cursor `cursor`, owned by `owner`, publishing under `evc`, in batches of
+    /// 1,000, holding its cursor for 30 s, polling every 50 ms, backing off up to 30 s.
+    pub fn new(cursor: impl Into<String>, owner: impl Into<String>) -> Self {
+        Self {
+            cursor: cursor.into(),
+            owner: owner.into(),
+            subject_prefix: "evc".to_owned(),
+            header_style: HeaderStyle::Evc,
+            batch: 1_000,
+            lease: Duration::from_secs(30),
+            poll: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(30),
+        }
+    }
+
+    /// Publishes under `prefix` instead.
+    #[must_use]
+    pub fn subject_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.subject_prefix = prefix.into();
+        self
+    }
+
+    /// Names the envelope's headers in `style`.
+    #[must_use]
+    pub fn header_style(mut self, style: HeaderStyle) -> Self {
+        self.header_style = style;
+        self
+    }
+
+    /// Reads and publishes up to `batch` events per round (at least 1).
+    #[must_use]
+    pub fn batch(mut self, batch: u32) -> Self {
+        self.batch = batch.max(1);
+        self
+    }
+
+    /// Holds the cursor for `lease` without an advance.
+    #[must_use]
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Waits `poll` when there is nothing to do.
+    #[must_use]
+    pub fn poll(mut self, poll: Duration) -> Self {
+        self.poll = poll;
+        self
+    }
+}
+
+/// What a relay did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RelayStats {
+    /// Events the broker stored.
+    pub published: u64,
+    /// Events the broker had already (sent again after a stop or a failure, and dropped).
+    pub duplicates: u64,
+    /// Times this relay took the cursor.
+    pub takes: u64,
+    /// Times it found the cursor taken by another relay under a newer token.
+    pub fenced: u64,
+    /// Rounds that failed (a publish refused or unanswered, the store unreachable) and were
+    /// tried again.
+    pub failures: u64,
+}
+
+/// Why a relay stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RelayError {
+    /// The store refused the cursor's name, or did not answer at the start.
+    #[error("the relay cannot start: {0}")]
+    Start(DispatchError),
+}
+
+/// Why one round failed (tried again after a wait).
+#[derive(Debug, thiserror::Error)]
+enum RoundError {
+    #[error("the store: {0}")]
+    Store(#[from] DispatchError),
+    #[error("publishing to JetStream: {0}")]
+    Publish(#[from] async_nats::jetstream::context::PublishError),
+    // serde_json's message names no payload value.
+    #[error("encoding a payload as JSON: {0}")]
+    Payload(#[from] serde_json::Error),
+}
+
+/// A relay from one store to one JetStream context.
+#[derive(Debug)]
+pub struct Relay<S> {
+    store: S,
+    jetstream: Context,
+    config: RelayConfig,
+    stats: RelayStats,
+}
+
+impl<S: Cursors> Relay<S> {
+    /// A relay of `store`'s feed to `jetstream`.
+    pub fn new(store: S, jetstream: Context, config: RelayConfig) -> Self {
+        Self {
+            store,
+            jetstream,
+            config,
+            stats: RelayStats::default(),
+        }
+    }
+
+    /// What the relay did so far.
+    pub fn stats(&self) -> RelayStats {
+        self.stats
+    }
+
+    /// Relays until `shutdown` completes: takes the cursor when it can, publishes what the
+    /// feed holds after it, and moves it. Failures are logged (never a payload) and tried
+    /// again after a doubling wait; the cursor stays where the broker's acknowledgements
+    /// left it, so nothing is lost. Stopping between a publish and the cursor's move is
+    /// safe: the next holder sends those events again.
+    ///
+    /// # Errors
+    /// [`RelayError::Start`] for a cursor name the store does not take, or a store that does
+    /// not answer at the start (later failures are tried again).
+    pub async fn run(
+        mut self,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<RelayStats, RelayError> {
+        self.store
+            .cursor(&self.config.cursor)
+            .await
+            .map_err(RelayError::Start)?;
+        tokio::pin!(shutdown);
+        let mut held: Option<Held> = None;
+        let mut backoff = self.config.poll;
+        loop {
+            let round = tokio::select! {
+                () = &mut shutdown => break,
+                round = self.round(&mut held) => round,
+            };
+            let wait = match round {
+                Ok(Progress::Published) => {
+                    backoff = self.config.poll;
+                    continue;
+                }
+                Ok(Progress::Idle) => {
+                    backoff = self.config.poll;
+                    self.config.poll
+                }
+                // Another relay holds the cursor: ask again well within its lease, without
+                // locking the row every poll.
+                Ok(Progress::Standby) => {
+                    backoff = self.config.poll;
+                    self.config.poll.max(self.config.lease / 10)
+                }
+                Err(error) => {
+                    self.stats.failures += 1;
+                    tracing::warn!(cursor = %self.config.cursor, %error, "relay round failed; trying again");
+                    let wait = backoff;
+                    backoff = (backoff * 2).min(self.config.max_backoff);
+                    wait
+                }
+            };
+            tokio::select! {
+                () = &mut shutdown => break,
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+        // Let the cursor go, so that another relay takes it at once rather than after the
+        // lease (a stale token means another took it already).
+        if let Some(held) = held
+            && let Err(error) = self.store.release_cursor(&held.lease).await
+            && !matches!(error, DispatchError::StaleCursor { .. })
+        {
+            tracing::warn!(cursor = %self.config.cursor, %error, "relay could not release its cursor");
+        }
+        Ok(self.stats)
+    }
+
+    /// One round: hold the cursor, publish one batch, move the cursor.
+    async fn round(&mut self, held: &mut Option<Held>) -> Result<Progress, RoundError> {
+        if held.is_none() {
+            let asked = Instant::now();
+            match self
+                .store
+                .take_cursor(&self.config.cursor, &self.config.owner, self.config.lease)
+                .await?
+            {
+                Some(lease) => {
+                    self.stats.takes += 1;
+                    tracing::info!(cursor = %lease.name, token = lease.token, position = %lease.position, "relay took the cursor");
+                    *held = Some(Held {
+                        renewed: asked,
+                        lease,
+                    });
+                }
+                None => return Ok(Progress::Standby),
+            }
+        }
+        // Publish only with most of the lease ahead: a relay that slept or waited past a third
+        // of it renews first, and learns there whether another relay took the cursor.
+        if held
+            .as_ref()
+            .is_some_and(|h| h.renewed.elapsed() >= self.config.lease / 3)
+        {
+            let position = held.as_ref().map(|h| h.lease.position).unwrap_or_default();
+            self.advance(held, position).await?;
+        }
+        let Some(lease) = held.as_ref() else {
+            return Ok(Progress::Idle);
+        };
+        let events = self
+            .store
+            .feed(lease.lease.position, self.config.batch)
+            .await?;
+        let Some(last) = events.last().map(|event| event.position) else {
+            return Ok(Progress::Idle);
+        };
+        let mut acks = Vec::with_capacity(events.len());
+        for event in &events {
+            acks.push(
+                self.jetstream
+                    .send_publish(
+                        subject(&self.config.subject_prefix, event),
+                        message::message(event, self.config.header_style)?,
+                    )
+                    .await?,
+            );
+        }
+        for ack in acks {
+            if ack.await?.duplicate {
+                self.stats.duplicates += 1;
+            } else {
+                self.stats.published += 1;
+            }
+        }
+        self.advance(held, last).await?;
+        Ok(Progress::Published)
+    }
+
+    /// Moves the held cursor to `position`; a stale token lets the cursor go.
+    async fn advance(
+        &mut self,
+        held: &mut Option<Held>,
+        position: FeedPosition,
+    ) -> Result<(), RoundError> {
+        let Some(lease) = held.as_mut() else {
+            return Ok(());
+        };
+        let asked = Instant::now();
+        match self
+            .store
+            .advance_cursor(&lease.lease, position, self.config.lease)
+            .await
+        {
+            Ok(()) => {
+                lease.lease.position = position;
+                lease.renewed = asked;
+                Ok(())
+            }
+            Err(DispatchError::StaleCursor { .. }) => {
+                self.stats.fenced += 1;
+                tracing::info!(cursor = %self.config.cursor, "another relay took the cursor");
+                *held = None;
+                Ok(())
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+}
+
+/// The cursor as this relay holds it.
+#[derive(Debug)]
+struct Held {
+    lease: CursorLease,
+    /// When the store last extended the lease.
+    renewed: Instant,
+}
+
+enum Progress {
+    /// A batch went out.
+    Published,
+    /// The feed had nothing new.
+    Idle,
+    /// Another relay holds the cursor.
+    Standby,
+}

@@ -1,0 +1,242 @@
+//! What the relay tests share: an outbox per test on each store (a fresh PostgreSQL database
+//! with the generated migrations, or a fresh SQLite file), events appended through the
+//! reference contracts' producers, and a JetStream stream of its own per test on the NATS
+//! server at `EVC_NATS_URL` (default `127.0.0.1:4222`), deleted afterwards.
+//!
+//! When PostgreSQL or NATS cannot be reached a test says so and skips, except under
+//! `CI=true`, where that fails.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::future::Future;
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, Context};
+use evc::uuid::Uuid;
+use evc::{
+    AppendOptions, Cursors, FeedEvent, FeedPosition, Observe, PgStore, SqliteStore, Store,
+    TraceContext,
+};
+use evc_generated::payloads::{IuBornV1, IuBornV1GovernanceState};
+use evc_generated::producers::emit_iu_born_v1;
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Connection};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub type TestResult = Result<(), BoxError>;
+
+/// Whether the tests run under `CI=true`, where a missing service fails them.
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|value| value.eq_ignore_ascii_case("true"))
+}
+
+/// A stream of its own on the test's NATS server: its name, its subject prefix, and the
+/// JetStream context.
+pub struct TestStream {
+    pub jetstream: Context,
+    pub name: String,
+    pub prefix: String,
+}
+
+impl TestStream {
+    /// Every message in the stream, in stream order.
+    pub async fn messages(
+        &self,
+    ) -> Result<Vec<async_nats::jetstream::message::StreamMessage>, BoxError> {
+        let mut stream = self.jetstream.get_stream(&self.name).await?;
+        let last = stream.info().await?.state.last_sequence;
+        let mut messages = Vec::new();
+        for sequence in 1..=last {
+            messages.push(stream.get_raw_message(sequence).await?);
+        }
+        Ok(messages)
+    }
+}
+
+/// Runs `check` with a fresh stream taking `<prefix>.>`, remembering message ids for 10
+/// minutes, with `limit` messages at most (refusing more) when given; deleted afterwards.
+pub async fn with_stream<F, Fut>(limit: Option<i64>, check: F) -> TestResult
+where
+    F: FnOnce(TestStream) -> Fut,
+    Fut: Future<Output = TestResult>,
+{
+    let url = std::env::var("EVC_NATS_URL").unwrap_or_else(|_| "127.0.0.1:4222".to_owned());
+    let client = match tokio::time::timeout(Duration::from_secs(5), async_nats::connect(&url)).await
+    {
+        Ok(Ok(client)) => client,
+        Ok(Err(error)) => return unreachable_nats(&url, &error.to_string()),
+        Err(_) => return unreachable_nats(&url, "no answer in 5 s"),
+    };
+    let jetstream = jetstream::new(client);
+    let id = Uuid::now_v7().simple().to_string();
+    let name = format!("EVC_RELAY_TEST_{id}");
+    let prefix = format!("evctest{id}");
+    let mut config = jetstream::stream::Config {
+        name: name.clone(),
+        subjects: vec![format!("{prefix}.>")],
+        duplicate_window: Duration::from_secs(600),
+        ..Default::default()
+    };
+    if let Some(limit) = limit {
+        config.max_messages = limit;
+        config.discard = jetstream::stream::DiscardPolicy::New;
+    }
+    jetstream.create_stream(config).await?;
+    let result = check(TestStream {
+        jetstream: jetstream.clone(),
+        name: name.clone(),
+        prefix,
+    })
+    .await;
+    jetstream.delete_stream(&name).await?;
+    result
+}
+
+fn unreachable_nats(url: &str, error: &str) -> TestResult {
+    assert!(!ci(), "CI=true and NATS at {url} is unreachable: {error}");
+    eprintln!("skipped: NATS at {url} is unreachable ({error}); set EVC_NATS_URL");
+    Ok(())
+}
+
+/// Runs `check` on a [`PgStore`] of the reference registry over a fresh database with the
+/// generated migrations, dropped afterwards.
+pub async fn with_postgres<F, Fut>(check: F) -> TestResult
+where
+    F: FnOnce(PgStore) -> Fut + Send + 'static,
+    Fut: Future<Output = TestResult> + Send + 'static,
+{
+    let url = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://root@localhost/test".to_owned());
+    let mut admin = match PgConnection::connect(&url).await {
+        Ok(connection) => connection,
+        Err(error) => {
+            assert!(
+                !ci(),
+                "CI=true and PostgreSQL at {url} is unreachable: {error}"
+            );
+            eprintln!("skipped: PostgreSQL at {url} is unreachable ({error}); set DATABASE_URL");
+            return Ok(());
+        }
+    };
+    let database = format!("evc_relay_{}", Uuid::now_v7().simple());
+    sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {database}")))
+        .execute(&mut admin)
+        .await?;
+    let options = PgConnectOptions::from_str(&url)?.database(&database);
+    // Its own task, so a failed assertion still drops the database.
+    let outcome = tokio::spawn(async move {
+        let pool = PgPoolOptions::new()
+            .max_connections(6)
+            .connect_with(options)
+            .await?;
+        let migrations = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/migrations");
+        Migrator::new(migrations.as_path())
+            .await?
+            .run(&pool)
+            .await?;
+        let store = PgStore::start(pool.clone(), evc_generated::REGISTRY).await?;
+        let result = check(store).await;
+        pool.close().await;
+        result
+    })
+    .await;
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS {database} WITH (FORCE)"
+    )))
+    .execute(&mut admin)
+    .await?;
+    admin.close().await?;
+    match outcome {
+        Ok(result) => result,
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// Runs `check` on a [`SqliteStore`] of the reference registry over a fresh file.
+pub async fn with_sqlite<F, Fut>(check: F) -> TestResult
+where
+    F: FnOnce(SqliteStore) -> Fut + Send + 'static,
+    Fut: Future<Output = TestResult> + Send + 'static,
+{
+    let dir = tempfile::tempdir()?;
+    let store = SqliteStore::open(
+        dir.path().join("outbox.db").to_string_lossy(),
+        evc_generated::REGISTRY,
+    )
+    .await?;
+    let result = check(store.clone()).await;
+    store.close().await;
+    result
+}
+
+/// Appends `n` `iu.born` events in one transaction and commits.
+pub async fn append<S: Store>(store: &S, n: usize) -> TestResult {
+    let trace = TraceContext::new("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", 1)?;
+    let mut tx = store.begin().await?;
+    {
+        let mut publisher = store.publisher(&mut tx, AppendOptions::new());
+        for _ in 0..n {
+            let born = IuBornV1::new(
+                Uuid::now_v7(),
+                Uuid::now_v7(),
+                IuBornV1GovernanceState::Draft,
+                evc::chrono::Utc::now(),
+            );
+            emit_iu_born_v1(&mut publisher, &trace, &born).await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The whole feed, in feed order.
+pub async fn feed<S: Observe>(store: &S) -> Result<Vec<FeedEvent>, BoxError> {
+    let mut events = Vec::new();
+    let mut after = FeedPosition::default();
+    loop {
+        let page = store.feed(after, 500).await?;
+        let Some(last) = page.last() else {
+            return Ok(events);
+        };
+        after = last.position;
+        events.extend(page);
+    }
+}
+
+/// Waits (up to two minutes) until cursor `name` stands at the feed's head.
+pub async fn caught_up<S: Cursors>(store: &S, name: &str) -> TestResult {
+    for _ in 0..12_000 {
+        let head = store.feed_head().await?;
+        if store
+            .cursor(name)
+            .await?
+            .is_some_and(|c| c.position == head)
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Err(format!("cursor {name} never reached the feed's head").into())
+}
+
+/// The `Nats-Msg-Id` of each message, in stream order.
+pub fn message_ids(messages: &[async_nats::jetstream::message::StreamMessage]) -> Vec<String> {
+    messages
+        .iter()
+        .map(|m| {
+            m.headers
+                .get("Nats-Msg-Id")
+                .map(|v| v.as_str().to_owned())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// The event ids of `events`, as strings.
+pub fn event_ids(events: &[FeedEvent]) -> Vec<String> {
+    events.iter().map(|e| e.event_id.to_string()).collect()
+}
