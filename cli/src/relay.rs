@@ -26,6 +26,14 @@ pub(crate) struct RelayArgs<'a> {
 /// exits (100 when it had drifted).
 pub(crate) fn relay(args: &RelayArgs<'_>, database: &Database) -> anyhow::Result<ExitCode> {
     let window = duration(args.duplicate_window, "--duplicate-window")?;
+    // A relay that stalls says why on standard error, round after round (its messages name
+    // the cursor and the error, never a payload).
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
+        .with_ansi(false)
+        .with_target(false)
+        .try_init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

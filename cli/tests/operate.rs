@@ -2406,6 +2406,37 @@ fn relay_applies_its_stream_and_publishes_the_outbox_until_sigterm() {
 
         let store = runtime.block_on(seed_store(url, deployed));
         let events = runtime.block_on(append_born(&store, &[born(1), born(2), born(3)]));
+
+        // No stream takes these subjects: each round fails, says why, and moves nothing.
+        let mut stalled = Command::new(env!("CARGO_BIN_EXE_evc"))
+            .args([
+                "relay",
+                "--nats-url",
+                &nats,
+                "--subject-prefix",
+                "nostream",
+                "--owner",
+                "cli-test",
+            ])
+            .args(["--database-url", url])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("evc relay starts");
+        std::thread::sleep(Duration::from_secs(3));
+        Command::new("kill")
+            .args(["-TERM", &stalled.id().to_string()])
+            .status()
+            .expect("kill runs");
+        let output = finish_child(&mut stalled);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{stderr}");
+        assert!(stderr.contains("relay round failed"), "{stderr}");
+        assert!(stderr.contains("stopped (published 0,"), "{stderr}");
+        assert!(
+            !stderr.contains("governance_state"),
+            "no payload in the output: {stderr}"
+        );
         let mut child = Command::new(env!("CARGO_BIN_EXE_evc"))
             .args([
                 "relay",
