@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use evc::uuid::Uuid;
 use evc::{Cursors, FeedEvent, NewEvent, OutgoingEvent, PgStore, SqliteStore, Store, TraceContext};
 use evc_relay::{HeaderStyle, Relay, RelayConfig, headers, subject};
-use support::{BoxError, TestStream, caught_up, feed, with_stream};
+use support::{BoxError, TestStream, caught_up, feed_of, with_stream};
 
 fn setting(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -66,7 +66,7 @@ where
     let events = setting("EVC_BENCH_EVENTS", 100_000);
     let batch = setting("EVC_BENCH_BATCH", 1_000);
     append(&store, events).await?;
-    let all = feed(&store).await?;
+    let all = feed_of(&store, events).await?;
     let baseline =
         timed_on_a_stream(|stream| async move { publish(&stream, &all, batch).await }).await?;
     let relayed = timed_on_a_stream(|stream| {
@@ -82,7 +82,7 @@ where
             let task = tokio::spawn(relay.run(async move {
                 let _ = stopped.await;
             }));
-            caught_up(&store, "bench").await?;
+            caught_up(&store, &stream, "bench", events as u64).await?;
             let elapsed = started.elapsed();
             let _ = stop.send(());
             let stats = task.await??;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use evc::{Cursors, PgStore, SqliteStore};
 use evc_relay::{Relay, RelayConfig, RelayStats, headers, subject};
 use support::{
-    TestResult, TestStream, append, caught_up, event_ids, feed, message_ids, with_stream,
+    TestResult, TestStream, append, caught_up, event_ids, feed, feed_of, message_ids, with_stream,
 };
 use tokio::sync::oneshot;
 
@@ -87,7 +87,7 @@ where
             append(&store, n).await?;
         }
         let relay = start(store.clone(), &stream, config(&stream, "r1"));
-        caught_up(&store, CURSOR).await?;
+        caught_up(&store, &stream, CURSOR, 25).await?;
         let stats = relay.stop().await?;
         assert_eq!((stats.published, stats.duplicates, stats.takes), (25, 0, 1));
         // A relay that stops lets its cursor go: another takes it at once, where it was.
@@ -148,7 +148,7 @@ where
 {
     with_stream(None, |stream| async move {
         append(&store, 12).await?;
-        let events = feed(&store).await?;
+        let events = feed_of(&store, 12).await?;
         // What the dead relay published: the first 8, as a relay publishes them.
         for event in &events[..8] {
             let ack = stream
@@ -166,7 +166,7 @@ where
             assert!(!ack.await?.duplicate);
         }
         let relay = start(store.clone(), &stream, config(&stream, "r2"));
-        caught_up(&store, CURSOR).await?;
+        caught_up(&store, &stream, CURSOR, 12).await?;
         let stats = relay.stop().await?;
         assert_eq!((stats.published, stats.duplicates), (4, 8));
         assert_eq!(message_ids(&stream.messages().await?), event_ids(&events));
@@ -201,7 +201,7 @@ where
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        caught_up(&store, CURSOR).await?;
+        caught_up(&store, &stream, CURSOR, 60).await?;
         let (a, b) = (a.stop().await?, b.stop().await?);
         assert_eq!(a.published + b.published, 60, "{a:?} {b:?}");
         assert!(a.fenced + b.fenced >= 1, "{a:?} {b:?}");
@@ -237,7 +237,7 @@ where
             .await;
         }
         let relay = start(store.clone(), &stream, config(&stream, "r1"));
-        caught_up(&store, CURSOR).await?;
+        caught_up(&store, &stream, CURSOR, 60).await?;
         relay.stop().await?;
         let messages = stream.messages().await?;
         assert_eq!(message_ids(&messages), event_ids(&feed(&store).await?));
@@ -256,7 +256,7 @@ where
 {
     with_stream(Some(5), |stream| async move {
         append(&store, 9).await?;
-        let events = feed(&store).await?;
+        let events = feed_of(&store, 9).await?;
         let mut config = config(&stream, "r1");
         config.batch = 2;
         let relay = start(store.clone(), &stream, config);
@@ -284,7 +284,7 @@ where
         let mut config = info.info().await?.config.clone();
         config.max_messages = -1;
         stream.jetstream.update_stream(&config).await?;
-        caught_up(&store, CURSOR).await?;
+        caught_up(&store, &stream, CURSOR, 9).await?;
         let stats = relay.stop().await?;
         assert!(stats.failures >= 1, "{stats:?}");
         assert_eq!(message_ids(&stream.messages().await?), event_ids(&events));

@@ -207,20 +207,47 @@ pub async fn feed<S: Observe>(store: &S) -> Result<Vec<FeedEvent>, BoxError> {
     }
 }
 
-/// Waits (up to two minutes) until cursor `name` stands at the feed's head.
-pub async fn caught_up<S: Cursors>(store: &S, name: &str) -> TestResult {
+/// The whole feed once it holds `expected` events: on PostgreSQL the feed holds back events
+/// while an older write transaction anywhere in the cluster is open.
+pub async fn feed_of<S: Observe>(store: &S, expected: usize) -> Result<Vec<FeedEvent>, BoxError> {
+    for _ in 0..1_200 {
+        let events = feed(store).await?;
+        if events.len() >= expected {
+            return Ok(events);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("the feed never held {expected} events").into())
+}
+
+/// Waits (up to two minutes) until `stream` holds `expected` messages and cursor `name` stands
+/// at the feed's head. Both, because on PostgreSQL the head lags while any write transaction in
+/// the cluster is open (another test's, say): a cursor at a lagging head is not done. Once the
+/// stream holds every event the relay has seen them all, and the head never moves back.
+pub async fn caught_up<S: Cursors>(
+    store: &S,
+    stream: &TestStream,
+    name: &str,
+    expected: u64,
+) -> TestResult {
     for _ in 0..12_000 {
-        let head = store.feed_head().await?;
-        if store
-            .cursor(name)
-            .await?
-            .is_some_and(|c| c.position == head)
-        {
-            return Ok(());
+        let mut handle = stream.jetstream.get_stream(&stream.name).await?;
+        if handle.info().await?.state.messages == expected {
+            let head = store.feed_head().await?;
+            if store
+                .cursor(name)
+                .await?
+                .is_some_and(|c| c.position == head)
+            {
+                return Ok(());
+            }
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    Err(format!("cursor {name} never reached the feed's head").into())
+    Err(
+        format!("cursor {name} never published {expected} events and reached the feed's head")
+            .into(),
+    )
 }
 
 /// The `Nats-Msg-Id` of each message, in stream order.
