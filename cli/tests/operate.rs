@@ -2423,13 +2423,31 @@ fn relay_applies_its_stream_and_publishes_the_outbox_until_sigterm() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("evc relay starts");
-        std::thread::sleep(Duration::from_secs(3));
+        // Read what it says until a failed round is reported (EOF ends the wait too), then
+        // stop it; the rest is read to the end on a thread of its own.
+        let rest = {
+            use std::io::BufRead;
+            let pipe = stalled.stderr.take().expect("piped");
+            let mut lines = std::io::BufReader::new(pipe).lines().map_while(Result::ok);
+            let mut seen = Vec::new();
+            for line in lines.by_ref() {
+                let failed = line.contains("relay round failed");
+                seen.push(line);
+                if failed {
+                    break;
+                }
+            }
+            std::thread::spawn(move || {
+                seen.extend(lines);
+                seen
+            })
+        };
         Command::new("kill")
             .args(["-TERM", &stalled.id().to_string()])
             .status()
             .expect("kill runs");
         let output = finish_child(&mut stalled);
-        let stderr = String::from_utf8_lossy(&output.stderr);
+        let stderr = rest.join().expect("the reader").join("\n");
         assert_eq!(output.status.code(), Some(0), "{stderr}");
         assert!(stderr.contains("relay round failed"), "{stderr}");
         assert!(stderr.contains("stopped (published 0,"), "{stderr}");
