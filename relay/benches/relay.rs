@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use evc::uuid::Uuid;
 use evc::{Cursors, FeedEvent, NewEvent, OutgoingEvent, PgStore, SqliteStore, Store, TraceContext};
-use evc_relay::{HeaderStyle, Relay, RelayConfig, headers, subject};
+use evc_relay::{HeaderStyle, Relay, RelayConfig, message, subject};
 use support::{BoxError, TestStream, caught_up, feed_of, with_stream};
 
 fn setting(name: &str, default: usize) -> usize {
@@ -127,15 +127,12 @@ async fn publish(
     for chunk in events.chunks(batch.max(1)) {
         let mut acks = Vec::with_capacity(chunk.len());
         for event in chunk {
-            let mut headers = headers(event, HeaderStyle::Evc);
-            headers.insert("Nats-Msg-Id", event.event_id.to_string().as_str());
             acks.push(
                 stream
                     .jetstream
-                    .publish_with_headers(
+                    .send_publish(
                         subject(&stream.prefix, event),
-                        headers,
-                        serde_json::to_vec(&event.payload)?.into(),
+                        message(event, HeaderStyle::Evc)?,
                     )
                     .await?,
             );

@@ -18,7 +18,7 @@ use async_nats::jetstream::Context;
 use evc_runtime::{CursorLease, Cursors, DispatchError, FeedPosition};
 use tokio::time::Instant;
 
-pub use message::{HeaderStyle, headers, subject};
+pub use message::{HeaderStyle, headers, message, subject};
 pub use stream::{StreamDrift, StreamError, StreamSpec, apply_stream};
 
 /// What a relay publishes, where, and how it holds its cursor.
@@ -116,7 +116,7 @@ pub struct RelayStats {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RelayError {
-    /// The store refused the cursor's name, or did not answer at the start.
+    /// The store refused the cursor's name or owner.
     #[error("the relay cannot start: {0}")]
     Start(DispatchError),
 }
@@ -165,16 +165,12 @@ impl<S: Cursors> Relay<S> {
     /// safe: the next holder sends those events again.
     ///
     /// # Errors
-    /// [`RelayError::Start`] for a cursor name the store does not take, or a store that does
-    /// not answer at the start (later failures are tried again).
+    /// [`RelayError::Start`] for a cursor name or owner the store does not take: no retry
+    /// would mend them (every other failure is tried again).
     pub async fn run(
         mut self,
         shutdown: impl Future<Output = ()>,
     ) -> Result<RelayStats, RelayError> {
-        self.store
-            .cursor(&self.config.cursor)
-            .await
-            .map_err(RelayError::Start)?;
         tokio::pin!(shutdown);
         let mut held: Option<Held> = None;
         let mut backoff = self.config.poll;
@@ -198,6 +194,9 @@ impl<S: Cursors> Relay<S> {
                     backoff = self.config.poll;
                     self.config.poll.max(self.config.lease / 10)
                 }
+                Err(RoundError::Store(
+                    error @ (DispatchError::CursorName(_) | DispatchError::CursorOwner { .. }),
+                )) => return Err(RelayError::Start(error)),
                 Err(error) => {
                     self.stats.failures += 1;
                     tracing::warn!(cursor = %self.config.cursor, %error, "relay round failed; trying again");
@@ -267,7 +266,7 @@ impl<S: Cursors> Relay<S> {
                 self.jetstream
                     .send_publish(
                         subject(&self.config.subject_prefix, event),
-                        message::message(event, self.config.header_style)?,
+                        message(event, self.config.header_style)?,
                     )
                     .await?,
             );

@@ -29,12 +29,13 @@ pub fn subject(prefix: &str, event: &FeedEvent) -> String {
     format!("{prefix}.{}.v{major}", event.event_type)
 }
 
-/// The message of `event`: `Nats-Msg-Id` is the event id, so the broker drops a message the
-/// relay sends again within the stream's duplicate window.
-pub(crate) fn message(
-    event: &FeedEvent,
-    style: HeaderStyle,
-) -> Result<PublishMessage, serde_json::Error> {
+/// The message of `event` as the relay publishes it: the payload as the body, the envelope as
+/// headers, and `Nats-Msg-Id` the event id, so the broker drops a message sent again within
+/// the stream's duplicate window.
+///
+/// # Errors
+/// A payload that does not encode as JSON.
+pub fn message(event: &FeedEvent, style: HeaderStyle) -> Result<PublishMessage, serde_json::Error> {
     let body = Bytes::from(serde_json::to_vec(&event.payload)?);
     Ok(PublishMessage::build()
         .payload(body)

@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use evc::{Cursors, PgStore, SqliteStore};
-use evc_relay::{Relay, RelayConfig, RelayStats, headers, subject};
+use evc_relay::{Relay, RelayConfig, RelayStats, headers, message, subject};
 use support::{
     TestResult, TestStream, append, caught_up, event_ids, feed, feed_of, message_ids, with_stream,
 };
@@ -153,14 +153,9 @@ where
         for event in &events[..8] {
             let ack = stream
                 .jetstream
-                .publish_with_headers(
+                .send_publish(
                     subject(&stream.prefix, event),
-                    {
-                        let mut headers = headers(event, evc_relay::HeaderStyle::Evc);
-                        headers.insert("Nats-Msg-Id", event.event_id.to_string().as_str());
-                        headers
-                    },
-                    serde_json::to_vec(&event.payload)?.into(),
+                    message(event, evc_relay::HeaderStyle::Evc)?,
                 )
                 .await?;
             assert!(!ack.await?.duplicate);

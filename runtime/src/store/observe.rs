@@ -190,8 +190,6 @@ pub struct AttemptLatency {
     pub consumer: String,
     /// Attempt durations (every outcome).
     pub latency: Percentiles,
-    /// How those attempts ended.
-    pub outcomes: AttemptOutcomes,
 }
 
 /// How many attempts ended each way: the claims that were acked, failed (to be retried, dead,

@@ -185,9 +185,7 @@ async fn change_state(
     form: ReasonForm,
     pause: bool,
 ) -> Result<Response, ApiError> {
-    same_site(&headers)?;
-    viewer.require(Role::Operator)?;
-    registered_consumer(state.outbox.registry(), &name)?;
+    form_allowed(&state, &viewer, &name, &headers, Role::Operator)?;
     let change = StateChange::new(viewer.name.as_str(), form.reason);
     let changed = if pause {
         state.outbox.pause(&name, &change).await
@@ -210,9 +208,7 @@ pub(crate) async fn propose(
     Segment(name): Segment,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    same_site(&headers)?;
-    viewer.require(Role::Operator)?;
-    registered_consumer(state.outbox.registry(), &name)?;
+    form_allowed(&state, &viewer, &name, &headers, Role::Operator)?;
     let notice = match state
         .outbox
         .propose_replay(&ReplaySelection::consumer(name.as_str()), &viewer.name)
@@ -245,9 +241,7 @@ pub(crate) async fn apply(
     headers: HeaderMap,
     Form(form): Form<ApprovalForm>,
 ) -> Result<Response, ApiError> {
-    same_site(&headers)?;
-    viewer.require(Role::Approver)?;
-    registered_consumer(state.outbox.registry(), &name)?;
+    form_allowed(&state, &viewer, &name, &headers, Role::Approver)?;
     let approval = web_approval(form, &viewer.name, "replay");
     let notice = match state
         .outbox
@@ -273,9 +267,7 @@ pub(crate) async fn propose_discard(
     Segment(name): Segment,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    same_site(&headers)?;
-    viewer.require(Role::Operator)?;
-    registered_consumer(state.outbox.registry(), &name)?;
+    form_allowed(&state, &viewer, &name, &headers, Role::Operator)?;
     let notice = match state.outbox.console(Role::Operator).await? {
         None => NO_DISCARD.to_owned(),
         Some(console) => match console
@@ -302,9 +294,7 @@ pub(crate) async fn apply_discard(
     headers: HeaderMap,
     Form(form): Form<ApprovalForm>,
 ) -> Result<Response, ApiError> {
-    same_site(&headers)?;
-    viewer.require(Role::Approver)?;
-    registered_consumer(state.outbox.registry(), &name)?;
+    form_allowed(&state, &viewer, &name, &headers, Role::Approver)?;
     let approval = web_approval(form, &viewer.name, "discard");
     let notice = match state.outbox.console(Role::Approver).await? {
         None => NO_DISCARD.to_owned(),
@@ -352,6 +342,21 @@ fn refusal(error: evc_runtime::ReplayError) -> Result<String, ApiError> {
 /// The first 12 hex digits of a digest.
 fn short(digest: &str) -> &str {
     digest.get(..12).unwrap_or(digest)
+}
+
+/// Refuses a form posted from another site, by a role whose job it is not, or for a consumer
+/// the registry lacks.
+fn form_allowed(
+    state: &AppState,
+    viewer: &crate::auth::Principal,
+    name: &str,
+    headers: &HeaderMap,
+    role: Role,
+) -> Result<(), ApiError> {
+    same_site(headers)?;
+    viewer.require(role)?;
+    registered_consumer(state.outbox.registry(), name)?;
+    Ok(())
 }
 
 /// Refuses a form posted from another site. A browser says where a request comes from in

@@ -242,14 +242,9 @@ pub(crate) async fn status(
     })
     .await?;
     let attempts = sampled(pool, sql::ATTEMPT_LATENCY, window_ms, |row, latency| {
-        let mut outcomes = AttemptOutcomes::default();
-        for (outcome, _) in AttemptOutcomes::default().each() {
-            outcomes.count(outcome, row.try_get(outcome)?);
-        }
         Ok(AttemptLatency {
             consumer: row.try_get("consumer")?,
             latency,
-            outcomes,
         })
     })
     .await?;

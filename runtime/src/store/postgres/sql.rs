@@ -1012,17 +1012,12 @@ ORDER BY e.producer_class, a.consumer";
 /// p50, p95 and p99.
 pub(crate) const ATTEMPT_LATENCY: &str = "\
 WITH a AS (
-    SELECT consumer, duration_ms, finished_at, outcome FROM evc_delivery_attempts
+    SELECT consumer, duration_ms, finished_at FROM evc_delivery_attempts
     ORDER BY id DESC LIMIT $2
 )
 SELECT a.consumer, count(*) AS samples,
     percentile_cont(ARRAY[0.5, 0.95, 0.99]::float8[]) WITHIN GROUP (
-        ORDER BY a.duration_ms / 1000.0::float8) AS seconds,
-    count(*) FILTER (WHERE a.outcome = 'acked') AS acked,
-    count(*) FILTER (WHERE a.outcome = 'retry') AS retry,
-    count(*) FILTER (WHERE a.outcome = 'dead') AS dead,
-    count(*) FILTER (WHERE a.outcome = 'quarantined') AS quarantined,
-    count(*) FILTER (WHERE a.outcome = 'lease_expired') AS lease_expired
+        ORDER BY a.duration_ms / 1000.0::float8) AS seconds
 FROM a
 WHERE a.finished_at >= now() - $1::int8 * interval '1 millisecond'
 GROUP BY a.consumer

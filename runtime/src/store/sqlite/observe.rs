@@ -11,9 +11,9 @@ use sqlx::Row;
 use super::{SqliteStore, epoch_now, parse_uuid, sql};
 use crate::registry::ConsumerMode;
 use crate::store::observe::{
-    AttemptLatency, AttemptOutcomes, AttemptTotals, ConsumerStatus, Lag, LeasedDelivery, Observe,
-    Percentiles, RecentRejects, SAMPLE_ATTEMPTS, SilentWorker, StatusReport, TimelineEntry,
-    TotalsRow, WorkerSettings,
+    AttemptLatency, AttemptTotals, ConsumerStatus, Lag, LeasedDelivery, Observe, Percentiles,
+    RecentRejects, SAMPLE_ATTEMPTS, SilentWorker, StatusReport, TimelineEntry, TotalsRow,
+    WorkerSettings,
 };
 use crate::store::{DispatchError, FeedEvent, FeedPosition};
 
@@ -81,23 +81,23 @@ impl Observe for SqliteStore {
                 latency: percentiles(values),
             })
             .collect();
-        let mut attempt_samples: BTreeMap<String, (Vec<f64>, AttemptOutcomes)> = BTreeMap::new();
+        let mut attempt_samples: BTreeMap<String, Vec<f64>> = BTreeMap::new();
         for row in sqlx::query(sql::ATTEMPT_SAMPLE)
             .bind(since)
             .bind(SAMPLE_ATTEMPTS)
             .fetch_all(pool)
             .await?
         {
-            let (values, outcomes) = attempt_samples.entry(row.try_get("consumer")?).or_default();
-            values.push(row.try_get("seconds")?);
-            outcomes.count(&row.try_get::<String, _>("outcome")?, 1);
+            attempt_samples
+                .entry(row.try_get("consumer")?)
+                .or_default()
+                .push(row.try_get("seconds")?);
         }
         let attempts = attempt_samples
             .into_iter()
-            .map(|(consumer, (values, outcomes))| AttemptLatency {
+            .map(|(consumer, values)| AttemptLatency {
                 consumer,
                 latency: percentiles(values),
-                outcomes,
             })
             .collect();
 

@@ -681,10 +681,10 @@ WHERE a.outcome = 'acked' AND a.finished_at >= ?1";
 /// seconds.
 pub(crate) const ATTEMPT_SAMPLE: &str = "\
 WITH a AS (
-    SELECT consumer, duration_ms, finished_at, outcome FROM evc_delivery_attempts
+    SELECT consumer, duration_ms, finished_at FROM evc_delivery_attempts
     ORDER BY id DESC LIMIT ?2
 )
-SELECT consumer, duration_ms / 1000.0 AS seconds, outcome FROM a WHERE finished_at >= ?1";
+SELECT consumer, duration_ms / 1000.0 AS seconds FROM a WHERE finished_at >= ?1";
 
 /// Appends refused since `?1` (epoch seconds), by event type and reason, over the newest `?2`
 /// reject rows.
