@@ -203,34 +203,36 @@ enum Command {
         database: operate::Database,
     },
     /// Relay the outbox's event feed to NATS JetStream until Ctrl-C: each event to
-    /// `PREFIX.<event type>.v<major>` with its id as `Nats-Msg-Id`, the envelope in headers and
-    /// the payload as the body; the cursor in the store moves only after the broker
-    /// acknowledged the events, and one relay of a cursor holds it at a time (docs/relay.md).
+    /// `PREFIX.<partition>.<event type>.v<major>` with its id as `Nats-Msg-Id`, the envelope in
+    /// headers and the payload as the body; the cursor in the store moves only after the broker
+    /// acknowledged the events, and one relay of a cursor holds it at a time. The subjects, the
+    /// stream and its consumers come from `relay` of `evc.yaml`, through the definitions `evc
+    /// generate` writes (docs/relay.md).
     Relay {
         /// The NATS server.
         #[arg(long, default_value = "nats://127.0.0.1:4222", value_name = "URL")]
         nats_url: String,
+        /// The stream and consumer definitions `evc generate` writes.
+        #[arg(long, default_value = "generated/jetstream.json", value_name = "FILE")]
+        definitions: PathBuf,
         /// The cursor's name in the store: relays sharing it share one position.
         #[arg(long, default_value = "jetstream", value_name = "NAME")]
         cursor: String,
         /// Who this relay is (default: `HOST/PID`).
         #[arg(long, value_name = "NAME")]
         owner: Option<String>,
-        /// The first token of every subject.
-        #[arg(long, default_value = "evc", value_name = "PREFIX")]
-        subject_prefix: String,
-        /// The JetStream stream `--apply` creates or sets back.
-        #[arg(long, default_value = "EVC", value_name = "NAME")]
-        stream: String,
-        /// How long the stream remembers message ids (`--apply`): longer than a relay can be
-        /// stopped between a publish and its cursor's move.
-        #[arg(long, default_value = "10m", value_name = "DURATION")]
-        duplicate_window: String,
+        /// Publish under this subject prefix instead of the definitions' (one broker serving
+        /// several deployments); the stream's subjects and consumers' filters follow it.
+        #[arg(long, value_name = "PREFIX")]
+        subject_prefix: Option<String>,
+        /// Use this stream instead of the definitions'.
+        #[arg(long, value_name = "NAME")]
+        stream: Option<String>,
         /// Name the envelope's headers as CloudEvents 1.0 binary mode (`ce-id`, `ce-type`, ...).
         #[arg(long)]
         cloudevents: bool,
-        /// Create the stream taking `PREFIX.>`, or set its subjects and duplicate window back,
-        /// print what differed, and exit (100 when it had drifted); relay nothing.
+        /// Create the stream and consumers of the definitions, or set back the settings they
+        /// own, print what differed, and exit (100 when something had drifted); relay nothing.
         #[arg(long)]
         apply: bool,
         #[command(flatten)]
@@ -389,20 +391,20 @@ fn main() -> ExitCode {
             nats_url,
             cursor,
             owner,
+            definitions,
             subject_prefix,
             stream,
-            duplicate_window,
             cloudevents,
             apply,
             database,
         } => relay::relay(
             &relay::RelayArgs {
                 nats_url: &nats_url,
+                definitions: &definitions,
                 cursor: &cursor,
                 owner: owner.as_deref(),
-                subject_prefix: &subject_prefix,
-                stream: &stream,
-                duplicate_window: &duplicate_window,
+                subject_prefix: subject_prefix.as_deref(),
+                stream: stream.as_deref(),
                 cloudevents,
                 apply,
             },

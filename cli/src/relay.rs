@@ -1,23 +1,24 @@
 //! `evc relay`: publishes the outbox's event feed to NATS JetStream under a fenced cursor, a
 //! thin shell over evc-relay (docs/relay.md).
 
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use evc_relay::{HeaderStyle, Relay, RelayConfig, StreamDrift, StreamSpec, apply_stream};
+use evc_relay::{Definitions, Drift, HeaderStyle, Relay, RelayConfig, apply};
 use evc_runtime::{PgStore, Role};
 
-use crate::operate::{Database, Outbox, duration, open_sqlite, pool};
+use crate::operate::{Database, Outbox, open_sqlite, pool};
 
 /// What `evc relay` was asked.
 pub(crate) struct RelayArgs<'a> {
     pub(crate) nats_url: &'a str,
+    pub(crate) definitions: &'a Path,
     pub(crate) cursor: &'a str,
     pub(crate) owner: Option<&'a str>,
-    pub(crate) subject_prefix: &'a str,
-    pub(crate) stream: &'a str,
-    pub(crate) duplicate_window: &'a str,
+    pub(crate) subject_prefix: Option<&'a str>,
+    pub(crate) stream: Option<&'a str>,
     pub(crate) cloudevents: bool,
     pub(crate) apply: bool,
 }
@@ -25,7 +26,13 @@ pub(crate) struct RelayArgs<'a> {
 /// Relays until Ctrl-C (or SIGTERM); with `apply`, brings the stream to its specification and
 /// exits (100 when it had drifted).
 pub(crate) fn relay(args: &RelayArgs<'_>, database: &Database) -> anyhow::Result<ExitCode> {
-    let window = duration(args.duplicate_window, "--duplicate-window")?;
+    let mut definitions = Definitions::read(args.definitions)?;
+    if let Some(stream) = args.stream {
+        definitions = definitions.with_stream(stream);
+    }
+    if let Some(prefix) = args.subject_prefix {
+        definitions = definitions.with_subject_prefix(prefix);
+    }
     // A relay that stalls says why on standard error, round after round (its messages name
     // the cursor and the error, never a payload).
     let _ = tracing_subscriber::fmt()
@@ -48,28 +55,29 @@ pub(crate) fn relay(args: &RelayArgs<'_>, database: &Database) -> anyhow::Result
             .with_context(|| format!("cannot connect to NATS at {shown}"))?;
         let jetstream = async_nats::jetstream::new(client);
         if args.apply {
-            let spec = StreamSpec::new(args.stream, args.subject_prefix, window);
-            return Ok(match apply_stream(&jetstream, &spec).await? {
-                StreamDrift::InSync => {
-                    println!("stream {}: in sync", args.stream);
-                    ExitCode::SUCCESS
-                }
-                StreamDrift::Created => {
-                    println!("stream {}: created", args.stream);
-                    ExitCode::SUCCESS
-                }
-                StreamDrift::Updated(differences) => {
-                    println!("stream {}: drifted, set back:", args.stream);
-                    for difference in differences {
-                        println!("  {difference}");
+            let mut drifted = false;
+            for applied in apply(&jetstream, &definitions).await? {
+                match applied.drift {
+                    Drift::InSync => println!("{}: in sync", applied.what),
+                    Drift::Created => println!("{}: created", applied.what),
+                    Drift::Updated(differences) => {
+                        drifted = true;
+                        println!("{}: drifted, set back:", applied.what);
+                        for difference in differences {
+                            println!("  {difference}");
+                        }
                     }
-                    ExitCode::from(crate::EXIT_FINDINGS)
                 }
+            }
+            return Ok(if drifted {
+                ExitCode::from(crate::EXIT_FINDINGS)
+            } else {
+                ExitCode::SUCCESS
             });
         }
         let owner = args.owner.map_or_else(default_owner, str::to_owned);
         let config = RelayConfig::new(args.cursor, owner.clone())
-            .subject_prefix(args.subject_prefix)
+            .settings(&definitions.relay)
             .header_style(if args.cloudevents {
                 HeaderStyle::CloudEvents
             } else {
@@ -77,8 +85,8 @@ pub(crate) fn relay(args: &RelayArgs<'_>, database: &Database) -> anyhow::Result
             });
         let announce = || {
             eprintln!(
-                "evc relay: {owner} relays cursor {} to {}.* on {shown} (Ctrl-C stops)",
-                args.cursor, args.subject_prefix
+                "evc relay: {owner} relays cursor {} to {}.> on {shown} (Ctrl-C stops)",
+                args.cursor, definitions.relay.subject_prefix
             );
         };
         let stats = match database.outbox()? {

@@ -2349,8 +2349,8 @@ fn serve_answers_each_caller_through_the_database_role_of_its_job() {
     });
 }
 
-/// `evc relay --apply` creates the stream, finds it in sync, then reports a drift (exit 100)
-/// and sets it back; `evc relay` publishes the outbox's events to it, each once, and stops on
+/// `evc relay --apply` creates the generated stream and consumers, finds them in sync, then
+/// reports a drift (exit 100) and sets it back; `evc relay` publishes the outbox's events to it, each once, and stops on
 /// SIGTERM saying what it did. Needs the NATS server at `EVC_NATS_URL` (default
 /// `127.0.0.1:4222`); outside CI an unreachable one skips the test, loudly.
 #[test]
@@ -2384,6 +2384,8 @@ fn relay_applies_its_stream_and_publishes_the_outbox_until_sigterm() {
                     "--apply",
                     "--nats-url",
                     &nats,
+                    "--definitions",
+                    DEFINITIONS,
                     "--stream",
                     &stream,
                     "--subject-prefix",
@@ -2393,13 +2395,34 @@ fn relay_applies_its_stream_and_publishes_the_outbox_until_sigterm() {
         };
         let created = apply(&prefix);
         assert_eq!(created.status.code(), Some(0), "{created:?}");
-        assert_eq!(stdout(&created), format!("stream {stream}: created\n"));
+        let lines: Vec<String> = stdout(&created).lines().map(str::to_owned).collect();
+        assert_eq!(lines[0], format!("stream {stream}: created"));
+        assert!(
+            lines.contains(&"consumer worker-dot-iu_axis-p0: created".to_owned()),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1..]
+                .iter()
+                .all(|line| line.starts_with("consumer ") && line.ends_with(": created")),
+            "{lines:?}"
+        );
         let again = apply(&prefix);
-        assert_eq!(stdout(&again), format!("stream {stream}: in sync\n"));
+        assert_eq!(again.status.code(), Some(0), "{again:?}");
+        let in_sync: Vec<String> = stdout(&again).lines().map(str::to_owned).collect();
+        assert_eq!(in_sync.len(), lines.len());
+        assert!(
+            in_sync.iter().all(|line| line.ends_with(": in sync")),
+            "{in_sync:?}"
+        );
         let drifted = apply("elsewhere");
         assert_eq!(drifted.status.code(), Some(100), "{drifted:?}");
         assert!(
-            stdout(&drifted).contains("drifted, set back:\n  subjects"),
+            stdout(&drifted).contains(&format!("stream {stream}: drifted, set back:\n  subjects")),
+            "{drifted:?}"
+        );
+        assert!(
+            stdout(&drifted).contains("consumer audit: drifted, set back:\n  filter_subject"),
             "{drifted:?}"
         );
         assert_eq!(apply(&prefix).status.code(), Some(100), "set back again");
@@ -2413,6 +2436,8 @@ fn relay_applies_its_stream_and_publishes_the_outbox_until_sigterm() {
                 "relay",
                 "--nats-url",
                 &nats,
+                "--definitions",
+                DEFINITIONS,
                 "--subject-prefix",
                 "nostream",
                 "--owner",
@@ -2460,6 +2485,8 @@ fn relay_applies_its_stream_and_publishes_the_outbox_until_sigterm() {
                 "relay",
                 "--nats-url",
                 &nats,
+                "--definitions",
+                DEFINITIONS,
                 "--subject-prefix",
                 &prefix,
                 "--owner",
@@ -2518,12 +2545,16 @@ fn relay_applies_its_stream_and_publishes_the_outbox_until_sigterm() {
                 .map(|v| v.as_str().to_owned()),
             Some(events[0].to_string())
         );
-        assert_eq!(first.subject.as_str(), format!("{prefix}.iu.born.v1"));
+        // One partition in the reference contracts: every key's is 0.
+        assert_eq!(first.subject.as_str(), format!("{prefix}.0.iu.born.v1"));
     });
     nats_runtime
         .block_on(jetstream.delete_stream(&stream))
         .expect("the stream is deleted");
 }
+
+/// The reference contracts' JetStream definitions.
+const DEFINITIONS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../generated/jetstream.json");
 
 /// Waits (a minute at most) for `child` to exit; its output.
 fn finish_child(child: &mut std::process::Child) -> Output {

@@ -86,6 +86,18 @@ pattern_string!(
     "Event type pattern; `*` stands for any run of characters (`iu.*`, `*_failed`)."
 );
 pattern_string!(
+    /// The relay's NATS subject prefix (`evc`).
+    SubjectPrefix,
+    names::SUBJECT_PREFIX_PATTERN,
+    "NATS subject prefix: tokens of letters, digits, `_` and `-` separated by dots, no wildcards (`evc`, `shop.events`)."
+);
+pattern_string!(
+    /// A JetStream stream name (`EVC`).
+    StreamName,
+    names::STREAM_NAME_PATTERN,
+    "JetStream stream name: letters, digits, `_` and `-`, at most 32 (`EVC`)."
+);
+pattern_string!(
     /// A topic key (`payload.iu_unit_id`, `envelope.trace_id`).
     TopicKey,
     names::TOPIC_KEY_PATTERN,
@@ -124,6 +136,10 @@ pub struct ProjectFile {
     /// Dispatcher defaults.
     #[serde(default)]
     pub dispatcher: DispatcherDef,
+    /// How `evc relay` publishes the outbox to NATS JetStream, and the stream and consumers
+    /// `evc generate` defines for it.
+    #[serde(default)]
+    pub relay: RelayDef,
 }
 
 /// The payload policy: keys that may never appear and size caps.
@@ -239,6 +255,31 @@ pub struct DispatcherDef {
     /// Longest backoff between attempts (default `15m`).
     #[serde(default)]
     pub backoff_ceiling: Option<DurationText>,
+}
+
+/// The relay to NATS JetStream.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RelayDef {
+    /// First subject tokens of every event (default `evc`): `<prefix>.<partition>.<event type>.v<major>`.
+    #[serde(default)]
+    pub subject_prefix: Option<SubjectPrefix>,
+    /// The stream that takes them (default `EVC`).
+    #[serde(default)]
+    pub stream: Option<StreamName>,
+    /// How long the broker remembers an event id and drops the event sent again (default
+    /// `2m`); at least twice the relay's `lease`.
+    #[serde(default)]
+    pub duplicate_window: Option<DurationText>,
+    /// How long a relay holds the cursor without moving it before another may take it
+    /// (default `30s`).
+    #[serde(default)]
+    pub lease: Option<DurationText>,
+    /// Subject partitions of each event type (default 1): events of one order key share one,
+    /// and a per-key consumer gets one JetStream consumer per partition.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 64))]
+    pub partitions: Option<u32>,
 }
 
 /// `events/<event.type>.yaml`: one event type and all its versions.

@@ -86,6 +86,8 @@ pub struct Project {
     pub require_trace_context: bool,
     /// Dispatcher defaults.
     pub dispatcher: DispatcherSettings,
+    /// The relay to NATS JetStream.
+    pub relay: RelaySettings,
 }
 
 /// The payload policy.
@@ -226,6 +228,33 @@ impl Default for DispatcherSettings {
             heartbeat: Duration::from_secs(10),
             max_attempts: 12,
             backoff_ceiling: Duration::from_secs(15 * 60),
+        }
+    }
+}
+
+/// The relay to NATS JetStream (`relay` of `evc.yaml`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelaySettings {
+    /// First subject tokens (`evc`).
+    pub subject_prefix: String,
+    /// The stream's name (`EVC`).
+    pub stream: String,
+    /// How long the broker remembers an event id.
+    pub duplicate_window: Duration,
+    /// How long a relay holds its cursor without moving it.
+    pub lease: Duration,
+    /// Subject partitions of each event type.
+    pub partitions: u32,
+}
+
+impl Default for RelaySettings {
+    fn default() -> Self {
+        Self {
+            subject_prefix: "evc".to_owned(),
+            stream: "EVC".to_owned(),
+            duplicate_window: Duration::from_secs(120),
+            lease: Duration::from_secs(30),
+            partitions: 1,
         }
     }
 }

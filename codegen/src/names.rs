@@ -16,6 +16,11 @@ pub const SUBSCRIPTION_PATTERN: &str = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+@[^@\s][
 pub const EVENT_PATTERN_PATTERN: &str = r"^[a-z0-9_.*]+$";
 /// Topic keys: an envelope field or a payload field.
 pub const TOPIC_KEY_PATTERN: &str = r"^(envelope\.(trace_id|correlation_id|causation_id|tenant_scope|order_key|producer_class)|payload\.[a-z_][a-z0-9_]*)$";
+/// NATS subject prefixes of the relay: tokens of letters, digits, `_` and `-` separated by dots,
+/// no wildcards (`evc`, `shop.events`).
+pub const SUBJECT_PREFIX_PATTERN: &str = r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$";
+/// JetStream stream names: letters, digits, `_` and `-`, at most 32 (`EVC`).
+pub const STREAM_NAME_PATTERN: &str = r"^[A-Za-z0-9_-]{1,32}$";
 /// Payload field names used by `order_key` and topic filters.
 pub const FIELD_PATTERN: &str = r"^[a-z_][a-z0-9_]*$";
 

@@ -370,6 +370,16 @@ fn pattern_diagnostic(
             "write an event type in which `*` stands for any run of characters (`iu.*`)"
                 .to_owned(),
         ),
+        names::SUBJECT_PREFIX_PATTERN => (
+            Rule::InvalidValue,
+            "write subject tokens of letters, digits, `_` and `-` separated by dots, without \
+             `*` or `>` (`evc`, `shop.events`)"
+                .to_owned(),
+        ),
+        names::STREAM_NAME_PATTERN => (
+            Rule::InvalidValue,
+            "write a stream name of at most 32 letters, digits, `_` and `-` (`EVC`)".to_owned(),
+        ),
         names::FIELD_PATTERN => (
             Rule::InvalidIdentifier,
             "payload field names are lower-case letters, digits and `_` (`iu_unit_id`)".to_owned(),

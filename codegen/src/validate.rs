@@ -17,7 +17,7 @@ use crate::format::{
 use crate::loader::{EVENTS_DIR, ParsedDir, ParsedFile, Typed};
 use crate::model::{
     Consumer, ContentModel, ContractSet, DispatcherSettings, EventType, EventVersion,
-    MigrationPolicy, PayloadPolicy, Project, RetryPolicy, Subscription, Topic,
+    MigrationPolicy, PayloadPolicy, Project, RelaySettings, RetryPolicy, Subscription, Topic,
 };
 use crate::names::{self, glob_matches};
 use crate::payload_schema;
@@ -203,6 +203,7 @@ impl<'a> Checker<'a> {
                 require_tenant_scope: false,
                 require_trace_context: true,
                 dispatcher: DispatcherSettings::default(),
+                relay: RelaySettings::default(),
             };
         };
         let path = loader::PROJECT_FILE;
@@ -257,7 +258,10 @@ impl<'a> Checker<'a> {
                     .to_owned(),
             );
         }
+        let relay = self.relay(path, &file.relay, &duration_or);
         for (pointer, text) in [
+            ("/relay/lease", &file.relay.lease),
+            ("/relay/duplicate_window", &file.relay.duplicate_window),
             ("/dispatcher/lease", &file.dispatcher.lease),
             ("/dispatcher/heartbeat", &file.dispatcher.heartbeat),
             (
@@ -289,7 +293,64 @@ impl<'a> Checker<'a> {
             require_tenant_scope: file.envelope.require_tenant_scope,
             require_trace_context: file.envelope.require_trace_context,
             dispatcher,
+            relay,
         }
+    }
+
+    /// The relay's settings, defaults applied; a lease too short to renew, or a duplicate
+    /// window shorter than two leases, is reported: a relay stopped between a publish and its
+    /// cursor's move is replaced after one lease, and its successor sends those events again,
+    /// which the broker must still recognise.
+    fn relay(
+        &mut self,
+        path: &str,
+        file: &crate::format::RelayDef,
+        duration_or: &dyn Fn(&Option<crate::format::DurationText>, Duration) -> Duration,
+    ) -> RelaySettings {
+        let defaults = RelaySettings::default();
+        let relay = RelaySettings {
+            subject_prefix: file
+                .subject_prefix
+                .as_ref()
+                .map_or(defaults.subject_prefix, |prefix| prefix.0.clone()),
+            stream: file
+                .stream
+                .as_ref()
+                .map_or(defaults.stream, |stream| stream.0.clone()),
+            duplicate_window: duration_or(&file.duplicate_window, defaults.duplicate_window),
+            lease: duration_or(&file.lease, defaults.lease),
+            partitions: file.partitions.unwrap_or(defaults.partitions),
+        };
+        if relay.lease < MIN_DISPATCHER_LEASE {
+            self.report(
+                Rule::InvalidValue,
+                self.at(path, "/relay/lease"),
+                format!(
+                    "the relay lease ({}) is shorter than {}, the shortest lease a relay renews \
+                     in time",
+                    duration::format(relay.lease),
+                    duration::format(MIN_DISPATCHER_LEASE)
+                ),
+                "make `lease` at least 1s (the default is 30s)".to_owned(),
+            );
+        } else if relay.duplicate_window < relay.lease * 2 {
+            self.report(
+                Rule::InvalidValue,
+                self.at(path, "/relay/duplicate_window"),
+                format!(
+                    "the duplicate window ({}) is shorter than two relay leases ({}): a relay \
+                     that takes over a stopped one's cursor sends its last events again, and \
+                     the broker would store them twice",
+                    duration::format(relay.duplicate_window),
+                    duration::format(relay.lease * 2)
+                ),
+                format!(
+                    "make `duplicate_window` at least {} or shorten `lease`",
+                    duration::format(relay.lease * 2)
+                ),
+            );
+        }
+        relay
     }
 
     /// Parses a duration the format schema already shaped; reports one that overflows or is zero.

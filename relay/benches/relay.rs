@@ -131,7 +131,7 @@ async fn publish(
                 stream
                     .jetstream
                     .send_publish(
-                        subject(&stream.prefix, event),
+                        subject(&stream.prefix, 1, event),
                         message(event, HeaderStyle::Evc)?,
                     )
                     .await?,

@@ -8,8 +8,9 @@
 //! cursor's move sends those events again, and the stream's duplicate window drops them. Any
 //! number of relays may run: one holds the cursor, the others wait for its lease to run out.
 
+mod apply;
+mod definitions;
 mod message;
-mod stream;
 
 use std::future::Future;
 use std::time::Duration;
@@ -18,8 +19,9 @@ use async_nats::jetstream::Context;
 use evc_runtime::{CursorLease, Cursors, DispatchError, FeedPosition};
 use tokio::time::Instant;
 
-pub use message::{HeaderStyle, headers, message, subject};
-pub use stream::{StreamDrift, StreamError, StreamSpec, apply_stream};
+pub use apply::{Applied, ApplyError, Drift, apply, apply_consumer, apply_stream};
+pub use definitions::{Definitions, DefinitionsError, RelaySettings};
+pub use message::{HeaderStyle, headers, message, partition, subject};
 
 /// What a relay publishes, where, and how it holds its cursor.
 #[derive(Debug, Clone)]
@@ -29,8 +31,10 @@ pub struct RelayConfig {
     pub cursor: String,
     /// Who this relay is (the cursor's owner while it holds it).
     pub owner: String,
-    /// The first subject token (`evc`).
+    /// The first subject tokens (`evc`).
     pub subject_prefix: String,
+    /// Subject partitions of each event type (events of one order key share one).
+    pub partitions: u32,
     /// How the envelope is named in headers.
     pub header_style: HeaderStyle,
     /// Events read and published per round.
@@ -51,6 +55,7 @@ impl RelayConfig {
             cursor: cursor.into(),
             owner: owner.into(),
             subject_prefix: "evc".to_owned(),
+            partitions: 1,
             header_style: HeaderStyle::Evc,
             batch: 1_000,
             lease: Duration::from_secs(30),
@@ -64,6 +69,21 @@ impl RelayConfig {
     pub fn subject_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.subject_prefix = prefix.into();
         self
+    }
+
+    /// Spreads each event type over `partitions` subjects by order key (at least 1).
+    #[must_use]
+    pub fn partitions(mut self, partitions: u32) -> Self {
+        self.partitions = partitions.max(1);
+        self
+    }
+
+    /// The prefix, partitions and lease of `settings` (`relay` of `evc.yaml`).
+    #[must_use]
+    pub fn settings(self, settings: &RelaySettings) -> Self {
+        self.subject_prefix(settings.subject_prefix.clone())
+            .partitions(settings.partitions)
+            .lease(settings.lease)
     }
 
     /// Names the envelope's headers in `style`.
@@ -265,7 +285,7 @@ impl<S: Cursors> Relay<S> {
             acks.push(
                 self.jetstream
                     .send_publish(
-                        subject(&self.config.subject_prefix, event),
+                        subject(&self.config.subject_prefix, self.config.partitions, event),
                         message(event, self.config.header_style)?,
                     )
                     .await?,

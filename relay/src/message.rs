@@ -5,6 +5,7 @@ use async_nats::HeaderMap;
 use async_nats::jetstream::message::PublishMessage;
 use bytes::Bytes;
 use evc_runtime::FeedEvent;
+use sha2::{Digest, Sha256};
 
 /// How the envelope is named in the message headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -19,14 +20,33 @@ pub enum HeaderStyle {
     CloudEvents,
 }
 
-/// The subject of an event: `<prefix>.<event type>.v<major>` (`evc.iu.born.v1`).
-pub fn subject(prefix: &str, event: &FeedEvent) -> String {
+/// The subject of an event: `<prefix>.<partition>.<event type>.v<major>` (`evc.0.iu.born.v1`),
+/// its partition that of its order key among `partitions`.
+pub fn subject(prefix: &str, partitions: u32, event: &FeedEvent) -> String {
     let major = event
         .schema_version
         .split('.')
         .next()
         .unwrap_or(event.schema_version.as_str());
-    format!("{prefix}.{}.v{major}", event.event_type)
+    format!(
+        "{prefix}.{}.{}.v{major}",
+        partition(&event.order_key, partitions),
+        event.event_type
+    )
+}
+
+/// The partition of `order_key` among `partitions` (from 0): the first eight bytes of its
+/// SHA-256, big-endian, modulo `partitions`. Stable across processes, releases and languages,
+/// so a consumer written elsewhere finds a key's partition too.
+pub fn partition(order_key: &str, partitions: u32) -> u32 {
+    if partitions <= 1 {
+        return 0;
+    }
+    let digest = Sha256::digest(order_key.as_bytes());
+    let mut head = [0u8; 8];
+    head.copy_from_slice(&digest[..8]);
+    let bucket = u64::from_be_bytes(head) % u64::from(partitions);
+    u32::try_from(bucket).unwrap_or(0)
 }
 
 /// The message of `event` as the relay publishes it: the payload as the body, the envelope as
@@ -141,6 +161,28 @@ mod tests {
         assert_eq!(title("trace-id"), "Trace-Id");
         assert_eq!(title("tenant"), "Tenant");
         assert_eq!(produced_at(1.5), "1970-01-01T00:00:01.500000Z");
+    }
+
+    /// The partition is a format other languages compute too: these values come from Python's
+    /// `int.from_bytes(hashlib.sha256(key).digest()[:8], "big") % n`.
+    #[test]
+    fn partitions_follow_the_documented_hash() {
+        let key = "0190a8c2-0000-7000-8000-000000000001";
+        assert_eq!(
+            [partition(key, 3), partition(key, 7), partition(key, 64)],
+            [2, 4, 10]
+        );
+        assert_eq!(
+            [
+                partition("iu-42", 3),
+                partition("iu-42", 7),
+                partition("iu-42", 64)
+            ],
+            [0, 5, 9]
+        );
+        assert_eq!([partition("", 3), partition("", 64)], [1, 20]);
+        assert_eq!(partition(key, 1), 0);
+        assert_eq!(partition(key, 0), 0);
     }
 
     #[test]

@@ -105,10 +105,10 @@ where
             "feed order, each once"
         );
         for (event, message) in events.iter().zip(&messages) {
-            assert_eq!(message.subject.as_str(), subject(&stream.prefix, event));
+            assert_eq!(message.subject.as_str(), subject(&stream.prefix, 1, event));
             assert_eq!(
                 message.subject.as_str(),
-                format!("{}.iu.born.v1", stream.prefix)
+                format!("{}.0.iu.born.v1", stream.prefix)
             );
             let body: serde_json::Value = serde_json::from_slice(&message.payload)?;
             assert_eq!(body, event.payload, "the payload is the body");
@@ -154,7 +154,7 @@ where
             let ack = stream
                 .jetstream
                 .send_publish(
-                    subject(&stream.prefix, event),
+                    subject(&stream.prefix, 1, event),
                     message(event, evc_relay::HeaderStyle::Evc)?,
                 )
                 .await?;

@@ -5,6 +5,7 @@
 //! starts with a "generated, do not edit" header in its own comment syntax.
 
 pub mod asyncapi;
+pub mod jetstream;
 pub mod manifest;
 pub mod rust;
 pub mod sql;
@@ -131,6 +132,7 @@ pub fn render_all(set: &ContractSet, layout: &Layout) -> Result<Vec<Artifact>, E
             let mut others = vec![manifest::render(set, layout)?];
             others.extend(sql::render(set, layout)?);
             others.push(asyncapi::render(set, layout)?);
+            others.push(jetstream::render(set, layout)?);
             Ok(others)
         });
         let rust = rust::render(set, layout);

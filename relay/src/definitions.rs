@@ -1,0 +1,205 @@
+//! The stream and consumers `evc generate` defines for the relay (`generated/jetstream.json`),
+//! read back: the JetStream API's own configuration types, and the relay's own settings.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::pull;
+use async_nats::jetstream::stream;
+use serde::Deserialize;
+
+/// What `generated/jetstream.json` defines.
+#[derive(Debug, Clone, Deserialize)]
+#[non_exhaustive]
+pub struct Definitions {
+    /// The project the contracts belong to.
+    pub project: String,
+    /// The relay's own settings.
+    pub relay: RelaySettings,
+    /// The stream the relay publishes to.
+    pub stream: stream::Config,
+    /// A durable pull consumer per contract consumer (per partition for `per_key` ones).
+    pub consumers: Vec<pull::Config>,
+}
+
+/// The relay's settings from `relay` of `evc.yaml`.
+#[derive(Debug, Clone, Deserialize)]
+#[non_exhaustive]
+pub struct RelaySettings {
+    /// First subject tokens (`evc`).
+    pub subject_prefix: String,
+    /// Subject partitions of each event type.
+    pub partitions: u32,
+    /// How long a relay holds its cursor without moving it.
+    #[serde(with = "nanos")]
+    pub lease: Duration,
+}
+
+/// Why the definitions could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DefinitionsError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source} (run `evc generate`)")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The file is not what `evc generate` writes.
+    #[error("{path} is not a JetStream definitions file of evc generate: {source}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Cause.
+        source: serde_json::Error,
+    },
+}
+
+impl Definitions {
+    /// Reads the definitions at `path`.
+    ///
+    /// # Errors
+    /// [`DefinitionsError`] when the file cannot be read or is not what `evc generate` writes.
+    pub fn read(path: &Path) -> Result<Self, DefinitionsError> {
+        let text = std::fs::read_to_string(path).map_err(|source| DefinitionsError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|source| DefinitionsError::Parse {
+            path: path.to_owned(),
+            source,
+        })
+    }
+
+    /// Parses definitions from JSON text.
+    ///
+    /// # Errors
+    /// The JSON is not what `evc generate` writes.
+    pub fn parse(text: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+
+    /// The same definitions under stream `name` (one broker serving several deployments).
+    #[must_use]
+    pub fn with_stream(mut self, name: &str) -> Self {
+        name.clone_into(&mut self.stream.name);
+        self
+    }
+
+    /// The same definitions under subject prefix `prefix`: the stream's subjects and every
+    /// consumer's filters move with it.
+    #[must_use]
+    pub fn with_subject_prefix(mut self, prefix: &str) -> Self {
+        let old = format!("{}.", self.relay.subject_prefix);
+        let moved = |subject: &String| match subject.strip_prefix(&old) {
+            Some(rest) => format!("{prefix}.{rest}"),
+            None => subject.clone(),
+        };
+        self.stream.subjects = self.stream.subjects.iter().map(moved).collect();
+        for consumer in &mut self.consumers {
+            consumer.filter_subjects = consumer.filter_subjects.iter().map(moved).collect();
+        }
+        prefix.clone_into(&mut self.relay.subject_prefix);
+        self
+    }
+}
+
+impl Definitions {
+    /// The definitions as a NATS server of `version` (`2.9.10`) takes them. Servers before 2.10
+    /// know one filter subject per consumer and no metadata: each consumer gets the narrowest
+    /// pattern covering its subjects (`evc.2.>` for a partition) and no metadata, and its
+    /// reader skips the events it does not subscribe to. A version that does not parse is
+    /// taken as current.
+    #[must_use]
+    pub fn for_server(mut self, version: &str) -> Self {
+        let mut parts = version.split('.').map(|part| part.parse::<u32>());
+        let (Some(Ok(major)), Some(Ok(minor))) = (parts.next(), parts.next()) else {
+            return self;
+        };
+        if (major, minor) >= (2, 10) {
+            return self;
+        }
+        for consumer in &mut self.consumers {
+            if !consumer.filter_subjects.is_empty() {
+                let filters = std::mem::take(&mut consumer.filter_subjects);
+                consumer.filter_subject = covering(&filters);
+            }
+            consumer.metadata.clear();
+        }
+        self
+    }
+}
+
+/// The narrowest single pattern that takes every subject of `filters`: the one filter itself,
+/// else their common literal tokens followed by `>`.
+fn covering(filters: &[String]) -> String {
+    match filters {
+        [] => String::new(),
+        [only] => only.clone(),
+        [first, rest @ ..] => {
+            // `>` takes one token or more: the pattern keeps at least one of every filter's.
+            let shortest = filters
+                .iter()
+                .map(|filter| filter.split('.').count())
+                .min()
+                .unwrap_or(1);
+            let mut common: Vec<&str> = Vec::new();
+            for (i, token) in first.split('.').take(shortest - 1).enumerate() {
+                let shared = rest
+                    .iter()
+                    .all(|other| other.split('.').nth(i) == Some(token));
+                // A wildcard is not a literal: the pattern stops before it.
+                if !shared || token == "*" || token == ">" {
+                    break;
+                }
+                common.push(token);
+            }
+            common.push(">");
+            common.join(".")
+        }
+    }
+}
+
+/// Durations in whole nanoseconds, as the JetStream API writes them.
+mod nanos {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_nanos)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_pattern_covers_every_filter_of_a_consumer() {
+        let filters = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            covering(&filters(&["evc.2.iu.born.v1"])),
+            "evc.2.iu.born.v1"
+        );
+        assert_eq!(
+            covering(&filters(&["evc.2.iu.born.v1", "evc.2.iu.edited.v1"])),
+            "evc.2.iu.>"
+        );
+        assert_eq!(
+            covering(&filters(&["evc.2.iu.born.v1", "evc.2.step.ready.v1"])),
+            "evc.2.>"
+        );
+        assert_eq!(
+            covering(&filters(&["evc.*.iu.born.v1", "evc.*.iu.edited.v1"])),
+            "evc.>"
+        );
+        assert_eq!(
+            covering(&filters(&["evc.0.iu.born.v1", "evc.0.iu.born.v1.v1"])),
+            "evc.0.iu.born.>"
+        );
+        assert_eq!(covering(&[]), "");
+    }
+}
