@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 22] = [
+const SHIPPED: [(&str, &str); 23] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -95,6 +95,10 @@ const SHIPPED: [(&str, &str); 22] = [
     (
         "0022_evc_runtime_v19.sql",
         "cf3bd661ec884c8ef2ac277713ee963ffcf63f1106ac60c19f14fdc1427cbaa0",
+    ),
+    (
+        "0023_evc_runtime_v20.sql",
+        "8023b34bb9a6ca4058e739789e9778241ac9724e83c718680870d57bc9312730",
     ),
 ];
 

@@ -615,6 +615,30 @@ fn status_text(report: &StatusReport, window: &str, lag_limit: Duration) -> Stri
             );
         }
     }
+    if !report.relays.is_empty() {
+        let _ = writeln!(out, "\nrelays:");
+        for relay in &report.relays {
+            let cursor = &relay.cursor;
+            let holder = if relay.held {
+                format!("held by {}", escape(&cursor.owner))
+            } else {
+                "not held".to_owned()
+            };
+            let _ = writeln!(
+                out,
+                "  {}: {holder}, {} behind, published {} ({:.0}/s), failed rounds {}{}",
+                escape(&cursor.name),
+                relay.behind_text(),
+                cursor.published,
+                if relay.held { cursor.rate_per_s } else { 0.0 },
+                cursor.failed_rounds,
+                cursor
+                    .failing
+                    .as_deref()
+                    .map_or_else(String::new, |error| format!(", failing: {}", escape(error)))
+            );
+        }
+    }
     if !report.attempts.is_empty() {
         let _ = writeln!(out, "\nattempt duration (p50 / p95 / p99, last {window}):");
         for attempts in &report.attempts {
@@ -682,6 +706,17 @@ fn status_json(report: &StatusReport, problems: &[evc_runtime::Problem]) -> Stri
             "consumer": w.consumer,
             "silent_for_s": w.silent_for.as_secs_f64(),
             "threshold_s": w.threshold.as_secs_f64(),
+        })).collect::<Vec<_>>(),
+        "relays": report.relays.iter().map(|r| serde_json::json!({
+            "cursor": r.cursor.name,
+            "owner": r.cursor.owner,
+            "held": r.held,
+            "position": r.cursor.position.to_string(),
+            "behind": r.behind,
+            "published": r.cursor.published,
+            "rate_per_s": if r.held { r.cursor.rate_per_s } else { 0.0 },
+            "failed_rounds": r.cursor.failed_rounds,
+            "failing": r.cursor.failing,
         })).collect::<Vec<_>>(),
         "workers": report.workers.iter().map(|w| serde_json::json!({
             "owner": w.owner,

@@ -28,10 +28,10 @@ pub(crate) struct RelayArgs<'a> {
 pub(crate) fn relay(args: &RelayArgs<'_>, database: &Database) -> anyhow::Result<ExitCode> {
     let mut definitions = Definitions::read(args.definitions)?;
     if let Some(stream) = args.stream {
-        definitions = definitions.with_stream(stream);
+        definitions = definitions.with_stream(stream)?;
     }
     if let Some(prefix) = args.subject_prefix {
-        definitions = definitions.with_subject_prefix(prefix);
+        definitions = definitions.with_subject_prefix(prefix)?;
     }
     // A relay that stalls says why on standard error, round after round (its messages name
     // the cursor and the error, never a payload).
@@ -55,20 +55,21 @@ pub(crate) fn relay(args: &RelayArgs<'_>, database: &Database) -> anyhow::Result
             .with_context(|| format!("cannot connect to NATS at {shown}"))?;
         let jetstream = async_nats::jetstream::new(client);
         if args.apply {
-            let mut drifted = false;
-            for applied in apply(&jetstream, &definitions).await? {
-                match applied.drift {
-                    Drift::InSync => println!("{}: in sync", applied.what),
-                    Drift::Created => println!("{}: created", applied.what),
-                    Drift::Updated(differences) => {
-                        drifted = true;
-                        println!("{}: drifted, set back:", applied.what);
-                        for difference in differences {
-                            println!("  {difference}");
-                        }
+            // Each line as it is done: a later failure leaves what was printed applied.
+            let applied = apply(&jetstream, &definitions, |applied| match &applied.drift {
+                Drift::InSync => println!("{}: in sync", applied.what),
+                Drift::Created => println!("{}: created", applied.what),
+                Drift::Updated(differences) => {
+                    println!("{}: drifted, set back:", applied.what);
+                    for difference in differences {
+                        println!("  {difference}");
                     }
                 }
-            }
+            })
+            .await?;
+            let drifted = applied
+                .iter()
+                .any(|a| matches!(a.drift, Drift::Updated(_)));
             return Ok(if drifted {
                 ExitCode::from(crate::EXIT_FINDINGS)
             } else {

@@ -2398,7 +2398,7 @@ fn relay_applies_its_stream_and_publishes_the_outbox_until_sigterm() {
         let lines: Vec<String> = stdout(&created).lines().map(str::to_owned).collect();
         assert_eq!(lines[0], format!("stream {stream}: created"));
         assert!(
-            lines.contains(&"consumer worker-dot-iu_axis-p0: created".to_owned()),
+            lines.contains(&"consumer worker-dot-iu_axis--p0: created".to_owned()),
             "{lines:?}"
         );
         assert!(
@@ -2545,6 +2545,21 @@ fn relay_applies_its_stream_and_publishes_the_outbox_until_sigterm() {
                 .map(|v| v.as_str().to_owned()),
             Some(events[0].to_string())
         );
+        // The status report shows the cursor: let go, caught up, the stalled relay's failed
+        // rounds counted but no longer failing.
+        let status = evc(url, &["status"]);
+        let text = stdout(&status);
+        assert!(
+            text.contains(
+                "relays:\n  jetstream: not held, 0 events behind, published 3 (0/s), failed rounds "
+            ),
+            "{text} {status:?}"
+        );
+        assert!(!text.contains("failing"), "{text}");
+        let json = evc(url, &["status", "--format", "json"]);
+        let document: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+        assert_eq!(document["relays"][0]["published"], 3, "{document}");
+        assert_eq!(document["relays"][0]["behind"], 0, "{document}");
         // One partition in the reference contracts: every key's is 0.
         assert_eq!(first.subject.as_str(), format!("{prefix}.0.iu.born.v1"));
     });

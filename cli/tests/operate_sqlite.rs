@@ -176,7 +176,7 @@ fn operator_commands_run_on_the_registry_a_sqlite_file_records() {
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let text = stdout(&output);
     assert!(
-        text.contains("applied 0001 evc_runtime") && text.contains("applied 10 migrations"),
+        text.contains("applied 0001 evc_runtime") && text.contains("applied 11 migrations"),
         "{text}"
     );
     let output = evc(&url, &["migrate"]);

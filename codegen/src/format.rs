@@ -95,7 +95,7 @@ pattern_string!(
     /// A JetStream stream name (`EVC`).
     StreamName,
     names::STREAM_NAME_PATTERN,
-    "JetStream stream name: letters, digits, `_` and `-`, at most 32 (`EVC`)."
+    "JetStream stream name: letters, digits, `_` and `-`, at most 64 (`EVC`)."
 );
 pattern_string!(
     /// A topic key (`payload.iu_unit_id`, `envelope.trace_id`).

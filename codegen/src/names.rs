@@ -19,8 +19,8 @@ pub const TOPIC_KEY_PATTERN: &str = r"^(envelope\.(trace_id|correlation_id|causa
 /// NATS subject prefixes of the relay: tokens of letters, digits, `_` and `-` separated by dots,
 /// no wildcards (`evc`, `shop.events`).
 pub const SUBJECT_PREFIX_PATTERN: &str = r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$";
-/// JetStream stream names: letters, digits, `_` and `-`, at most 32 (`EVC`).
-pub const STREAM_NAME_PATTERN: &str = r"^[A-Za-z0-9_-]{1,32}$";
+/// JetStream stream names: letters, digits, `_` and `-`, at most 64 (`EVC`).
+pub const STREAM_NAME_PATTERN: &str = r"^[A-Za-z0-9_-]{1,64}$";
 /// Payload field names used by `order_key` and topic filters.
 pub const FIELD_PATTERN: &str = r"^[a-z_][a-z0-9_]*$";
 

@@ -378,7 +378,7 @@ fn pattern_diagnostic(
         ),
         names::STREAM_NAME_PATTERN => (
             Rule::InvalidValue,
-            "write a stream name of at most 32 letters, digits, `_` and `-` (`EVC`)".to_owned(),
+            "write a stream name of at most 64 letters, digits, `_` and `-` (`EVC`)".to_owned(),
         ),
         names::FIELD_PATTERN => (
             Rule::InvalidIdentifier,

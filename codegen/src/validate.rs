@@ -333,7 +333,7 @@ impl<'a> Checker<'a> {
                 ),
                 "make `lease` at least 1s (the default is 30s)".to_owned(),
             );
-        } else if relay.duplicate_window < relay.lease * 2 {
+        } else if relay.duplicate_window < relay.lease.saturating_mul(2) {
             self.report(
                 Rule::InvalidValue,
                 self.at(path, "/relay/duplicate_window"),
@@ -342,11 +342,11 @@ impl<'a> Checker<'a> {
                      that takes over a stopped one's cursor sends its last events again, and \
                      the broker would store them twice",
                     duration::format(relay.duplicate_window),
-                    duration::format(relay.lease * 2)
+                    duration::format(relay.lease.saturating_mul(2))
                 ),
                 format!(
                     "make `duplicate_window` at least {} or shorten `lease`",
-                    duration::format(relay.lease * 2)
+                    duration::format(relay.lease.saturating_mul(2))
                 ),
             );
         }

@@ -1,7 +1,7 @@
 //! `evc relay --apply`: the stream and consumers of the definitions created when missing and
 //! set back when they drifted, reported like the registry's parity.
 
-use async_nats::jetstream::consumer::pull;
+use async_nats::jetstream::consumer::{FromConsumer, pull};
 use async_nats::jetstream::context::{GetStreamError, GetStreamErrorKind};
 use async_nats::jetstream::stream::{self, ConsumerError, ConsumerUpdateError, Stream};
 use async_nats::jetstream::{Context, ErrorCode};
@@ -72,6 +72,14 @@ pub enum ApplyError {
         /// Cause.
         source: ConsumerUpdateError,
     },
+    /// A consumer on the broker is not a pull consumer.
+    #[error("consumer {name} is not a pull consumer: {source}")]
+    ReadConsumer {
+        /// The consumer.
+        name: String,
+        /// Cause.
+        source: async_nats::Error,
+    },
     /// A consumer differs in a setting JetStream does not change in place.
     #[error(
         "consumer {name} has {setting} {found}, not {wanted}, which JetStream cannot change in \
@@ -101,27 +109,33 @@ pub enum ApplyError {
 ///
 /// # Errors
 /// [`ApplyError`] when the broker refuses or does not answer, or a consumer differs in a
-/// setting that cannot change in place; what was applied before stays applied.
+/// setting that cannot change in place; what was applied before stays applied, and `each`
+/// was told of it as it happened.
 pub async fn apply(
     jetstream: &Context,
     definitions: &Definitions,
+    mut each: impl FnMut(&Applied),
 ) -> Result<Vec<Applied>, ApplyError> {
     let version = jetstream.client().server_info().version;
     let definitions = &definitions.clone().for_server(&version);
     let (stream, drift) = apply_stream(jetstream, &definitions.stream).await?;
-    let mut applied = vec![Applied {
+    let first = Applied {
         what: format!("stream {}", definitions.stream.name),
         drift,
-    }];
+    };
+    each(&first);
+    let mut applied = vec![first];
     for consumer in &definitions.consumers {
         let drift = apply_consumer(&stream, consumer).await?;
-        applied.push(Applied {
+        let done = Applied {
             what: format!(
                 "consumer {}",
                 consumer.durable_name.as_deref().unwrap_or_default()
             ),
             drift,
-        });
+        };
+        each(&done);
+        applied.push(done);
     }
     Ok(applied)
 }
@@ -245,20 +259,14 @@ pub async fn apply_consumer(stream: &Stream, wanted: &pull::Config) -> Result<Dr
             format!("{:?}", wanted.deliver_policy),
         ));
     }
-    let mut config = pull::Config {
-        durable_name: Some(name.clone()),
-        description: found.description.clone(),
-        deliver_policy: found.deliver_policy,
-        ack_policy: found.ack_policy,
-        ack_wait: found.ack_wait,
-        max_deliver: found.max_deliver,
-        filter_subject: found.filter_subject.clone(),
-        filter_subjects: found.filter_subjects.clone(),
-        replay_policy: found.replay_policy,
-        max_ack_pending: found.max_ack_pending,
-        metadata: found.metadata.clone(),
-        ..wanted.clone()
-    };
+    // Everything else stays as the broker holds it (an operator's choices included).
+    let mut config =
+        pull::Config::try_from_consumer_config(info.config.clone()).map_err(|source| {
+            ApplyError::ReadConsumer {
+                name: name.clone(),
+                source,
+            }
+        })?;
     let mut differences = Vec::new();
     set_back(
         &mut differences,

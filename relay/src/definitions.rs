@@ -47,6 +47,16 @@ pub enum DefinitionsError {
         /// Cause.
         source: std::io::Error,
     },
+    /// A stream name or subject prefix NATS would not take as one.
+    #[error(
+        "{found:?} is no {what}: letters, digits, `_` and `-` (a prefix: such tokens separated by dots)"
+    )]
+    Name {
+        /// What it was meant to be.
+        what: &'static str,
+        /// What was given.
+        found: String,
+    },
     /// The file is not what `evc generate` writes.
     #[error("{path} is not a JetStream definitions file of evc generate: {source}")]
     Parse {
@@ -82,16 +92,37 @@ impl Definitions {
     }
 
     /// The same definitions under stream `name` (one broker serving several deployments).
-    #[must_use]
-    pub fn with_stream(mut self, name: &str) -> Self {
+    ///
+    /// # Errors
+    /// [`DefinitionsError::Name`] unless `name` is 1 to 32 letters, digits, `_` and `-`.
+    pub fn with_stream(mut self, name: &str) -> Result<Self, DefinitionsError> {
+        let plain = (1..=64).contains(&name.len()) && name.bytes().all(token_byte);
+        if !plain {
+            return Err(DefinitionsError::Name {
+                what: "stream name",
+                found: name.to_owned(),
+            });
+        }
         name.clone_into(&mut self.stream.name);
-        self
+        Ok(self)
     }
 
     /// The same definitions under subject prefix `prefix`: the stream's subjects and every
     /// consumer's filters move with it.
-    #[must_use]
-    pub fn with_subject_prefix(mut self, prefix: &str) -> Self {
+    ///
+    /// # Errors
+    /// [`DefinitionsError::Name`] unless `prefix` is tokens of letters, digits, `_` and `-`
+    /// separated by dots (no wildcard).
+    pub fn with_subject_prefix(mut self, prefix: &str) -> Result<Self, DefinitionsError> {
+        let plain = prefix
+            .split('.')
+            .all(|token| !token.is_empty() && token.bytes().all(token_byte));
+        if !plain {
+            return Err(DefinitionsError::Name {
+                what: "subject prefix",
+                found: prefix.to_owned(),
+            });
+        }
         let old = format!("{}.", self.relay.subject_prefix);
         let moved = |subject: &String| match subject.strip_prefix(&old) {
             Some(rest) => format!("{prefix}.{rest}"),
@@ -100,9 +131,12 @@ impl Definitions {
         self.stream.subjects = self.stream.subjects.iter().map(moved).collect();
         for consumer in &mut self.consumers {
             consumer.filter_subjects = consumer.filter_subjects.iter().map(moved).collect();
+            if !consumer.filter_subject.is_empty() {
+                consumer.filter_subject = moved(&consumer.filter_subject);
+            }
         }
         prefix.clone_into(&mut self.relay.subject_prefix);
-        self
+        Ok(self)
     }
 }
 
@@ -110,15 +144,14 @@ impl Definitions {
     /// The definitions as a NATS server of `version` (`2.9.10`) takes them. Servers before 2.10
     /// know one filter subject per consumer and no metadata: each consumer gets the narrowest
     /// pattern covering its subjects (`evc.2.>` for a partition) and no metadata, and its
-    /// reader skips the events it does not subscribe to. A version that does not parse is
-    /// taken as current.
+    /// reader skips the events it does not subscribe to. A version that does not parse gets
+    /// that form too: it works on every server.
     #[must_use]
     pub fn for_server(mut self, version: &str) -> Self {
         let mut parts = version.split('.').map(|part| part.parse::<u32>());
-        let (Some(Ok(major)), Some(Ok(minor))) = (parts.next(), parts.next()) else {
-            return self;
-        };
-        if (major, minor) >= (2, 10) {
+        if let (Some(Ok(major)), Some(Ok(minor))) = (parts.next(), parts.next())
+            && (major, minor) >= (2, 10)
+        {
             return self;
         }
         for consumer in &mut self.consumers {
@@ -133,7 +166,7 @@ impl Definitions {
 }
 
 /// The narrowest single pattern that takes every subject of `filters`: the one filter itself,
-/// else their common literal tokens followed by `>`.
+/// else their common tokens (a shared `*` included) followed by `>`.
 fn covering(filters: &[String]) -> String {
     match filters {
         [] => String::new(),
@@ -150,8 +183,7 @@ fn covering(filters: &[String]) -> String {
                 let shared = rest
                     .iter()
                     .all(|other| other.split('.').nth(i) == Some(token));
-                // A wildcard is not a literal: the pattern stops before it.
-                if !shared || token == "*" || token == ">" {
+                if !shared || token == ">" {
                     break;
                 }
                 common.push(token);
@@ -160,6 +192,11 @@ fn covering(filters: &[String]) -> String {
             common.join(".")
         }
     }
+}
+
+/// Whether `byte` may stand in a NATS name or subject token as evc writes them.
+fn token_byte(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-'
 }
 
 /// Durations in whole nanoseconds, as the JetStream API writes them.
@@ -194,12 +231,44 @@ mod tests {
         );
         assert_eq!(
             covering(&filters(&["evc.*.iu.born.v1", "evc.*.iu.edited.v1"])),
-            "evc.>"
+            "evc.*.iu.>"
+        );
+        assert_eq!(
+            covering(&filters(&["evc.*.iu.born.v1", "evc.*.step.ready.v1"])),
+            "evc.*.>"
         );
         assert_eq!(
             covering(&filters(&["evc.0.iu.born.v1", "evc.0.iu.born.v1.v1"])),
             "evc.0.iu.born.>"
         );
         assert_eq!(covering(&[]), "");
+    }
+
+    #[test]
+    fn overrides_take_only_names_nats_takes() {
+        let text = include_str!("../../generated/jetstream.json");
+        let definitions = Definitions::parse(text).expect("the generated definitions parse");
+        for bad in ["", "a.", "a.*", "a b", "shop.>"] {
+            assert!(
+                definitions.clone().with_subject_prefix(bad).is_err(),
+                "{bad:?}"
+            );
+        }
+        for bad in ["", "EVC.X", "EVC*", &"S".repeat(65)] {
+            assert!(definitions.clone().with_stream(bad).is_err(), "{bad:?}");
+        }
+        let moved = definitions
+            .for_server("2.9.10")
+            .with_subject_prefix("staging.evc")
+            .expect("a plain prefix");
+        assert_eq!(moved.stream.subjects, ["staging.evc.>"]);
+        assert!(
+            moved
+                .consumers
+                .iter()
+                .all(|c| c.filter_subject.starts_with("staging.evc.")),
+            "{:?}",
+            moved.consumers
+        );
     }
 }

@@ -16,7 +16,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use async_nats::jetstream::Context;
-use evc_runtime::{CursorLease, Cursors, DispatchError, FeedPosition};
+use std::collections::VecDeque;
+
+use evc_runtime::{CursorLease, CursorProgress, Cursors, DispatchError, FeedPosition};
 use tokio::time::Instant;
 
 pub use apply::{Applied, ApplyError, Drift, apply, apply_consumer, apply_stream};
@@ -160,7 +162,15 @@ pub struct Relay<S> {
     jetstream: Context,
     config: RelayConfig,
     stats: RelayStats,
+    /// Events published per round over the last [`RATE_WINDOW`], for the rate the cursor
+    /// reports.
+    recent: VecDeque<(Instant, u64)>,
+    /// When this relay last took the cursor: the rate's window starts no earlier.
+    taken: Option<Instant>,
 }
+
+/// The span a relay's reported publish rate covers.
+const RATE_WINDOW: Duration = Duration::from_secs(10);
 
 impl<S: Cursors> Relay<S> {
     /// A relay of `store`'s feed to `jetstream`.
@@ -170,7 +180,30 @@ impl<S: Cursors> Relay<S> {
             jetstream,
             config,
             stats: RelayStats::default(),
+            recent: VecDeque::new(),
+            taken: None,
         }
+    }
+
+    /// Events per second published over the last [`RATE_WINDOW`] (or since this relay took the
+    /// cursor, when that is more recent).
+    fn rate(&mut self) -> f64 {
+        let now = Instant::now();
+        while self
+            .recent
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) > RATE_WINDOW)
+        {
+            self.recent.pop_front();
+        }
+        let span = self
+            .taken
+            .map_or(RATE_WINDOW, |taken| {
+                now.duration_since(taken).min(RATE_WINDOW)
+            })
+            .max(Duration::from_millis(100));
+        let events: u64 = self.recent.iter().map(|(_, n)| n).sum();
+        events as f64 / span.as_secs_f64()
     }
 
     /// What the relay did so far.
@@ -220,6 +253,7 @@ impl<S: Cursors> Relay<S> {
                 Err(error) => {
                     self.stats.failures += 1;
                     tracing::warn!(cursor = %self.config.cursor, %error, "relay round failed; trying again");
+                    self.note_failure(&mut held, &error).await;
                     let wait = backoff;
                     backoff = (backoff * 2).min(self.config.max_backoff);
                     wait
@@ -241,6 +275,28 @@ impl<S: Cursors> Relay<S> {
         Ok(self.stats)
     }
 
+    /// Records a failed round in the cursor, so that `evc status` shows it, when this relay
+    /// still holds it (a store that cannot be reached records nothing).
+    async fn note_failure(&mut self, held: &mut Option<Held>, error: &RoundError) {
+        let Some(lease) = held.as_ref() else {
+            return;
+        };
+        match self
+            .store
+            .note_cursor_failure(&lease.lease, &error.to_string())
+            .await
+        {
+            Ok(()) => {}
+            Err(DispatchError::StaleCursor { .. }) => {
+                self.stats.fenced += 1;
+                *held = None;
+            }
+            Err(error) => {
+                tracing::debug!(cursor = %self.config.cursor, %error, "relay could not record its failed round");
+            }
+        }
+    }
+
     /// One round: hold the cursor, publish one batch, move the cursor.
     async fn round(&mut self, held: &mut Option<Held>) -> Result<Progress, RoundError> {
         if held.is_none() {
@@ -252,6 +308,8 @@ impl<S: Cursors> Relay<S> {
             {
                 Some(lease) => {
                     self.stats.takes += 1;
+                    self.taken = Some(asked);
+                    self.recent.clear();
                     tracing::info!(cursor = %lease.name, token = lease.token, position = %lease.position, "relay took the cursor");
                     *held = Some(Held {
                         renewed: asked,
@@ -268,7 +326,7 @@ impl<S: Cursors> Relay<S> {
             .is_some_and(|h| h.renewed.elapsed() >= self.config.lease / 3)
         {
             let position = held.as_ref().map(|h| h.lease.position).unwrap_or_default();
-            self.advance(held, position).await?;
+            self.advance(held, position, 0).await?;
         }
         let Some(lease) = held.as_ref() else {
             return Ok(Progress::Idle);
@@ -298,23 +356,31 @@ impl<S: Cursors> Relay<S> {
                 self.stats.published += 1;
             }
         }
-        self.advance(held, last).await?;
+        let passed = u64::try_from(events.len()).unwrap_or(u64::MAX);
+        self.recent.push_back((Instant::now(), passed));
+        self.advance(held, last, passed).await?;
         Ok(Progress::Published)
     }
 
-    /// Moves the held cursor to `position`; a stale token lets the cursor go.
+    /// Moves the held cursor to `position`, past `passed` events; a stale token lets the
+    /// cursor go.
     async fn advance(
         &mut self,
         held: &mut Option<Held>,
         position: FeedPosition,
+        passed: u64,
     ) -> Result<(), RoundError> {
+        let progress = CursorProgress {
+            published: passed,
+            rate_per_s: self.rate(),
+        };
         let Some(lease) = held.as_mut() else {
             return Ok(());
         };
         let asked = Instant::now();
         match self
             .store
-            .advance_cursor(&lease.lease, position, self.config.lease)
+            .advance_cursor(&lease.lease, position, progress, self.config.lease)
             .await
         {
             Ok(()) => {

@@ -34,8 +34,8 @@ fn definitions(stream: &TestStream) -> Result<Definitions, support::BoxError> {
     set.project.relay.partitions = PARTITIONS;
     let rendered = jetstream::render(&set, &Layout::default())?;
     Ok(Definitions::parse(&rendered.contents)?
-        .with_stream(&stream.name)
-        .with_subject_prefix(&stream.prefix))
+        .with_stream(&stream.name)?
+        .with_subject_prefix(&stream.prefix)?)
 }
 
 macro_rules! on_both_stores {
@@ -78,7 +78,7 @@ fn the_generated_definitions_agree_with_the_runtime_registry() -> TestResult {
         }
         let durable = consumer.name.replace('.', "-");
         if consumer.per_key_ordering {
-            expected.extend((0..partitions).map(|p| format!("{durable}-p{p}")));
+            expected.extend((0..partitions).map(|p| format!("{durable}--p{p}")));
         } else {
             expected.insert(durable);
         }
@@ -133,7 +133,7 @@ fn the_generated_definitions_agree_with_the_runtime_registry() -> TestResult {
 async fn apply_creates_reports_and_sets_back_the_generated_definitions() -> TestResult {
     with_stream(None, |stream| async move {
         let definitions = definitions(&stream)?;
-        let first = apply(&stream.jetstream, &definitions).await?;
+        let first = apply(&stream.jetstream, &definitions, |_| {}).await?;
         assert_eq!(first.len(), 1 + definitions.consumers.len());
         assert_eq!(first[0].what, format!("stream {}", stream.name));
         // The test's stream remembers ids for 10 minutes; the contracts say 2.
@@ -144,11 +144,11 @@ async fn apply_creates_reports_and_sets_back_the_generated_definitions() -> Test
         assert!(first[1..].iter().all(|a| a.drift == Drift::Created), "{first:?}");
         let names: BTreeSet<&str> = first[1..].iter().map(|a| a.what.as_str()).collect();
         for p in 0..PARTITIONS {
-            assert!(names.contains(format!("consumer worker-render-mout_view-p{p}").as_str()), "{names:?}");
+            assert!(names.contains(format!("consumer worker-render-mout_view--p{p}").as_str()), "{names:?}");
         }
         assert!(names.contains("consumer audit"), "{names:?}");
 
-        let again = apply(&stream.jetstream, &definitions).await?;
+        let again = apply(&stream.jetstream, &definitions, |_| {}).await?;
         assert!(again.iter().all(|a| a.drift == Drift::InSync), "{again:?}");
 
         // An operator raises one consumer's deliveries by hand.
@@ -159,7 +159,7 @@ async fn apply_creates_reports_and_sets_back_the_generated_definitions() -> Test
         let mut changed = definitions.consumers[0].clone();
         changed.max_deliver += 7;
         handle.update_consumer(changed).await?;
-        let drifted = apply(&stream.jetstream, &definitions).await?;
+        let drifted = apply(&stream.jetstream, &definitions, |_| {}).await?;
         let name = definitions.consumers[0].durable_name.clone().unwrap_or_default();
         for applied in &drifted {
             if applied.what == format!("consumer {name}") {
@@ -187,7 +187,7 @@ where
 {
     with_stream(None, |stream| async move {
         let definitions = definitions(&stream)?;
-        apply(&stream.jetstream, &definitions).await?;
+        apply(&stream.jetstream, &definitions, |_| {}).await?;
         let keys: Vec<Uuid> = (0..4).map(|_| Uuid::now_v7()).collect();
         let trace = TraceContext::new("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", 1)?;
         for round in 0..5u64 {
@@ -225,7 +225,7 @@ where
         let mut by_key: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut partition_of: BTreeMap<String, u32> = BTreeMap::new();
         for p in 0..PARTITIONS {
-            let name = format!("{}-p{p}", ORDERED.replace('.', "-"));
+            let name = format!("{}--p{p}", ORDERED.replace('.', "-"));
             let consumer: PullConsumer = handle.get_consumer(&name).await?;
             for (subject, key, id) in drain(&consumer).await? {
                 assert!(

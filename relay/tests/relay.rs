@@ -268,7 +268,31 @@ where
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert!(stalled, "the relay should stall after the fifth message");
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The stalled relay records its failed rounds in the cursor, which the status report
+        // shows as a problem (no payload in it).
+        let mut failing = None;
+        for _ in 0..600 {
+            failing = store.cursor(CURSOR).await?.and_then(|c| c.failing);
+            if failing.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let failing = failing.ok_or("the cursor reports failing")?;
+        assert!(failing.contains("publish"), "{failing}");
+        let report = store.status(Duration::from_secs(60)).await?;
+        let problems: Vec<String> = report
+            .problems(Duration::from_secs(60))
+            .iter()
+            .map(ToString::to_string)
+            .filter(|p| p.starts_with("relay jetstream: "))
+            .collect();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].contains("events behind, failing: "),
+            "{problems:?}"
+        );
+        assert!(!problems[0].contains("governance_state"), "{problems:?}");
         assert_eq!(
             store.cursor(CURSOR).await?.map(|c| c.position),
             Some(events[3].position),
@@ -283,6 +307,13 @@ where
         let stats = relay.stop().await?;
         assert!(stats.failures >= 1, "{stats:?}");
         assert_eq!(message_ids(&stream.messages().await?), event_ids(&events));
+        let cursor = store.cursor(CURSOR).await?.ok_or("stored")?;
+        assert_eq!(
+            (cursor.failing, cursor.published),
+            (None, 9),
+            "progress clears failing"
+        );
+        assert!(cursor.failed_rounds >= 1);
         Ok(())
     })
     .await

@@ -48,20 +48,21 @@ pub use store::postgres::{
     DiscardedDelivery, Doorbell, EventsPurged, Lag, LeasedDelivery, MAX_PURGE_ACTOR_CHARS,
     MAX_PURGE_REASON_CHARS, MAX_REPLAY_REASON_CHARS, MAX_REPLAY_REF_CHARS, NOTIFY_CHANNEL,
     NotReplayable, NotReplayableReason, Percentiles, PgPublisher, PgStore, PgStoreBuilder,
-    PolicySource, Problem, Proposed, PurgeError, RecentRejects, RejectsPurged, ReplayApplied,
-    ReplayApproval, ReplayError, ReplayItem, ReplayPlan, ReplayRecord, ReplaySelection, Role,
-    RoleCheck, SettledDelivery, SettledStatus, SilentWorker, StatusReport, TableSpace,
-    TimelineEntry, WatchedConsumer, WorkerSettings, deployed_registry,
+    PolicySource, Problem, Proposed, PurgeError, RELAY_BEHIND_COUNTED, RecentRejects,
+    RejectsPurged, RelayStatus, ReplayApplied, ReplayApproval, ReplayError, ReplayItem, ReplayPlan,
+    ReplayRecord, ReplaySelection, Role, RoleCheck, SettledDelivery, SettledStatus, SilentWorker,
+    StatusReport, TableSpace, TimelineEntry, WatchedConsumer, WorkerSettings, deployed_registry,
 };
 pub use store::sqlite::{
     CommitBell, SqliteOpenError, SqlitePublisher, SqliteStore, SqliteStoreBuilder,
 };
 pub use store::{
-    AckBatch, AttemptRecord, ClaimRequest, Claimed, Connection, CursorLease, CursorState, Cursors,
-    DeliveryRecord, DeliveryStatus, DispatchError, Drift, EffectRecord, EventRecord, FeedEvent,
-    FeedPosition, FeedPositionError, Heartbeat, Hold, Intent, Lease, MAX_CURSOR_NAME_CHARS,
-    MAX_CURSOR_OWNER_CHARS, Observe, Operate, ReconciliationRecord, RegistryDrift, RegistryObject,
-    RejectRecord, ShadowLog, StateChange, StateChangeRecord, Store, StoreError,
+    AckBatch, AttemptRecord, ClaimRequest, Claimed, Connection, CursorLease, CursorProgress,
+    CursorState, Cursors, DeliveryRecord, DeliveryStatus, DispatchError, Drift, EffectRecord,
+    EventRecord, FeedEvent, FeedPosition, FeedPositionError, Heartbeat, Hold, Intent, Lease,
+    MAX_CURSOR_ERROR_CHARS, MAX_CURSOR_NAME_CHARS, MAX_CURSOR_OWNER_CHARS, Observe, Operate,
+    ReconciliationRecord, RegistryDrift, RegistryObject, RejectRecord, ShadowLog, StateChange,
+    StateChangeRecord, Store, StoreError,
 };
 pub use store::{
     DEAD_LETTERED, DISCARDED, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED,

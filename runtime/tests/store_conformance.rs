@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use conformance::{BoxError, Conformance, OFF, ORDERED, PLAIN, SHADOW, eventually};
 use evc_runtime::{
-    AckBatch, AppendOptions, AppendReceipt, ClaimRequest, Claimed, Connection, DeliveryStatus,
-    DispatchError, FailureClass, FeedEvent, FeedPosition, Lease, NewEvent, OutgoingEvent,
-    ReplayApproval, ReplayError, ReplaySelection, RetryDecision, RetryPolicy, SettledDelivery,
-    SettledStatus, Store,
+    AckBatch, AppendOptions, AppendReceipt, ClaimRequest, Claimed, Connection, CursorProgress,
+    DeliveryStatus, DispatchError, FailureClass, FeedEvent, FeedPosition, Lease, NewEvent,
+    OutgoingEvent, Problem, ReplayApproval, ReplayError, ReplaySelection, RetryDecision,
+    RetryPolicy, SettledDelivery, SettledStatus, Store,
 };
 use support::TestResult;
 
@@ -99,6 +99,7 @@ conformance!(
     leases_list_the_deliveries_leased_now,
     the_feed_yields_each_event_once_and_never_passes_an_open_transaction,
     a_relay_cursor_moves_only_under_its_newest_token,
+    a_relay_cursor_reports_its_lag_progress_and_failures,
 );
 
 /// Lifecycle events, on both stores, with [`support::LIFECYCLE_REGISTRY`] (which registers
@@ -3387,7 +3388,9 @@ async fn a_relay_cursor_moves_only_under_its_newest_token<S: Conformance>(store:
         S::NAME
     );
     let moved = FeedPosition { writer: 0, seq: 7 };
-    store.advance_cursor(&first, moved, LEASE).await?;
+    store
+        .advance_cursor(&first, moved, CursorProgress::default(), LEASE)
+        .await?;
     let state = store.cursor("jetstream").await?.ok_or("stored")?;
     assert_eq!(
         (state.position, state.owner.as_str(), state.token),
@@ -3403,7 +3406,12 @@ async fn a_relay_cursor_moves_only_under_its_newest_token<S: Conformance>(store:
         .ok_or("its owner takes it back")?;
     assert_eq!((again.token, again.position), (2, moved));
     let stale = store
-        .advance_cursor(&first, FeedPosition { writer: 0, seq: 9 }, LEASE)
+        .advance_cursor(
+            &first,
+            FeedPosition { writer: 0, seq: 9 },
+            CursorProgress::default(),
+            LEASE,
+        )
         .await;
     assert!(
         matches!(stale, Err(DispatchError::StaleCursor { token: 1, .. })),
@@ -3416,7 +3424,9 @@ async fn a_relay_cursor_moves_only_under_its_newest_token<S: Conformance>(store:
     );
 
     // A holder whose lease ran out loses the cursor to the next relay.
-    store.advance_cursor(&again, moved, SHORT).await?;
+    store
+        .advance_cursor(&again, moved, CursorProgress::default(), SHORT)
+        .await?;
     tokio::time::sleep(SHORT * 4).await;
     let taken = store
         .take_cursor("jetstream", "r2", LEASE)
@@ -3427,7 +3437,9 @@ async fn a_relay_cursor_moves_only_under_its_newest_token<S: Conformance>(store:
         (3, moved, "r2")
     );
     assert!(matches!(
-        store.advance_cursor(&again, moved, LEASE).await,
+        store
+            .advance_cursor(&again, moved, CursorProgress::default(), LEASE)
+            .await,
         Err(DispatchError::StaleCursor { .. })
     ));
     // A holder that stops lets its cursor go: the next relay takes it at once; a stale token
@@ -3454,5 +3466,111 @@ async fn a_relay_cursor_moves_only_under_its_newest_token<S: Conformance>(store:
         .await?
         .ok_or("another cursor is free")?;
     assert_eq!(other.token, 1);
+    Ok(())
+}
+
+/// What the status report says of a relay cursor: events after it (its lag), events passed
+/// and the holder's rate, failed rounds and the failing error until the next progress; a
+/// problem only when it is behind and no relay holds it or its rounds fail.
+async fn a_relay_cursor_reports_its_lag_progress_and_failures<S: Conformance>(
+    store: S,
+) -> TestResult {
+    support::append_notes(&store, 5, 5).await?;
+    let head = feed_of(&store, FeedPosition::default(), 5)
+        .await?
+        .last()
+        .map(|event| event.position)
+        .ok_or("five events")?;
+    let held = store
+        .take_cursor("jetstream", "r1", LEASE)
+        .await?
+        .ok_or("a new cursor is free")?;
+    let relay = |report: &evc_runtime::StatusReport| report.relays.first().cloned();
+    let report = store.status(Duration::from_secs(60)).await?;
+    let status = relay(&report).ok_or("the cursor is reported")?;
+    assert_eq!(
+        (status.cursor.name.as_str(), status.held, status.behind),
+        ("jetstream", true, 5),
+        "{}",
+        S::NAME
+    );
+    assert_eq!((status.cursor.published, status.cursor.failing), (0, None));
+    let relay_problems = |report: &evc_runtime::StatusReport| {
+        report
+            .problems(Duration::from_secs(60))
+            .into_iter()
+            .filter(|p| matches!(p, Problem::RelayBehind(_)))
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+    };
+    assert!(relay_problems(&report).is_empty(), "held and not failing");
+
+    // A failed round: counted, and failing until the cursor passes an event; the error is
+    // kept to 500 characters.
+    let long = format!("publishing to JetStream: {}", "x".repeat(600));
+    store.note_cursor_failure(&held, &long).await?;
+    let report = store.status(Duration::from_secs(60)).await?;
+    let status = relay(&report).ok_or("reported")?;
+    assert_eq!(status.cursor.failed_rounds, 1);
+    let failing = status.cursor.failing.clone().ok_or("failing")?;
+    assert_eq!(failing.chars().count(), evc_runtime::MAX_CURSOR_ERROR_CHARS);
+    assert!(failing.starts_with("publishing to JetStream: x"));
+    assert_eq!(
+        relay_problems(&report),
+        [format!(
+            "relay jetstream: 5 events behind, failing: {failing}"
+        )]
+    );
+    // A renewal passes no event: still failing.
+    store
+        .advance_cursor(
+            &held,
+            FeedPosition::default(),
+            CursorProgress::default(),
+            LEASE,
+        )
+        .await?;
+    let status = relay(&store.status(Duration::from_secs(60)).await?).ok_or("reported")?;
+    assert!(status.cursor.failing.is_some(), "{}", S::NAME);
+
+    let progress = CursorProgress {
+        published: 5,
+        rate_per_s: 250.0,
+    };
+    store.advance_cursor(&held, head, progress, LEASE).await?;
+    let report = store.status(Duration::from_secs(60)).await?;
+    let status = relay(&report).ok_or("reported")?;
+    assert_eq!(
+        (
+            status.behind,
+            status.cursor.published,
+            status.cursor.failed_rounds,
+            status.cursor.failing.clone()
+        ),
+        (0, 5, 1, None),
+        "{}",
+        S::NAME
+    );
+    assert!((status.cursor.rate_per_s - 250.0).abs() < f64::EPSILON);
+    let metrics = report.prometheus();
+    for line in [
+        "evc_relay_behind_events{cursor=\"jetstream\"} 0",
+        "evc_relay_held{cursor=\"jetstream\"} 1",
+        "evc_relay_published_events_total{cursor=\"jetstream\"} 5",
+        "evc_relay_failed_rounds_total{cursor=\"jetstream\"} 1",
+        "evc_relay_publish_rate{cursor=\"jetstream\"} 250",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
+
+    // Let go, with a new event after it: behind and held by no one.
+    store.release_cursor(&held).await?;
+    support::append_notes(&store, 1, 1).await?;
+    feed_of(&store, head, 1).await?;
+    let report = store.status(Duration::from_secs(60)).await?;
+    assert_eq!(
+        relay_problems(&report),
+        ["relay jetstream: 1 event behind, no relay holds it".to_owned()]
+    );
     Ok(())
 }

@@ -93,7 +93,8 @@ fn consumers(set: &ContractSet) -> Vec<Value> {
         };
         let delays = retry_delays(policy, attempts, dispatcher.backoff_ceiling);
         let subjects = subscribed_subjects(set, &consumer.subscriptions);
-        // NATS names take no dots; contract names take no hyphens, so this maps one to one.
+        // NATS names take no dots; contract names take no hyphens and no two dots in a row,
+        // so `.` as `-` maps one to one, and `--p<k>` cannot be another consumer's name.
         let durable = consumer.name.replace('.', "-");
         let partitions: Vec<Option<u32>> = match consumer.ordering {
             Ordering::PerKey => (0..relay.partitions).map(Some).collect(),
@@ -102,7 +103,7 @@ fn consumers(set: &ContractSet) -> Vec<Value> {
         for partition in partitions {
             let (name, filter, in_flight, partition_text) = match partition {
                 Some(p) => (
-                    format!("{durable}-p{p}"),
+                    format!("{durable}--p{p}"),
                     subjects
                         .iter()
                         .map(|s| format!("{}.{p}.{s}", relay.subject_prefix))
@@ -120,9 +121,8 @@ fn consumers(set: &ContractSet) -> Vec<Value> {
                     "all".to_owned(),
                 ),
             };
-            out.push(json!({
+            let mut entry = json!({
                 "durable_name": name,
-                "description": consumer.description,
                 "deliver_policy": "all",
                 "ack_policy": "explicit",
                 "ack_wait": nanos(dispatcher.lease),
@@ -136,10 +136,28 @@ fn consumers(set: &ContractSet) -> Vec<Value> {
                     "evc_retry_delays": delays,
                     "evc_retry_policy": policy.name,
                 },
-            }));
+            });
+            // The server omits an empty description and refuses one over 4 KiB.
+            let description = clipped(consumer.description.trim(), MAX_DESCRIPTION_BYTES);
+            if let (false, Some(fields)) = (description.is_empty(), entry.as_object_mut()) {
+                fields.insert("description".to_owned(), json!(description));
+            }
+            out.push(entry);
         }
     }
     out
+}
+
+/// The longest consumer description JetStream takes, in bytes.
+const MAX_DESCRIPTION_BYTES: usize = 4096;
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+fn clipped(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// `<event type>.v<major>` of every major version a subscription accepts, sorted.
@@ -162,36 +180,39 @@ fn subscribed_subjects(
 }
 
 /// The nominal delays after attempts 1 to `attempts - 1` (`1s 2s 4s`), capped by the policy
-/// and by `ceiling`, before jitter; the runtime's retry policy computes the same.
+/// and by `ceiling`, before jitter, in whole milliseconds as the runtime's retry policy
+/// computes them.
 fn retry_delays(policy: &RetryPolicy, attempts: u32, ceiling: Duration) -> String {
-    let cap = policy.max_delay.map_or(ceiling, |own| own.min(ceiling));
-    let base = policy.base_delay;
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let cap = ms(policy.max_delay.map_or(ceiling, |own| own.min(ceiling)));
+    let base = ms(policy.base_delay);
     (1..attempts)
         .map(|attempt| {
             let delay = match policy.kind {
                 RetryKind::FixedDelay => base,
                 RetryKind::ExponentialBackoff => {
-                    base.saturating_mul(1u32.checked_shl(attempt - 1).unwrap_or(u32::MAX))
+                    base.saturating_mul(1u64.checked_shl(attempt - 1).unwrap_or(u64::MAX))
                 }
                 RetryKind::Fibonacci => base.saturating_mul(fibonacci(attempt)),
-                RetryKind::NoRetry => Duration::ZERO,
+                RetryKind::NoRetry => 0,
             };
-            duration::format(delay.min(cap))
+            duration::format(Duration::from_millis(delay.min(cap)))
         })
         .collect::<Vec<_>>()
         .join(" ")
 }
 
 /// `F(n)` with `F(1) = F(2) = 1`, saturating.
-fn fibonacci(n: u32) -> u32 {
-    let (mut a, mut b) = (1u32, 1u32);
+fn fibonacci(n: u32) -> u64 {
+    let (mut a, mut b) = (1u64, 1u64);
     for _ in 2..n {
         (a, b) = (b, a.saturating_add(b));
     }
     b
 }
 
-/// A duration as the JetStream API writes it: whole nanoseconds.
-fn nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+/// A duration as the JetStream API writes it: whole nanoseconds, at most what the server's
+/// signed 64-bit durations hold.
+fn nanos(duration: Duration) -> i64 {
+    i64::try_from(duration.as_nanos()).unwrap_or(i64::MAX)
 }

@@ -50,6 +50,8 @@
 //!   wrote it, for the event feed), named the same way.
 //! - `NNNN_evc_runtime_v19.sql`: the nineteenth step (the relay's fenced cursors), named the
 //!   same way.
+//! - `NNNN_evc_runtime_v20.sql`: the twentieth step (what a relay cursor reports: events
+//!   passed, publish rate, failed rounds), named the same way.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
@@ -131,6 +133,9 @@ pub const RUNTIME_V18_SUFFIX: &str = "_evc_runtime_v18.sql";
 
 /// The file name of the runtime tables' nineteenth step, after its version.
 pub const RUNTIME_V19_SUFFIX: &str = "_evc_runtime_v19.sql";
+
+/// The file name of the runtime tables' twentieth step, after its version.
+pub const RUNTIME_V20_SUFFIX: &str = "_evc_runtime_v20.sql";
 
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
@@ -266,6 +271,11 @@ const STEPS: &[Step] = &[
     Step {
         name: Name::Step(RUNTIME_V19_SUFFIX),
         template: template!("evc_runtime_v19.sql"),
+        with: With::Notice,
+    },
+    Step {
+        name: Name::Step(RUNTIME_V20_SUFFIX),
+        template: template!("evc_runtime_v20.sql"),
         with: With::Notice,
     },
     Step {
@@ -866,9 +876,10 @@ mod tests {
                 format!("0017{RUNTIME_V17_SUFFIX}"),
                 format!("0018{RUNTIME_V18_SUFFIX}"),
                 format!("0019{RUNTIME_V19_SUFFIX}"),
-                format!("0020_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
+                format!("0020{RUNTIME_V20_SUFFIX}"),
+                format!("0021_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
                 format!(
-                    "0021_evc_settings_{}.sql",
+                    "0022_evc_settings_{}.sql",
                     &settings_digest(&set)?[..DIGEST_PREFIX_LEN]
                 ),
             ]
@@ -990,7 +1001,7 @@ mod tests {
         let after = settings_of(&changed).ok_or("no settings file")?;
         assert_eq!(
             after.path.file_name().and_then(|n| n.to_str()),
-            Some(format!("0022_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
+            Some(format!("0023_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
             "the next number after the checked-in files"
         );
         // batch_size, lease_ms in column order.

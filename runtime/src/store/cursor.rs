@@ -32,9 +32,10 @@ pub trait Cursors: Observe {
         lease: Duration,
     ) -> impl Future<Output = Result<Option<CursorLease>, DispatchError>> + Send;
 
-    /// Moves the cursor `held` names to `position` and extends the lease to `lease` from now,
-    /// if `held`'s token still holds it. A relay with nothing to publish advances to the same
-    /// position to keep its lease.
+    /// Moves the cursor `held` names to `position`, adds `progress.published` to the events it
+    /// passed, records the holder's publish rate, and extends the lease to `lease` from now, if
+    /// `held`'s token still holds it. A relay with nothing to publish advances to the same
+    /// position (with [`CursorProgress::default`]) to keep its lease.
     ///
     /// # Errors
     /// [`DispatchError::StaleCursor`] when a later take drew a newer token (nothing is
@@ -43,7 +44,21 @@ pub trait Cursors: Observe {
         &self,
         held: &CursorLease,
         position: FeedPosition,
+        progress: CursorProgress,
         lease: Duration,
+    ) -> impl Future<Output = Result<(), DispatchError>> + Send;
+
+    /// Records a failed round of the relay holding `held`, with its error (at most 500
+    /// characters are kept; it must name no payload), if `held`'s token still holds it: the
+    /// cursor reports failing until it passes an event again.
+    ///
+    /// # Errors
+    /// [`DispatchError::StaleCursor`] when a later take drew a newer token (nothing is
+    /// written); [`DispatchError::Database`].
+    fn note_cursor_failure(
+        &self,
+        held: &CursorLease,
+        error: &str,
     ) -> impl Future<Output = Result<(), DispatchError>> + Send;
 
     /// Lets the cursor `held` names go (its lease ends now), if `held`'s token still holds it,
@@ -97,6 +112,36 @@ pub struct CursorState {
     pub lease_until: f64,
     /// When it was last taken or advanced.
     pub advanced_at: f64,
+    /// Events its moves passed, by every holder.
+    pub published: i64,
+    /// The holder's publish rate at its last move, in events per second.
+    pub rate_per_s: f64,
+    /// When a move last passed an event (or the cursor was created).
+    pub progressed_at: f64,
+    /// Rounds that failed while a relay held it.
+    pub failed_rounds: i64,
+    /// The last failure's error, while it is newer than the last progress.
+    pub failing: Option<String>,
+}
+
+/// What a relay reports with a move of its cursor ([`Cursors::advance_cursor`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CursorProgress {
+    /// Events the move passes.
+    pub published: u64,
+    /// The relay's publish rate over its recent rounds, in events per second.
+    pub rate_per_s: f64,
+}
+
+/// The longest failure message a cursor keeps ([`Cursors::note_cursor_failure`]).
+pub const MAX_CURSOR_ERROR_CHARS: usize = 500;
+
+/// `error` cut to [`MAX_CURSOR_ERROR_CHARS`] characters.
+pub(crate) fn error_text(error: &str) -> &str {
+    error
+        .char_indices()
+        .nth(MAX_CURSOR_ERROR_CHARS)
+        .map_or(error, |(at, _)| &error[..at])
 }
 
 /// Refuses a cursor name the stores would not take, before any query.
@@ -124,6 +169,18 @@ pub(crate) fn check_owner(owner: &str) -> Result<(), DispatchError> {
         Ok(())
     } else {
         Err(DispatchError::CursorOwner { chars })
+    }
+}
+
+/// Ok when a fenced statement found the cursor under `held`'s token, else stale.
+pub(crate) fn fenced(held: &CursorLease, found: bool) -> Result<(), DispatchError> {
+    if found {
+        Ok(())
+    } else {
+        Err(DispatchError::StaleCursor {
+            name: held.name.clone(),
+            token: held.token,
+        })
     }
 }
 

@@ -67,7 +67,8 @@ mod rows;
 pub(crate) mod sqlite;
 
 pub use cursor::{
-    CursorLease, CursorState, Cursors, MAX_CURSOR_NAME_CHARS, MAX_CURSOR_OWNER_CHARS,
+    CursorLease, CursorProgress, CursorState, Cursors, MAX_CURSOR_ERROR_CHARS,
+    MAX_CURSOR_NAME_CHARS, MAX_CURSOR_OWNER_CHARS,
 };
 pub use feed::{FeedEvent, FeedPosition, FeedPositionError};
 pub use lifecycle::{

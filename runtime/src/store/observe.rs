@@ -16,7 +16,7 @@ use prometheus_client::registry::Registry as MetricRegistry;
 use uuid::Uuid;
 
 use crate::registry::ConsumerMode;
-use crate::store::{DispatchError, FeedEvent, FeedPosition, Store};
+use crate::store::{CursorState, DispatchError, FeedEvent, FeedPosition, Store};
 
 /// Attempt rows the lag and latency percentiles read at most (the newest ones).
 pub(crate) const SAMPLE_ATTEMPTS: i64 = 100_000;
@@ -399,6 +399,36 @@ pub struct StatusReport {
     /// Fenced operations this process's store refused for a stale token (not shared between
     /// processes).
     pub stale_tokens: u64,
+    /// Every relay cursor, by name.
+    pub relays: Vec<RelayStatus>,
+}
+
+/// Events after a relay cursor are counted up to this many ([`RelayStatus::behind`]).
+pub const RELAY_BEHIND_COUNTED: i64 = 100_000;
+
+/// A relay cursor in the status report.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RelayStatus {
+    /// The cursor as stored.
+    pub cursor: CursorState,
+    /// Whether a relay's lease holds it now.
+    pub held: bool,
+    /// Events of the feed after it: the relay's lag, counted up to [`RELAY_BEHIND_COUNTED`].
+    pub behind: i64,
+}
+
+impl RelayStatus {
+    /// `40 events` or `100000+ events` (the count stopped at [`RELAY_BEHIND_COUNTED`]).
+    pub fn behind_text(&self) -> String {
+        let plus = if self.behind >= RELAY_BEHIND_COUNTED {
+            "+"
+        } else {
+            ""
+        };
+        let s = if self.behind == 1 { "" } else { "s" };
+        format!("{}{plus} event{s}", self.behind)
+    }
 }
 
 /// Something an operator should look at, most urgent kinds first (see
@@ -430,6 +460,8 @@ pub enum Problem {
     },
     /// Producers' appends of an event type were refused (and not stored) within the window.
     Rejects(RecentRejects),
+    /// A relay cursor has events after it, and no relay holds it or its relay's rounds fail.
+    RelayBehind(RelayStatus),
     /// An operator paused the consumer, or set it `off`.
     Stopped {
         /// The consumer.
@@ -477,6 +509,18 @@ impl std::fmt::Display for Problem {
                 if rejects.rejects == 1 { "" } else { "s" },
                 rejects.reason_code
             ),
+            Self::RelayBehind(relay) => {
+                write!(
+                    f,
+                    "relay {}: {} behind",
+                    relay.cursor.name,
+                    relay.behind_text()
+                )?;
+                match &relay.cursor.failing {
+                    Some(error) => write!(f, ", failing: {error}"),
+                    None => write!(f, ", no relay holds it"),
+                }
+            }
             Self::Stopped { consumer, paused } => {
                 let how = if *paused { "paused" } else { "mode off" };
                 write!(f, "{consumer}: {how}")
@@ -495,7 +539,8 @@ impl StatusReport {
     }
 
     /// The problems in the report, dead letters first, then silent workers, then lag over
-    /// `lag_limit` (p99), then refused appends, then paused or stopped consumers.
+    /// `lag_limit` (p99), then refused appends, then relays behind and stalled, then paused or
+    /// stopped consumers.
     pub fn problems(&self, lag_limit: Duration) -> Vec<Problem> {
         let mut problems: Vec<Problem> = self
             .consumers
@@ -525,6 +570,13 @@ impl StatusReport {
                 }),
         );
         problems.extend(self.rejects.iter().cloned().map(Problem::Rejects));
+        problems.extend(
+            self.relays
+                .iter()
+                .filter(|r| r.behind > 0 && (!r.held || r.cursor.failing.is_some()))
+                .cloned()
+                .map(Problem::RelayBehind),
+        );
         problems.extend(
             self.consumers
                 .iter()
@@ -593,6 +645,33 @@ impl StatusReport {
             "Fenced operations refused for a stale token by this process",
             stale.clone(),
         );
+        let relay_behind = gauge_family(
+            &mut registry,
+            "relay_behind_events",
+            "Events of the feed after a relay cursor (its lag; counted up to 100000)",
+        );
+        let relay_held = gauge_family(
+            &mut registry,
+            "relay_held",
+            "1 while a relay's lease holds the cursor",
+        );
+        let relay_rate = gauge_family(
+            &mut registry,
+            "relay_publish_rate",
+            "Events per second the cursor's holder published over its recent rounds",
+        );
+        let relay_published = Family::<Labels, Counter<u64>>::default();
+        registry.register(
+            "relay_published_events",
+            "Events the cursor's moves passed, by every relay",
+            relay_published.clone(),
+        );
+        let relay_failures = Family::<Labels, Counter<u64>>::default();
+        registry.register(
+            "relay_failed_rounds",
+            "Relay rounds that failed while a relay held the cursor",
+            relay_failures.clone(),
+        );
 
         for c in &self.consumers {
             for (status, count) in [
@@ -649,6 +728,24 @@ impl StatusReport {
                     ]))
                     .inc_by(u64::try_from(count).unwrap_or(0));
             }
+        }
+        for relay in &self.relays {
+            let cursor = labels(&[("cursor", &relay.cursor.name)]);
+            relay_behind.get_or_create(&cursor).set(relay.behind as f64);
+            relay_held
+                .get_or_create(&cursor)
+                .set(f64::from(u8::from(relay.held)));
+            relay_rate.get_or_create(&cursor).set(if relay.held {
+                relay.cursor.rate_per_s
+            } else {
+                0.0
+            });
+            relay_published
+                .get_or_create(&cursor)
+                .inc_by(u64::try_from(relay.cursor.published).unwrap_or(0));
+            relay_failures
+                .get_or_create(&cursor)
+                .inc_by(u64::try_from(relay.cursor.failed_rounds).unwrap_or(0));
         }
         stale.inc_by(self.stale_tokens);
 

@@ -54,6 +54,7 @@ fn is_runtime_step(name: &str) -> bool {
         sql::RUNTIME_V17_SUFFIX,
         sql::RUNTIME_V18_SUFFIX,
         sql::RUNTIME_V19_SUFFIX,
+        sql::RUNTIME_V20_SUFFIX,
     ]
     .iter()
     .any(|suffix| name.ends_with(suffix))
@@ -89,7 +90,7 @@ async fn apply_all_but(
 /// gives each delivery its event's tenant).
 async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
     let (pool, steps) = apply_all_but(options, is_runtime_step).await?;
-    assert_eq!(steps.len(), 18);
+    assert_eq!(steps.len(), 19);
     sqlx::raw_sql(
         "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, producer_class, \
              idempotency_key, trace_id, parent_span_id, trace_flags, payload, payload_bytes, \
@@ -587,9 +588,10 @@ async fn check(options: PgConnectOptions) -> TestResult {
             "0017_evc_runtime_v17.sql".to_owned(),
             "0018_evc_runtime_v18.sql".to_owned(),
             "0019_evc_runtime_v19.sql".to_owned(),
-            format!("0020_evc_registry_{}.sql", &digest[..12]),
+            "0020_evc_runtime_v20.sql".to_owned(),
+            format!("0021_evc_registry_{}.sql", &digest[..12]),
             format!(
-                "0021_evc_settings_{}.sql",
+                "0022_evc_settings_{}.sql",
                 &sql::settings_digest(&set)?[..12]
             ),
         ]

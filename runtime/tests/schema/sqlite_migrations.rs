@@ -96,7 +96,8 @@ async fn the_replay_keys_step_keeps_every_replay_and_scopes_keys_per_consumer() 
             (7, "evc_tenant_idempotency_keys"),
             (8, "evc_tenant_effect_keys"),
             (9, "evc_state_changes"),
-            (10, "evc_relay_cursors")
+            (10, "evc_relay_cursors"),
+            (11, "evc_relay_progress")
         ]
     );
     assert!(SqliteStore::apply_schema(&location).await?.is_empty());

@@ -4,10 +4,13 @@
 use std::time::Duration;
 
 use sqlx::Row;
+use sqlx::postgres::PgRow;
 
 use super::{PgStore, sql};
-use crate::store::cursor::{check_name, check_owner, lease_ms};
-use crate::store::{CursorLease, CursorState, Cursors, DispatchError, FeedPosition};
+use crate::store::cursor::{check_name, check_owner, error_text, fenced, lease_ms};
+use crate::store::{
+    CursorLease, CursorProgress, CursorState, Cursors, DispatchError, FeedPosition,
+};
 
 impl Cursors for PgStore {
     async fn take_cursor(
@@ -42,6 +45,7 @@ impl Cursors for PgStore {
         &self,
         held: &CursorLease,
         position: FeedPosition,
+        progress: CursorProgress,
         lease: Duration,
     ) -> Result<(), DispatchError> {
         let advanced = sqlx::query(sql::ADVANCE_CURSOR)
@@ -50,15 +54,25 @@ impl Cursors for PgStore {
             .bind(position.writer)
             .bind(position.seq)
             .bind(lease_ms(lease))
+            .bind(i64::try_from(progress.published).unwrap_or(i64::MAX))
+            .bind(progress.rate_per_s.max(0.0))
             .fetch_optional(self.pool())
             .await?;
-        match advanced {
-            Some(_) => Ok(()),
-            None => Err(DispatchError::StaleCursor {
-                name: held.name.clone(),
-                token: held.token,
-            }),
-        }
+        fenced(held, advanced.is_some())
+    }
+
+    async fn note_cursor_failure(
+        &self,
+        held: &CursorLease,
+        error: &str,
+    ) -> Result<(), DispatchError> {
+        let noted = sqlx::query(sql::NOTE_CURSOR_FAILURE)
+            .bind(&held.name)
+            .bind(held.token)
+            .bind(error_text(error))
+            .fetch_optional(self.pool())
+            .await?;
+        fenced(held, noted.is_some())
     }
 
     async fn release_cursor(&self, held: &CursorLease) -> Result<(), DispatchError> {
@@ -67,13 +81,7 @@ impl Cursors for PgStore {
             .bind(held.token)
             .fetch_optional(self.pool())
             .await?;
-        match released {
-            Some(_) => Ok(()),
-            None => Err(DispatchError::StaleCursor {
-                name: held.name.clone(),
-                token: held.token,
-            }),
-        }
+        fenced(held, released.is_some())
     }
 
     async fn cursor(&self, name: &str) -> Result<Option<CursorState>, DispatchError> {
@@ -82,20 +90,26 @@ impl Cursors for PgStore {
             .bind(name)
             .fetch_optional(self.pool())
             .await?;
-        Ok(row
-            .map(|row| {
-                Ok::<_, sqlx::Error>(CursorState {
-                    name: name.to_owned(),
-                    position: FeedPosition {
-                        writer: row.try_get("writer")?,
-                        seq: row.try_get("seq")?,
-                    },
-                    owner: row.try_get("owner")?,
-                    token: row.try_get("token")?,
-                    lease_until: row.try_get("lease_until")?,
-                    advanced_at: row.try_get("advanced_at")?,
-                })
-            })
-            .transpose()?)
+        Ok(row.as_ref().map(cursor_state).transpose()?)
     }
+}
+
+/// A cursor row of [`sql::READ_CURSOR`] or [`sql::RELAY_CURSORS`].
+pub(super) fn cursor_state(row: &PgRow) -> Result<CursorState, sqlx::Error> {
+    Ok(CursorState {
+        name: row.try_get("name")?,
+        position: FeedPosition {
+            writer: row.try_get("writer")?,
+            seq: row.try_get("seq")?,
+        },
+        owner: row.try_get("owner")?,
+        token: row.try_get("token")?,
+        lease_until: row.try_get("lease_until")?,
+        advanced_at: row.try_get("advanced_at")?,
+        published: row.try_get("published")?,
+        rate_per_s: row.try_get("rate_per_s")?,
+        progressed_at: row.try_get("progressed_at")?,
+        failed_rounds: row.try_get("failed_rounds")?,
+        failing: row.try_get("failing")?,
+    })
 }

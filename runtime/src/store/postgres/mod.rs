@@ -70,8 +70,8 @@ pub use doorbell::Doorbell;
 pub use maintenance::TableSpace;
 pub use observe::{
     AttemptLatency, AttemptOutcomes, AttemptTotals, ConsumerStatus, DURATION_BUCKETS_MS, Lag,
-    LeasedDelivery, Percentiles, Problem, RecentRejects, SilentWorker, StatusReport, TimelineEntry,
-    WatchedConsumer, WorkerSettings,
+    LeasedDelivery, Percentiles, Problem, RELAY_BEHIND_COUNTED, RecentRejects, RelayStatus,
+    SilentWorker, StatusReport, TimelineEntry, WatchedConsumer, WorkerSettings,
 };
 pub use replay::{DiscardApplied, DiscardPlan, DiscardRecord, DiscardedDelivery};
 pub use roles::{Role, RoleCheck};

@@ -13,8 +13,8 @@ use crate::store::{DispatchError, FeedEvent, FeedPosition};
 // The report types moved to `store::observe` (both stores use them); kept here for old paths.
 pub use crate::store::observe::{
     AttemptLatency, AttemptOutcomes, AttemptTotals, ConsumerStatus, DURATION_BUCKETS_MS, Lag,
-    LeasedDelivery, Percentiles, Problem, RecentRejects, SilentWorker, StatusReport, TimelineEntry,
-    WorkerSettings,
+    LeasedDelivery, Percentiles, Problem, RELAY_BEHIND_COUNTED, RecentRejects, RelayStatus,
+    SilentWorker, StatusReport, TimelineEntry, WorkerSettings,
 };
 use crate::store::observe::{Observe, SAMPLE_ATTEMPTS, TotalsRow};
 
@@ -301,6 +301,20 @@ pub(crate) async fn status(
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()?;
 
+    let relays = sqlx::query(sql::RELAY_CURSORS)
+        .bind(RELAY_BEHIND_COUNTED)
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(|row| {
+            Ok(RelayStatus {
+                cursor: super::cursor::cursor_state(row)?,
+                held: row.try_get("held")?,
+                behind: row.try_get("behind")?,
+            })
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+
     Ok(StatusReport {
         consumers: statuses,
         lag,
@@ -310,6 +324,7 @@ pub(crate) async fn status(
         silent_workers,
         workers,
         stale_tokens: 0,
+        relays,
     })
 }
 

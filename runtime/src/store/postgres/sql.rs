@@ -1593,12 +1593,21 @@ SET owner = EXCLUDED.owner, token = c.token + 1, lease_until = EXCLUDED.lease_un
 WHERE c.lease_until < now() OR c.owner = EXCLUDED.owner
 RETURNING token, writer_xid::text::bigint AS writer, seq";
 
-/// Moves cursor `$1` to (`$3`, `$4`) and its lease to `$5` milliseconds from now, if `$2` is
-/// its token. No row: stale.
+/// Moves cursor `$1` to (`$3`, `$4`), adds `$6` events passed at rate `$7`, and its lease to
+/// `$5` milliseconds from now, if `$2` is its token. No row: stale.
 pub(crate) const ADVANCE_CURSOR: &str = "\
 UPDATE evc_relay_cursors
 SET writer_xid = $3::bigint::text::xid8, seq = $4,
-    lease_until = now() + $5::int8 * interval '1 millisecond', advanced_at = now()
+    lease_until = now() + $5::int8 * interval '1 millisecond', advanced_at = now(),
+    published = published + $6, rate_per_s = $7,
+    progressed_at = CASE WHEN $6 > 0 THEN now() ELSE progressed_at END
+WHERE name = $1 AND token = $2
+RETURNING token";
+
+/// Counts a failed round of cursor `$1` with error `$3`, if `$2` is its token. No row: stale.
+pub(crate) const NOTE_CURSOR_FAILURE: &str = "\
+UPDATE evc_relay_cursors
+SET failed_rounds = failed_rounds + 1, failed_at = now(), last_error = $3
 WHERE name = $1 AND token = $2
 RETURNING token";
 
@@ -1606,12 +1615,39 @@ RETURNING token";
 pub(crate) const RELEASE_CURSOR: &str = "\
 UPDATE evc_relay_cursors SET lease_until = now() WHERE name = $1 AND token = $2 RETURNING token";
 
-/// Cursor `$1`; times in epoch seconds.
-pub(crate) const READ_CURSOR: &str = "\
-SELECT writer_xid::text::bigint AS writer, seq, owner, token,
+/// The columns of a cursor; times in epoch seconds, `failing` the last error while it is newer
+/// than the last progress.
+macro_rules! cursor_columns {
+    () => {
+        "name, writer_xid::text::bigint AS writer, seq, owner, token,
     extract(epoch FROM lease_until)::float8 AS lease_until,
-    extract(epoch FROM advanced_at)::float8 AS advanced_at
-FROM evc_relay_cursors WHERE name = $1";
+    extract(epoch FROM advanced_at)::float8 AS advanced_at, published, rate_per_s,
+    extract(epoch FROM progressed_at)::float8 AS progressed_at, failed_rounds,
+    CASE WHEN failed_at > progressed_at THEN last_error END AS failing"
+    };
+}
+
+/// Cursor `$1`.
+pub(crate) const READ_CURSOR: &str = concat!(
+    "SELECT ",
+    cursor_columns!(),
+    "\nFROM evc_relay_cursors WHERE name = $1"
+);
+
+/// Every cursor by name, with whether a lease holds it now and how many events of the feed
+/// are after it (counted up to `$1`: a status read stays cheap however far behind).
+pub(crate) const RELAY_CURSORS: &str = concat!(
+    "SELECT ",
+    cursor_columns!(),
+    ",
+    c.lease_until > now() AS held,
+    (SELECT count(*) FROM (
+        SELECT 1 FROM evc_events e
+        WHERE (coalesce(e.writer_xid, '0'::xid8), e.seq) > (c.writer_xid, c.seq)
+            AND coalesce(e.writer_xid, '0'::xid8) < pg_snapshot_xmin(pg_current_snapshot())
+        LIMIT $1) AS after) AS behind
+FROM evc_relay_cursors c ORDER BY name"
+);
 
 #[cfg(test)]
 mod tests {

@@ -1,13 +1,17 @@
-//! The relay's cursors on SQLite ([`Cursors`]): `evc_relay_cursors` (migration `0010`),
+//! The relay's cursors on SQLite ([`Cursors`]): `evc_relay_cursors` (migrations `0010` and
+//! `0011`),
 //! times from the process's clock, as every time of this store.
 
 use std::time::Duration;
 
 use sqlx::Row;
+use sqlx::sqlite::SqliteRow;
 
 use super::{SqliteStore, epoch_now, sql};
-use crate::store::cursor::{check_name, check_owner};
-use crate::store::{CursorLease, CursorState, Cursors, DispatchError, FeedPosition};
+use crate::store::cursor::{check_name, check_owner, error_text, fenced};
+use crate::store::{
+    CursorLease, CursorProgress, CursorState, Cursors, DispatchError, FeedPosition,
+};
 
 impl Cursors for SqliteStore {
     async fn take_cursor(
@@ -44,6 +48,7 @@ impl Cursors for SqliteStore {
         &self,
         held: &CursorLease,
         position: FeedPosition,
+        progress: CursorProgress,
         lease: Duration,
     ) -> Result<(), DispatchError> {
         let now = epoch_now();
@@ -54,15 +59,26 @@ impl Cursors for SqliteStore {
             .bind(position.seq)
             .bind(now + lease.as_secs_f64())
             .bind(now)
+            .bind(i64::try_from(progress.published).unwrap_or(i64::MAX))
+            .bind(progress.rate_per_s.max(0.0))
             .fetch_optional(self.pool())
             .await?;
-        match advanced {
-            Some(_) => Ok(()),
-            None => Err(DispatchError::StaleCursor {
-                name: held.name.clone(),
-                token: held.token,
-            }),
-        }
+        fenced(held, advanced.is_some())
+    }
+
+    async fn note_cursor_failure(
+        &self,
+        held: &CursorLease,
+        error: &str,
+    ) -> Result<(), DispatchError> {
+        let noted = sqlx::query(sql::NOTE_CURSOR_FAILURE)
+            .bind(&held.name)
+            .bind(held.token)
+            .bind(error_text(error))
+            .bind(epoch_now())
+            .fetch_optional(self.pool())
+            .await?;
+        fenced(held, noted.is_some())
     }
 
     async fn release_cursor(&self, held: &CursorLease) -> Result<(), DispatchError> {
@@ -72,13 +88,7 @@ impl Cursors for SqliteStore {
             .bind(epoch_now())
             .fetch_optional(self.pool())
             .await?;
-        match released {
-            Some(_) => Ok(()),
-            None => Err(DispatchError::StaleCursor {
-                name: held.name.clone(),
-                token: held.token,
-            }),
-        }
+        fenced(held, released.is_some())
     }
 
     async fn cursor(&self, name: &str) -> Result<Option<CursorState>, DispatchError> {
@@ -87,20 +97,26 @@ impl Cursors for SqliteStore {
             .bind(name)
             .fetch_optional(self.pool())
             .await?;
-        Ok(row
-            .map(|row| {
-                Ok::<_, sqlx::Error>(CursorState {
-                    name: name.to_owned(),
-                    position: FeedPosition {
-                        writer: row.try_get("writer")?,
-                        seq: row.try_get("seq")?,
-                    },
-                    owner: row.try_get("owner")?,
-                    token: row.try_get("token")?,
-                    lease_until: row.try_get("lease_until")?,
-                    advanced_at: row.try_get("advanced_at")?,
-                })
-            })
-            .transpose()?)
+        Ok(row.as_ref().map(cursor_state).transpose()?)
     }
+}
+
+/// A cursor row of [`sql::READ_CURSOR`] or [`sql::RELAY_CURSORS`].
+pub(super) fn cursor_state(row: &SqliteRow) -> Result<CursorState, sqlx::Error> {
+    Ok(CursorState {
+        name: row.try_get("name")?,
+        position: FeedPosition {
+            writer: row.try_get("writer")?,
+            seq: row.try_get("seq")?,
+        },
+        owner: row.try_get("owner")?,
+        token: row.try_get("token")?,
+        lease_until: row.try_get("lease_until")?,
+        advanced_at: row.try_get("advanced_at")?,
+        published: row.try_get("published")?,
+        rate_per_s: row.try_get("rate_per_s")?,
+        progressed_at: row.try_get("progressed_at")?,
+        failed_rounds: row.try_get("failed_rounds")?,
+        failing: row.try_get("failing")?,
+    })
 }

@@ -113,6 +113,7 @@ const MIGRATION_0009: &str = include_str!("../../../migrations/sqlite/0009_evc_s
 
 /// The relay's fenced cursors.
 const MIGRATION_0010: &str = include_str!("../../../migrations/sqlite/0010_evc_relay_cursors.sql");
+const MIGRATION_0011: &str = include_str!("../../../migrations/sqlite/0011_evc_relay_progress.sql");
 
 /// Connections of the store's pool unless [`SqliteStoreBuilder::max_connections`] says
 /// otherwise: one for a caller's transaction, one for the reject audit and the dispatcher's
@@ -379,7 +380,7 @@ impl Prepared {
 
 /// The store's schema: each migration's version, name, SQL and whether it runs outside a
 /// transaction of sqlx's (it brings its own), in order.
-const SCHEMA: [(i64, &str, &str, bool); 10] = [
+const SCHEMA: [(i64, &str, &str, bool); 11] = [
     (1, "evc_runtime", MIGRATION_0001, false),
     (2, "evc_replays", MIGRATION_0002, false),
     (3, "evc_registry_document", MIGRATION_0003, false),
@@ -390,6 +391,7 @@ const SCHEMA: [(i64, &str, &str, bool); 10] = [
     (8, "evc_tenant_effect_keys", MIGRATION_0008, false),
     (9, "evc_state_changes", MIGRATION_0009, false),
     (10, "evc_relay_cursors", MIGRATION_0010, false),
+    (11, "evc_relay_progress", MIGRATION_0011, false),
 ];
 
 /// Applies the store's migrations (sqlx's migrator: each once, in order).

@@ -12,8 +12,8 @@ use super::{SqliteStore, epoch_now, parse_uuid, sql};
 use crate::registry::ConsumerMode;
 use crate::store::observe::{
     AttemptLatency, AttemptTotals, ConsumerStatus, Lag, LeasedDelivery, Observe, Percentiles,
-    RecentRejects, SAMPLE_ATTEMPTS, SilentWorker, StatusReport, TimelineEntry, TotalsRow,
-    WorkerSettings,
+    RELAY_BEHIND_COUNTED, RecentRejects, RelayStatus, SAMPLE_ATTEMPTS, SilentWorker, StatusReport,
+    TimelineEntry, TotalsRow, WorkerSettings,
 };
 use crate::store::{DispatchError, FeedEvent, FeedPosition};
 
@@ -157,6 +157,19 @@ impl Observe for SqliteStore {
                 newest: row.try_get("newest")?,
             });
         }
+        let mut relays = Vec::new();
+        for row in sqlx::query(sql::RELAY_CURSORS)
+            .bind(RELAY_BEHIND_COUNTED)
+            .bind(now)
+            .fetch_all(pool)
+            .await?
+        {
+            relays.push(RelayStatus {
+                cursor: super::cursor::cursor_state(&row)?,
+                held: row.try_get("held")?,
+                behind: row.try_get("behind")?,
+            });
+        }
         Ok(StatusReport {
             consumers,
             lag,
@@ -166,6 +179,7 @@ impl Observe for SqliteStore {
             silent_workers,
             workers,
             stale_tokens: self.stale_tokens(),
+            relays,
         })
     }
 

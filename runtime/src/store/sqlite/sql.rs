@@ -845,11 +845,21 @@ SET owner = excluded.owner, token = c.token + 1, lease_until = excluded.lease_un
 WHERE c.lease_until < ?4 OR c.owner = excluded.owner
 RETURNING token, writer, seq";
 
-/// Moves cursor `?1` to (`?3`, `?4`) and its lease to `?5`, at `?6` (epoch seconds), if `?2` is
-/// its token. No row: stale.
+/// Moves cursor `?1` to (`?3`, `?4`) and its lease to `?5`, at `?6` (epoch seconds), adding
+/// `?7` events passed at rate `?8`, if `?2` is its token. No row: stale.
 pub(crate) const ADVANCE_CURSOR: &str = "\
 UPDATE evc_relay_cursors
-SET writer = ?3, seq = ?4, lease_until = ?5, advanced_at = ?6
+SET writer = ?3, seq = ?4, lease_until = ?5, advanced_at = ?6,
+    published = published + ?7, rate_per_s = ?8,
+    progressed_at = CASE WHEN ?7 > 0 THEN ?6 ELSE progressed_at END
+WHERE name = ?1 AND token = ?2
+RETURNING token";
+
+/// Counts a failed round of cursor `?1` with error `?3` at `?4` (epoch seconds), if `?2` is its
+/// token. No row: stale.
+pub(crate) const NOTE_CURSOR_FAILURE: &str = "\
+UPDATE evc_relay_cursors
+SET failed_rounds = failed_rounds + 1, failed_at = ?4, last_error = ?3
 WHERE name = ?1 AND token = ?2
 RETURNING token";
 
@@ -857,10 +867,32 @@ RETURNING token";
 pub(crate) const RELEASE_CURSOR: &str = "\
 UPDATE evc_relay_cursors SET lease_until = ?3 WHERE name = ?1 AND token = ?2 RETURNING token";
 
+/// The columns of a cursor; `failing` the last error while it is newer than the last progress.
+macro_rules! cursor_columns {
+    () => {
+        "name, writer, seq, owner, token, lease_until, advanced_at, published, rate_per_s,
+    progressed_at, failed_rounds,
+    CASE WHEN failed_at > progressed_at THEN last_error END AS failing"
+    };
+}
+
 /// Cursor `?1`.
-pub(crate) const READ_CURSOR: &str = "\
-SELECT writer, seq, owner, token, lease_until, advanced_at
-FROM evc_relay_cursors WHERE name = ?1";
+pub(crate) const READ_CURSOR: &str = concat!(
+    "SELECT ",
+    cursor_columns!(),
+    "\nFROM evc_relay_cursors WHERE name = ?1"
+);
+
+/// Every cursor by name, with whether a lease holds it at `?2` (now) and how many events are
+/// after it (counted up to `?1`).
+pub(crate) const RELAY_CURSORS: &str = concat!(
+    "SELECT ",
+    cursor_columns!(),
+    ",
+    c.lease_until > ?2 AS held,
+    (SELECT count(*) FROM (SELECT 1 FROM evc_events e WHERE e.seq > c.seq LIMIT ?1)) AS behind
+FROM evc_relay_cursors c ORDER BY name"
+);
 
 #[cfg(test)]
 mod tests {
