@@ -3,6 +3,7 @@
 //! between them receive every event once with each key's events in one partition, in feed
 //! order, and `apply` reports and sets back drift.
 
+#[macro_use]
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,7 +19,7 @@ use evc_generated::payloads::{IuBornV1, IuBornV1GovernanceState};
 use evc_generated::producers::emit_iu_born_v1;
 use evc_relay::{Definitions, Drift, Relay, RelayConfig, apply, partition};
 use futures_util::StreamExt;
-use support::{TestResult, TestStream, caught_up, feed, with_postgres, with_sqlite, with_stream};
+use support::{TestResult, TestStream, caught_up, feed, with_stream};
 use tokio::sync::oneshot;
 
 const PARTITIONS: u32 = 3;
@@ -36,27 +37,6 @@ fn definitions(stream: &TestStream) -> Result<Definitions, support::BoxError> {
     Ok(Definitions::parse(&rendered.contents)?
         .with_stream(&stream.name)?
         .with_subject_prefix(&stream.prefix)?)
-}
-
-macro_rules! on_both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() -> super::TestResult {
-                    super::with_postgres(super::$name).await
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() -> super::TestResult {
-                    super::with_sqlite(super::$name).await
-                }
-            )*
-        }
-    };
 }
 
 on_both_stores!(generated_consumers_take_every_event_once_and_each_key_in_order);

@@ -2,38 +2,17 @@
 //! feed order, with its envelope; a relay that published but never moved its cursor; two
 //! relays racing for one cursor; relays stopped at any moment; a stream refusing messages.
 
+#[macro_use]
 mod support;
 
 use std::time::Duration;
 
-use evc::{Cursors, PgStore, SqliteStore};
+use evc::Cursors;
 use evc_relay::{Relay, RelayConfig, RelayStats, headers, message, subject};
 use support::{
     TestResult, TestStream, append, caught_up, event_ids, feed, feed_of, message_ids, with_stream,
 };
 use tokio::sync::oneshot;
-
-/// Each test body, on a fresh PostgreSQL database and a fresh SQLite file.
-macro_rules! on_both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() -> super::TestResult {
-                    super::support::with_postgres(|store: super::PgStore| super::$name(store)).await
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() -> super::TestResult {
-                    super::support::with_sqlite(|store: super::SqliteStore| super::$name(store)).await
-                }
-            )*
-        }
-    };
-}
 
 on_both_stores!(
     relays_every_event_once_in_feed_order_with_its_envelope,

@@ -8,6 +8,7 @@
 //! `/usr/sbin/nats-server`; without one the test skips with a message, and fails under
 //! `CI=true`.
 
+#[macro_use]
 mod support;
 
 use std::net::TcpListener;
@@ -16,31 +17,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use async_nats::jetstream;
-use evc::{Cursors, PgStore, SqliteStore, Store};
+use evc::{Cursors, Store};
 use evc_relay::{Relay, RelayConfig};
 use support::{TestResult, TestStream, append, caught_up, event_ids, feed, message_ids};
 use tokio::sync::oneshot;
-
-macro_rules! on_both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() -> super::TestResult {
-                    super::support::with_postgres(|store: super::PgStore| super::$name(store)).await
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() -> super::TestResult {
-                    super::support::with_sqlite(|store: super::SqliteStore| super::$name(store)).await
-                }
-            )*
-        }
-    };
-}
 
 on_both_stores!(a_nats_restart_mid_stream_loses_and_repeats_nothing);
 

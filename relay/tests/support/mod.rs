@@ -25,6 +25,31 @@ use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection};
 
+/// Each test body named, on a fresh PostgreSQL database and a fresh SQLite file: a module
+/// `postgres` and a module `sqlite` of tests calling `crate::<name>(store)`.
+// The benchmark shares this module and runs no test bodies.
+#[allow(unused_macros)]
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() -> $crate::support::TestResult {
+                    $crate::support::with_postgres(|store: evc::PgStore| $crate::$name(store)).await
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() -> $crate::support::TestResult {
+                    $crate::support::with_sqlite(|store: evc::SqliteStore| $crate::$name(store)).await
+                }
+            )*
+        }
+    };
+}
+
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub type TestResult = Result<(), BoxError>;
 
