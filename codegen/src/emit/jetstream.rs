@@ -153,11 +153,7 @@ const MAX_DESCRIPTION_BYTES: usize = 4096;
 
 /// `text` cut to at most `max` bytes, at a character boundary.
 fn clipped(text: &str, max: usize) -> &str {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
+    &text[..text.floor_char_boundary(max)]
 }
 
 /// `<event type>.v<major>` of every major version a subscription accepts, sorted.
