@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::pull;
 use async_nats::jetstream::stream;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-/// What `generated/jetstream.json` defines.
-#[derive(Debug, Clone, Deserialize)]
+/// What `generated/jetstream.json` defines (written back as the same JSON).
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[non_exhaustive]
 pub struct Definitions {
     /// The project the contracts belong to.
@@ -23,7 +23,7 @@ pub struct Definitions {
 }
 
 /// The relay's settings from `relay` of `evc.yaml`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[non_exhaustive]
 pub struct RelaySettings {
     /// First subject tokens (`evc`).
@@ -203,10 +203,14 @@ fn token_byte(byte: u8) -> bool {
 mod nanos {
     use std::time::Duration;
 
-    use serde::{Deserialize, Deserializer};
+    use serde::{Deserialize, Deserializer, Serializer};
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         u64::deserialize(d).map(Duration::from_nanos)
+    }
+
+    pub(super) fn serialize<S: Serializer>(duration: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX))
     }
 }
 

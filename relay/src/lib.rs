@@ -9,8 +9,10 @@
 //! number of relays may run: one holds the cursor, the others wait for its lease to run out.
 
 mod apply;
+mod consume;
 mod definitions;
 mod message;
+mod transport;
 
 use std::future::Future;
 use std::time::Duration;
@@ -22,8 +24,13 @@ use evc_runtime::{CursorLease, CursorProgress, Cursors, DispatchError, FeedPosit
 use tokio::time::Instant;
 
 pub use apply::{Applied, ApplyError, Drift, apply, apply_consumer, apply_stream};
+pub use consume::{ConsumeConfig, ConsumeError, Consuming, consume};
 pub use definitions::{Definitions, DefinitionsError, RelaySettings};
 pub use message::{HeaderStyle, headers, message, partition, subject};
+pub use transport::{
+    DEFINITIONS_VAR, JETSTREAM_CONSUMERS_VAR, NATS_URL_VAR, Serving, TRANSPORT_VAR, Transport,
+    TransportError, serve,
+};
 
 /// What a relay publishes, where, and how it holds its cursor.
 #[derive(Debug, Clone)]

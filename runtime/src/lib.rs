@@ -28,8 +28,8 @@ pub use append::{
     NewEvent, Rejection, SchemaCompileError, canonical_json, sha256_hex,
 };
 pub use dispatcher::{
-    BoxFuture, Consumer, DispatchStats, Dispatcher, DispatcherConfig, DispatcherHandle, DynHandler,
-    HandlerContext,
+    BoxFuture, Consumer, DeliveryRunner, DispatchStats, Dispatcher, DispatcherConfig,
+    DispatcherHandle, DynHandler, HandlerContext, Outcome,
 };
 pub use handler::{Delivery, FailureClass, HandlerError};
 pub use policy::{
@@ -57,12 +57,12 @@ pub use store::sqlite::{
     CommitBell, SqliteOpenError, SqlitePublisher, SqliteStore, SqliteStoreBuilder,
 };
 pub use store::{
-    AckBatch, AttemptRecord, ClaimRequest, Claimed, Connection, CursorLease, CursorProgress,
-    CursorState, Cursors, DeliveryRecord, DeliveryStatus, DispatchError, Drift, EffectRecord,
-    EventRecord, FeedEvent, FeedPosition, FeedPositionError, Heartbeat, Hold, Intent, Lease,
-    MAX_CURSOR_ERROR_CHARS, MAX_CURSOR_NAME_CHARS, MAX_CURSOR_OWNER_CHARS, Observe, Operate,
+    AckBatch, AttemptRecord, ClaimRequest, Claimed, ClaimedEvents, Connection, CursorLease,
+    CursorProgress, CursorState, Cursors, DeliveryRecord, DeliveryStatus, DispatchError, Drift,
+    EffectRecord, EventRecord, FeedEvent, FeedPosition, FeedPositionError, Heartbeat, Hold, Intent,
+    Lease, MAX_CURSOR_ERROR_CHARS, MAX_CURSOR_NAME_CHARS, MAX_CURSOR_OWNER_CHARS, Observe, Operate,
     ReconciliationRecord, RegistryDrift, RegistryObject, RejectRecord, ShadowLog, StateChange,
-    StateChangeRecord, Store, StoreError,
+    StateChangeRecord, Store, StoreError, Unclaimed,
 };
 pub use store::{
     DEAD_LETTERED, DISCARDED, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED,

@@ -45,7 +45,7 @@ impl<S: Store> Worker<S> {
             let context = HandlerContext::new(held, &self.store, Some(&mut *tx));
             if let Err(failure) = flatten(self.timed(CatchUnwind(handler.handle(context))).await) {
                 tx.rollback().await?;
-                let due = self.record_failure(&held.lease, &failure).await;
+                let due = self.record_failure(&held.lease, &failure).await.due();
                 return Ok((claimed, due));
             }
             if shadow {

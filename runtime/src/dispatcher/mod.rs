@@ -60,12 +60,14 @@ mod config;
 mod context;
 mod cursor;
 mod held;
+mod runner;
 mod stats;
 mod tasks;
 mod worker;
 
 pub use config::DispatcherConfig;
 pub use context::{BoxFuture, Consumer, DynHandler, HandlerContext};
+pub use runner::{DeliveryRunner, Outcome};
 pub use stats::DispatchStats;
 
 use cursor::ClaimCursor;
@@ -209,6 +211,29 @@ impl<S: Store> Dispatcher<S> {
         self
     }
 
+    /// How many consumers it serves.
+    pub fn consumer_count(&self) -> usize {
+        self.consumers.len()
+    }
+
+    /// Splits it in two on the same store and configuration: the consumers `take` accepts
+    /// (by name), and the rest. Consumers of one application can so run on different
+    /// transports.
+    pub fn split(self, take: impl Fn(&str) -> bool) -> (Self, Self) {
+        let (taken, left) = self.consumers.into_iter().partition(|c| take(&c.name));
+        let taken = Self {
+            store: self.store.clone(),
+            config: self.config.clone(),
+            consumers: taken,
+        };
+        let left = Self {
+            store: self.store,
+            config: self.config,
+            consumers: left,
+        };
+        (taken, left)
+    }
+
     /// The settings this dispatcher runs `consumer` with apart from its registry's, by name
     /// (`batch`, `lease`, `heartbeat`, `handler_timeout`; `consumer` when its handler kind,
     /// ordering and retry policy were given explicitly); empty: all the registry's. Each
@@ -240,6 +265,70 @@ impl<S: Store> Dispatcher<S> {
 
     /// Starts the worker, listener, recovery and heartbeat tasks on the current tokio runtime.
     pub fn start(self) -> DispatcherHandle {
+        let listen = self.config.listen;
+        let launched = self.launch(|setup, config| {
+            (0..config.workers)
+                .map(|n| format!("{}/{}/{n}", config.owner, setup.name))
+                .collect()
+        });
+        let workers = launched
+            .workers
+            .into_iter()
+            .map(|worker| tokio::spawn(worker.run()))
+            .collect();
+        let mut helpers = launched.helpers;
+        if listen && !launched.wakers.is_empty() {
+            let (store, wakers) = (launched.store, launched.wakers);
+            let (retry, signal) = (launched.config.poll_interval, launched.signal);
+            helpers.push(tokio::spawn(async move {
+                store.listen(wakers, retry, signal).await;
+            }));
+        }
+        DispatcherHandle {
+            shutdown: launched.shutdown,
+            workers,
+            helpers,
+            counters: launched.counters,
+        }
+    }
+
+    /// Starts the recovery and heartbeat tasks without claim loops and gives `runners(name)`
+    /// [`DeliveryRunner`]s for each consumer instead (owners `<owner>/<consumer>/r<n>`), for
+    /// a transport that names the deliveries to run: a broker's messages. Their counts add
+    /// to the handle's [`DispatchStats`]; [`DispatcherHandle::shutdown`] tells them to stop
+    /// ([`DeliveryRunner::stopping`]).
+    pub fn start_runners(
+        self,
+        runners: impl Fn(&str) -> usize,
+    ) -> (DispatcherHandle, Vec<DeliveryRunner<S>>) {
+        let launched = self.launch(|setup, config| {
+            (0..runners(&setup.name))
+                .map(|n| format!("{}/{}/r{n}", config.owner, setup.name))
+                .collect()
+        });
+        let runners = launched
+            .workers
+            .into_iter()
+            .map(|worker| DeliveryRunner {
+                worker,
+                swept: tokio::time::Instant::now(),
+            })
+            .collect();
+        let handle = DispatcherHandle {
+            shutdown: launched.shutdown,
+            workers: Vec::new(),
+            helpers: launched.helpers,
+            counters: launched.counters,
+        };
+        (handle, runners)
+    }
+
+    /// The workers `owners` names per consumer, not started, with the recovery and heartbeat
+    /// tasks started.
+    fn launch(
+        self,
+        owners_of: impl Fn(&ConsumerSetup<S>, &DispatcherConfig) -> Vec<String>,
+    ) -> Launched<S> {
         let overrides: HashMap<String, String> = self
             .consumers
             .iter()
@@ -250,19 +339,19 @@ impl<S: Store> Dispatcher<S> {
         let config = Arc::new(self.config);
         let mut wakers: HashMap<String, Arc<Notify>> = HashMap::new();
         let mut workers = Vec::new();
-        let mut owners = Vec::new();
+        let mut heartbeats = Vec::new();
         let mut index = 0u64;
         for consumer in self.consumers {
+            let owners = owners_of(&consumer, &config);
             let consumer = Arc::new(consumer);
             let wake = Arc::clone(
                 wakers
                     .entry(consumer.name.clone())
                     .or_insert_with(|| Arc::new(Notify::new())),
             );
-            for n in 0..config.workers {
+            for owner in owners {
                 index += 1;
-                let owner = format!("{}/{}/{n}", config.owner, consumer.name);
-                owners.push(Heartbeat::new(
+                heartbeats.push(Heartbeat::new(
                     owner.clone(),
                     consumer.name.clone(),
                     overrides.get(&consumer.name).cloned().unwrap_or_default(),
@@ -271,7 +360,7 @@ impl<S: Store> Dispatcher<S> {
                     Some(seed) => fastrand::Rng::with_seed(seed ^ index.wrapping_mul(0x9E37_79B9)),
                     None => fastrand::Rng::new(),
                 };
-                let worker = Worker {
+                workers.push(Worker {
                     store: self.store.clone(),
                     config: Arc::clone(&config),
                     consumer: Arc::clone(&consumer),
@@ -281,37 +370,46 @@ impl<S: Store> Dispatcher<S> {
                     counters: Arc::clone(&counters),
                     rng,
                     connection: None,
-                };
-                workers.push(tokio::spawn(worker.run()));
+                });
             }
         }
-        let mut helpers = Vec::new();
-        if config.listen && !wakers.is_empty() {
-            let store = self.store.clone();
-            let (retry, signal) = (config.poll_interval, signal.clone());
-            helpers.push(tokio::spawn(async move {
-                store.listen(wakers, retry, signal).await;
-            }));
-        }
-        helpers.push(tokio::spawn(tasks::recover(
-            self.store.clone(),
-            config.recovery_interval,
-            Arc::clone(&counters),
-            signal.clone(),
-        )));
-        helpers.push(tokio::spawn(tasks::heartbeat(
-            self.store.clone(),
-            owners,
-            config.heartbeat_interval,
-            signal,
-        )));
-        DispatcherHandle {
+        let helpers = vec![
+            tokio::spawn(tasks::recover(
+                self.store.clone(),
+                config.recovery_interval,
+                Arc::clone(&counters),
+                signal.clone(),
+            )),
+            tokio::spawn(tasks::heartbeat(
+                self.store.clone(),
+                heartbeats,
+                config.heartbeat_interval,
+                signal.clone(),
+            )),
+        ];
+        Launched {
+            store: self.store,
+            config,
             shutdown,
+            signal,
+            counters,
+            wakers,
             workers,
             helpers,
-            counters,
         }
     }
+}
+
+/// A dispatcher's workers made and its helper tasks started ([`Dispatcher::launch`]).
+struct Launched<S: Store> {
+    store: S,
+    config: Arc<DispatcherConfig>,
+    shutdown: watch::Sender<bool>,
+    signal: watch::Receiver<bool>,
+    counters: Arc<Counters>,
+    wakers: HashMap<String, Arc<Notify>>,
+    workers: Vec<Worker<S>>,
+    helpers: Vec<JoinHandle<()>>,
 }
 
 /// A running dispatcher.
@@ -327,6 +425,11 @@ impl DispatcherHandle {
     /// What the dispatcher did so far.
     pub fn stats(&self) -> DispatchStats {
         self.counters.snapshot()
+    }
+
+    /// Tells the workers, runners and helper tasks to stop, without waiting for them.
+    pub fn stop(&self) {
+        let _ = self.shutdown.send(true);
     }
 
     /// Graceful shutdown: stop claiming, let running handlers finish, release the leases still

@@ -27,6 +27,25 @@ pub struct DispatchStats {
     pub cancelled: u64,
 }
 
+/// The counts of two dispatchers (or a dispatcher and its runners) together.
+impl std::ops::Add for DispatchStats {
+    type Output = Self;
+
+    fn add(self, other: Self) -> Self {
+        Self {
+            claimed: self.claimed + other.claimed,
+            acked: self.acked + other.acked,
+            retried: self.retried + other.retried,
+            dead: self.dead + other.dead,
+            quarantined: self.quarantined + other.quarantined,
+            stale: self.stale + other.stale,
+            released: self.released + other.released,
+            recovered: self.recovered + other.recovered,
+            cancelled: self.cancelled + other.cancelled,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub(super) struct Counters {
     pub(super) claimed: AtomicU64,

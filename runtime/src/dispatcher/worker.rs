@@ -128,7 +128,8 @@ impl<S: Store> Worker<S> {
             match self.claim().await {
                 Ok(batch) if !batch.is_empty() => {
                     add(&self.counters.claimed, batch.len() as u64);
-                    self.run_batch(batch).await
+                    let ran = self.run_batch(batch).await;
+                    ran.into_iter().filter_map(|(_, ended)| ended.due()).min()
                 }
                 Ok(_) => return false,
                 Err(error) => {
@@ -141,6 +142,22 @@ impl<S: Store> Worker<S> {
             *next_due = Some(next_due.map_or(due, |d| d.min(due)));
         }
         true
+    }
+
+    /// One leased claim of due deliveries and its batch (a [`super::DeliveryRunner`]'s
+    /// sweep); returns how many it ran.
+    pub(super) async fn sweep(&mut self) -> usize {
+        match self.claim().await {
+            Ok(batch) if !batch.is_empty() => {
+                add(&self.counters.claimed, batch.len() as u64);
+                self.run_batch(batch).await.len()
+            }
+            Ok(_) => 0,
+            Err(error) => {
+                tracing::warn!(consumer = %self.consumer.name, %error, "claim failed");
+                0
+            }
+        }
     }
 
     /// The worker's kept connection ([`Worker::connection`]), or one from the pool.
@@ -276,13 +293,8 @@ impl<S: Store> Worker<S> {
             && !self.consumer.per_key
     }
 
-    /// Ends a failed attempt with the retry policy's decision, counted; returns when a retry
-    /// it scheduled is due.
-    pub(super) async fn record_failure(
-        &mut self,
-        lease: &Lease,
-        failure: &HandlerError,
-    ) -> Option<Instant> {
+    /// Ends a failed attempt with the retry policy's decision, counted; says how it ended.
+    pub(super) async fn record_failure(&mut self, lease: &Lease, failure: &HandlerError) -> Ran {
         let decision = self
             .consumer
             .policy
@@ -295,31 +307,41 @@ impl<S: Store> Worker<S> {
             Ok(()) => match decision {
                 RetryDecision::Retry(delay) => {
                     add(&self.counters.retried, 1);
-                    return Some(Instant::now() + delay);
+                    Ran::Retry(delay)
                 }
-                RetryDecision::Dead => add(&self.counters.dead, 1),
-                RetryDecision::Quarantine => add(&self.counters.quarantined, 1),
+                RetryDecision::Dead => {
+                    add(&self.counters.dead, 1);
+                    Ran::Dead
+                }
+                RetryDecision::Quarantine => {
+                    add(&self.counters.quarantined, 1);
+                    Ran::Quarantined
+                }
             },
-            Err(error) => self.count_error(&error),
+            Err(error) => {
+                self.count_error(&error);
+                Ran::Unsettled
+            }
         }
-        None
     }
 
-    /// Runs a claimed batch in order; returns when the earliest retry it scheduled is due.
-    async fn run_batch(&mut self, batch: Vec<Claimed>) -> Option<Instant> {
+    /// Runs a claimed batch in order; says how each delivery ended.
+    pub(super) async fn run_batch(&mut self, batch: Vec<Claimed>) -> Vec<(Uuid, Ran)> {
         let mut remaining: VecDeque<Claimed> = batch.into();
         let mut ticker = tokio::time::interval_at(
             Instant::now() + self.config.renew_every,
             self.config.renew_every,
         );
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut next_due = None;
+        let mut ran = Vec::with_capacity(remaining.len());
         // Leased handlers that succeeded, not acked yet, and when the oldest succeeded.
         let mut unacked: Vec<Lease> = Vec::new();
         let mut oldest_unacked: Option<Instant> = None;
         while let Some(mut claimed) = remaining.pop_front() {
             if self.stopping() {
                 // Not started: released with the rest at the end of `run`.
+                ran.push((claimed.lease.event_id, Ran::Unsettled));
+                ran.extend(remaining.iter().map(|c| (c.lease.event_id, Ran::Unsettled)));
                 break;
             }
             claimed.lease.mark_started();
@@ -350,7 +372,7 @@ impl<S: Store> Worker<S> {
                     // Kept for the next run unless the run ended in an error (or a
                     // transactional run's rollback).
                     let keep = match kind {
-                        HandlerKind::Transactional => matches!(outcome, Ok(Ran::Succeeded)),
+                        HandlerKind::Transactional => matches!(outcome, Ok(Handled::Succeeded)),
                         HandlerKind::Leased => outcome.is_ok(),
                     };
                     if keep {
@@ -361,40 +383,47 @@ impl<S: Store> Worker<S> {
                 Err(error) => Err(error),
             };
             let failure = match outcome {
-                Ok(Ran::Succeeded) => {
+                Ok(Handled::Succeeded) => {
                     match self.consumer.kind {
-                        HandlerKind::Transactional => add(&self.counters.acked, 1),
+                        HandlerKind::Transactional => {
+                            add(&self.counters.acked, 1);
+                            ran.push((claimed.lease.event_id, Ran::Acked));
+                        }
                         HandlerKind::Leased => {
                             unacked.push(claimed.lease);
                             let oldest = *oldest_unacked.get_or_insert_with(Instant::now);
                             if oldest.elapsed() >= self.config.ack_window {
-                                self.flush_acks(&mut unacked).await;
+                                self.flush_acks(&mut unacked, &mut ran).await;
                                 oldest_unacked = None;
                             }
                         }
                     }
                     continue;
                 }
-                Ok(Ran::Failed(failure)) => failure,
+                Ok(Handled::Failed(failure)) => failure,
                 // No ack and no fail: the lease is another claim's now, or expires and is
                 // recovered (its `lease_expired` attempt row is the attempt's record).
-                Ok(Ran::Cancelled) => continue,
+                Ok(Handled::Cancelled) => {
+                    ran.push((claimed.lease.event_id, Ran::Unsettled));
+                    continue;
+                }
                 Err(error) => {
                     self.count_error(&error);
+                    ran.push((claimed.lease.event_id, Ran::Unsettled));
                     continue;
                 }
             };
-            if let Some(due) = self.record_failure(&claimed.lease, &failure).await {
-                next_due = Some(next_due.map_or(due, |d: Instant| d.min(due)));
-            }
+            let ended = self.record_failure(&claimed.lease, &failure).await;
+            ran.push((claimed.lease.event_id, ended));
         }
         // Also when stopping: the handlers ran, so their acks must not be released.
-        self.flush_acks(&mut unacked).await;
-        next_due
+        self.flush_acks(&mut unacked, &mut ran).await;
+        ran
     }
 
-    /// Acks the leased handlers' successes in one fenced statement.
-    async fn flush_acks(&mut self, unacked: &mut Vec<Lease>) {
+    /// Acks the leased handlers' successes in one fenced statement, adding how each ended to
+    /// `ran`.
+    async fn flush_acks(&mut self, unacked: &mut Vec<Lease>, ran: &mut Vec<(Uuid, Ran)>) {
         if unacked.is_empty() {
             return;
         }
@@ -413,13 +442,21 @@ impl<S: Store> Worker<S> {
             Ok(outcome) => {
                 add(&self.counters.acked, outcome.acked as u64);
                 add(&self.counters.stale, outcome.stale.len() as u64);
+                for lease in unacked.iter() {
+                    let stale = outcome.stale.iter().any(|(id, _, _)| *id == lease.event_id);
+                    let ended = if stale { Ran::Unsettled } else { Ran::Acked };
+                    ran.push((lease.event_id, ended));
+                }
             }
-            Err(error) => tracing::warn!(
-                consumer = %self.consumer.name,
-                deliveries = unacked.len(),
-                %error,
-                "acks not written; the leases expire and the deliveries run again"
-            ),
+            Err(error) => {
+                tracing::warn!(
+                    consumer = %self.consumer.name,
+                    deliveries = unacked.len(),
+                    %error,
+                    "acks not written; the leases expire and the deliveries run again"
+                );
+                ran.extend(unacked.iter().map(|lease| (lease.event_id, Ran::Unsettled)));
+            }
         }
         unacked.clear();
     }
@@ -433,7 +470,7 @@ impl<S: Store> Worker<S> {
     }
 
     /// The transactional kind: fence, handler, ack, all in one transaction on `connection` (the
-    /// worker's kept connection). [`Ran::Succeeded`]: acked; [`Ran::Failed`]: the handler
+    /// worker's kept connection). [`Handled::Succeeded`]: acked; [`Handled::Failed`]: the handler
     /// failed and everything it wrote was rolled back.
     async fn run_transactional(
         &self,
@@ -441,7 +478,7 @@ impl<S: Store> Worker<S> {
         claimed: &Claimed,
         remaining: &VecDeque<Claimed>,
         ticker: &mut Interval,
-    ) -> Result<Ran, DispatchError> {
+    ) -> Result<Handled, DispatchError> {
         let mut tx = self.store.begin_on(connection).await?;
         // Row-locks the delivery: recovery and renewal leave it alone until we commit.
         self.store.lock_lease(&mut tx, &claimed.lease).await?;
@@ -467,7 +504,7 @@ impl<S: Store> Worker<S> {
             }
         };
         let Some(result) = result else {
-            return Ok(Ran::Cancelled);
+            return Ok(Handled::Cancelled);
         };
         match flatten(result) {
             Ok(()) => {
@@ -490,14 +527,14 @@ impl<S: Store> Worker<S> {
                     });
                 }
                 tx.commit().await?;
-                Ok(Ran::Succeeded)
+                Ok(Handled::Succeeded)
             }
             Err(failure) => {
                 tx.rollback().await?;
                 if S::ONE_WRITER {
                     self.renew_if_due(connection, &held, ticker).await;
                 }
-                Ok(Ran::Failed(failure))
+                Ok(Handled::Failed(failure))
             }
         }
     }
@@ -534,8 +571,8 @@ impl<S: Store> Worker<S> {
         }
     }
 
-    /// The leased kind: the handler outside any transaction. [`Ran::Succeeded`]: its lease
-    /// waits for the batch's fenced ack ([`Worker::flush_acks`]); [`Ran::Cancelled`]: its lease
+    /// The leased kind: the handler outside any transaction. [`Handled::Succeeded`]: its lease
+    /// waits for the batch's fenced ack ([`Worker::flush_acks`]); [`Handled::Cancelled`]: its lease
     /// was lost while it ran, and it was stopped.
     async fn run_leased(
         &self,
@@ -544,7 +581,7 @@ impl<S: Store> Worker<S> {
         unacked: &[Lease],
         remaining: &VecDeque<Claimed>,
         ticker: &mut Interval,
-    ) -> Result<Ran, DispatchError> {
+    ) -> Result<Handled, DispatchError> {
         let held: Vec<&Lease> = unacked
             .iter()
             .chain(std::iter::once(&claimed.lease))
@@ -571,7 +608,7 @@ impl<S: Store> Worker<S> {
                 token = claimed.lease.token,
                 "lease lost while the handler ran; handler cancelled"
             );
-            return Ok(Ran::Cancelled);
+            return Ok(Handled::Cancelled);
         };
         match flatten(result) {
             Ok(()) => {
@@ -580,9 +617,9 @@ impl<S: Store> Worker<S> {
                         .record_reconciliation(connection, &claimed.lease)
                         .await?;
                 }
-                Ok(Ran::Succeeded)
+                Ok(Handled::Succeeded)
             }
-            Err(failure) => Ok(Ran::Failed(failure)),
+            Err(failure) => Ok(Handled::Failed(failure)),
         }
     }
 
@@ -658,8 +695,34 @@ impl<S: Store> Worker<S> {
     }
 }
 
+/// How a delivery a worker claimed ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ran {
+    /// Its handler succeeded and its ack was written.
+    Acked,
+    /// Its handler failed; it runs again after this delay.
+    Retry(Duration),
+    /// Its handler failed; it was dead-lettered.
+    Dead,
+    /// Its handler failed; it was quarantined.
+    Quarantined,
+    /// Nothing was written for it: its lease was lost, the worker stopped before its handler,
+    /// or its ack or fail failed. Its lease ends and lease-expiry recovery brings it back.
+    Unsettled,
+}
+
+impl Ran {
+    /// When a retry this end scheduled is due.
+    pub(super) fn due(self) -> Option<Instant> {
+        match self {
+            Self::Retry(delay) => Some(Instant::now() + delay),
+            _ => None,
+        }
+    }
+}
+
 /// How one handler run ended.
-enum Ran {
+enum Handled {
     /// It succeeded: a transactional run is acked, a leased one waits for its batch's ack.
     Succeeded,
     /// It failed (or panicked); a transactional run's writes were rolled back.

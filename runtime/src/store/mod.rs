@@ -169,6 +169,22 @@ pub trait Store: Clone + Send + Sync + 'static {
         request: &ClaimRequest<'_>,
     ) -> impl Future<Output = Result<Vec<Claimed>, DispatchError>> + Send;
 
+    /// Claims the deliveries of `event_ids` to `consumer` (the events a broker's messages
+    /// name), as a leased claim does: each that is pending, due, claimable and heads its key
+    /// is leased to `owner` until now + `lease`, its attempt counted and its fencing token
+    /// raised; the claim commits itself. Says for every other event why it was left alone.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`] or [`DispatchError::Payload`].
+    fn claim_events(
+        &self,
+        connection: &mut Connection<Self>,
+        consumer: &str,
+        owner: &str,
+        event_ids: &[Uuid],
+        lease: Duration,
+    ) -> impl Future<Output = Result<ClaimedEvents, DispatchError>> + Send;
+
     /// Acks leases on `connection`, each fenced on its own (still leased to its owner with its
     /// token, or held by the transaction open on `connection`): every acked delivery is
     /// deleted and gets its `acked` attempt row (started at [`Lease::started_at`]). Stale
@@ -932,6 +948,42 @@ pub struct Claimed {
     pub payload: serde_json::Value,
     /// The event's W3C trace context, if it carried one.
     pub trace: Option<TraceContext>,
+}
+
+/// What a claim by event id ([`Store::claim_events`]) found.
+#[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
+pub struct ClaimedEvents {
+    /// The deliveries it leased, in `event_seq` order.
+    pub claimed: Vec<Claimed>,
+    /// The events whose delivery it left alone, and why.
+    pub unclaimed: Vec<(Uuid, Unclaimed)>,
+}
+
+/// Why a claim by event id left an event's delivery to a consumer alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unclaimed {
+    /// The consumer has no open delivery of the event: it was acked, replayed or discarded,
+    /// or the event was never addressed to the consumer.
+    Settled,
+    /// Dead-lettered or quarantined: it waits for an operator's replay or discard.
+    Ended,
+    /// Open but not claimable now: not due yet, leased to another worker, behind an open
+    /// delivery of its key, or its consumer is paused. Ask again after this long (zero when
+    /// the store cannot tell when).
+    Waiting(Duration),
+}
+
+/// Where an event's delivery stands that a claim by id left alone, from what the store read:
+/// whether one is open, whether one ended, and the seconds until an open one is due.
+pub(crate) fn unclaimed_state(open: bool, ended: bool, wait_s: f64) -> Unclaimed {
+    if open {
+        Unclaimed::Waiting(Duration::try_from_secs_f64(wait_s.max(0.0)).unwrap_or_default())
+    } else if ended {
+        Unclaimed::Ended
+    } else {
+        Unclaimed::Settled
+    }
 }
 
 /// Why a dispatch operation failed.

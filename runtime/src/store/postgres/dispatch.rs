@@ -14,7 +14,10 @@ use crate::handler::{Delivery, FailureClass};
 use crate::registry::ConsumerMode;
 use crate::retry::RetryDecision;
 use crate::store::lifecycle::{self, DeadLetter};
-use crate::store::{AckBatch, Claimed, DispatchError, Heartbeat, Intent, Lease};
+use crate::store::{
+    AckBatch, Claimed, ClaimedEvents, DispatchError, Heartbeat, Intent, Lease, Unclaimed,
+    unclaimed_state,
+};
 use crate::trace::TraceContext;
 
 /// Milliseconds of a duration as a bind parameter (`int8`).
@@ -174,6 +177,57 @@ impl PgStore {
                 .await?
         };
         rows.iter().map(|row| self.claimed(row, owner)).collect()
+    }
+
+    /// A claim by event id for [`crate::Store::claim_events`]: one statement leases what it
+    /// can ([`sql::CLAIM_EVENTS`]), a second says where the rest stand
+    /// ([`sql::UNCLAIMED_EVENTS`]), only when some were left.
+    pub(super) async fn claim_by_id(
+        &self,
+        connection: &mut PgConnection,
+        consumer: &str,
+        owner: &str,
+        event_ids: &[Uuid],
+        lease: Duration,
+    ) -> Result<ClaimedEvents, DispatchError> {
+        if event_ids.is_empty() {
+            return Ok(ClaimedEvents::default());
+        }
+        let rows = sqlx::query(sql::CLAIM_EVENTS)
+            .bind(consumer)
+            .bind(event_ids)
+            .bind(owner)
+            .bind(millis(lease))
+            .fetch_all(&mut *connection)
+            .await?;
+        let claimed = rows
+            .iter()
+            .map(|row| self.claimed(row, owner))
+            .collect::<Result<Vec<_>, _>>()?;
+        let left: Vec<Uuid> = event_ids
+            .iter()
+            .filter(|id| !claimed.iter().any(|c| c.lease.event_id == **id))
+            .copied()
+            .collect();
+        let mut unclaimed = Vec::with_capacity(left.len());
+        if !left.is_empty() {
+            let rows: Vec<(Uuid, Option<bool>, Option<bool>, f64)> =
+                sqlx::query_as(sql::UNCLAIMED_EVENTS)
+                    .bind(consumer)
+                    .bind(&left)
+                    .fetch_all(&mut *connection)
+                    .await?;
+            for id in left {
+                let state = rows.iter().find(|row| row.0 == id).map_or(
+                    Unclaimed::Settled,
+                    |&(_, open, ended, wait)| {
+                        unclaimed_state(open.unwrap_or(false), ended.unwrap_or(false), wait)
+                    },
+                );
+                unclaimed.push((id, state));
+            }
+        }
+        Ok(ClaimedEvents { claimed, unclaimed })
     }
 
     /// A claim held by the caller's transaction ([`crate::Hold::Transaction`]), for

@@ -41,9 +41,9 @@ use crate::registry::Registry;
 use crate::retry::RetryDecision;
 use crate::store::parity::{self, Mirror};
 use crate::store::{
-    AckBatch, AttemptRecord, ClaimRequest, Claimed, DeliveryRecord, DeliveryStatus, DispatchError,
-    EffectRecord, EventRecord, Heartbeat, Hold, Lease, ReconciliationRecord, RegistryDrift,
-    RejectRecord, Store, StoreError,
+    AckBatch, AttemptRecord, ClaimRequest, Claimed, ClaimedEvents, DeliveryRecord, DeliveryStatus,
+    DispatchError, EffectRecord, EventRecord, Heartbeat, Hold, Lease, ReconciliationRecord,
+    RegistryDrift, RejectRecord, Store, StoreError,
 };
 
 mod console;
@@ -821,6 +821,18 @@ impl Store for PgStore {
                     .await
             }
         }
+    }
+
+    async fn claim_events(
+        &self,
+        connection: &mut PgConnection,
+        consumer: &str,
+        owner: &str,
+        event_ids: &[Uuid],
+        lease: Duration,
+    ) -> Result<ClaimedEvents, DispatchError> {
+        self.claim_by_id(connection, consumer, owner, event_ids, lease)
+            .await
     }
 
     async fn ack(

@@ -519,6 +519,55 @@ WITH d AS (
     claimed_rows!()
 );
 
+/// Claim by event id (a broker's messages name the events): leases the deliveries of consumer
+/// `$1` of the events `$2` that are pending, due, claimable (`claimable!`) and head their key
+/// to owner `$3` until now + `$4` milliseconds; counts the attempt and raises the fencing
+/// token. Returns what [`CLAIM_BATCH`] returns. A concurrent claim of the same row waits for
+/// this one and then finds it no longer pending. The head check reads this statement's
+/// snapshot: a broker consumer that delivers one message of a partition at a time is what
+/// orders a key (docs/relay.md, "Consumers on JetStream").
+pub(crate) const CLAIM_EVENTS: &str = concat!(
+    "\
+WITH d AS (
+    UPDATE evc_deliveries d
+    SET status = 'leased', lease_owner = $3,
+        lease_until = now() + $4::int8 * interval '1 millisecond',
+        attempt = d.attempt + 1, fencing_token = d.fencing_token + 1, updated_at = now()
+    WHERE d.consumer = $1 AND d.event_id = ANY($2::uuid[]) AND d.status = 'pending'
+        AND d.next_attempt_at <= now()
+        AND ",
+    claimable!("d"),
+    "
+        AND NOT EXISTS (
+            SELECT 1 FROM evc_deliveries p
+            WHERE p.consumer = d.consumer AND p.order_key = d.order_key
+                AND p.order_key IS NOT NULL
+                AND p.tenant_scope IS NOT DISTINCT FROM d.tenant_scope
+                AND p.event_id <> d.event_id
+                AND p.status IN ('pending', 'leased')
+                AND (p.status = 'leased' OR p.event_seq < d.event_seq)
+        )
+    RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.fencing_token, d.event_seq
+)
+",
+    claimed_rows!()
+);
+
+/// Where the deliveries of consumer `$1` of the events `$2` stand, per event: whether one is
+/// open (`pending` or `leased`), whether one is dead or quarantined, and for an open one how
+/// many seconds until it is due or its lease ends (never below zero).
+pub(crate) const UNCLAIMED_EVENTS: &str = "\
+SELECT d.event_id,
+    bool_or(d.status IN ('pending', 'leased')) AS open,
+    bool_or(d.status IN ('dead', 'quarantined')) AS ended,
+    coalesce(greatest(0, max(extract(epoch FROM CASE d.status
+        WHEN 'leased' THEN d.lease_until
+        WHEN 'pending' THEN d.next_attempt_at
+    END - now()))), 0)::float8 AS wait_s
+FROM evc_deliveries d
+WHERE d.consumer = $1 AND d.event_id = ANY($2::uuid[])
+GROUP BY d.event_id";
+
 /// Held claim (a batched transactional claim, run in the transaction that will ack): locks up
 /// to a batch ([`with_batch`]) of due deliveries of consumer `$1` that need no per-key ordering
 /// and come after `event_seq` `$2` (0: from the head), oldest first

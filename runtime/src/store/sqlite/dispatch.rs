@@ -21,7 +21,10 @@ use crate::handler::{Delivery, FailureClass};
 use crate::registry::ConsumerMode;
 use crate::retry::RetryDecision;
 use crate::store::lifecycle::{self, DeadLetter};
-use crate::store::{AckBatch, Claimed, DispatchError, Heartbeat, Intent, Lease};
+use crate::store::{
+    AckBatch, Claimed, ClaimedEvents, DispatchError, Heartbeat, Intent, Lease, Unclaimed,
+    unclaimed_state,
+};
 use crate::trace::TraceContext;
 
 /// A delivery row a fenced statement settled (its `RETURNING`): what its attempt row needs.
@@ -226,6 +229,63 @@ impl SqliteStore {
             .await?;
         tx.commit().await?;
         Ok(claimed)
+    }
+
+    /// A claim by event id for [`crate::Store::claim_events`], in one `BEGIN IMMEDIATE`
+    /// transaction: the lease ([`sql::CLAIM_EVENTS`]), the claimed events, and where the
+    /// rest stand ([`sql::UNCLAIMED_EVENTS`]).
+    pub(super) async fn claim_by_id(
+        &self,
+        connection: &mut SqliteConnection,
+        consumer: &str,
+        owner: &str,
+        event_ids: &[Uuid],
+        lease: Duration,
+    ) -> Result<ClaimedEvents, DispatchError> {
+        if event_ids.is_empty() {
+            return Ok(ClaimedEvents::default());
+        }
+        let now = epoch_now();
+        let ids: Vec<String> = event_ids.iter().map(Uuid::to_string).collect();
+        let ids = serde_json::Value::from(ids).to_string();
+        let mut tx = begin_write(connection).await?;
+        let leased = sqlx::query(sql::CLAIM_EVENTS)
+            .bind(consumer)
+            .bind(owner)
+            .bind(now + lease.as_secs_f64())
+            .bind(now)
+            .bind(&ids)
+            .fetch_all(&mut *tx)
+            .await?;
+        let claimed = self
+            .with_events(&mut tx, &leased, consumer, owner, now)
+            .await?;
+        let left: Vec<Uuid> = event_ids
+            .iter()
+            .filter(|id| !claimed.iter().any(|c| c.lease.event_id == **id))
+            .copied()
+            .collect();
+        let mut unclaimed = Vec::with_capacity(left.len());
+        if !left.is_empty() {
+            let rows: Vec<(String, bool, bool, f64)> = sqlx::query_as(sql::UNCLAIMED_EVENTS)
+                .bind(consumer)
+                .bind(&ids)
+                .bind(now)
+                .fetch_all(&mut *tx)
+                .await?;
+            for id in left {
+                let text = id.to_string();
+                let state = rows
+                    .iter()
+                    .find(|row| row.0 == text)
+                    .map_or(Unclaimed::Settled, |&(_, open, ended, wait)| {
+                        unclaimed_state(open, ended, wait)
+                    });
+                unclaimed.push((id, state));
+            }
+        }
+        tx.commit().await?;
+        Ok(ClaimedEvents { claimed, unclaimed })
     }
 
     /// The claimed deliveries of `rows` (a claim's `RETURNING`) with their events, read on

@@ -65,9 +65,9 @@ use crate::retry::RetryDecision;
 use crate::store::parity::Drift;
 use crate::store::postgres::PolicySource;
 use crate::store::{
-    AckBatch, AttemptRecord, ClaimRequest, Claimed, DeliveryRecord, DeliveryStatus, DispatchError,
-    EffectRecord, EventRecord, Heartbeat, Hold, Lease, ReconciliationRecord, RegistryDrift,
-    RejectRecord, Store, StoreError,
+    AckBatch, AttemptRecord, ClaimRequest, Claimed, ClaimedEvents, DeliveryRecord, DeliveryStatus,
+    DispatchError, EffectRecord, EventRecord, Heartbeat, Hold, Lease, ReconciliationRecord,
+    RegistryDrift, RejectRecord, Store, StoreError,
 };
 
 mod cursor;
@@ -1268,6 +1268,18 @@ impl Store for SqliteStore {
                     .await
             }
         }
+    }
+
+    async fn claim_events(
+        &self,
+        connection: &mut SqliteConnection,
+        consumer: &str,
+        owner: &str,
+        event_ids: &[Uuid],
+        lease: Duration,
+    ) -> Result<ClaimedEvents, DispatchError> {
+        self.claim_by_id(connection, consumer, owner, event_ids, lease)
+            .await
     }
 
     async fn ack(

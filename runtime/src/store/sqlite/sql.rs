@@ -219,6 +219,49 @@ WHERE rowid IN (
 )
 RETURNING event_id, consumer, generation, attempt, fencing_token, event_seq";
 
+/// Claim by event id (a broker's messages name the events): leases the deliveries of consumer
+/// `?1` of the events `?5` (a JSON array of ids) that are pending, due, claimable and head
+/// their key to owner `?2` until `?3`; `?4` now. Counts the attempt and raises the fencing
+/// token. Returns what [`CLAIM_BATCH`] returns. Run in a `BEGIN IMMEDIATE` transaction, as
+/// [`CLAIM_KEY_HEADS`], so the head check sees every commit.
+pub(crate) const CLAIM_EVENTS: &str = "\
+UPDATE evc_deliveries
+SET status = 'leased', lease_owner = ?2, lease_until = ?3, attempt = attempt + 1,
+    fencing_token = fencing_token + 1, updated_at = ?4
+WHERE rowid IN (
+    SELECT d.rowid FROM evc_deliveries d
+    WHERE d.consumer = ?1 AND d.status = 'pending' AND d.next_attempt_at <= ?4
+        AND d.event_id IN (SELECT value FROM json_each(?5))
+        AND NOT EXISTS (
+            SELECT 1 FROM evc_consumer_state s
+            WHERE s.consumer = ?1 AND (s.paused OR s.mode = 'off')
+        )
+        AND NOT EXISTS (
+            SELECT 1 FROM evc_deliveries p
+            WHERE p.consumer = d.consumer AND p.order_key = d.order_key
+                AND p.order_key IS NOT NULL
+                AND p.event_id <> d.event_id
+                AND p.status IN ('pending', 'leased')
+                AND (p.status = 'leased' OR p.event_seq < d.event_seq)
+        )
+)
+RETURNING event_id, consumer, generation, attempt, fencing_token, event_seq";
+
+/// Where the deliveries of consumer `?1` of the events `?2` (a JSON array of ids) stand, per
+/// event: whether one is open, whether one is dead or quarantined, and for an open one how many
+/// seconds until it is due or its lease ends (`?3` now; never below zero).
+pub(crate) const UNCLAIMED_EVENTS: &str = "\
+SELECT event_id,
+    max(status IN ('pending', 'leased')) AS open,
+    max(status IN ('dead', 'quarantined')) AS ended,
+    max(0.0, coalesce(max(CASE status
+        WHEN 'leased' THEN lease_until
+        WHEN 'pending' THEN next_attempt_at
+    END) - ?3, 0.0)) AS wait_s
+FROM evc_deliveries
+WHERE consumer = ?1 AND event_id IN (SELECT value FROM json_each(?2))
+GROUP BY event_id";
+
 /// Held claim (a batched transactional claim, in the caller's transaction, which will ack):
 /// up to `?4` due deliveries of consumer `?1` that need no per-key ordering and come after
 /// `event_seq` `?3`, oldest first (nothing while the consumer is paused or off); `?2` now.
