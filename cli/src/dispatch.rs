@@ -13,6 +13,7 @@ use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
+use evc_relay::Transport;
 use evc_runtime::{BoxFuture, DispatchStats, DynHandler, HandlerContext};
 use evc_runtime::{
     DeliveryStatus, Dispatcher, DispatcherConfig, FailureClass, HandlerError, PgStore, Role,
@@ -409,6 +410,8 @@ impl Run {
             progress_every,
         } = self;
         let owner = owner.unwrap_or_else(|| format!("evc-dispatch-{}", std::process::id()));
+        // Outbox dispatch unless the environment moves consumers to JetStream.
+        let transport = Transport::from_env()?;
         let mut handles = Vec::new();
         for (name, command, s) in checked {
             // The contracts' settings as the database's settings row holds them, under the
@@ -446,7 +449,7 @@ impl Run {
                         escape(&name)
                     )
                 })?;
-            handles.push((name, dispatcher.start()));
+            handles.push((name, evc_relay::serve(dispatcher, &transport).await?));
         }
         let names: Vec<String> = handles.iter().map(|(name, _)| name.clone()).collect();
         eprintln!(

@@ -2562,6 +2562,55 @@ fn relay_applies_its_stream_and_publishes_the_outbox_until_sigterm() {
         assert_eq!(document["relays"][0]["behind"], 0, "{document}");
         // One partition in the reference contracts: every key's is 0.
         assert_eq!(first.subject.as_str(), format!("{prefix}.0.iu.born.v1"));
+
+        // `evc dispatch` runs audit from its durable consumer when the environment says so.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let definitions = evc_relay::Definitions::read(Path::new(DEFINITIONS))
+            .and_then(|d| d.with_stream(&stream))
+            .and_then(|d| d.with_subject_prefix(&prefix))
+            .expect("the definitions");
+        let moved = dir.path().join("jetstream.json");
+        std::fs::write(&moved, serde_json::to_string(&definitions).expect("JSON"))
+            .expect("definitions file");
+        let config = dir.path().join("dispatch.yaml");
+        std::fs::write(
+            &config,
+            "consumers:\n  audit:\n    command: [sh, -c, 'cat > \"$OUT/$EVC_EVENT_ID.json\"']\n",
+        )
+        .expect("config");
+        let output = Command::new(env!("CARGO_BIN_EXE_evc"))
+            .args([
+                "dispatch",
+                "--exit-when-idle",
+                "--progress",
+                "0s",
+                "--config",
+            ])
+            .arg(&config)
+            .args(["--database-url", url])
+            .env("OUT", dir.path())
+            .env("EVC_TRANSPORT", "jetstream")
+            .env("EVC_NATS_URL", &nats)
+            .env("EVC_JETSTREAM_DEFINITIONS", &moved)
+            .output()
+            .expect("evc dispatch runs");
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        assert!(stdout(&output).contains(": 3 acked ("), "{output:?}");
+        for event in &events {
+            assert!(dir.path().join(format!("{event}.json")).exists(), "{event}");
+        }
+        let delivered = nats_runtime.block_on(async {
+            let handle = jetstream.get_stream(&stream).await.expect("the stream");
+            let mut audit: async_nats::jetstream::consumer::PullConsumer =
+                handle.get_consumer("audit").await.expect("audit's durable");
+            let info = audit.info().await.expect("its info");
+            (info.delivered.stream_sequence, info.num_ack_pending)
+        });
+        assert_eq!(
+            delivered,
+            (3, 0),
+            "audit took the three from JetStream and acked them"
+        );
     });
     nats_runtime
         .block_on(jetstream.delete_stream(&stream))
