@@ -449,7 +449,16 @@ impl Run {
                         escape(&name)
                     )
                 })?;
-            handles.push((name, evc_relay::serve(dispatcher, &transport).await?));
+            match evc_relay::serve(dispatcher, &transport).await {
+                Ok(serving) => handles.push((name, serving)),
+                Err(error) => {
+                    // The consumers started before give their leases back.
+                    for (_, serving) in handles {
+                        serving.shutdown().await;
+                    }
+                    return Err(error.into());
+                }
+            }
         }
         let names: Vec<String> = handles.iter().map(|(name, _)| name.clone()).collect();
         eprintln!(

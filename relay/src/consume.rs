@@ -239,6 +239,10 @@ async fn run<S: Store>(
             while arrived.len() < batch {
                 match messages.next().now_or_never() {
                     Some(Some(Ok(message))) => arrived.push(message),
+                    Some(Some(Err(error))) => {
+                        tracing::warn!(consumer = %runner.consumer(), %error, "pulling from JetStream failed");
+                        break;
+                    }
                     _ => break,
                 }
             }
@@ -271,14 +275,33 @@ async fn settle<S: Store>(
         }
     }
     let ids: Vec<Uuid> = named.iter().map(|(id, _)| *id).collect();
-    let outcomes: HashMap<Uuid, Outcome> = match runner.run(&ids).await {
+    let lease = runner.lease();
+    // While the batch runs, every third of the lease tells the broker its messages are still
+    // being worked on, so it does not deliver them again meanwhile (`ack_wait` is the lease).
+    let every = (lease / 3).max(Duration::from_millis(100));
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    let consumer = runner.consumer().to_owned();
+    let ran = {
+        let run = runner.run(&ids);
+        tokio::pin!(run);
+        loop {
+            tokio::select! {
+                ran = &mut run => break ran,
+                _ = ticker.tick() => {
+                    for (_, message) in &named {
+                        acknowledge(message, AckKind::Progress).await;
+                    }
+                }
+            }
+        }
+    };
+    let outcomes: HashMap<Uuid, Outcome> = match ran {
         Ok(outcomes) => outcomes.into_iter().collect(),
         Err(error) => {
-            tracing::warn!(consumer = %runner.consumer(), %error, "claiming from the store failed; messages delivered again");
+            tracing::warn!(%consumer, %error, "claiming from the store failed; messages delivered again");
             HashMap::new()
         }
     };
-    let lease = runner.lease();
     for (id, message) in named {
         let kind = match outcomes.get(&id) {
             Some(Outcome::Acked | Outcome::Settled) => AckKind::Ack,
@@ -287,6 +310,8 @@ async fn settle<S: Store>(
             Some(Outcome::Waiting(wait)) if !wait.is_zero() => AckKind::Nak(Some(*wait)),
             // Its lease has to run out before recovery makes it pending again.
             Some(Outcome::Unsettled) => AckKind::Nak(Some(lease)),
+            // Given back at shutdown: pending again now, for whoever runs next.
+            Some(Outcome::Released) => AckKind::Nak(None),
             _ => AckKind::Nak(Some(config.wait_again)),
         };
         acknowledge(&message, kind).await;
@@ -311,22 +336,29 @@ async fn acknowledge(message: &Message, kind: AckKind) {
 mod tests {
     use super::*;
 
+    /// The repository's own definitions: an unordered consumer has one durable consumer, an
+    /// ordered one a durable consumer per partition, in partition order.
     #[test]
     fn durables_are_found_per_consumer_in_partition_order() {
-        let definitions = Definitions::parse(
-            r#"{"project":"p","relay":{"subject_prefix":"evc","partitions":2,"lease":30000000000},
-            "stream":{"name":"EVC","subjects":["evc.>"]},
-            "consumers":[
-              {"durable_name":"a-b","metadata":{"evc_consumer":"a.b"}},
-              {"durable_name":"k--p0","metadata":{"evc_consumer":"k"}},
-              {"durable_name":"k--p1","metadata":{"evc_consumer":"k"}},
-              {"durable_name":"stray"}
-            ]}"#,
-        )
-        .expect("definitions");
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/jetstream.json");
+        let mut definitions = Definitions::read(&path).expect("generated definitions");
+        let mut partitions = definitions.consumers.clone();
+        for consumer in &mut partitions {
+            if let Some(name) = consumer.durable_name.as_mut() {
+                name.push_str("-x");
+            }
+        }
+        definitions.consumers.extend(partitions);
         let durables = durables_by_consumer(&definitions);
-        assert_eq!(durables["a.b"], ["a-b"]);
-        assert_eq!(durables["k"], ["k--p0", "k--p1"]);
-        assert_eq!(durables.len(), 2);
+        assert_eq!(durables["audit"], ["audit", "audit-x"]);
+        assert_eq!(
+            durables["worker.render.mout_view"],
+            [
+                "worker-render-mout_view--p0",
+                "worker-render-mout_view--p0-x"
+            ]
+        );
+        assert_eq!(durables.len(), definitions.consumers.len() / 2);
     }
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 use async_nats::jetstream::Context;
 use std::collections::VecDeque;
 
-use evc_runtime::{CursorLease, CursorProgress, Cursors, DispatchError, FeedPosition};
+use evc_runtime::{CursorLease, CursorProgress, Cursors, DispatchError, FeedEvent, FeedPosition};
 use tokio::time::Instant;
 
 pub use apply::{Applied, ApplyError, Drift, apply, apply_consumer, apply_stream};
@@ -174,6 +174,9 @@ pub struct Relay<S> {
     recent: VecDeque<(Instant, u64)>,
     /// When this relay last took the cursor: the rate's window starts no earlier.
     taken: Option<Instant>,
+    /// The next batch, read while the last one's acknowledgements were awaited, and the
+    /// position it was read after: used only when the cursor stands there.
+    prefetched: Option<(FeedPosition, Vec<FeedEvent>)>,
 }
 
 /// The span a relay's reported publish rate covers.
@@ -189,6 +192,7 @@ impl<S: Cursors> Relay<S> {
             stats: RelayStats::default(),
             recent: VecDeque::new(),
             taken: None,
+            prefetched: None,
         }
     }
 
@@ -315,6 +319,7 @@ impl<S: Cursors> Relay<S> {
             {
                 Some(lease) => {
                     self.stats.takes += 1;
+                    self.prefetched = None;
                     self.taken = Some(asked);
                     self.recent.clear();
                     tracing::info!(cursor = %lease.name, token = lease.token, position = %lease.position, "relay took the cursor");
@@ -338,10 +343,11 @@ impl<S: Cursors> Relay<S> {
         let Some(lease) = held.as_ref() else {
             return Ok(Progress::Idle);
         };
-        let events = self
-            .store
-            .feed(lease.lease.position, self.config.batch)
-            .await?;
+        let position = lease.lease.position;
+        let events = match self.prefetched.take() {
+            Some((after, events)) if after == position => events,
+            _ => self.store.feed(position, self.config.batch).await?,
+        };
         let Some(last) = events.last().map(|event| event.position) else {
             return Ok(Progress::Idle);
         };
@@ -356,6 +362,13 @@ impl<S: Cursors> Relay<S> {
                     .await?,
             );
         }
+        // The next batch is read while the broker stores this one: the feed read and the
+        // broker's work overlap instead of taking turns. Only a full batch promises more.
+        let next = if events.len() >= self.config.batch as usize {
+            Some((last, self.store.feed(last, self.config.batch).await?))
+        } else {
+            None
+        };
         for ack in acks {
             if ack.await?.duplicate {
                 self.stats.duplicates += 1;
@@ -366,6 +379,8 @@ impl<S: Cursors> Relay<S> {
         let passed = u64::try_from(events.len()).unwrap_or(u64::MAX);
         self.recent.push_back((Instant::now(), passed));
         self.advance(held, last, passed).await?;
+        // Kept only while this relay holds the cursor at `last`; `round` checks the position.
+        self.prefetched = next.filter(|_| held.is_some());
         Ok(Progress::Published)
     }
 

@@ -131,17 +131,23 @@ pub async fn serve<S: Store>(
             jetstream: None,
         });
     };
+    let (on_jetstream, on_outbox) =
+        dispatcher.split(|name| consumers.is_empty() || consumers.contains(name));
+    if on_jetstream.consumer_count() == 0 {
+        return Ok(Serving {
+            outbox: Some(on_outbox.start()),
+            jetstream: None,
+        });
+    }
     let definitions = Definitions::read(definitions)?;
     let client =
         async_nats::connect(url.as_str())
             .await
             .map_err(|source| TransportError::Connect {
-                url: url.clone(),
+                url: without_credentials(url),
                 source,
             })?;
     let jetstream = async_nats::jetstream::new(client);
-    let (on_jetstream, on_outbox) =
-        dispatcher.split(|name| consumers.is_empty() || consumers.contains(name));
     let consuming = consume(
         on_jetstream,
         &jetstream,
@@ -154,6 +160,22 @@ pub async fn serve<S: Store>(
         outbox,
         jetstream: Some(consuming),
     })
+}
+
+/// `url` without the user and password or token it may carry (`nats://user:secret@host`),
+/// for messages.
+fn without_credentials(url: &str) -> String {
+    match url.rsplit_once('@') {
+        Some((before, host)) => {
+            let scheme = before.split_once("://").map_or("", |(scheme, _)| scheme);
+            if scheme.is_empty() {
+                format!("***@{host}")
+            } else {
+                format!("{scheme}://***@{host}")
+            }
+        }
+        None => url.to_owned(),
+    }
 }
 
 /// Consumers running on their transports ([`serve`]).
@@ -217,5 +239,15 @@ mod tests {
             Transport::parse(Some("kafka"), None, None, None),
             Err(TransportError::Unknown(name)) if name == "kafka"
         ));
+    }
+
+    #[test]
+    fn credentials_in_an_address_are_not_shown() {
+        assert_eq!(
+            without_credentials("nats://app:s3cret@10.0.0.1:4222"),
+            "nats://***@10.0.0.1:4222"
+        );
+        assert_eq!(without_credentials("tok3n@host:4222"), "***@host:4222");
+        assert_eq!(without_credentials("127.0.0.1:4222"), "127.0.0.1:4222");
     }
 }

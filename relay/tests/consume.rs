@@ -31,6 +31,8 @@ use tokio::sync::oneshot;
 const AUDIT: &str = "audit";
 /// A `per_key`, leased one.
 const RENDER: &str = "worker.render.mout_view";
+/// A sweep interval longer than any test: JetStream alone brings the work.
+const NO_SWEEP: Duration = Duration::from_secs(3_600);
 const KEYS: usize = 4;
 const ROUNDS: u64 = 5;
 
@@ -38,6 +40,7 @@ on_both_stores!(
     handlers_run_from_jetstream_once_per_event_in_key_order,
     claims_by_event_id_say_where_each_delivery_stands,
     a_consumer_moves_between_outbox_and_jetstream_by_configuration,
+    deliveries_the_broker_never_brings_are_swept_from_the_store,
 );
 
 /// The reference contracts' definitions with two partitions, on `stream`.
@@ -153,6 +156,7 @@ async fn run_consumers<S: Store>(
     definitions: &Definitions,
     seen: &Arc<Seen>,
     doomed: &Arc<Mutex<Option<String>>>,
+    sweep_every: Duration,
 ) -> Result<Consuming, support::BoxError> {
     let config = DispatcherConfig::from_registry(store.registry()).owner("js-test");
     let dispatcher = Dispatcher::new(store.clone(), config)
@@ -176,8 +180,7 @@ async fn run_consumers<S: Store>(
             },
         );
     let mut config = ConsumeConfig::default();
-    // JetStream alone brings the work in this test: no sweep of the store.
-    config.sweep_every = Duration::from_secs(3_600);
+    config.sweep_every = sweep_every;
     Ok(consume(dispatcher, &stream.jetstream, definitions, config).await?)
 }
 
@@ -266,7 +269,8 @@ where
         let _ = stop.send(());
         relay.await??;
 
-        let consuming = run_consumers(&store, &stream, &definitions, &seen, &doomed).await?;
+        let consuming =
+            run_consumers(&store, &stream, &definitions, &seen, &doomed, NO_SWEEP).await?;
         settled(&store, AUDIT, total as u64 - 1, 1).await?;
         settled(&store, RENDER, total as u64, 0).await?;
         let stats = consuming.shutdown().await;
@@ -318,7 +322,8 @@ where
         let handle = stream.jetstream.get_stream(&stream.name).await?;
         handle.delete_consumer(AUDIT).await?;
         apply(&stream.jetstream, &definitions, |_| {}).await?;
-        let consuming = run_consumers(&store, &stream, &definitions, &seen, &doomed).await?;
+        let consuming =
+            run_consumers(&store, &stream, &definitions, &seen, &doomed, NO_SWEEP).await?;
         drained(&stream, AUDIT).await?;
         let stats = consuming.shutdown().await;
         assert_eq!(stats.claimed, 0, "{stats:?}");
@@ -503,6 +508,39 @@ where
             taken += consumer.info().await?.delivered.consumer_sequence;
         }
         assert_eq!(taken, 0);
+        Ok(())
+    })
+    .await
+}
+
+/// Events appended while no relay runs never reach the stream: the runners' sweep claims
+/// them from the store, each once, and their handlers run as they would from a message.
+async fn deliveries_the_broker_never_brings_are_swept_from_the_store<S>(store: S) -> TestResult
+where
+    S: Cursors + Store + Clone + Send + Sync + 'static,
+{
+    with_stream(None, |stream| async move {
+        let definitions = definitions(&stream)?;
+        apply(&stream.jetstream, &definitions, |_| {}).await?;
+        support::append(&store, 5).await?;
+        let seen = Arc::new(Seen::default());
+        let doomed = Arc::new(Mutex::new(None));
+        let consuming = run_consumers(
+            &store,
+            &stream,
+            &definitions,
+            &seen,
+            &doomed,
+            Duration::from_millis(200),
+        )
+        .await?;
+        settled(&store, AUDIT, 5, 0).await?;
+        settled(&store, RENDER, 5, 0).await?;
+        let stats = consuming.shutdown().await;
+        assert_eq!(stats.acked, 10, "{stats:?}");
+        let audited = seen.audited.lock().expect("not poisoned");
+        assert_eq!(audited.len(), 5);
+        assert!(audited.values().all(|runs| *runs == 1), "{audited:?}");
         Ok(())
     })
     .await

@@ -27,6 +27,9 @@ pub enum Outcome {
     /// Nothing could be written for it (its lease was lost, or the store failed): the lease
     /// ends and lease-expiry recovery makes it pending again.
     Unsettled,
+    /// Claimed but not run: the dispatcher is shutting down, and its lease is given back
+    /// ([`DeliveryRunner::release`]), so it is pending again at once.
+    Released,
     /// The store holds no open delivery of the event for the consumer: done before (a
     /// redelivered message), or never addressed to the consumer.
     Settled,
@@ -41,10 +44,11 @@ impl From<Ran> for Outcome {
     fn from(ran: Ran) -> Self {
         match ran {
             Ran::Acked => Self::Acked,
-            Ran::Retry(delay) => Self::Retry(delay),
+            Ran::Retry { delay, .. } => Self::Retry(delay),
             Ran::Dead => Self::Dead,
             Ran::Quarantined => Self::Quarantined,
             Ran::Unsettled => Self::Unsettled,
+            Ran::NotStarted => Self::Released,
         }
     }
 }
@@ -140,7 +144,10 @@ impl<S: Store> DeliveryRunner<S> {
                 self.worker.config.lease,
             )
             .await?;
-        self.worker.connection = Some(connection);
+        // Kept for the batch's acks and transactions; an idle runner holds no connection.
+        if !found.claimed.is_empty() {
+            self.worker.connection = Some(connection);
+        }
         let mut outcomes: Vec<(Uuid, Outcome)> = found
             .unclaimed
             .into_iter()
@@ -154,16 +161,27 @@ impl<S: Store> DeliveryRunner<S> {
         Ok(outcomes)
     }
 
-    /// Claims and runs one batch of the consumer's due deliveries from the store, as a
-    /// dispatcher worker does, at most once per `every` (the first `every` after the start): what the transport does not bring
+    /// Claims and runs the consumer's due deliveries from the store, batch after batch until
+    /// none is left, as a dispatcher worker does, at most once per `every` (the first `every`
+    /// after the start): what the transport does not bring
     /// (replays, retries whose message was lost, deliveries from before the transport
     /// carried the consumer). Returns how many it ran.
     pub async fn sweep(&mut self, every: Duration) -> usize {
         if self.swept.elapsed() < every {
             return 0;
         }
+        // Batch after batch while there is work (a consumer just resumed, a replay of many),
+        // then not again for `every`.
+        let mut ran = 0;
+        while !self.stopping() {
+            let batch = self.worker.sweep().await;
+            ran += batch;
+            if batch == 0 {
+                break;
+            }
+        }
         self.swept = Instant::now();
-        self.worker.sweep().await
+        ran
     }
 
     /// Gives back every lease it still holds (shutdown); returns how many.

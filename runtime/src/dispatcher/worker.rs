@@ -307,7 +307,10 @@ impl<S: Store> Worker<S> {
             Ok(()) => match decision {
                 RetryDecision::Retry(delay) => {
                     add(&self.counters.retried, 1);
-                    Ran::Retry(delay)
+                    Ran::Retry {
+                        delay,
+                        due: Instant::now() + delay,
+                    }
                 }
                 RetryDecision::Dead => {
                     add(&self.counters.dead, 1);
@@ -340,8 +343,12 @@ impl<S: Store> Worker<S> {
         while let Some(mut claimed) = remaining.pop_front() {
             if self.stopping() {
                 // Not started: released with the rest at the end of `run`.
-                ran.push((claimed.lease.event_id, Ran::Unsettled));
-                ran.extend(remaining.iter().map(|c| (c.lease.event_id, Ran::Unsettled)));
+                ran.push((claimed.lease.event_id, Ran::NotStarted));
+                ran.extend(
+                    remaining
+                        .iter()
+                        .map(|c| (c.lease.event_id, Ran::NotStarted)),
+                );
                 break;
             }
             claimed.lease.mark_started();
@@ -700,22 +707,29 @@ impl<S: Store> Worker<S> {
 pub(super) enum Ran {
     /// Its handler succeeded and its ack was written.
     Acked,
-    /// Its handler failed; it runs again after this delay.
-    Retry(Duration),
+    /// Its handler failed; it runs again after `delay`, at `due`.
+    Retry {
+        /// The retry policy's delay.
+        delay: Duration,
+        /// When the retry is due.
+        due: Instant,
+    },
     /// Its handler failed; it was dead-lettered.
     Dead,
     /// Its handler failed; it was quarantined.
     Quarantined,
-    /// Nothing was written for it: its lease was lost, the worker stopped before its handler,
-    /// or its ack or fail failed. Its lease ends and lease-expiry recovery brings it back.
+    /// Nothing was written for it: its lease was lost, or its ack or fail failed. Its lease
+    /// ends and lease-expiry recovery brings it back.
     Unsettled,
+    /// The worker stopped before its handler: its lease is released at once.
+    NotStarted,
 }
 
 impl Ran {
     /// When a retry this end scheduled is due.
     pub(super) fn due(self) -> Option<Instant> {
         match self {
-            Self::Retry(delay) => Some(Instant::now() + delay),
+            Self::Retry { due, .. } => Some(due),
             _ => None,
         }
     }

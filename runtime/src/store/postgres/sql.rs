@@ -535,6 +535,9 @@ WITH d AS (
         attempt = d.attempt + 1, fencing_token = d.fencing_token + 1, updated_at = now()
     WHERE d.consumer = $1 AND d.event_id = ANY($2::uuid[]) AND d.status = 'pending'
         AND d.next_attempt_at <= now()
+        -- A tenant's session claims its own tenant's deliveries only, as the other claims.
+        AND (coalesce(nullif(current_setting('evc.tenant', true), ''), '*') = '*'
+            OR d.tenant_scope = nullif(current_setting('evc.tenant', true), ''))
         AND ",
     claimable!("d"),
     "
@@ -546,6 +549,8 @@ WITH d AS (
                 AND p.event_id <> d.event_id
                 AND p.status IN ('pending', 'leased')
                 AND (p.status = 'leased' OR p.event_seq < d.event_seq)
+            -- As in CLAIM_KEY_HEADS_LEASE: a subquery per candidate, not an anti-join.
+            OFFSET 0
         )
     RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.fencing_token, d.event_seq
 )
