@@ -13,14 +13,12 @@ use std::time::Duration;
 
 use evc::uuid::Uuid;
 use evc::{
-    AppendOptions, BoxFuture, Cursors, DeliveryStatus, Dispatcher, DispatcherConfig, DynHandler,
-    FailureClass, HandlerContext, HandlerError, HandlerKind, Jitter, RetryDecision, RetryKind,
-    RetryPolicy, Store, TraceContext, Unclaimed,
+    BoxFuture, Cursors, DeliveryStatus, Dispatcher, DispatcherConfig, DynHandler, FailureClass,
+    HandlerContext, HandlerError, HandlerKind, Jitter, RetryDecision, RetryKind, RetryPolicy,
+    Store, Unclaimed,
 };
 use evc_codegen::ContractSet;
 use evc_codegen::emit::{Layout, jetstream};
-use evc_generated::payloads::{IuBornV1, IuBornV1GovernanceState};
-use evc_generated::producers::emit_iu_born_v1;
 use evc_relay::{
     ConsumeConfig, Consuming, Definitions, Relay, RelayConfig, Transport, apply, consume, serve,
 };
@@ -227,24 +225,7 @@ where
         let definitions = definitions(&stream)?;
         apply(&stream.jetstream, &definitions, |_| {}).await?;
         let keys: Vec<Uuid> = (0..KEYS).map(|_| Uuid::now_v7()).collect();
-        let trace = TraceContext::new("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", 1)?;
-        for round in 0..ROUNDS {
-            let mut tx = store.begin().await?;
-            {
-                let mut publisher = store.publisher(&mut tx, AppendOptions::new());
-                for key in &keys {
-                    let born = IuBornV1::new(
-                        *key,
-                        Uuid::now_v7(),
-                        IuBornV1GovernanceState::Draft,
-                        evc::chrono::Utc::now(),
-                    )
-                    .with_axis_count(round);
-                    emit_iu_born_v1(&mut publisher, &trace, &born).await?;
-                }
-            }
-            tx.commit().await?;
-        }
+        support::append_rounds(&store, &keys, ROUNDS).await?;
         let total = KEYS * ROUNDS as usize;
         let events = support::feed_of(&store, total).await?;
         // Round 3 of the first key fails for good.
@@ -256,19 +237,7 @@ where
         let doomed = Arc::new(Mutex::new(doomed_event.clone()));
         let seen = Arc::new(Seen::default());
 
-        let (stop, stopped) = oneshot::channel::<()>();
-        let config = RelayConfig::new("jetstream", "r1")
-            .settings(&definitions.relay)
-            .poll(Duration::from_millis(10));
-        let relay = tokio::spawn(
-            Relay::new(store.clone(), stream.jetstream.clone(), config).run(async move {
-                let _ = stopped.await;
-            }),
-        );
-        caught_up(&store, &stream, "jetstream", total as u64).await?;
-        let _ = stop.send(());
-        relay.await??;
-
+        relay_all(&store, &stream, &definitions, total as u64).await?;
         let consuming =
             run_consumers(&store, &stream, &definitions, &seen, &doomed, NO_SWEEP).await?;
         settled(&store, AUDIT, total as u64 - 1, 1).await?;

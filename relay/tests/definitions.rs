@@ -12,11 +12,9 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
 use evc::uuid::Uuid;
-use evc::{AppendOptions, Cursors, Store, TraceContext};
+use evc::{Cursors, Store};
 use evc_codegen::ContractSet;
 use evc_codegen::emit::{Layout, jetstream};
-use evc_generated::payloads::{IuBornV1, IuBornV1GovernanceState};
-use evc_generated::producers::emit_iu_born_v1;
 use evc_relay::{Definitions, Drift, Relay, RelayConfig, apply, partition};
 use futures_util::StreamExt;
 use support::{TestResult, TestStream, caught_up, feed, with_stream};
@@ -169,24 +167,7 @@ where
         let definitions = definitions(&stream)?;
         apply(&stream.jetstream, &definitions, |_| {}).await?;
         let keys: Vec<Uuid> = (0..4).map(|_| Uuid::now_v7()).collect();
-        let trace = TraceContext::new("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", 1)?;
-        for round in 0..5u64 {
-            let mut tx = store.begin().await?;
-            {
-                let mut publisher = store.publisher(&mut tx, AppendOptions::new());
-                for key in &keys {
-                    let born = IuBornV1::new(
-                        *key,
-                        Uuid::now_v7(),
-                        IuBornV1GovernanceState::Draft,
-                        evc::chrono::Utc::now(),
-                    )
-                    .with_axis_count(round);
-                    emit_iu_born_v1(&mut publisher, &trace, &born).await?;
-                }
-            }
-            tx.commit().await?;
-        }
+        support::append_rounds(&store, &keys, 5).await?;
         let (stop, stopped) = oneshot::channel::<()>();
         let config = RelayConfig::new("jetstream", "r1")
             .settings(&definitions.relay)

@@ -218,6 +218,30 @@ pub async fn append<S: Store>(store: &S, n: usize) -> TestResult {
     Ok(())
 }
 
+/// Appends `rounds` rounds of one `iu.born` event per key of `keys`, a transaction per round,
+/// each event's `axis_count` its round.
+pub async fn append_rounds<S: Store>(store: &S, keys: &[Uuid], rounds: u64) -> TestResult {
+    let trace = TraceContext::new("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", 1)?;
+    for round in 0..rounds {
+        let mut tx = store.begin().await?;
+        {
+            let mut publisher = store.publisher(&mut tx, AppendOptions::new());
+            for key in keys {
+                let born = IuBornV1::new(
+                    *key,
+                    Uuid::now_v7(),
+                    IuBornV1GovernanceState::Draft,
+                    evc::chrono::Utc::now(),
+                )
+                .with_axis_count(round);
+                emit_iu_born_v1(&mut publisher, &trace, &born).await?;
+            }
+        }
+        tx.commit().await?;
+    }
+    Ok(())
+}
+
 /// The whole feed, in feed order.
 pub async fn feed<S: Observe>(store: &S) -> Result<Vec<FeedEvent>, BoxError> {
     let mut events = Vec::new();

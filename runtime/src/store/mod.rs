@@ -974,6 +974,15 @@ pub enum Unclaimed {
     Waiting(Duration),
 }
 
+/// The events of `event_ids` whose delivery `claimed` does not hold, in order.
+pub(crate) fn not_claimed(event_ids: &[Uuid], claimed: &[Claimed]) -> Vec<Uuid> {
+    event_ids
+        .iter()
+        .filter(|id| !claimed.iter().any(|c| c.lease.event_id == **id))
+        .copied()
+        .collect()
+}
+
 /// Where an event's delivery stands that a claim by id left alone, from what the store read:
 /// whether one is open, whether one ended, and the seconds until an open one is due.
 pub(crate) fn unclaimed_state(open: bool, ended: bool, wait_s: f64) -> Unclaimed {

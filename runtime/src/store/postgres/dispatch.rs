@@ -16,7 +16,7 @@ use crate::retry::RetryDecision;
 use crate::store::lifecycle::{self, DeadLetter};
 use crate::store::{
     AckBatch, Claimed, ClaimedEvents, DispatchError, Heartbeat, Intent, Lease, Unclaimed,
-    unclaimed_state,
+    not_claimed, unclaimed_state,
 };
 use crate::trace::TraceContext;
 
@@ -204,11 +204,7 @@ impl PgStore {
             .iter()
             .map(|row| self.claimed(row, owner))
             .collect::<Result<Vec<_>, _>>()?;
-        let left: Vec<Uuid> = event_ids
-            .iter()
-            .filter(|id| !claimed.iter().any(|c| c.lease.event_id == **id))
-            .copied()
-            .collect();
+        let left = not_claimed(event_ids, &claimed);
         let mut unclaimed = Vec::with_capacity(left.len());
         if !left.is_empty() {
             let rows: Vec<(Uuid, Option<bool>, Option<bool>, f64)> =

@@ -23,7 +23,7 @@ use crate::retry::RetryDecision;
 use crate::store::lifecycle::{self, DeadLetter};
 use crate::store::{
     AckBatch, Claimed, ClaimedEvents, DispatchError, Heartbeat, Intent, Lease, Unclaimed,
-    unclaimed_state,
+    not_claimed, unclaimed_state,
 };
 use crate::trace::TraceContext;
 
@@ -260,11 +260,7 @@ impl SqliteStore {
         let claimed = self
             .with_events(&mut tx, &leased, consumer, owner, now)
             .await?;
-        let left: Vec<Uuid> = event_ids
-            .iter()
-            .filter(|id| !claimed.iter().any(|c| c.lease.event_id == **id))
-            .copied()
-            .collect();
+        let left = not_claimed(event_ids, &claimed);
         let mut unclaimed = Vec::with_capacity(left.len());
         if !left.is_empty() {
             let rows: Vec<(String, bool, bool, f64)> = sqlx::query_as(sql::UNCLAIMED_EVENTS)
