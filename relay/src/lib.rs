@@ -14,13 +14,17 @@ mod definitions;
 mod message;
 mod transport;
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::Context;
 use std::collections::VecDeque;
 
 use evc_runtime::{CursorLease, CursorProgress, Cursors, DispatchError, FeedEvent, FeedPosition};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 pub use apply::{Applied, ApplyError, Drift, apply, apply_consumer, apply_stream};
@@ -238,7 +242,12 @@ impl<S: Cursors> Relay<S> {
         tokio::pin!(shutdown);
         let mut held: Option<Held> = None;
         let mut backoff = self.config.poll;
+        let (wake, stop_listening, listener) = self.listen();
         loop {
+            // Registered before the round, so a commit during it is not missed.
+            let notified = wake.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
             let round = tokio::select! {
                 () = &mut shutdown => break,
                 round = self.round(&mut held) => round,
@@ -250,7 +259,13 @@ impl<S: Cursors> Relay<S> {
                 }
                 Ok(Progress::Idle) => {
                     backoff = self.config.poll;
-                    self.config.poll
+                    // Woken by the next commit that appended deliveries, or the poll.
+                    tokio::select! {
+                        () = &mut shutdown => break,
+                        () = &mut notified => {}
+                        () = tokio::time::sleep(self.config.poll) => {}
+                    }
+                    continue;
                 }
                 // Another relay holds the cursor: ask again well within its lease, without
                 // locking the row every poll.
@@ -275,6 +290,10 @@ impl<S: Cursors> Relay<S> {
                 () = tokio::time::sleep(wait) => {}
             }
         }
+        let _ = stop_listening.send(true);
+        if let Err(error) = listener.await {
+            tracing::debug!(%error, "the relay's listener ended abnormally");
+        }
         // Let the cursor go, so that another relay takes it at once rather than after the
         // lease (a stale token means another took it already).
         if let Some(held) = held
@@ -284,6 +303,30 @@ impl<S: Cursors> Relay<S> {
             tracing::warn!(cursor = %self.config.cursor, %error, "relay could not release its cursor");
         }
         Ok(self.stats)
+    }
+
+    /// On a one-writer store (SQLite: every append is in this process, and listening costs
+    /// no connection), listens for commits that appended deliveries for any consumer
+    /// ([`evc_runtime::Store::listen`]): they wake an idle relay before its poll. On
+    /// PostgreSQL a listener would hold a pool connection for wake-ups that single appends
+    /// send only while a dispatcher's worker sleeps on its doorbell, so the relay polls.
+    fn listen(&self) -> (Arc<Notify>, watch::Sender<bool>, JoinHandle<()>) {
+        let wake = Arc::new(Notify::new());
+        let (stop, stopped) = watch::channel(false);
+        if !S::ONE_WRITER {
+            return (wake, stop, tokio::spawn(async {}));
+        }
+        let wakers: HashMap<String, Arc<Notify>> = self
+            .store
+            .registry()
+            .consumers
+            .iter()
+            .map(|consumer| (consumer.name.to_owned(), Arc::clone(&wake)))
+            .collect();
+        let store = self.store.clone();
+        let retry = self.config.max_backoff;
+        let listener = tokio::spawn(async move { store.listen(wakers, retry, stopped).await });
+        (wake, stop, listener)
     }
 
     /// Records a failed round in the cursor, so that `evc status` shows it, when this relay

@@ -297,3 +297,31 @@ where
     })
     .await
 }
+
+/// On SQLite a commit that appends wakes an idle relay: with an hour between polls, events
+/// appended after the relay went idle still reach the stream (only the wake-up brings them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sqlite_an_append_wakes_an_idle_relay() -> TestResult {
+    support::with_sqlite(|store: evc::SqliteStore| async move {
+        with_stream(None, |stream| async move {
+            let config = config(&stream, "r1").poll(Duration::from_secs(3_600));
+            let relay = start(store.clone(), &stream, config);
+            // Taken: the relay ran its first round, found nothing, and went idle.
+            for _ in 0..1_200 {
+                if store.cursor(CURSOR).await?.is_some() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            for round in 1..=3u64 {
+                append(&store, 2).await?;
+                caught_up(&store, &stream, CURSOR, 2 * round).await?;
+            }
+            let stats = relay.stop().await?;
+            assert_eq!(stats.published, 6, "{stats:?}");
+            Ok(())
+        })
+        .await
+    })
+    .await
+}
