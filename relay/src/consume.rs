@@ -310,8 +310,9 @@ async fn settle<S: Store>(
             Some(Outcome::Waiting(wait)) if !wait.is_zero() => AckKind::Nak(Some(*wait)),
             // Its lease has to run out before recovery makes it pending again.
             Some(Outcome::Unsettled) => AckKind::Nak(Some(lease)),
-            // Given back at shutdown: pending again now, for whoever runs next.
-            Some(Outcome::Released) => AckKind::Nak(None),
+            // Given back at shutdown, just after this: pending again then, for whoever runs
+            // next.
+            Some(Outcome::Released) => AckKind::Nak(Some(config.wait_again)),
             _ => AckKind::Nak(Some(config.wait_again)),
         };
         acknowledge(&message, kind).await;

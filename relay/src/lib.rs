@@ -183,6 +183,9 @@ pub struct Relay<S> {
     prefetched: Option<(FeedPosition, Vec<FeedEvent>)>,
 }
 
+/// How long a relay woken by a commit waits before it reads the feed.
+const GATHER: Duration = Duration::from_millis(5);
+
 /// The span a relay's reported publish rate covers.
 const RATE_WINDOW: Duration = Duration::from_secs(10);
 
@@ -259,10 +262,18 @@ impl<S: Cursors> Relay<S> {
                 }
                 Ok(Progress::Idle) => {
                     backoff = self.config.poll;
-                    // Woken by the next commit that appended deliveries, or the poll.
+                    // The next commit that appends deliveries wakes the relay, or the poll
+                    // does. A wake-up reads after a short pause: SQLite rings just before a
+                    // commit completes, and the pause gathers the commits of a busy moment
+                    // into one round (one cursor write) instead of one round each.
                     tokio::select! {
                         () = &mut shutdown => break,
-                        () = &mut notified => {}
+                        () = &mut notified => {
+                            tokio::select! {
+                                () = &mut shutdown => break,
+                                () = tokio::time::sleep(GATHER.min(self.config.poll)) => {}
+                            }
+                        }
                         () = tokio::time::sleep(self.config.poll) => {}
                     }
                     continue;
@@ -407,8 +418,16 @@ impl<S: Cursors> Relay<S> {
         }
         // The next batch is read while the broker stores this one: the feed read and the
         // broker's work overlap instead of taking turns. Only a full batch promises more.
+        // Optional: a failed read only means the next round reads again.
         let next = if events.len() >= self.config.batch as usize {
-            Some((last, self.store.feed(last, self.config.batch).await?))
+            match self.store.feed(last, self.config.batch).await {
+                Ok(next) if !next.is_empty() => Some((last, next)),
+                Ok(_) => None,
+                Err(error) => {
+                    tracing::debug!(cursor = %self.config.cursor, %error, "reading ahead failed");
+                    None
+                }
+            }
         } else {
             None
         };

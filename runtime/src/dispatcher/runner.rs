@@ -162,7 +162,7 @@ impl<S: Store> DeliveryRunner<S> {
     }
 
     /// Claims and runs the consumer's due deliveries from the store, batch after batch until
-    /// none is left, as a dispatcher worker does, at most once per `every` (the first `every`
+    /// none is left or a third of the lease has passed, as a dispatcher worker does, at most once per `every` (the first `every`
     /// after the start): what the transport does not bring
     /// (replays, retries whose message was lost, deliveries from before the transport
     /// carried the consumer). Returns how many it ran.
@@ -171,9 +171,12 @@ impl<S: Store> DeliveryRunner<S> {
             return 0;
         }
         // Batch after batch while there is work (a consumer just resumed, a replay of many),
-        // then not again for `every`.
+        // for at most a third of the lease (the transport's messages in hand wait meanwhile,
+        // without progress acknowledgements), then not again for `every`.
+        let budget = self.worker.config.lease / 3;
+        let started = Instant::now();
         let mut ran = 0;
-        while !self.stopping() {
+        while !self.stopping() && started.elapsed() < budget {
             let batch = self.worker.sweep().await;
             ran += batch;
             if batch == 0 {
