@@ -630,7 +630,7 @@ fn status_text(report: &StatusReport, window: &str, lag_limit: Duration) -> Stri
                 escape(&cursor.name),
                 relay.behind_text(),
                 cursor.published,
-                if relay.held { cursor.rate_per_s } else { 0.0 },
+                relay.rate_per_s(),
                 cursor.failed_rounds,
                 cursor
                     .failing
@@ -714,7 +714,7 @@ fn status_json(report: &StatusReport, problems: &[evc_runtime::Problem]) -> Stri
             "position": r.cursor.position.to_string(),
             "behind": r.behind,
             "published": r.cursor.published,
-            "rate_per_s": if r.held { r.cursor.rate_per_s } else { 0.0 },
+            "rate_per_s": r.rate_per_s(),
             "failed_rounds": r.cursor.failed_rounds,
             "failing": r.cursor.failing,
         })).collect::<Vec<_>>(),

@@ -36,7 +36,9 @@ pub struct ConsumeConfig {
     /// from before the consumer ran on JetStream.
     pub sweep_every: Duration,
     /// The nak delay of a delivery the store cannot say when to ask about again (its
-    /// consumer paused, its key behind another delivery).
+    /// consumer paused, its key behind another delivery), of one whose claim failed or whose
+    /// lease is being given back at shutdown; and the first wait before pulling again after
+    /// the pull failed (doubling up to 30 s).
     pub wait_again: Duration,
 }
 

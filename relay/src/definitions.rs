@@ -94,7 +94,7 @@ impl Definitions {
     /// The same definitions under stream `name` (one broker serving several deployments).
     ///
     /// # Errors
-    /// [`DefinitionsError::Name`] unless `name` is 1 to 32 letters, digits, `_` and `-`.
+    /// [`DefinitionsError::Name`] unless `name` is 1 to 64 letters, digits, `_` and `-`.
     pub fn with_stream(mut self, name: &str) -> Result<Self, DefinitionsError> {
         let plain = (1..=64).contains(&name.len()) && name.bytes().all(token_byte);
         if !plain {

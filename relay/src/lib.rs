@@ -3,8 +3,8 @@
 //! The outbox stays the record; the broker is transport. A [`Relay`] takes a fenced cursor in
 //! the store ([`evc_runtime::Cursors`]), reads the event feed after it
 //! ([`evc_runtime::Observe::feed`]: commit order, no event skipped), publishes each event to
-//! `<prefix>.<event type>.v<major>` with its id as `Nats-Msg-Id`, waits for the broker's
-//! acknowledgements, and only then moves the cursor. A relay stopped between a publish and the
+//! `<prefix>.<partition>.<event type>.v<major>` with its id as `Nats-Msg-Id`, waits for the
+//! broker's acknowledgements, and only then moves the cursor. A relay stopped between a publish and the
 //! cursor's move sends those events again, and the stream's duplicate window drops them. Any
 //! number of relays may run: one holds the cursor, the others wait for its lease to run out.
 
@@ -245,7 +245,8 @@ impl<S: Cursors> Relay<S> {
         tokio::pin!(shutdown);
         let mut held: Option<Held> = None;
         let mut backoff = self.config.poll;
-        let (wake, stop_listening, listener) = self.listen();
+        let wake = Arc::new(Notify::new());
+        let listening = self.listen(&wake);
         loop {
             // Registered before the round, so a commit during it is not missed.
             let notified = wake.notified();
@@ -301,9 +302,8 @@ impl<S: Cursors> Relay<S> {
                 () = tokio::time::sleep(wait) => {}
             }
         }
-        let _ = stop_listening.send(true);
-        if let Err(error) = listener.await {
-            tracing::debug!(%error, "the relay's listener ended abnormally");
+        if let Some(listening) = listening {
+            listening.stop().await;
         }
         // Let the cursor go, so that another relay takes it at once rather than after the
         // lease (a stale token means another took it already).
@@ -318,26 +318,33 @@ impl<S: Cursors> Relay<S> {
 
     /// On a one-writer store (SQLite: every append is in this process, and listening costs
     /// no connection), listens for commits that appended deliveries for any consumer
-    /// ([`evc_runtime::Store::listen`]): they wake an idle relay before its poll. On
-    /// PostgreSQL a listener would hold a pool connection for wake-ups that single appends
-    /// send only while a dispatcher's worker sleeps on its doorbell, so the relay polls.
-    fn listen(&self) -> (Arc<Notify>, watch::Sender<bool>, JoinHandle<()>) {
-        let wake = Arc::new(Notify::new());
-        let (stop, stopped) = watch::channel(false);
+    /// ([`evc_runtime::Store::listen`]) and rings `wake`, which wakes an idle relay before its
+    /// poll; dropped, the listener stops too. `None` on PostgreSQL, where a listener would
+    /// hold a pool connection for wake-ups that single appends send only while a
+    /// dispatcher's worker sleeps on its doorbell: the relay polls.
+    fn listen(&self, wake: &Arc<Notify>) -> Option<Listening> {
         if !S::ONE_WRITER {
-            return (wake, stop, tokio::spawn(async {}));
+            return None;
         }
         let wakers: HashMap<String, Arc<Notify>> = self
             .store
             .registry()
             .consumers
             .iter()
-            .map(|consumer| (consumer.name.to_owned(), Arc::clone(&wake)))
+            .map(|consumer| (consumer.name.to_owned(), Arc::clone(wake)))
             .collect();
+        let (stop, stopped) = watch::channel(false);
         let store = self.store.clone();
         let retry = self.config.max_backoff;
-        let listener = tokio::spawn(async move { store.listen(wakers, retry, stopped).await });
-        (wake, stop, listener)
+        let task = tokio::spawn(async move { store.listen(wakers, retry, stopped).await });
+        Some(Listening { stop, task })
+    }
+
+    /// Lets the cursor go after the store refused this relay's token: another relay took it.
+    fn lost_cursor(&mut self, held: &mut Option<Held>) {
+        self.stats.fenced += 1;
+        tracing::info!(cursor = %self.config.cursor, "another relay took the cursor");
+        *held = None;
     }
 
     /// Records a failed round in the cursor, so that `evc status` shows it, when this relay
@@ -352,10 +359,7 @@ impl<S: Cursors> Relay<S> {
             .await
         {
             Ok(()) => {}
-            Err(DispatchError::StaleCursor { .. }) => {
-                self.stats.fenced += 1;
-                *held = None;
-            }
+            Err(DispatchError::StaleCursor { .. }) => self.lost_cursor(held),
             Err(error) => {
                 tracing::debug!(cursor = %self.config.cursor, %error, "relay could not record its failed round");
             }
@@ -473,12 +477,27 @@ impl<S: Cursors> Relay<S> {
                 Ok(())
             }
             Err(DispatchError::StaleCursor { .. }) => {
-                self.stats.fenced += 1;
-                tracing::info!(cursor = %self.config.cursor, "another relay took the cursor");
-                *held = None;
+                self.lost_cursor(held);
                 Ok(())
             }
             Err(error) => Err(error.into()),
+        }
+    }
+}
+
+/// A relay's listener for commits ([`Relay::listen`]).
+#[derive(Debug)]
+struct Listening {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Listening {
+    /// Stops the listener and waits for it.
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        if let Err(error) = self.task.await {
+            tracing::debug!(%error, "the relay's listener ended abnormally");
         }
     }
 }

@@ -19,11 +19,8 @@ use evc::{
 };
 use evc_codegen::ContractSet;
 use evc_codegen::emit::{Layout, jetstream};
-use evc_relay::{
-    ConsumeConfig, Consuming, Definitions, Relay, RelayConfig, Transport, apply, consume, serve,
-};
-use support::{TestResult, TestStream, caught_up, feed, with_stream};
-use tokio::sync::oneshot;
+use evc_relay::{ConsumeConfig, Consuming, Definitions, Transport, apply, consume, serve};
+use support::{TestResult, TestStream, feed, with_stream};
 
 /// An unordered, transactional consumer of `iu.born` v1 in the reference contracts.
 const AUDIT: &str = "audit";
@@ -147,17 +144,16 @@ impl<S: Store> DynHandler<S> for Render {
     }
 }
 
-/// Both consumers on JetStream, with `seen` shared across runs.
-async fn run_consumers<S: Store>(
+/// A dispatcher of both consumers with quick retries, `seen` shared across runs.
+fn both_consumers<S: Store>(
     store: &S,
-    stream: &TestStream,
-    definitions: &Definitions,
     seen: &Arc<Seen>,
     doomed: &Arc<Mutex<Option<String>>>,
-    sweep_every: Duration,
-) -> Result<Consuming, support::BoxError> {
-    let config = DispatcherConfig::from_registry(store.registry()).owner("js-test");
-    let dispatcher = Dispatcher::new(store.clone(), config)
+) -> Dispatcher<S> {
+    let config = DispatcherConfig::from_registry(store.registry())
+        .owner("js-test")
+        .poll_interval(Duration::from_millis(20));
+    Dispatcher::new(store.clone(), config)
         .consumer_with_policy(
             AUDIT,
             HandlerKind::Transactional,
@@ -176,9 +172,21 @@ async fn run_consumers<S: Store>(
             Render {
                 seen: Arc::clone(seen),
             },
-        );
+        )
+}
+
+/// Both consumers on JetStream.
+async fn run_consumers<S: Store>(
+    store: &S,
+    stream: &TestStream,
+    definitions: &Definitions,
+    seen: &Arc<Seen>,
+    doomed: &Arc<Mutex<Option<String>>>,
+    sweep_every: Duration,
+) -> Result<Consuming, support::BoxError> {
     let mut config = ConsumeConfig::default();
     config.sweep_every = sweep_every;
+    let dispatcher = both_consumers(store, seen, doomed);
     Ok(consume(dispatcher, &stream.jetstream, definitions, config).await?)
 }
 
@@ -237,7 +245,7 @@ where
         let doomed = Arc::new(Mutex::new(doomed_event.clone()));
         let seen = Arc::new(Seen::default());
 
-        relay_all(&store, &stream, &definitions, total as u64).await?;
+        support::relay_until(&store, &stream, &definitions.relay, total as u64).await?;
         let consuming =
             run_consumers(&store, &stream, &definitions, &seen, &doomed, NO_SWEEP).await?;
         settled(&store, AUDIT, total as u64 - 1, 1).await?;
@@ -366,31 +374,6 @@ where
     Ok(())
 }
 
-/// Runs the relay until cursor `jetstream` has published `expected` events.
-async fn relay_all<S>(
-    store: &S,
-    stream: &TestStream,
-    definitions: &Definitions,
-    expected: u64,
-) -> TestResult
-where
-    S: Cursors + Store + Clone + Send + Sync + 'static,
-{
-    let (stop, stopped) = oneshot::channel::<()>();
-    let config = RelayConfig::new("jetstream", "r1")
-        .settings(&definitions.relay)
-        .poll(Duration::from_millis(10));
-    let relay = tokio::spawn(
-        Relay::new(store.clone(), stream.jetstream.clone(), config).run(async move {
-            let _ = stopped.await;
-        }),
-    );
-    caught_up(store, stream, "jetstream", expected).await?;
-    let _ = stop.send(());
-    relay.await??;
-    Ok(())
-}
-
 /// The same handlers, their transport chosen by configuration alone: first everything on
 /// outbox dispatch, then the audit consumer on JetStream while the ordered one stays on the
 /// outbox. Every event is audited once; the JetStream messages of events the outbox already
@@ -407,37 +390,12 @@ where
         std::fs::write(&path, serde_json::to_string(&definitions)?)?;
         let seen = Arc::new(Seen::default());
         let doomed = Arc::new(Mutex::new(None));
-        let dispatcher = |store: &S| {
-            let config = DispatcherConfig::from_registry(store.registry())
-                .owner("switch-test")
-                .poll_interval(Duration::from_millis(20));
-            Dispatcher::new(store.clone(), config)
-                .consumer_with_policy(
-                    AUDIT,
-                    HandlerKind::Transactional,
-                    false,
-                    quick_retries(),
-                    Audit {
-                        seen: Arc::clone(&seen),
-                        doomed: Arc::clone(&doomed),
-                    },
-                )
-                .consumer_with_policy(
-                    RENDER,
-                    HandlerKind::Leased,
-                    true,
-                    quick_retries(),
-                    Render {
-                        seen: Arc::clone(&seen),
-                    },
-                )
-        };
 
         // On the outbox: the relay publishes too, but nobody reads the stream.
         let outbox = Transport::parse(Some("outbox"), None, None, None)?;
         support::append(&store, 6).await?;
-        relay_all(&store, &stream, &definitions, 6).await?;
-        let serving = serve(dispatcher(&store), &outbox).await?;
+        support::relay_until(&store, &stream, &definitions.relay, 6).await?;
+        let serving = serve(both_consumers(&store, &seen, &doomed), &outbox).await?;
         settled(&store, AUDIT, 6, 0).await?;
         settled(&store, RENDER, 6, 0).await?;
         serving.shutdown().await;
@@ -451,8 +409,8 @@ where
             Some(path.clone()),
         )?;
         support::append(&store, 6).await?;
-        relay_all(&store, &stream, &definitions, 12).await?;
-        let serving = serve(dispatcher(&store), &split).await?;
+        support::relay_until(&store, &stream, &definitions.relay, 12).await?;
+        let serving = serve(both_consumers(&store, &seen, &doomed), &split).await?;
         settled(&store, AUDIT, 12, 0).await?;
         settled(&store, RENDER, 12, 0).await?;
         drained(&stream, AUDIT).await?;

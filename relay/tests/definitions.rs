@@ -15,10 +15,9 @@ use evc::uuid::Uuid;
 use evc::{Cursors, Store};
 use evc_codegen::ContractSet;
 use evc_codegen::emit::{Layout, jetstream};
-use evc_relay::{Definitions, Drift, Relay, RelayConfig, apply, partition};
+use evc_relay::{Definitions, Drift, apply, partition};
 use futures_util::StreamExt;
-use support::{TestResult, TestStream, caught_up, feed, with_stream};
-use tokio::sync::oneshot;
+use support::{TestResult, TestStream, feed, with_stream};
 
 const PARTITIONS: u32 = 3;
 /// A `per_key` consumer of `iu.born` v1 in the reference contracts.
@@ -168,18 +167,7 @@ where
         apply(&stream.jetstream, &definitions, |_| {}).await?;
         let keys: Vec<Uuid> = (0..4).map(|_| Uuid::now_v7()).collect();
         support::append_rounds(&store, &keys, 5).await?;
-        let (stop, stopped) = oneshot::channel::<()>();
-        let config = RelayConfig::new("jetstream", "r1")
-            .settings(&definitions.relay)
-            .poll(Duration::from_millis(10));
-        let relay = tokio::spawn(
-            Relay::new(store.clone(), stream.jetstream.clone(), config).run(async move {
-                let _ = stopped.await;
-            }),
-        );
-        caught_up(&store, &stream, "jetstream", 20).await?;
-        let _ = stop.send(());
-        relay.await??;
+        support::relay_until(&store, &stream, &definitions.relay, 20).await?;
 
         let events = feed(&store).await?;
         let handle = stream.jetstream.get_stream(&stream.name).await?;

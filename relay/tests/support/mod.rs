@@ -299,6 +299,31 @@ pub async fn caught_up<S: Cursors>(
     )
 }
 
+/// Runs a relay of cursor `jetstream` under `settings` until `stream` holds `expected`
+/// messages and the cursor reached the feed's head ([`caught_up`]), then stops it.
+pub async fn relay_until<S>(
+    store: &S,
+    stream: &TestStream,
+    settings: &evc_relay::RelaySettings,
+    expected: u64,
+) -> TestResult
+where
+    S: Cursors + Clone + Send + Sync + 'static,
+{
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let config = evc_relay::RelayConfig::new("jetstream", "r1")
+        .settings(settings)
+        .poll(Duration::from_millis(10));
+    let relay = evc_relay::Relay::new(store.clone(), stream.jetstream.clone(), config);
+    let relay = tokio::spawn(relay.run(async move {
+        let _ = stopped.await;
+    }));
+    caught_up(store, stream, "jetstream", expected).await?;
+    let _ = stop.send(());
+    relay.await??;
+    Ok(())
+}
+
 /// The `Nats-Msg-Id` of each message, in stream order.
 pub fn message_ids(messages: &[async_nats::jetstream::message::StreamMessage]) -> Vec<String> {
     messages

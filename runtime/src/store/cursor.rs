@@ -124,6 +124,34 @@ pub struct CursorState {
     pub failing: Option<String>,
 }
 
+/// A cursor row as both stores' cursor statements return it (`READ_CURSOR`, `RELAY_CURSORS`):
+/// the same column names and types on either database.
+pub(crate) fn cursor_state<'r, R>(row: &'r R) -> Result<CursorState, sqlx::Error>
+where
+    R: sqlx::Row,
+    &'r str: sqlx::ColumnIndex<R>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    f64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(CursorState {
+        name: row.try_get("name")?,
+        position: FeedPosition {
+            writer: row.try_get("writer")?,
+            seq: row.try_get("seq")?,
+        },
+        owner: row.try_get("owner")?,
+        token: row.try_get("token")?,
+        lease_until: row.try_get("lease_until")?,
+        advanced_at: row.try_get("advanced_at")?,
+        published: row.try_get("published")?,
+        rate_per_s: row.try_get("rate_per_s")?,
+        progressed_at: row.try_get("progressed_at")?,
+        failed_rounds: row.try_get("failed_rounds")?,
+        failing: row.try_get("failing")?,
+    })
+}
+
 /// What a relay reports with a move of its cursor ([`Cursors::advance_cursor`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct CursorProgress {
@@ -131,6 +159,17 @@ pub struct CursorProgress {
     pub published: u64,
     /// The relay's publish rate over its recent rounds, in events per second.
     pub rate_per_s: f64,
+}
+
+impl CursorProgress {
+    /// The `published` and `rate_per_s` columns a move adds and writes: saturated, and never
+    /// a negative rate.
+    pub(crate) fn columns(self) -> (i64, f64) {
+        (
+            i64::try_from(self.published).unwrap_or(i64::MAX),
+            self.rate_per_s.max(0.0),
+        )
+    }
 }
 
 /// The longest failure message a cursor keeps ([`Cursors::note_cursor_failure`]).

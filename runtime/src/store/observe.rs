@@ -419,6 +419,16 @@ pub struct RelayStatus {
 }
 
 impl RelayStatus {
+    /// The publish rate now: its holder's last reported rate while a relay holds the cursor,
+    /// 0 when none does.
+    pub fn rate_per_s(&self) -> f64 {
+        if self.held {
+            self.cursor.rate_per_s
+        } else {
+            0.0
+        }
+    }
+
     /// `40 events` or `100000+ events` (the count stopped at [`RELAY_BEHIND_COUNTED`]).
     pub fn behind_text(&self) -> String {
         let plus = if self.behind >= RELAY_BEHIND_COUNTED {
@@ -735,11 +745,7 @@ impl StatusReport {
             relay_held
                 .get_or_create(&cursor)
                 .set(f64::from(u8::from(relay.held)));
-            relay_rate.get_or_create(&cursor).set(if relay.held {
-                relay.cursor.rate_per_s
-            } else {
-                0.0
-            });
+            relay_rate.get_or_create(&cursor).set(relay.rate_per_s());
             relay_published
                 .get_or_create(&cursor)
                 .inc_by(u64::try_from(relay.cursor.published).unwrap_or(0));

@@ -4,10 +4,9 @@
 use std::time::Duration;
 
 use sqlx::Row;
-use sqlx::postgres::PgRow;
 
 use super::{PgStore, sql};
-use crate::store::cursor::{check_name, check_owner, error_text, fenced, lease_ms};
+use crate::store::cursor::{check_name, check_owner, cursor_state, error_text, fenced, lease_ms};
 use crate::store::{
     CursorLease, CursorProgress, CursorState, Cursors, DispatchError, FeedPosition,
 };
@@ -48,14 +47,15 @@ impl Cursors for PgStore {
         progress: CursorProgress,
         lease: Duration,
     ) -> Result<(), DispatchError> {
+        let (published, rate_per_s) = progress.columns();
         let advanced = sqlx::query(sql::ADVANCE_CURSOR)
             .bind(&held.name)
             .bind(held.token)
             .bind(position.writer)
             .bind(position.seq)
             .bind(lease_ms(lease))
-            .bind(i64::try_from(progress.published).unwrap_or(i64::MAX))
-            .bind(progress.rate_per_s.max(0.0))
+            .bind(published)
+            .bind(rate_per_s)
             .fetch_optional(self.pool())
             .await?;
         fenced(held, advanced.is_some())
@@ -92,24 +92,4 @@ impl Cursors for PgStore {
             .await?;
         Ok(row.as_ref().map(cursor_state).transpose()?)
     }
-}
-
-/// A cursor row of [`sql::READ_CURSOR`] or [`sql::RELAY_CURSORS`].
-pub(super) fn cursor_state(row: &PgRow) -> Result<CursorState, sqlx::Error> {
-    Ok(CursorState {
-        name: row.try_get("name")?,
-        position: FeedPosition {
-            writer: row.try_get("writer")?,
-            seq: row.try_get("seq")?,
-        },
-        owner: row.try_get("owner")?,
-        token: row.try_get("token")?,
-        lease_until: row.try_get("lease_until")?,
-        advanced_at: row.try_get("advanced_at")?,
-        published: row.try_get("published")?,
-        rate_per_s: row.try_get("rate_per_s")?,
-        progressed_at: row.try_get("progressed_at")?,
-        failed_rounds: row.try_get("failed_rounds")?,
-        failing: row.try_get("failing")?,
-    })
 }

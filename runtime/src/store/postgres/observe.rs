@@ -308,7 +308,7 @@ pub(crate) async fn status(
         .iter()
         .map(|row| {
             Ok(RelayStatus {
-                cursor: super::cursor::cursor_state(row)?,
+                cursor: crate::store::cursor::cursor_state(row)?,
                 held: row.try_get("held")?,
                 behind: row.try_get("behind")?,
             })

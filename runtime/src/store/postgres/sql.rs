@@ -294,6 +294,25 @@ macro_rules! claimable {
     };
 }
 
+/// Delivery `d` heads its key: no other delivery of its key (and tenant) is leased, and none
+/// earlier is pending. A delivery without a key orders with nothing. `OFFSET 0` keeps the
+/// sub-select a subplan run per candidate, one index probe each, rather than an anti-join
+/// that scans every keyed delivery of the consumer (docs/design.md, "Claim statements").
+macro_rules! heads_its_key {
+    () => {
+        "NOT EXISTS (
+            SELECT 1 FROM evc_deliveries p
+            WHERE p.consumer = d.consumer AND p.order_key = d.order_key
+                AND p.order_key IS NOT NULL
+                AND p.tenant_scope IS NOT DISTINCT FROM d.tenant_scope
+                AND p.event_id <> d.event_id
+                AND p.status IN ('pending', 'leased')
+                AND (p.status = 'leased' OR p.event_seq < d.event_seq)
+            OFFSET 0
+        )"
+    };
+}
+
 /// The two scans of a claim statement, as CTEs `every_tenant` and `one_tenant`, each of the
 /// due deliveries `$due` (which reads `evc_deliveries` as `d`) that `claimable!`, oldest first,
 /// at most a batch, with `$select` columns and `$lock` (`FOR UPDATE SKIP LOCKED`, or nothing).
@@ -503,16 +522,9 @@ WITH d AS (
         attempt = d.attempt + 1, fencing_token = d.fencing_token + 1, updated_at = now()
     WHERE d.consumer = $1 AND d.event_id = ANY($2::uuid[]) AND d.status = 'pending'
         AND d.event_seq BETWEEN $5 AND $6
-        AND NOT EXISTS (
-            SELECT 1 FROM evc_deliveries p
-            WHERE p.consumer = d.consumer AND p.order_key = d.order_key
-                AND p.order_key IS NOT NULL
-                AND p.tenant_scope IS NOT DISTINCT FROM d.tenant_scope
-                AND p.event_id <> d.event_id
-                AND p.status IN ('pending', 'leased')
-                AND (p.status = 'leased' OR p.event_seq < d.event_seq)
-            OFFSET 0
-        )
+        AND ",
+    heads_its_key!(),
+    "
     RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.fencing_token, d.event_seq
 )
 ",
@@ -541,17 +553,9 @@ WITH d AS (
         AND ",
     claimable!("d"),
     "
-        AND NOT EXISTS (
-            SELECT 1 FROM evc_deliveries p
-            WHERE p.consumer = d.consumer AND p.order_key = d.order_key
-                AND p.order_key IS NOT NULL
-                AND p.tenant_scope IS NOT DISTINCT FROM d.tenant_scope
-                AND p.event_id <> d.event_id
-                AND p.status IN ('pending', 'leased')
-                AND (p.status = 'leased' OR p.event_seq < d.event_seq)
-            -- As in CLAIM_KEY_HEADS_LEASE: a subquery per candidate, not an anti-join.
-            OFFSET 0
-        )
+        AND ",
+    heads_its_key!(),
+    "
     RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.fencing_token, d.event_seq
 )
 ",

@@ -165,7 +165,7 @@ impl Observe for SqliteStore {
             .await?
         {
             relays.push(RelayStatus {
-                cursor: super::cursor::cursor_state(&row)?,
+                cursor: crate::store::cursor::cursor_state(&row)?,
                 held: row.try_get("held")?,
                 behind: row.try_get("behind")?,
             });

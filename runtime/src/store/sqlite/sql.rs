@@ -169,6 +169,20 @@ INSERT INTO evc_registry_history (project, digest, recorded_at) VALUES (?1, ?2, 
 // Dispatch (docs/runtime.md, "Dispatch").
 // ---------------------------------------------------------------------------------------------
 
+/// Pending delivery `d` heads its key: no other delivery of its key is leased, and none
+/// earlier is pending. A delivery without a key orders with nothing.
+macro_rules! heads_its_key {
+    () => {
+        "NOT EXISTS (
+            SELECT 1 FROM evc_deliveries p
+            WHERE p.consumer = d.consumer AND p.order_key = d.order_key
+                AND p.order_key IS NOT NULL
+                AND p.status IN ('pending', 'leased')
+                AND (p.status = 'leased' OR p.event_seq < d.event_seq)
+        )"
+    };
+}
+
 /// Claims up to `?6` due deliveries of consumer `?1` that need no per-key ordering and come
 /// after `event_seq` `?5` (0: from the head), oldest first (nothing while the consumer is
 /// paused or off in `evc_consumer_state`): leases them to owner `?2` until `?3`, counts the
@@ -196,7 +210,8 @@ RETURNING event_id, consumer, generation, attempt, fencing_token, event_seq";
 /// transaction: no other writer runs meanwhile, and with one writer seq order is commit order,
 /// so PostgreSQL's key locks and re-check are not needed. `?1` consumer, `?2` owner, `?3`
 /// lease end, `?4` now, `?5` batch.
-pub(crate) const CLAIM_KEY_HEADS: &str = "\
+pub(crate) const CLAIM_KEY_HEADS: &str = concat!(
+    "\
 UPDATE evc_deliveries
 SET status = 'leased', lease_owner = ?2, lease_until = ?3, attempt = attempt + 1,
     fencing_token = fencing_token + 1, updated_at = ?4
@@ -207,24 +222,22 @@ WHERE rowid IN (
             SELECT 1 FROM evc_consumer_state s
             WHERE s.consumer = ?1 AND (s.paused OR s.mode = 'off')
         )
-        AND NOT EXISTS (
-            SELECT 1 FROM evc_deliveries p
-            WHERE p.consumer = d.consumer AND p.order_key = d.order_key
-                AND p.order_key IS NOT NULL
-                AND p.status IN ('pending', 'leased')
-                AND (p.status = 'leased' OR p.event_seq < d.event_seq)
-        )
+        AND ",
+    heads_its_key!(),
+    "
     ORDER BY d.event_seq
     LIMIT ?5
 )
-RETURNING event_id, consumer, generation, attempt, fencing_token, event_seq";
+RETURNING event_id, consumer, generation, attempt, fencing_token, event_seq"
+);
 
 /// Claim by event id (a broker's messages name the events): leases the deliveries of consumer
 /// `?1` of the events `?5` (a JSON array of ids) that are pending, due, claimable and head
 /// their key to owner `?2` until `?3`; `?4` now. Counts the attempt and raises the fencing
 /// token. Returns what [`CLAIM_BATCH`] returns. Run in a `BEGIN IMMEDIATE` transaction, as
 /// [`CLAIM_KEY_HEADS`], so the head check sees every commit.
-pub(crate) const CLAIM_EVENTS: &str = "\
+pub(crate) const CLAIM_EVENTS: &str = concat!(
+    "\
 UPDATE evc_deliveries
 SET status = 'leased', lease_owner = ?2, lease_until = ?3, attempt = attempt + 1,
     fencing_token = fencing_token + 1, updated_at = ?4
@@ -236,16 +249,12 @@ WHERE rowid IN (
             SELECT 1 FROM evc_consumer_state s
             WHERE s.consumer = ?1 AND (s.paused OR s.mode = 'off')
         )
-        AND NOT EXISTS (
-            SELECT 1 FROM evc_deliveries p
-            WHERE p.consumer = d.consumer AND p.order_key = d.order_key
-                AND p.order_key IS NOT NULL
-                AND p.event_id <> d.event_id
-                AND p.status IN ('pending', 'leased')
-                AND (p.status = 'leased' OR p.event_seq < d.event_seq)
-        )
+        AND ",
+    heads_its_key!(),
+    "
 )
-RETURNING event_id, consumer, generation, attempt, fencing_token, event_seq";
+RETURNING event_id, consumer, generation, attempt, fencing_token, event_seq"
+);
 
 /// Where the deliveries of consumer `?1` of the events `?2` (a JSON array of ids) stand, per
 /// event: whether one is open, whether one is dead or quarantined, and for an open one how many
