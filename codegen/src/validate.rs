@@ -1040,6 +1040,9 @@ impl<'a> Checker<'a> {
         let mut found = Vec::new();
         for (path, file) in self.files {
             if let (Some(tree), Some(source)) = (&file.tree, &file.source) {
+                if !may_hold_unsafe_character(source.text()) {
+                    continue;
+                }
                 let mut pointer = String::new();
                 control_characters_in(path, tree, &mut pointer, None, false, source, &mut found);
             }
@@ -1263,6 +1266,28 @@ const PROSE_KEYS: &[&str] = &["description", "title", "summary", "$comment"];
 /// such as `default`, `examples` or an `x-` extension, which generated files only quote) must
 /// hold no NUL, which PostgreSQL text cannot store.
 /// `pointer` is the node's, a buffer extended and cut back on the way down.
+/// Whether a scalar of this YAML text could hold a character that
+/// [`crate::emit::unsafe_character`] finds: one written as it is, or a double-quoted escape that
+/// stands for one (`\0`, `\a`, `\b`, `\e`, `\f`, `\r`, `\v`, `\N`, `\x..`, `\u....`,
+/// `\U........`). When it cannot, the walk over the file's tree is skipped: most files hold
+/// only printable ASCII, which one pass over the bytes shows.
+fn may_hold_unsafe_character(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let plain_ascii = bytes
+        .iter()
+        .all(|&b| (0x20..0x7f).contains(&b) || b == b'\n' || b == b'\t');
+    if !plain_ascii && crate::emit::unsafe_character(text).is_some() {
+        return true;
+    }
+    bytes.windows(2).any(|pair| {
+        pair[0] == b'\\'
+            && matches!(
+                pair[1],
+                b'0' | b'a' | b'b' | b'e' | b'f' | b'r' | b'v' | b'N' | b'x' | b'u' | b'U'
+            )
+    })
+}
+
 fn control_characters_in(
     path: &str,
     node: &crate::yaml::Node,
@@ -1361,5 +1386,33 @@ fn order_key_pointer(def: &EventFile, field: &str) -> String {
             )
         }
         _ => "/order_key".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::may_hold_unsafe_character;
+
+    #[test]
+    fn only_text_that_can_carry_an_unsafe_character_is_walked() {
+        for text in [
+            "a: \"bell\\a\"\n",
+            "a: \"\\x07\"\n",
+            "a: \"\\u202E\"\n",
+            "a: \"\\0\"\n",
+            "a: b\r\n",
+            "a: \"ok \u{202E}\"\n",
+            "a: \"\u{85}\"\n",
+        ] {
+            assert!(may_hold_unsafe_character(text), "{text:?}");
+        }
+        for text in [
+            "a: b\n\tc: d\n",
+            "pattern: '^\\d+\\.\\w$'\n",
+            "a: \"tab\\tnew\\nquote\\\"\"\n",
+            "a: caf\u{e9}\n",
+        ] {
+            assert!(!may_hold_unsafe_character(text), "{text:?}");
+        }
     }
 }

@@ -1,18 +1,21 @@
-//! The one place that parses YAML (through serde-saphyr).
+//! The one place that parses YAML (with `granit-parser`, the parser serde-saphyr re-exports).
 //!
 //! A document becomes a [`Node`] tree in which every mapping key, value and list item keeps its
 //! byte range, so any later finding, down to a keyword deep inside a payload schema, can point at
 //! its line and column. Hostile input is bounded before it costs anything: nesting depth, alias
-//! expansion, node count and scalar bytes are all capped by an explicit [`Budget`].
+//! expansion, node count and scalar bytes are all capped, and the parser's own lookahead and
+//! nesting limits are serde-saphyr's [`Budget`] defaults.
 
 use std::borrow::Cow;
-use std::fmt;
+use std::collections::{HashMap, HashSet};
 
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_saphyr::{Budget, DuplicateKeyPolicy, Spanned};
+use serde_saphyr::Budget;
+use serde_saphyr::granit_parser::{self as granit, Event};
 
 use crate::diagnostic::{Diagnostic, Rule};
 use crate::source::{Location, SourceFile};
+
+mod scalars;
 
 /// Deepest nesting accepted. Payload schemas nest a few levels; 64 leaves room and keeps every
 /// recursive walk over the tree far from the stack limit.
@@ -162,30 +165,29 @@ pub fn escape_pointer_segment(segment: &str) -> Cow<'_, str> {
 }
 
 /// Parses one YAML document. An empty document (only comments or whitespace) gives `Ok(None)`.
+///
+/// The tree is built straight from the parser's events, which carry byte spans: going through
+/// serde with a span wrapper around every node costs more than scanning the text itself.
+/// Scalars resolve as serde-saphyr resolves them for an untyped value (YAML 1.2 core schema,
+/// strict booleans, `<<` merge keys, duplicate keys refused).
 pub fn parse(file: &SourceFile) -> Result<Option<Node>, Box<Diagnostic>> {
-    let mut budget = Budget::default();
-    budget.max_depth = MAX_DEPTH;
-    budget.max_nodes = MAX_NODES;
-    budget.max_aliases = MAX_ALIASES;
-    budget.max_anchors = MAX_ALIASES;
-    budget.max_documents = 1;
-    budget.max_total_scalar_bytes = crate::loader::MAX_FILE_BYTES;
-    let options = serde_saphyr::options! {
-        budget: Some(budget),
-        duplicate_keys: DuplicateKeyPolicy::Error,
-        strict_booleans: true,
-        with_snippet: false,
+    let budget = Budget::default();
+    let options = granit::options! {
+        simple_key_max_lookahead: budget.simple_key_max_lookahead,
+        flow_nesting_limit: budget.flow_nesting_limit,
+        // Deep block nesting reaches the depth limit below, with its own diagnostic.
+        block_nesting_limit: granit::Options::default().block_nesting_limit.max(MAX_DEPTH + 1),
     };
-    let parsed: Result<Option<Spanned<RawNode>>, _> =
-        serde_saphyr::from_str_with_options(file.text(), options);
-    match parsed {
-        Ok(None) => Ok(None),
-        Ok(Some(spanned)) => {
-            let node = lower(file, spanned)?;
-            Ok((node.value != Value::Null || !is_blank(file.text())).then_some(node))
-        }
-        Err(error) => Err(Box::new(syntax_diagnostic(file, &error))),
-    }
+    let mut reader = Reader {
+        file,
+        parser: granit::Parser::new_from_str_with_options(file.text(), options),
+        anchors: HashMap::new(),
+        nodes: 0,
+        aliases: 0,
+        scalar_bytes: 0,
+    };
+    let node = reader.document()?;
+    Ok(node.filter(|node| node.value != Value::Null || !is_blank(file.text())))
 }
 
 fn is_blank(text: &str) -> bool {
@@ -194,166 +196,395 @@ fn is_blank(text: &str) -> bool {
         .all(|line| line.is_empty() || line.starts_with('#') || line == "---" || line == "...")
 }
 
-/// What serde-saphyr hands back before positions are turned into byte ranges.
-#[derive(Debug)]
-enum RawNode {
-    Null,
-    Bool(bool),
-    Int(i64),
-    UInt(u64),
-    Float(f64),
-    String(String),
-    Seq(Vec<Spanned<RawNode>>),
-    Map(Vec<(Spanned<RawNode>, Spanned<RawNode>)>),
+/// Builds the tree of one document from the parser's events, within the limits.
+struct Reader<'a> {
+    file: &'a SourceFile,
+    parser: granit::Parser<'a, granit::StrInput<'a>>,
+    /// Anchored nodes by the parser's anchor id, with the nodes and scalar bytes they hold.
+    anchors: HashMap<usize, Anchored>,
+    nodes: usize,
+    aliases: usize,
+    scalar_bytes: usize,
 }
 
-impl<'de> Deserialize<'de> for RawNode {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(RawNodeVisitor)
-    }
+struct Anchored {
+    node: Node,
+    nodes: usize,
+    scalar_bytes: usize,
 }
 
-struct RawNodeVisitor;
+/// Entries a mapping holds before its duplicate-key check switches from a scan to a set.
+const SCAN_KEYS: usize = 16;
 
-impl<'de> Visitor<'de> for RawNodeVisitor {
-    type Value = RawNode;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a YAML value")
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<RawNode, E> {
-        Ok(RawNode::Null)
-    }
-    fn visit_none<E: de::Error>(self) -> Result<RawNode, E> {
-        Ok(RawNode::Null)
-    }
-    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<RawNode, D::Error> {
-        RawNode::deserialize(deserializer)
-    }
-    fn visit_bool<E: de::Error>(self, value: bool) -> Result<RawNode, E> {
-        Ok(RawNode::Bool(value))
-    }
-    fn visit_i64<E: de::Error>(self, value: i64) -> Result<RawNode, E> {
-        Ok(RawNode::Int(value))
-    }
-    fn visit_u64<E: de::Error>(self, value: u64) -> Result<RawNode, E> {
-        Ok(i64::try_from(value).map_or(RawNode::UInt(value), RawNode::Int))
-    }
-    fn visit_i128<E: de::Error>(self, value: i128) -> Result<RawNode, E> {
-        i64::try_from(value)
-            .map(RawNode::Int)
-            .map_err(|_| E::custom("integer out of range"))
-    }
-    fn visit_u128<E: de::Error>(self, value: u128) -> Result<RawNode, E> {
-        u64::try_from(value)
-            .map_err(|_| E::custom("integer out of range"))
-            .and_then(|value| self.visit_u64(value))
-    }
-    fn visit_f64<E: de::Error>(self, value: f64) -> Result<RawNode, E> {
-        Ok(RawNode::Float(value))
-    }
-    fn visit_str<E: de::Error>(self, value: &str) -> Result<RawNode, E> {
-        Ok(RawNode::String(value.to_owned()))
-    }
-    fn visit_string<E: de::Error>(self, value: String) -> Result<RawNode, E> {
-        Ok(RawNode::String(value))
-    }
-    fn visit_bytes<E: de::Error>(self, _: &[u8]) -> Result<RawNode, E> {
-        Err(E::custom("binary values are not supported"))
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawNode, A::Error> {
-        let mut items = Vec::new();
-        while let Some(item) = seq.next_element()? {
-            items.push(item);
+impl<'a> Reader<'a> {
+    fn next(&mut self) -> Result<(Event<'a>, granit::Span), Box<Diagnostic>> {
+        match self.parser.next() {
+            Some(Ok(event)) => Ok(event),
+            Some(Err(error)) => Err(Box::new(scan_diagnostic(self.file, &error))),
+            None => Ok((
+                Event::StreamEnd,
+                granit::Span::empty(granit::Marker::new(0, 1, 0)),
+            )),
         }
-        Ok(RawNode::Seq(items))
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawNode, A::Error> {
-        let mut entries = Vec::new();
-        while let Some(key) = map.next_key()? {
-            let value = map.next_value()?;
-            entries.push((key, value));
-        }
-        Ok(RawNode::Map(entries))
-    }
-}
 
-/// Turns serde-saphyr's character positions into byte ranges and checks keys are strings.
-fn lower(file: &SourceFile, spanned: Spanned<RawNode>) -> Result<Node, Box<Diagnostic>> {
-    let location = spanned.referenced;
-    let offset = match location.span().byte_offset() {
-        Some(offset) => usize::try_from(offset).unwrap_or(usize::MAX),
-        None => file.offset_of(
-            u32::try_from(location.line()).unwrap_or(u32::MAX),
-            u32::try_from(location.column()).unwrap_or(u32::MAX),
-        ),
-    };
-    let len = location
-        .span()
-        .byte_len()
-        .map_or(0, |len| usize::try_from(len).unwrap_or(0));
-    let value = match spanned.value {
-        RawNode::Null => Value::Null,
-        RawNode::Bool(value) => Value::Bool(value),
-        RawNode::Int(value) => Value::Int(value),
-        RawNode::UInt(value) => Value::UInt(value),
-        RawNode::Float(value) => Value::Float(value),
-        RawNode::String(text) => Value::String(text),
-        RawNode::Seq(items) => Value::Seq(
-            items
-                .into_iter()
-                .map(|item| lower(file, item))
-                .collect::<Result<_, _>>()?,
-        ),
-        RawNode::Map(entries) => {
-            let mut lowered = Vec::with_capacity(entries.len());
-            for (key, value) in entries {
-                let key = lower(file, key)?;
-                if key.as_str().is_none() {
+    fn document(&mut self) -> Result<Option<Node>, Box<Diagnostic>> {
+        let mut node = None;
+        loop {
+            let (event, span) = self.next()?;
+            match event {
+                Event::StreamStart | Event::DocumentEnd => {}
+                Event::StreamEnd => return Ok(node),
+                Event::DocumentStart(..) if node.is_some() => {
                     return Err(Box::new(Diagnostic::new(
-                        Rule::YamlNonStringKey,
-                        key.location(file),
-                        "mapping keys must be strings",
-                        "quote the key (`\"1\": ...`) or rename it",
+                        Rule::YamlSyntax,
+                        self.location(&span),
+                        "the file holds more than one YAML document",
+                        "keep one contract per file: remove the `---` separator and move the rest \
+                         to its own file",
                     )));
                 }
-                lowered.push((key, lower(file, value)?));
+                Event::DocumentStart(..) => {
+                    let (event, span) = self.next()?;
+                    node = Some(self.node(event, span, 0)?);
+                }
+                _ => return Err(self.unexpected(&span)),
             }
-            Value::Map(lowered)
         }
-    };
-    Ok(Node { value, offset, len })
+    }
+
+    fn node(
+        &mut self,
+        event: Event<'a>,
+        span: granit::Span,
+        depth: usize,
+    ) -> Result<Node, Box<Diagnostic>> {
+        let (offset, len) = self.range(&span);
+        let (nodes_before, bytes_before) = (self.nodes, self.scalar_bytes);
+        let (value, anchor) = match event {
+            Event::Scalar(text, style, anchor, tag) => {
+                self.count(1, text.len(), &span)?;
+                (self.scalar(text, style, tag.as_deref(), &span)?, anchor)
+            }
+            Event::SequenceStart(_, anchor, _) => {
+                self.enter(depth, &span)?;
+                let mut items = Vec::new();
+                loop {
+                    let (event, span) = self.next()?;
+                    if matches!(event, Event::SequenceEnd) {
+                        break;
+                    }
+                    items.push(self.node(event, span, depth + 1)?);
+                }
+                (Value::Seq(items), anchor)
+            }
+            Event::MappingStart(_, anchor, _) => {
+                self.enter(depth, &span)?;
+                (self.mapping(depth)?, anchor)
+            }
+            Event::Alias(id) => return self.alias(id, offset, len, &span),
+            _ => return Err(self.unexpected(&span)),
+        };
+        let node = Node { value, offset, len };
+        if anchor != 0 {
+            if self.anchors.len() >= MAX_ALIASES {
+                return Err(self.limit(&span, "anchors"));
+            }
+            let anchored = Anchored {
+                node: node.clone(),
+                nodes: self.nodes - nodes_before,
+                scalar_bytes: self.scalar_bytes - bytes_before,
+            };
+            self.anchors.insert(anchor, anchored);
+        }
+        Ok(node)
+    }
+
+    fn mapping(&mut self, depth: usize) -> Result<Value, Box<Diagnostic>> {
+        let mut entries: Vec<(Node, Node)> = Vec::new();
+        let mut keys: Option<HashSet<String>> = None;
+        // Entries merged in through `<<`, in order of precedence, and where they go.
+        let mut merged: Vec<(Node, Node)> = Vec::new();
+        let mut merge_at = None;
+        loop {
+            let (event, span) = self.next()?;
+            if matches!(event, Event::MappingEnd) {
+                break;
+            }
+            let is_merge = matches!(
+                &event,
+                Event::Scalar(text, granit::ScalarStyle::Plain, _, None) if text == "<<"
+            );
+            let key = self.node(event, span, depth + 1)?;
+            let (event, span) = self.next()?;
+            let value = self.node(event, span, depth + 1)?;
+            if is_merge {
+                merge_at.get_or_insert(entries.len());
+                self.merge_source(value, &mut merged)?;
+                continue;
+            }
+            let Some(text) = key.as_str() else {
+                return Err(Box::new(Diagnostic::new(
+                    Rule::YamlNonStringKey,
+                    key.location(self.file),
+                    "mapping keys must be strings",
+                    "quote the key (`\"1\": ...`) or rename it",
+                )));
+            };
+            let duplicate = match &mut keys {
+                Some(keys) => !keys.insert(text.to_owned()),
+                None => entries.iter().any(|(k, _)| k.as_str() == Some(text)),
+            };
+            if duplicate {
+                return Err(Box::new(Diagnostic::new(
+                    Rule::YamlDuplicateKey,
+                    key.location(self.file),
+                    format!("the key `{text}` appears twice in the same mapping"),
+                    "keep one of the two entries and delete the other",
+                )));
+            }
+            entries.push((key, value));
+            if keys.is_none() && entries.len() == SCAN_KEYS {
+                keys = Some(entries.iter().map(|(k, _)| k.key_text()).collect());
+            }
+        }
+        if let Some(at) = merge_at {
+            let mut taken: HashSet<String> = entries.iter().map(|(k, _)| k.key_text()).collect();
+            let merged: Vec<_> = merged
+                .into_iter()
+                .filter(|(key, _)| taken.insert(key.key_text()))
+                .collect();
+            entries.splice(at..at, merged);
+        }
+        Ok(Value::Map(entries))
+    }
+
+    /// Adds the entries of a `<<` value (a mapping, or a list of them) to `merged`.
+    fn merge_source(
+        &self,
+        value: Node,
+        merged: &mut Vec<(Node, Node)>,
+    ) -> Result<(), Box<Diagnostic>> {
+        match value.value {
+            Value::Map(entries) => merged.extend(entries),
+            Value::Seq(items) if items.iter().all(|item| matches!(item.value, Value::Map(_))) => {
+                for item in items {
+                    if let Value::Map(entries) = item.value {
+                        merged.extend(entries);
+                    }
+                }
+            }
+            _ => {
+                return Err(Box::new(Diagnostic::new(
+                    Rule::YamlSyntax,
+                    value.location(self.file),
+                    "the value of a `<<` merge key must be a mapping or a list of mappings",
+                    "merge an anchored mapping (`<<: *defaults`), or write the entries out",
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn alias(
+        &mut self,
+        id: usize,
+        offset: usize,
+        len: usize,
+        span: &granit::Span,
+    ) -> Result<Node, Box<Diagnostic>> {
+        self.aliases += 1;
+        if self.aliases > MAX_ALIASES {
+            return Err(self.limit(span, "aliases"));
+        }
+        let Some(anchored) = self.anchors.get(&id) else {
+            // The anchor is still open: the alias sits inside the node it names.
+            return Err(Box::new(Diagnostic::new(
+                Rule::YamlSyntax,
+                self.location(span),
+                "an alias (`*name`) refers to the node that contains it",
+                "write the value out instead of referring to itself",
+            )));
+        };
+        let (nodes, bytes) = (anchored.nodes, anchored.scalar_bytes);
+        self.count(nodes, bytes, span)?;
+        let mut node = self.anchors[&id].node.clone();
+        node.offset = offset;
+        node.len = len;
+        Ok(node)
+    }
+
+    fn scalar(
+        &self,
+        text: Cow<'a, str>,
+        style: granit::ScalarStyle,
+        tag: Option<&granit::Tag>,
+        span: &granit::Span,
+    ) -> Result<Value, Box<Diagnostic>> {
+        let invalid = |what: &str| {
+            Box::new(Diagnostic::new(
+                Rule::YamlSyntax,
+                self.location(span),
+                format!("invalid YAML: the value is not a valid {what}"),
+                "fix the value, or remove the tag",
+            ))
+        };
+        if let Some(tag) = tag {
+            match tag_name(tag).as_deref() {
+                Some("str" | "!") => return Ok(Value::String(text.into_owned())),
+                Some("null") => return Ok(Value::Null),
+                Some("bool") => {
+                    return scalars::boolean(&text)
+                        .map(Value::Bool)
+                        .ok_or_else(|| invalid("boolean"));
+                }
+                Some("int") => return scalars::integer(&text).ok_or_else(|| invalid("integer")),
+                Some("float") => {
+                    return scalars::integer(&text)
+                        .or_else(|| scalars::float(&text).map(Value::Float))
+                        .ok_or_else(|| invalid("number"));
+                }
+                Some("binary") => {
+                    return Err(Box::new(Diagnostic::new(
+                        Rule::YamlSyntax,
+                        self.location(span),
+                        "binary values are not supported",
+                        "write the value as a string",
+                    )));
+                }
+                // Other tags (`!!timestamp`, custom ones) leave the value as written.
+                _ => {}
+            }
+        }
+        if style != granit::ScalarStyle::Plain {
+            return Ok(Value::String(text.into_owned()));
+        }
+        match scalars::plain(&text) {
+            scalars::Plain::Value(value) => Ok(value),
+            scalars::Plain::NonFinite => Err(Box::new(Diagnostic::new(
+                Rule::YamlSyntax,
+                self.location(span),
+                format!("invalid YAML: `{}` is not a finite number", text.trim()),
+                "quote the value if it is meant as text (`\".inf\"`)",
+            ))),
+            scalars::Plain::Text => Ok(Value::String(text.into_owned())),
+        }
+    }
+
+    fn enter(&self, depth: usize, span: &granit::Span) -> Result<(), Box<Diagnostic>> {
+        if depth >= MAX_DEPTH {
+            return Err(self.limit(span, "depth"));
+        }
+        Ok(())
+    }
+
+    fn count(
+        &mut self,
+        nodes: usize,
+        scalar_bytes: usize,
+        span: &granit::Span,
+    ) -> Result<(), Box<Diagnostic>> {
+        self.nodes += nodes.max(1);
+        self.scalar_bytes += scalar_bytes;
+        if self.nodes > MAX_NODES {
+            return Err(self.limit(span, "nodes"));
+        }
+        if self.scalar_bytes > crate::loader::MAX_FILE_BYTES {
+            return Err(self.limit(span, "bytes"));
+        }
+        Ok(())
+    }
+
+    fn limit(&self, span: &granit::Span, what: &str) -> Box<Diagnostic> {
+        let (what, fix) = match what {
+            "nodes" => (
+                format!("expands to more than {MAX_NODES} YAML nodes (an alias expansion bomb?)"),
+                "write values out instead of multiplying them through aliases",
+            ),
+            "aliases" | "anchors" => (
+                format!("uses more than {MAX_ALIASES} aliases or anchors"),
+                "write values out instead of referencing them through aliases",
+            ),
+            "depth" => (
+                format!("nests deeper than {MAX_DEPTH} levels"),
+                "flatten the document; contracts never need this much nesting",
+            ),
+            _ => (
+                "exceeds a YAML safety limit".to_owned(),
+                "shrink the document; contract files are small",
+            ),
+        };
+        Box::new(Diagnostic::new(
+            Rule::YamlLimitExceeded,
+            self.location(span),
+            format!("the document {what}"),
+            fix,
+        ))
+    }
+
+    fn unexpected(&self, span: &granit::Span) -> Box<Diagnostic> {
+        Box::new(Diagnostic::new(
+            Rule::YamlSyntax,
+            self.location(span),
+            "invalid YAML: unexpected structure at this position",
+            "fix the YAML syntax at this position",
+        ))
+    }
+
+    /// The byte offset and length of a span.
+    fn range(&self, span: &granit::Span) -> (usize, usize) {
+        let start = self.byte_offset(&span.start);
+        let end = self.byte_offset(&span.end).max(start);
+        (start, end - start)
+    }
+
+    fn byte_offset(&self, marker: &granit::Marker) -> usize {
+        marker.byte_offset().unwrap_or_else(|| {
+            self.file.offset_of(
+                u32::try_from(marker.line()).unwrap_or(u32::MAX),
+                u32::try_from(marker.col() + 1).unwrap_or(u32::MAX),
+            )
+        })
+    }
+
+    fn location(&self, span: &granit::Span) -> Location {
+        let (offset, len) = self.range(span);
+        self.file.location(offset, len)
+    }
 }
 
-/// Maps a serde-saphyr error to the matching rule, keeping its position.
-fn syntax_diagnostic(file: &SourceFile, error: &serde_saphyr::Error) -> Diagnostic {
-    let location = error.location().map_or_else(
-        || Location::file(file.path()),
-        |location| {
-            let line = u32::try_from(location.line()).unwrap_or(u32::MAX).max(1);
-            let column = u32::try_from(location.column()).unwrap_or(u32::MAX).max(1);
-            let offset = file.offset_of(line, column);
-            let len = file.text()[offset..]
-                .chars()
-                .next()
-                .map_or(0, char::len_utf8);
-            file.location(offset, len)
-        },
-    );
-    let message = error.without_snippet().to_string();
-    let message = strip_position_prefix(message.lines().next().unwrap_or_default());
-    let lower = message.to_ascii_lowercase();
-    if lower.contains("duplicate mapping key") {
-        let key = message.rsplit_once(':').map_or("", |(_, key)| key.trim());
-        let key = key.split(',').next().unwrap_or_default().trim();
-        return Diagnostic::new(
-            Rule::YamlDuplicateKey,
-            location,
-            format!("the key `{key}` appears twice in the same mapping"),
-            "keep one of the two entries and delete the other",
-        );
+/// The name of a scalar's tag as serde-saphyr reads it: the core schema's (`!!int`, or its
+/// long form), a local spelling of one (`!int`), or `!` for the non-specific tag, which keeps
+/// the text.
+fn tag_name(tag: &granit::Tag) -> Option<Cow<'_, str>> {
+    if let Some(name) = tag.core_suffix() {
+        return Some(Cow::Borrowed(name));
     }
-    if lower.contains("unknown anchor") {
+    let suffix = tag.suffix_in_namespace("!")?;
+    match suffix.as_ref() {
+        "" | "!" => Some(Cow::Borrowed("!")),
+        name => Some(Cow::Owned(
+            name.strip_prefix('!').unwrap_or(name).to_owned(),
+        )),
+    }
+}
+
+/// Maps a scanner error to a diagnostic at its position.
+fn scan_diagnostic(file: &SourceFile, error: &granit::ScanError) -> Diagnostic {
+    let marker = error.marker();
+    let offset = marker.byte_offset().unwrap_or_else(|| {
+        file.offset_of(
+            u32::try_from(marker.line()).unwrap_or(u32::MAX).max(1),
+            u32::try_from(marker.col() + 1).unwrap_or(u32::MAX),
+        )
+    });
+    let offset = offset.min(file.text().len());
+    let len = file.text()[offset..]
+        .chars()
+        .next()
+        .map_or(0, char::len_utf8);
+    let location = file.location(offset, len);
+    if matches!(error.kind(), granit::ErrorKind::UnknownAnchor) {
         return Diagnostic::new(
             Rule::YamlSyntax,
             location,
@@ -361,41 +592,14 @@ fn syntax_diagnostic(file: &SourceFile, error: &serde_saphyr::Error) -> Diagnost
             "define the anchor first, or quote the value if `*` is meant literally (`\"*failed\"`)",
         );
     }
-    if lower.contains("documents") {
-        return Diagnostic::new(
-            Rule::YamlSyntax,
-            location,
-            "the file holds more than one YAML document",
-            "keep one contract per file: remove the `---` separator and move the rest to its own file",
-        );
-    }
-    if lower.contains("budget") || lower.contains("recursion limit") || lower.contains("alias") {
-        let (what, fix) = if lower.contains("nodes") || lower.contains("events") {
-            (
-                format!("expands to more than {MAX_NODES} YAML nodes (an alias expansion bomb?)"),
-                "write values out instead of multiplying them through aliases",
-            )
-        } else if lower.contains("alias") || lower.contains("anchor") {
-            (
-                format!("uses more than {MAX_ALIASES} aliases or anchors"),
-                "write values out instead of referencing them through aliases",
-            )
-        } else if lower.contains("depth") || lower.contains("recursion") {
-            (
-                format!("nests deeper than {MAX_DEPTH} levels"),
-                "flatten the document; contracts never need this much nesting",
-            )
-        } else {
-            (
-                "exceeds a YAML safety limit".to_owned(),
-                "shrink the document; contract files are small",
-            )
-        };
+    let message = error.info();
+    let lower = message.to_ascii_lowercase();
+    if lower.contains("nesting") || lower.contains("recursion") {
         return Diagnostic::new(
             Rule::YamlLimitExceeded,
             location,
-            format!("the document {what}"),
-            fix,
+            format!("the document nests deeper than {MAX_DEPTH} levels"),
+            "flatten the document; contracts never need this much nesting",
         );
     }
     let fix = if lower.contains("tab") {
@@ -406,26 +610,12 @@ fn syntax_diagnostic(file: &SourceFile, error: &serde_saphyr::Error) -> Diagnost
     Diagnostic::new(
         Rule::YamlSyntax,
         location,
-        format!("invalid YAML: {message}"),
+        format!(
+            "invalid YAML: {}",
+            message.lines().next().unwrap_or_default()
+        ),
         fix,
     )
-}
-
-/// serde-saphyr prefixes messages with `line L column C: `; the diagnostic carries that already.
-fn strip_position_prefix(message: &str) -> String {
-    let message = message.strip_prefix("error: ").unwrap_or(message);
-    if let Some(rest) = message.strip_prefix("line ")
-        && let Some((_, tail)) = rest.split_once(": ")
-        && rest
-            .split_once(": ")
-            .is_some_and(|(head, _)| head.contains("column"))
-    {
-        return tail.to_owned();
-    }
-    match message.rfind(" at line ") {
-        Some(index) if message[index..].contains(", column ") => message[..index].to_owned(),
-        _ => message.to_owned(),
-    }
 }
 
 #[cfg(test)]
@@ -471,6 +661,73 @@ mod tests {
     fn non_string_keys_are_refused() {
         let error = parse_text("1: a\n").expect_err("int key");
         assert_eq!(error.rule, Rule::YamlNonStringKey);
+    }
+
+    /// The tree reads every value as serde-saphyr reads it into an untyped value.
+    #[test]
+    fn values_resolve_as_serde_saphyr_resolves_them() {
+        let cases = [
+            "a: ~\nb: null\nc:\nd: NULL\ne: ''\n",
+            "a: true\nb: False\nc: yes\nd: on\ne: 'true'\nf: !!str true\n",
+            "a: 12\nb: -12\nc: +7\nd: 0x1f\ne: 0o17\nf: 0b101\ng: 1_000\nh: 0127\n",
+            "a: 0X1F\nb: 9223372036854775808\nc: 18446744073709551615\nd: 1.0.0\n",
+            "a: 2.5\nb: 2.5e3\nc: .5\nd: 5.\ne: 50.0\nf: -0.0\ng: inf\nh: nan\n",
+            "a: !!int '42'\nb: !!float 1\nc: !!bool 'true'\nd: !!null x\ne: ! 12\n",
+            "a: \"x\\ty\"\nb: |\n  line\n  next\nc: >\n  folded\n  text\n",
+            "base: &base {a: 1, b: 2}\nderived:\n  <<: *base\n  b: 3\n  c: 4\n",
+            "x: &x [1, 2]\ny: [*x, *x]\nz: {k: [a, {m: n}]}\n",
+            "one: &one {a: 1}\ntwo: &two {a: 2, b: 2}\nboth:\n  <<: [*one, *two]\n",
+            "- a\n- - b\n  - c\n- {d: e}\n",
+        ];
+        for text in cases {
+            let ours = parse_text(text)
+                .expect("parses")
+                .expect("not empty")
+                .to_json();
+            let options = serde_saphyr::options! { strict_booleans: true };
+            let theirs: serde_json::Value =
+                serde_saphyr::from_str_with_options(text, options).expect("serde-saphyr parses");
+            assert_eq!(ours, integral(theirs), "{text}");
+        }
+    }
+
+    /// Whole floats as integers, as [`Node::to_json`] gives them.
+    fn integral(value: serde_json::Value) -> serde_json::Value {
+        use serde_json::Value as Json;
+        match value {
+            Json::Number(number) => match number.as_f64() {
+                Some(float) if number.is_f64() && float.fract() == 0.0 && float.abs() < 9.0e15 => {
+                    Json::from(float as i64)
+                }
+                _ => Json::Number(number),
+            },
+            Json::Array(items) => items.into_iter().map(integral).collect(),
+            Json::Object(map) => map.into_iter().map(|(k, v)| (k, integral(v))).collect(),
+            other => other,
+        }
+    }
+
+    #[test]
+    fn a_merge_key_keeps_its_place_and_own_keys_win() {
+        let text = "base: &base {b: 1, z: 1}\nm:\n  a: 0\n  <<: *base\n  b: 2\n";
+        let node = parse_text(text).expect("parses").expect("not empty");
+        let keys: Vec<_> = match &node.get("m").expect("m").value {
+            Value::Map(entries) => entries.iter().filter_map(|(k, _)| k.as_str()).collect(),
+            other => panic!("not a mapping: {other:?}"),
+        };
+        assert_eq!(keys, ["a", "z", "b"]);
+    }
+
+    #[test]
+    fn an_alias_inside_its_own_anchor_is_refused() {
+        let error = parse_text("a: &a [1, *a]\n").expect_err("recursive");
+        assert_eq!(error.rule, Rule::YamlSyntax);
+    }
+
+    #[test]
+    fn non_finite_numbers_are_refused_with_their_text() {
+        let error = parse_text("a: .inf\n").expect_err("not JSON");
+        assert!(error.message.contains(".inf"), "{}", error.message);
     }
 
     #[test]
