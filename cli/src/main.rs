@@ -540,11 +540,13 @@ fn exit_without_freeing<T>(value: T) {
     std::mem::forget(value);
 }
 
-/// Reads a UTF-8 text file the way the loader reads contracts: a regular file, opened without
-/// blocking, at most `MAX_FILE_BYTES`, and (with `inside`) resolving inside that directory.
+/// Reads an AsyncAPI document the way the loader reads contracts: a regular file, opened without
+/// blocking, and (with `inside`) resolving inside that directory; its cap is a document's
+/// (`MAX_DOCUMENT_BYTES`), since it describes the whole contract set.
 fn read_text(path: &Path, inside: Option<&Path>) -> anyhow::Result<String> {
-    let bytes = evc_codegen::loader::read_capped(path, inside)
-        .with_context(|| format!("cannot read `{}`", path.display()))?;
+    let bytes =
+        evc_codegen::loader::read_capped_to(path, inside, evc_codegen::yaml::MAX_DOCUMENT_BYTES)
+            .with_context(|| format!("cannot read `{}`", path.display()))?;
     String::from_utf8(bytes).with_context(|| format!("`{}` is not UTF-8", path.display()))
 }
 

@@ -330,7 +330,13 @@ pub fn parse_bytes(
 ) -> ParsedFile {
     let mut parsed = ParsedFile::unread(kind);
     if bytes.len() > MAX_FILE_BYTES {
-        diagnostics.push(ReadError::TooLarge(bytes.len() as u64).into_diagnostic(display));
+        diagnostics.push(
+            ReadError::TooLarge {
+                size: bytes.len() as u64,
+                max: MAX_FILE_BYTES,
+            }
+            .into_diagnostic(display),
+        );
         return parsed;
     }
     match decode(display, bytes) {
@@ -397,9 +403,14 @@ pub enum ReadError {
     /// loop, permissions).
     #[error("{0}")]
     Io(#[from] std::io::Error),
-    /// The file is larger than [`MAX_FILE_BYTES`].
-    #[error("it is {0} bytes; at most {MAX_FILE_BYTES} bytes are read")]
-    TooLarge(u64),
+    /// The file is larger than its cap ([`MAX_FILE_BYTES`] for a contract file).
+    #[error("it is {size} bytes; at most {max} bytes are read")]
+    TooLarge {
+        /// The file's size.
+        size: u64,
+        /// The cap it was read under.
+        max: usize,
+    },
     /// The path resolves (through a symlink) to a place outside the directory it must stay in.
     #[error("it is a symlink that leads out of the directory being read")]
     Outside,
@@ -417,7 +428,7 @@ impl ReadError {
                 format!("`{display}` cannot be read: {error}"),
                 "make it a readable regular file (check permissions and symlinks), or delete it",
             ),
-            Self::TooLarge(size) => Diagnostic::new(
+            Self::TooLarge { size, .. } => Diagnostic::new(
                 Rule::FileTooLarge,
                 Location::file(display),
                 format!(
@@ -456,6 +467,19 @@ impl ReadError {
 /// # Errors
 /// [`ReadError`] saying why the file was not read.
 pub fn read_capped(path: &Path, inside: Option<&Path>) -> Result<Vec<u8>, ReadError> {
+    read_capped_to(path, inside, MAX_FILE_BYTES)
+}
+
+/// Like [`read_capped`], with a cap of `max_bytes`: an AsyncAPI document describes the whole
+/// contract set and is allowed [`crate::yaml::MAX_DOCUMENT_BYTES`].
+///
+/// # Errors
+/// [`ReadError`] saying why the file was not read.
+pub fn read_capped_to(
+    path: &Path,
+    inside: Option<&Path>,
+    max_bytes: usize,
+) -> Result<Vec<u8>, ReadError> {
     let target = fs::canonicalize(path)?;
     if let Some(root) = inside
         && !target.starts_with(root)
@@ -471,15 +495,20 @@ pub fn read_capped(path: &Path, inside: Option<&Path>) -> Result<Vec<u8>, ReadEr
     if !metadata.is_file() {
         return Err(ReadError::NotRegular);
     }
-    if metadata.len() > MAX_FILE_BYTES as u64 {
-        return Err(ReadError::TooLarge(metadata.len()));
+    if metadata.len() > max_bytes as u64 {
+        return Err(ReadError::TooLarge {
+            size: metadata.len(),
+            max: max_bytes,
+        });
     }
     let mut bytes = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or(0));
     // The cap holds even if the file grows between the size check and the read.
-    file.take(MAX_FILE_BYTES as u64 + 1)
-        .read_to_end(&mut bytes)?;
-    if bytes.len() > MAX_FILE_BYTES {
-        return Err(ReadError::TooLarge(bytes.len() as u64));
+    file.take(max_bytes as u64 + 1).read_to_end(&mut bytes)?;
+    if bytes.len() > max_bytes {
+        return Err(ReadError::TooLarge {
+            size: bytes.len() as u64,
+            max: max_bytes,
+        });
     }
     Ok(bytes)
 }

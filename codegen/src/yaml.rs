@@ -20,8 +20,36 @@ mod scalars;
 /// Deepest nesting accepted. Payload schemas nest a few levels; 64 leaves room and keeps every
 /// recursive walk over the tree far from the stack limit.
 pub const MAX_DEPTH: usize = 64;
-/// Most YAML nodes accepted in one file (after alias expansion).
+/// Most YAML nodes accepted in one contract file (after alias expansion).
 pub const MAX_NODES: usize = 100_000;
+/// Most YAML nodes accepted in one AsyncAPI document ([`Limits::DOCUMENT`]).
+pub const MAX_DOCUMENT_NODES: usize = 4_000_000;
+/// Largest AsyncAPI document read, in bytes: the one `evc generate` writes for a large contract
+/// set (8 MiB of contracts give 14 MiB) fits with room to spare.
+pub const MAX_DOCUMENT_BYTES: usize = 32 * 1024 * 1024;
+
+/// How much one parse may hold: nodes after alias expansion, and scalar bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most nodes, after alias expansion.
+    pub nodes: usize,
+    /// Most bytes of scalar text, after alias expansion.
+    pub scalar_bytes: usize,
+}
+
+impl Limits {
+    /// A contract file: at most [`crate::loader::MAX_FILE_BYTES`] long, far fewer nodes than a
+    /// generated document.
+    pub const CONTRACT: Self = Self {
+        nodes: MAX_NODES,
+        scalar_bytes: crate::loader::MAX_FILE_BYTES,
+    };
+    /// An AsyncAPI document, which `evc generate` writes for the whole contract set.
+    pub const DOCUMENT: Self = Self {
+        nodes: MAX_DOCUMENT_NODES,
+        scalar_bytes: MAX_DOCUMENT_BYTES,
+    };
+}
 /// Most aliases accepted in one file.
 pub const MAX_ALIASES: usize = 1_000;
 
@@ -171,6 +199,11 @@ pub fn escape_pointer_segment(segment: &str) -> Cow<'_, str> {
 /// Scalars resolve as serde-saphyr resolves them for an untyped value (YAML 1.2 core schema,
 /// strict booleans, `<<` merge keys, duplicate keys refused).
 pub fn parse(file: &SourceFile) -> Result<Option<Node>, Box<Diagnostic>> {
+    parse_within(file, Limits::CONTRACT)
+}
+
+/// Parses one YAML document within `limits`; otherwise as [`parse`].
+pub fn parse_within(file: &SourceFile, limits: Limits) -> Result<Option<Node>, Box<Diagnostic>> {
     let budget = Budget::default();
     let options = granit::options! {
         simple_key_max_lookahead: budget.simple_key_max_lookahead,
@@ -181,6 +214,7 @@ pub fn parse(file: &SourceFile) -> Result<Option<Node>, Box<Diagnostic>> {
     let mut reader = Reader {
         file,
         parser: granit::Parser::new_from_str_with_options(file.text(), options),
+        limits,
         anchors: HashMap::new(),
         nodes: 0,
         aliases: 0,
@@ -200,6 +234,7 @@ fn is_blank(text: &str) -> bool {
 struct Reader<'a> {
     file: &'a SourceFile,
     parser: granit::Parser<'a, granit::StrInput<'a>>,
+    limits: Limits,
     /// Anchored nodes by the parser's anchor id, with the nodes and scalar bytes they hold.
     anchors: HashMap<usize, Anchored>,
     nodes: usize,
@@ -486,10 +521,10 @@ impl<'a> Reader<'a> {
     ) -> Result<(), Box<Diagnostic>> {
         self.nodes += nodes.max(1);
         self.scalar_bytes += scalar_bytes;
-        if self.nodes > MAX_NODES {
+        if self.nodes > self.limits.nodes {
             return Err(self.limit(span, "nodes"));
         }
-        if self.scalar_bytes > crate::loader::MAX_FILE_BYTES {
+        if self.scalar_bytes > self.limits.scalar_bytes {
             return Err(self.limit(span, "bytes"));
         }
         Ok(())
@@ -498,7 +533,10 @@ impl<'a> Reader<'a> {
     fn limit(&self, span: &granit::Span, what: &str) -> Box<Diagnostic> {
         let (what, fix) = match what {
             "nodes" => (
-                format!("expands to more than {MAX_NODES} YAML nodes (an alias expansion bomb?)"),
+                format!(
+                    "expands to more than {} YAML nodes (an alias expansion bomb?)",
+                    self.limits.nodes
+                ),
                 "write values out instead of multiplying them through aliases",
             ),
             "aliases" | "anchors" => (
@@ -728,6 +766,20 @@ mod tests {
     fn non_finite_numbers_are_refused_with_their_text() {
         let error = parse_text("a: .inf\n").expect_err("not JSON");
         assert!(error.message.contains(".inf"), "{}", error.message);
+    }
+
+    #[test]
+    fn a_generated_document_gets_room_a_contract_file_does_not() {
+        // 150,000 list items: beyond a contract file's node limit, within a document's.
+        let text = format!("items: [{}]\n", vec!["1"; 150_000].join(", "));
+        let error = parse_text(&text).expect_err("too many nodes for a contract");
+        assert_eq!(error.rule, Rule::YamlLimitExceeded);
+        let file = SourceFile::new("asyncapi.yaml", text);
+        let tree = parse_within(&file, Limits::DOCUMENT)
+            .expect("a document may hold more")
+            .expect("not empty");
+        let items = tree.get("items").map(|items| &items.value);
+        assert!(matches!(items, Some(Value::Seq(items)) if items.len() == 150_000));
     }
 
     #[test]

@@ -353,3 +353,23 @@ fn a_file_name_that_is_not_utf8_is_reported_not_panicked_on() {
         "{text}"
     );
 }
+
+#[test]
+fn an_asyncapi_document_is_read_under_its_own_larger_cap() {
+    use evc_codegen::loader::{MAX_FILE_BYTES, ReadError, read_capped, read_capped_to};
+    use evc_codegen::yaml::MAX_DOCUMENT_BYTES;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("asyncapi.yaml");
+    // A document for a large contract set: over a contract file's cap, under a document's.
+    fs::write(&path, "x".repeat(MAX_FILE_BYTES + 1)).expect("write");
+    let refused = read_capped(&path, None).expect_err("over a contract file's cap");
+    assert!(
+        matches!(refused, ReadError::TooLarge { max, .. } if max == MAX_FILE_BYTES),
+        "{refused:?}"
+    );
+    let bytes = read_capped_to(&path, None, MAX_DOCUMENT_BYTES).expect("under a document's cap");
+    assert_eq!(bytes.len(), MAX_FILE_BYTES + 1);
+    fs::write(&path, "x".repeat(MAX_DOCUMENT_BYTES + 1)).expect("write");
+    let refused = read_capped_to(&path, None, MAX_DOCUMENT_BYTES).expect_err("over the cap");
+    assert!(refused.to_string().contains(&MAX_DOCUMENT_BYTES.to_string()), "{refused}");
+}

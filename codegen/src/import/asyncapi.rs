@@ -186,7 +186,7 @@ pub enum ImportError {
 /// not an AsyncAPI 3 document.
 pub fn import(asyncapi_text: &str) -> Result<Imported, ImportError> {
     let file = SourceFile::new("asyncapi.yaml", asyncapi_text);
-    let doc = match yaml::parse(&file) {
+    let doc = match yaml::parse_within(&file, yaml::Limits::DOCUMENT) {
         Ok(Some(node)) => node.to_json(),
         Ok(None) => {
             return Err(ImportError::NotAsyncApi3 {

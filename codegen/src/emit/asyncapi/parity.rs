@@ -34,7 +34,7 @@ pub fn parity(
     asyncapi_text: &str,
 ) -> Vec<Diagnostic> {
     let file = SourceFile::new(asyncapi_path_display, asyncapi_text);
-    let tree = match yaml::parse(&file) {
+    let tree = match yaml::parse_within(&file, yaml::Limits::DOCUMENT) {
         Ok(Some(tree)) => tree,
         Ok(None) => Node {
             value: yaml::Value::Map(Vec::new()),
