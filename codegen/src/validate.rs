@@ -1260,12 +1260,6 @@ fn longest_retry_delay(
 /// Keys whose string values generated code carries into comments and docs.
 const PROSE_KEYS: &[&str] = &["description", "title", "summary", "$comment"];
 
-/// Reports strings that hold a character generated code cannot carry (see
-/// [`crate::emit::unsafe_character`]): text that becomes Rust docs (descriptions, titles,
-/// summaries, property names, `enum` and `const` values) must hold none; any other string (data
-/// such as `default`, `examples` or an `x-` extension, which generated files only quote) must
-/// hold no NUL, which PostgreSQL text cannot store.
-/// `pointer` is the node's, a buffer extended and cut back on the way down.
 /// Whether a scalar of this YAML text could hold a character that
 /// [`crate::emit::unsafe_character`] finds: one written as it is, or a double-quoted escape that
 /// stands for one (`\0`, `\a`, `\b`, `\e`, `\f`, `\r`, `\v`, `\N`, `\x..`, `\u....`,
@@ -1288,6 +1282,12 @@ fn may_hold_unsafe_character(text: &str) -> bool {
     })
 }
 
+/// Reports strings that hold a character generated code cannot carry (see
+/// [`crate::emit::unsafe_character`]): text that becomes Rust docs (descriptions, titles,
+/// summaries, property names, `enum` and `const` values) must hold none; any other string (data
+/// such as `default`, `examples` or an `x-` extension, which generated files only quote) must
+/// hold no NUL, which PostgreSQL text cannot store.
+/// `pointer` is the node's, a buffer extended and cut back on the way down.
 fn control_characters_in(
     path: &str,
     node: &crate::yaml::Node,

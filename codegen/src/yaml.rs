@@ -210,6 +210,8 @@ pub fn parse_within(file: &SourceFile, limits: Limits) -> Result<Option<Node>, B
         flow_nesting_limit: budget.flow_nesting_limit,
         // Deep block nesting reaches the depth limit below, with its own diagnostic.
         block_nesting_limit: granit::Options::default().block_nesting_limit.max(MAX_DEPTH + 1),
+        // Another crate may build the parser with comment events; the tree has no place for them.
+        emit_comments: false,
     };
     let mut reader = Reader {
         file,
@@ -219,15 +221,11 @@ pub fn parse_within(file: &SourceFile, limits: Limits) -> Result<Option<Node>, B
         nodes: 0,
         aliases: 0,
         scalar_bytes: 0,
+        deepest: None,
     };
     let node = reader.document()?;
-    Ok(node.filter(|node| node.value != Value::Null || !is_blank(file.text())))
-}
-
-fn is_blank(text: &str) -> bool {
-    text.lines()
-        .map(str::trim)
-        .all(|line| line.is_empty() || line.starts_with('#') || line == "---" || line == "...")
+    // A document that is only `~`, `null` or `---` holds nothing, as for serde-saphyr.
+    Ok(node.filter(|node| node.value != Value::Null))
 }
 
 /// Builds the tree of one document from the parser's events, within the limits.
@@ -240,12 +238,17 @@ struct Reader<'a> {
     nodes: usize,
     aliases: usize,
     scalar_bytes: usize,
+    /// The deepest collection of the node being built, as a depth from the document's root.
+    deepest: Option<usize>,
 }
 
 struct Anchored {
     node: Node,
     nodes: usize,
     scalar_bytes: usize,
+    /// How far below the anchored node its deepest collection lies (`None`: it holds none), so
+    /// that an alias cannot stack nesting past [`MAX_DEPTH`].
+    height: Option<usize>,
 }
 
 /// Entries a mapping holds before its duplicate-key check switches from a scan to a set.
@@ -296,12 +299,14 @@ impl<'a> Reader<'a> {
     ) -> Result<Node, Box<Diagnostic>> {
         let (offset, len) = self.range(&span);
         let (nodes_before, bytes_before) = (self.nodes, self.scalar_bytes);
+        let outer = self.deepest.take();
         let (value, anchor) = match event {
             Event::Scalar(text, style, anchor, tag) => {
                 self.count(1, text.len(), &span)?;
                 (self.scalar(text, style, tag.as_deref(), &span)?, anchor)
             }
-            Event::SequenceStart(_, anchor, _) => {
+            Event::SequenceStart(_, anchor, tag) => {
+                self.collection_tag(tag.as_deref(), "list", &span)?;
                 self.enter(depth, &span)?;
                 let mut items = Vec::new();
                 loop {
@@ -313,22 +318,35 @@ impl<'a> Reader<'a> {
                 }
                 (Value::Seq(items), anchor)
             }
-            Event::MappingStart(_, anchor, _) => {
+            Event::MappingStart(_, anchor, tag) => {
+                self.collection_tag(tag.as_deref(), "mapping", &span)?;
                 self.enter(depth, &span)?;
                 (self.mapping(depth)?, anchor)
             }
-            Event::Alias(id) => return self.alias(id, offset, len, &span),
+            Event::Alias(id) => {
+                let node = self.alias(id, offset, len, depth, &span)?;
+                self.deepest = self.deepest.max(outer);
+                return Ok(node);
+            }
             _ => return Err(self.unexpected(&span)),
         };
+        let inner = self.deepest;
+        self.deepest = inner.max(outer);
         let node = Node { value, offset, len };
         if anchor != 0 {
             if self.anchors.len() >= MAX_ALIASES {
                 return Err(self.limit(&span, "anchors"));
             }
+            let (nodes, scalar_bytes) =
+                (self.nodes - nodes_before, self.scalar_bytes - bytes_before);
+            // The copy kept for the aliases counts against the limits like any other node, so
+            // anchors nested in anchors cannot multiply what one file holds.
+            self.count(nodes, scalar_bytes, &span)?;
             let anchored = Anchored {
                 node: node.clone(),
-                nodes: self.nodes - nodes_before,
-                scalar_bytes: self.scalar_bytes - bytes_before,
+                nodes,
+                scalar_bytes,
+                height: inner.map(|deepest| deepest - depth),
             };
             self.anchors.insert(anchor, anchored);
         }
@@ -338,23 +356,22 @@ impl<'a> Reader<'a> {
     fn mapping(&mut self, depth: usize) -> Result<Value, Box<Diagnostic>> {
         let mut entries: Vec<(Node, Node)> = Vec::new();
         let mut keys: Option<HashSet<String>> = None;
-        // Entries merged in through `<<`, in order of precedence, and where they go.
+        // Entries merged in through `<<`, in order of precedence.
         let mut merged: Vec<(Node, Node)> = Vec::new();
-        let mut merge_at = None;
         loop {
             let (event, span) = self.next()?;
             if matches!(event, Event::MappingEnd) {
                 break;
             }
-            let is_merge = matches!(
-                &event,
-                Event::Scalar(text, granit::ScalarStyle::Plain, _, None) if text == "<<"
-            );
+            let is_merge = match &event {
+                Event::Scalar(text, granit::ScalarStyle::Plain, _, None) => text == "<<",
+                Event::Scalar(_, _, _, Some(tag)) => tag_name(tag).as_deref() == Some("merge"),
+                _ => false,
+            };
             let key = self.node(event, span, depth + 1)?;
             let (event, span) = self.next()?;
             let value = self.node(event, span, depth + 1)?;
             if is_merge {
-                merge_at.get_or_insert(entries.len());
                 self.merge_source(value, &mut merged)?;
                 continue;
             }
@@ -383,13 +400,14 @@ impl<'a> Reader<'a> {
                 keys = Some(entries.iter().map(|(k, _)| k.key_text()).collect());
             }
         }
-        if let Some(at) = merge_at {
+        // Merged entries follow the mapping's own, which win, as serde-saphyr places them.
+        if !merged.is_empty() {
             let mut taken: HashSet<String> = entries.iter().map(|(k, _)| k.key_text()).collect();
-            let merged: Vec<_> = merged
-                .into_iter()
-                .filter(|(key, _)| taken.insert(key.key_text()))
-                .collect();
-            entries.splice(at..at, merged);
+            entries.extend(
+                merged
+                    .into_iter()
+                    .filter(|(key, _)| taken.insert(key.key_text())),
+            );
         }
         Ok(Value::Map(entries))
     }
@@ -401,6 +419,7 @@ impl<'a> Reader<'a> {
         merged: &mut Vec<(Node, Node)>,
     ) -> Result<(), Box<Diagnostic>> {
         match value.value {
+            Value::Null => {}
             Value::Map(entries) => merged.extend(entries),
             Value::Seq(items) if items.iter().all(|item| matches!(item.value, Value::Map(_))) => {
                 for item in items {
@@ -426,6 +445,7 @@ impl<'a> Reader<'a> {
         id: usize,
         offset: usize,
         len: usize,
+        depth: usize,
         span: &granit::Span,
     ) -> Result<Node, Box<Diagnostic>> {
         self.aliases += 1;
@@ -441,7 +461,11 @@ impl<'a> Reader<'a> {
                 "write the value out instead of referring to itself",
             )));
         };
-        let (nodes, bytes) = (anchored.nodes, anchored.scalar_bytes);
+        let (nodes, bytes, height) = (anchored.nodes, anchored.scalar_bytes, anchored.height);
+        if let Some(height) = height {
+            // The copy's collections nest below the alias as they did below the anchor.
+            self.enter(depth + height, span)?;
+        }
         self.count(nodes, bytes, span)?;
         let mut node = self.anchors[&id].node.clone();
         node.offset = offset;
@@ -456,6 +480,14 @@ impl<'a> Reader<'a> {
         tag: Option<&granit::Tag>,
         span: &granit::Span,
     ) -> Result<Value, Box<Diagnostic>> {
+        let non_finite = || {
+            Box::new(Diagnostic::new(
+                Rule::YamlSyntax,
+                self.location(span),
+                format!("invalid YAML: `{}` is not a finite number", text.trim()),
+                "quote the value if it is meant as text (`\".inf\"`)",
+            ))
+        };
         let invalid = |what: &str| {
             Box::new(Diagnostic::new(
                 Rule::YamlSyntax,
@@ -475,16 +507,27 @@ impl<'a> Reader<'a> {
                 }
                 Some("int") => return scalars::integer(&text).ok_or_else(|| invalid("integer")),
                 Some("float") => {
-                    return scalars::integer(&text)
-                        .or_else(|| scalars::float(&text).map(Value::Float))
-                        .ok_or_else(|| invalid("number"));
+                    return match scalars::float(&text) {
+                        Some(value) if value.is_finite() => Ok(Value::Float(value)),
+                        Some(_) => Err(non_finite()),
+                        None => Err(invalid("number")),
+                    };
                 }
-                Some("binary") => {
+                // Decoded, a binary value could hold any byte, NUL included, behind plain text.
+                Some(name @ ("binary" | "timestamp")) => {
                     return Err(Box::new(Diagnostic::new(
                         Rule::YamlSyntax,
                         self.location(span),
-                        "binary values are not supported",
+                        format!("`!!{name}` values are not supported"),
                         "write the value as a string",
+                    )));
+                }
+                Some(name @ ("seq" | "map")) => {
+                    return Err(Box::new(Diagnostic::new(
+                        Rule::YamlSyntax,
+                        self.location(span),
+                        format!("invalid YAML: the tag `!!{name}` is on a single value"),
+                        "remove the tag",
                     )));
                 }
                 // Other tags (`!!timestamp`, custom ones) leave the value as written.
@@ -496,21 +539,39 @@ impl<'a> Reader<'a> {
         }
         match scalars::plain(&text) {
             scalars::Plain::Value(value) => Ok(value),
-            scalars::Plain::NonFinite => Err(Box::new(Diagnostic::new(
-                Rule::YamlSyntax,
-                self.location(span),
-                format!("invalid YAML: `{}` is not a finite number", text.trim()),
-                "quote the value if it is meant as text (`\".inf\"`)",
-            ))),
+            scalars::Plain::NonFinite => Err(non_finite()),
             scalars::Plain::Text => Ok(Value::String(text.into_owned())),
         }
     }
 
-    fn enter(&self, depth: usize, span: &granit::Span) -> Result<(), Box<Diagnostic>> {
+    /// Notes a collection at `depth`, refusing one too deep.
+    fn enter(&mut self, depth: usize, span: &granit::Span) -> Result<(), Box<Diagnostic>> {
         if depth >= MAX_DEPTH {
             return Err(self.limit(span, "depth"));
         }
+        self.deepest = self.deepest.max(Some(depth));
         Ok(())
+    }
+
+    /// Refuses a scalar's tag (`!!str`, `!!int`, ...) on a list or mapping.
+    fn collection_tag(
+        &self,
+        tag: Option<&granit::Tag>,
+        what: &str,
+        span: &granit::Span,
+    ) -> Result<(), Box<Diagnostic>> {
+        let name = tag.and_then(tag_name);
+        match name.as_deref() {
+            Some(name @ ("str" | "null" | "bool" | "int" | "float" | "binary" | "timestamp")) => {
+                Err(Box::new(Diagnostic::new(
+                    Rule::YamlSyntax,
+                    self.location(span),
+                    format!("invalid YAML: the tag `!!{name}` is on a {what}"),
+                    "remove the tag",
+                )))
+            }
+            _ => Ok(()),
+        }
     }
 
     fn count(
@@ -597,6 +658,11 @@ impl<'a> Reader<'a> {
 fn tag_name(tag: &granit::Tag) -> Option<Cow<'_, str>> {
     if let Some(name) = tag.core_suffix() {
         return Some(Cow::Borrowed(name));
+    }
+    if let Some(name) = tag.suffix_in_namespace("tag:yaml.org,2002:") {
+        return Some(Cow::Owned(
+            name.strip_prefix('!').unwrap_or(&name).to_owned(),
+        ));
     }
     let suffix = tag.suffix_in_namespace("!")?;
     match suffix.as_ref() {
@@ -715,6 +781,8 @@ mod tests {
             "base: &base {a: 1, b: 2}\nderived:\n  <<: *base\n  b: 3\n  c: 4\n",
             "x: &x [1, 2]\ny: [*x, *x]\nz: {k: [a, {m: n}]}\n",
             "one: &one {a: 1}\ntwo: &two {a: 2, b: 2}\nboth:\n  <<: [*one, *two]\n",
+            "base: &b {z: 1}\nm: {a: 0, <<: *b, b: 2}\nn: {<<: , c: 1}\no: {!!merge <<: *b}\n",
+            "a: !!int 0X1F\nb: !!float 1\nc: !bool true\nd: !custom 12\ne: !!str\n",
             "- a\n- - b\n  - c\n- {d: e}\n",
         ];
         for text in cases {
@@ -725,7 +793,9 @@ mod tests {
             let options = serde_saphyr::options! { strict_booleans: true };
             let theirs: serde_json::Value =
                 serde_saphyr::from_str_with_options(text, options).expect("serde-saphyr parses");
-            assert_eq!(ours, integral(theirs), "{text}");
+            // Compared as text: the maps keep document order, which map equality ignores.
+            let (ours, theirs) = (ours.to_string(), integral(theirs).to_string());
+            assert_eq!(ours, theirs, "{text}");
         }
     }
 
@@ -746,14 +816,73 @@ mod tests {
     }
 
     #[test]
-    fn a_merge_key_keeps_its_place_and_own_keys_win() {
+    fn merged_keys_follow_the_mappings_own_which_win() {
         let text = "base: &base {b: 1, z: 1}\nm:\n  a: 0\n  <<: *base\n  b: 2\n";
         let node = parse_text(text).expect("parses").expect("not empty");
-        let keys: Vec<_> = match &node.get("m").expect("m").value {
+        let m = node.get("m").expect("m");
+        let keys: Vec<_> = match &m.value {
             Value::Map(entries) => entries.iter().filter_map(|(k, _)| k.as_str()).collect(),
             other => panic!("not a mapping: {other:?}"),
         };
-        assert_eq!(keys, ["a", "z", "b"]);
+        assert_eq!(keys, ["a", "b", "z"]);
+        assert_eq!(m.get("b").map(|b| &b.value), Some(&Value::Int(2)));
+    }
+
+    #[test]
+    fn aliases_cannot_stack_nesting_past_the_depth_limit() {
+        // Each line nests 20 lists around an alias to the line before: pasted together, three
+        // lines nest 60 deep, within the limit; four nest 80.
+        let line = |n: usize| {
+            let inner = if n == 0 {
+                "1".to_owned()
+            } else {
+                format!("*x{}", n - 1)
+            };
+            format!("x{n}: &x{n} {}{inner}{}\n", "[".repeat(20), "]".repeat(20))
+        };
+        let three: String = (0..3).map(line).collect();
+        assert!(parse_text(&three).is_ok());
+        let four: String = (0..4).map(line).collect();
+        let error = parse_text(&four).expect_err("too deep through aliases");
+        assert_eq!(error.rule, Rule::YamlLimitExceeded);
+        assert!(error.message.contains("nests deeper"), "{}", error.message);
+    }
+
+    #[test]
+    fn anchors_nested_in_anchors_count_every_copy_they_keep() {
+        // 60 anchors around one list of 2,000 items: each anchor keeps a copy of the list, so
+        // the file holds 120,000 nodes, over a contract file's limit.
+        let text = format!(
+            "a: {}[{}]{}\n",
+            (0..60).map(|n| format!("&a{n} [")).collect::<String>(),
+            vec!["1"; 2_000].join(", "),
+            "]".repeat(60)
+        );
+        let error = parse_text(&text).expect_err("the kept copies count");
+        assert_eq!(error.rule, Rule::YamlLimitExceeded);
+    }
+
+    #[test]
+    fn a_null_document_is_no_document() {
+        for text in ["~\n", "null\n", "--- # comment\n", "---\n...\n"] {
+            assert_eq!(parse_text(text).expect("parses"), None, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn tags_that_do_not_fit_are_refused() {
+        for text in [
+            "a: !!binary aGk=\n",
+            "a: !!timestamp 2001-12-14\n",
+            "a: !!str [1]\n",
+            "a: !!int\n  b: 1\n",
+            "a: !!map x\n",
+            "a: !!float .inf\n",
+            "a: !!float 0x1f\n",
+        ] {
+            let error = parse_text(text).expect_err(text);
+            assert_eq!(error.rule, Rule::YamlSyntax, "{text:?}: {}", error.message);
+        }
     }
 
     #[test]

@@ -371,5 +371,10 @@ fn an_asyncapi_document_is_read_under_its_own_larger_cap() {
     assert_eq!(bytes.len(), MAX_FILE_BYTES + 1);
     fs::write(&path, "x".repeat(MAX_DOCUMENT_BYTES + 1)).expect("write");
     let refused = read_capped_to(&path, None, MAX_DOCUMENT_BYTES).expect_err("over the cap");
-    assert!(refused.to_string().contains(&MAX_DOCUMENT_BYTES.to_string()), "{refused}");
+    assert!(
+        refused
+            .to_string()
+            .contains(&MAX_DOCUMENT_BYTES.to_string()),
+        "{refused}"
+    );
 }

@@ -105,8 +105,11 @@ fn trim(text: &str) -> &str {
     text.trim_matches([' ', '\t', '\r', '\n'])
 }
 
+/// The digits after `0x` (or `0X`, which only a tag makes a number: plain, it stays text).
 fn strip_radix(text: &str, letter: char) -> Option<&str> {
-    text.strip_prefix('0')?.strip_prefix(letter)
+    let rest = text.strip_prefix('0')?;
+    rest.strip_prefix(letter)
+        .or_else(|| rest.strip_prefix(letter.to_ascii_uppercase()))
 }
 
 /// The value of `digits` in `radix`; `_` only between digits.
