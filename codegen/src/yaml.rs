@@ -335,7 +335,7 @@ impl<'a> Reader<'a> {
         let node = Node { value, offset, len };
         if anchor != 0 {
             if self.anchors.len() >= MAX_ALIASES {
-                return Err(self.limit(&span, "anchors"));
+                return Err(self.limit(&span, Breach::Aliases));
             }
             let (nodes, scalar_bytes) =
                 (self.nodes - nodes_before, self.scalar_bytes - bytes_before);
@@ -450,7 +450,7 @@ impl<'a> Reader<'a> {
     ) -> Result<Node, Box<Diagnostic>> {
         self.aliases += 1;
         if self.aliases > MAX_ALIASES {
-            return Err(self.limit(span, "aliases"));
+            return Err(self.limit(span, Breach::Aliases));
         }
         let Some(anchored) = self.anchors.get(&id) else {
             // The anchor is still open: the alias sits inside the node it names.
@@ -466,6 +466,7 @@ impl<'a> Reader<'a> {
             // The copy's collections nest below the alias as they did below the anchor.
             self.enter(depth + height, span)?;
         }
+        // Counted before it is copied, so a bomb is refused before it costs memory.
         self.count(nodes, bytes, span)?;
         let mut node = self.anchors[&id].node.clone();
         node.offset = offset;
@@ -547,7 +548,7 @@ impl<'a> Reader<'a> {
     /// Notes a collection at `depth`, refusing one too deep.
     fn enter(&mut self, depth: usize, span: &granit::Span) -> Result<(), Box<Diagnostic>> {
         if depth >= MAX_DEPTH {
-            return Err(self.limit(span, "depth"));
+            return Err(self.limit(span, Breach::Depth));
         }
         self.deepest = self.deepest.max(Some(depth));
         Ok(())
@@ -583,42 +584,16 @@ impl<'a> Reader<'a> {
         self.nodes += nodes.max(1);
         self.scalar_bytes += scalar_bytes;
         if self.nodes > self.limits.nodes {
-            return Err(self.limit(span, "nodes"));
+            return Err(self.limit(span, Breach::Nodes(self.limits.nodes)));
         }
         if self.scalar_bytes > self.limits.scalar_bytes {
-            return Err(self.limit(span, "bytes"));
+            return Err(self.limit(span, Breach::ScalarBytes));
         }
         Ok(())
     }
 
-    fn limit(&self, span: &granit::Span, what: &str) -> Box<Diagnostic> {
-        let (what, fix) = match what {
-            "nodes" => (
-                format!(
-                    "expands to more than {} YAML nodes (an alias expansion bomb?)",
-                    self.limits.nodes
-                ),
-                "write values out instead of multiplying them through aliases",
-            ),
-            "aliases" | "anchors" => (
-                format!("uses more than {MAX_ALIASES} aliases or anchors"),
-                "write values out instead of referencing them through aliases",
-            ),
-            "depth" => (
-                format!("nests deeper than {MAX_DEPTH} levels"),
-                "flatten the document; contracts never need this much nesting",
-            ),
-            _ => (
-                "exceeds a YAML safety limit".to_owned(),
-                "shrink the document; contract files are small",
-            ),
-        };
-        Box::new(Diagnostic::new(
-            Rule::YamlLimitExceeded,
-            self.location(span),
-            format!("the document {what}"),
-            fix,
-        ))
+    fn limit(&self, span: &granit::Span, breach: Breach) -> Box<Diagnostic> {
+        Box::new(limit_diagnostic(self.location(span), breach))
     }
 
     fn unexpected(&self, span: &granit::Span) -> Box<Diagnostic> {
@@ -638,12 +613,7 @@ impl<'a> Reader<'a> {
     }
 
     fn byte_offset(&self, marker: &granit::Marker) -> usize {
-        marker.byte_offset().unwrap_or_else(|| {
-            self.file.offset_of(
-                u32::try_from(marker.line()).unwrap_or(u32::MAX),
-                u32::try_from(marker.col() + 1).unwrap_or(u32::MAX),
-            )
-        })
+        marker_offset(self.file, marker)
     }
 
     fn location(&self, span: &granit::Span) -> Location {
@@ -673,16 +643,60 @@ fn tag_name(tag: &granit::Tag) -> Option<Cow<'_, str>> {
     }
 }
 
-/// Maps a scanner error to a diagnostic at its position.
-fn scan_diagnostic(file: &SourceFile, error: &granit::ScanError) -> Diagnostic {
-    let marker = error.marker();
-    let offset = marker.byte_offset().unwrap_or_else(|| {
+/// The byte offset of a parser position; from its line and (0-based) column when the parser
+/// gives no byte offset.
+fn marker_offset(file: &SourceFile, marker: &granit::Marker) -> usize {
+    marker.byte_offset().unwrap_or_else(|| {
         file.offset_of(
             u32::try_from(marker.line()).unwrap_or(u32::MAX).max(1),
             u32::try_from(marker.col() + 1).unwrap_or(u32::MAX),
         )
-    });
-    let offset = offset.min(file.text().len());
+    })
+}
+
+/// Which safety limit a document went past.
+#[derive(Debug, Clone, Copy)]
+enum Breach {
+    /// More nodes than the limit given, after alias expansion.
+    Nodes(usize),
+    /// More than [`MAX_ALIASES`] aliases, or as many anchors.
+    Aliases,
+    /// Nesting deeper than [`MAX_DEPTH`].
+    Depth,
+    /// More scalar text than the limits allow, after alias expansion.
+    ScalarBytes,
+}
+
+fn limit_diagnostic(location: Location, breach: Breach) -> Diagnostic {
+    let (what, fix) = match breach {
+        Breach::Nodes(nodes) => (
+            format!("expands to more than {nodes} YAML nodes (an alias expansion bomb?)"),
+            "write values out instead of multiplying them through aliases",
+        ),
+        Breach::Aliases => (
+            format!("uses more than {MAX_ALIASES} aliases or anchors"),
+            "write values out instead of referencing them through aliases",
+        ),
+        Breach::Depth => (
+            format!("nests deeper than {MAX_DEPTH} levels"),
+            "flatten the document; contracts never need this much nesting",
+        ),
+        Breach::ScalarBytes => (
+            "exceeds a YAML safety limit".to_owned(),
+            "shrink the document; contract files are small",
+        ),
+    };
+    Diagnostic::new(
+        Rule::YamlLimitExceeded,
+        location,
+        format!("the document {what}"),
+        fix,
+    )
+}
+
+/// Maps a scanner error to a diagnostic at its position.
+fn scan_diagnostic(file: &SourceFile, error: &granit::ScanError) -> Diagnostic {
+    let offset = marker_offset(file, error.marker()).min(file.text().len());
     let len = file.text()[offset..]
         .chars()
         .next()
@@ -699,12 +713,7 @@ fn scan_diagnostic(file: &SourceFile, error: &granit::ScanError) -> Diagnostic {
     let message = error.info();
     let lower = message.to_ascii_lowercase();
     if lower.contains("nesting") || lower.contains("recursion") {
-        return Diagnostic::new(
-            Rule::YamlLimitExceeded,
-            location,
-            format!("the document nests deeper than {MAX_DEPTH} levels"),
-            "flatten the document; contracts never need this much nesting",
-        );
+        return limit_diagnostic(location, Breach::Depth);
     }
     let fix = if lower.contains("tab") {
         "indent with spaces; YAML does not allow tabs for indentation"
