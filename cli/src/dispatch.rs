@@ -380,9 +380,9 @@ pub(crate) fn dispatch(
                 pool.close().await;
                 result
             }
-            Outbox::Sqlite(location) => {
+            Outbox::Sqlite(location, scope) => {
                 // The registry the file records; the store holds the file while it runs.
-                let store = crate::operate::open_sqlite(&location, connections).await?;
+                let store = crate::operate::open_sqlite(&location, &scope, connections).await?;
                 let result = run.workers(store.clone()).await;
                 store.close().await;
                 result

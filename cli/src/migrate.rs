@@ -42,7 +42,7 @@ pub(crate) fn migrate(
     }
     let options = match database.outbox()? {
         Outbox::Postgres(options) => options,
-        Outbox::Sqlite(location) => return sqlite(&location, status_only),
+        Outbox::Sqlite(location, _) => return sqlite(&location, status_only),
     };
     crate::operate::async_runtime()?.block_on(async move {
         let migrator = Migrator::new(dir)

@@ -41,8 +41,8 @@ pub(crate) struct Database {
     #[arg(long, value_name = "URL", global = true)]
     database_url: Option<String>,
 
-    /// Work on one tenant's rows only, where the contracts require a tenant scope (default:
-    /// every tenant). PostgreSQL outboxes only (docs/runtime.md, "Tenants").
+    /// Work on one tenant's rows only (default: every tenant): PostgreSQL's row-level
+    /// security, or the SQLite store's own filters (docs/runtime.md, "Tenants").
     #[arg(long, value_name = "TENANT", global = true)]
     tenant: Option<String>,
 }
@@ -63,24 +63,21 @@ impl Database {
     }
 
     /// The outbox the URL names, by its scheme: the one place the commands tell the stores
-    /// apart. A PostgreSQL outbox's connections work on the rows of `--tenant`, or of every
-    /// tenant. Errors never repeat the URL: it may hold a password.
+    /// apart. Either works on the rows of `--tenant`, or of every tenant. Errors never repeat
+    /// the URL: it may hold a password.
     pub(crate) fn outbox(&self) -> anyhow::Result<Outbox> {
         let url = self.url()?;
+        let scope = match &self.tenant {
+            Some(tenant) => TenantScope::only(tenant.as_str()).context("--tenant")?,
+            None => TenantScope::all(),
+        };
         if url.starts_with("sqlite:") {
-            if self.tenant.is_some() {
-                return Err(not_on_sqlite("--tenant"));
-            }
-            return Ok(Outbox::Sqlite(url));
+            return Ok(Outbox::Sqlite(url, scope));
         }
         let scheme = url.split_once("://").map(|(scheme, _)| scheme);
         if !matches!(scheme, Some("postgres" | "postgresql")) {
             bail!("the database URL must start with postgres://, postgresql:// or sqlite:");
         }
-        let scope = match &self.tenant {
-            Some(tenant) => TenantScope::only(tenant.as_str()).context("--tenant")?,
-            None => TenantScope::all(),
-        };
         PgConnectOptions::from_str(&url)
             .map(|options| Outbox::Postgres(Box::new(scope.connect_options(options))))
             .map_err(|error| anyhow!("the database URL is not valid: {}", cause(&error)))
@@ -91,20 +88,24 @@ impl Database {
 pub(crate) enum Outbox {
     /// A PostgreSQL database, by its connection settings.
     Postgres(Box<PgConnectOptions>),
-    /// A SQLite outbox file, by its `sqlite:` URL (no password in it).
-    Sqlite(String),
+    /// A SQLite outbox file, by its `sqlite:` URL (no password in it), and the tenants a
+    /// command works for.
+    Sqlite(String, TenantScope),
 }
 
 /// Opens the SQLite outbox at `location` on the registry it records, with up to
-/// `max_connections`: never creates a file (docs/cli.md, "SQLite outboxes").
+/// `max_connections`, working for `scope`: never creates a file (docs/cli.md, "SQLite
+/// outboxes").
 pub(crate) async fn open_sqlite(
     location: &str,
+    scope: &TenantScope,
     max_connections: u32,
 ) -> anyhow::Result<SqliteStore> {
     SqliteStore::recorded(location)
         .max_connections(max_connections)
         .open()
         .await
+        .map(|store| store.scoped(scope))
         .map_err(|error| match error {
             SqliteOpenError::Locked { .. } => anyhow!(error).context(
                 "cannot open the outbox file: a SQLite outbox has one store at a time; stop the \
@@ -483,9 +484,9 @@ fn operator_run<T>(
     let lifecycle = role == Role::Approver;
     let options = match database.outbox()? {
         Outbox::Postgres(options) => options,
-        Outbox::Sqlite(location) => {
+        Outbox::Sqlite(location, scope) => {
             return async_runtime()?.block_on(async move {
-                let store = open_sqlite(&location, 2).await?;
+                let store = open_sqlite(&location, &scope, 2).await?;
                 let operator = Operator::Sqlite(store.clone());
                 let result = work(&operator).await;
                 drop(operator);

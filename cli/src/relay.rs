@@ -106,8 +106,8 @@ pub(crate) fn relay(args: &RelayArgs<'_>, database: &Database) -> anyhow::Result
                 pool.close().await;
                 stats?
             }
-            Outbox::Sqlite(location) => {
-                let store = open_sqlite(&location, 2).await?;
+            Outbox::Sqlite(location, scope) => {
+                let store = open_sqlite(&location, &scope, 2).await?;
                 announce();
                 let stats = Relay::new(store.clone(), jetstream, config)
                     .run(crate::serve::shutdown())

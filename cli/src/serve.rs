@@ -136,8 +136,8 @@ async fn open(database: &Database) -> anyhow::Result<evc_serve::Outbox> {
                 approver: store(pool(&options, 2, Role::Approver).await?)?,
             })))
         }
-        Outbox::Sqlite(location) => Ok(evc_serve::Outbox::Sqlite(
-            open_sqlite(&location, CONNECTIONS).await?,
+        Outbox::Sqlite(location, scope) => Ok(evc_serve::Outbox::Sqlite(
+            open_sqlite(&location, &scope, CONNECTIONS).await?,
         )),
     }
 }

@@ -176,7 +176,7 @@ fn operator_commands_run_on_the_registry_a_sqlite_file_records() {
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let text = stdout(&output);
     assert!(
-        text.contains("applied 0001 evc_runtime") && text.contains("applied 11 migrations"),
+        text.contains("applied 0001 evc_runtime") && text.contains("applied 12 migrations"),
         "{text}"
     );
     let output = evc(&url, &["migrate"]);
@@ -384,6 +384,105 @@ fn operator_commands_run_on_the_registry_a_sqlite_file_records() {
     let output = evc(&url, &["status"]);
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     assert!(stdout(&output).starts_with("no problems\n"), "{output:?}");
+}
+
+/// The application appends a note for each tenant of `tenants` and dead-letters `audit`'s
+/// delivery of each. Returns the events' ids, in the order of `tenants`.
+async fn tenants_application(path: &Path, tenants: &[&str]) -> Vec<uuid::Uuid> {
+    let store = SqliteStore::open(path.to_string_lossy(), REGISTRY)
+        .await
+        .expect("the application opens its file");
+    let trace = TraceContext::new(TRACE, SPAN, 1).expect("trace");
+    let mut ids = Vec::new();
+    for tenant in tenants {
+        let payload = serde_json::json!({ "id": tenant });
+        let event =
+            OutgoingEvent::new("note.made", "1.0.0", None, &trace, &payload).expect("event");
+        let mut tx = store.begin().await.expect("begin");
+        let receipt = store
+            .append(&mut tx, event, AppendOptions::new().tenant_scope(*tenant))
+            .await
+            .expect("append");
+        tx.commit().await.expect("commit");
+        ids.push(receipt.event_id);
+    }
+    let mut connection = store.pool().acquire().await.expect("connection");
+    let request = ClaimRequest::leased("audit", "app", 10, Duration::from_secs(30));
+    let claimed = Store::claim(&store, &mut *connection, &request)
+        .await
+        .expect("claim");
+    drop(connection);
+    assert_eq!(claimed.len(), tenants.len());
+    for claimed in &claimed {
+        Store::fail(
+            &store,
+            &claimed.lease,
+            FailureClass::Permanent,
+            "E_BAD",
+            RetryDecision::Dead,
+        )
+        .await
+        .expect("fail");
+    }
+    store.close().await;
+    ids
+}
+
+#[test]
+fn tenant_commands_on_a_sqlite_outbox_see_one_tenant() {
+    let _serial = one_test_at_a_time();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("outbox.db");
+    let url = format!("sqlite:{}", path.display());
+    let ids = runtime().block_on(tenants_application(&path, &["acme", "bolt"]));
+
+    let listed = |tenant: Option<&str>| {
+        let mut args = vec!["dlq", "list", "audit"];
+        args.extend(
+            tenant
+                .map(|tenant| ["--tenant", tenant])
+                .into_iter()
+                .flatten(),
+        );
+        let output = evc(&url, &args);
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        let out = stdout(&output);
+        ids.iter()
+            .map(|id| out.contains(&id.to_string()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(listed(Some("acme")), [true, false]);
+    assert_eq!(listed(Some("bolt")), [false, true]);
+    assert_eq!(listed(Some("nobody")), [false, false]);
+    assert_eq!(listed(None), [true, true]);
+
+    // A pause for acme is acme's: bolt's status does not show it paused.
+    let output = evc(
+        &url,
+        &[
+            "consumer",
+            "pause",
+            "audit",
+            "--tenant",
+            "acme",
+            "--as",
+            "ops",
+            "--reason",
+            "acme's incident",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let paused = |tenant: &str| {
+        let output = evc(&url, &["consumer", "show", "audit", "--tenant", tenant]);
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        stdout(&output)
+    };
+    assert!(paused("acme").contains("paused"), "{}", paused("acme"));
+    assert!(!paused("bolt").contains("paused"), "{}", paused("bolt"));
+
+    let output = evc(&url, &["status", "--tenant", "*"]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(stderr(&output).contains("--tenant"), "{output:?}");
 }
 
 #[test]

@@ -341,6 +341,16 @@ pub enum AppendError {
         /// Producer class.
         producer_class: String,
     },
+    /// A store handle that works for one tenant was given an event of another tenant, or of
+    /// none (SQLite's [`crate::SqliteStore::scoped`]; PostgreSQL's row-level security refuses
+    /// such a row with SQLSTATE 42501). Nothing was written.
+    #[error(
+        "append refused: this store works for tenant {scope} only; the event names another tenant or none"
+    )]
+    OutsideTenantScope {
+        /// The tenant the store works for.
+        scope: String,
+    },
     /// The database failed.
     #[error("outbox database error: {0}")]
     Database(#[from] sqlx::Error),

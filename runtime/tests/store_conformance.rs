@@ -11,6 +11,9 @@ mod support;
 #[path = "support/conformance.rs"]
 mod conformance;
 
+#[path = "store_conformance/sqlite_tenants.rs"]
+mod sqlite_tenants;
+
 use std::time::Duration;
 
 use conformance::{BoxError, Conformance, OFF, ORDERED, PLAIN, SHADOW, eventually};

@@ -3,7 +3,8 @@
 //! scoped per consumer: every replay keeps its row, id and items, the id sequence goes on, and
 //! the table stays append-only. The fifth records proposed plans and refuses a replay without
 //! one, or approved by its proposer (the two-person rule), leaving earlier replays as they
-//! were. The sixth refuses a second apply of one plan.
+//! were. The sixth refuses a second apply of one plan. The twelfth rebuilds `evc_replays`
+//! again so that a key is unique per consumer and tenant scope, keeping rows, ids and triggers.
 
 use std::str::FromStr;
 
@@ -97,7 +98,8 @@ async fn the_replay_keys_step_keeps_every_replay_and_scopes_keys_per_consumer() 
             (8, "evc_tenant_effect_keys"),
             (9, "evc_state_changes"),
             (10, "evc_relay_cursors"),
-            (11, "evc_relay_progress")
+            (11, "evc_relay_progress"),
+            (12, "evc_tenant_scopes")
         ]
     );
     assert!(SqliteStore::apply_schema(&location).await?.is_empty());
@@ -204,6 +206,19 @@ async fn the_replay_keys_step_keeps_every_replay_and_scopes_keys_per_consumer() 
     .execute(&pool)
     .await?;
     reapply(3).await?;
+    // A replay key is unique per consumer and scope (the twelfth step): acme's `k-1` for
+    // k.plain is its own replay beside the one of every tenant's scope, once.
+    let tenant_replay = || {
+        sqlx::query_scalar::<_, i64>(
+            "INSERT INTO evc_replays (consumer, plan_digest, reason, approval_ref, \
+             idempotency_key, deliveries, applied_at, plan_id, approved_by, tenant_scope) \
+             VALUES ('k.plain', 'digest', 'fixed', 'CHG-3', 'k-1', 1, 4.0, 1, 'bob', 'acme') \
+             RETURNING id",
+        )
+        .fetch_one(&pool)
+    };
+    assert_eq!(tenant_replay().await?, 10);
+    assert!(tenant_replay().await.is_err(), "a key reused in its scope");
     // Plans are append-only.
     assert!(
         sqlx::query("UPDATE evc_plans SET planned_by = 'bob'")

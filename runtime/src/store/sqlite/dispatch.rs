@@ -207,6 +207,7 @@ impl SqliteStore {
                 .bind(until)
                 .bind(now)
                 .bind(batch)
+                .bind(self.tenant())
                 .fetch_all(&mut *tx)
                 .await?
         } else {
@@ -217,6 +218,7 @@ impl SqliteStore {
                 .bind(now)
                 .bind(after_seq)
                 .bind(batch)
+                .bind(self.tenant())
                 .fetch_all(&mut *tx)
                 .await?
         };
@@ -255,6 +257,7 @@ impl SqliteStore {
             .bind(now + lease.as_secs_f64())
             .bind(now)
             .bind(&ids)
+            .bind(self.tenant())
             .fetch_all(&mut *tx)
             .await?;
         let claimed = self
@@ -400,6 +403,7 @@ impl SqliteStore {
             .bind(now)
             .bind(after_seq)
             .bind(i64::from(batch.max(1)))
+            .bind(self.tenant())
             .fetch_all(&mut *transaction)
             .await?;
         let mut claimed = self
@@ -735,6 +739,7 @@ impl SqliteStore {
         let expired = sqlx::query(sql::EXPIRED_LEASES)
             .bind(now)
             .bind(i64::from(limit.max(1)))
+            .bind(self.tenant())
             .fetch_all(&mut *tx)
             .await?;
         let mut recovered = 0_u64;

@@ -69,6 +69,7 @@ use crate::store::{
     DispatchError, EffectRecord, EventRecord, Heartbeat, Hold, Lease, ReconciliationRecord,
     RegistryDrift, RejectRecord, Store, StoreError,
 };
+use crate::tenant::TenantScope;
 
 mod cursor;
 mod dispatch;
@@ -114,6 +115,9 @@ const MIGRATION_0009: &str = include_str!("../../../migrations/sqlite/0009_evc_s
 /// The relay's fenced cursors.
 const MIGRATION_0010: &str = include_str!("../../../migrations/sqlite/0010_evc_relay_cursors.sql");
 const MIGRATION_0011: &str = include_str!("../../../migrations/sqlite/0011_evc_relay_progress.sql");
+
+/// Tenant scopes of records, pauses per tenant and replay keys scoped per tenant.
+const MIGRATION_0012: &str = include_str!("../../../migrations/sqlite/0012_evc_tenant_scopes.sql");
 
 /// Connections of the store's pool unless [`SqliteStoreBuilder::max_connections`] says
 /// otherwise: one for a caller's transaction, one for the reject audit and the dispatcher's
@@ -315,6 +319,7 @@ impl SqliteStoreBuilder {
         };
 
         let store = SqliteStore {
+            tenant: None,
             inner: Arc::new(Inner {
                 pool,
                 checker: prepared.checker,
@@ -380,7 +385,7 @@ impl Prepared {
 
 /// The store's schema: each migration's version, name, SQL and whether it runs outside a
 /// transaction of sqlx's (it brings its own), in order.
-const SCHEMA: [(i64, &str, &str, bool); 11] = [
+const SCHEMA: [(i64, &str, &str, bool); 12] = [
     (1, "evc_runtime", MIGRATION_0001, false),
     (2, "evc_replays", MIGRATION_0002, false),
     (3, "evc_registry_document", MIGRATION_0003, false),
@@ -392,6 +397,7 @@ const SCHEMA: [(i64, &str, &str, bool); 11] = [
     (9, "evc_state_changes", MIGRATION_0009, false),
     (10, "evc_relay_cursors", MIGRATION_0010, false),
     (11, "evc_relay_progress", MIGRATION_0011, false),
+    (12, "evc_tenant_scopes", MIGRATION_0012, true),
 ];
 
 /// Applies the store's migrations (sqlx's migrator: each once, in order).
@@ -435,9 +441,14 @@ async fn recorded_registry(pool: &SqlitePool, path: &Path) -> Result<Registry, S
 
 /// The SQLite outbox store. Cheap to clone (shared state behind an `Arc`); the file's lock is
 /// held until the last clone is dropped or [`SqliteStore::close`] runs.
+///
+/// A store serves every tenant; [`SqliteStore::scoped`] gives a handle on the same file that
+/// works for one tenant only (docs/runtime.md, "Tenants").
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     inner: Arc<Inner>,
+    /// The one tenant this handle works for; `None`: every tenant.
+    tenant: Option<Arc<str>>,
 }
 
 #[derive(Debug)]
@@ -556,6 +567,46 @@ impl SqliteStore {
     /// (another store can then open the file).
     pub async fn close(self) {
         self.inner.pool.close().await;
+    }
+
+    /// A handle on the same file (pool, lock and registry shared) that works for `scope`
+    /// only: its appends are refused unless they carry `scope`'s tenant
+    /// ([`AppendError::OutsideTenantScope`]), and its claims, reads, replays and recoveries
+    /// see that tenant's events, deliveries and attempts only. SQLite has no row-level
+    /// security: the scope is a filter of the store's own statements, so code that runs SQL
+    /// on [`SqliteStore::pool`] sees every tenant. [`TenantScope::all`] gives a handle for
+    /// every tenant.
+    pub fn scoped(&self, scope: &TenantScope) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            tenant: scope.tenant().map(Arc::from),
+        }
+    }
+
+    /// The tenants this handle works for ([`SqliteStore::scoped`]).
+    pub fn tenant_scope(&self) -> TenantScope {
+        match self.tenant.as_deref() {
+            // Checked when the scope was made.
+            Some(tenant) => TenantScope::only(tenant).unwrap_or_else(|_| TenantScope::all()),
+            None => TenantScope::all(),
+        }
+    }
+
+    /// The tenant the store's statements bind as their tenant filter (NULL: every tenant).
+    fn tenant(&self) -> Option<&str> {
+        self.tenant.as_deref()
+    }
+
+    /// Refuses an append of an event outside this handle's tenant.
+    fn check_scope(&self, options: &AppendOptions) -> Result<(), AppendError> {
+        match self.tenant() {
+            Some(scope) if options.tenant_scope.as_deref() != Some(scope) => {
+                Err(AppendError::OutsideTenantScope {
+                    scope: scope.to_owned(),
+                })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The database file.
@@ -704,6 +755,7 @@ impl SqliteStore {
         event: OutgoingEvent,
         options: AppendOptions,
     ) -> Result<AppendReceipt, AppendError> {
+        self.check_scope(&options)?;
         let checked = match self.inner.checker.check(&event, &options) {
             Ok(checked) => checked,
             Err(refused) => {
@@ -749,6 +801,9 @@ impl SqliteStore {
     ) -> Result<Vec<AppendReceipt>, AppendError> {
         if events.is_empty() {
             return Ok(Vec::new());
+        }
+        for new in &events {
+            self.check_scope(&new.options)?;
         }
         let checker = &self.inner.checker;
         let mut tx = begin_write(connection).await?;
@@ -821,6 +876,7 @@ impl SqliteStore {
                 .bind(row.reason_code)
                 .bind(&row.digest)
                 .bind(now)
+                .bind(self.tenant())
                 .execute(&mut *tx)
                 .await?;
         }
@@ -1480,7 +1536,7 @@ impl Store for SqliteStore {
     }
 
     async fn count_attempts(&self, consumer: &str, outcome: &str) -> Result<u64, DispatchError> {
-        read::count_attempts(&self.inner.pool, consumer, outcome).await
+        read::count_attempts(self, consumer, outcome).await
     }
 
     async fn count_events(&self, event_types: &[&str]) -> Result<u64, DispatchError> {
@@ -1488,7 +1544,7 @@ impl Store for SqliteStore {
     }
 
     async fn event(&self, event_id: Uuid) -> Result<Option<EventRecord>, DispatchError> {
-        read::event(&self.inner.pool, event_id).await
+        read::event(self, event_id).await
     }
 
     async fn rejects(&self, limit: u32) -> Result<Vec<RejectRecord>, DispatchError> {
@@ -1501,7 +1557,7 @@ impl Store for SqliteStore {
         effect_key: &str,
         tenant_scope: Option<&str>,
     ) -> Result<Option<EffectRecord>, DispatchError> {
-        read::effect(&self.inner.pool, consumer, effect_key, tenant_scope).await
+        read::effect(self, consumer, effect_key, tenant_scope).await
     }
 
     async fn reconciliations(
@@ -1509,7 +1565,7 @@ impl Store for SqliteStore {
         event_id: Uuid,
         consumer: &str,
     ) -> Result<Vec<ReconciliationRecord>, DispatchError> {
-        read::reconciliations(&self.inner.pool, event_id, consumer).await
+        read::reconciliations(self, event_id, consumer).await
     }
 }
 

@@ -34,6 +34,7 @@ impl Observe for SqliteStore {
         for row in sqlx::query(sql::STATUS_COUNTS)
             .bind(&names)
             .bind(now)
+            .bind(self.tenant())
             .fetch_all(pool)
             .await?
         {
@@ -65,6 +66,7 @@ impl Observe for SqliteStore {
         for row in sqlx::query(sql::LAG_SAMPLE)
             .bind(since)
             .bind(SAMPLE_ATTEMPTS)
+            .bind(self.tenant())
             .fetch_all(pool)
             .await?
         {
@@ -85,6 +87,7 @@ impl Observe for SqliteStore {
         for row in sqlx::query(sql::ATTEMPT_SAMPLE)
             .bind(since)
             .bind(SAMPLE_ATTEMPTS)
+            .bind(self.tenant())
             .fetch_all(pool)
             .await?
         {
@@ -147,6 +150,7 @@ impl Observe for SqliteStore {
         for row in sqlx::query(sql::RECENT_REJECTS)
             .bind(since)
             .bind(SAMPLE_ATTEMPTS)
+            .bind(self.tenant())
             .fetch_all(pool)
             .await?
         {
@@ -195,6 +199,7 @@ impl Observe for SqliteStore {
         let mut totals = Vec::new();
         for row in sqlx::query(sql::ATTEMPT_TOTALS.as_str())
             .bind(&names)
+            .bind(self.tenant())
             .fetch_all(&self.inner.pool)
             .await?
         {
@@ -213,6 +218,7 @@ impl Observe for SqliteStore {
         crate::trace::check_trace_id(trace_id)?;
         let rows = sqlx::query(sql::TIMELINE)
             .bind(trace_id)
+            .bind(self.tenant())
             .fetch_all(&self.inner.pool)
             .await?;
         rows.iter()
@@ -235,6 +241,7 @@ impl Observe for SqliteStore {
     async fn leases(&self, consumer: &str) -> Result<Vec<LeasedDelivery>, DispatchError> {
         let rows = sqlx::query(sql::LEASES)
             .bind(consumer)
+            .bind(self.tenant())
             .fetch_all(&self.inner.pool)
             .await?;
         rows.iter()
@@ -259,6 +266,7 @@ impl Observe for SqliteStore {
         let rows = sqlx::query(sql::FEED)
             .bind(after.seq)
             .bind(i64::from(limit))
+            .bind(self.tenant())
             .fetch_all(&self.inner.pool)
             .await?;
         rows.iter()
@@ -279,6 +287,7 @@ impl Observe for SqliteStore {
     ) -> Result<Option<serde_json::Value>, DispatchError> {
         let text: Option<String> = sqlx::query_scalar(sql::READ_PAYLOAD)
             .bind(event_id.to_string())
+            .bind(self.tenant())
             .fetch_optional(&self.inner.pool)
             .await?;
         text.map(|text| {

@@ -57,6 +57,7 @@ impl Operate for SqliteStore {
             .bind(i64::try_from(plan.deliveries.len()).unwrap_or(i64::MAX))
             .bind(planned_by.trim())
             .bind(epoch_now())
+            .bind(self.tenant())
             .fetch_one(&self.inner.pool)
             .await?;
         let deliveries = plan.deliveries.len();
@@ -83,6 +84,7 @@ impl Operate for SqliteStore {
         let earlier = sqlx::query(sql::REPLAY_BY_KEY)
             .bind(&approval.idempotency_key)
             .bind(&selection.consumer)
+            .bind(self.tenant())
             .fetch_optional(&mut *tx)
             .await?;
         if let Some(row) = earlier {
@@ -112,6 +114,7 @@ impl Operate for SqliteStore {
         let proposals = sqlx::query(sql::PLANS_OF)
             .bind(&selection.consumer)
             .bind(&approval.digest)
+            .bind(self.tenant())
             .fetch_all(&mut *tx)
             .await?
             .iter()
@@ -137,6 +140,7 @@ impl Operate for SqliteStore {
             .bind(now)
             .bind(plan_id)
             .bind(approval.approved_by.trim())
+            .bind(self.tenant())
             .fetch_one(&mut *tx)
             .await?;
         let planned = serde_json::Value::from(
@@ -228,6 +232,7 @@ impl Operate for SqliteStore {
         let rows = sqlx::query(sql::STATE_CHANGES)
             .bind(consumer)
             .bind(i64::from(limit))
+            .bind(self.tenant())
             .fetch_all(&self.inner.pool)
             .await?;
         rows.iter()
@@ -238,7 +243,7 @@ impl Operate for SqliteStore {
                     consumer: row.try_get("consumer")?,
                     change: row.try_get("change")?,
                     mode: mode.as_deref().and_then(ConsumerMode::parse),
-                    tenant_scope: None,
+                    tenant_scope: row.try_get("tenant_scope")?,
                     by: row.try_get("changed_by")?,
                     reason: row.try_get("reason")?,
                     at: row.try_get("changed_at")?,
@@ -252,22 +257,17 @@ impl Operate for SqliteStore {
         let declared = self.declared_mode(consumer)?;
         let row = sqlx::query(sql::CONSUMER_STATE)
             .bind(consumer)
-            .fetch_optional(&self.inner.pool)
+            .bind(self.tenant())
+            .bind(declared.as_str())
+            .fetch_one(&self.inner.pool)
             .await?;
-        match row {
-            Some(row) => Ok(state(consumer, &row)?),
-            None => Ok(ConsumerState {
-                consumer: consumer.to_owned(),
-                paused: false,
-                mode: declared,
-                revision: 0,
-            }),
-        }
+        Ok(state(consumer, &row)?)
     }
 
     async fn replays(&self, limit: u32) -> Result<Vec<ReplayRecord>, DispatchError> {
         let rows = sqlx::query(sql::READ_REPLAYS)
             .bind(i64::from(limit))
+            .bind(self.tenant())
             .fetch_all(&self.inner.pool)
             .await?;
         let mut replays = Vec::with_capacity(rows.len());
@@ -331,7 +331,8 @@ impl SqliteStore {
     }
 
     /// Changes the operator state of `consumer`, raises its revision and records `change`, in
-    /// one write transaction.
+    /// one write transaction. A handle of one tenant pauses and resumes for that tenant only
+    /// and is refused a mode ([`DispatchError::TenantScoped`]): a mode applies to every tenant.
     async fn change_state(
         &self,
         consumer: &str,
@@ -340,6 +341,11 @@ impl SqliteStore {
     ) -> Result<ConsumerState, DispatchError> {
         check_change(change)?;
         let declared = self.declared_mode(consumer)?;
+        if let Some(tenant) = self.tenant() {
+            return self
+                .change_tenant_state(consumer, tenant, transition, change)
+                .await;
+        }
         let mode = transition.mode().map(ConsumerMode::as_str);
         let now = epoch_now();
         let mut tx = self.begin().await?;
@@ -358,6 +364,7 @@ impl SqliteStore {
             .bind(change.by.trim_matches(' '))
             .bind(&change.reason)
             .bind(now)
+            .bind(None::<&str>)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -370,6 +377,58 @@ impl SqliteStore {
             "consumer state changed"
         );
         Ok(changed)
+    }
+
+    /// Pauses or resumes `consumer` for `tenant` only (`evc_tenant_pauses`) and records the
+    /// change in the tenant's scope, in one write transaction; a pause already in place, or a
+    /// resume without the tenant's pause, changes and records nothing.
+    async fn change_tenant_state(
+        &self,
+        consumer: &str,
+        tenant: &str,
+        transition: Transition,
+        change: &StateChange,
+    ) -> Result<ConsumerState, DispatchError> {
+        let statement = match transition {
+            Transition::Pause => sql::PAUSE_TENANT,
+            Transition::Resume => sql::RESUME_TENANT,
+            Transition::Mode(_) => {
+                return Err(DispatchError::TenantScoped(
+                    "a consumer's mode",
+                    tenant.to_owned(),
+                ));
+            }
+        };
+        let now = epoch_now();
+        let mut tx = self.begin().await?;
+        let changed = sqlx::query(statement)
+            .bind(consumer)
+            .bind(tenant)
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await?
+            .is_some();
+        if changed {
+            sqlx::query(sql::INSERT_STATE_CHANGE)
+                .bind(consumer)
+                .bind(transition.as_str())
+                .bind(None::<&str>)
+                .bind(change.by.trim_matches(' '))
+                .bind(&change.reason)
+                .bind(now)
+                .bind(tenant)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        let state = self.consumer_state(consumer).await?;
+        tracing::info!(
+            consumer,
+            paused = state.paused,
+            scope = "tenant",
+            "consumer state changed for one tenant"
+        );
+        Ok(state)
     }
 
     /// The settled deliveries `selection` takes, on `connection`, each with the requirement
@@ -401,6 +460,7 @@ impl SqliteStore {
             .bind(selection.event_type.as_deref())
             .bind(ids)
             .bind(i64::from(selection.limit.max(1)))
+            .bind(self.tenant())
             .fetch_all(&mut *connection)
             .await?;
         let subscriptions = self

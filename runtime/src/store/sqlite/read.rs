@@ -26,6 +26,7 @@ impl SqliteStore {
         let row = sqlx::query(sql::DELIVERY)
             .bind(event_id.to_string())
             .bind(consumer)
+            .bind(self.tenant())
             .fetch_optional(&self.inner.pool)
             .await?;
         Ok(row.as_ref().map(delivery_record).transpose()?)
@@ -44,6 +45,7 @@ impl SqliteStore {
         let rows = sqlx::query(sql::ATTEMPTS)
             .bind(event_id.to_string())
             .bind(consumer)
+            .bind(self.tenant())
             .fetch_all(&self.inner.pool)
             .await?;
         Ok(rows.iter().map(attempt_record).collect::<Result<_, _>>()?)
@@ -69,6 +71,7 @@ impl SqliteStore {
         let count: i64 = sqlx::query_scalar(sql::COUNT_DELIVERIES)
             .bind(consumer)
             .bind(statuses)
+            .bind(self.tenant())
             .fetch_one(&self.inner.pool)
             .await?;
         Ok(u64::try_from(count).unwrap_or(0))
@@ -82,6 +85,7 @@ impl SqliteStore {
         let event_types = serde_json::Value::from(event_types.to_vec()).to_string();
         let count: i64 = sqlx::query_scalar(sql::COUNT_EVENTS)
             .bind(event_types)
+            .bind(self.tenant())
             .fetch_one(&self.inner.pool)
             .await?;
         Ok(u64::try_from(count).unwrap_or(0))
@@ -96,6 +100,7 @@ impl SqliteStore {
     pub async fn rejects(&self, limit: u32) -> Result<Vec<RejectRecord>, DispatchError> {
         let rows = sqlx::query(sql::REJECTS)
             .bind(i64::from(limit))
+            .bind(self.tenant())
             .fetch_all(&self.inner.pool)
             .await?;
         let mut rejects = Vec::with_capacity(rows.len());
@@ -135,6 +140,7 @@ pub(super) async fn deliveries(
     let rows = sqlx::query(sql::DELIVERIES)
         .bind(event_id.to_string())
         .bind(consumer)
+        .bind(store.tenant())
         .fetch_all(&store.inner.pool)
         .await?;
     Ok(rows.iter().map(delivery_record).collect::<Result<_, _>>()?)
@@ -171,42 +177,51 @@ fn attempt_record(row: &SqliteRow) -> Result<AttemptRecord, sqlx::Error> {
 
 /// The envelope of event `event_id` ([`crate::Store::event`]).
 pub(super) async fn event(
-    pool: &sqlx::SqlitePool,
+    store: &SqliteStore,
     event_id: Uuid,
 ) -> Result<Option<EventRecord>, DispatchError> {
     let row = sqlx::query(sql::EVENT)
         .bind(event_id.to_string())
-        .fetch_optional(pool)
+        .bind(store.tenant())
+        .fetch_optional(&store.inner.pool)
         .await?;
     Ok(row.as_ref().map(rows::event_record).transpose()?)
 }
 
 /// Attempt rows of `consumer` with `outcome` ([`crate::Store::count_attempts`]).
 pub(super) async fn count_attempts(
-    pool: &sqlx::SqlitePool,
+    store: &SqliteStore,
     consumer: &str,
     outcome: &str,
 ) -> Result<u64, DispatchError> {
     let count: i64 = sqlx::query_scalar(sql::COUNT_ATTEMPTS)
         .bind(consumer)
         .bind(outcome)
-        .fetch_one(pool)
+        .bind(store.tenant())
+        .fetch_one(&store.inner.pool)
         .await?;
     Ok(u64::try_from(count).unwrap_or(0))
 }
 
-/// The effect row of `consumer` under `effect_key` in `tenant_scope` ([`crate::Store::effect`]).
+/// The effect row of `consumer` under `effect_key` in `tenant_scope` ([`crate::Store::effect`]);
+/// none outside the store's tenant.
 pub(super) async fn effect(
-    pool: &sqlx::SqlitePool,
+    store: &SqliteStore,
     consumer: &str,
     effect_key: &str,
     tenant_scope: Option<&str>,
 ) -> Result<Option<EffectRecord>, DispatchError> {
+    if store
+        .tenant()
+        .is_some_and(|tenant| tenant_scope != Some(tenant))
+    {
+        return Ok(None);
+    }
     let row = sqlx::query(sql::EFFECT)
         .bind(consumer)
         .bind(effect_key)
         .bind(tenant_scope)
-        .fetch_optional(pool)
+        .fetch_optional(&store.inner.pool)
         .await?;
     let Some(row) = row else {
         return Ok(None);
@@ -224,14 +239,15 @@ pub(super) async fn effect(
 /// The reconciliation rows of `event_id`'s delivery to `consumer`
 /// ([`crate::Store::reconciliations`]).
 pub(super) async fn reconciliations(
-    pool: &sqlx::SqlitePool,
+    store: &SqliteStore,
     event_id: Uuid,
     consumer: &str,
 ) -> Result<Vec<ReconciliationRecord>, DispatchError> {
     let rows = sqlx::query(sql::RECONCILIATIONS)
         .bind(event_id.to_string())
         .bind(consumer)
-        .fetch_all(pool)
+        .bind(store.tenant())
+        .fetch_all(&store.inner.pool)
         .await?;
     let mut records = Vec::with_capacity(rows.len());
     for row in &rows {

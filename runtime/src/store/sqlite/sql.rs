@@ -126,11 +126,12 @@ SELECT event_id, seq FROM evc_events
 WHERE producer_class = ?1 AND idempotency_key = ?2 AND ifnull(tenant_scope, '*') = ifnull(?3, '*')";
 
 /// Records a refused append: `?1` event type, `?2` version, `?3` reason code, `?4` payload
-/// digest, `?5` now. Never the payload.
+/// digest, `?5` now, `?6` the appending handle's tenant (NULL: every tenant). Never the
+/// payload.
 pub(crate) const RECORD_REJECT: &str = "\
 INSERT INTO evc_validation_rejects (event_type, schema_version, reason_code, payload_digest,
-    rejected_at)
-VALUES (?1, ?2, ?3, ?4, ?5)";
+    rejected_at, tenant_scope)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 
 /// The registry the file was opened with (no row: never opened by a store).
 pub(crate) const REGISTRY_STATE: &str = "SELECT project, digest FROM evc_registry_state";
@@ -169,8 +170,61 @@ INSERT INTO evc_registry_history (project, digest, recorded_at) VALUES (?1, ?2, 
 // Dispatch (docs/runtime.md, "Dispatch").
 // ---------------------------------------------------------------------------------------------
 
-/// Pending delivery `d` heads its key: no other delivery of its key is leased, and none
-/// earlier is pending. A delivery without a key orders with nothing.
+/// Delivery `$d` is of the tenant bound as `$p`: its event's tenant scope (a lookup by `seq`,
+/// the events' rowid). A NULL `$p` (a store serving every tenant) takes every delivery without
+/// a lookup.
+macro_rules! of_tenant {
+    ($d:literal, $p:literal) => {
+        concat!(
+            "(",
+            $p,
+            " IS NULL OR (SELECT t.tenant_scope FROM evc_events t WHERE t.seq = ",
+            $d,
+            ".event_seq) = ",
+            $p,
+            ")"
+        )
+    };
+}
+
+/// The row whose event id is `$id` is of the tenant bound as `$p`, as [`of_tenant!`] (a lookup
+/// by event id, for rows without the event's seq).
+macro_rules! event_of_tenant {
+    ($id:literal, $p:literal) => {
+        concat!(
+            "(",
+            $p,
+            " IS NULL OR (SELECT t.tenant_scope FROM evc_events t WHERE t.event_id = ",
+            $id,
+            ") = ",
+            $p,
+            ")"
+        )
+    };
+}
+
+/// Delivery `$d` of consumer `?1` is not of a tenant the consumer is paused for
+/// (`evc_tenant_pauses`). The first test, uncorrelated, runs once per statement, so a consumer
+/// without a tenant's pause pays nothing per row.
+macro_rules! not_paused_for_its_tenant {
+    ($d:literal) => {
+        concat!(
+            "(NOT EXISTS (SELECT 1 FROM evc_tenant_pauses p WHERE p.consumer = ?1)
+            OR NOT EXISTS (
+                SELECT 1 FROM evc_tenant_pauses p
+                WHERE p.consumer = ?1 AND p.tenant_scope =
+                    (SELECT t.tenant_scope FROM evc_events t WHERE t.seq = ",
+            $d,
+            ".event_seq)
+            ))"
+        )
+    };
+}
+
+/// Pending delivery `d` heads its key: no other delivery of its key and tenant is leased, and
+/// none earlier is pending. A delivery without a key orders with nothing; a key orders within
+/// its tenant, as on PostgreSQL (the tenants are compared only for deliveries of the key in
+/// flight or waiting, by the events' rowid).
 macro_rules! heads_its_key {
     () => {
         "NOT EXISTS (
@@ -179,29 +233,41 @@ macro_rules! heads_its_key {
                 AND p.order_key IS NOT NULL
                 AND p.status IN ('pending', 'leased')
                 AND (p.status = 'leased' OR p.event_seq < d.event_seq)
+                AND (SELECT t.tenant_scope FROM evc_events t WHERE t.seq = p.event_seq)
+                    IS (SELECT t.tenant_scope FROM evc_events t WHERE t.seq = d.event_seq)
         )"
     };
 }
 
 /// Claims up to `?6` due deliveries of consumer `?1` that need no per-key ordering and come
 /// after `event_seq` `?5` (0: from the head), oldest first (nothing while the consumer is
-/// paused or off in `evc_consumer_state`): leases them to owner `?2` until `?3`, counts the
-/// attempt and raises the fencing token; `?4` now. Returns the claimed rows (unordered).
-pub(crate) const CLAIM_BATCH: &str = "\
+/// paused or off in `evc_consumer_state`) of tenant `?7` (NULL: every tenant): leases them to
+/// owner `?2` until `?3`, counts the attempt and raises the fencing token; `?4` now. Returns
+/// the claimed rows (unordered).
+pub(crate) const CLAIM_BATCH: &str = concat!(
+    "\
 UPDATE evc_deliveries
 SET status = 'leased', lease_owner = ?2, lease_until = ?3, attempt = attempt + 1,
     fencing_token = fencing_token + 1, updated_at = ?4
 WHERE rowid IN (
-    SELECT rowid FROM evc_deliveries
-    WHERE consumer = ?1 AND status = 'pending' AND next_attempt_at <= ?4 AND event_seq > ?5
+    SELECT d.rowid FROM evc_deliveries d
+    WHERE d.consumer = ?1 AND d.status = 'pending' AND d.next_attempt_at <= ?4
+        AND d.event_seq > ?5
         AND NOT EXISTS (
             SELECT 1 FROM evc_consumer_state s
             WHERE s.consumer = ?1 AND (s.paused OR s.mode = 'off')
         )
-    ORDER BY event_seq
+        AND ",
+    of_tenant!("d", "?7"),
+    "
+        AND ",
+    not_paused_for_its_tenant!("d"),
+    "
+    ORDER BY d.event_seq
     LIMIT ?6
 )
-RETURNING event_id, consumer, generation, attempt, fencing_token, event_seq";
+RETURNING event_id, consumer, generation, attempt, fencing_token, event_seq"
+);
 
 /// [`CLAIM_BATCH`] for a consumer ordering per key (no cursor): only the due deliveries that
 /// head their key — no other delivery of the key is leased, none with a lower `event_seq` is
@@ -209,7 +275,7 @@ RETURNING event_id, consumer, generation, attempt, fencing_token, event_seq";
 /// delivery without a key orders with nothing. One statement in a `BEGIN IMMEDIATE`
 /// transaction: no other writer runs meanwhile, and with one writer seq order is commit order,
 /// so PostgreSQL's key locks and re-check are not needed. `?1` consumer, `?2` owner, `?3`
-/// lease end, `?4` now, `?5` batch.
+/// lease end, `?4` now, `?5` batch, `?6` tenant (NULL: every tenant).
 pub(crate) const CLAIM_KEY_HEADS: &str = concat!(
     "\
 UPDATE evc_deliveries
@@ -223,6 +289,12 @@ WHERE rowid IN (
             WHERE s.consumer = ?1 AND (s.paused OR s.mode = 'off')
         )
         AND ",
+    of_tenant!("d", "?6"),
+    "
+        AND ",
+    not_paused_for_its_tenant!("d"),
+    "
+        AND ",
     heads_its_key!(),
     "
     ORDER BY d.event_seq
@@ -233,8 +305,8 @@ RETURNING event_id, consumer, generation, attempt, fencing_token, event_seq"
 
 /// Claim by event id (a broker's messages name the events): leases the deliveries of consumer
 /// `?1` of the events `?5` (a JSON array of ids) that are pending, due, claimable and head
-/// their key to owner `?2` until `?3`; `?4` now. Counts the attempt and raises the fencing
-/// token. Returns what [`CLAIM_BATCH`] returns. Run in a `BEGIN IMMEDIATE` transaction, as
+/// their key to owner `?2` until `?3`; `?4` now; `?6` tenant (NULL: every tenant). Counts the
+/// attempt and raises the fencing token. Returns what [`CLAIM_BATCH`] returns. Run in a `BEGIN IMMEDIATE` transaction, as
 /// [`CLAIM_KEY_HEADS`], so the head check sees every commit.
 pub(crate) const CLAIM_EVENTS: &str = concat!(
     "\
@@ -249,6 +321,12 @@ WHERE rowid IN (
             SELECT 1 FROM evc_consumer_state s
             WHERE s.consumer = ?1 AND (s.paused OR s.mode = 'off')
         )
+        AND ",
+    of_tenant!("d", "?6"),
+    "
+        AND ",
+    not_paused_for_its_tenant!("d"),
+    "
         AND ",
     heads_its_key!(),
     "
@@ -273,25 +351,35 @@ GROUP BY event_id";
 
 /// Held claim (a batched transactional claim, in the caller's transaction, which will ack):
 /// up to `?4` due deliveries of consumer `?1` that need no per-key ordering and come after
-/// `event_seq` `?3`, oldest first (nothing while the consumer is paused or off); `?2` now.
+/// `event_seq` `?3`, oldest first (nothing while the consumer is paused or off), of tenant `?5`
+/// (NULL: every tenant); `?2` now.
 /// Nothing changes: a no-op update of the rows, which takes the database's write lock for the
 /// rest of the caller's transaction (SQLite's `FOR UPDATE`), so no claimer, recovery or renewal
 /// touches them until it ends. Returns `attempt` and `fencing_token` raised by one: the values
 /// [`ACK_HELD`] writes.
-pub(crate) const CLAIM_HELD: &str = "\
+pub(crate) const CLAIM_HELD: &str = concat!(
+    "\
 UPDATE evc_deliveries SET fencing_token = fencing_token
 WHERE rowid IN (
-    SELECT rowid FROM evc_deliveries
-    WHERE consumer = ?1 AND status = 'pending' AND next_attempt_at <= ?2 AND event_seq > ?3
+    SELECT d.rowid FROM evc_deliveries d
+    WHERE d.consumer = ?1 AND d.status = 'pending' AND d.next_attempt_at <= ?2
+        AND d.event_seq > ?3
         AND NOT EXISTS (
             SELECT 1 FROM evc_consumer_state s
             WHERE s.consumer = ?1 AND (s.paused OR s.mode = 'off')
         )
-    ORDER BY event_seq
+        AND ",
+    of_tenant!("d", "?5"),
+    "
+        AND ",
+    not_paused_for_its_tenant!("d"),
+    "
+    ORDER BY d.event_seq
     LIMIT ?4
 )
 RETURNING event_id, consumer, generation, attempt + 1 AS attempt,
-    fencing_token + 1 AS fencing_token, event_seq";
+    fencing_token + 1 AS fencing_token, event_seq"
+);
 
 /// Acks held deliveries in the transaction that claimed them ([`CLAIM_HELD`]): of consumer
 /// `?2`, `?1` a JSON array of `[event id, held token]` pairs, each still `pending` with the
@@ -385,13 +473,19 @@ UPDATE evc_deliveries
 SET status = 'pending', lease_until = NULL, attempt = max(attempt - 1, 0), updated_at = ?2
 WHERE lease_owner = ?1 AND status = 'leased'";
 
-/// Up to `?2` leases that ended before `?1`, soonest ended first, with what recovery needs.
-pub(crate) const EXPIRED_LEASES: &str = "\
-SELECT rowid, event_id, consumer, generation, attempt, lease_owner, fencing_token, updated_at
-FROM evc_deliveries
-WHERE status = 'leased' AND lease_until < ?1
-ORDER BY lease_until
-LIMIT ?2";
+/// Up to `?2` leases of tenant `?3` (NULL: every tenant) that ended before `?1`, soonest ended
+/// first, with what recovery needs.
+pub(crate) const EXPIRED_LEASES: &str = concat!(
+    "\
+SELECT d.rowid AS rowid, d.event_id, d.consumer, d.generation, d.attempt, d.lease_owner,
+    d.fencing_token, d.updated_at
+FROM evc_deliveries d
+WHERE d.status = 'leased' AND d.lease_until < ?1 AND ",
+    of_tenant!("d", "?3"),
+    "
+ORDER BY d.lease_until
+LIMIT ?2"
+);
 
 /// Recovers one expired lease (by rowid `?1`, found by [`EXPIRED_LEASES`] in the same
 /// transaction): to status `?2` (`pending` or `dead`), due `?3` (now).
@@ -480,15 +574,19 @@ pub(crate) const SHADOW_ROLLBACK: &str = "ROLLBACK TO SAVEPOINT evc_shadow";
 // Reads (tests, later the CLI).
 // ---------------------------------------------------------------------------------------------
 
-/// Delivery rows of delivery `?1` of consumer `?2` in generation order (ascending unless a
-/// suffix says otherwise).
+/// Delivery rows of delivery `?1` of consumer `?2` of tenant `?3` (NULL: any) in generation
+/// order (ascending unless a suffix says otherwise).
 macro_rules! deliveries {
     () => {
-        "\
+        concat!(
+            "\
 SELECT generation, status, attempt, fencing_token, lease_owner, lease_until, next_attempt_at,
     last_error_code, replay_id, discard_id
-FROM evc_deliveries WHERE event_id = ?1 AND consumer = ?2
+FROM evc_deliveries WHERE event_id = ?1 AND consumer = ?2 AND ",
+            event_of_tenant!("?1", "?3"),
+            "
 ORDER BY generation"
+        )
     };
 }
 
@@ -498,38 +596,52 @@ pub(crate) const DELIVERY: &str = concat!(deliveries!(), " DESC LIMIT 1");
 /// Every generation of delivery `?1` of consumer `?2`, oldest first.
 pub(crate) const DELIVERIES: &str = deliveries!();
 
-/// The attempt rows of delivery `?1` of consumer `?2` (every generation), in the order written.
-pub(crate) const ATTEMPTS: &str = "\
+/// The attempt rows of delivery `?1` of consumer `?2` (every generation) of tenant `?3` (NULL:
+/// any), in the order written.
+pub(crate) const ATTEMPTS: &str = concat!(
+    "\
 SELECT generation, attempt, owner, fencing_token, outcome, error_code, started_at, finished_at,
     duration_ms
-FROM evc_delivery_attempts WHERE event_id = ?1 AND consumer = ?2
-ORDER BY id";
+FROM evc_delivery_attempts WHERE event_id = ?1 AND consumer = ?2 AND ",
+    event_of_tenant!("?1", "?3"),
+    "
+ORDER BY id"
+);
 
-/// Deliveries of consumer `?1` whose status is in the JSON array `?2` (empty: any status).
-pub(crate) const COUNT_DELIVERIES: &str = "\
-SELECT count(*) FROM evc_deliveries
-WHERE consumer = ?1
-    AND (json_array_length(?2) = 0 OR status IN (SELECT value FROM json_each(?2)))";
+/// Deliveries of consumer `?1` whose status is in the JSON array `?2` (empty: any status), of
+/// tenant `?3` (NULL: any).
+pub(crate) const COUNT_DELIVERIES: &str = concat!(
+    "\
+SELECT count(*) FROM evc_deliveries d
+WHERE d.consumer = ?1
+    AND (json_array_length(?2) = 0 OR d.status IN (SELECT value FROM json_each(?2)))
+    AND ",
+    of_tenant!("d", "?3")
+);
 
-/// Attempt rows of consumer `?1` with outcome `?2`.
-pub(crate) const COUNT_ATTEMPTS: &str =
-    "SELECT count(*) FROM evc_delivery_attempts WHERE consumer = ?1 AND outcome = ?2";
+/// Attempt rows of consumer `?1` with outcome `?2`, of tenant `?3` (NULL: any).
+pub(crate) const COUNT_ATTEMPTS: &str = concat!(
+    "SELECT count(*) FROM evc_delivery_attempts a WHERE a.consumer = ?1 AND a.outcome = ?2 AND ",
+    event_of_tenant!("a.event_id", "?3")
+);
 
-/// Events in the outbox whose type is in `?1` (a JSON array of strings; empty: any type).
+/// Events in the outbox whose type is in `?1` (a JSON array of strings; empty: any type), of
+/// tenant `?2` (NULL: any).
 pub(crate) const COUNT_EVENTS: &str = "\
 SELECT count(*) FROM evc_events
-WHERE json_array_length(?1) = 0 OR event_type IN (SELECT value FROM json_each(?1))";
+WHERE (json_array_length(?1) = 0 OR event_type IN (SELECT value FROM json_each(?1)))
+    AND (?2 IS NULL OR tenant_scope = ?2)";
 
-/// The envelope of event `?1` (never its payload).
+/// The envelope of event `?1` (never its payload), if of tenant `?2` (NULL: any).
 pub(crate) const EVENT: &str = "\
 SELECT seq, event_type, schema_version, order_key, producer_class, tenant_scope,
     idempotency_key, trace_id, correlation_id, causation_id, payload_bytes
-FROM evc_events WHERE event_id = ?1";
+FROM evc_events WHERE event_id = ?1 AND (?2 IS NULL OR tenant_scope = ?2)";
 
-/// The oldest `?1` reject rows.
+/// The oldest `?1` reject rows written in tenant `?2`'s scope (NULL: every reject row).
 pub(crate) const REJECTS: &str = "\
 SELECT event_type, schema_version, reason_code, payload_digest, rejected_at
-FROM evc_validation_rejects ORDER BY id LIMIT ?1";
+FROM evc_validation_rejects WHERE ?2 IS NULL OR tenant_scope = ?2 ORDER BY id LIMIT ?1";
 
 /// Stale-token refusals counted for consumer `?1` (no row: none).
 pub(crate) const STALE_REJECTIONS: &str = "\
@@ -542,11 +654,16 @@ SELECT event_id, outcome_digest, fencing_token, created_at
 FROM evc_consumer_effects
 WHERE consumer = ?1 AND effect_key = ?2 AND ifnull(tenant_scope, '*') = ifnull(?3, '*')";
 
-/// The reconciliation rows of delivery `?1` of consumer `?2`, oldest generation first.
-pub(crate) const RECONCILIATIONS: &str = "\
+/// The reconciliation rows of delivery `?1` of consumer `?2` of tenant `?3` (NULL: any),
+/// oldest generation first.
+pub(crate) const RECONCILIATIONS: &str = concat!(
+    "\
 SELECT generation, fencing_token, intended, recorded_at
-FROM evc_reconciliations WHERE event_id = ?1 AND consumer = ?2
-ORDER BY generation";
+FROM evc_reconciliations WHERE event_id = ?1 AND consumer = ?2 AND ",
+    event_of_tenant!("?1", "?3"),
+    "
+ORDER BY generation"
+);
 
 // ---------------------------------------------------------------------------------------------
 // Operator controls (docs/runtime.md, "Replay", "Pause, resume and modes"). The replay tables are
@@ -556,8 +673,8 @@ ORDER BY generation";
 /// The settled deliveries a replay selection takes, oldest event first (PostgreSQL's
 /// `SETTLED_DELIVERIES` without the deployed requirement: the store reads it from the static
 /// registry): `?1` consumer, `?2` a JSON array of statuses, `?3` event type (NULL: any), `?4` a
-/// JSON array of event ids (empty: any), `?5` limit. No row locks: apply runs it in its
-/// `BEGIN IMMEDIATE` transaction, which no other writer shares.
+/// JSON array of event ids (empty: any), `?5` limit, `?6` tenant (NULL: any). No row locks:
+/// apply runs it in its `BEGIN IMMEDIATE` transaction, which no other writer shares.
 pub(crate) const SETTLED_DELIVERIES: &str = "\
 SELECT d.event_id, d.consumer, d.generation, d.status, d.attempt, d.last_error_code,
     d.updated_at AS settled_at, e.event_type, e.schema_version
@@ -567,6 +684,7 @@ WHERE d.consumer = ?1 AND d.status IN ('dead', 'quarantined')
     AND d.status IN (SELECT value FROM json_each(?2))
     AND (?3 IS NULL OR e.event_type = ?3)
     AND (json_array_length(?4) = 0 OR d.event_id IN (SELECT value FROM json_each(?4)))
+    AND (?6 IS NULL OR e.tenant_scope = ?6)
 ORDER BY d.event_seq, d.generation
 LIMIT ?5";
 
@@ -574,32 +692,37 @@ LIMIT ?5";
 pub(crate) const REPLAY_PAYLOADS: &str = "\
 SELECT event_id, payload FROM evc_events WHERE event_id IN (SELECT value FROM json_each(?1))";
 
-/// The replay of consumer `?2` recorded under idempotency key `?1`, if any.
+/// The replay of consumer `?2` recorded under idempotency key `?1` in scope `?3` (a tenant, or
+/// NULL: the scope of every tenant), if any: a key is unique per consumer and scope.
 pub(crate) const REPLAY_BY_KEY: &str = "\
 SELECT id, plan_digest, reason, approval_ref, approved_by, deliveries FROM evc_replays
-WHERE idempotency_key = ?1 AND consumer = ?2";
+WHERE idempotency_key = ?1 AND consumer = ?2 AND ifnull(tenant_scope, '*') = ifnull(?3, '*')";
 
-/// The oldest `?1` replays, oldest first, with their plans' planners.
+/// The oldest `?1` replays applied in tenant `?2`'s scope (NULL: every replay), oldest first,
+/// with their plans' planners.
 pub(crate) const READ_REPLAYS: &str = "\
 SELECT r.id, r.plan_digest, r.reason, r.approval_ref, r.idempotency_key, r.deliveries,
     r.applied_at, r.plan_id, p.planned_by, r.approved_by
 FROM evc_replays r LEFT JOIN evc_plans p ON p.id = r.plan_id
+WHERE ?2 IS NULL OR r.tenant_scope = ?2
 ORDER BY r.id LIMIT ?1";
 
 /// Records a proposed replay plan: `?1` consumer, `?2` digest, `?3` deliveries, `?4` planner,
-/// `?5` now. Returns its id.
+/// `?5` now, `?6` the proposing handle's tenant (NULL: every tenant). Returns its id.
 pub(crate) const INSERT_PLAN: &str = "\
-INSERT INTO evc_plans (kind, consumer, plan_digest, deliveries, planned_by, planned_at)
-VALUES ('replay', ?1, ?2, ?3, ?4, ?5)
+INSERT INTO evc_plans (kind, consumer, plan_digest, deliveries, planned_by, planned_at,
+    tenant_scope)
+VALUES ('replay', ?1, ?2, ?3, ?4, ?5, ?6)
 RETURNING id";
 
-/// The recorded replay plans of consumer `?1` and digest `?2`: id, planner and whether a
-/// replay applied it, oldest first.
+/// The recorded replay plans of consumer `?1` and digest `?2` proposed in tenant `?3`'s scope
+/// (NULL: every plan): id, planner and whether a replay applied it, oldest first.
 pub(crate) const PLANS_OF: &str = "\
 SELECT p.id, p.planned_by,
     EXISTS (SELECT 1 FROM evc_replays r WHERE r.plan_id = p.id) AS applied
 FROM evc_plans p
 WHERE p.kind = 'replay' AND p.consumer = ?1 AND p.plan_digest = ?2
+    AND (?3 IS NULL OR p.tenant_scope = ?3)
 ORDER BY p.id";
 
 /// The items of the replays in `?1` (a JSON array of ids), by replay and event id.
@@ -610,11 +733,11 @@ ORDER BY replay_id, event_id, consumer";
 
 /// Records a replay as applied: `?1` consumer, `?2` plan digest, `?3` reason, `?4` approval
 /// reference, `?5` idempotency key, `?6` deliveries, `?7` now, `?8` the recorded plan, `?9`
-/// the approver. Returns its id.
+/// the approver, `?10` the applying handle's tenant (NULL: every tenant). Returns its id.
 pub(crate) const INSERT_REPLAY: &str = "\
 INSERT INTO evc_replays (consumer, plan_digest, reason, approval_ref, idempotency_key,
-    deliveries, applied_at, plan_id, approved_by)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+    deliveries, applied_at, plan_id, approved_by, tenant_scope)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
 RETURNING id";
 
 /// The planned deliveries of consumer `?2` named by the JSON array `?3` of `[event id,
@@ -662,9 +785,14 @@ WHERE ",
     planned!()
 );
 
-/// A consumer's operator state: `?1` consumer. No row: never changed by an operator.
+/// A consumer's operator state: `?1` consumer, paused when it is paused for every tenant or for
+/// tenant `?2`; mode `?3` (the contract's) and revision 0 while no operator changed it.
 pub(crate) const CONSUMER_STATE: &str = "\
-SELECT paused, mode, revision FROM evc_consumer_state WHERE consumer = ?1";
+SELECT coalesce(s.paused, 0) OR EXISTS (
+        SELECT 1 FROM evc_tenant_pauses p WHERE p.consumer = ?1 AND p.tenant_scope = ?2
+    ) AS paused,
+    coalesce(s.mode, ?3) AS mode, coalesce(s.revision, 0) AS revision
+FROM (SELECT 1) AS one LEFT JOIN evc_consumer_state s ON s.consumer = ?1";
 
 /// Changes a consumer's operator state and raises its revision: `?1` consumer, `?2` paused
 /// (NULL: unchanged), `?3` mode (NULL: unchanged), `?4` the contract's mode (for a first row),
@@ -680,46 +808,83 @@ ON CONFLICT (consumer) DO UPDATE SET
 RETURNING paused, mode, revision";
 
 /// Records a change of consumer `?1`'s operator state: `?2` `pause`, `resume` or `mode`, `?3`
-/// the mode set (NULL unless a mode), `?4` who, `?5` why, `?6` now.
+/// the mode set (NULL unless a mode), `?4` who, `?5` why, `?6` now, `?7` the tenant it was made
+/// for (NULL: every tenant).
 pub(crate) const INSERT_STATE_CHANGE: &str = "\
-INSERT INTO evc_state_changes (consumer, change, mode, changed_by, reason, changed_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+INSERT INTO evc_state_changes (consumer, change, mode, changed_by, reason, changed_at,
+    tenant_scope)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 
-/// The newest `?2` recorded changes of consumer `?1`'s operator state, newest first.
+/// The newest `?2` recorded changes of consumer `?1`'s operator state made in tenant `?3`'s
+/// scope (NULL: every change), newest first.
 pub(crate) const STATE_CHANGES: &str = "\
-SELECT id, consumer, change, mode, changed_by, reason, changed_at
-FROM evc_state_changes WHERE consumer = ?1
+SELECT id, consumer, change, mode, tenant_scope, changed_by, reason, changed_at
+FROM evc_state_changes WHERE consumer = ?1 AND (?3 IS NULL OR tenant_scope = ?3)
 ORDER BY id DESC LIMIT ?2";
+
+/// Pauses consumer `?1` for tenant `?2` at `?3`. Returns a row when it was not paused for the
+/// tenant before.
+pub(crate) const PAUSE_TENANT: &str = "\
+INSERT INTO evc_tenant_pauses (consumer, tenant_scope, paused_at) VALUES (?1, ?2, ?3)
+ON CONFLICT DO NOTHING
+RETURNING 1";
+
+/// Lifts tenant `?2`'s pause of consumer `?1` (a pause for every tenant is not the tenant's to
+/// lift). Returns a row when there was one.
+pub(crate) const RESUME_TENANT: &str = "\
+DELETE FROM evc_tenant_pauses WHERE consumer = ?1 AND tenant_scope = ?2 RETURNING 1";
 
 // ---------------------------------------------------------------------------------------------
 // Observation (read only): status, lag, silent workers, the trace timeline.
 // ---------------------------------------------------------------------------------------------
 
+/// The deliveries of consumer `c.value` in status `$status` of tenant `?3` (NULL: any), for
+/// [`STATUS_COUNTS`].
+macro_rules! status_count {
+    ($status:literal) => {
+        concat!(
+            "(SELECT count(*) FROM evc_deliveries d
+        WHERE d.consumer = c.value AND d.status = '",
+            $status,
+            "' AND ",
+            of_tenant!("d", "?3"),
+            ")"
+        )
+    };
+}
+
 /// Per consumer of `?1` (a JSON array of names): deliveries pending, leased, dead and
-/// quarantined, the age in seconds at `?2` (now) of the oldest pending delivery, and the
-/// operator state (paused, mode override; NULL mode: the contract's).
-pub(crate) const STATUS_COUNTS: &str = "\
-SELECT c.value AS consumer,
-    (SELECT count(*) FROM evc_deliveries d
-        WHERE d.consumer = c.value AND d.status = 'pending') AS pending,
-    (SELECT count(*) FROM evc_deliveries d
-        WHERE d.consumer = c.value AND d.status = 'leased') AS leased,
-    (SELECT count(*) FROM evc_deliveries d
-        WHERE d.consumer = c.value AND d.status = 'dead') AS dead,
-    (SELECT count(*) FROM evc_deliveries d
-        WHERE d.consumer = c.value AND d.status = 'quarantined') AS quarantined,
+/// quarantined of tenant `?3` (NULL: every tenant), the age in seconds at `?2` (now) of the
+/// oldest pending one, and the operator state (paused for every tenant or for `?3`, mode
+/// override; NULL mode: the contract's).
+pub(crate) const STATUS_COUNTS: &str = concat!(
+    "SELECT c.value AS consumer,\n    ",
+    status_count!("pending"),
+    " AS pending,\n    ",
+    status_count!("leased"),
+    " AS leased,\n    ",
+    status_count!("dead"),
+    " AS dead,\n    ",
+    status_count!("quarantined"),
+    " AS quarantined,
     (SELECT ?2 - d.created_at FROM evc_deliveries d
-        WHERE d.consumer = c.value AND d.status = 'pending'
+        WHERE d.consumer = c.value AND d.status = 'pending' AND ",
+    of_tenant!("d", "?3"),
+    "
         ORDER BY d.event_seq LIMIT 1) AS oldest_pending_s,
-    coalesce(s.paused, 0) AS paused, s.mode AS mode,
+    coalesce(s.paused, 0) OR EXISTS (
+        SELECT 1 FROM evc_tenant_pauses p WHERE p.consumer = c.value AND p.tenant_scope = ?3
+    ) AS paused, s.mode AS mode,
     coalesce(r.rejected, 0) AS stale_rejections
 FROM json_each(?1) AS c
 LEFT JOIN evc_consumer_state s ON s.consumer = c.value
 LEFT JOIN evc_stale_rejections r ON r.consumer = c.value
-ORDER BY c.value";
+ORDER BY c.value"
+);
 
 /// Produce-to-ack lag samples: over the newest `?2` attempt rows, those acked since `?1`
-/// (epoch seconds); seconds from the event's `produced_at` to the ack.
+/// (epoch seconds) of events of tenant `?3` (NULL: any); seconds from the event's
+/// `produced_at` to the ack.
 pub(crate) const LAG_SAMPLE: &str = "\
 WITH a AS (
     SELECT event_id, consumer, outcome, finished_at FROM evc_delivery_attempts
@@ -727,22 +892,26 @@ WITH a AS (
 )
 SELECT e.producer_class, a.consumer, a.finished_at - e.produced_at AS seconds
 FROM a JOIN evc_events e ON e.event_id = a.event_id
-WHERE a.outcome = 'acked' AND a.finished_at >= ?1";
+WHERE a.outcome = 'acked' AND a.finished_at >= ?1 AND (?3 IS NULL OR e.tenant_scope = ?3)";
 
 /// Attempt duration samples over the same attempt rows as [`LAG_SAMPLE`] (every outcome), in
 /// seconds.
-pub(crate) const ATTEMPT_SAMPLE: &str = "\
+pub(crate) const ATTEMPT_SAMPLE: &str = concat!(
+    "\
 WITH a AS (
-    SELECT consumer, duration_ms, finished_at FROM evc_delivery_attempts
+    SELECT event_id, consumer, duration_ms, finished_at FROM evc_delivery_attempts
     ORDER BY id DESC LIMIT ?2
 )
-SELECT consumer, duration_ms / 1000.0 AS seconds FROM a WHERE finished_at >= ?1";
+SELECT consumer, duration_ms / 1000.0 AS seconds FROM a WHERE finished_at >= ?1 AND ",
+    event_of_tenant!("a.event_id", "?3")
+);
 
 /// Appends refused since `?1` (epoch seconds), by event type and reason, over the newest `?2`
-/// reject rows.
+/// reject rows written in tenant `?3`'s scope (NULL: every reject row).
 pub(crate) const RECENT_REJECTS: &str = "\
 WITH r AS (
     SELECT event_type, reason_code, rejected_at FROM evc_validation_rejects
+    WHERE ?3 IS NULL OR tenant_scope = ?3
     ORDER BY id DESC LIMIT ?2
 )
 SELECT event_type, reason_code, count(*) AS rejects, max(rejected_at) AS newest
@@ -751,18 +920,21 @@ WHERE rejected_at >= ?1
 GROUP BY event_type, reason_code
 ORDER BY event_type, reason_code";
 
-/// Every attempt ever recorded of the consumers `?1` (a JSON array) that ended one of the known ways, counted per
+/// Every attempt ever recorded of the consumers `?1` (a JSON array) of tenant `?2` (NULL: any)
+/// that ended one of the known ways, counted per
 /// consumer, outcome and duration bucket: `bucket` indexes `AttemptTotals::durations`, from
 /// the bounds of `DURATION_BUCKETS_MS`. Reads the whole table.
 pub(crate) static ATTEMPT_TOTALS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "SELECT consumer, outcome, {} AS bucket,
     count(*) AS attempts, sum(duration_ms) AS duration_ms
-FROM evc_delivery_attempts
+FROM evc_delivery_attempts a
 WHERE consumer IN (SELECT value FROM json_each(?1)) AND outcome IN ({})
+    AND {}
 GROUP BY consumer, outcome, bucket",
         crate::store::observe::duration_bucket("duration_ms"),
         crate::store::observe::known_outcomes(),
+        event_of_tenant!("a.event_id", "?2"),
     )
 });
 
@@ -780,32 +952,40 @@ SELECT owner, consumer, payload_policy, dispatcher_overrides FROM evc_heartbeats
 WHERE consumer IN (SELECT value FROM json_each(?1))
 ORDER BY consumer, owner";
 
-/// Up to `?2` events after seq `?1`, in `seq` order: one writer at a time commits, so `seq` is
-/// commit order and PostgreSQL's writer transaction is not needed.
+/// Up to `?2` events after seq `?1` of tenant `?3` (NULL: any), in `seq` order: one writer at a
+/// time commits, so `seq` is commit order and PostgreSQL's writer transaction is not needed.
 pub(crate) const FEED: &str = "\
 SELECT seq, event_id, event_type, schema_version, order_key, producer_class, tenant_scope,
     trace_id, correlation_id, causation_id, produced_at, payload
-FROM evc_events WHERE seq > ?1 ORDER BY seq LIMIT ?2";
+FROM evc_events WHERE seq > ?1 AND (?3 IS NULL OR tenant_scope = ?3) ORDER BY seq LIMIT ?2";
 
-/// The payload of event `?1`, as text.
-pub(crate) const READ_PAYLOAD: &str = "SELECT payload FROM evc_events WHERE event_id = ?1";
+/// The payload of event `?1` of tenant `?2` (NULL: any), as text.
+pub(crate) const READ_PAYLOAD: &str =
+    "SELECT payload FROM evc_events WHERE event_id = ?1 AND (?2 IS NULL OR tenant_scope = ?2)";
 
-/// The newest event's seq (0: none).
+/// The newest event's seq (0: none). Every tenant's: a feed position says where the outbox
+/// stands, not what a tenant sees there.
 pub(crate) const FEED_HEAD: &str = "SELECT coalesce(max(seq), 0) FROM evc_events";
 
-/// The deliveries of consumer `?1` leased now, in event order, as PostgreSQL's.
-pub(crate) const LEASES: &str = "\
-SELECT event_id, generation, event_seq, order_key, lease_owner, fencing_token, attempt,
-    lease_until
-FROM evc_deliveries WHERE consumer = ?1 AND status = 'leased'
-ORDER BY event_seq, generation";
+/// The deliveries of consumer `?1` of tenant `?2` (NULL: any) leased now, in event order, as
+/// PostgreSQL's.
+pub(crate) const LEASES: &str = concat!(
+    "\
+SELECT d.event_id, d.generation, d.event_seq, d.order_key, d.lease_owner, d.fencing_token,
+    d.attempt, d.lease_until
+FROM evc_deliveries d WHERE d.consumer = ?1 AND d.status = 'leased' AND ",
+    of_tenant!("d", "?2"),
+    "
+ORDER BY d.event_seq, d.generation"
+);
 
-/// Everything recorded for trace `?1`, in time order, as PostgreSQL's timeline (no discards:
-/// this store has none). NULLs sort last, as PostgreSQL sorts them.
+/// Everything recorded for trace `?1` about events of tenant `?2` (NULL: any), in time order,
+/// as PostgreSQL's timeline (no discards: this store has none). NULLs sort last, as PostgreSQL
+/// sorts them.
 pub(crate) const TIMELINE: &str = "\
 WITH e AS (
     SELECT event_id, event_type, schema_version, produced_at, seq FROM evc_events
-    WHERE trace_id = ?1
+    WHERE trace_id = ?1 AND (?2 IS NULL OR tenant_scope = ?2)
 )
 SELECT t.at, t.kind, t.event_id, t.consumer, t.detail, t.attempt
 FROM (
