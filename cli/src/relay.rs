@@ -26,6 +26,11 @@ pub(crate) struct RelayArgs<'a> {
 /// Relays until Ctrl-C (or SIGTERM); with `apply`, brings the stream to its specification and
 /// exits (100 when it had drifted).
 pub(crate) fn relay(args: &RelayArgs<'_>, database: &Database) -> anyhow::Result<ExitCode> {
+    // A tenant's session would see only its own events and move the shared cursor past every
+    // other tenant's, which would then never be published.
+    if database.tenant().is_some() {
+        anyhow::bail!("evc relay publishes every tenant's events: drop --tenant");
+    }
     let mut definitions = Definitions::read(args.definitions)?;
     if let Some(stream) = args.stream {
         definitions = definitions.with_stream(stream)?;

@@ -483,6 +483,13 @@ fn tenant_commands_on_a_sqlite_outbox_see_one_tenant() {
     let output = evc(&url, &["status", "--tenant", "*"]);
     assert_eq!(output.status.code(), Some(1), "{output:?}");
     assert!(stderr(&output).contains("--tenant"), "{output:?}");
+    // The relay's cursor is every tenant's: a tenant's relay would pass the others' events by.
+    let output = evc(&url, &["relay", "--tenant", "acme"]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stderr(&output).contains("evc relay publishes every tenant's events: drop --tenant"),
+        "{output:?}"
+    );
 }
 
 #[test]
