@@ -208,17 +208,32 @@ async fn the_replay_keys_step_keeps_every_replay_and_scopes_keys_per_consumer() 
     reapply(3).await?;
     // A replay key is unique per consumer and scope (the twelfth step): acme's `k-1` for
     // k.plain is its own replay beside the one of every tenant's scope, once.
-    let tenant_replay = || {
+    let tenant_replay = |plan: i64| {
         sqlx::query_scalar::<_, i64>(
             "INSERT INTO evc_replays (consumer, plan_digest, reason, approval_ref, \
              idempotency_key, deliveries, applied_at, plan_id, approved_by, tenant_scope) \
-             VALUES ('k.plain', 'digest', 'fixed', 'CHG-3', 'k-1', 1, 4.0, 1, 'bob', 'acme') \
+             VALUES ('k.plain', 'digest', 'fixed', 'CHG-3', 'k-1', 1, 4.0, ?1, 'bob', 'acme') \
              RETURNING id",
         )
+        .bind(plan)
         .fetch_one(&pool)
     };
-    assert_eq!(tenant_replay().await?, 10);
-    assert!(tenant_replay().await.is_err(), "a key reused in its scope");
+    assert_eq!(tenant_replay(1).await?, 10);
+    // A fresh plan, so that only the key's index can refuse it.
+    let plan: i64 = sqlx::query_scalar(
+        "INSERT INTO evc_plans (kind, consumer, plan_digest, deliveries, planned_by, \
+         planned_at, tenant_scope) VALUES ('replay', 'k.plain', 'digest', 1, 'alice', 4.0, \
+         'acme') RETURNING id",
+    )
+    .fetch_one(&pool)
+    .await?;
+    let again = tenant_replay(plan).await;
+    assert!(
+        again
+            .as_ref()
+            .is_err_and(|error| error.to_string().contains("evc_replays_tenant_key_idx")),
+        "a key reused in its scope: {again:?}"
+    );
     // Plans are append-only.
     assert!(
         sqlx::query("UPDATE evc_plans SET planned_by = 'bob'")

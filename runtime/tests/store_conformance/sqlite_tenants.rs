@@ -6,13 +6,13 @@
 use std::collections::BTreeSet;
 
 use evc_runtime::{
-    AppendError, AppendOptions, ConsumerMode, DispatchError, FailureClass, FeedPosition, NewEvent,
-    Observe, Operate, Registry, ReplayApproval, ReplaySelection, RetryDecision, SqliteStore, Store,
-    TenantScope,
+    AppendError, AppendOptions, ConsumerMode, Cursors, DeliveryStatus, DispatchError, FailureClass,
+    FeedPosition, NewEvent, Observe, Operate, Registry, ReplayApproval, ReplaySelection,
+    RetryDecision, SqliteStore, Store, TenantScope, Unclaimed,
 };
 use uuid::Uuid;
 
-use super::{LEASE, ack, claim, ids, note};
+use super::{LEASE, ack, ack_leases, claim, ids, note};
 use crate::conformance::{CONFORMANCE_REGISTRY, ORDERED, PLAIN};
 use crate::support::{self, TRACE_ID, TestResult};
 
@@ -111,6 +111,54 @@ async fn each_tenant_sees_and_touches_only_its_own_rows() -> TestResult {
     assert_eq!(claimed.len(), 1);
     let bolt_dead = claimed[0].lease.event_id;
     assert!(bolt_events.contains(&bolt_dead));
+    // Bolt's lease is stale to acme's handle: acme can neither ack, renew, fence nor fail it,
+    // nor learn how bolt's deliveries stand from a claim by id.
+    let bolt_lease = &claimed[0].lease;
+    let outcome = ack_leases(&acme, &[bolt_lease]).await?;
+    assert_eq!((outcome.acked, outcome.stale.len()), (0, 1), "{outcome:?}");
+    let mut connection = acme.pool().acquire().await?;
+    assert!(
+        acme.renew(&mut connection, &[bolt_lease], LEASE)
+            .await?
+            .is_empty()
+    );
+    let mut tx = acme.begin().await?;
+    let fenced = Store::lock_lease(&acme, &mut tx, bolt_lease).await;
+    assert!(
+        matches!(fenced, Err(DispatchError::StaleToken { .. })),
+        "{fenced:?}"
+    );
+    drop(tx);
+    let failed = Store::fail(
+        &acme,
+        bolt_lease,
+        FailureClass::Permanent,
+        "boom",
+        RetryDecision::Dead,
+    )
+    .await;
+    assert!(
+        matches!(failed, Err(DispatchError::StaleToken { .. })),
+        "{failed:?}"
+    );
+    let by_id: Vec<Uuid> = bolt_events.iter().copied().collect();
+    let answer = acme
+        .claim_events(&mut connection, PLAIN, "w/acme", &by_id, LEASE)
+        .await?;
+    drop(connection);
+    assert!(answer.claimed.is_empty());
+    assert!(
+        answer
+            .unclaimed
+            .iter()
+            .all(|(_, state)| matches!(state, Unclaimed::Settled)),
+        "{:?}",
+        answer.unclaimed
+    );
+    assert_eq!(
+        bolt.delivery(bolt_dead, PLAIN).await?.map(|d| d.status),
+        Some(DeliveryStatus::Leased)
+    );
     let dead = RetryDecision::Dead;
     Store::fail(
         &bolt,
@@ -244,6 +292,20 @@ async fn each_tenant_sees_and_touches_only_its_own_rows() -> TestResult {
     assert!(!bolt_applied.repeated);
     assert_ne!(bolt_applied.replay_id, applied.replay_id);
     assert_eq!(bolt_applied.deliveries, 1);
+
+    // A relay cursor passes every tenant's events: a tenant's handle may not take one.
+    let taken = acme
+        .take_cursor("jetstream", "relay-1", std::time::Duration::from_secs(30))
+        .await;
+    assert!(
+        matches!(&taken, Err(DispatchError::TenantScoped(_, tenant)) if tenant == "acme"),
+        "{taken:?}"
+    );
+    assert!(
+        all.take_cursor("jetstream", "relay-1", std::time::Duration::from_secs(30))
+            .await?
+            .is_some()
+    );
     all.close().await;
     Ok(())
 }

@@ -21,6 +21,14 @@ impl Cursors for SqliteStore {
     ) -> Result<Option<CursorLease>, DispatchError> {
         check_name(name)?;
         check_owner(owner)?;
+        // A cursor passes every tenant's events: a handle of one tenant reads only its own
+        // feed and would move the cursor past the others'.
+        if let Some(tenant) = self.tenant() {
+            return Err(DispatchError::TenantScoped(
+                "a relay cursor",
+                tenant.to_owned(),
+            ));
+        }
         let now = epoch_now();
         let row = sqlx::query(sql::TAKE_CURSOR)
             .bind(name)

@@ -270,6 +270,7 @@ impl SqliteStore {
                 .bind(consumer)
                 .bind(&ids)
                 .bind(now)
+                .bind(self.tenant())
                 .fetch_all(&mut *tx)
                 .await?;
             for id in left {
@@ -442,6 +443,7 @@ impl SqliteStore {
         let rows = sqlx::query(sql::ACK_HELD)
             .bind(serde_json::Value::from(pairs).to_string())
             .bind(&first.consumer)
+            .bind(self.tenant())
             .fetch_all(&mut *tx)
             .await?;
         let mut acked: Vec<Uuid> = Vec::with_capacity(rows.len());
@@ -482,6 +484,7 @@ impl SqliteStore {
             .bind(lease.event_id.to_string())
             .bind(&lease.consumer)
             .bind(lease.token)
+            .bind(self.tenant())
             .fetch_optional(&mut *tx)
             .await?;
         let Some(row) = row else {
@@ -522,6 +525,7 @@ impl SqliteStore {
         let mut tx = begin_write(connection).await?;
         let rows = sqlx::query(sql::ACK_BATCH)
             .bind(serde_json::Value::from(entries).to_string())
+            .bind(self.tenant())
             .fetch_all(&mut *tx)
             .await?;
         let mut settled = Vec::with_capacity(rows.len());
@@ -600,11 +604,8 @@ impl SqliteStore {
             .bind(now + delay.as_secs_f64())
             .bind(code)
             .bind(now);
-        let query = if lease.is_held() {
-            query.bind(&lease.owner)
-        } else {
-            query
-        };
+        // `?8` is only FAIL_HELD's; FAIL_FENCED leaves it unread.
+        let query = query.bind(&lease.owner).bind(self.tenant());
         let row = query.fetch_optional(&mut *tx).await?;
         let Some(row) = row else {
             tx.rollback().await?;
@@ -656,6 +657,7 @@ impl SqliteStore {
             .bind(pairs)
             .bind(&first.consumer)
             .bind(epoch_now() + lease.as_secs_f64())
+            .bind(self.tenant())
             .fetch_all(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -705,6 +707,7 @@ impl SqliteStore {
             .bind(lease.event_id.to_string())
             .bind(&lease.consumer)
             .bind(lease.token)
+            .bind(self.tenant())
             .fetch_optional(connection)
             .await
     }
@@ -718,6 +721,7 @@ impl SqliteStore {
         let released = sqlx::query(sql::RELEASE_LEASES)
             .bind(owner)
             .bind(epoch_now())
+            .bind(self.tenant())
             .execute(&mut *tx)
             .await?
             .rows_affected();

@@ -165,6 +165,7 @@ impl Observe for SqliteStore {
         for row in sqlx::query(sql::RELAY_CURSORS)
             .bind(RELAY_BEHIND_COUNTED)
             .bind(now)
+            .bind(self.tenant())
             .fetch_all(pool)
             .await?
         {

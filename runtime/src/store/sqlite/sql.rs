@@ -336,8 +336,10 @@ RETURNING event_id, consumer, generation, attempt, fencing_token, event_seq"
 
 /// Where the deliveries of consumer `?1` of the events `?2` (a JSON array of ids) stand, per
 /// event: whether one is open, whether one is dead or quarantined, and for an open one how many
-/// seconds until it is due or its lease ends (`?3` now; never below zero).
-pub(crate) const UNCLAIMED_EVENTS: &str = "\
+/// seconds until it is due or its lease ends (`?3` now; never below zero). Deliveries of tenant
+/// `?4` only (NULL: any): another tenant's event reads as settled, as under row-level security.
+pub(crate) const UNCLAIMED_EVENTS: &str = concat!(
+    "\
 SELECT event_id,
     max(status IN ('pending', 'leased')) AS open,
     max(status IN ('dead', 'quarantined')) AS ended,
@@ -346,8 +348,11 @@ SELECT event_id,
         WHEN 'pending' THEN next_attempt_at
     END) - ?3, 0.0)) AS wait_s
 FROM evc_deliveries
-WHERE consumer = ?1 AND event_id IN (SELECT value FROM json_each(?2))
-GROUP BY event_id";
+WHERE consumer = ?1 AND event_id IN (SELECT value FROM json_each(?2)) AND ",
+    of_tenant!("evc_deliveries", "?4"),
+    "
+GROUP BY event_id"
+);
 
 /// Held claim (a batched transactional claim, in the caller's transaction, which will ack):
 /// up to `?4` due deliveries of consumer `?1` that need no per-key ordering and come after
@@ -384,14 +389,20 @@ RETURNING event_id, consumer, generation, attempt + 1 AS attempt,
 /// Acks held deliveries in the transaction that claimed them ([`CLAIM_HELD`]): of consumer
 /// `?2`, `?1` a JSON array of `[event id, held token]` pairs, each still `pending` with the
 /// token below its held token. Returns what each `acked` attempt row needs (the held attempt
-/// and token); a pair without a row was not held by this claim.
-pub(crate) const ACK_HELD: &str = "\
+/// and token); a pair without a row was not held by this claim. Fenced writes take the
+/// deliveries of the handle's tenant only (here `?3`, NULL: any): another tenant's lease is stale
+/// to it.
+pub(crate) const ACK_HELD: &str = concat!(
+    "\
 DELETE FROM evc_deliveries
 WHERE consumer = ?2 AND status = 'pending' AND (event_id, fencing_token) IN (
     SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') - 1 FROM json_each(?1)
-)
+) AND ",
+    of_tenant!("evc_deliveries", "?3"),
+    "
 RETURNING event_id, consumer, generation, attempt + 1 AS attempt,
-    fencing_token + 1 AS fencing_token";
+    fencing_token + 1 AS fencing_token"
+);
 
 /// The events of claimed deliveries: `?1` a JSON array of event ids, `?2` the consumer (for
 /// its operator mode override, NULL: the contract's).
@@ -402,25 +413,33 @@ SELECT e.event_id, e.order_key, e.event_type, e.schema_version, e.payload, e.tra
 FROM evc_events e
 WHERE e.event_id IN (SELECT value FROM json_each(?1))";
 
-/// Deletes delivery `?1` of consumer `?2` if it is still leased with token `?3` (an ack).
-/// Returns what its `acked` attempt row needs; no row: stale.
-pub(crate) const ACK_FENCED: &str = "\
+/// Deletes delivery `?1` of consumer `?2` if it is still leased with token `?3` (an ack), of
+/// tenant `?4` (NULL: any). Returns what its `acked` attempt row needs; no row: stale.
+pub(crate) const ACK_FENCED: &str = concat!(
+    "\
 DELETE FROM evc_deliveries
-WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 AND status = 'leased'
-RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token";
+WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 AND status = 'leased' AND ",
+    of_tenant!("evc_deliveries", "?4"),
+    "
+RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token"
+);
 
 /// Acks many leases in one statement, each fenced like [`ACK_FENCED`] and on its owner too (as
 /// PostgreSQL's `ACK_BATCH_FENCED`): `?1` a JSON array of `[event id, consumer, token, owner]`
-/// entries. Returns what each acked delivery's attempt
-/// row needs; an entry without a row is stale.
-pub(crate) const ACK_BATCH: &str = "\
+/// entries, of tenant `?2` (NULL: any). Returns what each acked delivery's attempt row needs;
+/// an entry without a row is stale.
+pub(crate) const ACK_BATCH: &str = concat!(
+    "\
 DELETE FROM evc_deliveries
 WHERE status = 'leased' AND (event_id, consumer, fencing_token, lease_owner) IN (
     SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
         json_extract(value, '$[2]'), json_extract(value, '$[3]')
     FROM json_each(?1)
-)
-RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token";
+) AND ",
+    of_tenant!("evc_deliveries", "?2"),
+    "
+RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token"
+);
 
 /// Attempt rows, one statement for any number: `?1` a JSON array of `[event id,
 /// consumer, generation, attempt, owner, token, started at, finished at, duration in
@@ -437,41 +456,56 @@ FROM json_each(?1)";
 /// Ends a failed attempt, fenced like [`ACK_FENCED`]: `?4` the new status (`pending` to retry,
 /// `dead`, `quarantined`), due again at `?5` when pending, `?6` the error code, `?7` now.
 /// Returns what the attempt row needs; no row: stale.
-pub(crate) const FAIL_FENCED: &str = "\
+pub(crate) const FAIL_FENCED: &str = concat!(
+    "\
 UPDATE evc_deliveries
 SET status = ?4, lease_until = NULL, last_error_code = ?6, updated_at = ?7,
     next_attempt_at = CASE WHEN ?4 = 'pending' THEN ?5 ELSE next_attempt_at END
-WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 AND status = 'leased'
-RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token";
+WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 AND status = 'leased' AND ",
+    of_tenant!("evc_deliveries", "?9"),
+    "
+RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token"
+);
 
 /// [`FAIL_FENCED`] for a held delivery ([`CLAIM_HELD`]) after its batch rolled back: the
 /// delivery must still be `pending` with the token below the held token `?3` (if another
 /// claimer took it meanwhile, its run is the attempt and this writes nothing). Counts the
 /// attempt, raises the token and records worker `?8` as the owner, as a claim would have.
-pub(crate) const FAIL_HELD: &str = "\
+pub(crate) const FAIL_HELD: &str = concat!(
+    "\
 UPDATE evc_deliveries
 SET status = ?4, attempt = attempt + 1, fencing_token = fencing_token + 1, lease_owner = ?8,
     lease_until = NULL, last_error_code = ?6, updated_at = ?7,
     next_attempt_at = CASE WHEN ?4 = 'pending' THEN ?5 ELSE next_attempt_at END
-WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 - 1 AND status = 'pending'
-RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token";
+WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 - 1 AND status = 'pending' AND ",
+    of_tenant!("evc_deliveries", "?9"),
+    "
+RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token"
+);
 
 /// Extends leases, fenced: `?1` a JSON array of `[event id, token]` pairs of consumer `?2`,
 /// each still leased with its token, until `?3`. Returns the renewed ids.
-pub(crate) const RENEW_FENCED: &str = "\
+pub(crate) const RENEW_FENCED: &str = concat!(
+    "\
 UPDATE evc_deliveries SET lease_until = ?3
 WHERE consumer = ?2 AND status = 'leased'
     AND (event_id, fencing_token) IN (
         SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?1)
-    )
-RETURNING event_id";
+    ) AND ",
+    of_tenant!("evc_deliveries", "?4"),
+    "
+RETURNING event_id"
+);
 
 /// Graceful shutdown: every lease of owner `?1` back to `pending` as if never claimed (attempt
-/// count taken back, token kept raised, no attempt row); `?2` now.
-pub(crate) const RELEASE_LEASES: &str = "\
+/// count taken back, token kept raised, no attempt row); `?2` now; `?3` tenant (NULL: any).
+pub(crate) const RELEASE_LEASES: &str = concat!(
+    "\
 UPDATE evc_deliveries
 SET status = 'pending', lease_until = NULL, attempt = max(attempt - 1, 0), updated_at = ?2
-WHERE lease_owner = ?1 AND status = 'leased'";
+WHERE lease_owner = ?1 AND status = 'leased' AND ",
+    of_tenant!("evc_deliveries", "?3"),
+);
 
 /// Up to `?2` leases of tenant `?3` (NULL: every tenant) that ended before `?1`, soonest ended
 /// first, with what recovery needs.
@@ -498,21 +532,30 @@ WHERE rowid = ?1 AND status = 'leased'";
 /// The fence of a caller's transaction: delivery `?1` of consumer `?2` still leased with token
 /// `?3`. A no-op update, so the caller's transaction holds the database's write lock from here
 /// to its end: no recovery, claim or other fenced write can move the lease meanwhile. Returns
-/// the delivery's generation; no row: stale.
-pub(crate) const LOCK_LEASE: &str = "\
+/// the delivery's generation; no row: stale (or of another tenant than `?4`; NULL: any).
+pub(crate) const LOCK_LEASE: &str = concat!(
+    "\
 UPDATE evc_deliveries SET fencing_token = fencing_token
-WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 AND status = 'leased'
-RETURNING generation";
+WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 AND status = 'leased' AND ",
+    of_tenant!("evc_deliveries", "?4"),
+    "
+RETURNING generation"
+);
 
 /// [`LOCK_LEASE`] under the name the effect and reconciliation writes use.
 pub(crate) const FENCE_LEASE: &str = LOCK_LEASE;
 
 /// [`FENCE_LEASE`] for a held lease ([`CLAIM_HELD`]): the delivery still `pending` with the
-/// token below the held token `?3`. Returns the delivery's generation; no row: stale.
-pub(crate) const FENCE_HELD: &str = "\
+/// token below the held token `?3`, of tenant `?4` (NULL: any). Returns the delivery's
+/// generation; no row: stale.
+pub(crate) const FENCE_HELD: &str = concat!(
+    "\
 UPDATE evc_deliveries SET fencing_token = fencing_token
-WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 - 1 AND status = 'pending'
-RETURNING generation";
+WHERE event_id = ?1 AND consumer = ?2 AND fencing_token = ?3 - 1 AND status = 'pending' AND ",
+    of_tenant!("evc_deliveries", "?4"),
+    "
+RETURNING generation"
+);
 
 /// Records an effect once: `?1` consumer, `?2` effect key, `?3` event id, `?4` outcome digest,
 /// `?5` token, `?6` now; the row carries the event's tenant, and the key is unique within the
@@ -882,28 +925,35 @@ LEFT JOIN evc_stale_rejections r ON r.consumer = c.value
 ORDER BY c.value"
 );
 
-/// Produce-to-ack lag samples: over the newest `?2` attempt rows, those acked since `?1`
-/// (epoch seconds) of events of tenant `?3` (NULL: any); seconds from the event's
+/// Produce-to-ack lag samples: over the newest `?2` attempt rows of events of tenant `?3`
+/// (NULL: any), those acked since `?1` (epoch seconds); seconds from the event's
 /// `produced_at` to the ack.
-pub(crate) const LAG_SAMPLE: &str = "\
+pub(crate) const LAG_SAMPLE: &str = concat!(
+    "\
 WITH a AS (
-    SELECT event_id, consumer, outcome, finished_at FROM evc_delivery_attempts
-    ORDER BY id DESC LIMIT ?2
+    SELECT x.event_id, x.consumer, x.outcome, x.finished_at FROM evc_delivery_attempts x
+    WHERE ",
+    event_of_tenant!("x.event_id", "?3"),
+    "
+    ORDER BY x.id DESC LIMIT ?2
 )
 SELECT e.producer_class, a.consumer, a.finished_at - e.produced_at AS seconds
 FROM a JOIN evc_events e ON e.event_id = a.event_id
-WHERE a.outcome = 'acked' AND a.finished_at >= ?1 AND (?3 IS NULL OR e.tenant_scope = ?3)";
+WHERE a.outcome = 'acked' AND a.finished_at >= ?1"
+);
 
 /// Attempt duration samples over the same attempt rows as [`LAG_SAMPLE`] (every outcome), in
 /// seconds.
 pub(crate) const ATTEMPT_SAMPLE: &str = concat!(
     "\
 WITH a AS (
-    SELECT event_id, consumer, duration_ms, finished_at FROM evc_delivery_attempts
-    ORDER BY id DESC LIMIT ?2
+    SELECT x.consumer, x.duration_ms, x.finished_at FROM evc_delivery_attempts x
+    WHERE ",
+    event_of_tenant!("x.event_id", "?3"),
+    "
+    ORDER BY x.id DESC LIMIT ?2
 )
-SELECT consumer, duration_ms / 1000.0 AS seconds FROM a WHERE finished_at >= ?1 AND ",
-    event_of_tenant!("a.event_id", "?3")
+SELECT consumer, duration_ms / 1000.0 AS seconds FROM a WHERE finished_at >= ?1"
 );
 
 /// Appends refused since `?1` (epoch seconds), by event type and reason, over the newest `?2`
@@ -979,8 +1029,8 @@ FROM evc_deliveries d WHERE d.consumer = ?1 AND d.status = 'leased' AND ",
 ORDER BY d.event_seq, d.generation"
 );
 
-/// Everything recorded for trace `?1` about events of tenant `?2` (NULL: any), in time order,
-/// as PostgreSQL's timeline (no discards: this store has none). NULLs sort last, as PostgreSQL
+/// Everything recorded for trace `?1` about events of tenant `?2` (NULL: any), replays applied
+/// in its scope only, in time order, as PostgreSQL's timeline (no discards: this store has none). NULLs sort last, as PostgreSQL
 /// sorts them.
 pub(crate) const TIMELINE: &str = "\
 WITH e AS (
@@ -1012,7 +1062,7 @@ FROM (
             || coalesce(', approved by ' || r.approved_by, '') || ')',
         NULL
     FROM e JOIN evc_replay_items i ON i.event_id = e.event_id
-    JOIN evc_replays r ON r.id = i.replay_id
+    JOIN evc_replays r ON r.id = i.replay_id AND (?2 IS NULL OR r.tenant_scope = ?2)
     LEFT JOIN evc_plans p ON p.id = r.plan_id
 ) AS t
 ORDER BY t.at, t.rank, t.seq, t.consumer IS NULL, t.consumer, t.attempt IS NULL, t.attempt";
@@ -1115,14 +1165,17 @@ pub(crate) const READ_CURSOR: &str = concat!(
     "\nFROM evc_relay_cursors WHERE name = ?1"
 );
 
-/// Every cursor by name, with whether a lease holds it at `?2` (now) and how many events are
-/// after it (counted up to `?1`).
+/// Every cursor by name, with whether a lease holds it at `?2` (now) and how many events of
+/// tenant `?3` (NULL: any) are after it (counted up to `?1`).
 pub(crate) const RELAY_CURSORS: &str = concat!(
     "SELECT ",
     cursor_columns!(),
     ",
     c.lease_until > ?2 AS held,
-    (SELECT count(*) FROM (SELECT 1 FROM evc_events e WHERE e.seq > c.seq LIMIT ?1)) AS behind
+    (SELECT count(*) FROM (
+        SELECT 1 FROM evc_events e
+        WHERE e.seq > c.seq AND (?3 IS NULL OR e.tenant_scope = ?3) LIMIT ?1
+    )) AS behind
 FROM evc_relay_cursors c ORDER BY name"
 );
 
