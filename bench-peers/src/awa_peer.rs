@@ -13,6 +13,7 @@ use awa::{Client, InsertOpts, JobArgs, JobContext, JobError, JobResult, QueueCon
 use serde::{Deserialize, Serialize};
 use sqlx08::postgres::{PgConnectOptions, PgPoolOptions};
 
+use crate::writes::Meter;
 use crate::{BenchResult, Run, System, drain_cap, wait_until};
 
 const QUEUE: &str = "peer_bench";
@@ -124,12 +125,14 @@ impl System for Awa {
                 )
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let mut meter = Meter::start(url).await?;
         let started = Instant::now();
         let mut inserted = 0;
         for chunk in params.chunks(COPY_CHUNK) {
             inserted += store.enqueue_params_copy(&pool, chunk).await?;
         }
         let insert_rate = jobs as f64 / started.elapsed().as_secs_f64();
+        meter.inserted().await?;
         if inserted != jobs {
             return Err(format!("enqueue_params_copy inserted {inserted} of {jobs}").into());
         }
@@ -155,6 +158,7 @@ impl System for Awa {
                 async { Ok::<_, JobError>(JobResult::Completed) }
             })
             .build()?;
+        meter.draining().await?;
         let started = Instant::now();
         client.start().await?;
         let cap = drain_cap(jobs);
@@ -183,6 +187,7 @@ impl System for Awa {
             insert_rate,
             drain_rate: terminal.min(jobs as i64) as f64 / elapsed.as_secs_f64(),
             finished,
+            writes: meter.finish(jobs).await?,
         })
     }
 }

@@ -7,15 +7,16 @@ use std::fmt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{
     AppendOptions, ConsumerDescriptor, ConsumerMode, DeliveryStatus, Dispatcher, DispatcherConfig,
     EventDescriptor, HandlerError, HandlerKind, NewEvent, OutgoingEvent, PgStore, Registry,
     RetryPolicyDescriptor, Store, SubscriptionDescriptor, TraceContext, VersionDescriptor,
 };
+use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
+use crate::writes::Meter;
 use crate::{BenchResult, Run, System, drain_cap, wait_until};
 
 const SCHEMA: &str = r#"{"additionalProperties":false,"properties":{"iu_unit_id":{"format":"uuid","type":"string"}},"required":["iu_unit_id"],"type":"object"}"#;
@@ -216,11 +217,13 @@ impl System for Evc {
         let batch: Vec<NewEvent> = (0..jobs as u64)
             .map(|n| NewEvent::new(event(event_type, &trace, n), AppendOptions::default()))
             .collect();
+        let mut meter = Meter::start(url).await?;
         let started = Instant::now();
         let mut tx = store.pool().begin().await?;
         let receipts = store.append_batch(&mut tx, batch).await?;
         tx.commit().await?;
         let insert_rate = jobs as f64 / started.elapsed().as_secs_f64();
+        meter.inserted().await?;
         if receipts.len() != jobs {
             return Err(format!("append_batch returned {} receipts", receipts.len()).into());
         }
@@ -236,6 +239,7 @@ impl System for Evc {
             .batch(setting.batch)
             .poll_interval(POLL)
             .held_batches(setting.mode == Mode::Held);
+        meter.draining().await?;
         let started = Instant::now();
         let handle = Dispatcher::new(store.clone(), config)
             .consumer(consumer, NoOp)?
@@ -273,6 +277,7 @@ impl System for Evc {
             insert_rate,
             drain_rate: acked_seen.min(target) as f64 / elapsed.as_secs_f64(),
             finished,
+            writes: meter.finish(jobs).await?,
         })
     }
 }

@@ -14,6 +14,7 @@ use graphile_worker::{
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgPoolOptions;
 
+use crate::writes::Meter;
 use crate::{BenchResult, Run, System, drain_cap, wait_until};
 
 const SCHEMA: &str = "graphile_worker";
@@ -133,6 +134,7 @@ impl System for Graphile {
             })
             .collect();
         let utils = worker.create_utils();
+        let mut meter = Meter::start(url).await?;
         let started = Instant::now();
         let mut inserted = 0;
         for chunk in specs.chunks(ADD_CHUNK) {
@@ -142,6 +144,7 @@ impl System for Graphile {
         if inserted != jobs {
             return Err(format!("add_raw_jobs inserted {inserted} of {jobs}").into());
         }
+        meter.inserted().await?;
         let remaining_sql = format!("SELECT count(*) FROM {SCHEMA}._private_jobs");
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
             "VACUUM ANALYZE {SCHEMA}._private_jobs"
@@ -150,6 +153,7 @@ impl System for Graphile {
         .await?;
 
         // Drain: completed jobs are deleted, so the drain ends when the table is empty.
+        meter.draining().await?;
         let started = Instant::now();
         let running = Arc::clone(&worker);
         let task = tokio::spawn(async move { running.run().await });
@@ -188,6 +192,7 @@ impl System for Graphile {
             insert_rate,
             drain_rate: completed as f64 / elapsed.as_secs_f64(),
             finished,
+            writes: meter.finish(jobs).await?,
         })
     }
 }

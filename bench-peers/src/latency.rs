@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use evc_runtime::{AppendOptions, Dispatcher, DispatcherConfig, HandlerError};
+use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 
 use crate::BenchResult;
 use crate::evc::{LEASED_CONSUMER, LEASED_EVENT, event, migrated_store, trace};

@@ -14,9 +14,11 @@
 //! ```
 
 mod awa_peer;
+mod cluster;
 mod evc;
 mod graphile;
 mod latency;
+mod writes;
 
 use std::fmt::Display;
 use std::future::Future;
@@ -49,6 +51,8 @@ pub(crate) struct Run {
     /// `false` when the drain hit its time cap before all jobs completed (the rate is then
     /// what completed within the cap).
     pub(crate) finished: bool,
+    /// What the run wrote, per job.
+    pub(crate) writes: writes::Writes,
 }
 
 /// How long a drain of `jobs` may take before it is cut off, so that a slow system or a badly
@@ -141,6 +145,33 @@ impl Server {
     }
 }
 
+/// Single-row transactions the server commits per second on one connection (an `INSERT` of one
+/// row each, for two seconds, in a fresh database): how fast commits are on this day, printed
+/// before the figures it explains.
+async fn commit_rate(server: &mut Server) -> BenchResult<f64> {
+    let (name, url) = server.create("commits").await?;
+    let rate = async {
+        let mut connection = PgConnection::connect(&url).await?;
+        sqlx::raw_sql("CREATE TABLE t (id bigserial PRIMARY KEY, at timestamptz DEFAULT now())")
+            .execute(&mut connection)
+            .await?;
+        let started = Instant::now();
+        let mut commits = 0u64;
+        while started.elapsed() < Duration::from_secs(2) {
+            sqlx::raw_sql("INSERT INTO t DEFAULT VALUES")
+                .execute(&mut connection)
+                .await?;
+            commits += 1;
+        }
+        let rate = commits as f64 / started.elapsed().as_secs_f64();
+        connection.close().await?;
+        BenchResult::Ok(rate)
+    }
+    .await;
+    server.drop_database(&name).await;
+    rate
+}
+
 /// A fresh database, `S::run` on it, the database dropped.
 async fn run_once<S: System>(
     server: &mut Server,
@@ -170,6 +201,15 @@ impl Outcome {
             .map(|run| run.drain_rate)
     }
 
+    /// What the full run at `concurrency` wrote, per job.
+    fn writes(&self, concurrency: usize) -> Option<writes::Writes> {
+        self.runs
+            .iter()
+            .find(|(c, _, _)| *c == concurrency)
+            .and_then(|(_, _, run)| run.as_ref().ok())
+            .map(|run| run.writes)
+    }
+
     fn insert(&self) -> Option<f64> {
         let rates: Vec<f64> = self
             .runs
@@ -193,10 +233,11 @@ async fn measure<S: System>(server: &mut Server, jobs: usize) -> Outcome {
             match run_once::<S>(server, &setting, concurrency, sweep_jobs).await {
                 Ok(run) => {
                     println!(
-                        "  {setting}: insert {} jobs/s, drain {} jobs/s{}",
+                        "  {setting}: insert {} jobs/s, drain {} jobs/s{}\n    {}",
                         thousands(run.insert_rate),
                         thousands(run.drain_rate),
-                        capped(&run)
+                        capped(&run),
+                        run.writes
                     );
                     if best.as_ref().is_none_or(|(rate, _)| run.drain_rate > *rate) {
                         best = Some((run.drain_rate, setting));
@@ -216,10 +257,11 @@ async fn measure<S: System>(server: &mut Server, jobs: usize) -> Outcome {
         let run = run_once::<S>(server, &setting, concurrency, jobs).await;
         match &run {
             Ok(run) => println!(
-                "full run, {jobs} jobs, {concurrency} concurrent handlers, best setting {setting}: insert {} jobs/s, drain {} jobs/s{}",
+                "full run, {jobs} jobs, {concurrency} concurrent handlers, best setting {setting}: insert {} jobs/s, drain {} jobs/s{}\n  {}",
                 thousands(run.insert_rate),
                 thousands(run.drain_rate),
-                capped(run)
+                capped(run),
+                run.writes
             ),
             Err(error) => println!(
                 "full run, {jobs} jobs, {concurrency} concurrent handlers, best setting {setting}: FAILED: {error}"
@@ -274,6 +316,44 @@ fn report(outcomes: &[Outcome], jobs: usize) {
             figure(outcome.drain(16))
         );
     }
+    println!(
+        "what each full run wrote, per job (WAL: the cluster's; rows and commits: the run's database, both phases):"
+    );
+    println!(
+        "{:<16} {:>4} {:>11} {:>10} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>10}",
+        "system",
+        "@",
+        "WAL insert",
+        "WAL drain",
+        "commits",
+        "ins",
+        "upd",
+        "HOT",
+        "del",
+        "idx",
+        "partial <="
+    );
+    for outcome in outcomes {
+        for concurrency in CONCURRENCIES {
+            let Some(w) = outcome.writes(concurrency) else {
+                continue;
+            };
+            println!(
+                "{:<16} {:>4} {:>11.0} {:>10.0} {:>8.3} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>10.2}",
+                outcome.name,
+                concurrency,
+                w.insert_wal,
+                w.drain_wal,
+                w.commits,
+                w.inserted,
+                w.updated,
+                w.hot_updated,
+                w.deleted,
+                w.index_entries,
+                w.partial_entries
+            );
+        }
+    }
     println!("best settings:");
     for outcome in outcomes {
         for (concurrency, setting, _) in &outcome.runs {
@@ -317,6 +397,23 @@ fn main() -> BenchResult<()> {
         .filter(|part| !part.is_empty())
         .collect();
     let runs = |part: &str| only.is_empty() || only.iter().any(|p| p == part);
+    // With a commit delay, everything runs on a cluster of the benchmark's own instead.
+    let cluster = match std::env::var("PEER_BENCH_SLOW_COMMIT_US") {
+        Ok(delay) => {
+            let delay: u32 = delay
+                .trim()
+                .parse()
+                .map_err(|_| "PEER_BENCH_SLOW_COMMIT_US is not a number of microseconds")?;
+            let cluster = cluster::SlowCluster::start(delay)?;
+            println!(
+                "slow-commit cluster at {}: commit_delay {delay} us, commit_siblings 0",
+                cluster.url()
+            );
+            Some(cluster)
+        }
+        Err(_) => None,
+    };
+    let url = cluster.as_ref().map_or(url, cluster::SlowCluster::url);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -334,6 +431,13 @@ fn main() -> BenchResult<()> {
             SWEEP_JOBS.min(jobs),
             std::thread::available_parallelism().map_or(1, usize::from)
         );
+        match commit_rate(&mut server).await {
+            Ok(rate) => println!(
+                "the server commits {} single-row transactions/s (one connection, 2 s)",
+                thousands(rate)
+            ),
+            Err(error) => println!("commit rate: FAILED: {error}"),
+        }
         let started = Instant::now();
         let mut outcomes = Vec::new();
         if runs("evc") {
