@@ -9,6 +9,7 @@
 mod support;
 
 mod append_only;
+mod claim_plans;
 mod lifecycle;
 mod migrations;
 mod registry_parity;

@@ -371,7 +371,10 @@ macro_rules! session_scope {
 }
 
 /// The end every claim statement shares: its claimed rows `d` joined with their events, in
-/// `event_seq` order (what `dispatch::claimed` reads).
+/// `event_seq` order (what `dispatch::claimed` reads). Each event is one probe of its primary
+/// key (`OFFSET 0` keeps the lateral sub-select a subplan): joined plainly, a claim of 200 or
+/// more rows made PostgreSQL hash the whole events table, read from the first row to the last
+/// on every claim (docs/design.md, "Claim statements").
 macro_rules! claimed_rows {
     () => {
         "SELECT d.event_id, d.consumer, d.generation, d.attempt, d.fencing_token, d.event_seq,
@@ -379,7 +382,12 @@ macro_rules! claimed_rows {
     e.event_type, e.schema_version, e.payload::text AS payload, e.trace_id, e.parent_span_id,
     e.trace_flags, extract(epoch FROM now())::float8 AS claimed_at,
     (SELECT s.mode FROM evc_consumer_state s WHERE s.consumer = $1) AS mode_override
-FROM d JOIN evc_events e ON e.event_id = d.event_id
+FROM d CROSS JOIN LATERAL (
+    SELECT e.order_key, e.event_type, e.schema_version, e.payload, e.trace_id,
+        e.parent_span_id, e.trace_flags
+    FROM evc_events e WHERE e.event_id = d.event_id
+    OFFSET 0
+) AS e
 ORDER BY d.event_seq"
     };
 }
@@ -441,13 +449,14 @@ WITH ",
     ", c AS (
     SELECT ctid FROM every_tenant UNION ALL SELECT ctid FROM one_tenant
 ), d AS (
-    -- By ctid: the rows are locked, so they stay where the claim found them.
+    -- By ctid: the rows are locked, so they stay where the claim found them. A TID scan of
+    -- the list, not a join with `c`: for 200 rows or more PostgreSQL hash-joined `c` with a
+    -- sequential scan of every delivery row, dead versions included.
     UPDATE evc_deliveries d
     SET status = 'leased', lease_owner = $2,
         lease_until = now() + $3::int8 * interval '1 millisecond',
         attempt = d.attempt + 1, fencing_token = d.fencing_token + 1, updated_at = now()
-    FROM c
-    WHERE d.ctid = c.ctid
+    WHERE d.ctid = ANY (ARRAY(SELECT ctid FROM c))
     RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.fencing_token, d.event_seq
 )
 ",
