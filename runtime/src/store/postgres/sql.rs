@@ -666,6 +666,14 @@ SELECT (SELECT count(*) FROM a) AS attempts, x.replay_id FROM x"
 /// those writers never wait for an ack: recovery and claims take their rows `SKIP LOCKED`, and
 /// renewals and fails touch only their own owner's leases, which one worker never acks and
 /// renews at once. `r` is sorted by `DISTINCT ON`, so the deletes go in key order all the same.
+///
+/// Each entry finds its row by one probe of the primary key (the lateral sub-select, kept a
+/// subplan by `OFFSET 0`), and the delete takes those rows by address: written as `DELETE ...
+/// USING r`, the custom plan PostgreSQL makes for a batch of 200 or more scanned the whole
+/// table for `status = 'leased'` on every ack, which held the leased dispatcher to a few
+/// thousand deliveries a second (docs/design.md, "Claim statements"). A row another writer
+/// changed after the probe is no longer at that address: the delete skips it, and the entry
+/// is stale, as a changed token would make it.
 pub(crate) const ACK_BATCH_FENCED: &str = concat!(
     "\
 WITH r AS (
@@ -673,14 +681,24 @@ WITH r AS (
         event_id, consumer, fencing_token, owner, started
     FROM UNNEST($1::uuid[], $2::text[], $3::int8[], $4::text[], $5::float8[])
         AS r (event_id, consumer, fencing_token, owner, started)
-), x AS (
+), k AS (
     DELETE FROM evc_deliveries d
-    USING r
-    WHERE d.event_id = r.event_id AND d.consumer = r.consumer
-        AND d.fencing_token = r.fencing_token AND d.lease_owner = r.owner
-        AND d.status = 'leased'
+    WHERE d.ctid = ANY (ARRAY(
+        SELECT f.ctid FROM r CROSS JOIN LATERAL (
+            SELECT l.ctid FROM evc_deliveries l
+            WHERE l.event_id = r.event_id AND l.consumer = r.consumer
+                AND l.fencing_token = r.fencing_token AND l.lease_owner = r.owner
+                AND l.status = 'leased'
+            OFFSET 0
+        ) AS f
+    ))
     RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.lease_owner,
-        d.fencing_token, to_timestamp(r.started) AS started, d.replay_id
+        d.fencing_token, d.replay_id
+), x AS (
+    SELECT k.event_id, k.consumer, k.generation, k.attempt, k.lease_owner, k.fencing_token,
+        to_timestamp(r.started) AS started, k.replay_id
+    FROM k JOIN r ON r.event_id = k.event_id AND r.consumer = k.consumer
+        AND r.fencing_token = k.fencing_token AND r.owner = k.lease_owner
 ), ",
     acked_attempt_rows!(),
     "
@@ -1726,9 +1744,9 @@ mod tests {
             assert!(statement.contains("fencing_token = $3 AND status = 'leased'"));
         }
         assert!(RENEW_FENCED.contains("d.fencing_token = r.fencing_token"));
-        assert!(ACK_BATCH_FENCED.contains("d.fencing_token = r.fencing_token"));
-        assert!(ACK_BATCH_FENCED.contains("AND d.lease_owner = r.owner"));
-        assert!(ACK_BATCH_FENCED.contains("AND d.status = 'leased'"));
+        assert!(ACK_BATCH_FENCED.contains("l.fencing_token = r.fencing_token"));
+        assert!(ACK_BATCH_FENCED.contains("AND l.lease_owner = r.owner"));
+        assert!(ACK_BATCH_FENCED.contains("AND l.status = 'leased'"));
         assert!(RECORD_EFFECT.contains("fencing_token = $5 AND status = 'leased'"));
         assert!(RECORD_EFFECT_HELD.contains("fencing_token = $5 - 1 AND status = 'pending'"));
         assert!(ACK_HELD.contains("d.fencing_token = r.fencing_token - 1"));
