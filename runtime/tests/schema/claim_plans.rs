@@ -75,3 +75,73 @@ async fn a_large_claim_and_its_ack_read_their_rows_not_the_tables() -> TestResul
     })
     .await
 }
+
+/// The batch ack finds its rows before it deletes them. When another writer takes a lease
+/// over in between (a reclaim: a new token and owner), the ack waits for that writer and then
+/// must leave the row to its new holder: the entry is stale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_ack_that_waits_on_a_reclaim_leaves_the_new_lease() -> TestResult {
+    support::with_database(|pool| async move {
+        let store = PgStore::new(pool.clone(), DISPATCH_REGISTRY)?;
+        support::append_notes(&store, 2, 2).await?;
+        let lease = Duration::from_secs(30);
+        let claimed = support::claim(&store, "d.unordered", "w1", 2, lease, false).await?;
+        assert_eq!(claimed.len(), 2);
+        let taken = claimed[0].lease.event_id;
+
+        let mut other = pool.begin().await?;
+        sqlx::query(
+            "UPDATE evc_deliveries SET fencing_token = fencing_token + 1, lease_owner = 'w2' \
+             WHERE event_id = $1 AND consumer = 'd.unordered'",
+        )
+        .bind(taken)
+        .execute(&mut *other)
+        .await?;
+        let leases: Vec<_> = claimed.iter().map(|c| c.lease.clone()).collect();
+        let acking = tokio::spawn({
+            let store = store.clone();
+            async move {
+                let mut connection = store.pool().acquire().await?;
+                let leases: Vec<_> = leases.iter().collect();
+                store.ack(&mut connection, &leases).await
+            }
+        });
+        // Until the ack waits for the other writer's row lock (a bound on a hang, not a
+        // timing assertion: the ack cannot finish before the commit below).
+        let mut waited = false;
+        for _ in 0..2_000 {
+            let waiting: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event_type = 'Lock')",
+            )
+            .fetch_one(&pool)
+            .await?;
+            if waiting {
+                waited = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(waited, "the ack never waited for the reclaiming writer");
+        other.commit().await?;
+        let outcome = acking.await??;
+        assert_eq!(outcome.acked, 1, "{outcome:?}");
+        assert_eq!(
+            outcome.stale.iter().map(|s| s.0).collect::<Vec<_>>(),
+            [taken]
+        );
+        let owner: Option<String> = sqlx::query_scalar(
+            "SELECT lease_owner FROM evc_deliveries WHERE event_id = $1 AND status = 'leased'",
+        )
+        .bind(taken)
+        .fetch_optional(&pool)
+        .await?;
+        assert_eq!(
+            owner.as_deref(),
+            Some("w2"),
+            "the new holder's lease was deleted"
+        );
+        Ok(())
+    })
+    .await
+}

@@ -449,9 +449,10 @@ WITH ",
     ", c AS (
     SELECT ctid FROM every_tenant UNION ALL SELECT ctid FROM one_tenant
 ), d AS (
-    -- By ctid: the rows are locked, so they stay where the claim found them. A TID scan of
-    -- the list, not a join with `c`: for 200 rows or more PostgreSQL hash-joined `c` with a
-    -- sequential scan of every delivery row, dead versions included.
+    -- By ctid: a TID scan of the rows the scans locked, not a join with `c`: for 200 rows or
+    -- more PostgreSQL hash-joined `c` with a sequential scan of every delivery row, dead
+    -- versions included. (A row whose newest version committed after this statement's
+    -- snapshot is locked but not seen here, and stays pending: it is claimed next time.)
     UPDATE evc_deliveries d
     SET status = 'leased', lease_owner = $2,
         lease_until = now() + $3::int8 * interval '1 millisecond',
@@ -671,9 +672,11 @@ SELECT (SELECT count(*) FROM a) AS attempts, x.replay_id FROM x"
 /// subplan by `OFFSET 0`), and the delete takes those rows by address: written as `DELETE ...
 /// USING r`, the custom plan PostgreSQL makes for a batch of 200 or more scanned the whole
 /// table for `status = 'leased'` on every ack, which held the leased dispatcher to a few
-/// thousand deliveries a second (docs/design.md, "Claim statements"). A row another writer
-/// changed after the probe is no longer at that address: the delete skips it, and the entry
-/// is stale, as a changed token would make it.
+/// thousand deliveries a second (docs/design.md, "Claim statements"). The delete repeats the
+/// fence (status, and the entry's event, consumer, token and owner) as a filter: when another
+/// writer changed a row after the probe, PostgreSQL re-evaluates the filter on the row's newest
+/// version, which then fails, so the entry is stale. The address alone is not a fence: TID
+/// scans re-checked it on the newest version only from a 2025 minor release on.
 pub(crate) const ACK_BATCH_FENCED: &str = concat!(
     "\
 WITH r AS (
@@ -692,6 +695,10 @@ WITH r AS (
             OFFSET 0
         ) AS f
     ))
+        AND d.status = 'leased'
+        -- A hashed filter, not a join: a semi-join would compare every row with every entry.
+        AND coalesce((d.event_id, d.consumer, d.fencing_token, d.lease_owner)
+            IN (SELECT event_id, consumer, fencing_token, owner FROM r), false)
     RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.lease_owner,
         d.fencing_token, d.replay_id
 ), x AS (
@@ -1747,6 +1754,15 @@ mod tests {
         assert!(ACK_BATCH_FENCED.contains("l.fencing_token = r.fencing_token"));
         assert!(ACK_BATCH_FENCED.contains("AND l.lease_owner = r.owner"));
         assert!(ACK_BATCH_FENCED.contains("AND l.status = 'leased'"));
+        // The delete itself is fenced too, for rows changed after the lookup.
+        assert!(ACK_BATCH_FENCED.contains(
+            "AND d.status = 'leased'
+        -- A hashed filter"
+        ));
+        assert!(ACK_BATCH_FENCED.contains(
+            "(d.event_id, d.consumer, d.fencing_token, d.lease_owner)
+            IN (SELECT event_id, consumer, fencing_token, owner FROM r)"
+        ));
         assert!(RECORD_EFFECT.contains("fencing_token = $5 AND status = 'leased'"));
         assert!(RECORD_EFFECT_HELD.contains("fencing_token = $5 - 1 AND status = 'pending'"));
         assert!(ACK_HELD.contains("d.fencing_token = r.fencing_token - 1"));
