@@ -783,7 +783,7 @@ fn base_side(args: &CompatArgs, dir: &Path) -> anyhow::Result<BaseSide> {
 
 /// Loads base contracts; any problem is a tool failure naming `what`.
 fn load_base(dir: &Path, what: &str, cache: &LoadCache) -> anyhow::Result<ContractSet> {
-    match ContractSet::load_with(dir, cache) {
+    match ContractSet::load_base_with(dir, cache) {
         Ok(loaded) => Ok(loaded.contracts),
         Err(LoadError::Invalid { diagnostics, .. }) => {
             let errors: Vec<&Diagnostic> = diagnostics.iter().filter(|d| d.is_error()).collect();

@@ -20,7 +20,7 @@ fn load_both(base: &Path, head: &Path) -> (ContractSet, ContractSet) {
     let head = ContractSet::load_with(head, &cache)
         .expect("valid")
         .contracts;
-    let base = ContractSet::load_with(base, &cache)
+    let base = ContractSet::load_base_with(base, &cache)
         .expect("valid")
         .contracts;
     (base, head)

@@ -59,7 +59,7 @@ impl ContractSet {
     /// [`LoadError::Invalid`] with all diagnostics when the contracts have errors;
     /// [`LoadError::Io`] or [`LoadError::NotADirectory`] when `dir` cannot be read at all.
     pub fn load(dir: impl AsRef<Path>) -> Result<Loaded, LoadError> {
-        Self::load_inner(dir.as_ref(), None)
+        Self::load_inner(dir.as_ref(), None, validate::Purpose::Generate)
     }
 
     /// [`ContractSet::load`], taking from `cache` the parse of every file and the check of every
@@ -69,10 +69,25 @@ impl ContractSet {
     /// # Errors
     /// As [`ContractSet::load`].
     pub fn load_with(dir: impl AsRef<Path>, cache: &LoadCache) -> Result<Loaded, LoadError> {
-        Self::load_inner(dir.as_ref(), Some(cache))
+        Self::load_inner(dir.as_ref(), Some(cache), validate::Purpose::Generate)
     }
 
-    fn load_inner(dir: &Path, cache: Option<&LoadCache>) -> Result<Loaded, LoadError> {
+    /// [`ContractSet::load_with`] for the base side of a comparison (the published contracts):
+    /// such a set is compared, never generated, so the Rust generator's own check (names that
+    /// would become one Rust name) is not made. Names the head shares with the base are checked
+    /// when the head loads; a clash only the base has is not the proposed change's to fix.
+    ///
+    /// # Errors
+    /// As [`ContractSet::load`].
+    pub fn load_base_with(dir: impl AsRef<Path>, cache: &LoadCache) -> Result<Loaded, LoadError> {
+        Self::load_inner(dir.as_ref(), Some(cache), validate::Purpose::Compare)
+    }
+
+    fn load_inner(
+        dir: &Path,
+        cache: Option<&LoadCache>,
+        purpose: validate::Purpose,
+    ) -> Result<Loaded, LoadError> {
         let parsed = loader::read_dir_with(dir, cache)?;
         let sources = parsed
             .files
@@ -82,7 +97,7 @@ impl ContractSet {
                 sources.insert(file);
                 sources
             });
-        match validate::validate(dir, parsed, cache) {
+        match validate::validate(dir, parsed, cache, purpose) {
             (Some(contracts), warnings) => Ok(Loaded {
                 contracts,
                 warnings,

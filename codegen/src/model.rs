@@ -38,6 +38,9 @@ pub struct ContractSet {
     pub trees: BTreeMap<String, Node>,
     /// The registry digest, computed once: every emitter writes it, and it hashes every schema.
     pub(crate) registry_digest: std::sync::OnceLock<String>,
+    /// Whether loading made the Rust generator's name check and found no clash, so that
+    /// rendering the crate need not walk every payload type again.
+    pub(crate) rust_names_checked: bool,
 }
 
 impl ContractSet {

@@ -36,12 +36,22 @@ const MAX_HANDLER_TIMEOUT: Duration = Duration::from_secs(86_400);
 /// Default heartbeat threshold of consumers when neither they nor `evc.yaml` set one.
 const DEFAULT_HEARTBEAT_THRESHOLD: Duration = Duration::from_secs(60);
 
+/// What a loaded set is for, which decides whether the Rust generator's own check is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// Generating, or checking what would be generated: every check.
+    Generate,
+    /// Only being compared against: the generator's check is left out.
+    Compare,
+}
+
 /// Validates parsed files and builds the model; the model is `None` when any error was found.
 /// Payload schema checks come from `cache` where it holds them, and go to it.
 pub(crate) fn validate(
     dir: &Path,
     parsed: ParsedDir,
     cache: Option<&LoadCache>,
+    purpose: Purpose,
 ) -> (Option<ContractSet>, Vec<Diagnostic>) {
     let mut checker = Checker {
         cache,
@@ -94,14 +104,24 @@ pub(crate) fn validate(
         sources,
         trees,
         registry_digest: std::sync::OnceLock::new(),
+        rust_names_checked: false,
     };
+    if purpose == Purpose::Compare {
+        return (Some(set), diagnostics);
+    }
     let generation = rust_generation(&set);
     if !generation.is_empty() {
         diagnostics.extend(generation);
         crate::diagnostic::sort(&mut diagnostics);
         return (None, diagnostics);
     }
-    (Some(set), diagnostics)
+    (
+        Some(ContractSet {
+            rust_names_checked: true,
+            ..set
+        }),
+        diagnostics,
+    )
 }
 
 /// What keeps the Rust generator from rendering a set that passed every other check: names that

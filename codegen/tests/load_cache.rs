@@ -119,3 +119,23 @@ fn a_schema_with_its_keys_reordered_keeps_its_own_order() {
     assert_ne!(uncached, base_report, "the order shows in the model");
     assert_eq!(cached, uncached);
 }
+
+#[test]
+fn a_base_is_loaded_for_comparison_without_the_rust_generators_check() {
+    let base = own_contracts();
+    let clashing = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/invalid/rust_name_collision_event_types");
+    support::copy_fixture(&clashing, base.path());
+
+    let refused = report(ContractSet::load(base.path())).expect_err("`a.b_c` and `a_b.c` clash");
+    assert!(!refused.is_empty());
+    assert!(refused.iter().all(|d| d.rule == Rule::RustNameCollision));
+    let compared = ContractSet::load_base_with(base.path(), &LoadCache::new())
+        .expect("a base is only compared");
+    assert!(compared.contracts.events.contains_key("a.b_c"));
+    assert!(compared.contracts.events.contains_key("a_b.c"));
+    // Such a set is not generated: the generator still finds the clash itself.
+    let error = evc_codegen::emit::rust::items_source(&compared.contracts, "::evc")
+        .expect_err("the names clash");
+    assert!(error.to_string().contains("a.b_c"), "{error}");
+}

@@ -623,6 +623,15 @@ fn locate_schema(
 
 /// The first place two schemas differ in anything but documentation, as a JSON pointer.
 fn first_difference(old: &Value, new: &Value, at: &str) -> Option<String> {
+    // Equal values differ nowhere; comparing them is far cheaper than the walk, which names
+    // every place it passes. Most versions of a set are unchanged between base and head.
+    if old == new {
+        return None;
+    }
+    difference_below(old, new, at)
+}
+
+fn difference_below(old: &Value, new: &Value, at: &str) -> Option<String> {
     match (old, new) {
         (Value::Object(a), Value::Object(b)) => {
             let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
@@ -633,7 +642,7 @@ fn first_difference(old: &Value, new: &Value, at: &str) -> Option<String> {
                 let here = format!("{at}/{}", escape_pointer_segment(key));
                 match (a.get(key), b.get(key)) {
                     (Some(x), Some(y)) => {
-                        if let Some(found) = first_difference(x, y, &here) {
+                        if let Some(found) = difference_below(x, y, &here) {
                             return Some(found);
                         }
                     }
@@ -644,7 +653,7 @@ fn first_difference(old: &Value, new: &Value, at: &str) -> Option<String> {
         }
         (Value::Array(a), Value::Array(b)) => {
             for (index, (x, y)) in a.iter().zip(b).enumerate() {
-                if let Some(found) = first_difference(x, y, &format!("{at}/{index}")) {
+                if let Some(found) = difference_below(x, y, &format!("{at}/{index}")) {
                     return Some(found);
                 }
             }

@@ -7,6 +7,7 @@
 //! refused is invalid, or breaks a rule of evc's that the diagnostic states.
 
 pub mod draft;
+mod validity;
 
 use std::collections::BTreeSet;
 
@@ -157,10 +158,7 @@ pub fn check(schema: &Json, policy: &PayloadPolicy, content: ContentModel) -> Ch
     // Before the validator is built: a cycle of bare references has no meaning to resolve.
     let mut problems = ref_cycles(&translated);
     if problems.is_empty()
-        && let Err(error) = draft
-            .validator()
-            .should_validate_formats(true)
-            .build(schema)
+        && let Some(error) = validity::error(schema, draft)
     {
         // Its pointer is into the schema as written already.
         return Checked {

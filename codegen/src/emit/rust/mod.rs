@@ -67,14 +67,18 @@ fn crate_root(set: &ContractSet) -> String {
 /// threads (tokens cannot cross threads; text can). prettyplease prints the items of a module
 /// one after another with nothing between them, each printed at the same indentation whatever
 /// its neighbours, so the two halves join into the text one pass would print. Names are
-/// checked first, by the walk [`name_clashes`] makes, since each half only sees its own.
+/// checked first, by the walk [`name_clashes`] makes, since each half only sees its own; a set
+/// whose load made that walk (every set but a comparison's base) is not walked again.
 pub fn items_source(set: &ContractSet, runtime_path: &str) -> Result<String, EmitError> {
     runtime_tokens(runtime_path)?;
     let events: Vec<&EventType> = set.events.values().collect();
     let (first, second) = events.split_at(events.len() / 2);
     let (front, back) = std::thread::scope(|scope| {
         let back = scope.spawn(|| -> Result<String, EmitError> {
-            if let Some(clash) = name_clashes(set)?.first() {
+            // Loading checked the names already, unless the set is a comparison's base.
+            if !set.rust_names_checked
+                && let Some(clash) = name_clashes(set)?.first()
+            {
                 return Err(EmitError::Rust {
                     subject: clash.second.file.clone(),
                     message: clash.to_string(),
