@@ -547,7 +547,14 @@ fn read_text(path: &Path, inside: Option<&Path>) -> anyhow::Result<String> {
     let bytes =
         evc_codegen::loader::read_capped_to(path, inside, evc_codegen::yaml::MAX_DOCUMENT_BYTES)
             .with_context(|| format!("cannot read `{}`", path.display()))?;
-    String::from_utf8(bytes).with_context(|| format!("`{}` is not UTF-8", path.display()))
+    let text =
+        String::from_utf8(bytes).with_context(|| format!("`{}` is not UTF-8", path.display()))?;
+    // As for contract files: a byte-order mark is not part of the text, and left in it would
+    // shift the columns of the first line.
+    Ok(match text.strip_prefix('\u{feff}') {
+        Some(rest) => rest.to_owned(),
+        None => text,
+    })
 }
 
 fn write_human(

@@ -131,3 +131,29 @@ fn asyncapi_drift_is_reported_in_both_files() {
             .contains("evc generate")
     );
 }
+
+#[test]
+fn a_byte_order_mark_does_not_shift_the_columns_of_an_asyncapi_document() {
+    let root = tempfile::tempdir().expect("temp dir");
+    copy_dir(
+        &repository().join("contracts"),
+        &root.path().join("contracts"),
+    );
+    std::fs::create_dir(root.path().join("asyncapi")).expect("mkdir");
+    let document = root.path().join("asyncapi/asyncapi.yaml");
+    let contracts = root.path().join("contracts");
+    let dir_arg = contracts.to_str().expect("utf-8 path");
+    // A syntax error on the first line, where a mark would count as a column.
+    let broken = "x: a: b\nasyncapi: 3.0.0\n";
+    let diagnostics = |text: &str| {
+        std::fs::write(&document, text).expect("write");
+        let output = evc(&["check", dir_arg, "--format", "json"]);
+        assert_eq!(output.status.code(), Some(100));
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+        report["diagnostics"].clone()
+    };
+    let plain = diagnostics(broken);
+    assert_eq!(plain[0]["rule"], "YAML_SYNTAX", "{plain:#}");
+    assert_eq!(plain[0]["line"], 1, "{plain:#}");
+    assert_eq!(diagnostics(&format!("\u{feff}{broken}")), plain);
+}
