@@ -16,7 +16,7 @@ use crate::source::{Location, Sources};
 use crate::yaml::Node;
 
 /// A whole, valid contract set. It is read-only after validation: emitters cache values derived
-/// from it (the registry digest).
+/// from it (the registry digest), and loading records that its Rust names do not clash.
 #[derive(Debug, Clone)]
 pub struct ContractSet {
     /// The directory it was loaded from.

@@ -141,7 +141,7 @@ fn points_at_a_schema(root: &Json, reference: &str) -> bool {
     let Some(pointer) = reference.strip_prefix('#') else {
         return false;
     };
-    if !(pointer.is_empty() || pointer.starts_with('/')) || pointer.contains('%') {
+    if !(pointer.is_empty() || pointer.starts_with('/')) || !pointer.chars().all(in_fragment) {
         return false;
     }
     let mut segments = crate::yaml::pointer_segments(pointer);
@@ -176,6 +176,13 @@ fn points_at_a_schema(root: &Json, reference: &str) -> bool {
     matches!(at, Json::Object(_) | Json::Bool(_))
 }
 
+/// Whether `c` may stand in a URI fragment as written (RFC 3986: unreserved, sub-delims, `:`,
+/// `@`, `/`, `?`). The library parses a reference as a URI and refuses anything else, such as a
+/// space or a non-ASCII letter; percent-encoded references are left to it too.
+fn in_fragment(c: char) -> bool {
+    c.is_ascii_alphanumeric() || "-._~!$&'()*+,;=:@/?".contains(c)
+}
+
 /// Where a regular expression is used; the library compiles both the same way today, but each
 /// is checked in its own keyword so that the verdict stays the library's.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -196,11 +203,19 @@ fn compiles(usage: PatternUse, pattern: &str) -> bool {
     if let Some(known) = JUDGED.with(|judged| judged.borrow().get(&key).copied()) {
         return known;
     }
-    let schema = match usage {
-        PatternUse::Pattern => serde_json::json!({ "pattern": pattern }),
-        PatternUse::PropertyName => serde_json::json!({ "patternProperties": { pattern: true } }),
+    let verdict = match usage {
+        PatternUse::Pattern => {
+            build(&serde_json::json!({ "pattern": pattern }), Draft::Draft2020).is_ok()
+        }
+        // The library compiles a map of plain patterns its own cheaper way, and the others as
+        // regular expressions; a lookahead, which only the full engine reads, forces the second.
+        PatternUse::PropertyName => [
+            serde_json::json!({ "patternProperties": { pattern: true } }),
+            serde_json::json!({ "patternProperties": { pattern: true, "(?=a)": true } }),
+        ]
+        .iter()
+        .all(|schema| build(schema, Draft::Draft2020).is_ok()),
     };
-    let verdict = build(&schema, Draft::Draft2020).is_ok();
     JUDGED.with(|judged| judged.borrow_mut().insert(key, verdict));
     verdict
 }
@@ -260,6 +275,11 @@ mod tests {
             json!({"const": {"type": "bogus"}, "properties": {"a": {"$ref": "#/const"}}}),
             json!({"$ref": "other.json"}),
             json!({"$defs": {"a b": {"type": "string"}}, "$ref": "#/$defs/a%20b"}),
+            // References the library cannot parse as URIs.
+            json!({"$defs": {"a b": {"type": "string"}}, "properties": {"x": {"$ref": "#/$defs/a b"}}}),
+            json!({"properties": {"größe": {"type": "string"}, "x": {"$ref": "#/properties/größe"}}}),
+            json!({"$defs": {"C#": true}, "properties": {"x": {"$ref": "#/$defs/C#"}}}),
+            json!({"$defs": {"a[]": true}, "properties": {"x": {"$ref": "#/$defs/a[]"}}}),
             // Keys that change resolution.
             json!({"$id": "https://example.com/a", "$ref": "#/$defs/a", "$defs": {"a": true}}),
             json!({"$defs": {"a": {"$anchor": "x"}}, "$ref": "#x"}),
@@ -310,6 +330,8 @@ mod tests {
                 "#/const",
                 "#/$defs/a/properties/x",
                 "#a",
+                "#/$defs/a b",
+                "#/$defs/é",
                 "other.json",
             ])
             .prop_map(|reference| json!({ "$ref": reference })),
@@ -317,7 +339,7 @@ mod tests {
         leaf.prop_recursive(depth, 24, 4, |inner| {
             prop_oneof![
                 (inner.clone(), inner.clone(), inner.clone()).prop_map(|(a, x, items)| json!({
-                    "$defs": { "a": a },
+                    "$defs": { "a": a.clone(), "a b": a.clone(), "é": a },
                     "properties": { "x": x },
                     "items": items,
                 })),
