@@ -10,8 +10,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use evc_runtime::{
-    AppendError, AppendOptions, ClaimRequest, Console, DispatchError, FailureClass, NewEvent,
-    PgStore, Registry, ReplayApproval, ReplaySelection, RetryDecision, Role, Store, TenantScope,
+    AppendError, AppendOptions, ClaimRequest, Console, Cursors, DispatchError, FailureClass,
+    NewEvent, PgStore, Registry, ReplayApproval, ReplaySelection, RetryDecision, Role, Store,
+    TenantScope,
 };
 use sqlx::postgres::{PgConnection, PgPool};
 use uuid::Uuid;
@@ -342,6 +343,14 @@ async fn two_tenants(admin: &PgPool, logins: &Logins) -> TestResult {
             Err(DispatchError::TenantScoped(_, tenant)) if tenant == "acme"
         ),
         "a tenant's operator set a mode"
+    );
+    // The relay's cursor passes every tenant's events: a tenant's session may not take it.
+    assert!(
+        matches!(
+            acme_dispatcher.take_cursor("relay", "r/acme", lease).await,
+            Err(DispatchError::TenantScoped(_, tenant)) if tenant == "acme"
+        ),
+        "a tenant's session took the relay cursor"
     );
     let all_dispatcher = PgStore::new(pool(Role::Dispatcher, Some(&all)).await?, TENANT_REGISTRY)?;
     let bolt_pending: BTreeSet<Uuid> = bolt_events

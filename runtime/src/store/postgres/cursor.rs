@@ -20,6 +20,11 @@ impl Cursors for PgStore {
     ) -> Result<Option<CursorLease>, DispatchError> {
         check_name(name)?;
         check_owner(owner)?;
+        // A cursor passes every tenant's events: under row-level security a session of one
+        // tenant reads only its own feed and would move the cursor past the others'.
+        if let Some(tenant) = super::operations::session_tenant(self.pool()).await? {
+            return Err(DispatchError::TenantScoped("a relay cursor", tenant));
+        }
         let row = sqlx::query(sql::TAKE_CURSOR)
             .bind(name)
             .bind(owner)

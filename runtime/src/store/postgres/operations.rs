@@ -61,7 +61,7 @@ pub(crate) async fn state_of(
 
 /// The one tenant the sessions of `pool` work for, if they work for one (`evc.tenant`; not
 /// set, empty or `*`: none).
-async fn session_tenant(pool: &PgPool) -> Result<Option<String>, DispatchError> {
+pub(crate) async fn session_tenant(pool: &PgPool) -> Result<Option<String>, DispatchError> {
     let tenant: Option<String> = sqlx::query_scalar(sql::SESSION_TENANT)
         .fetch_one(pool)
         .await?;
