@@ -1,13 +1,18 @@
 //! Percent-encoding for the URI parts evc reads and writes: `$ref` fragments (JSON pointers)
 //! and file paths in SARIF.
 
+/// Whether `byte` stands as written in a URI path or fragment (RFC 3986: unreserved,
+/// sub-delims, `:`, `@`, `/`); a fragment may also hold `?`.
+pub(crate) fn stands_in_path(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || b"-._~/!$&'()*+,;=:@".contains(&byte)
+}
+
 /// Percent-encodes what may not stand in a URI path or fragment (spaces, `%`, `#`, `?`,
 /// non-ASCII).
 pub(crate) fn percent_encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for byte in text.bytes() {
-        let keep = byte.is_ascii_alphanumeric() || b"-._~/!$&'()*+,;=:@".contains(&byte);
-        if keep {
+        if stands_in_path(byte) {
             out.push(char::from(byte));
         } else {
             out.push_str(&format!("%{byte:02X}"));

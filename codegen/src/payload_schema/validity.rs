@@ -1,8 +1,8 @@
 //! Whether a payload schema is valid JSON Schema, as the validator library judges it.
 //!
 //! The judge is `jsonschema`: a schema is valid when a validator builds from it. Building
-//! compiles the whole schema into a validator only to throw it away, which made it the largest
-//! single cost of `evc check`. For the common shape of a 2020-12 schema the same verdict comes
+//! compiles the whole schema into a validator only to throw it away, which costs more than
+//! the rest of a schema's checks together. For the common shape of a 2020-12 schema the same verdict comes
 //! cheaper: the library checks a schema against the meta-schema first, and after that the only
 //! things its compiler can still refuse are regular expressions and references. So a schema
 //! that passes the meta-schema, whose `$ref`s are all JSON pointers to schemas inside it and
@@ -141,7 +141,10 @@ fn points_at_a_schema(root: &Json, reference: &str) -> bool {
     let Some(pointer) = reference.strip_prefix('#') else {
         return false;
     };
-    if !(pointer.is_empty() || pointer.starts_with('/')) || !pointer.chars().all(in_fragment) {
+    // The library parses a reference as a URI and refuses what a fragment cannot hold as
+    // written (a space, a non-ASCII letter); percent-encoded references are left to it too.
+    let in_fragment = |byte: u8| crate::uri::stands_in_path(byte) || byte == b'?';
+    if !(pointer.is_empty() || pointer.starts_with('/')) || !pointer.bytes().all(in_fragment) {
         return false;
     }
     let mut segments = crate::yaml::pointer_segments(pointer);
@@ -176,15 +179,8 @@ fn points_at_a_schema(root: &Json, reference: &str) -> bool {
     matches!(at, Json::Object(_) | Json::Bool(_))
 }
 
-/// Whether `c` may stand in a URI fragment as written (RFC 3986: unreserved, sub-delims, `:`,
-/// `@`, `/`, `?`). The library parses a reference as a URI and refuses anything else, such as a
-/// space or a non-ASCII letter; percent-encoded references are left to it too.
-fn in_fragment(c: char) -> bool {
-    c.is_ascii_alphanumeric() || "-._~!$&'()*+,;=:@/?".contains(c)
-}
-
-/// Where a regular expression is used; the library compiles both the same way today, but each
-/// is checked in its own keyword so that the verdict stays the library's.
+/// Where a regular expression is used: each is checked in its own keyword, so that the verdict
+/// is the library's for that keyword.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum PatternUse {
     Pattern,
