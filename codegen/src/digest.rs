@@ -11,52 +11,72 @@ pub fn sha256_hex(text: &str) -> String {
 /// The digest of a JSON value in canonical form (keys sorted, no whitespace), so the digest of a
 /// schema does not depend on how its YAML was laid out.
 pub fn json_digest(value: &serde_json::Value) -> String {
-    sha256_hex(&canonical_json(value))
+    // Hashed as it is written: the canonical text of a registry is tens of megabytes.
+    let mut hasher = Hashing(Sha256::new());
+    write_canonical(value, &mut hasher);
+    hasher
+        .0
+        .finalize()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
 }
 
 /// JSON text with object keys sorted at every level and no whitespace.
 pub fn canonical_json(value: &serde_json::Value) -> String {
-    let mut out = String::new();
+    let mut out = Vec::new();
     write_canonical(value, &mut out);
-    out
+    // serde_json writes UTF-8 only.
+    String::from_utf8(out).expect("JSON text is UTF-8")
 }
 
-/// Appends [`canonical_json`] of `value` to `out`, one buffer for the whole document.
-fn write_canonical(value: &serde_json::Value, out: &mut String) {
-    match value {
-        serde_json::Value::Object(map) => {
-            let mut entries: Vec<_> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (index, (key, value)) in entries.into_iter().enumerate() {
-                if index > 0 {
-                    out.push(',');
-                }
-                write_leaf(&serde_json::Value::String(key.clone()), out);
-                out.push(':');
-                write_canonical(value, out);
-            }
-            out.push('}');
-        }
-        serde_json::Value::Array(items) => {
-            out.push('[');
-            for (index, item) in items.iter().enumerate() {
-                if index > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        leaf => write_leaf(leaf, out),
+/// A SHA-256 computation that canonical JSON is written into.
+struct Hashing(Sha256);
+
+impl std::io::Write for Hashing {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.update(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
-/// A string, number, boolean or null as JSON text.
-fn write_leaf(leaf: &serde_json::Value, out: &mut String) {
-    use std::fmt::Write as _;
-    // Writing to a String cannot fail.
-    let _ = write!(out, "{leaf}");
+/// Writes the canonical JSON of `value` to `out`.
+fn write_canonical(value: &serde_json::Value, out: &mut impl std::io::Write) {
+    // Writing to a buffer or a hasher cannot fail, nor can serializing a string or a number.
+    match value {
+        serde_json::Value::Object(map) => {
+            let mut entries: Vec<_> = map.iter().collect();
+            // Keys of a map are unique, so an unstable sort orders them the one way.
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            let _ = out.write_all(b"{");
+            for (index, (key, value)) in entries.into_iter().enumerate() {
+                if index > 0 {
+                    let _ = out.write_all(b",");
+                }
+                let _ = serde_json::to_writer(&mut *out, key);
+                let _ = out.write_all(b":");
+                write_canonical(value, out);
+            }
+            let _ = out.write_all(b"}");
+        }
+        serde_json::Value::Array(items) => {
+            let _ = out.write_all(b"[");
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    let _ = out.write_all(b",");
+                }
+                write_canonical(item, out);
+            }
+            let _ = out.write_all(b"]");
+        }
+        leaf => {
+            let _ = serde_json::to_writer(&mut *out, leaf);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -71,6 +91,21 @@ mod tests {
         let b = json!({"properties": {"b": {}, "a": {"type": "string"}}, "type": "object"});
         assert_eq!(json_digest(&a), json_digest(&b));
         assert_ne!(json_digest(&a), json_digest(&json!({"type": "object"})));
+    }
+
+    #[test]
+    fn the_digest_is_that_of_the_canonical_text() {
+        let value = json!({
+            "b": [1, 2.5, "x\"\u{e9}", null, true, -1e300, u64::MAX],
+            "k\"\n": {"d": {}, "c": []},
+            "a": false,
+        });
+        let text = canonical_json(&value);
+        assert_eq!(
+            text,
+            r#"{"a":false,"b":[1,2.5,"x\"é",null,true,-1e+300,18446744073709551615],"k\"\n":{"c":[],"d":{}}}"#
+        );
+        assert_eq!(json_digest(&value), sha256_hex(&text));
     }
 
     #[test]

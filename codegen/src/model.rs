@@ -36,8 +36,9 @@ pub struct ContractSet {
     /// The YAML tree of every parsed file, by display path: the source map from any node
     /// (schema keywords included) to its line and column.
     pub trees: BTreeMap<String, Node>,
-    /// The registry digest, computed once: every emitter writes it, and it hashes every schema.
-    pub(crate) registry_digest: std::sync::OnceLock<String>,
+    /// The registry digest, or why the registry did not serialize, computed once: every
+    /// emitter writes it, and it hashes every schema.
+    pub(crate) registry_digest: std::sync::OnceLock<Result<String, String>>,
     /// Whether loading made the Rust generator's name check and found no clash, so that
     /// rendering the crate need not walk every payload type again.
     pub(crate) rust_names_checked: bool,

@@ -261,18 +261,21 @@ pub fn registry(set: &ContractSet) -> Registry<'_> {
 }
 
 /// The digest of the registry: SHA-256 of its canonical JSON.
+///
+/// Computed once per set: emitters on other threads that ask meanwhile wait for it rather
+/// than hash every schema a second time.
 pub fn registry_digest(set: &ContractSet) -> Result<String, EmitError> {
-    if let Some(digest) = set.registry_digest.get() {
-        return Ok(digest.clone());
-    }
-    let value = serde_json::to_value(registry(set)).map_err(|error| EmitError::Serialize {
-        document: "registry.json",
-        message: error.to_string(),
-    })?;
-    Ok(set
-        .registry_digest
-        .get_or_init(|| digest::json_digest(&value))
-        .clone())
+    set.registry_digest
+        .get_or_init(|| {
+            serde_json::to_value(registry(set))
+                .map(|value| digest::json_digest(&value))
+                .map_err(|error| error.to_string())
+        })
+        .clone()
+        .map_err(|message| EmitError::Serialize {
+            document: "registry.json",
+            message,
+        })
 }
 
 /// Renders `registry.json`.

@@ -63,73 +63,177 @@ fn crate_root(set: &ContractSet) -> String {
 
 /// The generated items as one formatted module file with the generated-code header.
 ///
-/// The payload types, most of the work, are built, parsed and printed in two halves on two
-/// threads (tokens cannot cross threads; text can). prettyplease prints the items of a module
-/// one after another with nothing between them, each printed at the same indentation whatever
-/// its neighbours, so the two halves join into the text one pass would print. Names are
-/// checked first, by the walk [`name_clashes`] makes, since each half only sees its own; a set
-/// whose load made that walk (every set but a comparison's base) is not walked again.
+/// The items are built, parsed and printed as separate jobs, which two threads take from one
+/// queue (tokens cannot cross threads; text can): the producers, consumers and registry in one
+/// job, the payload types in chunks of [`CHUNK_EVENTS`] event types. prettyplease prints the
+/// items of a module one after another with nothing between them, each printed at the same
+/// indentation whatever its neighbours, so the chunks join into the text one pass would print;
+/// and a chunk's tokens and syntax tree are freed before the next is built, so the memory they
+/// take stays small and is reused. Names are checked by the first job, the walk
+/// [`name_clashes`] makes, since each chunk only sees its own; a set whose load made that walk
+/// (every set but a comparison's base) is not walked again. The first job to fail stops both
+/// threads, and the error of the earliest failed job is returned.
 pub fn items_source(set: &ContractSet, runtime_path: &str) -> Result<String, EmitError> {
+    items_source_in_chunks(set, runtime_path, CHUNK_EVENTS)
+}
+
+/// Event types whose payload items are formatted together: enough that the per-chunk parse
+/// and print are negligible, few enough that their tokens and trees stay small and that the
+/// two threads finish close together.
+const CHUNK_EVENTS: usize = 16;
+
+/// One piece of the generated items, printed on its own.
+#[derive(Debug, Clone, Copy)]
+enum Job<'a> {
+    /// The Rust name walk, for a set whose load did not make it: first, so a clash stops the
+    /// render early.
+    Names,
+    /// The producers and consumers modules and the registry, the largest job: early.
+    Rest,
+    /// The payloads module's doc comment and opening.
+    Opening,
+    /// The payload items of these event types.
+    Payloads(&'a [&'a EventType]),
+    /// The enum of any payload, the last item of the payloads module.
+    AnyEvent,
+}
+
+/// [`items_source`] with the payload items formatted `chunk` event types at a time.
+fn items_source_in_chunks(
+    set: &ContractSet,
+    runtime_path: &str,
+    chunk: usize,
+) -> Result<String, EmitError> {
     runtime_tokens(runtime_path)?;
     let events: Vec<&EventType> = set.events.values().collect();
-    let (first, second) = events.split_at(events.len() / 2);
-    let (front, back) = std::thread::scope(|scope| {
-        let back = scope.spawn(|| -> Result<String, EmitError> {
-            // Loading checked the names already, unless the set is a comparison's base.
-            if !set.rust_names_checked
-                && let Some(clash) = name_clashes(set)?.first()
-            {
+    let mut jobs = Vec::new();
+    // Loading checked the names already, unless the set is a comparison's base.
+    if !set.rust_names_checked {
+        jobs.push(Job::Names);
+    }
+    jobs.extend([Job::Rest, Job::Opening]);
+    jobs.extend(events.chunks(chunk.max(1)).map(Job::Payloads));
+    jobs.push(Job::AnyEvent);
+
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || -> Result<Vec<(usize, String)>, (usize, EmitError)> {
+        let runtime = runtime_tokens(runtime_path).map_err(|error| (0, error))?;
+        let mut done = Vec::new();
+        loop {
+            let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(job) = jobs.get(index) else {
+                return Ok(done);
+            };
+            match print_job(*job, set, &runtime) {
+                Ok(printed) => done.push((index, printed)),
+                Err(error) => {
+                    // No job after this one is needed: stop the other thread too.
+                    next.store(jobs.len(), std::sync::atomic::Ordering::Relaxed);
+                    return Err((index, error));
+                }
+            }
+        }
+    };
+    let (mine, theirs) = std::thread::scope(|scope| {
+        let theirs = scope.spawn(work);
+        let mine = work();
+        let theirs = theirs
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (mine, theirs)
+    });
+    let mut printed = match (mine, theirs) {
+        (Ok(mut mine), Ok(theirs)) => {
+            mine.extend(theirs);
+            mine
+        }
+        (Err((_, error)), Ok(_)) | (Ok(_), Err((_, error))) => return Err(error),
+        (Err(mine), Err(theirs)) => {
+            return Err(std::cmp::min_by_key(mine, theirs, |(index, _)| *index).1);
+        }
+    };
+    printed.sort_unstable_by_key(|(index, _)| *index);
+    debug_assert!(
+        printed
+            .iter()
+            .enumerate()
+            .all(|(at, (index, _))| at == *index)
+    );
+    Ok(assemble(&jobs, &printed))
+}
+
+/// The printed text of `job`. Every piece but the opening is whole lines, and the opening is
+/// cut after its doc comments are mended, so each piece is mended by `space_doc_comments` on
+/// the thread that printed it.
+fn print_job(job: Job<'_>, set: &ContractSet, runtime: &TokenStream) -> Result<String, EmitError> {
+    Ok(match job {
+        Job::Rest => space_doc_comments(&format_items(other_items(set, runtime)?)?),
+        Job::Names => match name_clashes(set)?.first() {
+            Some(clash) => {
                 return Err(EmitError::Rust {
                     subject: clash.second.file.clone(),
                     message: clash.to_string(),
                 });
             }
-            let runtime = runtime_tokens(runtime_path)?;
-            let payloads = payload_items(second, &runtime)?;
-            let any_event = any_event_item(set, &runtime);
-            format_items(quote! {
-                pub mod payloads {
-                    #(#payloads)*
-                    #any_event
-                }
-            })
-        });
-        let front = (|| -> Result<(String, String), EmitError> {
-            let runtime = runtime_tokens(runtime_path)?;
-            let payloads = payload_items(first, &runtime)?;
-            let payloads = format_items(quote! {
+            None => String::new(),
+        },
+        Job::Opening => {
+            let printed = space_doc_comments(&format_items(quote! {
                 /// Payload types: one struct per event type and major version, one enum per event type.
-                pub mod payloads {
-                    #(#payloads)*
-                }
-            })?;
-            let rest = format_items(other_items(set, &runtime)?)?;
-            Ok((payloads, rest))
-        })();
-        let back = back
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (front, back)
-    });
-    let back = back?;
-    let (front, rest) = front?;
-    let (opening, front_items) = module_parts(&front)?;
-    let (_, back_items) = module_parts(&back)?;
-    let mut text = String::with_capacity(front.len() + back.len() + rest.len());
+                pub mod payloads {}
+            })?);
+            module_parts(&printed)?.0.to_owned()
+        }
+        Job::Payloads(events) => {
+            let items = payload_items(events, runtime)?;
+            module_items(quote!(#(#items)*))?
+        }
+        Job::AnyEvent => module_items(any_event_item(set, runtime))?,
+    })
+}
+
+/// The generated file from the printed pieces of `jobs`, in job order.
+fn assemble(jobs: &[Job<'_>], printed: &[(usize, String)]) -> String {
+    let pieces = || {
+        jobs.iter()
+            .zip(printed.iter().map(|(_, text)| text.as_str()))
+    };
+    let (mut opening, mut rest, mut items) = ("", "", 0);
+    for (job, text) in pieces() {
+        match job {
+            Job::Rest => rest = text,
+            Job::Names => {}
+            Job::Opening => opening = text,
+            Job::Payloads(_) | Job::AnyEvent => items += text.len(),
+        }
+    }
+    let header = format!("// {GENERATED_NOTICE}\n\n");
+    let mut text = String::with_capacity(header.len() + opening.len() + items + rest.len() + 8);
+    text.push_str(&header);
     text.push_str(opening);
-    if front_items.is_empty() && back_items.is_empty() {
+    if items == 0 {
         text.push_str(" {}\n");
     } else {
         text.push_str(" {\n");
-        text.push_str(front_items);
-        text.push_str(back_items);
+        for (job, piece) in pieces() {
+            if matches!(job, Job::Payloads(_) | Job::AnyEvent) {
+                text.push_str(piece);
+            }
+        }
         text.push_str("}\n");
     }
-    text.push_str(&rest);
-    Ok(format!(
-        "// {GENERATED_NOTICE}\n\n{}",
-        space_doc_comments(&text)
-    ))
+    text.push_str(rest);
+    text
+}
+
+/// `items` printed as the items of the module `pub mod payloads`, at its indentation.
+fn module_items(items: TokenStream) -> Result<String, EmitError> {
+    let printed = space_doc_comments(&format_items(quote! {
+        pub mod payloads {
+            #items
+        }
+    })?);
+    Ok(module_parts(&printed)?.1.to_owned())
 }
 
 fn runtime_tokens(runtime_path: &str) -> Result<TokenStream, EmitError> {
@@ -278,6 +382,9 @@ const RESERVED_TYPE_NAMES: &[(&str, &str)] = &[
 
 /// Takes every name the generated items define, in the order they are built, without building
 /// them; a clash goes to `clashes`.
+///
+/// On the caller's thread only: loading runs this walk, the macros load contracts inside the
+/// compiler, and there tokens can only be made on the macro's own thread.
 fn take_names(
     set: &ContractSet,
     runtime: &TokenStream,
@@ -985,4 +1092,62 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
             },
         };
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::cache::LoadCache;
+
+    /// The generated items printed in one pass: one token stream, parsed and printed once.
+    fn one_pass(set: &ContractSet) -> String {
+        let runtime = runtime_tokens("::evc").expect("a path");
+        let events: Vec<&EventType> = set.events.values().collect();
+        let payloads = payload_items(&events, &runtime).expect("payloads build");
+        let any_event = any_event_item(set, &runtime);
+        let rest = other_items(set, &runtime).expect("the other items build");
+        let printed = format_items(quote! {
+            /// Payload types: one struct per event type and major version, one enum per event type.
+            pub mod payloads {
+                #(#payloads)*
+                #any_event
+            }
+            #rest
+        })
+        .expect("prints");
+        format!("// {GENERATED_NOTICE}\n\n{}", space_doc_comments(&printed))
+    }
+
+    /// The pieces join into the text one pass prints, on the repository's contracts and the
+    /// example application's, loaded as for `generate` and as a comparison's base (which adds
+    /// the name walk to the jobs), in chunks of every size up to all at once.
+    #[test]
+    fn printed_pieces_join_into_the_text_of_one_pass() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        for dir in ["contracts", "examples/shop/contracts"] {
+            let loaded = ContractSet::load(root.join(dir))
+                .expect("the contracts load")
+                .contracts;
+            let base = ContractSet::load_base_with(root.join(dir), &LoadCache::new())
+                .expect("the contracts load")
+                .contracts;
+            assert!(loaded.events.len() > 2, "{dir} has several event types");
+            assert!(
+                !base.rust_names_checked,
+                "a base's load leaves out the name walk"
+            );
+            let expected = one_pass(&loaded);
+            for set in [&loaded, &base] {
+                for chunk in [1, 2, CHUNK_EVENTS, usize::MAX] {
+                    let printed = items_source_in_chunks(set, "::evc", chunk).expect("renders");
+                    assert!(
+                        printed == expected,
+                        "{dir}: chunks of {chunk} print other text"
+                    );
+                }
+            }
+        }
+    }
 }
