@@ -4,8 +4,12 @@ use sha2::{Digest, Sha256};
 
 /// The SHA-256 of `text`, in lower-case hex.
 pub fn sha256_hex(text: &str) -> String {
-    let hash = Sha256::digest(text.as_bytes());
-    hash.iter().map(|byte| format!("{byte:02x}")).collect()
+    hex(&Sha256::digest(text.as_bytes()))
+}
+
+/// `bytes` in lower-case hex.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// The digest of a JSON value in canonical form (keys sorted, no whitespace), so the digest of a
@@ -14,12 +18,7 @@ pub fn json_digest(value: &serde_json::Value) -> String {
     // Hashed as it is written: the canonical text of a registry is tens of megabytes.
     let mut hasher = Hashing(Sha256::new());
     write_canonical(value, &mut hasher);
-    hasher
-        .0
-        .finalize()
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
+    hex(&hasher.0.finalize())
 }
 
 /// JSON text with object keys sorted at every level and no whitespace.

@@ -2,11 +2,12 @@
 //!
 //! The judge is `jsonschema`: a schema is valid when a validator builds from it. Building
 //! compiles the whole schema into a validator only to throw it away, which costs more than
-//! the rest of a schema's checks together. For the common shape of a 2020-12 schema the same verdict comes
-//! cheaper: the library checks a schema against the meta-schema first, and after that the only
-//! things its compiler can still refuse are regular expressions and references. So a schema
-//! that passes the meta-schema, whose `$ref`s are all JSON pointers to schemas inside it and
-//! whose patterns each compile on their own (checked once per pattern and thread), is valid.
+//! the rest of a schema's checks together. For the common shape of a 2020-12 schema the same
+//! verdict comes cheaper: the library checks a schema against the meta-schema first, and after
+//! that the only things its compiler can still refuse are regular expressions and references.
+//! So a schema that passes the meta-schema, whose `$ref`s are all JSON pointers to schemas
+//! inside it and whose patterns each compile on their own (checked once per pattern and
+//! thread), is valid.
 //! Anything outside that shape (another draft, `$id`, `$anchor`, dynamic references, a
 //! reference that does not resolve to a schema, a pattern that does not compile, a schema that
 //! fails the meta-schema) is judged by building the validator, which also gives the error.
