@@ -412,7 +412,7 @@ async fn crash_run(consumer: &str, events: u64, role: &str, point: &str) -> Test
 
     let mut victim = spawn(&path, role, &[(POINT, point.to_owned())], &[consumer]);
     let (ready, n) = crash::ready_signal(point, events)?;
-    victim.wait_for(ready, n, Duration::from_secs(30)).await?;
+    victim.wait_for(ready, n, Duration::from_secs(120)).await?;
     let signalled: Vec<Lease> = victim
         .signals(if role == "claim" {
             "claimed"
@@ -482,7 +482,7 @@ async fn crash_run(consumer: &str, events: u64, role: &str, point: &str) -> Test
     store.close().await;
 
     let mut restart = spawn(&path, "restart", &[], &[consumer]);
-    restart.finish(Duration::from_secs(45)).await?;
+    restart.finish(Duration::from_secs(300)).await?;
 
     let store = open_store(&path, 4, Duration::from_secs(10)).await?;
     assert_acked_once(&store, consumer, &ids, &killed).await?;
@@ -570,7 +570,7 @@ async fn killed_mid_run(workers: usize) -> TestResult {
     ];
     let mut first = spawn(&path, "worker", &envs, &ALL_CONSUMERS);
     first
-        .wait_for_progress("stuck", 1, Duration::from_secs(120))
+        .wait_for_progress("stuck", 1, Duration::from_secs(600))
         .await?;
     first.kill()?;
 
@@ -588,7 +588,7 @@ async fn killed_mid_run(workers: usize) -> TestResult {
         &[(WORKERS, workers.to_string())],
         &ALL_CONSUMERS,
     );
-    second.finish(Duration::from_secs(240)).await?;
+    second.finish(Duration::from_secs(600)).await?;
     let done = second.signals("worker_done");
     let [report] = done.as_slice() else {
         return Err(format!("worker reports: {done:?}").into());

@@ -450,8 +450,8 @@ pub async fn serve_until_done<S: CrashStore>(
     let handle = dispatcher.start();
     let start = Instant::now();
     while open(store, consumers).await? > 0 {
-        if start.elapsed() > Duration::from_secs(270) {
-            return Err("deliveries still open after 270 s".into());
+        if start.elapsed() > Duration::from_secs(540) {
+            return Err("deliveries still open after 540 s".into());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -549,8 +549,9 @@ impl ChildProcess {
     }
 
     /// Waits until `n` signals `point` were read, as long as the child keeps signalling: fails
-    /// if the child exits first, sends no signal at all for `stall` (a hang, however slow the
-    /// machine), or never gets there in fifteen minutes (a loop that keeps signalling).
+    /// if the child exits first, sends no signal at all for `stall` (a hang: make it minutes,
+    /// a loaded machine's SQLite children have gone two without one), or never gets there in
+    /// fifteen minutes (a loop that keeps signalling).
     pub async fn wait_for_progress(&mut self, point: &str, n: u64, stall: Duration) -> TestResult {
         let start = Instant::now();
         let mut seen = self.signals_seen();
@@ -566,7 +567,12 @@ impl ChildProcess {
             if now_seen > seen {
                 (seen, since) = (now_seen, Instant::now());
             } else if since.elapsed() > stall {
-                return Err(format!("no signal for {stall:?} while waiting for {point}").into());
+                let last = self.seen.last();
+                return Err(format!(
+                    "no signal for {stall:?} while waiting for {point} ({seen} signals so far, \
+                     the last {last:?})"
+                )
+                .into());
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
