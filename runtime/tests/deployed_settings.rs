@@ -293,7 +293,7 @@ where
 {
     let start = Instant::now();
     while !done().await? {
-        assert!(start.elapsed() < Duration::from_secs(60), "never: {what}");
+        assert!(start.elapsed() < support::HANG, "never: {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok(())

@@ -129,7 +129,7 @@ async fn create_effects_table(pool: &PgPool) -> Result<(), sqlx::Error> {
 async fn settled(store: &PgStore, consumer: &str) -> TestResult {
     let start = Instant::now();
     while support::unsettled(store, consumer).await? > 0 {
-        assert!(start.elapsed() < Duration::from_secs(30), "not settled");
+        assert!(start.elapsed() < support::HANG, "not settled");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok(())

@@ -159,7 +159,7 @@ async fn two_dispatchers_drain_held_batches_each_delivery_acked_and_written_once
         let second = Dispatcher::new(store.clone(), held_config("held-b"))
             .consumer(CONSUMER, Arc::clone(&handler))?
             .start();
-        settle(&store, Duration::from_secs(60)).await?;
+        settle(&store, support::HANG).await?;
         let (a, b) = (first.shutdown().await, second.shutdown().await);
         assert_eq!(a.acked + b.acked, JOBS, "acks counted by the dispatchers");
         assert_eq!((a.stale, b.stale), (0, 0));
@@ -222,7 +222,7 @@ async fn a_failing_handler_rolls_its_held_batch_back_and_its_failure_is_recorded
         let dispatcher = Dispatcher::new(store.clone(), held_config("held-f").workers(1))
             .consumer(CONSUMER, Arc::clone(&handler))?
             .start();
-        settle(&store, Duration::from_secs(30)).await?;
+        settle(&store, support::HANG).await?;
         let stats = dispatcher.shutdown().await;
 
         assert_eq!(
@@ -405,13 +405,13 @@ impl DynHandler for RecordsBackend {
     }
 }
 
-/// Waits (5 s at most) until every open connection of `pool` is back and idle; connections go
+/// Waits (at most [`support::HANG`]) until every open connection of `pool` is back and idle; connections go
 /// back to an sqlx pool in the background.
 async fn all_idle(pool: &PgPool, whose: &str) {
     let start = Instant::now();
     while pool.num_idle() < pool.size() as usize {
         assert!(
-            start.elapsed() < Duration::from_secs(5),
+            start.elapsed() < support::HANG,
             "{} of {} connections still taken: {whose}",
             pool.size() as usize - pool.num_idle(),
             pool.size()
@@ -443,7 +443,7 @@ async fn a_busy_held_worker_keeps_its_connection_and_an_idle_one_gives_it_back()
         )
         .consumer(CONSUMER, Arc::clone(&handler))?
         .start();
-        settle(&store, Duration::from_secs(30)).await?;
+        settle(&store, support::HANG).await?;
         // Idle now (its claims find nothing): the worker holds no connection between polls.
         all_idle(store.pool(), "an idle dispatcher's").await;
         let stats = dispatcher.shutdown().await;

@@ -68,7 +68,7 @@ impl DynHandler for BlocksFirst {
 async fn until(what: &str, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
-        assert!(start.elapsed() < Duration::from_secs(30), "never: {what}");
+        assert!(start.elapsed() < support::HANG, "never: {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -133,7 +133,7 @@ async fn a_lost_lease_cancels_the_running_handler() -> TestResult {
         .await;
         let start = Instant::now();
         while acked_attempts(&store, event_id).await?.is_empty() {
-            assert!(start.elapsed() < Duration::from_secs(30), "never acked");
+            assert!(start.elapsed() < support::HANG, "never acked");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let stats = handle.shutdown().await;

@@ -53,9 +53,10 @@ async fn wait_for_acks(store: &PgStore, consumer: &str, expected: u64) -> TestRe
     let started = std::time::Instant::now();
     while acked(store, consumer).await? < expected {
         assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "{consumer}: {} of {expected} acked after 60 s",
-            acked(store, consumer).await?
+            started.elapsed() < support::HANG,
+            "{consumer}: {} of {expected} acked after {:?}",
+            acked(store, consumer).await?,
+            support::HANG
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -287,7 +287,7 @@ async fn a_replay_is_planned_checked_applied_once_and_audited() -> TestResult {
                 .iter()
                 .find(|c| c.consumer == CONSUMER)
                 .map_or(0, |c| c.stale_rejections);
-            if stale > 0 || start.elapsed() > Duration::from_secs(10) {
+            if stale > 0 || start.elapsed() > support::HANG {
                 break stale;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -75,7 +75,7 @@ async fn attempts_follow_the_policy_then_dead_and_quarantine_is_never_retried() 
             if open == 0 {
                 break;
             }
-            assert!(start.elapsed() < Duration::from_secs(20), "not settled");
+            assert!(start.elapsed() < support::HANG, "not settled");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         // Long enough for a (wrong) retry of a quarantined delivery to show.

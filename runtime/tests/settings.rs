@@ -339,10 +339,7 @@ async fn attempts_until_dead(
         .start();
     let start = Instant::now();
     while statuses(&store, "d.tx").await? != [("dead".to_owned(), 1)] {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "never dead-lettered"
-        );
+        assert!(start.elapsed() < support::HANG, "never dead-lettered");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     handle.shutdown().await;

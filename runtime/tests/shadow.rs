@@ -166,10 +166,7 @@ async fn dispatch(store: &PgStore) -> TestResult {
         if open == 0 {
             break;
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "{open} deliveries open"
-        );
+        assert!(start.elapsed() < support::HANG, "{open} deliveries open");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let stats = handle.shutdown().await;

@@ -143,6 +143,11 @@ pub async fn count(pool: &PgPool, table: &str) -> Result<i64, sqlx::Error> {
         .await
 }
 
+/// How long a wait for something that must happen may run before the test calls it a hang.
+/// Minutes: a loaded CI host has run these tests up to twenty times slower than an idle one, and
+/// a wait that passes ends as soon as its condition holds.
+pub const HANG: std::time::Duration = std::time::Duration::from_secs(300);
+
 pub const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 pub const SPAN_ID: &str = "00f067aa0ba902b7";
 
