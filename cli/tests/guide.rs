@@ -230,3 +230,21 @@ fn the_shop_example_is_generated_from_its_contracts() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// The shop's lock file holds what its manifests and evc's ask for today: a team that copies the
+/// example builds it with `--locked`, which refuses a lock file that needs an update.
+#[test]
+fn the_shop_lock_file_is_current() {
+    let shop: PathBuf = repository().join("examples/shop");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = Command::new(cargo)
+        .args(["tree", "--locked", "--offline", "--depth", "0"])
+        .current_dir(&shop)
+        .output()
+        .expect("cargo runs");
+    assert!(
+        output.status.success(),
+        "examples/shop/Cargo.lock is stale; run `cargo tree --offline` in examples/shop:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
