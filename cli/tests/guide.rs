@@ -244,7 +244,8 @@ fn the_shop_lock_file_is_current() {
         .expect("cargo runs");
     assert!(
         output.status.success(),
-        "examples/shop/Cargo.lock is stale; run `cargo tree --offline` in examples/shop:\n{}",
+        "`cargo tree --locked --offline` failed in examples/shop (a stale Cargo.lock: run \
+         `cargo tree --offline` there; or a crate missing from the local cache):\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
 }

@@ -68,10 +68,20 @@ async fn doorbells(
     Ok(held)
 }
 
-/// Notification payloads that arrive within `wait`.
-async fn notifications(listener: &mut PgListener, wait: Duration) -> Vec<String> {
+/// Notification payloads, sorted: the next `expected` (waited for up to [`support::HANG`]) and
+/// any that follow within `quiet` of the last.
+async fn notifications(listener: &mut PgListener, expected: usize, quiet: Duration) -> Vec<String> {
+    let deadline = tokio::time::Instant::now() + support::HANG;
     let mut payloads = Vec::new();
-    while let Ok(Ok(notification)) = tokio::time::timeout(wait, listener.recv()).await {
+    loop {
+        let wait = if payloads.len() < expected {
+            deadline.saturating_duration_since(tokio::time::Instant::now())
+        } else {
+            quiet
+        };
+        let Ok(Ok(notification)) = tokio::time::timeout(wait, listener.recv()).await else {
+            break;
+        };
         assert_eq!(notification.channel(), NOTIFY_CHANNEL);
         payloads.push(notification.payload().to_owned());
     }
@@ -101,12 +111,12 @@ async fn append_writes_one_event_and_a_delivery_per_subscriber_then_notifies_on_
         assert_eq!(receipt.event_id.get_version_num(), 7, "UUID v7");
         // Nothing is announced before commit.
         assert_eq!(
-            notifications(&mut listener, Duration::from_millis(200)).await,
+            notifications(&mut listener, 0, Duration::from_millis(200)).await,
             Vec::<String>::new()
         );
         tx.commit().await?;
         assert_eq!(
-            notifications(&mut listener, Duration::from_millis(2_000)).await,
+            notifications(&mut listener, 2, Duration::from_millis(500)).await,
             ["c.live", "c.shadow"]
         );
 
@@ -226,7 +236,7 @@ async fn appends_notify_only_consumers_whose_doorbell_is_held() -> TestResult {
         // Nobody asleep: committed appends send nothing.
         append_committed(&store, &pool, 2).await?;
         assert_eq!(
-            notifications(&mut listener, Duration::from_millis(500)).await,
+            notifications(&mut listener, 0, Duration::from_millis(500)).await,
             Vec::<String>::new()
         );
 
@@ -242,7 +252,7 @@ async fn appends_notify_only_consumers_whose_doorbell_is_held() -> TestResult {
         );
         append_committed(&store, &pool, 1).await?;
         assert_eq!(
-            notifications(&mut listener, Duration::from_millis(1_000)).await,
+            notifications(&mut listener, 1, Duration::from_millis(500)).await,
             ["c.live"]
         );
 
@@ -257,7 +267,7 @@ async fn appends_notify_only_consumers_whose_doorbell_is_held() -> TestResult {
         tx.commit().await?;
         // (It rang c.live, whose doorbell is held.)
         assert_eq!(
-            notifications(&mut listener, Duration::from_millis(1_000)).await,
+            notifications(&mut listener, 1, Duration::from_millis(500)).await,
             ["c.live"]
         );
         let shadow = store
@@ -271,7 +281,7 @@ async fn appends_notify_only_consumers_whose_doorbell_is_held() -> TestResult {
         let _again = doorbells(&pool, &["c.live", "c.shadow"]).await?;
         append_committed(&store, &pool, 1).await?;
         assert_eq!(
-            notifications(&mut listener, Duration::from_millis(1_000)).await,
+            notifications(&mut listener, 2, Duration::from_millis(500)).await,
             ["c.live", "c.shadow"]
         );
         Ok(())
@@ -297,7 +307,7 @@ async fn rollback_leaves_no_event_delivery_or_notification() -> TestResult {
         assert!(receipt.created);
         tx.rollback().await?;
         assert_eq!(
-            notifications(&mut listener, Duration::from_millis(300)).await,
+            notifications(&mut listener, 0, Duration::from_millis(300)).await,
             Vec::<String>::new()
         );
         assert_eq!(store.count_events(&[]).await?, 0);
@@ -306,7 +316,7 @@ async fn rollback_leaves_no_event_delivery_or_notification() -> TestResult {
         // The same append committed is announced.
         append_committed(&store, &pool, 1).await?;
         assert_eq!(
-            notifications(&mut listener, Duration::from_millis(2_000)).await,
+            notifications(&mut listener, 2, Duration::from_millis(500)).await,
             ["c.live", "c.shadow"]
         );
         assert_eq!(store.count_events(&[]).await?, 1);
@@ -704,7 +714,7 @@ async fn every_reject_class_returns_its_error_and_leaves_only_a_reject_row() -> 
         .await?;
         assert!(!columns.iter().any(|c| c == "payload"));
         assert_eq!(
-            notifications(&mut listener, Duration::from_millis(300)).await,
+            notifications(&mut listener, 0, Duration::from_millis(300)).await,
             Vec::<String>::new()
         );
         Ok(())
@@ -820,7 +830,7 @@ async fn batch_append_in_order(keyed: bool) -> TestResult {
         let mut tx = pool.begin().await?;
         let receipts = store.append_batch(&mut tx, events).await?;
         assert_eq!(
-            notifications(&mut listener, Duration::from_millis(200)).await,
+            notifications(&mut listener, 0, Duration::from_millis(200)).await,
             Vec::<String>::new()
         );
         tx.commit().await?;
@@ -887,7 +897,7 @@ async fn batch_append_in_order(keyed: bool) -> TestResult {
         assert_eq!(texts, 750 * 2, "payload text round-trips exactly");
         // One notification per consumer that got deliveries.
         assert_eq!(
-            notifications(&mut listener, Duration::from_millis(2_000)).await,
+            notifications(&mut listener, 2, Duration::from_millis(500)).await,
             ["c.live", "c.shadow"]
         );
         Ok(())

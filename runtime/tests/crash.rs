@@ -271,7 +271,7 @@ async fn crash(consumer: &'static str, events: u64, role: &'static str, point: &
         // At `between_renewals` the handler signals right after a renewal: the kill falls
         // between two of them.
         let (ready, n) = crash::ready_signal(point, events)?;
-        wait_for_signal(&pool, ready, i64::try_from(n)?, Duration::from_secs(120)).await?;
+        wait_for_signal(&pool, ready, i64::try_from(n)?, 2 * support::HANG).await?;
 
         // What the victim left visible before it dies.
         let effects = support::count(&pool, "t_effects").await?;
@@ -325,7 +325,7 @@ async fn crash(consumer: &'static str, events: u64, role: &'static str, point: &
         }
 
         let mut restart = spawn(&pool, "restart", "", &[consumer], "restart");
-        restart.finish(Duration::from_secs(300)).await?;
+        restart.finish(2 * support::HANG).await?;
         eprintln!(
             "{consumer} killed {point}: {} lease(s) recovered and settled {:?} after the kill",
             killed.len(),
@@ -500,7 +500,7 @@ async fn processes(dispatchers: usize, events: u64) -> TestResult {
             worst = worst.max(support::doubly_leased_keys(&producer, &PER_KEY).await?);
             samples += 1;
             assert!(
-                started.elapsed() < Duration::from_secs(280),
+                started.elapsed() < 2 * support::HANG,
                 "dispatcher processes still running"
             );
             tokio::time::sleep(Duration::from_millis(5)).await;

@@ -135,7 +135,7 @@ async fn open_store(
             .open()
             .await
         {
-            Err(SqliteOpenError::Locked { .. }) if start.elapsed() < Duration::from_secs(20) => {
+            Err(SqliteOpenError::Locked { .. }) if start.elapsed() < support::HANG => {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             result => return Ok(result?),
@@ -412,7 +412,7 @@ async fn crash_run(consumer: &str, events: u64, role: &str, point: &str) -> Test
 
     let mut victim = spawn(&path, role, &[(POINT, point.to_owned())], &[consumer]);
     let (ready, n) = crash::ready_signal(point, events)?;
-    victim.wait_for(ready, n, Duration::from_secs(120)).await?;
+    victim.wait_for(ready, n, 2 * support::HANG).await?;
     let signalled: Vec<Lease> = victim
         .signals(if role == "claim" {
             "claimed"
@@ -482,7 +482,7 @@ async fn crash_run(consumer: &str, events: u64, role: &str, point: &str) -> Test
     store.close().await;
 
     let mut restart = spawn(&path, "restart", &[], &[consumer]);
-    restart.finish(Duration::from_secs(300)).await?;
+    restart.finish(2 * support::HANG).await?;
 
     let store = open_store(&path, 4, Duration::from_secs(10)).await?;
     assert_acked_once(&store, consumer, &ids, &killed).await?;
@@ -569,9 +569,7 @@ async fn killed_mid_run(workers: usize) -> TestResult {
         (STOP_AFTER, (deliveries / 2).to_string()),
     ];
     let mut first = spawn(&path, "worker", &envs, &ALL_CONSUMERS);
-    first
-        .wait_for_progress("stuck", 1, Duration::from_secs(600))
-        .await?;
+    first.wait_for_progress("stuck", 1, support::HANG).await?;
     first.kill()?;
 
     // Killed mid-run: something in flight, something not yet handled.
@@ -588,7 +586,7 @@ async fn killed_mid_run(workers: usize) -> TestResult {
         &[(WORKERS, workers.to_string())],
         &ALL_CONSUMERS,
     );
-    second.finish(Duration::from_secs(600)).await?;
+    second.finish(2 * support::HANG).await?;
     let done = second.signals("worker_done");
     let [report] = done.as_slice() else {
         return Err(format!("worker reports: {done:?}").into());

@@ -733,7 +733,7 @@ async fn shutdown_drains_the_running_handler_and_releases_the_rest() -> TestResu
                 },
             )?
             .start();
-        tokio::time::timeout(Duration::from_secs(10), started.notified()).await?;
+        tokio::time::timeout(support::HANG, started.notified()).await?;
         let leased = statuses(&store, "d.unordered").await?;
         assert_eq!(leased, [("leased".to_owned(), 5)]);
         let stats = handle.shutdown().await;

@@ -405,8 +405,8 @@ impl DynHandler for RecordsBackend {
     }
 }
 
-/// Waits (at most [`support::HANG`]) until every open connection of `pool` is back and idle; connections go
-/// back to an sqlx pool in the background.
+/// Waits (at most [`support::HANG`]) until every open connection of `pool` is back and idle;
+/// connections go back to an sqlx pool in the background.
 async fn all_idle(pool: &PgPool, whose: &str) {
     let start = Instant::now();
     while pool.num_idle() < pool.size() as usize {

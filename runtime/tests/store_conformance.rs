@@ -1754,7 +1754,7 @@ async fn concurrent_per_key_workers_keep_one_in_flight_per_key<S: Conformance>(
         );
         workers.push(tokio::spawn(async move {
             let owner = format!("w{worker}");
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            let deadline = tokio::time::Instant::now() + support::HANG;
             while acked.load(std::sync::atomic::Ordering::SeqCst) < EVENTS {
                 assert!(tokio::time::Instant::now() < deadline, "workers stalled");
                 let claimed = claim(&store, ORDERED, &owner, 5, LEASE, true).await?;
@@ -3145,7 +3145,7 @@ mod sqlite_only {
 
         // After shutdown, commits wake nobody.
         stop.send(true)?;
-        tokio::time::timeout(Duration::from_secs(10), listener).await??;
+        tokio::time::timeout(crate::support::HANG, listener).await??;
         let notified = waker.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
@@ -3192,7 +3192,7 @@ mod sqlite_only {
             .await?;
         assert!(!woken(&ordered).await, "woken before the commit");
         tx.commit().await?;
-        let claimed = tokio::time::timeout(Duration::from_secs(10), waiter).await???;
+        let claimed = tokio::time::timeout(crate::support::HANG, waiter).await???;
         assert!(claimed.iter().any(|c| c.lease.event_id == receipt.event_id));
         // The commit woke every consumer it wrote for.
         assert!(woken(&ordered).await);
@@ -3293,14 +3293,15 @@ mod postgres_only {
     }
 }
 
-/// The feed after `after` once it holds at least `count` events (at most 60 s: on PostgreSQL
-/// any write transaction still open in the cluster, another test's too, holds the feed back).
+/// The feed after `after` once it holds at least `count` events (at most
+/// [`support::HANG`]: on PostgreSQL any write transaction still open in the cluster, another
+/// test's too, holds the feed back).
 async fn feed_of<S: Conformance>(
     store: &S,
     after: FeedPosition,
     count: usize,
 ) -> Result<Vec<FeedEvent>, BoxError> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let deadline = tokio::time::Instant::now() + support::HANG;
     loop {
         let feed = store.feed(after, 100).await?;
         if feed.len() >= count || tokio::time::Instant::now() >= deadline {

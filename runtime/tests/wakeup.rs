@@ -1,7 +1,7 @@
 //! Wake-up without a doorbell, on a real server: a worker that cannot take its consumer's
 //! doorbell (an append held it off past the wait) must not sleep a whole poll interval, since
 //! no append rings for it then. It looks again soon, so an event committed meanwhile is
-//! handled long before the (here 20 s) poll interval.
+//! handled long before the poll interval (here twice the test's hang bound).
 
 mod support;
 
@@ -31,7 +31,8 @@ async fn a_worker_denied_the_doorbell_looks_again_before_its_poll_interval() -> 
         let config = DispatcherConfig::default()
             .owner("wakeup")
             .workers(1)
-            // Far beyond the hang bound below: only the doorbell can end the wait in time.
+            // Beyond the hang bound below: only the refused worker's prompt second look can
+            // end the wait in time, not its poll.
             .poll_interval(2 * support::HANG);
         // An append in flight: it holds the doorbell's shared lock (so it does not ring) until
         // it commits, and keeps the idle worker from taking the doorbell meanwhile.

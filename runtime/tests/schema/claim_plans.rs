@@ -109,7 +109,8 @@ async fn a_batch_ack_that_waits_on_a_reclaim_leaves_the_new_lease() -> TestResul
         // Until the ack waits for the other writer's row lock (a bound on a hang, not a
         // timing assertion: the ack cannot finish before the commit below).
         let mut waited = false;
-        for _ in 0..2_000 {
+        let start = std::time::Instant::now();
+        while start.elapsed() < crate::support::HANG {
             let waiting: bool = sqlx::query_scalar(
                 "SELECT EXISTS (SELECT 1 FROM pg_stat_activity \
                  WHERE datname = current_database() AND wait_event_type = 'Lock')",

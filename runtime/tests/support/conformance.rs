@@ -77,14 +77,14 @@ where
     result
 }
 
-/// Waits until `probe` answers `Some`, polling every few milliseconds, for at most 10 s (a
-/// bound on a hang, not a timing assertion). `None` if it never did.
+/// Waits until `probe` answers `Some`, polling every few milliseconds, for at most
+/// [`crate::support::HANG`] (a bound on a hang, not a timing assertion). `None` if it never did.
 pub async fn eventually<T, F, Fut>(mut probe: F) -> Result<Option<T>, BoxError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Option<T>, BoxError>>,
 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + crate::support::HANG;
     loop {
         if let Some(found) = probe().await? {
             return Ok(Some(found));

@@ -192,7 +192,7 @@ async fn renewed<S: CrashStore>(store: &S, lease: &Lease) -> Result<(), HandlerE
         {
             return Ok(());
         }
-        if start.elapsed() > Duration::from_secs(20) {
+        if start.elapsed() > crate::support::HANG {
             return Err(HandlerError::transient("never_renewed"));
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -450,8 +450,8 @@ pub async fn serve_until_done<S: CrashStore>(
     let handle = dispatcher.start();
     let start = Instant::now();
     while open(store, consumers).await? > 0 {
-        if start.elapsed() > Duration::from_secs(540) {
-            return Err("deliveries still open after 540 s".into());
+        if start.elapsed() > crate::support::HANG {
+            return Err(format!("deliveries still open after {:?}", crate::support::HANG).into());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

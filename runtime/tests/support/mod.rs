@@ -144,8 +144,9 @@ pub async fn count(pool: &PgPool, table: &str) -> Result<i64, sqlx::Error> {
 }
 
 /// How long a wait for something that must happen may run before the test calls it a hang.
-/// Minutes: a loaded CI host has run these tests up to twenty times slower than an idle one, and
-/// a wait that passes ends as soon as its condition holds.
+/// Minutes: a loaded CI host runs these tests many times slower than an idle one, and a wait
+/// that passes ends as soon as its condition holds. A parent waiting on a child that has its
+/// own bound waits twice this, so the child's error is the one that shows.
 pub const HANG: std::time::Duration = std::time::Duration::from_secs(300);
 
 pub const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
