@@ -9,7 +9,8 @@
 //! makes the contract edit the guide describes in prose. Everything builds in the target
 //! directory of the `cargo test` running this test (which holds no build lock while its tests
 //! run), so the install reuses a debug build of the CLI that `cargo evc check` made, and the
-//! shop (with the workspace's dev profile) reuses the workspace's dependency builds.
+//! shop (with the workspace's dev profile) reuses those dependency builds whose features are
+//! the same in both (the workspace enables more features on many shared crates).
 
 mod support;
 

@@ -212,11 +212,12 @@ async fn signals(pool: &PgPool, point: &str) -> Result<i64, sqlx::Error> {
         .await
 }
 
-async fn wait_for_signal(pool: &PgPool, point: &str, n: i64, timeout: Duration) -> TestResult {
+async fn wait_for_signal(pool: &PgPool, point: &str, n: i64) -> TestResult {
     let start = Instant::now();
+    let bound = 2 * support::HANG;
     while signals(pool, point).await? < n {
-        if start.elapsed() > timeout {
-            return Err(format!("no {point} signal after {timeout:?}").into());
+        if start.elapsed() > bound {
+            return Err(format!("no {point} signal after {bound:?}").into());
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -271,7 +272,7 @@ async fn crash(consumer: &'static str, events: u64, role: &'static str, point: &
         // At `between_renewals` the handler signals right after a renewal: the kill falls
         // between two of them.
         let (ready, n) = crash::ready_signal(point, events)?;
-        wait_for_signal(&pool, ready, i64::try_from(n)?, 2 * support::HANG).await?;
+        wait_for_signal(&pool, ready, i64::try_from(n)?).await?;
 
         // What the victim left visible before it dies.
         let effects = support::count(&pool, "t_effects").await?;

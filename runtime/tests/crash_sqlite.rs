@@ -412,7 +412,7 @@ async fn crash_run(consumer: &str, events: u64, role: &str, point: &str) -> Test
 
     let mut victim = spawn(&path, role, &[(POINT, point.to_owned())], &[consumer]);
     let (ready, n) = crash::ready_signal(point, events)?;
-    victim.wait_for(ready, n, 2 * support::HANG).await?;
+    victim.wait_for(ready, n).await?;
     let signalled: Vec<Lease> = victim
         .signals(if role == "claim" {
             "claimed"
@@ -569,7 +569,7 @@ async fn killed_mid_run(workers: usize) -> TestResult {
         (STOP_AFTER, (deliveries / 2).to_string()),
     ];
     let mut first = spawn(&path, "worker", &envs, &ALL_CONSUMERS);
-    first.wait_for_progress("stuck", 1, support::HANG).await?;
+    first.wait_for_progress("stuck", 1).await?;
     first.kill()?;
 
     // Killed mid-run: something in flight, something not yet handled.

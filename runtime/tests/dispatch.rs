@@ -136,7 +136,7 @@ fn consumers(store: &PgStore) -> Vec<String> {
         .collect()
 }
 
-async fn wait_until_settled(store: &PgStore, timeout: Duration) -> Result<(), DispatchError> {
+async fn wait_until_settled(store: &PgStore) -> Result<(), DispatchError> {
     let start = Instant::now();
     let consumers = consumers(store);
     loop {
@@ -145,8 +145,9 @@ async fn wait_until_settled(store: &PgStore, timeout: Duration) -> Result<(), Di
             return Ok(());
         }
         assert!(
-            start.elapsed() < timeout,
-            "{open} deliveries still open after {timeout:?}"
+            start.elapsed() < support::HANG,
+            "{open} deliveries still open after {:?}",
+            support::HANG
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -191,7 +192,7 @@ async fn exactly_once(dispatchers: usize, events: u64) -> TestResult {
                 Ok::<_, DispatchError>((samples, worst))
             })
         };
-        wait_until_settled(&producer, support::HANG).await?;
+        wait_until_settled(&producer).await?;
         let elapsed = started.elapsed();
         done.store(true, Ordering::SeqCst);
         let (samples, worst) = sampler.await??;

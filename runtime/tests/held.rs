@@ -101,14 +101,17 @@ impl DynHandler for WritesEffects {
     }
 }
 
-async fn settle(store: &PgStore, limit: Duration) -> TestResult {
+async fn settle(store: &PgStore) -> TestResult {
     let start = Instant::now();
     loop {
         let open = store.open_deliveries(&[CONSUMER.to_owned()]).await?;
         if open == 0 {
             return Ok(());
         }
-        assert!(start.elapsed() < limit, "{open} deliveries still open");
+        assert!(
+            start.elapsed() < support::HANG,
+            "{open} deliveries still open"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -159,7 +162,7 @@ async fn two_dispatchers_drain_held_batches_each_delivery_acked_and_written_once
         let second = Dispatcher::new(store.clone(), held_config("held-b"))
             .consumer(CONSUMER, Arc::clone(&handler))?
             .start();
-        settle(&store, support::HANG).await?;
+        settle(&store).await?;
         let (a, b) = (first.shutdown().await, second.shutdown().await);
         assert_eq!(a.acked + b.acked, JOBS, "acks counted by the dispatchers");
         assert_eq!((a.stale, b.stale), (0, 0));
@@ -222,7 +225,7 @@ async fn a_failing_handler_rolls_its_held_batch_back_and_its_failure_is_recorded
         let dispatcher = Dispatcher::new(store.clone(), held_config("held-f").workers(1))
             .consumer(CONSUMER, Arc::clone(&handler))?
             .start();
-        settle(&store, support::HANG).await?;
+        settle(&store).await?;
         let stats = dispatcher.shutdown().await;
 
         assert_eq!(
@@ -443,7 +446,7 @@ async fn a_busy_held_worker_keeps_its_connection_and_an_idle_one_gives_it_back()
         )
         .consumer(CONSUMER, Arc::clone(&handler))?
         .start();
-        settle(&store, support::HANG).await?;
+        settle(&store).await?;
         // Idle now (its claims find nothing): the worker holds no connection between polls.
         all_idle(store.pool(), "an idle dispatcher's").await;
         let stats = dispatcher.shutdown().await;

@@ -532,10 +532,11 @@ impl ChildProcess {
             .collect()
     }
 
-    /// Waits until `n` signals `point` were read; fails if the child exits first or after
-    /// `timeout` (a bound on a hang).
-    pub async fn wait_for(&mut self, point: &str, n: u64, timeout: Duration) -> TestResult {
+    /// Waits until `n` signals `point` were read; fails if the child exits first or after twice
+    /// [`crate::support::HANG`] (a bound on a hang, beyond the child's own).
+    pub async fn wait_for(&mut self, point: &str, n: u64) -> TestResult {
         let start = Instant::now();
+        let timeout = 2 * crate::support::HANG;
         while (self.signals(point).len() as u64) < n {
             if let Some(status) = self.child.try_wait()? {
                 return Err(format!("{} exited ({status}) before {point}", self.role).into());
@@ -549,11 +550,12 @@ impl ChildProcess {
     }
 
     /// Waits until `n` signals `point` were read, as long as the child keeps signalling: fails
-    /// if the child exits first, sends no signal at all for `stall` (a hang: make it minutes,
-    /// a loaded machine's SQLite children have gone two without one), or never gets there in
-    /// fifteen minutes (a loop that keeps signalling).
-    pub async fn wait_for_progress(&mut self, point: &str, n: u64, stall: Duration) -> TestResult {
+    /// if the child exits first, sends no signal at all for [`crate::support::HANG`] (a hang;
+    /// on a loaded machine a SQLite child can go minutes between signals), or never gets there
+    /// in fifteen minutes (a loop that keeps signalling).
+    pub async fn wait_for_progress(&mut self, point: &str, n: u64) -> TestResult {
         let start = Instant::now();
+        let stall = crate::support::HANG;
         let mut seen = self.signals_seen();
         let mut since = Instant::now();
         while (self.signals(point).len() as u64) < n {
