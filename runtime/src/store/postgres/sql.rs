@@ -712,9 +712,24 @@ WITH r AS (
 SELECT x.event_id, x.consumer, x.replay_id, (SELECT count(*) FROM a) AS attempts FROM x"
 );
 
+/// The start both fail statements share: CTE `t` reads the clock once (`$7` handler start in
+/// epoch seconds), and both the attempt row's `finished_at` and a retry's `next_attempt_at`
+/// (`finished_at` + delay) come from that one read. Two reads would let a stall between the
+/// update and the insert (a WAL flush, a relation extension) eat into the retry delay.
+macro_rules! failed_attempt_clock {
+    () => {
+        "\
+WITH t AS MATERIALIZED (
+    SELECT to_timestamp($7::float8) AS started,
+        greatest(clock_timestamp(), to_timestamp($7::float8)) AS finished
+), d AS (
+"
+    };
+}
+
 /// The end both fail statements share: the failed attempt's row for the delivery `d` they
-/// updated (`$6` error code, `$7` handler start in epoch seconds, `$8` outcome), and the count
-/// with the replay that made the delivery (NULL: none).
+/// updated (`$6` error code, `$8` outcome, times from `t`), and the count with the replay
+/// that made the delivery (NULL: none).
 macro_rules! failed_attempt_row {
     () => {
         "), a AS (
@@ -723,10 +738,7 @@ macro_rules! failed_attempt_row {
     SELECT d.event_id, d.consumer, d.generation, d.attempt, d.lease_owner, d.fencing_token,
         t.started, t.finished, $8, $6,
         floor(extract(epoch FROM t.finished - t.started) * 1000)::int8
-    FROM d CROSS JOIN (
-        SELECT to_timestamp($7::float8) AS started,
-            greatest(clock_timestamp(), to_timestamp($7::float8)) AS finished
-    ) AS t
+    FROM d CROSS JOIN t
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM a) AS attempts, d.replay_id FROM d"
@@ -738,14 +750,15 @@ SELECT (SELECT count(*) FROM a) AS attempts, d.replay_id FROM d"
 /// error code, `$7` started at (epoch seconds), `$8` the attempt's outcome (`retry`, `dead`,
 /// `quarantined`). Writes the attempt row in the same statement.
 pub(crate) const FAIL_FENCED: &str = concat!(
+    failed_attempt_clock!(),
     "\
-WITH d AS (
     UPDATE evc_deliveries
     SET status = $4, lease_until = NULL, last_error_code = $6, updated_at = now(),
         -- From the clock, not the transaction start: the delay runs from the attempt's end
-        -- (its `finished_at`), however long this statement waited.
+        -- (its `finished_at`), however long this statement waited for the row.
         next_attempt_at = CASE WHEN $4 = 'pending'
-            THEN clock_timestamp() + $5::int8 * interval '1 millisecond' ELSE next_attempt_at END
+            THEN (SELECT finished FROM t) + $5::int8 * interval '1 millisecond'
+            ELSE next_attempt_at END
     WHERE event_id = $1 AND consumer = $2 AND fencing_token = $3 AND status = 'leased'
     RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token, replay_id
 ",
@@ -758,13 +771,14 @@ WITH d AS (
 /// this writes nothing). Counts the attempt, raises the token and records worker `$9` as the
 /// owner, like a claim would have.
 pub(crate) const FAIL_HELD: &str = concat!(
+    failed_attempt_clock!(),
     "\
-WITH d AS (
     UPDATE evc_deliveries
     SET status = $4, attempt = attempt + 1, fencing_token = fencing_token + 1,
         lease_owner = $9, lease_until = NULL, last_error_code = $6, updated_at = now(),
         next_attempt_at = CASE WHEN $4 = 'pending'
-            THEN clock_timestamp() + $5::int8 * interval '1 millisecond' ELSE next_attempt_at END
+            THEN (SELECT finished FROM t) + $5::int8 * interval '1 millisecond'
+            ELSE next_attempt_at END
     WHERE event_id = $1 AND consumer = $2 AND fencing_token = $3 - 1 AND status = 'pending'
     RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token, replay_id
 ",
