@@ -620,16 +620,35 @@ WITH ",
 /// `DELETE` leaves no new row version and no index entry behind, where setting `acked` wrote
 /// both (docs/design.md, "Held batches"). Returns the acked event ids, each with the replay that
 /// made its delivery (NULL: none).
+///
+/// Rows are found and deleted as in [`ACK_BATCH_FENCED`] (one primary-key probe per entry,
+/// the delete by address with the fence repeated as a hashed filter): written as
+/// `DELETE ... USING UNNEST(..)`, the custom plan for 200 entries or more hash-joined a
+/// sequential scan of every delivery row (docs/design.md, "Claim statements").
 pub(crate) const ACK_HELD: &str = concat!(
     "\
-WITH x AS (
+WITH r AS (
+    SELECT DISTINCT ON (event_id, fencing_token) event_id, fencing_token, started
+    FROM UNNEST($1::uuid[], $2::int8[], $4::float8[]) AS r (event_id, fencing_token, started)
+), k AS (
     DELETE FROM evc_deliveries d
-    USING UNNEST($1::uuid[], $2::int8[], $4::float8[]) AS r (event_id, fencing_token, started)
-    WHERE d.event_id = r.event_id AND d.consumer = $3 AND d.status = 'pending'
-        AND d.fencing_token = r.fencing_token - 1
-    RETURNING d.event_id, d.consumer, d.generation, d.attempt + 1 AS attempt,
-        $5::text AS lease_owner, d.fencing_token + 1 AS fencing_token,
-        to_timestamp(r.started) AS started, d.replay_id
+    WHERE d.ctid = ANY (ARRAY(
+        SELECT f.ctid FROM r CROSS JOIN LATERAL (
+            SELECT l.ctid FROM evc_deliveries l
+            WHERE l.event_id = r.event_id AND l.consumer = $3 AND l.status = 'pending'
+                AND l.fencing_token = r.fencing_token - 1
+            OFFSET 0
+        ) AS f
+    ))
+        AND d.consumer = $3 AND d.status = 'pending'
+        AND coalesce((d.event_id, d.fencing_token + 1)
+            IN (SELECT event_id, fencing_token FROM r), false)
+    RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.fencing_token, d.replay_id
+), x AS (
+    SELECT k.event_id, k.consumer, k.generation, k.attempt + 1 AS attempt,
+        $5::text AS lease_owner, k.fencing_token + 1 AS fencing_token,
+        to_timestamp(r.started) AS started, k.replay_id
+    FROM k JOIN r ON r.event_id = k.event_id AND r.fencing_token = k.fencing_token + 1
 ), ",
     acked_attempt_rows!(),
     "
@@ -837,8 +856,10 @@ WITH x AS (
         next_attempt_at = now(), last_error_code = 'lease_expired', updated_at = now()
     FROM y
     -- By ctid: the rows are locked, so they stay where `x` found them (and an earlier,
-    -- replayed generation of the delivery is left alone).
-    WHERE d.ctid = y.ctid
+    -- replayed generation of the delivery is left alone). The `ANY` over their addresses
+    -- makes it a TID scan: joined by `d.ctid = y.ctid` alone, PostgreSQL hashed a
+    -- sequential scan of every delivery row once a call recovered a thousand leases.
+    WHERE d.ctid = ANY (ARRAY(SELECT ctid FROM x)) AND d.ctid = y.ctid
     RETURNING d.event_id
 ), a AS (
     INSERT INTO evc_delivery_attempts (event_id, consumer, generation, attempt, owner,
@@ -1779,7 +1800,11 @@ mod tests {
         ));
         assert!(RECORD_EFFECT.contains("fencing_token = $5 AND status = 'leased'"));
         assert!(RECORD_EFFECT_HELD.contains("fencing_token = $5 - 1 AND status = 'pending'"));
-        assert!(ACK_HELD.contains("d.fencing_token = r.fencing_token - 1"));
+        assert!(ACK_HELD.contains("l.fencing_token = r.fencing_token - 1"));
+        assert!(ACK_HELD.contains(
+            "(d.event_id, d.fencing_token + 1)
+            IN (SELECT event_id, fencing_token FROM r)"
+        ));
     }
 
     #[test]
