@@ -32,13 +32,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use evc_runtime::{
-    AppendOptions, ConsumerDescriptor, ConsumerMode, DeliveryStatus, Dispatcher, DispatcherConfig,
-    EventDescriptor, HandlerError, HandlerKind, NewEvent, OutgoingEvent, PgStore, Publish,
-    Registry, RetryPolicyDescriptor, Store, SubscriptionDescriptor, TraceContext,
+    AppendOptions, ConsumerDescriptor, ConsumerMode, CopyRows, DeliveryStatus, Dispatcher,
+    DispatcherConfig, EventDescriptor, HandlerError, HandlerKind, NewEvent, OutgoingEvent, PgStore,
+    Publish, Registry, RetryPolicyDescriptor, Store, SubscriptionDescriptor, TraceContext,
     VersionDescriptor,
 };
 use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
-use futures_util::TryStreamExt;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection};
@@ -1360,7 +1359,7 @@ async fn batch_append(server: &mut Server) -> BenchResult<BatchAppend> {
         // and without the trigger: what the database-side cap costs a batch append.
         let pool = server.migrated(&format!("batch{run}"), 4).await?;
         let capped = timed_append(&pool, true).await?;
-        let rows = written_rows(&pool).await?;
+        let rows = store(pool.clone())?.copy_rows_out().await?;
         pool.close().await;
         let pool = server.migrated(&format!("batch{run}raw"), 4).await?;
         let raw = raw_copy(&pool, &rows).await?;
@@ -1390,54 +1389,14 @@ async fn timed_append(pool: &PgPool, with_cap: bool) -> BenchResult<f64> {
     append_claimed(&store, CLAIMED, BATCH_EVENTS).await
 }
 
-/// The columns `append_batch` writes with `COPY`, per table, in its order, and the order the
-/// rows were written in.
-const COPIED: [(&str, &str, &str); 2] = [
-    (
-        "evc_events",
-        "seq, event_id, event_type, schema_version, order_key, tenant_scope, producer_class, \
-         trace_id, parent_span_id, trace_flags, correlation_id, causation_id, payload, \
-         payload_bytes",
-        "seq",
-    ),
-    (
-        "evc_deliveries",
-        "event_id, consumer, event_seq, tenant_scope, order_key",
-        "event_seq",
-    ),
-];
-
-/// The rows an append wrote to the tables of [`COPIED`], as `COPY` text, one buffer per table.
-async fn written_rows(pool: &PgPool) -> BenchResult<Vec<Vec<u8>>> {
-    let mut connection = pool.acquire().await?;
-    let mut tables = Vec::new();
-    for (table, columns, order) in COPIED {
-        let statement = format!("COPY (SELECT {columns} FROM {table} ORDER BY {order}) TO STDOUT");
-        let mut stream = connection.copy_out_raw(&statement).await?;
-        let mut bytes = Vec::new();
-        while let Some(chunk) = stream.try_next().await? {
-            bytes.extend_from_slice(&chunk);
-        }
-        tables.push(bytes);
-    }
-    Ok(tables)
-}
-
-/// Writes `rows` ([`written_rows`]) with one raw `COPY` per table in one transaction into the
-/// fresh database of `pool`, after a checkpoint; events per second of the copies and commit.
-async fn raw_copy(pool: &PgPool, rows: &[Vec<u8>]) -> BenchResult<f64> {
+/// Writes `rows` ([`PgStore::copy_rows_out`] of an append's database) with the append's two
+/// `COPY` commands alone, in one transaction, into the fresh database of `pool` after a
+/// checkpoint; events per second of the copies and the commit.
+async fn raw_copy(pool: &PgPool, rows: &CopyRows) -> BenchResult<f64> {
     sqlx::raw_sql("CHECKPOINT").execute(pool).await?;
     let started = Instant::now();
     let mut tx = pool.begin().await?;
-    for ((table, columns, _), bytes) in COPIED.iter().zip(rows) {
-        let statement = format!("COPY {table} ({columns}) FROM STDIN");
-        let mut copy = tx.copy_in_raw(&statement).await?;
-        // In messages of the size the append sends.
-        for chunk in bytes.chunks(1 << 20) {
-            copy.send(chunk).await?;
-        }
-        copy.finish().await?;
-    }
+    PgStore::copy_rows_in(&mut tx, rows).await?;
     tx.commit().await?;
     Ok(BATCH_EVENTS as f64 / started.elapsed().as_secs_f64())
 }

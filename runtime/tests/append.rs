@@ -1124,3 +1124,26 @@ async fn a_credential_in_an_envelope_field_is_refused() -> TestResult {
     })
     .await
 }
+
+/// `PgStore::copy_rows_out` reads back what a batch append wrote, and `copy_rows_in` loads
+/// exactly those rows into another database, where the store reads them as its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copied_rows_load_into_another_database_unchanged() -> TestResult {
+    with_database(|source| async move {
+        let store = evc_runtime::PgStore::new(source, support::DISPATCH_REGISTRY)?;
+        support::append_notes(&store, 40, 8).await?;
+        let rows = store.copy_rows_out().await?;
+        assert!(!rows.is_empty());
+        with_database(move |target| async move {
+            let copied = evc_runtime::PgStore::new(target.clone(), support::DISPATCH_REGISTRY)?;
+            let mut tx = target.begin().await?;
+            evc_runtime::PgStore::copy_rows_in(&mut tx, &rows).await?;
+            tx.commit().await?;
+            assert_eq!(copied.copy_rows_out().await?, rows);
+            assert_eq!(copied.count_deliveries("d.unordered", &[]).await?, 40);
+            Ok(())
+        })
+        .await
+    })
+    .await
+}

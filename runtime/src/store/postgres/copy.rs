@@ -9,11 +9,13 @@
 
 use std::fmt::Write as _;
 
+use futures_util::TryStreamExt;
 use sqlx::postgres::PgConnection;
 use uuid::Uuid;
 
-use super::{EventRow, sql};
+use super::{EventRow, PgStore, sql};
 use crate::append::{AppendError, AppendReceipt, CheckedEvent, NewEvent};
+use crate::store::DispatchError;
 
 /// Bytes of `COPY` data sent per message: large enough that per-message costs vanish, small
 /// enough that the server starts on the rows while the rest are encoded.
@@ -98,6 +100,74 @@ pub(super) async fn append(
             .await?;
     }
     Ok(receipts)
+}
+
+/// Event and delivery rows as a batch append's two `COPY` commands send them (text format,
+/// the same columns), read back from a database with [`PgStore::copy_rows_out`]. Writing them
+/// with [`PgStore::copy_rows_in`] is a bare bulk load of what an append wrote: the baseline
+/// the outbox benchmark measures the batch append against.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CopyRows {
+    events: Vec<u8>,
+    deliveries: Vec<u8>,
+}
+
+impl CopyRows {
+    /// Bytes of `COPY` text, events and deliveries together.
+    pub fn len(&self) -> usize {
+        self.events.len() + self.deliveries.len()
+    }
+
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl PgStore {
+    /// Every event and delivery row of the store's database, in `seq` order, as
+    /// [`CopyRows`].
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    pub async fn copy_rows_out(&self) -> Result<CopyRows, DispatchError> {
+        let mut connection = self.inner.pool.acquire().await?;
+        let mut tables = [Vec::new(), Vec::new()];
+        for (statement, bytes) in [sql::COPY_EVENTS_OUT, sql::COPY_DELIVERIES_OUT]
+            .into_iter()
+            .zip(&mut tables)
+        {
+            let mut stream = connection.copy_out_raw(statement).await?;
+            while let Some(chunk) = stream.try_next().await? {
+                bytes.extend_from_slice(&chunk);
+            }
+        }
+        let [events, deliveries] = tables;
+        Ok(CopyRows { events, deliveries })
+    }
+
+    /// Writes `rows` on `connection` (in the caller's transaction, if one is open) with the
+    /// batch append's two `COPY` commands and nothing else: no checks, no seqs reserved, no
+    /// notification. Rows that break a constraint of the schema fail the copy.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    pub async fn copy_rows_in(
+        connection: &mut PgConnection,
+        rows: &CopyRows,
+    ) -> Result<(), DispatchError> {
+        for (statement, bytes) in [
+            (sql::COPY_EVENTS, &rows.events),
+            (sql::COPY_DELIVERIES, &rows.deliveries),
+        ] {
+            let mut copy = connection.copy_in_raw(statement).await?;
+            for chunk in bytes.chunks(SEND_BYTES) {
+                copy.send(chunk).await?;
+            }
+            copy.finish().await?;
+        }
+        Ok(())
+    }
 }
 
 /// A value without characters `COPY` escapes (numbers, UUIDs), then the column separator.

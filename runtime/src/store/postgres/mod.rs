@@ -65,6 +65,7 @@ pub(crate) mod sql;
 mod tenant;
 
 pub use console::Console;
+pub use copy::CopyRows;
 pub use deployed::deployed_registry;
 pub use doorbell::Doorbell;
 pub use maintenance::TableSpace;

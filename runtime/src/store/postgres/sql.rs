@@ -126,6 +126,18 @@ COPY evc_events (seq, event_id, event_type, schema_version, order_key, tenant_sc
 pub(crate) const COPY_DELIVERIES: &str = "\
 COPY evc_deliveries (event_id, consumer, event_seq, tenant_scope, order_key) FROM STDIN";
 
+/// Every event row in the text format and columns of [`COPY_EVENTS`], in `seq` order.
+pub(crate) const COPY_EVENTS_OUT: &str = "\
+COPY (SELECT seq, event_id, event_type, schema_version, order_key, tenant_scope, producer_class,
+    trace_id, parent_span_id, trace_flags, correlation_id, causation_id, payload, payload_bytes
+    FROM evc_events ORDER BY seq) TO STDOUT";
+
+/// Every delivery row in the text format and columns of [`COPY_DELIVERIES`], in `event_seq`
+/// order.
+pub(crate) const COPY_DELIVERIES_OUT: &str = "\
+COPY (SELECT event_id, consumer, event_seq, tenant_scope, order_key
+    FROM evc_deliveries ORDER BY event_seq, consumer) TO STDOUT";
+
 /// One notification per consumer in `$1` (after a `COPY`, which cannot notify).
 pub(crate) const NOTIFY_CONSUMERS: &str = "\
 SELECT count(pg_notify('evc_deliveries', c)) AS notified FROM UNNEST($1::text[]) AS c";
