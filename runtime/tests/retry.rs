@@ -34,6 +34,30 @@ impl DynHandler for FailsAsTold {
     }
 }
 
+/// Runs `FailsAsTold` as `d.leased` with `workers` until no delivery is open, then `linger`
+/// more, and answers the dispatcher's counts.
+async fn run_until_settled(
+    store: &evc_runtime::PgStore,
+    workers: usize,
+    linger: Duration,
+) -> Result<evc_runtime::DispatchStats, Box<dyn std::error::Error + Send + Sync>> {
+    let config = DispatcherConfig::default()
+        .owner("retry")
+        .workers(workers)
+        .poll_interval(Duration::from_millis(20))
+        .seed(1);
+    let handle = Dispatcher::new(store.clone(), config)
+        .consumer("d.leased", FailsAsTold)?
+        .start();
+    let start = Instant::now();
+    while store.open_deliveries(&["d.leased".to_owned()]).await? > 0 {
+        assert!(start.elapsed() < support::HANG, "not settled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(linger).await;
+    Ok(handle.shutdown().await)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attempts_follow_the_policy_then_dead_and_quarantine_is_never_retried() -> TestResult {
     with_database(|pool| async move {
@@ -61,26 +85,8 @@ async fn attempts_follow_the_policy_then_dead_and_quarantine_is_never_retried() 
             ids.push((*text, receipt.event_id));
         }
         tx.commit().await?;
-        let config = DispatcherConfig::default()
-            .owner("retry")
-            .workers(2)
-            .poll_interval(Duration::from_millis(20))
-            .seed(1);
-        let handle = Dispatcher::new(store.clone(), config)
-            .consumer("d.leased", FailsAsTold)?
-            .start();
-        let start = Instant::now();
-        loop {
-            let open = store.open_deliveries(&["d.leased".to_owned()]).await?;
-            if open == 0 {
-                break;
-            }
-            assert!(start.elapsed() < support::HANG, "not settled");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
         // Long enough for a (wrong) retry of a quarantined delivery to show.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let stats = handle.shutdown().await;
+        let stats = run_until_settled(&store, 2, Duration::from_millis(500)).await?;
         assert_eq!(
             (stats.retried, stats.dead, stats.quarantined, stats.acked),
             (3, 3, 3, 0)
@@ -186,20 +192,7 @@ async fn a_retry_waits_its_delay_from_the_recorded_end_when_the_write_stalls() -
             .await?
             .event_id;
         tx.commit().await?;
-        let config = DispatcherConfig::default()
-            .owner("retry")
-            .workers(1)
-            .poll_interval(Duration::from_millis(20))
-            .seed(1);
-        let handle = Dispatcher::new(store.clone(), config)
-            .consumer("d.leased", FailsAsTold)?
-            .start();
-        let start = Instant::now();
-        while store.open_deliveries(&["d.leased".to_owned()]).await? > 0 {
-            assert!(start.elapsed() < support::HANG, "not settled");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let stats = handle.shutdown().await;
+        let stats = run_until_settled(&store, 1, Duration::ZERO).await?;
         assert_eq!((stats.retried, stats.dead), (3, 1));
         let mut attempts = store.attempts(event_id, "d.leased").await?;
         attempts.sort_by_key(|attempt| attempt.attempt);
