@@ -125,23 +125,28 @@ impl CopyRows {
 }
 
 impl PgStore {
-    /// Every event and delivery row of the store's database, in `seq` order, as
-    /// [`CopyRows`].
+    /// Every event and delivery row the store's connections can read (row-level security
+    /// applies: a tenant's session reads its tenant's rows), in `seq` order, as [`CopyRows`].
+    /// Both tables are read in one snapshot, so no delivery comes without its event.
     ///
     /// # Errors
     /// [`DispatchError::Database`].
     pub async fn copy_rows_out(&self) -> Result<CopyRows, DispatchError> {
-        let mut connection = self.inner.pool.acquire().await?;
+        let mut transaction = self.inner.pool.begin().await?;
+        sqlx::query(sql::ONE_SNAPSHOT)
+            .execute(&mut *transaction)
+            .await?;
         let mut tables = [Vec::new(), Vec::new()];
         for (statement, bytes) in [sql::COPY_EVENTS_OUT, sql::COPY_DELIVERIES_OUT]
             .into_iter()
             .zip(&mut tables)
         {
-            let mut stream = connection.copy_out_raw(statement).await?;
+            let mut stream = transaction.copy_out_raw(statement).await?;
             while let Some(chunk) = stream.try_next().await? {
                 bytes.extend_from_slice(&chunk);
             }
         }
+        transaction.commit().await?;
         let [events, deliveries] = tables;
         Ok(CopyRows { events, deliveries })
     }

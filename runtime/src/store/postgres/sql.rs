@@ -126,6 +126,9 @@ COPY evc_events (seq, event_id, event_type, schema_version, order_key, tenant_sc
 pub(crate) const COPY_DELIVERIES: &str = "\
 COPY evc_deliveries (event_id, consumer, event_seq, tenant_scope, order_key) FROM STDIN";
 
+/// The first statement of a transaction whose reads share one snapshot and write nothing.
+pub(crate) const ONE_SNAPSHOT: &str = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY";
+
 /// Every event row in the text format and columns of [`COPY_EVENTS`], in `seq` order.
 pub(crate) const COPY_EVENTS_OUT: &str = "\
 COPY (SELECT seq, event_id, event_type, schema_version, order_key, tenant_scope, producer_class,
@@ -747,6 +750,12 @@ SELECT x.event_id, x.consumer, x.replay_id, (SELECT count(*) FROM a) AS attempts
 /// epoch seconds), and both the attempt row's `finished_at` and a retry's `next_attempt_at`
 /// (`finished_at` + delay) come from that one read. Two reads would let a stall between the
 /// update and the insert (a WAL flush, a relation extension) eat into the retry delay.
+///
+/// The read happens when the update first reaches the row, before any wait for its lock, and
+/// is not repeated when PostgreSQL re-checks the row after such a wait. Only the lease's
+/// holder changes a leased row and keeps its fence (a renewal), and a worker renews and fails
+/// its own leases one statement after the other, so a fail that waited and still matches does
+/// not come from the dispatcher.
 macro_rules! failed_attempt_clock {
     () => {
         "\
@@ -785,8 +794,8 @@ pub(crate) const FAIL_FENCED: &str = concat!(
     "\
     UPDATE evc_deliveries
     SET status = $4, lease_until = NULL, last_error_code = $6, updated_at = now(),
-        -- From the clock, not the transaction start: the delay runs from the attempt's end
-        -- (its `finished_at`), however long this statement waited for the row.
+        -- From the clock, not the transaction start: the delay runs from the attempt's
+        -- recorded end (its `finished_at`).
         next_attempt_at = CASE WHEN $4 = 'pending'
             THEN (SELECT finished FROM t) + $5::int8 * interval '1 millisecond'
             ELSE next_attempt_at END
