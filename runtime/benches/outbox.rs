@@ -1096,11 +1096,7 @@ async fn endurance(server: &mut Server) -> BenchResult<Figure> {
             run.rate,
             run.appended,
             run.dry,
-            run.minutes
-                .iter()
-                .map(|rate| thousands(*rate))
-                .collect::<Vec<_>>()
-                .join(", ")
+            list(&run.minutes)
         );
         for table in &run.space {
             println!(
@@ -1358,14 +1354,15 @@ async fn batch_append(server: &mut Server) -> BenchResult<BatchAppend> {
         // With the fifth step's payload-cap trigger (the figure), the raw COPY of its rows,
         // and without the trigger: what the database-side cap costs a batch append.
         let pool = server.migrated(&format!("batch{run}"), 4).await?;
-        let capped = timed_append(&pool, true).await?;
-        let rows = store(pool.clone())?.copy_rows_out().await?;
+        let appended = store(pool.clone())?;
+        let capped = timed_append(&appended, true).await?;
+        let rows = appended.copy_rows_out().await?;
         pool.close().await;
         let pool = server.migrated(&format!("batch{run}raw"), 4).await?;
         let raw = raw_copy(&pool, &rows).await?;
         pool.close().await;
         let pool = server.migrated(&format!("batch{run}nocap"), 4).await?;
-        let uncapped = timed_append(&pool, false).await?;
+        let uncapped = timed_append(&store(pool.clone())?, false).await?;
         pool.close().await;
         runs.push(capped, raw, uncapped);
     }
@@ -1378,15 +1375,15 @@ async fn batch_append(server: &mut Server) -> BenchResult<BatchAppend> {
     Ok(runs.medians())
 }
 
-/// One `append_batch` of [`BATCH_EVENTS`] in the fresh database of `pool`, after a checkpoint
-/// (so no run pays for the writes another left dirty), with or without the payload-cap trigger.
-async fn timed_append(pool: &PgPool, with_cap: bool) -> BenchResult<f64> {
-    let store = store(pool.clone())?;
+/// One `append_batch` of [`BATCH_EVENTS`] in the fresh database of `store`, after a
+/// checkpoint (so no run pays for the writes another left dirty), with or without the
+/// payload-cap trigger.
+async fn timed_append(store: &PgStore, with_cap: bool) -> BenchResult<f64> {
     if !with_cap {
         store.set_payload_cap(false).await?;
     }
-    sqlx::raw_sql("CHECKPOINT").execute(pool).await?;
-    append_claimed(&store, CLAIMED, BATCH_EVENTS).await
+    sqlx::raw_sql("CHECKPOINT").execute(store.pool()).await?;
+    append_claimed(store, CLAIMED, BATCH_EVENTS).await
 }
 
 /// Writes `rows` ([`PgStore::copy_rows_out`] of an append's database) with the append's two
@@ -1401,6 +1398,7 @@ async fn raw_copy(pool: &PgPool, rows: &CopyRows) -> BenchResult<f64> {
     Ok(BATCH_EVENTS as f64 / started.elapsed().as_secs_f64())
 }
 
+/// Rates with thousands separators, comma-separated.
 fn list(rates: &[f64]) -> String {
     rates
         .iter()
@@ -1409,6 +1407,7 @@ fn list(rates: &[f64]) -> String {
         .join(", ")
 }
 
+/// The middle of `values` (the upper one of an even count).
 fn median(values: &[f64]) -> f64 {
     let mut values = values.to_vec();
     values.sort_by(f64::total_cmp);

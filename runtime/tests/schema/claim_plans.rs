@@ -99,9 +99,9 @@ async fn flushed_sequential_reads(pool: &PgPool) -> Result<i64, sqlx::Error> {
 }
 
 /// Lease-expiry recovery after a dispatcher holding many leases died: a thousand expired
-/// leases go back to pending by their row addresses. Updated by a join with the locked rows,
-/// PostgreSQL hashed a sequential scan of every delivery row on every call, and recovery
-/// calls again while a whole limit came back.
+/// leases go back to pending by their row addresses. Updated by a join with the locked rows
+/// alone, PostgreSQL hashes a sequential scan of every delivery row on every call, and
+/// recovery calls again while a whole limit comes back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recovering_a_thousand_expired_leases_reads_their_rows_not_the_table() -> TestResult {
     support::with_database(|pool| async move {
@@ -116,8 +116,8 @@ async fn recovering_a_thousand_expired_leases_reads_their_rows_not_the_table() -
         support::append_notes(&store, EVENTS, EVENTS).await?;
         // Leases that end as they start (all expired when recovery runs), and more that run
         // on: with nearly half the deliveries leased (7,000 of 15,000: three consumers), the
-        // statistics made PostgreSQL 15 plan the join as a hash join over a sequential scan
-        // (with one in eight leased, not).
+        // statistics make PostgreSQL 15 plan the join alone as a hash join over a sequential
+        // scan (with one in eight leased, not).
         for (consumer, batch, lease) in [
             ("d.unordered", EXPIRED, Duration::ZERO),
             ("d.unordered", 4_000, Duration::from_secs(300)),

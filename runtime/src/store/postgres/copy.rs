@@ -89,11 +89,7 @@ pub(super) async fn append(
     copy.finish().await?;
 
     if !deliveries.is_empty() {
-        let mut copy = connection.copy_in_raw(sql::COPY_DELIVERIES).await?;
-        for chunk in deliveries.as_bytes().chunks(SEND_BYTES) {
-            copy.send(chunk).await?;
-        }
-        copy.finish().await?;
+        copy_in(connection, sql::COPY_DELIVERIES, deliveries.as_bytes()).await?;
         sqlx::query(sql::NOTIFY_CONSUMERS)
             .bind(&consumers)
             .execute(&mut *connection)
@@ -161,18 +157,25 @@ impl PgStore {
         connection: &mut PgConnection,
         rows: &CopyRows,
     ) -> Result<(), DispatchError> {
-        for (statement, bytes) in [
-            (sql::COPY_EVENTS, &rows.events),
-            (sql::COPY_DELIVERIES, &rows.deliveries),
-        ] {
-            let mut copy = connection.copy_in_raw(statement).await?;
-            for chunk in bytes.chunks(SEND_BYTES) {
-                copy.send(chunk).await?;
-            }
-            copy.finish().await?;
-        }
+        copy_in(connection, sql::COPY_EVENTS, &rows.events).await?;
+        copy_in(connection, sql::COPY_DELIVERIES, &rows.deliveries).await?;
         Ok(())
     }
+}
+
+/// Sends `bytes` of `COPY` text through `statement` (a `COPY ... FROM STDIN`) in messages of
+/// [`SEND_BYTES`].
+async fn copy_in(
+    connection: &mut PgConnection,
+    statement: &str,
+    bytes: &[u8],
+) -> Result<(), sqlx::Error> {
+    let mut copy = connection.copy_in_raw(statement).await?;
+    for chunk in bytes.chunks(SEND_BYTES) {
+        copy.send(chunk).await?;
+    }
+    copy.finish().await?;
+    Ok(())
 }
 
 /// A value without characters `COPY` escapes (numbers, UUIDs), then the column separator.

@@ -638,7 +638,7 @@ WITH ",
 ///
 /// Rows are found and deleted as in [`ACK_BATCH_FENCED`] (one primary-key probe per entry,
 /// the delete by address with the fence repeated as a hashed filter): written as
-/// `DELETE ... USING UNNEST(..)`, the custom plan for 200 entries or more hash-joined a
+/// `DELETE ... USING UNNEST(..)`, the custom plan for 200 entries or more hash-joins a
 /// sequential scan of every delivery row (docs/design.md, "Claim statements").
 pub(crate) const ACK_HELD: &str = concat!(
     "\
@@ -878,8 +878,8 @@ WITH x AS (
     FROM y
     -- By ctid: the rows are locked, so they stay where `x` found them (and an earlier,
     -- replayed generation of the delivery is left alone). The `ANY` over their addresses
-    -- makes it a TID scan: joined by `d.ctid = y.ctid` alone, PostgreSQL hashed a
-    -- sequential scan of every delivery row once a call recovered a thousand leases.
+    -- makes it a TID scan: joined by `d.ctid = y.ctid` alone, PostgreSQL hashes a
+    -- sequential scan of every delivery row once many deliveries are leased.
     WHERE d.ctid = ANY (ARRAY(SELECT ctid FROM x)) AND d.ctid = y.ctid
     RETURNING d.event_id
 ), a AS (
