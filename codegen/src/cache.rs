@@ -8,9 +8,9 @@
 //! schemas exactly as written) and the payload policy and content model are equal. What a load
 //! reports is the same with or without a cache.
 //!
-//! Every load keeps a copy of what it parsed and checked, and an entry serves one later load,
-//! which takes it instead of copying it: the cache holds about one copy of a set's files and
-//! checks until it is dropped.
+//! Every load shares what it parsed and checked with the cache (parsed trees, typed files and
+//! checked schemas are behind `Arc`s, so sharing copies none of them), and an entry serves one
+//! later load, which takes it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};

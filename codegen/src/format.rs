@@ -346,7 +346,7 @@ pub struct VersionDef {
     /// JSON Schema of the payload: 2020-12, or the draft its `$schema` names (draft-07, -06,
     /// -04). Payloads are references (ids), never bodies.
     #[schemars(schema_with = "payload_schema_schema")]
-    pub schema: serde_json::Value,
+    pub schema: std::sync::Arc<serde_json::Value>,
     /// How producers and consumers move across a major bump (required under
     /// `breaking_with_policy`).
     #[serde(default)]

@@ -13,6 +13,7 @@
 
 mod cache;
 pub mod compat;
+mod control_characters;
 pub mod diagnostic;
 pub mod digest;
 pub mod duration;

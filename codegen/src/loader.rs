@@ -11,6 +11,7 @@
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
@@ -66,10 +67,11 @@ pub struct ParsedFile {
     pub kind: FileKind,
     /// The source text, when it could be read.
     pub source: Option<SourceFile>,
-    /// The YAML tree, when it parsed.
-    pub tree: Option<Node>,
+    /// The YAML tree, when it parsed. Shared, as the typed content is: a [`LoadCache`] keeps
+    /// the parse for a later load without copying it.
+    pub tree: Option<Arc<Node>>,
     /// The typed content, when the file passed every structural check.
-    pub typed: Option<Typed>,
+    pub typed: Option<Arc<Typed>>,
 }
 
 impl ParsedFile {
@@ -365,11 +367,12 @@ fn parse_source(parsed: &mut ParsedFile, source: SourceFile, diagnostics: &mut V
             return;
         }
     };
+    crate::control_characters::check(&source, &tree, diagnostics);
     let json = tree.to_json();
     let problems = structure::check(parsed.kind, &source, &tree, &json);
     if problems.is_empty() {
         match to_typed(parsed.kind, json) {
-            Ok(typed) => parsed.typed = Some(typed),
+            Ok(typed) => parsed.typed = Some(Arc::new(typed)),
             Err(error) => diagnostics.push(Diagnostic::new(
                 Rule::InvalidValue,
                 tree.location(&source),
@@ -379,7 +382,7 @@ fn parse_source(parsed: &mut ParsedFile, source: SourceFile, diagnostics: &mut V
         }
     }
     diagnostics.extend(problems);
-    parsed.tree = Some(tree);
+    parsed.tree = Some(Arc::new(tree));
     parsed.source = Some(source);
 }
 

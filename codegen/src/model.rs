@@ -35,7 +35,7 @@ pub struct ContractSet {
     pub sources: Sources,
     /// The YAML tree of every parsed file, by display path: the source map from any node
     /// (schema keywords included) to its line and column.
-    pub trees: BTreeMap<String, Node>,
+    pub trees: BTreeMap<String, std::sync::Arc<Node>>,
     /// The registry digest, or why the registry did not serialize, computed once: every
     /// emitter writes it, and it hashes every schema.
     pub(crate) registry_digest: std::sync::OnceLock<Result<String, String>>,
@@ -306,8 +306,9 @@ pub struct EventVersion {
     pub version: semver::Version,
     /// What changed.
     pub description: Option<String>,
-    /// JSON Schema 2020-12 of the payload, translated from the draft it was written in.
-    pub schema: serde_json::Value,
+    /// JSON Schema 2020-12 of the payload, translated from the draft it was written in; shared
+    /// with the loads of one command that read the same file (see [`crate::LoadCache`]).
+    pub schema: std::sync::Arc<serde_json::Value>,
     /// The plan for a breaking change, on major bumps.
     pub migration_policy: Option<MigrationPolicy>,
     /// JSON pointer of this version in its file (`/versions/1`).

@@ -76,7 +76,6 @@ pub(crate) fn validate(
     }
     let topics = checker.topics(&events);
     checker.settings_the_runtime_honours(&project.dispatcher, &consumers);
-    checker.control_characters();
 
     let mut diagnostics = checker.diagnostics;
     crate::diagnostic::sort(&mut diagnostics);
@@ -86,6 +85,7 @@ pub(crate) fn validate(
     }
     let mut sources = Sources::default();
     let mut trees = BTreeMap::new();
+    let mut typed = Vec::with_capacity(parsed.files.len());
     for (path, file) in parsed.files {
         if let Some(source) = file.source {
             sources.insert(source);
@@ -93,7 +93,9 @@ pub(crate) fn validate(
         if let Some(tree) = file.tree {
             trees.insert(path, tree);
         }
+        typed.extend(file.typed);
     }
+    free_in_background(typed);
     let set = ContractSet {
         dir: dir.to_owned(),
         project,
@@ -122,6 +124,16 @@ pub(crate) fn validate(
         }),
         diagnostics,
     )
+}
+
+/// Drops `garbage` on a thread of its own. The typed files of a large set take tens of
+/// milliseconds to free, and once the model is built nothing waits for them; a process that
+/// exits first frees them with everything else.
+fn free_in_background<T: Send + 'static>(garbage: T) {
+    // Should the thread not start, the closure and what it holds are dropped here.
+    let _ = std::thread::Builder::new()
+        .name("evc-free".to_owned())
+        .spawn(move || drop(garbage));
 }
 
 /// What keeps the Rust generator from rendering a set that passed every other check: names that
@@ -209,7 +221,7 @@ impl<'a> Checker<'a> {
     }
 
     fn typed_project(&self) -> Option<&'a ProjectFile> {
-        match self.files.get(loader::PROJECT_FILE)?.typed.as_ref()? {
+        match self.files.get(loader::PROJECT_FILE)?.typed.as_deref()? {
             Typed::Project(project) => Some(project),
             _ => None,
         }
@@ -423,7 +435,7 @@ impl<'a> Checker<'a> {
                 continue;
             }
             let own = matches!(
-                self.files.get(&consumer.file).and_then(|file| file.typed.as_ref()),
+                self.files.get(&consumer.file).and_then(|file| file.typed.as_deref()),
                 Some(Typed::Consumer(def)) if def.heartbeat_threshold.is_some()
             );
             let project_default = self
@@ -459,7 +471,7 @@ impl<'a> Checker<'a> {
     fn retry_policies(&mut self) -> BTreeMap<String, RetryPolicy> {
         let path = loader::RETRY_POLICIES_FILE;
         let Some(Typed::RetryPolicies(RetryPoliciesFile { policies })) =
-            self.files.get(path).and_then(|file| file.typed.as_ref())
+            self.files.get(path).and_then(|file| file.typed.as_deref())
         else {
             return BTreeMap::new();
         };
@@ -568,7 +580,7 @@ impl<'a> Checker<'a> {
         let files = self.files;
         let definitions: Vec<(&String, &EventFile)> = files
             .iter()
-            .filter_map(|(path, file)| match &file.typed {
+            .filter_map(|(path, file)| match file.typed.as_deref() {
                 Some(Typed::Event(def)) => Some((path, &**def)),
                 _ => None,
             })
@@ -869,7 +881,7 @@ impl<'a> Checker<'a> {
         let mut consumers: BTreeMap<String, Consumer> = BTreeMap::new();
         let files = self.files;
         for (path, file) in files {
-            let Some(Typed::Consumer(def)) = &file.typed else {
+            let Some(Typed::Consumer(def)) = file.typed.as_deref() else {
                 continue;
             };
             let consumer =
@@ -1056,20 +1068,6 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn control_characters(&mut self) {
-        let mut found = Vec::new();
-        for (path, file) in self.files {
-            if let (Some(tree), Some(source)) = (&file.tree, &file.source) {
-                if !may_hold_unsafe_character(source.text()) {
-                    continue;
-                }
-                let mut pointer = String::new();
-                control_characters_in(path, tree, &mut pointer, None, false, source, &mut found);
-            }
-        }
-        self.diagnostics.extend(found);
-    }
-
     fn require_policy(
         &mut self,
         path: &str,
@@ -1105,7 +1103,7 @@ impl<'a> Checker<'a> {
     fn topics(&mut self, events: &BTreeMap<String, EventType>) -> BTreeMap<String, Topic> {
         let path = loader::TOPICS_FILE;
         let Some(Typed::Topics(TopicsFile { topics })) =
-            self.files.get(path).and_then(|file| file.typed.as_ref())
+            self.files.get(path).and_then(|file| file.typed.as_deref())
         else {
             return BTreeMap::new();
         };
@@ -1213,7 +1211,7 @@ fn check_payload_schemas(
         let checked: Vec<_> = def
             .versions
             .iter()
-            .map(|version| payload_schema::check(&version.schema, policy, content))
+            .map(|version| payload_schema::check_shared(&version.schema, policy, content))
             .collect();
         if let Some(cache) = cache {
             cache.remember_checks(path, policy, content, &checked);
@@ -1277,125 +1275,6 @@ fn longest_retry_delay(
     Some(Duration::from_millis(longest))
 }
 
-/// Keys whose string values generated code carries into comments and docs.
-const PROSE_KEYS: &[&str] = &["description", "title", "summary", "$comment"];
-
-/// Whether a scalar of this YAML text could hold a character that
-/// [`crate::emit::unsafe_character`] finds: one written as it is, or a double-quoted escape that
-/// stands for one (`\0`, `\a`, `\b`, `\e`, `\f`, `\r`, `\v`, `\N`, `\x..`, `\u....`,
-/// `\U........`). When it cannot, the walk over the file's tree is skipped: most files hold
-/// only printable ASCII, which one pass over the bytes shows.
-fn may_hold_unsafe_character(text: &str) -> bool {
-    let bytes = text.as_bytes();
-    let plain_ascii = bytes
-        .iter()
-        .all(|&b| (0x20..0x7f).contains(&b) || b == b'\n' || b == b'\t');
-    if !plain_ascii && crate::emit::unsafe_character(text).is_some() {
-        return true;
-    }
-    bytes.windows(2).any(|pair| {
-        pair[0] == b'\\'
-            && matches!(
-                pair[1],
-                b'0' | b'a' | b'b' | b'e' | b'f' | b'r' | b'v' | b'N' | b'x' | b'u' | b'U'
-            )
-    })
-}
-
-/// Reports strings that hold a character generated code cannot carry (see
-/// [`crate::emit::unsafe_character`]): text that becomes Rust docs (descriptions, titles,
-/// summaries, property names, `enum` and `const` values) must hold none; any other string (data
-/// such as `default`, `examples` or an `x-` extension, which generated files only quote) must
-/// hold no NUL, which PostgreSQL text cannot store.
-/// `pointer` is the node's, a buffer extended and cut back on the way down.
-fn control_characters_in(
-    path: &str,
-    node: &crate::yaml::Node,
-    pointer: &mut String,
-    key: Option<&str>,
-    data: bool,
-    source: &crate::source::SourceFile,
-    out: &mut Vec<Diagnostic>,
-) {
-    use crate::yaml::Value;
-    // `what` is only built for a string that holds such a character: most strings hold none.
-    let check = |text: &str,
-                 node: &crate::yaml::Node,
-                 prose: bool,
-                 what: &dyn Fn() -> String,
-                 out: &mut Vec<Diagnostic>| {
-        let found = match crate::emit::unsafe_character(text) {
-            Some(c) if prose || c == '\0' => c,
-            _ => return,
-        };
-        out.push(Diagnostic::new(
-            Rule::ControlCharacter,
-            node.location(source),
-            format!(
-                "{} holds {}, which generated code and comments cannot carry safely",
-                what(),
-                crate::emit::describe_character(found)
-            ),
-            "remove the character; write line breaks as real new lines",
-        ));
-    };
-    match &node.value {
-        Value::String(text) => {
-            let prose = !data
-                && key.is_some_and(|key| {
-                    PROSE_KEYS.contains(&key) || key == "const" || key == "enum"
-                });
-            let what = || format!("the value at `{}` in `{path}`", display_pointer(pointer));
-            check(text, node, prose, &what, out);
-        }
-        Value::Seq(items) => {
-            let len = pointer.len();
-            for (index, item) in items.iter().enumerate() {
-                use std::fmt::Write as _;
-                let _ = write!(pointer, "/{index}");
-                control_characters_in(path, item, pointer, key, data, source, out);
-                pointer.truncate(len);
-            }
-        }
-        Value::Map(entries) => {
-            let len = pointer.len();
-            for (key_node, value) in entries {
-                let Some(text) = key_node.as_str() else {
-                    continue;
-                };
-                pointer.push('/');
-                pointer.push_str(&escape_pointer_segment(text));
-                let property_name = !data && key == Some("properties");
-                let child: &str = pointer;
-                let what = || format!("the key at `{}` in `{path}`", display_pointer(child));
-                check(text, key_node, property_name, &what, out);
-                let data = data
-                    || (!property_name
-                        && (text.starts_with("x-") || text == "default" || text == "examples"));
-                control_characters_in(path, value, pointer, Some(text), data, source, out);
-                pointer.truncate(len);
-            }
-        }
-        _ => {}
-    }
-}
-
-/// A pointer for messages: `/` for the root, characters that are not safe to print escaped.
-fn display_pointer(pointer: &str) -> String {
-    if pointer.is_empty() {
-        return "/".to_owned();
-    }
-    pointer
-        .chars()
-        .map(
-            |c| match crate::emit::unsafe_character(c.encode_utf8(&mut [0; 4])) {
-                Some(_) => c.escape_unicode().to_string(),
-                None => c.to_string(),
-            },
-        )
-        .collect()
-}
-
 /// The pointer of one order key field: the list item when several are given.
 fn order_key_pointer(def: &EventFile, field: &str) -> String {
     match &def.order_key {
@@ -1406,33 +1285,5 @@ fn order_key_pointer(def: &EventFile, field: &str) -> String {
             )
         }
         _ => "/order_key".to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::may_hold_unsafe_character;
-
-    #[test]
-    fn only_text_that_can_carry_an_unsafe_character_is_walked() {
-        for text in [
-            "a: \"bell\\a\"\n",
-            "a: \"\\x07\"\n",
-            "a: \"\\u202E\"\n",
-            "a: \"\\0\"\n",
-            "a: b\r\n",
-            "a: \"ok \u{202E}\"\n",
-            "a: \"\u{85}\"\n",
-        ] {
-            assert!(may_hold_unsafe_character(text), "{text:?}");
-        }
-        for text in [
-            "a: b\n\tc: d\n",
-            "pattern: '^\\d+\\.\\w$'\n",
-            "a: \"tab\\tnew\\nquote\\\"\"\n",
-            "a: caf\u{e9}\n",
-        ] {
-            assert!(!may_hold_unsafe_character(text), "{text:?}");
-        }
     }
 }

@@ -443,13 +443,13 @@ fn unions_tuples_enums_and_open_objects_import_as_written() {
         &written_schema("events/shop.order.annotated.yaml"),
         annotated
     );
-    assert_eq!(&set.events["shop.order.placed"].versions[0].schema, placed);
+    assert_eq!(&*set.events["shop.order.placed"].versions[0].schema, placed);
     assert_eq!(
         set.events["shop.order.placed"].content,
         ContentModel::Closed
     );
     assert_eq!(
-        &set.events["shop.order.annotated"].versions[0].schema,
+        &*set.events["shop.order.annotated"].versions[0].schema,
         annotated
     );
     assert_eq!(

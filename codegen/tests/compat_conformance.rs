@@ -134,3 +134,37 @@ fn confluent_corpus_agreement() {
         percent(agree_views)
     );
 }
+
+/// The loader takes a 2020-12 schema as it is, without building its translation, when
+/// `unchanged_in_2020_12` says the translation would change nothing: on every schema of the
+/// corpus, in whichever draft it says, that answer must match the translation itself.
+#[test]
+fn the_translation_shortcut_agrees_with_the_translation() {
+    use evc_codegen::payload_schema::draft::{Draft, to_2020_12, unchanged_in_2020_12};
+
+    let Some(dir) = corpus_dir() else {
+        return;
+    };
+    let (mut taken_as_is, mut translated) = (0, 0);
+    for (file, _) in FILES {
+        for case in conformance_data::read_cases(&dir.join(file)) {
+            for schema in [&case["original_schema"], &case["update_schema"]] {
+                let Ok(draft) = Draft::of(schema) else {
+                    continue;
+                };
+                let translation = to_2020_12(schema, draft);
+                if unchanged_in_2020_12(schema, draft) {
+                    assert_eq!(
+                        &translation, schema,
+                        "{file}: taken as it is, but translates"
+                    );
+                    taken_as_is += 1;
+                } else {
+                    translated += 1;
+                }
+            }
+        }
+    }
+    println!("{taken_as_is} schemas taken as they are, {translated} translated");
+    assert!(taken_as_is > 0 && translated > 0);
+}

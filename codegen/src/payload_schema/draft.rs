@@ -96,6 +96,19 @@ pub fn to_2020_12(schema: &Json, draft: Draft) -> Json {
     }
 }
 
+/// Whether [`to_2020_12`] gives `schema`, written in `draft`, back unchanged, found without
+/// building the translation: a 2020-12 schema with no `$schema`, `definitions` or
+/// `dependencies` key and no boolean `exclusiveMinimum`/`exclusiveMaximum` anywhere, and whose
+/// every `$ref` is already in 2020-12 terms. Such keys under `properties`, or in `const` or
+/// `default` data, also answer `false`: a translation is then made, which is never wrong.
+pub fn unchanged_in_2020_12(schema: &Json, draft: Draft) -> bool {
+    let translator = Translator {
+        root: schema,
+        draft,
+    };
+    draft == Draft::Draft2020 && translator.unchanged(schema)
+}
+
 /// Where the keyword at `pointer` of the translated schema was written in `original`: the
 /// pointer a diagnostic shows. Parts the translation added map to their nearest written parent.
 pub fn original_pointer(original: &Json, pointer: &str) -> String {
@@ -248,6 +261,22 @@ impl Translator<'_> {
         Json::Object(out)
     }
 
+    /// Whether [`Translator::schema`] copies `value` as it is (see [`unchanged_in_2020_12`]).
+    fn unchanged(&self, value: &Json) -> bool {
+        match value {
+            Json::Object(map) => map.iter().all(|(key, child)| match key.as_str() {
+                "$schema" | "definitions" | "dependencies" => false,
+                "exclusiveMinimum" | "exclusiveMaximum" if child.is_boolean() => false,
+                "$ref" => child
+                    .as_str()
+                    .is_none_or(|reference| self.reference(reference) == reference),
+                _ => self.unchanged(child),
+            }),
+            Json::Array(items) => items.iter().all(|item| self.unchanged(item)),
+            _ => true,
+        }
+    }
+
     fn map_of(&self, value: &Json) -> Json {
         match value {
             Json::Object(entries) => Json::Object(
@@ -351,6 +380,44 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn only_a_schema_the_translation_would_not_change_is_taken_as_it_is() {
+        let as_is = [
+            json!({"type": "object", "properties": {"a": {"$ref": "#/$defs/a"}},
+                   "$defs": {"a": {"type": "string"}}}),
+            json!({"prefixItems": [{"type": "integer"}], "items": false}),
+            json!({"exclusiveMinimum": 3, "oneOf": [{"const": 1}, {"const": 2}]}),
+            json!(true),
+        ];
+        for schema in as_is {
+            assert!(unchanged_in_2020_12(&schema, Draft::Draft2020), "{schema}");
+            assert_eq!(to_2020_12(&schema, Draft::Draft2020), schema);
+        }
+        let translated = [
+            (
+                json!({"$schema": DIALECT_2020_12, "type": "string"}),
+                Draft::Draft2020,
+            ),
+            (json!({"definitions": {"a": {}}}), Draft::Draft2020),
+            (
+                json!({"properties": {"a": {"dependencies": {"b": ["c"]}}}}),
+                Draft::Draft2020,
+            ),
+            (
+                json!({"minimum": 1, "exclusiveMinimum": true}),
+                Draft::Draft2020,
+            ),
+            (
+                json!({"items": {"$ref": "#/definitions/a"}}),
+                Draft::Draft2020,
+            ),
+            (json!({"type": "string"}), Draft::Draft7),
+        ];
+        for (schema, draft) in translated {
+            assert!(!unchanged_in_2020_12(&schema, draft), "{schema}");
+        }
+    }
 
     #[test]
     fn drafts_are_recognised_by_their_meta_schema_uri() {

@@ -10,6 +10,7 @@ pub mod draft;
 mod validity;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use serde_json::Value as Json;
 
@@ -122,8 +123,9 @@ pub struct SchemaProblem {
 /// A payload schema as read: in 2020-12, and every problem found in what was written.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checked {
-    /// The schema in 2020-12 (as written when it was 2020-12 already).
-    pub schema: Json,
+    /// The schema in 2020-12 (as written when it was 2020-12 already); shared, so that a
+    /// [`crate::LoadCache`] keeps it for a later load without copying it.
+    pub schema: Arc<Json>,
     /// The draft it was written in.
     pub draft: Draft,
     /// Every problem, at pointers into the schema as written.
@@ -133,11 +135,26 @@ pub struct Checked {
 /// Checks one payload schema written in any draft evc reads, under `policy` with `content`
 /// (the event type's content model).
 pub fn check(schema: &Json, policy: &PayloadPolicy, content: ContentModel) -> Checked {
+    check_in(schema, None, policy, content)
+}
+
+/// [`check`] for a schema that is shared already: when it is 2020-12 and translating it would
+/// change nothing, the checked schema is `schema` itself, not a copy.
+pub fn check_shared(schema: &Arc<Json>, policy: &PayloadPolicy, content: ContentModel) -> Checked {
+    check_in(schema, Some(schema), policy, content)
+}
+
+fn check_in(
+    schema: &Json,
+    shared: Option<&Arc<Json>>,
+    policy: &PayloadPolicy,
+    content: ContentModel,
+) -> Checked {
     let draft = match Draft::of(schema) {
         Ok(draft) => draft,
         Err(uri) => {
             return Checked {
-                schema: schema.clone(),
+                schema: Arc::new(schema.clone()),
                 draft: Draft::Draft2020,
                 problems: vec![SchemaProblem {
                     rule: Rule::InvalidJsonSchema,
@@ -154,7 +171,10 @@ pub fn check(schema: &Json, policy: &PayloadPolicy, content: ContentModel) -> Ch
             };
         }
     };
-    let translated = draft::to_2020_12(schema, draft);
+    let translated = match shared {
+        Some(shared) if draft::unchanged_in_2020_12(schema, draft) => Arc::clone(shared),
+        _ => Arc::new(draft::to_2020_12(schema, draft)),
+    };
     // Before the validator is built: a cycle of bare references has no meaning to resolve.
     let mut problems = ref_cycles(&translated);
     if problems.is_empty()

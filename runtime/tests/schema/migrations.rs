@@ -726,7 +726,7 @@ async fn check(options: PgConnectOptions) -> TestResult {
     let mut expected = Vec::new();
     for (name, event) in &set.events {
         for version in &event.versions {
-            expected.push((name.clone(), version.version.to_string(), &version.schema));
+            expected.push((name.clone(), version.version.to_string(), &*version.schema));
         }
     }
     assert_eq!(rows.len(), expected.len());

@@ -185,7 +185,7 @@ fn document(set: &ContractSet) -> Result<Document, EmitError> {
             all_refs.push(Reference {
                 reference: channel_message_ref(&cid, &mid),
             });
-            let mut schema = version.schema.clone();
+            let mut schema = serde_json::Value::clone(&version.schema);
             anchor_refs(&mut schema, &payload_schema_pointer(&mid));
             messages.push(
                 mid.clone(),

@@ -321,7 +321,7 @@ mod tests {
                 .map(|v| EventVersion {
                     version: semver::Version::parse(v).expect("version"),
                     description: None,
-                    schema: json!({}),
+                    schema: json!({}).into(),
                     migration_policy: None,
                     pointer: String::new(),
                 })
