@@ -275,7 +275,8 @@ fn sorted_entries(dir: &Path) -> Result<Vec<fs::DirEntry>, LoadError> {
     Ok(entries)
 }
 
-/// Reads, decodes, parses and structurally checks one file. Problems go to `diagnostics`.
+/// Reads, decodes, parses and checks one file as [`parse_bytes`] does. Problems go to
+/// `diagnostics`.
 /// The file is read wherever its path leads; [`read_dir`] confines files to the contract
 /// directory.
 pub fn parse_file(
@@ -322,8 +323,8 @@ fn parse_file_in(
     (file, diagnostics)
 }
 
-/// Decodes, parses and structurally checks the bytes of one file. Problems go to `diagnostics`.
-/// Any input is accepted without panicking; the fuzz target and property tests call this.
+/// Decodes, parses and structurally checks the bytes of one file, and reports strings
+/// generated code cannot carry. Problems go to `diagnostics`. Any input is accepted without panicking; the fuzz target and property tests call this.
 pub fn parse_bytes(
     display: &str,
     bytes: Vec<u8>,

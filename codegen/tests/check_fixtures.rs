@@ -238,3 +238,32 @@ fn a_bidi_override_is_named_by_code_point_and_not_printed() {
     assert!(text.contains("U+202E (RIGHT-TO-LEFT OVERRIDE)"), "{text}");
     assert!(!text.contains('\u{202E}'), "{text}");
 }
+
+/// A property may be named like a keyword. Under the name `$ref`, a property's schema that
+/// uses `definitions` (the deprecated spelling a 2020-12 schema may write) is read as `$defs`,
+/// as it is under any other name.
+#[test]
+fn a_property_named_ref_is_read_as_a_schema() {
+    let dir = compose(None);
+    let path = dir.path().join("events/unit.created.yaml");
+    let contract = fs::read_to_string(&path).expect("read the contract");
+    let field = "        unit_id: {type: string, format: uuid}\n";
+    fs::write(
+        &path,
+        contract.replace(
+            field,
+            &format!("{field}        $ref: {{type: string, definitions: {{}}}}\n"),
+        ),
+    )
+    .expect("write the contract");
+    let loaded = match ContractSet::load(dir.path()) {
+        Ok(loaded) => loaded,
+        Err(LoadError::Invalid { diagnostics, .. }) => panic!("{}", render(&diagnostics)),
+        Err(other) => panic!("the load failed as a whole: {other}"),
+    };
+    for version in &loaded.contracts.events["unit.created"].versions {
+        let property = &version.schema["properties"]["$ref"];
+        assert_eq!(property.get("$defs"), Some(&serde_json::json!({})));
+        assert_eq!(property.get("definitions"), None);
+    }
+}

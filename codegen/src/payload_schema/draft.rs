@@ -78,8 +78,9 @@ impl Draft {
 }
 
 /// `schema`, written in `draft`, as a 2020-12 schema with the same meaning. In a 2020-12
-/// schema only `definitions` and `dependencies` change: the 2020-12 meta-schema keeps them as
-/// deprecated spellings of `$defs` and `dependentRequired`/`dependentSchemas`.
+/// schema `definitions` and `dependencies` change (the 2020-12 meta-schema keeps them as
+/// deprecated spellings of `$defs` and `dependentRequired`/`dependentSchemas`), `$ref`s into
+/// them follow, boolean exclusive bounds become numbers and `$schema` is dropped.
 pub fn to_2020_12(schema: &Json, draft: Draft) -> Json {
     let translator = Translator {
         root: schema,
@@ -99,8 +100,9 @@ pub fn to_2020_12(schema: &Json, draft: Draft) -> Json {
 /// Whether [`to_2020_12`] gives `schema`, written in `draft`, back unchanged, found without
 /// building the translation: a 2020-12 schema with no `$schema`, `definitions` or
 /// `dependencies` key and no boolean `exclusiveMinimum`/`exclusiveMaximum` anywhere, and whose
-/// every `$ref` is already in 2020-12 terms. Such keys under `properties`, or in `const` or
-/// `default` data, also answer `false`: a translation is then made, which is never wrong.
+/// every `$ref` is already in 2020-12 terms. Every object is looked into, property maps and
+/// `const` or `default` data included, so such a key there also answers `false`: a
+/// translation is then made, which is never wrong.
 pub fn unchanged_in_2020_12(schema: &Json, draft: Draft) -> bool {
     let translator = Translator {
         root: schema,
@@ -267,9 +269,11 @@ impl Translator<'_> {
             Json::Object(map) => map.iter().all(|(key, child)| match key.as_str() {
                 "$schema" | "definitions" | "dependencies" => false,
                 "exclusiveMinimum" | "exclusiveMaximum" if child.is_boolean() => false,
-                "$ref" => child
-                    .as_str()
-                    .is_none_or(|reference| self.reference(reference) == reference),
+                // A property may be named `$ref`: its value is then a schema to look into.
+                "$ref" => match child.as_str() {
+                    Some(reference) => self.reference(reference) == reference,
+                    None => self.unchanged(child),
+                },
                 _ => self.unchanged(child),
             }),
             Json::Array(items) => items.iter().all(|item| self.unchanged(item)),
@@ -410,6 +414,10 @@ mod tests {
             ),
             (
                 json!({"items": {"$ref": "#/definitions/a"}}),
+                Draft::Draft2020,
+            ),
+            (
+                json!({"properties": {"$ref": {"definitions": {}}}}),
                 Draft::Draft2020,
             ),
             (json!({"type": "string"}), Draft::Draft7),
