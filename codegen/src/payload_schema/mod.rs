@@ -133,28 +133,20 @@ pub struct Checked {
 }
 
 /// Checks one payload schema written in any draft evc reads, under `policy` with `content`
-/// (the event type's content model).
+/// (the event type's content model). [`check_shared`] without a shared copy at hand.
 pub fn check(schema: &Json, policy: &PayloadPolicy, content: ContentModel) -> Checked {
-    check_in(schema, None, policy, content)
+    check_shared(&Arc::new(schema.clone()), policy, content)
 }
 
 /// [`check`] for a schema that is shared already: when it is 2020-12 and translating it would
-/// change nothing, the checked schema is `schema` itself, not a copy.
-pub fn check_shared(schema: &Arc<Json>, policy: &PayloadPolicy, content: ContentModel) -> Checked {
-    check_in(schema, Some(schema), policy, content)
-}
-
-fn check_in(
-    schema: &Json,
-    shared: Option<&Arc<Json>>,
-    policy: &PayloadPolicy,
-    content: ContentModel,
-) -> Checked {
+/// change nothing, the checked schema is `shared` itself, not a copy.
+pub fn check_shared(shared: &Arc<Json>, policy: &PayloadPolicy, content: ContentModel) -> Checked {
+    let schema: &Json = shared;
     let draft = match Draft::of(schema) {
         Ok(draft) => draft,
         Err(uri) => {
             return Checked {
-                schema: Arc::new(schema.clone()),
+                schema: Arc::clone(shared),
                 draft: Draft::Draft2020,
                 problems: vec![SchemaProblem {
                     rule: Rule::InvalidJsonSchema,
@@ -171,9 +163,10 @@ fn check_in(
             };
         }
     };
-    let translated = match shared {
-        Some(shared) if draft::unchanged_in_2020_12(schema, draft) => Arc::clone(shared),
-        _ => Arc::new(draft::to_2020_12(schema, draft)),
+    let translated = if draft::unchanged_in_2020_12(schema, draft) {
+        Arc::clone(shared)
+    } else {
+        Arc::new(draft::to_2020_12(schema, draft))
     };
     // Before the validator is built: a cycle of bare references has no meaning to resolve.
     let mut problems = ref_cycles(&translated);

@@ -8,19 +8,26 @@
 use std::time::Duration;
 
 use evc_runtime::{ClaimRequest, PgStore, Store};
+use sqlx::AssertSqlSafe;
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 
 use crate::support::{self, DISPATCH_REGISTRY, TestResult};
 
+/// The rows of `evc_deliveries` and `evc_events` that sequential scans read, as `view` (one of
+/// PostgreSQL's `pg_stat_*user_tables` views) counts them.
+fn sequential_reads_in(view: &str) -> AssertSqlSafe<String> {
+    AssertSqlSafe(format!(
+        "SELECT coalesce(sum(seq_tup_read), 0)::int8 FROM {view} \
+         WHERE relname IN ('evc_deliveries', 'evc_events')"
+    ))
+}
+
 /// Rows of `evc_deliveries` and `evc_events` that sequential scans of `connection`'s
 /// transaction read so far.
 async fn sequential_reads(connection: &mut PgConnection) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT coalesce(sum(seq_tup_read), 0)::int8 FROM pg_stat_xact_user_tables \
-         WHERE relname IN ('evc_deliveries', 'evc_events')",
-    )
-    .fetch_one(connection)
-    .await
+    sqlx::query_scalar(sequential_reads_in("pg_stat_xact_user_tables"))
+        .fetch_one(connection)
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -90,12 +97,9 @@ async fn flushed_sequential_reads(pool: &PgPool) -> Result<i64, sqlx::Error> {
     sqlx::query("SELECT pg_stat_clear_snapshot()")
         .execute(&mut *connection)
         .await?;
-    sqlx::query_scalar(
-        "SELECT coalesce(sum(seq_tup_read), 0)::int8 FROM pg_stat_user_tables \
-         WHERE relname IN ('evc_deliveries', 'evc_events')",
-    )
-    .fetch_one(&mut *connection)
-    .await
+    sqlx::query_scalar(sequential_reads_in("pg_stat_user_tables"))
+        .fetch_one(&mut *connection)
+        .await
 }
 
 /// Lease-expiry recovery after a dispatcher holding many leases died: a thousand expired
