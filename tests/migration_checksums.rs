@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 23] = [
+const SHIPPED: [(&str, &str); 24] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -99,6 +99,10 @@ const SHIPPED: [(&str, &str); 23] = [
     (
         "0023_evc_runtime_v20.sql",
         "8023b34bb9a6ca4058e739789e9778241ac9724e83c718680870d57bc9312730",
+    ),
+    (
+        "0024_evc_runtime_v21.sql",
+        "7680bed90013c35842e545e10f28f22ff3a093564ce1164b9e25232bafd7a1fc",
     ),
 ];
 

@@ -52,6 +52,8 @@
 //!   same way.
 //! - `NNNN_evc_runtime_v20.sql`: the twentieth step (what a relay cursor reports: events
 //!   passed, publish rate, failed rounds), named the same way.
+//! - `NNNN_evc_runtime_v21.sql`: the twenty-first step (a dispatcher role per consumer, scoping
+//!   the logins granted it to that consumer's deliveries), named the same way.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
@@ -136,6 +138,9 @@ pub const RUNTIME_V19_SUFFIX: &str = "_evc_runtime_v19.sql";
 
 /// The file name of the runtime tables' twentieth step, after its version.
 pub const RUNTIME_V20_SUFFIX: &str = "_evc_runtime_v20.sql";
+
+/// The file name of the runtime tables' twenty-first step, after its version.
+pub const RUNTIME_V21_SUFFIX: &str = "_evc_runtime_v21.sql";
 
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
@@ -276,6 +281,11 @@ const STEPS: &[Step] = &[
     Step {
         name: Name::Step(RUNTIME_V20_SUFFIX),
         template: template!("evc_runtime_v20.sql"),
+        with: With::Notice,
+    },
+    Step {
+        name: Name::Step(RUNTIME_V21_SUFFIX),
+        template: template!("evc_runtime_v21.sql"),
         with: With::Notice,
     },
     Step {
@@ -877,9 +887,10 @@ mod tests {
                 format!("0018{RUNTIME_V18_SUFFIX}"),
                 format!("0019{RUNTIME_V19_SUFFIX}"),
                 format!("0020{RUNTIME_V20_SUFFIX}"),
-                format!("0021_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
+                format!("0021{RUNTIME_V21_SUFFIX}"),
+                format!("0022_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
                 format!(
-                    "0022_evc_settings_{}.sql",
+                    "0023_evc_settings_{}.sql",
                     &settings_digest(&set)?[..DIGEST_PREFIX_LEN]
                 ),
             ]
@@ -1001,7 +1012,7 @@ mod tests {
         let after = settings_of(&changed).ok_or("no settings file")?;
         assert_eq!(
             after.path.file_name().and_then(|n| n.to_str()),
-            Some(format!("0023_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
+            Some(format!("0024_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
             "the next number after the checked-in files"
         );
         // batch_size, lease_ms in column order.

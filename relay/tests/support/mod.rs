@@ -1,7 +1,8 @@
 //! What the relay tests share: an outbox per test on each store (a fresh PostgreSQL database
 //! with the generated migrations, or a fresh SQLite file), events appended through the
 //! reference contracts' producers, and a JetStream stream of its own per test on the NATS
-//! server at `EVC_NATS_URL` (default `127.0.0.1:4222`), deleted afterwards.
+//! server at `EVC_NATS_URL` (default `127.0.0.1:4222`), deleted afterwards; one small stream,
+//! `EVC_RELAY_TEST_KEEPER`, stays on the server (see `keep_account_store`).
 //!
 //! When PostgreSQL or NATS cannot be reached a test says so and skips, except under
 //! `CI=true`, where that fails.
@@ -109,6 +110,7 @@ where
         config.max_messages = limit;
         config.discard = jetstream::stream::DiscardPolicy::New;
     }
+    keep_account_store(&jetstream).await?;
     jetstream.create_stream(config).await?;
     let result = check(TestStream {
         jetstream: jetstream.clone(),
@@ -118,6 +120,21 @@ where
     .await;
     jetstream.delete_stream(&name).await?;
     result
+}
+
+/// Makes sure one stream outlives every test's own. nats-server 2.9 removes the account's
+/// store directory when its last stream is deleted, and a stream another test creates at that
+/// moment fails (JetStream error 10049); while this stream stays, the directory does too.
+async fn keep_account_store(jetstream: &Context) -> TestResult {
+    jetstream
+        .get_or_create_stream(jetstream::stream::Config {
+            name: "EVC_RELAY_TEST_KEEPER".to_owned(),
+            subjects: vec!["evctestkeeper.unused".to_owned()],
+            max_messages: 1,
+            ..Default::default()
+        })
+        .await?;
+    Ok(())
 }
 
 fn unreachable_nats(url: &str, error: &str) -> TestResult {

@@ -30,59 +30,103 @@ async fn sequential_reads(connection: &mut PgConnection) -> Result<i64, sqlx::Er
         .await
 }
 
+// Ten times the batch: the hash join set in at 200 rows of 20,000 on this machine's
+// PostgreSQL 15; at 500 of 5,000 the plan does not depend on a fine cost margin.
+const EVENTS: u64 = 5_000;
+const BATCH: u32 = 500;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_claim_and_its_ack_read_their_rows_not_the_tables() -> TestResult {
     support::with_database(|pool| async move {
-        // Ten times the batch: the hash join set in at 200 rows of 20,000 on this machine's
-        // PostgreSQL 15; at 500 of 5,000 the plan does not depend on a fine cost margin.
-        const EVENTS: u64 = 5_000;
-        const BATCH: u32 = 500;
         let store = PgStore::new(pool.clone(), DISPATCH_REGISTRY)?;
         support::append_notes(&store, EVENTS, EVENTS).await?;
-        // As autovacuum does once a table has grown: the planner then knows the backlog.
-        sqlx::query("ANALYZE evc_deliveries").execute(&pool).await?;
-        sqlx::query("ANALYZE evc_events").execute(&pool).await?;
-        let lease = Duration::from_secs(30);
-        for (what, request) in [
-            (
-                "leased batch",
-                ClaimRequest::leased("d.unordered", "w", BATCH, lease),
-            ),
-            (
-                "per key",
-                ClaimRequest::leased("d.leased", "w", BATCH, lease).per_key(true),
-            ),
-            // Locked in the transaction, acked in it (the held ack).
-            ("held batch", ClaimRequest::held("d.unordered", "w", BATCH)),
-        ] {
-            // Six times: PostgreSQL keeps a prepared statement's generic plan from the sixth
-            // execution on, and that is the plan a dispatcher runs all day.
-            for _ in 0..6 {
-                let mut tx = store.begin().await?;
-                let before = sequential_reads(&mut tx).await?;
-                let claimed = store.claim(&mut tx, &request).await?;
-                let read = sequential_reads(&mut tx).await? - before;
-                assert_eq!(claimed.len(), BATCH as usize, "{what}");
-                assert_eq!(
-                    read, 0,
-                    "{what}: a claim of {BATCH} read {read} rows by sequential scans"
-                );
-                // And their ack, one statement for the batch.
-                let leases: Vec<_> = claimed.iter().map(|c| &c.lease).collect();
-                let before = sequential_reads(&mut tx).await?;
-                let acked = store.ack(&mut tx, &leases).await?;
-                let read = sequential_reads(&mut tx).await? - before;
-                tx.rollback().await?;
-                assert_eq!(acked.acked, BATCH as usize, "{what}: {acked:?}");
-                assert_eq!(
-                    read, 0,
-                    "{what}: an ack of {BATCH} read {read} rows by sequential scans"
-                );
-            }
-        }
-        Ok(())
+        claims_and_acks_read_their_rows(&pool, &store).await
     })
     .await
+}
+
+/// The same statements where row-level security applies: a login scoped to the consumers by
+/// their dispatcher roles (docs/runtime.md, "A dispatcher role per consumer"), whose every
+/// update and delete of a delivery carries the scope's policies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_claim_and_its_ack_read_their_rows_under_a_consumer_scope() -> TestResult {
+    crate::roles::with_logins(|admin, logins| async move {
+        for consumer in ["d.unordered", "d.leased"] {
+            support::deploy(&admin, consumer, "^1").await?;
+            logins
+                .grant_scoped(&admin, &format!("evc_dispatcher_{consumer}"))
+                .await?;
+        }
+        support::append_notes(
+            &PgStore::new(admin.clone(), DISPATCH_REGISTRY)?,
+            EVENTS,
+            EVENTS,
+        )
+        .await?;
+        let scoped = PgStore::new(
+            logins
+                .scoped_pool(&admin, evc_runtime::Role::Dispatcher)
+                .await?,
+            DISPATCH_REGISTRY,
+        )?;
+        let under: bool = sqlx::query_scalar("SELECT row_security_active('evc_deliveries')")
+            .fetch_one(scoped.pool())
+            .await?;
+        assert!(
+            under,
+            "row-level security does not apply to the scoped login"
+        );
+        claims_and_acks_read_their_rows(&admin, &scoped).await
+    })
+    .await
+}
+
+/// Claims [`BATCH`] of [`EVENTS`] due deliveries through `store` (leased, per key, held), six
+/// times each, and acks them in the claim's transaction, rolled back: none of the statements
+/// reads rows by a sequential scan.
+async fn claims_and_acks_read_their_rows(admin: &PgPool, store: &PgStore) -> TestResult {
+    // As autovacuum does once a table has grown: the planner then knows the backlog.
+    sqlx::query("ANALYZE evc_deliveries").execute(admin).await?;
+    sqlx::query("ANALYZE evc_events").execute(admin).await?;
+    let lease = Duration::from_secs(30);
+    for (what, request) in [
+        (
+            "leased batch",
+            ClaimRequest::leased("d.unordered", "w", BATCH, lease),
+        ),
+        (
+            "per key",
+            ClaimRequest::leased("d.leased", "w", BATCH, lease).per_key(true),
+        ),
+        // Locked in the transaction, acked in it (the held ack).
+        ("held batch", ClaimRequest::held("d.unordered", "w", BATCH)),
+    ] {
+        // Six times: PostgreSQL keeps a prepared statement's generic plan from the sixth
+        // execution on, and that is the plan a dispatcher runs all day.
+        for _ in 0..6 {
+            let mut tx = store.begin().await?;
+            let before = sequential_reads(&mut tx).await?;
+            let claimed = store.claim(&mut tx, &request).await?;
+            let read = sequential_reads(&mut tx).await? - before;
+            assert_eq!(claimed.len(), BATCH as usize, "{what}");
+            assert_eq!(
+                read, 0,
+                "{what}: a claim of {BATCH} read {read} rows by sequential scans"
+            );
+            // And their ack, one statement for the batch.
+            let leases: Vec<_> = claimed.iter().map(|c| &c.lease).collect();
+            let before = sequential_reads(&mut tx).await?;
+            let acked = store.ack(&mut tx, &leases).await?;
+            let read = sequential_reads(&mut tx).await? - before;
+            tx.rollback().await?;
+            assert_eq!(acked.acked, BATCH as usize, "{what}: {acked:?}");
+            assert_eq!(
+                read, 0,
+                "{what}: an ack of {BATCH} read {read} rows by sequential scans"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Rows of `evc_deliveries` and `evc_events` that sequential scans read so far, including

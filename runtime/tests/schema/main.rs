@@ -10,6 +10,7 @@ mod support;
 
 mod append_only;
 mod claim_plans;
+mod consumer_roles;
 mod lifecycle;
 mod migrations;
 mod registry_parity;

@@ -55,6 +55,7 @@ fn is_runtime_step(name: &str) -> bool {
         sql::RUNTIME_V18_SUFFIX,
         sql::RUNTIME_V19_SUFFIX,
         sql::RUNTIME_V20_SUFFIX,
+        sql::RUNTIME_V21_SUFFIX,
     ]
     .iter()
     .any(|suffix| name.ends_with(suffix))
@@ -90,7 +91,7 @@ async fn apply_all_but(
 /// gives each delivery its event's tenant).
 async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
     let (pool, steps) = apply_all_but(options, is_runtime_step).await?;
-    assert_eq!(steps.len(), 19);
+    assert_eq!(steps.len(), 20);
     sqlx::raw_sql(
         "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, producer_class, \
              idempotency_key, trace_id, parent_span_id, trace_flags, payload, payload_bytes, \
@@ -248,9 +249,10 @@ async fn replay_keys_per_consumer(options: PgConnectOptions) -> TestResult {
             || name.ends_with(sql::RUNTIME_V13_SUFFIX)
             || name.ends_with(sql::RUNTIME_V16_SUFFIX)
             || name.ends_with(sql::RUNTIME_V17_SUFFIX)
+            || name.ends_with(sql::RUNTIME_V21_SUFFIX)
     })
     .await?;
-    assert_eq!(held.len(), 8);
+    assert_eq!(held.len(), 9);
     let eighth = &held[..1];
     sqlx::raw_sql(
         "INSERT INTO evc_replays (id, plan_digest, reason, approval_ref, idempotency_key, \
@@ -334,9 +336,10 @@ async fn two_person_rule(options: PgConnectOptions) -> TestResult {
             || name.ends_with(sql::RUNTIME_V13_SUFFIX)
             || name.ends_with(sql::RUNTIME_V16_SUFFIX)
             || name.ends_with(sql::RUNTIME_V17_SUFFIX)
+            || name.ends_with(sql::RUNTIME_V21_SUFFIX)
     })
     .await?;
-    assert_eq!(held.len(), 7);
+    assert_eq!(held.len(), 8);
     let ninth = &held[..1];
     sqlx::raw_sql(
         "INSERT INTO evc_replays (id, consumer, plan_digest, reason, approval_ref, \
@@ -589,9 +592,10 @@ async fn check(options: PgConnectOptions) -> TestResult {
             "0018_evc_runtime_v18.sql".to_owned(),
             "0019_evc_runtime_v19.sql".to_owned(),
             "0020_evc_runtime_v20.sql".to_owned(),
-            format!("0021_evc_registry_{}.sql", &digest[..12]),
+            "0021_evc_runtime_v21.sql".to_owned(),
+            format!("0022_evc_registry_{}.sql", &digest[..12]),
             format!(
-                "0022_evc_settings_{}.sql",
+                "0023_evc_settings_{}.sql",
                 &sql::settings_digest(&set)?[..12]
             ),
         ]

@@ -19,7 +19,8 @@ const CONSUMER: &str = "d.unordered";
 /// A login per role for this test's database, named `<database>_<role>`: roles belong to the
 /// cluster, so the database's unique name keeps concurrent tests apart. The logins have no
 /// privileges of their own (`NOINHERIT`): they act only through the role their pools take at
-/// connect ([`Role::connect_options`]).
+/// connect ([`Role::connect_options`]). One more login, `<database>_scoped`, starts with no
+/// role at all: a test grants it the roles it needs ([`Logins::grant_scoped`]).
 #[derive(Clone)]
 pub(crate) struct Logins {
     database: String,
@@ -39,11 +40,48 @@ impl Logins {
                 )))
                 .await?;
         }
+        admin
+            .execute(AssertSqlSafe(format!(
+                "CREATE ROLE {} LOGIN NOINHERIT",
+                logins.scoped_name()
+            )))
+            .await?;
         Ok(logins)
     }
 
     fn name(&self, role: Role) -> String {
         format!("{}_{role}", self.database)
+    }
+
+    fn scoped_name(&self) -> String {
+        format!("{}_scoped", self.database)
+    }
+
+    /// Makes the `<database>_scoped` login a member of `role` (a role's name, quoted here).
+    pub(crate) async fn grant_scoped(&self, admin: &PgPool, role: &str) -> Result<(), sqlx::Error> {
+        admin
+            .execute(AssertSqlSafe(format!(
+                "GRANT \"{}\" TO {}",
+                role.replace('"', "\"\""),
+                self.scoped_name()
+            )))
+            .await?;
+        Ok(())
+    }
+
+    /// A pool connected as the `<database>_scoped` login, taking `role`.
+    pub(crate) async fn scoped_pool(
+        &self,
+        admin: &PgPool,
+        role: Role,
+    ) -> Result<PgPool, sqlx::Error> {
+        let options = (*admin.connect_options())
+            .clone()
+            .username(&self.scoped_name());
+        PgPoolOptions::new()
+            .max_connections(2)
+            .connect_with(role.connect_options(options))
+            .await
     }
 
     /// A pool connected as the login of `role`, taking the role.
@@ -81,6 +119,12 @@ impl Logins {
                 )))
                 .await?;
         }
+        admin
+            .execute(AssertSqlSafe(format!(
+                "DROP ROLE IF EXISTS {}",
+                self.scoped_name()
+            )))
+            .await?;
         Ok(())
     }
 }

@@ -133,14 +133,23 @@ async fn scoped_claims(admin: &PgPool, logins: &Logins) -> TestResult {
     Ok(())
 }
 
-/// Whether row-level security is enabled and forced on `evc_events` and `evc_delivery_attempts`.
-async fn row_security(admin: &PgPool) -> Result<Vec<(bool, bool)>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT relrowsecurity, relforcerowsecurity FROM pg_class \
-         WHERE oid IN ('evc_events'::regclass, 'evc_delivery_attempts'::regclass)",
-    )
-    .fetch_all(admin)
-    .await
+/// Whether row-level security is enabled and forced on `evc_events` and on
+/// `evc_delivery_attempts`, and whether the latter has the permissive `evc_untenanted` policy
+/// (its row-level security stays enabled for the consumer scope, docs/runtime.md, "A
+/// dispatcher role per consumer").
+async fn row_security(admin: &PgPool) -> Result<((bool, bool), (bool, bool, bool)), sqlx::Error> {
+    let (events_on, events_forced, on, forced, untenanted): (bool, bool, bool, bool, bool) =
+        sqlx::query_as(
+            "SELECT e.relrowsecurity, e.relforcerowsecurity, \
+                 a.relrowsecurity, a.relforcerowsecurity, EXISTS ( \
+                     SELECT 1 FROM pg_policy \
+                     WHERE polrelid = a.oid AND polname = 'evc_untenanted') \
+             FROM pg_class e, pg_class a \
+             WHERE e.oid = 'evc_events'::regclass AND a.oid = 'evc_delivery_attempts'::regclass",
+        )
+        .fetch_one(admin)
+        .await?;
+    Ok(((events_on, events_forced), (on, forced, untenanted)))
 }
 
 /// Appends `count` notes of `tenant` in one batch through `store`.
@@ -193,11 +202,17 @@ async fn two_tenants(admin: &PgPool, logins: &Logins) -> TestResult {
         |role: Role, scope: Option<&TenantScope>| logins.pool_for(admin, role, scope.cloned());
 
     // The contracts' setting takes effect when it is written.
-    assert_eq!(row_security(admin).await?, [(false, false); 2]);
+    assert_eq!(
+        row_security(admin).await?,
+        ((false, false), (true, false, true))
+    );
     sqlx::query("UPDATE evc_settings SET require_tenant_scope = true")
         .execute(admin)
         .await?;
-    assert_eq!(row_security(admin).await?, [(true, true); 2]);
+    assert_eq!(
+        row_security(admin).await?,
+        ((true, true), (true, true, false))
+    );
     support::deploy(admin, CONSUMER, "^1").await?;
 
     // Each tenant's producer appends its own events; one cannot write into the other.
@@ -448,7 +463,10 @@ async fn two_tenants(admin: &PgPool, logins: &Logins) -> TestResult {
     sqlx::query("UPDATE evc_settings SET require_tenant_scope = false")
         .execute(admin)
         .await?;
-    assert_eq!(row_security(admin).await?, [(false, false); 2]);
+    assert_eq!(
+        row_security(admin).await?,
+        ((false, false), (true, false, true))
+    );
     let reader = pool(Role::Reader, None).await?;
     assert_eq!(support::count(&reader, "evc_events").await?, 7);
     Ok(())

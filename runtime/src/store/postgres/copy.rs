@@ -5,7 +5,9 @@
 //! `COPY` cannot skip a row on conflict, so events with an idempotency key take the
 //! `INSERT ... ON CONFLICT` path ([`super::sql::APPEND_BATCH`]); and it cannot return the
 //! generated `seq`, so the seqs are reserved first ([`super::sql::RESERVE_SEQS`]) and written
-//! explicitly to the event and its deliveries.
+//! explicitly to the event and its deliveries. Nor can it write into a table under row-level
+//! security: where that applies to the session's writes of deliveries (a role's session: the
+//! per-consumer dispatcher scope keeps it on), the deliveries go in one `INSERT` of arrays.
 
 use std::fmt::Write as _;
 
@@ -29,7 +31,7 @@ pub(super) async fn append(
     checked: &[CheckedEvent<'_>],
 ) -> Result<Vec<AppendReceipt>, AppendError> {
     let count = i64::try_from(events.len()).unwrap_or(i64::MAX);
-    let mut seqs: Vec<i64> = sqlx::query_scalar(sql::RESERVE_SEQS)
+    let (mut seqs, under_row_security): (Vec<i64>, bool) = sqlx::query_as(sql::RESERVE_SEQS)
         .bind(count)
         .fetch_one(&mut *connection)
         .await?;
@@ -38,7 +40,11 @@ pub(super) async fn append(
     seqs.sort_unstable();
 
     let mut receipts = Vec::with_capacity(events.len());
-    let mut deliveries = String::new();
+    let mut deliveries = if under_row_security {
+        DeliveryRows::Insert(DeliveryColumns::default())
+    } else {
+        DeliveryRows::Copy(String::new())
+    };
     let mut consumers: Vec<&str> = Vec::new();
     let mut copy = connection.copy_in_raw(sql::COPY_EVENTS).await?;
     let mut buffer = String::with_capacity(SEND_BYTES + 4096);
@@ -63,11 +69,13 @@ pub(super) async fn append(
         buffer.push('\n');
 
         for (consumer, &ordered) in checked.consumers.iter().zip(checked.ordered) {
-            field(&mut deliveries, &event_id);
-            text(&mut deliveries, Some(consumer));
-            field(&mut deliveries, &seq);
-            text(&mut deliveries, options.tenant_scope.as_deref());
-            text_last(&mut deliveries, ordered.then_some(row.order_key.as_str()));
+            deliveries.push(
+                event_id,
+                consumer,
+                seq,
+                options.tenant_scope.as_deref(),
+                ordered.then_some(row.order_key.as_str()),
+            );
             if !consumers.contains(consumer) {
                 consumers.push(consumer);
             }
@@ -88,14 +96,79 @@ pub(super) async fn append(
     }
     copy.finish().await?;
 
-    if !deliveries.is_empty() {
-        copy_in(connection, sql::COPY_DELIVERIES, deliveries.as_bytes()).await?;
+    if !consumers.is_empty() {
+        deliveries.write(connection).await?;
         sqlx::query(sql::NOTIFY_CONSUMERS)
             .bind(&consumers)
             .execute(&mut *connection)
             .await?;
     }
     Ok(receipts)
+}
+
+/// The delivery rows of a batch append, built for the way they will be written.
+enum DeliveryRows<'a> {
+    /// `COPY` text.
+    Copy(String),
+    /// Columns of one `INSERT` ([`sql::INSERT_DELIVERIES`]), where row-level security applies.
+    Insert(DeliveryColumns<'a>),
+}
+
+/// The columns of [`sql::INSERT_DELIVERIES`].
+#[derive(Default)]
+struct DeliveryColumns<'a> {
+    event_ids: Vec<Uuid>,
+    consumers: Vec<&'a str>,
+    seqs: Vec<i64>,
+    tenants: Vec<Option<&'a str>>,
+    order_keys: Vec<Option<String>>,
+}
+
+impl<'a> DeliveryRows<'a> {
+    fn push(
+        &mut self,
+        event_id: Uuid,
+        consumer: &'a str,
+        seq: i64,
+        tenant: Option<&'a str>,
+        order_key: Option<&str>,
+    ) {
+        match self {
+            Self::Copy(buffer) => {
+                field(buffer, &event_id);
+                text(buffer, Some(consumer));
+                field(buffer, &seq);
+                text(buffer, tenant);
+                text_last(buffer, order_key);
+            }
+            Self::Insert(columns) => {
+                columns.event_ids.push(event_id);
+                columns.consumers.push(consumer);
+                columns.seqs.push(seq);
+                columns.tenants.push(tenant);
+                columns.order_keys.push(order_key.map(str::to_owned));
+            }
+        }
+    }
+
+    async fn write(self, connection: &mut PgConnection) -> Result<(), sqlx::Error> {
+        match self {
+            Self::Copy(buffer) => {
+                copy_in(connection, sql::COPY_DELIVERIES, buffer.as_bytes()).await
+            }
+            Self::Insert(columns) => {
+                sqlx::query(sql::INSERT_DELIVERIES)
+                    .bind(columns.event_ids)
+                    .bind(columns.consumers)
+                    .bind(columns.seqs)
+                    .bind(columns.tenants)
+                    .bind(columns.order_keys)
+                    .execute(connection)
+                    .await?;
+                Ok(())
+            }
+        }
+    }
 }
 
 /// Event and delivery rows as a batch append's two `COPY` commands send them (text format,

@@ -398,7 +398,7 @@ impl PgStore {
 
         // `COPY` writes deliveries due now; keys and delays go through `INSERT`, and so does
         // every batch where tenants are required: PostgreSQL refuses `COPY FROM` into a table
-        // under row-level security.
+        // under row-level security (for the deliveries alone, `copy::append` decides).
         if !self.inner.checker.requires_tenant_scope()
             && events.iter().all(|new| {
                 new.options.idempotency_key.is_none() && new.options.not_before.is_none()

@@ -107,13 +107,17 @@ SELECT e.event_id, e.seq,
 FROM e";
 
 /// Reserves `$1` values of the events' sequence for a `COPY` of as many events (the deliveries
-/// copy the seq of their event, so it must be known before either copy), as one `int8[]`.
+/// copy the seq of their event, so it must be known before either copy), as one `int8[]`; and
+/// whether row-level security applies to this session's writes of `evc_deliveries`, which
+/// PostgreSQL then refuses to `COPY` into.
 pub(crate) const RESERVE_SEQS: &str = "\
 WITH s AS MATERIALIZED (
     -- Materialized: resolving the name once, not once per value, is most of the cost.
     SELECT pg_get_serial_sequence('evc_events', 'seq')::regclass AS id
 )
-SELECT array_agg(nextval(s.id)) AS seqs FROM s CROSS JOIN generate_series(1, $1)";
+SELECT array_agg(nextval(s.id)) AS seqs,
+    row_security_active('evc_deliveries') AS deliveries_under_row_security
+FROM s CROSS JOIN generate_series(1, $1)";
 
 /// `COPY` of events in text format, columns in this order; the rows are encoded by
 /// [`super::copy`].
@@ -140,6 +144,12 @@ COPY (SELECT seq, event_id, event_type, schema_version, order_key, tenant_scope,
 pub(crate) const COPY_DELIVERIES_OUT: &str = "\
 COPY (SELECT event_id, consumer, event_seq, tenant_scope, order_key
     FROM evc_deliveries ORDER BY event_seq, consumer) TO STDOUT";
+
+/// The delivery rows of a batch append where the session may not `COPY` them (row-level
+/// security applies), as parallel arrays in the columns of [`COPY_DELIVERIES`].
+pub(crate) const INSERT_DELIVERIES: &str = "\
+INSERT INTO evc_deliveries (event_id, consumer, event_seq, tenant_scope, order_key)
+SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::int8[], $4::text[], $5::text[])";
 
 /// One notification per consumer in `$1` (after a `COPY`, which cannot notify).
 pub(crate) const NOTIFY_CONSUMERS: &str = "\
