@@ -376,6 +376,7 @@ pub(crate) fn dispatch(
                     .verify_registry()
                     .await
                     .context("the database's registry does not match its mirror")?;
+                run.within_scope(&store).await?;
                 let result = run.workers(store).await;
                 pool.close().await;
                 result
@@ -400,6 +401,49 @@ struct Run {
 }
 
 impl Run {
+    /// Refuses to start when the login is scoped to consumers (its dispatcher roles of
+    /// consumers) and the file names one outside them: that one's workers would claim nothing.
+    async fn within_scope(&self, store: &PgStore) -> anyhow::Result<()> {
+        let Some(scope) = store
+            .scoped_consumers()
+            .await
+            .context("cannot read the login's consumer scope")?
+        else {
+            return Ok(());
+        };
+        // Only deployed consumers: `workers` reports the others as not deployed.
+        let outside: Vec<&str> = self
+            .checked
+            .iter()
+            .map(|(name, _, _)| name.as_str())
+            .filter(|name| store.registry().consumer(name).is_some())
+            .filter(|name| !scope.iter().any(|scoped| scoped == name))
+            .collect();
+        if outside.is_empty() {
+            return Ok(());
+        }
+        let list = |names: &[&str]| {
+            if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names
+                    .iter()
+                    .map(|n| escape(n))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        };
+        let scope: Vec<&str> = scope.iter().map(String::as_str).collect();
+        bail!(
+            "this login may dispatch only the consumers of its dispatcher roles mapped in this \
+             database ({}), not {}: grant it their roles (evc_consumer_roles names each \
+             consumer's) or leave them out of the file (docs/runtime.md, \"A dispatcher role per \
+             consumer\")",
+            list(&scope),
+            list(&outside)
+        )
+    }
+
     /// Runs the workers on `store` until Ctrl-C (or idle, with `--exit-when-idle`), then prints
     /// the totals.
     async fn workers<S: Store + Idle + Clone>(self, store: S) -> anyhow::Result<ExitCode> {

@@ -885,16 +885,7 @@ fn dispatch_hands_each_delivery_to_its_command_and_settles_it_by_exit_status() {
              worker.notification.iu:\n    command: [sh, -c, 'exit 65']\n",
         )
         .expect("config");
-        let output = Command::new(env!("CARGO_BIN_EXE_evc"))
-            .args([
-                "dispatch",
-                "--exit-when-idle",
-                "--progress",
-                "0s",
-                "--config",
-            ])
-            .arg(&config)
-            .args(["--database-url", &url])
+        let output = dispatch_until_idle(&config, &url)
             .env("OUT", dir.path())
             .output()
             .expect("evc runs");
@@ -998,6 +989,23 @@ fn dispatch_hands_each_delivery_to_its_command_and_settles_it_by_exit_status() {
 }
 
 /// The repository's generated migrations directory.
+/// `evc dispatch` of `config` on the database at `url`, until nothing is left to do, with
+/// only the final totals printed.
+fn dispatch_until_idle(config: &Path, url: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_evc"));
+    command
+        .args([
+            "dispatch",
+            "--exit-when-idle",
+            "--progress",
+            "0s",
+            "--config",
+        ])
+        .arg(config)
+        .args(["--database-url", url]);
+    command
+}
+
 fn migrations_dir() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/migrations")
 }
@@ -1896,6 +1904,74 @@ fn as_login(
             std::panic::resume_unwind(panic);
         }
     });
+}
+
+/// A login scoped to one consumer by its dispatcher role (docs/runtime.md, "A dispatcher role
+/// per consumer") is refused a dispatch file that names another consumer before any worker
+/// starts; it dispatches its own, and the lifecycle event a dead letter emits still fans out
+/// to the other consumers.
+#[test]
+fn dispatch_as_a_consumer_s_login_runs_that_consumer_only() {
+    as_login(
+        "evc_cli_scoped",
+        "\"evc_dispatcher_worker.render.mout_view\"",
+        scoped_dispatch_as,
+    );
+}
+
+fn scoped_dispatch_as(runtime: &tokio::runtime::Runtime, url: &str, login: &str) {
+    let store = runtime.block_on(seed_store(url, deployed));
+    runtime.block_on(append_born(&store, &[born(1)]));
+    let as_login = PgConnectOptions::from_str(url)
+        .expect("url")
+        .username(login)
+        .to_url_lossy()
+        .to_string();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("dispatch.yaml");
+    let dispatch = |consumers: &str| {
+        std::fs::write(
+            &config,
+            format!("defaults:\n  poll_interval: 50ms\nconsumers:\n{consumers}"),
+        )
+        .expect("config");
+        dispatch_until_idle(&config, &as_login)
+            .output()
+            .expect("evc runs")
+    };
+    let mine = "  worker.render.mout_view:\n    command: [sh, -c, 'exit 3']\n";
+
+    let output = dispatch(&format!(
+        "{mine}  audit:\n    command: [sh, -c, 'exit 0']\n"
+    ));
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stderr_of(&output).contains(
+            "may dispatch only the consumers of its dispatcher roles mapped in this database \
+             (worker.render.mout_view), not audit"
+        ),
+        "{output:?}"
+    );
+    assert_eq!(
+        runtime.block_on(states(&store, "worker.render.mout_view")),
+        [("pending".to_owned(), 1)]
+    );
+
+    let output = dispatch(mine);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(
+        stdout(&output).contains(", 0 retried, 1 dead, 0 quarantined, 0 stale"),
+        "{output:?}"
+    );
+    let emitted = runtime
+        .block_on(store.count_events(&["job.dead_lettered"]))
+        .expect("count events");
+    assert_eq!(emitted, 1);
+    assert_eq!(
+        runtime.block_on(states(&store, "audit")),
+        [("pending".to_owned(), 2)],
+        "audit has the iu.born and the job.dead_lettered, untouched"
+    );
 }
 
 /// Where the contracts require a tenant scope, `--tenant` narrows every command to that

@@ -357,6 +357,24 @@ async fn a_held_claim_hides_its_rows_fences_on_its_token_and_dies_with_its_conne
             .await?;
         assert!(killed);
         doomed.detach();
+        // `pg_terminate_backend` only signals: the backend, and its row lock, go a moment
+        // later. Wait until it is gone (a bound on a hang, not a timing assertion).
+        let start = Instant::now();
+        loop {
+            let alive: bool =
+                sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)")
+                    .bind(pid)
+                    .fetch_one(&pool)
+                    .await?;
+            if !alive {
+                break;
+            }
+            assert!(
+                start.elapsed() < support::HANG,
+                "the terminated backend never went"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         let delivery = store
             .delivery(last[0].lease.event_id, CONSUMER)
             .await?

@@ -1,10 +1,12 @@
 //! The group roles of the tenth runtime step, one per job (docs/runtime.md, "Roles"), and how
 //! a connection takes one: as its `role` setting from the first statement on, so every
-//! statement of the connection runs with that role's grants only.
+//! statement of the connection runs with that role's grants only. And the consumers a login's
+//! dispatcher roles of consumers scope it to (the twenty-first step).
 
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 
-use super::sql;
+use super::{PgStore, sql};
+use crate::store::DispatchError;
 
 /// A job, by the group role the tenth runtime step grants what the job needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -88,5 +90,32 @@ impl Role {
 impl std::fmt::Display for Role {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+impl PgStore {
+    /// The consumers this store's login is scoped to by its dispatcher roles of consumers
+    /// (docs/runtime.md, "A dispatcher role per consumer"), in name order: it claims and
+    /// settles only their deliveries. `None` when the login is not scoped (it holds no
+    /// consumer role, or it is a superuser), and on a database without the twenty-first
+    /// runtime step.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    pub async fn scoped_consumers(&self) -> Result<Option<Vec<String>>, DispatchError> {
+        match sqlx::query_scalar::<_, Option<Vec<String>>>(sql::LOGIN_CONSUMERS)
+            .fetch_one(&self.inner.pool)
+            .await
+        {
+            Ok(consumers) => Ok(consumers.map(|mut consumers| {
+                consumers.sort_unstable();
+                consumers
+            })),
+            // No such function: the database predates the step, and nothing scopes a login.
+            Err(sqlx::Error::Database(error)) if error.code().as_deref() == Some("42883") => {
+                Ok(None)
+            }
+            Err(error) => Err(error.into()),
+        }
     }
 }

@@ -1713,6 +1713,10 @@ pub(crate) const DISABLE_PAYLOAD_CAP: &str =
 pub(crate) const ENABLE_PAYLOAD_CAP: &str =
     "ALTER TABLE evc_events ENABLE TRIGGER evc_events_payload_cap";
 
+/// The consumers the session's login is scoped to (`text[]`), NULL when it is not scoped
+/// (docs/runtime.md, "A dispatcher role per consumer").
+pub(crate) const LOGIN_CONSUMERS: &str = "SELECT evc_login_consumers() AS consumers";
+
 /// Whether group role `$1` exists, has grants in this database (it may read `evc_events`, as
 /// every role may), and whether the session's login may take it (`SET ROLE`: membership, and
 /// from PostgreSQL 16 on a grant not made `WITH SET FALSE`); and the login.
