@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 24] = [
+const SHIPPED: [(&str, &str); 25] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -103,6 +103,10 @@ const SHIPPED: [(&str, &str); 24] = [
     (
         "0024_evc_runtime_v21.sql",
         "7680bed90013c35842e545e10f28f22ff3a093564ce1164b9e25232bafd7a1fc",
+    ),
+    (
+        "0025_evc_registry_8863cc6dcbb7.sql",
+        "4ced74c6411ba5b55159b85178f3eb3080f0ea8046e898004f1d30b188320f62",
     ),
 ];
 

@@ -318,6 +318,7 @@ enum SchemaKind {
     Consumer,
     RetryPolicies,
     Topics,
+    ExecutorClasses,
 }
 
 impl From<SchemaKind> for FileKind {
@@ -328,6 +329,7 @@ impl From<SchemaKind> for FileKind {
             SchemaKind::Consumer => FileKind::Consumer,
             SchemaKind::RetryPolicies => FileKind::RetryPolicies,
             SchemaKind::Topics => FileKind::Topics,
+            SchemaKind::ExecutorClasses => FileKind::ExecutorClasses,
         }
     }
 }

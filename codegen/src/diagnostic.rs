@@ -141,6 +141,12 @@ rules! {
     UnknownRetryPolicy = "UNKNOWN_RETRY_POLICY", Error;
     /// A retry policy whose settings contradict each other.
     InvalidRetryPolicy = "INVALID_RETRY_POLICY", Error;
+    /// A consumer's `executor_class` that `executor-classes.yaml` does not define.
+    UnknownExecutorClass = "UNKNOWN_EXECUTOR_CLASS", Error;
+    /// A consumer names an executor class that is retired (`active: false`).
+    InactiveExecutorClass = "INACTIVE_EXECUTOR_CLASS", Error;
+    /// A consumer's `executor_class` is of another kind than its `executor_kind`.
+    ExecutorClassKindMismatch = "EXECUTOR_CLASS_KIND_MISMATCH", Error;
     /// A payload policy whose settings contradict each other.
     InvalidPayloadPolicy = "INVALID_PAYLOAD_POLICY", Error;
     /// A topic event pattern that matches no event type.

@@ -62,6 +62,12 @@ pattern_string!(
     "Name: lower-case segments separated by dots (`worker.dot.iu_axis`)."
 );
 pattern_string!(
+    /// An executor class (`notification.email`).
+    ExecutorClassRef,
+    names::EXECUTOR_CLASS_PATTERN,
+    "Executor class: its kind (dot, sql, ai, human, external, notification or render), a dot, and lower-case segments separated by dots (`notification.email`)."
+);
+pattern_string!(
     /// A duration (`30s`).
     DurationText,
     names::DURATION_PATTERN,
@@ -418,6 +424,10 @@ pub struct ConsumerFile {
     pub description: String,
     /// What kind of executor runs the handler.
     pub executor_kind: ExecutorKind,
+    /// The executor class that runs it, one of `executor-classes.yaml` of its kind (required
+    /// when that file exists).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor_class: Option<ExecutorClassRef>,
     /// Event types and the versions it accepts (`iu.born@^1`).
     #[schemars(length(min = 1))]
     pub subscribes: Vec<SubscriptionText>,
@@ -493,6 +503,43 @@ pub enum ConsumerMode {
     /// Deliveries are created and handled.
     #[default]
     Live,
+}
+
+/// `executor-classes.yaml`: the executor classes consumers name.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "evc executor classes (executor-classes.yaml)")]
+pub struct ExecutorClassesFile {
+    /// Classes by reference: the kind, a dot, and a name (`notification.email`).
+    #[schemars(extend("propertyNames" = { "pattern": names::EXECUTOR_CLASS_PATTERN }))]
+    pub classes: BTreeMap<String, ExecutorClassDef>,
+}
+
+/// One executor class.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutorClassDef {
+    /// What its executors do.
+    pub description: String,
+    /// Whether its handlers change state outside evc (send, write, call), so a redelivery must
+    /// find their effects recorded.
+    pub mutating: bool,
+    /// Retry policy of its consumers that name none (before `defaults.retry_policy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_policy: Option<Name>,
+    /// The namespace its consumers' idempotency (effect) keys belong to.
+    pub idempotency_namespace: Name,
+    /// Who answers when its workers fall silent (a team or service).
+    #[schemars(length(min = 1, max = 200))]
+    pub heartbeat_owner: String,
+    /// Whether consumers may name it (default `true`). Retiring a class sets `false` once no
+    /// consumer names it; only then may a later change remove it.
+    #[serde(default = "active_by_default")]
+    pub active: bool,
+}
+
+fn active_by_default() -> bool {
+    true
 }
 
 /// `retry-policies.yaml`: named retry policies.

@@ -18,7 +18,9 @@ use serde::de::DeserializeOwned;
 use crate::cache::LoadCache;
 use crate::diagnostic::{Diagnostic, Rule};
 use crate::error::LoadError;
-use crate::format::{ConsumerFile, EventFile, ProjectFile, RetryPoliciesFile, TopicsFile};
+use crate::format::{
+    ConsumerFile, EventFile, ExecutorClassesFile, ProjectFile, RetryPoliciesFile, TopicsFile,
+};
 use crate::source::{Location, SourceFile};
 use crate::structure::{self, FileKind};
 use crate::yaml::{self, Node};
@@ -40,6 +42,8 @@ pub const PROJECT_FILE: &str = "evc.yaml";
 pub const RETRY_POLICIES_FILE: &str = "retry-policies.yaml";
 /// The topics file.
 pub const TOPICS_FILE: &str = "topics.yaml";
+/// The executor classes file.
+pub const EXECUTOR_CLASSES_FILE: &str = "executor-classes.yaml";
 /// The folder of event type files.
 pub const EVENTS_DIR: &str = "events";
 /// The folder of consumer files.
@@ -58,6 +62,8 @@ pub enum Typed {
     RetryPolicies(RetryPoliciesFile),
     /// `topics.yaml`.
     Topics(TopicsFile),
+    /// `executor-classes.yaml`.
+    ExecutorClasses(ExecutorClassesFile),
 }
 
 /// One contract file after reading and parsing.
@@ -199,6 +205,7 @@ fn discover(
             PROJECT_FILE => Some(FileKind::Project),
             RETRY_POLICIES_FILE => Some(FileKind::RetryPolicies),
             TOPICS_FILE => Some(FileKind::Topics),
+            EXECUTOR_CLASSES_FILE => Some(FileKind::ExecutorClasses),
             EVENTS_DIR | CONSUMERS_DIR if path.is_dir() && !resolves_inside(&path, root) => {
                 // Listing it would echo the names of a folder elsewhere on the machine.
                 diagnostics.push(ReadError::Outside.into_diagnostic(&name));
@@ -258,7 +265,8 @@ fn unexpected_file(display: &str) -> Diagnostic {
         Location::file(display),
         format!("`{display}` is not a contract file and is ignored"),
         "event types go in `events/<event.type>.yaml`, consumers in `consumers/<consumer>.yaml`; \
-         settings in `evc.yaml`, `retry-policies.yaml` and `topics.yaml`; move or delete it",
+         settings in `evc.yaml`, `retry-policies.yaml`, `topics.yaml` and \
+         `executor-classes.yaml`; move or delete it",
     )
 }
 
@@ -397,6 +405,7 @@ fn to_typed(kind: FileKind, json: serde_json::Value) -> Result<Typed, serde_json
         FileKind::Consumer => Typed::Consumer(from(json)?),
         FileKind::RetryPolicies => Typed::RetryPolicies(from(json)?),
         FileKind::Topics => Typed::Topics(from(json)?),
+        FileKind::ExecutorClasses => Typed::ExecutorClasses(from(json)?),
     })
 }
 

@@ -31,6 +31,9 @@ pub struct ContractSet {
     pub retry_policies: BTreeMap<String, RetryPolicy>,
     /// Topics by name.
     pub topics: BTreeMap<String, Topic>,
+    /// Executor classes by reference (`notification.email`); empty without
+    /// `executor-classes.yaml`.
+    pub executor_classes: BTreeMap<String, ExecutorClass>,
     /// Every file read, for diagnostics and for build scripts' `rerun-if-changed`.
     pub sources: Sources,
     /// The YAML tree of every parsed file, by display path: the source map from any node
@@ -337,6 +340,9 @@ pub struct Consumer {
     pub description: String,
     /// Executor kind.
     pub executor_kind: ExecutorKind,
+    /// Executor class (it exists, is active and of the consumer's kind); `None` only without
+    /// `executor-classes.yaml`.
+    pub executor_class: Option<String>,
     /// Subscriptions, in file order.
     pub subscriptions: Vec<Subscription>,
     /// Retry policy name (default applied; it exists).
@@ -353,6 +359,27 @@ pub struct Consumer {
     pub handler_timeout: Option<Duration>,
     /// Display path of the file that defines it.
     pub file: String,
+}
+
+/// An executor class of `executor-classes.yaml`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutorClass {
+    /// Reference (`notification.email`).
+    pub name: String,
+    /// Its kind, the reference's first segment.
+    pub kind: ExecutorKind,
+    /// What its executors do.
+    pub description: String,
+    /// Whether its handlers change state outside evc.
+    pub mutating: bool,
+    /// Retry policy of its consumers that name none (it exists).
+    pub retry_policy: Option<String>,
+    /// Namespace of its consumers' idempotency keys.
+    pub idempotency_namespace: String,
+    /// Who answers when its workers fall silent.
+    pub heartbeat_owner: String,
+    /// Whether consumers may name it.
+    pub active: bool,
 }
 
 /// A consumer's subscription to an event type.

@@ -6,6 +6,10 @@ pub const EVENT_TYPE_PATTERN: &str = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$";
 /// Consumers, producer classes, retry policies and topics: lower-case segments separated by dots;
 /// segments after the first may start with a digit (`audit`, `default.transient.5x.30s.exp`).
 pub const NAME_PATTERN: &str = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$";
+/// Executor classes: an executor kind, a dot, and lower-case segments separated by dots
+/// (`notification.email`, `dot.pipeline.cut`).
+pub const EXECUTOR_CLASS_PATTERN: &str =
+    r"^(dot|sql|ai|human|external|notification|render)\.[a-z0-9_]+(\.[a-z0-9_]+)*$";
 /// Durations: a whole number and a unit (`250ms`, `30s`, `10m`, `2h`, `14d`).
 pub const DURATION_PATTERN: &str = r"^[0-9]+(ms|s|m|h|d)$";
 /// Semantic versions (semver.org's own expression, without a leading `v`).
@@ -143,6 +147,37 @@ pub fn suggestion<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The executor class pattern lists exactly the executor kinds of the format: a kind added
+    /// to one and not the other would make its classes fail or vanish.
+    #[test]
+    fn the_executor_class_pattern_names_every_executor_kind() {
+        let listed: Vec<&str> = EXECUTOR_CLASS_PATTERN
+            .trim_start_matches("^(")
+            .split(')')
+            .next()
+            .unwrap_or_default()
+            .split('|')
+            .collect();
+        let schema = serde_json::to_value(schemars::schema_for!(crate::format::ExecutorKind))
+            .unwrap_or_default();
+        // Documented variants are `oneOf` of consts; undocumented ones an `enum`.
+        let kinds: Vec<&str> = schema["oneOf"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|variant| variant["const"].as_str())
+            .chain(
+                schema["enum"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(serde_json::Value::as_str),
+            )
+            .collect();
+        assert!(!kinds.is_empty(), "{schema}");
+        assert_eq!(listed, kinds);
+    }
 
     #[test]
     fn glob_matches_prefix_suffix_and_exact() {

@@ -13,7 +13,9 @@ use schemars::generate::SchemaSettings;
 use serde_json::Value as Json;
 
 use crate::diagnostic::{Diagnostic, Rule};
-use crate::format::{ConsumerFile, EventFile, ProjectFile, RetryPoliciesFile, TopicsFile};
+use crate::format::{
+    ConsumerFile, EventFile, ExecutorClassesFile, ProjectFile, RetryPoliciesFile, TopicsFile,
+};
 use crate::names;
 use crate::source::SourceFile;
 use crate::yaml::{Node, escape_pointer_segment, pointer_segments};
@@ -31,16 +33,19 @@ pub enum FileKind {
     RetryPolicies,
     /// `topics.yaml`.
     Topics,
+    /// `executor-classes.yaml`.
+    ExecutorClasses,
 }
 
 impl FileKind {
     /// Every kind, in the order `evc schema --out` writes them.
-    pub const ALL: [FileKind; 5] = [
+    pub const ALL: [FileKind; 6] = [
         Self::Project,
         Self::Event,
         Self::Consumer,
         Self::RetryPolicies,
         Self::Topics,
+        Self::ExecutorClasses,
     ];
 
     /// Short name, used for schema file names (`event.schema.json`).
@@ -51,6 +56,7 @@ impl FileKind {
             Self::Consumer => "consumer",
             Self::RetryPolicies => "retry-policies",
             Self::Topics => "topics",
+            Self::ExecutorClasses => "executor-classes",
         }
     }
 
@@ -63,6 +69,7 @@ impl FileKind {
             Self::Consumer => generator.into_root_schema_for::<ConsumerFile>(),
             Self::RetryPolicies => generator.into_root_schema_for::<RetryPoliciesFile>(),
             Self::Topics => generator.into_root_schema_for::<TopicsFile>(),
+            Self::ExecutorClasses => generator.into_root_schema_for::<ExecutorClassesFile>(),
         };
         let mut schema = schema.to_value();
         forbid_null(&mut schema);
@@ -70,7 +77,8 @@ impl FileKind {
     }
 
     fn compiled(self) -> &'static (Json, Validator) {
-        static COMPILED: [OnceLock<(Json, Validator)>; 5] = [
+        static COMPILED: [OnceLock<(Json, Validator)>; 6] = [
+            OnceLock::new(),
             OnceLock::new(),
             OnceLock::new(),
             OnceLock::new(),
@@ -346,6 +354,13 @@ fn pattern_diagnostic(
         names::NAME_PATTERN => (
             Rule::InvalidIdentifier,
             "names are lower-case segments of letters, digits and `_` separated by dots (`worker.dot.iu_axis`)".to_owned(),
+        ),
+        names::EXECUTOR_CLASS_PATTERN => (
+            Rule::InvalidIdentifier,
+            "executor classes are a kind (dot, sql, ai, human, external, notification or \
+             render), a dot, and lower-case segments of letters, digits and `_` separated by \
+             dots (`notification.email`)"
+                .to_owned(),
         ),
         names::DURATION_PATTERN => (
             Rule::InvalidDuration,

@@ -11,13 +11,14 @@ use std::time::Duration;
 use crate::cache::LoadCache;
 use crate::diagnostic::{Diagnostic, Rule};
 use crate::format::{
-    CompatMode, ConsumerFile, EventFile, EventStatus, ProjectFile, RetryKind, RetryPoliciesFile,
-    TopicsFile,
+    CompatMode, ConsumerFile, EventFile, EventStatus, ExecutorClassesFile, ProjectFile, RetryKind,
+    RetryPoliciesFile, TopicsFile, keyword,
 };
 use crate::loader::{EVENTS_DIR, ParsedDir, ParsedFile, Typed};
 use crate::model::{
     Consumer, ContentModel, ContractSet, DispatcherSettings, EventType, EventVersion,
-    MigrationPolicy, PayloadPolicy, Project, RelaySettings, RetryPolicy, Subscription, Topic,
+    ExecutorClass, MigrationPolicy, PayloadPolicy, Project, RelaySettings, RetryPolicy,
+    Subscription, Topic,
 };
 use crate::names::{self, glob_matches};
 use crate::payload_schema;
@@ -63,9 +64,10 @@ pub(crate) fn validate(
     let project_file = checker.typed_project();
     let project = checker.project(project_file);
     let retry_policies = checker.retry_policies();
+    let executor_classes = checker.executor_classes(&retry_policies);
     let events = checker.events(&project);
     let defaults = project_file.map(|file| &file.defaults);
-    let consumers = checker.consumers(&events, &retry_policies, defaults);
+    let consumers = checker.consumers(&events, &retry_policies, &executor_classes, defaults);
     if let Some(name) = defaults.and_then(|defaults| defaults.retry_policy.as_ref()) {
         checker.require_policy(
             loader::PROJECT_FILE,
@@ -103,6 +105,7 @@ pub(crate) fn validate(
         consumers,
         retry_policies,
         topics,
+        executor_classes: executor_classes.unwrap_or_default(),
         sources,
         trees,
         registry_digest: std::sync::OnceLock::new(),
@@ -871,21 +874,67 @@ impl<'a> Checker<'a> {
             .collect()
     }
 
+    /// The executor classes of `executor-classes.yaml`: `None` without the file, empty when
+    /// it is broken (its structural diagnostics say why).
+    fn executor_classes(
+        &mut self,
+        policies: &BTreeMap<String, RetryPolicy>,
+    ) -> Option<BTreeMap<String, ExecutorClass>> {
+        let path = loader::EXECUTOR_CLASSES_FILE;
+        let file = self.files.get(path)?;
+        let Some(Typed::ExecutorClasses(ExecutorClassesFile { classes })) = file.typed.as_deref()
+        else {
+            return Some(BTreeMap::new());
+        };
+        let mut lowered = BTreeMap::new();
+        for (name, def) in classes {
+            let pointer = format!("/classes/{}", escape_pointer_segment(name));
+            if let Some(policy) = &def.retry_policy {
+                self.require_policy(
+                    path,
+                    &format!("{pointer}/retry_policy"),
+                    policy.as_str(),
+                    policies,
+                );
+            }
+            // The pattern names the kind first; a name that fails it is reported structurally.
+            let Some(kind) = name
+                .split_once('.')
+                .and_then(|(kind, _)| serde_json::from_value(serde_json::Value::from(kind)).ok())
+            else {
+                continue;
+            };
+            lowered.insert(
+                name.clone(),
+                ExecutorClass {
+                    name: name.clone(),
+                    kind,
+                    description: def.description.clone(),
+                    mutating: def.mutating,
+                    retry_policy: def.retry_policy.as_ref().map(|p| p.0.clone()),
+                    idempotency_namespace: def.idempotency_namespace.0.clone(),
+                    heartbeat_owner: def.heartbeat_owner.clone(),
+                    active: def.active,
+                },
+            );
+        }
+        Some(lowered)
+    }
+
     fn consumers(
         &mut self,
         events: &BTreeMap<String, EventType>,
         policies: &BTreeMap<String, RetryPolicy>,
+        classes: &Option<BTreeMap<String, ExecutorClass>>,
         defaults: Option<&crate::format::DefaultsDef>,
     ) -> BTreeMap<String, Consumer> {
-        let broken_event_names = self.broken_events.clone();
         let mut consumers: BTreeMap<String, Consumer> = BTreeMap::new();
         let files = self.files;
         for (path, file) in files {
             let Some(Typed::Consumer(def)) = file.typed.as_deref() else {
                 continue;
             };
-            let consumer =
-                self.consumer(path, def, events, policies, defaults, &broken_event_names);
+            let consumer = self.consumer(path, def, events, policies, classes, defaults);
             if let Some(first) = consumers.get(&consumer.name) {
                 let diagnostic = Diagnostic::new(
                     Rule::DuplicateConsumer,
@@ -908,8 +957,8 @@ impl<'a> Checker<'a> {
         def: &ConsumerFile,
         events: &BTreeMap<String, EventType>,
         policies: &BTreeMap<String, RetryPolicy>,
+        classes: &Option<BTreeMap<String, ExecutorClass>>,
         defaults: Option<&crate::format::DefaultsDef>,
-        broken_event_names: &BTreeSet<String>,
     ) -> Consumer {
         let name = def.consumer.as_str();
         let expected_path = format!("{}/{name}.yaml", loader::CONSUMERS_DIR);
@@ -957,7 +1006,7 @@ impl<'a> Checker<'a> {
                 continue;
             }
             match events.get(event) {
-                None if broken_event_names.contains(event) => {}
+                None if self.broken_events.contains(event) => {}
                 None => self.report(
                     Rule::UnknownEventType,
                     location,
@@ -1003,24 +1052,43 @@ impl<'a> Checker<'a> {
                 requirement,
             });
         }
+        let class = self.executor_class(path, def, classes);
         let retry_policy = match (
             &def.retry_policy,
+            class.and_then(|class| class.retry_policy.as_ref()),
             defaults.and_then(|d| d.retry_policy.as_ref()),
         ) {
-            (Some(own), _) => {
+            (Some(own), _, _) => {
                 self.require_policy(path, "/retry_policy", own.as_str(), policies);
                 own.0.clone()
             }
-            (None, Some(default)) => default.0.clone(),
-            (None, None) if self.typed_project().is_none() => String::new(),
-            (None, None) => {
-                self.report(
-                    Rule::MissingKey,
-                    self.at(path, ""),
-                    format!("`{name}` names no `retry_policy` and `evc.yaml` sets no default"),
-                    "add `retry_policy:` to the consumer or `defaults.retry_policy` to evc.yaml"
-                        .to_owned(),
-                );
+            (None, Some(of_class), _) => of_class.clone(),
+            (None, None, Some(default)) => default.0.clone(),
+            (None, None, None) if self.typed_project().is_none() => String::new(),
+            // Its class did not resolve (already reported): the class may be what sets it.
+            (None, None, None) if def.executor_class.is_some() && class.is_none() => String::new(),
+            (None, None, None) => {
+                let (message, fix) = match class {
+                    Some(class) => (
+                        format!(
+                            "`{name}` names no `retry_policy`, and neither its executor class \
+                             `{}` nor `evc.yaml` sets a default",
+                            class.name
+                        ),
+                        format!(
+                            "add `retry_policy:` to the consumer, to `{}` in `{}` or as \
+                             `defaults.retry_policy` to evc.yaml",
+                            class.name,
+                            loader::EXECUTOR_CLASSES_FILE
+                        ),
+                    ),
+                    None => (
+                        format!("`{name}` names no `retry_policy` and `evc.yaml` sets no default"),
+                        "add `retry_policy:` to the consumer or `defaults.retry_policy` to evc.yaml"
+                            .to_owned(),
+                    ),
+                };
+                self.report(Rule::MissingKey, self.at(path, ""), message, fix);
                 String::new()
             }
         };
@@ -1057,6 +1125,7 @@ impl<'a> Checker<'a> {
             name: name.to_owned(),
             description: def.description.clone(),
             executor_kind: def.executor_kind,
+            executor_class: class.map(|class| class.name.clone()),
             subscriptions,
             retry_policy,
             handler: def.handler,
@@ -1066,6 +1135,99 @@ impl<'a> Checker<'a> {
             handler_timeout,
             file: path.to_owned(),
         }
+    }
+
+    /// The class `def` names, when it exists, is active and of the consumer's kind; each way
+    /// it falls short is reported. Without `executor-classes.yaml` no consumer may name one;
+    /// with it, every consumer must. A broken file checks nothing.
+    fn executor_class<'c>(
+        &mut self,
+        path: &str,
+        def: &ConsumerFile,
+        classes: &'c Option<BTreeMap<String, ExecutorClass>>,
+    ) -> Option<&'c ExecutorClass> {
+        let name = def.consumer.as_str();
+        let file = loader::EXECUTOR_CLASSES_FILE;
+        let broken = self
+            .files
+            .get(file)
+            .is_some_and(|parsed| parsed.typed.is_none());
+        let Some(wanted) = &def.executor_class else {
+            if classes.is_some() && !broken {
+                self.report(
+                    Rule::MissingKey,
+                    self.at(path, ""),
+                    format!("`{name}` names no `executor_class`, and `{file}` registers the classes consumers run on"),
+                    format!(
+                        "add `executor_class:` with a class of kind `{}` from `{file}`",
+                        keyword(&def.executor_kind)
+                    ),
+                );
+            }
+            return None;
+        };
+        let wanted = wanted.as_str();
+        let location = self.at(path, "/executor_class");
+        if broken {
+            return None;
+        }
+        let Some(class) = classes.as_ref().and_then(|classes| classes.get(wanted)) else {
+            let (message, fix) = match classes {
+                None => (
+                    format!(
+                        "`{name}` names the executor class `{wanted}`, but there is no `{file}`"
+                    ),
+                    format!(
+                        "remove `executor_class`, or define `{wanted}` under `classes:` in a new \
+                         `{file}` (then every consumer names its class)"
+                    ),
+                ),
+                Some(classes) => {
+                    // Only classes the consumer could run on.
+                    let candidates = classes
+                        .values()
+                        .filter(|class| class.active && class.kind == def.executor_kind)
+                        .map(|class| class.name.as_str());
+                    (
+                        format!("the executor class `{wanted}` is not defined in `{file}`"),
+                        match names::did_you_mean(wanted, candidates) {
+                            Some(best) => format!("did you mean `{best}`?"),
+                            None => format!("define `{wanted}` under `classes:` in `{file}`"),
+                        },
+                    )
+                }
+            };
+            self.report(Rule::UnknownExecutorClass, location, message, fix);
+            return None;
+        };
+        if !class.active {
+            self.report(
+                Rule::InactiveExecutorClass,
+                location.clone(),
+                format!("`{name}` runs on `{wanted}`, which is retired (`active: false`)"),
+                format!(
+                    "move `{name}` to an active class of kind `{}`",
+                    keyword(&class.kind)
+                ),
+            );
+        }
+        if class.kind != def.executor_kind {
+            self.report(
+                Rule::ExecutorClassKindMismatch,
+                location,
+                format!(
+                    "`{name}` is of kind `{}`, but `{wanted}` is a `{}` class",
+                    keyword(&def.executor_kind),
+                    keyword(&class.kind)
+                ),
+                format!(
+                    "name a `{}` class, or make `executor_kind` `{}`",
+                    keyword(&def.executor_kind),
+                    keyword(&class.kind)
+                ),
+            );
+        }
+        Some(class)
     }
 
     fn require_policy(

@@ -362,6 +362,59 @@ fn evc_documents_import_to_contracts_that_render_the_same_document() {
     assert_eq!(first.contents, second.contents);
 }
 
+/// Executor classes come back only where the contracts they make load: a consumer naming a
+/// class the document does not define loses it (with a note), and classes that not every
+/// consumer names are not imported at all (with a note); either way the contracts load.
+#[test]
+fn executor_classes_import_only_where_the_contracts_load() {
+    let contracts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../contracts");
+    let set = ContractSet::load(contracts).expect("loads").contracts;
+    let rendered = asyncapi::render(&set, &Layout::default()).expect("renders");
+    let document = yaml_to_json("asyncapi.yaml", &rendered.contents);
+
+    let (_dir, reloaded) = load(
+        &import(&serde_json::to_string(&document).expect("json")).expect("imports"),
+        "the whole document",
+    );
+    assert_eq!(reloaded.executor_classes, set.executor_classes);
+
+    // The receive operations of `audit` name a class the document does not define.
+    let mut unknown = document.clone();
+    for operation in unknown["operations"]
+        .as_object_mut()
+        .expect("operations")
+        .values_mut()
+        .filter(|operation| operation["x-evc-consumer"] == "audit")
+    {
+        operation["x-evc-executor-class"] = serde_json::json!("sql.nowhere");
+    }
+    let imported = import(&serde_json::to_string(&unknown).expect("json")).expect("imports");
+    assert!(
+        imported
+            .unsupported
+            .iter()
+            .any(|note| note.contains("`sql.nowhere` is not an active `sql` executor class")),
+        "{:?}",
+        imported.unsupported
+    );
+    assert!(
+        imported
+            .adapted
+            .iter()
+            .any(|note| note.contains("not every consumer names an executor class")),
+        "{:?}",
+        imported.adapted
+    );
+    let (_dir, reloaded) = load(&imported, "a consumer with an unknown class");
+    assert!(reloaded.executor_classes.is_empty());
+    assert!(
+        reloaded
+            .consumers
+            .values()
+            .all(|consumer| consumer.executor_class.is_none())
+    );
+}
+
 /// A discriminated union, a tuple and an integer enum in a closed payload, and an open object in
 /// another: the contracts load and hold the schemas as the document wrote them.
 const KEPT_AS_WRITTEN: &str = r"

@@ -267,3 +267,99 @@ fn a_property_named_ref_is_read_as_a_schema() {
         assert_eq!(property.get("definitions"), None);
     }
 }
+
+/// `executor-classes.yaml` of `classes` (reference, retry policy, active), each with the
+/// same description, flag, namespace and owner.
+fn executor_classes(classes: &[(&str, Option<&str>, bool)]) -> String {
+    let mut text = String::from("classes:\n");
+    for (name, policy, active) in classes {
+        text.push_str(&format!(
+            "  {name}:\n    description: Runs work.\n    mutating: true\n    \
+             idempotency_namespace: work\n    heartbeat_owner: team-work\n    active: {active}\n"
+        ));
+        if let Some(policy) = policy {
+            text.push_str(&format!("    retry_policy: {policy}\n"));
+        }
+    }
+    text
+}
+
+/// The base set with `classes`, and each base consumer naming its class (`human.review` for
+/// `audit`, `dot.indexer` for `worker.indexer`).
+fn with_executor_classes(classes: &[(&str, Option<&str>, bool)]) -> tempfile::TempDir {
+    let dir = compose(None);
+    fs::write(
+        dir.path().join("executor-classes.yaml"),
+        executor_classes(classes),
+    )
+    .expect("write the classes");
+    for (consumer, class) in [("audit", "human.review"), ("worker.indexer", "dot.indexer")] {
+        let path = dir.path().join(format!("consumers/{consumer}.yaml"));
+        let contract = fs::read_to_string(&path).expect("read the consumer");
+        let kind = contract
+            .lines()
+            .find(|line| line.starts_with("executor_kind:"))
+            .expect("an executor kind")
+            .to_owned();
+        fs::write(
+            &path,
+            contract.replace(&kind, &format!("{kind}\nexecutor_class: {class}")),
+        )
+        .expect("write the consumer");
+    }
+    dir
+}
+
+fn load_valid(dir: &Path) -> ContractSet {
+    match ContractSet::load(dir) {
+        Ok(loaded) => loaded.contracts,
+        Err(LoadError::Invalid { diagnostics, .. }) => panic!("{}", render(&diagnostics)),
+        Err(other) => panic!("the load failed as a whole: {other}"),
+    }
+}
+
+/// A consumer that names no retry policy takes its executor class's, before the project's
+/// default; one that names its own keeps it.
+#[test]
+fn an_executor_class_gives_its_consumers_their_retry_policy() {
+    let dir = with_executor_classes(&[
+        ("human.review", Some("default.transient"), true),
+        ("dot.indexer", Some("human.no_retry"), true),
+    ]);
+    let set = load_valid(dir.path());
+    let indexer = &set.consumers["worker.indexer"];
+    assert_eq!(indexer.executor_class.as_deref(), Some("dot.indexer"));
+    assert_eq!(
+        indexer.retry_policy, "human.no_retry",
+        "the class's, not the default"
+    );
+    let audit = &set.consumers["audit"];
+    assert_eq!(audit.executor_class.as_deref(), Some("human.review"));
+    assert_eq!(audit.retry_policy, "human.no_retry", "its own");
+    assert_eq!(set.executor_classes.len(), 2);
+}
+
+/// `evc compat` refuses the removal of an executor class the base still has active, and
+/// accepts it once the base retired it.
+#[test]
+fn an_executor_class_is_retired_before_it_is_removed() {
+    let classes = |unused_active: Option<bool>| {
+        let mut classes = vec![("human.review", None, true), ("dot.indexer", None, true)];
+        if let Some(active) = unused_active {
+            classes.push(("external.unused", None, active));
+        }
+        load_valid(with_executor_classes(&classes).path())
+    };
+    let removed = classes(None);
+    for (active, refused) in [(true, true), (false, false)] {
+        let base = classes(Some(active));
+        let report = evc_codegen::compat::compare(&base, &removed, "base", "head");
+        let rules: Vec<&str> = report.findings.iter().map(|f| f.rule).collect();
+        assert_eq!(
+            rules.contains(&"EXECUTOR_CLASS_REMOVED_WHILE_ACTIVE"),
+            refused,
+            "active {active}: {rules:?}"
+        );
+        assert_eq!(report.passed(), !refused, "active {active}: {rules:?}");
+    }
+}

@@ -17,6 +17,7 @@ fn kind_of(relative: &str) -> FileKind {
         "evc.yaml" => FileKind::Project,
         "retry-policies.yaml" => FileKind::RetryPolicies,
         "topics.yaml" => FileKind::Topics,
+        "executor-classes.yaml" => FileKind::ExecutorClasses,
         path if path.starts_with("events/") => FileKind::Event,
         path if path.starts_with("consumers/") => FileKind::Consumer,
         other => panic!("unexpected contract file {other}"),

@@ -7441,7 +7441,7 @@ pub mod consumers {
 /// runtime settings.
 pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     project: "evc_reference",
-    digest: "cf189f13e1593ef3ced731e6617c341ab15c0e8c4b761636c86d480a209aa2d0",
+    digest: "8863cc6dcbb7cf3ec86ec146b648e27b7119124e760b2c186780ff15e6fba442",
     events: &[
         ::evc::EventDescriptor {
             name: "agent.suggestion",

@@ -124,6 +124,9 @@ compat_rules! {
     /// An event type was removed without being deprecated first.
     EventRemovedWithoutDeprecation = "EVENT_REMOVED_WITHOUT_DEPRECATION", Error,
         "An event type was removed without `status: deprecated` in the base.";
+    /// An executor class was removed without being retired first.
+    ExecutorClassRemovedWhileActive = "EXECUTOR_CLASS_REMOVED_WHILE_ACTIVE", Error,
+        "An executor class was removed without `active: false` in the base.";
     /// An event type's compatibility mode became weaker.
     CompatModeWeakened = "COMPAT_MODE_WEAKENED", Warning,
         "The event type's compatibility mode now checks less than before.";

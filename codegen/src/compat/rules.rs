@@ -86,6 +86,7 @@ pub(super) fn compare(
         findings.extend(part_findings);
         events.extend(part_events);
     }
+    findings.extend(removed_executor_classes(base, head));
     findings.sort_by(|a, b| {
         (
             &a.event,
@@ -110,6 +111,46 @@ pub(super) fn compare(
         findings,
         events,
     }
+}
+
+/// Executor classes the head removed while the base still had them active: a class is
+/// retired (`active: false`, which `evc check` allows only once no consumer names it) before it
+/// is removed, so every deployment stops running it first. A finding names `executor class
+/// <name>` where others name an event type (no event type has a space in its name).
+fn removed_executor_classes(base: &ContractSet, head: &ContractSet) -> Vec<Finding> {
+    base.executor_classes
+        .values()
+        .filter(|class| class.active && !head.executor_classes.contains_key(&class.name))
+        .map(|class| {
+            let name = &class.name;
+            Finding {
+                rule: CompatRule::ExecutorClassRemovedWhileActive.id(),
+                severity: CompatRule::ExecutorClassRemovedWhileActive.severity(),
+                event: format!("executor class {name}"),
+                base_version: None,
+                version: None,
+                direction: None,
+                pointer: None,
+                // The file only: a line of the base would point into the head's file.
+                location: Location::file(crate::loader::EXECUTOR_CLASSES_FILE),
+                message: format!(
+                    "executor class {name} was removed, but the base does not retire it \
+                     (`active: false`); deployments still running it lose their class"
+                ),
+                fix: format!(
+                    "restore {name} with `active: false`, merge that once no consumer names it, \
+                     then remove it"
+                ),
+                consumers: base
+                    .consumers
+                    .values()
+                    .filter(|consumer| consumer.executor_class.as_deref() == Some(name))
+                    .map(|consumer| consumer.name.clone())
+                    .collect(),
+                witness: None,
+            }
+        })
+        .collect()
 }
 
 /// Judges the event types `names` of either side.

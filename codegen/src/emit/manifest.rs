@@ -122,6 +122,9 @@ pub struct Registry<'a> {
     pub consumers: BTreeMap<&'a str, ConsumerEntry<'a>>,
     /// Retry policies by name.
     pub retry_policies: BTreeMap<&'a str, RetryPolicyEntry<'a>>,
+    /// Executor classes by reference (left out when there are none).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub executor_classes: BTreeMap<&'a str, ExecutorClassEntry<'a>>,
 }
 
 /// One event type.
@@ -161,6 +164,9 @@ pub struct ConsumerEntry<'a> {
     pub description: &'a str,
     /// Executor kind.
     pub executor_kind: ExecutorKind,
+    /// Executor class, if the contracts register classes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executor_class: Option<&'a str>,
     /// Subscriptions: event type to version requirement.
     pub subscribes: BTreeMap<&'a str, String>,
     /// Retry policy.
@@ -173,6 +179,24 @@ pub struct ConsumerEntry<'a> {
     pub mode: ConsumerMode,
     /// Heartbeat threshold.
     pub heartbeat_threshold: String,
+}
+
+/// One executor class.
+#[derive(Debug, Serialize)]
+pub struct ExecutorClassEntry<'a> {
+    /// What its executors do.
+    pub description: &'a str,
+    /// Whether its handlers change state outside evc.
+    pub mutating: bool,
+    /// Retry policy of its consumers that name none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_policy: Option<&'a str>,
+    /// Namespace of its consumers' idempotency keys.
+    pub idempotency_namespace: &'a str,
+    /// Who answers when its workers fall silent.
+    pub heartbeat_owner: &'a str,
+    /// Whether consumers may name it.
+    pub active: bool,
 }
 
 /// One retry policy.
@@ -228,6 +252,7 @@ pub fn registry(set: &ContractSet) -> Registry<'_> {
                 let entry = ConsumerEntry {
                     description: &consumer.description,
                     executor_kind: consumer.executor_kind,
+                    executor_class: consumer.executor_class.as_deref(),
                     subscribes: consumer
                         .subscriptions
                         .iter()
@@ -253,6 +278,21 @@ pub fn registry(set: &ContractSet) -> Registry<'_> {
                     max_attempts: policy.max_attempts,
                     jitter: policy.jitter,
                     retry_on: &policy.retry_on,
+                };
+                (name.as_str(), entry)
+            })
+            .collect(),
+        executor_classes: set
+            .executor_classes
+            .iter()
+            .map(|(name, class)| {
+                let entry = ExecutorClassEntry {
+                    description: &class.description,
+                    mutating: class.mutating,
+                    retry_policy: class.retry_policy.as_deref(),
+                    idempotency_namespace: &class.idempotency_namespace,
+                    heartbeat_owner: &class.heartbeat_owner,
+                    active: class.active,
                 };
                 (name.as_str(), entry)
             })

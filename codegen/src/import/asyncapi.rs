@@ -47,6 +47,8 @@
 //!   written by `evc generate` are read back.
 //! - **Retry policies** from `x-evc-retry-policy` and `components.x-evc-retry-policies`, else one
 //!   `default` policy.
+//! - **Executor classes** from `components.x-evc-executor-classes` (into
+//!   `executor-classes.yaml`) and each receive operation's `x-evc-executor-class`.
 //! - The payload policy in `evc.yaml` is evc's default; a deny-listed or credential-shaped name a
 //!   payload uses is taken off the list and reported, so the import loads but the finding is not
 //!   lost.
@@ -70,9 +72,9 @@ use crate::emit::Artifact;
 use crate::emit::asyncapi as doc_layout;
 use crate::emit::asyncapi::{local_pointer, root_channel_id};
 use crate::format::{
-    CompatMode, ConsumerMode, EventPayloadPolicyDef, EventStatus, ExecutorKind, FailureClass,
-    FieldName, HandlerKind, Jitter, MigrationPolicyDef, OrderKeyDef, Ordering, RetryKind,
-    RetryPolicyDef,
+    CompatMode, ConsumerMode, EventPayloadPolicyDef, EventStatus, ExecutorClassDef, ExecutorKind,
+    FailureClass, FieldName, HandlerKind, Jitter, MigrationPolicyDef, OrderKeyDef, Ordering,
+    RetryKind, RetryPolicyDef,
 };
 use crate::model::{ContentModel, PayloadPolicy};
 use crate::payload_schema;
@@ -91,6 +93,9 @@ pub const CONSUMER_MODELINE: &str =
 /// Modeline of `retry-policies.yaml`.
 pub const RETRY_POLICIES_MODELINE: &str =
     "# yaml-language-server: $schema=../docs/schema/retry-policies.schema.json";
+/// Modeline of `executor-classes.yaml`.
+pub const EXECUTOR_CLASSES_MODELINE: &str =
+    "# yaml-language-server: $schema=../docs/schema/executor-classes.schema.json";
 
 /// The retry policy consumers get when the document names none.
 pub const DEFAULT_POLICY: &str = "default";
@@ -101,7 +106,8 @@ pub struct Imported {
     /// The project name (from `info.title`).
     pub project: String,
     /// Contract files, relative to the contract directory, ordered by path: `evc.yaml`,
-    /// `events/<type>.yaml`, `consumers/<name>.yaml`, `retry-policies.yaml`.
+    /// `events/<type>.yaml`, `consumers/<name>.yaml`, `executor-classes.yaml`,
+    /// `retry-policies.yaml`.
     pub files: Vec<Artifact>,
     /// How each channel of the document was mapped, in document order.
     pub channels: Vec<ImportedChannel>,
@@ -297,6 +303,14 @@ fn is_name(text: &str) -> bool {
     text.starts_with(|c: char| c.is_ascii_lowercase()) && text.split('.').all(is_segment)
 }
 
+/// Whether `text` matches the executor class pattern (a kind, a dot, a name).
+fn is_executor_class(text: &str) -> bool {
+    text.split_once('.').is_some_and(|(kind, rest)| {
+        serde_json::from_value::<ExecutorKind>(Json::from(kind)).is_ok()
+            && rest.split('.').all(is_segment)
+    })
+}
+
 /// Whether `text` matches the event type pattern (a name of at least two segments).
 fn is_event_type(text: &str) -> bool {
     is_name(text) && text.contains('.')
@@ -447,6 +461,7 @@ struct ConsumerPlan {
     name: String,
     description: String,
     executor_kind: ExecutorKind,
+    executor_class: Option<String>,
     handler: HandlerKind,
     ordering: Option<Ordering>,
     mode: Option<ConsumerMode>,
@@ -592,6 +607,7 @@ struct Importer<'a> {
     channels: Vec<ImportedChannel>,
     consumers: Vec<ConsumerPlan>,
     policies: BTreeMap<String, PolicyOut>,
+    classes: BTreeMap<String, ExecutorClassDef>,
     operations: Vec<ImportedOperation>,
     /// Subschema nesting of the payload being inlined.
     inline_depth: usize,
@@ -616,6 +632,7 @@ impl<'a> Importer<'a> {
             channels: Vec::new(),
             consumers: Vec::new(),
             policies: BTreeMap::new(),
+            classes: BTreeMap::new(),
             operations: Vec::new(),
             inline_depth: 0,
             inline_budget: MAX_INLINED_SUBSCHEMAS,
@@ -675,6 +692,20 @@ impl<'a> Importer<'a> {
         }
     }
 
+    /// The operation's `x-evc-executor-class`, when it is a valid class reference; otherwise a
+    /// note.
+    fn executor_class(&mut self, operation: &Json, pointer: &str) -> Option<String> {
+        let class: String = self.extension(operation, pointer, "x-evc-executor-class")?;
+        if is_executor_class(&class) {
+            return Some(class);
+        }
+        self.notes.unsupported(
+            &format!("{pointer}/x-evc-executor-class"),
+            format!("`{class}` is not a valid executor class; ignored"),
+        );
+        None
+    }
+
     fn root(&mut self) {
         let doc = self.doc;
         let info = doc.get("info").unwrap_or(&Json::Null);
@@ -724,6 +755,33 @@ impl<'a> Importer<'a> {
                     escape_pointer_segment(name)
                 );
                 self.policy(name, settings, &pointer);
+            }
+        }
+        if let Some(Json::Object(classes)) = doc
+            .get("components")
+            .and_then(|components| components.get("x-evc-executor-classes"))
+        {
+            for (name, def) in classes {
+                let pointer = format!(
+                    "/components/x-evc-executor-classes/{}",
+                    escape_pointer_segment(name)
+                );
+                if !is_executor_class(name) {
+                    self.notes.unsupported(
+                        &pointer,
+                        format!("`{name}` is not a valid executor class; ignored"),
+                    );
+                    continue;
+                }
+                match serde_json::from_value::<ExecutorClassDef>(def.clone()) {
+                    Ok(def) => {
+                        self.classes.insert(name.clone(), def);
+                    }
+                    Err(error) => self.notes.unsupported(
+                        &pointer,
+                        format!("executor class not understood ({error}); ignored"),
+                    ),
+                }
             }
         }
     }
@@ -1709,6 +1767,7 @@ impl<'a> Importer<'a> {
             "x-evc-consumer",
             "x-evc-subscription",
             "x-evc-executor-kind",
+            "x-evc-executor-class",
             "x-evc-handler",
             "x-evc-mode",
             "x-evc-ordering",
@@ -1771,6 +1830,7 @@ impl<'a> Importer<'a> {
                     name: name.clone(),
                     description,
                     executor_kind: executor_kind.unwrap_or(ExecutorKind::External),
+                    executor_class: self.executor_class(operation, at),
                     handler: handler.unwrap_or(HandlerKind::Leased),
                     ordering: self.extension(operation, at, "x-evc-ordering"),
                     mode: self.extension(operation, at, "x-evc-mode"),
@@ -1834,7 +1894,7 @@ impl<'a> Importer<'a> {
                         }
                     }
                 }
-                "x-evc-retry-policies" => {}
+                "x-evc-retry-policies" | "x-evc-executor-classes" => {}
                 other => self.notes.unsupported(&pointer, reason(other)),
             }
         }
@@ -1843,7 +1903,84 @@ impl<'a> Importer<'a> {
     // -----------------------------------------------------------------------------------------
     // Output
 
+    /// Keeps the executor classes only where the contracts they make load: each class with a
+    /// valid namespace and a retry policy the import has; each consumer's class when it is one
+    /// of those, active and of the consumer's kind; and the classes at all only when every
+    /// written consumer then names one (with classes, a consumer must). Each drop is a note.
+    fn reconcile_classes(&mut self) {
+        let mut notes = Vec::new();
+        let mut invalid = Vec::new();
+        for (name, def) in &mut self.classes {
+            let pointer = format!(
+                "/components/x-evc-executor-classes/{}",
+                escape_pointer_segment(name)
+            );
+            if !is_name(def.idempotency_namespace.as_str()) {
+                notes.push((
+                    pointer,
+                    format!("`{name}`: the idempotency namespace is not a valid name; the class is not imported"),
+                ));
+                invalid.push(name.clone());
+                continue;
+            }
+            if let Some(policy) = &def.retry_policy
+                && !self.policies.contains_key(policy.as_str())
+            {
+                notes.push((
+                    format!("{pointer}/retry_policy"),
+                    format!(
+                        "`{name}`: the retry policy `{policy}` is not in the document; dropped"
+                    ),
+                ));
+                def.retry_policy = None;
+            }
+        }
+        for name in invalid {
+            self.classes.remove(&name);
+        }
+        for (pointer, note) in notes {
+            self.notes.unsupported(&pointer, note);
+        }
+        for consumer in &mut self.consumers {
+            let Some(class) = &consumer.executor_class else {
+                continue;
+            };
+            let kind = crate::format::keyword(&consumer.executor_kind);
+            let usable = self.classes.get(class).is_some_and(|def| {
+                def.active
+                    && class
+                        .split_once('.')
+                        .is_some_and(|(prefix, _)| prefix == kind)
+            });
+            if !usable {
+                self.notes.unsupported(
+                    "/operations",
+                    format!(
+                        "consumer `{}`: `{class}` is not an active `{kind}` executor class of the document; dropped",
+                        consumer.name
+                    ),
+                );
+                consumer.executor_class = None;
+            }
+        }
+        let unclassed = self
+            .consumers
+            .iter()
+            .any(|consumer| consumer.executor_class.is_none() && !consumer.subscribes.is_empty());
+        if !self.classes.is_empty() && unclassed {
+            self.notes.adapted(
+                "/components/x-evc-executor-classes",
+                "not every consumer names an executor class; the classes are not imported",
+            );
+            self.classes.clear();
+            for consumer in &mut self.consumers {
+                consumer.executor_class = None;
+            }
+        }
+    }
+
     fn finish(mut self) -> Result<Imported, ImportError> {
+        self.reconcile_classes();
         let mut hard_max_bytes = PayloadPolicy::default().hard_max_bytes;
         for event in &mut self.events {
             event
@@ -2020,6 +2157,7 @@ impl<'a> Importer<'a> {
                 consumer: consumer.name.clone(),
                 description: consumer.description.clone(),
                 executor_kind: consumer.executor_kind,
+                executor_class: consumer.executor_class.clone(),
                 subscribes: consumer
                     .subscribes
                     .iter()
@@ -2045,6 +2183,15 @@ impl<'a> Importer<'a> {
                 &format!("consumers/{}.yaml", consumer.name),
                 CONSUMER_MODELINE,
                 &out,
+            )?);
+        }
+        if !self.classes.is_empty() {
+            files.push(artifact(
+                "executor-classes.yaml",
+                EXECUTOR_CLASSES_MODELINE,
+                &ClassesOut {
+                    classes: self.classes.clone(),
+                },
             )?);
         }
         if !self.policies.is_empty() {
@@ -2480,6 +2627,8 @@ struct ConsumerOut {
     consumer: String,
     description: String,
     executor_kind: ExecutorKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    executor_class: Option<String>,
     subscribes: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     retry_policy: Option<String>,
@@ -2495,6 +2644,11 @@ struct ConsumerOut {
 #[derive(Serialize)]
 struct PoliciesOut {
     policies: BTreeMap<String, PolicyOut>,
+}
+
+#[derive(Serialize)]
+struct ClassesOut {
+    classes: BTreeMap<String, ExecutorClassDef>,
 }
 
 fn artifact(path: &str, modeline: &str, value: &impl Serialize) -> Result<Artifact, ImportError> {

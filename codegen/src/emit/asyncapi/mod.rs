@@ -21,8 +21,9 @@
 //!   `<producer_class>-send-<event>`, all versions) and one `receive` per consumer and subscribed
 //!   event type (id `<consumer>-receive-<event>`, the versions its requirement accepts), with the
 //!   consumer's settings, retry policy and dead-letter handling as `x-evc-*` extensions.
-//! - `components.x-evc-retry-policies`: every retry policy, so the document carries the whole
-//!   registry.
+//! - `components.x-evc-retry-policies`: every retry policy, and `components.x-evc-executor-classes`
+//!   every executor class (with each receive operation's `x-evc-executor-class`), so the
+//!   document carries the whole registry.
 //!
 //! `-` never occurs in evc names, so every id above is unambiguous, and every id matches the
 //! component key pattern `^[\w\d.\-_]+$`. Everything is ordered (event types and consumers by
@@ -44,6 +45,7 @@ pub use parity::parity;
 use super::{Artifact, EmitError, GENERATED_NOTICE, Layout};
 use crate::digest;
 use crate::duration;
+use crate::format::{ExecutorClassDef, Name};
 use crate::model::{
     CompatMode, ConsumerMode, ContractSet, EventStatus, ExecutorKind, FailureClass, HandlerKind,
     Jitter, Ordering, RetryKind, RetryPolicy,
@@ -273,6 +275,7 @@ fn document(set: &ContractSet) -> Result<Document, EmitError> {
                         consumer: name.clone(),
                         subscription: subscription.requirement.to_string(),
                         executor_kind: consumer.executor_kind,
+                        executor_class: consumer.executor_class.clone(),
                         handler: consumer.handler,
                         mode: consumer.mode,
                         ordering: consumer.ordering,
@@ -324,6 +327,23 @@ fn document(set: &ContractSet) -> Result<Document, EmitError> {
                         DescribedRetryPolicy {
                             description: policy.description.clone(),
                             settings: retry_settings(policy),
+                        },
+                    )
+                })
+                .collect(),
+            executor_classes: set
+                .executor_classes
+                .iter()
+                .map(|(name, class)| {
+                    (
+                        name.clone(),
+                        ExecutorClassDef {
+                            description: class.description.clone(),
+                            mutating: class.mutating,
+                            retry_policy: class.retry_policy.clone().map(Name),
+                            idempotency_namespace: Name(class.idempotency_namespace.clone()),
+                            heartbeat_owner: class.heartbeat_owner.clone(),
+                            active: class.active,
                         },
                     )
                 })
@@ -407,6 +427,10 @@ impl<V> Default for OrderedMap<V> {
 impl<V> OrderedMap<V> {
     fn push(&mut self, key: String, value: V) {
         self.0.push((key, value));
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }
 
@@ -531,6 +555,11 @@ struct ConsumerExt {
     subscription: String,
     #[serde(rename = "x-evc-executor-kind")]
     executor_kind: ExecutorKind,
+    #[serde(
+        rename = "x-evc-executor-class",
+        skip_serializing_if = "Option::is_none"
+    )]
+    executor_class: Option<String>,
     #[serde(rename = "x-evc-handler")]
     handler: HandlerKind,
     #[serde(rename = "x-evc-mode")]
@@ -585,6 +614,11 @@ struct Components {
     messages: OrderedMap<Message>,
     #[serde(rename = "x-evc-retry-policies")]
     retry_policies: OrderedMap<DescribedRetryPolicy>,
+    #[serde(
+        rename = "x-evc-executor-classes",
+        skip_serializing_if = "OrderedMap::is_empty"
+    )]
+    executor_classes: OrderedMap<ExecutorClassDef>,
 }
 
 #[cfg(test)]
