@@ -14,6 +14,11 @@
 //! last claim came back short of its batch (the backlog behind the cursor is gone) and at
 //! least every [`HEAD_SCAN_EVERY`], and a claim from the cursor that finds nothing is tried
 //! again from the head at once.
+//!
+//! A head scan costs what lies at the head, and while a long transaction holds back vacuum
+//! that region only grows: the periodic head scan then took most of the claims' time. So the
+//! interval is also at least [`HEAD_SCAN_COST_FACTOR`] times the last head scan's duration,
+//! which keeps head scans to a bounded share of a worker's time whatever the head holds.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -23,6 +28,9 @@ use tokio::time::{Duration, Instant};
 /// The longest a consumer's claims go without one from the head: how late, at most, a
 /// delivery that became due behind the cursor is seen while a backlog lasts.
 pub(super) const HEAD_SCAN_EVERY: Duration = Duration::from_millis(100);
+
+/// The periodic head scan waits at least this many times as long as the last one took.
+pub(super) const HEAD_SCAN_COST_FACTOR: u32 = 10;
 
 /// `event_seq` values start at 1: a claim after 0 starts at the head.
 pub(super) const HEAD: i64 = 0;
@@ -34,6 +42,8 @@ pub(super) struct ClaimCursor {
     after: AtomicI64,
     /// When the last claim from the head started.
     last_head_scan: Mutex<Instant>,
+    /// How long the last claim from the head took.
+    head_scan_cost: Mutex<Duration>,
 }
 
 impl ClaimCursor {
@@ -41,6 +51,7 @@ impl ClaimCursor {
         Self {
             after: AtomicI64::new(HEAD),
             last_head_scan: Mutex::new(Instant::now()),
+            head_scan_cost: Mutex::new(Duration::ZERO),
         }
     }
 
@@ -57,11 +68,25 @@ impl ClaimCursor {
             .last_head_scan
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if after == HEAD || now.saturating_duration_since(*last) >= HEAD_SCAN_EVERY {
+        let cost = *self
+            .head_scan_cost
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let every = HEAD_SCAN_EVERY.max(cost * HEAD_SCAN_COST_FACTOR);
+        if after == HEAD || now.saturating_duration_since(*last) >= every {
             *last = now;
             return HEAD;
         }
         after
+    }
+
+    /// Records how long a claim from the head took: the next periodic head scan waits
+    /// [`HEAD_SCAN_COST_FACTOR`] times as long, when that is longer than [`HEAD_SCAN_EVERY`].
+    pub(super) fn head_scanned(&self, took: Duration) {
+        *self
+            .head_scan_cost
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = took;
     }
 
     /// Moves the cursor after a claim that asked for `asked` deliveries and got `claimed`, the
@@ -117,6 +142,29 @@ mod tests {
             cursor.start_at(later),
             40,
             "and the next claim starts after the cursor again"
+        );
+    }
+
+    #[test]
+    fn a_costly_head_scan_spaces_out_the_next() {
+        let cursor = ClaimCursor::new();
+        let now = Instant::now();
+        assert_eq!(cursor.start_at(now), HEAD);
+        cursor.head_scanned(Duration::from_millis(50));
+        cursor.claimed(10, 10, Some(40));
+        let waited = Duration::from_millis(50) * HEAD_SCAN_COST_FACTOR;
+        assert!(waited > HEAD_SCAN_EVERY);
+        assert_eq!(
+            cursor.start_at(now + HEAD_SCAN_EVERY),
+            40,
+            "the usual interval is not enough after a slow head scan"
+        );
+        assert_eq!(cursor.start_at(now + waited), HEAD);
+        cursor.head_scanned(Duration::from_millis(1));
+        assert_eq!(
+            cursor.start_at(now + waited + HEAD_SCAN_EVERY),
+            HEAD,
+            "a cheap head scan brings the usual interval back"
         );
     }
 }
