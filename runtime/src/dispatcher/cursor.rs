@@ -16,7 +16,7 @@
 //! again from the head at once.
 //!
 //! A head scan costs what lies at the head, and while a long transaction holds back vacuum
-//! that region only grows: the periodic head scan then took most of the claims' time. So the
+//! that region only grows, and a head scan every 100 ms would take most of the claims' time. So the
 //! interval is also at least [`HEAD_SCAN_COST_FACTOR`] times the last head scan's duration,
 //! which keeps head scans to a bounded share of a worker's time whatever the head holds.
 
@@ -40,18 +40,25 @@ pub(super) const HEAD: i64 = 0;
 pub(super) struct ClaimCursor {
     /// The highest `event_seq` a full batch claimed since the last reset; [`HEAD`] after one.
     after: AtomicI64,
-    /// When the last claim from the head started.
-    last_head_scan: Mutex<Instant>,
-    /// How long the last claim from the head took.
-    head_scan_cost: Mutex<Duration>,
+    /// The last claim from the head.
+    head_scan: Mutex<HeadScan>,
+}
+
+/// When the last claim from the head started, and how long it took.
+#[derive(Debug)]
+struct HeadScan {
+    started: Instant,
+    took: Duration,
 }
 
 impl ClaimCursor {
     pub(super) fn new() -> Self {
         Self {
             after: AtomicI64::new(HEAD),
-            last_head_scan: Mutex::new(Instant::now()),
-            head_scan_cost: Mutex::new(Duration::ZERO),
+            head_scan: Mutex::new(HeadScan {
+                started: Instant::now(),
+                took: Duration::ZERO,
+            }),
         }
     }
 
@@ -65,16 +72,12 @@ impl ClaimCursor {
     fn start_at(&self, now: Instant) -> i64 {
         let after = self.after.load(Ordering::Acquire);
         let mut last = self
-            .last_head_scan
+            .head_scan
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let cost = *self
-            .head_scan_cost
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let every = HEAD_SCAN_EVERY.max(cost * HEAD_SCAN_COST_FACTOR);
-        if after == HEAD || now.saturating_duration_since(*last) >= every {
-            *last = now;
+        let every = HEAD_SCAN_EVERY.max(last.took * HEAD_SCAN_COST_FACTOR);
+        if after == HEAD || now.saturating_duration_since(last.started) >= every {
+            last.started = now;
             return HEAD;
         }
         after
@@ -83,10 +86,10 @@ impl ClaimCursor {
     /// Records how long a claim from the head took: the next periodic head scan waits
     /// [`HEAD_SCAN_COST_FACTOR`] times as long, when that is longer than [`HEAD_SCAN_EVERY`].
     pub(super) fn head_scanned(&self, took: Duration) {
-        *self
-            .head_scan_cost
+        self.head_scan
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = took;
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .took = took;
     }
 
     /// Moves the cursor after a claim that asked for `asked` deliveries and got `claimed`, the

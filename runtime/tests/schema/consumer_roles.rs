@@ -163,7 +163,8 @@ async fn scoped(admin: &PgPool, logins: &Logins) -> TestResult {
     let granted = support::claim(&scoped, THEIRS, "w/scoped", 10, lease, true).await?;
     assert_eq!(granted.len(), 1);
 
-    // Attempts, effects and reconciliations it writes only for its consumers.
+    // Effects it writes only for consumers its roles map (attempts and reconciliations carry
+    // the same policy).
     for (consumer, allowed) in [(MINE, true), (THEIRS, true), (UNMAPPED, false)] {
         let written = sqlx::query(
             "INSERT INTO evc_consumer_effects (consumer, effect_key, event_id, outcome_digest)              VALUES ($1, 'k', '01890a5d-ac96-774b-bcce-b302099a8057', 'd')",
