@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 25] = [
+const SHIPPED: [(&str, &str); 27] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -107,6 +107,14 @@ const SHIPPED: [(&str, &str); 25] = [
     (
         "0025_evc_registry_8863cc6dcbb7.sql",
         "4ced74c6411ba5b55159b85178f3eb3080f0ea8046e898004f1d30b188320f62",
+    ),
+    (
+        "0026_evc_runtime_v22.sql",
+        "cde16108762df26b99e112133a686b77d5e6dcfe2b83f95e9ff408635307c8f1",
+    ),
+    (
+        "0027_evc_registry_85ce05edc4fd.sql",
+        "1b2f979347f3df9fbce475f4dce4cd0046f2c17ee7bafa561e9575341d75680d",
     ),
 ];
 

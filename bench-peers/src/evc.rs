@@ -72,6 +72,7 @@ const fn consumer(
         retry_policy: "bench.retry",
         heartbeat_threshold_ms: 60_000,
         handler_timeout_ms: None,
+        executor_class: None,
         subscriptions,
     }
 }
@@ -98,6 +99,7 @@ pub(crate) static REGISTRY: Registry = Registry {
         consumer(LEASED_CONSUMER, HandlerKind::Leased, LEASED_SUBSCRIPTION),
     ],
     retry_policies: &[POLICY],
+    executor_classes: &[],
     payload_policy: evc_runtime::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &["password", "token", "api_key", "secret"],

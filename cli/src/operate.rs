@@ -603,6 +603,21 @@ fn status_text(report: &StatusReport, window: &str, lag_limit: Duration) -> Stri
             percentile_line(&mut out, &what, &lag.latency, "acks");
         }
     }
+    if !report.classes.is_empty() {
+        let _ = writeln!(out, "\nexecutor classes (heartbeats):");
+        for class in &report.classes {
+            let _ = writeln!(
+                out,
+                "  {} (owner {}): {} worker{}, {} silent; {}",
+                escape(&class.class.executor_class),
+                escape(&class.class.heartbeat_owner),
+                class.workers,
+                if class.workers == 1 { "" } else { "s" },
+                class.silent,
+                escape(&class.consumers.join(", "))
+            );
+        }
+    }
     if !report.workers.is_empty() {
         let _ = writeln!(out, "\nworkers (where their settings came from):");
         for worker in &report.workers {
@@ -707,6 +722,15 @@ fn status_json(report: &StatusReport, problems: &[evc_runtime::Problem]) -> Stri
             "consumer": w.consumer,
             "silent_for_s": w.silent_for.as_secs_f64(),
             "threshold_s": w.threshold.as_secs_f64(),
+            "executor_class": w.class.as_ref().map(|c| &c.executor_class),
+            "heartbeat_owner": w.class.as_ref().map(|c| &c.heartbeat_owner),
+        })).collect::<Vec<_>>(),
+        "executor_classes": report.classes.iter().map(|c| serde_json::json!({
+            "executor_class": c.class.executor_class,
+            "heartbeat_owner": c.class.heartbeat_owner,
+            "consumers": c.consumers,
+            "workers": c.workers,
+            "silent": c.silent,
         })).collect::<Vec<_>>(),
         "relays": report.relays.iter().map(|r| serde_json::json!({
             "cursor": r.cursor.name,

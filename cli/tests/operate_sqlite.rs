@@ -34,6 +34,7 @@ const fn consumer(name: &'static str) -> ConsumerDescriptor {
         retry_policy: "once",
         heartbeat_threshold_ms: 60_000,
         handler_timeout_ms: None,
+        executor_class: None,
         subscriptions: NOTE,
     }
 }
@@ -67,6 +68,7 @@ static REGISTRY: Registry = Registry {
         jitter: "none",
         retry_on: &[],
     }],
+    executor_classes: &[],
     payload_policy: PayloadPolicyDescriptor {
         denied_keys: &[],
         credential_key_names: &["password"],

@@ -532,6 +532,10 @@ pub struct ExecutorClassDef {
     /// Who answers when its workers fall silent (a team or service).
     #[schemars(length(min = 1, max = 200))]
     pub heartbeat_owner: String,
+    /// Silence after which a worker of its consumers that set none counts as stuck (before
+    /// `defaults.heartbeat_threshold`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_threshold: Option<DurationText>,
     /// Whether consumers may name it (default `true`). Retiring a class sets `false` once no
     /// consumer names it; only then may a later change remove it.
     #[serde(default = "active_by_default")]

@@ -378,6 +378,8 @@ pub struct ExecutorClass {
     pub idempotency_namespace: String,
     /// Who answers when its workers fall silent.
     pub heartbeat_owner: String,
+    /// Heartbeat threshold of its consumers that set none.
+    pub heartbeat_threshold: Option<Duration>,
     /// Whether consumers may name it.
     pub active: bool,
 }

@@ -77,7 +77,11 @@ pub(crate) fn validate(
         );
     }
     let topics = checker.topics(&events);
-    checker.settings_the_runtime_honours(&project.dispatcher, &consumers);
+    checker.settings_the_runtime_honours(
+        &project.dispatcher,
+        &consumers,
+        executor_classes.as_ref().unwrap_or(&BTreeMap::new()),
+    );
 
     let mut diagnostics = checker.diagnostics;
     crate::diagnostic::sort(&mut diagnostics);
@@ -429,6 +433,7 @@ impl<'a> Checker<'a> {
         &mut self,
         dispatcher: &DispatcherSettings,
         consumers: &BTreeMap<String, Consumer>,
+        classes: &BTreeMap<String, ExecutorClass>,
     ) {
         let project = loader::PROJECT_FILE;
         for consumer in consumers.values() {
@@ -444,10 +449,23 @@ impl<'a> Checker<'a> {
             let project_default = self
                 .typed_project()
                 .is_some_and(|file| file.defaults.heartbeat_threshold.is_some());
+            let of_class = consumer.executor_class.as_ref().filter(|class| {
+                classes
+                    .get(class.as_str())
+                    .is_some_and(|class| class.heartbeat_threshold.is_some())
+            });
             // Where the threshold was written; the contract format's default is against the
             // heartbeat.
             let location = if own {
                 self.at(&consumer.file, "/heartbeat_threshold")
+            } else if let Some(class) = of_class {
+                self.at(
+                    loader::EXECUTOR_CLASSES_FILE,
+                    &format!(
+                        "/classes/{}/heartbeat_threshold",
+                        escape_pointer_segment(class)
+                    ),
+                )
             } else if project_default {
                 self.at(project, "/defaults/heartbeat_threshold")
             } else {
@@ -897,6 +915,13 @@ impl<'a> Checker<'a> {
                     policies,
                 );
             }
+            let heartbeat_threshold = def.heartbeat_threshold.as_ref().map(|text| {
+                self.duration(
+                    path,
+                    &format!("{pointer}/heartbeat_threshold"),
+                    text.as_str(),
+                )
+            });
             // The pattern names the kind first; a name that fails it is reported structurally.
             let Some(kind) = name
                 .split_once('.')
@@ -914,6 +939,7 @@ impl<'a> Checker<'a> {
                     retry_policy: def.retry_policy.as_ref().map(|p| p.0.clone()),
                     idempotency_namespace: def.idempotency_namespace.0.clone(),
                     heartbeat_owner: def.heartbeat_owner.clone(),
+                    heartbeat_threshold,
                     active: def.active,
                 },
             );
@@ -1094,13 +1120,15 @@ impl<'a> Checker<'a> {
         };
         let heartbeat_threshold = match (
             &def.heartbeat_threshold,
+            class.and_then(|class| class.heartbeat_threshold),
             defaults.and_then(|d| d.heartbeat_threshold.as_ref()),
         ) {
-            (Some(own), _) => self.duration(path, "/heartbeat_threshold", own.as_str()),
-            (None, Some(default)) => {
+            (Some(own), _, _) => self.duration(path, "/heartbeat_threshold", own.as_str()),
+            (None, Some(of_class), _) => of_class,
+            (None, None, Some(default)) => {
                 duration::parse(default.as_str()).unwrap_or(DEFAULT_HEARTBEAT_THRESHOLD)
             }
-            (None, None) => DEFAULT_HEARTBEAT_THRESHOLD,
+            (None, None, None) => DEFAULT_HEARTBEAT_THRESHOLD,
         };
         let handler_timeout = def.handler_timeout.as_ref().map(|text| {
             let value = self.duration(path, "/handler_timeout", text.as_str());

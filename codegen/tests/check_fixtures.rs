@@ -339,6 +339,63 @@ fn an_executor_class_gives_its_consumers_their_retry_policy() {
     assert_eq!(set.executor_classes.len(), 2);
 }
 
+/// A consumer that sets no heartbeat threshold takes its executor class's, before the
+/// project's default; one that sets its own keeps it; a class threshold the dispatcher's
+/// heartbeat would pass is reported where the class sets it.
+#[test]
+fn an_executor_class_gives_its_consumers_their_heartbeat_threshold() {
+    let with_thresholds = |indexer: &str| {
+        let dir =
+            with_executor_classes(&[("human.review", None, true), ("dot.indexer", None, true)]);
+        let classes = dir.path().join("executor-classes.yaml");
+        let text = fs::read_to_string(&classes).expect("read the classes");
+        let text = text
+            .replace(
+                "  dot.indexer:\n",
+                &format!("  dot.indexer:\n    heartbeat_threshold: {indexer}\n"),
+            )
+            .replace(
+                "  human.review:\n",
+                "  human.review:\n    heartbeat_threshold: 3m\n",
+            );
+        fs::write(&classes, text).expect("write the classes");
+        let audit = dir.path().join("consumers/audit.yaml");
+        let contract = fs::read_to_string(&audit).expect("read the consumer");
+        fs::write(&audit, format!("{contract}heartbeat_threshold: 90s\n")).expect("write it");
+        dir
+    };
+    let dir = with_thresholds("2m");
+    let set = load_valid(dir.path());
+    assert_eq!(
+        set.consumers["worker.indexer"].heartbeat_threshold,
+        std::time::Duration::from_secs(120),
+        "the class's, not the default"
+    );
+    assert_eq!(
+        set.consumers["audit"].heartbeat_threshold,
+        std::time::Duration::from_secs(90),
+        "its own, not its class's"
+    );
+
+    let dir = with_thresholds("5s");
+    let diagnostics = diagnostics_of(dir.path());
+    let reported: Vec<(&str, &str)> = diagnostics
+        .iter()
+        .map(|d| (d.rule.id(), d.location.file.as_str()))
+        .collect();
+    assert_eq!(
+        reported,
+        [("INVALID_VALUE", "executor-classes.yaml")],
+        "{}",
+        render(&diagnostics)
+    );
+    assert!(
+        diagnostics[0].message.contains("worker.indexer"),
+        "{}",
+        diagnostics[0].message
+    );
+}
+
 /// `evc compat` refuses the removal of an executor class the base still has active, and
 /// accepts it once the base retired it.
 #[test]

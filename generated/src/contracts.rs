@@ -7437,11 +7437,11 @@ pub mod consumers {
         }
     }
 }
-/// Every event type, consumer and retry policy of the contracts, and the project's
-/// runtime settings.
+/// Every event type, consumer, retry policy and executor class of the contracts, and
+/// the project's runtime settings.
 pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     project: "evc_reference",
-    digest: "8863cc6dcbb7cf3ec86ec146b648e27b7119124e760b2c186780ff15e6fba442",
+    digest: "85ce05edc4fda1a0363b3c2c700bc328e75db64af59ea9c5c6ebd9e51634eb1c",
     events: &[
         ::evc::EventDescriptor {
             name: "agent.suggestion",
@@ -8005,6 +8005,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_policy: "default.transient.5x.30s.exp",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::None,
+            executor_class: ::std::option::Option::Some("sql.audit"),
             subscriptions: &[
                 ::evc::SubscriptionDescriptor {
                     event: "iu.born",
@@ -8161,6 +8162,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_policy: "default.transient.5x.30s.exp",
             heartbeat_threshold_ms: 120000,
             handler_timeout_ms: ::std::option::Option::None,
+            executor_class: ::std::option::Option::Some("ai.review"),
             subscriptions: &[
                 ::evc::SubscriptionDescriptor {
                     event: "proposal.submitted",
@@ -8187,6 +8189,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_policy: "default.transient.5x.30s.exp",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::None,
+            executor_class: ::std::option::Option::Some("dot.pipeline"),
             subscriptions: &[
                 ::evc::SubscriptionDescriptor {
                     event: "cut.mark_verified",
@@ -8223,6 +8226,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_policy: "default.transient.5x.30s.exp",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::None,
+            executor_class: ::std::option::Option::Some("dot.pipeline"),
             subscriptions: &[
                 ::evc::SubscriptionDescriptor {
                     event: "iu.born",
@@ -8259,6 +8263,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_policy: "default.notification.3x.10s.fixed",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::None,
+            executor_class: ::std::option::Option::Some("notification.email"),
             subscriptions: &[
                 ::evc::SubscriptionDescriptor {
                     event: "iu.born",
@@ -8295,6 +8300,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_policy: "default.render.10x.5s.exp",
             heartbeat_threshold_ms: 120000,
             handler_timeout_ms: ::std::option::Option::None,
+            executor_class: ::std::option::Option::Some("render.view"),
             subscriptions: &[
                 ::evc::SubscriptionDescriptor {
                     event: "iu.born",
@@ -8336,6 +8342,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_policy: "default.transient.5x.30s.exp",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::None,
+            executor_class: ::std::option::Option::Some("sql.aggregate"),
             subscriptions: &[
                 ::evc::SubscriptionDescriptor {
                     event: "step.completed",
@@ -8416,6 +8423,57 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             max_attempts: 5,
             jitter: "full",
             retry_on: &["transient"],
+        },
+    ],
+    executor_classes: &[
+        ::evc::ExecutorClassDescriptor {
+            name: "ai.review",
+            mutating: false,
+            idempotency_namespace: "review",
+            heartbeat_owner: "team-ml",
+            active: true,
+        },
+        ::evc::ExecutorClassDescriptor {
+            name: "dot.pipeline",
+            mutating: true,
+            idempotency_namespace: "pipeline",
+            heartbeat_owner: "team-pipeline",
+            active: true,
+        },
+        ::evc::ExecutorClassDescriptor {
+            name: "notification.email",
+            mutating: true,
+            idempotency_namespace: "notify",
+            heartbeat_owner: "team-notify",
+            active: true,
+        },
+        ::evc::ExecutorClassDescriptor {
+            name: "notification.sms",
+            mutating: true,
+            idempotency_namespace: "notify",
+            heartbeat_owner: "team-notify",
+            active: false,
+        },
+        ::evc::ExecutorClassDescriptor {
+            name: "render.view",
+            mutating: true,
+            idempotency_namespace: "views",
+            heartbeat_owner: "team-views",
+            active: true,
+        },
+        ::evc::ExecutorClassDescriptor {
+            name: "sql.aggregate",
+            mutating: true,
+            idempotency_namespace: "aggregates",
+            heartbeat_owner: "team-platform",
+            active: true,
+        },
+        ::evc::ExecutorClassDescriptor {
+            name: "sql.audit",
+            mutating: true,
+            idempotency_namespace: "audit",
+            heartbeat_owner: "team-platform",
+            active: true,
         },
     ],
     payload_policy: ::evc::PayloadPolicyDescriptor {

@@ -159,6 +159,7 @@ const fn consumer(
         retry_policy: "bench.retry",
         heartbeat_threshold_ms: 60_000,
         handler_timeout_ms: None,
+        executor_class: None,
         subscriptions,
     }
 }
@@ -201,6 +202,7 @@ static REGISTRY: Registry = Registry {
         ),
     ],
     retry_policies: &[POLICY],
+    executor_classes: &[],
     payload_policy: evc_runtime::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &["password", "token", "api_key", "secret"],

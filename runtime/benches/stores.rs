@@ -98,6 +98,7 @@ static REGISTRY: Registry = Registry {
         retry_policy: "bench.retry",
         heartbeat_threshold_ms: 60_000,
         handler_timeout_ms: None,
+        executor_class: None,
         subscriptions: &[SubscriptionDescriptor {
             event: EVENT,
             requirement: "^1",
@@ -113,6 +114,7 @@ static REGISTRY: Registry = Registry {
         jitter: "none",
         retry_on: &["transient"],
     }],
+    executor_classes: &[],
     payload_policy: evc_runtime::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &["password", "token", "api_key", "secret"],

@@ -860,6 +860,7 @@ mod tests {
         ],
         consumers: &[],
         retry_policies: &[],
+        executor_classes: &[],
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: &[],
             credential_key_names: &[],

@@ -37,22 +37,22 @@ pub use policy::{
 };
 pub use publish::{OutgoingEvent, PayloadError, Publish, RegisteredEvent, order_key_part};
 pub use registry::{
-    ConsumerDescriptor, ConsumerMode, DispatcherDescriptor, EventDescriptor, HandlerKind,
-    PayloadPolicyDescriptor, Registry, RetryPolicyDescriptor, SubscriptionDescriptor,
-    VersionDescriptor,
+    ConsumerDescriptor, ConsumerMode, DispatcherDescriptor, EventDescriptor,
+    ExecutorClassDescriptor, HandlerKind, PayloadPolicyDescriptor, Registry, RetryPolicyDescriptor,
+    SubscriptionDescriptor, VersionDescriptor,
 };
 pub use retry::{Jitter, RetryDecision, RetryKind, RetryPolicy, RetryPolicyError};
 pub use store::postgres::{
-    AttemptLatency, AttemptOutcomes, AttemptTotals, Console, ConsumerState, ConsumerStatus,
-    CopyRows, DEFAULT_REPLAY_LIMIT, DURATION_BUCKETS_MS, DiscardApplied, DiscardPlan,
-    DiscardRecord, DiscardedDelivery, Doorbell, EventsPurged, Lag, LeasedDelivery,
-    MAX_PURGE_ACTOR_CHARS, MAX_PURGE_REASON_CHARS, MAX_REPLAY_REASON_CHARS, MAX_REPLAY_REF_CHARS,
-    NOTIFY_CHANNEL, NotReplayable, NotReplayableReason, Percentiles, PgPublisher, PgStore,
-    PgStoreBuilder, PolicySource, Problem, Proposed, PurgeError, RELAY_BEHIND_COUNTED,
-    RecentRejects, RejectsPurged, RelayStatus, ReplayApplied, ReplayApproval, ReplayError,
-    ReplayItem, ReplayPlan, ReplayRecord, ReplaySelection, Role, RoleCheck, SettledDelivery,
-    SettledStatus, SilentWorker, StatusReport, TableSpace, TimelineEntry, WatchedConsumer,
-    WorkerSettings, deployed_registry,
+    AttemptLatency, AttemptOutcomes, AttemptTotals, ClassHealth, ClassOwner, Console,
+    ConsumerState, ConsumerStatus, CopyRows, DEFAULT_REPLAY_LIMIT, DURATION_BUCKETS_MS,
+    DiscardApplied, DiscardPlan, DiscardRecord, DiscardedDelivery, Doorbell, EventsPurged, Lag,
+    LeasedDelivery, MAX_PURGE_ACTOR_CHARS, MAX_PURGE_REASON_CHARS, MAX_REPLAY_REASON_CHARS,
+    MAX_REPLAY_REF_CHARS, NOTIFY_CHANNEL, NotReplayable, NotReplayableReason, Percentiles,
+    PgPublisher, PgStore, PgStoreBuilder, PolicySource, Problem, Proposed, PurgeError,
+    RELAY_BEHIND_COUNTED, RecentRejects, RejectsPurged, RelayStatus, ReplayApplied, ReplayApproval,
+    ReplayError, ReplayItem, ReplayPlan, ReplayRecord, ReplaySelection, Role, RoleCheck,
+    SettledDelivery, SettledStatus, SilentWorker, StatusReport, TableSpace, TimelineEntry,
+    WatchedConsumer, WorkerSettings, deployed_registry,
 };
 pub use store::sqlite::{
     CommitBell, SqliteOpenError, SqlitePublisher, SqliteStore, SqliteStoreBuilder,

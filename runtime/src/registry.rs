@@ -101,8 +101,36 @@ pub struct ConsumerDescriptor {
     /// Longest run of one handler attempt in milliseconds (`handler_timeout`); `None`: no
     /// limit. Outside the registry digest: each process applies the one it was built with.
     pub handler_timeout_ms: Option<u64>,
+    /// The executor class it runs on ([`Registry::executor_classes`]); `None` in a project
+    /// without `executor-classes.yaml`.
+    pub executor_class: Option<&'static str>,
     /// Subscriptions.
     pub subscriptions: &'static [SubscriptionDescriptor],
+}
+
+/// One executor class (`executor-classes.yaml`): what its consumers' handlers are, and who
+/// answers when their workers fall silent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecutorClassDescriptor {
+    /// Reference, its kind first (`notification.email`).
+    pub name: &'static str,
+    /// Whether its handlers change state outside evc.
+    pub mutating: bool,
+    /// The namespace its consumers' idempotency (effect) keys belong to.
+    pub idempotency_namespace: &'static str,
+    /// Who answers when its workers fall silent (a team or service).
+    pub heartbeat_owner: &'static str,
+    /// Whether consumers may name it (`false`: retired).
+    pub active: bool,
+}
+
+impl ExecutorClassDescriptor {
+    /// Its kind, the reference's first segment (`notification`).
+    pub fn kind(&self) -> &'static str {
+        self.name
+            .split_once('.')
+            .map_or(self.name, |(kind, _)| kind)
+    }
 }
 
 /// One retry policy.
@@ -177,6 +205,8 @@ pub struct Registry {
     pub consumers: &'static [ConsumerDescriptor],
     /// Retry policies, sorted by name.
     pub retry_policies: &'static [RetryPolicyDescriptor],
+    /// Executor classes, sorted by name; empty in a project without `executor-classes.yaml`.
+    pub executor_classes: &'static [ExecutorClassDescriptor],
     /// The payload policy every append is checked against.
     pub payload_policy: PayloadPolicyDescriptor,
     /// Whether an append without a tenant scope is refused (`envelope.require_tenant_scope`).
@@ -208,6 +238,19 @@ impl Registry {
             .binary_search_by(|consumer| consumer.name.cmp(name))
             .ok()
             .map(|index| &self.consumers[index])
+    }
+
+    /// The executor class called `name`, if registered.
+    pub fn executor_class(&self, name: &str) -> Option<&'static ExecutorClassDescriptor> {
+        self.executor_classes
+            .binary_search_by(|class| class.name.cmp(name))
+            .ok()
+            .map(|index| &self.executor_classes[index])
+    }
+
+    /// The executor class consumer `consumer` runs on, if it is registered and names one.
+    pub fn class_of(&self, consumer: &str) -> Option<&'static ExecutorClassDescriptor> {
+        self.executor_class(self.consumer(consumer)?.executor_class?)
     }
 
     /// The consumers a new event of `name` at `version` fans out to: subscribed, with a
@@ -282,6 +325,7 @@ mod tests {
             retry_policy: "r",
             heartbeat_threshold_ms: 60_000,
             handler_timeout_ms: None,
+            executor_class: None,
             subscriptions,
         }
     }
@@ -299,6 +343,7 @@ mod tests {
             consumer("b", ConsumerMode::Off, ONLY_1_1),
         ],
         retry_policies: &[],
+        executor_classes: &[],
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: &[],
             credential_key_names: &[],

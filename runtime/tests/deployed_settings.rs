@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use evc_runtime::{
     AppendError, AppendOptions, Console, DeliveryStatus, DispatchError, Dispatcher,
     DispatcherConfig, DispatcherDescriptor, HandlerError, OutgoingEvent, PayloadPolicyDescriptor,
-    PgStore, Registry, Rejection, deployed_registry,
+    PgStore, Registry, Rejection, Store, deployed_registry,
 };
 use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use sqlx::postgres::{PgPool, PgPoolOptions};
@@ -70,15 +70,65 @@ async fn the_mirror_carries_the_settings_the_application_is_built_with() -> Test
             assert_eq!(
                 deployed
                     .consumer(consumer.name)
-                    .map(|c| c.handler_timeout_ms),
-                Some(consumer.handler_timeout_ms),
+                    .map(|c| (c.handler_timeout_ms, c.executor_class)),
+                Some((consumer.handler_timeout_ms, consumer.executor_class)),
                 "{}",
                 consumer.name
             );
         }
+        // The executor classes too, the retired one included.
+        assert!(!built.executor_classes.is_empty());
+        assert_eq!(deployed.executor_classes, built.executor_classes);
         // So an append through it is checked as the application's is: accepted.
         let appended = append_deployed(&pool, 1, AppendOptions::new()).await?;
         assert!(appended.is_ok(), "{appended:?}");
+        Ok(())
+    })
+    .await
+}
+
+/// The console reads the deployed consumers' executor classes from the mirror the generated
+/// migrations write, so `evc status` reports a worker's class and owner without a build of
+/// the application.
+#[tokio::test]
+async fn the_console_reports_heartbeats_by_deployed_executor_class() -> TestResult {
+    with_database(|pool| async move {
+        let built = &evc_generated::REGISTRY;
+        let consumer = built
+            .consumers
+            .iter()
+            .find(|c| c.executor_class.is_some())
+            .expect("a consumer on a class");
+        let class = built.class_of(consumer.name).expect("its class");
+        PgStore::new(pool.clone(), deployed_registry(&pool).await?)?
+            .heartbeat(&[evc_runtime::Heartbeat::new("w/0", consumer.name, "")])
+            .await?;
+        let report = Console::connect(pool.clone())
+            .await?
+            .status(Duration::from_secs(60))
+            .await?;
+        let health = report
+            .classes
+            .iter()
+            .find(|health| health.class.executor_class == class.name)
+            .expect("the class is reported");
+        assert_eq!(health.class.heartbeat_owner, class.heartbeat_owner);
+        assert!(health.consumers.iter().any(|c| c == consumer.name));
+        assert_eq!((health.workers, health.silent), (1, 0));
+        // Every class a deployed consumer runs on, and no other.
+        let mut expected: Vec<&str> = built
+            .consumers
+            .iter()
+            .filter_map(|c| c.executor_class)
+            .collect();
+        expected.sort_unstable();
+        expected.dedup();
+        let reported: Vec<&str> = report
+            .classes
+            .iter()
+            .map(|health| health.class.executor_class.as_str())
+            .collect();
+        assert_eq!(reported, expected);
         Ok(())
     })
     .await
@@ -88,6 +138,8 @@ async fn the_mirror_carries_the_settings_the_application_is_built_with() -> Test
 /// tenant scope required, and a hard cap of 0 that refuses every append.
 async fn assert_no_settings(pool: &PgPool) -> TestResult {
     let deployed = deployed_registry(pool).await?;
+    // An older database mirrors no executor classes (the twenty-second step).
+    assert!(deployed.executor_classes.is_empty());
     assert_eq!(deployed.payload_policy.hard_max_bytes, 0);
     assert!(deployed.require_tenant_scope);
     assert_eq!(deployed.dispatcher, DispatcherDescriptor::FORMAT_DEFAULTS);
@@ -141,11 +193,13 @@ async fn installed_settings_are_the_settings_deployed_registry_reads() -> TestRe
             .map(|(i, consumer)| evc_runtime::ConsumerDescriptor {
                 // Every other consumer with a timeout of its own, the rest without one.
                 handler_timeout_ms: (i % 2 == 0).then_some(1_000 + i as u64),
+                executor_class: None,
                 ..*consumer
             })
             .collect();
         let changed = Registry {
             consumers: Box::leak(consumers.into_boxed_slice()),
+            executor_classes: &[],
             payload_policy: PayloadPolicyDescriptor {
                 denied_keys: &["secret", "it's"],
                 credential_key_names: &["token"],
@@ -202,6 +256,7 @@ async fn changed_settings_rows_change_what_appends_pass() -> TestResult {
         deploy_settings(
             &pool,
             Registry {
+                executor_classes: &[],
                 payload_policy: PayloadPolicyDescriptor {
                     hard_max_bytes: 64,
                     ..built.payload_policy
@@ -245,6 +300,7 @@ async fn changed_settings_rows_change_what_appends_pass() -> TestResult {
         deploy_settings(
             &pool,
             Registry {
+                executor_classes: &[],
                 payload_policy: PayloadPolicyDescriptor {
                     denied_keys: Box::leak(denied_keys.into_boxed_slice()),
                     ..built.payload_policy

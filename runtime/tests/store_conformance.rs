@@ -127,6 +127,16 @@ mod lifecycle {
     }
 }
 
+/// Heartbeats by executor class, on both stores, with [`conformance::CLASSED_REGISTRY`].
+mod classes {
+    use super::*;
+
+    conformance!(
+        crate::conformance::CLASSED_REGISTRY =>
+        silent_workers_are_reported_by_executor_class_and_owner,
+    );
+}
+
 /// A `test.note` whose key is number `key`.
 fn note(key: u64) -> OutgoingEvent {
     support::event("test.note", "1.0.0", support::note(&support::note_key(key)))
@@ -3576,5 +3586,101 @@ async fn a_relay_cursor_reports_its_lag_progress_and_failures<S: Conformance>(
         relay_problems(&report),
         ["relay jetstream: 1 event behind, no relay holds it".to_owned()]
     );
+    Ok(())
+}
+
+/// A worker silent past its consumer's threshold is reported with its consumer's executor
+/// class and the owner the class names; the report sums heartbeats per class (every class a
+/// consumer runs on, none for a consumer without one), as text and as metrics.
+async fn silent_workers_are_reported_by_executor_class_and_owner<S: Conformance>(
+    store: S,
+) -> TestResult {
+    use evc_runtime::{ClassOwner, Heartbeat};
+    store
+        .heartbeat(&[Heartbeat::new("old/plain", PLAIN, "")])
+        .await?;
+    // Past `k.plain`'s threshold; `k.shadow` and `k.ordered` allow a minute, so their
+    // workers stay in time however slow the machine is.
+    tokio::time::sleep(conformance::CLASSED_PLAIN_THRESHOLD + Duration::from_millis(500)).await;
+    store
+        .heartbeat(&[
+            Heartbeat::new("fresh/shadow", SHADOW, ""),
+            Heartbeat::new("fresh/ordered", ORDERED, ""),
+            Heartbeat::new("fresh/off", OFF, ""),
+        ])
+        .await?;
+
+    let report = store.status(Duration::from_secs(60)).await?;
+    let email = ClassOwner::new("notification.email", "team-notify");
+    let silent: Vec<(&str, Option<&ClassOwner>)> = report
+        .silent_workers
+        .iter()
+        .map(|w| (w.owner.as_str(), w.class.as_ref()))
+        .collect();
+    assert_eq!(silent, [("old/plain", Some(&email))], "{}", S::NAME);
+    let classes: Vec<(&str, &str, Vec<&str>, usize, usize)> = report
+        .classes
+        .iter()
+        .map(|c| {
+            (
+                c.class.executor_class.as_str(),
+                c.class.heartbeat_owner.as_str(),
+                c.consumers.iter().map(String::as_str).collect(),
+                c.workers,
+                c.silent,
+            )
+        })
+        .collect();
+    assert_eq!(
+        classes,
+        [
+            (
+                "notification.email",
+                "team-notify",
+                vec![PLAIN, SHADOW],
+                2,
+                1
+            ),
+            ("sql.audit", "team-platform", vec![ORDERED], 1, 0),
+        ],
+        "{}: the retired class runs no consumer; k.off runs on none",
+        S::NAME
+    );
+    let problems: Vec<String> = report
+        .problems(Duration::from_secs(3_600))
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.starts_with("k.plain: worker old/plain silent for")
+                && p.ends_with("; class notification.email, owner team-notify)")),
+        "{}: {problems:?}",
+        S::NAME
+    );
+    let metrics = report.prometheus();
+    for (series, value) in [
+        (
+            r#"evc_class_silent_workers{executor_class="notification.email",heartbeat_owner="team-notify"} 1"#,
+            true,
+        ),
+        (
+            r#"evc_class_workers{executor_class="notification.email",heartbeat_owner="team-notify"} 2"#,
+            true,
+        ),
+        (
+            r#"evc_class_silent_workers{executor_class="sql.audit",heartbeat_owner="team-platform"} 0"#,
+            true,
+        ),
+        (r#"executor_class="notification.sms""#, false),
+    ] {
+        assert_eq!(
+            metrics.lines().any(|line| line.contains(series)),
+            value,
+            "{}: {series}\n{metrics}",
+            S::NAME
+        );
+    }
     Ok(())
 }

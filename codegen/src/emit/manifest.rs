@@ -195,6 +195,9 @@ pub struct ExecutorClassEntry<'a> {
     pub idempotency_namespace: &'a str,
     /// Who answers when its workers fall silent.
     pub heartbeat_owner: &'a str,
+    /// Heartbeat threshold of its consumers that set none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heartbeat_threshold: Option<String>,
     /// Whether consumers may name it.
     pub active: bool,
 }
@@ -292,6 +295,7 @@ pub fn registry(set: &ContractSet) -> Registry<'_> {
                     retry_policy: class.retry_policy.as_deref(),
                     idempotency_namespace: &class.idempotency_namespace,
                     heartbeat_owner: &class.heartbeat_owner,
+                    heartbeat_threshold: class.heartbeat_threshold.map(duration::format),
                     active: class.active,
                 };
                 (name.as_str(), entry)

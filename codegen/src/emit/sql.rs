@@ -54,6 +54,8 @@
 //!   passed, publish rate, failed rounds), named the same way.
 //! - `NNNN_evc_runtime_v21.sql`: the twenty-first step (a dispatcher role per consumer, scoping
 //!   the logins granted it to that consumer's deliveries), named the same way.
+//! - `NNNN_evc_runtime_v22.sql`: the twenty-second step (executor classes in the registry
+//!   mirror), named the same way.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
@@ -141,6 +143,9 @@ pub const RUNTIME_V20_SUFFIX: &str = "_evc_runtime_v20.sql";
 
 /// The file name of the runtime tables' twenty-first step, after its version.
 pub const RUNTIME_V21_SUFFIX: &str = "_evc_runtime_v21.sql";
+
+/// The file name of the runtime tables' twenty-second step, after its version.
+pub const RUNTIME_V22_SUFFIX: &str = "_evc_runtime_v22.sql";
 
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
@@ -289,6 +294,11 @@ const STEPS: &[Step] = &[
         with: With::Notice,
     },
     Step {
+        name: Name::Step(RUNTIME_V22_SUFFIX),
+        template: template!("evc_runtime_v22.sql"),
+        with: With::Notice,
+    },
+    Step {
         name: Name::Digest(REGISTRY_INFIX),
         template: template!("evc_registry.sql"),
         with: With::Registry,
@@ -413,7 +423,10 @@ struct RegistryRows {
     retry_policies: Vec<Row>,
     event_types: Vec<Row>,
     event_versions: Vec<Row>,
+    executor_classes: Vec<Row>,
     consumers: Vec<Row>,
+    /// `(consumer, class)` of each consumer that names an executor class.
+    consumer_classes: Vec<Row>,
     subscriptions: Vec<Row>,
 }
 
@@ -591,9 +604,30 @@ fn registry_rows(registry: &Registry<'_>, digest: &str) -> Result<RegistryRows, 
         }
     }
 
+    let mut classes = Vec::new();
+    for (name, class) in &registry.executor_classes {
+        classes.push(vec![
+            literal(name)?,
+            literal(class.description)?,
+            class.mutating.to_string(),
+            literal(class.idempotency_namespace)?,
+            literal(class.heartbeat_owner)?,
+            class
+                .heartbeat_threshold
+                .as_deref()
+                .map_or_else(|| Ok("NULL".to_owned()), millis)?,
+            class.active.to_string(),
+            digest.clone(),
+        ]);
+    }
+
     let mut consumers = Vec::new();
+    let mut consumer_classes = Vec::new();
     let mut subscriptions = Vec::new();
     for (name, consumer) in &registry.consumers {
+        if let Some(class) = consumer.executor_class {
+            consumer_classes.push(vec![literal(name)?, literal(class)?]);
+        }
         consumers.push(vec![
             literal(name)?,
             literal(consumer.description)?,
@@ -619,7 +653,9 @@ fn registry_rows(registry: &Registry<'_>, digest: &str) -> Result<RegistryRows, 
         retry_policies: policies,
         event_types: types,
         event_versions: versions,
+        executor_classes: classes,
         consumers,
+        consumer_classes,
         subscriptions,
     })
 }
@@ -888,9 +924,10 @@ mod tests {
                 format!("0019{RUNTIME_V19_SUFFIX}"),
                 format!("0020{RUNTIME_V20_SUFFIX}"),
                 format!("0021{RUNTIME_V21_SUFFIX}"),
-                format!("0022_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
+                format!("0022{RUNTIME_V22_SUFFIX}"),
+                format!("0023_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
                 format!(
-                    "0023_evc_settings_{}.sql",
+                    "0024_evc_settings_{}.sql",
                     &settings_digest(&set)?[..DIGEST_PREFIX_LEN]
                 ),
             ]
@@ -1012,7 +1049,7 @@ mod tests {
         let after = settings_of(&changed).ok_or("no settings file")?;
         assert_eq!(
             after.path.file_name().and_then(|n| n.to_str()),
-            Some(format!("0024_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
+            Some(format!("0025_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
             "the next number after the checked-in files"
         );
         // batch_size, lease_ms in column order.

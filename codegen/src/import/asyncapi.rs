@@ -1923,6 +1923,18 @@ impl<'a> Importer<'a> {
                 invalid.push(name.clone());
                 continue;
             }
+            if let Some(threshold) = &def.heartbeat_threshold
+                && !crate::duration::parse(threshold.as_str())
+                    .is_some_and(|value| !value.is_zero() && value <= crate::duration::MAX_RUNTIME)
+            {
+                notes.push((
+                    format!("{pointer}/heartbeat_threshold"),
+                    format!(
+                        "`{name}`: the heartbeat threshold `{threshold}` is not a usable duration; dropped"
+                    ),
+                ));
+                def.heartbeat_threshold = None;
+            }
             if let Some(policy) = &def.retry_policy
                 && !self.policies.contains_key(policy.as_str())
             {

@@ -879,8 +879,8 @@ pub mod consumers {
         }
     }
 }
-/// Every event type, consumer and retry policy of the contracts, and the project's
-/// runtime settings.
+/// Every event type, consumer, retry policy and executor class of the contracts, and
+/// the project's runtime settings.
 pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     project: "evc_fixture",
     digest: "29bd862b8541c776dedcb800ac62fca2f27e18fd5f71b7519c468c73a5097aeb",
@@ -971,6 +971,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_policy: "human.no_retry",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::None,
+            executor_class: ::std::option::Option::None,
             subscriptions: &[
                 ::evc::SubscriptionDescriptor {
                     event: "job.failed",
@@ -992,6 +993,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_policy: "default.transient",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::None,
+            executor_class: ::std::option::Option::None,
             subscriptions: &[
                 ::evc::SubscriptionDescriptor {
                     event: "unit.created",
@@ -1026,6 +1028,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_on: &[],
         },
     ],
+    executor_classes: &[],
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &[

@@ -868,8 +868,8 @@ pub mod consumers {
         }
     }
 }
-/// Every event type, consumer and retry policy of the contracts, and the project's
-/// runtime settings.
+/// Every event type, consumer, retry policy and executor class of the contracts, and
+/// the project's runtime settings.
 pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     project: "evc_fixture",
     digest: "d3742de59dba79d572230cae548919a90958784c4f44696a626a5928b9de6f92",
@@ -960,6 +960,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_policy: "human.no_retry",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::None,
+            executor_class: ::std::option::Option::None,
             subscriptions: &[
                 ::evc::SubscriptionDescriptor {
                     event: "job.failed",
@@ -981,6 +982,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_policy: "default.transient",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::None,
+            executor_class: ::std::option::Option::None,
             subscriptions: &[
                 ::evc::SubscriptionDescriptor {
                     event: "unit.created",
@@ -1015,6 +1017,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_on: &[],
         },
     ],
+    executor_classes: &[],
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &[

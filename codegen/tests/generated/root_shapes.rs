@@ -1146,8 +1146,8 @@ pub mod consumers {
         }
     }
 }
-/// Every event type, consumer and retry policy of the contracts, and the project's
-/// runtime settings.
+/// Every event type, consumer, retry policy and executor class of the contracts, and
+/// the project's runtime settings.
 pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     project: "evc_fixture",
     digest: "8cc566a8fcb72816cfecadba87f321b5ddb7aaaf3288b5944c55aff4c8f8aabe",
@@ -1286,6 +1286,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_policy: "human.no_retry",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::None,
+            executor_class: ::std::option::Option::None,
             subscriptions: &[
                 ::evc::SubscriptionDescriptor {
                     event: "job.failed",
@@ -1307,6 +1308,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_policy: "default.transient",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::None,
+            executor_class: ::std::option::Option::None,
             subscriptions: &[
                 ::evc::SubscriptionDescriptor {
                     event: "unit.created",
@@ -1341,6 +1343,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_on: &[],
         },
     ],
+    executor_classes: &[],
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &[

@@ -934,8 +934,8 @@ pub mod consumers {
         }
     }
 }
-/// Every event type, consumer and retry policy of the contracts, and the project's
-/// runtime settings.
+/// Every event type, consumer, retry policy and executor class of the contracts, and
+/// the project's runtime settings.
 pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     project: "evc_fixture",
     digest: "dae336e295dfb9af4e3a135cbade19845e09e434dcbfc51e1c684db13c5867d7",
@@ -1026,6 +1026,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_policy: "human.no_retry",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::None,
+            executor_class: ::std::option::Option::None,
             subscriptions: &[
                 ::evc::SubscriptionDescriptor {
                     event: "job.failed",
@@ -1047,6 +1048,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_policy: "default.transient",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::None,
+            executor_class: ::std::option::Option::None,
             subscriptions: &[
                 ::evc::SubscriptionDescriptor {
                     event: "unit.created",
@@ -1081,6 +1083,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_on: &[],
         },
     ],
+    executor_classes: &[],
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &[

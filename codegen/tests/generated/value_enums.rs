@@ -1101,8 +1101,8 @@ pub mod consumers {
         }
     }
 }
-/// Every event type, consumer and retry policy of the contracts, and the project's
-/// runtime settings.
+/// Every event type, consumer, retry policy and executor class of the contracts, and
+/// the project's runtime settings.
 pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     project: "evc_fixture",
     digest: "7ad1875dde086d656f70eea29691705499cba48a8ce292a17b2acfafdc59227b",
@@ -1193,6 +1193,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_policy: "human.no_retry",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::None,
+            executor_class: ::std::option::Option::None,
             subscriptions: &[
                 ::evc::SubscriptionDescriptor {
                     event: "job.failed",
@@ -1214,6 +1215,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_policy: "default.transient",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::None,
+            executor_class: ::std::option::Option::None,
             subscriptions: &[
                 ::evc::SubscriptionDescriptor {
                     event: "unit.created",
@@ -1248,6 +1250,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_on: &[],
         },
     ],
+    executor_classes: &[],
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &[

@@ -60,6 +60,25 @@ ON CONFLICT (event_type, version) DO UPDATE SET
 WHERE (evc_event_versions.major, evc_event_versions.minor, evc_event_versions.patch, evc_event_versions.schema, evc_event_versions.schema_digest, evc_event_versions.registry_digest)
     IS DISTINCT FROM (EXCLUDED.major, EXCLUDED.minor, EXCLUDED.patch, EXCLUDED.schema, EXCLUDED.schema_digest, EXCLUDED.registry_digest);
 {%- endif %}
+{%- if !registry.executor_classes.is_empty() %}
+
+-- Executor classes, before the consumers that run on them.
+INSERT INTO evc_executor_classes (name, description, mutating, idempotency_namespace, heartbeat_owner, heartbeat_threshold_ms, active, registry_digest)
+VALUES
+{%- for row in registry.executor_classes %}
+    ({{ row|join(", ") }}){% if !loop.last %},{% endif %}
+{%- endfor %}
+ON CONFLICT (name) DO UPDATE SET
+    description = EXCLUDED.description,
+    mutating = EXCLUDED.mutating,
+    idempotency_namespace = EXCLUDED.idempotency_namespace,
+    heartbeat_owner = EXCLUDED.heartbeat_owner,
+    heartbeat_threshold_ms = EXCLUDED.heartbeat_threshold_ms,
+    active = EXCLUDED.active,
+    registry_digest = EXCLUDED.registry_digest
+WHERE (evc_executor_classes.description, evc_executor_classes.mutating, evc_executor_classes.idempotency_namespace, evc_executor_classes.heartbeat_owner, evc_executor_classes.heartbeat_threshold_ms, evc_executor_classes.active, evc_executor_classes.registry_digest)
+    IS DISTINCT FROM (EXCLUDED.description, EXCLUDED.mutating, EXCLUDED.idempotency_namespace, EXCLUDED.heartbeat_owner, EXCLUDED.heartbeat_threshold_ms, EXCLUDED.active, EXCLUDED.registry_digest);
+{%- endif %}
 {%- if !registry.consumers.is_empty() %}
 
 -- Consumers.
@@ -79,6 +98,18 @@ ON CONFLICT (name) DO UPDATE SET
     registry_digest = EXCLUDED.registry_digest
 WHERE (evc_consumers.description, evc_consumers.executor_kind, evc_consumers.retry_policy, evc_consumers.handler, evc_consumers.ordering, evc_consumers.mode, evc_consumers.heartbeat_threshold_ms, evc_consumers.registry_digest)
     IS DISTINCT FROM (EXCLUDED.description, EXCLUDED.executor_kind, EXCLUDED.retry_policy, EXCLUDED.handler, EXCLUDED.ordering, EXCLUDED.mode, EXCLUDED.heartbeat_threshold_ms, EXCLUDED.registry_digest);
+{%- endif %}
+{%- if !registry.consumer_classes.is_empty() %}
+
+-- The executor class each consumer runs on.
+UPDATE evc_consumers SET executor_class = classes.executor_class
+FROM (VALUES
+{%- for row in registry.consumer_classes %}
+    ({{ row|join(", ") }}){% if !loop.last %},{% endif %}
+{%- endfor %}
+) AS classes (name, executor_class)
+WHERE evc_consumers.name = classes.name
+    AND evc_consumers.executor_class IS DISTINCT FROM classes.executor_class;
 {%- endif %}
 {%- if !registry.subscriptions.is_empty() %}
 

@@ -15,6 +15,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry as MetricRegistry;
 use uuid::Uuid;
 
+use crate::registry::Registry;
+
 use crate::registry::ConsumerMode;
 use crate::store::{CursorState, DispatchError, FeedEvent, FeedPosition, Store};
 
@@ -346,6 +348,79 @@ pub struct SilentWorker {
     pub silent_for: Duration,
     /// The consumer's heartbeat threshold.
     pub threshold: Duration,
+    /// The executor class its consumer runs on, and who answers for its workers; `None`
+    /// when the consumer names no class.
+    pub class: Option<ClassOwner>,
+}
+
+/// An executor class and the owner its contract names for silent workers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClassOwner {
+    /// The class (`notification.email`).
+    pub executor_class: String,
+    /// Who answers when its workers fall silent (`heartbeat_owner`).
+    pub heartbeat_owner: String,
+}
+
+impl ClassOwner {
+    /// Class `executor_class`, answered for by `heartbeat_owner`.
+    pub fn new(executor_class: impl Into<String>, heartbeat_owner: impl Into<String>) -> Self {
+        Self {
+            executor_class: executor_class.into(),
+            heartbeat_owner: heartbeat_owner.into(),
+        }
+    }
+
+    /// The class of consumer `consumer` in `registry`, if it names one.
+    pub(crate) fn of(registry: &Registry, consumer: &str) -> Option<Self> {
+        registry
+            .class_of(consumer)
+            .map(|class| Self::new(class.name, class.heartbeat_owner))
+    }
+}
+
+/// The heartbeats of one executor class's workers ([`StatusReport::classes`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClassHealth {
+    /// The class and who answers for it.
+    pub class: ClassOwner,
+    /// Its consumers, by name.
+    pub consumers: Vec<String>,
+    /// Workers of those consumers with a heartbeat row.
+    pub workers: usize,
+    /// Of those, the workers silent past their consumer's threshold.
+    pub silent: usize,
+}
+
+/// The health of every class that `classes` (consumer and class, per watched consumer) names,
+/// by class: its consumers, their workers and the silent ones.
+pub(crate) fn class_health<'a>(
+    classes: impl IntoIterator<Item = (&'a str, &'a ClassOwner)>,
+    workers: &[WorkerSettings],
+    silent: &[SilentWorker],
+) -> Vec<ClassHealth> {
+    let mut by_class: std::collections::BTreeMap<&str, ClassHealth> =
+        std::collections::BTreeMap::new();
+    for (consumer, class) in classes {
+        let health = by_class
+            .entry(class.executor_class.as_str())
+            .or_insert_with(|| ClassHealth {
+                class: class.clone(),
+                consumers: Vec::new(),
+                workers: 0,
+                silent: 0,
+            });
+        health.consumers.push(consumer.to_owned());
+        health.workers += workers.iter().filter(|w| w.consumer == consumer).count();
+        health.silent += silent.iter().filter(|w| w.consumer == consumer).count();
+    }
+    let mut health: Vec<ClassHealth> = by_class.into_values().collect();
+    for class in &mut health {
+        class.consumers.sort();
+    }
+    health
 }
 
 /// Where a live worker's settings came from, as its heartbeat records it.
@@ -393,6 +468,8 @@ pub struct StatusReport {
     pub rejects: Vec<RecentRejects>,
     /// Workers silent past their consumer's threshold, longest silent first.
     pub silent_workers: Vec<SilentWorker>,
+    /// Heartbeats by executor class: each class a watched consumer runs on, by name.
+    pub classes: Vec<ClassHealth>,
     /// Every worker with a heartbeat row, by consumer and owner, and where its settings came
     /// from.
     pub workers: Vec<WorkerSettings>,
@@ -492,14 +569,24 @@ impl std::fmt::Display for Problem {
                 f,
                 "{consumer}: {dead} dead-lettered, {quarantined} quarantined"
             ),
-            Self::SilentWorker(worker) => write!(
-                f,
-                "{}: worker {} silent for {:.1} s (threshold {:.1} s)",
-                worker.consumer,
-                worker.owner,
-                worker.silent_for.as_secs_f64(),
-                worker.threshold.as_secs_f64()
-            ),
+            Self::SilentWorker(worker) => {
+                write!(
+                    f,
+                    "{}: worker {} silent for {:.1} s (threshold {:.1} s",
+                    worker.consumer,
+                    worker.owner,
+                    worker.silent_for.as_secs_f64(),
+                    worker.threshold.as_secs_f64()
+                )?;
+                if let Some(class) = &worker.class {
+                    write!(
+                        f,
+                        "; class {}, owner {}",
+                        class.executor_class, class.heartbeat_owner
+                    )?;
+                }
+                f.write_str(")")
+            }
             Self::LagBreach {
                 producer_class,
                 consumer,
@@ -643,6 +730,16 @@ impl StatusReport {
             "silent_workers",
             "Workers past their consumer's heartbeat threshold",
         );
+        let class_silent = gauge_family(
+            &mut registry,
+            "class_silent_workers",
+            "Workers past their consumer's heartbeat threshold, by executor class and owner",
+        );
+        let class_workers = gauge_family(
+            &mut registry,
+            "class_workers",
+            "Workers with a heartbeat row, by executor class and owner",
+        );
         let rejections = Family::<Labels, Counter<u64>>::default();
         registry.register(
             "stale_rejections",
@@ -710,6 +807,18 @@ impl StatusReport {
             rejections
                 .get_or_create(&consumer)
                 .inc_by(u64::try_from(c.stale_rejections).unwrap_or(0));
+        }
+        for class in &self.classes {
+            let class_labels = labels(&[
+                ("executor_class", &class.class.executor_class),
+                ("heartbeat_owner", &class.class.heartbeat_owner),
+            ]);
+            class_silent
+                .get_or_create(&class_labels)
+                .set(class.silent as f64);
+            class_workers
+                .get_or_create(&class_labels)
+                .set(class.workers as f64);
         }
         for l in &self.lag {
             set_quantiles(

@@ -430,6 +430,7 @@ mod tests {
         }],
         consumers: &[],
         retry_policies: &[],
+        executor_classes: &[],
         payload_policy: crate::registry::PayloadPolicyDescriptor {
             denied_keys: &[],
             credential_key_names: &[],

@@ -8,8 +8,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use evc_runtime::{
-    ConsumerDescriptor, ConsumerMode, Cursors, EventDescriptor, HandlerKind, Observe, Operate,
-    PgStore, Registry, SqliteStore, Store, SubscriptionDescriptor, VersionDescriptor,
+    ConsumerDescriptor, ConsumerMode, Cursors, EventDescriptor, ExecutorClassDescriptor,
+    HandlerKind, Observe, Operate, PgStore, Registry, SqliteStore, Store, SubscriptionDescriptor,
+    VersionDescriptor,
 };
 
 use crate::support::{FIXED_200MS, NOTE_SCHEMA, REFERENCE_POLICY, TestResult};
@@ -141,6 +142,7 @@ const fn consumer(
         retry_policy: "fixed.200ms",
         heartbeat_threshold_ms: 60_000,
         handler_timeout_ms: None,
+        executor_class: None,
         subscriptions,
     }
 }
@@ -197,7 +199,61 @@ pub static CONFORMANCE_REGISTRY: Registry = Registry {
         },
     ],
     retry_policies: &[FIXED_200MS],
+    executor_classes: &[],
     payload_policy: REFERENCE_POLICY,
     require_tenant_scope: false,
     dispatcher: evc_runtime::DispatcherDescriptor::FORMAT_DEFAULTS,
+};
+
+/// How long a worker of `k.plain` may go without a heartbeat in [`CLASSED_REGISTRY`]: short,
+/// so that one falls silent while a test waits.
+pub const CLASSED_PLAIN_THRESHOLD: Duration = Duration::from_secs(1);
+
+/// [`CONFORMANCE_REGISTRY`] with executor classes: `k.plain` (heartbeat threshold
+/// [`CLASSED_PLAIN_THRESHOLD`]) and `k.shadow` run on `notification.email` (owner
+/// `team-notify`), `k.ordered` on `sql.audit` (owner `team-platform`), `k.off` on none; the
+/// retired `notification.sms` has no consumer.
+pub static CLASSED_REGISTRY: Registry = Registry {
+    consumers: &[
+        consumer(OFF, ConsumerMode::Off, false, NOTE_1),
+        ConsumerDescriptor {
+            handler: HandlerKind::Transactional,
+            executor_class: Some("sql.audit"),
+            ..consumer(ORDERED, ConsumerMode::Live, true, NOTE_1)
+        },
+        ConsumerDescriptor {
+            heartbeat_threshold_ms: CLASSED_PLAIN_THRESHOLD.as_millis() as u64,
+            executor_class: Some("notification.email"),
+            ..consumer(PLAIN, ConsumerMode::Live, false, NOTE_AND_PING)
+        },
+        ConsumerDescriptor {
+            handler: HandlerKind::Transactional,
+            executor_class: Some("notification.email"),
+            ..consumer(SHADOW, ConsumerMode::Shadow, false, NOTE_1)
+        },
+    ],
+    executor_classes: &[
+        ExecutorClassDescriptor {
+            name: "notification.email",
+            mutating: true,
+            idempotency_namespace: "notify",
+            heartbeat_owner: "team-notify",
+            active: true,
+        },
+        ExecutorClassDescriptor {
+            name: "notification.sms",
+            mutating: true,
+            idempotency_namespace: "notify",
+            heartbeat_owner: "team-notify",
+            active: false,
+        },
+        ExecutorClassDescriptor {
+            name: "sql.audit",
+            mutating: true,
+            idempotency_namespace: "audit",
+            heartbeat_owner: "team-platform",
+            active: true,
+        },
+    ],
+    ..CONFORMANCE_REGISTRY
 };

@@ -263,6 +263,7 @@ pub static TEST_REGISTRY: Registry = Registry {
         ),
     ],
     retry_policies: &[],
+    executor_classes: &[],
     payload_policy: REFERENCE_POLICY,
     require_tenant_scope: false,
     dispatcher: evc_runtime::DispatcherDescriptor::FORMAT_DEFAULTS,
@@ -301,6 +302,7 @@ const fn consumer(
         retry_policy: "r",
         heartbeat_threshold_ms: 60_000,
         handler_timeout_ms: None,
+        executor_class: None,
         subscriptions,
     }
 }
@@ -345,6 +347,7 @@ const fn dispatch_consumer(
         retry_policy: "fixed.200ms",
         heartbeat_threshold_ms: 60_000,
         handler_timeout_ms: None,
+        executor_class: None,
         subscriptions: NOTE_1,
     }
 }
@@ -397,6 +400,7 @@ pub static DISPATCH_REGISTRY: Registry = Registry {
         dispatch_consumer("d.unordered", HandlerKind::Leased, false),
     ],
     retry_policies: &[FIXED_200MS],
+    executor_classes: &[],
     payload_policy: REFERENCE_POLICY,
     require_tenant_scope: false,
     dispatcher: evc_runtime::DispatcherDescriptor::FORMAT_DEFAULTS,
@@ -743,6 +747,7 @@ pub const LIFECYCLE_REGISTRY: Registry = Registry {
         },
     ],
     retry_policies: &[FIXED_200MS],
+    executor_classes: &[],
     payload_policy: REFERENCE_POLICY,
     require_tenant_scope: false,
     dispatcher: evc_runtime::DispatcherDescriptor::FORMAT_DEFAULTS,
@@ -837,6 +842,7 @@ pub async fn install(
             ..dispatch_consumer("", HandlerKind::Leased, false)
         }]),
         retry_policies: &[FIXED_200MS],
+        executor_classes: &[],
         payload_policy: REFERENCE_POLICY,
         require_tenant_scope: false,
         dispatcher: evc_runtime::DispatcherDescriptor::FORMAT_DEFAULTS,

@@ -165,6 +165,11 @@ pub(crate) struct ConsumerView {
     pub(crate) per_key_ordering: bool,
     /// Its retry policy.
     pub(crate) retry_policy: String,
+    /// The executor class it runs on; null when the contracts register no classes.
+    pub(crate) executor_class: Option<String>,
+    /// Who answers when its workers fall silent (its class's `heartbeat_owner`); null
+    /// without a class.
+    pub(crate) heartbeat_owner: Option<String>,
     /// What it subscribes to.
     pub(crate) subscriptions: Vec<Subscription>,
     /// The mode in force: an operator's override, else the declared one.
@@ -419,7 +424,7 @@ async fn consumers(
         registry
             .consumers
             .iter()
-            .map(|consumer| consumer_view(consumer, &report))
+            .map(|consumer| consumer_view(registry, consumer, &report))
             .collect(),
     ))
 }
@@ -448,7 +453,11 @@ async fn consumer(
     let window = window.duration()?;
     let descriptor = registered_consumer(state.outbox.registry(), &name)?;
     let report = state.outbox.status(window).await?;
-    Ok(Json(consumer_view(descriptor, &report)))
+    Ok(Json(consumer_view(
+        state.outbox.registry(),
+        descriptor,
+        &report,
+    )))
 }
 
 /// A consumer's dead and quarantined deliveries, oldest first.
@@ -588,7 +597,12 @@ fn subscribers(registry: &Registry, event: &EventDescriptor) -> Vec<Subscriber> 
         .collect()
 }
 
-pub(crate) fn consumer_view(consumer: &ConsumerDescriptor, report: &StatusReport) -> ConsumerView {
+pub(crate) fn consumer_view(
+    registry: &Registry,
+    consumer: &ConsumerDescriptor,
+    report: &StatusReport,
+) -> ConsumerView {
+    let class = registry.class_of(consumer.name);
     let status = report
         .consumers
         .iter()
@@ -611,6 +625,8 @@ pub(crate) fn consumer_view(consumer: &ConsumerDescriptor, report: &StatusReport
         declared_mode: consumer.mode.as_str().to_owned(),
         per_key_ordering: consumer.per_key_ordering,
         retry_policy: consumer.retry_policy.to_owned(),
+        executor_class: class.map(|class| class.name.to_owned()),
+        heartbeat_owner: class.map(|class| class.heartbeat_owner.to_owned()),
         subscriptions: consumer
             .subscriptions
             .iter()

@@ -121,7 +121,7 @@ async fn show(
         can_propose: viewer.role == Role::Operator && !dead.is_empty(),
         can_pause: viewer.role == Role::Operator,
         viewer: viewer.name,
-        consumer: consumer_view(descriptor, &report),
+        consumer: consumer_view(state.outbox.registry(), descriptor, &report),
         dead: dead.iter().map(dead_letter).collect(),
         changes: changes.iter().map(change).collect(),
         notice,

@@ -285,7 +285,7 @@ async fn problems(
         .registry()
         .consumers
         .iter()
-        .map(|consumer| consumer_view(consumer, &report))
+        .map(|consumer| consumer_view(state.outbox.registry(), consumer, &report))
         .collect();
     render(&ProblemsPage {
         viewer: viewer.name,

@@ -45,7 +45,7 @@ pub use parity::parity;
 use super::{Artifact, EmitError, GENERATED_NOTICE, Layout};
 use crate::digest;
 use crate::duration;
-use crate::format::{ExecutorClassDef, Name};
+use crate::format::{DurationText, ExecutorClassDef, Name};
 use crate::model::{
     CompatMode, ConsumerMode, ContractSet, EventStatus, ExecutorKind, FailureClass, HandlerKind,
     Jitter, Ordering, RetryKind, RetryPolicy,
@@ -343,6 +343,9 @@ fn document(set: &ContractSet) -> Result<Document, EmitError> {
                             retry_policy: class.retry_policy.clone().map(Name),
                             idempotency_namespace: Name(class.idempotency_namespace.clone()),
                             heartbeat_owner: class.heartbeat_owner.clone(),
+                            heartbeat_threshold: class
+                                .heartbeat_threshold
+                                .map(|threshold| DurationText(duration::format(threshold))),
                             active: class.active,
                         },
                     )

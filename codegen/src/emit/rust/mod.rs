@@ -992,6 +992,10 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
             }
             None => quote!(::std::option::Option::None),
         };
+        let executor_class = match &consumer.executor_class {
+            Some(class) => quote!(::std::option::Option::Some(#class)),
+            None => quote!(::std::option::Option::None),
+        };
         let subscriptions = consumer.subscriptions.iter().map(|subscription| {
             let event = &subscription.event;
             let requirement = subscription.requirement.to_string();
@@ -1014,6 +1018,7 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
                 retry_policy: #policy,
                 heartbeat_threshold_ms: #heartbeat,
                 handler_timeout_ms: #handler_timeout,
+                executor_class: #executor_class,
                 subscriptions: &[#(#subscriptions),*],
             }
         }
@@ -1048,6 +1053,22 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
             }
         }
     });
+    let classes = set.executor_classes.values().map(|class| {
+        let name = &class.name;
+        let mutating = class.mutating;
+        let namespace = &class.idempotency_namespace;
+        let owner = &class.heartbeat_owner;
+        let active = class.active;
+        quote! {
+            #runtime::ExecutorClassDescriptor {
+                name: #name,
+                mutating: #mutating,
+                idempotency_namespace: #namespace,
+                heartbeat_owner: #owner,
+                active: #active,
+            }
+        }
+    });
     let project = &set.project.name;
     let registry_digest = super::manifest::registry_digest(set)?;
     let millis = |duration: std::time::Duration| {
@@ -1068,14 +1089,15 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
     let dispatcher_attempts = proc_macro2::Literal::u32_unsuffixed(dispatcher.max_attempts);
     let backoff_ceiling = millis(dispatcher.backoff_ceiling);
     Ok(quote! {
-        /// Every event type, consumer and retry policy of the contracts, and the project's
-        /// runtime settings.
+        /// Every event type, consumer, retry policy and executor class of the contracts, and
+        /// the project's runtime settings.
         pub static REGISTRY: #runtime::Registry = #runtime::Registry {
             project: #project,
             digest: #registry_digest,
             events: &[#(#events),*],
             consumers: &[#(#consumers),*],
             retry_policies: &[#(#policies),*],
+            executor_classes: &[#(#classes),*],
             payload_policy: #runtime::PayloadPolicyDescriptor {
                 denied_keys: &[#(#denied),*],
                 credential_key_names: &[#(#credential),*],

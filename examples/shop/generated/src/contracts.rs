@@ -656,8 +656,8 @@ pub mod consumers {
         }
     }
 }
-/// Every event type, consumer and retry policy of the contracts, and the project's
-/// runtime settings.
+/// Every event type, consumer, retry policy and executor class of the contracts, and
+/// the project's runtime settings.
 pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     project: "shop",
     digest: "660e0ce22aa518930167d31d796ab16039b366ebfff4cc0d06c86821f8494a73",
@@ -720,6 +720,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_policy: "shop.transient.3x.1s.fixed",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::None,
+            executor_class: ::std::option::Option::None,
             subscriptions: &[
                 ::evc::SubscriptionDescriptor {
                     event: "order.placed",
@@ -736,6 +737,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_policy: "shop.transient.3x.1s.fixed",
             heartbeat_threshold_ms: 60000,
             handler_timeout_ms: ::std::option::Option::Some(10000),
+            executor_class: ::std::option::Option::None,
             subscriptions: &[
                 ::evc::SubscriptionDescriptor {
                     event: "order.paid",
@@ -761,6 +763,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             retry_on: &["transient"],
         },
     ],
+    executor_classes: &[],
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["card_number", "cvv"],
         credential_key_names: &["password", "token", "api_key", "secret"],

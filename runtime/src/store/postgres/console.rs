@@ -14,6 +14,7 @@ use super::replay::{self, DiscardApplied, DiscardPlan, DiscardRecord};
 use super::{PgStore, sql};
 use crate::registry::ConsumerMode;
 use crate::store::DispatchError;
+use crate::store::observe::ClassOwner;
 use crate::store::ops::{
     ConsumerState, Proposed, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
     ReplaySelection, SettledDelivery, StateChange, StateChangeRecord, Transition,
@@ -38,15 +39,24 @@ impl Console {
         let rows = sqlx::query(sql::DEPLOYED_CONSUMERS)
             .fetch_all(&pool)
             .await?;
+        let classes = deployed_class_owners(&pool).await?;
         let mut consumers = Vec::with_capacity(rows.len());
         for row in &rows {
             let mode: String = row.try_get("mode")?;
             let threshold: i64 = row.try_get("heartbeat_threshold_ms")?;
-            consumers.push(WatchedConsumer::new(
-                row.try_get::<String, _>("name")?,
-                ConsumerMode::parse(&mode).unwrap_or(ConsumerMode::Live),
-                Duration::from_millis(u64::try_from(threshold).unwrap_or(0)),
-            ));
+            let name: String = row.try_get("name")?;
+            let class = classes
+                .iter()
+                .find(|(consumer, _)| *consumer == name)
+                .map(|(_, class)| class.clone());
+            consumers.push(
+                WatchedConsumer::new(
+                    name,
+                    ConsumerMode::parse(&mode).unwrap_or(ConsumerMode::Live),
+                    Duration::from_millis(u64::try_from(threshold).unwrap_or(0)),
+                )
+                .with_class(class),
+            );
         }
         Ok(Self {
             pool,
@@ -298,4 +308,30 @@ impl Console {
             Err(_) => Err(ReplayError::UnknownConsumer(consumer.to_owned())),
         }
     }
+}
+
+/// The executor class and heartbeat owner of each deployed consumer that runs on a deployed
+/// class; none in a database without the classes' mirror (before the twenty-second step).
+async fn deployed_class_owners(pool: &PgPool) -> Result<Vec<(String, ClassOwner)>, DispatchError> {
+    let present: bool = sqlx::query_scalar(sql::HAS_EXECUTOR_CLASSES)
+        .fetch_one(pool)
+        .await?;
+    if !present {
+        return Ok(Vec::new());
+    }
+    sqlx::query(sql::DEPLOYED_CLASS_OWNERS)
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(|row| {
+            Ok((
+                row.try_get("consumer")?,
+                ClassOwner::new(
+                    row.try_get::<String, _>("executor_class")?,
+                    row.try_get::<String, _>("heartbeat_owner")?,
+                ),
+            ))
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()
+        .map_err(DispatchError::from)
 }

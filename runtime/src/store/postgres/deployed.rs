@@ -14,9 +14,9 @@ use sqlx::postgres::PgPool;
 
 use super::{PgStore, sql};
 use crate::registry::{
-    ConsumerDescriptor, ConsumerMode, DispatcherDescriptor, EventDescriptor, HandlerKind,
-    PayloadPolicyDescriptor, Registry, RetryPolicyDescriptor, SubscriptionDescriptor,
-    VersionDescriptor,
+    ConsumerDescriptor, ConsumerMode, DispatcherDescriptor, EventDescriptor,
+    ExecutorClassDescriptor, HandlerKind, PayloadPolicyDescriptor, Registry, RetryPolicyDescriptor,
+    SubscriptionDescriptor, VersionDescriptor,
 };
 use crate::store::{DispatchError, StoreError};
 use crate::store::{parity, rows};
@@ -86,6 +86,7 @@ pub async fn deployed_registry(pool: &PgPool) -> Result<Registry, DispatchError>
         });
     }
 
+    let (executor_classes, consumer_classes) = deployed_classes(pool).await?;
     let subscription_rows = sqlx::query(sql::DEPLOYED_SUBSCRIPTIONS)
         .fetch_all(pool)
         .await?;
@@ -124,6 +125,10 @@ pub async fn deployed_registry(pool: &PgPool) -> Result<Registry, DispatchError>
             .as_ref()
             .and_then(|s| s.handler_timeouts.get(name.as_str()))
             .and_then(serde_json::Value::as_u64);
+        let executor_class = consumer_classes
+            .iter()
+            .find(|(consumer, _)| *consumer == name)
+            .map(|(_, class)| *class);
         consumers.push(ConsumerDescriptor {
             name: leak(name),
             handler: if handler == "transactional" {
@@ -137,6 +142,7 @@ pub async fn deployed_registry(pool: &PgPool) -> Result<Registry, DispatchError>
             heartbeat_threshold_ms: u64::try_from(row.try_get::<i64, _>("heartbeat_threshold_ms")?)
                 .unwrap_or(0),
             handler_timeout_ms,
+            executor_class,
             subscriptions: leak_slice(subscriptions),
         });
     }
@@ -147,12 +153,52 @@ pub async fn deployed_registry(pool: &PgPool) -> Result<Registry, DispatchError>
         events: leak_slice(events),
         consumers: leak_slice(consumers),
         retry_policies: leak_slice(retry_policies),
+        executor_classes: leak_slice(executor_classes),
         payload_policy: settings.as_ref().map_or(FAIL_CLOSED, |s| s.payload_policy),
         require_tenant_scope: settings.as_ref().is_none_or(|s| s.require_tenant_scope),
         dispatcher: settings
             .as_ref()
             .map_or(DispatcherDescriptor::FORMAT_DEFAULTS, |s| s.dispatcher),
     })
+}
+
+/// The deployed executor classes, and the class of each consumer that names a deployed one;
+/// both empty in a database without the classes' mirror (before the twenty-second step).
+async fn deployed_classes(
+    pool: &PgPool,
+) -> Result<(Vec<ExecutorClassDescriptor>, Vec<(String, &'static str)>), DispatchError> {
+    let present: bool = sqlx::query_scalar(sql::HAS_EXECUTOR_CLASSES)
+        .fetch_one(pool)
+        .await?;
+    if !present {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let mut classes = Vec::new();
+    for row in sqlx::query(sql::DEPLOYED_EXECUTOR_CLASSES)
+        .fetch_all(pool)
+        .await?
+    {
+        classes.push(ExecutorClassDescriptor {
+            name: leak(row.try_get("name")?),
+            mutating: row.try_get("mutating")?,
+            idempotency_namespace: leak(row.try_get("idempotency_namespace")?),
+            heartbeat_owner: leak(row.try_get("heartbeat_owner")?),
+            active: row.try_get("active")?,
+        });
+    }
+    let mut consumer_classes = Vec::new();
+    for row in sqlx::query(sql::DEPLOYED_CONSUMER_CLASSES)
+        .fetch_all(pool)
+        .await?
+    {
+        let class: String = row.try_get("executor_class")?;
+        // A class that left the contracts keeps its row under an older digest; a consumer row
+        // still naming it runs on no deployed class.
+        if let Some(deployed) = classes.iter().find(|c| c.name == class) {
+            consumer_classes.push((row.try_get("name")?, deployed.name));
+        }
+    }
+    Ok((classes, consumer_classes))
 }
 
 /// The policy of a database without settings: the contracts' deny-list is not known, so a hard
@@ -254,7 +300,8 @@ impl PgStore {
     /// For databases set up without `evc generate` migrations (a registry built in code, as
     /// tests build theirs); after it, [`PgStore::verify_registry`] finds no drift. What the
     /// compiled registry does not hold is written as: no description for consumers, the
-    /// handler kind as the executor kind, and compatibility `unknown`. The runtime settings
+    /// handler kind as the executor kind, no description for executor classes, and
+    /// compatibility `unknown`. The runtime settings
     /// row (the settings migration) is not written: [`PgStore::install_settings`] writes it.
     ///
     /// # Errors
@@ -336,6 +383,27 @@ impl PgStore {
                     .bind(subscription.event)
                     .bind(subscription.requirement)
                     .bind(digest)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        // Only a registry with classes needs the classes' mirror (the twenty-second step).
+        for class in registry.executor_classes {
+            sqlx::query(sql::INSTALL_EXECUTOR_CLASS)
+                .bind(class.name)
+                .bind(class.mutating)
+                .bind(class.idempotency_namespace)
+                .bind(class.heartbeat_owner)
+                .bind(class.active)
+                .bind(digest)
+                .execute(&mut *tx)
+                .await?;
+        }
+        for consumer in registry.consumers {
+            if let Some(class) = consumer.executor_class {
+                sqlx::query(sql::INSTALL_CONSUMER_CLASS)
+                    .bind(consumer.name)
+                    .bind(class)
                     .execute(&mut *tx)
                     .await?;
             }

@@ -70,9 +70,10 @@ pub use deployed::deployed_registry;
 pub use doorbell::Doorbell;
 pub use maintenance::TableSpace;
 pub use observe::{
-    AttemptLatency, AttemptOutcomes, AttemptTotals, ConsumerStatus, DURATION_BUCKETS_MS, Lag,
-    LeasedDelivery, Percentiles, Problem, RELAY_BEHIND_COUNTED, RecentRejects, RelayStatus,
-    SilentWorker, StatusReport, TimelineEntry, WatchedConsumer, WorkerSettings,
+    AttemptLatency, AttemptOutcomes, AttemptTotals, ClassHealth, ClassOwner, ConsumerStatus,
+    DURATION_BUCKETS_MS, Lag, LeasedDelivery, Percentiles, Problem, RELAY_BEHIND_COUNTED,
+    RecentRejects, RelayStatus, SilentWorker, StatusReport, TimelineEntry, WatchedConsumer,
+    WorkerSettings,
 };
 pub use replay::{DiscardApplied, DiscardPlan, DiscardRecord, DiscardedDelivery};
 pub use roles::{Role, RoleCheck};

@@ -11,12 +11,13 @@ use super::{PgStore, sql};
 use crate::registry::ConsumerMode;
 use crate::store::{DispatchError, FeedEvent, FeedPosition};
 // The report types moved to `store::observe` (both stores use them); kept here for old paths.
+pub use crate::store::observe::ClassOwner;
 pub use crate::store::observe::{
-    AttemptLatency, AttemptOutcomes, AttemptTotals, ConsumerStatus, DURATION_BUCKETS_MS, Lag,
-    LeasedDelivery, Percentiles, Problem, RELAY_BEHIND_COUNTED, RecentRejects, RelayStatus,
-    SilentWorker, StatusReport, TimelineEntry, WorkerSettings,
+    AttemptLatency, AttemptOutcomes, AttemptTotals, ClassHealth, ConsumerStatus,
+    DURATION_BUCKETS_MS, Lag, LeasedDelivery, Percentiles, Problem, RELAY_BEHIND_COUNTED,
+    RecentRejects, RelayStatus, SilentWorker, StatusReport, TimelineEntry, WorkerSettings,
 };
-use crate::store::observe::{Observe, SAMPLE_ATTEMPTS, TotalsRow};
+use crate::store::observe::{Observe, SAMPLE_ATTEMPTS, TotalsRow, class_health};
 
 /// A consumer as the status report watches it: its name, the mode its contract declares and
 /// its heartbeat threshold.
@@ -29,6 +30,8 @@ pub struct WatchedConsumer {
     pub declared_mode: ConsumerMode,
     /// How long its workers may go without a heartbeat.
     pub heartbeat_threshold: Duration,
+    /// The executor class it runs on and who answers for its workers, if it names a class.
+    pub class: Option<ClassOwner>,
 }
 
 impl WatchedConsumer {
@@ -42,7 +45,15 @@ impl WatchedConsumer {
             name: name.into(),
             declared_mode,
             heartbeat_threshold,
+            class: None,
         }
+    }
+
+    /// This consumer, running on executor class `class`.
+    #[must_use]
+    pub fn with_class(mut self, class: Option<ClassOwner>) -> Self {
+        self.class = class;
+        self
     }
 }
 
@@ -147,6 +158,7 @@ impl PgStore {
                     c.mode,
                     Duration::from_millis(c.heartbeat_threshold_ms),
                 )
+                .with_class(ClassOwner::of(self.registry(), c.name))
             })
             .collect();
         let mut report = status(&self.inner.pool, &consumers, window).await?;
@@ -277,9 +289,14 @@ pub(crate) async fn status(
         .iter()
         .map(|row| {
             let threshold: i64 = row.try_get("threshold_ms")?;
+            let consumer: String = row.try_get("consumer")?;
             Ok(SilentWorker {
                 owner: row.try_get("owner")?,
-                consumer: row.try_get("consumer")?,
+                class: consumers
+                    .iter()
+                    .find(|c| c.name == consumer)
+                    .and_then(|c| c.class.clone()),
+                consumer,
                 silent_for: seconds(row.try_get("silent_s")?),
                 threshold: Duration::from_millis(u64::try_from(threshold).unwrap_or(0)),
             })
@@ -315,6 +332,13 @@ pub(crate) async fn status(
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()?;
 
+    let classes = class_health(
+        consumers
+            .iter()
+            .filter_map(|c| Some((c.name.as_str(), c.class.as_ref()?))),
+        &workers,
+        &silent_workers,
+    );
     Ok(StatusReport {
         consumers: statuses,
         lag,
@@ -322,6 +346,7 @@ pub(crate) async fn status(
         totals: Vec::new(),
         rejects,
         silent_workers,
+        classes,
         workers,
         stale_tokens: 0,
         relays,

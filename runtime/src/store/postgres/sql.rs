@@ -230,6 +230,22 @@ VALUES ($1, $2, $3, $4)
 ON CONFLICT (consumer, event_type) DO UPDATE SET requirement = EXCLUDED.requirement,
     registry_digest = EXCLUDED.registry_digest";
 
+/// Upserts executor class `$1`: mutating, idempotency namespace, heartbeat owner, active,
+/// registry digest `$6` (no description, no heartbeat threshold: the compiled registry holds
+/// neither).
+pub(crate) const INSTALL_EXECUTOR_CLASS: &str = "\
+INSERT INTO evc_executor_classes (name, description, mutating, idempotency_namespace,
+    heartbeat_owner, active, registry_digest)
+VALUES ($1, '', $2, $3, $4, $5, $6)
+ON CONFLICT (name) DO UPDATE SET mutating = EXCLUDED.mutating,
+    idempotency_namespace = EXCLUDED.idempotency_namespace,
+    heartbeat_owner = EXCLUDED.heartbeat_owner, active = EXCLUDED.active,
+    registry_digest = EXCLUDED.registry_digest";
+
+/// Sets consumer `$1`'s executor class to `$2`.
+pub(crate) const INSTALL_CONSUMER_CLASS: &str =
+    "UPDATE evc_consumers SET executor_class = $2 WHERE name = $1";
+
 /// Makes `$1` the deployed registry digest.
 pub(crate) const INSTALL_REGISTRY_DIGEST: &str = "\
 INSERT INTO evc_registry_state (id, digest) VALUES (true, $1)
@@ -1261,6 +1277,31 @@ ORDER BY p.name";
 
 /// Whether the database has the settings table (the seventh runtime step).
 pub(crate) const HAS_SETTINGS: &str = "SELECT to_regclass('evc_settings') IS NOT NULL";
+
+/// Whether the database mirrors executor classes (the twenty-second runtime step).
+pub(crate) const HAS_EXECUTOR_CLASSES: &str =
+    "SELECT to_regclass('evc_executor_classes') IS NOT NULL";
+
+/// The deployed executor classes.
+pub(crate) const DEPLOYED_EXECUTOR_CLASSES: &str = "\
+SELECT x.name, x.mutating, x.idempotency_namespace, x.heartbeat_owner, x.active
+FROM evc_executor_classes x JOIN evc_registry_state r ON r.digest = x.registry_digest
+ORDER BY x.name";
+
+/// Each deployed consumer that runs on a deployed executor class: the class and its
+/// heartbeat owner.
+pub(crate) const DEPLOYED_CLASS_OWNERS: &str = "\
+SELECT c.name AS consumer, x.name AS executor_class, x.heartbeat_owner
+FROM evc_consumers c
+JOIN evc_registry_state r ON r.digest = c.registry_digest
+JOIN evc_executor_classes x ON x.name = c.executor_class AND x.registry_digest = r.digest
+ORDER BY c.name";
+
+/// The class each deployed consumer runs on, where it names one.
+pub(crate) const DEPLOYED_CONSUMER_CLASSES: &str = "\
+SELECT c.name, c.executor_class
+FROM evc_consumers c JOIN evc_registry_state r ON r.digest = c.registry_digest
+WHERE c.executor_class IS NOT NULL";
 
 /// The deployed runtime settings (no row: no settings migration was applied).
 pub(crate) const DEPLOYED_SETTINGS: &str = "\

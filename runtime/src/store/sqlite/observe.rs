@@ -11,9 +11,9 @@ use sqlx::Row;
 use super::{SqliteStore, epoch_now, parse_uuid, sql};
 use crate::registry::ConsumerMode;
 use crate::store::observe::{
-    AttemptLatency, AttemptTotals, ConsumerStatus, Lag, LeasedDelivery, Observe, Percentiles,
-    RELAY_BEHIND_COUNTED, RecentRejects, RelayStatus, SAMPLE_ATTEMPTS, SilentWorker, StatusReport,
-    TimelineEntry, TotalsRow, WorkerSettings,
+    AttemptLatency, AttemptTotals, ClassOwner, ConsumerStatus, Lag, LeasedDelivery, Observe,
+    Percentiles, RELAY_BEHIND_COUNTED, RecentRejects, RelayStatus, SAMPLE_ATTEMPTS, SilentWorker,
+    StatusReport, TimelineEntry, TotalsRow, WorkerSettings, class_health,
 };
 use crate::store::{DispatchError, FeedEvent, FeedPosition};
 
@@ -120,9 +120,11 @@ impl Observe for SqliteStore {
             .iter()
             .map(|row| {
                 let threshold: i64 = row.try_get("threshold_ms")?;
+                let consumer: String = row.try_get("consumer")?;
                 Ok(SilentWorker {
                     owner: row.try_get("owner")?,
-                    consumer: row.try_get("consumer")?,
+                    class: ClassOwner::of(registry, &consumer),
+                    consumer,
                     silent_for: seconds(row.try_get("silent_s")?),
                     threshold: Duration::from_millis(u64::try_from(threshold).unwrap_or(0)),
                 })
@@ -175,6 +177,16 @@ impl Observe for SqliteStore {
                 behind: row.try_get("behind")?,
             });
         }
+        let owners: Vec<(&str, ClassOwner)> = registry
+            .consumers
+            .iter()
+            .filter_map(|c| Some((c.name, ClassOwner::of(registry, c.name)?)))
+            .collect();
+        let classes = class_health(
+            owners.iter().map(|(consumer, class)| (*consumer, class)),
+            &workers,
+            &silent_workers,
+        );
         Ok(StatusReport {
             consumers,
             lag,
@@ -182,6 +194,7 @@ impl Observe for SqliteStore {
             totals: Vec::new(),
             rejects,
             silent_workers,
+            classes,
             workers,
             stale_tokens: self.stale_tokens(),
             relays,

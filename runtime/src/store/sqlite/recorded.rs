@@ -6,9 +6,9 @@
 use serde_json::{Map, Value, json};
 
 use crate::registry::{
-    ConsumerDescriptor, ConsumerMode, DispatcherDescriptor, EventDescriptor, HandlerKind,
-    PayloadPolicyDescriptor, Registry, RetryPolicyDescriptor, SubscriptionDescriptor,
-    VersionDescriptor,
+    ConsumerDescriptor, ConsumerMode, DispatcherDescriptor, EventDescriptor,
+    ExecutorClassDescriptor, HandlerKind, PayloadPolicyDescriptor, Registry, RetryPolicyDescriptor,
+    SubscriptionDescriptor, VersionDescriptor,
 };
 use crate::store::rows;
 
@@ -52,6 +52,7 @@ pub(crate) fn document(registry: &Registry) -> String {
                 "retry_policy": c.retry_policy,
                 "heartbeat_threshold_ms": c.heartbeat_threshold_ms,
                 "handler_timeout_ms": c.handler_timeout_ms,
+                "executor_class": c.executor_class,
                 "subscriptions": c.subscriptions.iter().map(|s| json!({
                     "event": s.event,
                     "requirement": s.requirement,
@@ -75,6 +76,19 @@ pub(crate) fn document(registry: &Registry) -> String {
             })
         })
         .collect();
+    let executor_classes: Vec<Value> = registry
+        .executor_classes
+        .iter()
+        .map(|class| {
+            json!({
+                "name": class.name,
+                "mutating": class.mutating,
+                "idempotency_namespace": class.idempotency_namespace,
+                "heartbeat_owner": class.heartbeat_owner,
+                "active": class.active,
+            })
+        })
+        .collect();
     let policy = &registry.payload_policy;
     let dispatcher = &registry.dispatcher;
     json!({
@@ -84,6 +98,7 @@ pub(crate) fn document(registry: &Registry) -> String {
         "events": events,
         "consumers": consumers,
         "retry_policies": retry_policies,
+        "executor_classes": executor_classes,
         "payload_policy": rows::payload_policy_document(policy),
         "require_tenant_scope": registry.require_tenant_scope,
         "dispatcher": rows::dispatcher_document(dispatcher),
@@ -154,6 +169,7 @@ pub(crate) fn registry(document: &str) -> Result<Registry, String> {
             retry_policy: text(c, "retry_policy")?,
             heartbeat_threshold_ms: number(c, "heartbeat_threshold_ms")?,
             handler_timeout_ms: optional_number(c, "handler_timeout_ms")?,
+            executor_class: optional_text(c, "executor_class")?,
             subscriptions: leak_slice(subscriptions),
         });
     }
@@ -170,6 +186,21 @@ pub(crate) fn registry(document: &str) -> Result<Registry, String> {
             retry_on: texts(p, "retry_on")?,
         });
     }
+    // A file recorded before executor classes were recorded has no such list.
+    let mut executor_classes = Vec::new();
+    if root.contains_key("executor_classes") {
+        for class in list(root, "executor_classes")? {
+            let class = object(class, "an executor class")?;
+            executor_classes.push(ExecutorClassDescriptor {
+                name: text(class, "name")?,
+                mutating: flag(class, "mutating")?,
+                idempotency_namespace: text(class, "idempotency_namespace")?,
+                heartbeat_owner: text(class, "heartbeat_owner")?,
+                active: flag(class, "active")?,
+            });
+        }
+    }
+    executor_classes.sort_by_key(|class| class.name);
     let policy = object(field(root, "payload_policy")?, "`payload_policy`")?;
     let dispatcher = object(field(root, "dispatcher")?, "`dispatcher`")?;
     Ok(Registry {
@@ -178,6 +209,7 @@ pub(crate) fn registry(document: &str) -> Result<Registry, String> {
         events: leak_slice(events),
         consumers: leak_slice(consumers),
         retry_policies: leak_slice(retry_policies),
+        executor_classes: leak_slice(executor_classes),
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: texts(policy, "denied_keys")?,
             credential_key_names: texts(policy, "credential_key_names")?,
@@ -251,6 +283,14 @@ fn optional_number(object: &Object, key: &str) -> Result<Option<u64>, String> {
     }
 }
 
+/// A string that may be missing or null (absent in a file recorded before it was).
+fn optional_text(object: &Object, key: &str) -> Result<Option<&'static str>, String> {
+    match object.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => text(object, key).map(Some),
+    }
+}
+
 fn small(object: &Object, key: &str) -> Result<u32, String> {
     u32::try_from(number(object, key)?).map_err(|_| format!("`{key}` is out of range"))
 }
@@ -304,6 +344,7 @@ mod tests {
             retry_policy: "fixed",
             heartbeat_threshold_ms: 5_000,
             handler_timeout_ms: Some(250),
+            executor_class: Some("notification.email"),
             subscriptions: &[SubscriptionDescriptor {
                 event: "a.b",
                 requirement: "^1",
@@ -311,6 +352,13 @@ mod tests {
             }],
         }],
         retry_policies: &[POLICY],
+        executor_classes: &[ExecutorClassDescriptor {
+            name: "notification.email",
+            mutating: true,
+            idempotency_namespace: "notify",
+            heartbeat_owner: "team-notify",
+            active: true,
+        }],
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: &["password"],
             credential_key_names: &["token"],
@@ -324,6 +372,28 @@ mod tests {
     #[test]
     fn a_recorded_registry_reads_back_equal() {
         assert_eq!(registry(&document(&REGISTRY)), Ok(REGISTRY));
+    }
+
+    #[test]
+    fn a_document_recorded_before_executor_classes_reads_back_without_them() {
+        let mut value: Value = serde_json::from_str(&document(&REGISTRY)).expect("JSON");
+        if let Some(root) = value.as_object_mut() {
+            root.remove("executor_classes");
+        }
+        if let Some(consumer) = value["consumers"][0].as_object_mut() {
+            consumer.remove("executor_class");
+        }
+        let read = registry(&value.to_string()).expect("an older document loads");
+        assert!(read.executor_classes.is_empty());
+        assert_eq!(read.consumers[0].executor_class, None);
+        assert_eq!(read.class_of("c"), None);
+        assert_eq!(
+            registry(&document(&REGISTRY))
+                .expect("loads")
+                .class_of("c")
+                .map(|class| class.heartbeat_owner),
+            Some("team-notify")
+        );
     }
 
     #[test]
