@@ -1079,6 +1079,8 @@ struct SteadyRun {
     minutes: Vec<f64>,
     /// The churned tables' space at the end.
     space: Vec<evc_runtime::TableSpace>,
+    /// Deliveries acked in all, the backlog filled before the start included.
+    acked: u64,
 }
 
 /// The leased Dispatcher's claim+ack in a steady state for `EVC_BENCH_ENDURANCE_SECONDS`
@@ -1101,11 +1103,13 @@ async fn endurance(server: &mut Server) -> BenchResult<Figure> {
             list(&run.minutes)
         );
         for table in &run.space {
+            // Per acked delivery: what bounds the table's growth while vacuum cannot run.
             println!(
-                "    {}: {} live, {} dead rows; table {} MiB, indexes {} MiB",
+                "    {}: {} live, {} dead rows ({:.2} per acked delivery); table {} MiB, indexes {} MiB",
                 table.table,
                 table.live_rows,
                 table.dead_rows,
+                table.dead_rows as f64 / run.acked.max(1) as f64,
                 table.table_bytes / (1 << 20),
                 table.index_bytes / (1 << 20)
             );
@@ -1203,6 +1207,7 @@ async fn steady(server: &mut Server, seconds: u64, hold_horizon: bool) -> BenchR
         dry,
         minutes,
         space,
+        acked: stats.acked,
     })
 }
 
