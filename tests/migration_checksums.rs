@@ -110,7 +110,7 @@ const SHIPPED: [(&str, &str); 27] = [
     ),
     (
         "0026_evc_runtime_v22.sql",
-        "cde16108762df26b99e112133a686b77d5e6dcfe2b83f95e9ff408635307c8f1",
+        "cd19f6ea0cd31cfb382449b75cac082e2f334660f5af7cd5b6f405b960406774",
     ),
     (
         "0027_evc_registry_85ce05edc4fd.sql",

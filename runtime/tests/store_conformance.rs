@@ -135,6 +135,16 @@ mod classes {
         crate::conformance::CLASSED_REGISTRY =>
         silent_workers_are_reported_by_executor_class_and_owner,
     );
+
+    /// Effect keys per idempotency namespace, with [`conformance::NAMESPACED_REGISTRY`].
+    mod namespaces {
+        use super::*;
+
+        conformance!(
+            crate::conformance::NAMESPACED_REGISTRY =>
+            an_effect_key_is_recorded_once_per_idempotency_namespace,
+        );
+    }
 }
 
 /// A `test.note` whose key is number `key`.
@@ -3682,5 +3692,73 @@ async fn silent_workers_are_reported_by_executor_class_and_owner<S: Conformance>
             S::NAME
         );
     }
+    Ok(())
+}
+
+/// Consumers whose executor classes share an idempotency namespace share their effect keys:
+/// the first to record a key performs the effect, the others read it as recorded before
+/// (within the event's tenant). A consumer of another namespace records the same key as its
+/// own, and the row stays the recording consumer's.
+async fn an_effect_key_is_recorded_once_per_idempotency_namespace<S: Conformance>(
+    store: S,
+) -> TestResult {
+    let mut tx = store.begin().await?;
+    store
+        .append(&mut *tx, note(1), AppendOptions::new())
+        .await?;
+    store
+        .append(&mut *tx, note(2), AppendOptions::new().tenant_scope("acme"))
+        .await?;
+    tx.commit().await?;
+    let plain = claim(&store, PLAIN, "w-plain", 10, LEASE, false).await?;
+    let ordered = claim(&store, ORDERED, "w-ordered", 10, LEASE, true).await?;
+    let audit = claim(&store, SHADOW, "w-audit", 10, LEASE, false).await?;
+    assert_eq!(
+        (plain.len(), ordered.len(), audit.len()),
+        (2, 2, 2),
+        "{}",
+        S::NAME
+    );
+
+    let mut tx = store.begin().await?;
+    let mut recorded = Vec::new();
+    for (what, lease) in [
+        ("plain, no tenant", &plain[0].lease),
+        ("ordered, same namespace", &ordered[0].lease),
+        ("audit, another namespace", &audit[0].lease),
+        ("ordered, acme", &ordered[1].lease),
+        ("plain, acme", &plain[1].lease),
+    ] {
+        let first = store.record_effect(&mut *tx, lease, "mail-1", "d").await?;
+        recorded.push((what, first));
+    }
+    tx.commit().await?;
+    assert_eq!(
+        recorded,
+        [
+            ("plain, no tenant", true),
+            ("ordered, same namespace", false),
+            ("audit, another namespace", true),
+            ("ordered, acme", true),
+            ("plain, acme", false),
+        ],
+        "{}",
+        S::NAME
+    );
+    // The row is the consumer's that recorded it.
+    let owner_of = |effect: Option<evc_runtime::EffectRecord>| effect.map(|e| e.event_id);
+    assert_eq!(
+        owner_of(store.effect(PLAIN, "mail-1", None).await?),
+        Some(plain[0].lease.event_id),
+        "{}",
+        S::NAME
+    );
+    assert_eq!(owner_of(store.effect(ORDERED, "mail-1", None).await?), None);
+    assert_eq!(
+        owner_of(store.effect(ORDERED, "mail-1", Some("acme")).await?),
+        Some(ordered[1].lease.event_id),
+        "{}",
+        S::NAME
+    );
     Ok(())
 }

@@ -291,7 +291,9 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// lease's fencing token. `Ok(true)`: first time, perform the effect in the same
     /// transaction; `Ok(false)`: recorded before (a redelivery), skip it. The key is scoped per
     /// consumer and the event's tenant: the same key for another tenant's event is another
-    /// effect.
+    /// effect. For a consumer on an executor class it is also scoped per the class's
+    /// idempotency namespace: recorded by another consumer of the namespace, it reads as
+    /// recorded before.
     ///
     /// # Errors
     /// [`DispatchError::StaleToken`] (counted) when the lease is no longer current;

@@ -548,7 +548,7 @@ async fn table_digests(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
         (
             "evc_consumer_effects",
             "consumer, effect_key",
-            " - 'tenant_scope'",
+            " - 'tenant_scope' - 'idempotency_namespace'",
         ),
     ] {
         let digest: String = sqlx::query_scalar(AssertSqlSafe(format!(

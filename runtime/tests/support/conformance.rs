@@ -257,3 +257,50 @@ pub static CLASSED_REGISTRY: Registry = Registry {
     ],
     ..CONFORMANCE_REGISTRY
 };
+
+/// [`CONFORMANCE_REGISTRY`] with two executor classes sharing the idempotency namespace
+/// `notify` (`k.plain` on `notification.email`, `k.ordered` on `notification.push`), `k.shadow`
+/// on `sql.audit` (namespace `audit`) and `k.off` on none.
+pub static NAMESPACED_REGISTRY: Registry = Registry {
+    consumers: &[
+        consumer(OFF, ConsumerMode::Off, false, NOTE_1),
+        ConsumerDescriptor {
+            handler: HandlerKind::Transactional,
+            executor_class: Some("notification.push"),
+            ..consumer(ORDERED, ConsumerMode::Live, true, NOTE_1)
+        },
+        ConsumerDescriptor {
+            executor_class: Some("notification.email"),
+            ..consumer(PLAIN, ConsumerMode::Live, false, NOTE_AND_PING)
+        },
+        ConsumerDescriptor {
+            handler: HandlerKind::Transactional,
+            executor_class: Some("sql.audit"),
+            ..consumer(SHADOW, ConsumerMode::Shadow, false, NOTE_1)
+        },
+    ],
+    executor_classes: &[
+        ExecutorClassDescriptor {
+            name: "notification.email",
+            mutating: true,
+            idempotency_namespace: "notify",
+            heartbeat_owner: "team-notify",
+            active: true,
+        },
+        ExecutorClassDescriptor {
+            name: "notification.push",
+            mutating: true,
+            idempotency_namespace: "notify",
+            heartbeat_owner: "team-notify",
+            active: true,
+        },
+        ExecutorClassDescriptor {
+            name: "sql.audit",
+            mutating: true,
+            idempotency_namespace: "audit",
+            heartbeat_owner: "team-platform",
+            active: true,
+        },
+    ],
+    ..CONFORMANCE_REGISTRY
+};

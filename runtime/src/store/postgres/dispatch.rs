@@ -627,6 +627,10 @@ impl PgStore {
         effect_key: &str,
         outcome_digest: &str,
     ) -> Result<bool, DispatchError> {
+        let namespace = self
+            .registry()
+            .class_of(&lease.consumer)
+            .map(|class| class.idempotency_namespace);
         if let Some(log) = lease.shadow_log() {
             // Shadow mode: no effect row, only the intent; the answer is what a live run
             // would get.
@@ -634,6 +638,7 @@ impl PgStore {
                 .bind(&lease.consumer)
                 .bind(effect_key)
                 .bind(lease.event_id)
+                .bind(namespace)
                 .fetch_one(connection)
                 .await?;
             log.push(Intent {
@@ -653,6 +658,7 @@ impl PgStore {
             .bind(lease.event_id)
             .bind(outcome_digest)
             .bind(lease.token)
+            .bind(namespace)
             .fetch_one(connection)
             .await?;
         let leased: i64 = row.try_get("leased")?;

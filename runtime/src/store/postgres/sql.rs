@@ -1001,10 +1001,11 @@ WHERE event_id = $1 AND consumer = $2 AND fencing_token = $3 AND status = 'lease
 FOR UPDATE";
 
 /// Records an effect once, fenced: consumer `$1`, effect key `$2`, event `$3`, outcome digest
-/// `$4`, token `$5`. The delivery must still be leased with the token (row-locked here for the
-/// rest of the caller's transaction); the effect row, with the delivery's tenant, is inserted
-/// `ON CONFLICT DO NOTHING` on the key within the consumer and tenant. Returns `leased` (0:
-/// stale token) and `inserted` (0: recorded before).
+/// `$4`, token `$5`, idempotency namespace `$6` (NULL: the consumer has no executor class).
+/// The delivery must still be leased with the token (row-locked here for the rest of the
+/// caller's transaction); the effect row, with the delivery's tenant, is inserted unless the
+/// key is taken within the consumer and tenant, or within the namespace and tenant. Returns
+/// `leased` (0: stale token) and `inserted` (0: recorded before).
 pub(crate) const RECORD_EFFECT: &str = "\
 WITH l AS (
     SELECT tenant_scope FROM evc_deliveries
@@ -1012,9 +1013,10 @@ WITH l AS (
     FOR UPDATE
 ), i AS (
     INSERT INTO evc_consumer_effects (consumer, effect_key, event_id, outcome_digest,
-        fencing_token, tenant_scope)
-    SELECT $1, $2, $3, $4, $5, l.tenant_scope FROM l
-    ON CONFLICT (consumer, effect_key, (coalesce(tenant_scope, '*'))) DO NOTHING
+        fencing_token, tenant_scope, idempotency_namespace)
+    SELECT $1, $2, $3, $4, $5, l.tenant_scope, $6 FROM l
+    -- Either unique index: the key within the consumer, or within the namespace.
+    ON CONFLICT DO NOTHING
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM l) AS leased, (SELECT count(*) FROM i) AS inserted";
@@ -1029,9 +1031,10 @@ WITH l AS (
     FOR UPDATE
 ), i AS (
     INSERT INTO evc_consumer_effects (consumer, effect_key, event_id, outcome_digest,
-        fencing_token, tenant_scope)
-    SELECT $1, $2, $3, $4, $5, l.tenant_scope FROM l
-    ON CONFLICT (consumer, effect_key, (coalesce(tenant_scope, '*'))) DO NOTHING
+        fencing_token, tenant_scope, idempotency_namespace)
+    SELECT $1, $2, $3, $4, $5, l.tenant_scope, $6 FROM l
+    -- Either unique index: the key within the consumer, or within the namespace.
+    ON CONFLICT DO NOTHING
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM l) AS leased, (SELECT count(*) FROM i) AS inserted";
@@ -1539,13 +1542,15 @@ pub(crate) const SHADOW_SAVEPOINT: &str = "SAVEPOINT evc_shadow";
 /// Undoes everything a shadow-mode handler wrote on the transaction.
 pub(crate) const SHADOW_ROLLBACK: &str = "ROLLBACK TO SAVEPOINT evc_shadow";
 
-/// Whether consumer `$1` has an effect row under key `$2` in the tenant of its delivery of
-/// event `$3` (a shadow-mode handler is told, as a live one would be, whether the effect was
-/// recorded before; the tenant is read where [`RECORD_EFFECT`] reads it).
+/// Whether consumer `$1`, or its idempotency namespace `$4` (NULL: none), has an effect row
+/// under key `$2` in the tenant of its delivery of event `$3` (a shadow-mode handler is told,
+/// as a live one would be, whether the effect was recorded before; the tenant is read where
+/// [`RECORD_EFFECT`] reads it).
 pub(crate) const EFFECT_RECORDED: &str = "\
 SELECT EXISTS (
     SELECT 1 FROM evc_consumer_effects
-    WHERE consumer = $1 AND effect_key = $2 AND coalesce(tenant_scope, '*') = coalesce(
+    WHERE (consumer = $1 OR idempotency_namespace = $4)
+        AND effect_key = $2 AND coalesce(tenant_scope, '*') = coalesce(
         (SELECT tenant_scope FROM evc_deliveries WHERE event_id = $3 AND consumer = $1
          ORDER BY generation DESC LIMIT 1), '*')
 )";

@@ -818,11 +818,16 @@ impl SqliteStore {
         effect_key: &str,
         outcome_digest: &str,
     ) -> Result<bool, DispatchError> {
+        let namespace = self
+            .registry()
+            .class_of(&lease.consumer)
+            .map(|class| class.idempotency_namespace);
         if let Some(log) = lease.shadow_log() {
             let recorded: bool = sqlx::query_scalar(sql::EFFECT_RECORDED)
                 .bind(&lease.consumer)
                 .bind(effect_key)
                 .bind(lease.event_id.to_string())
+                .bind(namespace)
                 .fetch_one(connection)
                 .await?;
             log.push(Intent {
@@ -843,6 +848,7 @@ impl SqliteStore {
             .bind(outcome_digest)
             .bind(lease.token)
             .bind(epoch_now())
+            .bind(namespace)
             .fetch_optional(&mut *tx)
             .await?
             .is_some();

@@ -119,6 +119,10 @@ const MIGRATION_0011: &str = include_str!("../../../migrations/sqlite/0011_evc_r
 /// Tenant scopes of records, pauses per tenant and replay keys scoped per tenant.
 const MIGRATION_0012: &str = include_str!("../../../migrations/sqlite/0012_evc_tenant_scopes.sql");
 
+/// Effect keys unique within an executor class's idempotency namespace.
+const MIGRATION_0013: &str =
+    include_str!("../../../migrations/sqlite/0013_evc_effect_namespaces.sql");
+
 /// Connections of the store's pool unless [`SqliteStoreBuilder::max_connections`] says
 /// otherwise: one for a caller's transaction, one for the reject audit and the dispatcher's
 /// work beside it, and readers (WAL lets them read while one connection writes).
@@ -385,7 +389,7 @@ impl Prepared {
 
 /// The store's schema: each migration's version, name, SQL and whether it runs outside a
 /// transaction of sqlx's (it brings its own), in order.
-const SCHEMA: [(i64, &str, &str, bool); 12] = [
+const SCHEMA: [(i64, &str, &str, bool); 13] = [
     (1, "evc_runtime", MIGRATION_0001, false),
     (2, "evc_replays", MIGRATION_0002, false),
     (3, "evc_registry_document", MIGRATION_0003, false),
@@ -398,6 +402,7 @@ const SCHEMA: [(i64, &str, &str, bool); 12] = [
     (10, "evc_relay_cursors", MIGRATION_0010, false),
     (11, "evc_relay_progress", MIGRATION_0011, false),
     (12, "evc_tenant_scopes", MIGRATION_0012, true),
+    (13, "evc_effect_namespaces", MIGRATION_0013, false),
 ];
 
 /// Applies the store's migrations (sqlx's migrator: each once, in order).

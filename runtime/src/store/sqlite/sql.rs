@@ -558,23 +558,26 @@ RETURNING generation"
 );
 
 /// Records an effect once: `?1` consumer, `?2` effect key, `?3` event id, `?4` outcome digest,
-/// `?5` token, `?6` now; the row carries the event's tenant, and the key is unique within the
-/// consumer and tenant. Returns a row when inserted, none when recorded before. (`WHERE true`:
-/// SQLite's grammar needs it between an `INSERT ... SELECT` and its `ON CONFLICT`.)
+/// `?5` token, `?6` now, `?7` idempotency namespace (NULL: the consumer has no executor
+/// class); the row carries the event's tenant, and the key is unique within the consumer and
+/// tenant, and within the namespace and tenant. Returns a row when inserted, none when
+/// recorded before. (`WHERE true`: SQLite's grammar needs it between an `INSERT ... SELECT`
+/// and its `ON CONFLICT`; no conflict target, so either unique index counts.)
 pub(crate) const RECORD_EFFECT: &str = "\
 INSERT INTO evc_consumer_effects (consumer, effect_key, event_id, outcome_digest,
-    fencing_token, created_at, tenant_scope)
-SELECT ?1, ?2, ?3, ?4, ?5, ?6, (SELECT tenant_scope FROM evc_events WHERE event_id = ?3)
+    fencing_token, created_at, tenant_scope, idempotency_namespace)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, (SELECT tenant_scope FROM evc_events WHERE event_id = ?3), ?7
 WHERE true
-ON CONFLICT (consumer, effect_key, ifnull(tenant_scope, '*')) DO NOTHING
+ON CONFLICT DO NOTHING
 RETURNING 1";
 
-/// Whether consumer `?1` has an effect row under key `?2` in the tenant of event `?3` (what a
-/// shadow-mode handler is told).
+/// Whether consumer `?1`, or its idempotency namespace `?4` (NULL: none), has an effect row
+/// under key `?2` in the tenant of event `?3` (what a shadow-mode handler is told).
 pub(crate) const EFFECT_RECORDED: &str = "\
 SELECT EXISTS (
     SELECT 1 FROM evc_consumer_effects
-    WHERE consumer = ?1 AND effect_key = ?2 AND ifnull(tenant_scope, '*') = ifnull(
+    WHERE (consumer = ?1 OR idempotency_namespace = ?4)
+        AND effect_key = ?2 AND ifnull(tenant_scope, '*') = ifnull(
         (SELECT tenant_scope FROM evc_events WHERE event_id = ?3), '*')
 )";
 
