@@ -452,6 +452,7 @@ fn check(
                 versions: set.version_count(),
                 consumers: set.consumers.len(),
                 retry_policies: set.retry_policies.len(),
+                executor_classes: set.executor_classes.len(),
                 topics: set.topics.len(),
             };
             let mut diagnostics = loaded.warnings.clone();
@@ -510,11 +511,12 @@ fn check(
             match &summary {
                 Some(summary) => writeln!(
                     stdout,
-                    "ok: {}, {}, {}, {}, {} ({})",
+                    "ok: {}, {}, {}, {}, {}, {} ({})",
                     count(summary.event_types, "event type"),
                     count(summary.versions, "version"),
                     count(summary.consumers, "consumer"),
                     plural_policies(summary.retry_policies),
+                    plural_classes(summary.executor_classes),
                     count(summary.topics, "topic"),
                     count(warnings, "warning")
                 )?,
@@ -579,6 +581,14 @@ fn plural_policies(n: usize) -> String {
     }
 }
 
+fn plural_classes(n: usize) -> String {
+    if n == 1 {
+        "1 executor class".to_owned()
+    } else {
+        format!("{n} executor classes")
+    }
+}
+
 fn count(n: usize, noun: &str) -> String {
     if n == 1 {
         format!("1 {noun}")
@@ -594,6 +604,7 @@ struct Summary {
     versions: usize,
     consumers: usize,
     retry_policies: usize,
+    executor_classes: usize,
     topics: usize,
 }
 

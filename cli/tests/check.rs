@@ -24,7 +24,7 @@ fn the_reference_contracts_pass_with_a_one_line_summary() {
         "{summary}"
     );
     assert!(
-        summary.contains("7 consumers, 4 retry policies"),
+        summary.contains("7 consumers, 4 retry policies, 7 executor classes, 6 topics"),
         "{summary}"
     );
 }
