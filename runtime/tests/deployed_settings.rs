@@ -138,8 +138,11 @@ async fn the_console_reports_heartbeats_by_deployed_executor_class() -> TestResu
 /// tenant scope required, and a hard cap of 0 that refuses every append.
 async fn assert_no_settings(pool: &PgPool) -> TestResult {
     let deployed = deployed_registry(pool).await?;
-    // An older database mirrors no executor classes (the twenty-second step).
+    // An older database mirrors no executor classes (the twenty-second step), and the console
+    // still connects to it.
     assert!(deployed.executor_classes.is_empty());
+    let console = Console::connect(pool.clone()).await?;
+    assert!(console.consumers().iter().all(|c| c.class.is_none()));
     assert_eq!(deployed.payload_policy.hard_max_bytes, 0);
     assert!(deployed.require_tenant_scope);
     assert_eq!(deployed.dispatcher, DispatcherDescriptor::FORMAT_DEFAULTS);

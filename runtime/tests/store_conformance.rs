@@ -3697,11 +3697,13 @@ async fn silent_workers_are_reported_by_executor_class_and_owner<S: Conformance>
 
 /// Consumers whose executor classes share an idempotency namespace share their effect keys:
 /// the first to record a key performs the effect, the others read it as recorded before
-/// (within the event's tenant). A consumer of another namespace records the same key as its
-/// own, and the row stays the recording consumer's.
+/// (within the event's tenant), whether their lease is leased, held by a transaction or in
+/// shadow mode. A consumer of another namespace records the same key as its own, and each row
+/// stays the recording consumer's.
 async fn an_effect_key_is_recorded_once_per_idempotency_namespace<S: Conformance>(
     store: S,
 ) -> TestResult {
+    use conformance::{AUDIT, PUSH};
     let mut tx = store.begin().await?;
     store
         .append(&mut *tx, note(1), AppendOptions::new())
@@ -3711,22 +3713,25 @@ async fn an_effect_key_is_recorded_once_per_idempotency_namespace<S: Conformance
         .await?;
     tx.commit().await?;
     let plain = claim(&store, PLAIN, "w-plain", 10, LEASE, false).await?;
-    let ordered = claim(&store, ORDERED, "w-ordered", 10, LEASE, true).await?;
-    let audit = claim(&store, SHADOW, "w-audit", 10, LEASE, false).await?;
+    let push = claim(&store, PUSH, "w-push", 10, LEASE, false).await?;
+    let shadow = claim(&store, SHADOW, "w-shadow", 10, LEASE, false).await?;
+    let audit = claim(&store, AUDIT, "w-audit", 10, LEASE, false).await?;
     assert_eq!(
-        (plain.len(), ordered.len(), audit.len()),
-        (2, 2, 2),
+        [plain.len(), push.len(), shadow.len(), audit.len()],
+        [2, 2, 2, 2],
         "{}",
         S::NAME
     );
+    assert!(shadow[0].lease.is_shadow(), "{}", S::NAME);
 
     let mut tx = store.begin().await?;
     let mut recorded = Vec::new();
     for (what, lease) in [
         ("plain, no tenant", &plain[0].lease),
-        ("ordered, same namespace", &ordered[0].lease),
+        ("push, same namespace", &push[0].lease),
+        ("shadow, same namespace", &shadow[0].lease),
         ("audit, another namespace", &audit[0].lease),
-        ("ordered, acme", &ordered[1].lease),
+        ("push, acme", &push[1].lease),
         ("plain, acme", &plain[1].lease),
     ] {
         let first = store.record_effect(&mut *tx, lease, "mail-1", "d").await?;
@@ -3737,27 +3742,54 @@ async fn an_effect_key_is_recorded_once_per_idempotency_namespace<S: Conformance
         recorded,
         [
             ("plain, no tenant", true),
-            ("ordered, same namespace", false),
+            ("push, same namespace", false),
+            ("shadow, same namespace", false),
             ("audit, another namespace", true),
-            ("ordered, acme", true),
+            ("push, acme", true),
             ("plain, acme", false),
         ],
         "{}",
         S::NAME
     );
-    // The row is the consumer's that recorded it.
-    let owner_of = |effect: Option<evc_runtime::EffectRecord>| effect.map(|e| e.event_id);
-    assert_eq!(
-        owner_of(store.effect(PLAIN, "mail-1", None).await?),
-        Some(plain[0].lease.event_id),
+    // Each row is the consumer's that recorded it.
+    let recorder = |effect: Option<evc_runtime::EffectRecord>| effect.map(|e| e.event_id);
+    for (consumer, tenant, event) in [
+        (PLAIN, None, Some(plain[0].lease.event_id)),
+        (PUSH, None, None),
+        (AUDIT, None, Some(audit[0].lease.event_id)),
+        (PUSH, Some("acme"), Some(push[1].lease.event_id)),
+        (PLAIN, Some("acme"), None),
+    ] {
+        assert_eq!(
+            recorder(store.effect(consumer, "mail-1", tenant).await?),
+            event,
+            "{} {consumer} {tenant:?}",
+            S::NAME
+        );
+    }
+
+    // A delivery held by its claim's transaction records in the namespace too.
+    committed(&store, vec![note(3)]).await?;
+    let mut tx = store.begin().await?;
+    let held = Store::claim(&store, &mut *tx, &ClaimRequest::held(PUSH, "w-held", 10)).await?;
+    assert_eq!(held.len(), 1, "{}", S::NAME);
+    assert!(
+        store
+            .record_effect(&mut *tx, &held[0].lease, "mail-3", "d")
+            .await?,
         "{}",
         S::NAME
     );
-    assert_eq!(owner_of(store.effect(ORDERED, "mail-1", None).await?), None);
-    assert_eq!(
-        owner_of(store.effect(ORDERED, "mail-1", Some("acme")).await?),
-        Some(ordered[1].lease.event_id),
-        "{}",
+    tx.commit().await?;
+    let third = claim(&store, PLAIN, "w-plain", 10, LEASE, false).await?;
+    let mut tx = store.begin().await?;
+    let again = store
+        .record_effect(&mut *tx, &third[0].lease, "mail-3", "d")
+        .await?;
+    tx.commit().await?;
+    assert!(
+        !again,
+        "{}: recorded by the held delivery of k.push",
         S::NAME
     );
     Ok(())

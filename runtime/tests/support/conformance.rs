@@ -258,15 +258,24 @@ pub static CLASSED_REGISTRY: Registry = Registry {
     ..CONFORMANCE_REGISTRY
 };
 
-/// [`CONFORMANCE_REGISTRY`] with two executor classes sharing the idempotency namespace
-/// `notify` (`k.plain` on `notification.email`, `k.ordered` on `notification.push`), `k.shadow`
-/// on `sql.audit` (namespace `audit`) and `k.off` on none.
+/// A live consumer of `test.note` on `notification.push` in [`NAMESPACED_REGISTRY`].
+pub const PUSH: &str = "k.push";
+/// A live consumer of `test.note` on `sql.audit` in [`NAMESPACED_REGISTRY`].
+pub const AUDIT: &str = "k.audit";
+
+/// [`CONFORMANCE_REGISTRY`] with executor classes whose consumers share idempotency
+/// namespaces: `k.plain` (`notification.email`), `k.push` and `k.shadow` (shadow mode, both
+/// `notification.push`) in `notify`; `k.audit` (`sql.audit`) in `audit`; `k.ordered` and
+/// `k.off` on none.
 pub static NAMESPACED_REGISTRY: Registry = Registry {
     consumers: &[
+        ConsumerDescriptor {
+            executor_class: Some("sql.audit"),
+            ..consumer(AUDIT, ConsumerMode::Live, false, NOTE_1)
+        },
         consumer(OFF, ConsumerMode::Off, false, NOTE_1),
         ConsumerDescriptor {
             handler: HandlerKind::Transactional,
-            executor_class: Some("notification.push"),
             ..consumer(ORDERED, ConsumerMode::Live, true, NOTE_1)
         },
         ConsumerDescriptor {
@@ -274,8 +283,12 @@ pub static NAMESPACED_REGISTRY: Registry = Registry {
             ..consumer(PLAIN, ConsumerMode::Live, false, NOTE_AND_PING)
         },
         ConsumerDescriptor {
+            executor_class: Some("notification.push"),
+            ..consumer(PUSH, ConsumerMode::Live, false, NOTE_1)
+        },
+        ConsumerDescriptor {
             handler: HandlerKind::Transactional,
-            executor_class: Some("sql.audit"),
+            executor_class: Some("notification.push"),
             ..consumer(SHADOW, ConsumerMode::Shadow, false, NOTE_1)
         },
     ],

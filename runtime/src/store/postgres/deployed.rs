@@ -186,6 +186,9 @@ async fn deployed_classes(
             active: row.try_get("active")?,
         });
     }
+    // In byte order, as the registry's lookups search them (the database's collation may
+    // order names otherwise).
+    classes.sort_by_key(|class| class.name);
     let mut consumer_classes = Vec::new();
     for row in sqlx::query(sql::DEPLOYED_CONSUMER_CLASSES)
         .fetch_all(pool)

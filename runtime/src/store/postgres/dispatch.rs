@@ -634,33 +634,41 @@ impl PgStore {
         if let Some(log) = lease.shadow_log() {
             // Shadow mode: no effect row, only the intent; the answer is what a live run
             // would get.
-            let recorded: bool = sqlx::query_scalar(sql::EFFECT_RECORDED)
-                .bind(&lease.consumer)
-                .bind(effect_key)
-                .bind(lease.event_id)
-                .bind(namespace)
-                .fetch_one(connection)
-                .await?;
+            let query = match namespace {
+                Some(namespace) => sqlx::query_scalar(sql::EFFECT_RECORDED_IN_NAMESPACE)
+                    .bind(&lease.consumer)
+                    .bind(effect_key)
+                    .bind(lease.event_id)
+                    .bind(namespace),
+                None => sqlx::query_scalar(sql::EFFECT_RECORDED)
+                    .bind(&lease.consumer)
+                    .bind(effect_key)
+                    .bind(lease.event_id),
+            };
+            let recorded: bool = query.fetch_one(connection).await?;
             log.push(Intent {
                 effect_key: effect_key.to_owned(),
                 outcome_digest: outcome_digest.to_owned(),
             });
             return Ok(!recorded);
         }
-        let statement = if lease.is_held() {
-            sql::RECORD_EFFECT_HELD
-        } else {
-            sql::RECORD_EFFECT
+        // Without a namespace, the statements name no column of the twenty-second step.
+        let statement = match (lease.is_held(), namespace.is_some()) {
+            (false, false) => sql::RECORD_EFFECT,
+            (true, false) => sql::RECORD_EFFECT_HELD,
+            (false, true) => sql::RECORD_EFFECT_IN_NAMESPACE,
+            (true, true) => sql::RECORD_EFFECT_HELD_IN_NAMESPACE,
         };
-        let row = sqlx::query(statement)
+        let mut query = sqlx::query(statement)
             .bind(&lease.consumer)
             .bind(effect_key)
             .bind(lease.event_id)
             .bind(outcome_digest)
-            .bind(lease.token)
-            .bind(namespace)
-            .fetch_one(connection)
-            .await?;
+            .bind(lease.token);
+        if let Some(namespace) = namespace {
+            query = query.bind(namespace);
+        }
+        let row = query.fetch_one(connection).await?;
         let leased: i64 = row.try_get("leased")?;
         let inserted: i64 = row.try_get("inserted")?;
         if leased == 0 {

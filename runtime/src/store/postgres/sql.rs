@@ -1001,11 +1001,12 @@ WHERE event_id = $1 AND consumer = $2 AND fencing_token = $3 AND status = 'lease
 FOR UPDATE";
 
 /// Records an effect once, fenced: consumer `$1`, effect key `$2`, event `$3`, outcome digest
-/// `$4`, token `$5`, idempotency namespace `$6` (NULL: the consumer has no executor class).
-/// The delivery must still be leased with the token (row-locked here for the rest of the
-/// caller's transaction); the effect row, with the delivery's tenant, is inserted unless the
-/// key is taken within the consumer and tenant, or within the namespace and tenant. Returns
-/// `leased` (0: stale token) and `inserted` (0: recorded before).
+/// `$4`, token `$5`, for a consumer without an executor class. The delivery must still be
+/// leased with the token (row-locked here for the rest of the caller's transaction); the effect
+/// row, with the delivery's tenant, is inserted `ON CONFLICT DO NOTHING` on the key within the
+/// consumer and tenant. Returns `leased` (0: stale token) and `inserted` (0: recorded before).
+/// It names no column of the twenty-second step, so a project without classes runs on a
+/// database before it.
 pub(crate) const RECORD_EFFECT: &str = "\
 WITH l AS (
     SELECT tenant_scope FROM evc_deliveries
@@ -1013,10 +1014,9 @@ WITH l AS (
     FOR UPDATE
 ), i AS (
     INSERT INTO evc_consumer_effects (consumer, effect_key, event_id, outcome_digest,
-        fencing_token, tenant_scope, idempotency_namespace)
-    SELECT $1, $2, $3, $4, $5, l.tenant_scope, $6 FROM l
-    -- Either unique index: the key within the consumer, or within the namespace.
-    ON CONFLICT DO NOTHING
+        fencing_token, tenant_scope)
+    SELECT $1, $2, $3, $4, $5, l.tenant_scope FROM l
+    ON CONFLICT (consumer, effect_key, (coalesce(tenant_scope, '*'))) DO NOTHING
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM l) AS leased, (SELECT count(*) FROM i) AS inserted";
@@ -1031,9 +1031,41 @@ WITH l AS (
     FOR UPDATE
 ), i AS (
     INSERT INTO evc_consumer_effects (consumer, effect_key, event_id, outcome_digest,
+        fencing_token, tenant_scope)
+    SELECT $1, $2, $3, $4, $5, l.tenant_scope FROM l
+    ON CONFLICT (consumer, effect_key, (coalesce(tenant_scope, '*'))) DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM l) AS leased, (SELECT count(*) FROM i) AS inserted";
+
+/// [`RECORD_EFFECT`] for a consumer on an executor class, whose idempotency namespace is `$6`:
+/// the row carries the namespace, and is not inserted when the key is taken within the
+/// consumer and tenant or within the namespace and tenant (no conflict target: either unique
+/// index answers).
+pub(crate) const RECORD_EFFECT_IN_NAMESPACE: &str = "\
+WITH l AS (
+    SELECT tenant_scope FROM evc_deliveries
+    WHERE event_id = $3 AND consumer = $1 AND fencing_token = $5 AND status = 'leased'
+    FOR UPDATE
+), i AS (
+    INSERT INTO evc_consumer_effects (consumer, effect_key, event_id, outcome_digest,
         fencing_token, tenant_scope, idempotency_namespace)
     SELECT $1, $2, $3, $4, $5, l.tenant_scope, $6 FROM l
-    -- Either unique index: the key within the consumer, or within the namespace.
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM l) AS leased, (SELECT count(*) FROM i) AS inserted";
+
+/// [`RECORD_EFFECT_IN_NAMESPACE`] for a held delivery, fenced as [`RECORD_EFFECT_HELD`].
+pub(crate) const RECORD_EFFECT_HELD_IN_NAMESPACE: &str = "\
+WITH l AS (
+    SELECT tenant_scope FROM evc_deliveries
+    WHERE event_id = $3 AND consumer = $1 AND fencing_token = $5 - 1 AND status = 'pending'
+    FOR UPDATE
+), i AS (
+    INSERT INTO evc_consumer_effects (consumer, effect_key, event_id, outcome_digest,
+        fencing_token, tenant_scope, idempotency_namespace)
+    SELECT $1, $2, $3, $4, $5, l.tenant_scope, $6 FROM l
     ON CONFLICT DO NOTHING
     RETURNING 1
 )
@@ -1542,11 +1574,20 @@ pub(crate) const SHADOW_SAVEPOINT: &str = "SAVEPOINT evc_shadow";
 /// Undoes everything a shadow-mode handler wrote on the transaction.
 pub(crate) const SHADOW_ROLLBACK: &str = "ROLLBACK TO SAVEPOINT evc_shadow";
 
-/// Whether consumer `$1`, or its idempotency namespace `$4` (NULL: none), has an effect row
-/// under key `$2` in the tenant of its delivery of event `$3` (a shadow-mode handler is told,
-/// as a live one would be, whether the effect was recorded before; the tenant is read where
-/// [`RECORD_EFFECT`] reads it).
+/// Whether consumer `$1` has an effect row under key `$2` in the tenant of its delivery of
+/// event `$3` (a shadow-mode handler is told, as a live one would be, whether the effect was
+/// recorded before; the tenant is read where [`RECORD_EFFECT`] reads it).
 pub(crate) const EFFECT_RECORDED: &str = "\
+SELECT EXISTS (
+    SELECT 1 FROM evc_consumer_effects
+    WHERE consumer = $1 AND effect_key = $2 AND coalesce(tenant_scope, '*') = coalesce(
+        (SELECT tenant_scope FROM evc_deliveries WHERE event_id = $3 AND consumer = $1
+         ORDER BY generation DESC LIMIT 1), '*')
+)";
+
+/// [`EFFECT_RECORDED`] for a consumer on an executor class: by the consumer or by any consumer
+/// of its idempotency namespace `$4`.
+pub(crate) const EFFECT_RECORDED_IN_NAMESPACE: &str = "\
 SELECT EXISTS (
     SELECT 1 FROM evc_consumer_effects
     WHERE (consumer = $1 OR idempotency_namespace = $4)
@@ -1879,8 +1920,16 @@ mod tests {
             "(d.event_id, d.consumer, d.fencing_token, d.lease_owner)
             IN (SELECT event_id, consumer, fencing_token, owner FROM r)"
         ));
-        assert!(RECORD_EFFECT.contains("fencing_token = $5 AND status = 'leased'"));
-        assert!(RECORD_EFFECT_HELD.contains("fencing_token = $5 - 1 AND status = 'pending'"));
+        for leased in [RECORD_EFFECT, RECORD_EFFECT_IN_NAMESPACE] {
+            assert!(leased.contains("fencing_token = $5 AND status = 'leased'"));
+        }
+        for held in [RECORD_EFFECT_HELD, RECORD_EFFECT_HELD_IN_NAMESPACE] {
+            assert!(held.contains("fencing_token = $5 - 1 AND status = 'pending'"));
+        }
+        // Without a namespace, nothing of the twenty-second step: a database before it works.
+        for statement in [RECORD_EFFECT, RECORD_EFFECT_HELD, EFFECT_RECORDED] {
+            assert!(!statement.contains("idempotency_namespace"));
+        }
         assert!(ACK_HELD.contains("l.fencing_token = r.fencing_token - 1"));
         assert!(ACK_HELD.contains(
             "(d.event_id, d.fencing_token + 1)
