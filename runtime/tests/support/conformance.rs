@@ -205,6 +205,24 @@ pub static CONFORMANCE_REGISTRY: Registry = Registry {
     dispatcher: evc_runtime::DispatcherDescriptor::FORMAT_DEFAULTS,
 };
 
+/// The executor class `notification.email` (namespace `notify`, owner `team-notify`).
+const NOTIFICATION_EMAIL: ExecutorClassDescriptor = ExecutorClassDescriptor {
+    name: "notification.email",
+    mutating: true,
+    idempotency_namespace: "notify",
+    heartbeat_owner: "team-notify",
+    active: true,
+};
+
+/// The executor class `sql.audit` (namespace `audit`, owner `team-platform`).
+const SQL_AUDIT: ExecutorClassDescriptor = ExecutorClassDescriptor {
+    name: "sql.audit",
+    mutating: true,
+    idempotency_namespace: "audit",
+    heartbeat_owner: "team-platform",
+    active: true,
+};
+
 /// How long a worker of `k.plain` may go without a heartbeat in [`CLASSED_REGISTRY`]: short,
 /// so that one falls silent while a test waits.
 pub const CLASSED_PLAIN_THRESHOLD: Duration = Duration::from_secs(1);
@@ -233,13 +251,7 @@ pub static CLASSED_REGISTRY: Registry = Registry {
         },
     ],
     executor_classes: &[
-        ExecutorClassDescriptor {
-            name: "notification.email",
-            mutating: true,
-            idempotency_namespace: "notify",
-            heartbeat_owner: "team-notify",
-            active: true,
-        },
+        NOTIFICATION_EMAIL,
         ExecutorClassDescriptor {
             name: "notification.sms",
             mutating: true,
@@ -247,13 +259,7 @@ pub static CLASSED_REGISTRY: Registry = Registry {
             heartbeat_owner: "team-notify",
             active: false,
         },
-        ExecutorClassDescriptor {
-            name: "sql.audit",
-            mutating: true,
-            idempotency_namespace: "audit",
-            heartbeat_owner: "team-platform",
-            active: true,
-        },
+        SQL_AUDIT,
     ],
     ..CONFORMANCE_REGISTRY
 };
@@ -293,13 +299,7 @@ pub static NAMESPACED_REGISTRY: Registry = Registry {
         },
     ],
     executor_classes: &[
-        ExecutorClassDescriptor {
-            name: "notification.email",
-            mutating: true,
-            idempotency_namespace: "notify",
-            heartbeat_owner: "team-notify",
-            active: true,
-        },
+        NOTIFICATION_EMAIL,
         ExecutorClassDescriptor {
             name: "notification.push",
             mutating: true,
@@ -307,13 +307,7 @@ pub static NAMESPACED_REGISTRY: Registry = Registry {
             heartbeat_owner: "team-notify",
             active: true,
         },
-        ExecutorClassDescriptor {
-            name: "sql.audit",
-            mutating: true,
-            idempotency_namespace: "audit",
-            heartbeat_owner: "team-platform",
-            active: true,
-        },
+        SQL_AUDIT,
     ],
     ..CONFORMANCE_REGISTRY
 };
