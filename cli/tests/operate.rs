@@ -320,6 +320,55 @@ fn check(runtime: &tokio::runtime::Runtime, url: &str) {
     assert_eq!(output.status.code(), Some(0), "{text}");
     assert!(text.starts_with("no problems\n"), "{text}");
     assert!(text.contains("worker.sql.aggregate"), "{text}");
+    // Heartbeats by the executor class the deployed mirror names, with its owner.
+    assert!(
+        text.contains(
+            "\nexecutor classes (heartbeats):\n  \
+             ai.review (owner team-ml): 0 workers, 0 silent; worker.ai.review_suggest\n"
+        ),
+        "{text}"
+    );
+    let output = evc(url, &["status", "--format", "json"]);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let classes: Vec<(&str, &str, Vec<&str>)> = report["executor_classes"]
+        .as_array()
+        .expect("a list of classes")
+        .iter()
+        .map(|class| {
+            (
+                class["executor_class"].as_str().unwrap_or_default(),
+                class["heartbeat_owner"].as_str().unwrap_or_default(),
+                class["consumers"]
+                    .as_array()
+                    .map(|names| names.iter().filter_map(|n| n.as_str()).collect())
+                    .unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        classes,
+        [
+            ("ai.review", "team-ml", vec!["worker.ai.review_suggest"]),
+            (
+                "dot.pipeline",
+                "team-pipeline",
+                vec!["worker.dot.cut_pipeline", "worker.dot.iu_axis"]
+            ),
+            (
+                "notification.email",
+                "team-notify",
+                vec!["worker.notification.iu"]
+            ),
+            ("render.view", "team-views", vec!["worker.render.mout_view"]),
+            (
+                "sql.aggregate",
+                "team-platform",
+                vec!["worker.sql.aggregate"]
+            ),
+            ("sql.audit", "team-platform", vec!["audit"]),
+        ],
+        "the retired notification.sms runs no consumer"
+    );
 
     // Pause: the status leads with it and exits 100; the metrics say so too.
     let output = evc(
