@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 27] = [
+const SHIPPED: [(&str, &str); 29] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -115,6 +115,14 @@ const SHIPPED: [(&str, &str); 27] = [
     (
         "0027_evc_registry_85ce05edc4fd.sql",
         "1b2f979347f3df9fbce475f4dce4cd0046f2c17ee7bafa561e9575341d75680d",
+    ),
+    (
+        "0028_evc_runtime_v23.sql",
+        "985b55004f475392866f0294bade18f612b4dca9c3c1a123ff39cfe7c8d18819",
+    ),
+    (
+        "0029_evc_registry_97e3053e0c81.sql",
+        "40354aa587e97020c7b0f21771bbeb97762008d802924eff5184a438df8f0a7c",
     ),
 ];
 

@@ -319,6 +319,7 @@ enum SchemaKind {
     RetryPolicies,
     Topics,
     ExecutorClasses,
+    Schedules,
 }
 
 impl From<SchemaKind> for FileKind {
@@ -330,6 +331,7 @@ impl From<SchemaKind> for FileKind {
             SchemaKind::RetryPolicies => FileKind::RetryPolicies,
             SchemaKind::Topics => FileKind::Topics,
             SchemaKind::ExecutorClasses => FileKind::ExecutorClasses,
+            SchemaKind::Schedules => FileKind::Schedules,
         }
     }
 }
@@ -454,6 +456,7 @@ fn check(
                 retry_policies: set.retry_policies.len(),
                 executor_classes: set.executor_classes.len(),
                 topics: set.topics.len(),
+                schedules: set.schedules.len(),
             };
             let mut diagnostics = loaded.warnings.clone();
             let mut sources = set.sources.clone();
@@ -511,13 +514,14 @@ fn check(
             match &summary {
                 Some(summary) => writeln!(
                     stdout,
-                    "ok: {}, {}, {}, {}, {}, {} ({})",
+                    "ok: {}, {}, {}, {}, {}, {}, {} ({})",
                     count(summary.event_types, "event type"),
                     count(summary.versions, "version"),
                     count(summary.consumers, "consumer"),
                     plural_policies(summary.retry_policies),
                     plural_classes(summary.executor_classes),
                     count(summary.topics, "topic"),
+                    count(summary.schedules, "schedule"),
                     count(warnings, "warning")
                 )?,
                 None => writeln!(
@@ -606,6 +610,7 @@ struct Summary {
     retry_policies: usize,
     executor_classes: usize,
     topics: usize,
+    schedules: usize,
 }
 
 fn generate(dir: &Path, root: &Path, check_only: bool) -> anyhow::Result<ExitCode> {

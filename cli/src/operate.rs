@@ -655,6 +655,33 @@ fn status_text(report: &StatusReport, window: &str, lag_limit: Duration) -> Stri
             );
         }
     }
+    if !report.schedules.is_empty() {
+        let _ = writeln!(out, "\nschedules:");
+        for schedule in &report.schedules {
+            let state = &schedule.state;
+            let _ = writeln!(
+                out,
+                "  {} ({}, {}): {} tick{}, {} skipped; last slot {}; next {}{}",
+                escape(&state.name),
+                escape(&state.cron),
+                escape(&state.event),
+                state.ticks,
+                if state.ticks == 1 { "" } else { "s" },
+                state.skipped,
+                schedule
+                    .last_slot_text()
+                    .unwrap_or_else(|| "none".to_owned()),
+                schedule
+                    .next_slot_text()
+                    .unwrap_or_else(|| "none".to_owned()),
+                if schedule.overdue.is_zero() {
+                    String::new()
+                } else {
+                    format!(", overdue {:.0} s", schedule.overdue.as_secs_f64())
+                }
+            );
+        }
+    }
     if !report.attempts.is_empty() {
         let _ = writeln!(out, "\nattempt duration (p50 / p95 / p99, last {window}):");
         for attempts in &report.attempts {
@@ -742,6 +769,16 @@ fn status_json(report: &StatusReport, problems: &[evc_runtime::Problem]) -> Stri
             "rate_per_s": r.rate_per_s(),
             "failed_rounds": r.cursor.failed_rounds,
             "failing": r.cursor.failing,
+        })).collect::<Vec<_>>(),
+        "schedules": report.schedules.iter().map(|s| serde_json::json!({
+            "schedule": s.state.name,
+            "cron": s.state.cron,
+            "event": s.state.event,
+            "ticks": s.state.ticks,
+            "skipped": s.state.skipped,
+            "last_slot": s.last_slot_text(),
+            "next_slot": s.next_slot_text(),
+            "overdue_s": s.overdue.as_secs_f64(),
         })).collect::<Vec<_>>(),
         "workers": report.workers.iter().map(|w| serde_json::json!({
             "owner": w.owner,

@@ -20,11 +20,12 @@ fn the_reference_contracts_pass_with_a_one_line_summary() {
     assert_eq!(output.status.code(), Some(0), "{stdout}");
     let summary = stdout.lines().last().expect("a summary line");
     assert!(
-        summary.starts_with("ok: 30 event types, 42 versions, "),
+        summary.starts_with("ok: 32 event types, 44 versions, "),
         "{summary}"
     );
     assert!(
-        summary.contains("7 consumers, 4 retry policies, 7 executor classes, 6 topics"),
+        summary
+            .contains("7 consumers, 4 retry policies, 7 executor classes, 6 topics, 2 schedules"),
         "{summary}"
     );
 }

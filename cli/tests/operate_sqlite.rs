@@ -69,6 +69,7 @@ static REGISTRY: Registry = Registry {
         retry_on: &[],
     }],
     executor_classes: &[],
+    schedules: &[],
     payload_policy: PayloadPolicyDescriptor {
         denied_keys: &[],
         credential_key_names: &["password"],
@@ -178,7 +179,7 @@ fn operator_commands_run_on_the_registry_a_sqlite_file_records() {
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let text = stdout(&output);
     assert!(
-        text.contains("applied 0001 evc_runtime") && text.contains("applied 13 migrations"),
+        text.contains("applied 0001 evc_runtime") && text.contains("applied 14 migrations"),
         "{text}"
     );
     let output = evc(&url, &["migrate"]);

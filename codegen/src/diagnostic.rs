@@ -147,6 +147,12 @@ rules! {
     InactiveExecutorClass = "INACTIVE_EXECUTOR_CLASS", Error;
     /// A consumer's `executor_class` is of another kind than its `executor_kind`.
     ExecutorClassKindMismatch = "EXECUTOR_CLASS_KIND_MISMATCH", Error;
+    /// A schedule's cron expression does not parse.
+    InvalidCron = "INVALID_CRON", Error;
+    /// A schedule's ticks would be refused: its event is not `cron.tick.<schedule>`, its
+    /// newest version refuses the tick payload, or it has no tenant where the envelope
+    /// requires one.
+    InvalidTickEvent = "INVALID_TICK_EVENT", Error;
     /// A payload policy whose settings contradict each other.
     InvalidPayloadPolicy = "INVALID_PAYLOAD_POLICY", Error;
     /// A topic event pattern that matches no event type.

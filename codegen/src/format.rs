@@ -546,6 +546,56 @@ fn active_by_default() -> bool {
     true
 }
 
+/// `schedules.yaml`: cron schedules, each appending a tick event per slot.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "evc schedules (schedules.yaml)")]
+pub struct SchedulesFile {
+    /// Schedules by name (`nightly_digest`).
+    #[schemars(extend("propertyNames" = { "pattern": names::SCHEDULE_NAME_PATTERN }))]
+    pub schedules: BTreeMap<String, ScheduleDef>,
+}
+
+/// One schedule: a cron expression whose slots a dispatcher turns into tick events, one per
+/// slot across every dispatcher process. A tick runs no work itself; its consumers do.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleDef {
+    /// What the ticks are for.
+    pub description: String,
+    /// When the slots are, in UTC: five fields (`minute hour day-of-month month
+    /// day-of-week`, `0 3 * * *`) or six with seconds first (`*/10 * * * * *`).
+    #[schemars(length(min = 1, max = 200))]
+    pub cron: String,
+    /// The registered tick event each slot appends: `cron.tick.<schedule>`. Its payload gets
+    /// `schedule` (the name) and `slot` (the slot's time, RFC 3339 UTC) where its schema
+    /// declares them.
+    pub event: EventTypeName,
+    /// What happens to slots that passed while no dispatcher ran: `skip` (the default) ticks
+    /// the newest only; `catch_up` ticks each, oldest first, at most `catch_up_limit`.
+    #[serde(default)]
+    pub missed: Missed,
+    /// The most missed slots a catch-up ticks (the newest ones); default 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub catch_up_limit: Option<u32>,
+    /// The tenant the ticks belong to; required when `envelope.require_tenant_scope` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 200))]
+    pub tenant_scope: Option<String>,
+}
+
+/// What a schedule does with slots that passed while no dispatcher ran it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Missed {
+    /// Tick the newest missed slot only.
+    #[default]
+    Skip,
+    /// Tick every missed slot, oldest first, at most `catch_up_limit` of the newest.
+    CatchUp,
+}
+
 /// `retry-policies.yaml`: named retry policies.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

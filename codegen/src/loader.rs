@@ -19,7 +19,8 @@ use crate::cache::LoadCache;
 use crate::diagnostic::{Diagnostic, Rule};
 use crate::error::LoadError;
 use crate::format::{
-    ConsumerFile, EventFile, ExecutorClassesFile, ProjectFile, RetryPoliciesFile, TopicsFile,
+    ConsumerFile, EventFile, ExecutorClassesFile, ProjectFile, RetryPoliciesFile, SchedulesFile,
+    TopicsFile,
 };
 use crate::source::{Location, SourceFile};
 use crate::structure::{self, FileKind};
@@ -44,6 +45,8 @@ pub const RETRY_POLICIES_FILE: &str = "retry-policies.yaml";
 pub const TOPICS_FILE: &str = "topics.yaml";
 /// The executor classes file.
 pub const EXECUTOR_CLASSES_FILE: &str = "executor-classes.yaml";
+/// The schedules file.
+pub const SCHEDULES_FILE: &str = "schedules.yaml";
 /// The folder of event type files.
 pub const EVENTS_DIR: &str = "events";
 /// The folder of consumer files.
@@ -64,6 +67,8 @@ pub enum Typed {
     Topics(TopicsFile),
     /// `executor-classes.yaml`.
     ExecutorClasses(ExecutorClassesFile),
+    /// `schedules.yaml`.
+    Schedules(SchedulesFile),
 }
 
 /// One contract file after reading and parsing.
@@ -206,6 +211,7 @@ fn discover(
             RETRY_POLICIES_FILE => Some(FileKind::RetryPolicies),
             TOPICS_FILE => Some(FileKind::Topics),
             EXECUTOR_CLASSES_FILE => Some(FileKind::ExecutorClasses),
+            SCHEDULES_FILE => Some(FileKind::Schedules),
             EVENTS_DIR | CONSUMERS_DIR if path.is_dir() && !resolves_inside(&path, root) => {
                 // Listing it would echo the names of a folder elsewhere on the machine.
                 diagnostics.push(ReadError::Outside.into_diagnostic(&name));
@@ -265,8 +271,8 @@ fn unexpected_file(display: &str) -> Diagnostic {
         Location::file(display),
         format!("`{display}` is not a contract file and is ignored"),
         "event types go in `events/<event.type>.yaml`, consumers in `consumers/<consumer>.yaml`; \
-         settings in `evc.yaml`, `retry-policies.yaml`, `topics.yaml` and \
-         `executor-classes.yaml`; move or delete it",
+         settings in `evc.yaml`, `retry-policies.yaml`, `topics.yaml`, \
+         `executor-classes.yaml` and `schedules.yaml`; move or delete it",
     )
 }
 
@@ -406,6 +412,7 @@ fn to_typed(kind: FileKind, json: serde_json::Value) -> Result<Typed, serde_json
         FileKind::RetryPolicies => Typed::RetryPolicies(from(json)?),
         FileKind::Topics => Typed::Topics(from(json)?),
         FileKind::ExecutorClasses => Typed::ExecutorClasses(from(json)?),
+        FileKind::Schedules => Typed::Schedules(from(json)?),
     })
 }
 

@@ -34,6 +34,8 @@ pub struct ContractSet {
     /// Executor classes by reference (`notification.email`); empty without
     /// `executor-classes.yaml`.
     pub executor_classes: BTreeMap<String, ExecutorClass>,
+    /// Schedules by name; empty without `schedules.yaml`.
+    pub schedules: BTreeMap<String, Schedule>,
     /// Every file read, for diagnostics and for build scripts' `rerun-if-changed`.
     pub sources: Sources,
     /// The YAML tree of every parsed file, by display path: the source map from any node
@@ -382,6 +384,25 @@ pub struct ExecutorClass {
     pub heartbeat_threshold: Option<Duration>,
     /// Whether consumers may name it.
     pub active: bool,
+}
+
+/// A schedule of `schedules.yaml`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    /// Name (`nightly_digest`).
+    pub name: String,
+    /// What its ticks are for.
+    pub description: String,
+    /// The cron expression (it parses), in UTC.
+    pub cron: String,
+    /// The tick event type (registered, `cron.tick.<name>`).
+    pub event: String,
+    /// What happens to missed slots.
+    pub missed: crate::format::Missed,
+    /// The most missed slots a catch-up ticks.
+    pub catch_up_limit: u32,
+    /// The tenant its ticks belong to.
+    pub tenant_scope: Option<String>,
 }
 
 /// A consumer's subscription to an event type.

@@ -10,6 +10,9 @@ pub const NAME_PATTERN: &str = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$";
 /// (`notification.email`, `dot.pipeline.cut`).
 pub const EXECUTOR_CLASS_PATTERN: &str =
     r"^(dot|sql|ai|human|external|notification|render)\.[a-z0-9_]+(\.[a-z0-9_]+)*$";
+/// Schedules: lower-case snake case, at most 63 characters (`nightly_digest`); a schedule's
+/// tick event is `cron.tick.<name>`.
+pub const SCHEDULE_NAME_PATTERN: &str = r"^[a-z][a-z0-9_]{0,62}$";
 /// Durations: a whole number and a unit (`250ms`, `30s`, `10m`, `2h`, `14d`).
 pub const DURATION_PATTERN: &str = r"^[0-9]+(ms|s|m|h|d)$";
 /// Semantic versions (semver.org's own expression, without a leading `v`).

@@ -14,7 +14,8 @@ use serde_json::Value as Json;
 
 use crate::diagnostic::{Diagnostic, Rule};
 use crate::format::{
-    ConsumerFile, EventFile, ExecutorClassesFile, ProjectFile, RetryPoliciesFile, TopicsFile,
+    ConsumerFile, EventFile, ExecutorClassesFile, ProjectFile, RetryPoliciesFile, SchedulesFile,
+    TopicsFile,
 };
 use crate::names;
 use crate::source::SourceFile;
@@ -35,17 +36,20 @@ pub enum FileKind {
     Topics,
     /// `executor-classes.yaml`.
     ExecutorClasses,
+    /// `schedules.yaml`.
+    Schedules,
 }
 
 impl FileKind {
     /// Every kind, in the order `evc schema --out` writes them.
-    pub const ALL: [FileKind; 6] = [
+    pub const ALL: [FileKind; 7] = [
         Self::Project,
         Self::Event,
         Self::Consumer,
         Self::RetryPolicies,
         Self::Topics,
         Self::ExecutorClasses,
+        Self::Schedules,
     ];
 
     /// Short name, used for schema file names (`event.schema.json`).
@@ -57,6 +61,7 @@ impl FileKind {
             Self::RetryPolicies => "retry-policies",
             Self::Topics => "topics",
             Self::ExecutorClasses => "executor-classes",
+            Self::Schedules => "schedules",
         }
     }
 
@@ -70,6 +75,7 @@ impl FileKind {
             Self::RetryPolicies => generator.into_root_schema_for::<RetryPoliciesFile>(),
             Self::Topics => generator.into_root_schema_for::<TopicsFile>(),
             Self::ExecutorClasses => generator.into_root_schema_for::<ExecutorClassesFile>(),
+            Self::Schedules => generator.into_root_schema_for::<SchedulesFile>(),
         };
         let mut schema = schema.to_value();
         forbid_null(&mut schema);
@@ -77,7 +83,8 @@ impl FileKind {
     }
 
     fn compiled(self) -> &'static (Json, Validator) {
-        static COMPILED: [OnceLock<(Json, Validator)>; 6] = [
+        static COMPILED: [OnceLock<(Json, Validator)>; 7] = [
+            OnceLock::new(),
             OnceLock::new(),
             OnceLock::new(),
             OnceLock::new(),

@@ -12,12 +12,12 @@ use crate::cache::LoadCache;
 use crate::diagnostic::{Diagnostic, Rule};
 use crate::format::{
     CompatMode, ConsumerFile, EventFile, EventStatus, ExecutorClassesFile, ProjectFile, RetryKind,
-    RetryPoliciesFile, TopicsFile, keyword,
+    RetryPoliciesFile, ScheduleDef, SchedulesFile, TopicsFile, keyword,
 };
 use crate::loader::{EVENTS_DIR, ParsedDir, ParsedFile, Typed};
 use crate::model::{
     Consumer, ContentModel, ContractSet, DispatcherSettings, EventType, EventVersion,
-    ExecutorClass, MigrationPolicy, PayloadPolicy, Project, RelaySettings, RetryPolicy,
+    ExecutorClass, MigrationPolicy, PayloadPolicy, Project, RelaySettings, RetryPolicy, Schedule,
     Subscription, Topic,
 };
 use crate::names::{self, glob_matches};
@@ -36,6 +36,12 @@ const MAX_HANDLER_TIMEOUT: Duration = Duration::from_secs(86_400);
 
 /// Default heartbeat threshold of consumers when neither they nor `evc.yaml` set one.
 const DEFAULT_HEARTBEAT_THRESHOLD: Duration = Duration::from_secs(60);
+
+/// A catch-up's most missed slots when a schedule sets no `catch_up_limit`.
+const DEFAULT_CATCH_UP_LIMIT: u32 = 100;
+
+/// The event type prefix of every schedule's tick (`cron.tick.<schedule>`).
+const TICK_EVENT_PREFIX: &str = "cron.tick.";
 
 /// What a loaded set is for, which decides whether the Rust generator's own check is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +83,7 @@ pub(crate) fn validate(
         );
     }
     let topics = checker.topics(&events);
+    let schedules = checker.schedules(&events, &project);
     checker.settings_the_runtime_honours(
         &project.dispatcher,
         &consumers,
@@ -110,6 +117,7 @@ pub(crate) fn validate(
         retry_policies,
         topics,
         executor_classes: executor_classes.unwrap_or_default(),
+        schedules,
         sources,
         trees,
         registry_digest: std::sync::OnceLock::new(),
@@ -1286,6 +1294,132 @@ impl<'a> Checker<'a> {
                     loader::RETRY_POLICIES_FILE
                 ),
                 fix,
+            );
+        }
+    }
+
+    /// The schedules of `schedules.yaml` (empty without it, or when it is broken): each cron
+    /// expression parses as the runtime reads it, and each tick event is registered, named
+    /// for its schedule, and would be accepted as the scheduler appends it.
+    fn schedules(
+        &mut self,
+        events: &BTreeMap<String, EventType>,
+        project: &Project,
+    ) -> BTreeMap<String, Schedule> {
+        let path = loader::SCHEDULES_FILE;
+        let Some(Typed::Schedules(SchedulesFile { schedules })) =
+            self.files.get(path).and_then(|file| file.typed.as_deref())
+        else {
+            return BTreeMap::new();
+        };
+        let mut lowered = BTreeMap::new();
+        for (name, def) in schedules {
+            let pointer = format!("/schedules/{}", escape_pointer_segment(name));
+            if let Err(error) = croner::parser::CronParser::builder()
+                .seconds(croner::parser::Seconds::Optional)
+                .build()
+                .parse(&def.cron)
+            {
+                self.report(
+                    Rule::InvalidCron,
+                    self.at(path, &format!("{pointer}/cron")),
+                    format!("the cron expression of `{name}` does not parse: {error}"),
+                    "write five fields, `minute hour day-of-month month day-of-week` (`0 3 * * *`), \
+                     or six with seconds first (`*/10 * * * * *`); times are UTC"
+                        .to_owned(),
+                );
+            }
+            self.tick_event(path, &pointer, name, def, events, project);
+            lowered.insert(
+                name.clone(),
+                Schedule {
+                    name: name.clone(),
+                    description: def.description.clone(),
+                    cron: def.cron.clone(),
+                    event: def.event.0.clone(),
+                    missed: def.missed,
+                    catch_up_limit: def.catch_up_limit.unwrap_or(DEFAULT_CATCH_UP_LIMIT),
+                    tenant_scope: def.tenant_scope.clone(),
+                },
+            );
+        }
+        lowered
+    }
+
+    /// Reports a schedule whose ticks the runtime would refuse or could not append: an event
+    /// not named `cron.tick.<schedule>` or not registered, a newest version whose schema
+    /// refuses the tick payload, or no tenant where the envelope requires one.
+    fn tick_event(
+        &mut self,
+        path: &str,
+        pointer: &str,
+        name: &str,
+        def: &ScheduleDef,
+        events: &BTreeMap<String, EventType>,
+        project: &Project,
+    ) {
+        let event = def.event.as_str();
+        let location = self.at(path, &format!("{pointer}/event"));
+        let expected = format!("{TICK_EVENT_PREFIX}{name}");
+        if event != expected {
+            self.report(
+                Rule::InvalidTickEvent,
+                location.clone(),
+                format!("`{name}` ticks `{event}`; a schedule's tick event is `{expected}`"),
+                format!("name the event `{expected}` (`events/{expected}.yaml`)"),
+            );
+        }
+        let Some(event_type) = events.get(event) else {
+            if !self.broken_events.contains(event) {
+                self.report(
+                    Rule::UnknownEventType,
+                    location,
+                    format!("`{name}` ticks `{event}`, which no contract defines"),
+                    format!(
+                        "define `events/{event}.yaml` with a payload of `schedule` and `slot` \
+                         (a date-time string)"
+                    ),
+                );
+            }
+            return;
+        };
+        if project.require_tenant_scope && def.tenant_scope.is_none() {
+            self.report(
+                Rule::InvalidTickEvent,
+                self.at(path, pointer),
+                format!(
+                    "the ticks of `{name}` have no tenant, and `envelope.require_tenant_scope` \
+                     refuses events without one"
+                ),
+                "set `tenant_scope:` on the schedule".to_owned(),
+            );
+        }
+        let Some(newest) = event_type.versions.last() else {
+            return;
+        };
+        // The payload the scheduler appends: the fields the schema declares, of `schedule`
+        // and `slot` (a date-time in UTC).
+        let mut payload = serde_json::Map::new();
+        payload.insert("schedule".into(), name.into());
+        payload.insert("slot".into(), "2026-01-01T00:00:00Z".into());
+        if let Some(properties) = newest.schema.get("properties").and_then(|p| p.as_object()) {
+            payload.retain(|key, _| properties.contains_key(key));
+        }
+        let payload = serde_json::Value::Object(payload);
+        let Ok(validator) = jsonschema::draft202012::new(&newest.schema) else {
+            return;
+        };
+        if let Some(error) = validator.iter_errors(&payload).next() {
+            self.report(
+                Rule::InvalidTickEvent,
+                location,
+                format!(
+                    "`{event}` {} refuses the tick `{name}` appends (`schedule` and `slot`): {error}",
+                    newest.version
+                ),
+                "let the newest version's payload be `schedule` (a string) and `slot` (a \
+                 date-time string), or a subset of them"
+                    .to_owned(),
             );
         }
     }

@@ -18,6 +18,7 @@ fn kind_of(relative: &str) -> FileKind {
         "retry-policies.yaml" => FileKind::RetryPolicies,
         "topics.yaml" => FileKind::Topics,
         "executor-classes.yaml" => FileKind::ExecutorClasses,
+        "schedules.yaml" => FileKind::Schedules,
         path if path.starts_with("events/") => FileKind::Event,
         path if path.starts_with("consumers/") => FileKind::Consumer,
         other => panic!("unexpected contract file {other}"),

@@ -13,7 +13,7 @@ use evc_codegen::structure::FileKind;
 use evc_codegen::{ContractSet, Diagnostic, LoadError, SourceFile, Sources};
 use proptest::prelude::*;
 
-const KINDS: [FileKind; 6] = FileKind::ALL;
+const KINDS: [FileKind; 7] = FileKind::ALL;
 
 fn reference_event() -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../contracts/events/iu.born.yaml");

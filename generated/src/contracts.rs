@@ -171,6 +171,210 @@ pub mod payloads {
             }
         }
     }
+    /// The schedule (`schedules.yaml`).
+    #[derive(
+        Debug,
+        Clone,
+        Copy,
+        PartialEq,
+        Eq,
+        Hash,
+        PartialOrd,
+        Ord,
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
+    )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
+    pub enum CronTickNightlyRollupV1Schedule {
+        /// `nightly_rollup`
+        #[serde(rename = "nightly_rollup")]
+        NightlyRollup,
+    }
+    /// Part of the cron.tick.nightly_rollup 1.0.0 payload.
+    #[derive(
+        Debug,
+        Clone,
+        PartialEq,
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
+    )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
+    #[non_exhaustive]
+    pub struct CronTickNightlyRollupV1 {
+        /// The schedule (`schedules.yaml`).
+        pub schedule: CronTickNightlyRollupV1Schedule,
+        /// The slot's time, UTC.
+        pub slot: ::evc::chrono::DateTime<::evc::chrono::Utc>,
+    }
+    impl CronTickNightlyRollupV1 {
+        /// A `CronTickNightlyRollupV1` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            schedule: CronTickNightlyRollupV1Schedule,
+            slot: ::evc::chrono::DateTime<::evc::chrono::Utc>,
+        ) -> Self {
+            Self { schedule, slot }
+        }
+    }
+    impl CronTickNightlyRollupV1 {
+        /// The event type.
+        pub const EVENT_TYPE: &'static str = "cron.tick.nightly_rollup";
+        /// The contract version this type was generated from (the newest of its major).
+        pub const VERSION: &'static str = "1.0.0";
+        /// The major version.
+        pub const MAJOR: u64 = 1;
+    }
+    impl ::evc::RegisteredEvent for CronTickNightlyRollupV1 {
+        const EVENT_TYPE: &'static str = "cron.tick.nightly_rollup";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+            let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
+                ::evc::order_key_part(& self.schedule)
+            ];
+            ::std::option::Option::Some(parts.join("/"))
+        }
+    }
+    /// `cron.tick.nightly_rollup`: A slot of the `nightly_rollup` schedule came; the dispatcher's scheduler appends one per slot.
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
+    #[serde(untagged)]
+    #[non_exhaustive]
+    pub enum CronTickNightlyRollup {
+        /// Major version 1 (1.0.0).
+        V1(CronTickNightlyRollupV1),
+    }
+    #[allow(deprecated)]
+    impl CronTickNightlyRollup {
+        /// The event type.
+        pub const EVENT_TYPE: &'static str = "cron.tick.nightly_rollup";
+        /// Decodes a payload produced under major version `major`.
+        ///
+        /// # Errors
+        /// When the major is not registered or the payload does not fit its type.
+        pub fn from_json(
+            major: u64,
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
+            match major {
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
+                other => {
+                    ::std::result::Result::Err(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
+                            ::std::format!(
+                                "{} has no major version {}", "cron.tick.nightly_rollup",
+                                other
+                            ),
+                        ),
+                    )
+                }
+            }
+        }
+    }
+    /// The schedule (`schedules.yaml`).
+    #[derive(
+        Debug,
+        Clone,
+        Copy,
+        PartialEq,
+        Eq,
+        Hash,
+        PartialOrd,
+        Ord,
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
+    )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
+    pub enum CronTickReviewSweepV1Schedule {
+        /// `review_sweep`
+        #[serde(rename = "review_sweep")]
+        ReviewSweep,
+    }
+    /// Part of the cron.tick.review_sweep 1.0.0 payload.
+    #[derive(
+        Debug,
+        Clone,
+        PartialEq,
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
+    )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
+    #[non_exhaustive]
+    pub struct CronTickReviewSweepV1 {
+        /// The schedule (`schedules.yaml`).
+        pub schedule: CronTickReviewSweepV1Schedule,
+        /// The slot's time, UTC.
+        pub slot: ::evc::chrono::DateTime<::evc::chrono::Utc>,
+    }
+    impl CronTickReviewSweepV1 {
+        /// A `CronTickReviewSweepV1` from its required properties, in the order of the schema's `properties`.
+        pub fn new(
+            schedule: CronTickReviewSweepV1Schedule,
+            slot: ::evc::chrono::DateTime<::evc::chrono::Utc>,
+        ) -> Self {
+            Self { schedule, slot }
+        }
+    }
+    impl CronTickReviewSweepV1 {
+        /// The event type.
+        pub const EVENT_TYPE: &'static str = "cron.tick.review_sweep";
+        /// The contract version this type was generated from (the newest of its major).
+        pub const VERSION: &'static str = "1.0.0";
+        /// The major version.
+        pub const MAJOR: u64 = 1;
+    }
+    impl ::evc::RegisteredEvent for CronTickReviewSweepV1 {
+        const EVENT_TYPE: &'static str = "cron.tick.review_sweep";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+            let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
+                ::evc::order_key_part(& self.schedule)
+            ];
+            ::std::option::Option::Some(parts.join("/"))
+        }
+    }
+    /// `cron.tick.review_sweep`: A slot of the `review_sweep` schedule came; the dispatcher's scheduler appends one per slot.
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
+    #[serde(untagged)]
+    #[non_exhaustive]
+    pub enum CronTickReviewSweep {
+        /// Major version 1 (1.0.0).
+        V1(CronTickReviewSweepV1),
+    }
+    #[allow(deprecated)]
+    impl CronTickReviewSweep {
+        /// The event type.
+        pub const EVENT_TYPE: &'static str = "cron.tick.review_sweep";
+        /// Decodes a payload produced under major version `major`.
+        ///
+        /// # Errors
+        /// When the major is not registered or the payload does not fit its type.
+        pub fn from_json(
+            major: u64,
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
+            match major {
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
+                other => {
+                    ::std::result::Result::Err(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
+                            ::std::format!(
+                                "{} has no major version {}", "cron.tick.review_sweep",
+                                other
+                            ),
+                        ),
+                    )
+                }
+            }
+        }
+    }
     /// Part of the cut.completed 1.1.0 payload.
     #[derive(
         Debug,
@@ -4131,6 +4335,10 @@ pub mod payloads {
     pub enum Event {
         /// `agent.suggestion`.
         AgentSuggestion(AgentSuggestion),
+        /// `cron.tick.nightly_rollup`.
+        CronTickNightlyRollup(CronTickNightlyRollup),
+        /// `cron.tick.review_sweep`.
+        CronTickReviewSweep(CronTickReviewSweep),
         /// `cut.completed`.
         CutCompleted(CutCompleted),
         /// `cut.failed`.
@@ -4205,6 +4413,14 @@ pub mod payloads {
             match event_type {
                 "agent.suggestion" => {
                     AgentSuggestion::from_json(major, payload).map(Self::AgentSuggestion)
+                }
+                "cron.tick.nightly_rollup" => {
+                    CronTickNightlyRollup::from_json(major, payload)
+                        .map(Self::CronTickNightlyRollup)
+                }
+                "cron.tick.review_sweep" => {
+                    CronTickReviewSweep::from_json(major, payload)
+                        .map(Self::CronTickReviewSweep)
                 }
                 "cut.completed" => {
                     CutCompleted::from_json(major, payload).map(Self::CutCompleted)
@@ -4317,6 +4533,42 @@ pub mod producers {
         let event = ::evc::OutgoingEvent::new(
             AgentSuggestionV1::EVENT_TYPE,
             AgentSuggestionV1::VERSION,
+            ::evc::RegisteredEvent::order_key(payload),
+            trace,
+            payload,
+        )?;
+        publisher.publish(event).await
+    }
+    /// Appends a `cron.tick.nightly_rollup` event (1.0.0, major 1) in the caller's transaction.
+    ///
+    /// # Errors
+    /// When the payload does not serialize or the publisher refuses the event.
+    pub async fn emit_cron_tick_nightly_rollup_v1<P: ::evc::Publish>(
+        publisher: &mut P,
+        trace: &::evc::TraceContext,
+        payload: &CronTickNightlyRollupV1,
+    ) -> ::std::result::Result<P::Receipt, P::Error> {
+        let event = ::evc::OutgoingEvent::new(
+            CronTickNightlyRollupV1::EVENT_TYPE,
+            CronTickNightlyRollupV1::VERSION,
+            ::evc::RegisteredEvent::order_key(payload),
+            trace,
+            payload,
+        )?;
+        publisher.publish(event).await
+    }
+    /// Appends a `cron.tick.review_sweep` event (1.0.0, major 1) in the caller's transaction.
+    ///
+    /// # Errors
+    /// When the payload does not serialize or the publisher refuses the event.
+    pub async fn emit_cron_tick_review_sweep_v1<P: ::evc::Publish>(
+        publisher: &mut P,
+        trace: &::evc::TraceContext,
+        payload: &CronTickReviewSweepV1,
+    ) -> ::std::result::Result<P::Receipt, P::Error> {
+        let event = ::evc::OutgoingEvent::new(
+            CronTickReviewSweepV1::EVENT_TYPE,
+            CronTickReviewSweepV1::VERSION,
             ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
@@ -5975,6 +6227,14 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
+        /// Handles `cron.tick.review_sweep` deliveries (^1: 1.0.0).
+        fn on_cron_tick_review_sweep(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
+            payload: CronTickReviewSweepV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
     impl<
@@ -6007,6 +6267,15 @@ pub mod consumers {
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
             HWorkerAiReviewSuggest::on_iu_edited(self, cx, payload)
+        }
+        fn on_cron_tick_review_sweep(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
+            payload: CronTickReviewSweepV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            HWorkerAiReviewSuggest::on_cron_tick_review_sweep(self, cx, payload)
         }
     }
     /// Serves `worker.ai.review_suggest` with a [`WorkerAiReviewSuggest`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
@@ -6080,6 +6349,24 @@ pub mod consumers {
                                 "payload_does_not_match_type",
                             ))?;
                         self.0.on_iu_edited(&mut context, payload).await
+                    }
+                    "cron.tick.review_sweep" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            CronTickReviewSweepV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_cron_tick_review_sweep(&mut context, payload).await
                     }
                     _ => {
                         ::std::result::Result::Err(
@@ -7101,6 +7388,14 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
+        /// Handles `cron.tick.nightly_rollup` deliveries (^1: 1.0.0).
+        fn on_cron_tick_nightly_rollup(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
+            payload: CronTickNightlyRollupV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
     impl<
@@ -7178,6 +7473,15 @@ pub mod consumers {
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
             HWorkerSqlAggregate::on_dlq_replay_completed(self, cx, payload)
+        }
+        fn on_cron_tick_nightly_rollup(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
+            payload: CronTickNightlyRollupV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            HWorkerSqlAggregate::on_cron_tick_nightly_rollup(self, cx, payload)
         }
     }
     /// Serves `worker.sql.aggregate` with a [`WorkerSqlAggregate`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
@@ -7340,6 +7644,24 @@ pub mod consumers {
                             ))?;
                         self.0.on_dlq_replay_completed(&mut context, payload).await
                     }
+                    "cron.tick.nightly_rollup" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            CronTickNightlyRollupV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_cron_tick_nightly_rollup(&mut context, payload).await
+                    }
                     _ => {
                         ::std::result::Result::Err(
                             ::evc::HandlerError::new(
@@ -7437,11 +7759,11 @@ pub mod consumers {
         }
     }
 }
-/// Every event type, consumer, retry policy and executor class of the contracts, and
-/// the project's runtime settings.
+/// Every event type, consumer, retry policy, executor class and schedule of the
+/// contracts, and the project's runtime settings.
 pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     project: "evc_reference",
-    digest: "85ce05edc4fda1a0363b3c2c700bc328e75db64af59ea9c5c6ebd9e51634eb1c",
+    digest: "97e3053e0c81b1478d5025691273381691bb764c51d72fd2b1bc7af19d392fc0",
     events: &[
         ::evc::EventDescriptor {
             name: "agent.suggestion",
@@ -7468,6 +7790,38 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"confidence_pct\":{\"description\":\"Confidence of the agent, in percent.\",\"maximum\":100,\"minimum\":0,\"type\":\"integer\"},\"iu_unit_id\":{\"description\":\"The unit the suggestion is about.\",\"format\":\"uuid\",\"type\":\"string\"},\"iu_version_id\":{\"description\":\"The unit version the suggestion was made against.\",\"format\":\"uuid\",\"type\":\"string\"},\"model_ref\":{\"description\":\"Identifier of the model that made the suggestion (`review.v3`).\",\"maxLength\":128,\"pattern\":\"^[a-z0-9][a-z0-9_.-]*$\",\"type\":\"string\"},\"review_run_id\":{\"description\":\"The review run that produced the suggestion.\",\"format\":\"uuid\",\"type\":\"string\"},\"suggested_at\":{\"description\":\"When the suggestion was made.\",\"format\":\"date-time\",\"type\":\"string\"},\"suggestion_id\":{\"description\":\"The suggestion; its content is stored under this id.\",\"format\":\"uuid\",\"type\":\"string\"},\"suggestion_kind\":{\"description\":\"What the agent suggests doing.\",\"enum\":[\"edit\",\"split\",\"merge\",\"deprecate\",\"link\"],\"type\":\"string\"},\"target_unit_ids\":{\"description\":\"Other units the suggestion involves (merge or link targets).\",\"items\":{\"format\":\"uuid\",\"type\":\"string\"},\"type\":\"array\"}},\"required\":[\"suggestion_id\",\"iu_unit_id\",\"iu_version_id\",\"suggestion_kind\",\"confidence_pct\",\"suggested_at\"],\"type\":\"object\"}",
                     schema_digest: "15ce21bf834f8aeec5c91dcc523a75c099926834fa4bcff61cc507921fdc10d8",
+                },
+            ],
+        },
+        ::evc::EventDescriptor {
+            name: "cron.tick.nightly_rollup",
+            description: "A slot of the `nightly_rollup` schedule came; the dispatcher's scheduler appends one per slot.",
+            producer_class: "scheduler",
+            order_key: &["schedule"],
+            deprecated: false,
+            max_payload_bytes: 4096,
+            versions: &[
+                ::evc::VersionDescriptor {
+                    version: "1.0.0",
+                    major: 1,
+                    schema: "{\"additionalProperties\":false,\"properties\":{\"schedule\":{\"const\":\"nightly_rollup\",\"description\":\"The schedule (`schedules.yaml`).\",\"type\":\"string\"},\"slot\":{\"description\":\"The slot's time, UTC.\",\"format\":\"date-time\",\"type\":\"string\"}},\"required\":[\"schedule\",\"slot\"],\"type\":\"object\"}",
+                    schema_digest: "4ed4ea3a34fc133c4697633917c84690da2c8ec876e3827560e14620378df9c2",
+                },
+            ],
+        },
+        ::evc::EventDescriptor {
+            name: "cron.tick.review_sweep",
+            description: "A slot of the `review_sweep` schedule came; the dispatcher's scheduler appends one per slot.",
+            producer_class: "scheduler",
+            order_key: &["schedule"],
+            deprecated: false,
+            max_payload_bytes: 4096,
+            versions: &[
+                ::evc::VersionDescriptor {
+                    version: "1.0.0",
+                    major: 1,
+                    schema: "{\"additionalProperties\":false,\"properties\":{\"schedule\":{\"const\":\"review_sweep\",\"description\":\"The schedule (`schedules.yaml`).\",\"type\":\"string\"},\"slot\":{\"description\":\"The slot's time, UTC.\",\"format\":\"date-time\",\"type\":\"string\"}},\"required\":[\"schedule\",\"slot\"],\"type\":\"object\"}",
+                    schema_digest: "5ddd83b2e5d3e36210b588e7782b0eec84a3ae7d6bb9d2dc0ba8238102603f72",
                 },
             ],
         },
@@ -8179,6 +8533,11 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
                     requirement: "^1.1",
                     versions: &["1.1.0"],
                 },
+                ::evc::SubscriptionDescriptor {
+                    event: "cron.tick.review_sweep",
+                    requirement: "^1",
+                    versions: &["1.0.0"],
+                },
             ],
         },
         ::evc::ConsumerDescriptor {
@@ -8384,6 +8743,11 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
+                ::evc::SubscriptionDescriptor {
+                    event: "cron.tick.nightly_rollup",
+                    requirement: "^1",
+                    versions: &["1.0.0"],
+                },
             ],
         },
     ],
@@ -8474,6 +8838,24 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             idempotency_namespace: "audit",
             heartbeat_owner: "team-platform",
             active: true,
+        },
+    ],
+    schedules: &[
+        ::evc::ScheduleDescriptor {
+            name: "nightly_rollup",
+            cron: "0 3 * * *",
+            event: "cron.tick.nightly_rollup",
+            missed: ::evc::MissedSlots::CatchUp,
+            catch_up_limit: 7,
+            tenant_scope: None,
+        },
+        ::evc::ScheduleDescriptor {
+            name: "review_sweep",
+            cron: "*/15 * * * *",
+            event: "cron.tick.review_sweep",
+            missed: ::evc::MissedSlots::Skip,
+            catch_up_limit: 100,
+            tenant_scope: None,
         },
     ],
     payload_policy: ::evc::PayloadPolicyDescriptor {

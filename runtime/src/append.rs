@@ -861,6 +861,7 @@ mod tests {
         consumers: &[],
         retry_policies: &[],
         executor_classes: &[],
+        schedules: &[],
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: &[],
             credential_key_names: &[],

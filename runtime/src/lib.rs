@@ -38,8 +38,8 @@ pub use policy::{
 pub use publish::{OutgoingEvent, PayloadError, Publish, RegisteredEvent, order_key_part};
 pub use registry::{
     ConsumerDescriptor, ConsumerMode, DispatcherDescriptor, EventDescriptor,
-    ExecutorClassDescriptor, HandlerKind, PayloadPolicyDescriptor, Registry, RetryPolicyDescriptor,
-    SubscriptionDescriptor, VersionDescriptor,
+    ExecutorClassDescriptor, HandlerKind, MissedSlots, PayloadPolicyDescriptor, Registry,
+    RetryPolicyDescriptor, ScheduleDescriptor, SubscriptionDescriptor, VersionDescriptor,
 };
 pub use retry::{Jitter, RetryDecision, RetryKind, RetryPolicy, RetryPolicyError};
 pub use store::postgres::{
@@ -51,8 +51,8 @@ pub use store::postgres::{
     PgPublisher, PgStore, PgStoreBuilder, PolicySource, Problem, Proposed, PurgeError,
     RELAY_BEHIND_COUNTED, RecentRejects, RejectsPurged, RelayStatus, ReplayApplied, ReplayApproval,
     ReplayError, ReplayItem, ReplayPlan, ReplayRecord, ReplaySelection, Role, RoleCheck,
-    SettledDelivery, SettledStatus, SilentWorker, StatusReport, TableSpace, TimelineEntry,
-    WatchedConsumer, WorkerSettings, deployed_registry,
+    SCHEDULE_GRACE, ScheduleStatus, SettledDelivery, SettledStatus, SilentWorker, StatusReport,
+    TableSpace, TimelineEntry, WatchedConsumer, WorkerSettings, deployed_registry,
 };
 pub use store::sqlite::{
     CommitBell, SqliteOpenError, SqlitePublisher, SqliteStore, SqliteStoreBuilder,
@@ -69,5 +69,6 @@ pub use store::{
     DEAD_LETTERED, DISCARDED, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED,
     REPLAYED_JOB_FAILED, replay_uuid,
 };
+pub use store::{MAX_COUNTED_SKIPS, ScheduleRound, ScheduleState};
 pub use tenant::{ALL_TENANTS, TenantScope, TenantScopeError};
 pub use trace::{TraceContext, TraceContextError, check_trace_id};

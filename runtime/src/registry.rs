@@ -133,6 +133,35 @@ impl ExecutorClassDescriptor {
     }
 }
 
+/// What a scheduler does with the slots of a schedule that passed while no dispatcher ran it
+/// (all were stopped, the clock jumped ahead).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissedSlots {
+    /// Appends a tick for each missed slot, oldest first, at most the schedule's
+    /// `catch_up_limit` of the newest; older ones are skipped.
+    CatchUp,
+    /// Appends a tick for the newest missed slot only; the others are skipped.
+    Skip,
+}
+
+/// One schedule (`schedules.yaml`): a cron expression whose slots the dispatcher's scheduler
+/// turns into ticks, one event per slot, appended once across every process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScheduleDescriptor {
+    /// Name (`nightly_digest`).
+    pub name: &'static str,
+    /// The cron expression, in UTC: five fields, or six with seconds first.
+    pub cron: &'static str,
+    /// The tick event type it appends (`cron.tick.<name>`).
+    pub event: &'static str,
+    /// What happens to slots that passed unticked.
+    pub missed: MissedSlots,
+    /// The most missed slots a catch-up appends at once.
+    pub catch_up_limit: u32,
+    /// The tenant its ticks belong to, if any.
+    pub tenant_scope: Option<&'static str>,
+}
+
 /// One retry policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicyDescriptor {
@@ -207,6 +236,8 @@ pub struct Registry {
     pub retry_policies: &'static [RetryPolicyDescriptor],
     /// Executor classes, sorted by name; empty in a project without `executor-classes.yaml`.
     pub executor_classes: &'static [ExecutorClassDescriptor],
+    /// Schedules, sorted by name; empty in a project without `schedules.yaml`.
+    pub schedules: &'static [ScheduleDescriptor],
     /// The payload policy every append is checked against.
     pub payload_policy: PayloadPolicyDescriptor,
     /// Whether an append without a tenant scope is refused (`envelope.require_tenant_scope`).
@@ -344,6 +375,7 @@ mod tests {
         ],
         retry_policies: &[],
         executor_classes: &[],
+        schedules: &[],
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: &[],
             credential_key_names: &[],

@@ -203,6 +203,7 @@ async fn installed_settings_are_the_settings_deployed_registry_reads() -> TestRe
         let changed = Registry {
             consumers: Box::leak(consumers.into_boxed_slice()),
             executor_classes: &[],
+            schedules: &[],
             payload_policy: PayloadPolicyDescriptor {
                 denied_keys: &["secret", "it's"],
                 credential_key_names: &["token"],
@@ -260,6 +261,7 @@ async fn changed_settings_rows_change_what_appends_pass() -> TestResult {
             &pool,
             Registry {
                 executor_classes: &[],
+                schedules: &[],
                 payload_policy: PayloadPolicyDescriptor {
                     hard_max_bytes: 64,
                     ..built.payload_policy
@@ -304,6 +306,7 @@ async fn changed_settings_rows_change_what_appends_pass() -> TestResult {
             &pool,
             Registry {
                 executor_classes: &[],
+                schedules: &[],
                 payload_policy: PayloadPolicyDescriptor {
                     denied_keys: Box::leak(denied_keys.into_boxed_slice()),
                     ..built.payload_policy

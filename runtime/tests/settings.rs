@@ -68,6 +68,7 @@ async fn a_key_newly_denied_by_the_contracts_is_refused() -> TestResult {
         // The application's contracts deny it (and not the reference project's `iu_body`).
         let registry = Registry {
             executor_classes: &[],
+            schedules: &[],
             payload_policy: PayloadPolicyDescriptor {
                 denied_keys: &["internal_memo"],
                 ..REFERENCE_POLICY
@@ -111,6 +112,7 @@ async fn a_lowered_hard_cap_refuses_what_the_event_cap_allows() -> TestResult {
 
         let registry = Registry {
             executor_classes: &[],
+            schedules: &[],
             payload_policy: PayloadPolicyDescriptor {
                 hard_max_bytes: 64,
                 ..REFERENCE_POLICY

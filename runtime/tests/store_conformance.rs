@@ -147,6 +147,18 @@ mod classes {
     }
 }
 
+/// Scheduler rounds, on both stores, with [`conformance::SCHEDULED_REGISTRY`].
+mod schedules {
+    use super::*;
+
+    conformance!(
+        crate::conformance::SCHEDULED_REGISTRY =>
+        a_schedule_ticks_each_slot_once_and_handles_missed_slots_as_declared,
+        rounds_at_the_same_time_append_each_due_slot_once,
+        a_schedule_without_rounds_is_reported_overdue_until_one_ticks_it,
+    );
+}
+
 /// A `test.note` whose key is number `key`.
 fn note(key: u64) -> OutgoingEvent {
     support::event("test.note", "1.0.0", support::note(&support::note_key(key)))
@@ -3791,6 +3803,207 @@ async fn an_effect_key_is_recorded_once_per_idempotency_namespace<S: Conformance
         !again,
         "{}: recorded by the held delivery of k.push",
         S::NAME
+    );
+    Ok(())
+}
+
+/// `text` (RFC 3339) as a clock reading.
+fn clock(text: &str) -> Result<std::time::SystemTime, BoxError> {
+    let time = chrono::DateTime::parse_from_rfc3339(text)?;
+    let seconds = u64::try_from(time.timestamp())?;
+    Ok(std::time::UNIX_EPOCH + Duration::from_secs(seconds))
+}
+
+/// The ticks in the feed, in feed order, as `schedule@slot`, once the feed shows every tick
+/// appended (on PostgreSQL it holds back events behind any transaction still running on the
+/// server, another test's too).
+async fn ticks_in_feed<S: Conformance>(store: &S) -> Result<Vec<String>, BoxError> {
+    let appended = store
+        .count_events(&["cron.tick.daily", "cron.tick.hourly"])
+        .await?;
+    let ticks = eventually(|| async {
+        let feed = store.feed(FeedPosition::default(), 1_000).await?;
+        let ticks: Vec<String> = feed
+            .iter()
+            .filter(|event| event.event_type.starts_with("cron.tick."))
+            .map(|event| {
+                let field = |name: &str| {
+                    event.payload[name]
+                        .as_str()
+                        .unwrap_or("<missing>")
+                        .to_owned()
+                };
+                format!("{}@{}", field("schedule"), field("slot"))
+            })
+            .collect();
+        Ok((ticks.len() as u64 == appended).then_some(ticks))
+    })
+    .await?;
+    Ok(ticks.ok_or("the feed never showed every tick")?)
+}
+
+/// A schedule starts where a round first sees it, ticks each slot once, catches up or skips
+/// missed slots as its contract says, and a clock that goes back ticks nothing again.
+async fn a_schedule_ticks_each_slot_once_and_handles_missed_slots_as_declared<S: Conformance>(
+    store: S,
+) -> TestResult {
+    use evc_runtime::DeliveryStatus;
+    // Seen first at 01:30: both schedules start, no slot before is due.
+    let first = store.tick_schedules(clock("2026-12-06T01:30:00Z")?).await?;
+    assert!(first.leader, "{}: one process, so it leads", S::NAME);
+    assert_eq!((first.ticks, first.skipped), (0, 0));
+    // The 02:00 slot, at 02:00 sharp and again a moment later: one tick.
+    for now in [
+        "2026-12-06T02:00:00Z",
+        "2026-12-06T02:00:00Z",
+        "2026-12-06T02:59:59Z",
+    ] {
+        store.tick_schedules(clock(now)?).await?;
+    }
+    assert_eq!(
+        ticks_in_feed(&store).await?,
+        ["hourly@2026-12-06T02:00:00Z"]
+    );
+    // Five hours without a round (every dispatcher stopped, or the clock jumped ahead):
+    // `hourly` catches up its three newest slots and skips two, `daily` ticks 03:00 once.
+    let jump = store.tick_schedules(clock("2026-12-06T07:10:00Z")?).await?;
+    assert_eq!((jump.ticks, jump.skipped), (4, 2), "{}", S::NAME);
+    // The clock goes back two hours, then on to 08:00: only the 08:00 slot is new.
+    let back = store.tick_schedules(clock("2026-12-06T05:00:00Z")?).await?;
+    assert_eq!((back.ticks, back.skipped), (0, 0), "{}", S::NAME);
+    store.tick_schedules(clock("2026-12-06T08:00:00Z")?).await?;
+    assert_eq!(
+        ticks_in_feed(&store).await?,
+        [
+            "hourly@2026-12-06T02:00:00Z",
+            "daily@2026-12-06T03:00:00Z",
+            "hourly@2026-12-06T05:00:00Z",
+            "hourly@2026-12-06T06:00:00Z",
+            "hourly@2026-12-06T07:00:00Z",
+            "hourly@2026-12-06T08:00:00Z",
+        ],
+        "{}",
+        S::NAME
+    );
+    // The ticks are events like any other: the hourly ones are delivered to their consumer.
+    assert_eq!(
+        store
+            .count_deliveries(conformance::TICKS, &[DeliveryStatus::Pending])
+            .await?,
+        5
+    );
+    let states = store.schedule_states().await?;
+    let summary: Vec<(String, i64, i64, Option<f64>)> = states
+        .iter()
+        .map(|s| (s.name.clone(), s.ticks, s.skipped, s.last_slot))
+        .collect();
+    let epoch = |text: &str| -> Result<Option<f64>, BoxError> {
+        Ok(Some(
+            chrono::DateTime::parse_from_rfc3339(text)?.timestamp() as f64,
+        ))
+    };
+    assert_eq!(
+        summary,
+        [
+            ("daily".to_owned(), 1, 0, epoch("2026-12-06T03:00:00Z")?),
+            ("hourly".to_owned(), 5, 2, epoch("2026-12-06T08:00:00Z")?),
+        ],
+        "{}",
+        S::NAME
+    );
+    assert_eq!(states[1].cron, "0 * * * *");
+    assert_eq!(states[1].event, "cron.tick.hourly");
+    Ok(())
+}
+
+/// Rounds that run at the same time append each due slot once between them: one takes the
+/// store's scheduler lock, the others find it taken (PostgreSQL) or wait for the one writer and
+/// then find the slots handled (SQLite).
+async fn rounds_at_the_same_time_append_each_due_slot_once<S: Conformance>(store: S) -> TestResult {
+    store.tick_schedules(clock("2026-12-06T00:30:00Z")?).await?;
+    for hour in 1..=6 {
+        let now = clock(&format!("2026-12-06T{hour:02}:00:00Z"))?;
+        let rounds: Vec<_> = (0..4)
+            .map(|_| {
+                let store = store.clone();
+                tokio::spawn(async move { store.tick_schedules(now).await })
+            })
+            .collect();
+        let mut ticks = 0;
+        for round in rounds {
+            ticks += round.await??.ticks;
+        }
+        // `daily` has its 03:00 slot among these hours.
+        let due = if hour == 3 { 2 } else { 1 };
+        assert_eq!(ticks, due, "{}: hour {hour}", S::NAME);
+    }
+    assert_eq!(
+        store
+            .count_events(&["cron.tick.hourly", "cron.tick.daily"])
+            .await?,
+        7
+    );
+    Ok(())
+}
+
+/// The status report lists each started schedule with its next slot; one whose next slot is
+/// long due (no dispatcher ran its scheduler) is a problem until a round ticks it.
+async fn a_schedule_without_rounds_is_reported_overdue_until_one_ticks_it<S: Conformance>(
+    store: S,
+) -> TestResult {
+    use evc_runtime::{Problem, SCHEDULE_GRACE};
+    let report = store.status(Duration::from_secs(60)).await?;
+    assert!(report.schedules.is_empty(), "{}: none started", S::NAME);
+    // Started a year ago, and no round since.
+    store.tick_schedules(clock("2025-12-06T00:30:00Z")?).await?;
+    let report = store.status(Duration::from_secs(60)).await?;
+    let next: Vec<(String, Option<String>)> = report
+        .schedules
+        .iter()
+        .map(|s| (s.state.name.clone(), s.next_slot_text()))
+        .collect();
+    assert_eq!(
+        next,
+        [
+            ("daily".to_owned(), Some("2025-12-06T03:00:00Z".to_owned())),
+            ("hourly".to_owned(), Some("2025-12-06T01:00:00Z".to_owned())),
+        ],
+        "{}",
+        S::NAME
+    );
+    let overdue: Vec<String> = report
+        .problems(Duration::from_secs(30))
+        .iter()
+        .filter_map(|problem| match problem {
+            Problem::ScheduleOverdue(schedule) => {
+                assert!(schedule.overdue > SCHEDULE_GRACE, "{schedule:?}");
+                Some(schedule.state.name.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(overdue, ["daily", "hourly"], "{}", S::NAME);
+    // A round now ticks what the contract keeps of the year and leaves nothing overdue.
+    let round = store.tick_schedules(std::time::SystemTime::now()).await?;
+    assert_eq!(round.ticks, 4, "{}: one daily, three hourly", S::NAME);
+    let report = store.status(Duration::from_secs(60)).await?;
+    assert!(
+        report
+            .problems(Duration::from_secs(30))
+            .iter()
+            .all(|problem| !matches!(problem, Problem::ScheduleOverdue(_))),
+        "{}",
+        S::NAME
+    );
+    assert!(report.schedules.iter().all(|s| s.overdue < SCHEDULE_GRACE));
+    let metrics = report.prometheus();
+    assert!(
+        metrics.contains("evc_schedule_ticks_total{schedule=\"hourly\"} 3"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("evc_schedule_overdue_seconds{schedule=\"daily\"} 0"),
+        "{metrics}"
     );
     Ok(())
 }

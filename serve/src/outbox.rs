@@ -8,8 +8,8 @@ use evc_runtime::{
     AttemptRecord, AttemptTotals, Console, ConsumerMode, ConsumerState, DeliveryRecord,
     DispatchError, EventRecord, FeedEvent, FeedPosition, Observe, Operate, PgStore, Proposed,
     Registry, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection,
-    SettledDelivery, SqliteStore, StateChange, StateChangeRecord, StatusReport, Store, StoreError,
-    TimelineEntry,
+    ScheduleState, SettledDelivery, SqliteStore, StateChange, StateChangeRecord, StatusReport,
+    Store, StoreError, TimelineEntry,
 };
 
 use uuid::Uuid;
@@ -83,6 +83,11 @@ impl Outbox {
 
     pub(crate) async fn status(&self, window: Duration) -> Result<StatusReport, DispatchError> {
         on_store!(self, Role::Reader, store => store.status(window).await)
+    }
+
+    /// Every schedule a scheduler round has seen.
+    pub(crate) async fn schedule_states(&self) -> Result<Vec<ScheduleState>, DispatchError> {
+        on_store!(self, Role::Reader, store => store.schedule_states().await)
     }
 
     /// Every attempt since the store was set up, for `/metrics` (reads the whole attempts

@@ -18,6 +18,7 @@ use support::{
 async fn postgres_answers_as_its_openapi_document_says() -> TestResult {
     support::with_postgres(|store: PgStore| async move {
         let seeded = seed(&store).await?;
+        tick_past_schedules(&store).await?;
         answers_as_documented(
             Outbox::Postgres(Box::new(evc_serve::PgStores::single(store))),
             seeded,
@@ -31,6 +32,7 @@ async fn postgres_answers_as_its_openapi_document_says() -> TestResult {
 async fn sqlite_answers_as_its_openapi_document_says() -> TestResult {
     support::with_sqlite(|store: SqliteStore| async move {
         let seeded = seed(&store).await?;
+        tick_past_schedules(&store).await?;
         answers_as_documented(Outbox::Sqlite(store), seeded).await
     })
     .await
@@ -53,6 +55,24 @@ async fn sqlite_refuses_callers_without_a_known_token() -> TestResult {
         refuses_unknown_callers(Outbox::Sqlite(store)).await
     })
     .await
+}
+
+/// `text` (RFC 3339) as a clock reading.
+fn clock(text: &str) -> Result<std::time::SystemTime, Box<dyn std::error::Error + Send + Sync>> {
+    let seconds = u64::try_from(evc::chrono::DateTime::parse_from_rfc3339(text)?.timestamp())?;
+    Ok(std::time::UNIX_EPOCH + std::time::Duration::from_secs(seconds))
+}
+
+/// Two scheduler rounds in the past: the reference schedules start on 2026-11-01 at 01:00 and
+/// are ticked at 04:00 (`nightly_rollup` catches up 03:00, `review_sweep` ticks 04:00 and skips
+/// the eleven quarters before), and no round after.
+async fn tick_past_schedules<S: evc::Store>(
+    store: &S,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    store.tick_schedules(clock("2026-11-01T01:00:00Z")?).await?;
+    let round = store.tick_schedules(clock("2026-11-01T04:00:00Z")?).await?;
+    assert_eq!((round.ticks, round.skipped), (2, 11));
+    Ok(())
 }
 
 async fn answers_as_documented(outbox: Outbox, seeded: Seeded) -> TestResult {
@@ -116,6 +136,51 @@ async fn answers_as_documented(outbox: Outbox, seeded: Seeded) -> TestResult {
         )
         .await?;
     assert_eq!(status, StatusCode::NOT_FOUND);
+
+    let (status, schedules) = client
+        .get(&server, "/api/v1/schedules", "/api/v1/schedules")
+        .await?;
+    assert_eq!(status, StatusCode::OK);
+    let stands: Vec<(&str, &str, i64, i64, &str, &str, bool)> = schedules
+        .as_array()
+        .ok_or("a list")?
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap_or_default(),
+                s["missed"].as_str().unwrap_or_default(),
+                s["ticks"].as_i64().unwrap_or(-1),
+                s["skipped"].as_i64().unwrap_or(-1),
+                s["last_slot"].as_str().unwrap_or_default(),
+                s["next_slot"].as_str().unwrap_or_default(),
+                s["overdue_s"].as_f64().is_some_and(|late| late > 0.0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        stands,
+        [
+            (
+                "nightly_rollup",
+                "catch_up",
+                1,
+                0,
+                "2026-11-01T03:00:00Z",
+                "2026-11-02T03:00:00Z",
+                true
+            ),
+            (
+                "review_sweep",
+                "skip",
+                1,
+                11,
+                "2026-11-01T04:00:00Z",
+                "2026-11-01T04:15:00Z",
+                true
+            ),
+        ],
+        "{schedules}"
+    );
 
     let (status, consumers) = client
         .get(&server, "/api/v1/consumers", "/api/v1/consumers")

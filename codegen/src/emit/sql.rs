@@ -56,6 +56,8 @@
 //!   the logins granted it to that consumer's deliveries), named the same way.
 //! - `NNNN_evc_runtime_v22.sql`: the twenty-second step (executor classes in the registry
 //!   mirror), named the same way.
+//! - `NNNN_evc_runtime_v23.sql`: the twenty-third step (where each schedule stands), named the
+//!   same way.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
@@ -146,6 +148,9 @@ pub const RUNTIME_V21_SUFFIX: &str = "_evc_runtime_v21.sql";
 
 /// The file name of the runtime tables' twenty-second step, after its version.
 pub const RUNTIME_V22_SUFFIX: &str = "_evc_runtime_v22.sql";
+
+/// The file name of the runtime tables' twenty-third step, after its version.
+pub const RUNTIME_V23_SUFFIX: &str = "_evc_runtime_v23.sql";
 
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
@@ -296,6 +301,11 @@ const STEPS: &[Step] = &[
     Step {
         name: Name::Step(RUNTIME_V22_SUFFIX),
         template: template!("evc_runtime_v22.sql"),
+        with: With::Notice,
+    },
+    Step {
+        name: Name::Step(RUNTIME_V23_SUFFIX),
+        template: template!("evc_runtime_v23.sql"),
         with: With::Notice,
     },
     Step {
@@ -925,9 +935,10 @@ mod tests {
                 format!("0020{RUNTIME_V20_SUFFIX}"),
                 format!("0021{RUNTIME_V21_SUFFIX}"),
                 format!("0022{RUNTIME_V22_SUFFIX}"),
-                format!("0023_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
+                format!("0023{RUNTIME_V23_SUFFIX}"),
+                format!("0024_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
                 format!(
-                    "0024_evc_settings_{}.sql",
+                    "0025_evc_settings_{}.sql",
                     &settings_digest(&set)?[..DIGEST_PREFIX_LEN]
                 ),
             ]
@@ -1049,7 +1060,7 @@ mod tests {
         let after = settings_of(&changed).ok_or("no settings file")?;
         assert_eq!(
             after.path.file_name().and_then(|n| n.to_str()),
-            Some(format!("0025_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
+            Some(format!("0026_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
             "the next number after the checked-in files"
         );
         // batch_size, lease_ms in column order.

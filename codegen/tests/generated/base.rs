@@ -701,8 +701,8 @@ pub mod consumers {
         }
     }
 }
-/// Every event type, consumer, retry policy and executor class of the contracts, and
-/// the project's runtime settings.
+/// Every event type, consumer, retry policy, executor class and schedule of the
+/// contracts, and the project's runtime settings.
 pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     project: "evc_fixture",
     digest: "8cabe8f2e72d1cff3cdf6e8d3f2fa1d66a34d8a84433e43eadd503e65d3c44e0",
@@ -835,6 +835,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
         },
     ],
     executor_classes: &[],
+    schedules: &[],
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &[

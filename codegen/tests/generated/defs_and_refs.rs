@@ -879,8 +879,8 @@ pub mod consumers {
         }
     }
 }
-/// Every event type, consumer, retry policy and executor class of the contracts, and
-/// the project's runtime settings.
+/// Every event type, consumer, retry policy, executor class and schedule of the
+/// contracts, and the project's runtime settings.
 pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     project: "evc_fixture",
     digest: "29bd862b8541c776dedcb800ac62fca2f27e18fd5f71b7519c468c73a5097aeb",
@@ -1029,6 +1029,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
         },
     ],
     executor_classes: &[],
+    schedules: &[],
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &[

@@ -838,8 +838,8 @@ pub mod consumers {
         }
     }
 }
-/// Every event type, consumer, retry policy and executor class of the contracts, and
-/// the project's runtime settings.
+/// Every event type, consumer, retry policy, executor class and schedule of the
+/// contracts, and the project's runtime settings.
 pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     project: "evc_fixture",
     digest: "9e9d153d1b47851dca07a83d4c3cd90e4d6d13c172e43425ea52ad90a50cfb62",
@@ -988,6 +988,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
         },
     ],
     executor_classes: &[],
+    schedules: &[],
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &[

@@ -888,8 +888,8 @@ pub mod consumers {
         }
     }
 }
-/// Every event type, consumer, retry policy and executor class of the contracts, and
-/// the project's runtime settings.
+/// Every event type, consumer, retry policy, executor class and schedule of the
+/// contracts, and the project's runtime settings.
 pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     project: "evc_fixture",
     digest: "35c60c8014aff8f64fa0c17426169edf3672612720e541b76a2d1243d51e6cf4",
@@ -1038,6 +1038,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
         },
     ],
     executor_classes: &[],
+    schedules: &[],
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &[

@@ -918,8 +918,8 @@ pub mod consumers {
         }
     }
 }
-/// Every event type, consumer, retry policy and executor class of the contracts, and
-/// the project's runtime settings.
+/// Every event type, consumer, retry policy, executor class and schedule of the
+/// contracts, and the project's runtime settings.
 pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     project: "evc_fixture",
     digest: "bc772ec9562ae5a7fb9f302c3ca29402d3873bb121eae005cb631ac97ddb7e9b",
@@ -1068,6 +1068,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
         },
     ],
     executor_classes: &[],
+    schedules: &[],
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &[

@@ -52,6 +52,11 @@ pub struct DispatcherConfig {
     /// longer is dropped unfinished (a transactional one's writes roll back) and the attempt
     /// fails as transient with code `handler_timeout`.
     pub handler_timeout: Option<Duration>,
+    /// How often the scheduler runs a round of the registry's schedules (docs/runtime.md,
+    /// "Schedules"): one tick per slot across every dispatcher, so a slot is appended at most
+    /// this long after it comes. `None`: this dispatcher runs no schedules. Every second by
+    /// default; unused without `schedules.yaml`.
+    pub schedule_interval: Option<Duration>,
 }
 
 impl Default for DispatcherConfig {
@@ -71,6 +76,7 @@ impl Default for DispatcherConfig {
             held_batches: false,
             claim_cursor: true,
             handler_timeout: None,
+            schedule_interval: Some(Duration::from_secs(1)),
         }
     }
 }
@@ -183,6 +189,14 @@ impl DispatcherConfig {
     #[must_use]
     pub fn claim_cursor(mut self, on: bool) -> Self {
         self.claim_cursor = on;
+        self
+    }
+
+    /// Sets how often the scheduler runs, or turns it off with `None`
+    /// ([`DispatcherConfig::schedule_interval`]).
+    #[must_use]
+    pub fn schedule_interval(mut self, interval: Option<Duration>) -> Self {
+        self.schedule_interval = interval;
         self
     }
 }

@@ -42,7 +42,7 @@
 //! with the [`RetryPolicy`]'s decision ([`Store::fail`]). An idle worker waits for a wake-up
 //! from [`Store::listen`] naming its consumer, its own next retry, or the polling interval,
 //! whichever comes first. Beside the workers: one listening task, one lease-expiry recovery
-//! task and one heartbeat task.
+//! task, one heartbeat task and, when the registry has schedules, one scheduler task.
 //!
 //! Shutdown ([`DispatcherHandle::shutdown`]): workers stop claiming, finish the handler they
 //! are running, skip the rest of their batch and release every lease they still hold
@@ -373,7 +373,7 @@ impl<S: Store> Dispatcher<S> {
                 });
             }
         }
-        let helpers = vec![
+        let mut helpers = vec![
             tokio::spawn(tasks::recover(
                 self.store.clone(),
                 config.recovery_interval,
@@ -387,6 +387,15 @@ impl<S: Store> Dispatcher<S> {
                 signal.clone(),
             )),
         ];
+        if let Some(interval) = config.schedule_interval
+            && !self.store.registry().schedules.is_empty()
+        {
+            helpers.push(tokio::spawn(tasks::schedule(
+                self.store.clone(),
+                interval,
+                signal.clone(),
+            )));
+        }
         Launched {
             store: self.store,
             config,

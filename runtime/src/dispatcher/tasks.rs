@@ -1,7 +1,8 @@
-//! The dispatcher's background tasks beside its workers: lease-expiry recovery and heartbeats.
+//! The dispatcher's background tasks beside its workers: lease-expiry recovery, heartbeats and
+//! the scheduler.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
@@ -63,5 +64,38 @@ pub(super) async fn heartbeat<S: Store>(
     let owners: Vec<String> = owners.into_iter().map(|beat| beat.owner).collect();
     if let Err(error) = store.forget_heartbeats(&owners).await {
         tracing::warn!(%error, "heartbeats of a stopped dispatcher not removed");
+    }
+}
+
+/// A scheduler round every `interval` ([`Store::tick_schedules`]), the first at once. A handle
+/// scoped to one tenant runs no schedules: it says so once and stops.
+pub(super) async fn schedule<S: Store>(
+    store: S,
+    interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        match store.tick_schedules(SystemTime::now()).await {
+            Ok(round) => {
+                if round.ticks > 0 || round.skipped > 0 {
+                    tracing::debug!(
+                        ticks = round.ticks,
+                        skipped = round.skipped,
+                        "scheduler round"
+                    );
+                }
+            }
+            Err(error @ crate::store::DispatchError::TenantScoped(..)) => {
+                tracing::warn!(%error, "this dispatcher runs no schedules");
+                return;
+            }
+            Err(error) => tracing::warn!(%error, "scheduler round failed"),
+        }
     }
 }

@@ -44,7 +44,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{Notify, watch};
 use uuid::Uuid;
@@ -64,6 +64,7 @@ pub(crate) mod ops;
 pub(crate) mod parity;
 pub(crate) mod postgres;
 mod rows;
+pub(crate) mod schedule;
 pub(crate) mod sqlite;
 
 pub use cursor::{
@@ -78,6 +79,7 @@ pub use lifecycle::{
 pub use observe::Observe;
 pub use ops::{Operate, StateChange, StateChangeRecord};
 pub use parity::{Drift, RegistryDrift, RegistryObject};
+pub use schedule::{MAX_COUNTED_SKIPS, ScheduleRound, ScheduleState};
 
 /// The connection a store's appends and transactional handlers run on (`PgConnection` for
 /// PostgreSQL; a `sqlx::Transaction` dereferences to it).
@@ -323,6 +325,30 @@ pub trait Store: Clone + Send + Sync + 'static {
         &self,
         owners: &[String],
     ) -> impl Future<Output = Result<(), DispatchError>> + Send;
+
+    /// A scheduler round at `now` (the caller's clock: tests move it): when this process
+    /// takes the store's scheduler lock, appends one tick for each due slot of every schedule
+    /// of the registry and moves the schedules on, in one transaction; a schedule seen for the
+    /// first time starts at `now`. Without the lock (another process is running a round)
+    /// nothing is done ([`ScheduleRound::leader`] is `false`). A slot is ticked once across
+    /// every process: its tick's idempotency key names the schedule and slot (docs/runtime.md,
+    /// "Schedules").
+    ///
+    /// # Errors
+    /// [`DispatchError::TenantScoped`] for a handle scoped to one tenant (schedules span
+    /// tenants); [`DispatchError::Database`] (nothing of the round is written).
+    fn tick_schedules(
+        &self,
+        now: SystemTime,
+    ) -> impl Future<Output = Result<ScheduleRound, DispatchError>> + Send;
+
+    /// Every schedule a round has seen, by name.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn schedule_states(
+        &self,
+    ) -> impl Future<Output = Result<Vec<ScheduleState>, DispatchError>> + Send;
 
     /// Runs until `shutdown` turns true: wakes the [`Notify`] of a consumer in `wakers` when
     /// an append for it commits. Errors are logged and retried after `retry`; the workers'

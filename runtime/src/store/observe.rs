@@ -478,6 +478,60 @@ pub struct StatusReport {
     pub stale_tokens: u64,
     /// Every relay cursor, by name.
     pub relays: Vec<RelayStatus>,
+    /// Every schedule a scheduler round has seen, by name.
+    pub schedules: Vec<ScheduleStatus>,
+}
+
+/// How long a schedule's slot may stay unticked before the report calls it a problem: a
+/// running scheduler ticks a slot within its round interval (a second by default).
+pub const SCHEDULE_GRACE: Duration = Duration::from_secs(60);
+
+/// A schedule in the status report.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ScheduleStatus {
+    /// The schedule as stored.
+    pub state: crate::store::ScheduleState,
+    /// The slot after the newest handled one, epoch seconds (`None`: its cron expression
+    /// has no further slot, or does not parse).
+    pub next_slot: Option<f64>,
+    /// How long that slot has been due without a tick at the report's time (zero: not due).
+    pub overdue: Duration,
+}
+
+impl ScheduleStatus {
+    /// `state` as it stands at `now`: its next slot, and how long that slot is overdue.
+    pub fn at(state: crate::store::ScheduleState, now: std::time::SystemTime) -> Self {
+        let next_slot = crate::store::schedule::next_slot(&state);
+        let now = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO)
+            .as_secs_f64();
+        let overdue = next_slot
+            .map(|slot| now - slot)
+            .filter(|late| *late > 0.0)
+            .map_or(Duration::ZERO, Duration::from_secs_f64);
+        Self {
+            state,
+            next_slot,
+            overdue,
+        }
+    }
+
+    /// The newest slot handled as a tick names it (RFC 3339, UTC: `2026-12-06T03:00:00Z`).
+    pub fn last_slot_text(&self) -> Option<String> {
+        self.state.last_slot.map(slot_text)
+    }
+
+    /// The next slot as a tick will name it.
+    pub fn next_slot_text(&self) -> Option<String> {
+        self.next_slot.map(slot_text)
+    }
+}
+
+/// Epoch seconds as a slot is named.
+fn slot_text(seconds: f64) -> String {
+    crate::store::schedule::slot_text(crate::store::schedule::from_epoch(seconds))
 }
 
 /// Events after a relay cursor are counted up to this many ([`RelayStatus::behind`]).
@@ -549,6 +603,9 @@ pub enum Problem {
     Rejects(RecentRejects),
     /// A relay cursor has events after it, and no relay holds it or its relay's rounds fail.
     RelayBehind(RelayStatus),
+    /// A schedule's slot is due for longer than [`SCHEDULE_GRACE`] without a tick: no
+    /// dispatcher runs the scheduler, or its rounds fail.
+    ScheduleOverdue(ScheduleStatus),
     /// An operator paused the consumer, or set it `off`.
     Stopped {
         /// The consumer.
@@ -618,6 +675,12 @@ impl std::fmt::Display for Problem {
                     None => write!(f, ", no relay holds it"),
                 }
             }
+            Self::ScheduleOverdue(schedule) => write!(
+                f,
+                "schedule {}: a slot due {:.0} s ago is not ticked (is a dispatcher running its scheduler?)",
+                schedule.state.name,
+                schedule.overdue.as_secs_f64()
+            ),
             Self::Stopped { consumer, paused } => {
                 let how = if *paused { "paused" } else { "mode off" };
                 write!(f, "{consumer}: {how}")
@@ -636,8 +699,8 @@ impl StatusReport {
     }
 
     /// The problems in the report, dead letters first, then silent workers, then lag over
-    /// `lag_limit` (p99), then refused appends, then relays behind and stalled, then paused or
-    /// stopped consumers.
+    /// `lag_limit` (p99), then refused appends, then relays behind and stalled, then overdue
+    /// schedules, then paused or stopped consumers.
     pub fn problems(&self, lag_limit: Duration) -> Vec<Problem> {
         let mut problems: Vec<Problem> = self
             .consumers
@@ -673,6 +736,13 @@ impl StatusReport {
                 .filter(|r| r.behind > 0 && (!r.held || r.cursor.failing.is_some()))
                 .cloned()
                 .map(Problem::RelayBehind),
+        );
+        problems.extend(
+            self.schedules
+                .iter()
+                .filter(|s| s.overdue > SCHEDULE_GRACE)
+                .cloned()
+                .map(Problem::ScheduleOverdue),
         );
         problems.extend(
             self.consumers
@@ -779,6 +849,23 @@ impl StatusReport {
             "Relay rounds that failed while a relay held the cursor",
             relay_failures.clone(),
         );
+        let schedule_ticks = Family::<Labels, Counter<u64>>::default();
+        registry.register(
+            "schedule_ticks",
+            "Ticks a schedule's rounds appended, by every dispatcher",
+            schedule_ticks.clone(),
+        );
+        let schedule_skipped = Family::<Labels, Counter<u64>>::default();
+        registry.register(
+            "schedule_skipped_slots",
+            "Missed slots of a schedule its rounds skipped",
+            schedule_skipped.clone(),
+        );
+        let schedule_overdue = gauge_family(
+            &mut registry,
+            "schedule_overdue_seconds",
+            "How long a schedule's next slot has been due without a tick (0: not due)",
+        );
 
         for c in &self.consumers {
             for (status, count) in [
@@ -861,6 +948,18 @@ impl StatusReport {
             relay_failures
                 .get_or_create(&cursor)
                 .inc_by(u64::try_from(relay.cursor.failed_rounds).unwrap_or(0));
+        }
+        for schedule in &self.schedules {
+            let name = labels(&[("schedule", &schedule.state.name)]);
+            schedule_ticks
+                .get_or_create(&name)
+                .inc_by(u64::try_from(schedule.state.ticks).unwrap_or(0));
+            schedule_skipped
+                .get_or_create(&name)
+                .inc_by(u64::try_from(schedule.state.skipped).unwrap_or(0));
+            schedule_overdue
+                .get_or_create(&name)
+                .set(schedule.overdue.as_secs_f64());
         }
         stale.inc_by(self.stale_tokens);
 

@@ -431,6 +431,7 @@ mod tests {
         consumers: &[],
         retry_policies: &[],
         executor_classes: &[],
+        schedules: &[],
         payload_policy: crate::registry::PayloadPolicyDescriptor {
             denied_keys: &[],
             credential_key_names: &[],

@@ -351,6 +351,7 @@ async fn lease_expiry_past_max_attempts_emits_one_event() -> TestResult {
 /// [`LIFECYCLE_REGISTRY`] whose payload cap fits a note but not a `job.dead_lettered` event.
 const TIGHT_CAP_REGISTRY: evc_runtime::Registry = evc_runtime::Registry {
     executor_classes: &[],
+    schedules: &[],
     payload_policy: evc_runtime::PayloadPolicyDescriptor {
         hard_max_bytes: 200,
         ..support::REFERENCE_POLICY

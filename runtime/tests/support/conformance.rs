@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use evc_runtime::{
     ConsumerDescriptor, ConsumerMode, Cursors, EventDescriptor, ExecutorClassDescriptor,
-    HandlerKind, Observe, Operate, PgStore, Registry, SqliteStore, Store, SubscriptionDescriptor,
-    VersionDescriptor,
+    HandlerKind, MissedSlots, Observe, Operate, PgStore, Registry, ScheduleDescriptor, SqliteStore,
+    Store, SubscriptionDescriptor, VersionDescriptor,
 };
 
 use crate::support::{FIXED_200MS, NOTE_SCHEMA, REFERENCE_POLICY, TestResult};
@@ -200,6 +200,7 @@ pub static CONFORMANCE_REGISTRY: Registry = Registry {
     ],
     retry_policies: &[FIXED_200MS],
     executor_classes: &[],
+    schedules: &[],
     payload_policy: REFERENCE_POLICY,
     require_tenant_scope: false,
     dispatcher: evc_runtime::DispatcherDescriptor::FORMAT_DEFAULTS,
@@ -308,6 +309,70 @@ pub static NAMESPACED_REGISTRY: Registry = Registry {
             active: true,
         },
         SQL_AUDIT,
+    ],
+    ..CONFORMANCE_REGISTRY
+};
+
+/// A tick event's schema: the schedule's name and the slot, nothing else.
+const TICK_SCHEMA: &str = r#"{"additionalProperties":false,"properties":{"schedule":{"type":"string"},"slot":{"format":"date-time","type":"string"}},"required":["schedule","slot"],"type":"object"}"#;
+
+/// A tick event `name` (producer class `scheduler`, ordered by schedule; payload `schedule`
+/// and `slot`).
+pub const fn tick_event(name: &'static str) -> EventDescriptor {
+    EventDescriptor {
+        name,
+        description: "A tick.",
+        producer_class: "scheduler",
+        order_key: &["schedule"],
+        deprecated: false,
+        max_payload_bytes: 512,
+        versions: &[VersionDescriptor {
+            version: "1.0.0",
+            major: 1,
+            schema: TICK_SCHEMA,
+            schema_digest: DIGEST,
+        }],
+    }
+}
+
+/// The hourly tick, which `k.ticks` handles.
+const HOURLY_TICK: &[SubscriptionDescriptor] = &[SubscriptionDescriptor {
+    event: "cron.tick.hourly",
+    requirement: "^1",
+    versions: &["1.0.0"],
+}];
+
+/// A consumer of the hourly ticks in [`SCHEDULED_REGISTRY`].
+pub const TICKS: &str = "k.ticks";
+
+/// [`CONFORMANCE_REGISTRY`] with two schedules: `hourly` (`0 * * * *`, missed slots caught up,
+/// at most 3) ticks `cron.tick.hourly`, which `k.ticks` handles; `daily` (`0 3 * * *`, missed
+/// slots skipped) ticks `cron.tick.daily`, which no consumer handles.
+pub static SCHEDULED_REGISTRY: Registry = Registry {
+    events: &[
+        tick_event("cron.tick.daily"),
+        tick_event("cron.tick.hourly"),
+        CONFORMANCE_REGISTRY.events[0],
+        CONFORMANCE_REGISTRY.events[1],
+    ],
+    consumers: &[consumer(TICKS, ConsumerMode::Live, false, HOURLY_TICK)],
+    schedules: &[
+        ScheduleDescriptor {
+            name: "daily",
+            cron: "0 3 * * *",
+            event: "cron.tick.daily",
+            missed: MissedSlots::Skip,
+            catch_up_limit: 100,
+            tenant_scope: None,
+        },
+        ScheduleDescriptor {
+            name: "hourly",
+            cron: "0 * * * *",
+            event: "cron.tick.hourly",
+            missed: MissedSlots::CatchUp,
+            catch_up_limit: 3,
+            tenant_scope: None,
+        },
     ],
     ..CONFORMANCE_REGISTRY
 };

@@ -27,6 +27,7 @@ pub(crate) mod event;
 mod payload;
 mod registry;
 mod replay;
+mod schedule;
 pub(crate) mod state;
 
 /// The window of lag and latency percentiles when a request names none.
@@ -83,6 +84,7 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(event::event))
         .routes(routes!(payload::payload))
         .routes(routes!(registry::parity))
+        .routes(routes!(schedule::schedules))
 }
 
 /// A registered event type and who receives it.

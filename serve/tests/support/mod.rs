@@ -103,7 +103,9 @@ pub async fn settle<S: Store>(store: &S, notifier: Arc<Notifier>) -> Result<(), 
         DispatcherConfig::default()
             .owner("serve-test")
             .workers(1)
-            .poll_interval(Duration::from_millis(20)),
+            .poll_interval(Duration::from_millis(20))
+            // The tests place the schedules' rounds themselves.
+            .schedule_interval(None),
     )
     .serve(WorkerNotificationIuConsumer(notifier))?
     .start();

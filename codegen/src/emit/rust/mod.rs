@@ -1069,6 +1069,30 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
             }
         }
     });
+    let schedules = set.schedules.values().map(|schedule| {
+        let name = &schedule.name;
+        let cron = &schedule.cron;
+        let event = &schedule.event;
+        let missed = match schedule.missed {
+            crate::format::Missed::Skip => quote! { #runtime::MissedSlots::Skip },
+            crate::format::Missed::CatchUp => quote! { #runtime::MissedSlots::CatchUp },
+        };
+        let limit = proc_macro2::Literal::u32_unsuffixed(schedule.catch_up_limit);
+        let tenant = match &schedule.tenant_scope {
+            Some(tenant) => quote! { Some(#tenant) },
+            None => quote! { None },
+        };
+        quote! {
+            #runtime::ScheduleDescriptor {
+                name: #name,
+                cron: #cron,
+                event: #event,
+                missed: #missed,
+                catch_up_limit: #limit,
+                tenant_scope: #tenant,
+            }
+        }
+    });
     let project = &set.project.name;
     let registry_digest = super::manifest::registry_digest(set)?;
     let millis = |duration: std::time::Duration| {
@@ -1089,8 +1113,8 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
     let dispatcher_attempts = proc_macro2::Literal::u32_unsuffixed(dispatcher.max_attempts);
     let backoff_ceiling = millis(dispatcher.backoff_ceiling);
     Ok(quote! {
-        /// Every event type, consumer, retry policy and executor class of the contracts, and
-        /// the project's runtime settings.
+        /// Every event type, consumer, retry policy, executor class and schedule of the
+        /// contracts, and the project's runtime settings.
         pub static REGISTRY: #runtime::Registry = #runtime::Registry {
             project: #project,
             digest: #registry_digest,
@@ -1098,6 +1122,7 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
             consumers: &[#(#consumers),*],
             retry_policies: &[#(#policies),*],
             executor_classes: &[#(#classes),*],
+            schedules: &[#(#schedules),*],
             payload_policy: #runtime::PayloadPolicyDescriptor {
                 denied_keys: &[#(#denied),*],
                 credential_key_names: &[#(#credential),*],

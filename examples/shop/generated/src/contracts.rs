@@ -656,8 +656,8 @@ pub mod consumers {
         }
     }
 }
-/// Every event type, consumer, retry policy and executor class of the contracts, and
-/// the project's runtime settings.
+/// Every event type, consumer, retry policy, executor class and schedule of the
+/// contracts, and the project's runtime settings.
 pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     project: "shop",
     digest: "660e0ce22aa518930167d31d796ab16039b366ebfff4cc0d06c86821f8494a73",
@@ -764,6 +764,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
         },
     ],
     executor_classes: &[],
+    schedules: &[],
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["card_number", "cvv"],
         credential_key_names: &["password", "token", "api_key", "secret"],

@@ -154,6 +154,7 @@ pub async fn deployed_registry(pool: &PgPool) -> Result<Registry, DispatchError>
         consumers: leak_slice(consumers),
         retry_policies: leak_slice(retry_policies),
         executor_classes: leak_slice(executor_classes),
+        schedules: &[],
         payload_policy: settings.as_ref().map_or(FAIL_CLOSED, |s| s.payload_policy),
         require_tenant_scope: settings.as_ref().is_none_or(|s| s.require_tenant_scope),
         dispatcher: settings

@@ -61,6 +61,7 @@ mod read;
 mod replay;
 mod retention;
 mod roles;
+mod schedule;
 pub(crate) mod sql;
 mod tenant;
 
@@ -72,8 +73,8 @@ pub use maintenance::TableSpace;
 pub use observe::{
     AttemptLatency, AttemptOutcomes, AttemptTotals, ClassHealth, ClassOwner, ConsumerStatus,
     DURATION_BUCKETS_MS, Lag, LeasedDelivery, Percentiles, Problem, RELAY_BEHIND_COUNTED,
-    RecentRejects, RelayStatus, SilentWorker, StatusReport, TimelineEntry, WatchedConsumer,
-    WorkerSettings,
+    RecentRejects, RelayStatus, SCHEDULE_GRACE, ScheduleStatus, SilentWorker, StatusReport,
+    TimelineEntry, WatchedConsumer, WorkerSettings,
 };
 pub use replay::{DiscardApplied, DiscardPlan, DiscardRecord, DiscardedDelivery};
 pub use roles::{Role, RoleCheck};
@@ -949,6 +950,17 @@ impl Store for PgStore {
 
     async fn forget_heartbeats(&self, owners: &[String]) -> Result<(), DispatchError> {
         PgStore::forget_heartbeats(self, owners).await
+    }
+
+    async fn tick_schedules(
+        &self,
+        now: std::time::SystemTime,
+    ) -> Result<crate::store::ScheduleRound, DispatchError> {
+        self.run_schedules(now).await
+    }
+
+    async fn schedule_states(&self) -> Result<Vec<crate::store::ScheduleState>, DispatchError> {
+        self.read_schedules().await
     }
 
     async fn listen(

@@ -15,7 +15,8 @@ pub use crate::store::observe::ClassOwner;
 pub use crate::store::observe::{
     AttemptLatency, AttemptOutcomes, AttemptTotals, ClassHealth, ConsumerStatus,
     DURATION_BUCKETS_MS, Lag, LeasedDelivery, Percentiles, Problem, RELAY_BEHIND_COUNTED,
-    RecentRejects, RelayStatus, SilentWorker, StatusReport, TimelineEntry, WorkerSettings,
+    RecentRejects, RelayStatus, SCHEDULE_GRACE, ScheduleStatus, SilentWorker, StatusReport,
+    TimelineEntry, WorkerSettings,
 };
 use crate::store::observe::{Observe, SAMPLE_ATTEMPTS, TotalsRow, class_health};
 
@@ -339,6 +340,20 @@ pub(crate) async fn status(
         &workers,
         &silent_workers,
     );
+    // A database without the twenty-third step has no schedules to report.
+    let has_schedules: bool = sqlx::query_scalar(sql::HAS_SCHEDULES)
+        .fetch_one(pool)
+        .await?;
+    let now = std::time::SystemTime::now();
+    let schedules = if has_schedules {
+        super::schedule::states(pool)
+            .await?
+            .into_iter()
+            .map(|state| ScheduleStatus::at(state, now))
+            .collect()
+    } else {
+        Vec::new()
+    };
     Ok(StatusReport {
         consumers: statuses,
         lag,
@@ -350,6 +365,7 @@ pub(crate) async fn status(
         workers,
         stale_tokens: 0,
         relays,
+        schedules,
     })
 }
 

@@ -1898,6 +1898,51 @@ pub(crate) const RELAY_CURSORS: &str = concat!(
 FROM evc_relay_cursors c ORDER BY name"
 );
 
+// ---------------------------------------------------------------------------------------------
+// Schedules (docs/runtime.md, "Schedules"): `evc_schedules`, the twenty-third runtime step.
+// ---------------------------------------------------------------------------------------------
+
+/// Takes the scheduler's lock for the rest of the transaction when no other session holds it:
+/// one process runs a scheduler round at a time, and the lock goes with its transaction,
+/// whether it commits, rolls back or its connection dies.
+pub(crate) const TRY_SCHEDULER_LOCK: &str =
+    "SELECT pg_try_advisory_xact_lock(hashtextextended('evc.schedules', 7267)) AS locked";
+
+/// Where the schedules named in `$1` stand, in epoch seconds.
+pub(crate) const SCHEDULE_POSITIONS: &str = "\
+SELECT schedule,
+    extract(epoch FROM since)::float8 AS since,
+    extract(epoch FROM last_slot)::float8 AS last_slot
+FROM evc_schedules
+WHERE schedule = ANY($1)";
+
+/// Starts schedule `$1` (cron `$2`, tick event `$3`) at `$4` (epoch seconds).
+pub(crate) const START_SCHEDULE: &str = "\
+INSERT INTO evc_schedules (schedule, cron, event_type, since)
+VALUES ($1, $2, $3, to_timestamp($4))
+ON CONFLICT (schedule) DO NOTHING";
+
+/// Moves schedule `$1` (cron `$2`, tick event `$3`) to slot `$4`, adding `$5` ticks and `$6`
+/// skipped slots, at `$7` (epoch seconds).
+pub(crate) const MOVE_SCHEDULE: &str = "\
+UPDATE evc_schedules
+SET cron = $2, event_type = $3, last_slot = to_timestamp($4),
+    ticks = ticks + $5, skipped = skipped + $6, ticked_at = to_timestamp($7)
+WHERE schedule = $1";
+
+/// Whether the database has the twenty-third step's `evc_schedules`.
+pub(crate) const HAS_SCHEDULES: &str = "SELECT to_regclass('evc_schedules') IS NOT NULL";
+
+/// Every schedule, by name.
+pub(crate) const SCHEDULE_STATES: &str = "\
+SELECT schedule, cron, event_type,
+    extract(epoch FROM since)::float8 AS since,
+    extract(epoch FROM last_slot)::float8 AS last_slot,
+    ticks, skipped,
+    extract(epoch FROM ticked_at)::float8 AS ticked_at
+FROM evc_schedules
+ORDER BY schedule";
+
 #[cfg(test)]
 mod tests {
     use super::*;

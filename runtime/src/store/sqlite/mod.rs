@@ -78,6 +78,7 @@ mod observe;
 mod operate;
 mod read;
 mod recorded;
+mod schedule;
 pub(crate) mod sql;
 mod wake;
 
@@ -122,6 +123,9 @@ const MIGRATION_0012: &str = include_str!("../../../migrations/sqlite/0012_evc_t
 /// Effect keys unique within an executor class's idempotency namespace.
 const MIGRATION_0013: &str =
     include_str!("../../../migrations/sqlite/0013_evc_effect_namespaces.sql");
+
+/// Where each schedule stands.
+const MIGRATION_0014: &str = include_str!("../../../migrations/sqlite/0014_evc_schedules.sql");
 
 /// Connections of the store's pool unless [`SqliteStoreBuilder::max_connections`] says
 /// otherwise: one for a caller's transaction, one for the reject audit and the dispatcher's
@@ -389,7 +393,7 @@ impl Prepared {
 
 /// The store's schema: each migration's version, name, SQL and whether it runs outside a
 /// transaction of sqlx's (it brings its own), in order.
-const SCHEMA: [(i64, &str, &str, bool); 13] = [
+const SCHEMA: [(i64, &str, &str, bool); 14] = [
     (1, "evc_runtime", MIGRATION_0001, false),
     (2, "evc_replays", MIGRATION_0002, false),
     (3, "evc_registry_document", MIGRATION_0003, false),
@@ -403,6 +407,7 @@ const SCHEMA: [(i64, &str, &str, bool); 13] = [
     (11, "evc_relay_progress", MIGRATION_0011, false),
     (12, "evc_tenant_scopes", MIGRATION_0012, true),
     (13, "evc_effect_namespaces", MIGRATION_0013, false),
+    (14, "evc_schedules", MIGRATION_0014, false),
 ];
 
 /// Applies the store's migrations (sqlx's migrator: each once, in order).
@@ -1454,6 +1459,17 @@ impl Store for SqliteStore {
 
     async fn forget_heartbeats(&self, owners: &[String]) -> Result<(), DispatchError> {
         SqliteStore::forget_heartbeats(self, owners).await
+    }
+
+    async fn tick_schedules(
+        &self,
+        now: std::time::SystemTime,
+    ) -> Result<crate::store::ScheduleRound, DispatchError> {
+        self.run_schedules(now).await
+    }
+
+    async fn schedule_states(&self) -> Result<Vec<crate::store::ScheduleState>, DispatchError> {
+        self.read_schedules().await
     }
 
     /// Wakes `wakers` at every commit that appended for their consumer (the commit hook, no

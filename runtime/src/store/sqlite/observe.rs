@@ -12,8 +12,8 @@ use super::{SqliteStore, epoch_now, parse_uuid, sql};
 use crate::registry::ConsumerMode;
 use crate::store::observe::{
     AttemptLatency, AttemptTotals, ClassOwner, ConsumerStatus, Lag, LeasedDelivery, Observe,
-    Percentiles, RELAY_BEHIND_COUNTED, RecentRejects, RelayStatus, SAMPLE_ATTEMPTS, SilentWorker,
-    StatusReport, TimelineEntry, TotalsRow, WorkerSettings, class_health,
+    Percentiles, RELAY_BEHIND_COUNTED, RecentRejects, RelayStatus, SAMPLE_ATTEMPTS, ScheduleStatus,
+    SilentWorker, StatusReport, TimelineEntry, TotalsRow, WorkerSettings, class_health,
 };
 use crate::store::{DispatchError, FeedEvent, FeedPosition};
 
@@ -187,6 +187,13 @@ impl Observe for SqliteStore {
             &workers,
             &silent_workers,
         );
+        let now = std::time::SystemTime::now();
+        let schedules = self
+            .read_schedules()
+            .await?
+            .into_iter()
+            .map(|state| ScheduleStatus::at(state, now))
+            .collect();
         Ok(StatusReport {
             consumers,
             lag,
@@ -198,6 +205,7 @@ impl Observe for SqliteStore {
             workers,
             stale_tokens: self.stale_tokens(),
             relays,
+            schedules,
         })
     }
 

@@ -210,6 +210,7 @@ pub(crate) fn registry(document: &str) -> Result<Registry, String> {
         consumers: leak_slice(consumers),
         retry_policies: leak_slice(retry_policies),
         executor_classes: leak_slice(executor_classes),
+        schedules: &[],
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: texts(policy, "denied_keys")?,
             credential_key_names: texts(policy, "credential_key_names")?,
@@ -359,6 +360,7 @@ mod tests {
             heartbeat_owner: "team-notify",
             active: true,
         }],
+        schedules: &[],
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: &["password"],
             credential_key_names: &["token"],

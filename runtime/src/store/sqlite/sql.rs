@@ -1182,6 +1182,35 @@ pub(crate) const RELAY_CURSORS: &str = concat!(
 FROM evc_relay_cursors c ORDER BY name"
 );
 
+// ---------------------------------------------------------------------------------------------
+// Schedules (docs/runtime.md, "Schedules"): `evc_schedules`, migration 0014. The round's
+// transaction is the store's one writer, which is its lock.
+// ---------------------------------------------------------------------------------------------
+
+/// Where schedule `$1` stands, in epoch seconds.
+pub(crate) const SCHEDULE_POSITION: &str =
+    "SELECT since, last_slot FROM evc_schedules WHERE schedule = $1";
+
+/// Starts schedule `$1` (cron `$2`, tick event `$3`) at `$4` (epoch seconds).
+pub(crate) const START_SCHEDULE: &str = "\
+INSERT INTO evc_schedules (schedule, cron, event_type, since)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (schedule) DO NOTHING";
+
+/// Moves schedule `$1` (cron `$2`, tick event `$3`) to slot `$4`, adding `$5` ticks and `$6`
+/// skipped slots, at `$7` (epoch seconds).
+pub(crate) const MOVE_SCHEDULE: &str = "\
+UPDATE evc_schedules
+SET cron = $2, event_type = $3, last_slot = $4,
+    ticks = ticks + $5, skipped = skipped + $6, ticked_at = $7
+WHERE schedule = $1";
+
+/// Every schedule, by name.
+pub(crate) const SCHEDULE_STATES: &str = "\
+SELECT schedule, cron, event_type, since, last_slot, ticks, skipped, ticked_at
+FROM evc_schedules
+ORDER BY schedule";
+
 #[cfg(test)]
 mod tests {
     use super::*;
