@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 29] = [
+const SHIPPED: [(&str, &str); 32] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -123,6 +123,18 @@ const SHIPPED: [(&str, &str); 29] = [
     (
         "0029_evc_registry_97e3053e0c81.sql",
         "40354aa587e97020c7b0f21771bbeb97762008d802924eff5184a438df8f0a7c",
+    ),
+    (
+        "0030_evc_runtime_v24.sql",
+        "e3e2b0689ad63983944309287cd8988d64f15dbdc347c10426fe6155eb572e9d",
+    ),
+    (
+        "0031_evc_registry_74831fa7a413.sql",
+        "63da99609c6c781bc38c0f77697e8b19fef059a5ff271fa1c96777dcb2844434",
+    ),
+    (
+        "0032_evc_settings_40cdb98978f0.sql",
+        "7c6a2e980407f05177e21f061ce912759d32cde5a58c487a41037be1c73f1508",
     ),
 ];
 

@@ -655,6 +655,20 @@ fn status_text(report: &StatusReport, window: &str, lag_limit: Duration) -> Stri
             );
         }
     }
+    if !report.lag_breaches.is_empty() {
+        let _ = writeln!(out, "\nlag breaches (open):");
+        for breach in &report.lag_breaches {
+            let _ = writeln!(
+                out,
+                "  {} <- {}: over {} (breach {}, {} when it opened)",
+                escape(&breach.consumer),
+                escape(&breach.producer_class),
+                millis_text(breach.threshold_ms),
+                breach.id,
+                millis_text(breach.lag_ms)
+            );
+        }
+    }
     if !report.schedules.is_empty() {
         let _ = writeln!(out, "\nschedules:");
         for schedule in &report.schedules {
@@ -694,6 +708,13 @@ fn status_text(report: &StatusReport, window: &str, lag_limit: Duration) -> Stri
         }
     }
     out
+}
+
+/// Milliseconds written like the contracts' durations (`2m`, `1500ms`).
+fn millis_text(ms: i64) -> String {
+    evc_codegen::duration::format(std::time::Duration::from_millis(
+        u64::try_from(ms).unwrap_or(0),
+    ))
 }
 
 /// Where a worker's settings came from, as `evc status` writes it: `registry`, `override`, or
@@ -769,6 +790,15 @@ fn status_json(report: &StatusReport, problems: &[evc_runtime::Problem]) -> Stri
             "rate_per_s": r.rate_per_s(),
             "failed_rounds": r.cursor.failed_rounds,
             "failing": r.cursor.failing,
+        })).collect::<Vec<_>>(),
+        "lag_breaches": report.lag_breaches.iter().map(|b| serde_json::json!({
+            "breach_id": b.id,
+            "consumer": b.consumer,
+            "producer_class": b.producer_class,
+            "threshold_ms": b.threshold_ms,
+            "lag_ms": b.lag_ms,
+            "oldest_event_id": b.oldest_event_id.map(|id| id.to_string()),
+            "opened_at": b.opened_at,
         })).collect::<Vec<_>>(),
         "schedules": report.schedules.iter().map(|s| serde_json::json!({
             "schedule": s.state.name,

@@ -70,6 +70,7 @@ static REGISTRY: Registry = Registry {
     }],
     executor_classes: &[],
     schedules: &[],
+    lag_thresholds: &[],
     payload_policy: PayloadPolicyDescriptor {
         denied_keys: &[],
         credential_key_names: &["password"],
@@ -179,7 +180,7 @@ fn operator_commands_run_on_the_registry_a_sqlite_file_records() {
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let text = stdout(&output);
     assert!(
-        text.contains("applied 0001 evc_runtime") && text.contains("applied 14 migrations"),
+        text.contains("applied 0001 evc_runtime") && text.contains("applied 15 migrations"),
         "{text}"
     );
     let output = evc(&url, &["migrate"]);

@@ -153,6 +153,9 @@ rules! {
     /// newest version refuses the tick payload, or it has no tenant where the envelope
     /// requires one.
     InvalidTickEvent = "INVALID_TICK_EVENT", Error;
+    /// Lag thresholds are set and `event_lag.breach` refuses the breach the dispatcher
+    /// appends, or the envelope requires a tenant a breach cannot have.
+    InvalidLagBreachEvent = "INVALID_LAG_BREACH_EVENT", Error;
     /// A payload policy whose settings contradict each other.
     InvalidPayloadPolicy = "INVALID_PAYLOAD_POLICY", Error;
     /// A topic event pattern that matches no event type.

@@ -449,6 +449,12 @@ pub struct ConsumerFile {
     /// as transient with code `handler_timeout`. At most `1d`; unset: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handler_timeout: Option<DurationText>,
+    /// Lag thresholds by producer class: when the oldest open delivery to this consumer of an
+    /// event of that class has waited longer, the dispatcher appends one `event_lag.breach`
+    /// (registered in `events/`) for the breach.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("propertyNames" = { "pattern": names::NAME_PATTERN }))]
+    pub lag_thresholds: BTreeMap<String, DurationText>,
 }
 
 /// What kind of executor runs a consumer.

@@ -359,6 +359,8 @@ pub struct Consumer {
     pub heartbeat_threshold: Duration,
     /// Longest run of one handler attempt; `None`: no limit.
     pub handler_timeout: Option<Duration>,
+    /// Lag thresholds by producer class (each produces an event it subscribes to).
+    pub lag_thresholds: BTreeMap<String, Duration>,
     /// Display path of the file that defines it.
     pub file: String,
 }

@@ -43,6 +43,30 @@ const DEFAULT_CATCH_UP_LIMIT: u32 = 100;
 /// The event type prefix of every schedule's tick (`cron.tick.<schedule>`).
 const TICK_EVENT_PREFIX: &str = "cron.tick.";
 
+/// The event the dispatcher appends when a consumer's lag crosses a threshold.
+const LAG_BREACH_EVENT: &str = "event_lag.breach";
+
+/// Why `version`'s schema refuses a payload the runtime appends, of which it keeps the fields
+/// the schema declares (as the runtime's own events do); `None`: accepted.
+fn refusal(
+    version: &EventVersion,
+    mut payload: serde_json::Map<String, serde_json::Value>,
+) -> Option<String> {
+    if let Some(properties) = version.schema.get("properties").and_then(|p| p.as_object()) {
+        payload.retain(|key, _| properties.contains_key(key));
+    }
+    // Formats checked, as the runtime's append checks them.
+    let validator = jsonschema::draft202012::options()
+        .should_validate_formats(true)
+        .build(&version.schema)
+        .ok()?;
+    let payload = serde_json::Value::Object(payload);
+    validator
+        .iter_errors(&payload)
+        .next()
+        .map(|error| error.to_string())
+}
+
 /// What a loaded set is for, which decides whether the Rust generator's own check is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Purpose {
@@ -84,6 +108,7 @@ pub(crate) fn validate(
     }
     let topics = checker.topics(&events);
     let schedules = checker.schedules(&events, &project);
+    checker.lag_breach_event(&events, &consumers, &project);
     checker.settings_the_runtime_honours(
         &project.dispatcher,
         &consumers,
@@ -1157,6 +1182,7 @@ impl<'a> Checker<'a> {
             }
             value
         });
+        let lag_thresholds = self.lag_thresholds(path, def, events, &subscriptions);
         Consumer {
             name: name.to_owned(),
             description: def.description.clone(),
@@ -1169,8 +1195,56 @@ impl<'a> Checker<'a> {
             mode: def.mode,
             heartbeat_threshold,
             handler_timeout,
+            lag_thresholds,
             file: path.to_owned(),
         }
+    }
+
+    /// The consumer's lag thresholds: each a duration, for a producer class of an event type
+    /// it subscribes to.
+    fn lag_thresholds(
+        &mut self,
+        path: &str,
+        def: &ConsumerFile,
+        events: &BTreeMap<String, EventType>,
+        subscriptions: &[Subscription],
+    ) -> BTreeMap<String, Duration> {
+        let mut thresholds = BTreeMap::new();
+        for (producer_class, text) in &def.lag_thresholds {
+            let pointer = format!("/lag_thresholds/{}", escape_pointer_segment(producer_class));
+            let threshold = self.duration(path, &pointer, text.as_str());
+            let produces = |s: &Subscription| {
+                events
+                    .get(&s.event)
+                    .is_some_and(|e| e.producer_class == *producer_class)
+            };
+            if !subscriptions.iter().any(produces) {
+                let classes: BTreeSet<&str> = subscriptions
+                    .iter()
+                    .filter_map(|s| events.get(&s.event))
+                    .map(|e| e.producer_class.as_str())
+                    .collect();
+                self.report(
+                    Rule::InvalidValue,
+                    self.at_key(path, &pointer),
+                    format!(
+                        "`{}` subscribes to no event of the producer class `{producer_class}`, \
+                         so its lag from that class is never measured",
+                        def.consumer
+                    ),
+                    format!(
+                        "key the threshold by a producer class it receives from: {}",
+                        classes
+                            .iter()
+                            .map(|c| format!("`{c}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                );
+            }
+            thresholds.insert(producer_class.clone(), threshold);
+        }
+        thresholds
     }
 
     /// The class `def` names, when it exists, is active and of the consumer's kind; each way
@@ -1315,20 +1389,7 @@ impl<'a> Checker<'a> {
         let mut lowered = BTreeMap::new();
         for (name, def) in schedules {
             let pointer = format!("/schedules/{}", escape_pointer_segment(name));
-            if let Err(error) = croner::parser::CronParser::builder()
-                .seconds(croner::parser::Seconds::Optional)
-                .build()
-                .parse(&def.cron)
-            {
-                self.report(
-                    Rule::InvalidCron,
-                    self.at(path, &format!("{pointer}/cron")),
-                    format!("the cron expression of `{name}` does not parse: {error}"),
-                    "write five fields, `minute hour day-of-month month day-of-week` (`0 3 * * *`), \
-                     or six with seconds first (`*/10 * * * * *`); times are UTC"
-                        .to_owned(),
-                );
-            }
+            self.cron(path, &pointer, name, &def.cron);
             self.tick_event(path, &pointer, name, def, events, project);
             lowered.insert(
                 name.clone(),
@@ -1344,6 +1405,44 @@ impl<'a> Checker<'a> {
             );
         }
         lowered
+    }
+
+    /// Reports a cron expression the runtime would not read (it parses as the runtime's
+    /// scheduler parses it: five or six fields, no year) or whose slots never come (the 30th
+    /// of February).
+    fn cron(&mut self, path: &str, pointer: &str, name: &str, expression: &str) {
+        let location = self.at(path, &format!("{pointer}/cron"));
+        let fix = "write five fields, `minute hour day-of-month month day-of-week` (`0 3 * * *`), \
+                   or six with seconds first (`*/10 * * * * *`); times are UTC";
+        let cron = match croner::parser::CronParser::builder()
+            .seconds(croner::parser::Seconds::Optional)
+            .year(croner::parser::Year::Disallowed)
+            .build()
+            .parse(expression)
+        {
+            Ok(cron) => cron,
+            Err(error) => {
+                self.report(
+                    Rule::InvalidCron,
+                    location,
+                    format!("the cron expression of `{name}` does not parse: {error}"),
+                    fix.to_owned(),
+                );
+                return;
+            }
+        };
+        // A fixed start keeps `check` independent of the day it runs; every expression that
+        // fires at all fires within the 28-year calendar cycle after it.
+        let start = chrono::DateTime::from_timestamp(946_684_800, 0).unwrap_or_default();
+        if cron.find_next_occurrence(&start, false).is_err() {
+            self.report(
+                Rule::InvalidCron,
+                location,
+                format!("the cron expression of `{name}` has no slot: no date matches it"),
+                "check the day of the month against the month (`0 0 30 2 *` never comes)"
+                    .to_owned(),
+            );
+        }
     }
 
     /// Reports a schedule whose ticks the runtime would refuse or could not append: an event
@@ -1383,6 +1482,14 @@ impl<'a> Checker<'a> {
             }
             return;
         };
+        if def.tenant_scope.as_deref() == Some("*") {
+            self.report(
+                Rule::InvalidValue,
+                self.at(path, &format!("{pointer}/tenant_scope")),
+                format!("`{name}` names the tenant `*`, which stands for every tenant"),
+                "name one tenant, or leave `tenant_scope` out".to_owned(),
+            );
+        }
         if project.require_tenant_scope && def.tenant_scope.is_none() {
             self.report(
                 Rule::InvalidTickEvent,
@@ -1397,19 +1504,11 @@ impl<'a> Checker<'a> {
         let Some(newest) = event_type.versions.last() else {
             return;
         };
-        // The payload the scheduler appends: the fields the schema declares, of `schedule`
-        // and `slot` (a date-time in UTC).
+        // The payload the scheduler appends: `schedule` and `slot` (a date-time in UTC).
         let mut payload = serde_json::Map::new();
         payload.insert("schedule".into(), name.into());
         payload.insert("slot".into(), "2026-01-01T00:00:00Z".into());
-        if let Some(properties) = newest.schema.get("properties").and_then(|p| p.as_object()) {
-            payload.retain(|key, _| properties.contains_key(key));
-        }
-        let payload = serde_json::Value::Object(payload);
-        let Ok(validator) = jsonschema::draft202012::new(&newest.schema) else {
-            return;
-        };
-        if let Some(error) = validator.iter_errors(&payload).next() {
+        if let Some(error) = refusal(newest, payload) {
             self.report(
                 Rule::InvalidTickEvent,
                 location,
@@ -1419,6 +1518,82 @@ impl<'a> Checker<'a> {
                 ),
                 "let the newest version's payload be `schedule` (a string) and `slot` (a \
                  date-time string), or a subset of them"
+                    .to_owned(),
+            );
+        }
+    }
+
+    /// Reports lag thresholds the runtime could not act on: `event_lag.breach` not registered,
+    /// its newest version refusing the breach the dispatcher appends, or an envelope that
+    /// requires a tenant (a breach is about a consumer, in no tenant).
+    fn lag_breach_event(
+        &mut self,
+        events: &BTreeMap<String, EventType>,
+        consumers: &BTreeMap<String, Consumer>,
+        project: &Project,
+    ) {
+        let Some((consumer, producer_class)) = consumers.values().find_map(|consumer| {
+            let class = consumer.lag_thresholds.keys().next()?;
+            Some((consumer, class))
+        }) else {
+            return;
+        };
+        let pointer = format!("/lag_thresholds/{}", escape_pointer_segment(producer_class));
+        let at_threshold = self.at_key(&consumer.file, &pointer);
+        let Some(event_type) = events.get(LAG_BREACH_EVENT) else {
+            if !self.broken_events.contains(LAG_BREACH_EVENT) {
+                self.report(
+                    Rule::UnknownEventType,
+                    at_threshold,
+                    format!(
+                        "`{}` sets a lag threshold, whose breaches append `{LAG_BREACH_EVENT}`, \
+                         which no contract defines",
+                        consumer.name
+                    ),
+                    format!(
+                        "define `events/{LAG_BREACH_EVENT}.yaml` (docs/contracts.md lists its \
+                         payload), or remove `lag_thresholds`"
+                    ),
+                );
+            }
+            return;
+        };
+        if project.require_tenant_scope {
+            self.report(
+                Rule::InvalidLagBreachEvent,
+                at_threshold.clone(),
+                format!(
+                    "a breach of `{}`'s lag threshold is in no tenant, and \
+                     `envelope.require_tenant_scope` refuses events without one",
+                    consumer.name
+                ),
+                "remove `lag_thresholds`, or stop requiring a tenant scope".to_owned(),
+            );
+        }
+        let Some(newest) = event_type.versions.last() else {
+            return;
+        };
+        let mut payload = serde_json::Map::new();
+        payload.insert("breach_id".into(), 1.into());
+        payload.insert("producer_class".into(), producer_class.as_str().into());
+        payload.insert("consumer_name".into(), consumer.name.as_str().into());
+        payload.insert("threshold_ms".into(), 60_000.into());
+        payload.insert("lag_ms".into(), 61_000.into());
+        payload.insert(
+            "oldest_event_id".into(),
+            "01890a5d-ac96-774b-bcce-b302099a8057".into(),
+        );
+        payload.insert("breached_at".into(), "2026-01-01T00:00:00Z".into());
+        if let Some(error) = refusal(newest, payload) {
+            self.report(
+                Rule::InvalidLagBreachEvent,
+                self.at(&event_type.file, &format!("{}/schema", newest.pointer)),
+                format!(
+                    "`{LAG_BREACH_EVENT}` {} refuses the breach the dispatcher appends: {error}",
+                    newest.version
+                ),
+                "let the newest version's payload be the breach's fields (docs/contracts.md, \
+                 \"Lag breach events\"), or a subset of them"
                     .to_owned(),
             );
         }

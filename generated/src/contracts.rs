@@ -1521,6 +1521,123 @@ pub mod payloads {
             }
         }
     }
+    /// Part of the event_lag.breach 1.0.0 payload.
+    #[derive(
+        Debug,
+        Clone,
+        PartialEq,
+        ::evc::serde::Serialize,
+        ::evc::serde::Deserialize,
+        ::evc::schemars::JsonSchema
+    )]
+    #[serde(crate = "::evc::serde")]
+    #[schemars(crate = "::evc::schemars")]
+    #[non_exhaustive]
+    pub struct EventLagBreachV1 {
+        /// The breach (`evc_lag_breaches.id`); it stays open until the lag is back under the threshold.
+        ///
+        /// Checked at run time only (schema validation at append): `minimum`.
+        pub breach_id: u64,
+        /// The producer class of the events whose lag crossed the threshold.
+        ///
+        /// Checked at run time only (schema validation at append): `pattern`, `maxLength`.
+        pub producer_class: ::std::string::String,
+        /// The consumer that lags (`worker.notification.iu`).
+        ///
+        /// Checked at run time only (schema validation at append): `pattern`, `maxLength`.
+        pub consumer_name: ::std::string::String,
+        /// The threshold crossed, in milliseconds.
+        ///
+        /// Checked at run time only (schema validation at append): `minimum`.
+        pub threshold_ms: u64,
+        /// How long the oldest open delivery of the pair had waited when the breach opened, in milliseconds.
+        pub lag_ms: u64,
+        /// The event whose delivery had waited longest (an id, never its payload).
+        #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+        pub oldest_event_id: ::std::option::Option<::evc::uuid::Uuid>,
+        /// When the breach opened.
+        pub breached_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
+    }
+    impl EventLagBreachV1 {
+        /// A `EventLagBreachV1` from its required properties, in the order of the schema's `properties`. Every optional property starts as `None`; set it with its `with_` method.
+        pub fn new(
+            breach_id: u64,
+            producer_class: ::std::string::String,
+            consumer_name: ::std::string::String,
+            threshold_ms: u64,
+            lag_ms: u64,
+            breached_at: ::evc::chrono::DateTime<::evc::chrono::Utc>,
+        ) -> Self {
+            Self {
+                breach_id,
+                producer_class,
+                consumer_name,
+                threshold_ms,
+                lag_ms,
+                oldest_event_id: ::std::option::Option::None,
+                breached_at,
+            }
+        }
+        /// Sets the optional `oldest_event_id` property.
+        #[must_use]
+        pub fn with_oldest_event_id(mut self, value: ::evc::uuid::Uuid) -> Self {
+            self.oldest_event_id = ::std::option::Option::Some(value);
+            self
+        }
+    }
+    impl EventLagBreachV1 {
+        /// The event type.
+        pub const EVENT_TYPE: &'static str = "event_lag.breach";
+        /// The contract version this type was generated from (the newest of its major).
+        pub const VERSION: &'static str = "1.0.0";
+        /// The major version.
+        pub const MAJOR: u64 = 1;
+    }
+    impl ::evc::RegisteredEvent for EventLagBreachV1 {
+        const EVENT_TYPE: &'static str = "event_lag.breach";
+        const VERSION: &'static str = "1.0.0";
+        fn order_key(&self) -> ::std::option::Option<::std::string::String> {
+            let parts: ::std::vec::Vec<::std::string::String> = ::std::vec![
+                ::evc::order_key_part(& self.consumer_name)
+            ];
+            ::std::option::Option::Some(parts.join("/"))
+        }
+    }
+    /// `event_lag.breach`: A consumer's lag for the events of one producer class crossed the threshold its contract sets; appended once per breach by the dispatcher's lag watch.
+    #[derive(Debug, Clone, PartialEq, ::evc::serde::Serialize)]
+    #[serde(crate = "::evc::serde")]
+    #[serde(untagged)]
+    #[non_exhaustive]
+    pub enum EventLagBreach {
+        /// Major version 1 (1.0.0).
+        V1(EventLagBreachV1),
+    }
+    #[allow(deprecated)]
+    impl EventLagBreach {
+        /// The event type.
+        pub const EVENT_TYPE: &'static str = "event_lag.breach";
+        /// Decodes a payload produced under major version `major`.
+        ///
+        /// # Errors
+        /// When the major is not registered or the payload does not fit its type.
+        pub fn from_json(
+            major: u64,
+            payload: ::evc::serde_json::Value,
+        ) -> ::std::result::Result<Self, ::evc::serde_json::Error> {
+            match major {
+                1 => ::evc::serde_json::from_value(payload).map(Self::V1),
+                other => {
+                    ::std::result::Result::Err(
+                        <::evc::serde_json::Error as ::evc::serde::de::Error>::custom(
+                            ::std::format!(
+                                "{} has no major version {}", "event_lag.breach", other
+                            ),
+                        ),
+                    )
+                }
+            }
+        }
+    }
     /// Governance state the unit starts in.
     #[derive(
         Debug,
@@ -4359,6 +4476,8 @@ pub mod payloads {
         DotCommandFailed(DotCommandFailed),
         /// `dot.command_started`.
         DotCommandStarted(DotCommandStarted),
+        /// `event_lag.breach`.
+        EventLagBreach(EventLagBreach),
         /// `iu.born`.
         IuBorn(IuBorn),
         /// `iu.deprecated`.
@@ -4455,6 +4574,9 @@ pub mod payloads {
                 "dot.command_started" => {
                     DotCommandStarted::from_json(major, payload)
                         .map(Self::DotCommandStarted)
+                }
+                "event_lag.breach" => {
+                    EventLagBreach::from_json(major, payload).map(Self::EventLagBreach)
                 }
                 "iu.born" => IuBorn::from_json(major, payload).map(Self::IuBorn),
                 "iu.deprecated" => {
@@ -4749,6 +4871,24 @@ pub mod producers {
         let event = ::evc::OutgoingEvent::new(
             DotCommandStartedV1::EVENT_TYPE,
             DotCommandStartedV1::VERSION,
+            ::evc::RegisteredEvent::order_key(payload),
+            trace,
+            payload,
+        )?;
+        publisher.publish(event).await
+    }
+    /// Appends a `event_lag.breach` event (1.0.0, major 1) in the caller's transaction.
+    ///
+    /// # Errors
+    /// When the payload does not serialize or the publisher refuses the event.
+    pub async fn emit_event_lag_breach_v1<P: ::evc::Publish>(
+        publisher: &mut P,
+        trace: &::evc::TraceContext,
+        payload: &EventLagBreachV1,
+    ) -> ::std::result::Result<P::Receipt, P::Error> {
+        let event = ::evc::OutgoingEvent::new(
+            EventLagBreachV1::EVENT_TYPE,
+            EventLagBreachV1::VERSION,
             ::evc::RegisteredEvent::order_key(payload),
             trace,
             payload,
@@ -5374,6 +5514,30 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
+        /// Handles `cron.tick.nightly_rollup` deliveries (^1: 1.0.0).
+        fn on_cron_tick_nightly_rollup(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
+            payload: CronTickNightlyRollupV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send;
+        /// Handles `cron.tick.review_sweep` deliveries (^1: 1.0.0).
+        fn on_cron_tick_review_sweep(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
+            payload: CronTickReviewSweepV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send;
+        /// Handles `event_lag.breach` deliveries (^1: 1.0.0).
+        fn on_event_lag_breach(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
+            payload: EventLagBreachV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
     impl<EvcStore: ::evc::Store, HAudit: Audit<EvcStore>> Audit<EvcStore>
@@ -5638,6 +5802,33 @@ pub mod consumers {
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
             HAudit::on_dlq_replay_failed(self, cx, payload)
+        }
+        fn on_cron_tick_nightly_rollup(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
+            payload: CronTickNightlyRollupV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            HAudit::on_cron_tick_nightly_rollup(self, cx, payload)
+        }
+        fn on_cron_tick_review_sweep(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
+            payload: CronTickReviewSweepV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            HAudit::on_cron_tick_review_sweep(self, cx, payload)
+        }
+        fn on_event_lag_breach(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
+            payload: EventLagBreachV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            HAudit::on_event_lag_breach(self, cx, payload)
         }
     }
     /// Serves `audit` with a [`Audit`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
@@ -6180,6 +6371,60 @@ pub mod consumers {
                                 "payload_does_not_match_type",
                             ))?;
                         self.0.on_dlq_replay_failed(&mut context, payload).await
+                    }
+                    "cron.tick.nightly_rollup" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            CronTickNightlyRollupV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_cron_tick_nightly_rollup(&mut context, payload).await
+                    }
+                    "cron.tick.review_sweep" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            CronTickReviewSweepV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_cron_tick_review_sweep(&mut context, payload).await
+                    }
+                    "event_lag.breach" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            EventLagBreachV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_event_lag_breach(&mut context, payload).await
                     }
                     _ => {
                         ::std::result::Result::Err(
@@ -7396,6 +7641,14 @@ pub mod consumers {
         ) -> impl ::std::future::Future<
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send;
+        /// Handles `event_lag.breach` deliveries (^1: 1.0.0).
+        fn on_event_lag_breach(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
+            payload: EventLagBreachV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send;
     }
     /// A shared handler is a handler: the application keeps a clone of the `Arc`.
     impl<
@@ -7482,6 +7735,15 @@ pub mod consumers {
             Output = ::std::result::Result<(), ::evc::HandlerError>,
         > + Send {
             HWorkerSqlAggregate::on_cron_tick_nightly_rollup(self, cx, payload)
+        }
+        fn on_event_lag_breach(
+            &self,
+            cx: &mut ::evc::HandlerContext<'_, EvcStore>,
+            payload: EventLagBreachV1,
+        ) -> impl ::std::future::Future<
+            Output = ::std::result::Result<(), ::evc::HandlerError>,
+        > + Send {
+            HWorkerSqlAggregate::on_event_lag_breach(self, cx, payload)
         }
     }
     /// Serves `worker.sql.aggregate` with a [`WorkerSqlAggregate`] implementation: decodes each delivery's payload into the type the consumer subscribed to and calls its handler method. Give it to `Dispatcher::serve`.
@@ -7662,6 +7924,24 @@ pub mod consumers {
                             ))?;
                         self.0.on_cron_tick_nightly_rollup(&mut context, payload).await
                     }
+                    "event_lag.breach" => {
+                        if !["1.0.0"].contains(&delivery.version.as_str()) {
+                            return ::std::result::Result::Err(
+                                ::evc::HandlerError::new(
+                                    ::evc::FailureClass::Scope,
+                                    "version_not_subscribed",
+                                ),
+                            );
+                        }
+                        let payload = ::evc::serde_json::from_value::<
+                            EventLagBreachV1,
+                        >(claimed.payload.clone())
+                            .map_err(|_| ::evc::HandlerError::new(
+                                ::evc::FailureClass::Schema,
+                                "payload_does_not_match_type",
+                            ))?;
+                        self.0.on_event_lag_breach(&mut context, payload).await
+                    }
                     _ => {
                         ::std::result::Result::Err(
                             ::evc::HandlerError::new(
@@ -7763,7 +8043,7 @@ pub mod consumers {
 /// contracts, and the project's runtime settings.
 pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     project: "evc_reference",
-    digest: "97e3053e0c81b1478d5025691273381691bb764c51d72fd2b1bc7af19d392fc0",
+    digest: "74831fa7a413f5c46511bc5d985d1b5b6a15a65c70e407fefcef5eee862a782f",
     events: &[
         ::evc::EventDescriptor {
             name: "agent.suggestion",
@@ -7994,6 +8274,22 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
                     major: 1,
                     schema: "{\"additionalProperties\":false,\"properties\":{\"attempt\":{\"description\":\"Attempt number, the first being 1.\",\"minimum\":1,\"type\":\"integer\"},\"command_name\":{\"description\":\"Name of the pipeline command (`iu.axis.resolve`).\",\"maxLength\":128,\"pattern\":\"^[a-z][a-z0-9_]*(\\\\.[a-z0-9_]+)*$\",\"type\":\"string\"},\"command_run_id\":{\"description\":\"This run of the command.\",\"format\":\"uuid\",\"type\":\"string\"},\"started_at\":{\"description\":\"When the command started.\",\"format\":\"date-time\",\"type\":\"string\"},\"step_run_id\":{\"description\":\"The step run that issued the command.\",\"format\":\"uuid\",\"type\":\"string\"},\"workflow_run_id\":{\"description\":\"The workflow run the command belongs to.\",\"format\":\"uuid\",\"type\":\"string\"}},\"required\":[\"workflow_run_id\",\"step_run_id\",\"command_run_id\",\"command_name\",\"attempt\",\"started_at\"],\"type\":\"object\"}",
                     schema_digest: "a53179236ebab327d2848793d9a1fb87c29283593435271b947bda7cc23b5c7f",
+                },
+            ],
+        },
+        ::evc::EventDescriptor {
+            name: "event_lag.breach",
+            description: "A consumer's lag for the events of one producer class crossed the threshold its contract sets; appended once per breach by the dispatcher's lag watch.",
+            producer_class: "dispatcher",
+            order_key: &["consumer_name"],
+            deprecated: false,
+            max_payload_bytes: 4096,
+            versions: &[
+                ::evc::VersionDescriptor {
+                    version: "1.0.0",
+                    major: 1,
+                    schema: "{\"additionalProperties\":false,\"properties\":{\"breach_id\":{\"description\":\"The breach (`evc_lag_breaches.id`); it stays open until the lag is back under the threshold.\",\"minimum\":1,\"type\":\"integer\"},\"breached_at\":{\"description\":\"When the breach opened.\",\"format\":\"date-time\",\"type\":\"string\"},\"consumer_name\":{\"description\":\"The consumer that lags (`worker.notification.iu`).\",\"maxLength\":128,\"pattern\":\"^[a-z][a-z0-9_]*(\\\\.[a-z0-9_]+)*$\",\"type\":\"string\"},\"lag_ms\":{\"description\":\"How long the oldest open delivery of the pair had waited when the breach opened, in milliseconds.\",\"minimum\":0,\"type\":\"integer\"},\"oldest_event_id\":{\"description\":\"The event whose delivery had waited longest (an id, never its payload).\",\"format\":\"uuid\",\"type\":\"string\"},\"producer_class\":{\"description\":\"The producer class of the events whose lag crossed the threshold.\",\"maxLength\":128,\"pattern\":\"^[a-z][a-z0-9_]*(\\\\.[a-z0-9_]+)*$\",\"type\":\"string\"},\"threshold_ms\":{\"description\":\"The threshold crossed, in milliseconds.\",\"minimum\":1,\"type\":\"integer\"}},\"required\":[\"breach_id\",\"producer_class\",\"consumer_name\",\"threshold_ms\",\"lag_ms\",\"breached_at\"],\"type\":\"object\"}",
+                    schema_digest: "00d49829f15932ea886a39a929ae17cbc32ad7ef32914b80712b334f1b30ac43",
                 },
             ],
         },
@@ -8506,6 +8802,21 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
+                ::evc::SubscriptionDescriptor {
+                    event: "cron.tick.nightly_rollup",
+                    requirement: "^1",
+                    versions: &["1.0.0"],
+                },
+                ::evc::SubscriptionDescriptor {
+                    event: "cron.tick.review_sweep",
+                    requirement: "^1",
+                    versions: &["1.0.0"],
+                },
+                ::evc::SubscriptionDescriptor {
+                    event: "event_lag.breach",
+                    requirement: "^1",
+                    versions: &["1.0.0"],
+                },
             ],
         },
         ::evc::ConsumerDescriptor {
@@ -8748,6 +9059,11 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
                     requirement: "^1",
                     versions: &["1.0.0"],
                 },
+                ::evc::SubscriptionDescriptor {
+                    event: "event_lag.breach",
+                    requirement: "^1",
+                    versions: &["1.0.0"],
+                },
             ],
         },
     ],
@@ -8856,6 +9172,18 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             missed: ::evc::MissedSlots::Skip,
             catch_up_limit: 100,
             tenant_scope: None,
+        },
+    ],
+    lag_thresholds: &[
+        ::evc::LagThresholdDescriptor {
+            consumer: "worker.notification.iu",
+            producer_class: "iu_axis_lifecycle",
+            threshold_ms: 300000,
+        },
+        ::evc::LagThresholdDescriptor {
+            consumer: "worker.notification.iu",
+            producer_class: "workflow_engine",
+            threshold_ms: 120000,
         },
     ],
     payload_policy: ::evc::PayloadPolicyDescriptor {

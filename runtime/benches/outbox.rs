@@ -204,6 +204,7 @@ static REGISTRY: Registry = Registry {
     retry_policies: &[POLICY],
     executor_classes: &[],
     schedules: &[],
+    lag_thresholds: &[],
     payload_policy: evc_runtime::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &["password", "token", "api_key", "secret"],

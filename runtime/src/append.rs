@@ -862,6 +862,7 @@ mod tests {
         retry_policies: &[],
         executor_classes: &[],
         schedules: &[],
+        lag_thresholds: &[],
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: &[],
             credential_key_names: &[],

@@ -38,8 +38,9 @@ pub use policy::{
 pub use publish::{OutgoingEvent, PayloadError, Publish, RegisteredEvent, order_key_part};
 pub use registry::{
     ConsumerDescriptor, ConsumerMode, DispatcherDescriptor, EventDescriptor,
-    ExecutorClassDescriptor, HandlerKind, MissedSlots, PayloadPolicyDescriptor, Registry,
-    RetryPolicyDescriptor, ScheduleDescriptor, SubscriptionDescriptor, VersionDescriptor,
+    ExecutorClassDescriptor, HandlerKind, LagThresholdDescriptor, MissedSlots,
+    PayloadPolicyDescriptor, Registry, RetryPolicyDescriptor, ScheduleDescriptor,
+    SubscriptionDescriptor, VersionDescriptor,
 };
 pub use retry::{Jitter, RetryDecision, RetryKind, RetryPolicy, RetryPolicyError};
 pub use store::postgres::{
@@ -69,6 +70,6 @@ pub use store::{
     DEAD_LETTERED, DISCARDED, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED,
     REPLAYED_JOB_FAILED, replay_uuid,
 };
-pub use store::{MAX_COUNTED_SKIPS, ScheduleRound, ScheduleState};
+pub use store::{LAG_BREACH, LagBreach, LagRound, MAX_COUNTED_SKIPS, ScheduleRound, ScheduleState};
 pub use tenant::{ALL_TENANTS, TenantScope, TenantScopeError};
 pub use trace::{TraceContext, TraceContextError, check_trace_id};

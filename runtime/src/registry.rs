@@ -133,6 +133,19 @@ impl ExecutorClassDescriptor {
     }
 }
 
+/// A consumer's lag threshold for the events of one producer class (`lag_thresholds` of its
+/// contract): when the oldest open delivery to the consumer of such an event has waited
+/// longer, the dispatcher appends one `event_lag.breach` for the breach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LagThresholdDescriptor {
+    /// The consumer.
+    pub consumer: &'static str,
+    /// The producer class of the events whose lag is measured.
+    pub producer_class: &'static str,
+    /// The longest wait that is not a breach, in milliseconds.
+    pub threshold_ms: u64,
+}
+
 /// What a scheduler does with the slots of a schedule that passed while no dispatcher ran it
 /// (all were stopped, the clock jumped ahead).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -238,6 +251,8 @@ pub struct Registry {
     pub executor_classes: &'static [ExecutorClassDescriptor],
     /// Schedules, sorted by name; empty in a project without `schedules.yaml`.
     pub schedules: &'static [ScheduleDescriptor],
+    /// Lag thresholds, sorted by consumer then producer class.
+    pub lag_thresholds: &'static [LagThresholdDescriptor],
     /// The payload policy every append is checked against.
     pub payload_policy: PayloadPolicyDescriptor,
     /// Whether an append without a tenant scope is refused (`envelope.require_tenant_scope`).
@@ -376,6 +391,7 @@ mod tests {
         retry_policies: &[],
         executor_classes: &[],
         schedules: &[],
+        lag_thresholds: &[],
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: &[],
             credential_key_names: &[],

@@ -79,6 +79,10 @@ async fn the_mirror_carries_the_settings_the_application_is_built_with() -> Test
         // The executor classes too, the retired one included.
         assert!(!built.executor_classes.is_empty());
         assert_eq!(deployed.executor_classes, built.executor_classes);
+        // And the schedules and lag thresholds, which `evc dispatch` runs.
+        assert!(!built.schedules.is_empty() && !built.lag_thresholds.is_empty());
+        assert_eq!(deployed.schedules, built.schedules);
+        assert_eq!(deployed.lag_thresholds, built.lag_thresholds);
         // So an append through it is checked as the application's is: accepted.
         let appended = append_deployed(&pool, 1, AppendOptions::new()).await?;
         assert!(appended.is_ok(), "{appended:?}");
@@ -200,10 +204,16 @@ async fn installed_settings_are_the_settings_deployed_registry_reads() -> TestRe
                 ..*consumer
             })
             .collect();
+        let lag_thresholds = &[evc_runtime::LagThresholdDescriptor {
+            consumer: "audit",
+            producer_class: "dot",
+            threshold_ms: 1_500,
+        }];
         let changed = Registry {
             consumers: Box::leak(consumers.into_boxed_slice()),
             executor_classes: &[],
-            schedules: &[],
+            schedules: &built.schedules[..1],
+            lag_thresholds,
             payload_policy: PayloadPolicyDescriptor {
                 denied_keys: &["secret", "it's"],
                 credential_key_names: &["token"],
@@ -229,6 +239,8 @@ async fn installed_settings_are_the_settings_deployed_registry_reads() -> TestRe
         assert_eq!(deployed.payload_policy, changed.payload_policy);
         assert_eq!(deployed.require_tenant_scope, changed.require_tenant_scope);
         assert_eq!(deployed.dispatcher, changed.dispatcher);
+        assert_eq!(deployed.schedules, changed.schedules);
+        assert_eq!(deployed.lag_thresholds, changed.lag_thresholds);
         for consumer in changed.consumers {
             assert_eq!(
                 deployed
@@ -239,6 +251,19 @@ async fn installed_settings_are_the_settings_deployed_registry_reads() -> TestRe
                 consumer.name
             );
         }
+        // Settings installed later without schedules or thresholds leave the recorded ones
+        // behind under the older digest, where no reader takes them.
+        deploy_settings(
+            &pool,
+            Registry {
+                schedules: &[],
+                lag_thresholds: &[],
+                ..changed
+            },
+        )
+        .await?;
+        let deployed = deployed_registry(&pool).await?;
+        assert!(deployed.schedules.is_empty() && deployed.lag_thresholds.is_empty());
         Ok(())
     })
     .await
@@ -262,6 +287,7 @@ async fn changed_settings_rows_change_what_appends_pass() -> TestResult {
             Registry {
                 executor_classes: &[],
                 schedules: &[],
+                lag_thresholds: &[],
                 payload_policy: PayloadPolicyDescriptor {
                     hard_max_bytes: 64,
                     ..built.payload_policy
@@ -307,6 +333,7 @@ async fn changed_settings_rows_change_what_appends_pass() -> TestResult {
             Registry {
                 executor_classes: &[],
                 schedules: &[],
+                lag_thresholds: &[],
                 payload_policy: PayloadPolicyDescriptor {
                     denied_keys: Box::leak(denied_keys.into_boxed_slice()),
                     ..built.payload_policy

@@ -69,6 +69,7 @@ async fn a_key_newly_denied_by_the_contracts_is_refused() -> TestResult {
         let registry = Registry {
             executor_classes: &[],
             schedules: &[],
+            lag_thresholds: &[],
             payload_policy: PayloadPolicyDescriptor {
                 denied_keys: &["internal_memo"],
                 ..REFERENCE_POLICY
@@ -113,6 +114,7 @@ async fn a_lowered_hard_cap_refuses_what_the_event_cap_allows() -> TestResult {
         let registry = Registry {
             executor_classes: &[],
             schedules: &[],
+            lag_thresholds: &[],
             payload_policy: PayloadPolicyDescriptor {
                 hard_max_bytes: 64,
                 ..REFERENCE_POLICY

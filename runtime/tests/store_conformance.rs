@@ -159,6 +159,16 @@ mod schedules {
     );
 }
 
+/// Lag breaches, on both stores, with [`conformance::LAGGING_REGISTRY`].
+mod lag {
+    use super::*;
+
+    conformance!(
+        crate::conformance::LAGGING_REGISTRY =>
+        a_lag_breach_appends_one_event_while_it_lasts,
+    );
+}
+
 /// A `test.note` whose key is number `key`.
 fn note(key: u64) -> OutgoingEvent {
     support::event("test.note", "1.0.0", support::note(&support::note_key(key)))
@@ -3997,13 +4007,139 @@ async fn a_schedule_without_rounds_is_reported_overdue_until_one_ticks_it<S: Con
     );
     assert!(report.schedules.iter().all(|s| s.overdue < SCHEDULE_GRACE));
     let metrics = report.prometheus();
-    assert!(
-        metrics.contains("evc_schedule_ticks_total{schedule=\"hourly\"} 3"),
+    let value = |series: &str| {
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(series))
+            .and_then(|rest| rest.trim().parse::<f64>().ok())
+    };
+    assert_eq!(
+        value("evc_schedule_ticks_total{schedule=\"hourly\"}"),
+        Some(3.0),
         "{metrics}"
     );
-    assert!(
-        metrics.contains("evc_schedule_overdue_seconds{schedule=\"daily\"} 0"),
+    assert_eq!(
+        value("evc_schedule_overdue_seconds{schedule=\"daily\"}"),
+        Some(0.0),
         "{metrics}"
     );
+    Ok(())
+}
+
+/// A pair's lag over its threshold opens one breach and appends one `event_lag.breach`, however
+/// many rounds see it; the breach closes once nothing of the pair waits, and a later lag opens
+/// a new one. A producer class without a threshold breaches nothing.
+async fn a_lag_breach_appends_one_event_while_it_lasts<S: Conformance>(store: S) -> TestResult {
+    use evc_runtime::{DeliveryStatus, LAG_BREACH};
+    let quiet = store.watch_lag().await?;
+    assert!(quiet.leader);
+    assert_eq!(
+        (quiet.opened, quiet.closed),
+        (0, 0),
+        "{}: nothing waits",
+        S::NAME
+    );
+    committed(&store, vec![ping()]).await?;
+    let receipts = committed(&store, vec![note(1)]).await?;
+    // The threshold is a millisecond: let the note's delivery wait longer than that.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let rounds: Vec<_> = (0..3)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move { store.watch_lag().await })
+        })
+        .collect();
+    let mut opened = 0;
+    for round in rounds {
+        opened += round.await??.opened;
+    }
+    assert_eq!(opened, 1, "{}: one breach, however many rounds", S::NAME);
+    assert_eq!(store.watch_lag().await?.opened, 0, "{}", S::NAME);
+    assert_eq!(store.count_events(&[LAG_BREACH]).await?, 1);
+    let breaches = store.lag_breaches(10).await?;
+    assert_eq!(breaches.len(), 1);
+    let breach = &breaches[0];
+    assert_eq!(
+        (
+            breach.consumer.as_str(),
+            breach.producer_class.as_str(),
+            breach.threshold_ms
+        ),
+        (PLAIN, "notes", 1)
+    );
+    assert!(
+        breach.lag_ms > 1 && breach.closed_at.is_none(),
+        "{breach:?}"
+    );
+    assert_eq!(breach.oldest_event_id, Some(receipts[0].event_id));
+    let report = store.status(Duration::from_secs(60)).await?;
+    assert_eq!(report.lag_breaches, breaches);
+    assert!(
+        report.problems(Duration::from_secs(3600)).iter().any(
+            |p| matches!(p, evc_runtime::Problem::LagThresholdBreached(b) if b.id == breach.id)
+        ),
+        "{}",
+        S::NAME
+    );
+    // The breach is an event like any other, delivered to its consumer; never its payload's
+    // source: the note is named by id only.
+    assert_eq!(
+        store
+            .count_deliveries(conformance::ALERTS, &[DeliveryStatus::Pending])
+            .await?,
+        1
+    );
+    // The feed holds back events behind transactions still open on the server (PostgreSQL).
+    let event = eventually(|| async {
+        let feed = store.feed(FeedPosition::default(), 100).await?;
+        Ok(feed.into_iter().find(|e| e.event_type == LAG_BREACH))
+    })
+    .await?
+    .ok_or("the breach never reached the feed")?;
+    assert_eq!(event.payload["breach_id"], breach.id);
+    assert_eq!(event.payload["consumer_name"], PLAIN);
+    assert_eq!(
+        event.payload["oldest_event_id"],
+        receipts[0].event_id.to_string()
+    );
+    assert_eq!(event.causation_id, Some(receipts[0].event_id.to_string()));
+
+    // The note is handled: the breach closes, and no event says so.
+    let claimed = claim(
+        &store,
+        PLAIN,
+        "lag-owner",
+        10,
+        Duration::from_secs(30),
+        false,
+    )
+    .await?;
+    let leases: Vec<&evc_runtime::Lease> = claimed
+        .iter()
+        .map(|c| &c.lease)
+        .filter(|lease| lease.event_id == receipts[0].event_id)
+        .collect();
+    assert_eq!(leases.len(), 1);
+    let mut connection = store.pool().acquire().await?;
+    store.ack(&mut connection, &leases).await?;
+    drop(connection);
+    let closing = store.watch_lag().await?;
+    assert_eq!((closing.opened, closing.closed), (0, 1), "{}", S::NAME);
+    assert!(store.lag_breaches(10).await?[0].closed_at.is_some());
+    assert!(
+        store
+            .status(Duration::from_secs(60))
+            .await?
+            .lag_breaches
+            .is_empty()
+    );
+
+    // A later lag is a new breach.
+    committed(&store, vec![note(2)]).await?;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(store.watch_lag().await?.opened, 1, "{}", S::NAME);
+    assert_eq!(store.count_events(&[LAG_BREACH]).await?, 2);
+    let breaches = store.lag_breaches(10).await?;
+    assert!(breaches[0].closed_at.is_none() && breaches[1].closed_at.is_some());
     Ok(())
 }

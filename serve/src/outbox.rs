@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use evc_runtime::{
     AttemptRecord, AttemptTotals, Console, ConsumerMode, ConsumerState, DeliveryRecord,
-    DispatchError, EventRecord, FeedEvent, FeedPosition, Observe, Operate, PgStore, Proposed,
-    Registry, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection,
+    DispatchError, EventRecord, FeedEvent, FeedPosition, LagBreach, Observe, Operate, PgStore,
+    Proposed, Registry, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection,
     ScheduleState, SettledDelivery, SqliteStore, StateChange, StateChangeRecord, StatusReport,
     Store, StoreError, TimelineEntry,
 };
@@ -83,6 +83,11 @@ impl Outbox {
 
     pub(crate) async fn status(&self, window: Duration) -> Result<StatusReport, DispatchError> {
         on_store!(self, Role::Reader, store => store.status(window).await)
+    }
+
+    /// The lag breaches, open first, then the newest closed, at most `limit`.
+    pub(crate) async fn lag_breaches(&self, limit: u32) -> Result<Vec<LagBreach>, DispatchError> {
+        on_store!(self, Role::Reader, store => store.lag_breaches(limit).await)
     }
 
     /// Every schedule a scheduler round has seen.

@@ -182,6 +182,21 @@ async fn answers_as_documented(outbox: Outbox, seeded: Seeded) -> TestResult {
         "{schedules}"
     );
 
+    // Nothing of the seeded outbox has waited for minutes: no breach.
+    let (status, breaches) = client
+        .get(&server, "/api/v1/lag-breaches", "/api/v1/lag-breaches")
+        .await?;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(breaches, serde_json::json!([]));
+    let (status, _) = client
+        .get(
+            &server,
+            "/api/v1/lag-breaches",
+            "/api/v1/lag-breaches?limit=0",
+        )
+        .await?;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
     let (status, consumers) = client
         .get(&server, "/api/v1/consumers", "/api/v1/consumers")
         .await?;

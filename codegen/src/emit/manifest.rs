@@ -42,6 +42,28 @@ pub struct Settings<'a> {
     /// Handler timeouts of the consumers that set one, by consumer.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub handler_timeouts: BTreeMap<&'a str, String>,
+    /// Schedules, by name (left out when there are none).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub schedules: BTreeMap<&'a str, ScheduleEntry<'a>>,
+    /// Lag thresholds of the consumers that set any, by consumer, then producer class.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub lag_thresholds: BTreeMap<&'a str, BTreeMap<&'a str, String>>,
+}
+
+/// A schedule, as the dispatchers run it.
+#[derive(Debug, Serialize)]
+pub struct ScheduleEntry<'a> {
+    /// The cron expression, in UTC.
+    pub cron: &'a str,
+    /// The tick event.
+    pub event: &'a str,
+    /// What happens to missed slots.
+    pub missed: crate::format::Missed,
+    /// The most missed slots a catch-up ticks.
+    pub catch_up_limit: u32,
+    /// The ticks' tenant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant_scope: Option<&'a str>,
 }
 
 /// The payload policy.
@@ -108,6 +130,35 @@ pub fn settings(set: &ContractSet) -> Settings<'_> {
             .filter_map(|(name, consumer)| {
                 let timeout = consumer.handler_timeout?;
                 Some((name.as_str(), duration::format(timeout)))
+            })
+            .collect(),
+        schedules: set
+            .schedules
+            .iter()
+            .map(|(name, schedule)| {
+                (
+                    name.as_str(),
+                    ScheduleEntry {
+                        cron: &schedule.cron,
+                        event: &schedule.event,
+                        missed: schedule.missed,
+                        catch_up_limit: schedule.catch_up_limit,
+                        tenant_scope: schedule.tenant_scope.as_deref(),
+                    },
+                )
+            })
+            .collect(),
+        lag_thresholds: set
+            .consumers
+            .iter()
+            .filter(|(_, consumer)| !consumer.lag_thresholds.is_empty())
+            .map(|(name, consumer)| {
+                let thresholds = consumer
+                    .lag_thresholds
+                    .iter()
+                    .map(|(class, threshold)| (class.as_str(), duration::format(*threshold)))
+                    .collect();
+                (name.as_str(), thresholds)
             })
             .collect(),
     }

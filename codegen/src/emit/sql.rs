@@ -58,6 +58,7 @@
 //!   mirror), named the same way.
 //! - `NNNN_evc_runtime_v23.sql`: the twenty-third step (where each schedule stands), named the
 //!   same way.
+//! - `NNNN_evc_runtime_v24.sql`: the twenty-fourth step (lag breaches), named the same way.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
@@ -151,6 +152,9 @@ pub const RUNTIME_V22_SUFFIX: &str = "_evc_runtime_v22.sql";
 
 /// The file name of the runtime tables' twenty-third step, after its version.
 pub const RUNTIME_V23_SUFFIX: &str = "_evc_runtime_v23.sql";
+
+/// The file name of the runtime tables' twenty-fourth step, after its version.
+pub const RUNTIME_V24_SUFFIX: &str = "_evc_runtime_v24.sql";
 
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
@@ -309,6 +313,11 @@ const STEPS: &[Step] = &[
         with: With::Notice,
     },
     Step {
+        name: Name::Step(RUNTIME_V24_SUFFIX),
+        template: template!("evc_runtime_v24.sql"),
+        with: With::Notice,
+    },
+    Step {
         name: Name::Digest(REGISTRY_INFIX),
         template: template!("evc_registry.sql"),
         with: With::Registry,
@@ -382,6 +391,9 @@ struct Inputs {
     registry: RegistryRows,
     /// The settings row, in the settings template's column order ([`With::Settings`]).
     settings: Row,
+    /// The schedules, the lag thresholds and the settings digest that records them, as SQL
+    /// expressions; empty for a project without either ([`With::Settings`]).
+    scheduling: Row,
 }
 
 impl Inputs {
@@ -413,6 +425,7 @@ impl Inputs {
                 Self {
                     notice,
                     settings: settings_row(set, &digest)?,
+                    scheduling: scheduling_row(set, &digest)?,
                     digest,
                     ..Self::default()
                 }
@@ -699,6 +712,50 @@ fn settings_row(set: &ContractSet, settings_digest: &str) -> Result<Row, EmitErr
     ])
 }
 
+/// The schedules and lag thresholds as the runtime reads them back from `evc_settings`
+/// (`deployed_registry`), and the settings digest that records them; empty when the project
+/// has neither, so its settings file renders as before they existed.
+fn scheduling_row(set: &ContractSet, settings_digest: &str) -> Result<Row, EmitError> {
+    let thresholds: Vec<serde_json::Value> = set
+        .consumers
+        .values()
+        .flat_map(|consumer| {
+            consumer
+                .lag_thresholds
+                .iter()
+                .map(|(producer_class, threshold)| {
+                    serde_json::json!({
+                        "consumer": consumer.name,
+                        "producer_class": producer_class,
+                        "threshold_ms": u64::try_from(threshold.as_millis()).unwrap_or(u64::MAX),
+                    })
+                })
+        })
+        .collect();
+    if set.schedules.is_empty() && thresholds.is_empty() {
+        return Ok(Vec::new());
+    }
+    let schedules: Vec<serde_json::Value> = set
+        .schedules
+        .values()
+        .map(|schedule| {
+            serde_json::json!({
+                "name": schedule.name,
+                "cron": schedule.cron,
+                "event": schedule.event,
+                "missed": crate::format::keyword(&schedule.missed),
+                "catch_up_limit": schedule.catch_up_limit,
+                "tenant_scope": schedule.tenant_scope,
+            })
+        })
+        .collect();
+    Ok(vec![
+        jsonb(&serde_json::Value::Array(schedules))?,
+        jsonb(&serde_json::Value::Array(thresholds))?,
+        literal(settings_digest)?,
+    ])
+}
+
 /// A duration as a `bigint` of milliseconds.
 fn duration_ms(duration: std::time::Duration) -> Result<String, EmitError> {
     bigint(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
@@ -936,9 +993,10 @@ mod tests {
                 format!("0021{RUNTIME_V21_SUFFIX}"),
                 format!("0022{RUNTIME_V22_SUFFIX}"),
                 format!("0023{RUNTIME_V23_SUFFIX}"),
-                format!("0024_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
+                format!("0024{RUNTIME_V24_SUFFIX}"),
+                format!("0025_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
                 format!(
-                    "0025_evc_settings_{}.sql",
+                    "0026_evc_settings_{}.sql",
                     &settings_digest(&set)?[..DIGEST_PREFIX_LEN]
                 ),
             ]
@@ -1060,7 +1118,7 @@ mod tests {
         let after = settings_of(&changed).ok_or("no settings file")?;
         assert_eq!(
             after.path.file_name().and_then(|n| n.to_str()),
-            Some(format!("0026_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
+            Some(format!("0027_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
             "the next number after the checked-in files"
         );
         // batch_size, lease_ms in column order.

@@ -25,3 +25,13 @@ ON CONFLICT (id) DO UPDATE SET
     applied_at = now()
 WHERE (evc_settings.settings_digest, evc_settings.denied_keys, evc_settings.credential_key_names, evc_settings.default_max_bytes, evc_settings.hard_max_bytes, evc_settings.require_tenant_scope, evc_settings.batch_size, evc_settings.lease_ms, evc_settings.heartbeat_ms, evc_settings.max_attempts, evc_settings.backoff_ceiling_ms, evc_settings.handler_timeouts)
     IS DISTINCT FROM (EXCLUDED.settings_digest, EXCLUDED.denied_keys, EXCLUDED.credential_key_names, EXCLUDED.default_max_bytes, EXCLUDED.hard_max_bytes, EXCLUDED.require_tenant_scope, EXCLUDED.batch_size, EXCLUDED.lease_ms, EXCLUDED.heartbeat_ms, EXCLUDED.max_attempts, EXCLUDED.backoff_ceiling_ms, EXCLUDED.handler_timeouts);
+{%- if !scheduling.is_empty() %}
+
+-- The schedules and lag thresholds the dispatchers run, for readers of the database
+-- (`evc dispatch`, `evc serve`), with the settings digest that wrote them: a later settings
+-- file without them leaves them behind under an older digest, and readers ignore them then.
+UPDATE evc_settings
+SET schedules = {{ scheduling[0] }}, lag_thresholds = {{ scheduling[1] }},
+    scheduling_digest = {{ scheduling[2] }}
+WHERE id AND scheduling_digest IS DISTINCT FROM {{ scheduling[2] }};
+{%- endif %}

@@ -57,6 +57,10 @@ pub struct DispatcherConfig {
     /// this long after it comes. `None`: this dispatcher runs no schedules. Every second by
     /// default; unused without `schedules.yaml`.
     pub schedule_interval: Option<Duration>,
+    /// How often the lag watch measures the registry's lag thresholds (docs/runtime.md, "Lag
+    /// breaches"): a breach opens within this long of crossing its threshold. `None`: this
+    /// dispatcher watches no lag. Every 5 seconds by default; unused without thresholds.
+    pub lag_watch_interval: Option<Duration>,
 }
 
 impl Default for DispatcherConfig {
@@ -77,6 +81,7 @@ impl Default for DispatcherConfig {
             claim_cursor: true,
             handler_timeout: None,
             schedule_interval: Some(Duration::from_secs(1)),
+            lag_watch_interval: Some(Duration::from_secs(5)),
         }
     }
 }
@@ -197,6 +202,14 @@ impl DispatcherConfig {
     #[must_use]
     pub fn schedule_interval(mut self, interval: Option<Duration>) -> Self {
         self.schedule_interval = interval;
+        self
+    }
+
+    /// Sets how often the lag watch runs, or turns it off with `None`
+    /// ([`DispatcherConfig::lag_watch_interval`]).
+    #[must_use]
+    pub fn lag_watch_interval(mut self, interval: Option<Duration>) -> Self {
+        self.lag_watch_interval = interval;
         self
     }
 }

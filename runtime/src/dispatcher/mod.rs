@@ -42,7 +42,8 @@
 //! with the [`RetryPolicy`]'s decision ([`Store::fail`]). An idle worker waits for a wake-up
 //! from [`Store::listen`] naming its consumer, its own next retry, or the polling interval,
 //! whichever comes first. Beside the workers: one listening task, one lease-expiry recovery
-//! task, one heartbeat task and, when the registry has schedules, one scheduler task.
+//! task, one heartbeat task and, when the registry has them, one scheduler task for its
+//! schedules and one lag-watch task for its lag thresholds.
 //!
 //! Shutdown ([`DispatcherHandle::shutdown`]): workers stop claiming, finish the handler they
 //! are running, skip the rest of their batch and release every lease they still hold
@@ -391,6 +392,15 @@ impl<S: Store> Dispatcher<S> {
             && !self.store.registry().schedules.is_empty()
         {
             helpers.push(tokio::spawn(tasks::schedule(
+                self.store.clone(),
+                interval,
+                signal.clone(),
+            )));
+        }
+        if let Some(interval) = config.lag_watch_interval
+            && !self.store.registry().lag_thresholds.is_empty()
+        {
+            helpers.push(tokio::spawn(tasks::watch_lag(
                 self.store.clone(),
                 interval,
                 signal.clone(),

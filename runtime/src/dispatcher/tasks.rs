@@ -1,5 +1,5 @@
-//! The dispatcher's background tasks beside its workers: lease-expiry recovery, heartbeats and
-//! the scheduler.
+//! The dispatcher's background tasks beside its workers: lease-expiry recovery, heartbeats, the
+//! scheduler and the lag watch.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -74,7 +74,8 @@ pub(super) async fn schedule<S: Store>(
     interval: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut ticker = tokio::time::interval(interval);
+    // A zero period would panic the interval; the config's fields are public.
+    let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(1)));
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -96,6 +97,35 @@ pub(super) async fn schedule<S: Store>(
                 return;
             }
             Err(error) => tracing::warn!(%error, "scheduler round failed"),
+        }
+    }
+}
+
+/// A lag-watch round every `interval` ([`Store::watch_lag`]). A handle scoped to one tenant
+/// watches no lag: it says so once and stops.
+pub(super) async fn watch_lag<S: Store>(
+    store: S,
+    interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(1)));
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        match store.watch_lag().await {
+            Ok(round) => {
+                if round.opened > 0 || round.closed > 0 {
+                    tracing::info!(opened = round.opened, closed = round.closed, "lag breaches");
+                }
+            }
+            Err(error @ crate::store::DispatchError::TenantScoped(..)) => {
+                tracing::warn!(%error, "this dispatcher watches no lag");
+                return;
+            }
+            Err(error) => tracing::warn!(%error, "lag watch failed"),
         }
     }
 }

@@ -58,6 +58,7 @@ use crate::trace::{TraceContext, TraceContextError};
 
 pub(crate) mod cursor;
 mod feed;
+mod lag;
 mod lifecycle;
 pub(crate) mod observe;
 pub(crate) mod ops;
@@ -65,6 +66,7 @@ pub(crate) mod parity;
 pub(crate) mod postgres;
 mod rows;
 pub(crate) mod schedule;
+mod scheduling;
 pub(crate) mod sqlite;
 
 pub use cursor::{
@@ -72,6 +74,7 @@ pub use cursor::{
     MAX_CURSOR_NAME_CHARS, MAX_CURSOR_OWNER_CHARS,
 };
 pub use feed::{FeedEvent, FeedPosition, FeedPositionError};
+pub use lag::{LAG_BREACH, LagBreach, LagRound};
 pub use lifecycle::{
     DEAD_LETTERED, DISCARDED, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED,
     REPLAYED_JOB_FAILED, replay_uuid,
@@ -341,6 +344,28 @@ pub trait Store: Clone + Send + Sync + 'static {
         &self,
         now: SystemTime,
     ) -> impl Future<Output = Result<ScheduleRound, DispatchError>> + Send;
+
+    /// A lag-watch round (docs/runtime.md, "Lag breaches"): when this process takes the
+    /// store's lag-watch lock, measures each lag threshold's pair (how long the oldest open
+    /// delivery to the consumer of an event of the producer class has waited), opens a breach
+    /// where the lag is over the threshold and none is open (appending one `event_lag.breach`,
+    /// when the registry registers it, in the same transaction), and closes the open breach
+    /// of a pair back at or under its threshold. Without the lock nothing is done
+    /// ([`LagRound::leader`] is `false`).
+    ///
+    /// # Errors
+    /// [`DispatchError::TenantScoped`] for a handle scoped to one tenant (a consumer's lag
+    /// spans tenants); [`DispatchError::Database`] (nothing of the round is written).
+    fn watch_lag(&self) -> impl Future<Output = Result<LagRound, DispatchError>> + Send;
+
+    /// The lag breaches, open ones first, then the newest closed, at most `limit` in all.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn lag_breaches(
+        &self,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<LagBreach>, DispatchError>> + Send;
 
     /// Every schedule a round has seen, by name.
     ///
@@ -1098,6 +1123,16 @@ pub enum DispatchError {
     /// in a way that cannot be recorded; nothing was written.
     #[error("{0}")]
     InvalidChange(String),
+    /// The checked append refused a schedule's tick (its contract changed under a running
+    /// build, or a hand-written registry): the round appended and moved nothing, and the
+    /// schedule stays due. The reason names no payload value.
+    #[error("the tick of schedule {schedule} was refused: {reason}")]
+    TickRefused {
+        /// The schedule.
+        schedule: String,
+        /// Why, as the append said it.
+        reason: String,
+    },
     /// The database failed.
     #[error("outbox database error: {0}")]
     Database(#[from] sqlx::Error),

@@ -480,7 +480,12 @@ pub struct StatusReport {
     pub relays: Vec<RelayStatus>,
     /// Every schedule a scheduler round has seen, by name.
     pub schedules: Vec<ScheduleStatus>,
+    /// The open lag breaches (docs/runtime.md, "Lag breaches"), newest first.
+    pub lag_breaches: Vec<crate::store::LagBreach>,
 }
+
+/// The most breaches a status report reads.
+pub(crate) const REPORTED_BREACHES: u32 = 100;
 
 /// How long a schedule's slot may stay unticked before the report calls it a problem: a
 /// running scheduler ticks a slot within its round interval (a second by default).
@@ -606,6 +611,9 @@ pub enum Problem {
     /// A schedule's slot is due for longer than [`SCHEDULE_GRACE`] without a tick: no
     /// dispatcher runs the scheduler, or its rounds fail.
     ScheduleOverdue(ScheduleStatus),
+    /// A consumer's lag for a producer class is over the threshold its contract sets (an open
+    /// breach).
+    LagThresholdBreached(crate::store::LagBreach),
     /// An operator paused the consumer, or set it `off`.
     Stopped {
         /// The consumer.
@@ -675,6 +683,15 @@ impl std::fmt::Display for Problem {
                     None => write!(f, ", no relay holds it"),
                 }
             }
+            Self::LagThresholdBreached(breach) => write!(
+                f,
+                "{}: lag of {} events over {:.3} s (breach {}, {:.3} s when it opened)",
+                breach.consumer,
+                breach.producer_class,
+                breach.threshold_ms as f64 / 1000.0,
+                breach.id,
+                breach.lag_ms as f64 / 1000.0
+            ),
             Self::ScheduleOverdue(schedule) => write!(
                 f,
                 "schedule {}: a slot due {:.0} s ago is not ticked (is a dispatcher running its scheduler?)",
@@ -699,8 +716,8 @@ impl StatusReport {
     }
 
     /// The problems in the report, dead letters first, then silent workers, then lag over
-    /// `lag_limit` (p99), then refused appends, then relays behind and stalled, then overdue
-    /// schedules, then paused or stopped consumers.
+    /// `lag_limit` (p99), then open lag breaches, then refused appends, then relays behind and
+    /// stalled, then overdue schedules, then paused or stopped consumers.
     pub fn problems(&self, lag_limit: Duration) -> Vec<Problem> {
         let mut problems: Vec<Problem> = self
             .consumers
@@ -728,6 +745,12 @@ impl StatusReport {
                     p99: lag.latency.p99,
                     limit: lag_limit,
                 }),
+        );
+        problems.extend(
+            self.lag_breaches
+                .iter()
+                .cloned()
+                .map(Problem::LagThresholdBreached),
         );
         problems.extend(self.rejects.iter().cloned().map(Problem::Rejects));
         problems.extend(

@@ -432,6 +432,7 @@ mod tests {
         retry_policies: &[],
         executor_classes: &[],
         schedules: &[],
+        lag_thresholds: &[],
         payload_policy: crate::registry::PayloadPolicyDescriptor {
             denied_keys: &[],
             credential_key_names: &[],

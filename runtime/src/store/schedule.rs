@@ -12,12 +12,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chrono::{DateTime, Utc};
 use croner::Cron;
-use croner::parser::{CronParser, Seconds};
+use croner::parser::{CronParser, Seconds, Year};
 use serde_json::{Map, Value};
 
+use crate::append::AppendError;
 use crate::registry::{MissedSlots, ScheduleDescriptor};
 use crate::store::lifecycle::{self, Lifecycle};
-use crate::store::{Connection, Store};
+use crate::store::{Connection, DispatchError, Store};
 
 /// The most missed slots a round counts as skipped for one schedule: a schedule of every
 /// second left alone for a year has thirty million, and the count is a report, not a ledger.
@@ -103,6 +104,7 @@ pub(crate) struct Due {
 pub(crate) fn parse_cron(expression: &str) -> Result<Cron, croner::errors::CronError> {
     CronParser::builder()
         .seconds(Seconds::Optional)
+        .year(Year::Disallowed)
         .build()
         .parse(expression)
 }
@@ -119,7 +121,8 @@ pub(crate) fn due(
     limit: u32,
 ) -> Due {
     let keep = match missed {
-        MissedSlots::CatchUp => limit.max(1) as usize,
+        // `evc check` allows at most 10,000; a hand-written registry gets no more.
+        MissedSlots::CatchUp => limit.clamp(1, 10_000) as usize,
         MissedSlots::Skip => 1,
     };
     // Backwards from `now`: what is kept is the newest slots, and walking forwards from a
@@ -204,13 +207,15 @@ fn tick(schedule: &ScheduleDescriptor, slot: DateTime<Utc>) -> Lifecycle {
 /// not pass) is logged and left alone.
 ///
 /// # Errors
-/// The database's; the transaction must then roll back.
+/// [`DispatchError::TickRefused`] when the checked append refuses a tick (a tick lost
+/// silently would move its schedule past the slot); the database's. The transaction must
+/// then roll back.
 pub(in crate::store) async fn run<S: Store>(
     store: &S,
     transaction: &mut Connection<S>,
     stored: impl Fn(&str) -> Option<Stored>,
     now: DateTime<Utc>,
-) -> Result<Vec<Advance>, sqlx::Error> {
+) -> Result<Vec<Advance>, DispatchError> {
     let mut advances = Vec::new();
     for schedule in store.registry().schedules {
         let Some(position) = stored(schedule.name) else {
@@ -238,7 +243,20 @@ pub(in crate::store) async fn run<S: Store>(
             continue;
         };
         for &slot in &due.slots {
-            lifecycle::emit(store, transaction, descriptor, tick(schedule, slot)).await?;
+            let Some((event, options)) = lifecycle::outgoing(descriptor, tick(schedule, slot))
+            else {
+                continue;
+            };
+            match store.append(transaction, event, options).await {
+                Ok(_) => {}
+                Err(AppendError::Database(error)) => return Err(error.into()),
+                Err(refused) => {
+                    return Err(DispatchError::TickRefused {
+                        schedule: schedule.name.to_owned(),
+                        reason: refused.to_string(),
+                    });
+                }
+            }
         }
         advances.push(Advance::Moved {
             schedule,

@@ -352,6 +352,7 @@ async fn lease_expiry_past_max_attempts_emits_one_event() -> TestResult {
 const TIGHT_CAP_REGISTRY: evc_runtime::Registry = evc_runtime::Registry {
     executor_classes: &[],
     schedules: &[],
+    lag_thresholds: &[],
     payload_policy: evc_runtime::PayloadPolicyDescriptor {
         hard_max_bytes: 200,
         ..support::REFERENCE_POLICY

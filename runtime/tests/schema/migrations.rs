@@ -58,6 +58,7 @@ fn is_runtime_step(name: &str) -> bool {
         sql::RUNTIME_V21_SUFFIX,
         sql::RUNTIME_V22_SUFFIX,
         sql::RUNTIME_V23_SUFFIX,
+        sql::RUNTIME_V24_SUFFIX,
     ]
     .iter()
     .any(|suffix| name.ends_with(suffix))
@@ -97,7 +98,7 @@ async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
         is_runtime_step(name) || name.contains("_evc_registry_")
     })
     .await?;
-    assert_eq!(steps.len(), 23);
+    assert_eq!(steps.len(), 24);
     sqlx::raw_sql(
         "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, producer_class, \
              idempotency_key, trace_id, parent_span_id, trace_flags, payload, payload_bytes, \
@@ -601,9 +602,10 @@ async fn check(options: PgConnectOptions) -> TestResult {
             "0021_evc_runtime_v21.sql".to_owned(),
             "0022_evc_runtime_v22.sql".to_owned(),
             "0023_evc_runtime_v23.sql".to_owned(),
-            format!("0024_evc_registry_{}.sql", &digest[..12]),
+            "0024_evc_runtime_v24.sql".to_owned(),
+            format!("0025_evc_registry_{}.sql", &digest[..12]),
             format!(
-                "0025_evc_settings_{}.sql",
+                "0026_evc_settings_{}.sql",
                 &sql::settings_digest(&set)?[..12]
             ),
         ]
@@ -679,12 +681,12 @@ async fn check(options: PgConnectOptions) -> TestResult {
         .values()
         .map(|consumer| consumer.subscriptions.len())
         .sum();
-    assert_eq!(set.events.len(), 32);
-    assert_eq!(set.version_count(), 44);
+    assert_eq!(set.events.len(), 33);
+    assert_eq!(set.version_count(), 45);
     assert_eq!(set.consumers.len(), 7);
     assert_eq!(set.retry_policies.len(), 4);
-    assert_eq!(count(&pool, "evc_event_types").await?, 32);
-    assert_eq!(count(&pool, "evc_event_versions").await?, 44);
+    assert_eq!(count(&pool, "evc_event_types").await?, 33);
+    assert_eq!(count(&pool, "evc_event_versions").await?, 45);
     assert_eq!(count(&pool, "evc_consumers").await?, 7);
     assert_eq!(count(&pool, "evc_retry_policies").await?, 4);
     assert_eq!(

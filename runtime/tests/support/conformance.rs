@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use evc_runtime::{
     ConsumerDescriptor, ConsumerMode, Cursors, EventDescriptor, ExecutorClassDescriptor,
-    HandlerKind, MissedSlots, Observe, Operate, PgStore, Registry, ScheduleDescriptor, SqliteStore,
-    Store, SubscriptionDescriptor, VersionDescriptor,
+    HandlerKind, LagThresholdDescriptor, MissedSlots, Observe, Operate, PgStore, Registry,
+    ScheduleDescriptor, SqliteStore, Store, SubscriptionDescriptor, VersionDescriptor,
 };
 
 use crate::support::{FIXED_200MS, NOTE_SCHEMA, REFERENCE_POLICY, TestResult};
@@ -201,6 +201,7 @@ pub static CONFORMANCE_REGISTRY: Registry = Registry {
     retry_policies: &[FIXED_200MS],
     executor_classes: &[],
     schedules: &[],
+    lag_thresholds: &[],
     payload_policy: REFERENCE_POLICY,
     require_tenant_scope: false,
     dispatcher: evc_runtime::DispatcherDescriptor::FORMAT_DEFAULTS,
@@ -374,5 +375,52 @@ pub static SCHEDULED_REGISTRY: Registry = Registry {
             tenant_scope: None,
         },
     ],
+    ..CONFORMANCE_REGISTRY
+};
+
+/// `event_lag.breach`'s schema: every field the lag watch fills.
+const BREACH_SCHEMA: &str = r#"{"additionalProperties":false,"properties":{"breach_id":{"minimum":1,"type":"integer"},"breached_at":{"format":"date-time","type":"string"},"consumer_name":{"type":"string"},"lag_ms":{"minimum":0,"type":"integer"},"oldest_event_id":{"format":"uuid","type":"string"},"producer_class":{"type":"string"},"threshold_ms":{"minimum":1,"type":"integer"}},"required":["breach_id","producer_class","consumer_name","threshold_ms","lag_ms","breached_at"],"type":"object"}"#;
+
+/// The breaches, which `k.alerts` handles.
+const BREACHES: &[SubscriptionDescriptor] = &[SubscriptionDescriptor {
+    event: "event_lag.breach",
+    requirement: "^1",
+    versions: &["1.0.0"],
+}];
+
+/// A consumer of `event_lag.breach` in [`LAGGING_REGISTRY`].
+pub const ALERTS: &str = "k.alerts";
+
+/// [`CONFORMANCE_REGISTRY`] where `k.plain` lags behind the `notes` producer class (its
+/// `test.note` deliveries) after a millisecond, and `k.alerts` handles the `event_lag.breach`
+/// events that appends. `test.ping` (class `pinger`) has no threshold.
+pub static LAGGING_REGISTRY: Registry = Registry {
+    events: &[
+        EventDescriptor {
+            name: "event_lag.breach",
+            description: "A lag breach.",
+            producer_class: "dispatcher",
+            order_key: &["consumer_name"],
+            deprecated: false,
+            max_payload_bytes: 1024,
+            versions: &[VersionDescriptor {
+                version: "1.0.0",
+                major: 1,
+                schema: BREACH_SCHEMA,
+                schema_digest: DIGEST,
+            }],
+        },
+        CONFORMANCE_REGISTRY.events[0],
+        CONFORMANCE_REGISTRY.events[1],
+    ],
+    consumers: &[
+        consumer(ALERTS, ConsumerMode::Live, false, BREACHES),
+        consumer(PLAIN, ConsumerMode::Live, false, NOTE_AND_PING),
+    ],
+    lag_thresholds: &[LagThresholdDescriptor {
+        consumer: PLAIN,
+        producer_class: "notes",
+        threshold_ms: 1,
+    }],
     ..CONFORMANCE_REGISTRY
 };

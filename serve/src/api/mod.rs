@@ -85,6 +85,7 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(payload::payload))
         .routes(routes!(registry::parity))
         .routes(routes!(schedule::schedules))
+        .routes(routes!(schedule::lag_breaches))
 }
 
 /// A registered event type and who receives it.

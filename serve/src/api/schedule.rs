@@ -1,17 +1,19 @@
 //! `/api/v1/schedules`: the registry's schedules (`schedules.yaml`) and where each stands: its
 //! ticks and skips so far, the newest slot handled, the next one and whether it is overdue.
+//! `/api/v1/lag-breaches`: the lag breaches of the consumers' thresholds, open ones first.
 
 use std::time::SystemTime;
 
 use axum::Json;
 use axum::extract::State;
-use evc_runtime::{MissedSlots, ScheduleStatus};
-use serde::Serialize;
-use utoipa::ToSchema;
+use evc_runtime::{LagBreach, MissedSlots, ScheduleStatus};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
+use super::Params;
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::{ApiError, Unavailable};
+use crate::error::{ApiError, Problem, Unavailable};
 
 /// A schedule of the registry and where it stands.
 #[derive(Debug, Serialize, ToSchema)]
@@ -91,4 +93,81 @@ pub(crate) async fn schedules(
             })
             .collect(),
     ))
+}
+
+/// A lag breach: a consumer's lag for the events of one producer class over the threshold its
+/// contract sets.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct LagBreachView {
+    /// The breach.
+    id: i64,
+    /// The consumer.
+    consumer: String,
+    /// The producer class of the events it lags on.
+    producer_class: String,
+    /// The threshold crossed, in milliseconds.
+    threshold_ms: i64,
+    /// How long the oldest open delivery of the pair had waited when the breach opened, in
+    /// milliseconds.
+    lag_ms: i64,
+    /// The event whose delivery had waited longest (its id only).
+    oldest_event_id: Option<String>,
+    /// When it opened (epoch seconds).
+    opened_at: f64,
+    /// When the lag was back under the threshold (epoch seconds; null: open).
+    closed_at: Option<f64>,
+}
+
+impl From<LagBreach> for LagBreachView {
+    fn from(breach: LagBreach) -> Self {
+        Self {
+            id: breach.id,
+            consumer: breach.consumer,
+            producer_class: breach.producer_class,
+            threshold_ms: breach.threshold_ms,
+            lag_ms: breach.lag_ms,
+            oldest_event_id: breach.oldest_event_id.map(|id| id.to_string()),
+            opened_at: breach.opened_at,
+            closed_at: breach.closed_at,
+        }
+    }
+}
+
+/// How many breaches to list.
+#[derive(Debug, Deserialize, IntoParams)]
+pub(crate) struct BreachLimit {
+    /// At most this many (default 100, at most 1,000).
+    limit: Option<u32>,
+}
+
+/// The lag breaches, open ones first, then the newest closed.
+#[utoipa::path(
+    get,
+    path = "/api/v1/lag-breaches",
+    tag = "consumers",
+    params(BreachLimit),
+    responses(
+        (status = 200, description = "The breaches", body = Vec<LagBreachView>),
+        (status = 400, description = "A bad limit", body = Problem,
+            content_type = "application/problem+json"),
+        Unavailable,
+    )
+)]
+pub(crate) async fn lag_breaches(
+    State(state): State<AppState>,
+    _caller: Caller,
+    Params(query): Params<BreachLimit>,
+) -> Result<Json<Vec<LagBreachView>>, ApiError> {
+    let limit = match query.limit.unwrap_or(100) {
+        limit @ 1..=1_000 => limit,
+        _ => {
+            return Err(ApiError::BadRequest("limit must be 1 to 1000".to_owned()));
+        }
+    };
+    // A registry without thresholds needs no table that holds breaches.
+    if state.outbox.registry().lag_thresholds.is_empty() {
+        return Ok(Json(Vec::new()));
+    }
+    let breaches = state.outbox.lag_breaches(limit).await?;
+    Ok(Json(breaches.into_iter().map(Into::into).collect()))
 }

@@ -104,8 +104,9 @@ pub async fn settle<S: Store>(store: &S, notifier: Arc<Notifier>) -> Result<(), 
             .owner("serve-test")
             .workers(1)
             .poll_interval(Duration::from_millis(20))
-            // The tests place the schedules' rounds themselves.
-            .schedule_interval(None),
+            // The tests place the schedules' and lag watch's rounds themselves.
+            .schedule_interval(None)
+            .lag_watch_interval(None),
     )
     .serve(WorkerNotificationIuConsumer(notifier))?
     .start();

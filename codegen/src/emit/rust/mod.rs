@@ -1093,6 +1093,24 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
             }
         }
     });
+    let thresholds = set.consumers.values().flat_map(|consumer| {
+        consumer
+            .lag_thresholds
+            .iter()
+            .map(move |(producer_class, threshold)| {
+                let consumer = &consumer.name;
+                let ms = proc_macro2::Literal::u64_unsuffixed(
+                    u64::try_from(threshold.as_millis()).unwrap_or(u64::MAX),
+                );
+                quote! {
+                    #runtime::LagThresholdDescriptor {
+                        consumer: #consumer,
+                        producer_class: #producer_class,
+                        threshold_ms: #ms,
+                    }
+                }
+            })
+    });
     let project = &set.project.name;
     let registry_digest = super::manifest::registry_digest(set)?;
     let millis = |duration: std::time::Duration| {
@@ -1123,6 +1141,7 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
             retry_policies: &[#(#policies),*],
             executor_classes: &[#(#classes),*],
             schedules: &[#(#schedules),*],
+            lag_thresholds: &[#(#thresholds),*],
             payload_policy: #runtime::PayloadPolicyDescriptor {
                 denied_keys: &[#(#denied),*],
                 credential_key_names: &[#(#credential),*],

@@ -765,6 +765,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     ],
     executor_classes: &[],
     schedules: &[],
+    lag_thresholds: &[],
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["card_number", "cvv"],
         credential_key_names: &["password", "token", "api_key", "secret"],

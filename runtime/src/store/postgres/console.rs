@@ -26,6 +26,8 @@ use crate::store::postgres::{AttemptTotals, StatusReport, TimelineEntry};
 pub struct Console {
     pool: PgPool,
     consumers: Vec<WatchedConsumer>,
+    /// The deployed schedules' names (the settings row's).
+    schedules: Vec<String>,
     /// The store whose registry decides which lifecycle events replays and discards emit.
     lifecycle: Option<PgStore>,
 }
@@ -58,9 +60,11 @@ impl Console {
                 .with_class(class),
             );
         }
+        let schedules = super::deployed::deployed_schedule_names(&pool).await?;
         Ok(Self {
             pool,
             consumers,
+            schedules,
             lifecycle: None,
         })
     }
@@ -93,7 +97,8 @@ impl Console {
     /// # Errors
     /// [`DispatchError::Database`].
     pub async fn status(&self, window: Duration) -> Result<StatusReport, DispatchError> {
-        observe::status(&self.pool, &self.consumers, window).await
+        let schedules: Vec<&str> = self.schedules.iter().map(String::as_str).collect();
+        observe::status(&self.pool, &self.consumers, &schedules, window).await
     }
 
     /// Every attempt of the deployed consumers since the store was set up

@@ -15,11 +15,11 @@ use sqlx::postgres::PgPool;
 use super::{PgStore, sql};
 use crate::registry::{
     ConsumerDescriptor, ConsumerMode, DispatcherDescriptor, EventDescriptor,
-    ExecutorClassDescriptor, HandlerKind, PayloadPolicyDescriptor, Registry, RetryPolicyDescriptor,
-    SubscriptionDescriptor, VersionDescriptor,
+    ExecutorClassDescriptor, HandlerKind, LagThresholdDescriptor, PayloadPolicyDescriptor,
+    Registry, RetryPolicyDescriptor, ScheduleDescriptor, SubscriptionDescriptor, VersionDescriptor,
 };
 use crate::store::{DispatchError, StoreError};
-use crate::store::{parity, rows};
+use crate::store::{parity, rows, scheduling};
 
 /// Reads the deployed registry of the database behind `pool`.
 ///
@@ -87,6 +87,7 @@ pub async fn deployed_registry(pool: &PgPool) -> Result<Registry, DispatchError>
     }
 
     let (executor_classes, consumer_classes) = deployed_classes(pool).await?;
+    let (schedules, lag_thresholds) = deployed_scheduling(pool).await?;
     let subscription_rows = sqlx::query(sql::DEPLOYED_SUBSCRIPTIONS)
         .fetch_all(pool)
         .await?;
@@ -154,13 +155,64 @@ pub async fn deployed_registry(pool: &PgPool) -> Result<Registry, DispatchError>
         consumers: leak_slice(consumers),
         retry_policies: leak_slice(retry_policies),
         executor_classes: leak_slice(executor_classes),
-        schedules: &[],
+        schedules,
+        lag_thresholds,
         payload_policy: settings.as_ref().map_or(FAIL_CLOSED, |s| s.payload_policy),
         require_tenant_scope: settings.as_ref().is_none_or(|s| s.require_tenant_scope),
         dispatcher: settings
             .as_ref()
             .map_or(DispatcherDescriptor::FORMAT_DEFAULTS, |s| s.dispatcher),
     })
+}
+
+/// The deployed schedules and lag thresholds; none in a database before the twenty-fourth
+/// step, or whose settings in force were written without them.
+async fn deployed_scheduling(
+    pool: &PgPool,
+) -> Result<
+    (
+        &'static [ScheduleDescriptor],
+        &'static [LagThresholdDescriptor],
+    ),
+    DispatchError,
+> {
+    let present: bool = sqlx::query_scalar(sql::HAS_LAG_BREACHES)
+        .fetch_one(pool)
+        .await?;
+    if !present {
+        return Ok((&[], &[]));
+    }
+    let Some(row) = sqlx::query(sql::DEPLOYED_SCHEDULING)
+        .fetch_optional(pool)
+        .await?
+    else {
+        return Ok((&[], &[]));
+    };
+    let broken = |what: String| {
+        DispatchError::Database(sqlx::Error::Decode(format!("evc_settings: {what}").into()))
+    };
+    let parse = |column: &str| -> Result<serde_json::Value, DispatchError> {
+        let text: String = row.try_get(column)?;
+        serde_json::from_str(&text).map_err(|_| broken(format!("{column} is not JSON")))
+    };
+    let schedules = scheduling::schedules_of(parse("schedules")?).map_err(broken)?;
+    let thresholds = scheduling::thresholds_of(parse("lag_thresholds")?).map_err(broken)?;
+    Ok((schedules, thresholds))
+}
+
+/// The names of the deployed schedules ([`deployed_scheduling`]), for a console that should not
+/// leak a registry per connection.
+pub(super) async fn deployed_schedule_names(pool: &PgPool) -> Result<Vec<String>, DispatchError> {
+    let present: bool = sqlx::query_scalar(sql::HAS_LAG_BREACHES)
+        .fetch_one(pool)
+        .await?;
+    if !present {
+        return Ok(Vec::new());
+    }
+    let names: Option<Vec<String>> = sqlx::query_scalar(sql::DEPLOYED_SCHEDULE_NAMES)
+        .fetch_optional(pool)
+        .await?;
+    Ok(names.unwrap_or_default())
 }
 
 /// The deployed executor classes, and the class of each consumer that names a deployed one;
@@ -449,16 +501,23 @@ impl PgStore {
             }
         }
         let handler_timeouts = crate::canonical_json(&serde_json::Value::Object(handler_timeouts));
-        let settings = serde_json::json!({
+        let schedules = scheduling::schedules_value(registry.schedules);
+        let thresholds = scheduling::thresholds_value(registry.lag_thresholds);
+        let scheduled = !registry.schedules.is_empty() || !registry.lag_thresholds.is_empty();
+        let mut settings = serde_json::json!({
             "payload_policy": rows::payload_policy_document(policy),
             "require_tenant_scope": registry.require_tenant_scope,
             "dispatcher": rows::dispatcher_document(dispatcher),
             "handler_timeouts": handler_timeouts,
         });
+        if scheduled {
+            settings["schedules"] = schedules.clone();
+            settings["lag_thresholds"] = thresholds.clone();
+        }
         let digest = crate::sha256_hex(crate::canonical_json(&settings).as_bytes());
         let bigint = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
         sqlx::query(sql::INSTALL_SETTINGS)
-            .bind(digest)
+            .bind(&digest)
             .bind(policy.denied_keys)
             .bind(policy.credential_key_names)
             .bind(i64::from(policy.default_max_bytes))
@@ -472,6 +531,14 @@ impl PgStore {
             .bind(handler_timeouts)
             .execute(self.pool())
             .await?;
+        if scheduled {
+            sqlx::query(sql::INSTALL_SCHEDULING)
+                .bind(schedules.to_string())
+                .bind(thresholds.to_string())
+                .bind(&digest)
+                .execute(self.pool())
+                .await?;
+        }
         Ok(())
     }
 }

@@ -52,6 +52,7 @@ mod cursor;
 mod deployed;
 mod dispatch;
 mod doorbell;
+mod lag;
 mod lifecycle;
 mod listen;
 mod maintenance;
@@ -961,6 +962,17 @@ impl Store for PgStore {
 
     async fn schedule_states(&self) -> Result<Vec<crate::store::ScheduleState>, DispatchError> {
         self.read_schedules().await
+    }
+
+    async fn watch_lag(&self) -> Result<crate::store::LagRound, DispatchError> {
+        self.run_lag_watch().await
+    }
+
+    async fn lag_breaches(
+        &self,
+        limit: u32,
+    ) -> Result<Vec<crate::store::LagBreach>, DispatchError> {
+        self.read_lag_breaches(limit).await
     }
 
     async fn listen(

@@ -162,7 +162,8 @@ impl PgStore {
                 .with_class(ClassOwner::of(self.registry(), c.name))
             })
             .collect();
-        let mut report = status(&self.inner.pool, &consumers, window).await?;
+        let schedules: Vec<&str> = self.registry().schedules.iter().map(|s| s.name).collect();
+        let mut report = status(&self.inner.pool, &consumers, &schedules, window).await?;
         report.stale_tokens = self.stale_tokens();
         Ok(report)
     }
@@ -212,6 +213,7 @@ impl PgStore {
 pub(crate) async fn status(
     pool: &PgPool,
     consumers: &[WatchedConsumer],
+    schedules: &[&str],
     window: Duration,
 ) -> Result<StatusReport, DispatchError> {
     let names: Vec<&str> = consumers.iter().map(|c| c.name.as_str()).collect();
@@ -346,14 +348,22 @@ pub(crate) async fn status(
         .await?;
     let now = std::time::SystemTime::now();
     let schedules = if has_schedules {
+        // Only the registry's: a schedule that left the contracts keeps its row, and would read
+        // as overdue for ever.
         super::schedule::states(pool)
             .await?
             .into_iter()
+            .filter(|state| schedules.contains(&state.name.as_str()))
             .map(|state| ScheduleStatus::at(state, now))
             .collect()
     } else {
         Vec::new()
     };
+    let lag_breaches = super::lag::breaches(pool, crate::store::observe::REPORTED_BREACHES)
+        .await?
+        .into_iter()
+        .filter(|breach| breach.closed_at.is_none())
+        .collect();
     Ok(StatusReport {
         consumers: statuses,
         lag,
@@ -366,6 +376,7 @@ pub(crate) async fn status(
         stale_tokens: 0,
         relays,
         schedules,
+        lag_breaches,
     })
 }
 

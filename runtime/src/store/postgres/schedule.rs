@@ -28,6 +28,9 @@ impl PgStore {
         }
         let now = schedule::utc(now);
         let mut transaction = self.pool().begin().await?;
+        sqlx::query(sql::READ_COMMITTED)
+            .execute(&mut *transaction)
+            .await?;
         let locked: bool = sqlx::query_scalar(sql::TRY_SCHEDULER_LOCK)
             .fetch_one(&mut *transaction)
             .await?;
@@ -35,23 +38,35 @@ impl PgStore {
             return Ok(ScheduleRound::default());
         }
         let names: Vec<&str> = schedules.iter().map(|s| s.name).collect();
-        let stored: HashMap<String, Stored> = sqlx::query(sql::SCHEDULE_POSITIONS)
+        let mut stored: HashMap<String, Stored> = HashMap::new();
+        for row in sqlx::query(sql::SCHEDULE_POSITIONS)
             .bind(&names)
             .fetch_all(&mut *transaction)
             .await?
-            .iter()
-            .map(|row| {
-                let since: f64 = row.try_get("since")?;
-                let last_slot: Option<f64> = row.try_get("last_slot")?;
-                Ok((
-                    row.try_get("schedule")?,
-                    Stored {
-                        since: schedule::from_epoch(since),
-                        last_slot: last_slot.map(schedule::from_epoch),
-                    },
-                ))
-            })
-            .collect::<Result<_, sqlx::Error>>()?;
+        {
+            let name: String = row.try_get("schedule")?;
+            let since: f64 = row.try_get("since")?;
+            let last_slot: Option<f64> = row.try_get("last_slot")?;
+            let (cron, event): (String, String) =
+                (row.try_get("cron")?, row.try_get("event_type")?);
+            if let Some(schedule) = schedules.iter().find(|s| s.name == name)
+                && (cron != schedule.cron || event != schedule.event)
+            {
+                sqlx::query(sql::RESTATE_SCHEDULE)
+                    .bind(schedule.name)
+                    .bind(schedule.cron)
+                    .bind(schedule.event)
+                    .execute(&mut *transaction)
+                    .await?;
+            }
+            stored.insert(
+                name,
+                Stored {
+                    since: schedule::from_epoch(since),
+                    last_slot: last_slot.map(schedule::from_epoch),
+                },
+            );
+        }
         let advances = schedule::run(
             self,
             &mut *transaction,

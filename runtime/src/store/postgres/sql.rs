@@ -279,6 +279,14 @@ WHERE (evc_settings.settings_digest, evc_settings.denied_keys, evc_settings.cred
     EXCLUDED.require_tenant_scope, EXCLUDED.batch_size, EXCLUDED.lease_ms, EXCLUDED.heartbeat_ms,
     EXCLUDED.max_attempts, EXCLUDED.backoff_ceiling_ms, EXCLUDED.handler_timeouts)";
 
+/// Records the schedules `$1` and lag thresholds `$2` (JSON lists) with settings digest `$3`
+/// in the settings row (twenty-fourth step), as a settings migration of contracts with either
+/// does.
+pub(crate) const INSTALL_SCHEDULING: &str = "\
+UPDATE evc_settings
+SET schedules = $1::jsonb, lag_thresholds = $2::jsonb, scheduling_digest = $3
+WHERE id AND scheduling_digest IS DISTINCT FROM $3";
+
 /// The event type mirror rows.
 pub(crate) const REGISTRY_EVENT_TYPES: &str = "\
 SELECT name, description, producer_class, order_key, status, max_payload_bytes::int8 AS max_payload_bytes,
@@ -1906,11 +1914,15 @@ FROM evc_relay_cursors c ORDER BY name"
 /// one process runs a scheduler round at a time, and the lock goes with its transaction,
 /// whether it commits, rolls back or its connection dies.
 pub(crate) const TRY_SCHEDULER_LOCK: &str =
-    "SELECT pg_try_advisory_xact_lock(hashtextextended('evc.schedules', 7267)) AS locked";
+    "SELECT pg_try_advisory_xact_lock(hashtextextended('evc.schedules', 7268)) AS locked";
+
+/// The isolation a scheduler or lag-watch round needs whatever the session's default: each
+/// statement after the lock sees what the previous round committed.
+pub(crate) const READ_COMMITTED: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
 
 /// Where the schedules named in `$1` stand, in epoch seconds.
 pub(crate) const SCHEDULE_POSITIONS: &str = "\
-SELECT schedule,
+SELECT schedule, cron, event_type,
     extract(epoch FROM since)::float8 AS since,
     extract(epoch FROM last_slot)::float8 AS last_slot
 FROM evc_schedules
@@ -1922,6 +1934,11 @@ INSERT INTO evc_schedules (schedule, cron, event_type, since)
 VALUES ($1, $2, $3, to_timestamp($4))
 ON CONFLICT (schedule) DO NOTHING";
 
+/// Records schedule `$1`'s cron expression `$2` and tick event `$3` (the build's), so that the
+/// status report reads its next slot from them.
+pub(crate) const RESTATE_SCHEDULE: &str =
+    "UPDATE evc_schedules SET cron = $2, event_type = $3 WHERE schedule = $1";
+
 /// Moves schedule `$1` (cron `$2`, tick event `$3`) to slot `$4`, adding `$5` ticks and `$6`
 /// skipped slots, at `$7` (epoch seconds).
 pub(crate) const MOVE_SCHEDULE: &str = "\
@@ -1929,6 +1946,71 @@ UPDATE evc_schedules
 SET cron = $2, event_type = $3, last_slot = to_timestamp($4),
     ticks = ticks + $5, skipped = skipped + $6, ticked_at = to_timestamp($7)
 WHERE schedule = $1";
+
+/// Takes the lag watch's lock for the rest of the transaction when no other session holds it.
+pub(crate) const TRY_LAG_WATCH_LOCK: &str =
+    "SELECT pg_try_advisory_xact_lock(hashtextextended('evc.lag', 7268)) AS locked";
+
+/// The lag of consumer `$1` for events of producer class `$2`: how long its oldest open
+/// (pending or leased) delivery of such an event has waited since the delivery was written,
+/// in milliseconds, and that delivery's event. Each status is walked in append order
+/// (`evc_deliveries_status_idx`) until an event of the class; no row: none open.
+pub(crate) const PAIR_LAG: &str = "\
+SELECT (extract(epoch FROM now() - x.created_at) * 1000)::bigint AS lag_ms, x.event_id
+FROM (
+    (SELECT d.created_at, d.event_id FROM evc_deliveries d
+        JOIN evc_events e ON e.event_id = d.event_id
+        WHERE d.consumer = $1 AND d.status = 'pending' AND e.producer_class = $2
+        ORDER BY d.event_seq LIMIT 1)
+    UNION ALL
+    (SELECT d.created_at, d.event_id FROM evc_deliveries d
+        JOIN evc_events e ON e.event_id = d.event_id
+        WHERE d.consumer = $1 AND d.status = 'leased' AND e.producer_class = $2
+        ORDER BY d.event_seq LIMIT 1)
+) x
+ORDER BY x.created_at
+LIMIT 1";
+
+/// The open breach of consumer `$1` and producer class `$2`, if any.
+pub(crate) const OPEN_BREACH: &str = "\
+SELECT id FROM evc_lag_breaches
+WHERE consumer = $1 AND producer_class = $2 AND closed_at IS NULL";
+
+/// Opens a breach of consumer `$1` and producer class `$2` (threshold `$3`, lag `$4` ms, the
+/// waiting event `$5`); returns its id and when, RFC 3339 in UTC.
+pub(crate) const OPEN_LAG_BREACH: &str = "\
+INSERT INTO evc_lag_breaches (consumer, producer_class, threshold_ms, lag_ms, oldest_event_id)
+VALUES ($1, $2, $3, $4, $5)
+RETURNING id, to_char(opened_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS opened";
+
+/// Closes breach `$1`.
+pub(crate) const CLOSE_LAG_BREACH: &str =
+    "UPDATE evc_lag_breaches SET closed_at = now() WHERE id = $1 AND closed_at IS NULL";
+
+/// The schedules and lag thresholds of the settings row, when the settings migration that
+/// wrote them is the one in force (twenty-fourth step); no row otherwise.
+pub(crate) const DEPLOYED_SCHEDULING: &str = "\
+SELECT schedules::text AS schedules, lag_thresholds::text AS lag_thresholds
+FROM evc_settings
+WHERE id AND scheduling_digest = settings_digest";
+
+/// The names of the schedules of the settings row in force ([`DEPLOYED_SCHEDULING`]).
+pub(crate) const DEPLOYED_SCHEDULE_NAMES: &str = "\
+SELECT coalesce(array_agg(s->>'name'), ARRAY[]::text[])
+FROM evc_settings, jsonb_array_elements(schedules) AS s
+WHERE id AND scheduling_digest = settings_digest";
+
+/// Whether the database has the twenty-fourth step's `evc_lag_breaches`.
+pub(crate) const HAS_LAG_BREACHES: &str = "SELECT to_regclass('evc_lag_breaches') IS NOT NULL";
+
+/// The breaches, open first, then the newest closed, at most `$1`.
+pub(crate) const LAG_BREACHES: &str = "\
+SELECT id, consumer, producer_class, threshold_ms, lag_ms, oldest_event_id,
+    extract(epoch FROM opened_at)::float8 AS opened_at,
+    extract(epoch FROM closed_at)::float8 AS closed_at
+FROM evc_lag_breaches
+ORDER BY closed_at IS NOT NULL, coalesce(closed_at, opened_at) DESC, id DESC
+LIMIT $1";
 
 /// Whether the database has the twenty-third step's `evc_schedules`.
 pub(crate) const HAS_SCHEDULES: &str = "SELECT to_regclass('evc_schedules') IS NOT NULL";

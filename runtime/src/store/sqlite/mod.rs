@@ -73,6 +73,7 @@ use crate::tenant::TenantScope;
 
 mod cursor;
 mod dispatch;
+mod lag;
 mod lifecycle;
 mod observe;
 mod operate;
@@ -126,6 +127,9 @@ const MIGRATION_0013: &str =
 
 /// Where each schedule stands.
 const MIGRATION_0014: &str = include_str!("../../../migrations/sqlite/0014_evc_schedules.sql");
+
+/// Lag breaches.
+const MIGRATION_0015: &str = include_str!("../../../migrations/sqlite/0015_evc_lag_breaches.sql");
 
 /// Connections of the store's pool unless [`SqliteStoreBuilder::max_connections`] says
 /// otherwise: one for a caller's transaction, one for the reject audit and the dispatcher's
@@ -393,7 +397,7 @@ impl Prepared {
 
 /// The store's schema: each migration's version, name, SQL and whether it runs outside a
 /// transaction of sqlx's (it brings its own), in order.
-const SCHEMA: [(i64, &str, &str, bool); 14] = [
+const SCHEMA: [(i64, &str, &str, bool); 15] = [
     (1, "evc_runtime", MIGRATION_0001, false),
     (2, "evc_replays", MIGRATION_0002, false),
     (3, "evc_registry_document", MIGRATION_0003, false),
@@ -408,6 +412,7 @@ const SCHEMA: [(i64, &str, &str, bool); 14] = [
     (12, "evc_tenant_scopes", MIGRATION_0012, true),
     (13, "evc_effect_namespaces", MIGRATION_0013, false),
     (14, "evc_schedules", MIGRATION_0014, false),
+    (15, "evc_lag_breaches", MIGRATION_0015, false),
 ];
 
 /// Applies the store's migrations (sqlx's migrator: each once, in order).
@@ -1470,6 +1475,17 @@ impl Store for SqliteStore {
 
     async fn schedule_states(&self) -> Result<Vec<crate::store::ScheduleState>, DispatchError> {
         self.read_schedules().await
+    }
+
+    async fn watch_lag(&self) -> Result<crate::store::LagRound, DispatchError> {
+        self.run_lag_watch().await
+    }
+
+    async fn lag_breaches(
+        &self,
+        limit: u32,
+    ) -> Result<Vec<crate::store::LagBreach>, DispatchError> {
+        self.read_lag_breaches(limit).await
     }
 
     /// Wakes `wakers` at every commit that appended for their consumer (the commit hook, no

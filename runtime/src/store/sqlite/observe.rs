@@ -192,7 +192,15 @@ impl Observe for SqliteStore {
             .read_schedules()
             .await?
             .into_iter()
+            // Only the registry's: a schedule that left the contracts keeps its row.
+            .filter(|state| registry.schedules.iter().any(|s| s.name == state.name))
             .map(|state| ScheduleStatus::at(state, now))
+            .collect();
+        let lag_breaches = self
+            .read_lag_breaches(crate::store::observe::REPORTED_BREACHES)
+            .await?
+            .into_iter()
+            .filter(|breach| breach.closed_at.is_none())
             .collect();
         Ok(StatusReport {
             consumers,
@@ -206,6 +214,7 @@ impl Observe for SqliteStore {
             stale_tokens: self.stale_tokens(),
             relays,
             schedules,
+            lag_breaches,
         })
     }
 

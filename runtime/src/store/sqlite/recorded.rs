@@ -10,7 +10,7 @@ use crate::registry::{
     ExecutorClassDescriptor, HandlerKind, PayloadPolicyDescriptor, Registry, RetryPolicyDescriptor,
     SubscriptionDescriptor, VersionDescriptor,
 };
-use crate::store::rows;
+use crate::store::{rows, scheduling};
 
 /// The document's format, so a later change of shape is told apart from a damaged file.
 const FORMAT: u64 = 1;
@@ -99,6 +99,8 @@ pub(crate) fn document(registry: &Registry) -> String {
         "consumers": consumers,
         "retry_policies": retry_policies,
         "executor_classes": executor_classes,
+        "schedules": scheduling::schedules_value(registry.schedules),
+        "lag_thresholds": scheduling::thresholds_value(registry.lag_thresholds),
         "payload_policy": rows::payload_policy_document(policy),
         "require_tenant_scope": registry.require_tenant_scope,
         "dispatcher": rows::dispatcher_document(dispatcher),
@@ -210,7 +212,15 @@ pub(crate) fn registry(document: &str) -> Result<Registry, String> {
         consumers: leak_slice(consumers),
         retry_policies: leak_slice(retry_policies),
         executor_classes: leak_slice(executor_classes),
-        schedules: &[],
+        // A file recorded before schedules and thresholds were recorded has neither list.
+        schedules: match root.get("schedules") {
+            Some(value) => scheduling::schedules_of(value.clone())?,
+            None => &[],
+        },
+        lag_thresholds: match root.get("lag_thresholds") {
+            Some(value) => scheduling::thresholds_of(value.clone())?,
+            None => &[],
+        },
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: texts(policy, "denied_keys")?,
             credential_key_names: texts(policy, "credential_key_names")?,
@@ -360,7 +370,19 @@ mod tests {
             heartbeat_owner: "team-notify",
             active: true,
         }],
-        schedules: &[],
+        schedules: &[crate::registry::ScheduleDescriptor {
+            name: "nightly",
+            cron: "0 3 * * *",
+            event: "a.b",
+            missed: crate::registry::MissedSlots::CatchUp,
+            catch_up_limit: 7,
+            tenant_scope: None,
+        }],
+        lag_thresholds: &[crate::registry::LagThresholdDescriptor {
+            consumer: "c",
+            producer_class: "p",
+            threshold_ms: 60_000,
+        }],
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: &["password"],
             credential_key_names: &["token"],
@@ -374,6 +396,17 @@ mod tests {
     #[test]
     fn a_recorded_registry_reads_back_equal() {
         assert_eq!(registry(&document(&REGISTRY)), Ok(REGISTRY));
+    }
+
+    #[test]
+    fn a_document_recorded_before_schedules_reads_back_without_them() {
+        let mut value: Value = serde_json::from_str(&document(&REGISTRY)).expect("JSON");
+        if let Some(root) = value.as_object_mut() {
+            root.remove("schedules");
+            root.remove("lag_thresholds");
+        }
+        let read = registry(&value.to_string()).expect("readable");
+        assert!(read.schedules.is_empty() && read.lag_thresholds.is_empty());
     }
 
     #[test]

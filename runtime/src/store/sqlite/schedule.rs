@@ -35,6 +35,16 @@ impl SqliteStore {
                 .fetch_optional(&mut *transaction)
                 .await?;
             if let Some(row) = row {
+                let (cron, event): (String, String) =
+                    (row.try_get("cron")?, row.try_get("event_type")?);
+                if cron != schedule.cron || event != schedule.event {
+                    sqlx::query(sql::RESTATE_SCHEDULE)
+                        .bind(schedule.name)
+                        .bind(schedule.cron)
+                        .bind(schedule.event)
+                        .execute(&mut *transaction)
+                        .await?;
+                }
                 let since: f64 = row.try_get("since")?;
                 let last_slot: Option<f64> = row.try_get("last_slot")?;
                 stored.insert(

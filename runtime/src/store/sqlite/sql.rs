@@ -1187,9 +1187,48 @@ FROM evc_relay_cursors c ORDER BY name"
 // transaction is the store's one writer, which is its lock.
 // ---------------------------------------------------------------------------------------------
 
+/// The lag of consumer `$1` for events of producer class `$2` at `$3` (epoch seconds): how
+/// long its oldest open (pending or leased) delivery of such an event has waited since the
+/// delivery was written, in milliseconds, and that delivery's event. No row: none open.
+pub(crate) const PAIR_LAG: &str = "\
+SELECT CAST(($3 - d.created_at) * 1000 AS INTEGER) AS lag_ms, d.event_id
+FROM evc_deliveries d JOIN evc_events e ON e.event_id = d.event_id
+WHERE d.consumer = $1 AND d.status IN ('pending', 'leased') AND e.producer_class = $2
+ORDER BY d.created_at
+LIMIT 1";
+
+/// The open breach of consumer `$1` and producer class `$2`, if any.
+pub(crate) const OPEN_BREACH: &str = "\
+SELECT id FROM evc_lag_breaches
+WHERE consumer = $1 AND producer_class = $2 AND closed_at IS NULL";
+
+/// Opens a breach of consumer `$1` and producer class `$2` (threshold `$3`, lag `$4` ms, the
+/// waiting event `$5`) at `$6` (epoch seconds); returns its id.
+pub(crate) const OPEN_LAG_BREACH: &str = "\
+INSERT INTO evc_lag_breaches (consumer, producer_class, threshold_ms, lag_ms, oldest_event_id,
+    opened_at)
+VALUES ($1, $2, $3, $4, $5, $6)
+RETURNING id";
+
+/// Closes breach `$1` at `$2` (epoch seconds).
+pub(crate) const CLOSE_LAG_BREACH: &str =
+    "UPDATE evc_lag_breaches SET closed_at = $2 WHERE id = $1 AND closed_at IS NULL";
+
+/// The breaches, open first, then the newest closed, at most `$1`.
+pub(crate) const LAG_BREACHES: &str = "\
+SELECT id, consumer, producer_class, threshold_ms, lag_ms, oldest_event_id, opened_at, closed_at
+FROM evc_lag_breaches
+ORDER BY closed_at IS NOT NULL, coalesce(closed_at, opened_at) DESC, id DESC
+LIMIT $1";
+
 /// Where schedule `$1` stands, in epoch seconds.
 pub(crate) const SCHEDULE_POSITION: &str =
-    "SELECT since, last_slot FROM evc_schedules WHERE schedule = $1";
+    "SELECT since, last_slot, cron, event_type FROM evc_schedules WHERE schedule = $1";
+
+/// Records schedule `$1`'s cron expression `$2` and tick event `$3` (the build's), so that the
+/// status report reads its next slot from them.
+pub(crate) const RESTATE_SCHEDULE: &str =
+    "UPDATE evc_schedules SET cron = $2, event_type = $3 WHERE schedule = $1";
 
 /// Starts schedule `$1` (cron `$2`, tick event `$3`) at `$4` (epoch seconds).
 pub(crate) const START_SCHEDULE: &str = "\
