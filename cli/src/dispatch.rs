@@ -457,7 +457,7 @@ impl Run {
         // Outbox dispatch unless the environment moves consumers to JetStream.
         let transport = Transport::from_env()?;
         let mut handles = Vec::new();
-        for (name, command, s) in checked {
+        for (index, (name, command, s)) in checked.into_iter().enumerate() {
             // The contracts' settings as the database's settings row holds them, under the
             // file's: a setting the file gives wins, and the workers' heartbeats say so.
             let mut dispatcher_settings = DispatcherConfig::from_registry(store.registry())
@@ -466,6 +466,13 @@ impl Run {
                 .poll_interval(s.poll_interval)
                 .held_batches(s.held_batches)
                 .claim_cursor(s.claim_cursor);
+            // The contracts' schedules and lag watch run once per process, beside the first
+            // consumer's workers; a drain that exits when idle runs neither.
+            if index > 0 || exit_when_idle {
+                dispatcher_settings = dispatcher_settings
+                    .schedule_interval(None)
+                    .lag_watch_interval(None);
+            }
             if let Some(batch) = s.batch {
                 dispatcher_settings = dispatcher_settings.batch(batch);
             }

@@ -1811,6 +1811,32 @@ fn dispatch_runs_on_the_deployed_settings_and_status_shows_the_file_s_overrides(
                 ),
                 "{text}"
             );
+
+            // The process runs the contracts' schedules, which the settings row records: its
+            // first round starts them, and the status report lists them with their next slot.
+            let schedules = || {
+                let output = evc(url, &["status", "--format", "json"]);
+                let report: serde_json::Value =
+                    serde_json::from_slice(&output.stdout).expect("JSON status");
+                report["schedules"].as_array().cloned().unwrap_or_default()
+            };
+            let mut started = schedules();
+            for _ in 0..600 {
+                if started.len() == 2 {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                started = schedules();
+            }
+            let names: Vec<&str> = started
+                .iter()
+                .filter_map(|s| s["schedule"].as_str())
+                .collect();
+            assert_eq!(names, ["nightly_rollup", "review_sweep"], "{started:?}");
+            assert!(
+                started.iter().all(|s| s["next_slot"].is_string()),
+                "{started:?}"
+            );
         }));
         let _ = child.kill();
         let _ = child.wait();

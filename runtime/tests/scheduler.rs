@@ -292,3 +292,30 @@ async fn three_dispatcher_processes_tick_each_slot_once_through_a_kill_mid_slot(
     })
     .await
 }
+
+/// A round that finds the scheduler lock taken does nothing, and says so; once the lock is
+/// free the next round leads. The lock is PostgreSQL's transaction-level advisory lock of the
+/// scheduler, taken here by another session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_that_finds_the_lock_taken_does_nothing() -> TestResult {
+    support::with_database(|pool| async move {
+        let store = PgStore::new(pool.clone(), SECONDLY_REGISTRY)?;
+        let start = std::time::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        store.tick_schedules(Some(start)).await?;
+        let mut holder = pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('evc.schedules', 7268))")
+            .execute(&mut *holder)
+            .await?;
+        let later = start + Duration::from_secs(5);
+        let blocked = store.tick_schedules(Some(later)).await?;
+        assert!(!blocked.leader);
+        assert_eq!(blocked.ticks, 0);
+        assert_eq!(store.count_events(&[TICK]).await?, 0);
+        holder.rollback().await?;
+        let led = store.tick_schedules(Some(later)).await?;
+        assert!(led.leader);
+        assert_eq!(led.ticks, 5);
+        Ok(())
+    })
+    .await
+}

@@ -3859,7 +3859,9 @@ async fn a_schedule_ticks_each_slot_once_and_handles_missed_slots_as_declared<S:
 ) -> TestResult {
     use evc_runtime::DeliveryStatus;
     // Seen first at 01:30: both schedules start, no slot before is due.
-    let first = store.tick_schedules(clock("2026-12-06T01:30:00Z")?).await?;
+    let first = store
+        .tick_schedules(Some(clock("2026-12-06T01:30:00Z")?))
+        .await?;
     assert!(first.leader, "{}: one process, so it leads", S::NAME);
     assert_eq!((first.ticks, first.skipped), (0, 0));
     // The 02:00 slot, at 02:00 sharp and again a moment later: one tick.
@@ -3868,7 +3870,7 @@ async fn a_schedule_ticks_each_slot_once_and_handles_missed_slots_as_declared<S:
         "2026-12-06T02:00:00Z",
         "2026-12-06T02:59:59Z",
     ] {
-        store.tick_schedules(clock(now)?).await?;
+        store.tick_schedules(Some(clock(now)?)).await?;
     }
     assert_eq!(
         ticks_in_feed(&store).await?,
@@ -3876,12 +3878,18 @@ async fn a_schedule_ticks_each_slot_once_and_handles_missed_slots_as_declared<S:
     );
     // Five hours without a round (every dispatcher stopped, or the clock jumped ahead):
     // `hourly` catches up its three newest slots and skips two, `daily` ticks 03:00 once.
-    let jump = store.tick_schedules(clock("2026-12-06T07:10:00Z")?).await?;
+    let jump = store
+        .tick_schedules(Some(clock("2026-12-06T07:10:00Z")?))
+        .await?;
     assert_eq!((jump.ticks, jump.skipped), (4, 2), "{}", S::NAME);
     // The clock goes back two hours, then on to 08:00: only the 08:00 slot is new.
-    let back = store.tick_schedules(clock("2026-12-06T05:00:00Z")?).await?;
+    let back = store
+        .tick_schedules(Some(clock("2026-12-06T05:00:00Z")?))
+        .await?;
     assert_eq!((back.ticks, back.skipped), (0, 0), "{}", S::NAME);
-    store.tick_schedules(clock("2026-12-06T08:00:00Z")?).await?;
+    store
+        .tick_schedules(Some(clock("2026-12-06T08:00:00Z")?))
+        .await?;
     assert_eq!(
         ticks_in_feed(&store).await?,
         [
@@ -3930,13 +3938,15 @@ async fn a_schedule_ticks_each_slot_once_and_handles_missed_slots_as_declared<S:
 /// store's scheduler lock, the others find it taken (PostgreSQL) or wait for the one writer and
 /// then find the slots handled (SQLite).
 async fn rounds_at_the_same_time_append_each_due_slot_once<S: Conformance>(store: S) -> TestResult {
-    store.tick_schedules(clock("2026-12-06T00:30:00Z")?).await?;
+    store
+        .tick_schedules(Some(clock("2026-12-06T00:30:00Z")?))
+        .await?;
     for hour in 1..=6 {
         let now = clock(&format!("2026-12-06T{hour:02}:00:00Z"))?;
         let rounds: Vec<_> = (0..4)
             .map(|_| {
                 let store = store.clone();
-                tokio::spawn(async move { store.tick_schedules(now).await })
+                tokio::spawn(async move { store.tick_schedules(Some(now)).await })
             })
             .collect();
         let mut ticks = 0;
@@ -3965,7 +3975,9 @@ async fn a_schedule_without_rounds_is_reported_overdue_until_one_ticks_it<S: Con
     let report = store.status(Duration::from_secs(60)).await?;
     assert!(report.schedules.is_empty(), "{}: none started", S::NAME);
     // Started a year ago, and no round since.
-    store.tick_schedules(clock("2025-12-06T00:30:00Z")?).await?;
+    store
+        .tick_schedules(Some(clock("2025-12-06T00:30:00Z")?))
+        .await?;
     let report = store.status(Duration::from_secs(60)).await?;
     let next: Vec<(String, Option<String>)> = report
         .schedules
@@ -3994,7 +4006,7 @@ async fn a_schedule_without_rounds_is_reported_overdue_until_one_ticks_it<S: Con
         .collect();
     assert_eq!(overdue, ["daily", "hourly"], "{}", S::NAME);
     // A round now ticks what the contract keeps of the year and leaves nothing overdue.
-    let round = store.tick_schedules(std::time::SystemTime::now()).await?;
+    let round = store.tick_schedules(None).await?;
     assert_eq!(round.ticks, 4, "{}: one daily, three hourly", S::NAME);
     let report = store.status(Duration::from_secs(60)).await?;
     assert!(

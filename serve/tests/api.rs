@@ -69,8 +69,12 @@ fn clock(text: &str) -> Result<std::time::SystemTime, Box<dyn std::error::Error 
 async fn tick_past_schedules<S: evc::Store>(
     store: &S,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    store.tick_schedules(clock("2026-11-01T01:00:00Z")?).await?;
-    let round = store.tick_schedules(clock("2026-11-01T04:00:00Z")?).await?;
+    store
+        .tick_schedules(Some(clock("2026-11-01T01:00:00Z")?))
+        .await?;
+    let round = store
+        .tick_schedules(Some(clock("2026-11-01T04:00:00Z")?))
+        .await?;
     assert_eq!((round.ticks, round.skipped), (2, 11));
     Ok(())
 }

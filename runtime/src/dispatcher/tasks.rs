@@ -2,7 +2,7 @@
 //! scheduler and the lag watch.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
@@ -82,7 +82,7 @@ pub(super) async fn schedule<S: Store>(
             _ = ticker.tick() => {}
             _ = shutdown.changed() => return,
         }
-        match store.tick_schedules(SystemTime::now()).await {
+        match store.tick_schedules(None).await {
             Ok(round) => {
                 if round.ticks > 0 || round.skipped > 0 {
                     tracing::debug!(

@@ -329,8 +329,9 @@ pub trait Store: Clone + Send + Sync + 'static {
         owners: &[String],
     ) -> impl Future<Output = Result<(), DispatchError>> + Send;
 
-    /// A scheduler round at `now` (the caller's clock: tests move it): when this process
-    /// takes the store's scheduler lock, appends one tick for each due slot of every schedule
+    /// A scheduler round at `at`, or at the store's clock with `None` (PostgreSQL's, read in
+    /// the locked transaction, so that processes whose clocks disagree agree on the slots;
+    /// SQLite's is the process's): when this process takes the store's scheduler lock, appends one tick for each due slot of every schedule
     /// of the registry and moves the schedules on, in one transaction; a schedule seen for the
     /// first time starts at `now`. Without the lock (another process is running a round)
     /// nothing is done ([`ScheduleRound::leader`] is `false`). A slot is ticked once across
@@ -342,7 +343,7 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// tenants); [`DispatchError::Database`] (nothing of the round is written).
     fn tick_schedules(
         &self,
-        now: SystemTime,
+        at: Option<SystemTime>,
     ) -> impl Future<Output = Result<ScheduleRound, DispatchError>> + Send;
 
     /// A lag-watch round (docs/runtime.md, "Lag breaches"): when this process takes the

@@ -15,7 +15,7 @@ impl PgStore {
     /// [`Store::tick_schedules`] on PostgreSQL.
     pub(super) async fn run_schedules(
         &self,
-        now: SystemTime,
+        at: Option<SystemTime>,
     ) -> Result<ScheduleRound, DispatchError> {
         let schedules = self.registry().schedules;
         if schedules.is_empty() {
@@ -26,7 +26,6 @@ impl PgStore {
         if let Some(tenant) = super::operations::session_tenant(self.pool()).await? {
             return Err(DispatchError::TenantScoped("a schedule", tenant));
         }
-        let now = schedule::utc(now);
         let mut transaction = self.pool().begin().await?;
         sqlx::query(sql::READ_COMMITTED)
             .execute(&mut *transaction)
@@ -37,6 +36,15 @@ impl PgStore {
         if !locked {
             return Ok(ScheduleRound::default());
         }
+        let now = match at {
+            Some(at) => schedule::utc(at),
+            None => {
+                let seconds: f64 = sqlx::query_scalar(sql::CLOCK)
+                    .fetch_one(&mut *transaction)
+                    .await?;
+                schedule::from_epoch(seconds)
+            }
+        };
         let names: Vec<&str> = schedules.iter().map(|s| s.name).collect();
         let mut stored: HashMap<String, Stored> = HashMap::new();
         for row in sqlx::query(sql::SCHEDULE_POSITIONS)

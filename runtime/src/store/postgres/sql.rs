@@ -1920,6 +1920,10 @@ pub(crate) const TRY_SCHEDULER_LOCK: &str =
 /// statement after the lock sees what the previous round committed.
 pub(crate) const READ_COMMITTED: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
 
+/// The database's clock now, in epoch seconds (not the transaction's start: a round may have
+/// waited for its lock).
+pub(crate) const CLOCK: &str = "SELECT extract(epoch FROM clock_timestamp())::float8";
+
 /// Where the schedules named in `$1` stand, in epoch seconds.
 pub(crate) const SCHEDULE_POSITIONS: &str = "\
 SELECT schedule, cron, event_type,

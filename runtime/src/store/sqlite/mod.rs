@@ -1468,9 +1468,9 @@ impl Store for SqliteStore {
 
     async fn tick_schedules(
         &self,
-        now: std::time::SystemTime,
+        at: Option<std::time::SystemTime>,
     ) -> Result<crate::store::ScheduleRound, DispatchError> {
-        self.run_schedules(now).await
+        self.run_schedules(at).await
     }
 
     async fn schedule_states(&self) -> Result<Vec<crate::store::ScheduleState>, DispatchError> {

@@ -16,7 +16,7 @@ impl SqliteStore {
     /// [`crate::Store::tick_schedules`] on SQLite.
     pub(super) async fn run_schedules(
         &self,
-        now: SystemTime,
+        at: Option<SystemTime>,
     ) -> Result<ScheduleRound, DispatchError> {
         let schedules = self.registry().schedules;
         if schedules.is_empty() {
@@ -26,7 +26,7 @@ impl SqliteStore {
         if let Some(tenant) = self.tenant() {
             return Err(DispatchError::TenantScoped("a schedule", tenant.to_owned()));
         }
-        let now = schedule::utc(now);
+        let now = schedule::utc(at.unwrap_or_else(SystemTime::now));
         let mut transaction = self.begin().await?;
         let mut stored = HashMap::new();
         for schedule in schedules {
