@@ -77,6 +77,7 @@ pub(super) async fn schedule<S: Store>(
     // A zero period would panic the interval; the config's fields are public.
     let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(1)));
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut failures = Failures::default();
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
@@ -96,7 +97,7 @@ pub(super) async fn schedule<S: Store>(
                 tracing::warn!(%error, "this dispatcher runs no schedules");
                 return;
             }
-            Err(error) => tracing::warn!(%error, "scheduler round failed"),
+            Err(error) => failures.note(&error, "scheduler round failed"),
         }
     }
 }
@@ -110,6 +111,7 @@ pub(super) async fn watch_lag<S: Store>(
 ) {
     let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(1)));
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut failures = Failures::default();
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
@@ -125,7 +127,32 @@ pub(super) async fn watch_lag<S: Store>(
                 tracing::warn!(%error, "this dispatcher watches no lag");
                 return;
             }
-            Err(error) => tracing::warn!(%error, "lag watch failed"),
+            Err(error) => failures.note(&error, "lag watch failed"),
+        }
+    }
+}
+
+/// The failures of a task that runs every second or so, logged at most once a minute: a
+/// database without the task's table (a runtime step not applied) fails every round, and one
+/// line a minute says so without drowning the log.
+#[derive(Default)]
+struct Failures {
+    /// When a failure was last logged.
+    logged: Option<std::time::Instant>,
+    /// Failures since.
+    since: u64,
+}
+
+impl Failures {
+    fn note(&mut self, error: &crate::store::DispatchError, what: &'static str) {
+        self.since += 1;
+        if self
+            .logged
+            .is_none_or(|at| at.elapsed() >= Duration::from_secs(60))
+        {
+            tracing::warn!(%error, failures = self.since, "{what}");
+            self.logged = Some(std::time::Instant::now());
+            self.since = 0;
         }
     }
 }
