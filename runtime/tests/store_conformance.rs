@@ -159,6 +159,16 @@ mod schedules {
     );
 }
 
+/// A refused tick, on both stores, with [`conformance::REFUSED_TICK_REGISTRY`].
+mod refused_ticks {
+    use super::*;
+
+    conformance!(
+        crate::conformance::REFUSED_TICK_REGISTRY =>
+        a_refused_tick_leaves_its_schedule_due_and_the_others_move_on,
+    );
+}
+
 /// Lag breaches, on both stores, with [`conformance::LAGGING_REGISTRY`].
 mod lag {
     use super::*;
@@ -3260,7 +3270,36 @@ mod sqlite_only {
 // ---------------------------------------------------------------------------------------------
 
 mod postgres_only {
-    use evc_runtime::{PgStore, StoreError};
+    use evc_runtime::{PgStore, Store, StoreError};
+
+    /// A lag watch that finds its lock taken (another process's round) does nothing and says
+    /// so; once the lock is free the next round opens the breach. The lock is the watch's
+    /// transaction-level advisory lock, taken here by another session.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lag_watch_that_finds_its_lock_taken_does_nothing() -> TestResult {
+        crate::conformance::with_postgres(
+            crate::conformance::LAGGING_REGISTRY,
+            |store: PgStore| async move {
+                super::committed(&store, vec![super::note(1)]).await?;
+                // Over the threshold of a millisecond.
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                let mut holder = store.pool().begin().await?;
+                sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('evc.lag', 7268))")
+                    .execute(&mut *holder)
+                    .await?;
+                let blocked = store.watch_lag().await?;
+                assert!(!blocked.leader);
+                assert_eq!(blocked.opened, 0);
+                assert!(store.lag_breaches(10).await?.is_empty());
+                holder.rollback().await?;
+                let led = store.watch_lag().await?;
+                assert!(led.leader);
+                assert_eq!(led.opened, 1);
+                Ok(())
+            },
+        )
+        .await
+    }
 
     use crate::conformance::CONFORMANCE_REGISTRY;
     use crate::support::{DISPATCH_REGISTRY, TestResult, with_database};
@@ -4153,5 +4192,46 @@ async fn a_lag_breach_appends_one_event_while_it_lasts<S: Conformance>(store: S)
     assert_eq!(store.count_events(&[LAG_BREACH]).await?, 2);
     let breaches = store.lag_breaches(10).await?;
     assert!(breaches[0].closed_at.is_none() && breaches[1].closed_at.is_some());
+    Ok(())
+}
+
+/// A tick the checked append refuses does not move its schedule past the slot (it stays due,
+/// and overdue once its grace passes), and the other schedules tick on in the same round.
+async fn a_refused_tick_leaves_its_schedule_due_and_the_others_move_on<S: Conformance>(
+    store: S,
+) -> TestResult {
+    store
+        .tick_schedules(Some(clock("2026-12-05T23:30:00Z")?))
+        .await?;
+    let round = store
+        .tick_schedules(Some(clock("2026-12-06T04:00:00Z")?))
+        .await?;
+    // `hourly` catches up its three newest slots; `daily`'s 03:00 tick is refused.
+    assert_eq!(round.ticks, 3, "{}", S::NAME);
+    assert_eq!(store.count_events(&["cron.tick.daily"]).await?, 0);
+    assert_eq!(store.count_events(&["cron.tick.hourly"]).await?, 3);
+    let states = store.schedule_states().await?;
+    let daily = states
+        .iter()
+        .find(|s| s.name == "daily")
+        .ok_or("daily started")?;
+    assert_eq!((daily.last_slot, daily.ticks), (None, 0), "{}", S::NAME);
+    // The refusal is audited like any other, without the payload.
+    let rejects = store.rejects(10).await?;
+    assert!(
+        rejects.iter().any(|r| r.event_type == "cron.tick.daily"),
+        "{}: {rejects:?}",
+        S::NAME
+    );
+    // Still due at the next round, and refused again: never skipped past.
+    store
+        .tick_schedules(Some(clock("2026-12-06T05:00:00Z")?))
+        .await?;
+    let states = store.schedule_states().await?;
+    assert!(
+        states
+            .iter()
+            .any(|s| s.name == "daily" && s.last_slot.is_none())
+    );
     Ok(())
 }

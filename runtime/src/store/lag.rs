@@ -69,17 +69,20 @@ pub(in crate::store) enum Change {
     Close(i64),
 }
 
-/// What a round does about `threshold`'s pair, measured `measured`, with breach `open` open.
+/// What a round does about `threshold`'s pair, measured `measured`, with breach `open` open
+/// (its id and the threshold it was opened under). An open breach closes against its own
+/// threshold, so that two builds with different thresholds do not open and close it in turn.
 pub(in crate::store) fn change(
     threshold: &LagThresholdDescriptor,
     measured: Measured,
-    open: Option<i64>,
+    open: Option<(i64, i64)>,
 ) -> Option<Change> {
-    let limit = i64::try_from(threshold.threshold_ms).unwrap_or(i64::MAX);
-    let over = measured.lag_ms.is_some_and(|lag| lag > limit);
-    match (over, open) {
-        (true, None) => Some(Change::Open),
-        (false, Some(id)) => Some(Change::Close(id)),
+    let over = |limit: i64| measured.lag_ms.is_some_and(|lag| lag > limit);
+    match open {
+        None if over(i64::try_from(threshold.threshold_ms).unwrap_or(i64::MAX)) => {
+            Some(Change::Open)
+        }
+        Some((id, opened_under)) if !over(opened_under) => Some(Change::Close(id)),
         _ => None,
     }
 }
@@ -131,21 +134,25 @@ mod tests {
 
     #[test]
     fn a_breach_opens_over_the_threshold_once_and_closes_at_or_under_it() {
+        let open = Some((7, 60_000));
         assert_eq!(
             change(&THRESHOLD, lag(Some(60_001)), None),
             Some(Change::Open)
         );
-        assert_eq!(change(&THRESHOLD, lag(Some(90_000)), Some(7)), None);
+        assert_eq!(change(&THRESHOLD, lag(Some(90_000)), open), None);
         assert_eq!(change(&THRESHOLD, lag(Some(60_000)), None), None);
         assert_eq!(
-            change(&THRESHOLD, lag(Some(60_000)), Some(7)),
+            change(&THRESHOLD, lag(Some(60_000)), open),
             Some(Change::Close(7))
         );
-        assert_eq!(
-            change(&THRESHOLD, lag(None), Some(7)),
-            Some(Change::Close(7))
-        );
+        assert_eq!(change(&THRESHOLD, lag(None), open), Some(Change::Close(7)));
         assert_eq!(change(&THRESHOLD, lag(None), None), None);
+        // Opened under a build with a higher threshold: it closes against that one.
+        let higher = Some((7, 120_000));
+        assert_eq!(
+            change(&THRESHOLD, lag(Some(90_000)), higher),
+            Some(Change::Close(7))
+        );
     }
 
     #[test]

@@ -202,11 +202,27 @@ pub(in crate::store) async fn emit<S: Store>(
     descriptor: &'static EventDescriptor,
     event: Lifecycle,
 ) -> Result<(), sqlx::Error> {
+    emit_checked(store, transaction, descriptor, event).await?;
+    Ok(())
+}
+
+/// [`emit`], saying whether the event was appended: `false` when the registered contract
+/// refused it (recorded as a reject and logged), for a caller whose state change must not
+/// stand without its event (a schedule's slot, a lag breach).
+///
+/// # Errors
+/// The database's; the caller's transaction must then roll back.
+pub(in crate::store) async fn emit_checked<S: Store>(
+    store: &S,
+    transaction: &mut Connection<S>,
+    descriptor: &'static EventDescriptor,
+    event: Lifecycle,
+) -> Result<bool, sqlx::Error> {
     let Some((event, options)) = outgoing(descriptor, event) else {
-        return Ok(());
+        return Ok(false);
     };
     match store.append(transaction, event, options).await {
-        Ok(_) => Ok(()),
+        Ok(_) => Ok(true),
         Err(AppendError::Database(error)) => Err(error),
         Err(error) => {
             tracing::warn!(
@@ -214,7 +230,7 @@ pub(in crate::store) async fn emit<S: Store>(
                 %error,
                 "lifecycle event not emitted: the registered contract refused it"
             );
-            Ok(())
+            Ok(false)
         }
     }
 }

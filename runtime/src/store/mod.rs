@@ -1124,16 +1124,6 @@ pub enum DispatchError {
     /// in a way that cannot be recorded; nothing was written.
     #[error("{0}")]
     InvalidChange(String),
-    /// The checked append refused a schedule's tick (its contract changed under a running
-    /// build, or a hand-written registry): the round appended and moved nothing, and the
-    /// schedule stays due. The reason names no payload value.
-    #[error("the tick of schedule {schedule} was refused: {reason}")]
-    TickRefused {
-        /// The schedule.
-        schedule: String,
-        /// Why, as the append said it.
-        reason: String,
-    },
     /// The database failed.
     #[error("outbox database error: {0}")]
     Database(#[from] sqlx::Error),

@@ -15,7 +15,6 @@ use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
 use serde_json::{Map, Value};
 
-use crate::append::AppendError;
 use crate::registry::{MissedSlots, ScheduleDescriptor};
 use crate::store::lifecycle::{self, Lifecycle};
 use crate::store::{Connection, DispatchError, Store};
@@ -207,9 +206,7 @@ fn tick(schedule: &ScheduleDescriptor, slot: DateTime<Utc>) -> Lifecycle {
 /// not pass) is logged and left alone.
 ///
 /// # Errors
-/// [`DispatchError::TickRefused`] when the checked append refuses a tick (a tick lost
-/// silently would move its schedule past the slot); the database's. The transaction must
-/// then roll back.
+/// The database's; the transaction must then roll back.
 pub(in crate::store) async fn run<S: Store>(
     store: &S,
     transaction: &mut Connection<S>,
@@ -242,22 +239,27 @@ pub(in crate::store) async fn run<S: Store>(
             );
             continue;
         };
+        // A tick the contract refuses leaves its schedule where it was (its slot stays due and
+        // the status report shows it overdue); the other schedules move on.
+        let mut savepoint = sqlx::Connection::begin(&mut *transaction).await?;
+        let mut refused = false;
         for &slot in &due.slots {
-            let Some((event, options)) = lifecycle::outgoing(descriptor, tick(schedule, slot))
-            else {
-                continue;
-            };
-            match store.append(transaction, event, options).await {
-                Ok(_) => {}
-                Err(AppendError::Database(error)) => return Err(error.into()),
-                Err(refused) => {
-                    return Err(DispatchError::TickRefused {
-                        schedule: schedule.name.to_owned(),
-                        reason: refused.to_string(),
-                    });
-                }
+            if !lifecycle::emit_checked(store, &mut savepoint, descriptor, tick(schedule, slot))
+                .await?
+            {
+                refused = true;
+                break;
             }
         }
+        if refused {
+            savepoint.rollback().await?;
+            tracing::warn!(
+                schedule = schedule.name,
+                "schedule not moved: its tick was refused"
+            );
+            continue;
+        }
+        savepoint.commit().await?;
         advances.push(Advance::Moved {
             schedule,
             last_slot,

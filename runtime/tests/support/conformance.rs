@@ -424,3 +424,26 @@ pub static LAGGING_REGISTRY: Registry = Registry {
     }],
     ..CONFORMANCE_REGISTRY
 };
+
+/// A tick schema that requires a field the scheduler does not fill: every tick is refused.
+const REFUSING_TICK_SCHEMA: &str = r#"{"properties":{"region":{"type":"string"},"schedule":{"type":"string"},"slot":{"type":"string"}},"required":["region"],"type":"object"}"#;
+
+/// [`SCHEDULED_REGISTRY`] whose `cron.tick.daily` refuses every tick (its schema requires a
+/// `region`), as a registry built by hand or changed under a running build may.
+pub static REFUSED_TICK_REGISTRY: Registry = Registry {
+    events: &[
+        EventDescriptor {
+            versions: &[VersionDescriptor {
+                version: "1.0.0",
+                major: 1,
+                schema: REFUSING_TICK_SCHEMA,
+                schema_digest: DIGEST,
+            }],
+            ..tick_event("cron.tick.daily")
+        },
+        tick_event("cron.tick.hourly"),
+        CONFORMANCE_REGISTRY.events[0],
+        CONFORMANCE_REGISTRY.events[1],
+    ],
+    ..SCHEDULED_REGISTRY
+};

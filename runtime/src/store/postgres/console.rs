@@ -28,6 +28,8 @@ pub struct Console {
     consumers: Vec<WatchedConsumer>,
     /// The deployed schedules' names (the settings row's).
     schedules: Vec<String>,
+    /// The deployed lag thresholds' (consumer, producer class).
+    lag_pairs: Vec<(String, String)>,
     /// The store whose registry decides which lifecycle events replays and discards emit.
     lifecycle: Option<PgStore>,
 }
@@ -60,11 +62,12 @@ impl Console {
                 .with_class(class),
             );
         }
-        let schedules = super::deployed::deployed_schedule_names(&pool).await?;
+        let (schedules, lag_pairs) = super::deployed::deployed_watched(&pool).await?;
         Ok(Self {
             pool,
             consumers,
             schedules,
+            lag_pairs,
             lifecycle: None,
         })
     }
@@ -98,7 +101,16 @@ impl Console {
     /// [`DispatchError::Database`].
     pub async fn status(&self, window: Duration) -> Result<StatusReport, DispatchError> {
         let schedules: Vec<&str> = self.schedules.iter().map(String::as_str).collect();
-        observe::status(&self.pool, &self.consumers, &schedules, window).await
+        let pairs: Vec<(&str, &str)> = self
+            .lag_pairs
+            .iter()
+            .map(|(consumer, class)| (consumer.as_str(), class.as_str()))
+            .collect();
+        let watched = observe::Watched {
+            schedules: &schedules,
+            lag_pairs: &pairs,
+        };
+        observe::status(&self.pool, &self.consumers, watched, window).await
     }
 
     /// Every attempt of the deployed consumers since the store was set up

@@ -200,19 +200,25 @@ async fn deployed_scheduling(
     Ok((schedules, thresholds))
 }
 
-/// The names of the deployed schedules ([`deployed_scheduling`]), for a console that should not
-/// leak a registry per connection.
-pub(super) async fn deployed_schedule_names(pool: &PgPool) -> Result<Vec<String>, DispatchError> {
+/// The names of the deployed schedules and the (consumer, producer class) of the deployed lag
+/// thresholds ([`deployed_scheduling`]), for a console that should not leak a registry per
+/// connection.
+pub(super) async fn deployed_watched(
+    pool: &PgPool,
+) -> Result<(Vec<String>, Vec<(String, String)>), DispatchError> {
     let present: bool = sqlx::query_scalar(sql::HAS_LAG_BREACHES)
         .fetch_one(pool)
         .await?;
     if !present {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
-    let names: Option<Vec<String>> = sqlx::query_scalar(sql::DEPLOYED_SCHEDULE_NAMES)
-        .fetch_optional(pool)
+    let names: Vec<String> = sqlx::query_scalar(sql::DEPLOYED_SCHEDULE_NAMES)
+        .fetch_one(pool)
         .await?;
-    Ok(names.unwrap_or_default())
+    let pairs: Vec<(String, String)> = sqlx::query_as(sql::DEPLOYED_LAG_PAIRS)
+        .fetch_all(pool)
+        .await?;
+    Ok((names, pairs))
 }
 
 /// The deployed executor classes, and the class of each consumer that names a deployed one;
@@ -485,11 +491,14 @@ impl PgStore {
     /// `settings_digest` column gets the SHA-256 of the canonical JSON of the settings as the
     /// registry holds them: not the digest a generated file is named by, which covers
     /// `registry.json`'s settings (some of which the compiled registry does not carry); the
-    /// runtime never reads it.
+    /// runtime compares it only with the digest its schedules and lag thresholds were
+    /// recorded with. The row and those are written in one transaction.
     ///
     /// # Errors
     /// [`StoreError::Database`], also when the database lacks the settings table (the
-    /// seventh runtime step, `NNNN_evc_runtime_v7.sql`, was not applied).
+    /// seventh runtime step, `NNNN_evc_runtime_v7.sql`, was not applied), or, for a registry
+    /// with schedules or lag thresholds, their columns (the twenty-fourth step); nothing is
+    /// written then.
     pub async fn install_settings(&self) -> Result<(), StoreError> {
         let registry = self.registry();
         let policy = &registry.payload_policy;
@@ -516,6 +525,7 @@ impl PgStore {
         }
         let digest = crate::sha256_hex(crate::canonical_json(&settings).as_bytes());
         let bigint = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
+        let mut transaction = self.pool().begin().await?;
         sqlx::query(sql::INSTALL_SETTINGS)
             .bind(&digest)
             .bind(policy.denied_keys)
@@ -529,16 +539,17 @@ impl PgStore {
             .bind(i64::from(dispatcher.max_attempts))
             .bind(bigint(dispatcher.backoff_ceiling_ms))
             .bind(handler_timeouts)
-            .execute(self.pool())
+            .execute(&mut *transaction)
             .await?;
         if scheduled {
             sqlx::query(sql::INSTALL_SCHEDULING)
                 .bind(schedules.to_string())
                 .bind(thresholds.to_string())
                 .bind(&digest)
-                .execute(self.pool())
+                .execute(&mut *transaction)
                 .await?;
         }
+        transaction.commit().await?;
         Ok(())
     }
 }

@@ -51,28 +51,39 @@ impl PgStore {
                     .map(|r| r.try_get::<Uuid, _>("event_id"))
                     .transpose()?,
             };
-            let open: Option<i64> = sqlx::query_scalar(sql::OPEN_BREACH)
+            let open: Option<(i64, i64)> = sqlx::query_as(sql::OPEN_BREACH)
                 .bind(threshold.consumer)
                 .bind(threshold.producer_class)
                 .fetch_optional(&mut *transaction)
                 .await?;
             match lag::change(threshold, measured, open) {
                 Some(Change::Open) => {
+                    // A breach whose event the contract refuses is not opened: the next round
+                    // tries again, and the other pairs go on.
+                    let mut savepoint = sqlx::Connection::begin(&mut *transaction).await?;
                     let opened = sqlx::query(sql::OPEN_LAG_BREACH)
                         .bind(threshold.consumer)
                         .bind(threshold.producer_class)
                         .bind(i64::try_from(threshold.threshold_ms).unwrap_or(i64::MAX))
                         .bind(measured.lag_ms.unwrap_or(0))
                         .bind(measured.oldest_event_id)
-                        .fetch_one(&mut *transaction)
+                        .fetch_one(&mut *savepoint)
                         .await?;
                     let id: i64 = opened.try_get("id")?;
-                    if let Some(descriptor) = descriptor {
-                        let event =
-                            lag::breach_event(threshold, id, measured, opened.try_get("opened")?);
-                        lifecycle::emit(self, &mut transaction, descriptor, event).await?;
+                    let appended = match descriptor {
+                        Some(descriptor) => {
+                            let at = opened.try_get("opened")?;
+                            let event = lag::breach_event(threshold, id, measured, at);
+                            lifecycle::emit_checked(self, &mut savepoint, descriptor, event).await?
+                        }
+                        None => true,
+                    };
+                    if appended {
+                        savepoint.commit().await?;
+                        round.opened += 1;
+                    } else {
+                        savepoint.rollback().await?;
                     }
-                    round.opened += 1;
                 }
                 Some(Change::Close(id)) => {
                     sqlx::query(sql::CLOSE_LAG_BREACH)

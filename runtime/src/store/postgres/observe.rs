@@ -163,7 +163,17 @@ impl PgStore {
             })
             .collect();
         let schedules: Vec<&str> = self.registry().schedules.iter().map(|s| s.name).collect();
-        let mut report = status(&self.inner.pool, &consumers, &schedules, window).await?;
+        let pairs: Vec<(&str, &str)> = self
+            .registry()
+            .lag_thresholds
+            .iter()
+            .map(|t| (t.consumer, t.producer_class))
+            .collect();
+        let watched = Watched {
+            schedules: &schedules,
+            lag_pairs: &pairs,
+        };
+        let mut report = status(&self.inner.pool, &consumers, watched, window).await?;
         report.stale_tokens = self.stale_tokens();
         Ok(report)
     }
@@ -202,6 +212,17 @@ impl PgStore {
     }
 }
 
+/// The schedules and lag thresholds a status report covers: those of the registry (the
+/// deployed one, for a console). Rows of others stay in the database once they leave the
+/// contracts, and would read as overdue or breached for ever.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Watched<'a> {
+    /// Schedule names.
+    pub(crate) schedules: &'a [&'a str],
+    /// (consumer, producer class) of each lag threshold.
+    pub(crate) lag_pairs: &'a [(&'a str, &'a str)],
+}
+
 /// The status report of `consumers`: each one's deliveries by status (from the partial
 /// indexes, so acked deliveries are not counted), oldest pending age and operator state; lag
 /// and attempt latency percentiles over the attempts of the last `window` (at most the newest
@@ -213,9 +234,10 @@ impl PgStore {
 pub(crate) async fn status(
     pool: &PgPool,
     consumers: &[WatchedConsumer],
-    schedules: &[&str],
+    watched: Watched<'_>,
     window: Duration,
 ) -> Result<StatusReport, DispatchError> {
+    let schedules = watched.schedules;
     let names: Vec<&str> = consumers.iter().map(|c| c.name.as_str()).collect();
     let rows = sqlx::query(sql::STATUS_COUNTS)
         .bind(&names)
@@ -362,7 +384,12 @@ pub(crate) async fn status(
     let lag_breaches = super::lag::breaches(pool, crate::store::observe::REPORTED_BREACHES)
         .await?
         .into_iter()
-        .filter(|breach| breach.closed_at.is_none())
+        .filter(|breach| {
+            breach.closed_at.is_none()
+                && watched.lag_pairs.iter().any(|(consumer, class)| {
+                    breach.consumer == *consumer && breach.producer_class == *class
+                })
+        })
         .collect();
     Ok(StatusReport {
         consumers: statuses,

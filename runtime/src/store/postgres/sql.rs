@@ -1955,41 +1955,41 @@ WHERE schedule = $1";
 pub(crate) const TRY_LAG_WATCH_LOCK: &str =
     "SELECT pg_try_advisory_xact_lock(hashtextextended('evc.lag', 7268)) AS locked";
 
-/// The lag of consumer `$1` for events of producer class `$2`: how long its oldest open
-/// (pending or leased) delivery of such an event has waited since the delivery was written,
-/// in milliseconds, and that delivery's event. Each status is walked in append order
-/// (`evc_deliveries_status_idx`) until an event of the class; no row: none open.
+/// The lag of consumer `$1` for events of producer class `$2`: how long its longest-waiting
+/// open (pending or leased) delivery of such an event has waited, in milliseconds, and that
+/// delivery's event. A delivery waits from when it was written (a replay's generation from the
+/// replay), or from when it became due if it was held back and never attempted; one not due yet
+/// does not wait. Reads every open delivery of the consumer; no row: none waits.
 pub(crate) const PAIR_LAG: &str = "\
-SELECT (extract(epoch FROM now() - x.created_at) * 1000)::bigint AS lag_ms, x.event_id
+SELECT (extract(epoch FROM clock_timestamp() - x.since) * 1000)::bigint AS lag_ms, x.event_id
 FROM (
-    (SELECT d.created_at, d.event_id FROM evc_deliveries d
-        JOIN evc_events e ON e.event_id = d.event_id
-        WHERE d.consumer = $1 AND d.status = 'pending' AND e.producer_class = $2
-        ORDER BY d.event_seq LIMIT 1)
-    UNION ALL
-    (SELECT d.created_at, d.event_id FROM evc_deliveries d
-        JOIN evc_events e ON e.event_id = d.event_id
-        WHERE d.consumer = $1 AND d.status = 'leased' AND e.producer_class = $2
-        ORDER BY d.event_seq LIMIT 1)
+    SELECT CASE WHEN d.attempt = 0 THEN greatest(d.created_at, d.next_attempt_at)
+            ELSE d.created_at END AS since,
+        d.event_id
+    FROM evc_deliveries d JOIN evc_events e ON e.event_id = d.event_id
+    WHERE d.consumer = $1 AND d.status IN ('pending', 'leased') AND e.producer_class = $2
 ) x
-ORDER BY x.created_at
+WHERE x.since <= clock_timestamp()
+ORDER BY x.since
 LIMIT 1";
 
-/// The open breach of consumer `$1` and producer class `$2`, if any.
+/// The open breach of consumer `$1` and producer class `$2`, if any, with its threshold.
 pub(crate) const OPEN_BREACH: &str = "\
-SELECT id FROM evc_lag_breaches
+SELECT id, threshold_ms FROM evc_lag_breaches
 WHERE consumer = $1 AND producer_class = $2 AND closed_at IS NULL";
 
 /// Opens a breach of consumer `$1` and producer class `$2` (threshold `$3`, lag `$4` ms, the
 /// waiting event `$5`); returns its id and when, RFC 3339 in UTC.
 pub(crate) const OPEN_LAG_BREACH: &str = "\
-INSERT INTO evc_lag_breaches (consumer, producer_class, threshold_ms, lag_ms, oldest_event_id)
-VALUES ($1, $2, $3, $4, $5)
+INSERT INTO evc_lag_breaches (consumer, producer_class, threshold_ms, lag_ms, oldest_event_id,
+    opened_at)
+VALUES ($1, $2, $3, $4, $5, clock_timestamp())
 RETURNING id, to_char(opened_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS opened";
 
-/// Closes breach `$1`.
-pub(crate) const CLOSE_LAG_BREACH: &str =
-    "UPDATE evc_lag_breaches SET closed_at = now() WHERE id = $1 AND closed_at IS NULL";
+/// Closes breach `$1` (never before it opened, whatever the clock did).
+pub(crate) const CLOSE_LAG_BREACH: &str = "\
+UPDATE evc_lag_breaches SET closed_at = greatest(clock_timestamp(), opened_at)
+WHERE id = $1 AND closed_at IS NULL";
 
 /// The schedules and lag thresholds of the settings row, when the settings migration that
 /// wrote them is the one in force (twenty-fourth step); no row otherwise.
@@ -2002,6 +2002,12 @@ WHERE id AND scheduling_digest = settings_digest";
 pub(crate) const DEPLOYED_SCHEDULE_NAMES: &str = "\
 SELECT coalesce(array_agg(s->>'name'), ARRAY[]::text[])
 FROM evc_settings, jsonb_array_elements(schedules) AS s
+WHERE id AND scheduling_digest = settings_digest";
+
+/// The (consumer, producer class) of the lag thresholds of the settings row in force.
+pub(crate) const DEPLOYED_LAG_PAIRS: &str = "\
+SELECT t->>'consumer', t->>'producer_class'
+FROM evc_settings, jsonb_array_elements(lag_thresholds) AS t
 WHERE id AND scheduling_digest = settings_digest";
 
 /// Whether the database has the twenty-fourth step's `evc_lag_breaches`.

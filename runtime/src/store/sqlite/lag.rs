@@ -23,8 +23,10 @@ impl SqliteStore {
             ));
         }
         let descriptor = self.registry().event(LAG_BREACH);
-        let now = epoch_now();
         let mut transaction = self.begin().await?;
+        // Read once the one writer is ours: a round that waited must not date its changes
+        // before those of the round it waited for.
+        let now = epoch_now();
         let mut round = LagRound {
             leader: true,
             ..LagRound::default()
@@ -43,13 +45,15 @@ impl SqliteStore {
                     .map(|r| parse_uuid(&r.try_get::<String, _>("event_id")?))
                     .transpose()?,
             };
-            let open: Option<i64> = sqlx::query_scalar(sql::OPEN_BREACH)
+            let open: Option<(i64, i64)> = sqlx::query_as(sql::OPEN_BREACH)
                 .bind(threshold.consumer)
                 .bind(threshold.producer_class)
                 .fetch_optional(&mut *transaction)
                 .await?;
             match lag::change(threshold, measured, open) {
                 Some(Change::Open) => {
+                    // A breach whose event the contract refuses is not opened (see PostgreSQL's).
+                    let mut savepoint = sqlx::Connection::begin(&mut *transaction).await?;
                     let id: i64 = sqlx::query_scalar(sql::OPEN_LAG_BREACH)
                         .bind(threshold.consumer)
                         .bind(threshold.producer_class)
@@ -57,14 +61,22 @@ impl SqliteStore {
                         .bind(measured.lag_ms.unwrap_or(0))
                         .bind(measured.oldest_event_id.map(|id| id.to_string()))
                         .bind(now)
-                        .fetch_one(&mut *transaction)
+                        .fetch_one(&mut *savepoint)
                         .await?;
-                    if let Some(descriptor) = descriptor {
-                        let at = schedule::slot_text(schedule::from_epoch(now));
-                        let event = lag::breach_event(threshold, id, measured, at);
-                        lifecycle::emit(self, &mut transaction, descriptor, event).await?;
+                    let appended = match descriptor {
+                        Some(descriptor) => {
+                            let at = schedule::slot_text(schedule::from_epoch(now));
+                            let event = lag::breach_event(threshold, id, measured, at);
+                            lifecycle::emit_checked(self, &mut savepoint, descriptor, event).await?
+                        }
+                        None => true,
+                    };
+                    if appended {
+                        savepoint.commit().await?;
+                        round.opened += 1;
+                    } else {
+                        savepoint.rollback().await?;
                     }
-                    round.opened += 1;
                 }
                 Some(Change::Close(id)) => {
                     sqlx::query(sql::CLOSE_LAG_BREACH)

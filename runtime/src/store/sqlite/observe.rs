@@ -200,7 +200,13 @@ impl Observe for SqliteStore {
             .read_lag_breaches(crate::store::observe::REPORTED_BREACHES)
             .await?
             .into_iter()
-            .filter(|breach| breach.closed_at.is_none())
+            // Only the registry's pairs (see PostgreSQL's `Watched`).
+            .filter(|breach| {
+                breach.closed_at.is_none()
+                    && registry.lag_thresholds.iter().any(|t| {
+                        breach.consumer == t.consumer && breach.producer_class == t.producer_class
+                    })
+            })
             .collect();
         Ok(StatusReport {
             consumers,

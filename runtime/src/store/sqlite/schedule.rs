@@ -26,8 +26,9 @@ impl SqliteStore {
         if let Some(tenant) = self.tenant() {
             return Err(DispatchError::TenantScoped("a schedule", tenant.to_owned()));
         }
-        let now = schedule::utc(at.unwrap_or_else(SystemTime::now));
         let mut transaction = self.begin().await?;
+        // Read once the one writer is ours (see the lag watch).
+        let now = schedule::utc(at.unwrap_or_else(SystemTime::now));
         let mut stored = HashMap::new();
         for schedule in schedules {
             let row = sqlx::query(sql::SCHEDULE_POSITION)

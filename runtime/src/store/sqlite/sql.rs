@@ -1187,19 +1187,26 @@ FROM evc_relay_cursors c ORDER BY name"
 // transaction is the store's one writer, which is its lock.
 // ---------------------------------------------------------------------------------------------
 
-/// The lag of consumer `$1` for events of producer class `$2` at `$3` (epoch seconds): how
-/// long its oldest open (pending or leased) delivery of such an event has waited since the
-/// delivery was written, in milliseconds, and that delivery's event. No row: none open.
+/// The lag of consumer `$1` for events of producer class `$2` at `$3` (epoch seconds): how long
+/// its longest-waiting open (pending or leased) delivery of such an event has waited, in
+/// milliseconds, and that delivery's event, as PostgreSQL's `PAIR_LAG` measures it. No row:
+/// none waits.
 pub(crate) const PAIR_LAG: &str = "\
-SELECT CAST(($3 - d.created_at) * 1000 AS INTEGER) AS lag_ms, d.event_id
-FROM evc_deliveries d JOIN evc_events e ON e.event_id = d.event_id
-WHERE d.consumer = $1 AND d.status IN ('pending', 'leased') AND e.producer_class = $2
-ORDER BY d.created_at
+SELECT CAST(($3 - x.since) * 1000 AS INTEGER) AS lag_ms, x.event_id
+FROM (
+    SELECT CASE WHEN d.attempt = 0 THEN max(d.created_at, d.next_attempt_at)
+            ELSE d.created_at END AS since,
+        d.event_id
+    FROM evc_deliveries d JOIN evc_events e ON e.event_id = d.event_id
+    WHERE d.consumer = $1 AND d.status IN ('pending', 'leased') AND e.producer_class = $2
+) x
+WHERE x.since <= $3
+ORDER BY x.since
 LIMIT 1";
 
 /// The open breach of consumer `$1` and producer class `$2`, if any.
 pub(crate) const OPEN_BREACH: &str = "\
-SELECT id FROM evc_lag_breaches
+SELECT id, threshold_ms FROM evc_lag_breaches
 WHERE consumer = $1 AND producer_class = $2 AND closed_at IS NULL";
 
 /// Opens a breach of consumer `$1` and producer class `$2` (threshold `$3`, lag `$4` ms, the
@@ -1210,9 +1217,9 @@ INSERT INTO evc_lag_breaches (consumer, producer_class, threshold_ms, lag_ms, ol
 VALUES ($1, $2, $3, $4, $5, $6)
 RETURNING id";
 
-/// Closes breach `$1` at `$2` (epoch seconds).
-pub(crate) const CLOSE_LAG_BREACH: &str =
-    "UPDATE evc_lag_breaches SET closed_at = $2 WHERE id = $1 AND closed_at IS NULL";
+/// Closes breach `$1` at `$2` (epoch seconds), never before it opened.
+pub(crate) const CLOSE_LAG_BREACH: &str = "\
+UPDATE evc_lag_breaches SET closed_at = max($2, opened_at) WHERE id = $1 AND closed_at IS NULL";
 
 /// The breaches, open first, then the newest closed, at most `$1`.
 pub(crate) const LAG_BREACHES: &str = "\
