@@ -8,7 +8,7 @@ use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
 use super::stats::{Counters, add};
-use crate::store::{Heartbeat, Store};
+use crate::store::{DispatchError, Heartbeat, Store};
 
 /// Lease-expiry recovery every `interval`.
 pub(super) async fn recover<S: Store>(
@@ -67,13 +67,60 @@ pub(super) async fn heartbeat<S: Store>(
     }
 }
 
-/// A scheduler round every `interval` ([`Store::tick_schedules`]), the first at once. A handle
-/// scoped to one tenant runs no schedules: it says so once and stops.
+/// A scheduler round every `interval` ([`Store::tick_schedules`]), the first at once.
 pub(super) async fn schedule<S: Store>(
     store: S,
     interval: Duration,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
+    let round = |store: S| async move { store.tick_schedules(None).await };
+    rounds(
+        store,
+        interval,
+        shutdown,
+        "scheduler round",
+        round,
+        |round| {
+            if round.ticks > 0 || round.skipped > 0 {
+                tracing::debug!(
+                    ticks = round.ticks,
+                    skipped = round.skipped,
+                    "scheduler round"
+                );
+            }
+        },
+    )
+    .await;
+}
+
+/// A lag-watch round every `interval` ([`Store::watch_lag`]), the first at once.
+pub(super) async fn watch_lag<S: Store>(
+    store: S,
+    interval: Duration,
+    shutdown: watch::Receiver<bool>,
+) {
+    let round = |store: S| async move { store.watch_lag().await };
+    rounds(store, interval, shutdown, "lag watch", round, |round| {
+        if round.opened > 0 || round.closed > 0 {
+            tracing::info!(opened = round.opened, closed = round.closed, "lag breaches");
+        }
+    })
+    .await;
+}
+
+/// Runs `round` every `interval` until `shutdown`, handing what each did to `report`. A
+/// handle scoped to one tenant runs none (the rounds span tenants): it says so once and stops.
+async fn rounds<S, R, Fut>(
+    store: S,
+    interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+    what: &'static str,
+    round: impl Fn(S) -> Fut,
+    report: impl Fn(R),
+) where
+    S: Store,
+    Fut: std::future::Future<Output = Result<R, DispatchError>>,
+{
     // A zero period would panic the interval; the config's fields are public.
     let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(1)));
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -83,51 +130,13 @@ pub(super) async fn schedule<S: Store>(
             _ = ticker.tick() => {}
             _ = shutdown.changed() => return,
         }
-        match store.tick_schedules(None).await {
-            Ok(round) => {
-                if round.ticks > 0 || round.skipped > 0 {
-                    tracing::debug!(
-                        ticks = round.ticks,
-                        skipped = round.skipped,
-                        "scheduler round"
-                    );
-                }
-            }
-            Err(error @ crate::store::DispatchError::TenantScoped(..)) => {
-                tracing::warn!(%error, "this dispatcher runs no schedules");
+        match round(store.clone()).await {
+            Ok(done) => report(done),
+            Err(error @ DispatchError::TenantScoped(..)) => {
+                tracing::warn!(%error, "{what}: not run by this dispatcher");
                 return;
             }
-            Err(error) => failures.note(&error, "scheduler round failed"),
-        }
-    }
-}
-
-/// A lag-watch round every `interval` ([`Store::watch_lag`]). A handle scoped to one tenant
-/// watches no lag: it says so once and stops.
-pub(super) async fn watch_lag<S: Store>(
-    store: S,
-    interval: Duration,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(1)));
-    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut failures = Failures::default();
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {}
-            _ = shutdown.changed() => return,
-        }
-        match store.watch_lag().await {
-            Ok(round) => {
-                if round.opened > 0 || round.closed > 0 {
-                    tracing::info!(opened = round.opened, closed = round.closed, "lag breaches");
-                }
-            }
-            Err(error @ crate::store::DispatchError::TenantScoped(..)) => {
-                tracing::warn!(%error, "this dispatcher watches no lag");
-                return;
-            }
-            Err(error) => failures.note(&error, "lag watch failed"),
+            Err(error) => failures.note(&error, what),
         }
     }
 }
@@ -144,13 +153,13 @@ struct Failures {
 }
 
 impl Failures {
-    fn note(&mut self, error: &crate::store::DispatchError, what: &'static str) {
+    fn note(&mut self, error: &DispatchError, what: &'static str) {
         self.since += 1;
         if self
             .logged
             .is_none_or(|at| at.elapsed() >= Duration::from_secs(60))
         {
-            tracing::warn!(%error, failures = self.since, "{what}");
+            tracing::warn!(%error, failures = self.since, "{what} failed");
             self.logged = Some(std::time::Instant::now());
             self.since = 0;
         }

@@ -6,6 +6,17 @@ use sqlx::{ColumnIndex, Decode, Row, Type};
 use crate::registry::{DispatcherDescriptor, PayloadPolicyDescriptor};
 use crate::store::{DispatchError, EventRecord, FeedEvent, FeedPosition, Intent};
 
+/// `text` for the life of the process: a registry read from a database (the mirror, a SQLite
+/// file's recorded document) lives as long as a compiled one does.
+pub(crate) fn leak(text: String) -> &'static str {
+    Box::leak(text.into_boxed_str())
+}
+
+/// `items` for the life of the process (see [`leak`]).
+pub(crate) fn leak_slice<T>(items: Vec<T>) -> &'static [T] {
+    Box::leak(items.into_boxed_slice())
+}
+
 /// A payload policy as the stores' settings documents hold it (the PostgreSQL settings row,
 /// the SQLite file's recorded registry), under the keys their readers take it from.
 pub(crate) fn payload_policy_document(policy: &PayloadPolicyDescriptor) -> serde_json::Value {

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::registry::{LagThresholdDescriptor, MissedSlots, ScheduleDescriptor};
+use crate::store::rows::{leak, leak_slice};
 
 /// One schedule.
 #[derive(Debug, Serialize, Deserialize)]
@@ -89,7 +90,7 @@ pub(in crate::store) fn schedules_of(
         });
     }
     schedules.sort_by_key(|s| s.name);
-    Ok(Box::leak(schedules.into_boxed_slice()))
+    Ok(leak_slice(schedules))
 }
 
 /// The lag thresholds of a JSON list, sorted by consumer, then producer class.
@@ -110,11 +111,7 @@ pub(in crate::store) fn thresholds_of(
         })
         .collect();
     thresholds.sort_by_key(|t| (t.consumer, t.producer_class));
-    Ok(Box::leak(thresholds.into_boxed_slice()))
-}
-
-fn leak(text: String) -> &'static str {
-    Box::leak(text.into_boxed_str())
+    Ok(leak_slice(thresholds))
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use crate::registry::{
     ExecutorClassDescriptor, HandlerKind, LagThresholdDescriptor, PayloadPolicyDescriptor,
     Registry, RetryPolicyDescriptor, ScheduleDescriptor, SubscriptionDescriptor, VersionDescriptor,
 };
+use crate::store::rows::{leak, leak_slice};
 use crate::store::{DispatchError, StoreError};
 use crate::store::{parity, rows, scheduling};
 
@@ -342,14 +343,6 @@ fn accepted_versions(
         .filter(|v| crate::registry::accepts(requirement, v.version))
         .map(|v| v.version)
         .collect()
-}
-
-fn leak(text: String) -> &'static str {
-    Box::leak(text.into_boxed_str())
-}
-
-fn leak_slice<T>(items: Vec<T>) -> &'static [T] {
-    Box::leak(items.into_boxed_slice())
 }
 
 impl PgStore {

@@ -10,6 +10,7 @@ use crate::registry::{
     ExecutorClassDescriptor, HandlerKind, PayloadPolicyDescriptor, Registry, RetryPolicyDescriptor,
     SubscriptionDescriptor, VersionDescriptor,
 };
+use crate::store::rows::{leak, leak_slice};
 use crate::store::{rows, scheduling};
 
 /// The document's format, so a later change of shape is told apart from a damaged file.
@@ -304,14 +305,6 @@ fn optional_text(object: &Object, key: &str) -> Result<Option<&'static str>, Str
 
 fn small(object: &Object, key: &str) -> Result<u32, String> {
     u32::try_from(number(object, key)?).map_err(|_| format!("`{key}` is out of range"))
-}
-
-fn leak(text: String) -> &'static str {
-    Box::leak(text.into_boxed_str())
-}
-
-fn leak_slice<T>(items: Vec<T>) -> &'static [T] {
-    Box::leak(items.into_boxed_slice())
 }
 
 #[cfg(test)]
