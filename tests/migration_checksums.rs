@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 32] = [
+const SHIPPED: [(&str, &str); 34] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -135,6 +135,14 @@ const SHIPPED: [(&str, &str); 32] = [
     (
         "0032_evc_settings_40cdb98978f0.sql",
         "7c6a2e980407f05177e21f061ce912759d32cde5a58c487a41037be1c73f1508",
+    ),
+    (
+        "0033_evc_runtime_v25.sql",
+        "91cc57343e62922770dc8740e405ba463d0c182ef0ceec6c6cb97426b52413a2",
+    ),
+    (
+        "0034_evc_settings_fac918d0bc97.sql",
+        "214cc9499a2428b24bf0cd0cc752722be3961e1c00d77bd3974f318d6941cc3d",
     ),
 ];
 

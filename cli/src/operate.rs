@@ -12,10 +12,10 @@ use std::time::Duration;
 use anyhow::{Context, anyhow, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use evc_runtime::{
-    AttemptTotals, Console, ConsumerMode, ConsumerState, DispatchError, Observe, Operate,
-    Percentiles, Proposed, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection,
-    Role, RoleCheck, SettledDelivery, SqliteOpenError, SqliteStore, StateChange, StatusReport,
-    TenantScope, TimelineEntry,
+    AttemptTotals, Console, ConsumerMode, ConsumerState, CutoverReport, DispatchError, Observe,
+    Operate, Percentiles, Proposed, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
+    ReplaySelection, Role, RoleCheck, SettledDelivery, SqliteOpenError, SqliteStore, StateChange,
+    StatusReport, TenantScope, TimelineEntry,
 };
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection};
@@ -228,6 +228,28 @@ impl Operator {
         }
     }
 
+    pub(crate) async fn cutover_report(
+        &self,
+        consumer: &str,
+    ) -> Result<CutoverReport, DispatchError> {
+        match self {
+            Self::Postgres(console) => console.cutover_report(consumer).await,
+            Self::Sqlite(store) => store.cutover_report(consumer).await,
+        }
+    }
+
+    pub(crate) async fn explain_difference(
+        &self,
+        consumer: &str,
+        event_id: uuid::Uuid,
+        change: &StateChange,
+    ) -> Result<CutoverReport, DispatchError> {
+        match self {
+            Self::Postgres(console) => console.explain_difference(consumer, event_id, change).await,
+            Self::Sqlite(store) => store.explain_difference(consumer, event_id, change).await,
+        }
+    }
+
     pub(crate) async fn dead_letters(
         &self,
         selection: &ReplaySelection,
@@ -384,6 +406,34 @@ pub(crate) enum ConsumerAction {
         /// The consumer.
         consumer: String,
     },
+    /// Judge the consumer's shadow runs against its cut-over gate: how many were compared
+    /// with the legacy path's outcome, how they differ, and why a move to `live` would be
+    /// refused. Exit 100 when the gate does not pass.
+    Gate {
+        /// The consumer.
+        consumer: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = GateFormat::Text)]
+        format: GateFormat,
+    },
+    /// Explain the difference between the consumer's shadow run of an event and the legacy
+    /// path's outcome: the gate no longer counts it.
+    Explain {
+        /// The consumer.
+        consumer: String,
+        /// The event whose difference is explained.
+        event_id: uuid::Uuid,
+        #[command(flatten)]
+        change: ChangeArgs,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum GateFormat {
+    /// The counts, the shortfalls and the differences, for people.
+    Text,
+    /// One JSON document, for scripts.
+    Json,
 }
 
 /// Who changes a consumer's state and why: recorded with the change.
@@ -892,8 +942,17 @@ fn timeline_text(entries: &[TimelineEntry]) -> String {
     out
 }
 
-/// `evc consumer pause | resume | mode | show`.
+/// `evc consumer pause | resume | mode | show | gate | explain`.
 pub(crate) fn consumer(action: &ConsumerAction, database: &Database) -> anyhow::Result<ExitCode> {
+    match action {
+        ConsumerAction::Gate { consumer, format } => return gate(consumer, *format, database),
+        ConsumerAction::Explain {
+            consumer,
+            event_id,
+            change,
+        } => return explain(consumer, *event_id, change, database),
+        _ => {}
+    }
     let role = match action {
         ConsumerAction::Show { .. } => Role::Reader,
         _ => Role::Operator,
@@ -916,21 +975,183 @@ pub(crate) fn consumer(action: &ConsumerAction, database: &Database) -> anyhow::
                     .await
             }
             ConsumerAction::Show { consumer } => operator.consumer_state(consumer).await,
+            ConsumerAction::Gate { .. } | ConsumerAction::Explain { .. } => {
+                unreachable!("handled above")
+            }
         };
         match state {
-            Err(DispatchError::UnknownConsumer(name)) => {
-                let deployed = operator.consumers();
+            Err(DispatchError::CutoverRefused(report)) => {
+                // The report first, a line each; the error line last, as for every refusal.
+                eprint!("{}", gate_text(&report));
+                let mode = operator.consumer_state(&report.consumer).await?.mode;
                 Err(anyhow!(
-                    "consumer {} is not deployed in this database (deployed: {})",
-                    escape(&name),
-                    escape(&deployed.join(", "))
+                    "{} may not go live yet; its mode stays {}",
+                    report.consumer,
+                    mode.as_str()
                 ))
             }
+            Err(DispatchError::UnknownConsumer(name)) => Err(not_deployed(operator, &name)),
             other => Ok(other?),
         }
     })?;
     println!("{}", state_line(&state));
     Ok(ExitCode::SUCCESS)
+}
+
+/// The refusal of a consumer the database does not deploy, naming the ones it does.
+fn not_deployed(operator: &Operator, name: &str) -> anyhow::Error {
+    anyhow!(
+        "consumer {} is not deployed in this database (deployed: {})",
+        escape(name),
+        escape(&operator.consumers().join(", "))
+    )
+}
+
+/// `evc consumer gate`: exit 100 when the gate does not pass.
+fn gate(consumer: &str, format: GateFormat, database: &Database) -> anyhow::Result<ExitCode> {
+    let report = with_operator(database, Role::Operator, async |operator| {
+        match operator.cutover_report(consumer).await {
+            Err(DispatchError::UnknownConsumer(name)) => Err(not_deployed(operator, &name)),
+            other => Ok(other?),
+        }
+    })?;
+    match format {
+        GateFormat::Text => print!("{}", gate_text(&report)),
+        GateFormat::Json => println!("{}", serde_json::to_string_pretty(&gate_json(&report))?),
+    }
+    Ok(if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(crate::EXIT_FINDINGS)
+    })
+}
+
+/// `evc consumer explain`.
+fn explain(
+    consumer: &str,
+    event_id: uuid::Uuid,
+    change: &ChangeArgs,
+    database: &Database,
+) -> anyhow::Result<ExitCode> {
+    let report = with_operator(database, Role::Operator, async |operator| {
+        match operator
+            .explain_difference(consumer, event_id, &change.change())
+            .await
+        {
+            Err(DispatchError::UnknownConsumer(name)) => Err(not_deployed(operator, &name)),
+            other => Ok(other?),
+        }
+    })?;
+    println!("explained: event {event_id} of {}", escape(consumer));
+    print!("{}", gate_text(&report));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A gate report for people: the gate, the counts, why it does not pass, the differences.
+fn gate_text(report: &CutoverReport) -> String {
+    let mut out = String::new();
+    let consumer = escape(&report.consumer);
+    match &report.gate {
+        None => {
+            let _ = writeln!(
+                out,
+                "{consumer}: no cut-over gate; a move to live is not gated"
+            );
+        }
+        Some(gate) => {
+            let verdict = if report.passed() {
+                "passes"
+            } else {
+                "does not pass"
+            };
+            let _ = writeln!(
+                out,
+                "{consumer}: the cut-over gate {verdict} ({} compared deliveries over {}, at \
+                 most {} unexplained differences)",
+                gate.min_reconciled,
+                gate.min_span_text(),
+                gate.max_unexplained
+            );
+        }
+    }
+    let since = report
+        .since
+        .and_then(|at| chrono::DateTime::from_timestamp_millis((at * 1_000.0) as i64))
+        .map_or_else(
+            || "every shadow run counts (no operator moved it to shadow)".to_owned(),
+            |at| {
+                format!(
+                    "shadow runs since the move to shadow at {}",
+                    at.to_rfc3339()
+                )
+            },
+        );
+    let _ = writeln!(out, "  {since}");
+    let _ = writeln!(
+        out,
+        "  shadow runs {}, compared {} (matched {}, explained {}, unexplained {}), span {}",
+        report.shadow_runs,
+        report.reconciled,
+        report.matched,
+        report.explained,
+        report.unexplained,
+        report.span_text()
+    );
+    for shortfall in &report.shortfalls {
+        let _ = writeln!(out, "  - {}", escape(shortfall));
+    }
+    for difference in &report.differences {
+        let mut parts = Vec::new();
+        for (what, keys) in [
+            ("differing", &difference.differing),
+            ("only in the legacy outcome", &difference.missing_in_shadow),
+            ("only in the shadow run", &difference.missing_in_legacy),
+        ] {
+            if !keys.is_empty() {
+                parts.push(format!("{what}: {}", escape(&keys.join(", "))));
+            }
+        }
+        let explained = if difference.explained {
+            " (explained)"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "  event {}: {}{explained}",
+            difference.event_id,
+            parts.join("; ")
+        );
+    }
+    out
+}
+
+/// A gate report for scripts.
+fn gate_json(report: &CutoverReport) -> serde_json::Value {
+    serde_json::json!({
+        "consumer": report.consumer,
+        "gate": report.gate.map(|gate| serde_json::json!({
+            "min_reconciled": gate.min_reconciled,
+            "min_span_ms": gate.min_span_ms,
+            "max_unexplained": gate.max_unexplained,
+        })),
+        "passed": report.passed(),
+        "since": report.since,
+        "shadow_runs": report.shadow_runs,
+        "reconciled": report.reconciled,
+        "matched": report.matched,
+        "explained": report.explained,
+        "unexplained": report.unexplained,
+        "span_seconds": report.span_seconds,
+        "shortfalls": report.shortfalls,
+        "differences": report.differences.iter().map(|d| serde_json::json!({
+            "event_id": d.event_id.to_string(),
+            "differing": d.differing,
+            "missing_in_shadow": d.missing_in_shadow,
+            "missing_in_legacy": d.missing_in_legacy,
+            "explained": d.explained,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 fn state_line(state: &ConsumerState) -> String {

@@ -10,10 +10,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use evc_runtime::{
-    AppendOptions, ClaimRequest, ConsumerDescriptor, ConsumerMode, DispatcherDescriptor,
-    EventDescriptor, FailureClass, HandlerKind, OutgoingEvent, PayloadPolicyDescriptor, Registry,
-    RetryDecision, RetryPolicyDescriptor, SqliteStore, Store, SubscriptionDescriptor, TraceContext,
-    VersionDescriptor,
+    AppendOptions, ClaimRequest, ConsumerDescriptor, ConsumerMode, CutoverGateDescriptor,
+    DispatcherDescriptor, EventDescriptor, FailureClass, HandlerKind, Intent, OutgoingEvent,
+    PayloadPolicyDescriptor, Registry, RetryDecision, RetryPolicyDescriptor, SqliteStore, Store,
+    SubscriptionDescriptor, TraceContext, VersionDescriptor,
 };
 
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -71,6 +71,7 @@ static REGISTRY: Registry = Registry {
     executor_classes: &[],
     schedules: &[],
     lag_thresholds: &[],
+    cutover_gates: &[],
     payload_policy: PayloadPolicyDescriptor {
         denied_keys: &[],
         credential_key_names: &["password"],
@@ -79,6 +80,25 @@ static REGISTRY: Registry = Registry {
     },
     require_tenant_scope: false,
     dispatcher: DispatcherDescriptor::FORMAT_DEFAULTS,
+};
+
+/// [`REGISTRY`] where `mailer` runs in shadow mode and goes live only through a cut-over gate
+/// of one compared delivery without an unexplained difference.
+static GATED: Registry = Registry {
+    consumers: &[
+        consumer("audit"),
+        ConsumerDescriptor {
+            mode: ConsumerMode::Shadow,
+            ..consumer("mailer")
+        },
+    ],
+    cutover_gates: &[CutoverGateDescriptor {
+        consumer: "mailer",
+        min_reconciled: 1,
+        min_span_ms: 0,
+        max_unexplained: 0,
+    }],
+    ..REGISTRY
 };
 
 /// Held by each test for its whole body. A child process one test starts holds, from its fork
@@ -167,6 +187,128 @@ async fn application(path: &Path) -> uuid::Uuid {
     ids[1]
 }
 
+/// The gated application: one note, handled by `mailer` in shadow mode (it meant to send one
+/// mail) while the legacy path sent two. Returns the note's id.
+async fn gated_application(path: &Path) -> uuid::Uuid {
+    let store = SqliteStore::open(path.to_string_lossy(), GATED)
+        .await
+        .expect("the application opens its file");
+    let trace = TraceContext::new(TRACE, SPAN, 1).expect("trace");
+    let payload = serde_json::json!({ "id": "n1" });
+    let event = OutgoingEvent::new("note.made", "1.0.0", None, &trace, &payload).expect("event");
+    let mut tx = store.begin().await.expect("begin");
+    let receipt = store
+        .append(&mut tx, event, AppendOptions::default())
+        .await
+        .expect("append");
+    // The legacy path, in the producer's transaction.
+    let sent = [
+        Intent::new("mail:n1", "aa"),
+        Intent::new("mail:n1:copy", "bb"),
+    ];
+    assert!(
+        store
+            .record_legacy_outcome(&mut tx, "mailer", receipt.event_id, &sent)
+            .await
+            .expect("legacy outcome")
+    );
+    tx.commit().await.expect("commit");
+
+    let mut connection = store.pool().acquire().await.expect("connection");
+    let request = ClaimRequest::leased("mailer", "app", 10, Duration::from_secs(30));
+    let claimed = Store::claim(&store, &mut *connection, &request)
+        .await
+        .expect("claim");
+    drop(connection);
+    let lease = &claimed[0].lease;
+    assert!(lease.is_shadow());
+    let mut tx = store.begin().await.expect("begin");
+    store.begin_shadow(&mut tx).await.expect("shadow");
+    store
+        .record_effect(&mut tx, lease, "mail:n1", "AA")
+        .await
+        .expect("intent");
+    store.end_shadow(&mut tx).await.expect("undo");
+    store
+        .record_reconciliation(&mut tx, lease)
+        .await
+        .expect("reconciliation");
+    Store::ack(&store, &mut tx, &[lease]).await.expect("ack");
+    tx.commit().await.expect("commit");
+    store.close().await;
+    receipt.event_id
+}
+
+#[test]
+fn the_cut_over_gate_holds_live_from_the_command_line() {
+    let _serial = one_test_at_a_time();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("outbox.db");
+    let url = format!("sqlite:{}", path.display());
+    assert!(evc(&url, &["migrate"]).status.success());
+    let event = runtime().block_on(gated_application(&path));
+    let go_live = [
+        "consumer", "mode", "mailer", "live", "--as", "ops", "--reason", "cut over",
+    ];
+
+    let output = evc(&url, &go_live);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let text = stderr(&output);
+    assert!(
+        text.contains("mailer may not go live yet; its mode stays shadow"),
+        "{text}"
+    );
+    assert!(text.contains("1 unexplained difference(s)"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "event {event}: only in the legacy outcome: mail:n1:copy"
+        )),
+        "{text}"
+    );
+    let output = evc(&url, &["consumer", "show", "mailer"]);
+    assert_eq!(
+        stdout(&output),
+        "mailer: running, mode shadow (revision 0)\n"
+    );
+
+    let output = evc(&url, &["consumer", "gate", "mailer", "--format", "json"]);
+    assert_eq!(output.status.code(), Some(100), "{output:?}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(report["passed"], false);
+    assert_eq!(
+        (&report["reconciled"], &report["unexplained"]),
+        (&serde_json::json!(1), &serde_json::json!(1))
+    );
+    assert_eq!(report["differences"][0]["event_id"], event.to_string());
+
+    let explain = [
+        "consumer",
+        "explain",
+        "mailer",
+        &event.to_string(),
+        "--as",
+        "ops",
+        "--reason",
+        "the legacy path mailed a copy we dropped on purpose",
+    ];
+    let output = evc(&url, &explain);
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        stdout(&output).contains("the cut-over gate passes"),
+        "{output:?}"
+    );
+    let output = evc(&url, &["consumer", "gate", "mailer"]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(stdout(&output).contains("(explained)"), "{output:?}");
+
+    let output = evc(&url, &go_live);
+    assert_eq!(
+        stdout(&output),
+        "mailer: running, mode live (revision 1)\n",
+        "{output:?}"
+    );
+}
+
 #[test]
 fn operator_commands_run_on_the_registry_a_sqlite_file_records() {
     let _serial = one_test_at_a_time();
@@ -180,7 +322,7 @@ fn operator_commands_run_on_the_registry_a_sqlite_file_records() {
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let text = stdout(&output);
     assert!(
-        text.contains("applied 0001 evc_runtime") && text.contains("applied 15 migrations"),
+        text.contains("applied 0001 evc_runtime") && text.contains("applied 16 migrations"),
         "{text}"
     );
     let output = evc(&url, &["migrate"]);

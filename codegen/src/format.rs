@@ -455,6 +455,29 @@ pub struct ConsumerFile {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("propertyNames" = { "pattern": names::NAME_PATTERN }))]
     pub lag_thresholds: BTreeMap<String, DurationText>,
+    /// What shadow runs must show before an operator may move the consumer to `live`: the
+    /// runtime refuses the move until the gate passes, and says why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cutover_gate: Option<CutoverGateDef>,
+}
+
+/// A consumer's cut-over gate: the evidence, gathered since the consumer last entered shadow
+/// mode, that its shadow handler intends what the legacy path did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CutoverGateDef {
+    /// Shadow deliveries whose intended effects were compared with the outcome the legacy
+    /// path recorded for the same event.
+    #[schemars(range(min = 1, max = 1_000_000))]
+    pub min_reconciled: u32,
+    /// How long the compared deliveries must span, from the first to the newest (`3d`;
+    /// unset: any span).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_span: Option<DurationText>,
+    /// Differences no operator has explained that the gate lets pass (default 0).
+    #[serde(default)]
+    #[schemars(range(max = 1_000_000))]
+    pub max_unexplained: u32,
 }
 
 /// What kind of executor runs a consumer.

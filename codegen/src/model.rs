@@ -361,8 +361,21 @@ pub struct Consumer {
     pub handler_timeout: Option<Duration>,
     /// Lag thresholds by producer class (each produces an event it subscribes to).
     pub lag_thresholds: BTreeMap<String, Duration>,
+    /// What shadow runs must show before an operator may move it to `live`.
+    pub cutover_gate: Option<CutoverGate>,
     /// Display path of the file that defines it.
     pub file: String,
+}
+
+/// A consumer's cut-over gate (`cutover_gate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CutoverGate {
+    /// Compared shadow deliveries it needs.
+    pub min_reconciled: u32,
+    /// How long they must span, first to newest.
+    pub min_span: Duration,
+    /// Unexplained differences it lets pass.
+    pub max_unexplained: u32,
 }
 
 /// An executor class of `executor-classes.yaml`.

@@ -16,7 +16,7 @@ use crate::format::{
 };
 use crate::loader::{EVENTS_DIR, ParsedDir, ParsedFile, Typed};
 use crate::model::{
-    Consumer, ContentModel, ContractSet, DispatcherSettings, EventType, EventVersion,
+    Consumer, ContentModel, ContractSet, CutoverGate, DispatcherSettings, EventType, EventVersion,
     ExecutorClass, MigrationPolicy, PayloadPolicy, Project, RelaySettings, RetryPolicy, Schedule,
     Subscription, Topic,
 };
@@ -1183,6 +1183,13 @@ impl<'a> Checker<'a> {
             value
         });
         let lag_thresholds = self.lag_thresholds(path, def, events, &subscriptions);
+        let cutover_gate = def.cutover_gate.as_ref().map(|gate| CutoverGate {
+            min_reconciled: gate.min_reconciled,
+            min_span: gate.min_span.as_ref().map_or(Duration::ZERO, |text| {
+                self.duration(path, "/cutover_gate/min_span", text.as_str())
+            }),
+            max_unexplained: gate.max_unexplained,
+        });
         Consumer {
             name: name.to_owned(),
             description: def.description.clone(),
@@ -1196,6 +1203,7 @@ impl<'a> Checker<'a> {
             heartbeat_threshold,
             handler_timeout,
             lag_thresholds,
+            cutover_gate,
             file: path.to_owned(),
         }
     }

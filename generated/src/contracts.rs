@@ -9186,6 +9186,14 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             threshold_ms: 120000,
         },
     ],
+    cutover_gates: &[
+        ::evc::CutoverGateDescriptor {
+            consumer: "worker.ai.review_suggest",
+            min_reconciled: 30,
+            min_span_ms: 259200000,
+            max_unexplained: 0,
+        },
+    ],
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &[

@@ -117,6 +117,7 @@ static REGISTRY: Registry = Registry {
     executor_classes: &[],
     schedules: &[],
     lag_thresholds: &[],
+    cutover_gates: &[],
     payload_policy: evc_runtime::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &["password", "token", "api_key", "secret"],

@@ -863,6 +863,7 @@ mod tests {
         executor_classes: &[],
         schedules: &[],
         lag_thresholds: &[],
+        cutover_gates: &[],
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: &[],
             credential_key_names: &[],

@@ -37,7 +37,7 @@ pub use policy::{
 };
 pub use publish::{OutgoingEvent, PayloadError, Publish, RegisteredEvent, order_key_part};
 pub use registry::{
-    ConsumerDescriptor, ConsumerMode, DispatcherDescriptor, EventDescriptor,
+    ConsumerDescriptor, ConsumerMode, CutoverGateDescriptor, DispatcherDescriptor, EventDescriptor,
     ExecutorClassDescriptor, HandlerKind, LagThresholdDescriptor, MissedSlots,
     PayloadPolicyDescriptor, Registry, RetryPolicyDescriptor, ScheduleDescriptor,
     SubscriptionDescriptor, VersionDescriptor,
@@ -65,6 +65,10 @@ pub use store::{
     Lease, MAX_CURSOR_ERROR_CHARS, MAX_CURSOR_NAME_CHARS, MAX_CURSOR_OWNER_CHARS, Observe, Operate,
     ReconciliationRecord, RegistryDrift, RegistryObject, RejectRecord, ShadowLog, StateChange,
     StateChangeRecord, Store, StoreError, Unclaimed,
+};
+pub use store::{
+    CutoverReport, CutoverTerms, Difference, MAX_LEGACY_EFFECTS, MAX_LEGACY_TEXT_CHARS,
+    MAX_LISTED_DIFFERENCES, compare, normalise,
 };
 pub use store::{
     DEAD_LETTERED, DISCARDED, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED,

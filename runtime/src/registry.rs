@@ -133,6 +133,20 @@ impl ExecutorClassDescriptor {
     }
 }
 
+/// A consumer's cut-over gate (`cutover_gate` of its contract): what its shadow runs must show,
+/// since it last entered shadow mode, before an operator may move it to `live`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CutoverGateDescriptor {
+    /// The consumer.
+    pub consumer: &'static str,
+    /// Shadow deliveries compared with the legacy path's recorded outcome.
+    pub min_reconciled: u32,
+    /// How long the compared deliveries must span, first to newest, in milliseconds.
+    pub min_span_ms: u64,
+    /// Differences no operator explained that the gate lets pass.
+    pub max_unexplained: u32,
+}
+
 /// A consumer's lag threshold for the events of one producer class (`lag_thresholds` of its
 /// contract): when the oldest open delivery to the consumer of such an event has waited
 /// longer, the dispatcher appends one `event_lag.breach` for the breach.
@@ -253,6 +267,8 @@ pub struct Registry {
     pub schedules: &'static [ScheduleDescriptor],
     /// Lag thresholds, sorted by consumer then producer class.
     pub lag_thresholds: &'static [LagThresholdDescriptor],
+    /// Cut-over gates, sorted by consumer.
+    pub cutover_gates: &'static [CutoverGateDescriptor],
     /// The payload policy every append is checked against.
     pub payload_policy: PayloadPolicyDescriptor,
     /// Whether an append without a tenant scope is refused (`envelope.require_tenant_scope`).
@@ -292,6 +308,14 @@ impl Registry {
             .binary_search_by(|class| class.name.cmp(name))
             .ok()
             .map(|index| &self.executor_classes[index])
+    }
+
+    /// The cut-over gate of consumer `consumer`, if its contract declares one.
+    pub fn cutover_gate(&self, consumer: &str) -> Option<&'static CutoverGateDescriptor> {
+        self.cutover_gates
+            .binary_search_by(|gate| gate.consumer.cmp(consumer))
+            .ok()
+            .map(|index| &self.cutover_gates[index])
     }
 
     /// The executor class consumer `consumer` runs on, if it is registered and names one.
@@ -392,6 +416,7 @@ mod tests {
         executor_classes: &[],
         schedules: &[],
         lag_thresholds: &[],
+        cutover_gates: &[],
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: &[],
             credential_key_names: &[],

@@ -258,6 +258,7 @@ async fn installed_settings_are_the_settings_deployed_registry_reads() -> TestRe
             Registry {
                 schedules: &[],
                 lag_thresholds: &[],
+                cutover_gates: &[],
                 ..changed
             },
         )
@@ -288,6 +289,7 @@ async fn changed_settings_rows_change_what_appends_pass() -> TestResult {
                 executor_classes: &[],
                 schedules: &[],
                 lag_thresholds: &[],
+                cutover_gates: &[],
                 payload_policy: PayloadPolicyDescriptor {
                     hard_max_bytes: 64,
                     ..built.payload_policy
@@ -334,6 +336,7 @@ async fn changed_settings_rows_change_what_appends_pass() -> TestResult {
                 executor_classes: &[],
                 schedules: &[],
                 lag_thresholds: &[],
+                cutover_gates: &[],
                 payload_policy: PayloadPolicyDescriptor {
                     denied_keys: Box::leak(denied_keys.into_boxed_slice()),
                     ..built.payload_policy

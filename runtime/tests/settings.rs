@@ -70,6 +70,7 @@ async fn a_key_newly_denied_by_the_contracts_is_refused() -> TestResult {
             executor_classes: &[],
             schedules: &[],
             lag_thresholds: &[],
+            cutover_gates: &[],
             payload_policy: PayloadPolicyDescriptor {
                 denied_keys: &["internal_memo"],
                 ..REFERENCE_POLICY
@@ -115,6 +116,7 @@ async fn a_lowered_hard_cap_refuses_what_the_event_cap_allows() -> TestResult {
             executor_classes: &[],
             schedules: &[],
             lag_thresholds: &[],
+            cutover_gates: &[],
             payload_policy: PayloadPolicyDescriptor {
                 hard_max_bytes: 64,
                 ..REFERENCE_POLICY

@@ -23,6 +23,7 @@ use evc_runtime::{
     OutgoingEvent, Problem, ReplayApproval, ReplayError, ReplaySelection, RetryDecision,
     RetryPolicy, SettledDelivery, SettledStatus, Store,
 };
+use evc_runtime::{ConsumerMode, CutoverReport, Intent, StateChange};
 use support::TestResult;
 
 /// The lease of every claim that is not meant to run out.
@@ -176,6 +177,17 @@ mod lag {
     conformance!(
         crate::conformance::LAGGING_REGISTRY =>
         a_lag_breach_appends_one_event_while_it_lasts,
+    );
+}
+
+/// The cut-over gate, on both stores, with [`conformance::GATED_REGISTRY`].
+mod cutover {
+    use super::*;
+
+    conformance!(
+        crate::conformance::GATED_REGISTRY =>
+        the_cutover_gate_holds_live_until_shadow_runs_match_the_legacy_path,
+        legacy_outcomes_are_checked_and_kept_once,
     );
 }
 
@@ -4238,5 +4250,243 @@ async fn a_refused_tick_leaves_its_schedule_due_and_the_others_move_on<S: Confor
             .iter()
             .any(|s| s.name == "daily" && s.last_slot.is_none())
     );
+    Ok(())
+}
+
+/// Appends note `key` and runs `k.shadow`'s handler on it in shadow mode (the transactional
+/// kind's path), intending `intents`; returns the event's id.
+async fn shadow_run<S: Conformance>(
+    store: &S,
+    key: u64,
+    intents: &[(&str, &str)],
+) -> Result<uuid::Uuid, BoxError> {
+    let receipts = committed(store, vec![note(key)]).await?;
+    let claimed = claim(store, SHADOW, "shadow-worker", 1, LEASE, false).await?;
+    let lease = &claimed.first().ok_or("no shadow delivery claimed")?.lease;
+    assert_eq!(lease.event_id, receipts[0].event_id);
+    assert!(lease.is_shadow());
+    let mut tx = store.begin().await?;
+    store.lock_lease(&mut *tx, lease).await?;
+    store.begin_shadow(&mut *tx).await?;
+    for (key, digest) in intents {
+        store.record_effect(&mut *tx, lease, key, digest).await?;
+    }
+    store.end_shadow(&mut *tx).await?;
+    store.record_reconciliation(&mut *tx, lease).await?;
+    Store::ack(store, &mut *tx, &[lease]).await?;
+    tx.commit().await?;
+    Ok(lease.event_id)
+}
+
+/// Records, in a transaction of its own, what the legacy path did for `event_id`.
+async fn legacy<S: Conformance>(
+    store: &S,
+    event_id: uuid::Uuid,
+    effects: &[(&str, &str)],
+) -> Result<bool, BoxError> {
+    let outcome: Vec<Intent> = effects.iter().map(|(k, d)| Intent::new(*k, *d)).collect();
+    let mut tx = store.begin().await?;
+    let recorded = store
+        .record_legacy_outcome(&mut *tx, SHADOW, event_id, &outcome)
+        .await?;
+    tx.commit().await?;
+    Ok(recorded)
+}
+
+/// Whether `result` is the gate's refusal; its report.
+fn refused(result: Result<evc_runtime::ConsumerState, DispatchError>) -> Option<CutoverReport> {
+    match result {
+        Err(DispatchError::CutoverRefused(report)) => Some(*report),
+        _ => None,
+    }
+}
+
+/// `k.shadow` may go live only once two deliveries, compared with the legacy path's outcome
+/// and spanning a second, show no unexplained difference; a refused move writes nothing. A
+/// rollback to shadow starts a new window: going live again needs new evidence.
+async fn the_cutover_gate_holds_live_until_shadow_runs_match_the_legacy_path<S: Conformance>(
+    store: S,
+) -> TestResult {
+    let operator = |reason: &str| StateChange::new("ops@example.com", reason);
+    let live = |store: &S| {
+        let store = store.clone();
+        async move {
+            store
+                .set_mode(SHADOW, ConsumerMode::Live, &operator("cut over"))
+                .await
+        }
+    };
+
+    // No evidence: refused, and the consumer's state is untouched.
+    let report = refused(live(&store).await).ok_or("went live without evidence")?;
+    assert_eq!((report.shadow_runs, report.reconciled), (0, 0));
+    assert_eq!(report.shortfalls.len(), 2, "{:?}", report.shortfalls);
+    assert_eq!(store.consumer_state(SHADOW).await?.revision, 0);
+    assert!(store.state_changes(SHADOW, 10).await?.is_empty());
+
+    // One matching run (the normaliser ignores the digest's case), one without a legacy
+    // outcome yet.
+    let first = shadow_run(&store, 1, &[("send:1", "AA")]).await?;
+    assert!(legacy(&store, first, &[("send:1", "aa")]).await?);
+    let waiting = shadow_run(&store, 2, &[("send:2", "bb")]).await?;
+    let report = store.cutover_report(SHADOW).await?;
+    assert_eq!(
+        (report.shadow_runs, report.reconciled, report.matched),
+        (3 - 1, 1, 1),
+        "{}",
+        S::NAME
+    );
+    assert!(
+        report.shortfalls[0].contains("wait for the legacy path"),
+        "{:?}",
+        report.shortfalls
+    );
+    assert!(refused(live(&store).await).is_some());
+
+    // A second compared run, a second later, that differs: the count and span are met, the
+    // difference is not explained.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let differing = shadow_run(&store, 3, &[("send:3", "cc"), ("audit:3", "dd")]).await?;
+    assert!(legacy(&store, differing, &[("send:3", "c0")]).await?);
+    let report = refused(live(&store).await).ok_or("went live with a difference")?;
+    assert_eq!(
+        (report.reconciled, report.matched, report.unexplained),
+        (2, 1, 1)
+    );
+    assert!(report.span_seconds >= 1.0, "{}", report.span_seconds);
+    assert_eq!(report.shortfalls.len(), 1, "{:?}", report.shortfalls);
+    let difference = &report.differences[0];
+    assert_eq!(difference.event_id, differing);
+    assert_eq!(difference.differing, ["send:3"]);
+    assert_eq!(difference.missing_in_legacy, ["audit:3"]);
+    assert_eq!(store.consumer_state(SHADOW).await?.revision, 0);
+
+    // Only a difference can be explained.
+    for nothing in [first, waiting] {
+        let result = store
+            .explain_difference(SHADOW, nothing, &operator("nothing to explain"))
+            .await;
+        assert!(
+            matches!(result, Err(DispatchError::InvalidChange(_))),
+            "{result:?}"
+        );
+    }
+    let report = store
+        .explain_difference(
+            SHADOW,
+            differing,
+            &operator("the audit write is new, by design"),
+        )
+        .await?;
+    assert_eq!((report.explained, report.unexplained), (1, 0));
+    assert!(report.passed(), "{:?}", report.shortfalls);
+    let again = store
+        .explain_difference(SHADOW, differing, &operator("once more"))
+        .await;
+    assert!(
+        matches!(again, Err(DispatchError::InvalidChange(_))),
+        "{again:?}"
+    );
+
+    let state = live(&store).await?;
+    assert_eq!((state.mode, state.revision), (ConsumerMode::Live, 1));
+
+    // The rollback drill: back to shadow is never gated; live again needs new evidence.
+    let state = store
+        .set_mode(SHADOW, ConsumerMode::Shadow, &operator("roll back"))
+        .await?;
+    assert_eq!((state.mode, state.revision), (ConsumerMode::Shadow, 2));
+    let report = refused(live(&store).await).ok_or("the old window still counted")?;
+    assert!(report.since.is_some());
+    assert_eq!(report.shadow_runs, 0, "{}", S::NAME);
+    // A detour through `off` does not skip the gate.
+    store
+        .set_mode(SHADOW, ConsumerMode::Off, &operator("stop it"))
+        .await?;
+    assert!(
+        refused(live(&store).await).is_some(),
+        "off skipped the gate"
+    );
+    store
+        .set_mode(SHADOW, ConsumerMode::Shadow, &operator("shadow again"))
+        .await?;
+    for key in [4, 5] {
+        let intents = [("send", "ee")];
+        let event = shadow_run(&store, key, &intents).await?;
+        assert!(legacy(&store, event, &intents).await?);
+        if key == 4 {
+            tokio::time::sleep(Duration::from_millis(1_100)).await;
+        }
+    }
+    let state = live(&store).await?;
+    assert_eq!((state.mode, state.revision), (ConsumerMode::Live, 5));
+    let changes = store.state_changes(SHADOW, 10).await?;
+    let modes: Vec<_> = changes.iter().filter_map(|c| c.mode).collect();
+    use ConsumerMode::{Live, Off, Shadow};
+    assert_eq!(modes, [Live, Shadow, Off, Shadow, Live]);
+    // Live already: setting it again is not gated; nor is a live consumer's way back from
+    // `off`.
+    assert_eq!(live(&store).await?.revision, 6);
+    store
+        .set_mode(SHADOW, ConsumerMode::Off, &operator("pause the mails"))
+        .await?;
+    assert_eq!(live(&store).await?.revision, 8);
+    Ok(())
+}
+
+/// A legacy outcome is kept once per consumer and event, only for an event the consumer
+/// receives, and only when it can be recorded as it is; a refusal writes nothing.
+async fn legacy_outcomes_are_checked_and_kept_once<S: Conformance>(store: S) -> TestResult {
+    let receipts = committed(&store, vec![note(1)]).await?;
+    let event = receipts[0].event_id;
+    assert!(legacy(&store, event, &[("k", "01")]).await?);
+    assert!(!legacy(&store, event, &[("k", "02")]).await?, "{}", S::NAME);
+
+    let mut tx = store.begin().await?;
+    let ping = store
+        .append(
+            &mut *tx,
+            support::event("test.ping", "1.0.0", serde_json::json!({})),
+            AppendOptions::default(),
+        )
+        .await?;
+    tx.commit().await?;
+    let outcome = [Intent::new("k", "01")];
+    for (consumer, event_id) in [(SHADOW, ping.event_id), (SHADOW, uuid::Uuid::now_v7())] {
+        let mut tx = store.begin().await?;
+        let result = store
+            .record_legacy_outcome(&mut *tx, consumer, event_id, &outcome)
+            .await;
+        assert!(
+            matches!(result, Err(DispatchError::NotDelivered { .. })),
+            "{result:?}"
+        );
+    }
+    let mut tx = store.begin().await?;
+    let result = store
+        .record_legacy_outcome(&mut *tx, "k.nobody", event, &outcome)
+        .await;
+    assert!(matches!(result, Err(DispatchError::UnknownConsumer(_))));
+    let result = store
+        .record_legacy_outcome(&mut *tx, SHADOW, event, &[Intent::new(" ", "01")])
+        .await;
+    assert!(matches!(result, Err(DispatchError::InvalidOutcome(_))));
+    drop(tx);
+
+    // The outcome kept is the first: a shadow run intending it matches.
+    let report = store.cutover_report(SHADOW).await?;
+    assert_eq!(report.shadow_runs, 0);
+    let claimed = claim(&store, SHADOW, "w", 1, LEASE, false).await?;
+    let lease = &claimed[0].lease;
+    let mut tx = store.begin().await?;
+    store.lock_lease(&mut *tx, lease).await?;
+    store.begin_shadow(&mut *tx).await?;
+    store.record_effect(&mut *tx, lease, "k", "01").await?;
+    store.end_shadow(&mut *tx).await?;
+    store.record_reconciliation(&mut *tx, lease).await?;
+    Store::ack(&store, &mut *tx, &[lease]).await?;
+    tx.commit().await?;
+    let report = store.cutover_report(SHADOW).await?;
+    assert_eq!((report.reconciled, report.matched), (1, 1), "{}", S::NAME);
     Ok(())
 }

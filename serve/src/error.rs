@@ -129,7 +129,14 @@ impl From<evc_runtime::DispatchError> for ApiError {
                 Self::NotFound(format!("consumer `{name}`"))
             }
             evc_runtime::DispatchError::TraceId(error) => Self::BadRequest(error.to_string()),
-            evc_runtime::DispatchError::InvalidChange(why) => Self::Unprocessable(why),
+            evc_runtime::DispatchError::InvalidChange(why)
+            | evc_runtime::DispatchError::InvalidOutcome(why) => Self::Unprocessable(why),
+            error @ evc_runtime::DispatchError::NotDelivered { .. } => {
+                Self::Unprocessable(error.to_string())
+            }
+            error @ evc_runtime::DispatchError::CutoverRefused(_) => {
+                Self::Conflict(error.to_string())
+            }
             error @ evc_runtime::DispatchError::TenantScoped(..) => {
                 Self::Conflict(error.to_string())
             }

@@ -5,11 +5,11 @@
 use std::time::Duration;
 
 use evc_runtime::{
-    AttemptRecord, AttemptTotals, Console, ConsumerMode, ConsumerState, DeliveryRecord,
-    DispatchError, EventRecord, FeedEvent, FeedPosition, LagBreach, Observe, Operate, PgStore,
-    Proposed, Registry, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection,
-    ScheduleState, SettledDelivery, SqliteStore, StateChange, StateChangeRecord, StatusReport,
-    Store, StoreError, TimelineEntry,
+    AttemptRecord, AttemptTotals, Console, ConsumerMode, ConsumerState, CutoverReport,
+    DeliveryRecord, DispatchError, EventRecord, FeedEvent, FeedPosition, Intent, LagBreach,
+    Observe, Operate, PgStore, Proposed, Registry, ReplayApplied, ReplayApproval, ReplayError,
+    ReplayPlan, ReplaySelection, ScheduleState, SettledDelivery, SqliteStore, StateChange,
+    StateChangeRecord, StatusReport, Store, StoreError, TimelineEntry,
 };
 
 use uuid::Uuid;
@@ -163,6 +163,41 @@ impl Outbox {
         change: &StateChange,
     ) -> Result<ConsumerState, DispatchError> {
         on_store!(self, Role::Operator, store => store.set_mode(consumer, mode, change).await)
+    }
+
+    pub(crate) async fn cutover_report(
+        &self,
+        consumer: &str,
+    ) -> Result<CutoverReport, DispatchError> {
+        on_store!(self, Role::Operator, store => store.cutover_report(consumer).await)
+    }
+
+    pub(crate) async fn explain_difference(
+        &self,
+        consumer: &str,
+        event_id: Uuid,
+        change: &StateChange,
+    ) -> Result<CutoverReport, DispatchError> {
+        on_store!(self, Role::Operator, store => {
+            store.explain_difference(consumer, event_id, change).await
+        })
+    }
+
+    /// Records a legacy outcome in a transaction of its own.
+    pub(crate) async fn record_legacy_outcome(
+        &self,
+        consumer: &str,
+        event_id: Uuid,
+        outcome: &[Intent],
+    ) -> Result<bool, DispatchError> {
+        on_store!(self, Role::Operator, store => {
+            let mut transaction = Store::begin(store).await?;
+            let recorded = store
+                .record_legacy_outcome(&mut transaction, consumer, event_id, outcome)
+                .await?;
+            transaction.commit().await?;
+            Ok(recorded)
+        })
     }
 
     pub(crate) async fn state_changes(

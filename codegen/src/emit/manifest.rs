@@ -48,6 +48,20 @@ pub struct Settings<'a> {
     /// Lag thresholds of the consumers that set any, by consumer, then producer class.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub lag_thresholds: BTreeMap<&'a str, BTreeMap<&'a str, String>>,
+    /// Cut-over gates of the consumers that declare one, by consumer.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub cutover_gates: BTreeMap<&'a str, CutoverGateEntry>,
+}
+
+/// A consumer's cut-over gate, as operators' moves to `live` are checked against it.
+#[derive(Debug, Serialize)]
+pub struct CutoverGateEntry {
+    /// Compared shadow deliveries it needs.
+    pub min_reconciled: u32,
+    /// How long they must span, first to newest.
+    pub min_span: String,
+    /// Unexplained differences it lets pass.
+    pub max_unexplained: u32,
 }
 
 /// A schedule, as the dispatchers run it.
@@ -159,6 +173,21 @@ pub fn settings(set: &ContractSet) -> Settings<'_> {
                     .map(|(class, threshold)| (class.as_str(), duration::format(*threshold)))
                     .collect();
                 (name.as_str(), thresholds)
+            })
+            .collect(),
+        cutover_gates: set
+            .consumers
+            .iter()
+            .filter_map(|(name, consumer)| {
+                let gate = consumer.cutover_gate?;
+                Some((
+                    name.as_str(),
+                    CutoverGateEntry {
+                        min_reconciled: gate.min_reconciled,
+                        min_span: duration::format(gate.min_span),
+                        max_unexplained: gate.max_unexplained,
+                    },
+                ))
             })
             .collect(),
     }

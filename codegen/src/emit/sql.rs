@@ -59,6 +59,8 @@
 //! - `NNNN_evc_runtime_v23.sql`: the twenty-third step (where each schedule stands), named the
 //!   same way.
 //! - `NNNN_evc_runtime_v24.sql`: the twenty-fourth step (lag breaches), named the same way.
+//! - `NNNN_evc_runtime_v25.sql`: the twenty-fifth step (the cut-over gate of shadow mode),
+//!   named the same way.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
@@ -155,6 +157,9 @@ pub const RUNTIME_V23_SUFFIX: &str = "_evc_runtime_v23.sql";
 
 /// The file name of the runtime tables' twenty-fourth step, after its version.
 pub const RUNTIME_V24_SUFFIX: &str = "_evc_runtime_v24.sql";
+
+/// The file name of the runtime tables' twenty-fifth step, after its version.
+pub const RUNTIME_V25_SUFFIX: &str = "_evc_runtime_v25.sql";
 
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
@@ -318,6 +323,11 @@ const STEPS: &[Step] = &[
         with: With::Notice,
     },
     Step {
+        name: Name::Step(RUNTIME_V25_SUFFIX),
+        template: template!("evc_runtime_v25.sql"),
+        with: With::Notice,
+    },
+    Step {
         name: Name::Digest(REGISTRY_INFIX),
         template: template!("evc_registry.sql"),
         with: With::Registry,
@@ -394,6 +404,9 @@ struct Inputs {
     /// The schedules, the lag thresholds and the settings digest that records them, as SQL
     /// expressions; empty for a project without either ([`With::Settings`]).
     scheduling: Row,
+    /// The cut-over gates and the settings digest that records them, as SQL expressions;
+    /// empty for a project without any ([`With::Settings`]).
+    gates: Row,
 }
 
 impl Inputs {
@@ -426,6 +439,7 @@ impl Inputs {
                     notice,
                     settings: settings_row(set, &digest)?,
                     scheduling: scheduling_row(set, &digest)?,
+                    gates: gates_row(set, &digest)?,
                     digest,
                     ..Self::default()
                 }
@@ -756,6 +770,31 @@ fn scheduling_row(set: &ContractSet, settings_digest: &str) -> Result<Row, EmitE
     ])
 }
 
+/// The cut-over gates as the runtime reads them back from `evc_settings`, and the settings
+/// digest that records them; empty when no consumer declares one.
+fn gates_row(set: &ContractSet, settings_digest: &str) -> Result<Row, EmitError> {
+    let gates: Vec<serde_json::Value> = set
+        .consumers
+        .values()
+        .filter_map(|consumer| {
+            let gate = consumer.cutover_gate?;
+            Some(serde_json::json!({
+                "consumer": consumer.name,
+                "min_reconciled": gate.min_reconciled,
+                "min_span_ms": u64::try_from(gate.min_span.as_millis()).unwrap_or(u64::MAX),
+                "max_unexplained": gate.max_unexplained,
+            }))
+        })
+        .collect();
+    if gates.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(vec![
+        jsonb(&serde_json::Value::Array(gates))?,
+        literal(settings_digest)?,
+    ])
+}
+
 /// A duration as a `bigint` of milliseconds.
 fn duration_ms(duration: std::time::Duration) -> Result<String, EmitError> {
     bigint(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
@@ -994,9 +1033,10 @@ mod tests {
                 format!("0022{RUNTIME_V22_SUFFIX}"),
                 format!("0023{RUNTIME_V23_SUFFIX}"),
                 format!("0024{RUNTIME_V24_SUFFIX}"),
-                format!("0025_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
+                format!("0025{RUNTIME_V25_SUFFIX}"),
+                format!("0026_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
                 format!(
-                    "0026_evc_settings_{}.sql",
+                    "0027_evc_settings_{}.sql",
                     &settings_digest(&set)?[..DIGEST_PREFIX_LEN]
                 ),
             ]
@@ -1118,7 +1158,7 @@ mod tests {
         let after = settings_of(&changed).ok_or("no settings file")?;
         assert_eq!(
             after.path.file_name().and_then(|n| n.to_str()),
-            Some(format!("0027_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
+            Some(format!("0028_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
             "the next number after the checked-in files"
         );
         // batch_size, lease_ms in column order.

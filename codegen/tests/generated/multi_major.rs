@@ -1374,6 +1374,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     executor_classes: &[],
     schedules: &[],
     lag_thresholds: &[],
+    cutover_gates: &[],
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &[

@@ -35,3 +35,11 @@ SET schedules = {{ scheduling[0] }}, lag_thresholds = {{ scheduling[1] }},
     scheduling_digest = {{ scheduling[2] }}
 WHERE id AND scheduling_digest IS DISTINCT FROM {{ scheduling[2] }};
 {%- endif %}
+{%- if !gates.is_empty() %}
+
+-- The cut-over gates operators' moves to `live` must pass, for readers of the database
+-- (`evc consumer`, `evc serve`), with the settings digest that wrote them, as above.
+UPDATE evc_settings
+SET cutover_gates = {{ gates[0] }}, gates_digest = {{ gates[1] }}
+WHERE id AND gates_digest IS DISTINCT FROM {{ gates[1] }};
+{%- endif %}

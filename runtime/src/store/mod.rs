@@ -57,6 +57,7 @@ use crate::retry::{RetryDecision, RetryPolicyError};
 use crate::trace::{TraceContext, TraceContextError};
 
 pub(crate) mod cursor;
+pub(crate) mod cutover;
 mod feed;
 mod lag;
 mod lifecycle;
@@ -72,6 +73,10 @@ pub(crate) mod sqlite;
 pub use cursor::{
     CursorLease, CursorProgress, CursorState, Cursors, MAX_CURSOR_ERROR_CHARS,
     MAX_CURSOR_NAME_CHARS, MAX_CURSOR_OWNER_CHARS,
+};
+pub use cutover::{
+    CutoverReport, CutoverTerms, Difference, MAX_LEGACY_EFFECTS, MAX_LEGACY_TEXT_CHARS,
+    MAX_LISTED_DIFFERENCES, compare, normalise,
 };
 pub use feed::{FeedEvent, FeedPosition, FeedPositionError};
 pub use lag::{LAG_BREACH, LagBreach, LagRound};
@@ -272,6 +277,26 @@ pub trait Store: Clone + Send + Sync + 'static {
         connection: &mut Connection<Self>,
         lease: &Lease,
     ) -> impl Future<Output = Result<(), DispatchError>> + Send;
+
+    /// Records, on `connection` (the legacy path's own transaction), the outcome the legacy
+    /// path produced for `event_id` on behalf of `consumer`, which runs in shadow mode beside
+    /// it: the effects it performed, described as the new handler would present them. The
+    /// cut-over gate compares it with the shadow run of the same event
+    /// ([`Operate::cutover_report`]). `Ok(true)`: recorded; `Ok(false)`: an outcome was
+    /// recorded for the pair before, and it stays.
+    ///
+    /// # Errors
+    /// [`DispatchError::UnknownConsumer`]; [`DispatchError::NotDelivered`] when the event is
+    /// not one the consumer receives (or not visible in the session's tenant);
+    /// [`DispatchError::InvalidOutcome`] ([`MAX_LEGACY_EFFECTS`], [`MAX_LEGACY_TEXT_CHARS`]);
+    /// [`DispatchError::Database`]. Nothing is written then.
+    fn record_legacy_outcome(
+        &self,
+        connection: &mut Connection<Self>,
+        consumer: &str,
+        event_id: Uuid,
+        outcome: &[Intent],
+    ) -> impl Future<Output = Result<bool, DispatchError>> + Send;
 
     /// Graceful shutdown: every lease of `owner` back to pending as if never claimed (attempt
     /// count restored, no attempt row, the token stays raised). Returns how many.
@@ -1124,6 +1149,22 @@ pub enum DispatchError {
     /// in a way that cannot be recorded; nothing was written.
     #[error("{0}")]
     InvalidChange(String),
+    /// The event is not one the consumer receives (not registered for it, unknown, or not
+    /// visible in the session's tenant).
+    #[error("event {event_id} is not an event consumer {consumer} receives")]
+    NotDelivered {
+        /// The consumer.
+        consumer: String,
+        /// The event.
+        event_id: Uuid,
+    },
+    /// A legacy outcome that cannot be recorded as it is (too many effects, a blank or too
+    /// long key or digest); nothing was written.
+    #[error("{0}")]
+    InvalidOutcome(String),
+    /// The consumer's cut-over gate does not pass yet: its mode stays. The report says why.
+    #[error("consumer {} may not go live yet: {}", .0.consumer, .0.shortfalls.join("; "))]
+    CutoverRefused(Box<CutoverReport>),
     /// The database failed.
     #[error("outbox database error: {0}")]
     Database(#[from] sqlx::Error),

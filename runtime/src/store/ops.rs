@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use crate::append::sha256_hex;
 use crate::registry::ConsumerMode;
-use crate::store::{DispatchError, Store};
+use crate::store::{CutoverReport, DispatchError, Store};
 
 /// The operator surface of a store: dead letters, replay (a dry run's plan, then apply under an
 /// approval), pause and resume. Implemented by [`crate::PgStore`] and [`crate::SqliteStore`]
@@ -98,17 +98,47 @@ pub trait Operate: Store {
 
     /// Overrides the mode of `consumer` (`off` claims nothing, like a pause; `shadow` shadows
     /// its next claims). Recorded like [`Operate::pause`]. A mode applies to every tenant:
-    /// in a session of one tenant it is refused ([`DispatchError::TenantScoped`]).
+    /// in a session of one tenant it is refused ([`DispatchError::TenantScoped`]). A move to
+    /// `live` of a consumer that is not live and whose contract declares a cut-over gate is
+    /// refused until the gate passes ([`Operate::cutover_report`]); nothing is written then.
     ///
     /// # Errors
     /// [`DispatchError::InvalidChange`], [`DispatchError::UnknownConsumer`],
-    /// [`DispatchError::TenantScoped`] or [`DispatchError::Database`].
+    /// [`DispatchError::TenantScoped`], [`DispatchError::CutoverRefused`] or
+    /// [`DispatchError::Database`].
     fn set_mode(
         &self,
         consumer: &str,
         mode: ConsumerMode,
         change: &StateChange,
     ) -> impl Future<Output = Result<ConsumerState, DispatchError>> + Send;
+
+    /// What `consumer`'s shadow runs since it last entered shadow mode show against its
+    /// cut-over gate: how many were compared with the legacy path's outcome, matched,
+    /// differed (explained or not), the span they cover, and why the gate does not pass yet.
+    /// Reads every shadow run of the window.
+    ///
+    /// # Errors
+    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
+    fn cutover_report(
+        &self,
+        consumer: &str,
+    ) -> impl Future<Output = Result<CutoverReport, DispatchError>> + Send;
+
+    /// Records that `change.by` explains, for `change.reason`, the difference between
+    /// `consumer`'s shadow run of `event_id` and the legacy outcome of that event: the gate
+    /// no longer counts it as unexplained. Refused ([`DispatchError::InvalidChange`]) when the
+    /// two do not differ (or one of them is missing), and nothing is written.
+    ///
+    /// # Errors
+    /// [`DispatchError::InvalidChange`], [`DispatchError::UnknownConsumer`] or
+    /// [`DispatchError::Database`].
+    fn explain_difference(
+        &self,
+        consumer: &str,
+        event_id: Uuid,
+        change: &StateChange,
+    ) -> impl Future<Output = Result<CutoverReport, DispatchError>> + Send;
 
     /// The newest `limit` recorded changes of `consumer`'s operator state, newest first: who
     /// paused, resumed or set a mode, when and why.

@@ -433,6 +433,7 @@ mod tests {
         executor_classes: &[],
         schedules: &[],
         lag_thresholds: &[],
+        cutover_gates: &[],
         payload_policy: crate::registry::PayloadPolicyDescriptor {
             denied_keys: &[],
             credential_key_names: &[],

@@ -1,13 +1,15 @@
-//! The registry's schedules and lag thresholds as JSON, as a database holds them for readers
-//! without a build of the application: PostgreSQL's settings row (`evc_settings.schedules`
-//! and `lag_thresholds`, written by the settings migrations) and a SQLite file's recorded
-//! registry document. Read back, their strings are leaked like the rest of a deployed
-//! registry's: they live as long as the process.
+//! The registry's schedules, lag thresholds and cut-over gates as JSON, as a database holds
+//! them for readers without a build of the application: PostgreSQL's settings row
+//! (`evc_settings.schedules`, `lag_thresholds` and `cutover_gates`, written by the settings
+//! migrations) and a SQLite file's recorded registry document. Read back, their strings are
+//! leaked like the rest of a deployed registry's: they live as long as the process.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::registry::{LagThresholdDescriptor, MissedSlots, ScheduleDescriptor};
+use crate::registry::{
+    CutoverGateDescriptor, LagThresholdDescriptor, MissedSlots, ScheduleDescriptor,
+};
 use crate::store::rows::{leak, leak_slice};
 
 /// One schedule.
@@ -29,6 +31,49 @@ struct Threshold {
     consumer: String,
     producer_class: String,
     threshold_ms: u64,
+}
+
+/// One cut-over gate.
+#[derive(Debug, Serialize, Deserialize)]
+struct Gate {
+    consumer: String,
+    min_reconciled: u32,
+    min_span_ms: u64,
+    max_unexplained: u32,
+}
+
+/// `gates` as a JSON list.
+pub(in crate::store) fn gates_value(gates: &[CutoverGateDescriptor]) -> Value {
+    let rows: Vec<Gate> = gates
+        .iter()
+        .map(|g| Gate {
+            consumer: g.consumer.to_owned(),
+            min_reconciled: g.min_reconciled,
+            min_span_ms: g.min_span_ms,
+            max_unexplained: g.max_unexplained,
+        })
+        .collect();
+    serde_json::to_value(rows).unwrap_or(Value::Null)
+}
+
+/// The cut-over gates of a JSON list, sorted by consumer as the registry keeps them.
+///
+/// # Errors
+/// What is wrong with the list (never its content).
+pub(in crate::store) fn gates_of(value: Value) -> Result<&'static [CutoverGateDescriptor], String> {
+    let rows: Vec<Gate> =
+        serde_json::from_value(value).map_err(|_| "the cut-over gates are not a list of gates")?;
+    let mut gates: Vec<CutoverGateDescriptor> = rows
+        .into_iter()
+        .map(|row| CutoverGateDescriptor {
+            consumer: leak(row.consumer),
+            min_reconciled: row.min_reconciled,
+            min_span_ms: row.min_span_ms,
+            max_unexplained: row.max_unexplained,
+        })
+        .collect();
+    gates.sort_by_key(|g| g.consumer);
+    Ok(leak_slice(gates))
 }
 
 /// `schedules` as a JSON list.
@@ -137,6 +182,21 @@ mod tests {
         },
     ];
 
+    const GATES: &[CutoverGateDescriptor] = &[
+        CutoverGateDescriptor {
+            consumer: "a",
+            min_reconciled: 30,
+            min_span_ms: 259_200_000,
+            max_unexplained: 0,
+        },
+        CutoverGateDescriptor {
+            consumer: "b",
+            min_reconciled: 1,
+            min_span_ms: 0,
+            max_unexplained: 2,
+        },
+    ];
+
     const THRESHOLDS: &[LagThresholdDescriptor] = &[LagThresholdDescriptor {
         consumer: "audit",
         producer_class: "dot",
@@ -147,6 +207,7 @@ mod tests {
     fn schedules_and_thresholds_read_back_equal() {
         assert_eq!(schedules_of(schedules_value(SCHEDULES)), Ok(SCHEDULES));
         assert_eq!(thresholds_of(thresholds_value(THRESHOLDS)), Ok(THRESHOLDS));
+        assert_eq!(gates_of(gates_value(GATES)), Ok(GATES));
     }
 
     #[test]

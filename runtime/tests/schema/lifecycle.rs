@@ -353,6 +353,7 @@ const TIGHT_CAP_REGISTRY: evc_runtime::Registry = evc_runtime::Registry {
     executor_classes: &[],
     schedules: &[],
     lag_thresholds: &[],
+    cutover_gates: &[],
     payload_policy: evc_runtime::PayloadPolicyDescriptor {
         hard_max_bytes: 200,
         ..support::REFERENCE_POLICY

@@ -59,6 +59,7 @@ fn is_runtime_step(name: &str) -> bool {
         sql::RUNTIME_V22_SUFFIX,
         sql::RUNTIME_V23_SUFFIX,
         sql::RUNTIME_V24_SUFFIX,
+        sql::RUNTIME_V25_SUFFIX,
     ]
     .iter()
     .any(|suffix| name.ends_with(suffix))
@@ -98,7 +99,7 @@ async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
         is_runtime_step(name) || name.contains("_evc_registry_")
     })
     .await?;
-    assert_eq!(steps.len(), 24);
+    assert_eq!(steps.len(), 25);
     sqlx::raw_sql(
         "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, producer_class, \
              idempotency_key, trace_id, parent_span_id, trace_flags, payload, payload_bytes, \
@@ -257,9 +258,10 @@ async fn replay_keys_per_consumer(options: PgConnectOptions) -> TestResult {
             || name.ends_with(sql::RUNTIME_V16_SUFFIX)
             || name.ends_with(sql::RUNTIME_V17_SUFFIX)
             || name.ends_with(sql::RUNTIME_V21_SUFFIX)
+            || name.ends_with(sql::RUNTIME_V25_SUFFIX)
     })
     .await?;
-    assert_eq!(held.len(), 9);
+    assert_eq!(held.len(), 10);
     let eighth = &held[..1];
     sqlx::raw_sql(
         "INSERT INTO evc_replays (id, plan_digest, reason, approval_ref, idempotency_key, \
@@ -344,9 +346,10 @@ async fn two_person_rule(options: PgConnectOptions) -> TestResult {
             || name.ends_with(sql::RUNTIME_V16_SUFFIX)
             || name.ends_with(sql::RUNTIME_V17_SUFFIX)
             || name.ends_with(sql::RUNTIME_V21_SUFFIX)
+            || name.ends_with(sql::RUNTIME_V25_SUFFIX)
     })
     .await?;
-    assert_eq!(held.len(), 8);
+    assert_eq!(held.len(), 9);
     let ninth = &held[..1];
     sqlx::raw_sql(
         "INSERT INTO evc_replays (id, consumer, plan_digest, reason, approval_ref, \
@@ -603,9 +606,10 @@ async fn check(options: PgConnectOptions) -> TestResult {
             "0022_evc_runtime_v22.sql".to_owned(),
             "0023_evc_runtime_v23.sql".to_owned(),
             "0024_evc_runtime_v24.sql".to_owned(),
-            format!("0025_evc_registry_{}.sql", &digest[..12]),
+            "0025_evc_runtime_v25.sql".to_owned(),
+            format!("0026_evc_registry_{}.sql", &digest[..12]),
             format!(
-                "0026_evc_settings_{}.sql",
+                "0027_evc_settings_{}.sql",
                 &sql::settings_digest(&set)?[..12]
             ),
         ]

@@ -198,6 +198,25 @@ async fn jobs(admin: &PgPool, logins: &Logins) -> TestResult {
         tx.commit().await?;
         assert_eq!(receipt.created, created);
     }
+    // The legacy path records its outcome in the producer's transaction, once per event.
+    for recorded in [true, false] {
+        let mut tx = producer.begin().await?;
+        let receipt = producer
+            .append(
+                &mut tx,
+                keyed(),
+                AppendOptions::new().idempotency_key("n-99"),
+            )
+            .await?;
+        let outcome = [evc_runtime::Intent::new("mail:99", "01")];
+        assert_eq!(
+            producer
+                .record_legacy_outcome(&mut tx, CONSUMER, receipt.event_id, &outcome)
+                .await?,
+            recorded
+        );
+        tx.commit().await?;
+    }
     support::append_notes(&producer, 4, 4).await?;
     assert!(raw_denied(producer.pool(), "SELECT payload FROM evc_events").await);
     assert!(dispatch_denied(

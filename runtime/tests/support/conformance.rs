@@ -8,9 +8,10 @@ use std::future::Future;
 use std::time::Duration;
 
 use evc_runtime::{
-    ConsumerDescriptor, ConsumerMode, Cursors, EventDescriptor, ExecutorClassDescriptor,
-    HandlerKind, LagThresholdDescriptor, MissedSlots, Observe, Operate, PgStore, Registry,
-    ScheduleDescriptor, SqliteStore, Store, SubscriptionDescriptor, VersionDescriptor,
+    ConsumerDescriptor, ConsumerMode, Cursors, CutoverGateDescriptor, EventDescriptor,
+    ExecutorClassDescriptor, HandlerKind, LagThresholdDescriptor, MissedSlots, Observe, Operate,
+    PgStore, Registry, ScheduleDescriptor, SqliteStore, Store, SubscriptionDescriptor,
+    VersionDescriptor,
 };
 
 use crate::support::{FIXED_200MS, NOTE_SCHEMA, REFERENCE_POLICY, TestResult};
@@ -202,6 +203,7 @@ pub static CONFORMANCE_REGISTRY: Registry = Registry {
     executor_classes: &[],
     schedules: &[],
     lag_thresholds: &[],
+    cutover_gates: &[],
     payload_policy: REFERENCE_POLICY,
     require_tenant_scope: false,
     dispatcher: evc_runtime::DispatcherDescriptor::FORMAT_DEFAULTS,
@@ -390,6 +392,18 @@ const BREACHES: &[SubscriptionDescriptor] = &[SubscriptionDescriptor {
 
 /// A consumer of `event_lag.breach` in [`LAGGING_REGISTRY`].
 pub const ALERTS: &str = "k.alerts";
+
+/// [`CONFORMANCE_REGISTRY`] where `k.shadow` goes live only through a cut-over gate: two
+/// compared deliveries spanning at least a second, no unexplained difference.
+pub static GATED_REGISTRY: Registry = Registry {
+    cutover_gates: &[CutoverGateDescriptor {
+        consumer: SHADOW,
+        min_reconciled: 2,
+        min_span_ms: 1_000,
+        max_unexplained: 0,
+    }],
+    ..CONFORMANCE_REGISTRY
+};
 
 /// [`CONFORMANCE_REGISTRY`] where `k.plain` lags behind the `notes` producer class (its
 /// `test.note` deliveries) after a millisecond, and `k.alerts` handles the `event_lag.breach`

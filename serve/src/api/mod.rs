@@ -22,6 +22,7 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, Problem, Unavailable};
 
+mod cutover;
 mod discard;
 pub(crate) mod event;
 mod payload;
@@ -81,6 +82,9 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(state::resume))
         .routes(routes!(state::mode))
         .routes(routes!(state::changes))
+        .routes(routes!(cutover::report))
+        .routes(routes!(cutover::explain))
+        .routes(routes!(cutover::legacy_outcome))
         .routes(routes!(event::event))
         .routes(routes!(payload::payload))
         .routes(routes!(registry::parity))

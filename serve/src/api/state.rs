@@ -169,7 +169,8 @@ pub(crate) async fn resume(
         (status = 404, description = "No such consumer", body = Problem,
             content_type = "application/problem+json"),
         (status = 409, description = "The server serves one tenant, and a mode is every \
-            tenant's", body = Problem, content_type = "application/problem+json"),
+            tenant's; or a move to `live` the consumer's cut-over gate refuses (the detail \
+            says why)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "An unknown mode, no reason, or one that cannot be \
             recorded", body = Problem, content_type = "application/problem+json"),
         Unavailable,

@@ -1111,6 +1111,23 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
                 }
             })
     });
+    let gates = set.consumers.values().filter_map(|consumer| {
+        let gate = consumer.cutover_gate?;
+        let name = &consumer.name;
+        let min_reconciled = proc_macro2::Literal::u32_unsuffixed(gate.min_reconciled);
+        let min_span = proc_macro2::Literal::u64_unsuffixed(
+            u64::try_from(gate.min_span.as_millis()).unwrap_or(u64::MAX),
+        );
+        let max_unexplained = proc_macro2::Literal::u32_unsuffixed(gate.max_unexplained);
+        Some(quote! {
+            #runtime::CutoverGateDescriptor {
+                consumer: #name,
+                min_reconciled: #min_reconciled,
+                min_span_ms: #min_span,
+                max_unexplained: #max_unexplained,
+            }
+        })
+    });
     let project = &set.project.name;
     let registry_digest = super::manifest::registry_digest(set)?;
     let millis = |duration: std::time::Duration| {
@@ -1142,6 +1159,7 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
             executor_classes: &[#(#classes),*],
             schedules: &[#(#schedules),*],
             lag_thresholds: &[#(#thresholds),*],
+            cutover_gates: &[#(#gates),*],
             payload_policy: #runtime::PayloadPolicyDescriptor {
                 denied_keys: &[#(#denied),*],
                 credential_key_names: &[#(#credential),*],

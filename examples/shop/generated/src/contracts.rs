@@ -766,6 +766,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     executor_classes: &[],
     schedules: &[],
     lag_thresholds: &[],
+    cutover_gates: &[],
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["card_number", "cvv"],
         credential_key_names: &["password", "token", "api_key", "secret"],

@@ -9,17 +9,17 @@ use sqlx::Row;
 use sqlx::postgres::PgPool;
 
 use super::observe::{self, WatchedConsumer};
-use super::operations;
 use super::replay::{self, DiscardApplied, DiscardPlan, DiscardRecord};
 use super::{PgStore, sql};
+use super::{cutover, operations};
 use crate::registry::ConsumerMode;
-use crate::store::DispatchError;
 use crate::store::observe::ClassOwner;
 use crate::store::ops::{
     ConsumerState, Proposed, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
     ReplaySelection, SettledDelivery, StateChange, StateChangeRecord, Transition,
 };
 use crate::store::postgres::{AttemptTotals, StatusReport, TimelineEntry};
+use crate::store::{CutoverReport, DispatchError};
 
 /// Operator commands over one database.
 #[derive(Debug, Clone)]
@@ -152,7 +152,15 @@ impl Console {
         change: &StateChange,
     ) -> Result<ConsumerState, DispatchError> {
         let declared = self.declared_mode(consumer)?;
-        operations::change_state_of(&self.pool, consumer, declared, Transition::Pause, change).await
+        operations::change_state_of(
+            &self.pool,
+            consumer,
+            declared,
+            None,
+            Transition::Pause,
+            change,
+        )
+        .await
     }
 
     /// Resumes a deployed consumer, recording who and why.
@@ -166,15 +174,24 @@ impl Console {
         change: &StateChange,
     ) -> Result<ConsumerState, DispatchError> {
         let declared = self.declared_mode(consumer)?;
-        operations::change_state_of(&self.pool, consumer, declared, Transition::Resume, change)
-            .await
+        operations::change_state_of(
+            &self.pool,
+            consumer,
+            declared,
+            None,
+            Transition::Resume,
+            change,
+        )
+        .await
     }
 
-    /// Overrides the mode of a deployed consumer, recording who and why.
+    /// Overrides the mode of a deployed consumer, recording who and why; a move to `live`
+    /// passes the deployed cut-over gate first (see [`crate::Operate::set_mode`]).
     ///
     /// # Errors
     /// [`DispatchError::InvalidChange`], [`DispatchError::UnknownConsumer`],
-    /// [`DispatchError::TenantScoped`] or [`DispatchError::Database`].
+    /// [`DispatchError::TenantScoped`], [`DispatchError::CutoverRefused`] or
+    /// [`DispatchError::Database`].
     pub async fn set_mode(
         &self,
         consumer: &str,
@@ -182,14 +199,44 @@ impl Console {
         change: &StateChange,
     ) -> Result<ConsumerState, DispatchError> {
         let declared = self.declared_mode(consumer)?;
+        let gate = cutover::deployed_terms(&self.pool, consumer).await?;
         operations::change_state_of(
             &self.pool,
             consumer,
             declared,
+            gate,
             Transition::Mode(mode),
             change,
         )
         .await
+    }
+
+    /// A deployed consumer's shadow runs against its deployed cut-over gate (see
+    /// [`crate::Operate::cutover_report`]).
+    ///
+    /// # Errors
+    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
+    pub async fn cutover_report(&self, consumer: &str) -> Result<CutoverReport, DispatchError> {
+        self.declared_mode(consumer)?;
+        let gate = cutover::deployed_terms(&self.pool, consumer).await?;
+        cutover::report_of(&self.pool, consumer, gate).await
+    }
+
+    /// Explains the difference of a deployed consumer's shadow run of `event_id` (see
+    /// [`crate::Operate::explain_difference`]).
+    ///
+    /// # Errors
+    /// [`DispatchError::InvalidChange`], [`DispatchError::UnknownConsumer`] or
+    /// [`DispatchError::Database`].
+    pub async fn explain_difference(
+        &self,
+        consumer: &str,
+        event_id: uuid::Uuid,
+        change: &StateChange,
+    ) -> Result<CutoverReport, DispatchError> {
+        self.declared_mode(consumer)?;
+        let gate = cutover::deployed_terms(&self.pool, consumer).await?;
+        cutover::explain(&self.pool, consumer, event_id, change, gate).await
     }
 
     /// The newest `limit` recorded changes of a deployed consumer's state, newest first.

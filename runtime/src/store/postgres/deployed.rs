@@ -14,7 +14,7 @@ use sqlx::postgres::PgPool;
 
 use super::{PgStore, sql};
 use crate::registry::{
-    ConsumerDescriptor, ConsumerMode, DispatcherDescriptor, EventDescriptor,
+    ConsumerDescriptor, ConsumerMode, CutoverGateDescriptor, DispatcherDescriptor, EventDescriptor,
     ExecutorClassDescriptor, HandlerKind, LagThresholdDescriptor, PayloadPolicyDescriptor,
     Registry, RetryPolicyDescriptor, ScheduleDescriptor, SubscriptionDescriptor, VersionDescriptor,
 };
@@ -158,6 +158,7 @@ pub async fn deployed_registry(pool: &PgPool) -> Result<Registry, DispatchError>
         executor_classes: leak_slice(executor_classes),
         schedules,
         lag_thresholds,
+        cutover_gates: deployed_gates(pool).await?,
         payload_policy: settings.as_ref().map_or(FAIL_CLOSED, |s| s.payload_policy),
         require_tenant_scope: settings.as_ref().is_none_or(|s| s.require_tenant_scope),
         dispatcher: settings
@@ -199,6 +200,27 @@ async fn deployed_scheduling(
     let schedules = scheduling::schedules_of(parse("schedules")?).map_err(broken)?;
     let thresholds = scheduling::thresholds_of(parse("lag_thresholds")?).map_err(broken)?;
     Ok((schedules, thresholds))
+}
+
+/// The deployed cut-over gates; none in a database before the twenty-fifth step, or whose
+/// settings in force were written without them.
+async fn deployed_gates(pool: &PgPool) -> Result<&'static [CutoverGateDescriptor], DispatchError> {
+    let present: bool = sqlx::query_scalar(sql::HAS_CUTOVER).fetch_one(pool).await?;
+    if !present {
+        return Ok(&[]);
+    }
+    let Some(text) = sqlx::query_scalar::<_, String>(sql::DEPLOYED_GATES)
+        .fetch_optional(pool)
+        .await?
+    else {
+        return Ok(&[]);
+    };
+    let broken = |what: String| {
+        DispatchError::Database(sqlx::Error::Decode(format!("evc_settings: {what}").into()))
+    };
+    let value =
+        serde_json::from_str(&text).map_err(|_| broken("cutover_gates is not JSON".to_owned()))?;
+    scheduling::gates_of(value).map_err(broken)
 }
 
 /// The names of the deployed schedules and the (consumer, producer class) of the deployed lag
@@ -484,14 +506,14 @@ impl PgStore {
     /// `settings_digest` column gets the SHA-256 of the canonical JSON of the settings as the
     /// registry holds them: not the digest a generated file is named by, which covers
     /// `registry.json`'s settings (some of which the compiled registry does not carry); the
-    /// runtime compares it only with the digest its schedules and lag thresholds were
-    /// recorded with. The row and those are written in one transaction.
+    /// runtime compares it only with the digest its schedules, lag thresholds and cut-over
+    /// gates were recorded with. The row and those are written in one transaction.
     ///
     /// # Errors
     /// [`StoreError::Database`], also when the database lacks the settings table (the
     /// seventh runtime step, `NNNN_evc_runtime_v7.sql`, was not applied), or, for a registry
-    /// with schedules or lag thresholds, their columns (the twenty-fourth step); nothing is
-    /// written then.
+    /// with schedules or lag thresholds, their columns (the twenty-fourth step), or with
+    /// cut-over gates, theirs (the twenty-fifth); nothing is written then.
     pub async fn install_settings(&self) -> Result<(), StoreError> {
         let registry = self.registry();
         let policy = &registry.payload_policy;
@@ -506,6 +528,8 @@ impl PgStore {
         let schedules = scheduling::schedules_value(registry.schedules);
         let thresholds = scheduling::thresholds_value(registry.lag_thresholds);
         let scheduled = !registry.schedules.is_empty() || !registry.lag_thresholds.is_empty();
+        let gated = !registry.cutover_gates.is_empty();
+        let gates = scheduling::gates_value(registry.cutover_gates);
         let mut settings = serde_json::json!({
             "payload_policy": rows::payload_policy_document(policy),
             "require_tenant_scope": registry.require_tenant_scope,
@@ -515,6 +539,9 @@ impl PgStore {
         if scheduled {
             settings["schedules"] = schedules.clone();
             settings["lag_thresholds"] = thresholds.clone();
+        }
+        if gated {
+            settings["cutover_gates"] = gates.clone();
         }
         let digest = crate::sha256_hex(crate::canonical_json(&settings).as_bytes());
         let bigint = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
@@ -538,6 +565,13 @@ impl PgStore {
             sqlx::query(sql::INSTALL_SCHEDULING)
                 .bind(schedules.to_string())
                 .bind(thresholds.to_string())
+                .bind(&digest)
+                .execute(&mut *transaction)
+                .await?;
+        }
+        if gated {
+            sqlx::query(sql::INSTALL_GATES)
+                .bind(gates.to_string())
                 .bind(&digest)
                 .execute(&mut *transaction)
                 .await?;

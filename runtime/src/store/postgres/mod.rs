@@ -49,6 +49,7 @@ use crate::store::{
 mod console;
 mod copy;
 mod cursor;
+mod cutover;
 mod deployed;
 mod dispatch;
 mod doorbell;
@@ -925,6 +926,17 @@ impl Store for PgStore {
         lease: &Lease,
     ) -> Result<(), DispatchError> {
         PgStore::record_reconciliation(self, connection, lease).await
+    }
+
+    async fn record_legacy_outcome(
+        &self,
+        connection: &mut PgConnection,
+        consumer: &str,
+        event_id: uuid::Uuid,
+        outcome: &[crate::store::Intent],
+    ) -> Result<bool, DispatchError> {
+        self.write_legacy_outcome(connection, consumer, event_id, outcome)
+            .await
     }
 
     async fn release(&self, owner: &str) -> Result<u64, DispatchError> {

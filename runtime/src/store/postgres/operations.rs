@@ -6,14 +6,16 @@
 use sqlx::Row;
 use sqlx::postgres::PgPool;
 
-use super::{PgStore, replay, sql};
+use uuid::Uuid;
+
+use super::{PgStore, cutover, replay, sql};
 use crate::registry::ConsumerMode;
-use crate::store::DispatchError;
 use crate::store::ops::{
     ConsumerState, Operate, Proposed, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan,
     ReplayRecord, ReplaySelection, SettledDelivery, StateChange, StateChangeRecord, Transition,
     check_change,
 };
+use crate::store::{CutoverReport, CutoverTerms, DispatchError};
 use crate::tenant::ALL_TENANTS;
 
 impl PgStore {
@@ -41,7 +43,16 @@ impl PgStore {
         change: &StateChange,
     ) -> Result<ConsumerState, DispatchError> {
         let declared = self.declared_mode(consumer)?;
-        change_state_of(&self.inner.pool, consumer, declared, transition, change).await
+        let gate = self.cutover_terms(consumer)?;
+        change_state_of(
+            &self.inner.pool,
+            consumer,
+            declared,
+            gate,
+            transition,
+            change,
+        )
+        .await
     }
 }
 
@@ -68,14 +79,17 @@ pub(crate) async fn session_tenant(pool: &PgPool) -> Result<Option<String>, Disp
     Ok(tenant.filter(|tenant| !tenant.is_empty() && tenant != ALL_TENANTS))
 }
 
-/// Changes the operator state of `consumer` (contract mode `declared`), raises its revision and
-/// records `change` with it. In a session of one tenant, a pause or resume is that tenant's
-/// only and a mode is refused ([`DispatchError::TenantScoped`]): a mode applies to every
-/// tenant.
+/// Changes the operator state of `consumer` (contract mode `declared`, cut-over gate `gate`),
+/// raises its revision and records `change` with it. In a session of one tenant, a pause or
+/// resume is that tenant's only and a mode is refused ([`DispatchError::TenantScoped`]): a mode
+/// applies to every tenant. A move to `live` of a consumer not live now passes `gate` first
+/// ([`DispatchError::CutoverRefused`]), judged under the consumer's mode lock so no other mode
+/// change slips between the judgement and the move.
 pub(crate) async fn change_state_of(
     pool: &PgPool,
     consumer: &str,
     declared: ConsumerMode,
+    gate: Option<CutoverTerms>,
     transition: Transition,
     change: &StateChange,
 ) -> Result<ConsumerState, DispatchError> {
@@ -104,6 +118,27 @@ pub(crate) async fn change_state_of(
         );
         return Ok(changed);
     }
+    let mut transaction = pool.begin().await?;
+    if transition.mode().is_some() {
+        sqlx::query(sql::LOCK_CONSUMER_MODE)
+            .bind(consumer)
+            .execute(&mut *transaction)
+            .await?;
+    }
+    if let (Transition::Mode(ConsumerMode::Live), Some(terms)) = (transition, gate) {
+        let row = sqlx::query(sql::CONSUMER_STATE)
+            .bind(consumer)
+            .fetch_one(&mut *transaction)
+            .await?;
+        let current = state(consumer, &row, declared)?.mode;
+        if cutover::gated_on(&mut transaction, consumer, current, declared).await? {
+            let report = cutover::report_on(&mut transaction, consumer, Some(terms), None).await?;
+            if !report.passed() {
+                tracing::info!(consumer, "move to live refused by the cut-over gate");
+                return Err(DispatchError::CutoverRefused(Box::new(report)));
+            }
+        }
+    }
     let row = sqlx::query(sql::CHANGE_CONSUMER_STATE)
         .bind(consumer)
         .bind(transition.paused())
@@ -112,8 +147,9 @@ pub(crate) async fn change_state_of(
         .bind(transition.as_str())
         .bind(by)
         .bind(&change.reason)
-        .fetch_one(pool)
+        .fetch_one(&mut *transaction)
         .await?;
+    transaction.commit().await?;
     let changed = state(consumer, &row, declared)?;
     tracing::info!(
         consumer,
@@ -234,6 +270,21 @@ impl Operate for PgStore {
     ) -> Result<ConsumerState, DispatchError> {
         self.change_state(consumer, Transition::Mode(mode), change)
             .await
+    }
+
+    async fn cutover_report(&self, consumer: &str) -> Result<CutoverReport, DispatchError> {
+        let terms = self.cutover_terms(consumer)?;
+        cutover::report_of(&self.inner.pool, consumer, terms).await
+    }
+
+    async fn explain_difference(
+        &self,
+        consumer: &str,
+        event_id: Uuid,
+        change: &StateChange,
+    ) -> Result<CutoverReport, DispatchError> {
+        let terms = self.cutover_terms(consumer)?;
+        cutover::explain(&self.inner.pool, consumer, event_id, change, terms).await
     }
 
     async fn state_changes(

@@ -287,6 +287,23 @@ UPDATE evc_settings
 SET schedules = $1::jsonb, lag_thresholds = $2::jsonb, scheduling_digest = $3
 WHERE id AND scheduling_digest IS DISTINCT FROM $3";
 
+/// Writes the cut-over gates `$1` (a JSON list) recorded under settings digest `$2` (the
+/// twenty-fifth step), as a settings migration does.
+pub(crate) const INSTALL_GATES: &str = "\
+UPDATE evc_settings
+SET cutover_gates = $1::jsonb, gates_digest = $2
+WHERE id AND gates_digest IS DISTINCT FROM $2";
+
+/// The cut-over gates of the settings row, when the settings migration that wrote them is the
+/// one in force (twenty-fifth step); no row otherwise.
+pub(crate) const DEPLOYED_GATES: &str = "\
+SELECT cutover_gates::text AS cutover_gates
+FROM evc_settings
+WHERE id AND gates_digest = settings_digest";
+
+/// Whether the twenty-fifth step (the cut-over gate) is applied.
+pub(crate) const HAS_CUTOVER: &str = "SELECT to_regclass('evc_legacy_outcomes') IS NOT NULL";
+
 /// The event type mirror rows.
 pub(crate) const REGISTRY_EVENT_TYPES: &str = "\
 SELECT name, description, producer_class, order_key, status, max_payload_bytes::int8 AS max_payload_bytes,
@@ -2034,6 +2051,67 @@ SELECT schedule, cron, event_type,
     extract(epoch FROM ticked_at)::float8 AS ticked_at
 FROM evc_schedules
 ORDER BY schedule";
+
+/// Serializes the mode changes of consumer `$1` (a transaction-level advisory lock), so a
+/// cut-over gate is judged on the state its move to `live` changes.
+pub(crate) const LOCK_CONSUMER_MODE: &str =
+    "SELECT pg_advisory_xact_lock(hashtextextended('evc.mode:' || $1, 7268))";
+
+/// The event type and version of event `$1`, if the session sees it.
+pub(crate) const EVENT_TYPE_OF: &str =
+    "SELECT event_type, schema_version FROM evc_events WHERE event_id = $1";
+
+/// The newest mode other than `off` an operator set for consumer `$1`, if any.
+pub(crate) const LAST_ACTIVE_MODE: &str = "\
+SELECT mode FROM evc_state_changes
+WHERE consumer = $1 AND change = 'mode' AND mode <> 'off'
+ORDER BY id DESC LIMIT 1";
+
+/// Records the legacy outcome `$3` (a JSON list of effects) of consumer `$1` for event `$2`;
+/// one per pair, the first stays.
+pub(crate) const RECORD_LEGACY_OUTCOME: &str = "\
+INSERT INTO evc_legacy_outcomes (consumer, event_id, outcome) VALUES ($1, $2, $3::jsonb)
+ON CONFLICT (consumer, event_id) DO NOTHING";
+
+/// When consumer `$1` last entered shadow mode by an operator's change (epoch seconds), NULL
+/// when none did.
+pub(crate) const SHADOW_SINCE: &str = "\
+SELECT extract(epoch FROM max(changed_at))::float8 FROM evc_state_changes
+WHERE consumer = $1 AND change = 'mode' AND mode = 'shadow'";
+
+/// Consumer `$1`'s shadow runs since it last entered shadow mode (every one when it never
+/// did), optionally of event `$2` only: the newest generation's intents of each event, the
+/// legacy outcome recorded for the event, and whether an operator explained a difference in
+/// the same window.
+pub(crate) const SHADOW_RUNS: &str = "\
+WITH since AS (
+    SELECT coalesce(max(changed_at), '-infinity') AS at FROM evc_state_changes
+    WHERE consumer = $1 AND change = 'mode' AND mode = 'shadow'
+), runs AS (
+    SELECT DISTINCT ON (r.event_id) r.event_id, r.intended, r.recorded_at
+    FROM evc_reconciliations r, since
+    WHERE r.consumer = $1 AND r.recorded_at >= since.at AND ($2::uuid IS NULL OR r.event_id = $2)
+    ORDER BY r.event_id, r.generation DESC
+)
+SELECT runs.event_id, runs.intended::text AS intended, l.outcome::text AS legacy,
+    EXISTS (SELECT 1 FROM evc_cutover_explanations x, since
+        WHERE x.consumer = $1 AND x.event_id = runs.event_id AND x.explained_at >= since.at)
+        AS explained,
+    extract(epoch FROM runs.recorded_at)::float8 AS recorded_at
+FROM runs LEFT JOIN evc_legacy_outcomes l ON l.consumer = $1 AND l.event_id = runs.event_id
+ORDER BY runs.recorded_at, runs.event_id";
+
+/// Records that `$3` explains, for `$4`, the difference of consumer `$1`'s shadow run of event
+/// `$2`.
+pub(crate) const EXPLAIN_DIFFERENCE: &str = "\
+INSERT INTO evc_cutover_explanations (consumer, event_id, explained_by, reason)
+VALUES ($1, $2, $3, $4)";
+
+/// The cut-over gate of consumer `$1` in the settings row in force (twenty-fifth step), as
+/// JSON; no row when it has none.
+pub(crate) const DEPLOYED_GATE: &str = "\
+SELECT g::text FROM evc_settings, jsonb_array_elements(cutover_gates) AS g
+WHERE id AND gates_digest = settings_digest AND g->>'consumer' = $1";
 
 #[cfg(test)]
 mod tests {

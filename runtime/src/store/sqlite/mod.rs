@@ -72,6 +72,7 @@ use crate::store::{
 use crate::tenant::TenantScope;
 
 mod cursor;
+mod cutover;
 mod dispatch;
 mod lag;
 mod lifecycle;
@@ -130,6 +131,9 @@ const MIGRATION_0014: &str = include_str!("../../../migrations/sqlite/0014_evc_s
 
 /// Lag breaches.
 const MIGRATION_0015: &str = include_str!("../../../migrations/sqlite/0015_evc_lag_breaches.sql");
+
+/// Legacy outcomes and explained differences (the cut-over gate).
+const MIGRATION_0016: &str = include_str!("../../../migrations/sqlite/0016_evc_cutover.sql");
 
 /// Connections of the store's pool unless [`SqliteStoreBuilder::max_connections`] says
 /// otherwise: one for a caller's transaction, one for the reject audit and the dispatcher's
@@ -397,7 +401,7 @@ impl Prepared {
 
 /// The store's schema: each migration's version, name, SQL and whether it runs outside a
 /// transaction of sqlx's (it brings its own), in order.
-const SCHEMA: [(i64, &str, &str, bool); 15] = [
+const SCHEMA: [(i64, &str, &str, bool); 16] = [
     (1, "evc_runtime", MIGRATION_0001, false),
     (2, "evc_replays", MIGRATION_0002, false),
     (3, "evc_registry_document", MIGRATION_0003, false),
@@ -413,6 +417,7 @@ const SCHEMA: [(i64, &str, &str, bool); 15] = [
     (13, "evc_effect_namespaces", MIGRATION_0013, false),
     (14, "evc_schedules", MIGRATION_0014, false),
     (15, "evc_lag_breaches", MIGRATION_0015, false),
+    (16, "evc_cutover", MIGRATION_0016, false),
 ];
 
 /// Applies the store's migrations (sqlx's migrator: each once, in order).
@@ -1438,6 +1443,17 @@ impl Store for SqliteStore {
         lease: &Lease,
     ) -> Result<(), DispatchError> {
         SqliteStore::record_reconciliation(self, connection, lease).await
+    }
+
+    async fn record_legacy_outcome(
+        &self,
+        connection: &mut SqliteConnection,
+        consumer: &str,
+        event_id: Uuid,
+        outcome: &[crate::store::Intent],
+    ) -> Result<bool, DispatchError> {
+        self.write_legacy_outcome(connection, consumer, event_id, outcome)
+            .await
     }
 
     async fn release(&self, owner: &str) -> Result<u64, DispatchError> {

@@ -10,10 +10,10 @@
 
 use sqlx::Row;
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
+use uuid::Uuid;
 
 use super::{SqliteStore, epoch_now, parse_uuid, sql};
 use crate::registry::ConsumerMode;
-use crate::store::DispatchError;
 use crate::store::ops::{
     ConsumerState, EarlierApply, Operate, Proposal, Proposed, ReplayApplied, ReplayApproval,
     ReplayError, ReplayItem, ReplayPlan, ReplayRecord, ReplaySelection, SettledDelivery,
@@ -21,6 +21,7 @@ use crate::store::ops::{
     check_change, check_person, check_plan, check_proposable, check_repeat, plan_of, proposal_for,
     proposed, refusal, refusals,
 };
+use crate::store::{CutoverReport, DispatchError};
 
 impl Operate for SqliteStore {
     async fn dead_letters(
@@ -223,6 +224,19 @@ impl Operate for SqliteStore {
             .await
     }
 
+    async fn cutover_report(&self, consumer: &str) -> Result<CutoverReport, DispatchError> {
+        self.read_cutover(consumer).await
+    }
+
+    async fn explain_difference(
+        &self,
+        consumer: &str,
+        event_id: Uuid,
+        change: &StateChange,
+    ) -> Result<CutoverReport, DispatchError> {
+        self.write_explanation(consumer, event_id, change).await
+    }
+
     async fn state_changes(
         &self,
         consumer: &str,
@@ -346,9 +360,26 @@ impl SqliteStore {
                 .change_tenant_state(consumer, tenant, transition, change)
                 .await;
         }
+        let gate = self.cutover_terms(consumer)?;
         let mode = transition.mode().map(ConsumerMode::as_str);
         let now = epoch_now();
         let mut tx = self.begin().await?;
+        if let (Transition::Mode(ConsumerMode::Live), Some(terms)) = (transition, gate) {
+            let row = sqlx::query(sql::CONSUMER_STATE)
+                .bind(consumer)
+                .bind(None::<&str>)
+                .bind(declared.as_str())
+                .fetch_one(&mut *tx)
+                .await?;
+            let current = state(consumer, &row)?.mode;
+            if Self::gated_on(&mut tx, consumer, current, declared).await? {
+                let report = self.report_on(&mut tx, consumer, Some(terms), None).await?;
+                if !report.passed() {
+                    tracing::info!(consumer, "move to live refused by the cut-over gate");
+                    return Err(DispatchError::CutoverRefused(Box::new(report)));
+                }
+            }
+        }
         let row = sqlx::query(sql::CHANGE_CONSUMER_STATE)
             .bind(consumer)
             .bind(transition.paused())

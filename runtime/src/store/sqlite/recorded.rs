@@ -102,6 +102,7 @@ pub(crate) fn document(registry: &Registry) -> String {
         "executor_classes": executor_classes,
         "schedules": scheduling::schedules_value(registry.schedules),
         "lag_thresholds": scheduling::thresholds_value(registry.lag_thresholds),
+        "cutover_gates": scheduling::gates_value(registry.cutover_gates),
         "payload_policy": rows::payload_policy_document(policy),
         "require_tenant_scope": registry.require_tenant_scope,
         "dispatcher": rows::dispatcher_document(dispatcher),
@@ -213,13 +214,17 @@ pub(crate) fn registry(document: &str) -> Result<Registry, String> {
         consumers: leak_slice(consumers),
         retry_policies: leak_slice(retry_policies),
         executor_classes: leak_slice(executor_classes),
-        // A file recorded before schedules and thresholds were recorded has neither list.
+        // A file recorded before these lists were recorded has none of them.
         schedules: match root.get("schedules") {
             Some(value) => scheduling::schedules_of(value.clone())?,
             None => &[],
         },
         lag_thresholds: match root.get("lag_thresholds") {
             Some(value) => scheduling::thresholds_of(value.clone())?,
+            None => &[],
+        },
+        cutover_gates: match root.get("cutover_gates") {
+            Some(value) => scheduling::gates_of(value.clone())?,
             None => &[],
         },
         payload_policy: PayloadPolicyDescriptor {
@@ -375,6 +380,12 @@ mod tests {
             consumer: "c",
             producer_class: "p",
             threshold_ms: 60_000,
+        }],
+        cutover_gates: &[crate::registry::CutoverGateDescriptor {
+            consumer: "c",
+            min_reconciled: 30,
+            min_span_ms: 259_200_000,
+            max_unexplained: 1,
         }],
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: &["password"],

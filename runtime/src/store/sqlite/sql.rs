@@ -1257,6 +1257,59 @@ SELECT schedule, cron, event_type, since, last_slot, ticks, skipped, ticked_at
 FROM evc_schedules
 ORDER BY schedule";
 
+/// The event type and version of event `?1`, if it is in tenant `?2` (NULL: any tenant).
+pub(crate) const EVENT_TYPE_OF: &str = "\
+SELECT event_type, schema_version FROM evc_events
+WHERE event_id = ?1 AND (?2 IS NULL OR tenant_scope = ?2)";
+
+/// The newest mode other than `off` an operator set for consumer `?1`, if any.
+pub(crate) const LAST_ACTIVE_MODE: &str = "\
+SELECT mode FROM evc_state_changes
+WHERE consumer = ?1 AND change = 'mode' AND mode <> 'off'
+ORDER BY id DESC LIMIT 1";
+
+/// Records the legacy outcome `?3` (a JSON list of effects) of consumer `?1` for event `?2` at
+/// `?4`; one per pair, the first stays.
+pub(crate) const RECORD_LEGACY_OUTCOME: &str = "\
+INSERT INTO evc_legacy_outcomes (consumer, event_id, outcome, recorded_at) VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT (consumer, event_id) DO NOTHING";
+
+/// When consumer `?1` last entered shadow mode by an operator's change, NULL when none did.
+pub(crate) const SHADOW_SINCE: &str = "\
+SELECT max(changed_at) FROM evc_state_changes
+WHERE consumer = ?1 AND change = 'mode' AND mode = 'shadow'";
+
+/// Consumer `?1`'s shadow runs since it last entered shadow mode (every one when it never
+/// did), optionally of event `?2` only: the newest generation's intents of each event, the
+/// legacy outcome recorded for the event, and whether an operator explained a difference in
+/// the same window.
+pub(crate) const SHADOW_RUNS: &str = "\
+WITH since AS (
+    SELECT coalesce(max(changed_at), -1e308) AS at FROM evc_state_changes
+    WHERE consumer = ?1 AND change = 'mode' AND mode = 'shadow'
+), runs AS (
+    SELECT r.event_id, r.intended, r.recorded_at,
+        row_number() OVER (PARTITION BY r.event_id ORDER BY r.generation DESC) AS newest
+    FROM evc_reconciliations r
+    WHERE r.consumer = ?1 AND r.recorded_at >= (SELECT at FROM since)
+        AND (?2 IS NULL OR r.event_id = ?2)
+)
+SELECT runs.event_id, runs.intended, l.outcome AS legacy,
+    EXISTS (SELECT 1 FROM evc_cutover_explanations x
+        WHERE x.consumer = ?1 AND x.event_id = runs.event_id
+            AND x.explained_at >= (SELECT at FROM since)) AS explained,
+    runs.recorded_at
+FROM runs LEFT JOIN evc_legacy_outcomes l ON l.consumer = ?1 AND l.event_id = runs.event_id
+WHERE runs.newest = 1
+ORDER BY runs.recorded_at, runs.event_id";
+
+/// Records that `?3` explains, for `?4`, the difference of consumer `?1`'s shadow run of event
+/// `?2`, at `?5`, for tenant `?6` (NULL: every tenant).
+pub(crate) const EXPLAIN_DIFFERENCE: &str = "\
+INSERT INTO evc_cutover_explanations (consumer, event_id, explained_by, reason, explained_at,
+    tenant_scope)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+
 #[cfg(test)]
 mod tests {
     use super::*;

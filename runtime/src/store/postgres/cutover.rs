@@ -1,0 +1,188 @@
+//! The cut-over gate on PostgreSQL (`evc_legacy_outcomes`, `evc_cutover_explanations`: the
+//! twenty-fifth step); see [`crate::store::cutover`].
+
+use sqlx::Row;
+use sqlx::postgres::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use super::{PgStore, operations, sql};
+use crate::registry::ConsumerMode;
+use crate::store::cutover::{self, CutoverReport, CutoverTerms, ShadowRun};
+use crate::store::ops::{StateChange, check_change};
+use crate::store::{DispatchError, Intent};
+
+impl PgStore {
+    /// [`crate::Store::record_legacy_outcome`] on PostgreSQL.
+    pub(super) async fn write_legacy_outcome(
+        &self,
+        connection: &mut PgConnection,
+        consumer: &str,
+        event_id: Uuid,
+        outcome: &[Intent],
+    ) -> Result<bool, DispatchError> {
+        let descriptor = self
+            .registry()
+            .consumer(consumer)
+            .ok_or_else(|| DispatchError::UnknownConsumer(consumer.to_owned()))?;
+        if let Some(refusal) = cutover::check_outcome(outcome) {
+            return Err(DispatchError::InvalidOutcome(refusal));
+        }
+        let event: Option<(String, String)> = sqlx::query_as(sql::EVENT_TYPE_OF)
+            .bind(event_id)
+            .fetch_optional(&mut *connection)
+            .await?;
+        let receives = event.is_some_and(|(event_type, version)| {
+            cutover::receives(descriptor, &event_type, &version)
+        });
+        if !receives {
+            return Err(DispatchError::NotDelivered {
+                consumer: consumer.to_owned(),
+                event_id,
+            });
+        }
+        let outcome = serde_json::to_string(outcome)
+            .map_err(|error| DispatchError::Database(sqlx::Error::Encode(Box::new(error))))?;
+        let written = sqlx::query(sql::RECORD_LEGACY_OUTCOME)
+            .bind(consumer)
+            .bind(event_id)
+            .bind(outcome)
+            .execute(&mut *connection)
+            .await?;
+        Ok(written.rows_affected() == 1)
+    }
+
+    /// The gate the static registry declares for `consumer`.
+    pub(super) fn cutover_terms(
+        &self,
+        consumer: &str,
+    ) -> Result<Option<CutoverTerms>, DispatchError> {
+        self.registry()
+            .consumer(consumer)
+            .ok_or_else(|| DispatchError::UnknownConsumer(consumer.to_owned()))?;
+        Ok(self
+            .registry()
+            .cutover_gate(consumer)
+            .map(CutoverTerms::from))
+    }
+}
+
+/// The gate of `consumer` in the settings row in force; `None` when it has none (or the
+/// database predates the twenty-fifth step).
+pub(crate) async fn deployed_terms(
+    pool: &PgPool,
+    consumer: &str,
+) -> Result<Option<CutoverTerms>, DispatchError> {
+    let present: bool = sqlx::query_scalar(sql::HAS_CUTOVER).fetch_one(pool).await?;
+    if !present {
+        return Ok(None);
+    }
+    let Some(text) = sqlx::query_scalar::<_, String>(sql::DEPLOYED_GATE)
+        .bind(consumer)
+        .fetch_optional(pool)
+        .await?
+    else {
+        return Ok(None);
+    };
+    serde_json::from_str(&text).map(Some).map_err(|_| {
+        DispatchError::Database(sqlx::Error::Decode(
+            "evc_settings: a cut-over gate is not a gate".into(),
+        ))
+    })
+}
+
+/// [`DispatchError::TenantScoped`] when the sessions of `pool` work for one tenant: they see
+/// neither the mode changes that open the window nor the other tenants' runs.
+async fn every_tenant(pool: &PgPool) -> Result<(), DispatchError> {
+    match operations::session_tenant(pool).await? {
+        Some(tenant) => Err(DispatchError::TenantScoped("the cut-over gate", tenant)),
+        None => Ok(()),
+    }
+}
+
+/// Whether a move of `consumer` from `current` to `live` is judged by the gate, read on
+/// `connection` ([`cutover::gated`]).
+pub(crate) async fn gated_on(
+    connection: &mut PgConnection,
+    consumer: &str,
+    current: ConsumerMode,
+    declared: ConsumerMode,
+) -> Result<bool, DispatchError> {
+    let last: Option<String> = sqlx::query_scalar(sql::LAST_ACTIVE_MODE)
+        .bind(consumer)
+        .fetch_optional(&mut *connection)
+        .await?;
+    let last = last.as_deref().and_then(ConsumerMode::parse);
+    Ok(cutover::gated(current, last, declared))
+}
+
+/// `consumer`'s report against `terms`, read on `connection` (optionally of `event` only).
+pub(crate) async fn report_on(
+    connection: &mut PgConnection,
+    consumer: &str,
+    terms: Option<CutoverTerms>,
+    event: Option<Uuid>,
+) -> Result<CutoverReport, DispatchError> {
+    let since: Option<f64> = sqlx::query_scalar(sql::SHADOW_SINCE)
+        .bind(consumer)
+        .fetch_one(&mut *connection)
+        .await?;
+    let rows = sqlx::query(sql::SHADOW_RUNS)
+        .bind(consumer)
+        .bind(event)
+        .fetch_all(&mut *connection)
+        .await?;
+    let mut runs = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let intended: String = row.try_get("intended")?;
+        let legacy: Option<String> = row.try_get("legacy")?;
+        runs.push(ShadowRun {
+            event_id: row.try_get("event_id")?,
+            intended: cutover::intents_of(&intended)?,
+            legacy: legacy.as_deref().map(cutover::intents_of).transpose()?,
+            explained: row.try_get("explained")?,
+            recorded_at: row.try_get("recorded_at")?,
+        });
+    }
+    Ok(cutover::report(consumer, terms, since, &runs))
+}
+
+/// [`crate::Operate::cutover_report`] over `pool`; refused in a session of one tenant (the
+/// gate, like a mode, is every tenant's).
+pub(crate) async fn report_of(
+    pool: &PgPool,
+    consumer: &str,
+    terms: Option<CutoverTerms>,
+) -> Result<CutoverReport, DispatchError> {
+    every_tenant(pool).await?;
+    let mut connection = pool.acquire().await?;
+    report_on(&mut connection, consumer, terms, None).await
+}
+
+/// [`crate::Operate::explain_difference`] over `pool`: the explanation is written only when
+/// the event's shadow run and legacy outcome differ, in the transaction that checks it.
+pub(crate) async fn explain(
+    pool: &PgPool,
+    consumer: &str,
+    event_id: Uuid,
+    change: &StateChange,
+    terms: Option<CutoverTerms>,
+) -> Result<CutoverReport, DispatchError> {
+    check_change(change)?;
+    every_tenant(pool).await?;
+    let mut transaction = pool.begin().await?;
+    let run = report_on(&mut transaction, consumer, None, Some(event_id)).await?;
+    if let Some(refusal) = cutover::unexplainable(consumer, event_id, &run) {
+        return Err(DispatchError::InvalidChange(refusal));
+    }
+    sqlx::query(sql::EXPLAIN_DIFFERENCE)
+        .bind(consumer)
+        .bind(event_id)
+        .bind(change.by.trim_matches(' '))
+        .bind(&change.reason)
+        .execute(&mut *transaction)
+        .await?;
+    let report = report_on(&mut transaction, consumer, terms, None).await?;
+    transaction.commit().await?;
+    tracing::info!(consumer, %event_id, "cut-over difference explained");
+    Ok(report)
+}
