@@ -719,6 +719,29 @@ fn status_text(report: &StatusReport, window: &str, lag_limit: Duration) -> Stri
             );
         }
     }
+    if !report.cutover_gates.is_empty() {
+        let _ = writeln!(
+            out,
+            "\ncut-over gates (`evc consumer gate NAME` judges the differences):"
+        );
+        for progress in &report.cutover_gates {
+            let gate = &progress.gate;
+            let since = if progress.since.is_some() {
+                "since the move to shadow"
+            } else {
+                "in all"
+            };
+            let _ = writeln!(
+                out,
+                "  {}: {} of {} compared deliveries over {} ({} shadow runs {since})",
+                escape(&progress.consumer),
+                progress.compared,
+                gate.min_reconciled,
+                gate.min_span_text(),
+                progress.shadow_runs
+            );
+        }
+    }
     if !report.schedules.is_empty() {
         let _ = writeln!(out, "\nschedules:");
         for schedule in &report.schedules {
@@ -849,6 +872,15 @@ fn status_json(report: &StatusReport, problems: &[evc_runtime::Problem]) -> Stri
             "lag_ms": b.lag_ms,
             "oldest_event_id": b.oldest_event_id.map(|id| id.to_string()),
             "opened_at": b.opened_at,
+        })).collect::<Vec<_>>(),
+        "cutover_gates": report.cutover_gates.iter().map(|g| serde_json::json!({
+            "consumer": g.consumer,
+            "min_reconciled": g.gate.min_reconciled,
+            "min_span_ms": g.gate.min_span_ms,
+            "max_unexplained": g.gate.max_unexplained,
+            "since": g.since,
+            "shadow_runs": g.shadow_runs,
+            "compared": g.compared,
         })).collect::<Vec<_>>(),
         "schedules": report.schedules.iter().map(|s| serde_json::json!({
             "schedule": s.state.name,

@@ -270,6 +270,12 @@ fn the_cut_over_gate_holds_live_from_the_command_line() {
         stdout(&output),
         "mailer: running, mode shadow (revision 0)\n"
     );
+    let output = evc(&url, &["status"]);
+    assert!(
+        stdout(&output)
+            .contains("  mailer: 1 of 1 compared deliveries over 0s (1 shadow runs in all)"),
+        "{output:?}"
+    );
 
     let output = evc(&url, &["consumer", "gate", "mailer", "--format", "json"]);
     assert_eq!(output.status.code(), Some(100), "{output:?}");

@@ -67,8 +67,8 @@ pub use store::{
     StateChangeRecord, Store, StoreError, Unclaimed,
 };
 pub use store::{
-    CutoverReport, CutoverTerms, Difference, MAX_LEGACY_EFFECTS, MAX_LEGACY_TEXT_CHARS,
-    MAX_LISTED_DIFFERENCES, compare, normalise,
+    CutoverReport, CutoverTerms, Difference, GateProgress, MAX_LEGACY_EFFECTS,
+    MAX_LEGACY_TEXT_CHARS, MAX_LISTED_DIFFERENCES, compare, normalise,
 };
 pub use store::{
     DEAD_LETTERED, DISCARDED, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED,

@@ -4341,6 +4341,21 @@ async fn the_cutover_gate_holds_live_until_shadow_runs_match_the_legacy_path<S: 
         "{:?}",
         report.shortfalls
     );
+    // The status report shows the progress, in counts every reading role may see.
+    let status = store.status(Duration::from_secs(60)).await?;
+    let progress: Vec<_> = status
+        .cutover_gates
+        .iter()
+        .map(|g| {
+            (
+                g.consumer.as_str(),
+                g.shadow_runs,
+                g.compared,
+                g.gate.min_reconciled,
+            )
+        })
+        .collect();
+    assert_eq!(progress, [(SHADOW, 2, 1, 2)], "{}", S::NAME);
     assert!(refused(live(&store).await).is_some());
 
     // A second compared run, a second later, that differs: the count and span are met, the

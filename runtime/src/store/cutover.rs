@@ -138,6 +138,23 @@ impl From<&CutoverGateDescriptor> for CutoverTerms {
     }
 }
 
+/// A gated consumer's progress, as the status report shows it: counts every reading role may
+/// see (no intents, so no judgement of differences; [`crate::Operate::cutover_report`] judges).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct GateProgress {
+    /// The consumer.
+    pub consumer: String,
+    /// Its gate.
+    pub gate: CutoverTerms,
+    /// When an operator last moved it to shadow (epoch seconds); `None`: every run counts.
+    pub since: Option<f64>,
+    /// Deliveries run in shadow mode since.
+    pub shadow_runs: u64,
+    /// Of those, the ones with a legacy outcome to compare with.
+    pub compared: u64,
+}
+
 /// What a consumer's shadow runs since it last entered shadow mode show, against its gate
 /// ([`crate::Operate::cutover_report`]).
 #[derive(Debug, Clone, PartialEq)]

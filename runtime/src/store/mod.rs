@@ -75,8 +75,8 @@ pub use cursor::{
     MAX_CURSOR_NAME_CHARS, MAX_CURSOR_OWNER_CHARS,
 };
 pub use cutover::{
-    CutoverReport, CutoverTerms, Difference, MAX_LEGACY_EFFECTS, MAX_LEGACY_TEXT_CHARS,
-    MAX_LISTED_DIFFERENCES, compare, normalise,
+    CutoverReport, CutoverTerms, Difference, GateProgress, MAX_LEGACY_EFFECTS,
+    MAX_LEGACY_TEXT_CHARS, MAX_LISTED_DIFFERENCES, compare, normalise,
 };
 pub use feed::{FeedEvent, FeedPosition, FeedPositionError};
 pub use lag::{LAG_BREACH, LagBreach, LagRound};

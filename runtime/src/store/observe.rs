@@ -482,6 +482,9 @@ pub struct StatusReport {
     pub schedules: Vec<ScheduleStatus>,
     /// The open lag breaches (docs/runtime.md, "Lag breaches"), newest first.
     pub lag_breaches: Vec<crate::store::LagBreach>,
+    /// The progress of each consumer with a cut-over gate (docs/runtime.md, "Cut-over gate"),
+    /// by consumer.
+    pub cutover_gates: Vec<crate::store::GateProgress>,
 }
 
 /// The most breaches a status report reads.

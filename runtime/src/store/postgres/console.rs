@@ -19,7 +19,7 @@ use crate::store::ops::{
     ReplaySelection, SettledDelivery, StateChange, StateChangeRecord, Transition,
 };
 use crate::store::postgres::{AttemptTotals, StatusReport, TimelineEntry};
-use crate::store::{CutoverReport, DispatchError};
+use crate::store::{CutoverReport, CutoverTerms, DispatchError};
 
 /// Operator commands over one database.
 #[derive(Debug, Clone)]
@@ -30,6 +30,8 @@ pub struct Console {
     schedules: Vec<String>,
     /// The deployed lag thresholds' (consumer, producer class).
     lag_pairs: Vec<(String, String)>,
+    /// The deployed cut-over gates, by consumer.
+    gates: Vec<(String, CutoverTerms)>,
     /// The store whose registry decides which lifecycle events replays and discards emit.
     lifecycle: Option<PgStore>,
 }
@@ -63,11 +65,13 @@ impl Console {
             );
         }
         let (schedules, lag_pairs) = super::deployed::deployed_watched(&pool).await?;
+        let gates = cutover::deployed_gate_list(&pool).await?;
         Ok(Self {
             pool,
             consumers,
             schedules,
             lag_pairs,
+            gates,
             lifecycle: None,
         })
     }
@@ -106,9 +110,15 @@ impl Console {
             .iter()
             .map(|(consumer, class)| (consumer.as_str(), class.as_str()))
             .collect();
+        let gates: Vec<(&str, CutoverTerms)> = self
+            .gates
+            .iter()
+            .map(|(consumer, gate)| (consumer.as_str(), *gate))
+            .collect();
         let watched = observe::Watched {
             schedules: &schedules,
             lag_pairs: &pairs,
+            gates: &gates,
         };
         observe::status(&self.pool, &self.consumers, watched, window).await
     }

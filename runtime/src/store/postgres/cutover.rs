@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::{PgStore, operations, sql};
 use crate::registry::ConsumerMode;
-use crate::store::cutover::{self, CutoverReport, CutoverTerms, ShadowRun};
+use crate::store::cutover::{self, CutoverReport, CutoverTerms, GateProgress, ShadowRun};
 use crate::store::ops::{StateChange, check_change};
 use crate::store::{DispatchError, Intent};
 
@@ -113,6 +113,69 @@ pub(crate) async fn gated_on(
         .await?;
     let last = last.as_deref().and_then(ConsumerMode::parse);
     Ok(cutover::gated(current, last, declared))
+}
+
+/// The progress of each of `gates` (consumer and gate) for the status report; none in a
+/// database before the twenty-fifth step.
+pub(crate) async fn progress_of(
+    pool: &PgPool,
+    gates: &[(&str, CutoverTerms)],
+) -> Result<Vec<GateProgress>, DispatchError> {
+    if gates.is_empty()
+        || !sqlx::query_scalar::<_, bool>(sql::HAS_CUTOVER)
+            .fetch_one(pool)
+            .await?
+    {
+        return Ok(Vec::new());
+    }
+    let mut progress = Vec::with_capacity(gates.len());
+    for (consumer, gate) in gates {
+        let row = sqlx::query(sql::GATE_PROGRESS)
+            .bind(consumer)
+            .fetch_one(pool)
+            .await?;
+        progress.push(GateProgress {
+            consumer: (*consumer).to_owned(),
+            gate: *gate,
+            since: row.try_get("since")?,
+            shadow_runs: u64::try_from(row.try_get::<i64, _>("shadow_runs")?).unwrap_or(0),
+            compared: u64::try_from(row.try_get::<i64, _>("compared")?).unwrap_or(0),
+        });
+    }
+    Ok(progress)
+}
+
+/// Every deployed gate, by consumer, owned (a console lists them without leaking a registry).
+pub(crate) async fn deployed_gate_list(
+    pool: &PgPool,
+) -> Result<Vec<(String, CutoverTerms)>, DispatchError> {
+    #[derive(serde::Deserialize)]
+    struct Gate {
+        consumer: String,
+        #[serde(flatten)]
+        terms: CutoverTerms,
+    }
+    if !sqlx::query_scalar::<_, bool>(sql::HAS_CUTOVER)
+        .fetch_one(pool)
+        .await?
+    {
+        return Ok(Vec::new());
+    }
+    let Some(text) = sqlx::query_scalar::<_, String>(sql::DEPLOYED_GATES)
+        .fetch_optional(pool)
+        .await?
+    else {
+        return Ok(Vec::new());
+    };
+    let gates: Vec<Gate> = serde_json::from_str(&text).map_err(|_| {
+        DispatchError::Database(sqlx::Error::Decode(
+            "evc_settings: the cut-over gates are not a list of gates".into(),
+        ))
+    })?;
+    let mut gates: Vec<(String, CutoverTerms)> =
+        gates.into_iter().map(|g| (g.consumer, g.terms)).collect();
+    gates.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(gates)
 }
 
 /// `consumer`'s report against `terms`, read on `connection` (optionally of `event` only).

@@ -169,9 +169,16 @@ impl PgStore {
             .iter()
             .map(|t| (t.consumer, t.producer_class))
             .collect();
+        let gates: Vec<(&str, crate::store::CutoverTerms)> = self
+            .registry()
+            .cutover_gates
+            .iter()
+            .map(|g| (g.consumer, g.into()))
+            .collect();
         let watched = Watched {
             schedules: &schedules,
             lag_pairs: &pairs,
+            gates: &gates,
         };
         let mut report = status(&self.inner.pool, &consumers, watched, window).await?;
         report.stale_tokens = self.stale_tokens();
@@ -221,6 +228,8 @@ pub(crate) struct Watched<'a> {
     pub(crate) schedules: &'a [&'a str],
     /// (consumer, producer class) of each lag threshold.
     pub(crate) lag_pairs: &'a [(&'a str, &'a str)],
+    /// (consumer, gate) of each cut-over gate.
+    pub(crate) gates: &'a [(&'a str, crate::store::CutoverTerms)],
 }
 
 /// The status report of `consumers`: each one's deliveries by status (from the partial
@@ -404,6 +413,7 @@ pub(crate) async fn status(
         relays,
         schedules,
         lag_breaches,
+        cutover_gates: super::cutover::progress_of(pool, watched.gates).await?,
     })
 }
 

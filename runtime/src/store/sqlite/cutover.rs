@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::{SqliteStore, epoch_now, parse_uuid, sql};
 use crate::registry::ConsumerMode;
-use crate::store::cutover::{self, CutoverReport, CutoverTerms, ShadowRun};
+use crate::store::cutover::{self, CutoverReport, CutoverTerms, GateProgress, ShadowRun};
 use crate::store::ops::{StateChange, check_change};
 use crate::store::{DispatchError, Intent};
 
@@ -66,6 +66,25 @@ impl SqliteStore {
             .registry()
             .cutover_gate(consumer)
             .map(CutoverTerms::from))
+    }
+
+    /// The progress of each of the registry's gates, for the status report.
+    pub(super) async fn gate_progress(&self) -> Result<Vec<GateProgress>, DispatchError> {
+        let mut progress = Vec::new();
+        for gate in self.registry().cutover_gates {
+            let row = sqlx::query(sql::GATE_PROGRESS)
+                .bind(gate.consumer)
+                .fetch_one(self.pool())
+                .await?;
+            progress.push(GateProgress {
+                consumer: gate.consumer.to_owned(),
+                gate: gate.into(),
+                since: row.try_get("since")?,
+                shadow_runs: u64::try_from(row.try_get::<i64, _>("shadow_runs")?).unwrap_or(0),
+                compared: u64::try_from(row.try_get::<i64, _>("compared")?).unwrap_or(0),
+            });
+        }
+        Ok(progress)
     }
 
     /// [`DispatchError::TenantScoped`] on a handle of one tenant.

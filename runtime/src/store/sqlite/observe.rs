@@ -221,6 +221,7 @@ impl Observe for SqliteStore {
             relays,
             schedules,
             lag_breaches,
+            cutover_gates: self.gate_progress().await?,
         })
     }
 
