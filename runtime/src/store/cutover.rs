@@ -15,7 +15,8 @@ use std::fmt::Write as _;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::registry::{ConsumerDescriptor, ConsumerMode, CutoverGateDescriptor};
+use crate::registry::{ConsumerDescriptor, ConsumerMode, CutoverGateDescriptor, Registry};
+use crate::store::DispatchError;
 use crate::store::Intent;
 
 /// Most differences a report lists (the counts cover all of them).
@@ -213,17 +214,71 @@ pub(in crate::store) fn gated(
     }
 }
 
-/// Whether `consumer` receives events of `event_type` at `version` (a version one of its
-/// subscriptions accepts).
-pub(in crate::store) fn receives(
+/// The gate `registry` declares for `consumer` ([`DispatchError::UnknownConsumer`] when it
+/// has no such consumer).
+pub(in crate::store) fn terms_of(
+    registry: &Registry,
+    consumer: &str,
+) -> Result<Option<CutoverTerms>, DispatchError> {
+    registry
+        .consumer(consumer)
+        .ok_or_else(|| DispatchError::UnknownConsumer(consumer.to_owned()))?;
+    Ok(registry.cutover_gate(consumer).map(CutoverTerms::from))
+}
+
+/// The checks of a legacy outcome before the store reads anything: the consumer is
+/// registered and the outcome can be recorded as it is. Returns the consumer.
+pub(in crate::store) fn legacy_consumer<'r>(
+    registry: &'r Registry,
+    consumer: &str,
+    outcome: &[Intent],
+) -> Result<&'r ConsumerDescriptor, DispatchError> {
+    let descriptor = registry
+        .consumer(consumer)
+        .ok_or_else(|| DispatchError::UnknownConsumer(consumer.to_owned()))?;
+    if let Some(refusal) = check_outcome(outcome) {
+        return Err(DispatchError::InvalidOutcome(refusal));
+    }
+    Ok(descriptor)
+}
+
+/// The legacy outcome as the stores keep it, once `event` (type and version, as the session
+/// sees it) is one `consumer` receives: [`DispatchError::NotDelivered`] otherwise.
+pub(in crate::store) fn legacy_row(
     consumer: &ConsumerDescriptor,
-    event_type: &str,
-    version: &str,
-) -> bool {
-    consumer
-        .subscriptions
-        .iter()
-        .any(|s| s.event == event_type && s.versions.contains(&version))
+    event_id: Uuid,
+    event: Option<(String, String)>,
+    outcome: &[Intent],
+) -> Result<String, DispatchError> {
+    let receives = event.is_some_and(|(event_type, version)| {
+        consumer
+            .subscriptions
+            .iter()
+            .any(|s| s.event == event_type && s.versions.contains(&version.as_str()))
+    });
+    if !receives {
+        return Err(DispatchError::NotDelivered {
+            consumer: consumer.name.to_owned(),
+            event_id,
+        });
+    }
+    serde_json::to_string(outcome)
+        .map_err(|error| DispatchError::Database(sqlx::Error::Encode(Box::new(error))))
+}
+
+/// A gate's progress from the store's counts (since, shadow runs, compared).
+pub(in crate::store) fn progress(
+    consumer: &str,
+    gate: CutoverTerms,
+    (since, shadow_runs, compared): (Option<f64>, i64, i64),
+) -> GateProgress {
+    GateProgress {
+        consumer: consumer.to_owned(),
+        gate,
+        since,
+        shadow_runs: u64::try_from(shadow_runs).unwrap_or(0),
+        compared: u64::try_from(compared).unwrap_or(0),
+    }
 }
 
 /// Why an event's difference cannot be explained: it has none in the window, or it was
@@ -262,6 +317,28 @@ pub(in crate::store) struct ShadowRun {
     pub(in crate::store) explained: bool,
     /// Epoch seconds.
     pub(in crate::store) recorded_at: f64,
+}
+
+impl ShadowRun {
+    /// A run from a store's row: the intents and the legacy outcome as JSON lists.
+    ///
+    /// # Errors
+    /// When either list is not a list of effects (a row written by hand).
+    pub(in crate::store) fn of_row(
+        event_id: Uuid,
+        intended: &str,
+        legacy: Option<&str>,
+        explained: bool,
+        recorded_at: f64,
+    ) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            event_id,
+            intended: intents_of(intended)?,
+            legacy: legacy.map(intents_of).transpose()?,
+            explained,
+            recorded_at,
+        })
+    }
 }
 
 /// The report of `consumer`'s `runs` (since `since`) against `gate`.
@@ -380,7 +457,7 @@ fn span_text(seconds: f64) -> String {
 ///
 /// # Errors
 /// When the text is not such a list (a row written by hand).
-pub(in crate::store) fn intents_of(text: &str) -> Result<Vec<Intent>, sqlx::Error> {
+fn intents_of(text: &str) -> Result<Vec<Intent>, sqlx::Error> {
     serde_json::from_str(text).map_err(|_| {
         sqlx::Error::Decode("a shadow run or legacy outcome is not a list of effects".into())
     })
@@ -388,7 +465,7 @@ pub(in crate::store) fn intents_of(text: &str) -> Result<Vec<Intent>, sqlx::Erro
 
 /// Why a legacy outcome cannot be recorded as it is: too many effects, an empty or too long
 /// key or digest. `None` when it can.
-pub(in crate::store) fn check_outcome(outcome: &[Intent]) -> Option<String> {
+fn check_outcome(outcome: &[Intent]) -> Option<String> {
     if outcome.len() > MAX_LEGACY_EFFECTS {
         return Some(format!(
             "a legacy outcome names {} effects; at most {MAX_LEGACY_EFFECTS} are allowed",

@@ -20,28 +20,12 @@ impl PgStore {
         event_id: Uuid,
         outcome: &[Intent],
     ) -> Result<bool, DispatchError> {
-        let descriptor = self
-            .registry()
-            .consumer(consumer)
-            .ok_or_else(|| DispatchError::UnknownConsumer(consumer.to_owned()))?;
-        if let Some(refusal) = cutover::check_outcome(outcome) {
-            return Err(DispatchError::InvalidOutcome(refusal));
-        }
+        let descriptor = cutover::legacy_consumer(self.registry(), consumer, outcome)?;
         let event: Option<(String, String)> = sqlx::query_as(sql::EVENT_TYPE_OF)
             .bind(event_id)
             .fetch_optional(&mut *connection)
             .await?;
-        let receives = event.is_some_and(|(event_type, version)| {
-            cutover::receives(descriptor, &event_type, &version)
-        });
-        if !receives {
-            return Err(DispatchError::NotDelivered {
-                consumer: consumer.to_owned(),
-                event_id,
-            });
-        }
-        let outcome = serde_json::to_string(outcome)
-            .map_err(|error| DispatchError::Database(sqlx::Error::Encode(Box::new(error))))?;
+        let outcome = cutover::legacy_row(descriptor, event_id, event, outcome)?;
         let written = sqlx::query(sql::RECORD_LEGACY_OUTCOME)
             .bind(consumer)
             .bind(event_id)
@@ -49,20 +33,6 @@ impl PgStore {
             .execute(&mut *connection)
             .await?;
         Ok(written.rows_affected() == 1)
-    }
-
-    /// The gate the static registry declares for `consumer`.
-    pub(super) fn cutover_terms(
-        &self,
-        consumer: &str,
-    ) -> Result<Option<CutoverTerms>, DispatchError> {
-        self.registry()
-            .consumer(consumer)
-            .ok_or_else(|| DispatchError::UnknownConsumer(consumer.to_owned()))?;
-        Ok(self
-            .registry()
-            .cutover_gate(consumer)
-            .map(CutoverTerms::from))
     }
 }
 
@@ -130,17 +100,11 @@ pub(crate) async fn progress_of(
     }
     let mut progress = Vec::with_capacity(gates.len());
     for (consumer, gate) in gates {
-        let row = sqlx::query(sql::GATE_PROGRESS)
+        let counts = sqlx::query_as(sql::GATE_PROGRESS)
             .bind(consumer)
             .fetch_one(pool)
             .await?;
-        progress.push(GateProgress {
-            consumer: (*consumer).to_owned(),
-            gate: *gate,
-            since: row.try_get("since")?,
-            shadow_runs: u64::try_from(row.try_get::<i64, _>("shadow_runs")?).unwrap_or(0),
-            compared: u64::try_from(row.try_get::<i64, _>("compared")?).unwrap_or(0),
-        });
+        progress.push(cutover::progress(consumer, *gate, counts));
     }
     Ok(progress)
 }
@@ -198,13 +162,13 @@ pub(crate) async fn report_on(
     for row in &rows {
         let intended: String = row.try_get("intended")?;
         let legacy: Option<String> = row.try_get("legacy")?;
-        runs.push(ShadowRun {
-            event_id: row.try_get("event_id")?,
-            intended: cutover::intents_of(&intended)?,
-            legacy: legacy.as_deref().map(cutover::intents_of).transpose()?,
-            explained: row.try_get("explained")?,
-            recorded_at: row.try_get("recorded_at")?,
-        });
+        runs.push(ShadowRun::of_row(
+            row.try_get("event_id")?,
+            &intended,
+            legacy.as_deref(),
+            row.try_get("explained")?,
+            row.try_get("recorded_at")?,
+        )?);
     }
     Ok(cutover::report(consumer, terms, since, &runs))
 }

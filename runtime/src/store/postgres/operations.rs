@@ -43,7 +43,7 @@ impl PgStore {
         change: &StateChange,
     ) -> Result<ConsumerState, DispatchError> {
         let declared = self.declared_mode(consumer)?;
-        let gate = self.cutover_terms(consumer)?;
+        let gate = crate::store::cutover::terms_of(self.registry(), consumer)?;
         change_state_of(
             &self.inner.pool,
             consumer,
@@ -273,7 +273,7 @@ impl Operate for PgStore {
     }
 
     async fn cutover_report(&self, consumer: &str) -> Result<CutoverReport, DispatchError> {
-        let terms = self.cutover_terms(consumer)?;
+        let terms = crate::store::cutover::terms_of(self.registry(), consumer)?;
         cutover::report_of(&self.inner.pool, consumer, terms).await
     }
 
@@ -283,7 +283,7 @@ impl Operate for PgStore {
         event_id: Uuid,
         change: &StateChange,
     ) -> Result<CutoverReport, DispatchError> {
-        let terms = self.cutover_terms(consumer)?;
+        let terms = crate::store::cutover::terms_of(self.registry(), consumer)?;
         cutover::explain(&self.inner.pool, consumer, event_id, change, terms).await
     }
 

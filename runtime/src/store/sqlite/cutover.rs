@@ -21,29 +21,13 @@ impl SqliteStore {
         event_id: Uuid,
         outcome: &[Intent],
     ) -> Result<bool, DispatchError> {
-        let descriptor = self
-            .registry()
-            .consumer(consumer)
-            .ok_or_else(|| DispatchError::UnknownConsumer(consumer.to_owned()))?;
-        if let Some(refusal) = cutover::check_outcome(outcome) {
-            return Err(DispatchError::InvalidOutcome(refusal));
-        }
+        let descriptor = cutover::legacy_consumer(self.registry(), consumer, outcome)?;
         let event: Option<(String, String)> = sqlx::query_as(sql::EVENT_TYPE_OF)
             .bind(event_id.to_string())
             .bind(self.tenant())
             .fetch_optional(&mut *connection)
             .await?;
-        let receives = event.is_some_and(|(event_type, version)| {
-            cutover::receives(descriptor, &event_type, &version)
-        });
-        if !receives {
-            return Err(DispatchError::NotDelivered {
-                consumer: consumer.to_owned(),
-                event_id,
-            });
-        }
-        let outcome = serde_json::to_string(outcome)
-            .map_err(|error| DispatchError::Database(sqlx::Error::Encode(Box::new(error))))?;
+        let outcome = cutover::legacy_row(descriptor, event_id, event, outcome)?;
         let written = sqlx::query(sql::RECORD_LEGACY_OUTCOME)
             .bind(consumer)
             .bind(event_id.to_string())
@@ -54,35 +38,15 @@ impl SqliteStore {
         Ok(written.rows_affected() == 1)
     }
 
-    /// The gate the static registry declares for `consumer`.
-    pub(super) fn cutover_terms(
-        &self,
-        consumer: &str,
-    ) -> Result<Option<CutoverTerms>, DispatchError> {
-        self.registry()
-            .consumer(consumer)
-            .ok_or_else(|| DispatchError::UnknownConsumer(consumer.to_owned()))?;
-        Ok(self
-            .registry()
-            .cutover_gate(consumer)
-            .map(CutoverTerms::from))
-    }
-
     /// The progress of each of the registry's gates, for the status report.
     pub(super) async fn gate_progress(&self) -> Result<Vec<GateProgress>, DispatchError> {
         let mut progress = Vec::new();
         for gate in self.registry().cutover_gates {
-            let row = sqlx::query(sql::GATE_PROGRESS)
+            let counts = sqlx::query_as(sql::GATE_PROGRESS)
                 .bind(gate.consumer)
                 .fetch_one(self.pool())
                 .await?;
-            progress.push(GateProgress {
-                consumer: gate.consumer.to_owned(),
-                gate: gate.into(),
-                since: row.try_get("since")?,
-                shadow_runs: u64::try_from(row.try_get::<i64, _>("shadow_runs")?).unwrap_or(0),
-                compared: u64::try_from(row.try_get::<i64, _>("compared")?).unwrap_or(0),
-            });
+            progress.push(cutover::progress(gate.consumer, gate.into(), counts));
         }
         Ok(progress)
     }
@@ -135,13 +99,13 @@ impl SqliteStore {
         for row in &rows {
             let intended: String = row.try_get("intended")?;
             let legacy: Option<String> = row.try_get("legacy")?;
-            runs.push(ShadowRun {
-                event_id: parse_uuid(&row.try_get::<String, _>("event_id")?)?,
-                intended: cutover::intents_of(&intended)?,
-                legacy: legacy.as_deref().map(cutover::intents_of).transpose()?,
-                explained: row.try_get("explained")?,
-                recorded_at: row.try_get("recorded_at")?,
-            });
+            runs.push(ShadowRun::of_row(
+                parse_uuid(&row.try_get::<String, _>("event_id")?)?,
+                &intended,
+                legacy.as_deref(),
+                row.try_get("explained")?,
+                row.try_get("recorded_at")?,
+            )?);
         }
         Ok(cutover::report(consumer, terms, since, &runs))
     }
@@ -152,7 +116,7 @@ impl SqliteStore {
         &self,
         consumer: &str,
     ) -> Result<CutoverReport, DispatchError> {
-        let terms = self.cutover_terms(consumer)?;
+        let terms = cutover::terms_of(self.registry(), consumer)?;
         self.every_tenant()?;
         let mut connection = self.pool().acquire().await?;
         self.report_on(&mut connection, consumer, terms, None).await
@@ -166,7 +130,7 @@ impl SqliteStore {
         event_id: Uuid,
         change: &StateChange,
     ) -> Result<CutoverReport, DispatchError> {
-        let terms = self.cutover_terms(consumer)?;
+        let terms = cutover::terms_of(self.registry(), consumer)?;
         check_change(change)?;
         self.every_tenant()?;
         let mut transaction = self.begin().await?;

@@ -360,7 +360,7 @@ impl SqliteStore {
                 .change_tenant_state(consumer, tenant, transition, change)
                 .await;
         }
-        let gate = self.cutover_terms(consumer)?;
+        let gate = crate::store::cutover::terms_of(self.registry(), consumer)?;
         let mode = transition.mode().map(ConsumerMode::as_str);
         let now = epoch_now();
         let mut tx = self.begin().await?;
