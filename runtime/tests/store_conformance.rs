@@ -4356,6 +4356,23 @@ async fn the_cutover_gate_holds_live_until_shadow_runs_match_the_legacy_path<S: 
         })
         .collect();
     assert_eq!(progress, [(SHADOW, 2, 1, 2)], "{}", S::NAME);
+    let metrics = status.prometheus();
+    let value = |series: &str| {
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(series))
+            .and_then(|rest| rest.trim().parse::<f64>().ok())
+    };
+    assert_eq!(
+        value("evc_cutover_compared_deliveries{consumer=\"k.shadow\"}"),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        value("evc_cutover_required_deliveries{consumer=\"k.shadow\"}"),
+        Some(2.0),
+        "{metrics}"
+    );
     assert!(refused(live(&store).await).is_some());
 
     // A second compared run, a second later, that differs: the count and span are met, the

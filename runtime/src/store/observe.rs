@@ -892,6 +892,16 @@ impl StatusReport {
             "schedule_overdue_seconds",
             "How long a schedule's next slot has been due without a tick (0: not due)",
         );
+        let cutover_compared = gauge_family(
+            &mut registry,
+            "cutover_compared_deliveries",
+            "Shadow runs since the consumer entered shadow mode that have a legacy outcome",
+        );
+        let cutover_required = gauge_family(
+            &mut registry,
+            "cutover_required_deliveries",
+            "Compared deliveries the consumer's cut-over gate needs",
+        );
 
         for c in &self.consumers {
             for (status, count) in [
@@ -986,6 +996,15 @@ impl StatusReport {
             schedule_overdue
                 .get_or_create(&name)
                 .set(schedule.overdue.as_secs_f64());
+        }
+        for gate in &self.cutover_gates {
+            let consumer = labels(&[("consumer", &gate.consumer)]);
+            cutover_compared
+                .get_or_create(&consumer)
+                .set(gate.compared as f64);
+            cutover_required
+                .get_or_create(&consumer)
+                .set(f64::from(gate.gate.min_reconciled));
         }
         stale.inc_by(self.stale_tokens);
 
