@@ -359,6 +359,15 @@ async fn two_tenants(admin: &PgPool, logins: &Logins) -> TestResult {
         ),
         "a tenant's operator set a mode"
     );
+    // So is the cut-over gate: a tenant's session sees neither the mode changes that open its
+    // window nor the other tenants' shadow runs.
+    assert!(
+        matches!(
+            operator.cutover_report(CONSUMER).await,
+            Err(DispatchError::TenantScoped(_, tenant)) if tenant == "acme"
+        ),
+        "a tenant's operator read the cut-over gate"
+    );
     // The relay's cursor passes every tenant's events: a tenant's session may not take it.
     assert!(
         matches!(

@@ -249,6 +249,20 @@ async fn each_tenant_sees_and_touches_only_its_own_rows() -> TestResult {
         matches!(&refused, Err(DispatchError::TenantScoped(_, tenant)) if tenant == "acme"),
         "{refused:?}"
     );
+    // So is the cut-over gate, which judges every tenant's shadow runs.
+    let report = acme.cutover_report(PLAIN).await;
+    assert!(
+        matches!(&report, Err(DispatchError::TenantScoped(_, tenant)) if tenant == "acme"),
+        "{report:?}"
+    );
+    let explained = acme
+        .explain_difference(PLAIN, Uuid::now_v7(), &change)
+        .await;
+    assert!(
+        matches!(&explained, Err(DispatchError::TenantScoped(_, tenant)) if tenant == "acme"),
+        "{explained:?}"
+    );
+    assert!(all.cutover_report(PLAIN).await?.passed());
     let bolt_pending: BTreeSet<Uuid> = bolt_events
         .iter()
         .copied()
