@@ -154,6 +154,17 @@ async fn pages(outbox: Outbox, seeded: Seeded) -> TestResult {
         !html.contains(&seeded.acked.to_string()),
         "only dead letters are listed"
     );
+    assert!(
+        !html.contains("id=\"gate\""),
+        "a consumer without a gate shows none"
+    );
+    // A consumer with a cut-over gate shows its progress in counts, to every viewer.
+    let gated = page("/consumers/worker.ai.review_suggest").await?;
+    let html = gated.text().await?;
+    assert!(
+        html.contains("Cut-over gate: 0 of 30 compared deliveries over 3d"),
+        "{html}"
+    );
 
     let event = page(&format!("/events/{}", seeded.dead)).await?;
     assert_eq!(event.status(), StatusCode::OK);

@@ -55,6 +55,18 @@ struct ConsumerPage {
     /// The digest of the discard the viewer may approve, when the viewer is an approver, the
     /// outbox can discard and there is something to discard.
     discardable: Option<String>,
+    /// Its cut-over gate's progress, when its contract declares one.
+    gate: Option<GateLine>,
+}
+
+/// A cut-over gate's progress, as the page shows it (counts only: the judgement needs the
+/// shadow intents, `evc consumer gate` and the API give it to operators).
+struct GateLine {
+    compared: u64,
+    shadow_runs: u64,
+    min_reconciled: u32,
+    min_span: String,
+    max_unexplained: u32,
 }
 
 pub(crate) async fn page(
@@ -117,6 +129,17 @@ async fn show(
     } else {
         None
     };
+    let gate = report
+        .cutover_gates
+        .iter()
+        .find(|g| g.consumer == name)
+        .map(|g| GateLine {
+            compared: g.compared,
+            shadow_runs: g.shadow_runs,
+            min_reconciled: g.gate.min_reconciled,
+            min_span: g.gate.min_span_text(),
+            max_unexplained: g.gate.max_unexplained,
+        });
     Ok(render(&ConsumerPage {
         can_propose: viewer.role == Role::Operator && !dead.is_empty(),
         can_pause: viewer.role == Role::Operator,
@@ -128,6 +151,7 @@ async fn show(
         approvable,
         discards,
         discardable,
+        gate,
     })?
     .into_response())
 }
