@@ -67,7 +67,7 @@ pub use store::{
     StateChangeRecord, Store, StoreError, Unclaimed,
 };
 pub use store::{
-    CutoverReport, CutoverTerms, Difference, GateProgress, MAX_LEGACY_EFFECTS,
+    COUNTED_RUNS, CutoverReport, CutoverTerms, Difference, GateProgress, MAX_LEGACY_EFFECTS,
     MAX_LEGACY_TEXT_CHARS, MAX_LISTED_DIFFERENCES, compare, normalise,
 };
 pub use store::{

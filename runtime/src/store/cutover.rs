@@ -19,6 +19,10 @@ use crate::registry::{ConsumerDescriptor, ConsumerMode, CutoverGateDescriptor, R
 use crate::store::DispatchError;
 use crate::store::Intent;
 
+/// The status report counts a gated consumer's shadow runs and compared runs up to this, or
+/// up to its gate's `min_reconciled` when that is more ([`count_cap`]).
+pub const COUNTED_RUNS: u32 = 100_000;
+
 /// Most differences a report lists (the counts cover all of them).
 pub const MAX_LISTED_DIFFERENCES: usize = 50;
 
@@ -150,9 +154,10 @@ pub struct GateProgress {
     pub gate: CutoverTerms,
     /// When an operator last moved it to shadow (epoch seconds); `None`: every run counts.
     pub since: Option<f64>,
-    /// Deliveries run in shadow mode since.
+    /// Deliveries run in shadow mode since (counted up to [`COUNTED_RUNS`], or the gate's
+    /// `min_reconciled` when that is more).
     pub shadow_runs: u64,
-    /// Of those, the ones with a legacy outcome to compare with.
+    /// Of those, the ones with a legacy outcome to compare with (counted as far).
     pub compared: u64,
 }
 
@@ -264,6 +269,11 @@ pub(in crate::store) fn legacy_row(
     }
     serde_json::to_string(outcome)
         .map_err(|error| DispatchError::Database(sqlx::Error::Encode(Box::new(error))))
+}
+
+/// How far the status report counts the runs of a consumer with `gate`.
+pub(in crate::store) fn count_cap(gate: CutoverTerms) -> i64 {
+    i64::from(gate.min_reconciled.max(COUNTED_RUNS))
 }
 
 /// A gate's progress from the store's counts (since, shadow runs, compared).
@@ -600,6 +610,17 @@ mod tests {
         assert!(gated(Off, Some(Shadow), Live));
         assert!(!gated(Off, Some(Live), Shadow));
         assert!(!gated(Off, None, Live));
+    }
+
+    #[test]
+    fn the_status_counts_at_least_as_far_as_the_gate_needs() {
+        let gate = |min_reconciled| CutoverTerms {
+            min_reconciled,
+            min_span_ms: 0,
+            max_unexplained: 0,
+        };
+        assert_eq!(count_cap(gate(30)), i64::from(COUNTED_RUNS));
+        assert_eq!(count_cap(gate(250_000)), 250_000);
     }
 
     #[test]

@@ -75,7 +75,7 @@ pub use cursor::{
     MAX_CURSOR_NAME_CHARS, MAX_CURSOR_OWNER_CHARS,
 };
 pub use cutover::{
-    CutoverReport, CutoverTerms, Difference, GateProgress, MAX_LEGACY_EFFECTS,
+    COUNTED_RUNS, CutoverReport, CutoverTerms, Difference, GateProgress, MAX_LEGACY_EFFECTS,
     MAX_LEGACY_TEXT_CHARS, MAX_LISTED_DIFFERENCES, compare, normalise,
 };
 pub use feed::{FeedEvent, FeedPosition, FeedPositionError};

@@ -102,6 +102,7 @@ pub(crate) async fn progress_of(
     for (consumer, gate) in gates {
         let counts = sqlx::query_as(sql::GATE_PROGRESS)
             .bind(consumer)
+            .bind(cutover::count_cap(*gate))
             .fetch_one(pool)
             .await?;
         progress.push(cutover::progress(consumer, *gate, counts));

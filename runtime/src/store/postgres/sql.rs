@@ -2103,18 +2103,22 @@ ORDER BY runs.recorded_at, runs.event_id";
 
 /// How far consumer `$1` is on its way through its cut-over gate, in columns every reading
 /// role may see: when it last entered shadow mode, its shadow runs since (events), and how many
-/// of them have a legacy outcome.
+/// of them have a legacy outcome, each counted up to `$2` (a status report runs this on every
+/// scrape: the count stops where it stops mattering).
 pub(crate) const GATE_PROGRESS: &str = "\
 WITH since AS (
-    SELECT max(changed_at) AS at FROM evc_state_changes
+    SELECT coalesce(max(changed_at), '-infinity') AS at FROM evc_state_changes
     WHERE consumer = $1 AND change = 'mode' AND mode = 'shadow'
 ), runs AS (
-    SELECT DISTINCT r.event_id FROM evc_reconciliations r, since
-    WHERE r.consumer = $1 AND r.recorded_at >= coalesce(since.at, '-infinity')
+    SELECT r.event_id FROM evc_reconciliations r, since
+    WHERE r.consumer = $1 AND r.recorded_at >= since.at
 )
-SELECT (SELECT extract(epoch FROM at)::float8 FROM since) AS since,
-    count(*) AS shadow_runs, count(l.event_id) AS compared
-FROM runs LEFT JOIN evc_legacy_outcomes l ON l.consumer = $1 AND l.event_id = runs.event_id";
+SELECT (SELECT extract(epoch FROM nullif(at, '-infinity'))::float8 FROM since) AS since,
+    (SELECT count(*) FROM (SELECT DISTINCT event_id FROM runs LIMIT $2) AS s) AS shadow_runs,
+    (SELECT count(*) FROM (
+        SELECT DISTINCT runs.event_id FROM runs
+        JOIN evc_legacy_outcomes l ON l.consumer = $1 AND l.event_id = runs.event_id
+        LIMIT $2) AS c) AS compared";
 
 /// Records that `$3` explains, for `$4`, the difference of consumer `$1`'s shadow run of event
 /// `$2`.

@@ -44,6 +44,7 @@ impl SqliteStore {
         for gate in self.registry().cutover_gates {
             let counts = sqlx::query_as(sql::GATE_PROGRESS)
                 .bind(gate.consumer)
+                .bind(cutover::count_cap(gate.into()))
                 .fetch_one(self.pool())
                 .await?;
             progress.push(cutover::progress(gate.consumer, gate.into(), counts));

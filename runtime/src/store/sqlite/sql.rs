@@ -1304,17 +1304,22 @@ WHERE runs.newest = 1
 ORDER BY runs.recorded_at, runs.event_id";
 
 /// How far consumer `?1` is on its way through its cut-over gate: when it last entered shadow
-/// mode, its shadow runs since (events), and how many of them have a legacy outcome.
+/// mode, its shadow runs since (events), and how many of them have a legacy outcome, each
+/// counted up to `?2`.
 pub(crate) const GATE_PROGRESS: &str = "\
 WITH since AS (
     SELECT max(changed_at) AS at FROM evc_state_changes
     WHERE consumer = ?1 AND change = 'mode' AND mode = 'shadow'
 ), runs AS (
-    SELECT DISTINCT r.event_id FROM evc_reconciliations r
+    SELECT r.event_id FROM evc_reconciliations r
     WHERE r.consumer = ?1 AND r.recorded_at >= coalesce((SELECT at FROM since), -1e308)
 )
-SELECT (SELECT at FROM since) AS since, count(*) AS shadow_runs, count(l.event_id) AS compared
-FROM runs LEFT JOIN evc_legacy_outcomes l ON l.consumer = ?1 AND l.event_id = runs.event_id";
+SELECT (SELECT at FROM since) AS since,
+    (SELECT count(*) FROM (SELECT DISTINCT event_id FROM runs LIMIT ?2)) AS shadow_runs,
+    (SELECT count(*) FROM (
+        SELECT DISTINCT runs.event_id FROM runs
+        JOIN evc_legacy_outcomes l ON l.consumer = ?1 AND l.event_id = runs.event_id
+        LIMIT ?2)) AS compared";
 
 /// Records that `?3` explains, for `?4`, the difference of consumer `?1`'s shadow run of event
 /// `?2`, at `?5`, for tenant `?6` (NULL: every tenant).
