@@ -1018,7 +1018,7 @@ pub(crate) fn consumer(action: &ConsumerAction, database: &Database) -> anyhow::
                 let mode = operator.consumer_state(&report.consumer).await?.mode;
                 Err(anyhow!(
                     "{} may not go live yet; its mode stays {}",
-                    report.consumer,
+                    escape(&report.consumer),
                     mode.as_str()
                 ))
             }

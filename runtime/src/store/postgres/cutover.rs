@@ -86,12 +86,14 @@ pub(crate) async fn gated_on(
 }
 
 /// The progress of each of `gates` (consumer and gate) for the status report; none in a
-/// database before the twenty-fifth step.
+/// database before the twenty-fifth step, nor in a session of one tenant (which sees neither
+/// the window's mode changes nor the other tenants' runs; the gate is every tenant's).
 pub(crate) async fn progress_of(
     pool: &PgPool,
     gates: &[(&str, CutoverTerms)],
 ) -> Result<Vec<GateProgress>, DispatchError> {
     if gates.is_empty()
+        || operations::session_tenant(pool).await?.is_some()
         || !sqlx::query_scalar::<_, bool>(sql::HAS_CUTOVER)
             .fetch_one(pool)
             .await?

@@ -2105,19 +2105,28 @@ ORDER BY runs.recorded_at, runs.event_id";
 /// role may see: when it last entered shadow mode, its shadow runs since (events), and how many
 /// of them have a legacy outcome, each counted up to `$2` (a status report runs this on every
 /// scrape: the count stops where it stops mattering).
+///
+/// Each count walks the window's rows by `(consumer, recorded_at)` and stops at the limit: an
+/// event counts by its newest generation (no newer one of the consumer's rows exists), so no
+/// `DISTINCT` has to read the whole window first.
 pub(crate) const GATE_PROGRESS: &str = "\
 WITH since AS (
     SELECT coalesce(max(changed_at), '-infinity') AS at FROM evc_state_changes
     WHERE consumer = $1 AND change = 'mode' AND mode = 'shadow'
-), runs AS (
-    SELECT r.event_id FROM evc_reconciliations r, since
-    WHERE r.consumer = $1 AND r.recorded_at >= since.at
 )
 SELECT (SELECT extract(epoch FROM nullif(at, '-infinity'))::float8 FROM since) AS since,
-    (SELECT count(*) FROM (SELECT DISTINCT event_id FROM runs LIMIT $2) AS s) AS shadow_runs,
     (SELECT count(*) FROM (
-        SELECT DISTINCT runs.event_id FROM runs
-        JOIN evc_legacy_outcomes l ON l.consumer = $1 AND l.event_id = runs.event_id
+        SELECT 1 FROM evc_reconciliations r
+        WHERE r.consumer = $1 AND r.recorded_at >= (SELECT at FROM since)
+            AND NOT EXISTS (SELECT 1 FROM evc_reconciliations n
+                WHERE n.consumer = $1 AND n.event_id = r.event_id AND n.generation > r.generation)
+        LIMIT $2) AS s) AS shadow_runs,
+    (SELECT count(*) FROM (
+        SELECT 1 FROM evc_reconciliations r
+        JOIN evc_legacy_outcomes l ON l.consumer = $1 AND l.event_id = r.event_id
+        WHERE r.consumer = $1 AND r.recorded_at >= (SELECT at FROM since)
+            AND NOT EXISTS (SELECT 1 FROM evc_reconciliations n
+                WHERE n.consumer = $1 AND n.event_id = r.event_id AND n.generation > r.generation)
         LIMIT $2) AS c) AS compared";
 
 /// Records that `$3` explains, for `$4`, the difference of consumer `$1`'s shadow run of event

@@ -1306,19 +1306,27 @@ ORDER BY runs.recorded_at, runs.event_id";
 /// How far consumer `?1` is on its way through its cut-over gate: when it last entered shadow
 /// mode, its shadow runs since (events), and how many of them have a legacy outcome, each
 /// counted up to `?2`.
+/// Each count stops at the limit, an event counted by its newest generation (see
+/// PostgreSQL's).
 pub(crate) const GATE_PROGRESS: &str = "\
 WITH since AS (
-    SELECT max(changed_at) AS at FROM evc_state_changes
+    SELECT coalesce(max(changed_at), -1e308) AS at, max(changed_at) AS shown
+    FROM evc_state_changes
     WHERE consumer = ?1 AND change = 'mode' AND mode = 'shadow'
-), runs AS (
-    SELECT r.event_id FROM evc_reconciliations r
-    WHERE r.consumer = ?1 AND r.recorded_at >= coalesce((SELECT at FROM since), -1e308)
 )
-SELECT (SELECT at FROM since) AS since,
-    (SELECT count(*) FROM (SELECT DISTINCT event_id FROM runs LIMIT ?2)) AS shadow_runs,
+SELECT (SELECT shown FROM since) AS since,
     (SELECT count(*) FROM (
-        SELECT DISTINCT runs.event_id FROM runs
-        JOIN evc_legacy_outcomes l ON l.consumer = ?1 AND l.event_id = runs.event_id
+        SELECT 1 FROM evc_reconciliations r
+        WHERE r.consumer = ?1 AND r.recorded_at >= (SELECT at FROM since)
+            AND NOT EXISTS (SELECT 1 FROM evc_reconciliations n
+                WHERE n.consumer = ?1 AND n.event_id = r.event_id AND n.generation > r.generation)
+        LIMIT ?2)) AS shadow_runs,
+    (SELECT count(*) FROM (
+        SELECT 1 FROM evc_reconciliations r
+        JOIN evc_legacy_outcomes l ON l.consumer = ?1 AND l.event_id = r.event_id
+        WHERE r.consumer = ?1 AND r.recorded_at >= (SELECT at FROM since)
+            AND NOT EXISTS (SELECT 1 FROM evc_reconciliations n
+                WHERE n.consumer = ?1 AND n.event_id = r.event_id AND n.generation > r.generation)
         LIMIT ?2)) AS compared";
 
 /// Records that `?3` explains, for `?4`, the difference of consumer `?1`'s shadow run of event
