@@ -65,6 +65,17 @@ async fn gate_over_http<S: Store + evc::Operate>(outbox: Outbox, store: S) -> Te
     let reader = Client::new(&server, Some(READER)).await?;
     let bob = Client::new(&server, Some(OPERATOR)).await?;
 
+    // Everyone sees the gate and the progress toward it in counts.
+    let one = "/api/v1/consumers/{name}";
+    let (status, consumer) = reader.get(&server, one, &at(one)).await?;
+    assert_eq!(status, StatusCode::OK, "{consumer}");
+    assert_eq!(consumer["cutover_gate"]["min_reconciled"], 30, "{consumer}");
+    assert_eq!(consumer["cutover_gate"]["compared"], 0, "{consumer}");
+    let (_, other) = reader
+        .get(&server, one, &one.replace("{name}", support::CONSUMER))
+        .await?;
+    assert_eq!(other["cutover_gate"], serde_json::Value::Null, "{other}");
+
     // Operators only: the report counts what the shadow handler intended.
     let (status, _) = reader.get(&server, REPORT, &at(REPORT)).await?;
     assert_eq!(status, StatusCode::FORBIDDEN);

@@ -201,6 +201,28 @@ pub(crate) struct ConsumerView {
     pub(crate) attempt_latency: Option<Latency>,
     /// Workers with a heartbeat row.
     pub(crate) workers: Vec<Worker>,
+    /// Its cut-over gate and the progress toward it, in counts (operators read the judgement
+    /// at `/api/v1/consumers/{name}/cutover`); null when its contract declares none, or for a
+    /// server of one tenant.
+    pub(crate) cutover_gate: Option<GateProgressView>,
+}
+
+/// A consumer's cut-over gate and how far its shadow runs are toward it.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct GateProgressView {
+    /// Compared deliveries the gate needs.
+    pub(crate) min_reconciled: u32,
+    /// How long they must span, first to newest, in milliseconds.
+    pub(crate) min_span_ms: u64,
+    /// Unexplained differences the gate lets pass.
+    pub(crate) max_unexplained: u32,
+    /// When an operator last moved it to shadow (epoch seconds); null: every run counts.
+    pub(crate) since: Option<f64>,
+    /// Deliveries run in shadow mode since (counted up to 100,000, or the gate's count when
+    /// that is more).
+    pub(crate) shadow_runs: u64,
+    /// Of those, the ones with a legacy outcome to compare with (counted as far).
+    pub(crate) compared: u64,
 }
 
 /// A subscription of a consumer.
@@ -674,6 +696,18 @@ pub(crate) fn consumer_view(
                 silent_for_s: silent(&w.owner),
             })
             .collect(),
+        cutover_gate: report
+            .cutover_gates
+            .iter()
+            .find(|g| g.consumer == consumer.name)
+            .map(|g| GateProgressView {
+                min_reconciled: g.gate.min_reconciled,
+                min_span_ms: g.gate.min_span_ms,
+                max_unexplained: g.gate.max_unexplained,
+                since: g.since,
+                shadow_runs: g.shadow_runs,
+                compared: g.compared,
+            }),
     }
 }
 
