@@ -191,6 +191,14 @@ mod cutover {
     );
 }
 
+/// The value of `series` (its name and labels) in the OpenMetrics text `metrics`.
+fn metric(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series))
+        .and_then(|rest| rest.trim().parse::<f64>().ok())
+}
+
 /// A `test.note` whose key is number `key`.
 fn note(key: u64) -> OutgoingEvent {
     support::event("test.note", "1.0.0", support::note(&support::note_key(key)))
@@ -4070,12 +4078,7 @@ async fn a_schedule_without_rounds_is_reported_overdue_until_one_ticks_it<S: Con
     );
     assert!(report.schedules.iter().all(|s| s.overdue < SCHEDULE_GRACE));
     let metrics = report.prometheus();
-    let value = |series: &str| {
-        metrics
-            .lines()
-            .find_map(|line| line.strip_prefix(series))
-            .and_then(|rest| rest.trim().parse::<f64>().ok())
-    };
+    let value = |series: &str| metric(&metrics, series);
     assert_eq!(
         value("evc_schedule_ticks_total{schedule=\"hourly\"}"),
         Some(3.0),
@@ -4357,12 +4360,7 @@ async fn the_cutover_gate_holds_live_until_shadow_runs_match_the_legacy_path<S: 
         .collect();
     assert_eq!(progress, [(SHADOW, 2, 1, 2)], "{}", S::NAME);
     let metrics = status.prometheus();
-    let value = |series: &str| {
-        metrics
-            .lines()
-            .find_map(|line| line.strip_prefix(series))
-            .and_then(|rest| rest.trim().parse::<f64>().ok())
-    };
+    let value = |series: &str| metric(&metrics, series);
     assert_eq!(
         value("evc_cutover_compared_deliveries{consumer=\"k.shadow\"}"),
         Some(1.0),

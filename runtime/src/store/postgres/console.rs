@@ -90,6 +90,14 @@ impl Console {
         &self.consumers
     }
 
+    /// The deployed cut-over gate of `consumer`, as the console read it when it connected.
+    fn gate(&self, consumer: &str) -> Option<CutoverTerms> {
+        self.gates
+            .iter()
+            .find(|(name, _)| name == consumer)
+            .map(|(_, gate)| *gate)
+    }
+
     fn declared_mode(&self, consumer: &str) -> Result<ConsumerMode, DispatchError> {
         self.consumers
             .iter()
@@ -209,7 +217,7 @@ impl Console {
         change: &StateChange,
     ) -> Result<ConsumerState, DispatchError> {
         let declared = self.declared_mode(consumer)?;
-        let gate = cutover::deployed_terms(&self.pool, consumer).await?;
+        let gate = self.gate(consumer);
         operations::change_state_of(
             &self.pool,
             consumer,
@@ -228,7 +236,7 @@ impl Console {
     /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
     pub async fn cutover_report(&self, consumer: &str) -> Result<CutoverReport, DispatchError> {
         self.declared_mode(consumer)?;
-        let gate = cutover::deployed_terms(&self.pool, consumer).await?;
+        let gate = self.gate(consumer);
         cutover::report_of(&self.pool, consumer, gate).await
     }
 
@@ -245,7 +253,7 @@ impl Console {
         change: &StateChange,
     ) -> Result<CutoverReport, DispatchError> {
         self.declared_mode(consumer)?;
-        let gate = cutover::deployed_terms(&self.pool, consumer).await?;
+        let gate = self.gate(consumer);
         cutover::explain(&self.pool, consumer, event_id, change, gate).await
     }
 

@@ -36,30 +36,6 @@ impl PgStore {
     }
 }
 
-/// The gate of `consumer` in the settings row in force; `None` when it has none (or the
-/// database predates the twenty-fifth step).
-pub(crate) async fn deployed_terms(
-    pool: &PgPool,
-    consumer: &str,
-) -> Result<Option<CutoverTerms>, DispatchError> {
-    let present: bool = sqlx::query_scalar(sql::HAS_CUTOVER).fetch_one(pool).await?;
-    if !present {
-        return Ok(None);
-    }
-    let Some(text) = sqlx::query_scalar::<_, String>(sql::DEPLOYED_GATE)
-        .bind(consumer)
-        .fetch_optional(pool)
-        .await?
-    else {
-        return Ok(None);
-    };
-    serde_json::from_str(&text).map(Some).map_err(|_| {
-        DispatchError::Database(sqlx::Error::Decode(
-            "evc_settings: a cut-over gate is not a gate".into(),
-        ))
-    })
-}
-
 /// [`DispatchError::TenantScoped`] when the sessions of `pool` work for one tenant: they see
 /// neither the mode changes that open the window nor the other tenants' runs.
 async fn every_tenant(pool: &PgPool) -> Result<(), DispatchError> {

@@ -2135,12 +2135,6 @@ pub(crate) const EXPLAIN_DIFFERENCE: &str = "\
 INSERT INTO evc_cutover_explanations (consumer, event_id, explained_by, reason)
 VALUES ($1, $2, $3, $4)";
 
-/// The cut-over gate of consumer `$1` in the settings row in force (twenty-fifth step), as
-/// JSON; no row when it has none.
-pub(crate) const DEPLOYED_GATE: &str = "\
-SELECT g::text FROM evc_settings, jsonb_array_elements(cutover_gates) AS g
-WHERE id AND gates_digest = settings_digest AND g->>'consumer' = $1";
-
 #[cfg(test)]
 mod tests {
     use super::*;
