@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 34] = [
+const SHIPPED: [(&str, &str); 36] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -143,6 +143,14 @@ const SHIPPED: [(&str, &str); 34] = [
     (
         "0034_evc_settings_fac918d0bc97.sql",
         "214cc9499a2428b24bf0cd0cc752722be3961e1c00d77bd3974f318d6941cc3d",
+    ),
+    (
+        "0035_evc_runtime_v26.sql",
+        "bba17fb2c0ca992ae96fcd6a2daf2eef267e2ae8756221b0ac30c646a4b035bf",
+    ),
+    (
+        "0036_evc_settings_688e0155f98c.sql",
+        "965219351806850e9a36003ae0ad86b6831911da447e4704ae23e7fc6adf0965",
     ),
 ];
 

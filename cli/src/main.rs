@@ -17,6 +17,7 @@ use evc_codegen::{ContractSet, Diagnostic, LoadCache, LoadError, Sources, diagno
 mod dispatch;
 mod migrate;
 mod operate;
+mod purge;
 mod relay;
 mod replay;
 mod serve;
@@ -162,6 +163,16 @@ enum Command {
     Replay {
         #[command(flatten)]
         args: replay::ReplayArgs,
+        #[command(flatten)]
+        database: operate::Database,
+    },
+    /// Remove the rows the deployed retention periods expire (`retention` of the contracts):
+    /// settled events with what hangs on them, old attempts, shadow runs, rejects and
+    /// idempotency records whose event is gone. Without `--apply`, count them and remove
+    /// nothing. A delivery still open keeps its event. Recorded with who and why.
+    Purge {
+        #[command(flatten)]
+        args: purge::PurgeArgs,
         #[command(flatten)]
         database: operate::Database,
     },
@@ -380,6 +391,9 @@ fn main() -> ExitCode {
         Command::Consumer { action, database } => operate::consumer(&action, &database),
         Command::Dlq { action, database } => replay::dlq(&action, &database),
         Command::Replay { args, database } => replay::replay(&args, &database),
+        Command::Purge { args, database } => {
+            purge::purge(&args, &database).map(|()| ExitCode::SUCCESS)
+        }
         Command::Dispatch {
             config,
             exit_when_idle,

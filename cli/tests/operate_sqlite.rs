@@ -72,6 +72,7 @@ static REGISTRY: Registry = Registry {
     schedules: &[],
     lag_thresholds: &[],
     cutover_gates: &[],
+    retention: evc_runtime::RetentionDescriptor::KEEP,
     payload_policy: PayloadPolicyDescriptor {
         denied_keys: &[],
         credential_key_names: &["password"],
@@ -98,6 +99,21 @@ static GATED: Registry = Registry {
         min_span_ms: 0,
         max_unexplained: 0,
     }],
+    ..REGISTRY
+};
+
+/// [`REGISTRY`] whose notes, attempts and every other table expire after a millisecond.
+static RETAINED: Registry = Registry {
+    retention: evc_runtime::RetentionDescriptor {
+        events: &[evc_runtime::EventRetention {
+            event_type: "note.made",
+            ms: 1,
+        }],
+        attempts_ms: Some(1),
+        reconciliations_ms: Some(1),
+        rejects_ms: Some(1),
+        effects_ms: Some(1),
+    },
     ..REGISTRY
 };
 
@@ -315,6 +331,108 @@ fn the_cut_over_gate_holds_live_from_the_command_line() {
     );
 }
 
+/// The application of [`RETAINED`]: two notes; `audit` acks both, `mailer` acks the first
+/// and has not yet claimed the second. Returns the notes' ids.
+async fn retained_application(path: &Path) -> [uuid::Uuid; 2] {
+    let store = SqliteStore::open(path.to_string_lossy(), RETAINED)
+        .await
+        .expect("the application opens its file");
+    let trace = TraceContext::new(TRACE, SPAN, 1).expect("trace");
+    let mut tx = store.begin().await.expect("begin");
+    let mut ids = Vec::new();
+    for id in ["n1", "n2"] {
+        let payload = serde_json::json!({ "id": id });
+        let event =
+            OutgoingEvent::new("note.made", "1.0.0", None, &trace, &payload).expect("event");
+        let receipt = store
+            .append(&mut tx, event, AppendOptions::default())
+            .await
+            .expect("append");
+        ids.push(receipt.event_id);
+    }
+    tx.commit().await.expect("commit");
+    let mut connection = store.pool().acquire().await.expect("connection");
+    for (consumer, batch) in [("audit", 10), ("mailer", 1)] {
+        let request = ClaimRequest::leased(consumer, "app", batch, Duration::from_secs(30));
+        let claimed = Store::claim(&store, &mut *connection, &request)
+            .await
+            .expect("claim");
+        let leases: Vec<_> = claimed.iter().map(|c| &c.lease).collect();
+        Store::ack(&store, &mut *connection, &leases)
+            .await
+            .expect("ack");
+    }
+    drop(connection);
+    store.close().await;
+    [ids[0], ids[1]]
+}
+
+#[test]
+fn the_purge_counts_then_removes_what_retention_expires() {
+    let _serial = one_test_at_a_time();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("outbox.db");
+    let url = format!("sqlite:{}", path.display());
+    assert!(evc(&url, &["migrate"]).status.success());
+    let [settled, open] = runtime().block_on(retained_application(&path));
+    let purge = [
+        "purge",
+        "--as",
+        "ops@example.com",
+        "--reason",
+        "nightly retention",
+    ];
+
+    // The dry run counts: the settled note (its two attempts) and the open note's acked
+    // attempt; the open note stays for `mailer`.
+    let output = evc(&url, &purge);
+    assert!(output.status.success(), "{output:?}");
+    let text = stdout(&output);
+    assert!(text.starts_with("would remove (dry run"), "{text}");
+    assert!(
+        text.contains("  events                        1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  attempts                      3\n"),
+        "{text}"
+    );
+    // Nothing was removed: the same count again, applied.
+    let output = evc(
+        &url,
+        &[&purge[..], &["--apply", "--format", "json"]].concat(),
+    );
+    assert!(output.status.success(), "{output:?}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(report["applied"], true);
+    assert_eq!(report["purged"]["events"], 1);
+    assert_eq!(report["purged"]["attempts"], 3);
+    assert!(report["purged"]["purge_id"].is_i64(), "{report}");
+    let output = evc(&url, &[&purge[..], &["--apply"]].concat());
+    assert!(
+        stdout(&output).contains("  events                        0\n"),
+        "{output:?}"
+    );
+
+    let runtime = runtime();
+    let store = runtime
+        .block_on(SqliteStore::recorded(path.to_string_lossy()).open())
+        .expect("the file opens");
+    assert!(
+        runtime
+            .block_on(store.event(settled))
+            .expect("read")
+            .is_none()
+    );
+    assert!(runtime.block_on(store.event(open)).expect("read").is_some());
+    runtime.block_on(store.close());
+
+    // Retention is every tenant's.
+    let output = evc(&url, &[&purge[..], &["--tenant", "acme"]].concat());
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(stderr(&output).contains("one tenant"), "{output:?}");
+}
+
 #[test]
 fn operator_commands_run_on_the_registry_a_sqlite_file_records() {
     let _serial = one_test_at_a_time();
@@ -328,7 +446,7 @@ fn operator_commands_run_on_the_registry_a_sqlite_file_records() {
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let text = stdout(&output);
     assert!(
-        text.contains("applied 0001 evc_runtime") && text.contains("applied 16 migrations"),
+        text.contains("applied 0001 evc_runtime") && text.contains("applied 17 migrations"),
         "{text}"
     );
     let output = evc(&url, &["migrate"]);

@@ -146,6 +146,35 @@ pub struct ProjectFile {
     /// `evc generate` defines for it.
     #[serde(default)]
     pub relay: RelayDef,
+    /// How long rows stay before the purge (`evc purge`) removes them; a table without a
+    /// period keeps its rows.
+    #[serde(default)]
+    pub retention: RetentionDef,
+}
+
+/// Retention periods, per table. Each row's age counts from when it was written; a delivery
+/// still open keeps its event, attempts and idempotency records whatever their age.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionDef {
+    /// Events whose deliveries are all settled, with their delivery rows, attempts,
+    /// reconciliations and replay items, unless the event type sets `retention`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<DurationText>,
+    /// Attempt rows of deliveries no longer open (acked, dead, quarantined, replayed,
+    /// discarded); the event stays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<DurationText>,
+    /// Shadow runs (intended effects); at least every cut-over gate's `min_span`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconciliations: Option<DurationText>,
+    /// Rejected appends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejects: Option<DurationText>,
+    /// How long an idempotency record (a handler's effect key) outlives the retention of the
+    /// events its consumer receives; it stays while its event does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effects: Option<DurationText>,
 }
 
 /// The payload policy: keys that may never appear and size caps.
@@ -315,6 +344,10 @@ pub struct EventFile {
     /// What this event type changes of the project's payload policy.
     #[serde(default)]
     pub payload_policy: Option<EventPayloadPolicyDef>,
+    /// How long its events stay once their deliveries are settled; overrides
+    /// `retention.events` of `evc.yaml`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<DurationText>,
     /// Versions, oldest first.
     #[schemars(length(min = 1))]
     pub versions: Vec<VersionDef>,

@@ -56,11 +56,11 @@ pub const CONSUMERS_DIR: &str = "consumers";
 #[derive(Debug, Clone)]
 pub enum Typed {
     /// `evc.yaml`.
-    Project(ProjectFile),
+    Project(Box<ProjectFile>),
     /// An event type file.
     Event(Box<EventFile>),
     /// A consumer file.
-    Consumer(ConsumerFile),
+    Consumer(Box<ConsumerFile>),
     /// `retry-policies.yaml`.
     RetryPolicies(RetryPoliciesFile),
     /// `topics.yaml`.
@@ -406,9 +406,9 @@ fn to_typed(kind: FileKind, json: serde_json::Value) -> Result<Typed, serde_json
         serde_json::from_value(json)
     }
     Ok(match kind {
-        FileKind::Project => Typed::Project(from(json)?),
+        FileKind::Project => Typed::Project(Box::new(from(json)?)),
         FileKind::Event => Typed::Event(Box::new(from(json)?)),
-        FileKind::Consumer => Typed::Consumer(from(json)?),
+        FileKind::Consumer => Typed::Consumer(Box::new(from(json)?)),
         FileKind::RetryPolicies => Typed::RetryPolicies(from(json)?),
         FileKind::Topics => Typed::Topics(from(json)?),
         FileKind::ExecutorClasses => Typed::ExecutorClasses(from(json)?),

@@ -97,6 +97,23 @@ pub struct Project {
     pub dispatcher: DispatcherSettings,
     /// The relay to NATS JetStream.
     pub relay: RelaySettings,
+    /// Retention periods per table.
+    pub retention: Retention,
+}
+
+/// Retention periods per table (`retention` of `evc.yaml`); `None` keeps the rows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Settled events of event types that set no `retention` of their own.
+    pub events: Option<Duration>,
+    /// Attempts of deliveries no longer open.
+    pub attempts: Option<Duration>,
+    /// Shadow runs.
+    pub reconciliations: Option<Duration>,
+    /// Rejected appends.
+    pub rejects: Option<Duration>,
+    /// How long an idempotency record outlives the retention of its consumer's event types.
+    pub effects: Option<Duration>,
 }
 
 /// The payload policy.
@@ -287,6 +304,9 @@ pub struct EventType {
     pub max_payload_bytes: u32,
     /// Whether its payload objects may carry keys they do not name.
     pub content: ContentModel,
+    /// How long its settled events stay (its own `retention`, else the project's); `None`:
+    /// kept.
+    pub retention: Option<Duration>,
     /// Versions, ascending.
     pub versions: Vec<EventVersion>,
     /// Display path of the file that defines it.

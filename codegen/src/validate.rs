@@ -11,14 +11,14 @@ use std::time::Duration;
 use crate::cache::LoadCache;
 use crate::diagnostic::{Diagnostic, Rule};
 use crate::format::{
-    CompatMode, ConsumerFile, EventFile, EventStatus, ExecutorClassesFile, ProjectFile, RetryKind,
-    RetryPoliciesFile, ScheduleDef, SchedulesFile, TopicsFile, keyword,
+    CompatMode, ConsumerFile, EventFile, EventStatus, ExecutorClassesFile, ProjectFile,
+    RetentionDef, RetryKind, RetryPoliciesFile, ScheduleDef, SchedulesFile, TopicsFile, keyword,
 };
 use crate::loader::{EVENTS_DIR, ParsedDir, ParsedFile, Typed};
 use crate::model::{
     Consumer, ContentModel, ContractSet, CutoverGate, DispatcherSettings, EventType, EventVersion,
-    ExecutorClass, MigrationPolicy, PayloadPolicy, Project, RelaySettings, RetryPolicy, Schedule,
-    Subscription, Topic,
+    ExecutorClass, MigrationPolicy, PayloadPolicy, Project, RelaySettings, Retention, RetryPolicy,
+    Schedule, Subscription, Topic,
 };
 use crate::names::{self, glob_matches};
 use crate::payload_schema;
@@ -109,6 +109,7 @@ pub(crate) fn validate(
     let topics = checker.topics(&events);
     let schedules = checker.schedules(&events, &project);
     checker.lag_breach_event(&events, &consumers, &project);
+    checker.retention_keeps_gate_evidence(&project, &consumers);
     checker.settings_the_runtime_honours(
         &project.dispatcher,
         &consumers,
@@ -262,7 +263,7 @@ impl<'a> Checker<'a> {
 
     fn typed_project(&self) -> Option<&'a ProjectFile> {
         match self.files.get(loader::PROJECT_FILE)?.typed.as_deref()? {
-            Typed::Project(project) => Some(project),
+            Typed::Project(project) => Some(project.as_ref()),
             _ => None,
         }
     }
@@ -276,6 +277,7 @@ impl<'a> Checker<'a> {
                 require_trace_context: true,
                 dispatcher: DispatcherSettings::default(),
                 relay: RelaySettings::default(),
+                retention: Retention::default(),
             };
         };
         let path = loader::PROJECT_FILE;
@@ -331,6 +333,7 @@ impl<'a> Checker<'a> {
             );
         }
         let relay = self.relay(path, &file.relay, &duration_or);
+        let retention = self.retention(path, &file.retention);
         for (pointer, text) in [
             ("/relay/lease", &file.relay.lease),
             ("/relay/duplicate_window", &file.relay.duplicate_window),
@@ -366,6 +369,7 @@ impl<'a> Checker<'a> {
             require_trace_context: file.envelope.require_trace_context,
             dispatcher,
             relay,
+            retention,
         }
     }
 
@@ -426,6 +430,55 @@ impl<'a> Checker<'a> {
     }
 
     /// Parses a duration the format schema already shaped; reports one that overflows or is zero.
+    /// The retention periods of `evc.yaml`, each a usable duration.
+    fn retention(&mut self, path: &str, def: &RetentionDef) -> Retention {
+        let mut period = |key: &str, text: &Option<crate::format::DurationText>| {
+            text.as_ref()
+                .map(|text| self.duration(path, &format!("/retention/{key}"), text.as_str()))
+        };
+        Retention {
+            events: period("events", &def.events),
+            attempts: period("attempts", &def.attempts),
+            reconciliations: period("reconciliations", &def.reconciliations),
+            rejects: period("rejects", &def.rejects),
+            effects: period("effects", &def.effects),
+        }
+    }
+
+    /// A cut-over gate counts shadow runs over its `min_span`: the purge must not remove them
+    /// sooner, or the gate could never pass.
+    fn retention_keeps_gate_evidence(
+        &mut self,
+        project: &Project,
+        consumers: &BTreeMap<String, Consumer>,
+    ) {
+        let Some(kept) = project.retention.reconciliations else {
+            return;
+        };
+        for consumer in consumers.values() {
+            let Some(gate) = &consumer.cutover_gate else {
+                continue;
+            };
+            if gate.min_span > kept {
+                self.report(
+                    Rule::InvalidValue,
+                    self.at(loader::PROJECT_FILE, "/retention/reconciliations"),
+                    format!(
+                        "reconciliations are kept for {}, shorter than the `min_span` ({}) of \
+                         consumer `{}`'s cut-over gate, whose evidence the purge would remove",
+                        duration::format(kept),
+                        duration::format(gate.min_span),
+                        consumer.name
+                    ),
+                    format!(
+                        "keep reconciliations at least {} or shorten the gate's `min_span`",
+                        duration::format(gate.min_span)
+                    ),
+                );
+            }
+        }
+    }
+
     fn duration(&mut self, path: &str, pointer: &str, text: &str) -> Duration {
         match duration::parse(text) {
             Some(value) if value > duration::MAX_RUNTIME => {
@@ -826,6 +879,10 @@ impl<'a> Checker<'a> {
             status: def.status,
             max_payload_bytes,
             content,
+            retention: match &def.retention {
+                Some(text) => Some(self.duration(path, "/retention", text.as_str())),
+                None => project.retention.events,
+            },
             versions,
             file: path.to_owned(),
         })

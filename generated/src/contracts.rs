@@ -9194,6 +9194,146 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             max_unexplained: 0,
         },
     ],
+    retention: ::evc::RetentionDescriptor {
+        events: &[
+            ::evc::EventRetention {
+                event_type: "agent.suggestion",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "cron.tick.nightly_rollup",
+                ms: 1209600000,
+            },
+            ::evc::EventRetention {
+                event_type: "cron.tick.review_sweep",
+                ms: 1209600000,
+            },
+            ::evc::EventRetention {
+                event_type: "cut.completed",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "cut.failed",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "cut.mark_verified",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "decision.recorded",
+                ms: 220752000000,
+            },
+            ::evc::EventRetention {
+                event_type: "dlq_replay.completed",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "dlq_replay.failed",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "dlq_replay.scheduled",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "dot.command_completed",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "dot.command_failed",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "dot.command_started",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "event_lag.breach",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "iu.born",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "iu.deprecated",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "iu.edited",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "iu.linked",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "iu.merged",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "iu.rendered",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "iu.split_approved",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "iu.split_proposed",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "iu.used_in_workflow",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "iu.validated",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "job.dead_lettered",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "job.discarded",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "proposal.approved",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "proposal.rejected",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "proposal.submitted",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "step.completed",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "step.escalated",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "step.failed",
+                ms: 34560000000,
+            },
+            ::evc::EventRetention {
+                event_type: "step.ready",
+                ms: 34560000000,
+            },
+        ],
+        attempts_ms: Some(7776000000),
+        reconciliations_ms: Some(2592000000),
+        rejects_ms: Some(2592000000),
+        effects_ms: Some(604800000),
+    },
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &[

@@ -38,22 +38,21 @@ pub use policy::{
 pub use publish::{OutgoingEvent, PayloadError, Publish, RegisteredEvent, order_key_part};
 pub use registry::{
     ConsumerDescriptor, ConsumerMode, CutoverGateDescriptor, DispatcherDescriptor, EventDescriptor,
-    ExecutorClassDescriptor, HandlerKind, LagThresholdDescriptor, MissedSlots,
-    PayloadPolicyDescriptor, Registry, RetryPolicyDescriptor, ScheduleDescriptor,
-    SubscriptionDescriptor, VersionDescriptor,
+    EventRetention, ExecutorClassDescriptor, HandlerKind, LagThresholdDescriptor, MissedSlots,
+    PayloadPolicyDescriptor, Registry, RetentionDescriptor, RetryPolicyDescriptor,
+    ScheduleDescriptor, SubscriptionDescriptor, VersionDescriptor,
 };
 pub use retry::{Jitter, RetryDecision, RetryKind, RetryPolicy, RetryPolicyError};
 pub use store::postgres::{
     AttemptLatency, AttemptOutcomes, AttemptTotals, ClassHealth, ClassOwner, Console,
     ConsumerState, ConsumerStatus, CopyRows, DEFAULT_REPLAY_LIMIT, DURATION_BUCKETS_MS,
     DiscardApplied, DiscardPlan, DiscardRecord, DiscardedDelivery, Doorbell, EventsPurged, Lag,
-    LeasedDelivery, MAX_PURGE_ACTOR_CHARS, MAX_PURGE_REASON_CHARS, MAX_REPLAY_REASON_CHARS,
-    MAX_REPLAY_REF_CHARS, NOTIFY_CHANNEL, NotReplayable, NotReplayableReason, Percentiles,
-    PgPublisher, PgStore, PgStoreBuilder, PolicySource, Problem, Proposed, PurgeError,
-    RELAY_BEHIND_COUNTED, RecentRejects, RejectsPurged, RelayStatus, ReplayApplied, ReplayApproval,
-    ReplayError, ReplayItem, ReplayPlan, ReplayRecord, ReplaySelection, Role, RoleCheck,
-    SCHEDULE_GRACE, ScheduleStatus, SettledDelivery, SettledStatus, SilentWorker, StatusReport,
-    TableSpace, TimelineEntry, WatchedConsumer, WorkerSettings, deployed_registry,
+    LeasedDelivery, MAX_REPLAY_REASON_CHARS, MAX_REPLAY_REF_CHARS, NOTIFY_CHANNEL, NotReplayable,
+    NotReplayableReason, Percentiles, PgPublisher, PgStore, PgStoreBuilder, PolicySource, Problem,
+    Proposed, RELAY_BEHIND_COUNTED, RecentRejects, RejectsPurged, RelayStatus, ReplayApplied,
+    ReplayApproval, ReplayError, ReplayItem, ReplayPlan, ReplayRecord, ReplaySelection, Role,
+    RoleCheck, SCHEDULE_GRACE, ScheduleStatus, SettledDelivery, SettledStatus, SilentWorker,
+    StatusReport, TableSpace, TimelineEntry, WatchedConsumer, WorkerSettings, deployed_registry,
 };
 pub use store::sqlite::{
     CommitBell, SqliteOpenError, SqlitePublisher, SqliteStore, SqliteStoreBuilder,
@@ -75,5 +74,6 @@ pub use store::{
     REPLAYED_JOB_FAILED, replay_uuid,
 };
 pub use store::{LAG_BREACH, LagBreach, LagRound, MAX_COUNTED_SKIPS, ScheduleRound, ScheduleState};
+pub use store::{MAX_PURGE_ACTOR_CHARS, MAX_PURGE_REASON_CHARS, PurgeError, RetentionPurge};
 pub use tenant::{ALL_TENANTS, TenantScope, TenantScopeError};
 pub use trace::{TraceContext, TraceContextError, check_trace_id};

@@ -147,6 +147,57 @@ pub struct CutoverGateDescriptor {
     pub max_unexplained: u32,
 }
 
+/// How long rows stay before the purge removes them (`retention` of `evc.yaml` and of each
+/// event type's contract). A period that is `None` keeps its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionDescriptor {
+    /// The event types whose settled events are purged, sorted by name, each with its period;
+    /// a type not listed keeps its events.
+    pub events: &'static [EventRetention],
+    /// Attempts of deliveries no longer open, in milliseconds.
+    pub attempts_ms: Option<u64>,
+    /// Shadow runs (reconciliations), in milliseconds.
+    pub reconciliations_ms: Option<u64>,
+    /// Rejected appends, in milliseconds.
+    pub rejects_ms: Option<u64>,
+    /// How long an idempotency record outlives the longest event retention of its consumer's
+    /// event types, in milliseconds.
+    pub effects_ms: Option<u64>,
+}
+
+impl RetentionDescriptor {
+    /// Keeps every row: the retention of contracts that declare none.
+    pub const KEEP: Self = Self {
+        events: &[],
+        attempts_ms: None,
+        reconciliations_ms: None,
+        rejects_ms: None,
+        effects_ms: None,
+    };
+
+    /// Whether no table has a period.
+    pub fn keeps_everything(&self) -> bool {
+        *self == Self::KEEP
+    }
+
+    /// The retention of events of type `name`, in milliseconds, if they are purged.
+    pub fn events_ms(&self, name: &str) -> Option<u64> {
+        self.events
+            .binary_search_by(|entry| entry.event_type.cmp(name))
+            .ok()
+            .map(|index| self.events[index].ms)
+    }
+}
+
+/// How long the settled events of one type stay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventRetention {
+    /// The event type.
+    pub event_type: &'static str,
+    /// Its period, in milliseconds.
+    pub ms: u64,
+}
+
 /// A consumer's lag threshold for the events of one producer class (`lag_thresholds` of its
 /// contract): when the oldest open delivery to the consumer of such an event has waited
 /// longer, the dispatcher appends one `event_lag.breach` for the breach.
@@ -269,6 +320,8 @@ pub struct Registry {
     pub lag_thresholds: &'static [LagThresholdDescriptor],
     /// Cut-over gates, sorted by consumer.
     pub cutover_gates: &'static [CutoverGateDescriptor],
+    /// Retention periods: a runtime setting, outside the digest.
+    pub retention: RetentionDescriptor,
     /// The payload policy every append is checked against.
     pub payload_policy: PayloadPolicyDescriptor,
     /// Whether an append without a tenant scope is refused (`envelope.require_tenant_scope`).
@@ -417,6 +470,7 @@ mod tests {
         schedules: &[],
         lag_thresholds: &[],
         cutover_gates: &[],
+        retention: crate::registry::RetentionDescriptor::KEEP,
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: &[],
             credential_key_names: &[],

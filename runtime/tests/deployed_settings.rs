@@ -259,6 +259,7 @@ async fn installed_settings_are_the_settings_deployed_registry_reads() -> TestRe
                 schedules: &[],
                 lag_thresholds: &[],
                 cutover_gates: &[],
+                retention: evc_runtime::RetentionDescriptor::KEEP,
                 ..changed
             },
         )
@@ -290,6 +291,7 @@ async fn changed_settings_rows_change_what_appends_pass() -> TestResult {
                 schedules: &[],
                 lag_thresholds: &[],
                 cutover_gates: &[],
+                retention: evc_runtime::RetentionDescriptor::KEEP,
                 payload_policy: PayloadPolicyDescriptor {
                     hard_max_bytes: 64,
                     ..built.payload_policy
@@ -337,6 +339,7 @@ async fn changed_settings_rows_change_what_appends_pass() -> TestResult {
                 schedules: &[],
                 lag_thresholds: &[],
                 cutover_gates: &[],
+                retention: evc_runtime::RetentionDescriptor::KEEP,
                 payload_policy: PayloadPolicyDescriptor {
                     denied_keys: Box::leak(denied_keys.into_boxed_slice()),
                     ..built.payload_policy

@@ -71,6 +71,7 @@ async fn a_key_newly_denied_by_the_contracts_is_refused() -> TestResult {
             schedules: &[],
             lag_thresholds: &[],
             cutover_gates: &[],
+            retention: evc_runtime::RetentionDescriptor::KEEP,
             payload_policy: PayloadPolicyDescriptor {
                 denied_keys: &["internal_memo"],
                 ..REFERENCE_POLICY
@@ -117,6 +118,7 @@ async fn a_lowered_hard_cap_refuses_what_the_event_cap_allows() -> TestResult {
             schedules: &[],
             lag_thresholds: &[],
             cutover_gates: &[],
+            retention: evc_runtime::RetentionDescriptor::KEEP,
             payload_policy: PayloadPolicyDescriptor {
                 hard_max_bytes: 64,
                 ..REFERENCE_POLICY

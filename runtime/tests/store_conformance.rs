@@ -191,6 +191,16 @@ mod cutover {
     );
 }
 
+mod retention {
+    use super::*;
+
+    conformance!(
+        crate::conformance::RETAINED_REGISTRY =>
+        a_purge_removes_what_retention_expires_and_keeps_open_deliveries,
+        a_purge_needs_a_reason_and_an_actor,
+    );
+}
+
 /// The value of `series` (its name and labels) in the OpenMetrics text `metrics`.
 fn metric(metrics: &str, series: &str) -> Option<f64> {
     metrics
@@ -4518,5 +4528,186 @@ async fn legacy_outcomes_are_checked_and_kept_once<S: Conformance>(store: S) -> 
     tx.commit().await?;
     let report = store.cutover_report(SHADOW).await?;
     assert_eq!((report.reconciled, report.matched), (1, 1), "{}", S::NAME);
+    Ok(())
+}
+
+/// Claims `consumer`'s next delivery, records effect `key` for it and acks it, in one
+/// transaction.
+async fn settle_with_effect<S: Conformance>(
+    store: &S,
+    consumer: &str,
+    key: &str,
+) -> Result<uuid::Uuid, BoxError> {
+    let claimed = claim(store, consumer, "retention-worker", 1, LEASE, false).await?;
+    let lease = &claimed.first().ok_or("nothing to claim")?.lease;
+    let mut tx = store.begin().await?;
+    store.lock_lease(&mut *tx, lease).await?;
+    if lease.is_shadow() {
+        store.begin_shadow(&mut *tx).await?;
+        store.record_effect(&mut *tx, lease, key, "d").await?;
+        store.end_shadow(&mut *tx).await?;
+        store.record_reconciliation(&mut *tx, lease).await?;
+    } else {
+        store.record_effect(&mut *tx, lease, key, "d").await?;
+    }
+    Store::ack(store, &mut *tx, &[lease]).await?;
+    tx.commit().await?;
+    Ok(lease.event_id)
+}
+
+/// What a purge as of `ahead` from now removes (`apply`) or would remove.
+async fn purge_ahead<S: Conformance>(
+    store: &S,
+    ahead: Duration,
+    apply: bool,
+) -> Result<evc_runtime::RetentionPurge, BoxError> {
+    let as_of = std::time::SystemTime::now() + ahead;
+    Ok(store
+        .purge_expired(as_of, "retention test", "ops@example.com", apply)
+        .await?)
+}
+
+/// Every row of `k.plain`, `k.ordered` and `k.shadow` counted by outcome, and every event.
+async fn ledger_rows<S: Conformance>(store: &S) -> Result<(u64, u64), BoxError> {
+    let mut attempts = 0;
+    for consumer in [PLAIN, ORDERED, SHADOW] {
+        for outcome in ["acked", "retry"] {
+            attempts += store.count_attempts(consumer, outcome).await?;
+        }
+    }
+    Ok((attempts, store.count_events(&[]).await?))
+}
+
+/// Retention per table, on both stores: attempts, shadow runs and rejects past their hour go
+/// while their events stay; a settled `test.note` past its day goes with what hangs on it,
+/// while one with a delivery still open stays with its attempts, and `test.ping` (no period)
+/// stays; idempotency records go only once their event is gone and their horizon passed. A
+/// dry run counts exactly what the purge then removes, and removes nothing.
+async fn a_purge_removes_what_retention_expires_and_keeps_open_deliveries<S: Conformance>(
+    store: S,
+) -> TestResult {
+    // `settled`: every delivery acked, with an effect per consumer (and a shadow run).
+    let settled = committed(&store, vec![note(1)]).await?[0].event_id;
+    for (consumer, key) in [(ORDERED, "o:1"), (PLAIN, "p:1"), (SHADOW, "s:1")] {
+        assert_eq!(settle_with_effect(&store, consumer, key).await?, settled);
+    }
+    // `open`: acked by two consumers, failed once by `k.plain` and waiting for its retry.
+    let open = committed(&store, vec![note(2)]).await?[0].event_id;
+    assert_eq!(settle_with_effect(&store, ORDERED, "o:2").await?, open);
+    assert_eq!(settle_with_effect(&store, SHADOW, "s:2").await?, open);
+    let claimed = claim(&store, PLAIN, "retention-worker", 1, LEASE, false).await?;
+    let retrying = &claimed.first().ok_or("no k.plain delivery")?.lease;
+    assert_eq!(retrying.event_id, open);
+    store
+        .fail(
+            retrying,
+            FailureClass::Transient,
+            "E_LATER",
+            RetryDecision::Retry(Duration::from_secs(3_600)),
+        )
+        .await?;
+    // A ping, acked: its type keeps its events.
+    let pinged = committed(&store, vec![ping()]).await?[0].event_id;
+    assert_eq!(settle_with_effect(&store, PLAIN, "p:ping").await?, pinged);
+    // A reject.
+    let mut tx = store.begin().await?;
+    let refused = store
+        .append(&mut *tx, forbidden_note(3), AppendOptions::default())
+        .await;
+    assert!(refused.is_err());
+    tx.rollback().await?;
+    let reject =
+        eventually(|| async { Ok((store.rejects(10).await?.len() == 1).then_some(())) }).await?;
+    assert!(reject.is_some(), "{}: no reject row", S::NAME);
+    let (attempts, events) = ledger_rows(&store).await?;
+    assert_eq!((attempts, events), (7, 3), "{}", S::NAME);
+
+    // Now: nothing is an hour old.
+    let nothing = purge_ahead(&store, Duration::ZERO, true).await?;
+    assert_eq!(nothing.total(), 0, "{}: {nothing:?}", S::NAME);
+
+    // Two hours on: the attempts of settled deliveries, the shadow runs and the reject are
+    // past their hour; the failed attempt of the open delivery stays, and so does every event.
+    let two_hours = Duration::from_secs(2 * 3_600);
+    let dry = purge_ahead(&store, two_hours, false).await?;
+    assert_eq!(dry.purge_id, None);
+    assert_eq!(
+        (
+            dry.events,
+            dry.attempts,
+            dry.reconciliations,
+            dry.rejects,
+            dry.effects
+        ),
+        (0, 6, 2, 1, 0),
+        "{}: {dry:?}",
+        S::NAME
+    );
+    assert_eq!(
+        ledger_rows(&store).await?,
+        (7, 3),
+        "{}: the dry run removed rows",
+        S::NAME
+    );
+    let applied = purge_ahead(&store, two_hours, true).await?;
+    assert!(applied.purge_id.is_some());
+    let mut counted = applied;
+    counted.purge_id = None;
+    assert_eq!(counted, dry, "{}: the dry run counted other rows", S::NAME);
+    assert_eq!(ledger_rows(&store).await?, (1, 3), "{}", S::NAME);
+    assert_eq!(store.attempts(open, PLAIN).await?.len(), 1, "{}", S::NAME);
+    assert!(store.rejects(10).await?.is_empty());
+    assert!(store.reconciliations(settled, SHADOW).await?.is_empty());
+
+    // Three days on: the settled note is past its day and goes with `k.ordered`'s
+    // idempotency record (two days past, its event gone), but not `k.plain`'s, whose consumer
+    // also receives pings, kept forever. (A shadow run records intents, not effects.) The
+    // open note stays with its attempt and every record, though past their horizon; the ping
+    // stays.
+    let three_days = Duration::from_secs(3 * 86_400);
+    let applied = purge_ahead(&store, three_days, true).await?;
+    assert_eq!(
+        (applied.events, applied.attempts, applied.effects),
+        (1, 0, 1),
+        "{}: {applied:?}",
+        S::NAME
+    );
+    assert!(store.event(settled).await?.is_none(), "{}", S::NAME);
+    assert!(store.event(open).await?.is_some(), "{}", S::NAME);
+    assert!(store.event(pinged).await?.is_some(), "{}", S::NAME);
+    assert_eq!(store.attempts(open, PLAIN).await?.len(), 1, "{}", S::NAME);
+    let pending = store
+        .delivery(open, PLAIN)
+        .await?
+        .ok_or("the open delivery went")?;
+    assert_eq!(pending.status, DeliveryStatus::Pending);
+    for (consumer, key, kept) in [
+        (ORDERED, "o:1", false),
+        (PLAIN, "p:1", true),
+        (ORDERED, "o:2", true),
+        (PLAIN, "p:ping", true),
+    ] {
+        assert_eq!(
+            store.effect(consumer, key, None).await?.is_some(),
+            kept,
+            "{}: the effect {key} of {consumer}",
+            S::NAME
+        );
+    }
+    // Purged once: a second purge finds nothing.
+    assert_eq!(purge_ahead(&store, three_days, true).await?.total(), 0);
+    Ok(())
+}
+
+/// A purge names why and who, before anything is read (a tenant's refusal: `schema/tenants.rs`,
+/// `store_conformance/sqlite_tenants.rs`).
+async fn a_purge_needs_a_reason_and_an_actor<S: Conformance>(store: S) -> TestResult {
+    committed(&store, vec![note(1)]).await?;
+    let now = std::time::SystemTime::now() + Duration::from_secs(86_400 * 30);
+    let blank = store.purge_expired(now, " ", "ops", true).await;
+    assert!(matches!(blank, Err(evc_runtime::PurgeError::ReasonMissing)));
+    let nobody = store.purge_expired(now, "retention", "", true).await;
+    assert!(matches!(nobody, Err(evc_runtime::PurgeError::ActorMissing)));
+    assert_eq!(store.count_events(&[]).await?, 1, "{}", S::NAME);
     Ok(())
 }

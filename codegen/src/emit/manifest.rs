@@ -51,6 +51,40 @@ pub struct Settings<'a> {
     /// Cut-over gates of the consumers that declare one, by consumer.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub cutover_gates: BTreeMap<&'a str, CutoverGateEntry>,
+    /// Retention periods (left out when the contracts declare none).
+    #[serde(skip_serializing_if = "RetentionEntry::is_empty")]
+    pub retention: RetentionEntry<'a>,
+}
+
+/// The retention periods, as the purge applies them; a table left out keeps its rows.
+#[derive(Debug, Default, Serialize)]
+pub struct RetentionEntry<'a> {
+    /// The event types whose settled events are purged, by name.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub events: BTreeMap<&'a str, String>,
+    /// Attempts of deliveries no longer open.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<String>,
+    /// Shadow runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reconciliations: Option<String>,
+    /// Rejected appends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rejects: Option<String>,
+    /// How long idempotency records outlive the event retention of their consumers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub effects: Option<String>,
+}
+
+impl RetentionEntry<'_> {
+    /// Whether no table has a period.
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+            && self.attempts.is_none()
+            && self.reconciliations.is_none()
+            && self.rejects.is_none()
+            && self.effects.is_none()
+    }
 }
 
 /// A consumer's cut-over gate, as operators' moves to `live` are checked against it.
@@ -190,6 +224,19 @@ pub fn settings(set: &ContractSet) -> Settings<'_> {
                 ))
             })
             .collect(),
+        retention: RetentionEntry {
+            events: set
+                .events
+                .iter()
+                .filter_map(|(name, event)| {
+                    Some((name.as_str(), duration::format(event.retention?)))
+                })
+                .collect(),
+            attempts: set.project.retention.attempts.map(duration::format),
+            reconciliations: set.project.retention.reconciliations.map(duration::format),
+            rejects: set.project.retention.rejects.map(duration::format),
+            effects: set.project.retention.effects.map(duration::format),
+        },
     }
 }
 

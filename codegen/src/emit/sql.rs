@@ -61,6 +61,8 @@
 //! - `NNNN_evc_runtime_v24.sql`: the twenty-fourth step (lag breaches), named the same way.
 //! - `NNNN_evc_runtime_v25.sql`: the twenty-fifth step (the cut-over gate of shadow mode),
 //!   named the same way.
+//! - `NNNN_evc_runtime_v26.sql`: the twenty-sixth step (retention: the purge of expired rows
+//!   and its role), named the same way.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
@@ -160,6 +162,9 @@ pub const RUNTIME_V24_SUFFIX: &str = "_evc_runtime_v24.sql";
 
 /// The file name of the runtime tables' twenty-fifth step, after its version.
 pub const RUNTIME_V25_SUFFIX: &str = "_evc_runtime_v25.sql";
+
+/// The file name of the runtime tables' twenty-sixth step, after its version.
+pub const RUNTIME_V26_SUFFIX: &str = "_evc_runtime_v26.sql";
 
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
@@ -328,6 +333,11 @@ const STEPS: &[Step] = &[
         with: With::Notice,
     },
     Step {
+        name: Name::Step(RUNTIME_V26_SUFFIX),
+        template: template!("evc_runtime_v26.sql"),
+        with: With::Notice,
+    },
+    Step {
         name: Name::Digest(REGISTRY_INFIX),
         template: template!("evc_registry.sql"),
         with: With::Registry,
@@ -407,6 +417,9 @@ struct Inputs {
     /// The cut-over gates and the settings digest that records them, as SQL expressions;
     /// empty for a project without any ([`With::Settings`]).
     gates: Row,
+    /// The retention periods and the settings digest that records them, as SQL expressions;
+    /// empty for a project without any ([`With::Settings`]).
+    retention: Row,
 }
 
 impl Inputs {
@@ -440,6 +453,7 @@ impl Inputs {
                     settings: settings_row(set, &digest)?,
                     scheduling: scheduling_row(set, &digest)?,
                     gates: gates_row(set, &digest)?,
+                    retention: retention_row(set, &digest)?,
                     digest,
                     ..Self::default()
                 }
@@ -795,6 +809,38 @@ fn gates_row(set: &ContractSet, settings_digest: &str) -> Result<Row, EmitError>
     ])
 }
 
+/// The retention periods as the runtime reads them back from `evc_settings`, and the settings
+/// digest that records them; empty when the contracts declare none.
+fn retention_row(set: &ContractSet, settings_digest: &str) -> Result<Row, EmitError> {
+    let retention = &set.project.retention;
+    let ms = |period: Option<std::time::Duration>| {
+        period.map(|period| u64::try_from(period.as_millis()).unwrap_or(u64::MAX))
+    };
+    let events: Vec<serde_json::Value> = set
+        .events
+        .values()
+        .filter_map(|event| {
+            Some(serde_json::json!({"event_type": event.name, "ms": ms(event.retention)?}))
+        })
+        .collect();
+    if events.is_empty()
+        && retention.attempts.is_none()
+        && retention.reconciliations.is_none()
+        && retention.rejects.is_none()
+        && retention.effects.is_none()
+    {
+        return Ok(Vec::new());
+    }
+    let periods = serde_json::json!({
+        "events": events,
+        "attempts_ms": ms(retention.attempts),
+        "reconciliations_ms": ms(retention.reconciliations),
+        "rejects_ms": ms(retention.rejects),
+        "effects_ms": ms(retention.effects),
+    });
+    Ok(vec![jsonb(&periods)?, literal(settings_digest)?])
+}
+
 /// A duration as a `bigint` of milliseconds.
 fn duration_ms(duration: std::time::Duration) -> Result<String, EmitError> {
     bigint(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
@@ -1034,9 +1080,10 @@ mod tests {
                 format!("0023{RUNTIME_V23_SUFFIX}"),
                 format!("0024{RUNTIME_V24_SUFFIX}"),
                 format!("0025{RUNTIME_V25_SUFFIX}"),
-                format!("0026_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
+                format!("0026{RUNTIME_V26_SUFFIX}"),
+                format!("0027_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
                 format!(
-                    "0027_evc_settings_{}.sql",
+                    "0028_evc_settings_{}.sql",
                     &settings_digest(&set)?[..DIGEST_PREFIX_LEN]
                 ),
             ]
@@ -1158,7 +1205,7 @@ mod tests {
         let after = settings_of(&changed).ok_or("no settings file")?;
         assert_eq!(
             after.path.file_name().and_then(|n| n.to_str()),
-            Some(format!("0028_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
+            Some(format!("0029_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
             "the next number after the checked-in files"
         );
         // batch_size, lease_ms in column order.

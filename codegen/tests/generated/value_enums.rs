@@ -1254,6 +1254,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     schedules: &[],
     lag_thresholds: &[],
     cutover_gates: &[],
+    retention: ::evc::RetentionDescriptor::KEEP,
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &[

@@ -43,3 +43,11 @@ UPDATE evc_settings
 SET cutover_gates = {{ gates[0] }}, gates_digest = {{ gates[1] }}
 WHERE id AND gates_digest IS DISTINCT FROM {{ gates[1] }};
 {%- endif %}
+{%- if !retention.is_empty() %}
+
+-- The retention periods `evc purge` applies, for readers of the database, with the settings
+-- digest that wrote them, as above.
+UPDATE evc_settings
+SET retention = {{ retention[0] }}, retention_digest = {{ retention[1] }}
+WHERE id AND retention_digest IS DISTINCT FROM {{ retention[1] }};
+{%- endif %}

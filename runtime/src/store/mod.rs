@@ -65,6 +65,7 @@ pub(crate) mod observe;
 pub(crate) mod ops;
 pub(crate) mod parity;
 pub(crate) mod postgres;
+pub(crate) mod retention;
 mod rows;
 pub(crate) mod schedule;
 mod scheduling;
@@ -87,6 +88,7 @@ pub use lifecycle::{
 pub use observe::Observe;
 pub use ops::{Operate, StateChange, StateChangeRecord};
 pub use parity::{Drift, RegistryDrift, RegistryObject};
+pub use retention::{MAX_PURGE_ACTOR_CHARS, MAX_PURGE_REASON_CHARS, PurgeError, RetentionPurge};
 pub use schedule::{MAX_COUNTED_SKIPS, ScheduleRound, ScheduleState};
 
 /// The connection a store's appends and transactional handlers run on (`PgConnection` for

@@ -11,11 +11,13 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::future::Future;
+use std::time::SystemTime;
 
 use uuid::Uuid;
 
 use crate::append::sha256_hex;
 use crate::registry::ConsumerMode;
+use crate::store::retention::{PurgeError, RetentionPurge};
 use crate::store::{CutoverReport, DispatchError, Store};
 
 /// The operator surface of a store: dead letters, replay (a dry run's plan, then apply under an
@@ -170,6 +172,25 @@ pub trait Operate: Store {
         &self,
         limit: u32,
     ) -> impl Future<Output = Result<Vec<ReplayRecord>, DispatchError>> + Send;
+
+    /// Removes the rows the store's registry's retention expires as of `as_of`
+    /// ([`crate::RetentionDescriptor`]; docs/runtime.md, "Retention"): settled events per type
+    /// with their delivery rows, attempts, reconciliations and replay items; attempts of
+    /// deliveries no longer open; reconciliations; rejects; idempotency records whose event is
+    /// gone, past their horizon. A delivery still open keeps its event and attempts. One
+    /// transaction, which records `actor` and `reason` with the counts (`evc_purges`). With
+    /// `apply` false it counts the same rows and removes nothing (`purge_id` is `None`).
+    /// Refused in a session of one tenant: retention is every tenant's.
+    ///
+    /// # Errors
+    /// [`PurgeError`]; nothing is removed then.
+    fn purge_expired(
+        &self,
+        as_of: SystemTime,
+        reason: &str,
+        actor: &str,
+        apply: bool,
+    ) -> impl Future<Output = Result<RetentionPurge, PurgeError>> + Send;
 }
 
 /// Who changes a consumer's operator state and why ([`Operate::pause`], [`Operate::resume`],

@@ -434,6 +434,7 @@ mod tests {
         schedules: &[],
         lag_thresholds: &[],
         cutover_gates: &[],
+        retention: crate::registry::RetentionDescriptor::KEEP,
         payload_policy: crate::registry::PayloadPolicyDescriptor {
             denied_keys: &[],
             credential_key_names: &[],

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use evc_runtime::{
-    AppendOptions, Console, DispatchError, FailureClass, Operate, PgStore, ReplayApproval,
-    ReplayError, ReplaySelection, RetryDecision, Role, Store, TenantScope,
+    AppendOptions, Console, DispatchError, FailureClass, Operate, PgStore, PurgeError,
+    ReplayApproval, ReplayError, ReplaySelection, RetryDecision, Role, Store, TenantScope,
 };
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Executor};
@@ -15,6 +15,21 @@ use sqlx::{AssertSqlSafe, Executor};
 use crate::support::{self, DISPATCH_REGISTRY, TRACE_ID, TestResult, with_database};
 
 const CONSUMER: &str = "d.unordered";
+
+/// [`DISPATCH_REGISTRY`] whose notes and every table expire after a millisecond.
+static RETAINED: evc_runtime::Registry = evc_runtime::Registry {
+    retention: evc_runtime::RetentionDescriptor {
+        events: &[evc_runtime::EventRetention {
+            event_type: "test.note",
+            ms: 1,
+        }],
+        attempts_ms: Some(1),
+        reconciliations_ms: Some(1),
+        rejects_ms: Some(1),
+        effects_ms: Some(1),
+    },
+    ..DISPATCH_REGISTRY
+};
 
 /// A login per role for this test's database, named `<database>_<role>`: roles belong to the
 /// cluster, so the database's unique name keeps concurrent tests apart. The logins have no
@@ -332,6 +347,54 @@ async fn jobs(admin: &PgPool, logins: &Logins) -> TestResult {
     assert!(raw_denied(&pool, "SELECT intended FROM evc_reconciliations").await);
     assert!(raw_denied(&pool, "UPDATE evc_deliveries SET status = 'pending'").await);
     assert!(raw_denied(&pool, "DELETE FROM evc_heartbeats").await);
+
+    // The retention role purges what retention expires and nothing else; no other role may
+    // purge. A day on, the acked delivery's attempt is past its period; every event still has
+    // a delivery open (the other consumers claimed nothing; the replayed ones wait again), so
+    // every event stays, and so do the attempts of the replayed deliveries.
+    let a_day_on = std::time::SystemTime::now() + Duration::from_secs(86_400);
+    let retention_pool = logins.pool(admin, Role::Retention).await?;
+    for role in [
+        Role::Operator,
+        Role::Approver,
+        Role::Dispatcher,
+        Role::Reader,
+    ] {
+        let store = PgStore::new(logins.pool(admin, role).await?, RETAINED)?;
+        let purge = store
+            .purge_expired(a_day_on, "retention", "ops", true)
+            .await;
+        assert!(
+            matches!(&purge, Err(PurgeError::Database(error)) if denied(error)),
+            "{role} purged: {purge:?}"
+        );
+    }
+    let purger = PgStore::new(retention_pool.clone(), RETAINED)?;
+    let purged = purger
+        .purge_expired(a_day_on, "retention", "ops", true)
+        .await?;
+    assert_eq!((purged.events, purged.attempts), (0, 1), "{purged:?}");
+    let audit: (String, String, String) =
+        sqlx::query_as("SELECT ledger, actor, db_role FROM evc_purges WHERE id = $1")
+            .bind(purged.purge_id.ok_or("no audit row")?)
+            .fetch_one(admin)
+            .await?;
+    assert_eq!((audit.0.as_str(), audit.1.as_str()), ("retention", "ops"));
+    assert_eq!(audit.2, logins.name(Role::Retention));
+    assert!(raw_denied(&retention_pool, "SELECT payload FROM evc_events").await);
+    assert!(raw_denied(&retention_pool, "SELECT intended FROM evc_reconciliations").await);
+    assert!(
+        raw_denied(
+            &retention_pool,
+            "UPDATE evc_deliveries SET status = 'pending'"
+        )
+        .await
+    );
+    assert!(raw_denied(&retention_pool, "DELETE FROM evc_heartbeats").await);
+    assert!(raw_denied(&retention_pool, "DELETE FROM evc_replays").await);
+    assert!(dispatch_denied(
+        support::claim(&purger, CONSUMER, "w/r", 4, lease, false).await
+    ));
 
     // What the roles refused left nothing behind: the one replay, by bob.
     let replays = Operate::replays(&dispatcher, 10).await?;

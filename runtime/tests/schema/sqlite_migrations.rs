@@ -103,7 +103,8 @@ async fn the_replay_keys_step_keeps_every_replay_and_scopes_keys_per_consumer() 
             (13, "evc_effect_namespaces"),
             (14, "evc_schedules"),
             (15, "evc_lag_breaches"),
-            (16, "evc_cutover")
+            (16, "evc_cutover"),
+            (17, "evc_purges")
         ]
     );
     assert!(SqliteStore::apply_schema(&location).await?.is_empty());

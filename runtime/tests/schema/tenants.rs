@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use evc_runtime::{
     AppendError, AppendOptions, ClaimRequest, Console, Cursors, DispatchError, FailureClass,
-    NewEvent, PgStore, Registry, ReplayApproval, ReplaySelection, RetryDecision, Role, Store,
-    TenantScope,
+    NewEvent, Operate, PgStore, Registry, ReplayApproval, ReplaySelection, RetryDecision, Role,
+    Store, TenantScope,
 };
 use sqlx::postgres::{PgConnection, PgPool};
 use uuid::Uuid;
@@ -367,6 +367,14 @@ async fn two_tenants(admin: &PgPool, logins: &Logins) -> TestResult {
             Err(DispatchError::TenantScoped(_, tenant)) if tenant == "acme"
         ),
         "a tenant's operator read the cut-over gate"
+    );
+    // Retention spans every tenant: a tenant's session may not purge.
+    let purge = acme_dispatcher
+        .purge_expired(std::time::SystemTime::now(), "retention", "ops", true)
+        .await;
+    assert!(
+        matches!(purge, Err(evc_runtime::PurgeError::TenantScoped)),
+        "a tenant's session purged: {purge:?}"
     );
     // The relay's cursor passes every tenant's events: a tenant's session may not take it.
     assert!(

@@ -263,6 +263,14 @@ async fn each_tenant_sees_and_touches_only_its_own_rows() -> TestResult {
         "{explained:?}"
     );
     assert!(all.cutover_report(PLAIN).await?.passed());
+    // Retention spans every tenant: a handle of one may not purge.
+    let purge = acme
+        .purge_expired(std::time::SystemTime::now(), "retention", "ops", true)
+        .await;
+    assert!(
+        matches!(purge, Err(evc_runtime::PurgeError::TenantScoped)),
+        "{purge:?}"
+    );
     let bolt_pending: BTreeSet<Uuid> = bolt_events
         .iter()
         .copied()

@@ -204,6 +204,7 @@ pub static CONFORMANCE_REGISTRY: Registry = Registry {
     schedules: &[],
     lag_thresholds: &[],
     cutover_gates: &[],
+    retention: evc_runtime::RetentionDescriptor::KEEP,
     payload_policy: REFERENCE_POLICY,
     require_tenant_scope: false,
     dispatcher: evc_runtime::DispatcherDescriptor::FORMAT_DEFAULTS,
@@ -392,6 +393,27 @@ const BREACHES: &[SubscriptionDescriptor] = &[SubscriptionDescriptor {
 
 /// A consumer of `event_lag.breach` in [`LAGGING_REGISTRY`].
 pub const ALERTS: &str = "k.alerts";
+
+/// An hour.
+pub const HOUR_MS: u64 = 3_600_000;
+
+/// [`CONFORMANCE_REGISTRY`] with retention: settled `test.note` events stay a day (`test.ping`
+/// keeps its events); attempts, reconciliations and rejects an hour; idempotency records a day
+/// past their consumers' longest event retention, so `k.ordered`'s and `k.shadow`'s go two
+/// days after they were written, and `k.plain`'s (it also receives `test.ping`) stay.
+pub static RETAINED_REGISTRY: Registry = Registry {
+    retention: evc_runtime::RetentionDescriptor {
+        events: &[evc_runtime::EventRetention {
+            event_type: "test.note",
+            ms: 24 * HOUR_MS,
+        }],
+        attempts_ms: Some(HOUR_MS),
+        reconciliations_ms: Some(HOUR_MS),
+        rejects_ms: Some(HOUR_MS),
+        effects_ms: Some(24 * HOUR_MS),
+    },
+    ..CONFORMANCE_REGISTRY
+};
 
 /// [`CONFORMANCE_REGISTRY`] where `k.shadow` goes live only through a cut-over gate: two
 /// compared deliveries spanning at least a second, no unexplained difference.

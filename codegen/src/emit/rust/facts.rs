@@ -316,6 +316,7 @@ mod tests {
             status: EventStatus::default(),
             max_payload_bytes: 0,
             content: crate::model::ContentModel::Closed,
+            retention: None,
             versions: versions
                 .iter()
                 .map(|v| EventVersion {

@@ -1135,6 +1135,7 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
             u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
         )
     };
+    let retention = retention_descriptor(set, runtime, millis);
     let payload = &set.project.payload_policy;
     let denied = &payload.denied_keys;
     let credential = &payload.credential_key_names;
@@ -1160,6 +1161,7 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
             schedules: &[#(#schedules),*],
             lag_thresholds: &[#(#thresholds),*],
             cutover_gates: &[#(#gates),*],
+            retention: #retention,
             payload_policy: #runtime::PayloadPolicyDescriptor {
                 denied_keys: &[#(#denied),*],
                 credential_key_names: &[#(#credential),*],
@@ -1176,6 +1178,55 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
             },
         };
     })
+}
+
+/// The registry's retention: `KEEP` when the contracts declare none, so most registries read
+/// as they did.
+fn retention_descriptor(
+    set: &ContractSet,
+    runtime: &TokenStream,
+    millis: impl Fn(std::time::Duration) -> proc_macro2::Literal,
+) -> TokenStream {
+    let retention = &set.project.retention;
+    let events: Vec<TokenStream> = set
+        .events
+        .values()
+        .filter_map(|event| {
+            let name = &event.name;
+            let ms = millis(event.retention?);
+            Some(quote! { #runtime::EventRetention { event_type: #name, ms: #ms } })
+        })
+        .collect();
+    let period = |value: Option<std::time::Duration>| match value {
+        Some(value) => {
+            let ms = millis(value);
+            quote! { Some(#ms) }
+        }
+        None => quote! { None },
+    };
+    let (attempts, reconciliations, rejects, effects) = (
+        period(retention.attempts),
+        period(retention.reconciliations),
+        period(retention.rejects),
+        period(retention.effects),
+    );
+    if events.is_empty()
+        && retention.attempts.is_none()
+        && retention.reconciliations.is_none()
+        && retention.rejects.is_none()
+        && retention.effects.is_none()
+    {
+        return quote! { #runtime::RetentionDescriptor::KEEP };
+    }
+    quote! {
+        #runtime::RetentionDescriptor {
+            events: &[#(#events),*],
+            attempts_ms: #attempts,
+            reconciliations_ms: #reconciliations,
+            rejects_ms: #rejects,
+            effects_ms: #effects,
+        }
+    }
 }
 
 #[cfg(test)]

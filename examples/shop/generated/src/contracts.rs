@@ -767,6 +767,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     schedules: &[],
     lag_thresholds: &[],
     cutover_gates: &[],
+    retention: ::evc::RetentionDescriptor::KEEP,
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["card_number", "cvv"],
         credential_key_names: &["password", "token", "api_key", "secret"],

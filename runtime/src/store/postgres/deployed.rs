@@ -16,8 +16,10 @@ use super::{PgStore, sql};
 use crate::registry::{
     ConsumerDescriptor, ConsumerMode, CutoverGateDescriptor, DispatcherDescriptor, EventDescriptor,
     ExecutorClassDescriptor, HandlerKind, LagThresholdDescriptor, PayloadPolicyDescriptor,
-    Registry, RetryPolicyDescriptor, ScheduleDescriptor, SubscriptionDescriptor, VersionDescriptor,
+    Registry, RetentionDescriptor, RetryPolicyDescriptor, ScheduleDescriptor,
+    SubscriptionDescriptor, VersionDescriptor,
 };
+use crate::store::retention::{retention_of, retention_value};
 use crate::store::rows::{leak, leak_slice};
 use crate::store::{DispatchError, StoreError};
 use crate::store::{parity, rows, scheduling};
@@ -159,6 +161,7 @@ pub async fn deployed_registry(pool: &PgPool) -> Result<Registry, DispatchError>
         schedules,
         lag_thresholds,
         cutover_gates: deployed_gates(pool).await?,
+        retention: deployed_retention(pool).await?,
         payload_policy: settings.as_ref().map_or(FAIL_CLOSED, |s| s.payload_policy),
         require_tenant_scope: settings.as_ref().is_none_or(|s| s.require_tenant_scope),
         dispatcher: settings
@@ -221,6 +224,29 @@ async fn deployed_gates(pool: &PgPool) -> Result<&'static [CutoverGateDescriptor
     let value =
         serde_json::from_str(&text).map_err(|_| broken("cutover_gates is not JSON".to_owned()))?;
     scheduling::gates_of(value).map_err(broken)
+}
+
+/// The deployed retention periods; none in a database before the twenty-sixth step, or whose
+/// settings in force were written without them.
+async fn deployed_retention(pool: &PgPool) -> Result<RetentionDescriptor, DispatchError> {
+    let present: bool = sqlx::query_scalar(sql::HAS_RETENTION)
+        .fetch_one(pool)
+        .await?;
+    if !present {
+        return Ok(RetentionDescriptor::KEEP);
+    }
+    let Some(text) = sqlx::query_scalar::<_, String>(sql::DEPLOYED_RETENTION)
+        .fetch_optional(pool)
+        .await?
+    else {
+        return Ok(RetentionDescriptor::KEEP);
+    };
+    let broken = |what: String| {
+        DispatchError::Database(sqlx::Error::Decode(format!("evc_settings: {what}").into()))
+    };
+    let value =
+        serde_json::from_str(&text).map_err(|_| broken("retention is not JSON".to_owned()))?;
+    retention_of(value).map_err(broken)
 }
 
 /// The names of the deployed schedules and the (consumer, producer class) of the deployed lag
@@ -506,14 +532,15 @@ impl PgStore {
     /// `settings_digest` column gets the SHA-256 of the canonical JSON of the settings as the
     /// registry holds them: not the digest a generated file is named by, which covers
     /// `registry.json`'s settings (some of which the compiled registry does not carry); the
-    /// runtime compares it only with the digest its schedules, lag thresholds and cut-over
-    /// gates were recorded with. The row and those are written in one transaction.
+    /// runtime compares it only with the digest its schedules, lag thresholds, cut-over gates
+    /// and retention periods were recorded with. The row and those are written in one transaction.
     ///
     /// # Errors
     /// [`StoreError::Database`], also when the database lacks the settings table (the
     /// seventh runtime step, `NNNN_evc_runtime_v7.sql`, was not applied), or, for a registry
-    /// with schedules or lag thresholds, their columns (the twenty-fourth step), or with
-    /// cut-over gates, theirs (the twenty-fifth); nothing is written then.
+    /// with schedules or lag thresholds, their columns (the twenty-fourth step), with
+    /// cut-over gates, theirs (the twenty-fifth), or with retention periods, theirs (the
+    /// twenty-sixth); nothing is written then.
     pub async fn install_settings(&self) -> Result<(), StoreError> {
         let registry = self.registry();
         let policy = &registry.payload_policy;
@@ -542,6 +569,11 @@ impl PgStore {
         }
         if gated {
             settings["cutover_gates"] = gates.clone();
+        }
+        let retained = !registry.retention.keeps_everything();
+        let retention = retention_value(&registry.retention);
+        if retained {
+            settings["retention"] = retention.clone();
         }
         let digest = crate::sha256_hex(crate::canonical_json(&settings).as_bytes());
         let bigint = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
@@ -572,6 +604,13 @@ impl PgStore {
         if gated {
             sqlx::query(sql::INSTALL_GATES)
                 .bind(gates.to_string())
+                .bind(&digest)
+                .execute(&mut *transaction)
+                .await?;
+        }
+        if retained {
+            sqlx::query(sql::INSTALL_RETENTION)
+                .bind(retention.to_string())
                 .bind(&digest)
                 .execute(&mut *transaction)
                 .await?;

@@ -87,9 +87,7 @@ pub use crate::store::ops::{
     ReplayItem, ReplayPlan, ReplayRecord, ReplaySelection, SettledDelivery, SettledStatus,
 };
 
-pub use retention::{
-    EventsPurged, MAX_PURGE_ACTOR_CHARS, MAX_PURGE_REASON_CHARS, PurgeError, RejectsPurged,
-};
+pub use retention::{EventsPurged, RejectsPurged};
 pub use sql::NOTIFY_CHANNEL;
 
 /// Events per statement of a batch append. Large enough that per-statement costs vanish, small

@@ -303,6 +303,16 @@ impl Operate for PgStore {
     async fn replays(&self, limit: u32) -> Result<Vec<ReplayRecord>, DispatchError> {
         Ok(replay::replays(&self.inner.pool, limit).await?)
     }
+
+    async fn purge_expired(
+        &self,
+        as_of: std::time::SystemTime,
+        reason: &str,
+        actor: &str,
+        apply: bool,
+    ) -> Result<crate::RetentionPurge, crate::PurgeError> {
+        self.purge_expired_rows(as_of, reason, actor, apply).await
+    }
 }
 
 impl PgStore {

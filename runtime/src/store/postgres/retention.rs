@@ -8,45 +8,8 @@ use std::time::SystemTime;
 use sqlx::Row;
 
 use super::{PgStore, sql};
-
-/// Longest purge reason, in characters (the `evc_purges` check).
-pub const MAX_PURGE_REASON_CHARS: usize = 500;
-
-/// Longest purge actor, in characters (the `evc_purges` check).
-pub const MAX_PURGE_ACTOR_CHARS: usize = 200;
-
-/// Why a purge was refused. Nothing was deleted.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PurgeError {
-    /// No reason was given.
-    #[error("a purge needs a reason (1 to {MAX_PURGE_REASON_CHARS} characters)")]
-    ReasonMissing,
-    /// The reason is too long.
-    #[error(
-        "the purge reason has {chars} characters; at most {MAX_PURGE_REASON_CHARS} are allowed"
-    )]
-    ReasonTooLong {
-        /// Its length in characters.
-        chars: usize,
-    },
-    /// No actor was given.
-    #[error("a purge needs an actor (1 to {MAX_PURGE_ACTOR_CHARS} characters)")]
-    ActorMissing,
-    /// The actor is too long.
-    #[error("the purge actor has {chars} characters; at most {MAX_PURGE_ACTOR_CHARS} are allowed")]
-    ActorTooLong {
-        /// Its length in characters.
-        chars: usize,
-    },
-    /// The cutoff is before 1970 or not representable.
-    #[error("the purge cutoff is not a time after 1970")]
-    Cutoff,
-    /// The database failed or refused (a role without `DELETE` on the ledgers, the fifth
-    /// runtime step not applied).
-    #[error("outbox database error: {0}")]
-    Database(#[from] sqlx::Error),
-}
+use crate::store::retention::{PurgeError, RetentionPurge, check, expiry};
+use crate::tenant::ALL_TENANTS;
 
 /// What [`PgStore::purge_events`] removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,57 +110,70 @@ impl PgStore {
     }
 }
 
-/// The cutoff as epoch seconds, after the reason and actor are checked.
-fn check(before: SystemTime, reason: &str, actor: &str) -> Result<f64, PurgeError> {
-    if reason.trim().is_empty() {
-        return Err(PurgeError::ReasonMissing);
-    }
-    let chars = reason.chars().count();
-    if chars > MAX_PURGE_REASON_CHARS {
-        return Err(PurgeError::ReasonTooLong { chars });
-    }
-    if actor.trim().is_empty() {
-        return Err(PurgeError::ActorMissing);
-    }
-    let chars = actor.chars().count();
-    if chars > MAX_PURGE_ACTOR_CHARS {
-        return Err(PurgeError::ActorTooLong { chars });
-    }
-    before
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|since| since.as_secs_f64())
-        .map_err(|_| PurgeError::Cutoff)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reasons_and_actors_are_checked_before_the_database() {
-        let now = SystemTime::now();
-        assert!(check(now, "retention", "ops").is_ok());
-        assert!(matches!(
-            check(now, " ", "ops"),
-            Err(PurgeError::ReasonMissing)
-        ));
-        assert!(matches!(
-            check(now, &"é".repeat(501), "ops"),
-            Err(PurgeError::ReasonTooLong { chars: 501 })
-        ));
-        assert!(check(now, &"é".repeat(500), "ops").is_ok());
-        assert!(matches!(
-            check(now, "retention", ""),
-            Err(PurgeError::ActorMissing)
-        ));
-        assert!(matches!(
-            check(now, "retention", &"a".repeat(201)),
-            Err(PurgeError::ActorTooLong { chars: 201 })
-        ));
-        let before_epoch = SystemTime::UNIX_EPOCH - std::time::Duration::from_secs(1);
-        assert!(matches!(
-            check(before_epoch, "retention", "ops"),
-            Err(PurgeError::Cutoff)
-        ));
+impl PgStore {
+    /// Removes what this store's registry's retention expires as of `as_of`
+    /// (`evc_purge_expired`), or, when `apply` is false, counts it in a transaction it rolls
+    /// back ([`crate::Operate::purge_expired`]).
+    pub(crate) async fn purge_expired_rows(
+        &self,
+        as_of: SystemTime,
+        reason: &str,
+        actor: &str,
+        apply: bool,
+    ) -> Result<RetentionPurge, PurgeError> {
+        let expiry = expiry(self.registry(), as_of, reason, actor)?;
+        let tenant: Option<String> = sqlx::query_scalar(sql::SESSION_TENANT)
+            .fetch_one(self.pool())
+            .await?;
+        if tenant.is_some_and(|tenant| !tenant.is_empty() && tenant != ALL_TENANTS) {
+            return Err(PurgeError::TenantScoped);
+        }
+        if expiry.is_empty() {
+            return Ok(RetentionPurge::default());
+        }
+        let (types, type_cutoffs): (Vec<&str>, Vec<f64>) = expiry.events.iter().copied().unzip();
+        let (consumers, effect_cutoffs): (Vec<&str>, Vec<f64>) =
+            expiry.effects.iter().copied().unzip();
+        let mut transaction = self.pool().begin().await?;
+        let row = sqlx::query(sql::PURGE_EXPIRED)
+            .bind(expiry.as_of)
+            .bind(types)
+            .bind(type_cutoffs)
+            .bind(expiry.attempts)
+            .bind(expiry.reconciliations)
+            .bind(expiry.rejects)
+            .bind(consumers)
+            .bind(effect_cutoffs)
+            .bind(reason)
+            .bind(actor)
+            .fetch_one(&mut *transaction)
+            .await?;
+        let count = |column: &str| -> Result<u64, sqlx::Error> {
+            Ok(u64::try_from(row.try_get::<i64, _>(column)?).unwrap_or(0))
+        };
+        let mut purged = RetentionPurge {
+            purge_id: None,
+            events: count("events")?,
+            deliveries: count("deliveries")?,
+            attempts: count("attempts")?,
+            reconciliations: count("reconciliations")?,
+            replay_items: count("replay_items")?,
+            rejects: count("rejects")?,
+            effects: count("effects")?,
+        };
+        if apply {
+            purged.purge_id = Some(row.try_get("purge_id")?);
+            transaction.commit().await?;
+            tracing::info!(
+                purge_id = purged.purge_id,
+                events = purged.events,
+                attempts = purged.attempts,
+                effects = purged.effects,
+                "expired rows purged"
+            );
+        } else {
+            transaction.rollback().await?;
+        }
+        Ok(purged)
     }
 }

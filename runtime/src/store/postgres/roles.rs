@@ -21,6 +21,9 @@ pub enum Role {
     Operator,
     /// Applies a replay or discard another person proposed.
     Approver,
+    /// Purges the rows the retention periods expire (`evc purge`), and nothing else; created
+    /// by the twenty-sixth step.
+    Retention,
 }
 
 /// Whether a login can take a [`Role`] in a database ([`Role::check`]).
@@ -43,12 +46,13 @@ pub enum RoleCheck {
 
 impl Role {
     /// Every role, in the order of the docs.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Reader,
         Self::Producer,
         Self::Dispatcher,
         Self::Operator,
         Self::Approver,
+        Self::Retention,
     ];
 
     /// The group role's name, as the migrations create it.
@@ -59,6 +63,7 @@ impl Role {
             Self::Dispatcher => "evc_dispatcher",
             Self::Operator => "evc_operator",
             Self::Approver => "evc_approver",
+            Self::Retention => "evc_retention",
         }
     }
 

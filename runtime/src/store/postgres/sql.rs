@@ -304,6 +304,37 @@ WHERE id AND gates_digest = settings_digest";
 /// Whether the twenty-fifth step (the cut-over gate) is applied.
 pub(crate) const HAS_CUTOVER: &str = "SELECT to_regclass('evc_legacy_outcomes') IS NOT NULL";
 
+/// Writes the retention periods `$1` (a JSON object) recorded under settings digest `$2` (the
+/// twenty-sixth step), as a settings migration does.
+pub(crate) const INSTALL_RETENTION: &str = "\
+UPDATE evc_settings
+SET retention = $1::jsonb, retention_digest = $2
+WHERE id AND retention_digest IS DISTINCT FROM $2";
+
+/// The retention periods of the settings row, when the settings migration that wrote them is
+/// the one in force (twenty-sixth step); no row otherwise.
+pub(crate) const DEPLOYED_RETENTION: &str = "\
+SELECT retention::text AS retention
+FROM evc_settings
+WHERE id AND retention_digest = settings_digest AND retention IS NOT NULL";
+
+/// Whether the twenty-sixth step (retention) is applied.
+pub(crate) const HAS_RETENTION: &str = "\
+SELECT to_regprocedure('evc_purge_expired(timestamptz, text[], timestamptz[], timestamptz, \
+timestamptz, timestamptz, text[], timestamptz[], text, text)') IS NOT NULL";
+
+/// Removes what the retention periods expire as of `$1` (`evc_purge_expired`, the
+/// twenty-sixth step): cutoffs per event type `$2`/`$3`, of attempts `$4`, reconciliations
+/// `$5` and rejects `$6`, per consumer of idempotency records `$7`/`$8`, reason `$9`, actor
+/// `$10`, all as epoch seconds.
+pub(crate) const PURGE_EXPIRED: &str = "\
+SELECT purge_id, events, deliveries, attempts, reconciliations, replay_items, rejects, effects
+FROM evc_purge_expired(to_timestamp($1::float8), $2::text[],
+    ARRAY(SELECT to_timestamp(s) FROM unnest($3::float8[]) WITH ORDINALITY AS u (s, n) ORDER BY n),
+    to_timestamp($4::float8), to_timestamp($5::float8), to_timestamp($6::float8), $7::text[],
+    ARRAY(SELECT to_timestamp(s) FROM unnest($8::float8[]) WITH ORDINALITY AS u (s, n) ORDER BY n),
+    $9, $10)";
+
 /// The event type mirror rows.
 pub(crate) const REGISTRY_EVENT_TYPES: &str = "\
 SELECT name, description, producer_class, order_key, status, max_payload_bytes::int8 AS max_payload_bytes,

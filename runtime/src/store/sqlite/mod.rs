@@ -80,6 +80,7 @@ mod observe;
 mod operate;
 mod read;
 mod recorded;
+mod retention;
 mod schedule;
 pub(crate) mod sql;
 mod wake;
@@ -134,6 +135,7 @@ const MIGRATION_0015: &str = include_str!("../../../migrations/sqlite/0015_evc_l
 
 /// Legacy outcomes and explained differences (the cut-over gate).
 const MIGRATION_0016: &str = include_str!("../../../migrations/sqlite/0016_evc_cutover.sql");
+const MIGRATION_0017: &str = include_str!("../../../migrations/sqlite/0017_evc_purges.sql");
 
 /// Connections of the store's pool unless [`SqliteStoreBuilder::max_connections`] says
 /// otherwise: one for a caller's transaction, one for the reject audit and the dispatcher's
@@ -401,7 +403,7 @@ impl Prepared {
 
 /// The store's schema: each migration's version, name, SQL and whether it runs outside a
 /// transaction of sqlx's (it brings its own), in order.
-const SCHEMA: [(i64, &str, &str, bool); 16] = [
+const SCHEMA: [(i64, &str, &str, bool); 17] = [
     (1, "evc_runtime", MIGRATION_0001, false),
     (2, "evc_replays", MIGRATION_0002, false),
     (3, "evc_registry_document", MIGRATION_0003, false),
@@ -418,6 +420,7 @@ const SCHEMA: [(i64, &str, &str, bool); 16] = [
     (14, "evc_schedules", MIGRATION_0014, false),
     (15, "evc_lag_breaches", MIGRATION_0015, false),
     (16, "evc_cutover", MIGRATION_0016, false),
+    (17, "evc_purges", MIGRATION_0017, false),
 ];
 
 /// Applies the store's migrations (sqlx's migrator: each once, in order).

@@ -325,6 +325,16 @@ impl Operate for SqliteStore {
         }
         Ok(replays)
     }
+
+    async fn purge_expired(
+        &self,
+        as_of: std::time::SystemTime,
+        reason: &str,
+        actor: &str,
+        apply: bool,
+    ) -> Result<crate::RetentionPurge, crate::PurgeError> {
+        self.purge_expired_rows(as_of, reason, actor, apply).await
+    }
 }
 
 impl SqliteStore {

@@ -7,11 +7,11 @@ use serde_json::{Map, Value, json};
 
 use crate::registry::{
     ConsumerDescriptor, ConsumerMode, DispatcherDescriptor, EventDescriptor,
-    ExecutorClassDescriptor, HandlerKind, PayloadPolicyDescriptor, Registry, RetryPolicyDescriptor,
-    SubscriptionDescriptor, VersionDescriptor,
+    ExecutorClassDescriptor, HandlerKind, PayloadPolicyDescriptor, Registry, RetentionDescriptor,
+    RetryPolicyDescriptor, SubscriptionDescriptor, VersionDescriptor,
 };
 use crate::store::rows::{leak, leak_slice};
-use crate::store::{rows, scheduling};
+use crate::store::{retention, rows, scheduling};
 
 /// The document's format, so a later change of shape is told apart from a damaged file.
 const FORMAT: u64 = 1;
@@ -103,6 +103,7 @@ pub(crate) fn document(registry: &Registry) -> String {
         "schedules": scheduling::schedules_value(registry.schedules),
         "lag_thresholds": scheduling::thresholds_value(registry.lag_thresholds),
         "cutover_gates": scheduling::gates_value(registry.cutover_gates),
+        "retention": retention::retention_value(&registry.retention),
         "payload_policy": rows::payload_policy_document(policy),
         "require_tenant_scope": registry.require_tenant_scope,
         "dispatcher": rows::dispatcher_document(dispatcher),
@@ -226,6 +227,10 @@ pub(crate) fn registry(document: &str) -> Result<Registry, String> {
         cutover_gates: match root.get("cutover_gates") {
             Some(value) => scheduling::gates_of(value.clone())?,
             None => &[],
+        },
+        retention: match root.get("retention") {
+            Some(value) => retention::retention_of(value.clone())?,
+            None => RetentionDescriptor::KEEP,
         },
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: texts(policy, "denied_keys")?,
@@ -387,6 +392,16 @@ mod tests {
             min_span_ms: 259_200_000,
             max_unexplained: 1,
         }],
+        retention: crate::registry::RetentionDescriptor {
+            events: &[crate::registry::EventRetention {
+                event_type: "a.b",
+                ms: 86_400_000,
+            }],
+            attempts_ms: Some(3_600_000),
+            reconciliations_ms: None,
+            rejects_ms: Some(60_000),
+            effects_ms: Some(1_000),
+        },
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: &["password"],
             credential_key_names: &["token"],
@@ -411,6 +426,16 @@ mod tests {
         }
         let read = registry(&value.to_string()).expect("readable");
         assert!(read.schedules.is_empty() && read.lag_thresholds.is_empty());
+    }
+
+    #[test]
+    fn a_document_recorded_before_retention_keeps_every_row() {
+        let mut value: Value = serde_json::from_str(&document(&REGISTRY)).expect("JSON");
+        if let Some(root) = value.as_object_mut() {
+            root.remove("retention");
+        }
+        let read = registry(&value.to_string()).expect("readable");
+        assert!(read.retention.keeps_everything());
     }
 
     #[test]

@@ -1336,6 +1336,62 @@ INSERT INTO evc_cutover_explanations (consumer, event_id, explained_by, reason, 
     tenant_scope)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 
+/// The events of the types of `?1` (a JSON list of `[event type, cutoff]`) produced before
+/// their type's cutoff whose deliveries are all settled: what a retention purge removes.
+pub(crate) const EXPIRED_EVENTS: &str = "\
+SELECT e.event_id FROM evc_events e
+JOIN json_each(?1) AS c
+    ON e.event_type = json_extract(c.value, '$[0]')
+    AND e.produced_at < json_extract(c.value, '$[1]')
+WHERE NOT EXISTS (SELECT 1 FROM evc_deliveries d
+    WHERE d.event_id = e.event_id AND d.status IN ('pending', 'leased'))";
+
+/// Removes the attempts of the events of `?1` (a JSON list of ids), and those finished before
+/// `?2` of deliveries no longer open.
+pub(crate) const PURGE_ATTEMPTS: &str = "\
+DELETE FROM evc_delivery_attempts AS a
+WHERE a.event_id IN (SELECT value FROM json_each(?1))
+    OR (a.finished_at < ?2 AND NOT EXISTS (SELECT 1 FROM evc_deliveries d
+        WHERE d.event_id = a.event_id AND d.consumer = a.consumer
+            AND d.status IN ('pending', 'leased')))";
+
+/// Removes the shadow runs of the events of `?1`, and those recorded before `?2`.
+pub(crate) const PURGE_RECONCILIATIONS: &str = "\
+DELETE FROM evc_reconciliations
+WHERE event_id IN (SELECT value FROM json_each(?1)) OR recorded_at < ?2";
+
+/// Removes the replay items of the events of `?1`.
+pub(crate) const PURGE_REPLAY_ITEMS: &str = "\
+DELETE FROM evc_replay_items WHERE event_id IN (SELECT value FROM json_each(?1))";
+
+/// Removes the delivery rows of the events of `?1` (all settled).
+pub(crate) const PURGE_DELIVERIES: &str = "\
+DELETE FROM evc_deliveries WHERE event_id IN (SELECT value FROM json_each(?1))";
+
+/// Removes the events of `?1`.
+pub(crate) const PURGE_EVENTS: &str = "\
+DELETE FROM evc_events WHERE event_id IN (SELECT value FROM json_each(?1))";
+
+/// Removes the idempotency records of the consumers of `?1` (a JSON list of `[consumer,
+/// cutoff]`) created before their consumer's cutoff whose event is gone.
+pub(crate) const PURGE_EFFECTS: &str = "\
+DELETE FROM evc_consumer_effects AS f
+WHERE EXISTS (SELECT 1 FROM json_each(?1) AS c
+        WHERE json_extract(c.value, '$[0]') = f.consumer
+            AND f.created_at < json_extract(c.value, '$[1]'))
+    AND NOT EXISTS (SELECT 1 FROM evc_events e WHERE e.event_id = f.event_id)";
+
+/// Removes the rejects recorded before `?1`.
+pub(crate) const PURGE_REJECTS: &str = "\
+DELETE FROM evc_validation_rejects WHERE rejected_at < ?1";
+
+/// Records a retention purge: the time its periods counted back from `?1`, reason `?2`, actor
+/// `?3`, when `?4`, the rows removed per table `?5` (a JSON object).
+pub(crate) const RECORD_PURGE: &str = "\
+INSERT INTO evc_purges (ledger, cutoff, reason, actor, purged_at, counts)
+VALUES ('retention', ?1, ?2, ?3, ?4, ?5)
+RETURNING id";
+
 #[cfg(test)]
 mod tests {
     use super::*;

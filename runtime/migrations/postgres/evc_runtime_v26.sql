@@ -1,0 +1,189 @@
+-- {{ notice }}
+--
+-- evc runtime tables, twenty-sixth step: retention declared in the contracts (docs/runtime.md,
+-- "Retention"). It follows `NNNN_evc_runtime_v25.sql`.
+--
+-- The settings migrations record the periods in the settings row; `evc purge` (or
+-- `evc_purge_expired` from SQL) removes what they expire in one transaction that first writes
+-- its `evc_purges` row. A new group role, `evc_retention`, may run it and nothing else: it reads
+-- no payload and writes no ledger but the purge audit.
+
+-- The periods of the contracts, written by the settings migrations, so that `evc purge` needs
+-- no build of the application. `retention_digest` is the settings digest of the file that wrote
+-- them; they count only while it is the row's `settings_digest`.
+ALTER TABLE evc_settings ADD COLUMN IF NOT EXISTS retention jsonb;
+ALTER TABLE evc_settings ADD COLUMN IF NOT EXISTS retention_digest text;
+
+-- The audit row of a retention purge names the ledger `retention`.
+ALTER TABLE evc_purges DROP CONSTRAINT IF EXISTS evc_purges_ledger_check;
+ALTER TABLE evc_purges ADD CONSTRAINT evc_purges_ledger_check
+    CHECK (ledger IN ('events', 'rejects', 'retention'));
+
+-- The purge reads attempts and idempotency records by age; both are written in time order,
+-- so a block range index stays small and costs an insert almost nothing.
+CREATE INDEX IF NOT EXISTS evc_delivery_attempts_finished_brin_idx
+    ON evc_delivery_attempts USING brin (finished_at);
+CREATE INDEX IF NOT EXISTS evc_consumer_effects_created_brin_idx
+    ON evc_consumer_effects USING brin (created_at);
+
+-- Removes, as of `as_of`:
+--   events of type event_types[i] produced before event_cutoffs[i] whose deliveries are all
+--     settled, with their delivery rows, attempts, reconciliations and replay items;
+--   attempts finished before `attempts_before` of deliveries no longer open;
+--   reconciliations recorded before `reconciliations_before`;
+--   rejects recorded before `rejects_before`;
+--   idempotency records of consumer effect_consumers[i] created before effect_cutoffs[i] whose
+--     event is gone (or goes in this purge).
+-- A NULL cutoff keeps its table. Every row is counted first, the counts go into the audit row,
+-- and each delete repeats its test: when a delete finds other rows than were counted (a
+-- replay opened a delivery meanwhile) the purge fails and nothing is removed. Runs with the
+-- caller's rights, in a session for every tenant.
+CREATE OR REPLACE FUNCTION evc_purge_expired(as_of timestamptz, event_types text[],
+        event_cutoffs timestamptz[], attempts_before timestamptz,
+        reconciliations_before timestamptz, rejects_before timestamptz,
+        effect_consumers text[], effect_cutoffs timestamptz[], reason text, actor text)
+    RETURNS TABLE (purge_id bigint, events bigint, deliveries bigint, attempts bigint,
+        reconciliations bigint, replay_items bigint, rejects bigint, effects bigint)
+    LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE
+    ids uuid[] := '{}';
+    attempt_ids bigint[];
+    deleted bigint;
+    n integer;
+BEGIN
+    IF as_of IS NULL
+        OR coalesce(cardinality(event_types), 0) <> coalesce(cardinality(event_cutoffs), 0)
+        OR coalesce(cardinality(effect_consumers), 0)
+            <> coalesce(cardinality(effect_cutoffs), 0) THEN
+        RAISE EXCEPTION 'evc_purge_expired: a time and one cutoff per event type and consumer are required'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF coalesce(nullif(current_setting('evc.tenant', true), ''), '*') <> '*' THEN
+        RAISE EXCEPTION 'evc_purge_expired: a purge spans every tenant; this session works for one'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+
+    FOR n IN 1 .. coalesce(cardinality(event_types), 0) LOOP
+        ids := ids || ARRAY(
+            SELECT e.event_id FROM evc_events e
+            WHERE e.event_type = event_types[n] AND e.produced_at < event_cutoffs[n]
+                AND NOT EXISTS (SELECT 1 FROM evc_deliveries d
+                    WHERE d.event_id = e.event_id AND d.status IN ('pending', 'leased')));
+    END LOOP;
+    events := cardinality(ids);
+    SELECT count(*) INTO deliveries FROM evc_deliveries d WHERE d.event_id = ANY (ids);
+    SELECT coalesce(array_agg(a.id), '{}') INTO attempt_ids FROM evc_delivery_attempts a
+    WHERE a.event_id = ANY (ids)
+        OR (a.finished_at < attempts_before AND NOT EXISTS (SELECT 1 FROM evc_deliveries d
+            WHERE d.event_id = a.event_id AND d.consumer = a.consumer
+                AND d.status IN ('pending', 'leased')));
+    attempts := cardinality(attempt_ids);
+    SELECT count(*) INTO reconciliations FROM evc_reconciliations r
+    WHERE r.event_id = ANY (ids) OR r.recorded_at < reconciliations_before;
+    SELECT count(*) INTO replay_items FROM evc_replay_items r WHERE r.event_id = ANY (ids);
+    SELECT count(*) INTO rejects FROM evc_validation_rejects r WHERE r.rejected_at < rejects_before;
+    SELECT count(*) INTO effects FROM evc_consumer_effects f
+        JOIN unnest(effect_consumers, effect_cutoffs) AS c (consumer, before)
+            ON c.consumer = f.consumer AND f.created_at < c.before
+    WHERE NOT EXISTS (SELECT 1 FROM evc_events e
+        WHERE e.event_id = f.event_id AND e.event_id <> ALL (ids));
+
+    INSERT INTO evc_purges (ledger, cutoff, reason, actor, tables, counts)
+    VALUES ('retention', as_of, reason, actor,
+        ARRAY['evc_events', 'evc_delivery_attempts', 'evc_reconciliations', 'evc_replay_items',
+            'evc_validation_rejects', 'evc_consumer_effects'],
+        jsonb_build_object('evc_events', events, 'evc_deliveries', deliveries,
+            'evc_delivery_attempts', attempts, 'evc_reconciliations', reconciliations,
+            'evc_replay_items', replay_items, 'evc_validation_rejects', rejects,
+            'evc_consumer_effects', effects))
+    RETURNING id INTO purge_id;
+
+    PERFORM set_config('evc.purge', purge_id::text, true);
+    DELETE FROM evc_delivery_attempts a WHERE a.id = ANY (attempt_ids);
+    GET DIAGNOSTICS deleted = ROW_COUNT;
+    IF deleted <> attempts THEN
+        RAISE EXCEPTION 'evc_purge_expired: attempts changed during the purge'
+            USING ERRCODE = 'serialization_failure';
+    END IF;
+    DELETE FROM evc_reconciliations r
+    WHERE r.event_id = ANY (ids) OR r.recorded_at < reconciliations_before;
+    GET DIAGNOSTICS deleted = ROW_COUNT;
+    IF deleted <> reconciliations THEN
+        RAISE EXCEPTION 'evc_purge_expired: reconciliations changed during the purge'
+            USING ERRCODE = 'serialization_failure';
+    END IF;
+    DELETE FROM evc_replay_items r WHERE r.event_id = ANY (ids);
+    DELETE FROM evc_consumer_effects f
+    USING unnest(effect_consumers, effect_cutoffs) AS c (consumer, before)
+    WHERE c.consumer = f.consumer AND f.created_at < c.before
+        AND NOT EXISTS (SELECT 1 FROM evc_events e
+            WHERE e.event_id = f.event_id AND e.event_id <> ALL (ids));
+    GET DIAGNOSTICS deleted = ROW_COUNT;
+    IF deleted <> effects THEN
+        RAISE EXCEPTION 'evc_purge_expired: idempotency records changed during the purge'
+            USING ERRCODE = 'serialization_failure';
+    END IF;
+    -- Only settled rows: a delivery a replay opened since the count stays, and the count
+    -- tells.
+    DELETE FROM evc_deliveries d
+    WHERE d.event_id = ANY (ids) AND d.status NOT IN ('pending', 'leased');
+    GET DIAGNOSTICS deleted = ROW_COUNT;
+    IF deleted <> deliveries THEN
+        RAISE EXCEPTION 'evc_purge_expired: deliveries changed during the purge'
+            USING ERRCODE = 'serialization_failure';
+    END IF;
+    DELETE FROM evc_events e
+    WHERE e.event_id = ANY (ids)
+        AND NOT EXISTS (SELECT 1 FROM evc_deliveries d WHERE d.event_id = e.event_id);
+    GET DIAGNOSTICS deleted = ROW_COUNT;
+    IF deleted <> events THEN
+        RAISE EXCEPTION 'evc_purge_expired: deliveries changed during the purge'
+            USING ERRCODE = 'serialization_failure';
+    END IF;
+    DELETE FROM evc_validation_rejects r WHERE r.rejected_at < rejects_before;
+    GET DIAGNOSTICS deleted = ROW_COUNT;
+    IF deleted <> rejects THEN
+        RAISE EXCEPTION 'evc_purge_expired: rejects changed during the purge'
+            USING ERRCODE = 'serialization_failure';
+    END IF;
+    PERFORM set_config('evc.purge', '', true);
+    RETURN NEXT;
+END;
+$$;
+
+-- The retention role: reads what the purge tests (no payload, no intended effect), deletes
+-- from the tables the purge empties, and writes the purge's audit row. Created like the roles
+-- of the tenth step; skipped with a notice where the migrating role may not create roles.
+DO $$
+BEGIN
+    IF to_regrole('evc_retention') IS NULL THEN
+        IF NOT EXISTS (
+            SELECT 1 FROM pg_roles WHERE rolname = current_user AND (rolsuper OR rolcreaterole)
+        ) THEN
+            RAISE NOTICE 'evc: role evc_retention does not exist and % may not create it: its grants are skipped',
+                current_user;
+            RETURN;
+        END IF;
+        BEGIN
+            CREATE ROLE evc_retention NOLOGIN;
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            -- Another database's migration created it meanwhile.
+            NULL;
+        END;
+    END IF;
+    GRANT SELECT ON evc_event_types, evc_event_versions, evc_consumers, evc_subscriptions,
+        evc_retry_policies, evc_registry_state, evc_settings, evc_schedules, evc_purges
+        TO evc_retention;
+    GRANT SELECT (event_id, event_type, produced_at, tenant_scope) ON evc_events TO evc_retention;
+    GRANT SELECT (event_id, consumer, status) ON evc_deliveries TO evc_retention;
+    GRANT SELECT (id, event_id, consumer, finished_at) ON evc_delivery_attempts TO evc_retention;
+    GRANT SELECT (consumer, event_id, recorded_at) ON evc_reconciliations TO evc_retention;
+    GRANT SELECT (event_id) ON evc_replay_items TO evc_retention;
+    GRANT SELECT (rejected_at) ON evc_validation_rejects TO evc_retention;
+    GRANT SELECT (consumer, event_id, created_at) ON evc_consumer_effects TO evc_retention;
+    GRANT DELETE ON evc_events, evc_deliveries, evc_delivery_attempts, evc_reconciliations,
+        evc_replay_items, evc_validation_rejects, evc_consumer_effects TO evc_retention;
+    GRANT INSERT ON evc_purges TO evc_retention;
+END
+$$;
