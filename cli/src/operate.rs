@@ -742,6 +742,22 @@ fn status_text(report: &StatusReport, window: &str, lag_limit: Duration) -> Stri
             );
         }
     }
+    if let Some(purge) = &report.last_purge {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |since| since.as_secs_f64());
+        let ago_ms = (now - purge.purged_at).max(0.0).round() as i64 * 1000;
+        let _ = writeln!(
+            out,
+            "\nlast purge: {} ({}), {} ago by {}: {} rows ({})",
+            purge.purge_id,
+            escape(&purge.ledger),
+            millis_text(ago_ms),
+            escape(&purge.actor),
+            purge.total(),
+            escape(&purge.reason)
+        );
+    }
     if !report.schedules.is_empty() {
         let _ = writeln!(out, "\nschedules:");
         for schedule in &report.schedules {
@@ -882,6 +898,7 @@ fn status_json(report: &StatusReport, problems: &[evc_runtime::Problem]) -> Stri
             "shadow_runs": g.shadow_runs,
             "compared": g.compared,
         })).collect::<Vec<_>>(),
+        "last_purge": report.last_purge,
         "schedules": report.schedules.iter().map(|s| serde_json::json!({
             "schedule": s.state.name,
             "cron": s.state.cron,

@@ -427,6 +427,14 @@ fn the_purge_counts_then_removes_what_retention_expires() {
     assert!(runtime.block_on(store.event(open)).expect("read").is_some());
     runtime.block_on(store.close());
 
+    // `evc status` names the newest purge.
+    let output = evc(&url, &["status"]);
+    assert!(
+        stdout(&output).contains("last purge: 2 (retention), ")
+            && stdout(&output).contains("by ops@example.com: 0 rows (nightly retention)"),
+        "{output:?}"
+    );
+
     // Retention is every tenant's.
     let output = evc(&url, &[&purge[..], &["--tenant", "acme"]].concat());
     assert_eq!(output.status.code(), Some(1), "{output:?}");

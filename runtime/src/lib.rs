@@ -74,6 +74,8 @@ pub use store::{
     REPLAYED_JOB_FAILED, replay_uuid,
 };
 pub use store::{LAG_BREACH, LagBreach, LagRound, MAX_COUNTED_SKIPS, ScheduleRound, ScheduleState};
-pub use store::{MAX_PURGE_ACTOR_CHARS, MAX_PURGE_REASON_CHARS, PurgeError, RetentionPurge};
+pub use store::{
+    MAX_PURGE_ACTOR_CHARS, MAX_PURGE_REASON_CHARS, PurgeError, PurgeRecord, RetentionPurge,
+};
 pub use tenant::{ALL_TENANTS, TenantScope, TenantScopeError};
 pub use trace::{TraceContext, TraceContextError, check_trace_id};

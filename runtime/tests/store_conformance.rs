@@ -4694,6 +4694,28 @@ async fn a_purge_removes_what_retention_expires_and_keeps_open_deliveries<S: Con
             S::NAME
         );
     }
+    // The status report and the audit list name the newest purge.
+    let status = store.status(Duration::from_secs(60)).await?;
+    let last = status.last_purge.as_ref().ok_or("no purge in the status")?;
+    assert_eq!(Some(last.purge_id), applied.purge_id, "{}", S::NAME);
+    assert_eq!(
+        (last.ledger.as_str(), last.actor.as_str(), last.total()),
+        ("retention", "ops@example.com", applied.total())
+    );
+    let metrics = status.prometheus();
+    assert_eq!(
+        metric(
+            &metrics,
+            "evc_retention_last_purge_rows{ledger=\"retention\"}"
+        ),
+        Some(applied.total() as f64),
+        "{metrics}"
+    );
+    let purges = store.purges(10).await?;
+    assert_eq!(purges.len(), 3, "{}", S::NAME);
+    assert_eq!(purges[0].purge_id, last.purge_id);
+    assert!(purges[0].purge_id > purges[1].purge_id);
+
     // Purged once: a second purge finds nothing.
     assert_eq!(purge_ahead(&store, three_days, true).await?.total(), 0);
     Ok(())

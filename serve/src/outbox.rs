@@ -7,9 +7,9 @@ use std::time::Duration;
 use evc_runtime::{
     AttemptRecord, AttemptTotals, Console, ConsumerMode, ConsumerState, CutoverReport,
     DeliveryRecord, DispatchError, EventRecord, FeedEvent, FeedPosition, Intent, LagBreach,
-    Observe, Operate, PgStore, Proposed, Registry, ReplayApplied, ReplayApproval, ReplayError,
-    ReplayPlan, ReplaySelection, ScheduleState, SettledDelivery, SqliteStore, StateChange,
-    StateChangeRecord, StatusReport, Store, StoreError, TimelineEntry,
+    Observe, Operate, PgStore, Proposed, PurgeRecord, Registry, ReplayApplied, ReplayApproval,
+    ReplayError, ReplayPlan, ReplaySelection, ScheduleState, SettledDelivery, SqliteStore,
+    StateChange, StateChangeRecord, StatusReport, Store, StoreError, TimelineEntry,
 };
 
 use uuid::Uuid;
@@ -91,6 +91,10 @@ impl Outbox {
     }
 
     /// Every schedule a scheduler round has seen.
+    pub(crate) async fn purges(&self, limit: u32) -> Result<Vec<PurgeRecord>, DispatchError> {
+        on_store!(self, Role::Reader, store => store.purges(limit).await)
+    }
+
     pub(crate) async fn schedule_states(&self) -> Result<Vec<ScheduleState>, DispatchError> {
         on_store!(self, Role::Reader, store => store.schedule_states().await)
     }

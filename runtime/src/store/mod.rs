@@ -88,7 +88,9 @@ pub use lifecycle::{
 pub use observe::Observe;
 pub use ops::{Operate, StateChange, StateChangeRecord};
 pub use parity::{Drift, RegistryDrift, RegistryObject};
-pub use retention::{MAX_PURGE_ACTOR_CHARS, MAX_PURGE_REASON_CHARS, PurgeError, RetentionPurge};
+pub use retention::{
+    MAX_PURGE_ACTOR_CHARS, MAX_PURGE_REASON_CHARS, PurgeError, PurgeRecord, RetentionPurge,
+};
 pub use schedule::{MAX_COUNTED_SKIPS, ScheduleRound, ScheduleState};
 
 /// The connection a store's appends and transactional handlers run on (`PgConnection` for

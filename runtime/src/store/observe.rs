@@ -107,6 +107,17 @@ pub trait Observe: Store {
     /// # Errors
     /// [`DispatchError::Database`].
     fn feed_head(&self) -> impl Future<Output = Result<FeedPosition, DispatchError>> + Send;
+
+    /// The newest `limit` purges, newest first, as their audit rows record them: who, why,
+    /// when and the rows removed per table (docs/runtime.md, "Retention"). A session of one
+    /// tenant sees none: purges span every tenant.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn purges(
+        &self,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<crate::store::PurgeRecord>, DispatchError>> + Send;
 }
 
 /// A delivery leased now ([`Observe::leases`]). Times are epoch seconds of the store's clock.
@@ -485,6 +496,9 @@ pub struct StatusReport {
     /// The progress of each consumer with a cut-over gate (docs/runtime.md, "Cut-over gate"),
     /// by consumer.
     pub cutover_gates: Vec<crate::store::GateProgress>,
+    /// The newest purge (docs/runtime.md, "Retention"); `None` before the first, and in a
+    /// session of one tenant.
+    pub last_purge: Option<crate::store::PurgeRecord>,
 }
 
 /// The most breaches a status report reads.
@@ -902,6 +916,16 @@ impl StatusReport {
             "cutover_required_deliveries",
             "Compared deliveries the consumer's cut-over gate needs",
         );
+        let purged_at = gauge_family(
+            &mut registry,
+            "retention_last_purge_timestamp_seconds",
+            "When the newest purge ran (epoch seconds), by its ledger",
+        );
+        let purged_rows = gauge_family(
+            &mut registry,
+            "retention_last_purge_rows",
+            "Rows the newest purge removed, by its ledger",
+        );
 
         for c in &self.consumers {
             for (status, count) in [
@@ -1005,6 +1029,11 @@ impl StatusReport {
             cutover_required
                 .get_or_create(&consumer)
                 .set(f64::from(gate.gate.min_reconciled));
+        }
+        if let Some(purge) = &self.last_purge {
+            let ledger = labels(&[("ledger", &purge.ledger)]);
+            purged_at.get_or_create(&ledger).set(purge.purged_at);
+            purged_rows.get_or_create(&ledger).set(purge.total() as f64);
         }
         stale.inc_by(self.stale_tokens);
 

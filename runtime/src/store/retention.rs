@@ -9,7 +9,7 @@
 //! does, and then for `effects` past the longest event retention of the consumers sharing its
 //! idempotency scope, so a late redelivery still finds it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
@@ -93,6 +93,44 @@ impl RetentionPurge {
             + self.rejects
             + self.effects
     }
+}
+
+/// A purge as its audit row records it ([`crate::Observe::purges`]): a retention purge
+/// (`ledger` `retention`) or, on PostgreSQL, a purge of events or rejects before a fixed
+/// cutoff. Times are epoch seconds of the store's clock.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct PurgeRecord {
+    /// The audit row.
+    pub purge_id: i64,
+    /// `retention`, `events` or `rejects`.
+    pub ledger: String,
+    /// The time a retention purge's periods counted back from; the fixed cutoff of the
+    /// others.
+    pub cutoff: f64,
+    /// Why.
+    pub reason: String,
+    /// Who.
+    pub actor: String,
+    /// When it ran.
+    pub purged_at: f64,
+    /// Rows removed, by table.
+    pub rows: BTreeMap<String, u64>,
+}
+
+impl PurgeRecord {
+    /// Rows removed over every table.
+    pub fn total(&self) -> u64 {
+        self.rows.values().sum()
+    }
+}
+
+/// The rows per table of an audit row's `counts`, a JSON object of counts.
+///
+/// # Errors
+/// [`sqlx::Error::Decode`] for anything else (a broken database).
+pub(crate) fn rows_of(counts: &str) -> Result<BTreeMap<String, u64>, sqlx::Error> {
+    serde_json::from_str(counts).map_err(|error| sqlx::Error::Decode(Box::new(error)))
 }
 
 /// The cutoffs of one purge, in epoch seconds: a row older than its table's cutoff is expired.

@@ -28,6 +28,7 @@ pub(crate) mod event;
 mod payload;
 mod registry;
 mod replay;
+mod retention;
 mod schedule;
 pub(crate) mod state;
 
@@ -90,6 +91,7 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(registry::parity))
         .routes(routes!(schedule::schedules))
         .routes(routes!(schedule::lag_breaches))
+        .routes(routes!(retention::retention))
 }
 
 /// A registered event type and who receives it.

@@ -9,7 +9,7 @@ use sqlx::postgres::{PgPool, PgRow};
 
 use super::{PgStore, sql};
 use crate::registry::ConsumerMode;
-use crate::store::{DispatchError, FeedEvent, FeedPosition};
+use crate::store::{DispatchError, FeedEvent, FeedPosition, PurgeRecord};
 // The report types moved to `store::observe` (both stores use them); kept here for old paths.
 pub use crate::store::observe::ClassOwner;
 pub use crate::store::observe::{
@@ -126,6 +126,10 @@ impl Observe for PgStore {
                 .map_err(|source| DispatchError::Payload { event_id, source })
         })
         .transpose()
+    }
+
+    async fn purges(&self, limit: u32) -> Result<Vec<PurgeRecord>, DispatchError> {
+        super::retention::purges(&self.inner.pool, limit).await
     }
 
     async fn feed_head(&self) -> Result<FeedPosition, DispatchError> {
@@ -414,6 +418,7 @@ pub(crate) async fn status(
         schedules,
         lag_breaches,
         cutover_gates: super::cutover::progress_of(pool, watched.gates).await?,
+        last_purge: super::retention::purges(pool, 1).await?.pop(),
     })
 }
 

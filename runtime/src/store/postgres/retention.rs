@@ -6,9 +6,11 @@
 use std::time::SystemTime;
 
 use sqlx::Row;
+use sqlx::postgres::PgPool;
 
 use super::{PgStore, sql};
-use crate::store::retention::{PurgeError, RetentionPurge, check, expiry};
+use crate::store::DispatchError;
+use crate::store::retention::{PurgeError, PurgeRecord, RetentionPurge, check, expiry, rows_of};
 use crate::tenant::ALL_TENANTS;
 
 /// What [`PgStore::purge_events`] removed.
@@ -176,4 +178,33 @@ impl PgStore {
         }
         Ok(purged)
     }
+}
+
+/// The newest `limit` purges, newest first ([`crate::Observe::purges`]); none in a database
+/// before the fifth step. A session of one tenant sees none: purges span every tenant.
+pub(crate) async fn purges(pool: &PgPool, limit: u32) -> Result<Vec<PurgeRecord>, DispatchError> {
+    if !sqlx::query_scalar::<_, bool>(sql::HAS_PURGES)
+        .fetch_one(pool)
+        .await?
+    {
+        return Ok(Vec::new());
+    }
+    let rows = sqlx::query(sql::READ_PURGES)
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(PurgeRecord {
+                purge_id: row.try_get("id")?,
+                ledger: row.try_get("ledger")?,
+                cutoff: row.try_get("cutoff")?,
+                reason: row.try_get("reason")?,
+                actor: row.try_get("actor")?,
+                purged_at: row.try_get("purged_at")?,
+                rows: rows_of(&row.try_get::<String, _>("counts")?)?,
+            })
+        })
+        .collect::<Result<_, sqlx::Error>>()
+        .map_err(DispatchError::from)
 }

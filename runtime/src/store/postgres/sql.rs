@@ -318,6 +318,17 @@ SELECT retention::text AS retention
 FROM evc_settings
 WHERE id AND retention_digest = settings_digest AND retention IS NOT NULL";
 
+/// The newest `$1` purges, newest first (the audit table of the fifth step).
+pub(crate) const READ_PURGES: &str = "\
+SELECT id, ledger, extract(epoch FROM cutoff)::float8 AS cutoff, reason, actor,
+    extract(epoch FROM purged_at)::float8 AS purged_at, counts::text AS counts
+FROM evc_purges
+ORDER BY id DESC
+LIMIT $1";
+
+/// Whether the fifth step's purge audit table is there.
+pub(crate) const HAS_PURGES: &str = "SELECT to_regclass('evc_purges') IS NOT NULL";
+
 /// Whether the twenty-sixth step (retention) is applied.
 pub(crate) const HAS_RETENTION: &str = "\
 SELECT to_regprocedure('evc_purge_expired(timestamptz, text[], timestamptz[], timestamptz, \

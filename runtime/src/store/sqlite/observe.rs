@@ -15,7 +15,7 @@ use crate::store::observe::{
     Percentiles, RELAY_BEHIND_COUNTED, RecentRejects, RelayStatus, SAMPLE_ATTEMPTS, ScheduleStatus,
     SilentWorker, StatusReport, TimelineEntry, TotalsRow, WorkerSettings, class_health,
 };
-use crate::store::{DispatchError, FeedEvent, FeedPosition};
+use crate::store::{DispatchError, FeedEvent, FeedPosition, PurgeRecord};
 
 impl Observe for SqliteStore {
     async fn status(&self, window: Duration) -> Result<StatusReport, DispatchError> {
@@ -222,6 +222,7 @@ impl Observe for SqliteStore {
             schedules,
             lag_breaches,
             cutover_gates: self.gate_progress().await?,
+            last_purge: self.read_purges(1).await?.pop(),
         })
     }
 
@@ -333,6 +334,10 @@ impl Observe for SqliteStore {
                 .map_err(|source| DispatchError::Payload { event_id, source })
         })
         .transpose()
+    }
+
+    async fn purges(&self, limit: u32) -> Result<Vec<PurgeRecord>, DispatchError> {
+        self.read_purges(limit).await
     }
 
     async fn feed_head(&self) -> Result<FeedPosition, DispatchError> {

@@ -7,9 +7,38 @@ use std::time::SystemTime;
 use serde_json::{Value, json};
 
 use super::{SqliteStore, epoch_now, sql};
-use crate::store::retention::{PurgeError, RetentionPurge, expiry};
+use sqlx::Row;
+
+use crate::store::DispatchError;
+use crate::store::retention::{PurgeError, PurgeRecord, RetentionPurge, expiry, rows_of};
 
 impl SqliteStore {
+    /// [`crate::Observe::purges`] on SQLite; none on a handle of one tenant (purges span every
+    /// tenant).
+    pub(super) async fn read_purges(&self, limit: u32) -> Result<Vec<PurgeRecord>, DispatchError> {
+        if self.tenant().is_some() {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(sql::READ_PURGES)
+            .bind(i64::from(limit))
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(PurgeRecord {
+                    purge_id: row.try_get("id")?,
+                    ledger: row.try_get("ledger")?,
+                    cutoff: row.try_get("cutoff")?,
+                    reason: row.try_get("reason")?,
+                    actor: row.try_get("actor")?,
+                    purged_at: row.try_get("purged_at")?,
+                    rows: rows_of(&row.try_get::<String, _>("counts")?)?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(DispatchError::from)
+    }
+
     /// [`crate::Operate::purge_expired`] on SQLite.
     pub(super) async fn purge_expired_rows(
         &self,

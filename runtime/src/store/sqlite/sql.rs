@@ -1385,6 +1385,13 @@ WHERE EXISTS (SELECT 1 FROM json_each(?1) AS c
 pub(crate) const PURGE_REJECTS: &str = "\
 DELETE FROM evc_validation_rejects WHERE rejected_at < ?1";
 
+/// The newest `?1` purges, newest first.
+pub(crate) const READ_PURGES: &str = "\
+SELECT id, ledger, cutoff, reason, actor, purged_at, counts
+FROM evc_purges
+ORDER BY id DESC
+LIMIT ?1";
+
 /// Records a retention purge: the time its periods counted back from `?1`, reason `?2`, actor
 /// `?3`, when `?4`, the rows removed per table `?5` (a JSON object).
 pub(crate) const RECORD_PURGE: &str = "\
