@@ -146,7 +146,7 @@ const SHIPPED: [(&str, &str); 36] = [
     ),
     (
         "0035_evc_runtime_v26.sql",
-        "bba17fb2c0ca992ae96fcd6a2daf2eef267e2ae8756221b0ac30c646a4b035bf",
+        "ff08f85e97c6da6f8a3d504edc16ca01a82b5a2d1c21aa132fa7a84df1bab171",
     ),
     (
         "0036_evc_settings_688e0155f98c.sql",

@@ -15,6 +15,7 @@ use evc_codegen::structure::FileKind;
 use evc_codegen::{ContractSet, Diagnostic, LoadCache, LoadError, Sources, diagnostic};
 
 mod dispatch;
+mod evidence;
 mod migrate;
 mod operate;
 mod purge;
@@ -163,6 +164,15 @@ enum Command {
     Replay {
         #[command(flatten)]
         args: replay::ReplayArgs,
+        #[command(flatten)]
+        database: operate::Database,
+    },
+    /// What the ledger alone says over a window: event types appended in one trace,
+    /// consumers failing together, (producer class, consumer) pairs with repeated dead letters
+    /// or lag breaches, and escalations by step kind.
+    Evidence {
+        #[command(flatten)]
+        args: evidence::EvidenceArgs,
         #[command(flatten)]
         database: operate::Database,
     },
@@ -391,6 +401,9 @@ fn main() -> ExitCode {
         Command::Consumer { action, database } => operate::consumer(&action, &database),
         Command::Dlq { action, database } => replay::dlq(&action, &database),
         Command::Replay { args, database } => replay::replay(&args, &database),
+        Command::Evidence { args, database } => {
+            evidence::evidence(&args, &database).map(|()| ExitCode::SUCCESS)
+        }
         Command::Purge { args, database } => {
             purge::purge(&args, &database).map(|()| ExitCode::SUCCESS)
         }

@@ -742,7 +742,7 @@ fn status_text(report: &StatusReport, window: &str, lag_limit: Duration) -> Stri
             );
         }
     }
-    if let Some(purge) = &report.last_purge {
+    for purge in &report.last_purges {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |since| since.as_secs_f64());
@@ -898,7 +898,7 @@ fn status_json(report: &StatusReport, problems: &[evc_runtime::Problem]) -> Stri
             "shadow_runs": g.shadow_runs,
             "compared": g.compared,
         })).collect::<Vec<_>>(),
-        "last_purge": report.last_purge,
+        "last_purges": report.last_purges,
         "schedules": report.schedules.iter().map(|s| serde_json::json!({
             "schedule": s.state.name,
             "cron": s.state.cron,

@@ -442,6 +442,48 @@ fn the_purge_counts_then_removes_what_retention_expires() {
 }
 
 #[test]
+fn usage_evidence_reads_the_ledger_of_a_sqlite_outbox() {
+    let _serial = one_test_at_a_time();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("outbox.db");
+    let url = format!("sqlite:{}", path.display());
+    assert!(evc(&url, &["migrate"]).status.success());
+    runtime().block_on(application(&path));
+
+    // `audit` dead-lettered one note of the `notes` producer class.
+    let output = evc(&url, &["evidence", "--min-count", "1", "--format", "json"]);
+    assert!(output.status.success(), "{output:?}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(report["window_s"], 7.0 * 86_400.0);
+    assert_eq!(report["co_triggered"], serde_json::json!([]));
+    assert_eq!(
+        report["chronic"],
+        serde_json::json!([{"producer_class": "notes", "consumer": "audit",
+            "dead_letters": 1, "lag_breaches": 0}])
+    );
+    assert_eq!(report["escalations"][0]["step_kind"], "unclassified");
+    assert_eq!(report["escalations"][0]["consumers"]["audit"], 1);
+
+    // Once is under the default threshold of two.
+    let output = evc(&url, &["evidence"]);
+    let text = stdout(&output);
+    assert!(
+        text.starts_with("usage evidence over 7d (slots of 1m; signals seen at least 2 times)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("chronic (producer class -> consumer):\n  none\n"),
+        "{text}"
+    );
+    let output = evc(&url, &["evidence", "--window", "soon"]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stderr(&output).contains("--window \"soon\" is not a duration"),
+        "{output:?}"
+    );
+}
+
+#[test]
 fn operator_commands_run_on_the_registry_a_sqlite_file_records() {
     let _serial = one_test_at_a_time();
     let dir = tempfile::tempdir().expect("tempdir");

@@ -109,7 +109,7 @@ pub(crate) fn validate(
     let topics = checker.topics(&events);
     let schedules = checker.schedules(&events, &project);
     checker.lag_breach_event(&events, &consumers, &project);
-    checker.retention_keeps_gate_evidence(&project, &consumers);
+    checker.retention_keeps_gate_evidence(&project, &events, &consumers);
     checker.settings_the_runtime_honours(
         &project.dispatcher,
         &consumers,
@@ -429,7 +429,6 @@ impl<'a> Checker<'a> {
         relay
     }
 
-    /// Parses a duration the format schema already shaped; reports one that overflows or is zero.
     /// The retention periods of `evc.yaml`, each a usable duration.
     fn retention(&mut self, path: &str, def: &RetentionDef) -> Retention {
         let mut period = |key: &str, text: &Option<crate::format::DurationText>| {
@@ -450,13 +449,49 @@ impl<'a> Checker<'a> {
     fn retention_keeps_gate_evidence(
         &mut self,
         project: &Project,
+        events: &BTreeMap<String, EventType>,
         consumers: &BTreeMap<String, Consumer>,
     ) {
-        let Some(kept) = project.retention.reconciliations else {
-            return;
-        };
         for consumer in consumers.values() {
             let Some(gate) = &consumer.cutover_gate else {
+                continue;
+            };
+            // A purged event takes its shadow runs with it.
+            for subscription in &consumer.subscriptions {
+                let Some(event) = events.get(&subscription.event) else {
+                    continue;
+                };
+                let Some(kept) = event.retention else {
+                    continue;
+                };
+                if gate.min_span <= kept {
+                    continue;
+                }
+                let (file, pointer) = if !self.declares_retention(event) {
+                    (loader::PROJECT_FILE.to_owned(), "/retention/events")
+                } else {
+                    (event.file.clone(), "/retention")
+                };
+                self.report(
+                    Rule::InvalidValue,
+                    self.at(&file, pointer),
+                    format!(
+                        "events of `{}` are kept for {}, shorter than the `min_span` ({}) of \
+                         consumer `{}`'s cut-over gate: the purge would remove their shadow \
+                         runs, the gate's evidence",
+                        event.name,
+                        duration::format(kept),
+                        duration::format(gate.min_span),
+                        consumer.name
+                    ),
+                    format!(
+                        "keep `{}` events at least {} or shorten the gate's `min_span`",
+                        event.name,
+                        duration::format(gate.min_span)
+                    ),
+                );
+            }
+            let Some(kept) = project.retention.reconciliations else {
                 continue;
             };
             if gate.min_span > kept {
@@ -479,6 +514,15 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// Whether `event`'s own file sets `retention` (else it takes the project's).
+    fn declares_retention(&self, event: &EventType) -> bool {
+        matches!(
+            self.files.get(&event.file).and_then(|file| file.typed.as_deref()),
+            Some(Typed::Event(def)) if def.retention.is_some()
+        )
+    }
+
+    /// Parses a duration the format schema already shaped; reports one that overflows or is zero.
     fn duration(&mut self, path: &str, pointer: &str, text: &str) -> Duration {
         match duration::parse(text) {
             Some(value) if value > duration::MAX_RUNTIME => {

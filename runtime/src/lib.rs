@@ -70,6 +70,10 @@ pub use store::{
     MAX_LEGACY_TEXT_CHARS, MAX_LISTED_DIFFERENCES, compare, normalise,
 };
 pub use store::{
+    ChronicPair, CoTriggered, Escalations, EvidenceQuery, EvidenceReport, FailingTogether,
+    MAX_SIGNAL_ROWS,
+};
+pub use store::{
     DEAD_LETTERED, DISCARDED, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED,
     REPLAYED_JOB_FAILED, replay_uuid,
 };

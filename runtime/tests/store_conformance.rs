@@ -201,6 +201,12 @@ mod retention {
     );
 }
 
+mod evidence {
+    use super::*;
+
+    conformance!(usage_evidence_reads_the_ledger_alone);
+}
+
 /// The value of `series` (its name and labels) in the OpenMetrics text `metrics`.
 fn metric(metrics: &str, series: &str) -> Option<f64> {
     metrics
@@ -4696,7 +4702,8 @@ async fn a_purge_removes_what_retention_expires_and_keeps_open_deliveries<S: Con
     }
     // The status report and the audit list name the newest purge.
     let status = store.status(Duration::from_secs(60)).await?;
-    let last = status.last_purge.as_ref().ok_or("no purge in the status")?;
+    assert_eq!(status.last_purges.len(), 1, "{}", S::NAME);
+    let last = &status.last_purges[0];
     assert_eq!(Some(last.purge_id), applied.purge_id, "{}", S::NAME);
     assert_eq!(
         (last.ledger.as_str(), last.actor.as_str(), last.total()),
@@ -4731,5 +4738,128 @@ async fn a_purge_needs_a_reason_and_an_actor<S: Conformance>(store: S) -> TestRe
     let nobody = store.purge_expired(now, "retention", "", true).await;
     assert!(matches!(nobody, Err(evc_runtime::PurgeError::ActorMissing)));
     assert_eq!(store.count_events(&[]).await?, 1, "{}", S::NAME);
+    Ok(())
+}
+
+/// A `test.note` of key `key` (`Some`) or a `test.ping` (`None`), in trace `trace`.
+fn in_trace(trace: &str, key: Option<u64>) -> Result<OutgoingEvent, BoxError> {
+    let context = evc_runtime::TraceContext::new(trace, "00f067aa0ba902b7", 1)?;
+    Ok(match key {
+        Some(key) => {
+            let payload = support::note(&support::note_key(key));
+            let order_key = Some(evc_runtime::order_key_part(&payload["note_id"]));
+            OutgoingEvent::new("test.note", "1.0.0", order_key, &context, &payload)?
+        }
+        None => OutgoingEvent::new("test.ping", "1.0.0", None, &context, &serde_json::json!({}))?,
+    })
+}
+
+/// The four signals of usage evidence, on both stores: a note and a ping appended in each of
+/// two traces (a third holds a note alone), `k.plain` dead-lettering two notes and
+/// `k.ordered` one, in one slot.
+async fn usage_evidence_reads_the_ledger_alone<S: Conformance>(store: S) -> TestResult {
+    let [t1, t2, t3] = [
+        "0af7651916cd43dd8448eb211c80319c",
+        "1af7651916cd43dd8448eb211c80319c",
+        "2af7651916cd43dd8448eb211c80319c",
+    ];
+    committed(
+        &store,
+        vec![
+            in_trace(t1, Some(1))?,
+            in_trace(t1, None)?,
+            in_trace(t2, Some(2))?,
+            in_trace(t2, None)?,
+            in_trace(t3, Some(3))?,
+        ],
+    )
+    .await?;
+    let dead = |lease: Lease| {
+        let store = store.clone();
+        async move {
+            store
+                .fail(
+                    &lease,
+                    FailureClass::Permanent,
+                    "E_BAD",
+                    RetryDecision::Dead,
+                )
+                .await
+        }
+    };
+    let plain = claim(&store, PLAIN, "evidence", 10, LEASE, false).await?;
+    assert_eq!(plain.len(), 5, "{}", S::NAME);
+    let mut notes_failed = 0;
+    for claimed in plain {
+        if claimed.delivery.event_type == "test.note" && notes_failed < 2 {
+            notes_failed += 1;
+            dead(claimed.lease).await?;
+        } else {
+            ack(&store, &claimed.lease).await?;
+        }
+    }
+    let ordered = claim(&store, ORDERED, "evidence", 1, LEASE, true).await?;
+    dead(ordered[0].lease.clone()).await?;
+
+    // One slot of ten years holds every failure; at least twice.
+    let year = Duration::from_secs(365 * 86_400);
+    let query =
+        evc_runtime::EvidenceQuery::over(Duration::from_secs(86_400)).correlation(10 * year);
+    let report = store.evidence(&query).await?;
+    let co: Vec<_> = report
+        .co_triggered
+        .iter()
+        .map(|c| (c.first.as_str(), c.second.as_str(), c.traces))
+        .collect();
+    assert_eq!(co, [("test.note", "test.ping", 2)], "{}", S::NAME);
+    assert!(
+        report.failing_together.is_empty(),
+        "{}: {report:?}",
+        S::NAME
+    );
+    let chronic: Vec<_> = report
+        .chronic
+        .iter()
+        .map(|c| {
+            (
+                c.producer_class.as_str(),
+                c.consumer.as_str(),
+                c.dead_letters,
+                c.lag_breaches,
+            )
+        })
+        .collect();
+    assert_eq!(chronic, [("notes", PLAIN, 2, 0)], "{}", S::NAME);
+    let kinds: Vec<_> = report
+        .escalations
+        .iter()
+        .map(|e| (e.step_kind.as_str(), e.escalations))
+        .collect();
+    assert_eq!(kinds, [("unclassified", 3)], "{}", S::NAME);
+
+    // Once is enough: the two consumers failed together in one slot, and `k.ordered`'s one
+    // dead letter is listed too.
+    let report = store.evidence(&query.min_count(1)).await?;
+    let together: Vec<_> = report
+        .failing_together
+        .iter()
+        .map(|f| (f.first.as_str(), f.second.as_str(), f.slots))
+        .collect();
+    assert_eq!(together, [(ORDERED, PLAIN, 1)], "{}", S::NAME);
+    assert_eq!(report.chronic.len(), 2, "{}: {report:?}", S::NAME);
+
+    // A window that ends before all of it reads nothing.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let report = store
+        .evidence(&evc_runtime::EvidenceQuery::over(Duration::from_millis(10)).min_count(1))
+        .await?;
+    assert!(
+        report.co_triggered.is_empty()
+            && report.failing_together.is_empty()
+            && report.chronic.is_empty()
+            && report.escalations.is_empty(),
+        "{}: {report:?}",
+        S::NAME
+    );
     Ok(())
 }

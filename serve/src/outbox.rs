@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use evc_runtime::{
     AttemptRecord, AttemptTotals, Console, ConsumerMode, ConsumerState, CutoverReport,
-    DeliveryRecord, DispatchError, EventRecord, FeedEvent, FeedPosition, Intent, LagBreach,
-    Observe, Operate, PgStore, Proposed, PurgeRecord, Registry, ReplayApplied, ReplayApproval,
-    ReplayError, ReplayPlan, ReplaySelection, ScheduleState, SettledDelivery, SqliteStore,
-    StateChange, StateChangeRecord, StatusReport, Store, StoreError, TimelineEntry,
+    DeliveryRecord, DispatchError, EventRecord, EvidenceQuery, EvidenceReport, FeedEvent,
+    FeedPosition, Intent, LagBreach, Observe, Operate, PgStore, Proposed, PurgeRecord, Registry,
+    ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, ScheduleState,
+    SettledDelivery, SqliteStore, StateChange, StateChangeRecord, StatusReport, Store, StoreError,
+    TimelineEntry,
 };
 
 use uuid::Uuid;
@@ -90,11 +91,20 @@ impl Outbox {
         on_store!(self, Role::Reader, store => store.lag_breaches(limit).await)
     }
 
-    /// Every schedule a scheduler round has seen.
+    /// Usage evidence over `query`'s window.
+    pub(crate) async fn evidence(
+        &self,
+        query: &EvidenceQuery,
+    ) -> Result<EvidenceReport, DispatchError> {
+        on_store!(self, Role::Reader, store => store.evidence(query).await)
+    }
+
+    /// The newest `limit` purges, newest first.
     pub(crate) async fn purges(&self, limit: u32) -> Result<Vec<PurgeRecord>, DispatchError> {
         on_store!(self, Role::Reader, store => store.purges(limit).await)
     }
 
+    /// Every schedule a scheduler round has seen.
     pub(crate) async fn schedule_states(&self) -> Result<Vec<ScheduleState>, DispatchError> {
         on_store!(self, Role::Reader, store => store.schedule_states().await)
     }

@@ -71,8 +71,8 @@ async fn retention_over_http<S: Store + Operate>(outbox: Outbox, store: S) -> Te
     assert_eq!(oldest["purge_id"], first.purge_id.ok_or("no id")?);
     assert_eq!(oldest["ledger"], "retention");
     assert_eq!(oldest["actor"], "ops@example.com");
-    assert_eq!(oldest["rows"]["evc_events"], first.events);
-    assert_eq!(oldest["rows"]["evc_delivery_attempts"], first.attempts);
+    assert_eq!(oldest["rows"]["events"], first.events);
+    assert_eq!(oldest["rows"]["attempts"], first.attempts);
 
     // A bad limit is the caller's error; no token, no answer.
     let (status, _) = reader

@@ -58,6 +58,7 @@ use crate::trace::{TraceContext, TraceContextError};
 
 pub(crate) mod cursor;
 pub(crate) mod cutover;
+pub(crate) mod evidence;
 mod feed;
 mod lag;
 mod lifecycle;
@@ -78,6 +79,10 @@ pub use cursor::{
 pub use cutover::{
     COUNTED_RUNS, CutoverReport, CutoverTerms, Difference, GateProgress, MAX_LEGACY_EFFECTS,
     MAX_LEGACY_TEXT_CHARS, MAX_LISTED_DIFFERENCES, compare, normalise,
+};
+pub use evidence::{
+    ChronicPair, CoTriggered, Escalations, EvidenceQuery, EvidenceReport, FailingTogether,
+    MAX_SIGNAL_ROWS,
 };
 pub use feed::{FeedEvent, FeedPosition, FeedPositionError};
 pub use lag::{LAG_BREACH, LagBreach, LagRound};

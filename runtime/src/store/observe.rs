@@ -118,6 +118,20 @@ pub trait Observe: Store {
         &self,
         limit: u32,
     ) -> impl Future<Output = Result<Vec<crate::store::PurgeRecord>, DispatchError>> + Send;
+
+    /// Usage evidence over `query`'s window, from the ledger alone (docs/runtime.md, "Usage
+    /// evidence"): event types appended in one trace, consumers failing in one slot,
+    /// (producer class, consumer) pairs with repeated dead letters or lag breaches, and
+    /// escalations by step kind, each listed when seen at least `query.min_count` times.
+    /// Refused in a session of one tenant ([`DispatchError::TenantScoped`]): the signals span
+    /// every tenant.
+    ///
+    /// # Errors
+    /// [`DispatchError::TenantScoped`] or [`DispatchError::Database`].
+    fn evidence(
+        &self,
+        query: &crate::store::EvidenceQuery,
+    ) -> impl Future<Output = Result<crate::store::EvidenceReport, DispatchError>> + Send;
 }
 
 /// A delivery leased now ([`Observe::leases`]). Times are epoch seconds of the store's clock.
@@ -496,9 +510,9 @@ pub struct StatusReport {
     /// The progress of each consumer with a cut-over gate (docs/runtime.md, "Cut-over gate"),
     /// by consumer.
     pub cutover_gates: Vec<crate::store::GateProgress>,
-    /// The newest purge (docs/runtime.md, "Retention"); `None` before the first, and in a
-    /// session of one tenant.
-    pub last_purge: Option<crate::store::PurgeRecord>,
+    /// The newest purge of each ledger, by ledger (docs/runtime.md, "Retention"); none
+    /// before the first, and in a session of one tenant.
+    pub last_purges: Vec<crate::store::PurgeRecord>,
 }
 
 /// The most breaches a status report reads.
@@ -1030,7 +1044,7 @@ impl StatusReport {
                 .get_or_create(&consumer)
                 .set(f64::from(gate.gate.min_reconciled));
         }
-        if let Some(purge) = &self.last_purge {
+        for purge in &self.last_purges {
             let ledger = labels(&[("ledger", &purge.ledger)]);
             purged_at.get_or_create(&ledger).set(purge.purged_at);
             purged_rows.get_or_create(&ledger).set(purge.total() as f64);

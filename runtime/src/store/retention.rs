@@ -114,7 +114,8 @@ pub struct PurgeRecord {
     pub actor: String,
     /// When it ran.
     pub purged_at: f64,
-    /// Rows removed, by table.
+    /// Rows removed, by table, named as [`RetentionPurge`]'s fields (`events`, `attempts`,
+    /// `effects`, ...).
     pub rows: BTreeMap<String, u64>,
 }
 
@@ -125,12 +126,31 @@ impl PurgeRecord {
     }
 }
 
-/// The rows per table of an audit row's `counts`, a JSON object of counts.
+/// The rows per table of an audit row's `counts` (a JSON object of counts by table), by the
+/// names [`RetentionPurge`] gives the tables: `events`, `deliveries`, `attempts`,
+/// `reconciliations`, `replay_items`, `rejects`, `effects`.
 ///
 /// # Errors
 /// [`sqlx::Error::Decode`] for anything else (a broken database).
 pub(crate) fn rows_of(counts: &str) -> Result<BTreeMap<String, u64>, sqlx::Error> {
-    serde_json::from_str(counts).map_err(|error| sqlx::Error::Decode(Box::new(error)))
+    let by_table: BTreeMap<String, u64> =
+        serde_json::from_str(counts).map_err(|error| sqlx::Error::Decode(Box::new(error)))?;
+    Ok(by_table
+        .into_iter()
+        .map(|(table, rows)| {
+            let name = match table.as_str() {
+                "evc_events" => "events",
+                "evc_deliveries" => "deliveries",
+                "evc_delivery_attempts" => "attempts",
+                "evc_reconciliations" => "reconciliations",
+                "evc_replay_items" => "replay_items",
+                "evc_validation_rejects" => "rejects",
+                "evc_consumer_effects" => "effects",
+                other => other,
+            };
+            (name.to_owned(), rows)
+        })
+        .collect())
 }
 
 /// The cutoffs of one purge, in epoch seconds: a row older than its table's cutoff is expired.
@@ -436,6 +456,16 @@ mod tests {
 
     fn expiry_of(registry: &Registry) -> Expiry {
         expiry(registry, SystemTime::now(), "retention", "ops").expect("expiry")
+    }
+
+    #[test]
+    fn audit_counts_read_by_the_purge_report_names() {
+        let rows = rows_of(r#"{"evc_events": 2, "evc_consumer_effects": 1}"#).expect("counts");
+        assert_eq!(
+            rows,
+            BTreeMap::from([("effects".to_owned(), 1), ("events".to_owned(), 2)])
+        );
+        assert!(rows_of("[1]").is_err());
     }
 
     #[test]

@@ -392,6 +392,18 @@ async fn jobs(admin: &PgPool, logins: &Logins) -> TestResult {
     );
     assert!(raw_denied(&retention_pool, "DELETE FROM evc_heartbeats").await);
     assert!(raw_denied(&retention_pool, "DELETE FROM evc_replays").await);
+    // It deletes only through the purge: by hand, not even an expired row.
+    assert!(raw_denied(&retention_pool, "DELETE FROM evc_events").await);
+    assert!(raw_denied(&retention_pool, "DELETE FROM evc_delivery_attempts").await);
+    assert!(raw_denied(&retention_pool, "DELETE FROM evc_consumer_effects").await);
+    assert!(
+        raw_denied(
+            &retention_pool,
+            "INSERT INTO evc_purges (ledger, cutoff, reason, actor, tables, counts) \
+             VALUES ('retention', now(), 'r', 'a', ARRAY['evc_events'], '{}')"
+        )
+        .await
+    );
     assert!(dispatch_denied(
         support::claim(&purger, CONSUMER, "w/r", 4, lease, false).await
     ));

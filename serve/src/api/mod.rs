@@ -25,6 +25,7 @@ use crate::error::{ApiError, Problem, Unavailable};
 mod cutover;
 mod discard;
 pub(crate) mod event;
+mod evidence;
 mod payload;
 mod registry;
 mod replay;
@@ -92,6 +93,7 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(schedule::schedules))
         .routes(routes!(schedule::lag_breaches))
         .routes(routes!(retention::retention))
+        .routes(routes!(evidence::evidence))
 }
 
 /// A registered event type and who receives it.

@@ -51,7 +51,8 @@ pub(crate) struct PurgeView {
     actor: String,
     /// When it ran (epoch seconds).
     purged_at: f64,
-    /// Rows removed, by table.
+    /// Rows removed, by table: `events`, `deliveries`, `attempts`, `reconciliations`,
+    /// `replay_items`, `rejects`, `effects`.
     rows: BTreeMap<String, u64>,
 }
 

@@ -6,7 +6,7 @@
 -- The settings migrations record the periods in the settings row; `evc purge` (or
 -- `evc_purge_expired` from SQL) removes what they expire in one transaction that first writes
 -- its `evc_purges` row. A new group role, `evc_retention`, may run it and nothing else: it reads
--- no payload and writes no ledger but the purge audit.
+-- no payload and deletes nothing but through the purge.
 
 -- The periods of the contracts, written by the settings migrations, so that `evc purge` needs
 -- no build of the application. `retention_digest` is the settings digest of the file that wrote
@@ -36,18 +36,23 @@ CREATE INDEX IF NOT EXISTS evc_consumer_effects_created_brin_idx
 --     event is gone (or goes in this purge).
 -- A NULL cutoff keeps its table. Every row is counted first, the counts go into the audit row,
 -- and each delete repeats its test: when a delete finds other rows than were counted (a
--- replay opened a delivery meanwhile) the purge fails and nothing is removed. Runs with the
--- caller's rights, in a session for every tenant.
+-- replay opened a delivery meanwhile) the purge fails and nothing is removed.
+--
+-- It runs with its owner's rights (SECURITY DEFINER): the retention role may execute it and
+-- holds no DELETE of its own, so the rules above are the only deletes it can make. A session
+-- of one tenant is refused; any other session purges as every tenant's (`evc.tenant` `*` for
+-- the transaction), so row-level security shows it every row whoever owns the tables.
 CREATE OR REPLACE FUNCTION evc_purge_expired(as_of timestamptz, event_types text[],
         event_cutoffs timestamptz[], attempts_before timestamptz,
         reconciliations_before timestamptz, rejects_before timestamptz,
         effect_consumers text[], effect_cutoffs timestamptz[], reason text, actor text)
     RETURNS TABLE (purge_id bigint, events bigint, deliveries bigint, attempts bigint,
         reconciliations bigint, replay_items bigint, rejects bigint, effects bigint)
-    LANGUAGE plpgsql AS $$
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_variable
 DECLARE
     ids uuid[] := '{}';
+    session_tenant text;
     attempt_ids bigint[];
     deleted bigint;
     n integer;
@@ -63,6 +68,8 @@ BEGIN
         RAISE EXCEPTION 'evc_purge_expired: a purge spans every tenant; this session works for one'
             USING ERRCODE = 'insufficient_privilege';
     END IF;
+    session_tenant := current_setting('evc.tenant', true);
+    PERFORM set_config('evc.tenant', '*', true);
 
     FOR n IN 1 .. coalesce(cardinality(event_types), 0) LOOP
         ids := ids || ARRAY(
@@ -100,7 +107,13 @@ BEGIN
     RETURNING id INTO purge_id;
 
     PERFORM set_config('evc.purge', purge_id::text, true);
-    DELETE FROM evc_delivery_attempts a WHERE a.id = ANY (attempt_ids);
+    -- The test again: a replay may have opened a delivery of these attempts since they were
+    -- counted.
+    DELETE FROM evc_delivery_attempts a
+    WHERE a.id = ANY (attempt_ids)
+        AND (a.event_id = ANY (ids) OR NOT EXISTS (SELECT 1 FROM evc_deliveries d
+            WHERE d.event_id = a.event_id AND d.consumer = a.consumer
+                AND d.status IN ('pending', 'leased')));
     GET DIAGNOSTICS deleted = ROW_COUNT;
     IF deleted <> attempts THEN
         RAISE EXCEPTION 'evc_purge_expired: attempts changed during the purge'
@@ -138,7 +151,7 @@ BEGIN
         AND NOT EXISTS (SELECT 1 FROM evc_deliveries d WHERE d.event_id = e.event_id);
     GET DIAGNOSTICS deleted = ROW_COUNT;
     IF deleted <> events THEN
-        RAISE EXCEPTION 'evc_purge_expired: deliveries changed during the purge'
+        RAISE EXCEPTION 'evc_purge_expired: events changed during the purge'
             USING ERRCODE = 'serialization_failure';
     END IF;
     DELETE FROM evc_validation_rejects r WHERE r.rejected_at < rejects_before;
@@ -148,13 +161,18 @@ BEGIN
             USING ERRCODE = 'serialization_failure';
     END IF;
     PERFORM set_config('evc.purge', '', true);
+    PERFORM set_config('evc.tenant', coalesce(session_tenant, ''), true);
     RETURN NEXT;
 END;
 $$;
 
--- The retention role: reads what the purge tests (no payload, no intended effect), deletes
--- from the tables the purge empties, and writes the purge's audit row. Created like the roles
--- of the tenth step; skipped with a notice where the migrating role may not create roles.
+-- Only the retention role (and the owner) may run the purge.
+REVOKE ALL ON FUNCTION evc_purge_expired(timestamptz, text[], timestamptz[], timestamptz,
+    timestamptz, timestamptz, text[], timestamptz[], text, text) FROM PUBLIC;
+
+-- The retention role: reads the registry, the settings and the purge audit, and runs the
+-- purge; it deletes nothing and reads no payload itself. Created like the roles of the tenth
+-- step; skipped with a notice where the migrating role may not create roles.
 DO $$
 BEGIN
     IF to_regrole('evc_retention') IS NULL THEN
@@ -175,15 +193,9 @@ BEGIN
     GRANT SELECT ON evc_event_types, evc_event_versions, evc_consumers, evc_subscriptions,
         evc_retry_policies, evc_registry_state, evc_settings, evc_schedules, evc_purges
         TO evc_retention;
-    GRANT SELECT (event_id, event_type, produced_at, tenant_scope) ON evc_events TO evc_retention;
-    GRANT SELECT (event_id, consumer, status) ON evc_deliveries TO evc_retention;
-    GRANT SELECT (id, event_id, consumer, finished_at) ON evc_delivery_attempts TO evc_retention;
-    GRANT SELECT (consumer, event_id, recorded_at) ON evc_reconciliations TO evc_retention;
-    GRANT SELECT (event_id) ON evc_replay_items TO evc_retention;
-    GRANT SELECT (rejected_at) ON evc_validation_rejects TO evc_retention;
-    GRANT SELECT (consumer, event_id, created_at) ON evc_consumer_effects TO evc_retention;
-    GRANT DELETE ON evc_events, evc_deliveries, evc_delivery_attempts, evc_reconciliations,
-        evc_replay_items, evc_validation_rejects, evc_consumer_effects TO evc_retention;
-    GRANT INSERT ON evc_purges TO evc_retention;
+    -- What `Role::check` reads to tell a role granted in this database.
+    GRANT SELECT (event_id) ON evc_events TO evc_retention;
+    GRANT EXECUTE ON FUNCTION evc_purge_expired(timestamptz, text[], timestamptz[], timestamptz,
+        timestamptz, timestamptz, text[], timestamptz[], text, text) TO evc_retention;
 END
 $$;

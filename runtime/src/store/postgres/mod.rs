@@ -53,6 +53,7 @@ mod cutover;
 mod deployed;
 mod dispatch;
 mod doorbell;
+mod evidence;
 mod lag;
 mod lifecycle;
 mod listen;

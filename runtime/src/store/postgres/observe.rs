@@ -128,6 +128,13 @@ impl Observe for PgStore {
         .transpose()
     }
 
+    async fn evidence(
+        &self,
+        query: &crate::store::EvidenceQuery,
+    ) -> Result<crate::store::EvidenceReport, DispatchError> {
+        super::evidence::evidence(&self.inner.pool, self.registry(), query).await
+    }
+
     async fn purges(&self, limit: u32) -> Result<Vec<PurgeRecord>, DispatchError> {
         super::retention::purges(&self.inner.pool, limit).await
     }
@@ -418,7 +425,7 @@ pub(crate) async fn status(
         schedules,
         lag_breaches,
         cutover_gates: super::cutover::progress_of(pool, watched.gates).await?,
-        last_purge: super::retention::purges(pool, 1).await?.pop(),
+        last_purges: super::retention::newest_purges(pool).await?,
     })
 }
 

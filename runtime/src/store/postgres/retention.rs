@@ -1,14 +1,16 @@
-//! Retention (docs/runtime.md, "Append-only ledgers"): the ledger tables refuse `UPDATE`,
-//! `DELETE` and `TRUNCATE`; old rows leave only through the purge functions of the fifth
-//! runtime step, each of which writes an `evc_purges` audit row (who, why, when, the cutoff,
-//! how many rows per table) in the transaction that deletes.
+//! Retention (docs/runtime.md, "Retention", "Append-only ledgers"): the ledger tables refuse
+//! `UPDATE`, `DELETE` and `TRUNCATE`; old rows leave only through the purge functions, each of
+//! which writes an `evc_purges` audit row (who, why, when, the cutoff, how many rows per table)
+//! in the transaction that deletes: `evc_purge_events` and `evc_purge_rejects` of the fifth
+//! runtime step (a fixed cutoff), and `evc_purge_expired` of the twenty-sixth (the contracts'
+//! retention periods, [`crate::Operate::purge_expired`]).
 
 use std::time::SystemTime;
 
 use sqlx::Row;
 use sqlx::postgres::PgPool;
 
-use super::{PgStore, sql};
+use super::{PgStore, operations, sql};
 use crate::store::DispatchError;
 use crate::store::retention::{PurgeError, PurgeRecord, RetentionPurge, check, expiry, rows_of};
 use crate::tenant::ALL_TENANTS;
@@ -181,18 +183,28 @@ impl PgStore {
 }
 
 /// The newest `limit` purges, newest first ([`crate::Observe::purges`]); none in a database
-/// before the fifth step. A session of one tenant sees none: purges span every tenant.
+/// before the fifth step, and none for a session of one tenant: purges span every tenant.
 pub(crate) async fn purges(pool: &PgPool, limit: u32) -> Result<Vec<PurgeRecord>, DispatchError> {
-    if !sqlx::query_scalar::<_, bool>(sql::HAS_PURGES)
-        .fetch_one(pool)
-        .await?
+    read_purges(pool, sqlx::query(sql::READ_PURGES).bind(i64::from(limit))).await
+}
+
+/// The newest purge of each ledger, by ledger (the status report's), like [`purges`].
+pub(crate) async fn newest_purges(pool: &PgPool) -> Result<Vec<PurgeRecord>, DispatchError> {
+    read_purges(pool, sqlx::query(sql::NEWEST_PURGES)).await
+}
+
+async fn read_purges(
+    pool: &PgPool,
+    query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+) -> Result<Vec<PurgeRecord>, DispatchError> {
+    if operations::session_tenant(pool).await?.is_some()
+        || !sqlx::query_scalar::<_, bool>(sql::HAS_PURGES)
+            .fetch_one(pool)
+            .await?
     {
         return Ok(Vec::new());
     }
-    let rows = sqlx::query(sql::READ_PURGES)
-        .bind(i64::from(limit))
-        .fetch_all(pool)
-        .await?;
+    let rows = query.fetch_all(pool).await?;
     rows.iter()
         .map(|row| {
             Ok(PurgeRecord {

@@ -318,6 +318,63 @@ SELECT retention::text AS retention
 FROM evc_settings
 WHERE id AND retention_digest = settings_digest AND retention IS NOT NULL";
 
+/// Usage evidence: pairs of event types appended in one trace since `$1` (epoch seconds), in
+/// at least `$2` traces, most first; at most `$3`.
+pub(crate) const CO_TRIGGERED: &str = "\
+SELECT a.event_type AS first, b.event_type AS second, count(DISTINCT a.trace_id)::int8 AS n
+FROM evc_events a
+JOIN evc_events b ON b.trace_id = a.trace_id AND b.event_type > a.event_type
+WHERE a.trace_id IS NOT NULL AND a.produced_at >= to_timestamp($1::float8)
+    AND b.produced_at >= to_timestamp($1::float8)
+GROUP BY a.event_type, b.event_type
+HAVING count(DISTINCT a.trace_id) >= $2
+ORDER BY n DESC, first, second
+LIMIT $3";
+
+/// Usage evidence: pairs of consumers with a failed attempt in one slot of `$2` seconds since
+/// `$1`, in at least `$3` slots, most first; at most `$4`.
+pub(crate) const FAILING_TOGETHER: &str = "\
+WITH f AS (
+    SELECT DISTINCT consumer, floor(extract(epoch FROM finished_at) / $2::float8) AS slot
+    FROM evc_delivery_attempts
+    WHERE finished_at >= to_timestamp($1::float8) AND outcome <> 'acked'
+)
+SELECT a.consumer AS first, b.consumer AS second, count(*)::int8 AS n
+FROM f a JOIN f b ON b.slot = a.slot AND b.consumer > a.consumer
+GROUP BY a.consumer, b.consumer
+HAVING count(*) >= $3
+ORDER BY n DESC, first, second
+LIMIT $4";
+
+/// Usage evidence: (producer class, consumer) pairs with at least `$2` dead-lettered or
+/// quarantined deliveries, or lag breaches opened, since `$1`; most first, at most `$3`.
+pub(crate) const CHRONIC_PAIRS: &str = "\
+WITH dl AS (
+    SELECT e.producer_class, a.consumer, count(*) AS n
+    FROM evc_delivery_attempts a JOIN evc_events e ON e.event_id = a.event_id
+    WHERE a.finished_at >= to_timestamp($1::float8) AND a.outcome IN ('dead', 'quarantined')
+    GROUP BY e.producer_class, a.consumer
+), lb AS (
+    SELECT producer_class, consumer, count(*) AS n
+    FROM evc_lag_breaches
+    WHERE opened_at >= to_timestamp($1::float8)
+    GROUP BY producer_class, consumer
+)
+SELECT coalesce(dl.producer_class, lb.producer_class) AS producer_class,
+    coalesce(dl.consumer, lb.consumer) AS consumer,
+    coalesce(dl.n, 0)::int8 AS dead_letters, coalesce(lb.n, 0)::int8 AS lag_breaches
+FROM dl FULL JOIN lb ON lb.producer_class = dl.producer_class AND lb.consumer = dl.consumer
+WHERE coalesce(dl.n, 0) >= $2 OR coalesce(lb.n, 0) >= $2
+ORDER BY coalesce(dl.n, 0) + coalesce(lb.n, 0) DESC, 1, 2
+LIMIT $3";
+
+/// Usage evidence: each consumer's deliveries dead-lettered or quarantined since `$1`.
+pub(crate) const ESCALATIONS: &str = "\
+SELECT consumer, count(*)::int8 AS n
+FROM evc_delivery_attempts
+WHERE finished_at >= to_timestamp($1::float8) AND outcome IN ('dead', 'quarantined')
+GROUP BY consumer";
+
 /// The newest `$1` purges, newest first (the audit table of the fifth step).
 pub(crate) const READ_PURGES: &str = "\
 SELECT id, ledger, extract(epoch FROM cutoff)::float8 AS cutoff, reason, actor,
@@ -325,6 +382,13 @@ SELECT id, ledger, extract(epoch FROM cutoff)::float8 AS cutoff, reason, actor,
 FROM evc_purges
 ORDER BY id DESC
 LIMIT $1";
+
+/// The newest purge of each ledger, by ledger.
+pub(crate) const NEWEST_PURGES: &str = "\
+SELECT DISTINCT ON (ledger) id, ledger, extract(epoch FROM cutoff)::float8 AS cutoff, reason,
+    actor, extract(epoch FROM purged_at)::float8 AS purged_at, counts::text AS counts
+FROM evc_purges
+ORDER BY ledger, id DESC";
 
 /// Whether the fifth step's purge audit table is there.
 pub(crate) const HAS_PURGES: &str = "SELECT to_regclass('evc_purges') IS NOT NULL";

@@ -74,6 +74,7 @@ use crate::tenant::TenantScope;
 mod cursor;
 mod cutover;
 mod dispatch;
+mod evidence;
 mod lag;
 mod lifecycle;
 mod observe;

@@ -222,7 +222,7 @@ impl Observe for SqliteStore {
             schedules,
             lag_breaches,
             cutover_gates: self.gate_progress().await?,
-            last_purge: self.read_purges(1).await?.pop(),
+            last_purges: self.newest_purges().await?,
         })
     }
 
@@ -334,6 +334,13 @@ impl Observe for SqliteStore {
                 .map_err(|source| DispatchError::Payload { event_id, source })
         })
         .transpose()
+    }
+
+    async fn evidence(
+        &self,
+        query: &crate::store::EvidenceQuery,
+    ) -> Result<crate::store::EvidenceReport, DispatchError> {
+        self.read_evidence(query).await
     }
 
     async fn purges(&self, limit: u32) -> Result<Vec<PurgeRecord>, DispatchError> {

@@ -16,13 +16,24 @@ impl SqliteStore {
     /// [`crate::Observe::purges`] on SQLite; none on a handle of one tenant (purges span every
     /// tenant).
     pub(super) async fn read_purges(&self, limit: u32) -> Result<Vec<PurgeRecord>, DispatchError> {
+        self.purge_rows(sqlx::query(sql::READ_PURGES).bind(i64::from(limit)))
+            .await
+    }
+
+    /// The newest purge of each ledger, by ledger (the status report's), like
+    /// [`SqliteStore::read_purges`].
+    pub(super) async fn newest_purges(&self) -> Result<Vec<PurgeRecord>, DispatchError> {
+        self.purge_rows(sqlx::query(sql::NEWEST_PURGES)).await
+    }
+
+    async fn purge_rows(
+        &self,
+        query: sqlx::query::Query<'_, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
+    ) -> Result<Vec<PurgeRecord>, DispatchError> {
         if self.tenant().is_some() {
             return Ok(Vec::new());
         }
-        let rows = sqlx::query(sql::READ_PURGES)
-            .bind(i64::from(limit))
-            .fetch_all(self.pool())
-            .await?;
+        let rows = query.fetch_all(self.pool()).await?;
         rows.iter()
             .map(|row| {
                 Ok(PurgeRecord {

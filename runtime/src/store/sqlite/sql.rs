@@ -1385,12 +1385,78 @@ WHERE EXISTS (SELECT 1 FROM json_each(?1) AS c
 pub(crate) const PURGE_REJECTS: &str = "\
 DELETE FROM evc_validation_rejects WHERE rejected_at < ?1";
 
+/// Usage evidence: pairs of event types appended in one trace since `?1` (epoch seconds), in
+/// at least `?2` traces, most first; at most `?3`.
+pub(crate) const CO_TRIGGERED: &str = "\
+SELECT a.event_type AS first, b.event_type AS second, count(DISTINCT a.trace_id) AS n
+FROM evc_events a
+JOIN evc_events b ON b.trace_id = a.trace_id AND b.event_type > a.event_type
+WHERE a.trace_id IS NOT NULL AND a.produced_at >= ?1 AND b.produced_at >= ?1
+GROUP BY a.event_type, b.event_type
+HAVING count(DISTINCT a.trace_id) >= ?2
+ORDER BY n DESC, first, second
+LIMIT ?3";
+
+/// Usage evidence: pairs of consumers with a failed attempt in one slot of `?2` seconds since
+/// `?1`, in at least `?3` slots, most first; at most `?4`.
+pub(crate) const FAILING_TOGETHER: &str = "\
+WITH f AS (
+    SELECT DISTINCT consumer, CAST(finished_at / ?2 AS INTEGER) AS slot
+    FROM evc_delivery_attempts
+    WHERE finished_at >= ?1 AND outcome <> 'acked'
+)
+SELECT a.consumer AS first, b.consumer AS second, count(*) AS n
+FROM f a JOIN f b ON b.slot = a.slot AND b.consumer > a.consumer
+GROUP BY a.consumer, b.consumer
+HAVING count(*) >= ?3
+ORDER BY n DESC, first, second
+LIMIT ?4";
+
+/// Usage evidence: (producer class, consumer) pairs with at least `?2` dead-lettered or
+/// quarantined deliveries, or lag breaches opened, since `?1`; most first, at most `?3`.
+pub(crate) const CHRONIC_PAIRS: &str = "\
+WITH dl AS (
+    SELECT e.producer_class, a.consumer, count(*) AS n
+    FROM evc_delivery_attempts a JOIN evc_events e ON e.event_id = a.event_id
+    WHERE a.finished_at >= ?1 AND a.outcome IN ('dead', 'quarantined')
+    GROUP BY e.producer_class, a.consumer
+), lb AS (
+    SELECT producer_class, consumer, count(*) AS n
+    FROM evc_lag_breaches
+    WHERE opened_at >= ?1
+    GROUP BY producer_class, consumer
+), pairs AS (
+    SELECT producer_class, consumer FROM dl UNION SELECT producer_class, consumer FROM lb
+)
+SELECT p.producer_class, p.consumer, coalesce(dl.n, 0) AS dead_letters,
+    coalesce(lb.n, 0) AS lag_breaches
+FROM pairs p
+LEFT JOIN dl ON dl.producer_class = p.producer_class AND dl.consumer = p.consumer
+LEFT JOIN lb ON lb.producer_class = p.producer_class AND lb.consumer = p.consumer
+WHERE coalesce(dl.n, 0) >= ?2 OR coalesce(lb.n, 0) >= ?2
+ORDER BY coalesce(dl.n, 0) + coalesce(lb.n, 0) DESC, 1, 2
+LIMIT ?3";
+
+/// Usage evidence: each consumer's deliveries dead-lettered or quarantined since `?1`.
+pub(crate) const ESCALATIONS: &str = "\
+SELECT consumer, count(*) AS n
+FROM evc_delivery_attempts
+WHERE finished_at >= ?1 AND outcome IN ('dead', 'quarantined')
+GROUP BY consumer";
+
 /// The newest `?1` purges, newest first.
 pub(crate) const READ_PURGES: &str = "\
 SELECT id, ledger, cutoff, reason, actor, purged_at, counts
 FROM evc_purges
 ORDER BY id DESC
 LIMIT ?1";
+
+/// The newest purge of each ledger, by ledger.
+pub(crate) const NEWEST_PURGES: &str = "\
+SELECT id, ledger, cutoff, reason, actor, purged_at, counts
+FROM evc_purges
+WHERE id IN (SELECT max(id) FROM evc_purges GROUP BY ledger)
+ORDER BY ledger";
 
 /// Records a retention purge: the time its periods counted back from `?1`, reason `?2`, actor
 /// `?3`, when `?4`, the rows removed per table `?5` (a JSON object).

@@ -1,0 +1,140 @@
+//! `evc evidence`: what the ledger alone says over a window (docs/runtime.md, "Usage
+//! evidence"): event types appended in one trace, consumers failing together, chronic
+//! (producer class, consumer) pairs and escalations by step kind. A thin shell over
+//! `evc_runtime::Observe::evidence`: on PostgreSQL as `evc_reader` on the deployed registry,
+//! on SQLite on the registry the outbox file records.
+
+use std::fmt::Write as _;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use evc_codegen::printable::escape;
+use evc_runtime::{EvidenceQuery, EvidenceReport, Observe, PgStore, Role};
+
+use crate::operate::{Database, Outbox, async_runtime, duration, open_sqlite, pool};
+
+/// `evc evidence`'s arguments.
+#[derive(Args)]
+pub(crate) struct EvidenceArgs {
+    /// How far back to read the ledger.
+    #[arg(long, default_value = "7d", value_name = "DURATION")]
+    window: String,
+    /// Two consumers fail together when both fail within one slot of this length.
+    #[arg(long, default_value = "1m", value_name = "DURATION")]
+    correlation: String,
+    /// List a signal seen at least this many times.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    min_count: u32,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = EvidenceFormat::Text)]
+    format: EvidenceFormat,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum EvidenceFormat {
+    /// One section per signal, for people.
+    Text,
+    /// The report as one JSON document, for tools.
+    Json,
+}
+
+/// `evc evidence`.
+pub(crate) fn evidence(args: &EvidenceArgs, database: &Database) -> anyhow::Result<()> {
+    let query = EvidenceQuery::over(duration(&args.window, "--window")?)
+        .correlation(duration(&args.correlation, "--correlation")?)
+        .min_count(args.min_count);
+    let report = async_runtime()?.block_on(async {
+        match database.outbox()? {
+            Outbox::Postgres(options) => {
+                let pool = pool(&options, 2, Role::Reader).await?;
+                let registry = evc_runtime::deployed_registry(&pool).await.context(
+                    "cannot read the deployed registry (are the evc migrations applied?)",
+                )?;
+                let store = PgStore::new(pool.clone(), registry)
+                    .context("the deployed registry does not load")?;
+                let report = store.evidence(&query).await;
+                pool.close().await;
+                Ok::<_, anyhow::Error>(report?)
+            }
+            Outbox::Sqlite(location, scope) => {
+                let store = open_sqlite(&location, &scope, 2).await?;
+                let report = store.evidence(&query).await;
+                store.close().await;
+                Ok(report?)
+            }
+        }
+    })?;
+    match args.format {
+        EvidenceFormat::Text => print!("{}", text(&report)),
+        EvidenceFormat::Json => println!("{}", serde_json::to_string(&report)?),
+    }
+    Ok(())
+}
+
+/// One section per signal, strongest first; `none` where nothing reached the threshold.
+fn text(report: &EvidenceReport) -> String {
+    let seconds =
+        |s: f64| evc_codegen::duration::format(std::time::Duration::from_secs_f64(s.max(0.0)));
+    let mut out = format!(
+        "usage evidence over {} (slots of {}; signals seen at least {} times)\n",
+        seconds(report.window_s),
+        seconds(report.correlation_s),
+        report.min_count
+    );
+    let none = |out: &mut String, empty: bool| {
+        if empty {
+            out.push_str("  none\n");
+        }
+    };
+    out.push_str("\nco-triggered in one trace:\n");
+    for pair in &report.co_triggered {
+        let _ = writeln!(
+            out,
+            "  {} + {}: {} traces",
+            escape(&pair.first),
+            escape(&pair.second),
+            pair.traces
+        );
+    }
+    none(&mut out, report.co_triggered.is_empty());
+    out.push_str("\nfailing together (a failed attempt of each in one slot):\n");
+    for pair in &report.failing_together {
+        let _ = writeln!(
+            out,
+            "  {} + {}: {} slots",
+            escape(&pair.first),
+            escape(&pair.second),
+            pair.slots
+        );
+    }
+    none(&mut out, report.failing_together.is_empty());
+    out.push_str("\nchronic (producer class -> consumer):\n");
+    for pair in &report.chronic {
+        let _ = writeln!(
+            out,
+            "  {} -> {}: {} dead letters, {} lag breaches",
+            escape(&pair.producer_class),
+            escape(&pair.consumer),
+            pair.dead_letters,
+            pair.lag_breaches
+        );
+    }
+    none(&mut out, report.chronic.is_empty());
+    out.push_str("\nescalations (dead-lettered or quarantined) by step kind:\n");
+    for kind in &report.escalations {
+        let consumers: Vec<String> = kind
+            .consumers
+            .iter()
+            .map(|(consumer, n)| format!("{} {n}", escape(consumer)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  {}: {} ({})",
+            escape(&kind.step_kind),
+            kind.escalations,
+            consumers.join(", ")
+        );
+    }
+    none(&mut out, report.escalations.is_empty());
+    out
+}
