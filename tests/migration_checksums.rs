@@ -146,7 +146,7 @@ const SHIPPED: [(&str, &str); 36] = [
     ),
     (
         "0035_evc_runtime_v26.sql",
-        "ff08f85e97c6da6f8a3d504edc16ca01a82b5a2d1c21aa132fa7a84df1bab171",
+        "d4ae9af0fdbdefcbbe105090660aeaffb9a98e752dc776abffc9359a02646694",
     ),
     (
         "0036_evc_settings_688e0155f98c.sql",

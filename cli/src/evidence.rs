@@ -13,6 +13,9 @@ use evc_runtime::{EvidenceQuery, EvidenceReport, Observe, PgStore, Role};
 
 use crate::operate::{Database, Outbox, async_runtime, duration, open_sqlite, pool};
 
+/// The longest `--window`: ten years, as `evc status` reads.
+const MAX_WINDOW: std::time::Duration = std::time::Duration::from_secs(3_650 * 86_400);
+
 /// `evc evidence`'s arguments.
 #[derive(Args)]
 pub(crate) struct EvidenceArgs {
@@ -40,7 +43,15 @@ pub(crate) enum EvidenceFormat {
 
 /// `evc evidence`.
 pub(crate) fn evidence(args: &EvidenceArgs, database: &Database) -> anyhow::Result<()> {
-    let query = EvidenceQuery::over(duration(&args.window, "--window")?)
+    let window = duration(&args.window, "--window")?;
+    if window > MAX_WINDOW {
+        anyhow::bail!(
+            "--window {} is longer than {}, the longest window evc evidence reads",
+            escape(&args.window),
+            evc_codegen::duration::format(MAX_WINDOW)
+        );
+    }
+    let query = EvidenceQuery::over(window)
         .correlation(duration(&args.correlation, "--correlation")?)
         .min_count(args.min_count);
     let report = async_runtime()?.block_on(async {

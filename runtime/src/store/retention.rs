@@ -126,13 +126,34 @@ impl PurgeRecord {
     }
 }
 
+/// An audit row's columns as both stores select them: id, ledger, cutoff, reason, actor,
+/// when, and the counts by table as JSON.
+pub(crate) type PurgeColumns = (i64, String, f64, String, String, f64, String);
+
+/// The purge record of an audit row's columns.
+///
+/// # Errors
+/// [`sqlx::Error::Decode`] for counts that are not an object of counts (a broken database).
+pub(crate) fn purge_record(columns: PurgeColumns) -> Result<PurgeRecord, sqlx::Error> {
+    let (purge_id, ledger, cutoff, reason, actor, purged_at, counts) = columns;
+    Ok(PurgeRecord {
+        purge_id,
+        ledger,
+        cutoff,
+        reason,
+        actor,
+        purged_at,
+        rows: rows_of(&counts)?,
+    })
+}
+
 /// The rows per table of an audit row's `counts` (a JSON object of counts by table), by the
 /// names [`RetentionPurge`] gives the tables: `events`, `deliveries`, `attempts`,
 /// `reconciliations`, `replay_items`, `rejects`, `effects`.
 ///
 /// # Errors
 /// [`sqlx::Error::Decode`] for anything else (a broken database).
-pub(crate) fn rows_of(counts: &str) -> Result<BTreeMap<String, u64>, sqlx::Error> {
+fn rows_of(counts: &str) -> Result<BTreeMap<String, u64>, sqlx::Error> {
     let by_table: BTreeMap<String, u64> =
         serde_json::from_str(counts).map_err(|error| sqlx::Error::Decode(Box::new(error)))?;
     Ok(by_table

@@ -39,20 +39,28 @@ CREATE INDEX IF NOT EXISTS evc_consumer_effects_created_brin_idx
 -- replay opened a delivery meanwhile) the purge fails and nothing is removed.
 --
 -- It runs with its owner's rights (SECURITY DEFINER): the retention role may execute it and
--- holds no DELETE of its own, so the rules above are the only deletes it can make. A session
--- of one tenant is refused; any other session purges as every tenant's (`evc.tenant` `*` for
--- the transaction), so row-level security shows it every row whoever owns the tables.
+-- holds no DELETE of its own. A caller that is neither a superuser nor a member of the tables'
+-- owner is held to the deployed periods: `as_of` is at most now, and each cutoff at most now
+-- less the period `evc_settings.retention` gives its table (a table it gives none is kept;
+-- idempotency records wait for the longest event period plus `effects`, and are kept while
+-- a registered event type has none). So the retention role can remove nothing the contracts
+-- keep. A session of one tenant is refused; any other session purges as every tenant's
+-- (`evc.tenant` `*` for the transaction), so row-level security shows it every row whoever
+-- owns the tables. Its search path is fixed when the step runs (the schema of the tables,
+-- `pg_temp` last), so a caller's temporary tables cannot stand in for them.
 CREATE OR REPLACE FUNCTION evc_purge_expired(as_of timestamptz, event_types text[],
         event_cutoffs timestamptz[], attempts_before timestamptz,
         reconciliations_before timestamptz, rejects_before timestamptz,
         effect_consumers text[], effect_cutoffs timestamptz[], reason text, actor text)
     RETURNS TABLE (purge_id bigint, events bigint, deliveries bigint, attempts bigint,
         reconciliations bigint, replay_items bigint, rejects bigint, effects bigint)
-    LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+    LANGUAGE plpgsql SECURITY DEFINER AS $$
 #variable_conflict use_variable
 DECLARE
     ids uuid[] := '{}';
     session_tenant text;
+    deployed jsonb;
+    period bigint;
     attempt_ids bigint[];
     deleted bigint;
     n integer;
@@ -71,6 +79,43 @@ BEGIN
     session_tenant := current_setting('evc.tenant', true);
     PERFORM set_config('evc.tenant', '*', true);
 
+    IF NOT coalesce((SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = session_user), false)
+        AND NOT pg_has_role(session_user,
+            (SELECT c.relowner FROM pg_class c WHERE c.oid = 'evc_events'::regclass), 'MEMBER')
+    THEN
+        SELECT st.retention INTO deployed FROM evc_settings st
+        WHERE st.id AND st.retention_digest = st.settings_digest;
+        as_of := least(as_of, now());
+        FOR n IN 1 .. coalesce(cardinality(event_types), 0) LOOP
+            period := (SELECT (e ->> 'ms')::bigint
+                FROM jsonb_array_elements(coalesce(deployed -> 'events', '[]')) AS e
+                WHERE e ->> 'event_type' = event_types[n]);
+            event_cutoffs[n] := CASE WHEN period IS NOT NULL
+                THEN least(event_cutoffs[n], now() - period * interval '1 millisecond') END;
+        END LOOP;
+        period := (deployed ->> 'attempts_ms')::bigint;
+        attempts_before := CASE WHEN period IS NOT NULL
+            THEN least(attempts_before, now() - period * interval '1 millisecond') END;
+        period := (deployed ->> 'reconciliations_ms')::bigint;
+        reconciliations_before := CASE WHEN period IS NOT NULL
+            THEN least(reconciliations_before, now() - period * interval '1 millisecond') END;
+        period := (deployed ->> 'rejects_ms')::bigint;
+        rejects_before := CASE WHEN period IS NOT NULL
+            THEN least(rejects_before, now() - period * interval '1 millisecond') END;
+        -- The longest horizon any consumer may have; none while a type keeps its events.
+        period := CASE
+            WHEN (SELECT count(*) FROM evc_event_types)
+                > jsonb_array_length(coalesce(deployed -> 'events', '[]')) THEN NULL
+            ELSE (SELECT max((e ->> 'ms')::bigint)
+                    FROM jsonb_array_elements(deployed -> 'events') AS e)
+                + (deployed ->> 'effects_ms')::bigint
+        END;
+        FOR n IN 1 .. coalesce(cardinality(effect_consumers), 0) LOOP
+            effect_cutoffs[n] := CASE WHEN period IS NOT NULL
+                THEN least(effect_cutoffs[n], now() - period * interval '1 millisecond') END;
+        END LOOP;
+    END IF;
+
     FOR n IN 1 .. coalesce(cardinality(event_types), 0) LOOP
         ids := ids || ARRAY(
             SELECT e.event_id FROM evc_events e
@@ -79,6 +124,16 @@ BEGIN
                     WHERE d.event_id = e.event_id AND d.status IN ('pending', 'leased')));
     END LOOP;
     events := cardinality(ids);
+    -- The settled deliveries whose old attempts may go, locked: a replay that would open one
+    -- waits for the purge, and one that opened one first is seen by the count below.
+    IF attempts_before IS NOT NULL THEN
+        PERFORM 1 FROM evc_deliveries d
+        WHERE d.status NOT IN ('pending', 'leased')
+            AND EXISTS (SELECT 1 FROM evc_delivery_attempts a
+                WHERE a.event_id = d.event_id AND a.consumer = d.consumer
+                    AND a.finished_at < attempts_before)
+        FOR SHARE;
+    END IF;
     SELECT count(*) INTO deliveries FROM evc_deliveries d WHERE d.event_id = ANY (ids);
     SELECT coalesce(array_agg(a.id), '{}') INTO attempt_ids FROM evc_delivery_attempts a
     WHERE a.event_id = ANY (ids)
@@ -164,6 +219,16 @@ BEGIN
     PERFORM set_config('evc.tenant', coalesce(session_tenant, ''), true);
     RETURN NEXT;
 END;
+$$;
+
+-- The tables' schema, then the temporary schema last: a caller's temporary table never
+-- resolves before the real one.
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION evc_purge_expired(timestamptz, text[], timestamptz[], '
+        'timestamptz, timestamptz, timestamptz, text[], timestamptz[], text, text) '
+        'SET search_path = pg_catalog, %I, pg_temp', current_schema());
+END
 $$;
 
 -- Only the retention role (and the owner) may run the purge.

@@ -12,7 +12,9 @@ use sqlx::postgres::PgPool;
 
 use super::{PgStore, operations, sql};
 use crate::store::DispatchError;
-use crate::store::retention::{PurgeError, PurgeRecord, RetentionPurge, check, expiry, rows_of};
+use crate::store::retention::{
+    PurgeColumns, PurgeError, PurgeRecord, RetentionPurge, check, expiry, purge_record,
+};
 use crate::tenant::ALL_TENANTS;
 
 /// What [`PgStore::purge_events`] removed.
@@ -185,38 +187,35 @@ impl PgStore {
 /// The newest `limit` purges, newest first ([`crate::Observe::purges`]); none in a database
 /// before the fifth step, and none for a session of one tenant: purges span every tenant.
 pub(crate) async fn purges(pool: &PgPool, limit: u32) -> Result<Vec<PurgeRecord>, DispatchError> {
-    read_purges(pool, sqlx::query(sql::READ_PURGES).bind(i64::from(limit))).await
+    if !purges_visible(pool).await? {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<PurgeColumns> = sqlx::query_as(sql::READ_PURGES)
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(purge_record)
+        .collect::<Result<_, _>>()?)
 }
 
 /// The newest purge of each ledger, by ledger (the status report's), like [`purges`].
 pub(crate) async fn newest_purges(pool: &PgPool) -> Result<Vec<PurgeRecord>, DispatchError> {
-    read_purges(pool, sqlx::query(sql::NEWEST_PURGES)).await
-}
-
-async fn read_purges(
-    pool: &PgPool,
-    query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
-) -> Result<Vec<PurgeRecord>, DispatchError> {
-    if operations::session_tenant(pool).await?.is_some()
-        || !sqlx::query_scalar::<_, bool>(sql::HAS_PURGES)
-            .fetch_one(pool)
-            .await?
-    {
+    if !purges_visible(pool).await? {
         return Ok(Vec::new());
     }
-    let rows = query.fetch_all(pool).await?;
-    rows.iter()
-        .map(|row| {
-            Ok(PurgeRecord {
-                purge_id: row.try_get("id")?,
-                ledger: row.try_get("ledger")?,
-                cutoff: row.try_get("cutoff")?,
-                reason: row.try_get("reason")?,
-                actor: row.try_get("actor")?,
-                purged_at: row.try_get("purged_at")?,
-                rows: rows_of(&row.try_get::<String, _>("counts")?)?,
-            })
-        })
-        .collect::<Result<_, sqlx::Error>>()
-        .map_err(DispatchError::from)
+    let rows: Vec<PurgeColumns> = sqlx::query_as(sql::NEWEST_PURGES).fetch_all(pool).await?;
+    Ok(rows
+        .into_iter()
+        .map(purge_record)
+        .collect::<Result<_, _>>()?)
+}
+
+/// Whether the session may list purges: every tenant's, on a database with the audit table.
+async fn purges_visible(pool: &PgPool) -> Result<bool, DispatchError> {
+    Ok(operations::session_tenant(pool).await?.is_none()
+        && sqlx::query_scalar::<_, bool>(sql::HAS_PURGES)
+            .fetch_one(pool)
+            .await?)
 }

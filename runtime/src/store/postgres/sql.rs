@@ -321,13 +321,15 @@ WHERE id AND retention_digest = settings_digest AND retention IS NOT NULL";
 /// Usage evidence: pairs of event types appended in one trace since `$1` (epoch seconds), in
 /// at least `$2` traces, most first; at most `$3`.
 pub(crate) const CO_TRIGGERED: &str = "\
-SELECT a.event_type AS first, b.event_type AS second, count(DISTINCT a.trace_id)::int8 AS n
-FROM evc_events a
-JOIN evc_events b ON b.trace_id = a.trace_id AND b.event_type > a.event_type
-WHERE a.trace_id IS NOT NULL AND a.produced_at >= to_timestamp($1::float8)
-    AND b.produced_at >= to_timestamp($1::float8)
+WITH t AS (
+    SELECT DISTINCT trace_id, event_type COLLATE \"C\" AS event_type
+    FROM evc_events
+    WHERE trace_id IS NOT NULL AND produced_at >= to_timestamp($1::float8)
+)
+SELECT a.event_type AS first, b.event_type AS second, count(*)::int8 AS n
+FROM t a JOIN t b ON b.trace_id = a.trace_id AND b.event_type > a.event_type
 GROUP BY a.event_type, b.event_type
-HAVING count(DISTINCT a.trace_id) >= $2
+HAVING count(*) >= $2
 ORDER BY n DESC, first, second
 LIMIT $3";
 
@@ -335,7 +337,8 @@ LIMIT $3";
 /// `$1`, in at least `$3` slots, most first; at most `$4`.
 pub(crate) const FAILING_TOGETHER: &str = "\
 WITH f AS (
-    SELECT DISTINCT consumer, floor(extract(epoch FROM finished_at) / $2::float8) AS slot
+    SELECT DISTINCT consumer COLLATE \"C\" AS consumer,
+        floor(extract(epoch FROM finished_at) / $2::float8) AS slot
     FROM evc_delivery_attempts
     WHERE finished_at >= to_timestamp($1::float8) AND outcome <> 'acked'
 )
@@ -365,7 +368,9 @@ SELECT coalesce(dl.producer_class, lb.producer_class) AS producer_class,
     coalesce(dl.n, 0)::int8 AS dead_letters, coalesce(lb.n, 0)::int8 AS lag_breaches
 FROM dl FULL JOIN lb ON lb.producer_class = dl.producer_class AND lb.consumer = dl.consumer
 WHERE coalesce(dl.n, 0) >= $2 OR coalesce(lb.n, 0) >= $2
-ORDER BY coalesce(dl.n, 0) + coalesce(lb.n, 0) DESC, 1, 2
+ORDER BY coalesce(dl.n, 0) + coalesce(lb.n, 0) DESC,
+    coalesce(dl.producer_class, lb.producer_class) COLLATE \"C\",
+    coalesce(dl.consumer, lb.consumer) COLLATE \"C\"
 LIMIT $3";
 
 /// Usage evidence: each consumer's deliveries dead-lettered or quarantined since `$1`.

@@ -7,47 +7,41 @@ use std::time::SystemTime;
 use serde_json::{Value, json};
 
 use super::{SqliteStore, epoch_now, sql};
-use sqlx::Row;
-
 use crate::store::DispatchError;
-use crate::store::retention::{PurgeError, PurgeRecord, RetentionPurge, expiry, rows_of};
+use crate::store::retention::{
+    PurgeColumns, PurgeError, PurgeRecord, RetentionPurge, expiry, purge_record,
+};
 
 impl SqliteStore {
     /// [`crate::Observe::purges`] on SQLite; none on a handle of one tenant (purges span every
     /// tenant).
     pub(super) async fn read_purges(&self, limit: u32) -> Result<Vec<PurgeRecord>, DispatchError> {
-        self.purge_rows(sqlx::query(sql::READ_PURGES).bind(i64::from(limit)))
-            .await
+        if self.tenant().is_some() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<PurgeColumns> = sqlx::query_as(sql::READ_PURGES)
+            .bind(i64::from(limit))
+            .fetch_all(self.pool())
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(purge_record)
+            .collect::<Result<_, _>>()?)
     }
 
     /// The newest purge of each ledger, by ledger (the status report's), like
     /// [`SqliteStore::read_purges`].
     pub(super) async fn newest_purges(&self) -> Result<Vec<PurgeRecord>, DispatchError> {
-        self.purge_rows(sqlx::query(sql::NEWEST_PURGES)).await
-    }
-
-    async fn purge_rows(
-        &self,
-        query: sqlx::query::Query<'_, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
-    ) -> Result<Vec<PurgeRecord>, DispatchError> {
         if self.tenant().is_some() {
             return Ok(Vec::new());
         }
-        let rows = query.fetch_all(self.pool()).await?;
-        rows.iter()
-            .map(|row| {
-                Ok(PurgeRecord {
-                    purge_id: row.try_get("id")?,
-                    ledger: row.try_get("ledger")?,
-                    cutoff: row.try_get("cutoff")?,
-                    reason: row.try_get("reason")?,
-                    actor: row.try_get("actor")?,
-                    purged_at: row.try_get("purged_at")?,
-                    rows: rows_of(&row.try_get::<String, _>("counts")?)?,
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(DispatchError::from)
+        let rows: Vec<PurgeColumns> = sqlx::query_as(sql::NEWEST_PURGES)
+            .fetch_all(self.pool())
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(purge_record)
+            .collect::<Result<_, _>>()?)
     }
 
     /// [`crate::Operate::purge_expired`] on SQLite.

@@ -1388,12 +1388,15 @@ DELETE FROM evc_validation_rejects WHERE rejected_at < ?1";
 /// Usage evidence: pairs of event types appended in one trace since `?1` (epoch seconds), in
 /// at least `?2` traces, most first; at most `?3`.
 pub(crate) const CO_TRIGGERED: &str = "\
-SELECT a.event_type AS first, b.event_type AS second, count(DISTINCT a.trace_id) AS n
-FROM evc_events a
-JOIN evc_events b ON b.trace_id = a.trace_id AND b.event_type > a.event_type
-WHERE a.trace_id IS NOT NULL AND a.produced_at >= ?1 AND b.produced_at >= ?1
+WITH t AS (
+    SELECT DISTINCT trace_id, event_type
+    FROM evc_events
+    WHERE trace_id IS NOT NULL AND produced_at >= ?1
+)
+SELECT a.event_type AS first, b.event_type AS second, count(*) AS n
+FROM t a JOIN t b ON b.trace_id = a.trace_id AND b.event_type > a.event_type
 GROUP BY a.event_type, b.event_type
-HAVING count(DISTINCT a.trace_id) >= ?2
+HAVING count(*) >= ?2
 ORDER BY n DESC, first, second
 LIMIT ?3";
 
