@@ -146,7 +146,7 @@ const SHIPPED: [(&str, &str); 36] = [
     ),
     (
         "0035_evc_runtime_v26.sql",
-        "d4ae9af0fdbdefcbbe105090660aeaffb9a98e752dc776abffc9359a02646694",
+        "f711bf8d4d9e28b1b28023da8a329b0bc86606cdab9bb7eee2bf9eace65bc8a2",
     ),
     (
         "0036_evc_settings_688e0155f98c.sql",

@@ -76,6 +76,17 @@ impl ContractSet {
             )
     }
 
+    /// Whether any table or event type has a retention period (`retention` of `evc.yaml` or
+    /// of an event type): what the generated registry and settings render.
+    pub fn declares_retention(&self) -> bool {
+        let periods = &self.project.retention;
+        self.events.values().any(|event| event.retention.is_some())
+            || periods.attempts.is_some()
+            || periods.reconciliations.is_some()
+            || periods.rejects.is_some()
+            || periods.effects.is_some()
+    }
+
     /// Number of event versions across all event types.
     pub fn version_count(&self) -> usize {
         self.events.values().map(|event| event.versions.len()).sum()

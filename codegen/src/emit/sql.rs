@@ -812,6 +812,9 @@ fn gates_row(set: &ContractSet, settings_digest: &str) -> Result<Row, EmitError>
 /// The retention periods as the runtime reads them back from `evc_settings`, and the settings
 /// digest that records them; empty when the contracts declare none.
 fn retention_row(set: &ContractSet, settings_digest: &str) -> Result<Row, EmitError> {
+    if !set.declares_retention() {
+        return Ok(Vec::new());
+    }
     let retention = &set.project.retention;
     let ms = |period: Option<std::time::Duration>| {
         period.map(|period| u64::try_from(period.as_millis()).unwrap_or(u64::MAX))
@@ -823,14 +826,6 @@ fn retention_row(set: &ContractSet, settings_digest: &str) -> Result<Row, EmitEr
             Some(serde_json::json!({"event_type": event.name, "ms": ms(event.retention)?}))
         })
         .collect();
-    if events.is_empty()
-        && retention.attempts.is_none()
-        && retention.reconciliations.is_none()
-        && retention.rejects.is_none()
-        && retention.effects.is_none()
-    {
-        return Ok(Vec::new());
-    }
     let periods = serde_json::json!({
         "events": events,
         "attempts_ms": ms(retention.attempts),

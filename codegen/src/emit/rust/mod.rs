@@ -1187,6 +1187,9 @@ fn retention_descriptor(
     runtime: &TokenStream,
     millis: impl Fn(std::time::Duration) -> proc_macro2::Literal,
 ) -> TokenStream {
+    if !set.declares_retention() {
+        return quote! { #runtime::RetentionDescriptor::KEEP };
+    }
     let retention = &set.project.retention;
     let events: Vec<TokenStream> = set
         .events
@@ -1210,14 +1213,6 @@ fn retention_descriptor(
         period(retention.rejects),
         period(retention.effects),
     );
-    if events.is_empty()
-        && retention.attempts.is_none()
-        && retention.reconciliations.is_none()
-        && retention.rejects.is_none()
-        && retention.effects.is_none()
-    {
-        return quote! { #runtime::RetentionDescriptor::KEEP };
-    }
     quote! {
         #runtime::RetentionDescriptor {
             events: &[#(#events),*],

@@ -20,7 +20,8 @@ ALTER TABLE evc_purges ADD CONSTRAINT evc_purges_ledger_check
     CHECK (ledger IN ('events', 'rejects', 'retention'));
 
 -- The purge reads attempts and idempotency records by age; both are written in time order,
--- so a block range index stays small and costs an insert almost nothing.
+-- so a block range index stays small. An insert into the newest block range, which stays
+-- unsummarized until a vacuum summarizes it, leaves the index untouched.
 CREATE INDEX IF NOT EXISTS evc_delivery_attempts_finished_brin_idx
     ON evc_delivery_attempts USING brin (finished_at);
 CREATE INDEX IF NOT EXISTS evc_consumer_effects_created_brin_idx
