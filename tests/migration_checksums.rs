@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 36] = [
+const SHIPPED: [(&str, &str); 38] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -151,6 +151,14 @@ const SHIPPED: [(&str, &str); 36] = [
     (
         "0036_evc_settings_688e0155f98c.sql",
         "965219351806850e9a36003ae0ad86b6831911da447e4704ae23e7fc6adf0965",
+    ),
+    (
+        "0037_evc_runtime_v27.sql",
+        "81fb87fd7238a422cda95958b2704993164299a3208cc4f3468ddcc90d6ba5e3",
+    ),
+    (
+        "0038_evc_settings_755cc90ab278.sql",
+        "7f60f9e18773c4b90a559a017c19b27a8c4e12a1b1cffcaaed1ebe1a2d271f57",
     ),
 ];
 

@@ -16,6 +16,7 @@ use evc_codegen::{ContractSet, Diagnostic, LoadCache, LoadError, Sources, diagno
 
 mod dispatch;
 mod evidence;
+mod inventory;
 mod migrate;
 mod operate;
 mod purge;
@@ -173,6 +174,15 @@ enum Command {
     Evidence {
         #[command(flatten)]
         args: evidence::EvidenceArgs,
+        #[command(flatten)]
+        database: operate::Database,
+    },
+    /// Classify the events a consumer would receive on going live (of its types, with no
+    /// delivery to it) as safe, repair, quarantine or expire, by its contract's inventory
+    /// rules. Writes nothing.
+    Inventory {
+        #[command(flatten)]
+        args: inventory::InventoryArgs,
         #[command(flatten)]
         database: operate::Database,
     },
@@ -403,6 +413,9 @@ fn main() -> ExitCode {
         Command::Replay { args, database } => replay::replay(&args, &database),
         Command::Evidence { args, database } => {
             evidence::evidence(&args, &database).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Inventory { args, database } => {
+            inventory::inventory(&args, &database).map(|()| ExitCode::SUCCESS)
         }
         Command::Purge { args, database } => {
             purge::purge(&args, &database).map(|()| ExitCode::SUCCESS)

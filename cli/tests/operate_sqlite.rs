@@ -72,6 +72,7 @@ static REGISTRY: Registry = Registry {
     schedules: &[],
     lag_thresholds: &[],
     cutover_gates: &[],
+    inventory_rules: &[],
     retention: evc_runtime::RetentionDescriptor::KEEP,
     payload_policy: PayloadPolicyDescriptor {
         denied_keys: &[],
@@ -114,6 +115,24 @@ static RETAINED: Registry = Registry {
         rejects_ms: Some(1),
         effects_ms: Some(1),
     },
+    ..REGISTRY
+};
+
+/// [`REGISTRY`] where `mailer` is off (so it gets no delivery) and its inventory rules expire
+/// events older than a day.
+static INVENTORIED: Registry = Registry {
+    consumers: &[
+        consumer("audit"),
+        ConsumerDescriptor {
+            mode: ConsumerMode::Off,
+            ..consumer("mailer")
+        },
+    ],
+    inventory_rules: &[evc_runtime::InventoryRulesDescriptor {
+        consumer: "mailer",
+        max_age_ms: Some(86_400_000),
+        repair: evc_runtime::InventoryRepair::None,
+    }],
     ..REGISTRY
 };
 
@@ -865,4 +884,77 @@ fn a_sqlite_outbox_is_never_created_shared_or_guessed() {
             && !error.contains("hunter2"),
         "{error}"
     );
+}
+
+#[test]
+fn the_inventory_lists_what_an_off_consumer_never_received() {
+    let _serial = one_test_at_a_time();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("outbox.db");
+    let url = format!("sqlite:{}", path.display());
+    assert!(evc(&url, &["migrate"]).status.success());
+    let ids = runtime().block_on(async {
+        let store = SqliteStore::open(path.to_string_lossy(), INVENTORIED)
+            .await
+            .expect("the application opens its file");
+        let trace = TraceContext::new(TRACE, SPAN, 1).expect("trace");
+        let mut tx = store.begin().await.expect("begin");
+        let mut ids = Vec::new();
+        for id in ["n1", "n2"] {
+            let payload = serde_json::json!({ "id": id });
+            let event =
+                OutgoingEvent::new("note.made", "1.0.0", None, &trace, &payload).expect("event");
+            let receipt = store
+                .append(&mut tx, event, AppendOptions::default())
+                .await
+                .expect("append");
+            ids.push(receipt.event_id);
+        }
+        tx.commit().await.expect("commit");
+        store.close().await;
+        ids
+    });
+
+    let output = evc(&url, &["inventory", "mailer"]);
+    assert!(output.status.success(), "{output:?}");
+    let text = stdout(&output);
+    assert!(
+        text.starts_with(
+            "inventory of mailer (max_age 1d, repair none): 2 safe, 0 repair, 0 quarantine, 0 \
+             expire\n"
+        ),
+        "{text}"
+    );
+    for id in &ids {
+        assert!(
+            text.contains(&format!("  safe       {id} note.made@1.0.0\n")),
+            "{text}"
+        );
+    }
+
+    let output = evc(
+        &url,
+        &["inventory", "mailer", "--limit", "1", "--format", "json"],
+    );
+    assert!(output.status.success(), "{output:?}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(report["truncated"], true);
+    assert_eq!(report["counts"]["safe"], 1);
+    assert_eq!(report["items"][0]["event_id"], ids[0].to_string());
+    assert_eq!(report["items"][0]["class"], "safe");
+    assert_eq!(report["max_age_ms"], 86_400_000);
+
+    // `audit` received both; nothing was written by the inventories.
+    let output = evc(&url, &["inventory", "audit", "--format", "json"]);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(report["items"], serde_json::json!([]), "{report}");
+    let output = evc(&url, &["inventory", "mailer", "--format", "json"]);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(report["counts"]["safe"], 2, "{report}");
+
+    let output = evc(&url, &["inventory", "nobody"]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(stderr(&output).contains("nobody"), "{output:?}");
+    let output = evc(&url, &["inventory", "mailer", "--limit", "0"]);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
 }

@@ -492,6 +492,40 @@ pub struct ConsumerFile {
     /// runtime refuses the move until the gate passes, and says why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cutover_gate: Option<CutoverGateDef>,
+    /// How `evc inventory` classifies the events that exist before the consumer goes live
+    /// (events of its types with no delivery to it): which expire, and whether a payload its
+    /// subscription or schema refuses may be repaired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<InventoryDef>,
+}
+
+/// A consumer's inventory rules: how the events it would receive on going live are classified
+/// (safe, repair, quarantine or expire).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InventoryDef {
+    /// An event older than this expires: it is never delivered to the consumer (`90d`;
+    /// unset: no event expires).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age: Option<DurationText>,
+    /// What happens to an event whose version the consumer no longer accepts, or whose payload
+    /// its version's schema no longer accepts (default `none`: it is quarantined).
+    #[serde(default)]
+    pub repair: InventoryRepair,
+}
+
+/// How an inventory repairs an event the consumer cannot take as it is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InventoryRepair {
+    /// No repair: the event is quarantined.
+    #[default]
+    None,
+    /// The payload is conformed to the newest registered version the consumer accepts:
+    /// properties a closed object of that schema does not declare are dropped, absent ones
+    /// that declare a `default` are filled. Repaired when the result validates, else
+    /// quarantined.
+    Conform,
 }
 
 /// A consumer's cut-over gate: the evidence, gathered since the consumer last entered shadow

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 pub use crate::format::{
     CompatMode, ConsumerMode, ContentModel, EventStatus, ExecutorKind, FailureClass, HandlerKind,
-    Jitter, Ordering, RetryKind,
+    InventoryRepair, Jitter, Ordering, RetryKind,
 };
 use crate::source::{Location, Sources};
 use crate::yaml::Node;
@@ -394,8 +394,27 @@ pub struct Consumer {
     pub lag_thresholds: BTreeMap<String, Duration>,
     /// What shadow runs must show before an operator may move it to `live`.
     pub cutover_gate: Option<CutoverGate>,
+    /// How `evc inventory` classifies the events that exist before it goes live.
+    pub inventory: Inventory,
     /// Display path of the file that defines it.
     pub file: String,
+}
+
+/// A consumer's inventory rules (`inventory`); the default expires nothing and repairs
+/// nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Inventory {
+    /// Events older than this expire; `None`: none expire.
+    pub max_age: Option<Duration>,
+    /// Whether a refused event may be conformed to an accepted version.
+    pub repair: InventoryRepair,
+}
+
+impl Inventory {
+    /// Whether the contract declares rules other than the defaults.
+    pub fn is_declared(&self) -> bool {
+        *self != Self::default()
+    }
 }
 
 /// A consumer's cut-over gate (`cutover_gate`).

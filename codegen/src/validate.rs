@@ -17,8 +17,8 @@ use crate::format::{
 use crate::loader::{EVENTS_DIR, ParsedDir, ParsedFile, Typed};
 use crate::model::{
     Consumer, ContentModel, ContractSet, CutoverGate, DispatcherSettings, EventType, EventVersion,
-    ExecutorClass, MigrationPolicy, PayloadPolicy, Project, RelaySettings, Retention, RetryPolicy,
-    Schedule, Subscription, Topic,
+    ExecutorClass, Inventory, MigrationPolicy, PayloadPolicy, Project, RelaySettings, Retention,
+    RetryPolicy, Schedule, Subscription, Topic,
 };
 use crate::names::{self, glob_matches};
 use crate::payload_schema;
@@ -1291,6 +1291,16 @@ impl<'a> Checker<'a> {
             }),
             max_unexplained: gate.max_unexplained,
         });
+        let inventory = def
+            .inventory
+            .as_ref()
+            .map_or_else(Inventory::default, |rules| Inventory {
+                max_age: rules
+                    .max_age
+                    .as_ref()
+                    .map(|text| self.duration(path, "/inventory/max_age", text.as_str())),
+                repair: rules.repair,
+            });
         Consumer {
             name: name.to_owned(),
             description: def.description.clone(),
@@ -1305,6 +1315,7 @@ impl<'a> Checker<'a> {
             handler_timeout,
             lag_thresholds,
             cutover_gate,
+            inventory,
             file: path.to_owned(),
         }
     }

@@ -9334,6 +9334,18 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
         rejects_ms: Some(2592000000),
         effects_ms: Some(604800000),
     },
+    inventory_rules: &[
+        ::evc::InventoryRulesDescriptor {
+            consumer: "worker.ai.review_suggest",
+            max_age_ms: Some(2592000000),
+            repair: ::evc::InventoryRepair::Conform,
+        },
+        ::evc::InventoryRulesDescriptor {
+            consumer: "worker.render.mout_view",
+            max_age_ms: Some(7776000000),
+            repair: ::evc::InventoryRepair::None,
+        },
+    ],
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &[

@@ -118,6 +118,7 @@ static REGISTRY: Registry = Registry {
     schedules: &[],
     lag_thresholds: &[],
     cutover_gates: &[],
+    inventory_rules: &[],
     retention: evc_runtime::RetentionDescriptor::KEEP,
     payload_policy: evc_runtime::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],

@@ -864,6 +864,7 @@ mod tests {
         schedules: &[],
         lag_thresholds: &[],
         cutover_gates: &[],
+        inventory_rules: &[],
         retention: crate::registry::RetentionDescriptor::KEEP,
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: &[],

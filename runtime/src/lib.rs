@@ -38,9 +38,10 @@ pub use policy::{
 pub use publish::{OutgoingEvent, PayloadError, Publish, RegisteredEvent, order_key_part};
 pub use registry::{
     ConsumerDescriptor, ConsumerMode, CutoverGateDescriptor, DispatcherDescriptor, EventDescriptor,
-    EventRetention, ExecutorClassDescriptor, HandlerKind, LagThresholdDescriptor, MissedSlots,
-    PayloadPolicyDescriptor, Registry, RetentionDescriptor, RetryPolicyDescriptor,
-    ScheduleDescriptor, SubscriptionDescriptor, VersionDescriptor,
+    EventRetention, ExecutorClassDescriptor, HandlerKind, InventoryRepair,
+    InventoryRulesDescriptor, LagThresholdDescriptor, MissedSlots, PayloadPolicyDescriptor,
+    Registry, RetentionDescriptor, RetryPolicyDescriptor, ScheduleDescriptor,
+    SubscriptionDescriptor, VersionDescriptor,
 };
 pub use retry::{Jitter, RetryDecision, RetryKind, RetryPolicy, RetryPolicyError};
 pub use store::postgres::{
@@ -76,6 +77,10 @@ pub use store::{
 pub use store::{
     DEAD_LETTERED, DISCARDED, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED,
     REPLAYED_JOB_FAILED, replay_uuid,
+};
+pub use store::{
+    InventoryClass, InventoryCounts, InventoryItem, InventoryReason, InventoryReport,
+    MAX_INVENTORY_EVENTS,
 };
 pub use store::{LAG_BREACH, LagBreach, LagRound, MAX_COUNTED_SKIPS, ScheduleRound, ScheduleState};
 pub use store::{

@@ -147,6 +147,59 @@ pub struct CutoverGateDescriptor {
     pub max_unexplained: u32,
 }
 
+/// A consumer's inventory rules (`inventory` of its contract): how the events that exist
+/// before it goes live are classified ([`crate::Operate::inventory`]). A consumer whose
+/// contract declares none has [`InventoryRulesDescriptor::DEFAULT`]'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InventoryRulesDescriptor {
+    /// The consumer.
+    pub consumer: &'static str,
+    /// Events older than this, in milliseconds, expire; `None`: none expire.
+    pub max_age_ms: Option<u64>,
+    /// Whether an event the consumer cannot take as it is may be repaired.
+    pub repair: InventoryRepair,
+}
+
+impl InventoryRulesDescriptor {
+    /// The rules of a consumer whose contract declares none: nothing expires, nothing is
+    /// repaired.
+    pub const DEFAULT: Self = Self {
+        consumer: "",
+        max_age_ms: None,
+        repair: InventoryRepair::None,
+    };
+}
+
+/// How an inventory repairs an event a consumer cannot take as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InventoryRepair {
+    /// No repair: the event is quarantined.
+    None,
+    /// The payload is conformed to the newest registered version the consumer accepts
+    /// (undeclared properties of closed objects dropped, declared defaults filled); repaired
+    /// when the result validates.
+    Conform,
+}
+
+impl InventoryRepair {
+    /// The contract's spelling (`none`, `conform`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Conform => "conform",
+        }
+    }
+
+    /// The repair spelled `text`, if any.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "none" => Some(Self::None),
+            "conform" => Some(Self::Conform),
+            _ => None,
+        }
+    }
+}
+
 /// How long rows stay before the purge removes them (`retention` of `evc.yaml` and of each
 /// event type's contract). A period that is `None` keeps its rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -322,6 +375,8 @@ pub struct Registry {
     pub cutover_gates: &'static [CutoverGateDescriptor],
     /// Retention periods: a runtime setting, outside the digest.
     pub retention: RetentionDescriptor,
+    /// Inventory rules, sorted by consumer: a runtime setting, outside the digest.
+    pub inventory_rules: &'static [InventoryRulesDescriptor],
     /// The payload policy every append is checked against.
     pub payload_policy: PayloadPolicyDescriptor,
     /// Whether an append without a tenant scope is refused (`envelope.require_tenant_scope`).
@@ -369,6 +424,16 @@ impl Registry {
             .binary_search_by(|gate| gate.consumer.cmp(consumer))
             .ok()
             .map(|index| &self.cutover_gates[index])
+    }
+
+    /// The inventory rules of consumer `consumer` ([`InventoryRulesDescriptor::DEFAULT`]'s
+    /// when its contract declares none).
+    pub fn inventory_rules(&self, consumer: &str) -> InventoryRulesDescriptor {
+        self.inventory_rules
+            .binary_search_by(|rules| rules.consumer.cmp(consumer))
+            .map_or(InventoryRulesDescriptor::DEFAULT, |index| {
+                self.inventory_rules[index]
+            })
     }
 
     /// The executor class consumer `consumer` runs on, if it is registered and names one.
@@ -470,6 +535,7 @@ mod tests {
         schedules: &[],
         lag_thresholds: &[],
         cutover_gates: &[],
+        inventory_rules: &[],
         retention: crate::registry::RetentionDescriptor::KEEP,
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: &[],

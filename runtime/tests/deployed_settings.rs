@@ -259,6 +259,7 @@ async fn installed_settings_are_the_settings_deployed_registry_reads() -> TestRe
                 schedules: &[],
                 lag_thresholds: &[],
                 cutover_gates: &[],
+                inventory_rules: &[],
                 retention: evc_runtime::RetentionDescriptor::KEEP,
                 ..changed
             },
@@ -291,6 +292,7 @@ async fn changed_settings_rows_change_what_appends_pass() -> TestResult {
                 schedules: &[],
                 lag_thresholds: &[],
                 cutover_gates: &[],
+                inventory_rules: &[],
                 retention: evc_runtime::RetentionDescriptor::KEEP,
                 payload_policy: PayloadPolicyDescriptor {
                     hard_max_bytes: 64,
@@ -339,6 +341,7 @@ async fn changed_settings_rows_change_what_appends_pass() -> TestResult {
                 schedules: &[],
                 lag_thresholds: &[],
                 cutover_gates: &[],
+                inventory_rules: &[],
                 retention: evc_runtime::RetentionDescriptor::KEEP,
                 payload_policy: PayloadPolicyDescriptor {
                     denied_keys: Box::leak(denied_keys.into_boxed_slice()),

@@ -71,6 +71,7 @@ async fn a_key_newly_denied_by_the_contracts_is_refused() -> TestResult {
             schedules: &[],
             lag_thresholds: &[],
             cutover_gates: &[],
+            inventory_rules: &[],
             retention: evc_runtime::RetentionDescriptor::KEEP,
             payload_policy: PayloadPolicyDescriptor {
                 denied_keys: &["internal_memo"],
@@ -118,6 +119,7 @@ async fn a_lowered_hard_cap_refuses_what_the_event_cap_allows() -> TestResult {
             schedules: &[],
             lag_thresholds: &[],
             cutover_gates: &[],
+            inventory_rules: &[],
             retention: evc_runtime::RetentionDescriptor::KEEP,
             payload_policy: PayloadPolicyDescriptor {
                 hard_max_bytes: 64,

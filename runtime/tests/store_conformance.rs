@@ -198,6 +198,7 @@ mod retention {
         crate::conformance::RETAINED_REGISTRY =>
         a_purge_removes_what_retention_expires_and_keeps_open_deliveries,
         a_purge_needs_a_reason_and_an_actor,
+        an_inventory_cannot_vouch_for_what_a_purge_may_have_removed,
     );
 }
 
@@ -205,6 +206,15 @@ mod evidence {
     use super::*;
 
     conformance!(usage_evidence_reads_the_ledger_alone);
+}
+
+mod inventory {
+    use super::*;
+
+    conformance!(
+        crate::conformance::INVENTORY_REGISTRY =>
+        an_inventory_classifies_the_events_a_consumer_never_received,
+    );
 }
 
 /// The value of `series` (its name and labels) in the OpenMetrics text `metrics`.
@@ -4861,5 +4871,203 @@ async fn usage_evidence_reads_the_ledger_alone<S: Conformance>(store: S) -> Test
         "{}: {report:?}",
         S::NAME
     );
+    Ok(())
+}
+
+/// The SHA-256 of `payload`'s canonical JSON, as an inventory reports it.
+fn payload_digest(payload: &serde_json::Value) -> String {
+    evc_runtime::sha256_hex(evc_runtime::canonical_json(payload).as_bytes())
+}
+
+/// The inventory of `k.off` (off, subscribed to `test.note@^2` alone, rules: an hour,
+/// conform): a 1.0.0 note conformed to 2.0.0 (its undeclared `count` and `meta` dropped, the
+/// `channel` default filled) is a repair, one whose text 2.0.0 refuses is quarantined, a
+/// 2.0.0 note is safe, a ping it does not receive is not listed; an hour later everything
+/// expires. Nothing is written, the digest follows what is found, and the limit truncates.
+async fn an_inventory_classifies_the_events_a_consumer_never_received<S: Conformance>(
+    store: S,
+) -> TestResult {
+    use evc_runtime::{InventoryClass, InventoryReason};
+    let name = S::NAME;
+    let [a, b, c, d] = [1, 2, 3, 4].map(support::note_key);
+    let with_meta = serde_json::json!({"note_id": b, "count": 2, "meta": {"k": "v"}});
+    let too_long = serde_json::json!({"note_id": c, "text": "a note far too long for 2.0.0"});
+    let v2 = serde_json::json!({"note_id": d, "channel": "sms"});
+    let receipts = committed(
+        &store,
+        vec![
+            note(1),
+            support::event("test.note", "1.0.0", with_meta.clone()),
+            ping(),
+            support::event("test.note", "1.0.0", too_long.clone()),
+            support::event("test.note", "2.0.0", v2.clone()),
+        ],
+    )
+    .await?;
+    let now = std::time::SystemTime::now();
+    let report = store.inventory(OFF, now, 100).await?;
+    assert_eq!(report.consumer, OFF);
+    assert_eq!(
+        (report.max_age_ms, report.repair),
+        (Some(3_600_000), "conform")
+    );
+    assert!(!report.truncated, "{name}");
+    let found: Vec<_> = report
+        .items
+        .iter()
+        .map(|i| (i.event_id, i.class, i.reason, i.target_version.as_deref()))
+        .collect();
+    let not_accepted = Some(InventoryReason::VersionNotAccepted);
+    assert_eq!(
+        found,
+        [
+            (
+                receipts[0].event_id,
+                InventoryClass::Repair,
+                not_accepted,
+                Some("2.0.0")
+            ),
+            (
+                receipts[1].event_id,
+                InventoryClass::Repair,
+                not_accepted,
+                Some("2.0.0")
+            ),
+            (
+                receipts[3].event_id,
+                InventoryClass::Quarantine,
+                not_accepted,
+                None
+            ),
+            (
+                receipts[4].event_id,
+                InventoryClass::Safe,
+                None,
+                Some("2.0.0")
+            ),
+        ],
+        "{name}"
+    );
+    let counts = report.counts;
+    assert_eq!(
+        (counts.safe, counts.repair, counts.quarantine, counts.expire),
+        (1, 2, 1, 0),
+        "{name}"
+    );
+    // The stored payloads' digests, and the repairs' conformed payloads'.
+    let first = support::note(&a);
+    assert_eq!(
+        report.items[0].payload_digest,
+        payload_digest(&first),
+        "{name}"
+    );
+    assert_eq!(
+        report.items[0].repaired_digest,
+        Some(payload_digest(
+            &serde_json::json!({"note_id": a, "text": "a note", "channel": "email"})
+        )),
+        "{name}"
+    );
+    assert_eq!(
+        report.items[1].repaired_digest,
+        Some(payload_digest(
+            &serde_json::json!({"note_id": b, "channel": "email"})
+        )),
+        "{name}"
+    );
+    assert_eq!(report.items[2].payload_digest, payload_digest(&too_long));
+    assert_eq!(report.items[2].repaired_digest, None);
+    assert_eq!(report.items[3].payload_digest, payload_digest(&v2));
+    assert_eq!(report.items[3].repaired_digest, None);
+
+    // A dry run: the same inventory again, the same digest; no delivery was written.
+    assert_eq!(store.inventory(OFF, now, 100).await?.digest, report.digest);
+    for receipt in &receipts {
+        assert!(
+            store.delivery(receipt.event_id, OFF).await?.is_none(),
+            "{name}"
+        );
+    }
+
+    // Past the rules' hour, every event expires.
+    let later = now + Duration::from_secs(2 * 3_600);
+    let expired = store.inventory(OFF, later, 100).await?;
+    assert!(
+        expired
+            .items
+            .iter()
+            .all(|i| i.class == InventoryClass::Expire
+                && i.reason == Some(InventoryReason::TooOld)
+                && i.target_version.is_none()),
+        "{name}: {expired:?}"
+    );
+    assert_eq!(expired.counts.expire, 4);
+    assert_ne!(expired.digest, report.digest);
+
+    // The limit keeps the oldest and says more wait.
+    let first_two = store.inventory(OFF, now, 2).await?;
+    assert!(first_two.truncated, "{name}");
+    assert_eq!(first_two.items, report.items[..2], "{name}");
+
+    // A new event changes what the inventory finds, and so its digest.
+    committed(&store, vec![note(5)]).await?;
+    let grown = store.inventory(OFF, now, 100).await?;
+    assert_eq!(grown.items.len(), 5, "{name}");
+    assert_ne!(grown.digest, report.digest, "{name}");
+
+    // A live consumer received every event of a version it accepts, whether its delivery
+    // still waits or was acked (the ack deletes the delivery and keeps its attempt); the 2.0.0
+    // note, which its `^1` refuses and its rules (the defaults) do not repair, is quarantined.
+    // An unknown consumer is refused.
+    let claimed = claim(&store, PLAIN, "w1", 10, LEASE, false).await?;
+    assert!(!claimed.is_empty(), "{name}");
+    for claimed in &claimed {
+        ack(&store, &claimed.lease).await?;
+    }
+    let plain = store.inventory(PLAIN, now, 100).await?;
+    let listed: Vec<_> = plain.items.iter().map(|i| (i.event_id, i.class)).collect();
+    assert_eq!(
+        listed,
+        [(receipts[4].event_id, InventoryClass::Quarantine)],
+        "{name}"
+    );
+    assert_eq!((plain.max_age_ms, plain.repair), (None, "none"));
+    let unknown = store.inventory("k.nobody", now, 100).await;
+    assert!(
+        matches!(unknown, Err(DispatchError::UnknownConsumer(_))),
+        "{name}: {unknown:?}"
+    );
+    Ok(())
+}
+
+/// Once a retention purge may have removed acked deliveries' attempts (attempts are kept an
+/// hour in [`conformance::RETAINED_REGISTRY`]), the ledger no longer tells whether `k.off`
+/// received an event older than that: the inventory quarantines it as `receipt_unknown`
+/// rather than offering it as safe.
+async fn an_inventory_cannot_vouch_for_what_a_purge_may_have_removed<S: Conformance>(
+    store: S,
+) -> TestResult {
+    use evc_runtime::{InventoryClass, InventoryReason};
+    let name = S::NAME;
+    committed(&store, vec![note(1), note(2)]).await?;
+    let now = std::time::SystemTime::now();
+    let before = store.inventory(OFF, now, 10).await?;
+    assert_eq!(before.counts.safe, 2, "{name}: {before:?}");
+    // The purge counts back from three hours ahead: attempts finished before two hours ahead
+    // may be gone, and both events are older than that.
+    let ahead = now + Duration::from_secs(3 * 3_600);
+    store
+        .purge_expired(ahead, "inventory test", "ops", true)
+        .await?;
+    let after = store.inventory(OFF, now, 10).await?;
+    assert!(
+        after
+            .items
+            .iter()
+            .all(|i| i.class == InventoryClass::Quarantine
+                && i.reason == Some(InventoryReason::ReceiptUnknown)),
+        "{name}: {after:?}"
+    );
+    assert_eq!(after.items.len(), 2, "{name}");
     Ok(())
 }

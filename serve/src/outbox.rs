@@ -179,6 +179,16 @@ impl Outbox {
         on_store!(self, Role::Operator, store => store.set_mode(consumer, mode, change).await)
     }
 
+    /// The inventory of `consumer` as of now, at most `limit` events.
+    pub(crate) async fn inventory(
+        &self,
+        consumer: &str,
+        limit: u32,
+    ) -> Result<evc_runtime::InventoryReport, DispatchError> {
+        let now = std::time::SystemTime::now();
+        on_store!(self, Role::Operator, store => store.inventory(consumer, now, limit).await)
+    }
+
     pub(crate) async fn cutover_report(
         &self,
         consumer: &str,

@@ -10,7 +10,7 @@ use crate::digest;
 use crate::duration;
 use crate::model::{
     CompatMode, ConsumerMode, ContractSet, EventStatus, ExecutorKind, FailureClass, HandlerKind,
-    Jitter, Ordering, RetryKind,
+    InventoryRepair, Jitter, Ordering, RetryKind,
 };
 
 /// The manifest document.
@@ -54,6 +54,19 @@ pub struct Settings<'a> {
     /// Retention periods (left out when the contracts declare none).
     #[serde(skip_serializing_if = "RetentionEntry::is_empty")]
     pub retention: RetentionEntry<'a>,
+    /// Inventory rules of the consumers that declare them, by consumer.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub inventory: BTreeMap<&'a str, InventoryEntry>,
+}
+
+/// A consumer's inventory rules, as `evc inventory` classifies its events.
+#[derive(Debug, Serialize)]
+pub struct InventoryEntry {
+    /// Age past which an event expires (left out: none expire).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_age: Option<String>,
+    /// `none` or `conform`.
+    pub repair: InventoryRepair,
 }
 
 /// The retention periods, as the purge applies them; a table left out keeps its rows.
@@ -237,6 +250,20 @@ pub fn settings(set: &ContractSet) -> Settings<'_> {
             rejects: set.project.retention.rejects.map(duration::format),
             effects: set.project.retention.effects.map(duration::format),
         },
+        inventory: set
+            .consumers
+            .iter()
+            .filter(|(_, consumer)| consumer.inventory.is_declared())
+            .map(|(name, consumer)| {
+                (
+                    name.as_str(),
+                    InventoryEntry {
+                        max_age: consumer.inventory.max_age.map(duration::format),
+                        repair: consumer.inventory.repair,
+                    },
+                )
+            })
+            .collect(),
     }
 }
 

@@ -63,6 +63,8 @@
 //!   named the same way.
 //! - `NNNN_evc_runtime_v26.sql`: the twenty-sixth step (retention: the purge of expired rows
 //!   and its role), named the same way.
+//! - `NNNN_evc_runtime_v27.sql`: the twenty-seventh step (inventory rules in the settings
+//!   row), named the same way.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
@@ -165,6 +167,9 @@ pub const RUNTIME_V25_SUFFIX: &str = "_evc_runtime_v25.sql";
 
 /// The file name of the runtime tables' twenty-sixth step, after its version.
 pub const RUNTIME_V26_SUFFIX: &str = "_evc_runtime_v26.sql";
+
+/// The file name of the runtime tables' twenty-seventh step, after its version.
+pub const RUNTIME_V27_SUFFIX: &str = "_evc_runtime_v27.sql";
 
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
@@ -338,6 +343,11 @@ const STEPS: &[Step] = &[
         with: With::Notice,
     },
     Step {
+        name: Name::Step(RUNTIME_V27_SUFFIX),
+        template: template!("evc_runtime_v27.sql"),
+        with: With::Notice,
+    },
+    Step {
         name: Name::Digest(REGISTRY_INFIX),
         template: template!("evc_registry.sql"),
         with: With::Registry,
@@ -420,6 +430,9 @@ struct Inputs {
     /// The retention periods and the settings digest that records them, as SQL expressions;
     /// empty for a project without any ([`With::Settings`]).
     retention: Row,
+    /// The inventory rules and the settings digest that records them, as SQL expressions;
+    /// empty for a project whose consumers declare none ([`With::Settings`]).
+    inventory: Row,
 }
 
 impl Inputs {
@@ -454,6 +467,7 @@ impl Inputs {
                     scheduling: scheduling_row(set, &digest)?,
                     gates: gates_row(set, &digest)?,
                     retention: retention_row(set, &digest)?,
+                    inventory: inventory_row(set, &digest)?,
                     digest,
                     ..Self::default()
                 }
@@ -836,6 +850,36 @@ fn retention_row(set: &ContractSet, settings_digest: &str) -> Result<Row, EmitEr
     Ok(vec![jsonb(&periods)?, literal(settings_digest)?])
 }
 
+/// The inventory rules as the runtime reads them back from `evc_settings`, and the settings
+/// digest that records them; empty when no consumer declares any.
+fn inventory_row(set: &ContractSet, settings_digest: &str) -> Result<Row, EmitError> {
+    let rules: Vec<serde_json::Value> = set
+        .consumers
+        .values()
+        .filter(|consumer| consumer.inventory.is_declared())
+        .map(|consumer| {
+            serde_json::json!({
+                "consumer": consumer.name,
+                "max_age_ms": consumer
+                    .inventory
+                    .max_age
+                    .map(|age| u64::try_from(age.as_millis()).unwrap_or(u64::MAX)),
+                "repair": match consumer.inventory.repair {
+                    crate::model::InventoryRepair::None => "none",
+                    crate::model::InventoryRepair::Conform => "conform",
+                },
+            })
+        })
+        .collect();
+    if rules.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(vec![
+        jsonb(&serde_json::Value::Array(rules))?,
+        literal(settings_digest)?,
+    ])
+}
+
 /// A duration as a `bigint` of milliseconds.
 fn duration_ms(duration: std::time::Duration) -> Result<String, EmitError> {
     bigint(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
@@ -1076,9 +1120,10 @@ mod tests {
                 format!("0024{RUNTIME_V24_SUFFIX}"),
                 format!("0025{RUNTIME_V25_SUFFIX}"),
                 format!("0026{RUNTIME_V26_SUFFIX}"),
-                format!("0027_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
+                format!("0027{RUNTIME_V27_SUFFIX}"),
+                format!("0028_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
                 format!(
-                    "0028_evc_settings_{}.sql",
+                    "0029_evc_settings_{}.sql",
                     &settings_digest(&set)?[..DIGEST_PREFIX_LEN]
                 ),
             ]
@@ -1200,7 +1245,7 @@ mod tests {
         let after = settings_of(&changed).ok_or("no settings file")?;
         assert_eq!(
             after.path.file_name().and_then(|n| n.to_str()),
-            Some(format!("0029_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
+            Some(format!("0030_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
             "the next number after the checked-in files"
         );
         // batch_size, lease_ms in column order.

@@ -1376,6 +1376,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     lag_thresholds: &[],
     cutover_gates: &[],
     retention: ::evc::RetentionDescriptor::KEEP,
+    inventory_rules: &[],
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &[

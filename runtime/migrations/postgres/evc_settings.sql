@@ -51,3 +51,11 @@ UPDATE evc_settings
 SET retention = {{ retention[0] }}, retention_digest = {{ retention[1] }}
 WHERE id AND retention_digest IS DISTINCT FROM {{ retention[1] }};
 {%- endif %}
+{%- if !inventory.is_empty() %}
+
+-- The inventory rules `evc inventory` classifies a consumer's events by, for readers of the
+-- database, with the settings digest that wrote them, as above.
+UPDATE evc_settings
+SET inventory_rules = {{ inventory[0] }}, inventory_digest = {{ inventory[1] }}
+WHERE id AND inventory_digest IS DISTINCT FROM {{ inventory[1] }};
+{%- endif %}

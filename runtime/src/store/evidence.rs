@@ -296,6 +296,7 @@ mod tests {
         schedules: &[],
         lag_thresholds: &[],
         cutover_gates: &[],
+        inventory_rules: &[],
         retention: RetentionDescriptor::KEEP,
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: &[],

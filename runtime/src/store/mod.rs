@@ -60,6 +60,7 @@ pub(crate) mod cursor;
 pub(crate) mod cutover;
 pub(crate) mod evidence;
 mod feed;
+pub(crate) mod inventory;
 mod lag;
 mod lifecycle;
 pub(crate) mod observe;
@@ -85,6 +86,10 @@ pub use evidence::{
     MAX_SIGNAL_ROWS,
 };
 pub use feed::{FeedEvent, FeedPosition, FeedPositionError};
+pub use inventory::{
+    InventoryClass, InventoryCounts, InventoryItem, InventoryReason, InventoryReport,
+    MAX_INVENTORY_EVENTS,
+};
 pub use lag::{LAG_BREACH, LagBreach, LagRound};
 pub use lifecycle::{
     DEAD_LETTERED, DISCARDED, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED,

@@ -173,6 +173,21 @@ pub trait Operate: Store {
         limit: u32,
     ) -> impl Future<Output = Result<Vec<ReplayRecord>, DispatchError>> + Send;
 
+    /// The inventory of `consumer` as of `as_of` (docs/runtime.md, "Inventory"): the events
+    /// of the types it subscribes to that have no delivery to it, oldest first, at most
+    /// `limit` (1 to [`crate::MAX_INVENTORY_EVENTS`]), each classified safe, repair,
+    /// quarantine or expire by its contract's inventory rules against the store's registry.
+    /// In a session of one tenant, that tenant's events alone. Nothing is written.
+    ///
+    /// # Errors
+    /// [`DispatchError::UnknownConsumer`] or [`DispatchError::Database`].
+    fn inventory(
+        &self,
+        consumer: &str,
+        as_of: SystemTime,
+        limit: u32,
+    ) -> impl Future<Output = Result<crate::InventoryReport, DispatchError>> + Send;
+
     /// Removes the rows the store's registry's retention expires as of `as_of`
     /// ([`crate::RetentionDescriptor`]; docs/runtime.md, "Retention"): settled events per type
     /// with their delivery rows, attempts, reconciliations and replay items; attempts of

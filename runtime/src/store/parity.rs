@@ -434,6 +434,7 @@ mod tests {
         schedules: &[],
         lag_thresholds: &[],
         cutover_gates: &[],
+        inventory_rules: &[],
         retention: crate::registry::RetentionDescriptor::KEEP,
         payload_policy: crate::registry::PayloadPolicyDescriptor {
             denied_keys: &[],

@@ -414,6 +414,7 @@ mod tests {
         schedules: &[],
         lag_thresholds: &[],
         cutover_gates: &[],
+        inventory_rules: &[],
         retention: RetentionDescriptor {
             events: &[
                 EventRetention {

@@ -354,6 +354,7 @@ const TIGHT_CAP_REGISTRY: evc_runtime::Registry = evc_runtime::Registry {
     schedules: &[],
     lag_thresholds: &[],
     cutover_gates: &[],
+    inventory_rules: &[],
     retention: evc_runtime::RetentionDescriptor::KEEP,
     payload_policy: evc_runtime::PayloadPolicyDescriptor {
         hard_max_bytes: 200,

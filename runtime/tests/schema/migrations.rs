@@ -61,6 +61,7 @@ fn is_runtime_step(name: &str) -> bool {
         sql::RUNTIME_V24_SUFFIX,
         sql::RUNTIME_V25_SUFFIX,
         sql::RUNTIME_V26_SUFFIX,
+        sql::RUNTIME_V27_SUFFIX,
     ]
     .iter()
     .any(|suffix| name.ends_with(suffix))
@@ -100,7 +101,7 @@ async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
         is_runtime_step(name) || name.contains("_evc_registry_")
     })
     .await?;
-    assert_eq!(steps.len(), 26);
+    assert_eq!(steps.len(), 27);
     sqlx::raw_sql(
         "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, producer_class, \
              idempotency_key, trace_id, parent_span_id, trace_flags, payload, payload_bytes, \
@@ -609,9 +610,10 @@ async fn check(options: PgConnectOptions) -> TestResult {
             "0024_evc_runtime_v24.sql".to_owned(),
             "0025_evc_runtime_v25.sql".to_owned(),
             "0026_evc_runtime_v26.sql".to_owned(),
-            format!("0027_evc_registry_{}.sql", &digest[..12]),
+            "0027_evc_runtime_v27.sql".to_owned(),
+            format!("0028_evc_registry_{}.sql", &digest[..12]),
             format!(
-                "0028_evc_settings_{}.sql",
+                "0029_evc_settings_{}.sql",
                 &sql::settings_digest(&set)?[..12]
             ),
         ]

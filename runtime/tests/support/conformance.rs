@@ -204,6 +204,7 @@ pub static CONFORMANCE_REGISTRY: Registry = Registry {
     schedules: &[],
     lag_thresholds: &[],
     cutover_gates: &[],
+    inventory_rules: &[],
     retention: evc_runtime::RetentionDescriptor::KEEP,
     payload_policy: REFERENCE_POLICY,
     require_tenant_scope: false,
@@ -412,6 +413,52 @@ pub static RETAINED_REGISTRY: Registry = Registry {
         rejects_ms: Some(HOUR_MS),
         effects_ms: Some(24 * HOUR_MS),
     },
+    ..CONFORMANCE_REGISTRY
+};
+
+/// `test.note` 2.0.0 of [`INVENTORY_REGISTRY`]: closed, `text` at most 20 characters,
+/// `channel` required with a default.
+pub const NOTE_V2_CLOSED: &str = r#"{"additionalProperties":false,"properties":{"channel":{"default":"email","type":"string"},"note_id":{"format":"uuid","type":"string"},"text":{"maxLength":20,"type":"string"}},"required":["note_id","channel"],"type":"object"}"#;
+
+/// [`CONFORMANCE_REGISTRY`] where `test.note` also has a 2.0.0 ([`NOTE_V2_CLOSED`]), which
+/// `k.off` (off, so it has no delivery of any note) subscribes to alone (`^2`), and whose
+/// inventory rules expire events older than an hour and conform what they can.
+pub static INVENTORY_REGISTRY: Registry = Registry {
+    events: &[
+        EventDescriptor {
+            versions: &[
+                CONFORMANCE_REGISTRY.events[0].versions[0],
+                VersionDescriptor {
+                    version: "2.0.0",
+                    major: 2,
+                    schema: NOTE_V2_CLOSED,
+                    schema_digest: DIGEST,
+                },
+            ],
+            ..CONFORMANCE_REGISTRY.events[0]
+        },
+        CONFORMANCE_REGISTRY.events[1],
+    ],
+    consumers: &[
+        consumer(
+            OFF,
+            ConsumerMode::Off,
+            false,
+            &[SubscriptionDescriptor {
+                event: "test.note",
+                requirement: "^2",
+                versions: &["2.0.0"],
+            }],
+        ),
+        CONFORMANCE_REGISTRY.consumers[1],
+        CONFORMANCE_REGISTRY.consumers[2],
+        CONFORMANCE_REGISTRY.consumers[3],
+    ],
+    inventory_rules: &[evc_runtime::InventoryRulesDescriptor {
+        consumer: OFF,
+        max_age_ms: Some(HOUR_MS),
+        repair: evc_runtime::InventoryRepair::Conform,
+    }],
     ..CONFORMANCE_REGISTRY
 };
 

@@ -26,6 +26,7 @@ mod cutover;
 mod discard;
 pub(crate) mod event;
 mod evidence;
+mod inventory;
 mod payload;
 mod registry;
 mod replay;
@@ -87,6 +88,7 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(cutover::report))
         .routes(routes!(cutover::explain))
         .routes(routes!(cutover::legacy_outcome))
+        .routes(routes!(inventory::inventory))
         .routes(routes!(event::event))
         .routes(routes!(payload::payload))
         .routes(routes!(registry::parity))

@@ -1128,6 +1128,35 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
             }
         })
     });
+    let inventory_rules = set
+        .consumers
+        .values()
+        .filter(|consumer| consumer.inventory.is_declared())
+        .map(|consumer| {
+            let name = &consumer.name;
+            let max_age = match consumer.inventory.max_age {
+                Some(age) => {
+                    let ms = proc_macro2::Literal::u64_unsuffixed(
+                        u64::try_from(age.as_millis()).unwrap_or(u64::MAX),
+                    );
+                    quote! { Some(#ms) }
+                }
+                None => quote! { None },
+            };
+            let repair = match consumer.inventory.repair {
+                crate::model::InventoryRepair::None => quote! { #runtime::InventoryRepair::None },
+                crate::model::InventoryRepair::Conform => {
+                    quote! { #runtime::InventoryRepair::Conform }
+                }
+            };
+            quote! {
+                #runtime::InventoryRulesDescriptor {
+                    consumer: #name,
+                    max_age_ms: #max_age,
+                    repair: #repair,
+                }
+            }
+        });
     let project = &set.project.name;
     let registry_digest = super::manifest::registry_digest(set)?;
     let millis = |duration: std::time::Duration| {
@@ -1162,6 +1191,7 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
             lag_thresholds: &[#(#thresholds),*],
             cutover_gates: &[#(#gates),*],
             retention: #retention,
+            inventory_rules: &[#(#inventory_rules),*],
             payload_policy: #runtime::PayloadPolicyDescriptor {
                 denied_keys: &[#(#denied),*],
                 credential_key_names: &[#(#credential),*],

@@ -768,6 +768,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     lag_thresholds: &[],
     cutover_gates: &[],
     retention: ::evc::RetentionDescriptor::KEEP,
+    inventory_rules: &[],
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["card_number", "cvv"],
         credential_key_names: &["password", "token", "api_key", "secret"],

@@ -15,14 +15,14 @@ use sqlx::postgres::PgPool;
 use super::{PgStore, sql};
 use crate::registry::{
     ConsumerDescriptor, ConsumerMode, CutoverGateDescriptor, DispatcherDescriptor, EventDescriptor,
-    ExecutorClassDescriptor, HandlerKind, LagThresholdDescriptor, PayloadPolicyDescriptor,
-    Registry, RetentionDescriptor, RetryPolicyDescriptor, ScheduleDescriptor,
-    SubscriptionDescriptor, VersionDescriptor,
+    ExecutorClassDescriptor, HandlerKind, InventoryRulesDescriptor, LagThresholdDescriptor,
+    PayloadPolicyDescriptor, Registry, RetentionDescriptor, RetryPolicyDescriptor,
+    ScheduleDescriptor, SubscriptionDescriptor, VersionDescriptor,
 };
 use crate::store::retention::{retention_of, retention_value};
 use crate::store::rows::{leak, leak_slice};
 use crate::store::{DispatchError, StoreError};
-use crate::store::{parity, rows, scheduling};
+use crate::store::{inventory, parity, rows, scheduling};
 
 /// Reads the deployed registry of the database behind `pool`.
 ///
@@ -162,6 +162,7 @@ pub async fn deployed_registry(pool: &PgPool) -> Result<Registry, DispatchError>
         lag_thresholds,
         cutover_gates: deployed_gates(pool).await?,
         retention: deployed_retention(pool).await?,
+        inventory_rules: deployed_inventory(pool).await?,
         payload_policy: settings.as_ref().map_or(FAIL_CLOSED, |s| s.payload_policy),
         require_tenant_scope: settings.as_ref().is_none_or(|s| s.require_tenant_scope),
         dispatcher: settings
@@ -247,6 +248,31 @@ async fn deployed_retention(pool: &PgPool) -> Result<RetentionDescriptor, Dispat
     let value =
         serde_json::from_str(&text).map_err(|_| broken("retention is not JSON".to_owned()))?;
     retention_of(value).map_err(broken)
+}
+
+/// The deployed inventory rules; none in a database before the twenty-seventh step, or whose
+/// settings in force were written without them.
+async fn deployed_inventory(
+    pool: &PgPool,
+) -> Result<&'static [InventoryRulesDescriptor], DispatchError> {
+    let present: bool = sqlx::query_scalar(sql::HAS_INVENTORY)
+        .fetch_one(pool)
+        .await?;
+    if !present {
+        return Ok(&[]);
+    }
+    let Some(text) = sqlx::query_scalar::<_, String>(sql::DEPLOYED_INVENTORY)
+        .fetch_optional(pool)
+        .await?
+    else {
+        return Ok(&[]);
+    };
+    let broken = |what: String| {
+        DispatchError::Database(sqlx::Error::Decode(format!("evc_settings: {what}").into()))
+    };
+    let value = serde_json::from_str(&text)
+        .map_err(|_| broken("inventory_rules is not JSON".to_owned()))?;
+    inventory::rules_of(value).map_err(broken)
 }
 
 /// The names of the deployed schedules and the (consumer, producer class) of the deployed lag
@@ -533,14 +559,15 @@ impl PgStore {
     /// registry holds them: not the digest a generated file is named by, which covers
     /// `registry.json`'s settings (some of which the compiled registry does not carry); the
     /// runtime compares it only with the digest its schedules, lag thresholds, cut-over gates
-    /// and retention periods were recorded with. The row and those are written in one transaction.
+    /// retention periods and inventory rules were recorded with. The row and those are written in one transaction.
     ///
     /// # Errors
     /// [`StoreError::Database`], also when the database lacks the settings table (the
     /// seventh runtime step, `NNNN_evc_runtime_v7.sql`, was not applied), or, for a registry
     /// with schedules or lag thresholds, their columns (the twenty-fourth step), with
     /// cut-over gates, theirs (the twenty-fifth), or with retention periods, theirs (the
-    /// twenty-sixth); nothing is written then.
+    /// twenty-sixth), or with inventory rules, theirs (the twenty-seventh); nothing is
+    /// written then.
     pub async fn install_settings(&self) -> Result<(), StoreError> {
         let registry = self.registry();
         let policy = &registry.payload_policy;
@@ -574,6 +601,11 @@ impl PgStore {
         let retention = retention_value(&registry.retention);
         if retained {
             settings["retention"] = retention.clone();
+        }
+        let inventoried = !registry.inventory_rules.is_empty();
+        let inventory_rules = inventory::rules_value(registry.inventory_rules);
+        if inventoried {
+            settings["inventory_rules"] = inventory_rules.clone();
         }
         let digest = crate::sha256_hex(crate::canonical_json(&settings).as_bytes());
         let bigint = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
@@ -611,6 +643,13 @@ impl PgStore {
         if retained {
             sqlx::query(sql::INSTALL_RETENTION)
                 .bind(retention.to_string())
+                .bind(&digest)
+                .execute(&mut *transaction)
+                .await?;
+        }
+        if inventoried {
+            sqlx::query(sql::INSTALL_INVENTORY)
+                .bind(inventory_rules.to_string())
                 .bind(&digest)
                 .execute(&mut *transaction)
                 .await?;

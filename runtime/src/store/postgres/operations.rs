@@ -15,7 +15,7 @@ use crate::store::ops::{
     ReplayRecord, ReplaySelection, SettledDelivery, StateChange, StateChangeRecord, Transition,
     check_change,
 };
-use crate::store::{CutoverReport, CutoverTerms, DispatchError};
+use crate::store::{CutoverReport, CutoverTerms, DispatchError, inventory};
 use crate::tenant::ALL_TENANTS;
 
 impl PgStore {
@@ -302,6 +302,34 @@ impl Operate for PgStore {
 
     async fn replays(&self, limit: u32) -> Result<Vec<ReplayRecord>, DispatchError> {
         Ok(replay::replays(&self.inner.pool, limit).await?)
+    }
+
+    async fn inventory(
+        &self,
+        consumer: &str,
+        as_of: std::time::SystemTime,
+        limit: u32,
+    ) -> Result<crate::InventoryReport, DispatchError> {
+        let (descriptor, types) = inventory::subscribed(self.registry(), consumer)?;
+        let candidates: Vec<inventory::CandidateRow> = sqlx::query_as(sql::INVENTORY_CANDIDATES)
+            .bind(&types)
+            .bind(descriptor.name)
+            .bind(inventory::read_limit(limit))
+            .fetch_all(&self.inner.pool)
+            .await?;
+        let purged_through: Option<f64> = sqlx::query_scalar(sql::RETENTION_PURGED_THROUGH)
+            .fetch_one(&self.inner.pool)
+            .await?;
+        Ok(inventory::classify(
+            self.registry(),
+            descriptor,
+            inventory::Window {
+                as_of,
+                limit,
+                purged_through,
+            },
+            candidates.into_iter().map(Into::into).collect(),
+        ))
     }
 
     async fn purge_expired(

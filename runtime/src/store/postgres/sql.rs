@@ -318,6 +318,26 @@ SELECT retention::text AS retention
 FROM evc_settings
 WHERE id AND retention_digest = settings_digest AND retention IS NOT NULL";
 
+/// Writes the inventory rules `$1` (a JSON list) recorded under settings digest `$2` (the
+/// twenty-seventh step).
+pub(crate) const INSTALL_INVENTORY: &str = "\
+UPDATE evc_settings
+SET inventory_rules = $1::jsonb, inventory_digest = $2
+WHERE id AND inventory_digest IS DISTINCT FROM $2";
+
+/// The inventory rules of the settings row, when the settings migration that wrote them is the
+/// one in force (twenty-seventh step); no row otherwise.
+pub(crate) const DEPLOYED_INVENTORY: &str = "\
+SELECT inventory_rules::text AS inventory_rules
+FROM evc_settings
+WHERE id AND inventory_digest = settings_digest AND inventory_rules IS NOT NULL";
+
+/// Whether the twenty-seventh step (inventory rules) is applied.
+pub(crate) const HAS_INVENTORY: &str = "\
+SELECT EXISTS (SELECT 1 FROM information_schema.columns
+    WHERE table_name = 'evc_settings' AND column_name = 'inventory_rules'
+        AND table_schema = current_schema())";
+
 /// Usage evidence: pairs of event types appended in one trace since `$1` (epoch seconds), in
 /// at least `$2` traces, most first; at most `$3`.
 pub(crate) const CO_TRIGGERED: &str = "\
@@ -1526,6 +1546,25 @@ FROM evc_events e
 LEFT JOIN evc_event_versions v ON v.event_type = e.event_type AND v.version = e.schema_version
     AND v.registry_digest = (SELECT digest FROM evc_registry_state)
 WHERE e.event_id = ANY($1::uuid[])";
+
+/// The events of types `$1` (`text[]`) of which consumer `$2` has neither a delivery nor an
+/// attempt (an ack deletes the delivery and keeps its attempt), oldest first, at most `$3`: an
+/// inventory's candidates (row-level security keeps a tenant's session to its events).
+pub(crate) const INVENTORY_CANDIDATES: &str = "\
+SELECT e.event_id::text AS event_id, e.event_type, e.schema_version, e.tenant_scope,
+    extract(epoch FROM e.produced_at)::float8 AS produced_at, e.payload::text AS payload
+FROM evc_events e
+WHERE e.event_type = ANY($1::text[])
+    AND NOT EXISTS (
+        SELECT 1 FROM evc_deliveries d WHERE d.event_id = e.event_id AND d.consumer = $2)
+    AND NOT EXISTS (
+        SELECT 1 FROM evc_delivery_attempts a WHERE a.event_id = e.event_id AND a.consumer = $2)
+ORDER BY e.seq
+LIMIT $3";
+
+/// The newest time a retention purge counted back from (epoch seconds; NULL: none ran).
+pub(crate) const RETENTION_PURGED_THROUGH: &str = "\
+SELECT extract(epoch FROM max(cutoff))::float8 FROM evc_purges WHERE ledger = 'retention'";
 
 /// Serializes replays that present idempotency key `$1`, for any consumer (transaction-scoped).
 pub(crate) const LOCK_REPLAY_KEY: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 7266))";

@@ -21,7 +21,7 @@ use crate::store::ops::{
     check_change, check_person, check_plan, check_proposable, check_repeat, plan_of, proposal_for,
     proposed, refusal, refusals,
 };
-use crate::store::{CutoverReport, DispatchError};
+use crate::store::{CutoverReport, DispatchError, inventory};
 
 impl Operate for SqliteStore {
     async fn dead_letters(
@@ -324,6 +324,35 @@ impl Operate for SqliteStore {
             }
         }
         Ok(replays)
+    }
+
+    async fn inventory(
+        &self,
+        consumer: &str,
+        as_of: std::time::SystemTime,
+        limit: u32,
+    ) -> Result<crate::InventoryReport, DispatchError> {
+        let (descriptor, types) = inventory::subscribed(self.registry(), consumer)?;
+        let candidates: Vec<inventory::CandidateRow> = sqlx::query_as(sql::INVENTORY_CANDIDATES)
+            .bind(serde_json::to_string(&types).unwrap_or_default())
+            .bind(descriptor.name)
+            .bind(inventory::read_limit(limit))
+            .bind(self.tenant())
+            .fetch_all(&self.inner.pool)
+            .await?;
+        let purged_through: Option<f64> = sqlx::query_scalar(sql::RETENTION_PURGED_THROUGH)
+            .fetch_one(&self.inner.pool)
+            .await?;
+        Ok(inventory::classify(
+            self.registry(),
+            descriptor,
+            inventory::Window {
+                as_of,
+                limit,
+                purged_through,
+            },
+            candidates.into_iter().map(Into::into).collect(),
+        ))
     }
 
     async fn purge_expired(

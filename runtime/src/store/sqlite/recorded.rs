@@ -11,7 +11,7 @@ use crate::registry::{
     RetryPolicyDescriptor, SubscriptionDescriptor, VersionDescriptor,
 };
 use crate::store::rows::{leak, leak_slice};
-use crate::store::{retention, rows, scheduling};
+use crate::store::{inventory, retention, rows, scheduling};
 
 /// The document's format, so a later change of shape is told apart from a damaged file.
 const FORMAT: u64 = 1;
@@ -104,6 +104,7 @@ pub(crate) fn document(registry: &Registry) -> String {
         "lag_thresholds": scheduling::thresholds_value(registry.lag_thresholds),
         "cutover_gates": scheduling::gates_value(registry.cutover_gates),
         "retention": retention::retention_value(&registry.retention),
+        "inventory_rules": inventory::rules_value(registry.inventory_rules),
         "payload_policy": rows::payload_policy_document(policy),
         "require_tenant_scope": registry.require_tenant_scope,
         "dispatcher": rows::dispatcher_document(dispatcher),
@@ -231,6 +232,10 @@ pub(crate) fn registry(document: &str) -> Result<Registry, String> {
         retention: match root.get("retention") {
             Some(value) => retention::retention_of(value.clone())?,
             None => RetentionDescriptor::KEEP,
+        },
+        inventory_rules: match root.get("inventory_rules") {
+            Some(value) => inventory::rules_of(value.clone())?,
+            None => &[],
         },
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: texts(policy, "denied_keys")?,
@@ -402,6 +407,11 @@ mod tests {
             rejects_ms: Some(60_000),
             effects_ms: Some(1_000),
         },
+        inventory_rules: &[crate::registry::InventoryRulesDescriptor {
+            consumer: "c",
+            max_age_ms: Some(86_400_000),
+            repair: crate::registry::InventoryRepair::Conform,
+        }],
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: &["password"],
             credential_key_names: &["token"],
@@ -426,6 +436,19 @@ mod tests {
         }
         let read = registry(&value.to_string()).expect("readable");
         assert!(read.schedules.is_empty() && read.lag_thresholds.is_empty());
+    }
+
+    #[test]
+    fn a_document_recorded_before_inventory_rules_reads_back_the_defaults() {
+        let mut value: Value = serde_json::from_str(&document(&REGISTRY)).expect("JSON");
+        if let Some(root) = value.as_object_mut() {
+            root.remove("inventory_rules");
+        }
+        let read = registry(&value.to_string()).expect("readable");
+        assert_eq!(
+            read.inventory_rules("c"),
+            crate::registry::InventoryRulesDescriptor::DEFAULT
+        );
     }
 
     #[test]

@@ -1468,6 +1468,25 @@ INSERT INTO evc_purges (ledger, cutoff, reason, actor, purged_at, counts)
 VALUES ('retention', ?1, ?2, ?3, ?4, ?5)
 RETURNING id";
 
+/// The events of types `?1` (a JSON array) of which consumer `?2` has neither a delivery nor
+/// an attempt (an ack deletes the delivery and keeps its attempt), in tenant `?4` (NULL: every
+/// tenant), oldest first, at most `?3`: an inventory's candidates.
+pub(crate) const INVENTORY_CANDIDATES: &str = "\
+SELECT e.event_id, e.event_type, e.schema_version, e.tenant_scope, e.produced_at, e.payload
+FROM evc_events e
+WHERE e.event_type IN (SELECT value FROM json_each(?1))
+    AND NOT EXISTS (
+        SELECT 1 FROM evc_deliveries d WHERE d.event_id = e.event_id AND d.consumer = ?2)
+    AND NOT EXISTS (
+        SELECT 1 FROM evc_delivery_attempts a WHERE a.event_id = e.event_id AND a.consumer = ?2)
+    AND (?4 IS NULL OR e.tenant_scope = ?4)
+ORDER BY e.seq
+LIMIT ?3";
+
+/// The newest time a retention purge counted back from (epoch seconds; NULL: none ran).
+pub(crate) const RETENTION_PURGED_THROUGH: &str =
+    "SELECT max(cutoff) FROM evc_purges WHERE ledger = 'retention'";
+
 #[cfg(test)]
 mod tests {
     use super::*;

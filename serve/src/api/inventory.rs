@@ -1,0 +1,148 @@
+//! `/api/v1/consumers/{name}/inventory`: the events a consumer would receive on going live,
+//! classified by its contract's inventory rules (docs/runtime.md, "Inventory"), as
+//! `evc inventory` prints them. Nothing is written.
+
+use axum::Json;
+use axum::extract::State;
+use evc_runtime::{InventoryReport, MAX_INVENTORY_EVENTS};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::Params;
+use crate::AppState;
+use crate::api::{Segment, registered_consumer};
+use crate::auth::{Caller, Role};
+use crate::error::{ApiError, Problem, Unavailable};
+
+/// How many events to classify.
+#[derive(Debug, Deserialize, IntoParams)]
+pub(crate) struct InventoryParams {
+    /// Classify at most this many events, oldest first (default 1000, at most 10000).
+    limit: Option<u32>,
+}
+
+/// Events per class.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct CountsView {
+    /// Deliverable as they are.
+    safe: u64,
+    /// Deliverable once conformed to an accepted version.
+    repair: u64,
+    /// Neither: an operator decides.
+    quarantine: u64,
+    /// Older than the rules' `max_age`.
+    expire: u64,
+}
+
+/// One event and its class.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ItemView {
+    /// The event.
+    event_id: String,
+    /// Its type.
+    event_type: String,
+    /// The version it was appended with.
+    version: String,
+    /// When it was appended (epoch seconds).
+    produced_at: f64,
+    /// `safe`, `repair`, `quarantine` or `expire`.
+    class: &'static str,
+    /// Why it is not safe: `too_old`, `scope_missing`, `version_not_accepted`,
+    /// `version_not_deployed` or `schema_invalid`; null when safe.
+    reason: Option<&'static str>,
+    /// The version it would be delivered as; null unless safe or repaired.
+    target_version: Option<String>,
+    /// SHA-256 (hex) of the stored payload's canonical JSON.
+    payload_digest: String,
+    /// SHA-256 (hex) of the repaired payload's canonical JSON; null unless repaired.
+    repaired_digest: Option<String>,
+}
+
+/// A consumer's inventory.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct InventoryView {
+    /// The consumer.
+    consumer: String,
+    /// The instant ages are measured from (epoch seconds).
+    as_of: f64,
+    /// The rules' `max_age` in milliseconds; null: no event expires.
+    max_age_ms: Option<u64>,
+    /// The rules' repair: `none` or `conform`.
+    repair: &'static str,
+    /// Events per class.
+    counts: CountsView,
+    /// The events, oldest first.
+    items: Vec<ItemView>,
+    /// Whether more events wait than the limit let in.
+    truncated: bool,
+    /// SHA-256 (hex) of what the inventory found: it changes when anything found changes.
+    digest: String,
+}
+
+impl From<InventoryReport> for InventoryView {
+    fn from(report: InventoryReport) -> Self {
+        Self {
+            consumer: report.consumer,
+            as_of: report.as_of,
+            max_age_ms: report.max_age_ms,
+            repair: report.repair,
+            counts: CountsView {
+                safe: report.counts.safe,
+                repair: report.counts.repair,
+                quarantine: report.counts.quarantine,
+                expire: report.counts.expire,
+            },
+            items: report
+                .items
+                .into_iter()
+                .map(|item| ItemView {
+                    event_id: item.event_id.to_string(),
+                    event_type: item.event_type,
+                    version: item.version,
+                    produced_at: item.produced_at,
+                    class: item.class.as_str(),
+                    reason: item.reason.map(|reason| reason.code()),
+                    target_version: item.target_version,
+                    payload_digest: item.payload_digest,
+                    repaired_digest: item.repaired_digest,
+                })
+                .collect(),
+            truncated: report.truncated,
+            digest: report.digest,
+        }
+    }
+}
+
+/// The events the consumer would receive on going live, classified.
+#[utoipa::path(
+    get,
+    path = "/api/v1/consumers/{name}/inventory",
+    tag = "consumers",
+    params(("name" = String, Path, description = "The consumer's name"), InventoryParams),
+    responses(
+        (status = 200, description = "The inventory", body = InventoryView),
+        (status = 400, description = "A limit out of range", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 403, description = "Not an operator", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 404, description = "No such consumer", body = Problem,
+            content_type = "application/problem+json"),
+        Unavailable,
+    )
+)]
+pub(crate) async fn inventory(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Segment(name): Segment,
+    Params(params): Params<InventoryParams>,
+) -> Result<Json<InventoryView>, ApiError> {
+    caller.require(Role::Operator)?;
+    let limit = params.limit.unwrap_or(1_000);
+    if !(1..=MAX_INVENTORY_EVENTS).contains(&limit) {
+        return Err(ApiError::BadRequest(format!(
+            "limit must be 1 to {MAX_INVENTORY_EVENTS}"
+        )));
+    }
+    registered_consumer(state.outbox.registry(), &name)?;
+    Ok(Json(state.outbox.inventory(&name, limit).await?.into()))
+}
