@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 38] = [
+const SHIPPED: [(&str, &str); 39] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -159,6 +159,10 @@ const SHIPPED: [(&str, &str); 38] = [
     (
         "0038_evc_settings_755cc90ab278.sql",
         "7f60f9e18773c4b90a559a017c19b27a8c4e12a1b1cffcaaed1ebe1a2d271f57",
+    ),
+    (
+        "0039_evc_runtime_v28.sql",
+        "88201ede37bfe4bddb41542a69478c6a0d3c0f9aec1f8063531dc007f5d171a6",
     ),
 ];
 

@@ -179,7 +179,8 @@ enum Command {
     },
     /// Classify the events a consumer would receive on going live (of its types, with no
     /// delivery to it) as safe, repair, quarantine or expire, by its contract's inventory
-    /// rules. Writes nothing.
+    /// rules; `--propose` records the inventory, and another person's `--apply` gives the
+    /// consumer a pending delivery of each safe and repaired event, every decision recorded.
     Inventory {
         #[command(flatten)]
         args: inventory::InventoryArgs,

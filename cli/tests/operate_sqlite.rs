@@ -515,7 +515,7 @@ fn operator_commands_run_on_the_registry_a_sqlite_file_records() {
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let text = stdout(&output);
     assert!(
-        text.contains("applied 0001 evc_runtime") && text.contains("applied 17 migrations"),
+        text.contains("applied 0001 evc_runtime") && text.contains("applied 18 migrations"),
         "{text}"
     );
     let output = evc(&url, &["migrate"]);
@@ -944,13 +944,62 @@ fn the_inventory_lists_what_an_off_consumer_never_received() {
     assert_eq!(report["items"][0]["class"], "safe");
     assert_eq!(report["max_age_ms"], 86_400_000);
 
-    // `audit` received both; nothing was written by the inventories.
+    // `audit` received both; the inventories wrote nothing.
     let output = evc(&url, &["inventory", "audit", "--format", "json"]);
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
     assert_eq!(report["items"], serde_json::json!([]), "{report}");
     let output = evc(&url, &["inventory", "mailer", "--format", "json"]);
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
     assert_eq!(report["counts"]["safe"], 2, "{report}");
+
+    // Alice proposes, Bob applies: two pending deliveries; the same key again changes nothing.
+    let output = evc(&url, &["inventory", "mailer", "--propose", "--as", "alice"]);
+    assert!(output.status.success(), "{output:?}");
+    let text = stdout(&output);
+    let digest = text
+        .lines()
+        .find_map(|line| line.strip_prefix("digest "))
+        .expect("a digest")
+        .to_owned();
+    assert!(text.contains("proposed as plan 1 by alice"), "{text}");
+    let apply = |person: &str| {
+        evc(
+            &url,
+            &[
+                "inventory",
+                "mailer",
+                "--apply",
+                "--digest",
+                &digest,
+                "--reason",
+                "backfill before going live",
+                "--approval",
+                "CHG-3",
+                "--idempotency-key",
+                "inv-1",
+                "--as",
+                person,
+            ],
+        )
+    };
+    let output = apply("alice");
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stderr(&output).contains("apply refused, nothing written: alice proposed this plan"),
+        "{output:?}"
+    );
+    let output = apply("bob");
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        stdout(&output),
+        "inventory 1: 2 new deliveries of mailer, pending (2 safe, 0 repaired); 0 quarantined \
+         (evc dlq list mailer), 0 expired\n"
+    );
+    let output = apply("bob");
+    assert!(stdout(&output).contains("was applied before"), "{output:?}");
+    let output = evc(&url, &["inventory", "mailer", "--format", "json"]);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(report["items"], serde_json::json!([]), "{report}");
 
     let output = evc(&url, &["inventory", "nobody"]);
     assert_eq!(output.status.code(), Some(1), "{output:?}");

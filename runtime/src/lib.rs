@@ -79,8 +79,8 @@ pub use store::{
     REPLAYED_JOB_FAILED, replay_uuid,
 };
 pub use store::{
-    InventoryClass, InventoryCounts, InventoryItem, InventoryReason, InventoryReport,
-    MAX_INVENTORY_EVENTS,
+    InventoryApplied, InventoryClass, InventoryCounts, InventoryItem, InventoryReason,
+    InventoryReport, MAX_INVENTORY_EVENTS,
 };
 pub use store::{LAG_BREACH, LagBreach, LagRound, MAX_COUNTED_SKIPS, ScheduleRound, ScheduleState};
 pub use store::{

@@ -214,6 +214,8 @@ mod inventory {
     conformance!(
         crate::conformance::INVENTORY_REGISTRY =>
         an_inventory_classifies_the_events_a_consumer_never_received,
+        an_applied_inventory_delivers_the_safe_and_the_repaired_once,
+        an_expired_event_is_decided_for_good,
     );
 }
 
@@ -5069,5 +5071,215 @@ async fn an_inventory_cannot_vouch_for_what_a_purge_may_have_removed<S: Conforma
         "{name}: {after:?}"
     );
     assert_eq!(after.items.len(), 2, "{name}");
+    Ok(())
+}
+
+/// The two-person apply of `k.off`'s inventory: refused to its planner, for another digest
+/// and (later) while the consumer is live; applied, it gives the safe and the two repaired
+/// notes a pending delivery and the quarantined one a quarantined delivery (listed with the
+/// dead letters), records every decision, answers a repeated key with its first result, and a
+/// claim hands the repaired notes over conformed to 2.0.0. Nothing is left to inventory.
+async fn an_applied_inventory_delivers_the_safe_and_the_repaired_once<S: Conformance>(
+    store: S,
+) -> TestResult {
+    let name = S::NAME;
+    let [a, b, c, d] = [1, 2, 3, 4].map(support::note_key);
+    let receipts = committed(
+        &store,
+        vec![
+            note(1),
+            support::event(
+                "test.note",
+                "1.0.0",
+                serde_json::json!({"note_id": b, "count": 2, "meta": {"k": "v"}}),
+            ),
+            support::event(
+                "test.note",
+                "1.0.0",
+                serde_json::json!({"note_id": c, "text": "a note far too long for 2.0.0"}),
+            ),
+            support::event(
+                "test.note",
+                "2.0.0",
+                serde_json::json!({"note_id": d, "channel": "sms"}),
+            ),
+        ],
+    )
+    .await?;
+    let proposed = store.propose_inventory(OFF, 100, "alice").await?;
+    let digest = proposed.plan.digest.clone();
+    let approval = |by: &str, key: &str| {
+        ReplayApproval::new(&digest, "backfill before going live", "CHG-7", key, by)
+    };
+
+    // The planner may not approve; another digest is not the plan.
+    let own = store
+        .apply_inventory(OFF, 100, &approval("alice", "k1"))
+        .await;
+    assert!(
+        matches!(own, Err(ReplayError::SamePerson { .. })),
+        "{name}: {own:?}"
+    );
+    let other = ReplayApproval::new("0".repeat(64), "why", "CHG-7", "k1", "bob");
+    let wrong = store.apply_inventory(OFF, 100, &other).await;
+    assert!(
+        matches!(wrong, Err(ReplayError::DigestMismatch { .. })),
+        "{name}: {wrong:?}"
+    );
+    assert!(store.delivery(receipts[0].event_id, OFF).await?.is_none());
+
+    let applied = store
+        .apply_inventory(OFF, 100, &approval("bob", "k1"))
+        .await?;
+    assert!(!applied.repeated);
+    assert_eq!((applied.delivered, applied.quarantined), (3, 1), "{name}");
+    let counts = applied.counts;
+    assert_eq!(
+        (counts.safe, counts.repair, counts.quarantine, counts.expire),
+        (1, 2, 1, 0),
+        "{name}"
+    );
+    for (receipt, status) in receipts.iter().zip([
+        DeliveryStatus::Pending,
+        DeliveryStatus::Pending,
+        DeliveryStatus::Quarantined,
+        DeliveryStatus::Pending,
+    ]) {
+        let delivery = store.delivery(receipt.event_id, OFF).await?;
+        assert_eq!(
+            delivery.map(|d| d.status),
+            Some(status),
+            "{name}: {receipt:?}"
+        );
+    }
+    let held = store.dead_letters(&ReplaySelection::consumer(OFF)).await?;
+    let held: Vec<_> = held.iter().map(|d| (d.event_id, d.status)).collect();
+    assert_eq!(
+        held,
+        [(receipts[2].event_id, SettledStatus::Quarantined)],
+        "{name}"
+    );
+
+    // The same key again: the first result, nothing new. Another reason under it: refused.
+    let again = store
+        .apply_inventory(OFF, 100, &approval("bob", "k1"))
+        .await?;
+    assert!(again.repeated, "{name}");
+    assert_eq!(
+        (again.inventory_id, again.delivered),
+        (applied.inventory_id, 3)
+    );
+    let conflict = ReplayApproval::new(&digest, "another reason", "CHG-7", "k1", "bob");
+    let conflict = store.apply_inventory(OFF, 100, &conflict).await;
+    assert!(
+        matches!(conflict, Err(ReplayError::IdempotencyKeyConflict { .. })),
+        "{name}: {conflict:?}"
+    );
+
+    // Every note has a delivery now: nothing is left to inventory.
+    let left = store
+        .inventory(OFF, std::time::SystemTime::now(), 100)
+        .await?;
+    assert!(left.items.is_empty(), "{name}: {left:?}");
+
+    // In shadow mode its workers claim the three, the repaired ones conformed to 2.0.0.
+    store
+        .set_mode(
+            OFF,
+            ConsumerMode::Shadow,
+            &StateChange::new("ops", "shadow first"),
+        )
+        .await?;
+    let claimed = claim(&store, OFF, "w1", 10, LEASE, false).await?;
+    let seen: Vec<_> = claimed
+        .iter()
+        .map(|c| {
+            (
+                c.lease.event_id,
+                c.delivery.version.as_str(),
+                c.payload.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                receipts[0].event_id,
+                "2.0.0",
+                serde_json::json!({"note_id": a, "text": "a note", "channel": "email"})
+            ),
+            (
+                receipts[1].event_id,
+                "2.0.0",
+                serde_json::json!({"note_id": b, "channel": "email"})
+            ),
+            (
+                receipts[3].event_id,
+                "2.0.0",
+                serde_json::json!({"note_id": d, "channel": "sms"})
+            ),
+        ],
+        "{name}"
+    );
+
+    // Live, a new inventory is proposed but not applied.
+    committed(
+        &store,
+        vec![support::event(
+            "test.note",
+            "2.0.0",
+            serde_json::json!({"note_id": support::note_key(5), "channel": "sms"}),
+        )],
+    )
+    .await?;
+    let next = store.propose_inventory(OFF, 100, "alice").await?;
+    store
+        .set_mode(
+            OFF,
+            ConsumerMode::Live,
+            &StateChange::new("ops", "gone live"),
+        )
+        .await?;
+    let live = ReplayApproval::new(&next.plan.digest, "late", "CHG-8", "k2", "bob");
+    let live = store.apply_inventory(OFF, 100, &live).await;
+    assert!(
+        matches!(live, Err(ReplayError::ConsumerLive(_))),
+        "{name}: {live:?}"
+    );
+    Ok(())
+}
+
+/// An applied inventory's expired events are decided: later inventories leave them out.
+async fn an_expired_event_is_decided_for_good<S: Conformance>(store: S) -> TestResult {
+    use conformance::EXPIRING;
+    let name = S::NAME;
+    committed(&store, vec![note(1), note(2)]).await?;
+    // The rules expire events older than a millisecond; let two pass.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let proposed = store.propose_inventory(EXPIRING, 100, "alice").await?;
+    assert_eq!(
+        proposed.plan.counts.expire, 2,
+        "{name}: {:?}",
+        proposed.plan
+    );
+    let approval = ReplayApproval::new(
+        &proposed.plan.digest,
+        "too old to matter",
+        "CHG-9",
+        "k1",
+        "bob",
+    );
+    let applied = store.apply_inventory(EXPIRING, 100, &approval).await?;
+    assert_eq!((applied.delivered, applied.counts.expire), (0, 2), "{name}");
+    let after = store
+        .inventory(EXPIRING, std::time::SystemTime::now(), 100)
+        .await?;
+    assert!(after.items.is_empty(), "{name}: {after:?}");
+    let nothing = store.propose_inventory(EXPIRING, 100, "alice").await;
+    assert!(
+        matches!(nothing, Err(ReplayError::NothingToInventory(_))),
+        "{name}: {nothing:?}"
+    );
     Ok(())
 }

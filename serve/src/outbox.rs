@@ -189,6 +189,30 @@ impl Outbox {
         on_store!(self, Role::Operator, store => store.inventory(consumer, now, limit).await)
     }
 
+    /// Records the inventory of `consumer` as proposed by `planned_by`.
+    pub(crate) async fn propose_inventory(
+        &self,
+        consumer: &str,
+        limit: u32,
+        planned_by: &str,
+    ) -> Result<Proposed<evc_runtime::InventoryReport>, ReplayError> {
+        on_store!(self, Role::Operator, store => {
+            store.propose_inventory(consumer, limit, planned_by).await
+        })
+    }
+
+    /// Applies the inventory of `consumer` under `approval`.
+    pub(crate) async fn apply_inventory(
+        &self,
+        consumer: &str,
+        limit: u32,
+        approval: &ReplayApproval,
+    ) -> Result<evc_runtime::InventoryApplied, ReplayError> {
+        on_store!(self, Role::Approver, store => {
+            store.apply_inventory(consumer, limit, approval).await
+        })
+    }
+
     pub(crate) async fn cutover_report(
         &self,
         consumer: &str,

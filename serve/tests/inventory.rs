@@ -8,9 +8,15 @@ use evc::{AppendOptions, OutgoingEvent, PgStore, Publish, SqliteStore, Store, Tr
 use evc_serve::Outbox;
 use reqwest::StatusCode;
 
-use support::{Client, OPERATOR, READER, Server, TestResult};
+use support::{APPROVER, BOB_APPROVER, Client, OPERATOR, READER, Server, TestResult};
 
 const TEMPLATE: &str = "/api/v1/consumers/{name}/inventory";
+const PROPOSE: &str = "/api/v1/consumers/{name}/inventory/propose";
+const APPLY: &str = "/api/v1/consumers/{name}/inventory/apply";
+
+fn path_of(consumer: &str) -> String {
+    format!("/api/v1/consumers/{consumer}/inventory")
+}
 const SHADOWED: &str = "worker.ai.review_suggest";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,6 +89,42 @@ async fn inventory_over_http<S: Store>(outbox: Outbox, store: S) -> TestResult {
         "unchanged by 1.1.0"
     );
     assert_eq!(view["items"].as_array().map(Vec::len), Some(1), "{view}");
+
+    // Bob (operator) proposes it; bob cannot approve his own proposal, eve (approver) can.
+    let propose = format!("/api/v1/consumers/{SHADOWED}/inventory/propose");
+    let (status, proposed) = operator
+        .post(&server, PROPOSE, &propose, &serde_json::json!({}))
+        .await?;
+    assert_eq!(status, StatusCode::CREATED, "{proposed}");
+    assert_eq!(proposed["planned_by"], "bob");
+    let digest = proposed["inventory"]["digest"].clone();
+    let body = serde_json::json!({
+        "digest": digest,
+        "reason": "backfill before going live",
+        "approval_ref": "CHG-11",
+        "idempotency_key": "inv-1",
+    });
+    let apply = format!("/api/v1/consumers/{SHADOWED}/inventory/apply");
+    let bob = Client::new(&server, Some(BOB_APPROVER)).await?;
+    let (status, refused) = bob.post(&server, APPLY, &apply, &body).await?;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    let eve = Client::new(&server, Some(APPROVER)).await?;
+    let (status, applied) = eve.post(&server, APPLY, &apply, &body).await?;
+    assert_eq!(status, StatusCode::OK, "{applied}");
+    assert_eq!(applied["delivered"], 1);
+    assert_eq!(applied["counts"]["repair"], 1);
+    assert_eq!(applied["repeated"], false);
+    let (status, again) = eve.post(&server, APPLY, &apply, &body).await?;
+    assert_eq!(
+        (status, &again["repeated"]),
+        (StatusCode::OK, &serde_json::json!(true))
+    );
+    let (_, view) = operator.get(&server, TEMPLATE, &path_of(SHADOWED)).await?;
+    assert_eq!(view["items"], serde_json::json!([]), "{view}");
+    let (status, _) = operator
+        .post(&server, PROPOSE, &propose, &serde_json::json!({}))
+        .await?;
+    assert_eq!(status, StatusCode::CONFLICT, "nothing left to propose");
 
     // A consumer that received everything has nothing to classify.
     let path = format!("/api/v1/consumers/{}/inventory", support::CONSUMER);

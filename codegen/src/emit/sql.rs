@@ -65,6 +65,8 @@
 //!   and its role), named the same way.
 //! - `NNNN_evc_runtime_v27.sql`: the twenty-seventh step (inventory rules in the settings
 //!   row), named the same way.
+//! - `NNNN_evc_runtime_v28.sql`: the twenty-eighth step (applying an inventory: its plans,
+//!   applies and items), named the same way.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
@@ -170,6 +172,9 @@ pub const RUNTIME_V26_SUFFIX: &str = "_evc_runtime_v26.sql";
 
 /// The file name of the runtime tables' twenty-seventh step, after its version.
 pub const RUNTIME_V27_SUFFIX: &str = "_evc_runtime_v27.sql";
+
+/// The file name of the runtime tables' twenty-eighth step, after its version.
+pub const RUNTIME_V28_SUFFIX: &str = "_evc_runtime_v28.sql";
 
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
@@ -345,6 +350,11 @@ const STEPS: &[Step] = &[
     Step {
         name: Name::Step(RUNTIME_V27_SUFFIX),
         template: template!("evc_runtime_v27.sql"),
+        with: With::Notice,
+    },
+    Step {
+        name: Name::Step(RUNTIME_V28_SUFFIX),
+        template: template!("evc_runtime_v28.sql"),
         with: With::Notice,
     },
     Step {
@@ -1121,9 +1131,10 @@ mod tests {
                 format!("0025{RUNTIME_V25_SUFFIX}"),
                 format!("0026{RUNTIME_V26_SUFFIX}"),
                 format!("0027{RUNTIME_V27_SUFFIX}"),
-                format!("0028_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
+                format!("0028{RUNTIME_V28_SUFFIX}"),
+                format!("0029_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
                 format!(
-                    "0029_evc_settings_{}.sql",
+                    "0030_evc_settings_{}.sql",
                     &settings_digest(&set)?[..DIGEST_PREFIX_LEN]
                 ),
             ]
@@ -1245,7 +1256,7 @@ mod tests {
         let after = settings_of(&changed).ok_or("no settings file")?;
         assert_eq!(
             after.path.file_name().and_then(|n| n.to_str()),
-            Some(format!("0030_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
+            Some(format!("0031_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
             "the next number after the checked-in files"
         );
         // batch_size, lease_ms in column order.

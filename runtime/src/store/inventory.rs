@@ -28,7 +28,7 @@ use crate::registry::{
     ConsumerDescriptor, InventoryRepair, InventoryRulesDescriptor, Registry, accepts,
 };
 use crate::store::DispatchError;
-use crate::store::ops::compile;
+use crate::store::ops::{ReplayApproval, ReplayError, compile};
 use crate::store::rows::{leak, leak_slice};
 
 /// The most events one inventory classifies; a larger backlog is reported as truncated.
@@ -205,6 +205,160 @@ impl From<CandidateRow> for Candidate {
             payload,
         }
     }
+}
+
+/// What applying an inventory did ([`crate::Operate::apply_inventory`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct InventoryApplied {
+    /// The recorded inventory (`evc_inventories.id`).
+    pub inventory_id: i64,
+    /// Events per class it recorded (by the first apply, when repeated).
+    pub counts: InventoryCounts,
+    /// Pending deliveries it created: one per safe and repaired event.
+    pub delivered: u64,
+    /// Quarantined deliveries it created: one per quarantined event, waiting for an
+    /// operator's replay or discard.
+    pub quarantined: u64,
+    /// Whether the idempotency key had been applied before: nothing new was written.
+    pub repeated: bool,
+}
+
+/// An applicable inventory: it lists an event, and its digest is the approval's.
+pub(crate) fn check_applicable(
+    report: &InventoryReport,
+    approval: &ReplayApproval,
+) -> Result<(), ReplayError> {
+    if report.digest != approval.digest {
+        return Err(ReplayError::DigestMismatch {
+            presented: approval.digest.clone(),
+            current: report.digest.clone(),
+        });
+    }
+    check_proposable(report)
+}
+
+/// A proposable inventory lists at least one event.
+pub(crate) fn check_proposable(report: &InventoryReport) -> Result<(), ReplayError> {
+    if report.items.is_empty() {
+        return Err(ReplayError::NothingToInventory(report.consumer.clone()));
+    }
+    Ok(())
+}
+
+/// The counts as the ledger records them (`{"safe": n, ...}`).
+pub(crate) fn counts_json(counts: &InventoryCounts) -> String {
+    serde_json::to_string(counts).unwrap_or_else(|_| "{}".to_owned())
+}
+
+/// The counts of a ledger row's JSON (zeros where it says nothing).
+pub(crate) fn counts_of(json: &str) -> InventoryCounts {
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default)]
+    struct Counts {
+        safe: u64,
+        repair: u64,
+        quarantine: u64,
+        expire: u64,
+    }
+    let counts: Counts = serde_json::from_str(json).unwrap_or_default();
+    InventoryCounts {
+        safe: counts.safe,
+        repair: counts.repair,
+        quarantine: counts.quarantine,
+        expire: counts.expire,
+    }
+}
+
+/// An applied inventory's items as parallel columns, for one insert: event ids (text),
+/// classes, reasons, target versions, payload digests, repaired digests.
+pub(crate) struct ItemColumns {
+    pub(crate) event_ids: Vec<String>,
+    pub(crate) classes: Vec<&'static str>,
+    pub(crate) reasons: Vec<Option<&'static str>>,
+    pub(crate) targets: Vec<Option<String>>,
+    pub(crate) payload_digests: Vec<String>,
+    pub(crate) repaired_digests: Vec<Option<String>>,
+}
+
+impl ItemColumns {
+    pub(crate) fn of(report: &InventoryReport) -> Self {
+        let items = &report.items;
+        Self {
+            event_ids: items.iter().map(|i| i.event_id.to_string()).collect(),
+            classes: items.iter().map(|i| i.class.as_str()).collect(),
+            reasons: items
+                .iter()
+                .map(|i| i.reason.map(InventoryReason::code))
+                .collect(),
+            targets: items.iter().map(|i| i.target_version.clone()).collect(),
+            payload_digests: items.iter().map(|i| i.payload_digest.clone()).collect(),
+            repaired_digests: items.iter().map(|i| i.repaired_digest.clone()).collect(),
+        }
+    }
+}
+
+/// The events of `report` of the classes in `classes`, in order.
+pub(crate) fn events_of(report: &InventoryReport, classes: &[InventoryClass]) -> Vec<Uuid> {
+    report
+        .items
+        .iter()
+        .filter(|i| classes.contains(&i.class))
+        .map(|i| i.event_id)
+        .collect()
+}
+
+/// The classes an applied inventory gives a delivery: a pending one to the safe and the
+/// repaired, a quarantined one to the quarantined.
+pub(crate) const DELIVERED: [InventoryClass; 3] = [
+    InventoryClass::Safe,
+    InventoryClass::Repair,
+    InventoryClass::Quarantine,
+];
+
+/// The answer to a repeated apply, from the counts its first apply recorded.
+pub(crate) fn repeated(inventory_id: i64, counts: InventoryCounts) -> InventoryApplied {
+    InventoryApplied {
+        inventory_id,
+        delivered: counts.safe + counts.repair,
+        quarantined: counts.quarantine,
+        counts,
+        repeated: true,
+    }
+}
+
+/// A claimed delivery of a repaired event (`target` and `digest` from its inventory item;
+/// both `None` for any other delivery): its payload conformed to the target version, as the
+/// inventory that repaired it did. The conformed payload must have the recorded digest (a
+/// version's schema never changes, so it has unless the registry lacks the version).
+///
+/// # Errors
+/// [`DispatchError::RepairUnavailable`] when the target version is not registered or the
+/// conformed payload differs from the recorded one.
+pub(crate) fn conform_claimed(
+    registry: &Registry,
+    claimed: &mut crate::store::Claimed,
+    target: Option<String>,
+    digest: Option<String>,
+) -> Result<(), DispatchError> {
+    let (Some(target), Some(digest)) = (target, digest) else {
+        return Ok(());
+    };
+    let unavailable = || DispatchError::RepairUnavailable {
+        event_id: claimed.lease.event_id,
+        consumer: claimed.lease.consumer.clone(),
+    };
+    let version = registry
+        .version(&claimed.delivery.event_type, &target)
+        .ok_or_else(unavailable)?;
+    let schema: Value = serde_json::from_str(version.schema).map_err(|_| unavailable())?;
+    let repaired = conform(&schema, &schema, &claimed.payload, 0);
+    if sha256_hex(canonical_json(&repaired).as_bytes()) != digest {
+        return Err(unavailable());
+    }
+    claimed.payload = repaired;
+    claimed.delivery.version = target;
+    Ok(())
 }
 
 /// The consumer `consumer` of `registry` and the types it subscribes to, for a store's read.
@@ -458,15 +612,24 @@ pub(crate) fn conform(root: &Value, schema: &Value, value: &Value, depth: usize)
             }
             Value::Object(out)
         }
-        Value::Array(items) => match schema.get("items") {
-            Some(item_schema) if item_schema.is_object() => Value::Array(
+        Value::Array(items) => {
+            // `prefixItems` describes the first elements; `items` only those after them.
+            let prefix = schema
+                .get("prefixItems")
+                .and_then(Value::as_array)
+                .map_or(&[][..], Vec::as_slice);
+            let rest = schema.get("items").filter(|items| items.is_object());
+            Value::Array(
                 items
                     .iter()
-                    .map(|item| conform(root, item_schema, item, depth + 1))
+                    .enumerate()
+                    .map(|(index, item)| match prefix.get(index).or(rest) {
+                        Some(item_schema) => conform(root, item_schema, item, depth + 1),
+                        None => item.clone(),
+                    })
                     .collect(),
-            ),
-            _ => value.clone(),
-        },
+            )
+        }
         _ => value.clone(),
     }
 }
@@ -579,6 +742,19 @@ mod tests {
                 "address": {"city": "Oslo"},
                 "tags": [{"name": "a"}]
             })
+        );
+    }
+
+    #[test]
+    fn prefix_items_describe_the_first_elements_and_items_the_rest() {
+        let closed = json!({"type": "object", "additionalProperties": false,
+            "properties": {"id": {"type": "integer"}}});
+        let schema = json!({"type": "array", "prefixItems": [{"type": "object"}],
+            "items": closed});
+        let payload = json!([{"meta": 1}, {"id": 1, "junk": 2}]);
+        assert_eq!(
+            conform(&schema, &schema, &payload, 0),
+            json!([{"meta": 1}, {"id": 1}])
         );
     }
 
@@ -744,6 +920,54 @@ mod tests {
             classes(window(Some(1_200.0))),
             Some(InventoryReason::ReceiptUnknown)
         );
+    }
+
+    #[test]
+    fn a_claimed_repair_is_conformed_only_to_the_digest_it_was_decided_with() {
+        let claimed = || crate::store::Claimed {
+            lease: crate::Lease::new(Uuid::nil(), "c", "w", 1, 1, 0.0),
+            delivery: crate::Delivery::new(Uuid::nil().to_string(), "a.b", "0.9.0", "c", 1),
+            event_seq: 1,
+            order_key: String::new(),
+            payload: json!({"id": "x", "old": true}),
+            trace: None,
+        };
+        let conformed = json!({"id": "x", "old": true});
+        let digest = sha256_hex(canonical_json(&conformed).as_bytes());
+
+        let mut plain = claimed();
+        conform_claimed(&SCOPED, &mut plain, None, None).expect("no repair");
+        assert_eq!(
+            (&plain.delivery, &plain.payload),
+            (&claimed().delivery, &claimed().payload)
+        );
+
+        // SCHEMA is open: conforming keeps `old`, and the digest matches.
+        let mut repaired = claimed();
+        conform_claimed(
+            &SCOPED,
+            &mut repaired,
+            Some("1.0.0".to_owned()),
+            Some(digest.clone()),
+        )
+        .expect("repairs");
+        assert_eq!(
+            (repaired.delivery.version.as_str(), &repaired.payload),
+            ("1.0.0", &conformed)
+        );
+
+        for (target, digest) in [("1.0.0", "0".repeat(64)), ("3.0.0", digest)] {
+            let refused = conform_claimed(
+                &SCOPED,
+                &mut claimed(),
+                Some(target.to_owned()),
+                Some(digest),
+            );
+            assert!(
+                matches!(refused, Err(DispatchError::RepairUnavailable { .. })),
+                "{refused:?}"
+            );
+        }
     }
 
     #[test]

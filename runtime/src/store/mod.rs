@@ -87,8 +87,8 @@ pub use evidence::{
 };
 pub use feed::{FeedEvent, FeedPosition, FeedPositionError};
 pub use inventory::{
-    InventoryClass, InventoryCounts, InventoryItem, InventoryReason, InventoryReport,
-    MAX_INVENTORY_EVENTS,
+    InventoryApplied, InventoryClass, InventoryCounts, InventoryItem, InventoryReason,
+    InventoryReport, MAX_INVENTORY_EVENTS,
 };
 pub use lag::{LAG_BREACH, LagBreach, LagRound};
 pub use lifecycle::{
@@ -1139,6 +1139,19 @@ pub enum DispatchError {
     /// A retry policy names an unknown kind, jitter or failure class.
     #[error(transparent)]
     RetryPolicy(#[from] RetryPolicyError),
+    /// A claimed delivery of an event an inventory repaired cannot be conformed as the
+    /// inventory recorded it: the registry lacks its target version, or the conformed payload's
+    /// digest differs. The claim fails; the lease runs out and the delivery is retried, then
+    /// dead-lettered, by recovery.
+    #[error(
+        "delivery of event {event_id} to {consumer} cannot be repaired as its inventory recorded"
+    )]
+    RepairUnavailable {
+        /// The event.
+        event_id: Uuid,
+        /// The consumer.
+        consumer: String,
+    },
     /// A claimed event's payload did not parse (the column is `jsonb`, so this means a broken
     /// database).
     #[error("payload of event {event_id} is not JSON: {source}")]

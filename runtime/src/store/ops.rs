@@ -173,6 +173,38 @@ pub trait Operate: Store {
         limit: u32,
     ) -> impl Future<Output = Result<Vec<ReplayRecord>, DispatchError>> + Send;
 
+    /// Records the inventory of `consumer` as of now (at most `limit` events) as proposed by
+    /// `planned_by`: the first half of the two-person rule, as [`Operate::propose_replay`].
+    /// Refused, nothing written, when it lists no event.
+    ///
+    /// # Errors
+    /// Every [`ReplayError`] but [`ReplayError::Database`] names a refusal.
+    fn propose_inventory(
+        &self,
+        consumer: &str,
+        limit: u32,
+        planned_by: &str,
+    ) -> impl Future<Output = Result<Proposed<crate::InventoryReport>, ReplayError>> + Send;
+
+    /// Applies the inventory of `consumer` (as of now, at most `limit` events) in one
+    /// transaction, as [`Operate::replay`] applies a replay: the approval's fields are checked,
+    /// a key applied before answers with its first result, the inventory is taken again and
+    /// must have the approval's digest, a person other than the approver must have proposed
+    /// it ([`Operate::propose_inventory`]), and the consumer must not be live. Then each safe
+    /// and repaired event gets a `pending` delivery to the consumer (a repaired one is
+    /// conformed to its target version when claimed), and the inventory is recorded with
+    /// every event's class, reason and payload digests. An expired event is left out of later
+    /// inventories; a quarantined one is listed again. On any refusal nothing is written.
+    ///
+    /// # Errors
+    /// Every [`ReplayError`] but [`ReplayError::Database`] names a refusal.
+    fn apply_inventory(
+        &self,
+        consumer: &str,
+        limit: u32,
+        approval: &ReplayApproval,
+    ) -> impl Future<Output = Result<crate::InventoryApplied, ReplayError>> + Send;
+
     /// The inventory of `consumer` as of `as_of` (docs/runtime.md, "Inventory"): the events
     /// of the types it subscribes to that have no delivery to it, oldest first, at most
     /// `limit` (1 to [`crate::MAX_INVENTORY_EVENTS`]), each classified safe, repair,
@@ -687,7 +719,7 @@ pub enum ReplayError {
     },
     /// No one proposed the plan the approval names: apply takes only a recorded plan.
     #[error(
-        "no one proposed a plan with digest {digest}; another person records it first (evc replay --propose, evc dlq discard --propose)"
+        "no one proposed a plan with digest {digest}; another person records it first (evc replay --propose, evc dlq discard --propose, evc inventory --propose)"
     )]
     PlanNotProposed {
         /// The digest presented.
@@ -696,7 +728,7 @@ pub enum ReplayError {
     /// Every plan of the digest proposed by someone else than the approver was applied
     /// already: a plan is one decision, applied once. Apply a new proposal.
     #[error(
-        "plan {plan_id} was applied already; propose the plan again to apply it again (evc replay --propose, evc dlq discard --propose)"
+        "plan {plan_id} was applied already; propose the plan again to apply it again (evc replay --propose, evc dlq discard --propose, evc inventory --propose)"
     )]
     PlanApplied {
         /// The plan applied last (`evc_plans.id`).
@@ -738,6 +770,15 @@ pub enum ReplayError {
     /// A discard's plan is empty: nothing is dead or quarantined under the selection.
     #[error("nothing to discard: no dead or quarantined delivery matches")]
     NothingToDiscard,
+    /// An inventory lists no event: the consumer has received every event of its types.
+    #[error("nothing to apply: the inventory of {0} lists no event")]
+    NothingToInventory(String),
+    /// The consumer is live: an inventory is applied before it goes live (while it is `off`
+    /// or in `shadow`), or its older events would be delivered after newer ones.
+    #[error(
+        "consumer {0} is live: apply its inventory before it goes live (while off or in shadow)"
+    )]
+    ConsumerLive(String),
     /// The consumer no longer accepts the version of a planned event.
     #[error(
         "consumer {consumer} no longer accepts {event_type} {version} (event {event_id}; {})",
@@ -841,6 +882,8 @@ pub(crate) enum PlanKind {
     Replay,
     /// A discard's plan (PostgreSQL only).
     Discard,
+    /// An inventory's plan ([`crate::InventoryReport::digest`]; SQLite keeps them apart).
+    Inventory,
 }
 
 impl PlanKind {
@@ -849,6 +892,7 @@ impl PlanKind {
         match self {
             Self::Replay => "replay",
             Self::Discard => "discard",
+            Self::Inventory => "inventory",
         }
     }
 }
@@ -863,6 +907,7 @@ pub(crate) fn plan_digest(
     let tag = match kind {
         PlanKind::Replay => "evc-replay-plan/1",
         PlanKind::Discard => "evc-discard-plan/1",
+        PlanKind::Inventory => "evc-inventory-plan/1",
     };
     let mut canonical = format!("{tag}\n{}\n", selection.consumer);
     for d in deliveries {

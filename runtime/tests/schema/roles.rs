@@ -31,6 +31,21 @@ static RETAINED: evc_runtime::Registry = evc_runtime::Registry {
     ..DISPATCH_REGISTRY
 };
 
+/// [`DISPATCH_REGISTRY`] where `d.unordered` is off: it gets no delivery until an inventory
+/// gives it the events it missed.
+static INVENTORIED: evc_runtime::Registry = evc_runtime::Registry {
+    consumers: &[
+        DISPATCH_REGISTRY.consumers[0],
+        DISPATCH_REGISTRY.consumers[1],
+        DISPATCH_REGISTRY.consumers[2],
+        evc_runtime::ConsumerDescriptor {
+            mode: evc_runtime::ConsumerMode::Off,
+            ..DISPATCH_REGISTRY.consumers[3]
+        },
+    ],
+    ..DISPATCH_REGISTRY
+};
+
 /// A login per role for this test's database, named `<database>_<role>`: roles belong to the
 /// cluster, so the database's unique name keeps concurrent tests apart. The logins have no
 /// privileges of their own (`NOINHERIT`): they act only through the role their pools take at
@@ -167,6 +182,83 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_role_does_its_job_and_is_refused_the_rest() -> TestResult {
     with_logins(|admin, logins| async move { jobs(&admin, &logins).await }).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_proposes_an_inventory_and_only_an_approver_applies_it() -> TestResult {
+    with_logins(|admin, logins| async move {
+        let producer = PgStore::new(logins.pool(&admin, Role::Producer).await?, INVENTORIED)?;
+        support::append_notes(&producer, 2, 2).await?;
+
+        // The operator reads the inventory (payloads, to validate them) and proposes it.
+        let operator = PgStore::new(logins.pool(&admin, Role::Operator).await?, INVENTORIED)?;
+        let report = operator
+            .inventory(CONSUMER, std::time::SystemTime::now(), 100)
+            .await?;
+        assert_eq!(report.counts.safe, 2, "{report:?}");
+        let proposed = operator.propose_inventory(CONSUMER, 100, "alice").await?;
+        let approval =
+            ReplayApproval::new(&proposed.plan.digest, "backfill", "CHG-1", "i-1", "bob");
+        assert!(replay_denied(
+            operator.apply_inventory(CONSUMER, 100, &approval).await
+        ));
+
+        // Neither the dispatcher nor the reader may apply or propose one.
+        let dispatcher = PgStore::new(logins.pool(&admin, Role::Dispatcher).await?, INVENTORIED)?;
+        assert!(replay_denied(
+            dispatcher.apply_inventory(CONSUMER, 100, &approval).await
+        ));
+        let reader = PgStore::new(logins.pool(&admin, Role::Reader).await?, INVENTORIED)?;
+        assert!(replay_denied(
+            reader.propose_inventory(CONSUMER, 100, "dave").await
+        ));
+
+        // The approver applies it: two deliveries, recorded.
+        let approver = PgStore::new(logins.pool(&admin, Role::Approver).await?, INVENTORIED)?;
+        assert!(replay_denied(
+            approver.propose_inventory(CONSUMER, 100, "bob").await
+        ));
+        let applied = approver.apply_inventory(CONSUMER, 100, &approval).await?;
+        assert_eq!((applied.delivered, applied.repeated), (2, false));
+        let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM evc_inventory_items")
+            .fetch_one(&admin)
+            .await?;
+        assert_eq!(recorded, 2);
+
+        // No login writes a decision outside an apply: an approver's item by hand, say an
+        // expiry that would hide an event from every later inventory, is refused.
+        let forged = sqlx::query(
+            "INSERT INTO evc_inventory_items (inventory_id, event_id, consumer, class, \
+                 payload_digest) \
+             SELECT inventory_id, gen_random_uuid(), consumer, 'expire', 'x' \
+             FROM evc_inventory_items LIMIT 1",
+        )
+        .execute(approver.pool())
+        .await;
+        assert!(
+            forged.as_ref().is_err_and(|error| error
+                .as_database_error()
+                .and_then(|e| e.code())
+                .as_deref()
+                == Some("23514")),
+            "{forged:?}"
+        );
+        // Readers see the decisions, not the payload digests.
+        let reader_pool = logins.pool(&admin, Role::Reader).await?;
+        assert!(
+            raw_denied(
+                &reader_pool,
+                "SELECT payload_digest FROM evc_inventory_items"
+            )
+            .await
+        );
+        let classes: i64 = sqlx::query_scalar("SELECT count(class) FROM evc_inventory_items")
+            .fetch_one(&reader_pool)
+            .await?;
+        assert_eq!(classes, 2);
+        Ok(())
+    })
+    .await
 }
 
 /// Whether `error` is the database's refusal of a privilege or of a row-level security

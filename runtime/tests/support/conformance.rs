@@ -422,7 +422,8 @@ pub const NOTE_V2_CLOSED: &str = r#"{"additionalProperties":false,"properties":{
 
 /// [`CONFORMANCE_REGISTRY`] where `test.note` also has a 2.0.0 ([`NOTE_V2_CLOSED`]), which
 /// `k.off` (off, so it has no delivery of any note) subscribes to alone (`^2`), and whose
-/// inventory rules expire events older than an hour and conform what they can.
+/// inventory rules expire events older than an hour and conform what they can; and
+/// [`EXPIRING`].
 pub static INVENTORY_REGISTRY: Registry = Registry {
     events: &[
         EventDescriptor {
@@ -440,6 +441,7 @@ pub static INVENTORY_REGISTRY: Registry = Registry {
         CONFORMANCE_REGISTRY.events[1],
     ],
     consumers: &[
+        consumer(EXPIRING, ConsumerMode::Off, false, NOTE_1),
         consumer(
             OFF,
             ConsumerMode::Off,
@@ -454,13 +456,24 @@ pub static INVENTORY_REGISTRY: Registry = Registry {
         CONFORMANCE_REGISTRY.consumers[2],
         CONFORMANCE_REGISTRY.consumers[3],
     ],
-    inventory_rules: &[evc_runtime::InventoryRulesDescriptor {
-        consumer: OFF,
-        max_age_ms: Some(HOUR_MS),
-        repair: evc_runtime::InventoryRepair::Conform,
-    }],
+    inventory_rules: &[
+        evc_runtime::InventoryRulesDescriptor {
+            consumer: EXPIRING,
+            max_age_ms: Some(1),
+            repair: evc_runtime::InventoryRepair::None,
+        },
+        evc_runtime::InventoryRulesDescriptor {
+            consumer: OFF,
+            max_age_ms: Some(HOUR_MS),
+            repair: evc_runtime::InventoryRepair::Conform,
+        },
+    ],
     ..CONFORMANCE_REGISTRY
 };
+
+/// An off consumer of `test.note@^1` in [`INVENTORY_REGISTRY`] whose inventory expires every
+/// event older than a millisecond.
+pub const EXPIRING: &str = "k.expiring";
 
 /// [`CONFORMANCE_REGISTRY`] where `k.shadow` goes live only through a cut-over gate: two
 /// compared deliveries spanning at least a second, no unexplained difference.

@@ -1,16 +1,18 @@
 //! `/api/v1/consumers/{name}/inventory`: the events a consumer would receive on going live,
 //! classified by its contract's inventory rules (docs/runtime.md, "Inventory"), as
-//! `evc inventory` prints them. Nothing is written.
+//! `evc inventory` prints them; an operator proposes it and another person, an approver,
+//! applies it (`.../inventory/propose`, `.../inventory/apply`).
 
 use axum::Json;
 use axum::extract::State;
-use evc_runtime::{InventoryReport, MAX_INVENTORY_EVENTS};
+use axum::http::StatusCode;
+use evc_runtime::{InventoryReport, MAX_INVENTORY_EVENTS, ReplayApproval};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::Params;
 use crate::AppState;
-use crate::api::{Segment, registered_consumer};
+use crate::api::{Body, Segment, registered_consumer};
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, Problem, Unavailable};
 
@@ -137,12 +139,173 @@ pub(crate) async fn inventory(
     Params(params): Params<InventoryParams>,
 ) -> Result<Json<InventoryView>, ApiError> {
     caller.require(Role::Operator)?;
-    let limit = params.limit.unwrap_or(1_000);
+    let limit = checked_limit(params.limit)?;
+    registered_consumer(state.outbox.registry(), &name)?;
+    Ok(Json(state.outbox.inventory(&name, limit).await?.into()))
+}
+
+/// The limit of a request (default 1000), refused outside 1 to [`MAX_INVENTORY_EVENTS`].
+fn checked_limit(limit: Option<u32>) -> Result<u32, ApiError> {
+    let limit = limit.unwrap_or(1_000);
     if !(1..=MAX_INVENTORY_EVENTS).contains(&limit) {
         return Err(ApiError::BadRequest(format!(
             "limit must be 1 to {MAX_INVENTORY_EVENTS}"
         )));
     }
+    Ok(limit)
+}
+
+/// How many events a proposal or an apply takes.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct InventoryScope {
+    /// At most this many events, oldest first (default 1000, at most 10000); an apply must
+    /// take the proposal's.
+    #[serde(default)]
+    limit: Option<u32>,
+}
+
+/// An inventory recorded as proposed.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ProposedInventory {
+    /// The recorded plan's id.
+    plan_id: i64,
+    /// Who proposed it (the caller).
+    planned_by: String,
+    /// The inventory, with the digest an approval presents.
+    inventory: InventoryView,
+}
+
+/// An approval of a proposed inventory.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct InventoryApproval {
+    /// The proposal's limit (default 1000).
+    #[serde(default)]
+    limit: Option<u32>,
+    /// The digest of the proposed inventory.
+    digest: String,
+    /// Why, 1 to 500 characters.
+    reason: String,
+    /// Who or what approved it (a ticket, a change request).
+    approval_ref: String,
+    /// The same key applies once; repeating it answers with the first result.
+    idempotency_key: String,
+}
+
+/// An applied inventory.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct AppliedInventory {
+    /// The recorded inventory's id.
+    inventory_id: i64,
+    /// Events recorded per class (by the first apply, when repeated).
+    counts: CountsView,
+    /// Pending deliveries created: one per safe and repaired event.
+    delivered: u64,
+    /// Quarantined deliveries created: one per quarantined event, for an operator's replay or
+    /// discard.
+    quarantined: u64,
+    /// Whether the idempotency key had been applied before: nothing new was written.
+    repeated: bool,
+}
+
+/// Records the consumer's inventory as proposed by the caller: the first of two people.
+#[utoipa::path(
+    post,
+    path = "/api/v1/consumers/{name}/inventory/propose",
+    tag = "consumers",
+    params(("name" = String, Path, description = "The consumer's name")),
+    request_body = InventoryScope,
+    responses(
+        (status = 201, description = "The inventory, recorded", body = ProposedInventory),
+        (status = 400, description = "A body that is not JSON, or a limit out of range",
+            body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Not an operator", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 404, description = "No such consumer", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 409, description = "The inventory lists no event", body = Problem,
+            content_type = "application/problem+json"),
+        Unavailable,
+    )
+)]
+pub(crate) async fn propose(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Segment(name): Segment,
+    Body(scope): Body<InventoryScope>,
+) -> Result<(StatusCode, Json<ProposedInventory>), ApiError> {
+    caller.require(Role::Operator)?;
+    let limit = checked_limit(scope.limit)?;
     registered_consumer(state.outbox.registry(), &name)?;
-    Ok(Json(state.outbox.inventory(&name, limit).await?.into()))
+    let proposed = state
+        .outbox
+        .propose_inventory(&name, limit, &caller.name)
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(ProposedInventory {
+            plan_id: proposed.plan_id,
+            planned_by: proposed.planned_by,
+            inventory: proposed.plan.into(),
+        }),
+    ))
+}
+
+/// Applies an inventory another person proposed, as the caller: the second of two people.
+#[utoipa::path(
+    post,
+    path = "/api/v1/consumers/{name}/inventory/apply",
+    tag = "consumers",
+    params(("name" = String, Path, description = "The consumer's name")),
+    request_body = InventoryApproval,
+    responses(
+        (status = 200, description = "The inventory, applied (or applied before under the key)",
+            body = AppliedInventory),
+        (status = 400, description = "A body that is not JSON, or a limit out of range",
+            body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Not an approver", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 404, description = "No such consumer", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 409, description = "Refused: the inventory changed, was not proposed, was \
+            applied, was proposed by the caller, the consumer is live, or the key was used \
+            otherwise", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A field is not acceptable", body = Problem,
+            content_type = "application/problem+json"),
+        Unavailable,
+    )
+)]
+pub(crate) async fn apply(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Segment(name): Segment,
+    Body(approval): Body<InventoryApproval>,
+) -> Result<Json<AppliedInventory>, ApiError> {
+    caller.require(Role::Approver)?;
+    let limit = checked_limit(approval.limit)?;
+    registered_consumer(state.outbox.registry(), &name)?;
+    let decision = ReplayApproval::new(
+        approval.digest,
+        approval.reason,
+        approval.approval_ref,
+        approval.idempotency_key,
+        caller.name,
+    );
+    let applied = state
+        .outbox
+        .apply_inventory(&name, limit, &decision)
+        .await?;
+    Ok(Json(AppliedInventory {
+        inventory_id: applied.inventory_id,
+        counts: CountsView {
+            safe: applied.counts.safe,
+            repair: applied.counts.repair,
+            quarantine: applied.counts.quarantine,
+            expire: applied.counts.expire,
+        },
+        delivered: applied.delivered,
+        quarantined: applied.quarantined,
+        repeated: applied.repeated,
+    }))
 }

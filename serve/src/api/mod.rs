@@ -89,6 +89,8 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(cutover::explain))
         .routes(routes!(cutover::legacy_outcome))
         .routes(routes!(inventory::inventory))
+        .routes(routes!(inventory::propose))
+        .routes(routes!(inventory::apply))
         .routes(routes!(event::event))
         .routes(routes!(payload::payload))
         .routes(routes!(registry::parity))

@@ -83,6 +83,12 @@ impl PgStore {
     /// A claimed row, shadowed when its consumer runs in shadow mode.
     fn claimed(&self, row: &PgRow, owner: &str) -> Result<Claimed, DispatchError> {
         let mut claimed = claimed(row, owner)?;
+        crate::store::inventory::conform_claimed(
+            self.registry(),
+            &mut claimed,
+            row.try_get("repair_version")?,
+            row.try_get("repair_digest")?,
+        )?;
         let mode_override: Option<String> = row.try_get("mode_override")?;
         if self.shadow_mode(&claimed.lease.consumer, mode_override.as_deref()) {
             claimed.lease = claimed.lease.shadowed();

@@ -54,6 +54,7 @@ mod deployed;
 mod dispatch;
 mod doorbell;
 mod evidence;
+mod inventory;
 mod lag;
 mod lifecycle;
 mod listen;

@@ -15,7 +15,7 @@ use crate::store::ops::{
     ReplayRecord, ReplaySelection, SettledDelivery, StateChange, StateChangeRecord, Transition,
     check_change,
 };
-use crate::store::{CutoverReport, CutoverTerms, DispatchError, inventory};
+use crate::store::{CutoverReport, CutoverTerms, DispatchError};
 use crate::tenant::ALL_TENANTS;
 
 impl PgStore {
@@ -310,26 +310,33 @@ impl Operate for PgStore {
         as_of: std::time::SystemTime,
         limit: u32,
     ) -> Result<crate::InventoryReport, DispatchError> {
-        let (descriptor, types) = inventory::subscribed(self.registry(), consumer)?;
-        let candidates: Vec<inventory::CandidateRow> = sqlx::query_as(sql::INVENTORY_CANDIDATES)
-            .bind(&types)
-            .bind(descriptor.name)
-            .bind(inventory::read_limit(limit))
-            .fetch_all(&self.inner.pool)
-            .await?;
-        let purged_through: Option<f64> = sqlx::query_scalar(sql::RETENTION_PURGED_THROUGH)
-            .fetch_one(&self.inner.pool)
-            .await?;
-        Ok(inventory::classify(
+        let mut connection = self.inner.pool.acquire().await?;
+        super::inventory::read(&mut connection, self.registry(), consumer, as_of, limit).await
+    }
+
+    async fn propose_inventory(
+        &self,
+        consumer: &str,
+        limit: u32,
+        planned_by: &str,
+    ) -> Result<Proposed<crate::InventoryReport>, ReplayError> {
+        super::inventory::propose(
+            &self.inner.pool,
             self.registry(),
-            descriptor,
-            inventory::Window {
-                as_of,
-                limit,
-                purged_through,
-            },
-            candidates.into_iter().map(Into::into).collect(),
-        ))
+            consumer,
+            limit,
+            planned_by,
+        )
+        .await
+    }
+
+    async fn apply_inventory(
+        &self,
+        consumer: &str,
+        limit: u32,
+        approval: &ReplayApproval,
+    ) -> Result<crate::InventoryApplied, ReplayError> {
+        super::inventory::apply(&self.inner.pool, self.registry(), consumer, limit, approval).await
     }
 
     async fn purge_expired(

@@ -568,7 +568,8 @@ macro_rules! session_scope {
 }
 
 /// The end every claim statement shares: its claimed rows `d` joined with their events, in
-/// `event_seq` order (what `dispatch::claimed` reads). Each event is one probe of its primary
+/// `event_seq` order (what `dispatch::claimed` reads), with the target version and digest of
+/// an inventory's repair of the delivery (NULL for any other; one probe of a partial index). Each event is one probe of its primary
 /// key (`OFFSET 0` keeps the lateral sub-select a subplan): joined plainly, a claim of 200 or
 /// more rows made PostgreSQL hash the whole events table, read from the first row to the last
 /// on every claim (docs/design.md, "Claim statements").
@@ -578,13 +579,21 @@ macro_rules! claimed_rows {
     e.order_key,
     e.event_type, e.schema_version, e.payload::text AS payload, e.trace_id, e.parent_span_id,
     e.trace_flags, extract(epoch FROM now())::float8 AS claimed_at,
-    (SELECT s.mode FROM evc_consumer_state s WHERE s.consumer = $1) AS mode_override
+    (SELECT s.mode FROM evc_consumer_state s WHERE s.consumer = $1) AS mode_override,
+    CASE WHEN r.repaired_digest IS NOT NULL THEN r.target_version END AS repair_version,
+    r.repaired_digest AS repair_digest
 FROM d CROSS JOIN LATERAL (
     SELECT e.order_key, e.event_type, e.schema_version, e.payload, e.trace_id,
         e.parent_span_id, e.trace_flags
     FROM evc_events e WHERE e.event_id = d.event_id
     OFFSET 0
 ) AS e
+LEFT JOIN LATERAL (
+    SELECT i.target_version, i.repaired_digest FROM evc_inventory_items i
+    WHERE i.event_id = d.event_id AND i.consumer = d.consumer
+        AND i.class IN ('safe', 'repair')
+    OFFSET 0
+) AS r ON true
 ORDER BY d.event_seq"
     };
 }
@@ -1548,8 +1557,9 @@ LEFT JOIN evc_event_versions v ON v.event_type = e.event_type AND v.version = e.
 WHERE e.event_id = ANY($1::uuid[])";
 
 /// The events of types `$1` (`text[]`) of which consumer `$2` has neither a delivery nor an
-/// attempt (an ack deletes the delivery and keeps its attempt), oldest first, at most `$3`: an
-/// inventory's candidates (row-level security keeps a tenant's session to its events).
+/// attempt (an ack deletes the delivery and keeps its attempt) and that no applied inventory
+/// expired, oldest first, at most `$3`: an inventory's candidates (row-level security keeps a
+/// tenant's session to its events).
 pub(crate) const INVENTORY_CANDIDATES: &str = "\
 SELECT e.event_id::text AS event_id, e.event_type, e.schema_version, e.tenant_scope,
     extract(epoch FROM e.produced_at)::float8 AS produced_at, e.payload::text AS payload
@@ -1559,8 +1569,68 @@ WHERE e.event_type = ANY($1::text[])
         SELECT 1 FROM evc_deliveries d WHERE d.event_id = e.event_id AND d.consumer = $2)
     AND NOT EXISTS (
         SELECT 1 FROM evc_delivery_attempts a WHERE a.event_id = e.event_id AND a.consumer = $2)
+    AND NOT EXISTS (
+        SELECT 1 FROM evc_inventory_items i
+        WHERE i.event_id = e.event_id AND i.consumer = $2 AND i.class = 'expire')
 ORDER BY e.seq
 LIMIT $3";
+
+/// Serializes the inventory applies of consumer `$1` (transaction-scoped): a second apply
+/// takes its inventory again after the first committed, and finds its deliveries.
+pub(crate) const LOCK_INVENTORY: &str =
+    "SELECT pg_advisory_xact_lock(hashtextextended('evc-inventory:' || $1, 7267))";
+
+/// The inventory of consumer `$1` applied under idempotency key `$2` in the session's tenant
+/// (row-level security), if any.
+pub(crate) const INVENTORY_BY_KEY: &str = "\
+SELECT id, plan_digest, reason, approval_ref, approved_by, counts::text AS counts
+FROM evc_inventories WHERE consumer = $1 AND idempotency_key = $2";
+
+/// The recorded inventory plans of consumer `$1` and digest `$2`: id, planner and whether an
+/// inventory applied it, oldest first.
+pub(crate) const INVENTORY_PLANS_OF: &str = "\
+SELECT p.id, p.planned_by,
+    EXISTS (SELECT 1 FROM evc_inventories i WHERE i.plan_id = p.id) AS applied
+FROM evc_plans p
+WHERE p.kind = 'inventory' AND p.consumer = $1 AND p.plan_digest = $2
+ORDER BY p.id";
+
+/// The operator's mode override of consumer `$1`, if an operator set one.
+pub(crate) const MODE_OVERRIDE: &str = "SELECT mode FROM evc_consumer_state WHERE consumer = $1";
+
+/// Records an inventory as applied: `$1` consumer, `$2` the recorded plan, `$3` its digest,
+/// `$4` reason, `$5` approval reference, `$6` idempotency key, `$7` approver, `$8` counts
+/// (JSON). Returns its id.
+pub(crate) const INSERT_INVENTORY: &str = "\
+INSERT INTO evc_inventories (consumer, plan_id, plan_digest, reason, approval_ref,
+    idempotency_key, approved_by, counts)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb)
+RETURNING id";
+
+/// Records inventory `$1`'s items for consumer `$2`: parallel arrays `$3` event ids, `$4`
+/// classes, `$5` reasons, `$6` target versions, `$7` payload digests, `$8` repaired digests;
+/// each item in its event's tenant.
+pub(crate) const INSERT_INVENTORY_ITEMS: &str = "\
+INSERT INTO evc_inventory_items (inventory_id, event_id, consumer, class, reason,
+    target_version, payload_digest, repaired_digest, tenant_scope)
+SELECT $1, e.event_id, $2, i.class, i.reason, i.target_version, i.payload_digest,
+    i.repaired_digest, e.tenant_scope
+FROM UNNEST($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
+    AS i (event_id, class, reason, target_version, payload_digest, repaired_digest)
+JOIN evc_events e ON e.event_id = i.event_id::uuid";
+
+/// A pending delivery to consumer `$1` of each event in `$2` (`uuid[]`), with its order key
+/// when `$3` (the consumer orders per key), due now, as an append writes them.
+pub(crate) const DELIVER_INVENTORY: &str = "\
+INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key, tenant_scope)
+SELECT e.event_id, $1, e.seq, CASE WHEN $3 THEN e.order_key END, e.tenant_scope
+FROM evc_events e WHERE e.event_id = ANY($2::uuid[])";
+
+/// Quarantines the pending deliveries [`DELIVER_INVENTORY`] wrote to consumer `$1` of the
+/// events in `$2` (`uuid[]`): they wait for an operator's replay or discard.
+pub(crate) const QUARANTINE_INVENTORY: &str = "\
+UPDATE evc_deliveries SET status = 'quarantined', updated_at = now()
+WHERE consumer = $1 AND event_id = ANY($2::uuid[]) AND generation = 0 AND status = 'pending'";
 
 /// The newest time a retention purge counted back from (epoch seconds; NULL: none ran).
 pub(crate) const RETENTION_PURGED_THROUGH: &str = "\

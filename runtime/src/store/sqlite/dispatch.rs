@@ -369,14 +369,21 @@ impl SqliteStore {
         if self.shadow_mode(&consumer, mode_override.as_deref()) {
             lease = lease.shadowed();
         }
-        Ok(Claimed {
+        let mut claimed = Claimed {
             delivery: Delivery::new(event_id.to_string(), event_type, version, consumer, attempt),
             lease,
             event_seq: leased.try_get("event_seq")?,
             order_key: event.try_get("order_key")?,
             payload,
             trace,
-        })
+        };
+        crate::store::inventory::conform_claimed(
+            self.registry(),
+            &mut claimed,
+            event.try_get("repair_version")?,
+            event.try_get("repair_digest")?,
+        )?;
+        Ok(claimed)
     }
 
     /// A claim held by the caller's transaction ([`crate::Hold::Transaction`]), for

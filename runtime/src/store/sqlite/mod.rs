@@ -75,6 +75,7 @@ mod cursor;
 mod cutover;
 mod dispatch;
 mod evidence;
+mod inventory;
 mod lag;
 mod lifecycle;
 mod observe;
@@ -136,7 +137,11 @@ const MIGRATION_0015: &str = include_str!("../../../migrations/sqlite/0015_evc_l
 
 /// Legacy outcomes and explained differences (the cut-over gate).
 const MIGRATION_0016: &str = include_str!("../../../migrations/sqlite/0016_evc_cutover.sql");
+/// Retention purges.
 const MIGRATION_0017: &str = include_str!("../../../migrations/sqlite/0017_evc_purges.sql");
+
+/// Inventory plans, applies and their items.
+const MIGRATION_0018: &str = include_str!("../../../migrations/sqlite/0018_evc_inventories.sql");
 
 /// Connections of the store's pool unless [`SqliteStoreBuilder::max_connections`] says
 /// otherwise: one for a caller's transaction, one for the reject audit and the dispatcher's
@@ -404,7 +409,7 @@ impl Prepared {
 
 /// The store's schema: each migration's version, name, SQL and whether it runs outside a
 /// transaction of sqlx's (it brings its own), in order.
-const SCHEMA: [(i64, &str, &str, bool); 17] = [
+const SCHEMA: [(i64, &str, &str, bool); 18] = [
     (1, "evc_runtime", MIGRATION_0001, false),
     (2, "evc_replays", MIGRATION_0002, false),
     (3, "evc_registry_document", MIGRATION_0003, false),
@@ -422,6 +427,7 @@ const SCHEMA: [(i64, &str, &str, bool); 17] = [
     (15, "evc_lag_breaches", MIGRATION_0015, false),
     (16, "evc_cutover", MIGRATION_0016, false),
     (17, "evc_purges", MIGRATION_0017, false),
+    (18, "evc_inventories", MIGRATION_0018, false),
 ];
 
 /// Applies the store's migrations (sqlx's migrator: each once, in order).

@@ -21,7 +21,7 @@ use crate::store::ops::{
     check_change, check_person, check_plan, check_proposable, check_repeat, plan_of, proposal_for,
     proposed, refusal, refusals,
 };
-use crate::store::{CutoverReport, DispatchError, inventory};
+use crate::store::{CutoverReport, DispatchError};
 
 impl Operate for SqliteStore {
     async fn dead_letters(
@@ -332,27 +332,28 @@ impl Operate for SqliteStore {
         as_of: std::time::SystemTime,
         limit: u32,
     ) -> Result<crate::InventoryReport, DispatchError> {
-        let (descriptor, types) = inventory::subscribed(self.registry(), consumer)?;
-        let candidates: Vec<inventory::CandidateRow> = sqlx::query_as(sql::INVENTORY_CANDIDATES)
-            .bind(serde_json::to_string(&types).unwrap_or_default())
-            .bind(descriptor.name)
-            .bind(inventory::read_limit(limit))
-            .bind(self.tenant())
-            .fetch_all(&self.inner.pool)
-            .await?;
-        let purged_through: Option<f64> = sqlx::query_scalar(sql::RETENTION_PURGED_THROUGH)
-            .fetch_one(&self.inner.pool)
-            .await?;
-        Ok(inventory::classify(
-            self.registry(),
-            descriptor,
-            inventory::Window {
-                as_of,
-                limit,
-                purged_through,
-            },
-            candidates.into_iter().map(Into::into).collect(),
-        ))
+        let mut connection = self.inner.pool.acquire().await?;
+        self.read_inventory(&mut connection, consumer, as_of, limit)
+            .await
+    }
+
+    async fn propose_inventory(
+        &self,
+        consumer: &str,
+        limit: u32,
+        planned_by: &str,
+    ) -> Result<Proposed<crate::InventoryReport>, ReplayError> {
+        self.propose_inventory_plan(consumer, limit, planned_by)
+            .await
+    }
+
+    async fn apply_inventory(
+        &self,
+        consumer: &str,
+        limit: u32,
+        approval: &ReplayApproval,
+    ) -> Result<crate::InventoryApplied, ReplayError> {
+        self.apply_inventory_plan(consumer, limit, approval).await
     }
 
     async fn purge_expired(

@@ -405,12 +405,17 @@ RETURNING event_id, consumer, generation, attempt + 1 AS attempt,
 );
 
 /// The events of claimed deliveries: `?1` a JSON array of event ids, `?2` the consumer (for
-/// its operator mode override, NULL: the contract's).
+/// its operator mode override, NULL: the contract's, and an inventory's repair of its
+/// delivery: target version and digest, NULL for any other).
 pub(crate) const CLAIMED_EVENTS: &str = "\
 SELECT e.event_id, e.order_key, e.event_type, e.schema_version, e.payload, e.trace_id,
     e.parent_span_id, e.trace_flags,
-    (SELECT s.mode FROM evc_consumer_state s WHERE s.consumer = ?2) AS mode_override
+    (SELECT s.mode FROM evc_consumer_state s WHERE s.consumer = ?2) AS mode_override,
+    CASE WHEN r.repaired_digest IS NOT NULL THEN r.target_version END AS repair_version,
+    r.repaired_digest AS repair_digest
 FROM evc_events e
+LEFT JOIN evc_inventory_items r
+    ON r.event_id = e.event_id AND r.consumer = ?2 AND r.class IN ('safe', 'repair')
 WHERE e.event_id IN (SELECT value FROM json_each(?1))";
 
 /// Deletes delivery `?1` of consumer `?2` if it is still leased with token `?3` (an ack), of
@@ -1469,8 +1474,9 @@ VALUES ('retention', ?1, ?2, ?3, ?4, ?5)
 RETURNING id";
 
 /// The events of types `?1` (a JSON array) of which consumer `?2` has neither a delivery nor
-/// an attempt (an ack deletes the delivery and keeps its attempt), in tenant `?4` (NULL: every
-/// tenant), oldest first, at most `?3`: an inventory's candidates.
+/// an attempt (an ack deletes the delivery and keeps its attempt) and that no applied
+/// inventory expired, in tenant `?4` (NULL: every tenant), oldest first, at most `?3`: an
+/// inventory's candidates.
 pub(crate) const INVENTORY_CANDIDATES: &str = "\
 SELECT e.event_id, e.event_type, e.schema_version, e.tenant_scope, e.produced_at, e.payload
 FROM evc_events e
@@ -1479,6 +1485,9 @@ WHERE e.event_type IN (SELECT value FROM json_each(?1))
         SELECT 1 FROM evc_deliveries d WHERE d.event_id = e.event_id AND d.consumer = ?2)
     AND NOT EXISTS (
         SELECT 1 FROM evc_delivery_attempts a WHERE a.event_id = e.event_id AND a.consumer = ?2)
+    AND NOT EXISTS (
+        SELECT 1 FROM evc_inventory_items i
+        WHERE i.event_id = e.event_id AND i.consumer = ?2 AND i.class = 'expire')
     AND (?4 IS NULL OR e.tenant_scope = ?4)
 ORDER BY e.seq
 LIMIT ?3";
@@ -1486,6 +1495,66 @@ LIMIT ?3";
 /// The newest time a retention purge counted back from (epoch seconds; NULL: none ran).
 pub(crate) const RETENTION_PURGED_THROUGH: &str =
     "SELECT max(cutoff) FROM evc_purges WHERE ledger = 'retention'";
+
+/// The inventory of consumer `?1` applied under idempotency key `?2` in tenant `?3` (NULL: the
+/// every-tenant handle's), if any.
+pub(crate) const INVENTORY_BY_KEY: &str = "\
+SELECT id, plan_digest, reason, approval_ref, approved_by, counts
+FROM evc_inventories
+WHERE consumer = ?1 AND idempotency_key = ?2
+    AND coalesce(tenant_scope, '') = coalesce(?3, '')";
+
+/// Records an inventory plan: `?1` consumer, `?2` digest, `?3` events, `?4` planner, `?5`
+/// when, `?6` tenant. Returns its id.
+pub(crate) const INSERT_INVENTORY_PLAN: &str = "\
+INSERT INTO evc_inventory_plans (consumer, plan_digest, events, planned_by, planned_at,
+    tenant_scope)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+RETURNING id";
+
+/// The recorded inventory plans of consumer `?1` and digest `?2` proposed in tenant `?3`'s
+/// scope (NULL: every plan): id, planner and whether an inventory applied it, oldest first.
+pub(crate) const INVENTORY_PLANS_OF: &str = "\
+SELECT p.id, p.planned_by,
+    EXISTS (SELECT 1 FROM evc_inventories i WHERE i.plan_id = p.id) AS applied
+FROM evc_inventory_plans p
+WHERE p.consumer = ?1 AND p.plan_digest = ?2 AND (?3 IS NULL OR p.tenant_scope = ?3)
+ORDER BY p.id";
+
+/// Records an inventory as applied: `?1` consumer, `?2` plan, `?3` digest, `?4` reason, `?5`
+/// approval reference, `?6` idempotency key, `?7` approver, `?8` counts (JSON), `?9` tenant,
+/// `?10` when. Returns its id.
+pub(crate) const INSERT_INVENTORY: &str = "\
+INSERT INTO evc_inventories (consumer, plan_id, plan_digest, reason, approval_ref,
+    idempotency_key, approved_by, counts, tenant_scope, applied_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+RETURNING id";
+
+/// Records inventory `?1`'s items for consumer `?2` from `?3`, a JSON array of `[event id,
+/// class, reason, target version, payload digest, repaired digest]`; each in its event's
+/// tenant.
+pub(crate) const INSERT_INVENTORY_ITEMS: &str = "\
+INSERT INTO evc_inventory_items (inventory_id, event_id, consumer, class, reason,
+    target_version, payload_digest, repaired_digest, tenant_scope)
+SELECT ?1, e.event_id, ?2, i.value ->> 1, i.value ->> 2, i.value ->> 3, i.value ->> 4,
+    i.value ->> 5, e.tenant_scope
+FROM json_each(?3) AS i JOIN evc_events e ON e.event_id = i.value ->> 0";
+
+/// A pending delivery to consumer `?1` of each event in `?2` (a JSON array of ids), with its
+/// order key when `?3` (the consumer orders per key), due `?4` (now), as an append writes them.
+pub(crate) const DELIVER_INVENTORY: &str = "\
+INSERT INTO evc_deliveries (event_id, consumer, event_seq, order_key, next_attempt_at,
+    created_at, updated_at)
+SELECT e.event_id, ?1, e.seq, CASE WHEN ?3 THEN e.order_key END, ?4, ?4, ?4
+FROM evc_events e WHERE e.event_id IN (SELECT value FROM json_each(?2))";
+
+/// Quarantines the pending deliveries [`DELIVER_INVENTORY`] wrote to consumer `?1` of the
+/// events in `?2` (a JSON array of ids), at `?3`: they wait for an operator's replay or
+/// discard.
+pub(crate) const QUARANTINE_INVENTORY: &str = "\
+UPDATE evc_deliveries SET status = 'quarantined', updated_at = ?3
+WHERE consumer = ?1 AND event_id IN (SELECT value FROM json_each(?2)) AND generation = 0
+    AND status = 'pending'";
 
 #[cfg(test)]
 mod tests {
