@@ -162,7 +162,7 @@ const SHIPPED: [(&str, &str); 39] = [
     ),
     (
         "0039_evc_runtime_v28.sql",
-        "88201ede37bfe4bddb41542a69478c6a0d3c0f9aec1f8063531dc007f5d171a6",
+        "d49b13f2c9869907e2a250075b399769c126a2f8de7723c57db036bc795ebf09",
     ),
 ];
 

@@ -742,6 +742,27 @@ fn status_text(report: &StatusReport, window: &str, lag_limit: Duration) -> Stri
             );
         }
     }
+    for applied in &report.last_inventories {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |since| since.as_secs_f64());
+        let ago_ms = (now - applied.applied_at).max(0.0).round() as i64 * 1000;
+        let counts = &applied.counts;
+        let _ = writeln!(
+            out,
+            "\nlast inventory of {}: {} ({} safe, {} repaired, {} quarantined, {} expired), {} \
+             ago, approved by {} ({})",
+            escape(&applied.consumer),
+            applied.inventory_id,
+            counts.safe,
+            counts.repair,
+            counts.quarantine,
+            counts.expire,
+            millis_text(ago_ms),
+            escape(&applied.approved_by),
+            escape(&applied.reason)
+        );
+    }
     for purge in &report.last_purges {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -899,6 +920,7 @@ fn status_json(report: &StatusReport, problems: &[evc_runtime::Problem]) -> Stri
             "compared": g.compared,
         })).collect::<Vec<_>>(),
         "last_purges": report.last_purges,
+        "last_inventories": report.last_inventories,
         "schedules": report.schedules.iter().map(|s| serde_json::json!({
             "schedule": s.state.name,
             "cron": s.state.cron,

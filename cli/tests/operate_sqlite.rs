@@ -997,6 +997,14 @@ fn the_inventory_lists_what_an_off_consumer_never_received() {
     );
     let output = apply("bob");
     assert!(stdout(&output).contains("was applied before"), "{output:?}");
+    let output = evc(&url, &["status"]);
+    let text = stdout(&output);
+    assert!(
+        text.contains(
+            "last inventory of mailer: 1 (2 safe, 0 repaired, 0 quarantined, 0 expired), "
+        ) && text.contains("approved by bob (backfill before going live)"),
+        "{text}"
+    );
     let output = evc(&url, &["inventory", "mailer", "--format", "json"]);
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
     assert_eq!(report["items"], serde_json::json!([]), "{report}");

@@ -80,7 +80,7 @@ pub use store::{
 };
 pub use store::{
     InventoryApplied, InventoryClass, InventoryCounts, InventoryItem, InventoryReason,
-    InventoryReport, MAX_INVENTORY_EVENTS,
+    InventoryRecord, InventoryReport, MAX_INVENTORY_EVENTS,
 };
 pub use store::{LAG_BREACH, LagBreach, LagRound, MAX_COUNTED_SKIPS, ScheduleRound, ScheduleState};
 pub use store::{

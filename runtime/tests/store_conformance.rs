@@ -5160,6 +5160,22 @@ async fn an_applied_inventory_delivers_the_safe_and_the_repaired_once<S: Conform
         "{name}"
     );
 
+    // The status shows the consumer's newest inventory.
+    let status = store.status(Duration::from_secs(3600)).await?;
+    let last: Vec<_> = status
+        .last_inventories
+        .iter()
+        .map(|i| {
+            (
+                i.inventory_id,
+                i.consumer.as_str(),
+                i.counts,
+                i.approved_by.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(last, [(applied.inventory_id, OFF, counts, "bob")], "{name}");
+
     // The same key again: the first result, nothing new. Another reason under it: refused.
     let again = store
         .apply_inventory(OFF, 100, &approval("bob", "k1"))

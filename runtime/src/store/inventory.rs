@@ -224,6 +224,52 @@ pub struct InventoryApplied {
     pub repeated: bool,
 }
 
+/// A read's error as a proposal's or an apply's: an unknown consumer or the database (a read
+/// fails no other way).
+pub(crate) fn refusal(error: DispatchError) -> ReplayError {
+    match error {
+        DispatchError::UnknownConsumer(consumer) => ReplayError::UnknownConsumer(consumer),
+        DispatchError::Database(error) => ReplayError::Database(error),
+        other => ReplayError::Database(sqlx::Error::Protocol(other.to_string())),
+    }
+}
+
+/// An applied inventory as its ledger row keeps it (the newest of each consumer in
+/// [`crate::StatusReport::last_inventories`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct InventoryRecord {
+    /// The recorded inventory (`evc_inventories.id`).
+    pub inventory_id: i64,
+    /// The consumer.
+    pub consumer: String,
+    /// Events it recorded per class.
+    pub counts: InventoryCounts,
+    /// Who approved it.
+    pub approved_by: String,
+    /// Why.
+    pub reason: String,
+    /// When it was applied, epoch seconds.
+    pub applied_at: f64,
+}
+
+/// A ledger row's columns as both stores select them: id, consumer, counts (JSON), approver,
+/// reason, when.
+pub(crate) type RecordColumns = (i64, String, String, String, String, f64);
+
+/// The record of a ledger row's columns.
+pub(crate) fn record_of(columns: RecordColumns) -> InventoryRecord {
+    let (inventory_id, consumer, counts, approved_by, reason, applied_at) = columns;
+    InventoryRecord {
+        inventory_id,
+        consumer,
+        counts: counts_of(&counts),
+        approved_by,
+        reason,
+        applied_at,
+    }
+}
+
 /// An applicable inventory: it lists an event, and its digest is the approval's.
 pub(crate) fn check_applicable(
     report: &InventoryReport,

@@ -88,7 +88,7 @@ pub use evidence::{
 pub use feed::{FeedEvent, FeedPosition, FeedPositionError};
 pub use inventory::{
     InventoryApplied, InventoryClass, InventoryCounts, InventoryItem, InventoryReason,
-    InventoryReport, MAX_INVENTORY_EVENTS,
+    InventoryRecord, InventoryReport, MAX_INVENTORY_EVENTS,
 };
 pub use lag::{LAG_BREACH, LagBreach, LagRound};
 pub use lifecycle::{

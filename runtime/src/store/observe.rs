@@ -513,6 +513,9 @@ pub struct StatusReport {
     /// The newest purge of each ledger, by ledger (docs/runtime.md, "Retention"); none
     /// before the first, and in a session of one tenant.
     pub last_purges: Vec<crate::store::PurgeRecord>,
+    /// The newest applied inventory of each consumer, by consumer (docs/runtime.md,
+    /// "Applying an inventory"); in a session of one tenant, that tenant's.
+    pub last_inventories: Vec<crate::store::InventoryRecord>,
 }
 
 /// The most breaches a status report reads.

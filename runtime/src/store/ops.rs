@@ -192,9 +192,10 @@ pub trait Operate: Store {
     /// must have the approval's digest, a person other than the approver must have proposed
     /// it ([`Operate::propose_inventory`]), and the consumer must not be live. Then each safe
     /// and repaired event gets a `pending` delivery to the consumer (a repaired one is
-    /// conformed to its target version when claimed), and the inventory is recorded with
-    /// every event's class, reason and payload digests. An expired event is left out of later
-    /// inventories; a quarantined one is listed again. On any refusal nothing is written.
+    /// conformed to its target version when claimed), each quarantined one a `quarantined`
+    /// delivery, and the inventory is recorded with every event's class, reason and payload
+    /// digests. An expired event gets no delivery and is left out of later inventories. On
+    /// any refusal nothing is written.
     ///
     /// # Errors
     /// Every [`ReplayError`] but [`ReplayError::Database`] names a refusal.
@@ -773,6 +774,12 @@ pub enum ReplayError {
     /// An inventory lists no event: the consumer has received every event of its types.
     #[error("nothing to apply: the inventory of {0} lists no event")]
     NothingToInventory(String),
+    /// The events an inventory listed changed while it was applied (a purge removed one), or
+    /// this login may not write every delivery it needs: nothing was written.
+    #[error(
+        "the inventory of {0} could not be applied as listed (its events changed meanwhile, or this login may not write all its deliveries); nothing was written: take it again"
+    )]
+    InventoryChanged(String),
     /// The consumer is live: an inventory is applied before it goes live (while it is `off`
     /// or in `shadow`), or its older events would be delivered after newer ones.
     #[error(

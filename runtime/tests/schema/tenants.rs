@@ -29,6 +29,85 @@ const TENANT_REGISTRY: Registry = Registry {
     ..DISPATCH_REGISTRY
 };
 
+/// [`TENANT_REGISTRY`] where `d.unordered` is off: it gets no delivery until an inventory
+/// gives it the events it missed.
+static INVENTORIED: Registry = Registry {
+    consumers: &[
+        DISPATCH_REGISTRY.consumers[0],
+        DISPATCH_REGISTRY.consumers[1],
+        DISPATCH_REGISTRY.consumers[2],
+        evc_runtime::ConsumerDescriptor {
+            mode: evc_runtime::ConsumerMode::Off,
+            ..DISPATCH_REGISTRY.consumers[3]
+        },
+    ],
+    ..TENANT_REGISTRY
+};
+
+/// Under row-level security, a tenant's operator inventories its tenant's events only, and
+/// its approver applies them; the other tenant's stay to inventory, under the same key, and
+/// its approver sees none of the first tenant's decisions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_inventory_lists_and_applies_its_own_events() -> TestResult {
+    with_logins(|admin, logins| async move {
+        let (acme, bolt) = (TenantScope::only("acme")?, TenantScope::only("bolt")?);
+        let pool =
+            |role: Role, scope: &TenantScope| logins.pool_for(&admin, role, Some(scope.clone()));
+        sqlx::query("UPDATE evc_settings SET require_tenant_scope = true")
+            .execute(&admin)
+            .await?;
+        let acme_events = append(
+            &PgStore::new(pool(Role::Producer, &acme).await?, INVENTORIED)?,
+            "acme",
+            3,
+        )
+        .await?;
+        let bolt_events = append(
+            &PgStore::new(pool(Role::Producer, &bolt).await?, INVENTORIED)?,
+            "bolt",
+            2,
+        )
+        .await?;
+        let listed = |report: evc_runtime::InventoryReport| -> BTreeSet<Uuid> {
+            report.items.iter().map(|i| i.event_id).collect()
+        };
+        let now = std::time::SystemTime::now();
+        for (scope, events) in [(&acme, &acme_events), (&bolt, &bolt_events)] {
+            let operator = PgStore::new(pool(Role::Operator, scope).await?, INVENTORIED)?;
+            assert_eq!(
+                &listed(operator.inventory(CONSUMER, now, 100).await?),
+                events
+            );
+            let proposed = operator.propose_inventory(CONSUMER, 100, "alice").await?;
+            let approver = PgStore::new(pool(Role::Approver, scope).await?, INVENTORIED)?;
+            let approval =
+                ReplayApproval::new(&proposed.plan.digest, "backfill", "CHG-1", "inv-1", "bob");
+            let applied = approver.apply_inventory(CONSUMER, 100, &approval).await?;
+            assert_eq!(
+                (applied.delivered, applied.repeated),
+                (events.len() as u64, false)
+            );
+            let seen: i64 = sqlx::query_scalar("SELECT count(*) FROM evc_inventory_items")
+                .fetch_one(approver.pool())
+                .await?;
+            assert_eq!(
+                seen,
+                events.len() as i64,
+                "another tenant's items are hidden"
+            );
+            assert!(
+                operator
+                    .inventory(CONSUMER, now, 100)
+                    .await?
+                    .items
+                    .is_empty()
+            );
+        }
+        Ok(())
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_tenant_sees_and_touches_only_its_own_rows() -> TestResult {
     with_logins(|admin, logins| async move { two_tenants(&admin, &logins).await }).await

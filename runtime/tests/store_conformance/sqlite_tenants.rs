@@ -13,7 +13,7 @@ use evc_runtime::{
 use uuid::Uuid;
 
 use super::{LEASE, ack, ack_leases, claim, ids, note};
-use crate::conformance::{CONFORMANCE_REGISTRY, ORDERED, PLAIN};
+use crate::conformance::{CONFORMANCE_REGISTRY, OFF, ORDERED, PLAIN};
 use crate::support::{self, TRACE_ID, TestResult};
 
 /// The conformance registry with tenants required, as contracts with
@@ -263,6 +263,25 @@ async fn each_tenant_sees_and_touches_only_its_own_rows() -> TestResult {
         "{explained:?}"
     );
     assert!(all.cutover_report(PLAIN).await?.passed());
+    // An inventory of `k.off` (no deliveries: it is off) lists the handle's tenant's events
+    // only; acme applies its own, and bolt's stay to inventory, under the same key.
+    let now = std::time::SystemTime::now();
+    let listed = |report: &evc_runtime::InventoryReport| -> BTreeSet<Uuid> {
+        report.items.iter().map(|i| i.event_id).collect()
+    };
+    assert_eq!(listed(&acme.inventory(OFF, now, 100).await?), acme_events);
+    assert_eq!(listed(&bolt.inventory(OFF, now, 100).await?), bolt_events);
+    assert_eq!(all.inventory(OFF, now, 100).await?.items.len(), 5);
+    let proposed = acme.propose_inventory(OFF, 100, "alice").await?;
+    let backfill = ReplayApproval::new(&proposed.plan.digest, "backfill", "CHG-1", "inv-1", "bob");
+    let inventoried = acme.apply_inventory(OFF, 100, &backfill).await?;
+    assert_eq!((inventoried.delivered, inventoried.repeated), (3, false));
+    assert_eq!(listed(&all.inventory(OFF, now, 100).await?), bolt_events);
+    let proposed = bolt.propose_inventory(OFF, 100, "alice").await?;
+    let backfill = ReplayApproval::new(&proposed.plan.digest, "backfill", "CHG-2", "inv-1", "bob");
+    let inventoried = bolt.apply_inventory(OFF, 100, &backfill).await?;
+    assert_eq!((inventoried.delivered, inventoried.repeated), (2, false));
+
     // Retention spans every tenant: a handle of one may not purge.
     let purge = acme
         .purge_expired(std::time::SystemTime::now(), "retention", "ops", true)

@@ -6,7 +6,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use evc_runtime::{InventoryReport, MAX_INVENTORY_EVENTS, ReplayApproval};
+use evc_runtime::{InventoryCounts, InventoryReport, MAX_INVENTORY_EVENTS, ReplayApproval};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -81,6 +81,17 @@ pub(crate) struct InventoryView {
     digest: String,
 }
 
+impl From<InventoryCounts> for CountsView {
+    fn from(counts: InventoryCounts) -> Self {
+        Self {
+            safe: counts.safe,
+            repair: counts.repair,
+            quarantine: counts.quarantine,
+            expire: counts.expire,
+        }
+    }
+}
+
 impl From<InventoryReport> for InventoryView {
     fn from(report: InventoryReport) -> Self {
         Self {
@@ -88,12 +99,7 @@ impl From<InventoryReport> for InventoryView {
             as_of: report.as_of,
             max_age_ms: report.max_age_ms,
             repair: report.repair,
-            counts: CountsView {
-                safe: report.counts.safe,
-                repair: report.counts.repair,
-                quarantine: report.counts.quarantine,
-                expire: report.counts.expire,
-            },
+            counts: report.counts.into(),
             items: report
                 .items
                 .into_iter()
@@ -298,12 +304,7 @@ pub(crate) async fn apply(
         .await?;
     Ok(Json(AppliedInventory {
         inventory_id: applied.inventory_id,
-        counts: CountsView {
-            safe: applied.counts.safe,
-            repair: applied.counts.repair,
-            quarantine: applied.counts.quarantine,
-            expire: applied.counts.expire,
-        },
+        counts: applied.counts.into(),
         delivered: applied.delivered,
         quarantined: applied.quarantined,
         repeated: applied.repeated,

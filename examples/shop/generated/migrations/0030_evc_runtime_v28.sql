@@ -30,11 +30,13 @@ CREATE TABLE IF NOT EXISTS evc_inventories (
     counts jsonb NOT NULL CHECK (jsonb_typeof(counts) = 'object'),
     applied_at timestamptz NOT NULL DEFAULT now(),
     -- The applying transaction, set by trigger: its items must be written by it.
-    txid bigint NOT NULL DEFAULT txid_current(),
-    -- Keys are scoped per consumer and tenant, as replays' are.
-    CONSTRAINT evc_inventories_key UNIQUE NULLS NOT DISTINCT
-        (consumer, tenant_scope, idempotency_key)
+    txid bigint NOT NULL DEFAULT txid_current()
 );
+
+-- Keys are scoped per consumer and tenant scope (no setting, empty and `*` alike: every
+-- tenant), as replays' are.
+CREATE UNIQUE INDEX IF NOT EXISTS evc_inventories_key ON evc_inventories
+    (consumer, (coalesce(nullif(tenant_scope, ''), '*')), idempotency_key);
 
 -- A plan is applied once.
 CREATE UNIQUE INDEX IF NOT EXISTS evc_inventories_plan_once ON evc_inventories (plan_id);

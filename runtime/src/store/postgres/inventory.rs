@@ -70,7 +70,7 @@ pub(crate) async fn propose(
         limit,
     )
     .await
-    .map_err(unknown_consumer)?;
+    .map_err(inventory::refusal)?;
     inventory::check_proposable(&report)?;
     let plan_id: i64 = sqlx::query_scalar(sql::INSERT_PLAN)
         .bind(PlanKind::Inventory.as_str())
@@ -134,7 +134,7 @@ pub(crate) async fn apply(
     // is what is applied.
     let report = read(&mut tx, registry, consumer, SystemTime::now(), limit)
         .await
-        .map_err(unknown_consumer)?;
+        .map_err(inventory::refusal)?;
     inventory::check_applicable(&report, approval)?;
     let proposals = sqlx::query(sql::INVENTORY_PLANS_OF)
         .bind(consumer)
@@ -175,7 +175,7 @@ pub(crate) async fn apply(
         .await
         .map_err(|error| plan_taken(error, plan_id))?;
     let items = ItemColumns::of(&report);
-    sqlx::query(sql::INSERT_INVENTORY_ITEMS)
+    let recorded = sqlx::query(sql::INSERT_INVENTORY_ITEMS)
         .bind(inventory_id)
         .bind(consumer)
         .bind(&items.event_ids)
@@ -185,7 +185,8 @@ pub(crate) async fn apply(
         .bind(&items.payload_digests)
         .bind(&items.repaired_digests)
         .execute(&mut *tx)
-        .await?;
+        .await?
+        .rows_affected();
     let delivered: Vec<Uuid> = inventory::events_of(&report, &inventory::DELIVERED);
     let written = sqlx::query(sql::DELIVER_INVENTORY)
         .bind(consumer)
@@ -201,6 +202,15 @@ pub(crate) async fn apply(
         .execute(&mut *tx)
         .await?
         .rows_affected();
+    // Every listed event is still there and every delivery was written as decided (a purge
+    // meanwhile, or a login whose row policies hide a delivery, falls short): else roll back.
+    let listed = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    if recorded != listed(report.items.len())
+        || written != listed(delivered.len())
+        || quarantined != listed(quarantine.len())
+    {
+        return Err(ReplayError::InventoryChanged(consumer.to_owned()));
+    }
     let written = written - quarantined;
     if written > 0 {
         sqlx::query(sql::NOTIFY_CONSUMERS)
@@ -226,15 +236,6 @@ pub(crate) async fn apply(
     })
 }
 
-/// A read's unknown consumer as apply's refusal.
-fn unknown_consumer(error: DispatchError) -> ReplayError {
-    match error {
-        DispatchError::UnknownConsumer(consumer) => ReplayError::UnknownConsumer(consumer),
-        DispatchError::Database(error) => ReplayError::Database(error),
-        other => ReplayError::Database(sqlx::Error::Protocol(other.to_string())),
-    }
-}
-
 /// The plan-once index's refusal (a concurrent apply took the plan) as [`ReplayError`].
 fn plan_taken(error: sqlx::Error, plan_id: i64) -> ReplayError {
     let constraint = error.as_database_error().and_then(|e| e.constraint());
@@ -242,4 +243,21 @@ fn plan_taken(error: sqlx::Error, plan_id: i64) -> ReplayError {
         return ReplayError::PlanApplied { plan_id };
     }
     ReplayError::Database(error)
+}
+
+/// The newest applied inventory of each consumer the session sees; none before the
+/// twenty-eighth step.
+pub(crate) async fn newest(
+    pool: &PgPool,
+) -> Result<Vec<inventory::InventoryRecord>, DispatchError> {
+    let present: bool = sqlx::query_scalar(sql::HAS_INVENTORIES)
+        .fetch_one(pool)
+        .await?;
+    if !present {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<inventory::RecordColumns> = sqlx::query_as(sql::NEWEST_INVENTORIES)
+        .fetch_all(pool)
+        .await?;
+    Ok(rows.into_iter().map(inventory::record_of).collect())
 }

@@ -426,6 +426,7 @@ pub(crate) async fn status(
         lag_breaches,
         cutover_gates: super::cutover::progress_of(pool, watched.gates).await?,
         last_purges: super::retention::newest_purges(pool).await?,
+        last_inventories: super::inventory::newest(pool).await?,
     })
 }
 

@@ -415,6 +415,16 @@ SELECT DISTINCT ON (ledger) id, ledger, extract(epoch FROM cutoff)::float8 AS cu
 FROM evc_purges
 ORDER BY ledger, id DESC";
 
+/// The newest applied inventory of each consumer the session sees, by consumer.
+pub(crate) const NEWEST_INVENTORIES: &str = "\
+SELECT DISTINCT ON (consumer) id, consumer, counts::text AS counts, approved_by, reason,
+    extract(epoch FROM applied_at)::float8 AS applied_at
+FROM evc_inventories
+ORDER BY consumer, id DESC";
+
+/// Whether the twenty-eighth step's inventory ledger is there.
+pub(crate) const HAS_INVENTORIES: &str = "SELECT to_regclass('evc_inventories') IS NOT NULL";
+
 /// Whether the fifth step's purge audit table is there.
 pub(crate) const HAS_PURGES: &str = "SELECT to_regclass('evc_purges') IS NOT NULL";
 
@@ -1581,10 +1591,13 @@ pub(crate) const LOCK_INVENTORY: &str =
     "SELECT pg_advisory_xact_lock(hashtextextended('evc-inventory:' || $1, 7267))";
 
 /// The inventory of consumer `$1` applied under idempotency key `$2` in the session's tenant
-/// (row-level security), if any.
-pub(crate) const INVENTORY_BY_KEY: &str = "\
+/// scope (every tenant's: `*`), if any.
+pub(crate) const INVENTORY_BY_KEY: &str = concat!(
+    "\
 SELECT id, plan_digest, reason, approval_ref, approved_by, counts::text AS counts
-FROM evc_inventories WHERE consumer = $1 AND idempotency_key = $2";
+FROM evc_inventories WHERE consumer = $1 AND idempotency_key = $2 AND ",
+    session_scope!()
+);
 
 /// The recorded inventory plans of consumer `$1` and digest `$2`: id, planner and whether an
 /// inventory applied it, oldest first.

@@ -52,6 +52,17 @@ impl SqliteStore {
         ))
     }
 
+    /// The newest applied inventory of each consumer in the handle's tenant.
+    pub(super) async fn newest_inventories(
+        &self,
+    ) -> Result<Vec<inventory::InventoryRecord>, DispatchError> {
+        let rows: Vec<inventory::RecordColumns> = sqlx::query_as(sql::NEWEST_INVENTORIES)
+            .bind(self.tenant())
+            .fetch_all(&self.inner.pool)
+            .await?;
+        Ok(rows.into_iter().map(inventory::record_of).collect())
+    }
+
     /// See [`crate::Operate::propose_inventory`].
     pub(super) async fn propose_inventory_plan(
         &self,
@@ -64,7 +75,7 @@ impl SqliteStore {
         let report = self
             .read_inventory(&mut connection, consumer, SystemTime::now(), limit)
             .await
-            .map_err(refusal)?;
+            .map_err(inventory::refusal)?;
         inventory::check_proposable(&report)?;
         let plan_id: i64 = sqlx::query_scalar(sql::INSERT_INVENTORY_PLAN)
             .bind(&report.consumer)
@@ -126,7 +137,7 @@ impl SqliteStore {
         let report = self
             .read_inventory(&mut tx, consumer, SystemTime::now(), limit)
             .await
-            .map_err(refusal)?;
+            .map_err(inventory::refusal)?;
         inventory::check_applicable(&report, approval)?;
         let proposals = sqlx::query(sql::INVENTORY_PLANS_OF)
             .bind(consumer)
@@ -182,12 +193,13 @@ impl SqliteStore {
                 ])
             })
             .collect();
-        sqlx::query(sql::INSERT_INVENTORY_ITEMS)
+        let recorded = sqlx::query(sql::INSERT_INVENTORY_ITEMS)
             .bind(inventory_id)
             .bind(consumer)
             .bind(serde_json::Value::from(rows).to_string())
             .execute(&mut *tx)
-            .await?;
+            .await?
+            .rows_affected();
         let ids = |classes: &[InventoryClass]| {
             let ids: Vec<String> = inventory::events_of(&report, classes)
                 .iter()
@@ -210,6 +222,17 @@ impl SqliteStore {
             .execute(&mut *tx)
             .await?
             .rows_affected();
+        // Every listed event is still there and every delivery was written as decided.
+        let count = |classes: &[InventoryClass]| {
+            let n = inventory::events_of(&report, classes).len();
+            u64::try_from(n).unwrap_or(u64::MAX)
+        };
+        if recorded != u64::try_from(report.items.len()).unwrap_or(u64::MAX)
+            || written != count(&inventory::DELIVERED)
+            || quarantined != count(&[InventoryClass::Quarantine])
+        {
+            return Err(ReplayError::InventoryChanged(consumer.to_owned()));
+        }
         let written = written - quarantined;
         if written > 0 {
             // The consumer's workers wake when this commits, as after an append.
@@ -231,14 +254,5 @@ impl SqliteStore {
             quarantined,
             repeated: false,
         })
-    }
-}
-
-/// A read's unknown consumer as a refusal.
-fn refusal(error: DispatchError) -> ReplayError {
-    match error {
-        DispatchError::UnknownConsumer(consumer) => ReplayError::UnknownConsumer(consumer),
-        DispatchError::Database(error) => ReplayError::Database(error),
-        other => ReplayError::Database(sqlx::Error::Protocol(other.to_string())),
     }
 }

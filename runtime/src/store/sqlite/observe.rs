@@ -223,6 +223,7 @@ impl Observe for SqliteStore {
             lag_breaches,
             cutover_gates: self.gate_progress().await?,
             last_purges: self.newest_purges().await?,
+            last_inventories: self.newest_inventories().await?,
         })
     }
 

@@ -1556,6 +1556,15 @@ UPDATE evc_deliveries SET status = 'quarantined', updated_at = ?3
 WHERE consumer = ?1 AND event_id IN (SELECT value FROM json_each(?2)) AND generation = 0
     AND status = 'pending'";
 
+/// The newest applied inventory of each consumer in tenant `?1` (NULL: every tenant), by
+/// consumer.
+pub(crate) const NEWEST_INVENTORIES: &str = "\
+SELECT id, consumer, counts, approved_by, reason, applied_at
+FROM evc_inventories
+WHERE id IN (
+    SELECT max(id) FROM evc_inventories WHERE ?1 IS NULL OR tenant_scope = ?1 GROUP BY consumer)
+ORDER BY consumer";
+
 #[cfg(test)]
 mod tests {
     use super::*;
