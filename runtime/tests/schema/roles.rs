@@ -46,6 +46,26 @@ static INVENTORIED: evc_runtime::Registry = evc_runtime::Registry {
     ..DISPATCH_REGISTRY
 };
 
+/// [`INVENTORIED`] where `d.unordered` accepts only `test.note` 2, which is not registered:
+/// every note is quarantined by its inventory.
+static QUARANTINING: evc_runtime::Registry = evc_runtime::Registry {
+    consumers: &[
+        DISPATCH_REGISTRY.consumers[0],
+        DISPATCH_REGISTRY.consumers[1],
+        DISPATCH_REGISTRY.consumers[2],
+        evc_runtime::ConsumerDescriptor {
+            mode: evc_runtime::ConsumerMode::Off,
+            subscriptions: &[evc_runtime::SubscriptionDescriptor {
+                event: "test.note",
+                requirement: "^2",
+                versions: &[],
+            }],
+            ..DISPATCH_REGISTRY.consumers[3]
+        },
+    ],
+    ..DISPATCH_REGISTRY
+};
+
 /// A login per role for this test's database, named `<database>_<role>`: roles belong to the
 /// cluster, so the database's unique name keeps concurrent tests apart. The logins have no
 /// privileges of their own (`NOINHERIT`): they act only through the role their pools take at
@@ -256,6 +276,52 @@ async fn an_operator_proposes_an_inventory_and_only_an_approver_applies_it() -> 
             .fetch_one(&reader_pool)
             .await?;
         assert_eq!(classes, 2);
+        Ok(())
+    })
+    .await
+}
+
+/// An approver login that also holds another consumer's dispatcher role is kept by that
+/// role's row policy from quarantining `d.unordered`'s deliveries: the apply sees its writes
+/// fall short of the inventory and is refused whole, instead of leaving the notes pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apply_whose_writes_a_row_policy_hides_is_refused_whole() -> TestResult {
+    with_logins(|admin, logins| async move {
+        let producer = PgStore::new(logins.pool(&admin, Role::Producer).await?, INVENTORIED)?;
+        support::append_notes(&producer, 2, 2).await?;
+        let operator = PgStore::new(logins.pool(&admin, Role::Operator).await?, QUARANTINING)?;
+        let proposed = operator.propose_inventory(CONSUMER, 100, "alice").await?;
+        assert_eq!(proposed.plan.counts.quarantine, 2, "{:?}", proposed.plan);
+
+        support::deploy(&admin, "d.leased", "^1").await?;
+        logins
+            .grant_scoped(&admin, "evc_dispatcher_d.leased")
+            .await?;
+        logins.grant_scoped(&admin, "evc_approver").await?;
+        let scoped = PgStore::new(
+            logins.scoped_pool(&admin, Role::Approver).await?,
+            QUARANTINING,
+        )?;
+        let approval =
+            ReplayApproval::new(&proposed.plan.digest, "backfill", "CHG-1", "i-1", "bob");
+        let refused = scoped.apply_inventory(CONSUMER, 100, &approval).await;
+        assert!(
+            matches!(refused, Err(ReplayError::InventoryChanged(_))),
+            "{refused:?}"
+        );
+        let written: i64 = sqlx::query_scalar(
+            "SELECT (SELECT count(*) FROM evc_deliveries WHERE consumer = $1) \
+                 + (SELECT count(*) FROM evc_inventories)",
+        )
+        .bind(CONSUMER)
+        .fetch_one(&admin)
+        .await?;
+        assert_eq!(written, 0, "nothing was written");
+
+        // The approver's own login applies it: two quarantined deliveries.
+        let approver = PgStore::new(logins.pool(&admin, Role::Approver).await?, QUARANTINING)?;
+        let applied = approver.apply_inventory(CONSUMER, 100, &approval).await?;
+        assert_eq!((applied.delivered, applied.quarantined), (0, 2));
         Ok(())
     })
     .await
