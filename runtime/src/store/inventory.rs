@@ -45,9 +45,6 @@ pub struct InventoryReport {
     pub consumer: String,
     /// The instant ages are measured from, epoch seconds.
     pub as_of: f64,
-    /// The rules applied (the contract's, or the defaults).
-    #[serde(skip)]
-    pub rules: InventoryRulesDescriptor,
     /// The rules' `max_age`, in milliseconds (`None`: no event expires).
     pub max_age_ms: Option<u64>,
     /// The rules' repair (`none`, `conform`).
@@ -502,10 +499,6 @@ pub(crate) fn classify(
         as_of: as_of_s,
         max_age_ms: rules.max_age_ms,
         repair: rules.repair.as_str(),
-        rules: InventoryRulesDescriptor {
-            consumer: consumer.name,
-            ..rules
-        },
         counts,
         items,
         truncated,

@@ -13,7 +13,7 @@ use super::{SqliteStore, epoch_now, sql};
 use crate::registry::ConsumerMode;
 use crate::store::DispatchError;
 use crate::store::inventory::{
-    self, InventoryApplied, InventoryClass, InventoryReport, ItemColumns,
+    self, InventoryApplied, InventoryClass, InventoryReason, InventoryReport,
 };
 use crate::store::ops::{
     self, EarlierApply, Proposal, Proposed, ReplayApproval, ReplayError, check_approval,
@@ -180,16 +180,17 @@ impl SqliteStore {
             .bind(now)
             .fetch_one(&mut *tx)
             .await?;
-        let items = ItemColumns::of(&report);
-        let rows: Vec<serde_json::Value> = (0..items.event_ids.len())
-            .map(|i| {
+        let rows: Vec<serde_json::Value> = report
+            .items
+            .iter()
+            .map(|item| {
                 serde_json::json!([
-                    items.event_ids[i],
-                    items.classes[i],
-                    items.reasons[i],
-                    items.targets[i],
-                    items.payload_digests[i],
-                    items.repaired_digests[i],
+                    item.event_id.to_string(),
+                    item.class.as_str(),
+                    item.reason.map(InventoryReason::code),
+                    item.target_version,
+                    item.payload_digest,
+                    item.repaired_digest,
                 ])
             })
             .collect();
