@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 39] = [
+const SHIPPED: [(&str, &str); 41] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -163,6 +163,14 @@ const SHIPPED: [(&str, &str); 39] = [
     (
         "0039_evc_runtime_v28.sql",
         "d49b13f2c9869907e2a250075b399769c126a2f8de7723c57db036bc795ebf09",
+    ),
+    (
+        "0040_evc_runtime_v29.sql",
+        "919f51608c02fbacdc80778d32701ebe9e70b051dc46ca4866f412a79c9b883f",
+    ),
+    (
+        "0041_evc_settings_f8a9b9f8364a.sql",
+        "a484e49147158b86780640cfaee325c24cd9003bb1c0b6138bfbd25f42538531",
     ),
 ];
 

@@ -104,6 +104,7 @@ pub(crate) static REGISTRY: Registry = Registry {
     lag_thresholds: &[],
     cutover_gates: &[],
     inventory_rules: &[],
+    evidence_recording: None,
     retention: evc_runtime::RetentionDescriptor::KEEP,
     payload_policy: evc_runtime::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],

@@ -466,12 +466,13 @@ impl Run {
                 .poll_interval(s.poll_interval)
                 .held_batches(s.held_batches)
                 .claim_cursor(s.claim_cursor);
-            // The contracts' schedules and lag watch run once per process, beside the first
-            // consumer's workers; a drain that exits when idle runs neither.
+            // The contracts' schedules, lag watch and evidence recording run once per process,
+            // beside the first consumer's workers; a drain that exits when idle runs none.
             if index > 0 || exit_when_idle {
                 dispatcher_settings = dispatcher_settings
                     .schedule_interval(None)
-                    .lag_watch_interval(None);
+                    .lag_watch_interval(None)
+                    .evidence_interval(None);
             }
             if let Some(batch) = s.batch {
                 dispatcher_settings = dispatcher_settings.batch(batch);

@@ -9,7 +9,9 @@ use std::fmt::Write as _;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use evc_codegen::printable::escape;
-use evc_runtime::{EvidenceQuery, EvidenceReport, Observe, PgStore, Role};
+use evc_runtime::{
+    EvidenceQuery, EvidenceReport, EvidenceSnapshot, MAX_EVIDENCE_SNAPSHOTS, Observe, PgStore, Role,
+};
 
 use crate::operate::{Database, Outbox, async_runtime, duration, open_sqlite, pool};
 
@@ -28,6 +30,14 @@ pub(crate) struct EvidenceArgs {
     /// List a signal seen at least this many times.
     #[arg(long, default_value_t = 2, value_name = "N")]
     min_count: u32,
+    /// List the snapshots the dispatchers recorded (`evidence` of `evc.yaml`), newest first,
+    /// instead of reading the ledger now.
+    #[arg(long, conflicts_with_all = ["window", "correlation", "min_count"])]
+    snapshots: bool,
+    /// With `--snapshots`: list at most this many.
+    #[arg(long, default_value_t = 10, value_name = "N", requires = "snapshots",
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_EVIDENCE_SNAPSHOTS)))]
+    limit: u32,
     /// Output format.
     #[arg(long, value_enum, default_value_t = EvidenceFormat::Text)]
     format: EvidenceFormat,
@@ -43,6 +53,9 @@ pub(crate) enum EvidenceFormat {
 
 /// `evc evidence`.
 pub(crate) fn evidence(args: &EvidenceArgs, database: &Database) -> anyhow::Result<()> {
+    if args.snapshots {
+        return snapshots(args, database);
+    }
     let window = duration(&args.window, "--window")?;
     if window > MAX_WINDOW {
         anyhow::bail!(
@@ -80,6 +93,65 @@ pub(crate) fn evidence(args: &EvidenceArgs, database: &Database) -> anyhow::Resu
         EvidenceFormat::Json => println!("{}", serde_json::to_string(&report)?),
     }
     Ok(())
+}
+
+/// `evc evidence --snapshots`.
+fn snapshots(args: &EvidenceArgs, database: &Database) -> anyhow::Result<()> {
+    let snapshots = async_runtime()?.block_on(async {
+        match database.outbox()? {
+            Outbox::Postgres(options) => {
+                let pool = pool(&options, 2, Role::Reader).await?;
+                let registry = evc_runtime::deployed_registry(&pool).await.context(
+                    "cannot read the deployed registry (are the evc migrations applied?)",
+                )?;
+                let store = PgStore::new(pool.clone(), registry)
+                    .context("the deployed registry does not load")?;
+                let snapshots = store.evidence_snapshots(args.limit).await;
+                pool.close().await;
+                Ok::<_, anyhow::Error>(snapshots?)
+            }
+            Outbox::Sqlite(location, scope) => {
+                let store = open_sqlite(&location, &scope, 2).await?;
+                let snapshots = store.evidence_snapshots(args.limit).await;
+                store.close().await;
+                Ok(snapshots?)
+            }
+        }
+    })?;
+    match args.format {
+        EvidenceFormat::Text => print!("{}", snapshots_text(&snapshots)),
+        EvidenceFormat::Json => println!("{}", serde_json::to_string(&snapshots)?),
+    }
+    Ok(())
+}
+
+/// Each snapshot's slot and recording time, then its report.
+fn snapshots_text(snapshots: &[EvidenceSnapshot]) -> String {
+    if snapshots.is_empty() {
+        return "no evidence snapshots recorded (the contracts' `evidence` of evc.yaml makes \
+                the dispatchers record them)\n"
+            .to_owned();
+    }
+    let at = |epoch: f64| {
+        #[allow(clippy::cast_possible_truncation)]
+        let millis = (epoch * 1_000.0).round() as i64;
+        chrono::DateTime::from_timestamp_millis(millis)
+            .map_or_else(|| format!("{epoch}"), |at| at.to_rfc3339())
+    };
+    let mut out = String::new();
+    for (index, snapshot) in snapshots.iter().enumerate() {
+        if index > 0 {
+            out.push('\n');
+        }
+        let _ = writeln!(
+            out,
+            "== snapshot of the slot starting {} (recorded {})",
+            at(snapshot.slot),
+            at(snapshot.recorded_at)
+        );
+        out.push_str(&text(&snapshot.report));
+    }
+    out
 }
 
 /// One section per signal, strongest first; `none` where nothing reached the threshold.

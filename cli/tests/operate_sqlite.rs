@@ -73,6 +73,7 @@ static REGISTRY: Registry = Registry {
     lag_thresholds: &[],
     cutover_gates: &[],
     inventory_rules: &[],
+    evidence_recording: None,
     retention: evc_runtime::RetentionDescriptor::KEEP,
     payload_policy: PayloadPolicyDescriptor {
         denied_keys: &[],
@@ -500,6 +501,60 @@ fn usage_evidence_reads_the_ledger_of_a_sqlite_outbox() {
         stderr(&output).contains("--window \"soon\" is not a duration"),
         "{output:?}"
     );
+
+    // Nothing recorded yet: the snapshots say how to get some.
+    let output = evc(&url, &["evidence", "--snapshots"]);
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        stdout(&output).starts_with("no evidence snapshots recorded"),
+        "{output:?}"
+    );
+    // An application whose contracts record evidence: its dispatcher's round records one.
+    let recording = Registry {
+        evidence_recording: Some(evc_runtime::EvidenceRecordingDescriptor {
+            every_ms: 86_400_000,
+            keep_ms: 30 * 86_400_000,
+            window_ms: 86_400_000,
+            correlation_ms: 60_000,
+            min_count: 1,
+        }),
+        ..REGISTRY
+    };
+    runtime().block_on(async {
+        let store = SqliteStore::open(path.to_string_lossy(), recording)
+            .await
+            .expect("the application opens its file");
+        let round = store.record_evidence().await.expect("a round");
+        assert!(round.recorded.is_some(), "{round:?}");
+        store.close().await;
+    });
+    let output = evc(&url, &["evidence", "--snapshots", "--format", "json"]);
+    assert!(output.status.success(), "{output:?}");
+    let snapshots: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(snapshots.as_array().map(Vec::len), Some(1), "{snapshots}");
+    assert_eq!(snapshots[0]["report"]["window_s"], 86_400.0);
+    assert_eq!(
+        snapshots[0]["report"]["chronic"],
+        serde_json::json!([{"producer_class": "notes", "consumer": "audit",
+            "dead_letters": 1, "lag_breaches": 0}])
+    );
+    let output = evc(&url, &["evidence", "--snapshots", "--limit", "1"]);
+    let text = stdout(&output);
+    assert!(
+        text.starts_with("== snapshot of the slot starting ")
+            && text.contains("usage evidence over 1d (slots of 1m; signals seen at least 1 times)")
+            && text.contains("  notes -> audit: 1 dead letters, 0 lag breaches\n"),
+        "{text}"
+    );
+    // `--limit` lists snapshots; a window is for reading the ledger now.
+    for args in [
+        &["evidence", "--limit", "2"][..],
+        &["evidence", "--snapshots", "--window", "1d"][..],
+        &["evidence", "--snapshots", "--limit", "0"][..],
+    ] {
+        let output = evc(&url, args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {output:?}");
+    }
 }
 
 #[test]
@@ -515,7 +570,7 @@ fn operator_commands_run_on_the_registry_a_sqlite_file_records() {
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let text = stdout(&output);
     assert!(
-        text.contains("applied 0001 evc_runtime") && text.contains("applied 18 migrations"),
+        text.contains("applied 0001 evc_runtime") && text.contains("applied 19 migrations"),
         "{text}"
     );
     let output = evc(&url, &["migrate"]);

@@ -150,6 +150,32 @@ pub struct ProjectFile {
     /// period keeps its rows.
     #[serde(default)]
     pub retention: RetentionDef,
+    /// How the dispatcher records usage evidence (`evc evidence`) for later reading; without
+    /// it, evidence is only computed on demand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<EvidenceDef>,
+}
+
+/// Usage evidence recorded periodically: the dispatcher computes the signals once per slot of
+/// `every` and keeps each snapshot for `keep`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EvidenceDef {
+    /// How often a snapshot is recorded: once per slot of this length, across every
+    /// dispatcher process.
+    pub every: DurationText,
+    /// How long a snapshot is kept; the recording round removes older ones. At least `every`.
+    pub keep: DurationText,
+    /// How far back each snapshot reads the ledger (default 7d).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<DurationText>,
+    /// Two consumers fail together when both fail within one slot of this length (default 1m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation: Option<DurationText>,
+    /// The fewest occurrences a signal needs to be listed (default 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000000))]
+    pub min_count: Option<u32>,
 }
 
 /// Retention periods, per table. Each row's age counts from when it was written; a delivery

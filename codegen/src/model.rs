@@ -110,6 +110,32 @@ pub struct Project {
     pub relay: RelaySettings,
     /// Retention periods per table.
     pub retention: Retention,
+    /// Usage evidence the dispatcher records periodically; `None`: computed on demand only.
+    pub evidence: Option<EvidenceRecording>,
+}
+
+/// Usage evidence recorded periodically (`evidence` of `evc.yaml`), defaults applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EvidenceRecording {
+    /// One snapshot per slot of this length.
+    pub every: Duration,
+    /// How long a snapshot is kept.
+    pub keep: Duration,
+    /// How far back a snapshot reads the ledger.
+    pub window: Duration,
+    /// The slot of the `failing_together` signal.
+    pub correlation: Duration,
+    /// The fewest occurrences a listed signal has.
+    pub min_count: u32,
+}
+
+impl EvidenceRecording {
+    /// The window a snapshot reads when the contract names none: a week.
+    pub const DEFAULT_WINDOW: Duration = Duration::from_secs(7 * 86_400);
+    /// The failing-together slot when the contract names none: a minute.
+    pub const DEFAULT_CORRELATION: Duration = Duration::from_secs(60);
+    /// The fewest occurrences when the contract names none.
+    pub const DEFAULT_MIN_COUNT: u32 = 2;
 }
 
 /// Retention periods per table (`retention` of `evc.yaml`); `None` keeps the rows.

@@ -17,8 +17,8 @@ use crate::format::{
 use crate::loader::{EVENTS_DIR, ParsedDir, ParsedFile, Typed};
 use crate::model::{
     Consumer, ContentModel, ContractSet, CutoverGate, DispatcherSettings, EventType, EventVersion,
-    ExecutorClass, Inventory, MigrationPolicy, PayloadPolicy, Project, RelaySettings, Retention,
-    RetryPolicy, Schedule, Subscription, Topic,
+    EvidenceRecording, ExecutorClass, Inventory, MigrationPolicy, PayloadPolicy, Project,
+    RelaySettings, Retention, RetryPolicy, Schedule, Subscription, Topic,
 };
 use crate::names::{self, glob_matches};
 use crate::payload_schema;
@@ -278,6 +278,7 @@ impl<'a> Checker<'a> {
                 dispatcher: DispatcherSettings::default(),
                 relay: RelaySettings::default(),
                 retention: Retention::default(),
+                evidence: None,
             };
         };
         let path = loader::PROJECT_FILE;
@@ -334,6 +335,7 @@ impl<'a> Checker<'a> {
         }
         let relay = self.relay(path, &file.relay, &duration_or);
         let retention = self.retention(path, &file.retention);
+        let evidence = file.evidence.as_ref().map(|def| self.evidence(path, def));
         for (pointer, text) in [
             ("/relay/lease", &file.relay.lease),
             ("/relay/duplicate_window", &file.relay.duplicate_window),
@@ -370,6 +372,62 @@ impl<'a> Checker<'a> {
             dispatcher,
             relay,
             retention,
+            evidence,
+        }
+    }
+
+    /// The evidence recording of `evc.yaml`, defaults applied; a snapshot kept for less than
+    /// one slot, or a correlation slot longer than the window read, is reported.
+    fn evidence(&mut self, path: &str, def: &crate::format::EvidenceDef) -> EvidenceRecording {
+        let every = self.duration(path, "/evidence/every", def.every.as_str());
+        let keep = self.duration(path, "/evidence/keep", def.keep.as_str());
+        let window = def
+            .window
+            .as_ref()
+            .map_or(EvidenceRecording::DEFAULT_WINDOW, |text| {
+                self.duration(path, "/evidence/window", text.as_str())
+            });
+        let correlation = def
+            .correlation
+            .as_ref()
+            .map_or(EvidenceRecording::DEFAULT_CORRELATION, |text| {
+                self.duration(path, "/evidence/correlation", text.as_str())
+            });
+        // The format schema refuses 0 before this runs.
+        let min_count = def
+            .min_count
+            .unwrap_or(EvidenceRecording::DEFAULT_MIN_COUNT);
+        if !every.is_zero() && !keep.is_zero() && keep < every {
+            self.report(
+                Rule::InvalidValue,
+                self.at(path, "/evidence/keep"),
+                format!(
+                    "snapshots are kept for {} but recorded every {}: each would be removed \
+                     before the next is recorded",
+                    duration::format(keep),
+                    duration::format(every)
+                ),
+                format!("make `keep` at least {}", duration::format(every)),
+            );
+        }
+        if !window.is_zero() && !correlation.is_zero() && window < correlation {
+            self.report(
+                Rule::InvalidValue,
+                self.at(path, "/evidence/correlation"),
+                format!(
+                    "the correlation slot ({}) is longer than the window read ({})",
+                    duration::format(correlation),
+                    duration::format(window)
+                ),
+                format!("make `correlation` at most {}", duration::format(window)),
+            );
+        }
+        EvidenceRecording {
+            every,
+            keep,
+            window,
+            correlation,
+            min_count: min_count.max(1),
         }
     }
 

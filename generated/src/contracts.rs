@@ -9346,6 +9346,13 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
             repair: ::evc::InventoryRepair::None,
         },
     ],
+    evidence_recording: Some(::evc::EvidenceRecordingDescriptor {
+        every_ms: 86400000,
+        keep_ms: 15552000000,
+        window_ms: 604800000,
+        correlation_ms: 60000,
+        min_count: 2,
+    }),
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &[

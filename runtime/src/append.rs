@@ -865,6 +865,7 @@ mod tests {
         lag_thresholds: &[],
         cutover_gates: &[],
         inventory_rules: &[],
+        evidence_recording: None,
         retention: crate::registry::RetentionDescriptor::KEEP,
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: &[],

@@ -38,10 +38,10 @@ pub use policy::{
 pub use publish::{OutgoingEvent, PayloadError, Publish, RegisteredEvent, order_key_part};
 pub use registry::{
     ConsumerDescriptor, ConsumerMode, CutoverGateDescriptor, DispatcherDescriptor, EventDescriptor,
-    EventRetention, ExecutorClassDescriptor, HandlerKind, InventoryRepair,
-    InventoryRulesDescriptor, LagThresholdDescriptor, MissedSlots, PayloadPolicyDescriptor,
-    Registry, RetentionDescriptor, RetryPolicyDescriptor, ScheduleDescriptor,
-    SubscriptionDescriptor, VersionDescriptor,
+    EventRetention, EvidenceRecordingDescriptor, ExecutorClassDescriptor, HandlerKind,
+    InventoryRepair, InventoryRulesDescriptor, LagThresholdDescriptor, MissedSlots,
+    PayloadPolicyDescriptor, Registry, RetentionDescriptor, RetryPolicyDescriptor,
+    ScheduleDescriptor, SubscriptionDescriptor, VersionDescriptor,
 };
 pub use retry::{Jitter, RetryDecision, RetryKind, RetryPolicy, RetryPolicyError};
 pub use store::postgres::{
@@ -71,8 +71,8 @@ pub use store::{
     MAX_LEGACY_TEXT_CHARS, MAX_LISTED_DIFFERENCES, compare, normalise,
 };
 pub use store::{
-    ChronicPair, CoTriggered, Escalations, EvidenceQuery, EvidenceReport, FailingTogether,
-    MAX_SIGNAL_ROWS,
+    ChronicPair, CoTriggered, Escalations, EvidenceQuery, EvidenceReport, EvidenceRound,
+    EvidenceSnapshot, FailingTogether, MAX_EVIDENCE_SNAPSHOTS, MAX_SIGNAL_ROWS,
 };
 pub use store::{
     DEAD_LETTERED, DISCARDED, REPLAY_COMPLETED, REPLAY_FAILED, REPLAY_SCHEDULED,

@@ -170,6 +170,32 @@ impl InventoryRulesDescriptor {
     };
 }
 
+/// Usage evidence the dispatcher records periodically (`evidence` of `evc.yaml`): one snapshot
+/// per slot of `every_ms` across every process, each kept for `keep_ms`
+/// ([`crate::Store::record_evidence`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EvidenceRecordingDescriptor {
+    /// The slot length, in milliseconds.
+    pub every_ms: u64,
+    /// How long a snapshot is kept, in milliseconds.
+    pub keep_ms: u64,
+    /// How far back a snapshot reads the ledger, in milliseconds.
+    pub window_ms: u64,
+    /// The failing-together slot, in milliseconds.
+    pub correlation_ms: u64,
+    /// The fewest occurrences a listed signal has.
+    pub min_count: u32,
+}
+
+impl EvidenceRecordingDescriptor {
+    /// The query each snapshot runs.
+    pub fn query(&self) -> crate::EvidenceQuery {
+        crate::EvidenceQuery::over(std::time::Duration::from_millis(self.window_ms))
+            .correlation(std::time::Duration::from_millis(self.correlation_ms))
+            .min_count(self.min_count)
+    }
+}
+
 /// How an inventory repairs an event a consumer cannot take as it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InventoryRepair {
@@ -377,6 +403,9 @@ pub struct Registry {
     pub retention: RetentionDescriptor,
     /// Inventory rules, sorted by consumer: a runtime setting, outside the digest.
     pub inventory_rules: &'static [InventoryRulesDescriptor],
+    /// The usage evidence the dispatcher records: a runtime setting, outside the digest;
+    /// `None` records none.
+    pub evidence_recording: Option<EvidenceRecordingDescriptor>,
     /// The payload policy every append is checked against.
     pub payload_policy: PayloadPolicyDescriptor,
     /// Whether an append without a tenant scope is refused (`envelope.require_tenant_scope`).
@@ -536,6 +565,7 @@ mod tests {
         lag_thresholds: &[],
         cutover_gates: &[],
         inventory_rules: &[],
+        evidence_recording: None,
         retention: crate::registry::RetentionDescriptor::KEEP,
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: &[],

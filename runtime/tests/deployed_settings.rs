@@ -64,6 +64,9 @@ async fn the_mirror_carries_the_settings_the_application_is_built_with() -> Test
         let deployed = deployed_registry(&pool).await?;
         let built = &evc_generated::REGISTRY;
         assert_eq!(deployed.payload_policy, built.payload_policy);
+        // The generated settings migration's recording reads back as the generated registry's.
+        assert!(built.evidence_recording.is_some());
+        assert_eq!(deployed.evidence_recording, built.evidence_recording);
         assert_eq!(deployed.require_tenant_scope, built.require_tenant_scope);
         assert_eq!(deployed.dispatcher, built.dispatcher);
         for consumer in built.consumers {
@@ -241,6 +244,7 @@ async fn installed_settings_are_the_settings_deployed_registry_reads() -> TestRe
         assert_eq!(deployed.dispatcher, changed.dispatcher);
         assert_eq!(deployed.schedules, changed.schedules);
         assert_eq!(deployed.lag_thresholds, changed.lag_thresholds);
+        assert_eq!(deployed.evidence_recording, changed.evidence_recording);
         for consumer in changed.consumers {
             assert_eq!(
                 deployed
@@ -260,6 +264,7 @@ async fn installed_settings_are_the_settings_deployed_registry_reads() -> TestRe
                 lag_thresholds: &[],
                 cutover_gates: &[],
                 inventory_rules: &[],
+                evidence_recording: None,
                 retention: evc_runtime::RetentionDescriptor::KEEP,
                 ..changed
             },
@@ -267,6 +272,7 @@ async fn installed_settings_are_the_settings_deployed_registry_reads() -> TestRe
         .await?;
         let deployed = deployed_registry(&pool).await?;
         assert!(deployed.schedules.is_empty() && deployed.lag_thresholds.is_empty());
+        assert_eq!(deployed.evidence_recording, None);
         Ok(())
     })
     .await
@@ -293,6 +299,7 @@ async fn changed_settings_rows_change_what_appends_pass() -> TestResult {
                 lag_thresholds: &[],
                 cutover_gates: &[],
                 inventory_rules: &[],
+                evidence_recording: None,
                 retention: evc_runtime::RetentionDescriptor::KEEP,
                 payload_policy: PayloadPolicyDescriptor {
                     hard_max_bytes: 64,
@@ -342,6 +349,7 @@ async fn changed_settings_rows_change_what_appends_pass() -> TestResult {
                 lag_thresholds: &[],
                 cutover_gates: &[],
                 inventory_rules: &[],
+                evidence_recording: None,
                 retention: evc_runtime::RetentionDescriptor::KEEP,
                 payload_policy: PayloadPolicyDescriptor {
                     denied_keys: Box::leak(denied_keys.into_boxed_slice()),

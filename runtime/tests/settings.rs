@@ -72,6 +72,7 @@ async fn a_key_newly_denied_by_the_contracts_is_refused() -> TestResult {
             lag_thresholds: &[],
             cutover_gates: &[],
             inventory_rules: &[],
+            evidence_recording: None,
             retention: evc_runtime::RetentionDescriptor::KEEP,
             payload_policy: PayloadPolicyDescriptor {
                 denied_keys: &["internal_memo"],
@@ -120,6 +121,7 @@ async fn a_lowered_hard_cap_refuses_what_the_event_cap_allows() -> TestResult {
             lag_thresholds: &[],
             cutover_gates: &[],
             inventory_rules: &[],
+            evidence_recording: None,
             retention: evc_runtime::RetentionDescriptor::KEEP,
             payload_policy: PayloadPolicyDescriptor {
                 hard_max_bytes: 64,

@@ -206,6 +206,15 @@ mod evidence {
     use super::*;
 
     conformance!(usage_evidence_reads_the_ledger_alone);
+
+    mod recorded {
+        use super::*;
+
+        conformance!(
+            crate::conformance::RECORDING_REGISTRY =>
+            recorded_evidence_keeps_one_snapshot_per_slot_for_its_period,
+        );
+    }
 }
 
 mod inventory {
@@ -4872,6 +4881,127 @@ async fn usage_evidence_reads_the_ledger_alone<S: Conformance>(store: S) -> Test
             && report.escalations.is_empty(),
         "{}: {report:?}",
         S::NAME
+    );
+
+    // A registry without `evidence` records none.
+    let round = store.record_evidence().await?;
+    assert!(!round.leader && round.recorded.is_none(), "{}", S::NAME);
+    assert!(
+        store.evidence_snapshots(10).await?.is_empty(),
+        "{}",
+        S::NAME
+    );
+    Ok(())
+}
+
+/// Recorded evidence, on both stores: concurrent rounds record each slot (a second) once,
+/// with the report the ledger gives; rounds go on recording later slots and remove those older than the three seconds kept.
+async fn recorded_evidence_keeps_one_snapshot_per_slot_for_its_period<S: Conformance>(
+    store: S,
+) -> TestResult {
+    let name = S::NAME;
+    let trace = "3af7651916cd43dd8448eb211c80319c";
+    committed(
+        &store,
+        vec![in_trace(trace, Some(1))?, in_trace(trace, None)?],
+    )
+    .await?;
+    assert!(store.evidence_snapshots(10).await?.is_empty(), "{name}");
+
+    let rounds = futures_util::future::try_join_all((0..4).map(|_| {
+        let store = store.clone();
+        async move { store.record_evidence().await }
+    }))
+    .await?;
+    let recorded: Vec<f64> = rounds.iter().filter_map(|round| round.recorded).collect();
+    assert!(
+        !recorded.is_empty(),
+        "{name}: no round recorded: {rounds:?}"
+    );
+    let snapshots = store.evidence_snapshots(10).await?;
+    // However the rounds fell across slots, each recorded slot is listed once.
+    let mut slots: Vec<f64> = snapshots.iter().map(|s| s.slot).collect();
+    slots.sort_by(f64::total_cmp);
+    let mut expected = recorded.clone();
+    expected.sort_by(f64::total_cmp);
+    assert_eq!(slots, expected, "{name}: {rounds:?}");
+    slots.dedup();
+    assert_eq!(
+        slots.len(),
+        snapshots.len(),
+        "{name}: a slot recorded twice"
+    );
+    for snapshot in &snapshots {
+        assert_eq!(
+            snapshot.slot.fract() * 1000.0,
+            0.0,
+            "{name}: a second's slot"
+        );
+        assert!(
+            snapshot.recorded_at >= snapshot.slot,
+            "{name}: {snapshot:?}"
+        );
+        let report = &snapshot.report;
+        assert_eq!(report.window_s, 86_400.0, "{name}");
+        assert_eq!(report.correlation_s, 60.0, "{name}");
+        assert_eq!(report.min_count, 1, "{name}");
+        let co: Vec<_> = report
+            .co_triggered
+            .iter()
+            .map(|c| (c.first.as_str(), c.second.as_str(), c.traces))
+            .collect();
+        assert_eq!(co, [("test.note", "test.ping", 1)], "{name}: {report:?}");
+    }
+
+    // Later rounds record later slots and remove what is older than three seconds: wait
+    // until a round removed the first one.
+    let first = slots[0];
+    let removed = eventually(|| {
+        let store = store.clone();
+        async move {
+            let round = store.record_evidence().await?;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Ok((round.removed > 0).then_some(round))
+        }
+    })
+    .await?
+    .ok_or("no round removed an old snapshot")?;
+    assert!(removed.leader, "{name}");
+    let kept = store.evidence_snapshots(1_000).await?;
+    let newest = kept.first().ok_or("no snapshot left")?.slot;
+    assert!(kept.iter().all(|s| s.slot > first), "{name}: {kept:?}");
+    assert!(
+        kept.iter().all(|s| s.slot >= newest - 3.0),
+        "{name}: a snapshot older than kept: {kept:?}"
+    );
+    assert!(
+        kept.windows(2).all(|pair| pair[0].slot > pair[1].slot),
+        "{name}: newest first"
+    );
+    assert_eq!(store.evidence_snapshots(1).await?.len(), 1, "{name}");
+
+    // A running dispatcher records the slots that come, with no round placed by hand.
+    let running = evc_runtime::Dispatcher::new(
+        store.clone(),
+        evc_runtime::DispatcherConfig::default()
+            .owner("recorder")
+            .schedule_interval(None)
+            .lag_watch_interval(None)
+            .evidence_interval(Some(Duration::from_millis(50))),
+    )
+    .start();
+    let later = eventually(|| {
+        let store = store.clone();
+        async move {
+            let snapshots = store.evidence_snapshots(1).await?;
+            Ok(snapshots.into_iter().find(|s| s.slot > newest))
+        }
+    })
+    .await?;
+    running.shutdown().await;
+    assert!(
+        later.is_some(),
+        "{name}: the dispatcher recorded no later slot"
     );
     Ok(())
 }

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use evc_runtime::{
     AttemptRecord, AttemptTotals, Console, ConsumerMode, ConsumerState, CutoverReport,
-    DeliveryRecord, DispatchError, EventRecord, EvidenceQuery, EvidenceReport, FeedEvent,
-    FeedPosition, Intent, LagBreach, Observe, Operate, PgStore, Proposed, PurgeRecord, Registry,
-    ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection, ScheduleState,
-    SettledDelivery, SqliteStore, StateChange, StateChangeRecord, StatusReport, Store, StoreError,
-    TimelineEntry,
+    DeliveryRecord, DispatchError, EventRecord, EvidenceQuery, EvidenceReport, EvidenceSnapshot,
+    FeedEvent, FeedPosition, Intent, LagBreach, Observe, Operate, PgStore, Proposed, PurgeRecord,
+    Registry, ReplayApplied, ReplayApproval, ReplayError, ReplayPlan, ReplaySelection,
+    ScheduleState, SettledDelivery, SqliteStore, StateChange, StateChangeRecord, StatusReport,
+    Store, StoreError, TimelineEntry,
 };
 
 use uuid::Uuid;
@@ -97,6 +97,14 @@ impl Outbox {
         query: &EvidenceQuery,
     ) -> Result<EvidenceReport, DispatchError> {
         on_store!(self, Role::Reader, store => store.evidence(query).await)
+    }
+
+    /// The newest `limit` evidence snapshots, newest slot first.
+    pub(crate) async fn evidence_snapshots(
+        &self,
+        limit: u32,
+    ) -> Result<Vec<EvidenceSnapshot>, DispatchError> {
+        on_store!(self, Role::Reader, store => store.evidence_snapshots(limit).await)
     }
 
     /// The newest `limit` purges, newest first.

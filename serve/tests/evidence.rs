@@ -1,5 +1,6 @@
 //! `/api/v1/evidence` on both stores: the same signals the store reports, for any reader, and
-//! a bad window refused. Every answer is checked against the OpenAPI document.
+//! a bad window refused; `/api/v1/evidence/snapshots`: what a dispatcher's round recorded.
+//! Every answer is checked against the OpenAPI document.
 
 mod support;
 
@@ -12,6 +13,7 @@ use reqwest::StatusCode;
 use support::{Client, READER, Server, TestResult};
 
 const EVIDENCE: &str = "/api/v1/evidence";
+const SNAPSHOTS: &str = "/api/v1/evidence/snapshots";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_serves_the_evidence() -> TestResult {
@@ -77,6 +79,52 @@ async fn evidence_over_http<S: Store + Observe>(outbox: Outbox, store: S) -> Tes
     ] {
         let (status, _) = reader
             .get(&server, EVIDENCE, &format!("{EVIDENCE}?{bad}"))
+            .await?;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    }
+
+    // The reference contracts record evidence daily: none yet, then the round's snapshot.
+    let (status, view) = reader.get(&server, SNAPSHOTS, SNAPSHOTS).await?;
+    assert_eq!(status, StatusCode::OK, "{view}");
+    assert_eq!(view["snapshots"], serde_json::json!([]));
+    let round = store.record_evidence().await?;
+    let slot = round.recorded.ok_or("the round recorded nothing")?;
+    let (status, view) = reader
+        .get(&server, SNAPSHOTS, &format!("{SNAPSHOTS}?limit=5"))
+        .await?;
+    assert_eq!(status, StatusCode::OK, "{view}");
+    let snapshots = view["snapshots"].as_array().ok_or("no snapshots")?;
+    assert_eq!(snapshots.len(), 1, "{view}");
+    assert_eq!(snapshots[0]["slot"].as_f64(), Some(slot));
+    let recording = store
+        .registry()
+        .evidence_recording
+        .ok_or("the reference contracts record evidence")?;
+    assert_eq!(
+        snapshots[0]["report"]["window_s"].as_f64(),
+        Some(Duration::from_millis(recording.window_ms).as_secs_f64())
+    );
+    // The signals the store reports for the recording's query, as recorded.
+    let expected = store.evidence(&recording.query()).await?;
+    assert_eq!(
+        snapshots[0]["report"]["min_count"].as_u64(),
+        Some(u64::from(recording.min_count))
+    );
+    for (signal, count) in [
+        ("co_triggered", expected.co_triggered.len()),
+        ("failing_together", expected.failing_together.len()),
+        ("chronic", expected.chronic.len()),
+        ("escalations", expected.escalations.len()),
+    ] {
+        assert_eq!(
+            snapshots[0]["report"][signal].as_array().map(Vec::len),
+            Some(count),
+            "{signal}: {view}"
+        );
+    }
+    for bad in ["limit=0", "limit=1001", "limit=some"] {
+        let (status, _) = reader
+            .get(&server, SNAPSHOTS, &format!("{SNAPSHOTS}?{bad}"))
             .await?;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
     }

@@ -57,6 +57,24 @@ pub struct Settings<'a> {
     /// Inventory rules of the consumers that declare them, by consumer.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub inventory: BTreeMap<&'a str, InventoryEntry>,
+    /// The usage evidence the dispatcher records (left out: computed on demand only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<EvidenceEntry>,
+}
+
+/// Usage evidence recorded periodically, as the dispatcher records it.
+#[derive(Debug, Serialize)]
+pub struct EvidenceEntry {
+    /// One snapshot per slot of this length.
+    pub every: String,
+    /// How long a snapshot is kept.
+    pub keep: String,
+    /// How far back a snapshot reads the ledger.
+    pub window: String,
+    /// The failing-together slot.
+    pub correlation: String,
+    /// The fewest occurrences a listed signal has.
+    pub min_count: u32,
 }
 
 /// A consumer's inventory rules, as `evc inventory` classifies its events.
@@ -264,6 +282,13 @@ pub fn settings(set: &ContractSet) -> Settings<'_> {
                 )
             })
             .collect(),
+        evidence: project.evidence.map(|evidence| EvidenceEntry {
+            every: duration::format(evidence.every),
+            keep: duration::format(evidence.keep),
+            window: duration::format(evidence.window),
+            correlation: duration::format(evidence.correlation),
+            min_count: evidence.min_count,
+        }),
     }
 }
 

@@ -67,6 +67,8 @@
 //!   row), named the same way.
 //! - `NNNN_evc_runtime_v28.sql`: the twenty-eighth step (applying an inventory: its plans,
 //!   applies and items), named the same way.
+//! - `NNNN_evc_runtime_v29.sql`: the twenty-ninth step (usage evidence recorded
+//!   periodically: the recording in the settings row and the snapshots), named the same way.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
@@ -175,6 +177,9 @@ pub const RUNTIME_V27_SUFFIX: &str = "_evc_runtime_v27.sql";
 
 /// The file name of the runtime tables' twenty-eighth step, after its version.
 pub const RUNTIME_V28_SUFFIX: &str = "_evc_runtime_v28.sql";
+
+/// The file name of the runtime tables' twenty-ninth step, after its version.
+pub const RUNTIME_V29_SUFFIX: &str = "_evc_runtime_v29.sql";
 
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
@@ -358,6 +363,11 @@ const STEPS: &[Step] = &[
         with: With::Notice,
     },
     Step {
+        name: Name::Step(RUNTIME_V29_SUFFIX),
+        template: template!("evc_runtime_v29.sql"),
+        with: With::Notice,
+    },
+    Step {
         name: Name::Digest(REGISTRY_INFIX),
         template: template!("evc_registry.sql"),
         with: With::Registry,
@@ -443,6 +453,9 @@ struct Inputs {
     /// The inventory rules and the settings digest that records them, as SQL expressions;
     /// empty for a project whose consumers declare none ([`With::Settings`]).
     inventory: Row,
+    /// The evidence recording and the settings digest that records it, as SQL expressions;
+    /// empty for a project that records none ([`With::Settings`]).
+    evidence: Row,
 }
 
 impl Inputs {
@@ -478,6 +491,7 @@ impl Inputs {
                     gates: gates_row(set, &digest)?,
                     retention: retention_row(set, &digest)?,
                     inventory: inventory_row(set, &digest)?,
+                    evidence: evidence_row(set, &digest)?,
                     digest,
                     ..Self::default()
                 }
@@ -890,6 +904,23 @@ fn inventory_row(set: &ContractSet, settings_digest: &str) -> Result<Row, EmitEr
     ])
 }
 
+/// The evidence recording as the runtime reads it back from `evc_settings`, and the settings
+/// digest that records it; empty when the contracts record none.
+fn evidence_row(set: &ContractSet, settings_digest: &str) -> Result<Row, EmitError> {
+    let Some(evidence) = set.project.evidence else {
+        return Ok(Vec::new());
+    };
+    let ms = |period: std::time::Duration| u64::try_from(period.as_millis()).unwrap_or(u64::MAX);
+    let recording = serde_json::json!({
+        "every_ms": ms(evidence.every),
+        "keep_ms": ms(evidence.keep),
+        "window_ms": ms(evidence.window),
+        "correlation_ms": ms(evidence.correlation),
+        "min_count": evidence.min_count,
+    });
+    Ok(vec![jsonb(&recording)?, literal(settings_digest)?])
+}
+
 /// A duration as a `bigint` of milliseconds.
 fn duration_ms(duration: std::time::Duration) -> Result<String, EmitError> {
     bigint(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
@@ -1132,9 +1163,10 @@ mod tests {
                 format!("0026{RUNTIME_V26_SUFFIX}"),
                 format!("0027{RUNTIME_V27_SUFFIX}"),
                 format!("0028{RUNTIME_V28_SUFFIX}"),
-                format!("0029_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
+                format!("0029{RUNTIME_V29_SUFFIX}"),
+                format!("0030_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
                 format!(
-                    "0030_evc_settings_{}.sql",
+                    "0031_evc_settings_{}.sql",
                     &settings_digest(&set)?[..DIGEST_PREFIX_LEN]
                 ),
             ]
@@ -1256,7 +1288,7 @@ mod tests {
         let after = settings_of(&changed).ok_or("no settings file")?;
         assert_eq!(
             after.path.file_name().and_then(|n| n.to_str()),
-            Some(format!("0031_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
+            Some(format!("0032_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
             "the next number after the checked-in files"
         );
         // batch_size, lease_ms in column order.

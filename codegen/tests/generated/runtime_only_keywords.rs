@@ -996,6 +996,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     cutover_gates: &[],
     retention: ::evc::RetentionDescriptor::KEEP,
     inventory_rules: &[],
+    evidence_recording: None,
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["body_text", "instruction_text", "payload_blob", "iu_body"],
         credential_key_names: &[

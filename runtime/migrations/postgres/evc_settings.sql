@@ -59,3 +59,11 @@ UPDATE evc_settings
 SET inventory_rules = {{ inventory[0] }}, inventory_digest = {{ inventory[1] }}
 WHERE id AND inventory_digest IS DISTINCT FROM {{ inventory[1] }};
 {%- endif %}
+{%- if !evidence.is_empty() %}
+
+-- The usage evidence the dispatchers record, for readers of the database (`evc dispatch`,
+-- `evc serve`), with the settings digest that wrote it, as above.
+UPDATE evc_settings
+SET evidence_recording = {{ evidence[0] }}, evidence_digest = {{ evidence[1] }}
+WHERE id AND evidence_digest IS DISTINCT FROM {{ evidence[1] }};
+{%- endif %}

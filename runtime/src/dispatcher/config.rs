@@ -61,6 +61,11 @@ pub struct DispatcherConfig {
     /// breaches"): a breach opens within this long of crossing its threshold. `None`: this
     /// dispatcher watches no lag. Every 5 seconds by default; unused without thresholds.
     pub lag_watch_interval: Option<Duration>,
+    /// How often the evidence recording checks whether the current slot is recorded
+    /// (docs/runtime.md, "Recorded evidence"): a slot's snapshot is recorded within this long
+    /// of the slot's start. `None`: this dispatcher records no evidence. Every 30 seconds by
+    /// default; unused without `evidence` in `evc.yaml`.
+    pub evidence_interval: Option<Duration>,
 }
 
 impl Default for DispatcherConfig {
@@ -82,6 +87,7 @@ impl Default for DispatcherConfig {
             handler_timeout: None,
             schedule_interval: Some(Duration::from_secs(1)),
             lag_watch_interval: Some(Duration::from_secs(5)),
+            evidence_interval: Some(Duration::from_secs(30)),
         }
     }
 }
@@ -210,6 +216,14 @@ impl DispatcherConfig {
     #[must_use]
     pub fn lag_watch_interval(mut self, interval: Option<Duration>) -> Self {
         self.lag_watch_interval = interval;
+        self
+    }
+
+    /// Sets how often the evidence recording runs, or turns it off with `None`
+    /// ([`DispatcherConfig::evidence_interval`]).
+    #[must_use]
+    pub fn evidence_interval(mut self, interval: Option<Duration>) -> Self {
+        self.evidence_interval = interval;
         self
     }
 }

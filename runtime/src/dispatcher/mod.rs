@@ -406,6 +406,15 @@ impl<S: Store> Dispatcher<S> {
                 signal.clone(),
             )));
         }
+        if let Some(interval) = config.evidence_interval
+            && self.store.registry().evidence_recording.is_some()
+        {
+            helpers.push(tokio::spawn(tasks::record_evidence(
+                self.store.clone(),
+                interval,
+                signal.clone(),
+            )));
+        }
         Launched {
             store: self.store,
             config,

@@ -108,6 +108,25 @@ pub(super) async fn watch_lag<S: Store>(
     .await;
 }
 
+/// An evidence-recording round every `interval` ([`Store::record_evidence`]), the first at
+/// once; the store logs what a round recorded.
+pub(super) async fn record_evidence<S: Store>(
+    store: S,
+    interval: Duration,
+    shutdown: watch::Receiver<bool>,
+) {
+    let round = |store: S| async move { store.record_evidence().await };
+    rounds(
+        store,
+        interval,
+        shutdown,
+        "evidence recording",
+        round,
+        |_| {},
+    )
+    .await;
+}
+
 /// Runs `round` every `interval` until `shutdown`, handing what each did to `report`. A
 /// handle scoped to one tenant runs none (the rounds span tenants): it says so once and stops.
 async fn rounds<S, R, Fut>(

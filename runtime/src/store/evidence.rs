@@ -6,9 +6,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use crate::registry::Registry;
+use crate::registry::{EvidenceRecordingDescriptor, Registry};
 
 /// The most rows each signal lists, strongest first.
 pub const MAX_SIGNAL_ROWS: u32 = 50;
@@ -65,7 +66,7 @@ impl EvidenceQuery {
 }
 
 /// The signals of one window ([`crate::Observe::evidence`]). Times are epoch seconds.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct EvidenceReport {
     /// The start of the window read.
@@ -88,7 +89,7 @@ pub struct EvidenceReport {
 }
 
 /// Two event types appended in one trace.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct CoTriggered {
     /// The first event type, by name.
@@ -100,7 +101,7 @@ pub struct CoTriggered {
 }
 
 /// Two consumers whose attempts failed in one slot.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct FailingTogether {
     /// The first consumer, by name.
@@ -112,7 +113,7 @@ pub struct FailingTogether {
 }
 
 /// A consumer's trouble with the events of one producer class.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ChronicPair {
     /// The producer class of the events.
@@ -126,7 +127,7 @@ pub struct ChronicPair {
 }
 
 /// Escalations of one step kind.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Escalations {
     /// The kind of the consumers' executor class (`ai` of `ai.review`), or `unclassified`
@@ -136,6 +137,133 @@ pub struct Escalations {
     pub escalations: u64,
     /// The consumers escalating, by name, with their counts.
     pub consumers: BTreeMap<String, u64>,
+}
+
+/// The most snapshots one read lists.
+pub const MAX_EVIDENCE_SNAPSHOTS: u32 = 1_000;
+
+/// A report the dispatcher recorded ([`crate::Store::record_evidence`],
+/// [`crate::Observe::evidence_snapshots`]). Times are epoch seconds of the store's clock.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct EvidenceSnapshot {
+    /// The start of the slot the snapshot stands for (one snapshot per slot).
+    pub slot: f64,
+    /// When it was recorded.
+    pub recorded_at: f64,
+    /// The signals, each with the window and counts it was read with.
+    pub report: EvidenceReport,
+}
+
+/// What one recording round did ([`crate::Store::record_evidence`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[non_exhaustive]
+pub struct EvidenceRound {
+    /// Whether this round held the store's recording lock (`false`: another process ran it,
+    /// or the registry records no evidence).
+    pub leader: bool,
+    /// The slot recorded, epoch seconds; `None`: its snapshot existed already.
+    pub recorded: Option<f64>,
+    /// Snapshots removed: their slot started longer ago than the registry keeps them.
+    pub removed: u64,
+}
+
+/// The slot of `every_ms` holding `now` (epoch seconds), in epoch milliseconds.
+pub(in crate::store) fn slot_ms(now: f64, every_ms: u64) -> i64 {
+    let every = i64::try_from(every_ms.max(1)).unwrap_or(i64::MAX);
+    #[allow(clippy::cast_possible_truncation)]
+    let now_ms = (now * 1000.0).floor() as i64;
+    now_ms.div_euclid(every) * every
+}
+
+/// The slots (epoch milliseconds) older than this are removed at `now` (epoch seconds).
+pub(in crate::store) fn keep_after_ms(now: f64, keep_ms: u64) -> i64 {
+    #[allow(clippy::cast_possible_truncation)]
+    let now_ms = (now * 1000.0).floor() as i64;
+    now_ms.saturating_sub(i64::try_from(keep_ms).unwrap_or(i64::MAX))
+}
+
+/// The snapshots of stored rows, skipping (with a warning naming the slot) a row whose report
+/// this build cannot read, so that one row written by another release does not hide the rest.
+pub(in crate::store) fn snapshots(rows: Vec<(i64, f64, String)>) -> Vec<EvidenceSnapshot> {
+    rows.into_iter()
+        .filter_map(|row| {
+            let slot_ms = row.0;
+            snapshot(row)
+                .inspect_err(|error| {
+                    tracing::warn!(slot_ms, %error, "an evidence snapshot is skipped");
+                })
+                .ok()
+        })
+        .collect()
+}
+
+/// A stored snapshot's columns (slot in epoch milliseconds, recorded at in epoch seconds, the
+/// report as JSON text) as a snapshot.
+pub(in crate::store) fn snapshot(
+    (slot_ms, recorded_at, report): (i64, f64, String),
+) -> Result<EvidenceSnapshot, sqlx::Error> {
+    let report = serde_json::from_str(&report).map_err(|error| {
+        sqlx::Error::Decode(format!("an evidence snapshot is not a report: {error}").into())
+    })?;
+    #[allow(clippy::cast_precision_loss)]
+    let slot = slot_ms as f64 / 1000.0;
+    Ok(EvidenceSnapshot {
+        slot,
+        recorded_at,
+        report,
+    })
+}
+
+/// The evidence recording as JSON (the settings row, SQLite's recorded document); `null` for
+/// none.
+pub(in crate::store) fn recording_value(recording: Option<EvidenceRecordingDescriptor>) -> Value {
+    recording.map_or(Value::Null, |r| {
+        serde_json::json!({
+            "every_ms": r.every_ms,
+            "keep_ms": r.keep_ms,
+            "window_ms": r.window_ms,
+            "correlation_ms": r.correlation_ms,
+            "min_count": r.min_count,
+        })
+    })
+}
+
+/// The evidence recording of [`recording_value`]'s JSON.
+///
+/// # Errors
+/// What is wrong with it (never its content).
+pub(in crate::store) fn recording_of(
+    value: Value,
+) -> Result<Option<EvidenceRecordingDescriptor>, String> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Recording {
+        every_ms: u64,
+        keep_ms: u64,
+        window_ms: u64,
+        correlation_ms: u64,
+        min_count: u32,
+    }
+    if value.is_null() {
+        return Ok(None);
+    }
+    let r: Recording = serde_json::from_value(value)
+        .map_err(|_| "the evidence recording is not a recording".to_owned())?;
+    if r.every_ms == 0 || r.keep_ms == 0 || r.window_ms == 0 {
+        return Err("the evidence recording has a zero period".to_owned());
+    }
+    // Kept shorter than a slot, a snapshot would be removed by the round that records it.
+    if r.keep_ms < r.every_ms {
+        return Err("the evidence recording keeps snapshots for less than a slot".to_owned());
+    }
+    Ok(Some(EvidenceRecordingDescriptor {
+        every_ms: r.every_ms,
+        keep_ms: r.keep_ms,
+        window_ms: r.window_ms,
+        correlation_ms: r.correlation_ms,
+        min_count: r.min_count,
+    }))
 }
 
 /// Rows of a pair signal: two names and a count.
@@ -297,6 +425,7 @@ mod tests {
         lag_thresholds: &[],
         cutover_gates: &[],
         inventory_rules: &[],
+        evidence_recording: None,
         retention: RetentionDescriptor::KEEP,
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: &[],
@@ -327,6 +456,65 @@ mod tests {
             listed[0].consumers,
             BTreeMap::from([("a.review".to_owned(), 2), ("a.summary".to_owned(), 1)])
         );
+    }
+
+    #[test]
+    fn a_slot_starts_on_a_multiple_of_its_length() {
+        assert_eq!(slot_ms(3_600.5, 60_000), 3_600_000);
+        assert_eq!(slot_ms(3_659.999, 60_000), 3_600_000);
+        assert_eq!(slot_ms(3_660.0, 60_000), 3_660_000);
+        assert_eq!(keep_after_ms(100.0, 40_000), 60_000);
+    }
+
+    #[test]
+    fn a_recording_reads_back_as_written_and_refuses_a_zero_period() {
+        let recording = EvidenceRecordingDescriptor {
+            every_ms: 3_600_000,
+            keep_ms: 86_400_000,
+            window_ms: 604_800_000,
+            correlation_ms: 60_000,
+            min_count: 3,
+        };
+        let value = recording_value(Some(recording));
+        assert_eq!(recording_of(value.clone()), Ok(Some(recording)));
+        assert_eq!(recording_of(recording_value(None)), Ok(None));
+        let mut zero = value.clone();
+        zero["keep_ms"] = 0.into();
+        assert!(recording_of(zero).is_err());
+        let mut short = value;
+        short["keep_ms"] = 60_000.into();
+        assert!(recording_of(short).is_err());
+        assert!(recording_of(serde_json::json!({"every_ms": 1})).is_err());
+    }
+
+    #[test]
+    fn a_snapshot_reads_back_its_report() {
+        let report = EvidenceReport {
+            since: 10.0,
+            window_s: 60.0,
+            correlation_s: 1.0,
+            min_count: 2,
+            co_triggered: vec![CoTriggered {
+                first: "a.b".to_owned(),
+                second: "c.d".to_owned(),
+                traces: 4,
+            }],
+            failing_together: Vec::new(),
+            chronic: Vec::new(),
+            escalations: escalations(&REGISTRY, vec![("plain".to_owned(), 2)], 1),
+        };
+        let text = serde_json::to_string(&report).expect("JSON");
+        let read = snapshot((70_000, 71.5, text)).expect("a report");
+        assert_eq!(read.slot, 70.0);
+        assert_eq!(read.recorded_at, 71.5);
+        assert_eq!(read.report, report);
+        assert!(snapshot((0, 0.0, "[]".to_owned())).is_err());
+        let listed = snapshots(vec![
+            (0, 0.0, "{}".to_owned()),
+            (70_000, 71.5, serde_json::to_string(&report).expect("JSON")),
+        ]);
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].slot, 70.0);
     }
 
     #[test]

@@ -859,6 +859,7 @@ mod tests {
         lag_thresholds: &[],
         cutover_gates: &[],
         inventory_rules: &[],
+        evidence_recording: None,
         retention: RetentionDescriptor::KEEP,
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: &[],

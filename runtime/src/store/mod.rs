@@ -82,8 +82,8 @@ pub use cutover::{
     MAX_LEGACY_TEXT_CHARS, MAX_LISTED_DIFFERENCES, compare, normalise,
 };
 pub use evidence::{
-    ChronicPair, CoTriggered, Escalations, EvidenceQuery, EvidenceReport, FailingTogether,
-    MAX_SIGNAL_ROWS,
+    ChronicPair, CoTriggered, Escalations, EvidenceQuery, EvidenceReport, EvidenceRound,
+    EvidenceSnapshot, FailingTogether, MAX_EVIDENCE_SNAPSHOTS, MAX_SIGNAL_ROWS,
 };
 pub use feed::{FeedEvent, FeedPosition, FeedPositionError};
 pub use inventory::{
@@ -397,6 +397,18 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// [`DispatchError::TenantScoped`] for a handle scoped to one tenant (a consumer's lag
     /// spans tenants); [`DispatchError::Database`] (nothing of the round is written).
     fn watch_lag(&self) -> impl Future<Output = Result<LagRound, DispatchError>> + Send;
+
+    /// An evidence-recording round (docs/runtime.md, "Recorded evidence"): when the registry
+    /// records usage evidence and this process takes the store's recording lock, records the
+    /// report of the current slot of [`crate::EvidenceRecordingDescriptor::every_ms`] unless
+    /// it is recorded already (one snapshot per slot across every process), and removes the
+    /// snapshots older than its `keep_ms`, in one transaction. Without the lock, or without a
+    /// recording in the registry, nothing is done ([`EvidenceRound::leader`] is `false`).
+    ///
+    /// # Errors
+    /// [`DispatchError::TenantScoped`] for a handle scoped to one tenant (the signals span
+    /// tenants); [`DispatchError::Database`] (nothing of the round is written).
+    fn record_evidence(&self) -> impl Future<Output = Result<EvidenceRound, DispatchError>> + Send;
 
     /// The lag breaches, open ones first, then the newest closed, at most `limit` in all.
     ///

@@ -132,6 +132,17 @@ pub trait Observe: Store {
         &self,
         query: &crate::store::EvidenceQuery,
     ) -> impl Future<Output = Result<crate::store::EvidenceReport, DispatchError>> + Send;
+
+    /// The newest `limit` (at most [`crate::MAX_EVIDENCE_SNAPSHOTS`]) usage-evidence snapshots
+    /// the dispatcher recorded ([`crate::Store::record_evidence`]), newest slot first. A
+    /// session of one tenant sees none: the signals span every tenant.
+    ///
+    /// # Errors
+    /// [`DispatchError::Database`].
+    fn evidence_snapshots(
+        &self,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<crate::store::EvidenceSnapshot>, DispatchError>> + Send;
 }
 
 /// A delivery leased now ([`Observe::leases`]). Times are epoch seconds of the store's clock.

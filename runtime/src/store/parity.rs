@@ -435,6 +435,7 @@ mod tests {
         lag_thresholds: &[],
         cutover_gates: &[],
         inventory_rules: &[],
+        evidence_recording: None,
         retention: crate::registry::RetentionDescriptor::KEEP,
         payload_policy: crate::registry::PayloadPolicyDescriptor {
             denied_keys: &[],

@@ -415,6 +415,7 @@ mod tests {
         lag_thresholds: &[],
         cutover_gates: &[],
         inventory_rules: &[],
+        evidence_recording: None,
         retention: RetentionDescriptor {
             events: &[
                 EventRetention {

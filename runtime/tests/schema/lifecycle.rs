@@ -355,6 +355,7 @@ const TIGHT_CAP_REGISTRY: evc_runtime::Registry = evc_runtime::Registry {
     lag_thresholds: &[],
     cutover_gates: &[],
     inventory_rules: &[],
+    evidence_recording: None,
     retention: evc_runtime::RetentionDescriptor::KEEP,
     payload_policy: evc_runtime::PayloadPolicyDescriptor {
         hard_max_bytes: 200,

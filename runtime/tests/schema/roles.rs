@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use evc_runtime::{
-    AppendOptions, Console, DispatchError, FailureClass, Operate, PgStore, PurgeError,
+    AppendOptions, Console, DispatchError, FailureClass, Observe, Operate, PgStore, PurgeError,
     ReplayApproval, ReplayError, ReplaySelection, RetryDecision, Role, Store, TenantScope,
 };
 use sqlx::postgres::{PgPool, PgPoolOptions};
@@ -276,6 +276,57 @@ async fn an_operator_proposes_an_inventory_and_only_an_approver_applies_it() -> 
             .fetch_one(&reader_pool)
             .await?;
         assert_eq!(classes, 2);
+        Ok(())
+    })
+    .await
+}
+
+/// [`DISPATCH_REGISTRY`] recording usage evidence once a day.
+static RECORDING: evc_runtime::Registry = evc_runtime::Registry {
+    evidence_recording: Some(evc_runtime::EvidenceRecordingDescriptor {
+        every_ms: 86_400_000,
+        keep_ms: 30 * 86_400_000,
+        window_ms: 86_400_000,
+        correlation_ms: 60_000,
+        min_count: 1,
+    }),
+    ..DISPATCH_REGISTRY
+};
+
+/// Dispatchers record evidence snapshots and remove old ones; every other job reads them and
+/// writes none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_dispatcher_records_evidence_and_every_job_reads_it() -> TestResult {
+    with_logins(|admin, logins| async move {
+        let producer = PgStore::new(logins.pool(&admin, Role::Producer).await?, RECORDING)?;
+        support::append_notes(&producer, 2, 2).await?;
+        assert!(dispatch_denied(producer.record_evidence().await));
+        for role in [Role::Operator, Role::Approver, Role::Reader] {
+            let store = PgStore::new(logins.pool(&admin, role).await?, RECORDING)?;
+            assert!(dispatch_denied(store.record_evidence().await), "{role:?}");
+        }
+        let dispatcher = PgStore::new(logins.pool(&admin, Role::Dispatcher).await?, RECORDING)?;
+        let round = dispatcher.record_evidence().await?;
+        assert!(round.leader && round.recorded.is_some(), "{round:?}");
+        for role in [Role::Operator, Role::Approver, Role::Reader] {
+            let pool = logins.pool(&admin, role).await?;
+            assert!(
+                raw_denied(&pool, "DELETE FROM evc_evidence_snapshots").await,
+                "{role:?}"
+            );
+            assert!(
+                raw_denied(
+                    &pool,
+                    "INSERT INTO evc_evidence_snapshots (slot_ms, report) VALUES (1, '{}')"
+                )
+                .await,
+                "{role:?}"
+            );
+            let store = PgStore::new(pool, RECORDING)?;
+            let snapshots = store.evidence_snapshots(10).await?;
+            assert_eq!(snapshots.len(), 1, "{role:?}");
+            assert_eq!(snapshots[0].report.window_s, 86_400.0);
+        }
         Ok(())
     })
     .await

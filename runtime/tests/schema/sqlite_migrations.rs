@@ -105,7 +105,8 @@ async fn the_replay_keys_step_keeps_every_replay_and_scopes_keys_per_consumer() 
             (15, "evc_lag_breaches"),
             (16, "evc_cutover"),
             (17, "evc_purges"),
-            (18, "evc_inventories")
+            (18, "evc_inventories"),
+            (19, "evc_evidence_snapshots")
         ]
     );
     assert!(SqliteStore::apply_schema(&location).await?.is_empty());

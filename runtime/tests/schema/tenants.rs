@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use evc_runtime::{
     AppendError, AppendOptions, ClaimRequest, Console, Cursors, DispatchError, FailureClass,
-    NewEvent, Operate, PgStore, Registry, ReplayApproval, ReplaySelection, RetryDecision, Role,
-    Store, TenantScope,
+    NewEvent, Observe, Operate, PgStore, Registry, ReplayApproval, ReplaySelection, RetryDecision,
+    Role, Store, TenantScope,
 };
 use sqlx::postgres::{PgConnection, PgPool};
 use uuid::Uuid;
@@ -100,6 +100,78 @@ async fn a_tenants_inventory_lists_and_applies_its_own_events() -> TestResult {
                     .inventory(CONSUMER, now, 100)
                     .await?
                     .items
+                    .is_empty()
+            );
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// [`TENANT_REGISTRY`] recording usage evidence once a day.
+static RECORDING: Registry = Registry {
+    evidence_recording: Some(evc_runtime::EvidenceRecordingDescriptor {
+        every_ms: 86_400_000,
+        keep_ms: 30 * 86_400_000,
+        window_ms: 86_400_000,
+        correlation_ms: 60_000,
+        min_count: 1,
+    }),
+    ..TENANT_REGISTRY
+};
+
+/// Recorded evidence spans every tenant: only a session of every tenant records or reads it;
+/// a tenant's session is refused the recording and sees no snapshot, nor does a session that
+/// names no tenant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recorded_evidence_is_for_sessions_of_every_tenant_only() -> TestResult {
+    with_logins(|admin, logins| async move {
+        let acme = TenantScope::only("acme")?;
+        sqlx::query("UPDATE evc_settings SET require_tenant_scope = true")
+            .execute(&admin)
+            .await?;
+        append(
+            &PgStore::new(
+                logins
+                    .pool_for(&admin, Role::Producer, Some(acme.clone()))
+                    .await?,
+                RECORDING,
+            )?,
+            "acme",
+            2,
+        )
+        .await?;
+        let scoped = PgStore::new(
+            logins
+                .pool_for(&admin, Role::Dispatcher, Some(acme.clone()))
+                .await?,
+            RECORDING,
+        )?;
+        assert!(matches!(
+            scoped.record_evidence().await,
+            Err(DispatchError::TenantScoped(..))
+        ));
+        let all = PgStore::new(
+            logins
+                .pool_for(&admin, Role::Dispatcher, Some(TenantScope::all()))
+                .await?,
+            RECORDING,
+        )?;
+        let round = all.record_evidence().await?;
+        assert!(round.recorded.is_some(), "{round:?}");
+
+        let reader = |scope: Option<TenantScope>| logins.pool_for(&admin, Role::Reader, scope);
+        let everyone = PgStore::new(reader(Some(TenantScope::all())).await?, RECORDING)?;
+        assert_eq!(everyone.evidence_snapshots(10).await?.len(), 1);
+        for pool in [reader(Some(acme.clone())).await?, reader(None).await?] {
+            let seen: i64 = sqlx::query_scalar("SELECT count(*) FROM evc_evidence_snapshots")
+                .fetch_one(&pool)
+                .await?;
+            assert_eq!(seen, 0, "row-level security hides the snapshots");
+            assert!(
+                PgStore::new(pool, RECORDING)?
+                    .evidence_snapshots(10)
+                    .await?
                     .is_empty()
             );
         }

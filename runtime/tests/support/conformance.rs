@@ -205,6 +205,7 @@ pub static CONFORMANCE_REGISTRY: Registry = Registry {
     lag_thresholds: &[],
     cutover_gates: &[],
     inventory_rules: &[],
+    evidence_recording: None,
     retention: evc_runtime::RetentionDescriptor::KEEP,
     payload_policy: REFERENCE_POLICY,
     require_tenant_scope: false,
@@ -413,6 +414,19 @@ pub static RETAINED_REGISTRY: Registry = Registry {
         rejects_ms: Some(HOUR_MS),
         effects_ms: Some(24 * HOUR_MS),
     },
+    ..CONFORMANCE_REGISTRY
+};
+
+/// [`CONFORMANCE_REGISTRY`] recording usage evidence: one snapshot per second, each kept
+/// three seconds, over a day's window, every signal listed once seen.
+pub static RECORDING_REGISTRY: Registry = Registry {
+    evidence_recording: Some(evc_runtime::EvidenceRecordingDescriptor {
+        every_ms: 1_000,
+        keep_ms: 3_000,
+        window_ms: 24 * HOUR_MS,
+        correlation_ms: 60_000,
+        min_count: 1,
+    }),
     ..CONFORMANCE_REGISTRY
 };
 

@@ -1,11 +1,12 @@
 //! `/api/v1/evidence`: what the ledger alone says over a window (docs/runtime.md, "Usage
-//! evidence"), as `evc evidence` prints it.
+//! evidence"), as `evc evidence` prints it, and the snapshots the dispatchers recorded of it
+//! (`/api/v1/evidence/snapshots`, "Recorded evidence").
 
 use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::State;
-use evc_runtime::{EvidenceQuery, EvidenceReport};
+use evc_runtime::{EvidenceQuery, EvidenceReport, EvidenceSnapshot, MAX_EVIDENCE_SNAPSHOTS};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -169,4 +170,70 @@ pub(crate) async fn evidence(
         .correlation(std::time::Duration::from_secs(correlation))
         .min_count(min_count);
     Ok(Json(state.outbox.evidence(&query).await?.into()))
+}
+
+/// How many snapshots to list.
+#[derive(Debug, Deserialize, IntoParams)]
+pub(crate) struct SnapshotParams {
+    /// At most this many, newest first (default 50; 1 to 1,000).
+    limit: Option<u32>,
+}
+
+/// A report a dispatcher recorded for one slot.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct SnapshotView {
+    /// The start of the slot the snapshot stands for (epoch seconds).
+    slot: f64,
+    /// When it was recorded (epoch seconds).
+    recorded_at: f64,
+    /// The signals, each with the window and counts it was read with.
+    report: EvidenceView,
+}
+
+/// The recorded snapshots, newest slot first.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct SnapshotsView {
+    /// The snapshots.
+    snapshots: Vec<SnapshotView>,
+}
+
+impl From<EvidenceSnapshot> for SnapshotView {
+    fn from(snapshot: EvidenceSnapshot) -> Self {
+        Self {
+            slot: snapshot.slot,
+            recorded_at: snapshot.recorded_at,
+            report: snapshot.report.into(),
+        }
+    }
+}
+
+/// The usage evidence the dispatchers recorded (the contracts' `evidence` of `evc.yaml`).
+#[utoipa::path(
+    get,
+    path = "/api/v1/evidence/snapshots",
+    tag = "evidence",
+    params(SnapshotParams),
+    responses(
+        (status = 200, description = "The newest snapshots, newest slot first",
+            body = SnapshotsView),
+        (status = 400, description = "A bad limit", body = Problem,
+            content_type = "application/problem+json"),
+        Unavailable,
+    )
+)]
+pub(crate) async fn snapshots(
+    State(state): State<AppState>,
+    _caller: Caller,
+    Params(params): Params<SnapshotParams>,
+) -> Result<Json<SnapshotsView>, ApiError> {
+    let limit = params.limit.unwrap_or(50);
+    if !(1..=MAX_EVIDENCE_SNAPSHOTS).contains(&limit) {
+        return Err(ApiError::BadRequest(format!(
+            "limit must be 1 to {MAX_EVIDENCE_SNAPSHOTS}"
+        )));
+    }
+    let snapshots = state.outbox.evidence_snapshots(limit).await?;
+    Ok(Json(SnapshotsView {
+        snapshots: snapshots.into_iter().map(SnapshotView::from).collect(),
+    }))
 }

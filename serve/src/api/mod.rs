@@ -98,6 +98,7 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(schedule::lag_breaches))
         .routes(routes!(retention::retention))
         .routes(routes!(evidence::evidence))
+        .routes(routes!(evidence::snapshots))
 }
 
 /// A registered event type and who receives it.

@@ -104,9 +104,11 @@ pub async fn settle<S: Store>(store: &S, notifier: Arc<Notifier>) -> Result<(), 
             .owner("serve-test")
             .workers(1)
             .poll_interval(Duration::from_millis(20))
-            // The tests place the schedules' and lag watch's rounds themselves.
+            // The tests place the schedules', lag watch's and evidence recording's rounds
+            // themselves.
             .schedule_interval(None)
-            .lag_watch_interval(None),
+            .lag_watch_interval(None)
+            .evidence_interval(None),
     )
     .serve(WorkerNotificationIuConsumer(notifier))?
     .start();

@@ -1165,6 +1165,25 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
         )
     };
     let retention = retention_descriptor(set, runtime, millis);
+    let evidence = match set.project.evidence {
+        Some(evidence) => {
+            let every = millis(evidence.every);
+            let keep = millis(evidence.keep);
+            let window = millis(evidence.window);
+            let correlation = millis(evidence.correlation);
+            let min_count = proc_macro2::Literal::u32_unsuffixed(evidence.min_count);
+            quote! {
+                Some(#runtime::EvidenceRecordingDescriptor {
+                    every_ms: #every,
+                    keep_ms: #keep,
+                    window_ms: #window,
+                    correlation_ms: #correlation,
+                    min_count: #min_count,
+                })
+            }
+        }
+        None => quote! { None },
+    };
     let payload = &set.project.payload_policy;
     let denied = &payload.denied_keys;
     let credential = &payload.credential_key_names;
@@ -1192,6 +1211,7 @@ fn registry_item(set: &ContractSet, runtime: &TokenStream) -> Result<TokenStream
             cutover_gates: &[#(#gates),*],
             retention: #retention,
             inventory_rules: &[#(#inventory_rules),*],
+            evidence_recording: #evidence,
             payload_policy: #runtime::PayloadPolicyDescriptor {
                 denied_keys: &[#(#denied),*],
                 credential_key_names: &[#(#credential),*],

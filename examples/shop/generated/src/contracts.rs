@@ -769,6 +769,7 @@ pub static REGISTRY: ::evc::Registry = ::evc::Registry {
     cutover_gates: &[],
     retention: ::evc::RetentionDescriptor::KEEP,
     inventory_rules: &[],
+    evidence_recording: None,
     payload_policy: ::evc::PayloadPolicyDescriptor {
         denied_keys: &["card_number", "cvv"],
         credential_key_names: &["password", "token", "api_key", "secret"],

@@ -22,7 +22,7 @@ use crate::registry::{
 use crate::store::retention::{retention_of, retention_value};
 use crate::store::rows::{leak, leak_slice};
 use crate::store::{DispatchError, StoreError};
-use crate::store::{inventory, parity, rows, scheduling};
+use crate::store::{evidence, inventory, parity, rows, scheduling};
 
 /// Reads the deployed registry of the database behind `pool`.
 ///
@@ -163,6 +163,7 @@ pub async fn deployed_registry(pool: &PgPool) -> Result<Registry, DispatchError>
         cutover_gates: deployed_gates(pool).await?,
         retention: deployed_retention(pool).await?,
         inventory_rules: deployed_inventory(pool).await?,
+        evidence_recording: deployed_evidence(pool).await?,
         payload_policy: settings.as_ref().map_or(FAIL_CLOSED, |s| s.payload_policy),
         require_tenant_scope: settings.as_ref().is_none_or(|s| s.require_tenant_scope),
         dispatcher: settings
@@ -273,6 +274,31 @@ async fn deployed_inventory(
     let value = serde_json::from_str(&text)
         .map_err(|_| broken("inventory_rules is not JSON".to_owned()))?;
     inventory::rules_of(value).map_err(broken)
+}
+
+/// The deployed evidence recording; none in a database before the twenty-ninth step, or whose
+/// settings in force were written without one.
+async fn deployed_evidence(
+    pool: &PgPool,
+) -> Result<Option<crate::registry::EvidenceRecordingDescriptor>, DispatchError> {
+    let present: bool = sqlx::query_scalar(sql::HAS_EVIDENCE_RECORDING)
+        .fetch_one(pool)
+        .await?;
+    if !present {
+        return Ok(None);
+    }
+    let Some(text) = sqlx::query_scalar::<_, String>(sql::DEPLOYED_EVIDENCE)
+        .fetch_optional(pool)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let broken = |what: String| {
+        DispatchError::Database(sqlx::Error::Decode(format!("evc_settings: {what}").into()))
+    };
+    let value = serde_json::from_str(&text)
+        .map_err(|_| broken("evidence_recording is not JSON".to_owned()))?;
+    evidence::recording_of(value).map_err(broken)
 }
 
 /// The names of the deployed schedules and the (consumer, producer class) of the deployed lag
@@ -559,15 +585,15 @@ impl PgStore {
     /// registry holds them: not the digest a generated file is named by, which covers
     /// `registry.json`'s settings (some of which the compiled registry does not carry); the
     /// runtime compares it only with the digest its schedules, lag thresholds, cut-over gates
-    /// retention periods and inventory rules were recorded with. The row and those are written in one transaction.
+    /// retention periods, inventory rules and evidence recording were recorded with. The row and those are written in one transaction.
     ///
     /// # Errors
     /// [`StoreError::Database`], also when the database lacks the settings table (the
     /// seventh runtime step, `NNNN_evc_runtime_v7.sql`, was not applied), or, for a registry
     /// with schedules or lag thresholds, their columns (the twenty-fourth step), with
     /// cut-over gates, theirs (the twenty-fifth), or with retention periods, theirs (the
-    /// twenty-sixth), or with inventory rules, theirs (the twenty-seventh); nothing is
-    /// written then.
+    /// twenty-sixth), with inventory rules, theirs (the twenty-seventh), or with an evidence
+    /// recording, its own (the twenty-ninth); nothing is written then.
     pub async fn install_settings(&self) -> Result<(), StoreError> {
         let registry = self.registry();
         let policy = &registry.payload_policy;
@@ -606,6 +632,10 @@ impl PgStore {
         let inventory_rules = inventory::rules_value(registry.inventory_rules);
         if inventoried {
             settings["inventory_rules"] = inventory_rules.clone();
+        }
+        let recording = evidence::recording_value(registry.evidence_recording);
+        if registry.evidence_recording.is_some() {
+            settings["evidence"] = recording.clone();
         }
         let digest = crate::sha256_hex(crate::canonical_json(&settings).as_bytes());
         let bigint = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
@@ -650,6 +680,13 @@ impl PgStore {
         if inventoried {
             sqlx::query(sql::INSTALL_INVENTORY)
                 .bind(inventory_rules.to_string())
+                .bind(&digest)
+                .execute(&mut *transaction)
+                .await?;
+        }
+        if registry.evidence_recording.is_some() {
+            sqlx::query(sql::INSTALL_EVIDENCE)
+                .bind(recording.to_string())
                 .bind(&digest)
                 .execute(&mut *transaction)
                 .await?;

@@ -980,6 +980,10 @@ impl Store for PgStore {
         self.run_lag_watch().await
     }
 
+    async fn record_evidence(&self) -> Result<crate::store::EvidenceRound, DispatchError> {
+        self.run_evidence_recording().await
+    }
+
     async fn lag_breaches(
         &self,
         limit: u32,

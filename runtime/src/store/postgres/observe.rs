@@ -135,6 +135,13 @@ impl Observe for PgStore {
         super::evidence::evidence(&self.inner.pool, self.registry(), query).await
     }
 
+    async fn evidence_snapshots(
+        &self,
+        limit: u32,
+    ) -> Result<Vec<crate::store::EvidenceSnapshot>, DispatchError> {
+        super::evidence::snapshots(&self.inner.pool, limit).await
+    }
+
     async fn purges(&self, limit: u32) -> Result<Vec<PurgeRecord>, DispatchError> {
         super::retention::purges(&self.inner.pool, limit).await
     }

@@ -400,6 +400,37 @@ FROM evc_delivery_attempts
 WHERE finished_at >= to_timestamp($1::float8) AND outcome IN ('dead', 'quarantined')
 GROUP BY consumer";
 
+/// Takes the evidence recording's lock for the rest of the transaction when no other session
+/// holds it.
+pub(crate) const TRY_EVIDENCE_LOCK: &str =
+    "SELECT pg_try_advisory_xact_lock(hashtextextended('evc.evidence', 7269)) AS locked";
+
+/// Whether the snapshot of slot `$1` (epoch milliseconds) is recorded.
+pub(crate) const HAS_EVIDENCE_SNAPSHOT: &str =
+    "SELECT EXISTS (SELECT 1 FROM evc_evidence_snapshots WHERE slot_ms = $1)";
+
+/// Records the snapshot `$3` (a report, JSON) of slot `$1`, taken at `$2` (epoch seconds, the
+/// clock the slot was found by); a slot already recorded keeps its snapshot.
+pub(crate) const RECORD_EVIDENCE_SNAPSHOT: &str = "\
+INSERT INTO evc_evidence_snapshots (slot_ms, recorded_at, report)
+VALUES ($1, to_timestamp($2::float8), $3::jsonb)
+ON CONFLICT (slot_ms) DO NOTHING";
+
+/// Removes the snapshots of slots before `$1` (epoch milliseconds).
+pub(crate) const REMOVE_EVIDENCE_SNAPSHOTS: &str =
+    "DELETE FROM evc_evidence_snapshots WHERE slot_ms < $1";
+
+/// Whether the database has the twenty-ninth step's `evc_evidence_snapshots`.
+pub(crate) const HAS_EVIDENCE_SNAPSHOTS: &str =
+    "SELECT to_regclass('evc_evidence_snapshots') IS NOT NULL";
+
+/// The newest `$1` snapshots, newest slot first.
+pub(crate) const READ_EVIDENCE_SNAPSHOTS: &str = "\
+SELECT slot_ms, extract(epoch FROM recorded_at)::float8 AS recorded_at, report::text AS report
+FROM evc_evidence_snapshots
+ORDER BY slot_ms DESC
+LIMIT $1";
+
 /// The newest `$1` purges, newest first (the audit table of the fifth step).
 pub(crate) const READ_PURGES: &str = "\
 SELECT id, ledger, extract(epoch FROM cutoff)::float8 AS cutoff, reason, actor,
@@ -2259,6 +2290,24 @@ pub(crate) const DEPLOYED_LAG_PAIRS: &str = "\
 SELECT t->>'consumer', t->>'producer_class'
 FROM evc_settings, jsonb_array_elements(lag_thresholds) AS t
 WHERE id AND scheduling_digest = settings_digest";
+
+/// Records the evidence recording `$1` (JSON) with the settings digest `$2` that writes it.
+pub(crate) const INSTALL_EVIDENCE: &str = "\
+UPDATE evc_settings
+SET evidence_recording = $1::jsonb, evidence_digest = $2
+WHERE id AND evidence_digest IS DISTINCT FROM $2";
+
+/// The evidence recording in force: recorded by the settings row's own digest.
+pub(crate) const DEPLOYED_EVIDENCE: &str = "\
+SELECT evidence_recording::text
+FROM evc_settings
+WHERE id AND evidence_digest = settings_digest AND evidence_recording IS NOT NULL";
+
+/// Whether the database has the twenty-ninth step's settings columns.
+pub(crate) const HAS_EVIDENCE_RECORDING: &str = "\
+SELECT EXISTS (SELECT 1 FROM information_schema.columns
+    WHERE table_name = 'evc_settings' AND column_name = 'evidence_recording'
+        AND table_schema = current_schema())";
 
 /// Whether the database has the twenty-fourth step's `evc_lag_breaches`.
 pub(crate) const HAS_LAG_BREACHES: &str = "SELECT to_regclass('evc_lag_breaches') IS NOT NULL";

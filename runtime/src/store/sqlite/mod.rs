@@ -142,6 +142,8 @@ const MIGRATION_0017: &str = include_str!("../../../migrations/sqlite/0017_evc_p
 
 /// Inventory plans, applies and their items.
 const MIGRATION_0018: &str = include_str!("../../../migrations/sqlite/0018_evc_inventories.sql");
+const MIGRATION_0019: &str =
+    include_str!("../../../migrations/sqlite/0019_evc_evidence_snapshots.sql");
 
 /// Connections of the store's pool unless [`SqliteStoreBuilder::max_connections`] says
 /// otherwise: one for a caller's transaction, one for the reject audit and the dispatcher's
@@ -409,7 +411,7 @@ impl Prepared {
 
 /// The store's schema: each migration's version, name, SQL and whether it runs outside a
 /// transaction of sqlx's (it brings its own), in order.
-const SCHEMA: [(i64, &str, &str, bool); 18] = [
+const SCHEMA: [(i64, &str, &str, bool); 19] = [
     (1, "evc_runtime", MIGRATION_0001, false),
     (2, "evc_replays", MIGRATION_0002, false),
     (3, "evc_registry_document", MIGRATION_0003, false),
@@ -428,6 +430,7 @@ const SCHEMA: [(i64, &str, &str, bool); 18] = [
     (16, "evc_cutover", MIGRATION_0016, false),
     (17, "evc_purges", MIGRATION_0017, false),
     (18, "evc_inventories", MIGRATION_0018, false),
+    (19, "evc_evidence_snapshots", MIGRATION_0019, false),
 ];
 
 /// Applies the store's migrations (sqlx's migrator: each once, in order).
@@ -1505,6 +1508,10 @@ impl Store for SqliteStore {
 
     async fn watch_lag(&self) -> Result<crate::store::LagRound, DispatchError> {
         self.run_lag_watch().await
+    }
+
+    async fn record_evidence(&self) -> Result<crate::store::EvidenceRound, DispatchError> {
+        self.run_evidence_recording().await
     }
 
     async fn lag_breaches(

@@ -344,6 +344,13 @@ impl Observe for SqliteStore {
         self.read_evidence(query).await
     }
 
+    async fn evidence_snapshots(
+        &self,
+        limit: u32,
+    ) -> Result<Vec<crate::store::EvidenceSnapshot>, DispatchError> {
+        self.read_evidence_snapshots(limit).await
+    }
+
     async fn purges(&self, limit: u32) -> Result<Vec<PurgeRecord>, DispatchError> {
         self.read_purges(limit).await
     }

@@ -11,7 +11,7 @@ use crate::registry::{
     RetryPolicyDescriptor, SubscriptionDescriptor, VersionDescriptor,
 };
 use crate::store::rows::{leak, leak_slice};
-use crate::store::{inventory, retention, rows, scheduling};
+use crate::store::{evidence, inventory, retention, rows, scheduling};
 
 /// The document's format, so a later change of shape is told apart from a damaged file.
 const FORMAT: u64 = 1;
@@ -105,6 +105,7 @@ pub(crate) fn document(registry: &Registry) -> String {
         "cutover_gates": scheduling::gates_value(registry.cutover_gates),
         "retention": retention::retention_value(&registry.retention),
         "inventory_rules": inventory::rules_value(registry.inventory_rules),
+        "evidence_recording": evidence::recording_value(registry.evidence_recording),
         "payload_policy": rows::payload_policy_document(policy),
         "require_tenant_scope": registry.require_tenant_scope,
         "dispatcher": rows::dispatcher_document(dispatcher),
@@ -236,6 +237,10 @@ pub(crate) fn registry(document: &str) -> Result<Registry, String> {
         inventory_rules: match root.get("inventory_rules") {
             Some(value) => inventory::rules_of(value.clone())?,
             None => &[],
+        },
+        evidence_recording: match root.get("evidence_recording") {
+            Some(value) => evidence::recording_of(value.clone())?,
+            None => None,
         },
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: texts(policy, "denied_keys")?,
@@ -412,6 +417,13 @@ mod tests {
             max_age_ms: Some(86_400_000),
             repair: crate::registry::InventoryRepair::Conform,
         }],
+        evidence_recording: Some(crate::registry::EvidenceRecordingDescriptor {
+            every_ms: 3_600_000,
+            keep_ms: 86_400_000,
+            window_ms: 604_800_000,
+            correlation_ms: 60_000,
+            min_count: 2,
+        }),
         payload_policy: PayloadPolicyDescriptor {
             denied_keys: &["password"],
             credential_key_names: &["token"],
@@ -449,6 +461,16 @@ mod tests {
             read.inventory_rules("c"),
             crate::registry::InventoryRulesDescriptor::DEFAULT
         );
+    }
+
+    #[test]
+    fn a_document_recorded_before_evidence_recording_records_none() {
+        let mut value: Value = serde_json::from_str(&document(&REGISTRY)).expect("JSON");
+        if let Some(root) = value.as_object_mut() {
+            root.remove("evidence_recording");
+        }
+        let read = registry(&value.to_string()).expect("readable");
+        assert_eq!(read.evidence_recording, None);
     }
 
     #[test]

@@ -1452,6 +1452,28 @@ FROM evc_delivery_attempts
 WHERE finished_at >= ?1 AND outcome IN ('dead', 'quarantined')
 GROUP BY consumer";
 
+/// Whether the snapshot of slot `?1` (epoch milliseconds) is recorded, and whether any
+/// snapshot's slot is before `?2`.
+pub(crate) const EVIDENCE_SNAPSHOT_STATE: &str = "\
+SELECT EXISTS (SELECT 1 FROM evc_evidence_snapshots WHERE slot_ms = ?1),
+    EXISTS (SELECT 1 FROM evc_evidence_snapshots WHERE slot_ms < ?2)";
+
+/// Records the snapshot `?3` (a report, JSON) of slot `?1`, recorded at `?2`; a slot already
+/// recorded keeps its snapshot.
+pub(crate) const RECORD_EVIDENCE_SNAPSHOT: &str = "\
+INSERT INTO evc_evidence_snapshots (slot_ms, recorded_at, report) VALUES (?1, ?2, ?3)
+ON CONFLICT (slot_ms) DO NOTHING";
+
+/// Removes the snapshots of slots before `?1` (epoch milliseconds).
+pub(crate) const REMOVE_EVIDENCE_SNAPSHOTS: &str =
+    "DELETE FROM evc_evidence_snapshots WHERE slot_ms < ?1";
+
+/// The newest `?1` snapshots, newest slot first.
+pub(crate) const READ_EVIDENCE_SNAPSHOTS: &str = "\
+SELECT slot_ms, recorded_at, report FROM evc_evidence_snapshots
+ORDER BY slot_ms DESC
+LIMIT ?1";
+
 /// The newest `?1` purges, newest first.
 pub(crate) const READ_PURGES: &str = "\
 SELECT id, ledger, cutoff, reason, actor, purged_at, counts
