@@ -13,6 +13,7 @@ mod claim_plans;
 mod consumer_roles;
 mod lifecycle;
 mod migrations;
+mod per_key_claims;
 mod registry_parity;
 mod roles;
 mod settled;

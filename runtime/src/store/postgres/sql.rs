@@ -758,8 +758,9 @@ SELECT event_id, event_seq FROM every_tenant UNION ALL SELECT event_id, event_se
 
 /// Step 2 of a per-key claim: leases the candidates `$2` (event ids, key-locked by step 1,
 /// their `event_seq` from `$5` to `$6`) of consumer `$1` to owner `$3` until now + `$4`
-/// milliseconds, re-checking the head predicate on this statement's fresh snapshot; counts the
-/// attempt and raises the fencing token. Returns what [`CLAIM_BATCH`] returns.
+/// milliseconds, re-checking on this statement's fresh snapshot that each is still due and
+/// heads its key; counts the attempt and raises the fencing token. Returns what
+/// [`CLAIM_BATCH`] returns.
 ///
 /// The `event_seq` window bounds the scan whichever index the planner picks: without
 /// statistics it reads the due index, and without the window that is every pending delivery
@@ -778,6 +779,9 @@ WITH d AS (
         lease_until = now() + $4::int8 * interval '1 millisecond',
         attempt = d.attempt + 1, fencing_token = d.fencing_token + 1, updated_at = now()
     WHERE d.consumer = $1 AND d.event_id = ANY($2::uuid[]) AND d.status = 'pending'
+        -- Due again on this snapshot: a candidate step 1 saw due may have been claimed,
+        -- failed and rescheduled since, and must then wait out its delay.
+        AND d.next_attempt_at <= now()
         AND d.event_seq BETWEEN $5 AND $6
         AND ",
     heads_its_key!(),
