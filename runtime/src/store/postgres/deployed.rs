@@ -210,45 +210,27 @@ async fn deployed_scheduling(
 /// The deployed cut-over gates; none in a database before the twenty-fifth step, or whose
 /// settings in force were written without them.
 async fn deployed_gates(pool: &PgPool) -> Result<&'static [CutoverGateDescriptor], DispatchError> {
-    let present: bool = sqlx::query_scalar(sql::HAS_CUTOVER).fetch_one(pool).await?;
-    if !present {
-        return Ok(&[]);
-    }
-    let Some(text) = sqlx::query_scalar::<_, String>(sql::DEPLOYED_GATES)
-        .fetch_optional(pool)
-        .await?
-    else {
-        return Ok(&[]);
-    };
-    let broken = |what: String| {
-        DispatchError::Database(sqlx::Error::Decode(format!("evc_settings: {what}").into()))
-    };
-    let value =
-        serde_json::from_str(&text).map_err(|_| broken("cutover_gates is not JSON".to_owned()))?;
-    scheduling::gates_of(value).map_err(broken)
+    let gates = settings_column(
+        pool,
+        sql::HAS_CUTOVER,
+        sql::DEPLOYED_GATES,
+        "cutover_gates",
+        scheduling::gates_of,
+    );
+    Ok(gates.await?.unwrap_or(&[]))
 }
 
 /// The deployed retention periods; none in a database before the twenty-sixth step, or whose
 /// settings in force were written without them.
 async fn deployed_retention(pool: &PgPool) -> Result<RetentionDescriptor, DispatchError> {
-    let present: bool = sqlx::query_scalar(sql::HAS_RETENTION)
-        .fetch_one(pool)
-        .await?;
-    if !present {
-        return Ok(RetentionDescriptor::KEEP);
-    }
-    let Some(text) = sqlx::query_scalar::<_, String>(sql::DEPLOYED_RETENTION)
-        .fetch_optional(pool)
-        .await?
-    else {
-        return Ok(RetentionDescriptor::KEEP);
-    };
-    let broken = |what: String| {
-        DispatchError::Database(sqlx::Error::Decode(format!("evc_settings: {what}").into()))
-    };
-    let value =
-        serde_json::from_str(&text).map_err(|_| broken("retention is not JSON".to_owned()))?;
-    retention_of(value).map_err(broken)
+    let retention = settings_column(
+        pool,
+        sql::HAS_RETENTION,
+        sql::DEPLOYED_RETENTION,
+        "retention",
+        retention_of,
+    );
+    Ok(retention.await?.unwrap_or(RetentionDescriptor::KEEP))
 }
 
 /// The deployed inventory rules; none in a database before the twenty-seventh step, or whose
@@ -256,24 +238,14 @@ async fn deployed_retention(pool: &PgPool) -> Result<RetentionDescriptor, Dispat
 async fn deployed_inventory(
     pool: &PgPool,
 ) -> Result<&'static [InventoryRulesDescriptor], DispatchError> {
-    let present: bool = sqlx::query_scalar(sql::HAS_INVENTORY)
-        .fetch_one(pool)
-        .await?;
-    if !present {
-        return Ok(&[]);
-    }
-    let Some(text) = sqlx::query_scalar::<_, String>(sql::DEPLOYED_INVENTORY)
-        .fetch_optional(pool)
-        .await?
-    else {
-        return Ok(&[]);
-    };
-    let broken = |what: String| {
-        DispatchError::Database(sqlx::Error::Decode(format!("evc_settings: {what}").into()))
-    };
-    let value = serde_json::from_str(&text)
-        .map_err(|_| broken("inventory_rules is not JSON".to_owned()))?;
-    inventory::rules_of(value).map_err(broken)
+    let rules = settings_column(
+        pool,
+        sql::HAS_INVENTORY,
+        sql::DEPLOYED_INVENTORY,
+        "inventory_rules",
+        inventory::rules_of,
+    );
+    Ok(rules.await?.unwrap_or(&[]))
 }
 
 /// The deployed evidence recording; none in a database before the twenty-ninth step, or whose
@@ -281,13 +253,31 @@ async fn deployed_inventory(
 async fn deployed_evidence(
     pool: &PgPool,
 ) -> Result<Option<crate::registry::EvidenceRecordingDescriptor>, DispatchError> {
-    let present: bool = sqlx::query_scalar(sql::HAS_EVIDENCE_RECORDING)
-        .fetch_one(pool)
-        .await?;
+    let recording = settings_column(
+        pool,
+        sql::HAS_EVIDENCE_RECORDING,
+        sql::DEPLOYED_EVIDENCE,
+        "evidence_recording",
+        evidence::recording_of,
+    );
+    Ok(recording.await?.flatten())
+}
+
+/// A JSON column of the settings row that a later runtime step added, parsed by `parse`:
+/// `None` when the step is not applied (`has` answers false) or the settings in force were
+/// written without it (`read`, one text column, finds no row).
+async fn settings_column<T>(
+    pool: &PgPool,
+    has: &'static str,
+    read: &'static str,
+    column: &str,
+    parse: impl FnOnce(serde_json::Value) -> Result<T, String>,
+) -> Result<Option<T>, DispatchError> {
+    let present: bool = sqlx::query_scalar(has).fetch_one(pool).await?;
     if !present {
         return Ok(None);
     }
-    let Some(text) = sqlx::query_scalar::<_, String>(sql::DEPLOYED_EVIDENCE)
+    let Some(text) = sqlx::query_scalar::<_, String>(read)
         .fetch_optional(pool)
         .await?
     else {
@@ -296,9 +286,8 @@ async fn deployed_evidence(
     let broken = |what: String| {
         DispatchError::Database(sqlx::Error::Decode(format!("evc_settings: {what}").into()))
     };
-    let value = serde_json::from_str(&text)
-        .map_err(|_| broken("evidence_recording is not JSON".to_owned()))?;
-    evidence::recording_of(value).map_err(broken)
+    let value = serde_json::from_str(&text).map_err(|_| broken(format!("{column} is not JSON")))?;
+    parse(value).map(Some).map_err(broken)
 }
 
 /// The names of the deployed schedules and the (consumer, producer class) of the deployed lag
