@@ -199,7 +199,7 @@ impl System for Evc {
     fn settings() -> Vec<Setting> {
         let mut settings = Vec::new();
         for mode in [Mode::Held, Mode::Leased] {
-            for batch in [50, 100, 200] {
+            for batch in [50, 100, 200, 500] {
                 settings.push(Setting { mode, batch });
             }
         }

@@ -2,15 +2,16 @@
 //! local PostgreSQL, in one invocation (README.md beside this crate).
 //!
 //! Per system: a short sweep of its own knobs on a smaller job count, at 4 and at 16
-//! concurrent handlers; then the full run (100,000 jobs pre-inserted, drained) at the best
-//! setting of each concurrency; then one table with every system's insert rate, drain rates
-//! and evc's ratio to the best peer. Last, evc's produce-to-handler latency at a steady
+//! concurrent handlers (or those of `PEER_BENCH_HANDLERS`); then the full run (100,000 jobs
+//! pre-inserted, drained) at the best setting of each concurrency; then one table with every
+//! system's insert rate, drain rates and evc's ratio to the best peer. Last, evc's produce-to-handler latency at a steady
 //! 1,000 events/s. Every run gets a fresh database, created here and dropped after it.
 //!
 //! ```sh
 //! cargo run --release                               # everything
 //! PEER_BENCH_ONLY=evc cargo run --release           # one part: evc, awa, graphile or latency
 //! PEER_BENCH_JOBS=20000 cargo run --release         # a smaller full run
+//! PEER_BENCH_HANDLERS=4,16,64 cargo run --release   # the concurrencies swept (default 4,16)
 //! ```
 
 mod awa_peer;
@@ -36,8 +37,8 @@ const DEFAULT_URL: &str = "postgres://root@localhost/test";
 const DEFAULT_JOBS: usize = 100_000;
 /// Jobs of each sweep run: enough for a steady rate, small enough to keep the sweep short.
 const SWEEP_JOBS: usize = 20_000;
-/// The concurrencies the issue asks for.
-const CONCURRENCIES: [usize; 2] = [4, 16];
+/// The concurrencies the issue asks for (`PEER_BENCH_HANDLERS` sets others).
+const DEFAULT_HANDLERS: [usize; 2] = [4, 16];
 
 /// What one run measured.
 #[derive(Debug, Clone, Copy)]
@@ -185,7 +186,7 @@ async fn run_once<S: System>(
     result
 }
 
-/// The full result of one system: best settings and the full runs at 4 and 16.
+/// The full result of one system: best settings and the full runs at each concurrency.
 struct Outcome {
     name: &'static str,
     /// Per concurrency: the best setting (printed) and the full run at it.
@@ -222,11 +223,11 @@ impl Outcome {
 
 /// Sweeps `S`'s settings at each concurrency on [`SWEEP_JOBS`] jobs, then runs `jobs` at the
 /// best one of each concurrency. Prints every figure as it comes.
-async fn measure<S: System>(server: &mut Server, jobs: usize) -> Outcome {
+async fn measure<S: System>(server: &mut Server, jobs: usize, handlers: &[usize]) -> Outcome {
     println!("\n== {} ==", S::NAME);
     let sweep_jobs = SWEEP_JOBS.min(jobs);
     let mut runs = Vec::new();
-    for concurrency in CONCURRENCIES {
+    for &concurrency in handlers {
         println!("sweep, {sweep_jobs} jobs, {concurrency} concurrent handlers:");
         let mut best: Option<(f64, S::Setting)> = None;
         for setting in S::settings() {
@@ -301,20 +302,19 @@ fn figure(value: Option<f64>) -> String {
 }
 
 /// The final table: insert and drain rates of every system, best settings, evc's ratios.
-fn report(outcomes: &[Outcome], jobs: usize) {
+fn report(outcomes: &[Outcome], jobs: usize, handlers: &[usize]) {
     println!("\n== Summary: {jobs} no-op jobs, each run in a fresh database ==");
-    println!(
-        "{:<16} {:>14} {:>16} {:>16}",
-        "system", "insert jobs/s", "drain @4 jobs/s", "drain @16 jobs/s"
-    );
+    let mut header = format!("{:<16} {:>14}", "system", "insert jobs/s");
+    for concurrency in handlers {
+        header.push_str(&format!(" {:>17}", format!("drain @{concurrency} jobs/s")));
+    }
+    println!("{header}");
     for outcome in outcomes {
-        println!(
-            "{:<16} {:>14} {:>16} {:>16}",
-            outcome.name,
-            figure(outcome.insert()),
-            figure(outcome.drain(4)),
-            figure(outcome.drain(16))
-        );
+        let mut line = format!("{:<16} {:>14}", outcome.name, figure(outcome.insert()));
+        for &concurrency in handlers {
+            line.push_str(&format!(" {:>17}", figure(outcome.drain(concurrency))));
+        }
+        println!("{line}");
     }
     println!(
         "what each full run wrote, per job (WAL: the cluster's; rows and commits: the run's database, both phases):"
@@ -334,7 +334,7 @@ fn report(outcomes: &[Outcome], jobs: usize) {
         "partial <="
     );
     for outcome in outcomes {
-        for concurrency in CONCURRENCIES {
+        for &concurrency in handlers {
             let Some(w) = outcome.writes(concurrency) else {
                 continue;
             };
@@ -363,7 +363,7 @@ fn report(outcomes: &[Outcome], jobs: usize) {
     let Some(evc) = outcomes.iter().find(|o| o.name == evc::Evc::NAME) else {
         return;
     };
-    for concurrency in CONCURRENCIES {
+    for &concurrency in handlers {
         let best_peer = outcomes
             .iter()
             .filter(|o| o.name != evc::Evc::NAME)
@@ -397,6 +397,19 @@ fn main() -> BenchResult<()> {
         .filter(|part| !part.is_empty())
         .collect();
     let runs = |part: &str| only.is_empty() || only.iter().any(|p| p == part);
+    let handlers: Vec<usize> = match std::env::var("PEER_BENCH_HANDLERS") {
+        Ok(list) => list
+            .split(',')
+            .map(|part| match part.trim().parse::<usize>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(format!(
+                    "PEER_BENCH_HANDLERS: `{}` is not a positive number of handlers",
+                    part.trim()
+                )),
+            })
+            .collect::<Result<_, _>>()?,
+        Err(_) => DEFAULT_HANDLERS.to_vec(),
+    };
     // With a commit delay, everything runs on a cluster of the benchmark's own instead.
     let cluster = match std::env::var("PEER_BENCH_SLOW_COMMIT_US") {
         Ok(delay) => {
@@ -441,16 +454,16 @@ fn main() -> BenchResult<()> {
         let started = Instant::now();
         let mut outcomes = Vec::new();
         if runs("evc") {
-            outcomes.push(measure::<evc::Evc>(&mut server, jobs).await);
+            outcomes.push(measure::<evc::Evc>(&mut server, jobs, &handlers).await);
         }
         if runs("awa") {
-            outcomes.push(measure::<awa_peer::Awa>(&mut server, jobs).await);
+            outcomes.push(measure::<awa_peer::Awa>(&mut server, jobs, &handlers).await);
         }
         if runs("graphile") {
-            outcomes.push(measure::<graphile::Graphile>(&mut server, jobs).await);
+            outcomes.push(measure::<graphile::Graphile>(&mut server, jobs, &handlers).await);
         }
         if !outcomes.is_empty() {
-            report(&outcomes, jobs);
+            report(&outcomes, jobs, &handlers);
         }
         if runs("latency") {
             match server.create("latency").await {
