@@ -397,19 +397,31 @@ fn main() -> BenchResult<()> {
         .filter(|part| !part.is_empty())
         .collect();
     let runs = |part: &str| only.is_empty() || only.iter().any(|p| p == part);
-    let handlers: Vec<usize> = match std::env::var("PEER_BENCH_HANDLERS") {
-        Ok(list) => list
-            .split(',')
-            .map(|part| match part.trim().parse::<usize>() {
-                Ok(n) if n > 0 => Ok(n),
-                _ => Err(format!(
-                    "PEER_BENCH_HANDLERS: `{}` is not a positive number of handlers",
-                    part.trim()
-                )),
-            })
-            .collect::<Result<_, _>>()?,
-        Err(_) => DEFAULT_HANDLERS.to_vec(),
-    };
+    // Empty parts are skipped, as in `PEER_BENCH_ONLY`; a repeated count runs once.
+    let mut handlers: Vec<usize> = Vec::new();
+    for part in std::env::var("PEER_BENCH_HANDLERS")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+    {
+        match part.parse::<usize>() {
+            Ok(n) if n > 0 => {
+                if !handlers.contains(&n) {
+                    handlers.push(n);
+                }
+            }
+            _ => {
+                return Err(format!(
+                    "PEER_BENCH_HANDLERS: `{part}` is not a positive number of handlers"
+                )
+                .into());
+            }
+        }
+    }
+    if handlers.is_empty() {
+        handlers = DEFAULT_HANDLERS.to_vec();
+    }
     // With a commit delay, everything runs on a cluster of the benchmark's own instead.
     let cluster = match std::env::var("PEER_BENCH_SLOW_COMMIT_US") {
         Ok(delay) => {
