@@ -383,6 +383,16 @@ fn report(outcomes: &[Outcome], jobs: usize, handlers: &[usize]) {
     }
 }
 
+/// The comma-separated parts of environment variable `name`, trimmed, empty ones skipped.
+fn env_list(name: &str) -> Vec<String> {
+    std::env::var(name)
+        .unwrap_or_default()
+        .split(',')
+        .map(|part| part.trim().to_owned())
+        .filter(|part| !part.is_empty())
+        .collect()
+}
+
 fn main() -> BenchResult<()> {
     let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
     let jobs = std::env::var("PEER_BENCH_JOBS")
@@ -390,21 +400,11 @@ fn main() -> BenchResult<()> {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(DEFAULT_JOBS)
         .max(1);
-    let only: Vec<String> = std::env::var("PEER_BENCH_ONLY")
-        .unwrap_or_default()
-        .split(',')
-        .map(|part| part.trim().to_owned())
-        .filter(|part| !part.is_empty())
-        .collect();
+    let only = env_list("PEER_BENCH_ONLY");
     let runs = |part: &str| only.is_empty() || only.iter().any(|p| p == part);
-    // Empty parts are skipped, as in `PEER_BENCH_ONLY`; a repeated count runs once.
+    // A repeated count runs once.
     let mut handlers: Vec<usize> = Vec::new();
-    for part in std::env::var("PEER_BENCH_HANDLERS")
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .filter(|part| !part.is_empty())
-    {
+    for part in env_list("PEER_BENCH_HANDLERS") {
         match part.parse::<usize>() {
             Ok(n) if n > 0 => {
                 if !handlers.contains(&n) {
