@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 41] = [
+const SHIPPED: [(&str, &str); 42] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -171,6 +171,10 @@ const SHIPPED: [(&str, &str); 41] = [
     (
         "0041_evc_settings_f8a9b9f8364a.sql",
         "a484e49147158b86780640cfaee325c24cd9003bb1c0b6138bfbd25f42538531",
+    ),
+    (
+        "0042_evc_runtime_v30.sql",
+        "d8e1f5f2b9278c9d9ed4a2f4486ba81c9043bcca72563f1f0bcae2cecbac786b",
     ),
 ];
 

@@ -69,6 +69,8 @@
 //!   applies and items), named the same way.
 //! - `NNNN_evc_runtime_v29.sql`: the twenty-ninth step (usage evidence recorded
 //!   periodically: the recording in the settings row and the snapshots), named the same way.
+//! - `NNNN_evc_runtime_v30.sql`: the thirtieth step (the payload hard cap checked after the
+//!   insert, so that `COPY` writes events in batches), named the same way.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
@@ -180,6 +182,9 @@ pub const RUNTIME_V28_SUFFIX: &str = "_evc_runtime_v28.sql";
 
 /// The file name of the runtime tables' twenty-ninth step, after its version.
 pub const RUNTIME_V29_SUFFIX: &str = "_evc_runtime_v29.sql";
+
+/// The file name of the runtime tables' thirtieth step, after its version.
+pub const RUNTIME_V30_SUFFIX: &str = "_evc_runtime_v30.sql";
 
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
@@ -366,6 +371,11 @@ const STEPS: &[Step] = &[
         name: Name::Step(RUNTIME_V29_SUFFIX),
         template: template!("evc_runtime_v29.sql"),
         with: With::Notice,
+    },
+    Step {
+        name: Name::Step(RUNTIME_V30_SUFFIX),
+        template: template!("evc_runtime_v30.sql"),
+        with: With::PayloadCap,
     },
     Step {
         name: Name::Digest(REGISTRY_INFIX),
@@ -1164,9 +1174,10 @@ mod tests {
                 format!("0027{RUNTIME_V27_SUFFIX}"),
                 format!("0028{RUNTIME_V28_SUFFIX}"),
                 format!("0029{RUNTIME_V29_SUFFIX}"),
-                format!("0030_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
+                format!("0030{RUNTIME_V30_SUFFIX}"),
+                format!("0031_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
                 format!(
-                    "0031_evc_settings_{}.sql",
+                    "0032_evc_settings_{}.sql",
                     &settings_digest(&set)?[..DIGEST_PREFIX_LEN]
                 ),
             ]
@@ -1216,36 +1227,39 @@ mod tests {
     }
 
     #[test]
-    fn the_fifth_step_caps_payloads_at_the_project_s_hard_cap()
+    fn the_fifth_and_thirtieth_steps_cap_payloads_at_the_project_s_hard_cap()
     -> Result<(), Box<dyn std::error::Error>> {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../contracts");
         let mut set = crate::ContractSet::load(dir)?.contracts;
-        let step = |set: &ContractSet| -> Result<String, EmitError> {
+        let step = |set: &ContractSet, suffix: &str| -> Result<String, EmitError> {
             let artifacts = render(set, &Layout::default())?;
             Ok(artifacts
                 .into_iter()
-                .find(|artifact| artifact.path.to_string_lossy().ends_with(RUNTIME_V5_SUFFIX))
+                .find(|artifact| artifact.path.to_string_lossy().ends_with(suffix))
                 .map(|artifact| artifact.contents)
                 .unwrap_or_default())
         };
-        let cap = |sql: &str| {
+        // Every comparison of the measured payload with the cap: the fifth step's function,
+        // and the thirtieth step's function and trigger condition.
+        let caps = |sql: &str| -> Vec<String> {
             sql.split("octet_length(replace(replace(NEW.payload::text, ', ', ','), ': ', ':'))")
-                .nth(1)
-                .and_then(|rest| rest.split_whitespace().nth(1))
-                .map(str::to_owned)
+                .skip(1)
+                .filter_map(|rest| rest.split_whitespace().nth(1))
+                .map(|cap| cap.trim_end_matches(')').to_owned())
+                .collect()
         };
+        let hard = set.project.payload_policy.hard_max_bytes.to_string();
+        assert_eq!(caps(&step(&set, RUNTIME_V5_SUFFIX)?), [hard.as_str()]);
         assert_eq!(
-            cap(&step(&set)?).as_deref(),
-            Some(
-                set.project
-                    .payload_policy
-                    .hard_max_bytes
-                    .to_string()
-                    .as_str()
-            )
+            caps(&step(&set, RUNTIME_V30_SUFFIX)?),
+            [hard.as_str(), hard.as_str()]
         );
         set.project.payload_policy.hard_max_bytes = 1_048_576;
-        assert_eq!(cap(&step(&set)?).as_deref(), Some("1048576"));
+        assert_eq!(caps(&step(&set, RUNTIME_V5_SUFFIX)?), ["1048576"]);
+        assert_eq!(
+            caps(&step(&set, RUNTIME_V30_SUFFIX)?),
+            ["1048576", "1048576"]
+        );
         Ok(())
     }
 
@@ -1288,7 +1302,7 @@ mod tests {
         let after = settings_of(&changed).ok_or("no settings file")?;
         assert_eq!(
             after.path.file_name().and_then(|n| n.to_str()),
-            Some(format!("0032_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
+            Some(format!("0033_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
             "the next number after the checked-in files"
         );
         // batch_size, lease_ms in column order.

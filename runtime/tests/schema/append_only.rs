@@ -237,6 +237,81 @@ async fn the_database_refuses_a_payload_over_the_hard_cap() -> TestResult {
     .await
 }
 
+/// `COPY` (the batch append's path) writes a page of rows per WAL record only into a table
+/// without a `BEFORE INSERT` row trigger, so the cap is an `AFTER INSERT` trigger: it still
+/// refuses an oversize row inside a `COPY`, which then writes nothing.
+#[tokio::test]
+async fn the_cap_leaves_copy_its_batches_and_still_refuses_inside_one() -> TestResult {
+    with_database(|pool| async move {
+        // Row, before, insert: the bits of `tgtype` that make `COPY` insert row by row.
+        let before_insert: Vec<String> = sqlx::query_scalar(
+            "SELECT tgname::text FROM pg_trigger \
+             WHERE tgrelid = 'evc_events'::regclass AND NOT tgisinternal AND tgtype & 7 = 7",
+        )
+        .fetch_all(&pool)
+        .await?;
+        assert!(
+            before_insert.is_empty(),
+            "BEFORE INSERT row triggers on evc_events: {before_insert:?}"
+        );
+
+        let cap = support::TEST_REGISTRY.payload_policy.hard_max_bytes as usize;
+        let copy = "COPY evc_events (event_id, event_type, schema_version, order_key, \
+                    producer_class, payload, payload_bytes) FROM STDIN";
+        let row = |n: u32, payload: &str| {
+            format!("01890a5d-ac96-774b-bcce-{n:012}\tt\t1.0.0\tk\tp\t{payload}\t2\n")
+        };
+        let mut connection = pool.acquire().await?;
+
+        // Under the cap: copied.
+        let mut rows = String::new();
+        for n in 1..=3 {
+            rows.push_str(&row(n, r#"{"a":"x"}"#));
+        }
+        let mut sink = connection.copy_in_raw(copy).await?;
+        sink.send(rows.as_bytes()).await?;
+        sink.finish().await?;
+        assert_eq!(count(&pool, "evc_events").await?, 3);
+
+        // One row over the cap among rows under it: the whole COPY is refused, and the
+        // refusal quotes nothing of the payload.
+        let marker = "payload-marker-";
+        let text = marker.repeat(cap / marker.len() + 1);
+        let mut rows = row(4, r#"{"a":"x"}"#);
+        rows.push_str(&row(5, &format!(r#"{{"a":"{text}"}}"#)));
+        rows.push_str(&row(6, r#"{"a":"x"}"#));
+        let mut sink = connection.copy_in_raw(copy).await?;
+        sink.send(rows.as_bytes()).await?;
+        let error = sink
+            .finish()
+            .await
+            .expect_err("an oversize payload was copied");
+        let database = error
+            .as_database_error()
+            .and_then(|e| e.try_downcast_ref::<sqlx::postgres::PgDatabaseError>())
+            .expect("a PostgreSQL error");
+        assert_eq!(database.code(), "23514", "a check violation: {error}");
+        assert!(
+            database.message().contains("evc_events_payload_cap"),
+            "{error}"
+        );
+        for part in [
+            Some(database.message()),
+            database.detail(),
+            database.hint(),
+            database.r#where(),
+        ] {
+            assert!(
+                !part.unwrap_or("").contains(marker),
+                "the refusal quotes the payload"
+            );
+        }
+        assert_eq!(count(&pool, "evc_events").await?, 3);
+        Ok(())
+    })
+    .await
+}
+
 const LEASE: Duration = Duration::from_secs(30);
 
 /// The database's clock now, for a cutoff between two appends.

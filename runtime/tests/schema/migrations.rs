@@ -64,6 +64,7 @@ fn is_runtime_step(name: &str) -> bool {
         sql::RUNTIME_V27_SUFFIX,
         sql::RUNTIME_V28_SUFFIX,
         sql::RUNTIME_V29_SUFFIX,
+        sql::RUNTIME_V30_SUFFIX,
     ]
     .iter()
     .any(|suffix| name.ends_with(suffix))
@@ -103,7 +104,7 @@ async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
         is_runtime_step(name) || name.contains("_evc_registry_")
     })
     .await?;
-    assert_eq!(steps.len(), 29);
+    assert_eq!(steps.len(), 30);
     sqlx::raw_sql(
         "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, producer_class, \
              idempotency_key, trace_id, parent_span_id, trace_flags, payload, payload_bytes, \
@@ -619,9 +620,10 @@ async fn check(options: PgConnectOptions) -> TestResult {
             "0027_evc_runtime_v27.sql".to_owned(),
             "0028_evc_runtime_v28.sql".to_owned(),
             "0029_evc_runtime_v29.sql".to_owned(),
-            format!("0030_evc_registry_{}.sql", &digest[..12]),
+            "0030_evc_runtime_v30.sql".to_owned(),
+            format!("0031_evc_registry_{}.sql", &digest[..12]),
             format!(
-                "0031_evc_settings_{}.sql",
+                "0032_evc_settings_{}.sql",
                 &sql::settings_digest(&set)?[..12]
             ),
         ]
