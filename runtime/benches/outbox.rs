@@ -1371,7 +1371,7 @@ async fn claim_ack(
 async fn batch_append(server: &mut Server) -> BenchResult<BatchAppend> {
     let mut runs = BatchRuns::default();
     for run in 0..BATCH_RUNS {
-        // With the fifth step's payload-cap trigger (the figure), the raw COPY of its rows,
+        // With the payload-cap trigger (the figure), the raw COPY of its rows,
         // and without the trigger: what the database-side cap costs a batch append.
         let pool = server.migrated(&format!("batch{run}"), 4).await?;
         let appended = store(pool.clone())?;

@@ -2085,7 +2085,7 @@ ORDER BY generation";
 pub(crate) const ANALYZE_OUTBOX: [&str; 2] =
     ["VACUUM ANALYZE evc_deliveries", "ANALYZE evc_events"];
 
-/// Switches the database-side payload cap off (the fifth runtime step's trigger).
+/// Switches the database-side payload cap off (the `evc_events_payload_cap` trigger).
 pub(crate) const DISABLE_PAYLOAD_CAP: &str =
     "ALTER TABLE evc_events DISABLE TRIGGER evc_events_payload_cap";
 
