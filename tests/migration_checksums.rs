@@ -174,7 +174,7 @@ const SHIPPED: [(&str, &str); 42] = [
     ),
     (
         "0042_evc_runtime_v30.sql",
-        "d8e1f5f2b9278c9d9ed4a2f4486ba81c9043bcca72563f1f0bcae2cecbac786b",
+        "a43677b5e815679db19fc6cb55626b9d0d275ddceda62e98c26a026ba7c9ffe1",
     ),
 ];
 

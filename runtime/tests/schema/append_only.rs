@@ -306,6 +306,10 @@ async fn the_cap_leaves_copy_its_batches_and_still_refuses_inside_one() -> TestR
                 "the refusal quotes the payload"
             );
         }
+        assert!(
+            !format!("{error:?}").contains(marker),
+            "Debug quotes the payload"
+        );
         assert_eq!(count(&pool, "evc_events").await?, 3);
         Ok(())
     })
