@@ -239,7 +239,8 @@ async fn the_database_refuses_a_payload_over_the_hard_cap() -> TestResult {
 
 /// `COPY` (the batch append's path) writes a page of rows per WAL record only into a table
 /// without a `BEFORE INSERT` row trigger, so the cap is an `AFTER INSERT` trigger: it still
-/// refuses an oversize row inside a `COPY`, which then writes nothing.
+/// refuses an oversize row inside a `COPY`, which then writes nothing, and one under a free
+/// idempotency key; under a taken key, `ON CONFLICT DO NOTHING` skips it first.
 #[tokio::test]
 async fn the_cap_leaves_copy_its_batches_and_still_refuses_inside_one() -> TestResult {
     with_database(|pool| async move {
@@ -311,6 +312,46 @@ async fn the_cap_leaves_copy_its_batches_and_still_refuses_inside_one() -> TestR
             "Debug quotes the payload"
         );
         assert_eq!(count(&pool, "evc_events").await?, 3);
+
+        // An idempotent insert: an oversize row whose key is taken is skipped before the
+        // trigger would run (stored neither way, the first row kept); under a free key it is
+        // refused.
+        let keyed = "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, \
+                     producer_class, idempotency_key, payload, payload_bytes) \
+                     VALUES ($1::uuid, 't', '1.0.0', 'k', 'p', $2, $3::jsonb, 2) \
+                     ON CONFLICT DO NOTHING";
+        let oversize = format!(r#"{{"a":"{text}"}}"#);
+        let first = sqlx::query(keyed)
+            .bind("01890a5d-ac96-774b-bcce-000000000007")
+            .bind("key-1")
+            .bind(r#"{"a":"x"}"#)
+            .execute(&pool)
+            .await?;
+        assert_eq!(first.rows_affected(), 1);
+        let again = sqlx::query(keyed)
+            .bind("01890a5d-ac96-774b-bcce-000000000008")
+            .bind("key-1")
+            .bind(&oversize)
+            .execute(&pool)
+            .await?;
+        assert_eq!(again.rows_affected(), 0, "the taken key's row was skipped");
+        let refused = sqlx::query(keyed)
+            .bind("01890a5d-ac96-774b-bcce-000000000009")
+            .bind("key-2")
+            .bind(&oversize)
+            .execute(&pool)
+            .await;
+        assert!(
+            refused.is_err_and(|error| error.to_string().contains("evc_events_payload_cap")),
+            "an oversize row under a free key is refused"
+        );
+        assert_eq!(count(&pool, "evc_events").await?, 4);
+        let kept: String = sqlx::query_scalar(
+            "SELECT payload::text FROM evc_events WHERE idempotency_key = 'key-1'",
+        )
+        .fetch_one(&pool)
+        .await?;
+        assert_eq!(kept, r#"{"a": "x"}"#);
         Ok(())
     })
     .await
