@@ -4,8 +4,9 @@
 //! Per system: a short sweep of its own knobs on a smaller job count, at 4 and at 16
 //! concurrent handlers (or those of `PEER_BENCH_HANDLERS`); then the full run (100,000 jobs
 //! pre-inserted, drained) at the best setting of each concurrency; then one table with every
-//! system's insert rate, drain rates and evc's ratio to the best peer. Last, evc's produce-to-handler latency at a steady
-//! 1,000 events/s. Every run gets a fresh database, created here and dropped after it.
+//! system's insert rate, drain rates and evc's ratio to the best peer. Last, evc's
+//! produce-to-handler latency at a steady 1,000 events/s. Every run gets a fresh database,
+//! created here and dropped after it.
 //!
 //! ```sh
 //! cargo run --release                               # everything
