@@ -131,7 +131,7 @@ async fn claims_and_acks_read_their_rows(admin: &PgPool, store: &PgStore) -> Tes
 
 /// Rows of `evc_deliveries` and `evc_events` that sequential scans read so far, including
 /// those of the other sessions of `pool` (a pool of one connection: recovery runs on it too).
-async fn flushed_sequential_reads(pool: &PgPool) -> Result<i64, sqlx::Error> {
+pub(crate) async fn flushed_sequential_reads(pool: &PgPool) -> Result<i64, sqlx::Error> {
     let mut connection = pool.acquire().await?;
     // A backend reports its counts when it goes idle, at most once a second unless forced:
     // forced here, for the statement before and this one.

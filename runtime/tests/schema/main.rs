@@ -19,3 +19,4 @@ mod roles;
 mod settled;
 mod sqlite_migrations;
 mod tenants;
+mod trace_index;

@@ -1,0 +1,148 @@
+//! The trace timeline finds a trace's events through the trace index (`trace_id, seq`), also
+//! where row-level security applies: PostgreSQL searches an index under a policy only with a
+//! condition built of leakproof functions, and `text = text` is one. An index keyed by an
+//! expression over the trace id (a hash, say) would not be searched there, and every tenant's
+//! timeline would read every event (docs/design.md, "The trace index keeps the trace id").
+
+use std::error::Error;
+
+use evc_runtime::{
+    AppendOptions, Console, NewEvent, OutgoingEvent, PgStore, Registry, Role, Store, TenantScope,
+    TimelineEntry, TraceContext,
+};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use uuid::Uuid;
+
+use crate::claim_plans::flushed_sequential_reads;
+use crate::roles::with_logins;
+use crate::support::{self, DISPATCH_REGISTRY, TestResult};
+
+/// The trace looked up; every other event has a trace of its own.
+const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+const OTHERS: u64 = 5_000;
+
+/// The dispatch registry with tenants required.
+const TENANT_REGISTRY: Registry = Registry {
+    require_tenant_scope: true,
+    ..DISPATCH_REGISTRY
+};
+
+type BoxError = Box<dyn Error + Send + Sync>;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_timeline_reads_its_events_through_the_trace_index() -> TestResult {
+    support::with_database(|pool| async move {
+        let single = one_connection(&pool).await?;
+        let store = PgStore::new(single.clone(), DISPATCH_REGISTRY)?;
+        let wanted = append_traced(&store, None).await?;
+        analyze(&pool).await?;
+        reads_through_the_index(&single, wanted, || store.timeline(TRACE)).await
+    })
+    .await
+}
+
+/// With tenants required, a tenant's reader (a login, not the tables' owner, so the policies
+/// apply) finds its tenant's events of the trace through the index too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_trace_timeline_reads_through_the_trace_index() -> TestResult {
+    with_logins(|admin, logins| async move {
+        sqlx::query("UPDATE evc_settings SET require_tenant_scope = true")
+            .execute(&admin)
+            .await?;
+        let acme = TenantScope::only("acme")?;
+        let producer = PgStore::new(
+            logins
+                .pool_for(&admin, Role::Producer, Some(acme.clone()))
+                .await?,
+            TENANT_REGISTRY,
+        )?;
+        let wanted = append_traced(&producer, Some("acme")).await?;
+        analyze(&admin).await?;
+        let reader =
+            one_connection(&logins.pool_for(&admin, Role::Reader, Some(acme)).await?).await?;
+        let under: bool = sqlx::query_scalar("SELECT row_security_active('evc_events')")
+            .fetch_one(&reader)
+            .await?;
+        assert!(under, "row-level security does not apply to the reader");
+        let console = Console::connect(reader.clone()).await?;
+        reads_through_the_index(&reader, wanted, || console.timeline(TRACE)).await
+    })
+    .await
+}
+
+/// A pool of one connection with `pool`'s options: the statistics it flushes are the
+/// timeline's own.
+async fn one_connection(pool: &PgPool) -> Result<PgPool, sqlx::Error> {
+    PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with((*pool.connect_options()).clone())
+        .await
+}
+
+/// As autovacuum does once a table has grown: the planner then knows the table is large.
+async fn analyze(admin: &PgPool) -> Result<(), sqlx::Error> {
+    sqlx::query("ANALYZE evc_events").execute(admin).await?;
+    sqlx::query("ANALYZE evc_deliveries").execute(admin).await?;
+    Ok(())
+}
+
+/// Appends [`OTHERS`] notes, each in a trace of its own, with three of [`TRACE`] among them
+/// (two in the middle, one last), in one batch (of `tenant`, when given); the three ids.
+async fn append_traced(store: &PgStore, tenant: Option<&str>) -> Result<Vec<Uuid>, BoxError> {
+    let note = |trace: &str, n: u64| -> Result<NewEvent, BoxError> {
+        let context = TraceContext::new(trace, support::SPAN_ID, 1)?;
+        let payload = support::note(&support::note_key(n));
+        let order_key = Some(evc_runtime::order_key_part(&payload["note_id"]));
+        let event = OutgoingEvent::new("test.note", "1.0.0", order_key, &context, &payload)?;
+        let options = match tenant {
+            Some(tenant) => AppendOptions::new().tenant_scope(tenant),
+            None => AppendOptions::new(),
+        };
+        Ok(NewEvent::new(event, options))
+    };
+    let mut batch = (0..OTHERS)
+        .map(|n| note(&format!("{:032x}", n + 1), n))
+        .collect::<Result<Vec<_>, _>>()?;
+    batch.splice(
+        1_000..1_000,
+        [note(TRACE, OTHERS)?, note(TRACE, OTHERS + 1)?],
+    );
+    batch.push(note(TRACE, OTHERS + 2)?);
+    let mut tx = store.begin().await?;
+    let receipts = store.append_batch(&mut tx, batch).await?;
+    tx.commit().await?;
+    Ok([1_000, 1_001, receipts.len() - 1]
+        .iter()
+        .map(|&i| receipts[i].event_id)
+        .collect())
+}
+
+/// Runs `timeline` six times on `single` (from the sixth run on, PostgreSQL may keep a generic
+/// plan): each returns the `wanted` events in order and reads no row by a sequential scan.
+async fn reads_through_the_index<F, Fut, E>(
+    single: &PgPool,
+    wanted: Vec<Uuid>,
+    timeline: F,
+) -> TestResult
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<Vec<TimelineEntry>, E>>,
+    E: Error + Send + Sync + 'static,
+{
+    for run in 1..=6 {
+        let before = flushed_sequential_reads(single).await?;
+        let entries = timeline().await?;
+        let read = flushed_sequential_reads(single).await? - before;
+        let events: Vec<Uuid> = entries
+            .iter()
+            .filter(|entry| entry.kind == "event")
+            .map(|entry| entry.event_id)
+            .collect();
+        assert_eq!(events, wanted, "run {run}: the trace's events, in order");
+        assert_eq!(
+            read, 0,
+            "run {run}: the timeline read {read} rows by sequential scans"
+        );
+    }
+    Ok(())
+}
