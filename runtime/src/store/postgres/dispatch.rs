@@ -2,6 +2,7 @@
 //! lease-expiry recovery and the idempotent effect row. Statements live in [`super::sql`];
 //! docs/runtime.md ("Dispatch") explains the claim and the fencing.
 
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -302,8 +303,10 @@ impl PgStore {
         }
         // Held deliveries commit with the claiming transaction: so does their replay's end.
         self.end_replays(transaction, &replays).await?;
+        // A set: a batch of 500 would otherwise compare 250,000 pairs.
+        let acked_ids: HashSet<Uuid> = acked.iter().copied().collect();
         for lease in leases {
-            if !(lease.consumer == first.consumer && acked.contains(&lease.event_id)) {
+            if !(lease.consumer == first.consumer && acked_ids.contains(&lease.event_id)) {
                 self.count_stale(lease.event_id, &lease.consumer, lease.token);
             }
         }
