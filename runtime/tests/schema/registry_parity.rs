@@ -150,3 +150,57 @@ async fn generated_producers_append_through_the_store() -> TestResult {
     })
     .await
 }
+
+/// A settings row in force whose schedules, lag thresholds or cut-over gates the runtime
+/// cannot read stops `deployed_registry` with an error that names the row and what is wrong
+/// with the column, never its content; it neither panics nor runs without them.
+#[tokio::test]
+async fn unreadable_deployed_settings_are_refused_by_column() -> TestResult {
+    with_database(|pool| async move {
+        let deployed = evc_runtime::deployed_registry(&pool).await?;
+        // Each column is read only when the contracts set it.
+        assert!(!deployed.schedules.is_empty(), "the contracts' schedules");
+        assert!(!deployed.lag_thresholds.is_empty(), "the contracts' thresholds");
+        assert!(!deployed.cutover_gates.is_empty(), "the contracts' gates");
+        for (column, value, says) in [
+            (
+                "schedules",
+                r#"[{"name": "secret-name", "cron": "0 3 * * *", "event": "e", "missed": "later", "catch_up_limit": 1, "tenant_scope": null}]"#,
+                "evc_settings: a schedule's `missed` is neither `skip` nor `catch_up`",
+            ),
+            (
+                "lag_thresholds",
+                r#"{"secret-name": 1}"#,
+                "evc_settings: the lag thresholds are not a list of thresholds",
+            ),
+            (
+                "cutover_gates",
+                r#"[{"secret-name": true}]"#,
+                "evc_settings: the cut-over gates are not a list of gates",
+            ),
+        ] {
+            let set = |value: String| {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "UPDATE evc_settings SET {column} = $1::jsonb WHERE id"
+                )))
+                .bind(value)
+            };
+            let kept: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT {column}::text FROM evc_settings WHERE id"
+            )))
+            .fetch_one(&pool)
+            .await?;
+            set(value.to_owned()).execute(&pool).await?;
+            let Err(error) = evc_runtime::deployed_registry(&pool).await else {
+                panic!("{column}: an unreadable column must refuse the registry");
+            };
+            set(kept).execute(&pool).await?;
+            evc_runtime::deployed_registry(&pool).await?;
+            let message = error.to_string();
+            assert!(message.contains(says), "{column}: {message}");
+            assert!(!message.contains("secret-name"), "{column}: {message}");
+        }
+        Ok(())
+    })
+    .await
+}

@@ -195,15 +195,11 @@ async fn deployed_scheduling(
     else {
         return Ok((&[], &[]));
     };
-    let broken = |what: String| {
-        DispatchError::Database(sqlx::Error::Decode(format!("evc_settings: {what}").into()))
-    };
     let parse = |column: &str| -> Result<serde_json::Value, DispatchError> {
-        let text: String = row.try_get(column)?;
-        serde_json::from_str(&text).map_err(|_| broken(format!("{column} is not JSON")))
+        setting_json(&row.try_get::<String, _>(column)?, column)
     };
-    let schedules = scheduling::schedules_of(parse("schedules")?).map_err(broken)?;
-    let thresholds = scheduling::thresholds_of(parse("lag_thresholds")?).map_err(broken)?;
+    let schedules = scheduling::schedules_of(parse("schedules")?).map_err(broken_setting)?;
+    let thresholds = scheduling::thresholds_of(parse("lag_thresholds")?).map_err(broken_setting)?;
     Ok((schedules, thresholds))
 }
 
@@ -283,11 +279,19 @@ async fn settings_column<T>(
     else {
         return Ok(None);
     };
-    let broken = |what: String| {
-        DispatchError::Database(sqlx::Error::Decode(format!("evc_settings: {what}").into()))
-    };
-    let value = serde_json::from_str(&text).map_err(|_| broken(format!("{column} is not JSON")))?;
-    parse(value).map(Some).map_err(broken)
+    parse(setting_json(&text, column)?)
+        .map(Some)
+        .map_err(broken_setting)
+}
+
+/// The JSON of settings column `column`, read as `text`.
+fn setting_json(text: &str, column: &str) -> Result<serde_json::Value, DispatchError> {
+    serde_json::from_str(text).map_err(|_| broken_setting(format!("{column} is not JSON")))
+}
+
+/// A settings row the runtime cannot read: `what` says which column and why.
+fn broken_setting(what: String) -> DispatchError {
+    DispatchError::Database(sqlx::Error::Decode(format!("evc_settings: {what}").into()))
 }
 
 /// The names of the deployed schedules and the (consumer, producer class) of the deployed lag
