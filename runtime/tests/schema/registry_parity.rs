@@ -152,13 +152,13 @@ async fn generated_producers_append_through_the_store() -> TestResult {
 }
 
 /// A settings row in force whose schedules, lag thresholds or cut-over gates the runtime
-/// cannot read stops `deployed_registry` with an error that names the row and what is wrong
+/// cannot read stops `deployed_registry` with an error that names the table and what is wrong
 /// with the column, never its content; it neither panics nor runs without them.
 #[tokio::test]
 async fn unreadable_deployed_settings_are_refused_by_column() -> TestResult {
     with_database(|pool| async move {
         let deployed = evc_runtime::deployed_registry(&pool).await?;
-        // Each column is read only when the contracts set it.
+        // The contracts set all three, so each column broken below is one the registry reads.
         assert!(!deployed.schedules.is_empty(), "the contracts' schedules");
         assert!(!deployed.lag_thresholds.is_empty(), "the contracts' thresholds");
         assert!(!deployed.cutover_gates.is_empty(), "the contracts' gates");

@@ -24,7 +24,7 @@ const CONSUMER: &str = "d.unordered";
 
 /// The dispatch registry with tenants required, as contracts with
 /// `envelope.require_tenant_scope` compile it.
-const TENANT_REGISTRY: Registry = Registry {
+pub(crate) const TENANT_REGISTRY: Registry = Registry {
     require_tenant_scope: true,
     ..DISPATCH_REGISTRY
 };

@@ -5,7 +5,7 @@ use sqlx::Row;
 use sqlx::postgres::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use super::{PgStore, operations, sql};
+use super::{PgStore, deployed, operations, sql};
 use crate::registry::ConsumerMode;
 use crate::store::cutover::{self, CutoverReport, CutoverTerms, GateProgress, ShadowRun};
 use crate::store::ops::{StateChange, check_change};
@@ -98,23 +98,18 @@ pub(crate) async fn deployed_gate_list(
         #[serde(flatten)]
         terms: CutoverTerms,
     }
-    if !sqlx::query_scalar::<_, bool>(sql::HAS_CUTOVER)
-        .fetch_one(pool)
-        .await?
-    {
-        return Ok(Vec::new());
-    }
-    let Some(text) = sqlx::query_scalar::<_, String>(sql::DEPLOYED_GATES)
-        .fetch_optional(pool)
-        .await?
-    else {
-        return Ok(Vec::new());
-    };
-    let gates: Vec<Gate> = serde_json::from_str(&text).map_err(|_| {
-        DispatchError::Database(sqlx::Error::Decode(
-            "evc_settings: the cut-over gates are not a list of gates".into(),
-        ))
-    })?;
+    let gates: Vec<Gate> = deployed::settings_column(
+        pool,
+        sql::HAS_CUTOVER,
+        sql::DEPLOYED_GATES,
+        "cutover_gates",
+        |value| {
+            serde_json::from_value(value)
+                .map_err(|_| "the cut-over gates are not a list of gates".to_owned())
+        },
+    )
+    .await?
+    .unwrap_or_default();
     let mut gates: Vec<(String, CutoverTerms)> =
         gates.into_iter().map(|g| (g.consumer, g.terms)).collect();
     gates.sort_by(|a, b| a.0.cmp(&b.0));

@@ -262,7 +262,7 @@ async fn deployed_evidence(
 /// A JSON column of the settings row that a later runtime step added, parsed by `parse`:
 /// `None` when the step is not applied (`has` answers false) or the settings in force were
 /// written without it (`read`, one text column, finds no row).
-async fn settings_column<T>(
+pub(super) async fn settings_column<T>(
     pool: &PgPool,
     has: &'static str,
     read: &'static str,
