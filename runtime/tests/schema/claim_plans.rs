@@ -130,8 +130,8 @@ async fn claims_and_acks_read_their_rows(admin: &PgPool, store: &PgStore) -> Tes
 }
 
 /// Rows of `evc_deliveries` and `evc_events` that sequential scans of the whole database read
-/// so far, as reported: `pool`'s one session (recovery runs on it too) is made to report
-/// first; any other session reports on its own schedule.
+/// so far, as reported: `pool`'s one session is made to report first; any other session
+/// reports on its own schedule.
 pub(crate) async fn flushed_sequential_reads(pool: &PgPool) -> Result<i64, sqlx::Error> {
     let mut connection = pool.acquire().await?;
     // A backend reports its counts when it goes idle, at most once a second unless forced:

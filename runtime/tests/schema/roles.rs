@@ -9,7 +9,7 @@ use evc_runtime::{
     AppendOptions, Console, DispatchError, FailureClass, Observe, Operate, PgStore, PurgeError,
     ReplayApproval, ReplayError, ReplaySelection, RetryDecision, Role, Store, TenantScope,
 };
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Executor};
 
 use crate::support::{self, DISPATCH_REGISTRY, TRACE_ID, TestResult, with_database};
@@ -147,6 +147,20 @@ impl Logins {
         role: Role,
         scope: Option<TenantScope>,
     ) -> Result<PgPool, sqlx::Error> {
+        PgPoolOptions::new()
+            .max_connections(2)
+            .connect_with(self.options_for(admin, role, scope))
+            .await
+    }
+
+    /// The connect options of [`Self::pool_for`]: the login of `role`, taking the role, on the
+    /// rows of `scope`.
+    pub(crate) fn options_for(
+        &self,
+        admin: &PgPool,
+        role: Role,
+        scope: Option<TenantScope>,
+    ) -> PgConnectOptions {
         let options = (*admin.connect_options())
             .clone()
             .username(&self.name(role));
@@ -154,10 +168,7 @@ impl Logins {
             Some(scope) => scope.connect_options(options),
             None => options,
         };
-        PgPoolOptions::new()
-            .max_connections(2)
-            .connect_with(role.connect_options(options))
-            .await
+        role.connect_options(options)
     }
 
     pub(crate) async fn drop(self, admin: &PgPool) -> Result<(), sqlx::Error> {

@@ -11,7 +11,7 @@ use evc_runtime::{
     AppendOptions, Console, NewEvent, OutgoingEvent, PgStore, Role, Store, TenantScope,
     TimelineEntry, TraceContext,
 };
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use uuid::Uuid;
 
 use crate::claim_plans::flushed_sequential_reads;
@@ -30,7 +30,7 @@ type BoxError = Box<dyn Error + Send + Sync>;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trace_timeline_reads_its_events_through_the_trace_index() -> TestResult {
     support::with_database(|pool| async move {
-        let single = one_connection(&pool).await?;
+        let single = one_connection((*pool.connect_options()).clone()).await?;
         let store = PgStore::new(single.clone(), DISPATCH_REGISTRY)?;
         let wanted = append_traced(&store, None).await?;
         analyze(&pool).await?;
@@ -50,18 +50,13 @@ async fn a_tenants_trace_timeline_reads_through_the_trace_index() -> TestResult 
             .await?;
         let acme = TenantScope::only("acme")?;
         // One connection, made to report its counts before the timeline's are read.
-        let producer_pool = one_connection(
-            &logins
-                .pool_for(&admin, Role::Producer, Some(acme.clone()))
-                .await?,
-        )
-        .await?;
+        let producer_pool =
+            one_connection(logins.options_for(&admin, Role::Producer, Some(acme.clone()))).await?;
         let producer = PgStore::new(producer_pool.clone(), TENANT_REGISTRY)?;
         let wanted = append_traced(&producer, Some("acme")).await?;
         analyze(&admin).await?;
         flushed_sequential_reads(&producer_pool).await?;
-        let reader =
-            one_connection(&logins.pool_for(&admin, Role::Reader, Some(acme)).await?).await?;
+        let reader = one_connection(logins.options_for(&admin, Role::Reader, Some(acme))).await?;
         let under: bool = sqlx::query_scalar("SELECT row_security_active('evc_events')")
             .fetch_one(&reader)
             .await?;
@@ -72,12 +67,11 @@ async fn a_tenants_trace_timeline_reads_through_the_trace_index() -> TestResult 
     .await
 }
 
-/// A pool of one connection with `pool`'s options: the statistics it flushes are the
-/// timeline's own.
-async fn one_connection(pool: &PgPool) -> Result<PgPool, sqlx::Error> {
+/// A pool of one connection with `options`: the statistics it flushes are its own.
+async fn one_connection(options: PgConnectOptions) -> Result<PgPool, sqlx::Error> {
     PgPoolOptions::new()
         .max_connections(1)
-        .connect_with((*pool.connect_options()).clone())
+        .connect_with(options)
         .await
 }
 
