@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 42] = [
+const SHIPPED: [(&str, &str); 43] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -175,6 +175,10 @@ const SHIPPED: [(&str, &str); 42] = [
     (
         "0042_evc_runtime_v30.sql",
         "a43677b5e815679db19fc6cb55626b9d0d275ddceda62e98c26a026ba7c9ffe1",
+    ),
+    (
+        "0043_evc_runtime_v31.sql",
+        "ba8097914a2da0dd94ac17138b6c41041df1fb9523347f5ebcfc50c3835cf15f",
     ),
 ];
 

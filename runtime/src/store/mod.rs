@@ -211,7 +211,7 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// Acks leases on `connection`, each fenced on its own (still leased to its owner with its
     /// token, or held by the transaction open on `connection`): every acked delivery is
-    /// deleted and gets its `acked` attempt row (started at [`Lease::started_at`]). Stale
+    /// deleted and gets its `acked` attempt (started at [`Lease::started_at`]). Stale
     /// leases write nothing; they are counted and returned. On a transaction, the acks commit
     /// with it (the transactional kind acks in its handler's transaction).
     ///
@@ -483,7 +483,7 @@ pub trait Store: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<sqlx::Transaction<'c, Self::Database>, DispatchError>> + Send;
 
     /// The newest generation of `event_id`'s delivery to `consumer` (`None`: no such delivery,
-    /// or it was acked: an ack deletes the delivery, its `acked` attempt row is its record).
+    /// or it was acked: an ack deletes the delivery, its `acked` attempt is its record).
     ///
     /// # Errors
     /// [`DispatchError::Database`].
@@ -518,7 +518,7 @@ pub trait Store: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<AttemptRecord>, DispatchError>> + Send;
 
     /// Delivery rows of `consumer` in any of `statuses` (empty: every status). Acked
-    /// deliveries have no row; count their attempt rows instead ([`Store::attempts`]).
+    /// deliveries have no row; count their attempts instead ([`Store::attempts`]).
     ///
     /// # Errors
     /// [`DispatchError::Database`].
@@ -837,14 +837,14 @@ impl Lease {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct AckBatch {
-    /// Deliveries acked (each with its attempt row).
+    /// Deliveries acked (each with its attempt).
     pub acked: usize,
     /// Entries refused for a stale token (or another owner, or already settled), in input
     /// order: `(event_id, consumer, token)` as presented.
     pub stale: Vec<(Uuid, String, i64)>,
 }
 
-/// A delivery row's status. An acked delivery has no row (its `acked` attempt row is its
+/// A delivery row's status. An acked delivery has no row (its `acked` attempt is its
 /// record); [`DeliveryStatus::Acked`] is only found in PostgreSQL rows acked before acks
 /// deleted the delivery (the fourth runtime step).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -966,7 +966,7 @@ pub struct EventRecord {
     pub payload_bytes: u64,
 }
 
-/// One attempt row: written once when an attempt ends (acked, failed, or its lease recovered).
+/// One attempt: written once when an attempt ends (acked, failed, or its lease recovered).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct AttemptRecord {

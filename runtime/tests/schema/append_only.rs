@@ -17,6 +17,7 @@ use sqlx::{AssertSqlSafe, Connection};
 const LEDGERS: &[(&str, &str)] = &[
     ("evc_events", "order_key = order_key"),
     ("evc_delivery_attempts", "outcome = outcome"),
+    ("evc_acked_batches", "owner = owner"),
     ("evc_validation_rejects", "reason_code = reason_code"),
     ("evc_replays", "reason = reason"),
     ("evc_replay_items", "consumer = consumer"),
@@ -37,6 +38,10 @@ async fn one_row_each(pool: &PgPool) -> Result<(), sqlx::Error> {
              started_at, finished_at, outcome, duration_ms) \
          VALUES ('01890a5d-ac96-774b-bcce-000000000001', 'c', 1, 'w', 1, now(), now(), \
              'acked', 0); \
+         INSERT INTO evc_acked_batches (consumer, owner, seq_bucket, finished_at, event_ids, \
+             generations, attempts, fencing_tokens, started_at) \
+         VALUES ('c', 'w', 0, now(), '{01890a5d-ac96-774b-bcce-000000000001}', '{0}', '{1}', \
+             '{1}', ARRAY[now()]); \
          INSERT INTO evc_validation_rejects (event_type, reason_code, payload_digest) \
          VALUES ('t', 'oversize', 'd'); \
          INSERT INTO evc_plans (kind, consumer, plan_digest, deliveries, planned_by) \
@@ -378,6 +383,31 @@ async fn rows_of(pool: &PgPool, table: &str, counts: &[i64]) -> Result<i64, sqlx
     .await
 }
 
+/// The attempts recorded of the notes with `count` in `counts`: attempt rows, and acked
+/// attempts in their batch rows.
+async fn attempts_of(pool: &PgPool, counts: &[i64]) -> Result<i64, sqlx::Error> {
+    let batched: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM evc_acked_batches b \
+         CROSS JOIN LATERAL unnest(b.event_ids) AS u (event_id) \
+         JOIN evc_events e ON e.event_id = u.event_id \
+         WHERE (e.payload->>'count')::int8 = ANY($1)",
+    )
+    .bind(counts)
+    .fetch_one(pool)
+    .await?;
+    Ok(rows_of(pool, "evc_delivery_attempts", counts).await? + batched)
+}
+
+/// Every attempt recorded: attempt rows, and acked attempts in their batch rows.
+async fn all_attempts(pool: &PgPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM evc_delivery_attempts) \
+             + (SELECT coalesce(sum(cardinality(event_ids)), 0) FROM evc_acked_batches)::int8",
+    )
+    .fetch_one(pool)
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purge_removes_old_settled_rows_keeps_open_ones_and_is_audited() -> TestResult {
     with_database(|pool| async move {
@@ -418,7 +448,7 @@ async fn a_purge_removes_old_settled_rows_keeps_open_ones_and_is_audited() -> Te
             }
         }
         assert_eq!(count(&pool, "evc_events").await?, 5);
-        let attempts_before = count(&pool, "evc_delivery_attempts").await?;
+        let attempts_before = all_attempts(&pool).await?;
 
         // Refused before anything is read: no audit row, nothing deleted.
         let refused = store.purge_events(cutoff, " ", "ops@example").await;
@@ -441,17 +471,13 @@ async fn a_purge_removes_old_settled_rows_keeps_open_ones_and_is_audited() -> Te
             purged.attempts, 9,
             "three notes, three consumers, one attempt each"
         );
-        assert_eq!(
-            rows_of(&pool, "evc_delivery_attempts", &[0, 1, 2]).await?,
-            0
-        );
+        assert_eq!(attempts_of(&pool, &[0, 1, 2]).await?, 0);
         assert_eq!(count(&pool, "evc_events").await?, 2);
         assert_eq!(rows_of(&pool, "evc_deliveries", &[3]).await?, 1);
-        assert_eq!(rows_of(&pool, "evc_delivery_attempts", &[3]).await?, 2);
-        assert_eq!(
-            count(&pool, "evc_delivery_attempts").await?,
-            attempts_before - 9
-        );
+        // Note 3's acks shared batch rows with notes 0 to 2: those rows were written anew
+        // with note 3's attempts alone.
+        assert_eq!(attempts_of(&pool, &[3]).await?, 2);
+        assert_eq!(all_attempts(&pool).await?, attempts_before - 9);
         // The audit row.
         let (ledger, reason, actor, counts, at_cutoff): (String, String, String, String, bool) =
             sqlx::query_as(
@@ -491,7 +517,7 @@ async fn a_purge_removes_old_settled_rows_keeps_open_ones_and_is_audited() -> Te
             .await?;
         assert_eq!((later.events, later.deliveries), (2, 0));
         assert_eq!(count(&pool, "evc_events").await?, 0);
-        assert_eq!(count(&pool, "evc_delivery_attempts").await?, 0);
+        assert_eq!(all_attempts(&pool).await?, 0);
         assert_eq!(count(&pool, "evc_purges").await?, 2);
         Ok(())
     })
@@ -532,6 +558,59 @@ async fn a_reject_purge_is_audited() -> TestResult {
                 r#"{"evc_validation_rejects": 2}"#
             ]
         );
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_keeps_the_acked_attempts_it_does_not_expire_from_a_shared_batch_row() -> TestResult
+{
+    with_database(|pool| async move {
+        let store = dispatch_store(&pool, 4).await?;
+        // Notes 0..2 before the cutoff, note 100 after it, each acked by every consumer in one
+        // ack per consumer: one batch row per consumer holds old and new notes together.
+        let old = append_notes(&store, 3, 3).await?;
+        let cutoff = database_now(&pool).await?;
+        support::append_numbered(&store, "test.note", 100..101, |_| "late").await?;
+        let consumers = [("d.leased", true), ("d.tx", true), ("d.unordered", false)];
+        for (consumer, per_key) in consumers {
+            let claimed = support::claim(&store, consumer, "w/1", 10, LEASE, per_key).await?;
+            assert_eq!(claimed.len(), 4, "{consumer}");
+            let leases: Vec<&evc_runtime::Lease> = claimed.iter().map(|c| &c.lease).collect();
+            assert_eq!(support::ack(&store, &leases).await?.acked, 4, "{consumer}");
+        }
+        let rows: Vec<(i64, i32)> =
+            sqlx::query_as("SELECT count(*), min(cardinality(event_ids)) FROM evc_acked_batches")
+                .fetch_all(&pool)
+                .await?;
+        assert_eq!(rows, [(3, 4)], "one row of four attempts per consumer");
+        let late: uuid::Uuid = sqlx::query_scalar(
+            "SELECT event_id FROM evc_events WHERE (payload->>'count')::int8 = 100",
+        )
+        .fetch_one(&pool)
+        .await?;
+        let mut kept = Vec::new();
+        for (consumer, _) in consumers {
+            kept.push(store.attempts(late, consumer).await?);
+        }
+
+        let purged = store
+            .purge_events(cutoff, "retention", "ops@example")
+            .await?;
+        assert_eq!((purged.events, purged.attempts), (3, 9));
+        assert_eq!(attempts_of(&pool, &[0, 1, 2]).await?, 0);
+        assert_eq!(attempts_of(&pool, &[100]).await?, 3);
+        for receipt in &old {
+            for (consumer, _) in consumers {
+                assert!(store.attempts(receipt.event_id, consumer).await?.is_empty());
+            }
+        }
+        // Note 100's attempts are read back as they were written.
+        for ((consumer, _), before) in consumers.iter().zip(&kept) {
+            assert_eq!(before.len(), 1, "{consumer}");
+            assert_eq!(&store.attempts(late, consumer).await?, before, "{consumer}");
+        }
         Ok(())
     })
     .await

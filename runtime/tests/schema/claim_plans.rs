@@ -18,12 +18,12 @@ use crate::support::{self, DISPATCH_REGISTRY, TestResult};
 fn sequential_reads_in(view: &str) -> AssertSqlSafe<String> {
     AssertSqlSafe(format!(
         "SELECT coalesce(sum(seq_tup_read), 0)::int8 FROM {view} \
-         WHERE relname IN ('evc_deliveries', 'evc_events')"
+         WHERE relname IN ('evc_deliveries', 'evc_events', 'evc_acked_batches')"
     ))
 }
 
-/// Rows of `evc_deliveries` and `evc_events` that sequential scans of `connection`'s
-/// transaction read so far.
+/// Rows of `evc_deliveries`, `evc_events` and `evc_acked_batches` that sequential scans of
+/// `connection`'s transaction read so far.
 async fn sequential_reads(connection: &mut PgConnection) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(sequential_reads_in("pg_stat_xact_user_tables"))
         .fetch_one(connection)
@@ -129,8 +129,8 @@ async fn claims_and_acks_read_their_rows(admin: &PgPool, store: &PgStore) -> Tes
     Ok(())
 }
 
-/// Rows of `evc_deliveries` and `evc_events` that sequential scans of the whole database read
-/// so far, as reported: `pool`'s one session is made to report first; any other session
+/// Rows of `evc_deliveries`, `evc_events` and `evc_acked_batches` that sequential scans of the
+/// whole database read so far, as reported: `pool`'s one session is made to report first; any other session
 /// reports on its own schedule.
 pub(crate) async fn flushed_sequential_reads(pool: &PgPool) -> Result<i64, sqlx::Error> {
     let mut connection = pool.acquire().await?;

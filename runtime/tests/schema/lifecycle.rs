@@ -621,8 +621,8 @@ async fn a_replay_whose_deliveries_all_ack_emits_completed_once() -> TestResult 
         assert_eq!(payload["failed_count"], 0);
         assert!(payload["completed_at"].is_string());
         let ack_xmins: Vec<String> = sqlx::query_scalar(
-            "SELECT DISTINCT xmin::text FROM evc_delivery_attempts \
-             WHERE generation = 1 AND outcome = 'acked' AND event_id = ANY($1)",
+            "SELECT DISTINCT xmin::text FROM evc_acked_batches \
+             WHERE 1 = ANY (generations) AND event_ids && $1",
         )
         .bind(vec![claimed[1].lease.event_id, claimed[2].lease.event_id])
         .fetch_all(&pool)

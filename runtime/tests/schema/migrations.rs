@@ -65,6 +65,7 @@ fn is_runtime_step(name: &str) -> bool {
         sql::RUNTIME_V28_SUFFIX,
         sql::RUNTIME_V29_SUFFIX,
         sql::RUNTIME_V30_SUFFIX,
+        sql::RUNTIME_V31_SUFFIX,
     ]
     .iter()
     .any(|suffix| name.ends_with(suffix))
@@ -104,7 +105,7 @@ async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
         is_runtime_step(name) || name.contains("_evc_registry_")
     })
     .await?;
-    assert_eq!(steps.len(), 30);
+    assert_eq!(steps.len(), 31);
     sqlx::raw_sql(
         "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, producer_class, \
              idempotency_key, trace_id, parent_span_id, trace_flags, payload, payload_bytes, \
@@ -266,9 +267,10 @@ async fn replay_keys_per_consumer(options: PgConnectOptions) -> TestResult {
             || name.ends_with(sql::RUNTIME_V25_SUFFIX)
             || name.ends_with(sql::RUNTIME_V28_SUFFIX)
             || name.ends_with(sql::RUNTIME_V29_SUFFIX)
+            || name.ends_with(sql::RUNTIME_V31_SUFFIX)
     })
     .await?;
-    assert_eq!(held.len(), 12);
+    assert_eq!(held.len(), 13);
     let eighth = &held[..1];
     sqlx::raw_sql(
         "INSERT INTO evc_replays (id, plan_digest, reason, approval_ref, idempotency_key, \
@@ -356,9 +358,10 @@ async fn two_person_rule(options: PgConnectOptions) -> TestResult {
             || name.ends_with(sql::RUNTIME_V25_SUFFIX)
             || name.ends_with(sql::RUNTIME_V28_SUFFIX)
             || name.ends_with(sql::RUNTIME_V29_SUFFIX)
+            || name.ends_with(sql::RUNTIME_V31_SUFFIX)
     })
     .await?;
-    assert_eq!(held.len(), 11);
+    assert_eq!(held.len(), 12);
     let ninth = &held[..1];
     sqlx::raw_sql(
         "INSERT INTO evc_replays (id, consumer, plan_digest, reason, approval_ref, \
@@ -621,9 +624,10 @@ async fn check(options: PgConnectOptions) -> TestResult {
             "0028_evc_runtime_v28.sql".to_owned(),
             "0029_evc_runtime_v29.sql".to_owned(),
             "0030_evc_runtime_v30.sql".to_owned(),
-            format!("0031_evc_registry_{}.sql", &digest[..12]),
+            "0031_evc_runtime_v31.sql".to_owned(),
+            format!("0032_evc_registry_{}.sql", &digest[..12]),
             format!(
-                "0032_evc_settings_{}.sql",
+                "0033_evc_settings_{}.sql",
                 &sql::settings_digest(&set)?[..12]
             ),
         ]

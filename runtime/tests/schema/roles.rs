@@ -464,6 +464,17 @@ async fn jobs(admin: &PgPool, logins: &Logins) -> TestResult {
         )
         .await
     );
+    assert!(raw_denied(producer.pool(), "SELECT count(*) FROM evc_acked_batches").await);
+    assert!(
+        raw_denied(
+            producer.pool(),
+            "INSERT INTO evc_acked_batches (consumer, owner, seq_bucket, finished_at, \
+                 event_ids, generations, attempts, fencing_tokens, started_at) \
+             VALUES ('c', 'w', 0, now(), '{01890a5d-ac96-774b-bcce-000000000001}', '{0}', \
+                 '{1}', '{1}', ARRAY[now()])"
+        )
+        .await
+    );
 
     // The dispatcher claims and settles: two dead, one quarantined, one acked.
     let dispatcher = PgStore::new(
@@ -624,6 +635,7 @@ async fn jobs(admin: &PgPool, logins: &Logins) -> TestResult {
     // It deletes only through the purge: by hand, not even an expired row.
     assert!(raw_denied(&retention_pool, "DELETE FROM evc_events").await);
     assert!(raw_denied(&retention_pool, "DELETE FROM evc_delivery_attempts").await);
+    assert!(raw_denied(&retention_pool, "DELETE FROM evc_acked_batches").await);
     assert!(raw_denied(&retention_pool, "DELETE FROM evc_consumer_effects").await);
     assert!(
         raw_denied(

@@ -432,8 +432,18 @@ async fn two_tenants(admin: &PgPool, logins: &Logins) -> TestResult {
             .is_empty()
     );
     let reader = pool(Role::Reader, None).await?;
-    for table in ["evc_events", "evc_deliveries", "evc_delivery_attempts"] {
+    for table in [
+        "evc_events",
+        "evc_deliveries",
+        "evc_delivery_attempts",
+        "evc_acked_batches",
+    ] {
         assert_eq!(support::count(&reader, table).await?, 0, "{table}");
+    }
+    // Acme's ack is in a batch row of acme's: bolt's reader does not see it.
+    for (tenant, acks) in [(&acme, 1), (&bolt, 0)] {
+        let reader = pool(Role::Reader, Some(tenant)).await?;
+        assert_eq!(support::count(&reader, "evc_acked_batches").await?, acks);
     }
     let blind = Console::connect(reader).await?;
     assert!(blind.timeline(TRACE_ID).await?.is_empty());

@@ -3,7 +3,8 @@
 //! condition that applies no non-leakproof function to the table's columns, and `trace_id =
 //! $1` (`text = text`) applies none. An index keyed by a non-leakproof expression of the trace
 //! id (`hashtextextended`, say) would not be searched there, and every tenant's timeline would
-//! read every event (docs/design.md, "The trace index keeps the trace id").
+//! read every event (docs/design.md, "The trace index keeps the trace id"). The same holds for
+//! the acked attempts of those events, found in `evc_acked_batches` by bucket and consumer.
 
 use std::error::Error;
 
@@ -23,6 +24,8 @@ use crate::tenants::TENANT_REGISTRY;
 const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
 /// The events of other traces around the trace's three.
 const OTHERS: u64 = 5_000;
+/// Acked attempts of earlier events, in buckets of their own.
+const HISTORY: i64 = 100_000;
 
 type BoxError = Box<dyn Error + Send + Sync>;
 
@@ -33,6 +36,7 @@ async fn a_trace_timeline_reads_its_events_through_the_trace_index() -> TestResu
         let single = one_connection((*pool.connect_options()).clone()).await?;
         let store = PgStore::new(single.clone(), DISPATCH_REGISTRY)?;
         let wanted = append_traced(&store, None).await?;
+        ack_each(&pool, None).await?;
         analyze(&pool).await?;
         reads_through_the_index(&single, wanted, || store.timeline(TRACE)).await
     })
@@ -54,6 +58,7 @@ async fn a_tenants_trace_timeline_reads_through_the_trace_index() -> TestResult 
             one_connection(logins.options_for(&admin, Role::Producer, Some(acme.clone()))).await?;
         let producer = PgStore::new(producer_pool.clone(), TENANT_REGISTRY)?;
         let wanted = append_traced(&producer, Some("acme")).await?;
+        ack_each(&admin, Some("acme")).await?;
         analyze(&admin).await?;
         flushed_sequential_reads(&producer_pool).await?;
         let reader = one_connection(logins.options_for(&admin, Role::Reader, Some(acme))).await?;
@@ -79,6 +84,37 @@ async fn one_connection(options: PgConnectOptions) -> Result<PgPool, sqlx::Error
 async fn analyze(admin: &PgPool) -> Result<(), sqlx::Error> {
     sqlx::query("ANALYZE evc_events").execute(admin).await?;
     sqlx::query("ANALYZE evc_deliveries").execute(admin).await?;
+    sqlx::query("ANALYZE evc_acked_batches")
+        .execute(admin)
+        .await?;
+    Ok(())
+}
+
+/// An acked attempt of every event, each in a batch row of its own, as single acks write them
+/// (the densest the batch rows get: a bucket's worth of rows for each bucket), after the rows
+/// of [`HISTORY`] acks of `tenant` in buckets of their own (a table grown as in a long-running
+/// deployment, where the planner weighs a whole scan against the index).
+async fn ack_each(admin: &PgPool, tenant: Option<&str>) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO evc_acked_batches (consumer, owner, tenant_scope, seq_bucket, \
+             finished_at, event_ids, generations, attempts, fencing_tokens, started_at) \
+         SELECT 'd.unordered', 'w/0', $1, 1000 + n / 10, now(), ARRAY[gen_random_uuid()], \
+             '{0}', '{1}', '{1}', ARRAY[now()] \
+         FROM generate_series(1, $2) AS n",
+    )
+    .bind(tenant)
+    .bind(HISTORY)
+    .execute(admin)
+    .await?;
+    sqlx::query(
+        "INSERT INTO evc_acked_batches (consumer, owner, tenant_scope, seq_bucket, \
+             finished_at, event_ids, generations, attempts, fencing_tokens, started_at) \
+         SELECT 'd.unordered', 'w/1', e.tenant_scope, e.seq / 256, now(), ARRAY[e.event_id], \
+             '{0}', '{1}', '{1}', ARRAY[now()] \
+         FROM evc_events e ORDER BY e.seq",
+    )
+    .execute(admin)
+    .await?;
     Ok(())
 }
 
@@ -114,7 +150,8 @@ async fn append_traced(store: &PgStore, tenant: Option<&str>) -> Result<Vec<Uuid
 }
 
 /// Runs `timeline` six times on `single` (from the sixth run on, PostgreSQL may keep a generic
-/// plan): each returns the `wanted` events in order and reads no row by a sequential scan.
+/// plan): each returns the `wanted` events in order, each with its acked attempt, and reads no
+/// row by a sequential scan.
 async fn reads_through_the_index<F, Fut, E>(
     single: &PgPool,
     wanted: Vec<Uuid>,
@@ -135,6 +172,12 @@ where
             .map(|entry| entry.event_id)
             .collect();
         assert_eq!(events, wanted, "run {run}: the trace's events, in order");
+        let acked: Vec<Uuid> = entries
+            .iter()
+            .filter(|entry| entry.kind == "attempt" && entry.detail == "acked")
+            .map(|entry| entry.event_id)
+            .collect();
+        assert_eq!(acked, wanted, "run {run}: the trace's acked attempts");
         assert_eq!(
             read, 0,
             "run {run}: the timeline read {read} rows by sequential scans"

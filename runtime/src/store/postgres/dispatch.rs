@@ -268,7 +268,7 @@ impl PgStore {
     }
 
     /// Acks held deliveries ([`PgStore::claim_held`]) of one consumer in the transaction that
-    /// claimed them, with their `acked` attempt rows, in one statement ([`sql::ACK_HELD`]),
+    /// claimed them, with their `acked` attempts, in one statement ([`sql::ACK_HELD`]),
     /// answering which deliveries were acked (by event id). A lease that is not held by this
     /// transaction's claim is refused (counted as stale) and skipped. The ends of the replays
     /// the acks end are appended in the same transaction.
@@ -353,7 +353,7 @@ impl PgStore {
 
     /// Acks many leases in one statement on the caller's connection (see
     /// [`crate::Store::ack`]): each lease is fenced on its own (owner and token), every acked
-    /// one gets its `acked` attempt row (started when its handler started), and every refused
+    /// one gets its `acked` attempt (started when its handler started), and every refused
     /// one is counted as a stale token and returned in [`AckBatch::stale`]. With a replayed
     /// delivery among the leases, the acks and the ends of the replays they end commit
     /// together, as in [`PgStore::ack_one`].

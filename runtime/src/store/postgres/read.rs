@@ -15,7 +15,7 @@ use crate::store::{
 
 impl PgStore {
     /// The newest generation of `event_id`'s delivery to `consumer` (`None`: no such delivery,
-    /// or it was acked: an ack deletes the delivery, its `acked` attempt row is its record).
+    /// or it was acked: an ack deletes the delivery, its `acked` attempt is its record).
     ///
     /// # Errors
     /// [`DispatchError::Database`].
@@ -51,7 +51,7 @@ impl PgStore {
     }
 
     /// Delivery rows of `consumer` in any of `statuses` (empty: every status). Acked
-    /// deliveries have no row; count their attempt rows instead ([`PgStore::attempts`]).
+    /// deliveries have no row; count their attempts instead ([`PgStore::attempts`]).
     ///
     /// # Errors
     /// [`DispatchError::Database`].

@@ -639,22 +639,29 @@ ORDER BY d.event_seq"
     };
 }
 
-/// The `acked` attempt rows every ack writes, as CTE `a`: one per row of `x` (columns
-/// `event_id, consumer, generation, attempt, lease_owner, fencing_token, started`), finished
-/// now.
-macro_rules! acked_attempt_rows {
+/// The `acked` attempts every ack writes, as CTE `a`: the rows of `x` (columns `event_id,
+/// consumer, generation, attempt, lease_owner, fencing_token, started, tenant_scope,
+/// event_seq`), finished now, in one `evc_acked_batches` row per consumer, worker, tenant and
+/// bucket of event sequence numbers, each in event order; `a` returns each row's number of
+/// attempts, `n`. One row and two index entries for the whole batch where a row per delivery
+/// wrote about 330 B of WAL each (docs/design.md, "Acked batches").
+macro_rules! acked_batch_rows {
     () => {
-        "a AS (
-    INSERT INTO evc_delivery_attempts (event_id, consumer, generation, attempt, owner,
-        fencing_token, started_at, finished_at, outcome, error_code, duration_ms)
-    SELECT x.event_id, x.consumer, x.generation, x.attempt, x.lease_owner, x.fencing_token,
-        x.started,
-        t.finished, 'acked', NULL,
-        floor(extract(epoch FROM t.finished - x.started) * 1000)::int8
-    FROM x CROSS JOIN LATERAL (
-        SELECT greatest(clock_timestamp(), x.started) AS finished
-    ) AS t
-    RETURNING 1
+        "clock AS (
+    SELECT clock_timestamp() AS now
+), a AS (
+    INSERT INTO evc_acked_batches (consumer, owner, tenant_scope, seq_bucket, finished_at,
+        event_ids, generations, attempts, fencing_tokens, started_at)
+    SELECT x.consumer, x.lease_owner, x.tenant_scope, x.event_seq / 256,
+        greatest(min(clock.now), max(x.started)),
+        array_agg(x.event_id ORDER BY x.event_seq, x.generation),
+        array_agg(x.generation ORDER BY x.event_seq, x.generation),
+        array_agg(x.attempt ORDER BY x.event_seq, x.generation),
+        array_agg(x.fencing_token ORDER BY x.event_seq, x.generation),
+        array_agg(x.started ORDER BY x.event_seq, x.generation)
+    FROM x CROSS JOIN clock
+    GROUP BY x.consumer, x.lease_owner, x.tenant_scope, x.event_seq / 256
+    RETURNING cardinality(event_ids) AS n
 )"
     };
 }
@@ -866,8 +873,9 @@ WITH ",
 /// Acks held deliveries in the transaction that claimed them ([`CLAIM_HELD`]): parallel
 /// arrays `$1` event ids, `$2` their held tokens and `$4` handler start times (epoch seconds),
 /// all of consumer `$3`, worker `$5`. Each delivery still `pending` with the token below the
-/// held one is deleted, and its `acked` attempt row (the held attempt number, token and owner)
-/// is its record from then on (the data-modifying `a` runs whether or not it is read). A
+/// held one is deleted, and its `acked` attempt (the held attempt number, token and owner, in
+/// a batch row) is its record from then on (the data-modifying `a` runs whether or not it is
+/// read). A
 /// `DELETE` leaves no new row version and no index entry behind, where setting `acked` wrote
 /// both (docs/design.md, "Held batches"). Returns the acked event ids, each with the replay that
 /// made its delivery (NULL: none).
@@ -894,22 +902,23 @@ WITH r AS (
         AND d.consumer = $3 AND d.status = 'pending'
         AND coalesce((d.event_id, d.fencing_token + 1)
             IN (SELECT event_id, fencing_token FROM r), false)
-    RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.fencing_token, d.replay_id
+    RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.fencing_token, d.replay_id,
+        d.tenant_scope, d.event_seq
 ), x AS (
     SELECT k.event_id, k.consumer, k.generation, k.attempt + 1 AS attempt,
         $5::text AS lease_owner, k.fencing_token + 1 AS fencing_token,
-        to_timestamp(r.started) AS started, k.replay_id
+        to_timestamp(r.started) AS started, k.replay_id, k.tenant_scope, k.event_seq
     FROM k JOIN r ON r.event_id = k.event_id AND r.fencing_token = k.fencing_token + 1
 ), ",
-    acked_attempt_rows!(),
+    acked_batch_rows!(),
     "
 SELECT x.event_id, x.replay_id FROM x"
 );
 
 /// Acks a lease, fenced: delivery `$1` of consumer `$2` still leased with token `$3`. Deletes
-/// the delivery and writes its `acked` attempt row (owner, token, started at epoch seconds `$4`,
-/// finished now) in the same statement, like every ack ([`ACK_HELD`]: the attempt row is the
-/// acked delivery's record). Returns one row when the token was current (with the replay that
+/// the delivery and writes its `acked` attempt (owner, token, started at epoch seconds `$4`,
+/// finished now; a batch row of one) in the same statement, like every ack ([`ACK_HELD`]: the
+/// attempt is the acked delivery's record). Returns one row when the token was current (with the replay that
 /// made the delivery, NULL for none), none when it was stale.
 pub(crate) const ACK_FENCED: &str = concat!(
     "\
@@ -917,11 +926,11 @@ WITH x AS (
     DELETE FROM evc_deliveries
     WHERE event_id = $1 AND consumer = $2 AND fencing_token = $3 AND status = 'leased'
     RETURNING event_id, consumer, generation, attempt, lease_owner, fencing_token,
-        to_timestamp($4::float8) AS started, replay_id
+        to_timestamp($4::float8) AS started, replay_id, tenant_scope, event_seq
 ), ",
-    acked_attempt_rows!(),
+    acked_batch_rows!(),
     "
-SELECT (SELECT count(*) FROM a) AS attempts, x.replay_id FROM x"
+SELECT (SELECT coalesce(sum(n), 0) FROM a) AS attempts, x.replay_id FROM x"
 );
 
 /// Acks many leases in one statement, each fenced on its own: parallel arrays `$1` event ids,
@@ -970,16 +979,17 @@ WITH r AS (
         AND coalesce((d.event_id, d.consumer, d.fencing_token, d.lease_owner)
             IN (SELECT event_id, consumer, fencing_token, owner FROM r), false)
     RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.lease_owner,
-        d.fencing_token, d.replay_id
+        d.fencing_token, d.replay_id, d.tenant_scope, d.event_seq
 ), x AS (
     SELECT k.event_id, k.consumer, k.generation, k.attempt, k.lease_owner, k.fencing_token,
-        to_timestamp(r.started) AS started, k.replay_id
+        to_timestamp(r.started) AS started, k.replay_id, k.tenant_scope, k.event_seq
     FROM k JOIN r ON r.event_id = k.event_id AND r.consumer = k.consumer
         AND r.fencing_token = k.fencing_token AND r.owner = k.lease_owner
 ), ",
-    acked_attempt_rows!(),
+    acked_batch_rows!(),
     "
-SELECT x.event_id, x.consumer, x.replay_id, (SELECT count(*) FROM a) AS attempts FROM x"
+SELECT x.event_id, x.consumer, x.replay_id, (SELECT coalesce(sum(n), 0) FROM a) AS attempts
+FROM x"
 );
 
 /// The start both fail statements share: CTE `t` reads the clock once (`$7` handler start in
@@ -1411,19 +1421,30 @@ ORDER BY c.consumer";
 pub(crate) const OPEN_DELIVERIES: &str = "\
 SELECT count(*) FROM evc_deliveries WHERE consumer = ANY($1) AND status IN ('pending', 'leased')";
 
-/// Produce-to-ack lag per producer class and consumer: over the newest `$2` attempt rows (the
-/// primary key, read backwards), those acked in the last `$1` milliseconds; seconds from the
-/// event's `produced_at` to the ack, as p50, p95 and p99.
+/// Produce-to-ack lag per producer class and consumer: over the newest `$2` attempt rows and
+/// the newest `$2` acked attempts of the batch rows (each table's primary key, read
+/// backwards), those acked in the last `$1` milliseconds; seconds from the event's
+/// `produced_at` to the ack, as p50, p95 and p99.
 pub(crate) const LAG: &str = "\
 WITH a AS (
-    SELECT event_id, consumer, outcome, finished_at FROM evc_delivery_attempts
-    ORDER BY id DESC LIMIT $2
+    SELECT r.event_id, r.consumer, r.finished_at FROM (
+        SELECT event_id, consumer, outcome, finished_at FROM evc_delivery_attempts
+        ORDER BY id DESC LIMIT $2
+    ) AS r
+    WHERE r.outcome = 'acked'
+    UNION ALL
+    (SELECT u.event_id, b.consumer, b.finished_at
+    FROM (
+        SELECT consumer, finished_at, event_ids FROM evc_acked_batches ORDER BY id DESC LIMIT $2
+    ) AS b
+    CROSS JOIN LATERAL unnest(b.event_ids) AS u (event_id)
+    LIMIT $2)
 )
 SELECT e.producer_class, a.consumer, count(*) AS samples,
     percentile_cont(ARRAY[0.5, 0.95, 0.99]::float8[]) WITHIN GROUP (
         ORDER BY extract(epoch FROM a.finished_at - e.produced_at)::float8) AS seconds
 FROM a JOIN evc_events e ON e.event_id = a.event_id
-WHERE a.outcome = 'acked' AND a.finished_at >= now() - $1::int8 * interval '1 millisecond'
+WHERE a.finished_at >= now() - $1::int8 * interval '1 millisecond'
 GROUP BY e.producer_class, a.consumer
 ORDER BY e.producer_class, a.consumer";
 
@@ -1431,8 +1452,18 @@ ORDER BY e.producer_class, a.consumer";
 /// p50, p95 and p99.
 pub(crate) const ATTEMPT_LATENCY: &str = "\
 WITH a AS (
-    SELECT consumer, duration_ms, finished_at FROM evc_delivery_attempts
-    ORDER BY id DESC LIMIT $2
+    SELECT r.consumer, r.duration_ms, r.finished_at FROM (
+        SELECT consumer, duration_ms, finished_at FROM evc_delivery_attempts
+        ORDER BY id DESC LIMIT $2
+    ) AS r
+    UNION ALL
+    (SELECT b.consumer, floor(extract(epoch FROM b.finished_at - u.started_at) * 1000)::int8,
+        b.finished_at
+    FROM (
+        SELECT consumer, finished_at, started_at FROM evc_acked_batches ORDER BY id DESC LIMIT $2
+    ) AS b
+    CROSS JOIN LATERAL unnest(b.started_at) AS u (started_at)
+    LIMIT $2)
 )
 SELECT a.consumer, count(*) AS samples,
     percentile_cont(ARRAY[0.5, 0.95, 0.99]::float8[]) WITHIN GROUP (
@@ -1463,8 +1494,15 @@ pub(crate) static ATTEMPT_TOTALS: std::sync::LazyLock<String> = std::sync::LazyL
     format!(
         "SELECT consumer, outcome, {}::int8 AS bucket,
     count(*)::int8 AS attempts, sum(duration_ms)::int8 AS duration_ms
-FROM evc_delivery_attempts
-WHERE consumer = ANY($1::text[]) AND outcome IN ({})
+FROM (
+    SELECT consumer, outcome, duration_ms FROM evc_delivery_attempts
+    WHERE consumer = ANY($1::text[]) AND outcome IN ({})
+    UNION ALL
+    SELECT b.consumer, 'acked',
+        floor(extract(epoch FROM b.finished_at - u.started_at) * 1000)::int8
+    FROM evc_acked_batches b CROSS JOIN LATERAL unnest(b.started_at) AS u (started_at)
+    WHERE b.consumer = ANY($1::text[])
+) AS a
 GROUP BY consumer, outcome, bucket",
         crate::store::observe::duration_bucket("duration_ms"),
         crate::store::observe::known_outcomes(),
@@ -1602,7 +1640,7 @@ LEFT JOIN evc_event_versions v ON v.event_type = e.event_type AND v.version = e.
 WHERE e.event_id = ANY($1::uuid[])";
 
 /// The events of types `$1` (`text[]`) of which consumer `$2` has neither a delivery nor an
-/// attempt (an ack deletes the delivery and keeps its attempt) and that no applied inventory
+/// attempt (an ack deletes the delivery and keeps its attempt, in a batch row) and that no applied inventory
 /// expired, oldest first, at most `$3`: an inventory's candidates (row-level security keeps a
 /// tenant's session to its events).
 pub(crate) const INVENTORY_CANDIDATES: &str = "\
@@ -1614,6 +1652,9 @@ WHERE e.event_type = ANY($1::text[])
         SELECT 1 FROM evc_deliveries d WHERE d.event_id = e.event_id AND d.consumer = $2)
     AND NOT EXISTS (
         SELECT 1 FROM evc_delivery_attempts a WHERE a.event_id = e.event_id AND a.consumer = $2)
+    AND NOT EXISTS (
+        SELECT 1 FROM evc_acked_batches b
+        WHERE b.seq_bucket = e.seq / 256 AND b.consumer = $2 AND e.event_id = ANY (b.event_ids))
     AND NOT EXISTS (
         SELECT 1 FROM evc_inventory_items i
         WHERE i.event_id = e.event_id AND i.consumer = $2 AND i.class = 'expire')
@@ -1930,11 +1971,15 @@ ORDER BY event_seq, generation";
 /// Everything recorded for trace `$1`, in order: its events (when produced), their delivery
 /// rows (when created; detail: the current status, and the generation and replay of a replayed
 /// one; an acked delivery has no row, its `acked` attempt is its entry), their attempts (when
-/// finished; detail: the outcome and error code), the replays that superseded their deliveries
+/// finished; detail: the outcome and error code; acked ones from their batch rows), the replays that superseded their deliveries
 /// and the discards that settled them (when applied).
 pub(crate) const TIMELINE: &str = "\
-WITH e AS (
-    SELECT event_id, event_type, schema_version, produced_at, seq FROM evc_events
+WITH e AS MATERIALIZED (
+    -- The bucket as a column of its own: compared with a column, `b.seq_bucket = e.seq_bucket`
+    -- applies no function but `=`, so PostgreSQL searches the batch rows' index with it under
+    -- row-level security too (`e.seq / 256` in the join would not be leakproof).
+    SELECT event_id, event_type, schema_version, produced_at, seq, seq / 256 AS seq_bucket
+    FROM evc_events
     WHERE trace_id = $1
 )
 SELECT extract(epoch FROM t.at)::float8 AS at, t.kind, t.event_id, t.consumer, t.detail,
@@ -1956,6 +2001,15 @@ FROM (
             || CASE WHEN a.generation > 0 THEN ' [generation ' || a.generation || ']' ELSE '' END,
         a.attempt
     FROM e JOIN evc_delivery_attempts a ON a.event_id = e.event_id
+    UNION ALL
+    SELECT b.finished_at, 2, e.seq, 'attempt', e.event_id, b.consumer,
+        'acked' || CASE WHEN u.generation > 0
+            THEN ' [generation ' || u.generation || ']' ELSE '' END,
+        u.attempt
+    FROM e JOIN evc_acked_batches b ON b.seq_bucket = e.seq_bucket
+    CROSS JOIN LATERAL unnest(b.event_ids, b.generations, b.attempts)
+        AS u (event_id, generation, attempt)
+    WHERE u.event_id = e.event_id
     UNION ALL
     SELECT r.applied_at, 3, e.seq, 'replay', i.event_id, i.consumer,
         'replay ' || r.id || ' of generation ' || i.generation || ' from ' || i.replayed_from
@@ -2020,23 +2074,39 @@ pub(crate) const READ_DELIVERY: &str = concat!(read_deliveries!(), " DESC LIMIT 
 /// Every generation of delivery `$1` of consumer `$2`, oldest first.
 pub(crate) const READ_DELIVERIES: &str = read_deliveries!();
 
-/// The attempt rows of delivery `$1` of consumer `$2` (every generation), in the order
-/// written; times in epoch seconds.
+/// The attempts of delivery `$1` of consumer `$2` (every generation), in the order written
+/// (generation, then attempt: an attempt of a delivery ends before the next begins), the
+/// acked ones from their batch rows; times in epoch seconds.
 pub(crate) const READ_ATTEMPTS: &str = "\
 SELECT generation, attempt, owner, fencing_token, outcome, error_code,
     extract(epoch FROM started_at)::float8 AS started_at,
     extract(epoch FROM finished_at)::float8 AS finished_at, duration_ms
-FROM evc_delivery_attempts WHERE event_id = $1 AND consumer = $2
-ORDER BY id";
+FROM (
+    SELECT generation, attempt, owner, fencing_token, outcome, error_code, started_at,
+        finished_at, duration_ms
+    FROM evc_delivery_attempts WHERE event_id = $1 AND consumer = $2
+    UNION ALL
+    SELECT u.generation, u.attempt, b.owner, u.fencing_token, 'acked', NULL, u.started_at,
+        b.finished_at, floor(extract(epoch FROM b.finished_at - u.started_at) * 1000)::int8
+    FROM evc_acked_batches b
+    CROSS JOIN LATERAL unnest(b.event_ids, b.generations, b.attempts, b.fencing_tokens,
+        b.started_at) AS u (event_id, generation, attempt, fencing_token, started_at)
+    WHERE b.seq_bucket = (SELECT e.seq / 256 FROM evc_events e WHERE e.event_id = $1)
+        AND b.consumer = $2 AND u.event_id = $1
+) AS a
+ORDER BY generation, attempt, finished_at";
 
 /// Deliveries of consumer `$1` whose status is in `$2` (`text[]`; empty: any status).
 pub(crate) const COUNT_DELIVERIES: &str = "\
 SELECT count(*) FROM evc_deliveries
 WHERE consumer = $1 AND (cardinality($2::text[]) = 0 OR status = ANY($2::text[]))";
 
-/// Attempt rows of consumer `$1` with outcome `$2`.
-pub(crate) const COUNT_ATTEMPTS: &str =
-    "SELECT count(*) FROM evc_delivery_attempts WHERE consumer = $1 AND outcome = $2";
+/// Attempts of consumer `$1` with outcome `$2` (`acked` ones counted in their batch rows).
+pub(crate) const COUNT_ATTEMPTS: &str = "\
+SELECT (SELECT count(*) FROM evc_delivery_attempts WHERE consumer = $1 AND outcome = $2)
+    + CASE WHEN $2 = 'acked' THEN (
+        SELECT coalesce(sum(cardinality(event_ids)), 0)::int8 FROM evc_acked_batches
+        WHERE consumer = $1) ELSE 0 END";
 
 /// Events in the outbox whose type is in `$1` (`text[]`; empty: any type).
 pub(crate) const COUNT_EVENTS: &str = "\
@@ -2117,7 +2187,7 @@ SELECT c.relname::text, COALESCE(s.n_live_tup, 0), COALESCE(s.n_dead_tup, 0),
     pg_table_size(c.oid), pg_indexes_size(c.oid)
 FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
 WHERE c.oid IN ('evc_deliveries'::regclass, 'evc_delivery_attempts'::regclass,
-    'evc_events'::regclass)
+    'evc_acked_batches'::regclass, 'evc_events'::regclass)
 ORDER BY c.relname";
 
 // ---------------------------------------------------------------------------------------------
