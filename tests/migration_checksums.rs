@@ -178,7 +178,7 @@ const SHIPPED: [(&str, &str); 43] = [
     ),
     (
         "0043_evc_runtime_v31.sql",
-        "ba8097914a2da0dd94ac17138b6c41041df1fb9523347f5ebcfc50c3835cf15f",
+        "b91304d29449ac5776b80463da601ea68f05ee9273d8f20e13626128e0237270",
     ),
 ];
 

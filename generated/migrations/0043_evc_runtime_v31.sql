@@ -30,12 +30,24 @@ CREATE TABLE IF NOT EXISTS evc_acked_batches (
     attempts integer[] NOT NULL,
     fencing_tokens bigint[] NOT NULL,
     started_at timestamptz[] NOT NULL,
+    -- Parallel: five arrays of one dimension from 1 to n, no element NULL (readers pair them
+    -- with a multi-argument `unnest`, the purge by subscript).
     CONSTRAINT evc_acked_batches_parallel CHECK (
-        array_ndims(event_ids) = 1 AND cardinality(event_ids) >= 1
+        cardinality(event_ids) >= 1
+        AND array_ndims(event_ids) = 1 AND array_lower(event_ids, 1) = 1
+        AND array_ndims(generations) = 1 AND array_lower(generations, 1) = 1
+        AND array_ndims(attempts) = 1 AND array_lower(attempts, 1) = 1
+        AND array_ndims(fencing_tokens) = 1 AND array_lower(fencing_tokens, 1) = 1
+        AND array_ndims(started_at) = 1 AND array_lower(started_at, 1) = 1
         AND cardinality(generations) = cardinality(event_ids)
         AND cardinality(attempts) = cardinality(event_ids)
         AND cardinality(fencing_tokens) = cardinality(event_ids)
         AND cardinality(started_at) = cardinality(event_ids)
+        AND array_position(event_ids, NULL) IS NULL
+        AND array_position(generations, NULL) IS NULL
+        AND array_position(attempts, NULL) IS NULL
+        AND array_position(fencing_tokens, NULL) IS NULL
+        AND array_position(started_at, NULL) IS NULL
     )
 );
 
@@ -55,13 +67,15 @@ CREATE OR REPLACE TRIGGER evc_acked_batches_no_truncate
     FOR EACH STATEMENT EXECUTE FUNCTION evc_append_only();
 
 -- A row belongs to the tenant of its deliveries (the acks write one row per tenant), and a
--- dispatcher login of some consumers writes rows of those consumers only, as with attempts.
+-- dispatcher login of some consumers writes rows of those consumers only, as with attempts;
+-- a purge writes the rows it shortens again whoever runs it.
 DROP POLICY IF EXISTS evc_tenant ON evc_acked_batches;
 CREATE POLICY evc_tenant ON evc_acked_batches USING (evc_tenant_visible(tenant_scope));
 DROP POLICY IF EXISTS evc_consumer_scope_insert ON evc_acked_batches;
 CREATE POLICY evc_consumer_scope_insert ON evc_acked_batches AS RESTRICTIVE FOR INSERT
     WITH CHECK ((SELECT evc_login_consumers()) IS NULL
-        OR consumer = ANY ((SELECT evc_login_consumers())::text[]));
+        OR consumer = ANY ((SELECT evc_login_consumers())::text[])
+        OR evc_purge_open('evc_acked_batches'));
 
 -- The grants of evc_delivery_attempts: dispatchers write, every job reads (no payload here).
 DO $$
@@ -111,9 +125,9 @@ CREATE OR REPLACE FUNCTION evc_acked_batches_expiring_count(gone uuid[],
 $$;
 
 -- Removes those attempts inside a purge (which lets it delete, `evc_purge_open`). A row never
--- changes: one that keeps some of its attempts is deleted and written anew with those alone.
--- Returns how many attempts it removed. Runs before the purge deletes the events and
--- deliveries it reads.
+-- changes: one that keeps some of its attempts is deleted and written anew with those alone,
+-- under its own id (readers take the newest rows by id). Returns how many attempts it
+-- removed. Runs before the purge deletes the events and deliveries it reads.
 CREATE OR REPLACE FUNCTION evc_acked_batches_prune(gone uuid[], attempts_before timestamptz)
     RETURNS bigint
     LANGUAGE plpgsql AS $$
@@ -129,9 +143,10 @@ BEGIN
         DELETE FROM evc_acked_batches b WHERE b.id IN (SELECT t.id FROM touched t)
         RETURNING b.*
     ), kept AS (
-        INSERT INTO evc_acked_batches (consumer, owner, tenant_scope, seq_bucket, finished_at,
-            event_ids, generations, attempts, fencing_tokens, started_at)
-        SELECT o.consumer, o.owner, o.tenant_scope, o.seq_bucket, o.finished_at,
+        INSERT INTO evc_acked_batches (id, consumer, owner, tenant_scope, seq_bucket,
+            finished_at, event_ids, generations, attempts, fencing_tokens, started_at)
+        OVERRIDING SYSTEM VALUE
+        SELECT o.id, o.consumer, o.owner, o.tenant_scope, o.seq_bucket, o.finished_at,
             array_agg(o.event_ids[x.n] ORDER BY x.n), array_agg(o.generations[x.n] ORDER BY x.n),
             array_agg(o.attempts[x.n] ORDER BY x.n),
             array_agg(o.fencing_tokens[x.n] ORDER BY x.n),

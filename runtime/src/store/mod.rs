@@ -147,7 +147,8 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// dispatchers call it at start-up and refuse to start on drift.
     ///
     /// # Errors
-    /// [`StoreError::Drift`] naming every difference, or [`StoreError::Database`].
+    /// [`StoreError::Drift`] naming every difference, [`StoreError::MissingStep`] where the
+    /// database lacks a step of the store's own, or [`StoreError::Database`].
     fn verify_registry(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Appends one event and its deliveries in the caller's transaction, after the checks of
@@ -1226,6 +1227,18 @@ pub enum StoreError {
     /// The database's registry differs from the static registry.
     #[error(transparent)]
     Drift(#[from] RegistryDrift),
+    /// The database lacks a runtime step this release writes through: its generated
+    /// migrations were not applied.
+    #[error(
+        "the database lacks {what} (runtime step `{step}`): apply the generated migrations \
+         before starting this release"
+    )]
+    MissingStep {
+        /// The step's file name after its number, e.g. `_evc_runtime_v31.sql`.
+        step: &'static str,
+        /// What the step creates that is missing.
+        what: &'static str,
+    },
     /// The database failed.
     #[error("outbox database error: {0}")]
     Database(#[from] sqlx::Error),

@@ -585,6 +585,12 @@ async fn a_purge_keeps_the_acked_attempts_it_does_not_expire_from_a_shared_batch
                 .fetch_all(&pool)
                 .await?;
         assert_eq!(rows, [(3, 4)], "one row of four attempts per consumer");
+        let ids = |pool: PgPool| async move {
+            sqlx::query_scalar::<_, i64>("SELECT id FROM evc_acked_batches ORDER BY id")
+                .fetch_all(&pool)
+                .await
+        };
+        let ids_before = ids(pool.clone()).await?;
         let late: uuid::Uuid = sqlx::query_scalar(
             "SELECT event_id FROM evc_events WHERE (payload->>'count')::int8 = 100",
         )
@@ -599,8 +605,21 @@ async fn a_purge_keeps_the_acked_attempts_it_does_not_expire_from_a_shared_batch
             .purge_events(cutoff, "retention", "ops@example")
             .await?;
         assert_eq!((purged.events, purged.attempts), (3, 9));
-        assert_eq!(attempts_of(&pool, &[0, 1, 2]).await?, 0);
+        // Read by the purged events' ids, not through `evc_events` (they are gone from it).
+        let old_ids: Vec<uuid::Uuid> = old.iter().map(|receipt| receipt.event_id).collect();
+        let left: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM evc_acked_batches b \
+             CROSS JOIN LATERAL unnest(b.event_ids) AS u (event_id) \
+             WHERE u.event_id = ANY($1)",
+        )
+        .bind(&old_ids)
+        .fetch_one(&pool)
+        .await?;
+        assert_eq!(left, 0, "acked attempts of purged events");
+        assert_eq!(all_attempts(&pool).await?, 3);
         assert_eq!(attempts_of(&pool, &[100]).await?, 3);
+        // Each row was written anew under its id: readers take the newest rows by id.
+        assert_eq!(ids(pool.clone()).await?, ids_before);
         for receipt in &old {
             for (consumer, _) in consumers {
                 assert!(store.attempts(receipt.event_id, consumer).await?.is_empty());

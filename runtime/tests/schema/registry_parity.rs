@@ -204,3 +204,26 @@ async fn unreadable_deployed_settings_are_refused_by_column() -> TestResult {
     })
     .await
 }
+
+/// A database without the thirty-first runtime step: every ack would fail, so the store
+/// refuses to start and names the step.
+#[tokio::test]
+async fn a_database_without_the_acked_batches_step_refuses_to_start() -> TestResult {
+    with_database(|pool| async move {
+        sqlx::query("ALTER TABLE evc_acked_batches RENAME TO evc_acked_batches_elsewhere")
+            .execute(&pool)
+            .await?;
+        let refused = PgStore::start(pool.clone(), REGISTRY).await;
+        let Err(StoreError::MissingStep { step, what }) = refused else {
+            panic!("started without evc_acked_batches: {refused:?}");
+        };
+        assert_eq!(step, "_evc_runtime_v31.sql");
+        assert_eq!(what, "the table evc_acked_batches");
+        sqlx::query("ALTER TABLE evc_acked_batches_elsewhere RENAME TO evc_acked_batches")
+            .execute(&pool)
+            .await?;
+        PgStore::start(pool.clone(), REGISTRY).await?;
+        Ok(())
+    })
+    .await
+}

@@ -285,11 +285,23 @@ impl PgStore {
         }
     }
 
-    /// Compares the database's registry mirror with the static registry.
+    /// Compares the database's registry mirror with the static registry, after checking that
+    /// the database has the newest runtime step this release writes through (every ack writes
+    /// `evc_acked_batches`).
     ///
     /// # Errors
-    /// [`StoreError::Drift`] naming every difference, or [`StoreError::Database`].
+    /// [`StoreError::MissingStep`], [`StoreError::Drift`] naming every difference, or
+    /// [`StoreError::Database`].
     pub async fn verify_registry(&self) -> Result<(), StoreError> {
+        let stepped: bool = sqlx::query_scalar(sql::HAS_ACKED_BATCHES)
+            .fetch_one(&self.inner.pool)
+            .await?;
+        if !stepped {
+            return Err(StoreError::MissingStep {
+                step: "_evc_runtime_v31.sql",
+                what: "the table evc_acked_batches",
+            });
+        }
         let mirror = read_mirror(&self.inner.pool).await?;
         let differences = parity::compare(self.registry(), &mirror);
         if differences.is_empty() {

@@ -459,6 +459,9 @@ pub(crate) const HAS_INVENTORIES: &str = "SELECT to_regclass('evc_inventories') 
 /// Whether the fifth step's purge audit table is there.
 pub(crate) const HAS_PURGES: &str = "SELECT to_regclass('evc_purges') IS NOT NULL";
 
+/// Whether the thirty-first runtime step ran: every ack writes `evc_acked_batches`.
+pub(crate) const HAS_ACKED_BATCHES: &str = "SELECT to_regclass('evc_acked_batches') IS NOT NULL";
+
 /// Whether the twenty-sixth step (retention) is applied.
 pub(crate) const HAS_RETENTION: &str = "\
 SELECT to_regprocedure('evc_purge_expired(timestamptz, text[], timestamptz[], timestamptz, \
@@ -1435,9 +1438,11 @@ WITH a AS (
     UNION ALL
     (SELECT u.event_id, b.consumer, b.finished_at
     FROM (
-        SELECT consumer, finished_at, event_ids FROM evc_acked_batches ORDER BY id DESC LIMIT $2
+        SELECT id, consumer, finished_at, event_ids FROM evc_acked_batches
+        ORDER BY id DESC LIMIT $2
     ) AS b
     CROSS JOIN LATERAL unnest(b.event_ids) AS u (event_id)
+    ORDER BY b.id DESC
     LIMIT $2)
 )
 SELECT e.producer_class, a.consumer, count(*) AS samples,
@@ -1460,9 +1465,11 @@ WITH a AS (
     (SELECT b.consumer, floor(extract(epoch FROM b.finished_at - u.started_at) * 1000)::int8,
         b.finished_at
     FROM (
-        SELECT consumer, finished_at, started_at FROM evc_acked_batches ORDER BY id DESC LIMIT $2
+        SELECT id, consumer, finished_at, started_at FROM evc_acked_batches
+        ORDER BY id DESC LIMIT $2
     ) AS b
     CROSS JOIN LATERAL unnest(b.started_at) AS u (started_at)
+    ORDER BY b.id DESC
     LIMIT $2)
 )
 SELECT a.consumer, count(*) AS samples,
@@ -1640,21 +1647,31 @@ LEFT JOIN evc_event_versions v ON v.event_type = e.event_type AND v.version = e.
 WHERE e.event_id = ANY($1::uuid[])";
 
 /// The events of types `$1` (`text[]`) of which consumer `$2` has neither a delivery nor an
-/// attempt (an ack deletes the delivery and keeps its attempt, in a batch row) and that no applied inventory
-/// expired, oldest first, at most `$3`: an inventory's candidates (row-level security keeps a
-/// tenant's session to its events).
+/// attempt (an ack deletes the delivery and keeps its attempt, in a batch row) and that no
+/// applied inventory expired, oldest first, at most `$3`: an inventory's candidates (row-level
+/// security keeps a tenant's session to its events).
+///
+/// The events come through a sub-select kept whole (`OFFSET 0`) that gives each its bucket as
+/// a column: compared with a column, the batch rows' lookup applies no function but `=`, so
+/// PostgreSQL searches their index with it under row-level security too (as in [`TIMELINE`]).
 pub(crate) const INVENTORY_CANDIDATES: &str = "\
 SELECT e.event_id::text AS event_id, e.event_type, e.schema_version, e.tenant_scope,
     extract(epoch FROM e.produced_at)::float8 AS produced_at, e.payload::text AS payload
-FROM evc_events e
-WHERE e.event_type = ANY($1::text[])
-    AND NOT EXISTS (
+FROM (
+    SELECT event_id, event_type, schema_version, tenant_scope, produced_at, payload, seq,
+        seq / 256 AS seq_bucket
+    FROM evc_events
+    WHERE event_type = ANY($1::text[])
+    ORDER BY seq
+    OFFSET 0
+) AS e
+WHERE NOT EXISTS (
         SELECT 1 FROM evc_deliveries d WHERE d.event_id = e.event_id AND d.consumer = $2)
     AND NOT EXISTS (
         SELECT 1 FROM evc_delivery_attempts a WHERE a.event_id = e.event_id AND a.consumer = $2)
     AND NOT EXISTS (
         SELECT 1 FROM evc_acked_batches b
-        WHERE b.seq_bucket = e.seq / 256 AND b.consumer = $2 AND e.event_id = ANY (b.event_ids))
+        WHERE b.seq_bucket = e.seq_bucket AND b.consumer = $2 AND e.event_id = ANY (b.event_ids))
     AND NOT EXISTS (
         SELECT 1 FROM evc_inventory_items i
         WHERE i.event_id = e.event_id AND i.consumer = $2 AND i.class = 'expire')
