@@ -178,7 +178,7 @@ const SHIPPED: [(&str, &str); 43] = [
     ),
     (
         "0043_evc_runtime_v31.sql",
-        "b91304d29449ac5776b80463da601ea68f05ee9273d8f20e13626128e0237270",
+        "3da3b9fa7f739758bf7500d7a3249cad38b8498836c3b4698de9b010c69f37a6",
     ),
 ];
 

@@ -375,7 +375,7 @@ pub(crate) fn dispatch(
                 store
                     .verify_registry()
                     .await
-                    .context("the database's registry does not match its mirror")?;
+                    .context("the database is not ready for this release")?;
                 run.within_scope(&store).await?;
                 let result = run.workers(store).await;
                 pool.close().await;

@@ -67,15 +67,16 @@ CREATE OR REPLACE TRIGGER evc_acked_batches_no_truncate
     FOR EACH STATEMENT EXECUTE FUNCTION evc_append_only();
 
 -- A row belongs to the tenant of its deliveries (the acks write one row per tenant), and a
--- dispatcher login of some consumers writes rows of those consumers only, as with attempts;
--- a purge writes the rows it shortens again whoever runs it.
+-- dispatcher login of some consumers writes rows of those consumers only, as with attempts.
+-- That holds in a purge too: a purge run by such a login that would write another
+-- consumer's shortened row again is refused whole and removes nothing (run purges as a login
+-- without consumer roles, such as one granted evc_retention alone).
 DROP POLICY IF EXISTS evc_tenant ON evc_acked_batches;
 CREATE POLICY evc_tenant ON evc_acked_batches USING (evc_tenant_visible(tenant_scope));
 DROP POLICY IF EXISTS evc_consumer_scope_insert ON evc_acked_batches;
 CREATE POLICY evc_consumer_scope_insert ON evc_acked_batches AS RESTRICTIVE FOR INSERT
     WITH CHECK ((SELECT evc_login_consumers()) IS NULL
-        OR consumer = ANY ((SELECT evc_login_consumers())::text[])
-        OR evc_purge_open('evc_acked_batches'));
+        OR consumer = ANY ((SELECT evc_login_consumers())::text[]));
 
 -- The grants of evc_delivery_attempts: dispatchers write, every job reads (no payload here).
 DO $$

@@ -1230,11 +1230,11 @@ pub enum StoreError {
     /// The database lacks a runtime step this release writes through: its generated
     /// migrations were not applied.
     #[error(
-        "the database lacks {what} (runtime step `{step}`): apply the generated migrations \
+        "the database lacks {what} (runtime step {step}): apply the generated migrations \
          before starting this release"
     )]
     MissingStep {
-        /// The step's file name after its number, e.g. `_evc_runtime_v31.sql`.
+        /// The step's migration file, its number left out, e.g. `NNNN_evc_runtime_v31.sql`.
         step: &'static str,
         /// What the step creates that is missing.
         what: &'static str,

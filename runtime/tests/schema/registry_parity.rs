@@ -217,7 +217,7 @@ async fn a_database_without_the_acked_batches_step_refuses_to_start() -> TestRes
         let Err(StoreError::MissingStep { step, what }) = refused else {
             panic!("started without evc_acked_batches: {refused:?}");
         };
-        assert_eq!(step, "_evc_runtime_v31.sql");
+        assert_eq!(step, "NNNN_evc_runtime_v31.sql");
         assert_eq!(what, "the table evc_acked_batches");
         sqlx::query("ALTER TABLE evc_acked_batches_elsewhere RENAME TO evc_acked_batches")
             .execute(&pool)

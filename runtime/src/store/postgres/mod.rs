@@ -196,7 +196,8 @@ impl PgStoreBuilder {
     /// [`PgStoreBuilder::build`], then [`PgStore::verify_registry`].
     ///
     /// # Errors
-    /// [`StoreError::Schema`], [`StoreError::Drift`] or [`StoreError::Database`].
+    /// [`StoreError::Schema`], [`StoreError::MissingStep`], [`StoreError::Drift`] or
+    /// [`StoreError::Database`].
     pub async fn start(self) -> Result<PgStore, StoreError> {
         let store = self.build()?;
         store.verify_registry().await?;
@@ -241,10 +242,11 @@ impl PgStore {
     }
 
     /// [`PgStore::new`], then [`PgStore::verify_registry`]: a store that refuses to start on
-    /// registry drift.
+    /// a missing runtime step or registry drift.
     ///
     /// # Errors
-    /// [`StoreError::Schema`], [`StoreError::Drift`] or [`StoreError::Database`].
+    /// [`StoreError::Schema`], [`StoreError::MissingStep`], [`StoreError::Drift`] or
+    /// [`StoreError::Database`].
     pub async fn start(pool: PgPool, registry: Registry) -> Result<Self, StoreError> {
         Self::builder(pool, registry).start().await
     }
@@ -298,7 +300,7 @@ impl PgStore {
             .await?;
         if !stepped {
             return Err(StoreError::MissingStep {
-                step: "_evc_runtime_v31.sql",
+                step: "NNNN_evc_runtime_v31.sql",
                 what: "the table evc_acked_batches",
             });
         }

@@ -1662,7 +1662,6 @@ FROM (
         seq / 256 AS seq_bucket
     FROM evc_events
     WHERE event_type = ANY($1::text[])
-    ORDER BY seq
     OFFSET 0
 ) AS e
 WHERE NOT EXISTS (
