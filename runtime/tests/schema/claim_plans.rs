@@ -13,12 +13,14 @@ use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 
 use crate::support::{self, DISPATCH_REGISTRY, TestResult};
 
-/// The rows of `evc_deliveries` and `evc_events` that sequential scans read, as `view` (one of
+/// The tables whose rows a claim, an ack or a lookup should reach by index.
+const SCANNED: &[&str] = &["evc_deliveries", "evc_events", "evc_acked_batches"];
+
+/// The rows of the tables `$1` (`text[]`) that sequential scans read, as `view` (one of
 /// PostgreSQL's `pg_stat_*user_tables` views) counts them.
 fn sequential_reads_in(view: &str) -> AssertSqlSafe<String> {
     AssertSqlSafe(format!(
-        "SELECT coalesce(sum(seq_tup_read), 0)::int8 FROM {view} \
-         WHERE relname IN ('evc_deliveries', 'evc_events', 'evc_acked_batches')"
+        "SELECT coalesce(sum(seq_tup_read), 0)::int8 FROM {view} WHERE relname = ANY($1)"
     ))
 }
 
@@ -26,6 +28,7 @@ fn sequential_reads_in(view: &str) -> AssertSqlSafe<String> {
 /// `connection`'s transaction read so far.
 async fn sequential_reads(connection: &mut PgConnection) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(sequential_reads_in("pg_stat_xact_user_tables"))
+        .bind(SCANNED)
         .fetch_one(connection)
         .await
 }
@@ -130,9 +133,17 @@ async fn claims_and_acks_read_their_rows(admin: &PgPool, store: &PgStore) -> Tes
 }
 
 /// Rows of `evc_deliveries`, `evc_events` and `evc_acked_batches` that sequential scans of the
-/// whole database read so far, as reported: `pool`'s one session is made to report first; any other session
-/// reports on its own schedule.
+/// whole database read so far, as reported: `pool`'s one session is made to report first; any
+/// other session reports on its own schedule.
 pub(crate) async fn flushed_sequential_reads(pool: &PgPool) -> Result<i64, sqlx::Error> {
+    flushed_sequential_reads_of(pool, SCANNED).await
+}
+
+/// As [`flushed_sequential_reads`], of the `tables` named.
+pub(crate) async fn flushed_sequential_reads_of(
+    pool: &PgPool,
+    tables: &[&str],
+) -> Result<i64, sqlx::Error> {
     let mut connection = pool.acquire().await?;
     // A backend reports its counts when it goes idle, at most once a second unless forced:
     // forced here, for the statement before and this one.
@@ -143,6 +154,7 @@ pub(crate) async fn flushed_sequential_reads(pool: &PgPool) -> Result<i64, sqlx:
         .execute(&mut *connection)
         .await?;
     sqlx::query_scalar(sequential_reads_in("pg_stat_user_tables"))
+        .bind(tables)
         .fetch_one(&mut *connection)
         .await
 }

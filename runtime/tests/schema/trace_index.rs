@@ -15,7 +15,7 @@ use evc_runtime::{
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use uuid::Uuid;
 
-use crate::claim_plans::flushed_sequential_reads;
+use crate::claim_plans::{flushed_sequential_reads, flushed_sequential_reads_of};
 use crate::roles::with_logins;
 use crate::support::{self, DISPATCH_REGISTRY, TestResult};
 use crate::tenants::TENANT_REGISTRY;
@@ -82,32 +82,18 @@ async fn a_tenants_trace_timeline_reads_through_the_trace_index() -> TestResult 
         ))
         .await?;
         let store = PgStore::new(operator.clone(), TENANT_REGISTRY)?;
-        let before = sequential_batch_reads(&operator).await?;
+        let batches = ["evc_acked_batches"];
+        let before = flushed_sequential_reads_of(&operator, &batches).await?;
         let report = store
             .inventory("d.unordered", std::time::SystemTime::now(), 100)
             .await?;
         assert!(report.items.is_empty(), "{:?}", report.items);
-        assert_eq!(sequential_batch_reads(&operator).await? - before, 0);
+        assert_eq!(
+            flushed_sequential_reads_of(&operator, &batches).await? - before,
+            0
+        );
         Ok(())
     })
-    .await
-}
-
-/// Rows of `evc_acked_batches` that sequential scans read so far, as reported (`pool`'s one
-/// session reports first).
-async fn sequential_batch_reads(pool: &PgPool) -> Result<i64, sqlx::Error> {
-    let mut connection = pool.acquire().await?;
-    sqlx::query("SELECT pg_stat_force_next_flush()")
-        .execute(&mut *connection)
-        .await?;
-    sqlx::query("SELECT pg_stat_clear_snapshot()")
-        .execute(&mut *connection)
-        .await?;
-    sqlx::query_scalar(
-        "SELECT coalesce(sum(seq_tup_read), 0)::int8 FROM pg_stat_user_tables \
-         WHERE relname = 'evc_acked_batches'",
-    )
-    .fetch_one(&mut *connection)
     .await
 }
 
