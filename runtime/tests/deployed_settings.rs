@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use evc_runtime::{
     AppendError, AppendOptions, Console, DeliveryStatus, DispatchError, Dispatcher,
     DispatcherConfig, DispatcherDescriptor, HandlerError, OutgoingEvent, PayloadPolicyDescriptor,
-    PgStore, Registry, Rejection, Store, deployed_registry,
+    PgStore, Registry, Rejection, Store, StoreError, deployed_registry,
 };
 use evc_runtime::{BoxFuture, DynHandler, HandlerContext};
 use sqlx::postgres::{PgPool, PgPoolOptions};
@@ -161,7 +161,22 @@ async fn assert_no_settings(pool: &PgPool) -> TestResult {
         "{:?}",
         deployed.consumers
     );
-    let refused = append_deployed(pool, 1, AppendOptions::new().tenant_scope("t")).await?;
+    // A store of this release refuses to start on it: its acks need the thirty-first step.
+    let started = PgStore::start(pool.clone(), deployed.clone()).await;
+    assert!(
+        matches!(started, Err(StoreError::MissingStep { .. })),
+        "{started:?}"
+    );
+    // Built without the start-up check, it refuses every append: the hard cap is 0.
+    let store = PgStore::new(pool.clone(), deployed)?;
+    let mut connection = pool.acquire().await?;
+    let refused = store
+        .append(
+            &mut connection,
+            born(1),
+            AppendOptions::new().tenant_scope("t"),
+        )
+        .await;
     assert!(
         matches!(
             refused,
