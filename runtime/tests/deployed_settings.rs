@@ -162,7 +162,7 @@ async fn assert_no_settings(pool: &PgPool) -> TestResult {
         deployed.consumers
     );
     // A store of this release refuses to start on it: its acks need the thirty-first step.
-    let started = PgStore::start(pool.clone(), deployed.clone()).await;
+    let started = PgStore::start(pool.clone(), deployed).await;
     assert!(
         matches!(started, Err(StoreError::MissingStep { .. })),
         "{started:?}"
