@@ -201,10 +201,14 @@ impl<S: Store> Worker<S> {
         if start == HEAD && self.uses_cursor() {
             self.consumer.cursor.head_scanned(began.elapsed());
         }
+        let mut from = start;
         if batch.is_empty() && start != HEAD {
+            // The stretches handed out lie past the backlog's end.
+            self.consumer.cursor.reset();
             batch = self.claim_once(connection, held, HEAD).await?;
+            from = HEAD;
         }
-        self.claimed(&batch);
+        self.claimed(from, &batch);
         Ok(batch)
     }
 
@@ -227,14 +231,14 @@ impl<S: Store> Worker<S> {
             .await
     }
 
-    /// Moves the consumer's claim cursor after a claim.
-    fn claimed(&self, batch: &[Claimed]) {
+    /// Moves the consumer's claim cursor after a claim that started at `start`.
+    fn claimed(&self, start: i64, batch: &[Claimed]) {
         if self.uses_cursor() {
-            self.consumer.cursor.claimed(
-                self.config.batch,
-                batch.len(),
-                batch.iter().map(|claimed| claimed.event_seq).max(),
-            );
+            let seqs = batch.iter().map(|claimed| claimed.event_seq);
+            let span = seqs.clone().min().zip(seqs.max());
+            self.consumer
+                .cursor
+                .claimed(start, self.config.batch, batch.len(), span);
         }
     }
 
