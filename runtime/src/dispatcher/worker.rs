@@ -18,7 +18,7 @@ use uuid::Uuid;
 use super::ConsumerSetup;
 use super::config::DispatcherConfig;
 use super::context::HandlerContext;
-use super::cursor::HEAD;
+use super::cursor::ClaimStart;
 use super::stats::{Counters, add};
 use crate::handler::{FailureClass, HandlerError};
 use crate::registry::HandlerKind;
@@ -177,11 +177,11 @@ impl<S: Store> Worker<S> {
     }
 
     /// Where this worker's next claim starts: after the consumer's claim cursor, or the head.
-    fn claim_start(&self) -> i64 {
+    fn claim_start(&self) -> ClaimStart {
         if self.uses_cursor() {
             self.consumer.cursor.start()
         } else {
-            HEAD
+            ClaimStart::HEAD
         }
     }
 
@@ -197,16 +197,18 @@ impl<S: Store> Worker<S> {
         let start = self.claim_start();
         // Timed for the cursor: a slow head scan spaces out the next (`cursor.rs`).
         let began = std::time::Instant::now();
-        let mut batch = self.claim_once(connection, held, start).await?;
-        if start == HEAD && self.uses_cursor() {
+        let mut batch = self.claim_once(connection, held, start.after).await?;
+        if start.is_head() && self.uses_cursor() {
             self.consumer.cursor.head_scanned(began.elapsed());
         }
         let mut from = start;
-        if batch.is_empty() && start != HEAD {
+        if batch.is_empty() && !start.is_head() {
             // The stretches handed out lie past the backlog's end.
             self.consumer.cursor.reset();
-            batch = self.claim_once(connection, held, HEAD).await?;
-            from = HEAD;
+            batch = self
+                .claim_once(connection, held, ClaimStart::HEAD.after)
+                .await?;
+            from = ClaimStart::HEAD;
         }
         self.claimed(from, &batch);
         Ok(batch)
@@ -232,7 +234,7 @@ impl<S: Store> Worker<S> {
     }
 
     /// Moves the consumer's claim cursor after a claim that started at `start`.
-    fn claimed(&self, start: i64, batch: &[Claimed]) {
+    fn claimed(&self, start: ClaimStart, batch: &[Claimed]) {
         if self.uses_cursor() {
             let seqs = batch.iter().map(|claimed| claimed.event_seq);
             let span = seqs.clone().min().zip(seqs.max());
