@@ -30,9 +30,10 @@
 //! claims after a shared cursor with 16 clients, and as fast with 4.
 //!
 //! A head scan costs what lies at the head, and while a long transaction holds back vacuum
-//! that region only grows, and a head scan every 100 ms would take most of the claims' time. So the
-//! interval is also at least [`HEAD_SCAN_COST_FACTOR`] times the last head scan's duration,
-//! which keeps head scans to a bounded share of a worker's time whatever the head holds.
+//! that region only grows, and a head scan every 100 ms would take most of the claims' time.
+//! So the interval is also at least [`HEAD_SCAN_COST_FACTOR`] times the last head scan's
+//! duration, which keeps head scans to a bounded share of a worker's time whatever the head
+//! holds.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 

@@ -197,7 +197,7 @@ impl<S: Store> Worker<S> {
         let start = self.claim_start();
         // Timed for the cursor: a slow head scan spaces out the next (`cursor.rs`).
         let began = std::time::Instant::now();
-        let mut batch = self.claim_once(connection, held, start.after).await?;
+        let mut batch = self.claim_once(connection, held, start).await?;
         if start.is_head() && self.uses_cursor() {
             self.consumer.cursor.head_scanned(began.elapsed());
         }
@@ -205,21 +205,19 @@ impl<S: Store> Worker<S> {
         if batch.is_empty() && !start.is_head() {
             // The stretches handed out lie past the backlog's end.
             self.consumer.cursor.reset();
-            batch = self
-                .claim_once(connection, held, ClaimStart::HEAD.after)
-                .await?;
             from = ClaimStart::HEAD;
+            batch = self.claim_once(connection, held, from).await?;
         }
         self.claimed(from, &batch);
         Ok(batch)
     }
 
-    /// One claim statement after `event_seq` `start`, held or leased.
+    /// One claim statement from `start`, held or leased.
     async fn claim_once(
         &self,
         connection: &mut Connection<S>,
         held: bool,
-        start: i64,
+        start: ClaimStart,
     ) -> Result<Vec<Claimed>, DispatchError> {
         let (consumer, owner, batch) = (&self.consumer.name, &self.owner, self.config.batch);
         let request = if held {
@@ -229,7 +227,7 @@ impl<S: Store> Worker<S> {
                 .per_key(self.consumer.per_key)
         };
         self.store
-            .claim(connection, &request.after_seq(start))
+            .claim(connection, &request.after_seq(start.after))
             .await
     }
 
