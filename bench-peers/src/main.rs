@@ -2,8 +2,9 @@
 //! local PostgreSQL, in one invocation (README.md beside this crate).
 //!
 //! Per system: a short sweep of its own knobs on a smaller job count, at 4 and at 16
-//! concurrent handlers (or those of `PEER_BENCH_HANDLERS`); then the full run (100,000 jobs
-//! pre-inserted, drained) at the best setting of each concurrency; then one table with every
+//! concurrent handlers (or those of `PEER_BENCH_HANDLERS`); then full runs (100,000 jobs
+//! pre-inserted, drained) at the two best settings of each concurrency, the faster of which is
+//! the system's figure; then one table with every
 //! system's insert rate, drain rates and evc's ratio to the best peer. Last, evc's
 //! produce-to-handler latency at a steady 1,000 events/s. Every run gets a fresh database,
 //! created here and dropped after it.
@@ -13,6 +14,7 @@
 //! PEER_BENCH_ONLY=evc cargo run --release           # one part: evc, awa, graphile or latency
 //! PEER_BENCH_JOBS=20000 cargo run --release         # a smaller full run
 //! PEER_BENCH_HANDLERS=4,16,64 cargo run --release   # the concurrencies swept (default 4,16)
+//! PEER_BENCH_FINALISTS=3 cargo run --release        # full runs per concurrency (default 2)
 //! ```
 
 mod awa_peer;
@@ -38,6 +40,9 @@ const DEFAULT_URL: &str = "postgres://root@localhost/test";
 const DEFAULT_JOBS: usize = 100_000;
 /// Jobs of each sweep run: enough for a steady rate, small enough to keep the sweep short.
 const SWEEP_JOBS: usize = 20_000;
+/// Settings of each sweep given a full run (`PEER_BENCH_FINALISTS`); the fastest full run is
+/// the system's figure.
+const DEFAULT_FINALISTS: usize = 2;
 /// The concurrencies the issue asks for (`PEER_BENCH_HANDLERS` sets others).
 const DEFAULT_HANDLERS: [usize; 2] = [4, 16];
 
@@ -190,7 +195,7 @@ async fn run_once<S: System>(
 /// The full result of one system: best settings and the full runs at each concurrency.
 struct Outcome {
     name: &'static str,
-    /// Per concurrency: the best setting (printed) and the full run at it.
+    /// Per concurrency: the setting of the fastest full run (printed) and that run.
     runs: Vec<(usize, String, BenchResult<Run>)>,
 }
 
@@ -223,14 +228,21 @@ impl Outcome {
 }
 
 /// Sweeps `S`'s settings at each concurrency on [`SWEEP_JOBS`] jobs, then runs `jobs` at the
-/// best one of each concurrency. Prints every figure as it comes.
-async fn measure<S: System>(server: &mut Server, jobs: usize, handlers: &[usize]) -> Outcome {
+/// `finalists` best of each concurrency and keeps the fastest full run: one sweep run per
+/// setting ranks settings within a few percent of each other by noise, so the full runs
+/// decide between the leaders. Prints every figure as it comes.
+async fn measure<S: System>(
+    server: &mut Server,
+    jobs: usize,
+    handlers: &[usize],
+    finalists: usize,
+) -> Outcome {
     println!("\n== {} ==", S::NAME);
     let sweep_jobs = SWEEP_JOBS.min(jobs);
     let mut runs = Vec::new();
     for &concurrency in handlers {
         println!("sweep, {sweep_jobs} jobs, {concurrency} concurrent handlers:");
-        let mut best: Option<(f64, S::Setting)> = None;
+        let mut ranked: Vec<(f64, S::Setting)> = Vec::new();
         for setting in S::settings() {
             match run_once::<S>(server, &setting, concurrency, sweep_jobs).await {
                 Ok(run) => {
@@ -241,35 +253,48 @@ async fn measure<S: System>(server: &mut Server, jobs: usize, handlers: &[usize]
                         capped(&run),
                         run.writes
                     );
-                    if best.as_ref().is_none_or(|(rate, _)| run.drain_rate > *rate) {
-                        best = Some((run.drain_rate, setting));
-                    }
+                    ranked.push((run.drain_rate, setting));
                 }
                 Err(error) => println!("  {setting}: FAILED: {error}"),
             }
         }
-        let Some((_, setting)) = best else {
+        if ranked.is_empty() {
             runs.push((
                 concurrency,
                 "-".to_owned(),
                 Err("every setting of the sweep failed".into()),
             ));
             continue;
-        };
-        let run = run_once::<S>(server, &setting, concurrency, jobs).await;
-        match &run {
-            Ok(run) => println!(
-                "full run, {jobs} jobs, {concurrency} concurrent handlers, best setting {setting}: insert {} jobs/s, drain {} jobs/s{}\n  {}",
-                thousands(run.insert_rate),
-                thousands(run.drain_rate),
-                capped(run),
-                run.writes
-            ),
-            Err(error) => println!(
-                "full run, {jobs} jobs, {concurrency} concurrent handlers, best setting {setting}: FAILED: {error}"
-            ),
         }
-        runs.push((concurrency, setting.to_string(), run));
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let mut best: Option<(String, BenchResult<Run>)> = None;
+        for (_, setting) in ranked.into_iter().take(finalists) {
+            let run = run_once::<S>(server, &setting, concurrency, jobs).await;
+            match &run {
+                Ok(run) => println!(
+                    "full run, {jobs} jobs, {concurrency} concurrent handlers, {setting}: insert {} jobs/s, drain {} jobs/s{}\n  {}",
+                    thousands(run.insert_rate),
+                    thousands(run.drain_rate),
+                    capped(run),
+                    run.writes
+                ),
+                Err(error) => println!(
+                    "full run, {jobs} jobs, {concurrency} concurrent handlers, {setting}: FAILED: {error}"
+                ),
+            }
+            let better = match (&best, &run) {
+                (None, _) => true,
+                (Some((_, Err(_))), Ok(_)) => true,
+                (Some((_, Ok(kept))), Ok(new)) => new.drain_rate > kept.drain_rate,
+                (Some(_), Err(_)) => false,
+            };
+            if better {
+                best = Some((setting.to_string(), run));
+            }
+        }
+        if let Some((setting, run)) = best {
+            runs.push((concurrency, setting, run));
+        }
     }
     Outcome {
         name: S::NAME,
@@ -355,7 +380,7 @@ fn report(outcomes: &[Outcome], jobs: usize, handlers: &[usize]) {
             );
         }
     }
-    println!("best settings:");
+    println!("settings of the kept full runs:");
     for outcome in outcomes {
         for (concurrency, setting, _) in &outcome.runs {
             println!("  {:<16} @{concurrency:<3} {setting}", outcome.name);
@@ -401,6 +426,18 @@ fn main() -> BenchResult<()> {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(DEFAULT_JOBS)
         .max(1);
+    let finalists = match std::env::var("PEER_BENCH_FINALISTS") {
+        Ok(value) => match value.trim().parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                return Err(format!(
+                    "PEER_BENCH_FINALISTS: `{value}` is not a positive number of settings"
+                )
+                .into());
+            }
+        },
+        Err(_) => DEFAULT_FINALISTS,
+    };
     let only = env_list("PEER_BENCH_ONLY");
     let runs = |part: &str| only.is_empty() || only.iter().any(|p| p == part);
     // A repeated count runs once.
@@ -453,7 +490,7 @@ fn main() -> BenchResult<()> {
             created: Vec::new(),
         };
         println!(
-            "peer benchmark on {url}: {jobs} jobs per full run, {} per sweep run, {} cores",
+            "peer benchmark on {url}: {jobs} jobs per full run, {} per sweep run, {finalists} full runs per concurrency, {} cores",
             SWEEP_JOBS.min(jobs),
             std::thread::available_parallelism().map_or(1, usize::from)
         );
@@ -467,13 +504,13 @@ fn main() -> BenchResult<()> {
         let started = Instant::now();
         let mut outcomes = Vec::new();
         if runs("evc") {
-            outcomes.push(measure::<evc::Evc>(&mut server, jobs, &handlers).await);
+            outcomes.push(measure::<evc::Evc>(&mut server, jobs, &handlers, finalists).await);
         }
         if runs("awa") {
-            outcomes.push(measure::<awa_peer::Awa>(&mut server, jobs, &handlers).await);
+            outcomes.push(measure::<awa_peer::Awa>(&mut server, jobs, &handlers, finalists).await);
         }
         if runs("graphile") {
-            outcomes.push(measure::<graphile::Graphile>(&mut server, jobs, &handlers).await);
+            outcomes.push(measure::<graphile::Graphile>(&mut server, jobs, &handlers, finalists).await);
         }
         if !outcomes.is_empty() {
             report(&outcomes, jobs, &handlers);
