@@ -74,6 +74,7 @@ conformance!(
     a_large_batch_keeps_order_and_idempotency_across_statements,
     a_refusal_in_a_later_statement_leaves_nothing_of_the_batch,
     claim_leases_with_new_tokens_and_counts_attempts,
+    a_claim_takes_only_its_stretch_of_event_seq,
     stale_token_is_refused_after_a_reclaim,
     per_key_claims_only_the_head_of_each_key,
     fail_retries_later_dead_letters_or_quarantines,
@@ -1160,6 +1161,38 @@ async fn claim_leases_with_new_tokens_and_counts_attempts<S: Conformance>(store:
     assert_eq!(
         attempt_rows(&store, first.event_id, PLAIN).await?,
         vec![row(1, "retry", Some("E_BUSY"), 1, "w1")]
+    );
+    Ok(())
+}
+
+/// The claim cursor hands each claim a stretch of `event_seq` (`after_seq` to `until_seq`):
+/// leased or held, a claim takes nothing outside it, however many its batch would allow.
+async fn a_claim_takes_only_its_stretch_of_event_seq<S: Conformance>(store: S) -> TestResult {
+    let receipts = committed(&store, (1..=6).map(note).collect()).await?;
+    let id = |n: usize| receipts[n - 1].event_id;
+    let seq = |n: usize| receipts[n - 1].seq;
+
+    let mut connection = store.pool().acquire().await?;
+    let request = ClaimRequest::leased(PLAIN, "w1", 10, LEASE)
+        .after_seq(seq(1))
+        .until_seq(seq(4));
+    let leased = Store::claim(&store, &mut *connection, &request).await?;
+    drop(connection);
+    assert_eq!(ids(&leased), vec![id(2), id(3), id(4)]);
+
+    let mut tx = store.begin().await?;
+    let request = ClaimRequest::held(PLAIN, "w2", 10)
+        .after_seq(seq(4))
+        .until_seq(seq(5));
+    let held = Store::claim(&store, &mut *tx, &request).await?;
+    assert_eq!(ids(&held), vec![id(5)]);
+    tx.rollback().await?;
+
+    let rest = claim(&store, PLAIN, "w3", 10, LEASE, false).await?;
+    assert_eq!(
+        ids(&rest),
+        vec![id(1), id(5), id(6)],
+        "without a stretch, everything still due"
     );
     Ok(())
 }

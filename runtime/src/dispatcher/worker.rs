@@ -188,7 +188,8 @@ impl<S: Store> Worker<S> {
     /// Claims a batch on `connection` from where the claim cursor says, held (in the
     /// transaction open on `connection`) or leased, and moves the cursor. A claim from the
     /// cursor that finds nothing runs once more from the head, so a worker never sleeps with
-    /// due work behind the cursor.
+    /// due work behind the cursor; one handed a stretch that held nothing first runs from the
+    /// same start without the stretch's end.
     pub(super) async fn claim_from_cursor(
         &self,
         connection: &mut Connection<S>,
@@ -202,6 +203,11 @@ impl<S: Store> Worker<S> {
             self.consumer.cursor.head_scanned(began.elapsed());
         }
         let mut from = start;
+        if batch.is_empty() && start.is_bounded() {
+            // A claim from the head took the stretch's deliveries, or the backlog ends in it.
+            from = start.unbounded();
+            batch = self.claim_once(connection, held, from).await?;
+        }
         if batch.is_empty() && !start.is_head() {
             // The stretches handed out lie past the backlog's end.
             self.consumer.cursor.reset();
@@ -227,7 +233,10 @@ impl<S: Store> Worker<S> {
                 .per_key(self.consumer.per_key)
         };
         self.store
-            .claim(connection, &request.after_seq(start.after))
+            .claim(
+                connection,
+                &request.after_seq(start.after).until_seq(start.end),
+            )
             .await
     }
 

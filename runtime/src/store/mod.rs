@@ -615,6 +615,9 @@ pub struct ClaimRequest<'a> {
     /// Only deliveries whose `event_seq` is above this (0: all): the dispatcher's claim
     /// cursor. A per-key claim ignores it: it must see every head of a key.
     pub after_seq: i64,
+    /// Only deliveries whose `event_seq` is at most this ([`i64::MAX`]: all): the end of the
+    /// stretch the claim cursor handed the claim. A per-key claim ignores it.
+    pub until_seq: i64,
 }
 
 impl<'a> ClaimRequest<'a> {
@@ -628,6 +631,7 @@ impl<'a> ClaimRequest<'a> {
             hold: Hold::Lease(lease),
             per_key: false,
             after_seq: 0,
+            until_seq: i64::MAX,
         }
     }
 
@@ -650,6 +654,13 @@ impl<'a> ClaimRequest<'a> {
     #[must_use]
     pub fn after_seq(mut self, after_seq: i64) -> Self {
         self.after_seq = after_seq;
+        self
+    }
+
+    /// Only deliveries whose `event_seq` is at most `until_seq`.
+    #[must_use]
+    pub fn until_seq(mut self, until_seq: i64) -> Self {
+        self.until_seq = until_seq;
         self
     }
 }

@@ -129,10 +129,11 @@ impl PgStore {
 
     /// A leased claim ([`crate::Hold::Lease`]) on the caller's connection (outside a
     /// transaction: the claim commits its leases itself), for [`crate::Store::claim`].
-    /// Only deliveries whose `event_seq` is above `after_seq` are considered (0: all of them):
-    /// the dispatcher's claim cursor skips the index entries of deliveries it knows were
-    /// claimed (docs/runtime.md, "Claim cursor"). A per-key claim ignores `after_seq`: it must
-    /// see every head of a key.
+    /// Only deliveries whose `event_seq` is above `after_seq` (0: all of them) and at most
+    /// `until_seq` are considered: the dispatcher's claim cursor skips the index entries of
+    /// deliveries it knows were claimed, and keeps each claim to its own stretch
+    /// (docs/runtime.md, "Claim cursor"). A per-key claim ignores both: it must see every head
+    /// of a key.
     ///
     /// Without per-key ordering: one statement ([`sql::CLAIM_BATCH`]). With it: one transaction
     /// of two statements — candidates that head their key and whose key's transaction-scoped
@@ -149,6 +150,7 @@ impl PgStore {
         lease: Duration,
         per_key: bool,
         after_seq: i64,
+        until_seq: i64,
     ) -> Result<Vec<Claimed>, DispatchError> {
         let rows = if per_key {
             let mut tx = connection.begin().await?;
@@ -180,6 +182,7 @@ impl PgStore {
                 .bind(owner)
                 .bind(millis(lease))
                 .bind(after_seq)
+                .bind(until_seq)
                 .fetch_all(&mut *connection)
                 .await?
         };
@@ -235,7 +238,8 @@ impl PgStore {
 
     /// A claim held by the caller's transaction ([`crate::Hold::Transaction`]), for
     /// [`crate::Store::claim`]: the due deliveries of `consumer` (one that does not order per
-    /// key) whose `event_seq` is above `after_seq` (0: all of them), oldest first, row-locked
+    /// key) whose `event_seq` is above `after_seq` (0: all of them) and at most `until_seq`,
+    /// oldest first, row-locked
     /// until `transaction` ends and otherwise untouched ([`sql::CLAIM_HELD`]). Nothing is
     /// committed by the claim: if the transaction rolls back or its connection dies, the
     /// deliveries are simply due again, with no attempt counted. The caller runs the handlers
@@ -251,10 +255,12 @@ impl PgStore {
         owner: &str,
         batch: u32,
         after_seq: i64,
+        until_seq: i64,
     ) -> Result<Vec<Claimed>, DispatchError> {
         let rows = sqlx::query(AssertSqlSafe(sql::with_batch(sql::CLAIM_HELD, batch)))
             .bind(consumer)
             .bind(after_seq)
+            .bind(until_seq)
             .fetch_all(&mut *transaction)
             .await?;
         rows.iter()

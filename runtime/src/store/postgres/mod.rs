@@ -823,12 +823,13 @@ impl Store for PgStore {
             batch,
             per_key,
             after_seq,
+            until_seq,
             ..
         } = *request;
         match request.hold {
             Hold::Lease(lease) => {
                 self.claim_leased(
-                    connection, consumer, owner, batch, lease, per_key, after_seq,
+                    connection, consumer, owner, batch, lease, per_key, after_seq, until_seq,
                 )
                 .await
             }
@@ -836,7 +837,7 @@ impl Store for PgStore {
                 "a claim held by a transaction does not order per key",
             )),
             Hold::Transaction => {
-                self.claim_held(connection, consumer, owner, batch, after_seq)
+                self.claim_held(connection, consumer, owner, batch, after_seq, until_seq)
                     .await
             }
         }

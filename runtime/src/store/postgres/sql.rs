@@ -688,18 +688,19 @@ pub(crate) fn with_batch(statement: &str, batch: u32) -> String {
 
 /// Claims up to a batch ([`with_batch`]) of due deliveries of consumer `$1` that need no
 /// per-key ordering and come after `event_seq` `$4` (0: from the head; the dispatcher's claim
-/// cursor), oldest first, in one statement (nothing while the consumer is paused or its mode is
-/// `off`, none of a tenant it is paused for: `claimable!`): locks them (`SKIP LOCKED`, so
-/// concurrent claimers take disjoint rows), leases them to owner `$2` until now + `$3` milliseconds, counts the attempt
-/// and raises the fencing token. Returns the leases joined with their events, in `event_seq`
-/// order.
+/// cursor) and at most at `$5` (the end of the claim's stretch), oldest first, in one
+/// statement (nothing while the consumer is paused or its mode is `off`, none of a tenant it
+/// is paused for: `claimable!`): locks them (`SKIP LOCKED`, so concurrent claimers take
+/// disjoint rows), leases them to owner `$2` until now + `$3` milliseconds, counts the
+/// attempt and raises the fencing token. Returns the leases joined with their events, in
+/// `event_seq` order.
 pub(crate) const CLAIM_BATCH: &str = concat!(
     "\
 WITH ",
     scoped_scans!(
         "d.ctid",
         "d.consumer = $1 AND d.status = 'pending' AND d.next_attempt_at <= now()
-        AND d.event_seq > $4",
+        AND d.event_seq > $4 AND d.event_seq <= $5",
         "
     FOR UPDATE SKIP LOCKED"
     ),
@@ -850,7 +851,7 @@ GROUP BY d.event_id";
 
 /// Held claim (a batched transactional claim, run in the transaction that will ack): locks up
 /// to a batch ([`with_batch`]) of due deliveries of consumer `$1` that need no per-key ordering
-/// and come after `event_seq` `$2` (0: from the head), oldest first
+/// and come after `event_seq` `$2` (0: from the head) and at most at `$3`, oldest first
 /// (`FOR UPDATE SKIP LOCKED`; nothing while the consumer is paused or off), and returns them
 /// joined with their events. Nothing is written: the rows stay `pending`, and the row locks,
 /// held until the transaction ends, keep every other claimer, recovery and renewal off them.
@@ -862,7 +863,7 @@ WITH ",
         "d.event_id, d.consumer, d.generation, d.attempt + 1 AS attempt,
         d.fencing_token + 1 AS fencing_token, d.event_seq",
         "d.consumer = $1 AND d.status = 'pending' AND d.next_attempt_at <= now()
-        AND d.event_seq > $2",
+        AND d.event_seq > $2 AND d.event_seq <= $3",
         "
     FOR UPDATE SKIP LOCKED"
     ),

@@ -178,8 +178,9 @@ impl SqliteStore {
     /// A leased claim ([`crate::Hold::Lease`]) on the caller's connection, for
     /// [`crate::Store::claim`] (outside a transaction: the claim commits its leases itself;
     /// inside one, they commit with it). Only deliveries whose `event_seq` is above
-    /// `after_seq` are considered (0: all of them), the dispatcher's claim cursor. A per-key
-    /// claim ignores `after_seq`: it must see every head of a key.
+    /// `after_seq` (0: all of them) and at most `until_seq` are considered, the dispatcher's
+    /// claim cursor and the stretch it handed the claim. A per-key claim ignores both: it must
+    /// see every head of a key.
     ///
     /// One statement leases the batch (`CLAIM_BATCH` or `CLAIM_KEY_HEADS`) and
     /// one reads its events, in one `BEGIN IMMEDIATE` transaction: oldest first, due only, the
@@ -195,6 +196,7 @@ impl SqliteStore {
         lease: Duration,
         per_key: bool,
         after_seq: i64,
+        until_seq: i64,
     ) -> Result<Vec<Claimed>, DispatchError> {
         let now = epoch_now();
         let until = now + lease.as_secs_f64();
@@ -219,6 +221,7 @@ impl SqliteStore {
                 .bind(after_seq)
                 .bind(batch)
                 .bind(self.tenant())
+                .bind(until_seq)
                 .fetch_all(&mut *tx)
                 .await?
         };
@@ -388,7 +391,8 @@ impl SqliteStore {
 
     /// A claim held by the caller's transaction ([`crate::Hold::Transaction`]), for
     /// [`crate::Store::claim`]: the due deliveries of `consumer` (one that does not order per
-    /// key) whose `event_seq` is above `after_seq` (0: all of them), oldest first, otherwise
+    /// key) whose `event_seq` is above `after_seq` (0: all of them) and at most `until_seq`,
+    /// oldest first, otherwise
     /// untouched (`CLAIM_HELD`: a no-op update that takes the write lock, so nobody else
     /// claims, recovers or renews them until `transaction` ends). Nothing is committed by the
     /// claim: if the transaction rolls back, the deliveries are simply due again, with no
@@ -404,6 +408,7 @@ impl SqliteStore {
         owner: &str,
         batch: u32,
         after_seq: i64,
+        until_seq: i64,
     ) -> Result<Vec<Claimed>, DispatchError> {
         let now = epoch_now();
         let held = sqlx::query(sql::CLAIM_HELD)
@@ -412,6 +417,7 @@ impl SqliteStore {
             .bind(after_seq)
             .bind(i64::from(batch.max(1)))
             .bind(self.tenant())
+            .bind(until_seq)
             .fetch_all(&mut *transaction)
             .await?;
         let mut claimed = self

@@ -1339,12 +1339,13 @@ impl Store for SqliteStore {
             batch,
             per_key,
             after_seq,
+            until_seq,
             ..
         } = *request;
         match request.hold {
             Hold::Lease(lease) => {
                 self.claim_leased(
-                    connection, consumer, owner, batch, lease, per_key, after_seq,
+                    connection, consumer, owner, batch, lease, per_key, after_seq, until_seq,
                 )
                 .await
             }
@@ -1353,7 +1354,7 @@ impl Store for SqliteStore {
                 "a claim held by a transaction does not order per key",
             )),
             Hold::Transaction => {
-                self.claim_held(connection, consumer, owner, batch, after_seq)
+                self.claim_held(connection, consumer, owner, batch, after_seq, until_seq)
                     .await
             }
         }

@@ -240,10 +240,10 @@ macro_rules! heads_its_key {
 }
 
 /// Claims up to `?6` due deliveries of consumer `?1` that need no per-key ordering and come
-/// after `event_seq` `?5` (0: from the head), oldest first (nothing while the consumer is
-/// paused or off in `evc_consumer_state`) of tenant `?7` (NULL: every tenant): leases them to
-/// owner `?2` until `?3`, counts the attempt and raises the fencing token; `?4` now. Returns
-/// the claimed rows (unordered).
+/// after `event_seq` `?5` (0: from the head) and at most at `?8`, oldest first (nothing while
+/// the consumer is paused or off in `evc_consumer_state`) of tenant `?7` (NULL: every
+/// tenant): leases them to owner `?2` until `?3`, counts the attempt and raises the fencing
+/// token; `?4` now. Returns the claimed rows (unordered).
 pub(crate) const CLAIM_BATCH: &str = concat!(
     "\
 UPDATE evc_deliveries
@@ -252,7 +252,7 @@ SET status = 'leased', lease_owner = ?2, lease_until = ?3, attempt = attempt + 1
 WHERE rowid IN (
     SELECT d.rowid FROM evc_deliveries d
     WHERE d.consumer = ?1 AND d.status = 'pending' AND d.next_attempt_at <= ?4
-        AND d.event_seq > ?5
+        AND d.event_seq > ?5 AND d.event_seq <= ?8
         AND NOT EXISTS (
             SELECT 1 FROM evc_consumer_state s
             WHERE s.consumer = ?1 AND (s.paused OR s.mode = 'off')
@@ -356,8 +356,8 @@ GROUP BY event_id"
 
 /// Held claim (a batched transactional claim, in the caller's transaction, which will ack):
 /// up to `?4` due deliveries of consumer `?1` that need no per-key ordering and come after
-/// `event_seq` `?3`, oldest first (nothing while the consumer is paused or off), of tenant `?5`
-/// (NULL: every tenant); `?2` now.
+/// `event_seq` `?3` and at most at `?6`, oldest first (nothing while the consumer is paused or
+/// off), of tenant `?5` (NULL: every tenant); `?2` now.
 /// Nothing changes: a no-op update of the rows, which takes the database's write lock for the
 /// rest of the caller's transaction (SQLite's `FOR UPDATE`), so no claimer, recovery or renewal
 /// touches them until it ends. Returns `attempt` and `fencing_token` raised by one: the values
@@ -368,7 +368,7 @@ UPDATE evc_deliveries SET fencing_token = fencing_token
 WHERE rowid IN (
     SELECT d.rowid FROM evc_deliveries d
     WHERE d.consumer = ?1 AND d.status = 'pending' AND d.next_attempt_at <= ?2
-        AND d.event_seq > ?3
+        AND d.event_seq > ?3 AND d.event_seq <= ?6
         AND NOT EXISTS (
             SELECT 1 FROM evc_consumer_state s
             WHERE s.consumer = ?1 AND (s.paused OR s.mode = 'off')
