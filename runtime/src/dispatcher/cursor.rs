@@ -217,29 +217,33 @@ impl ClaimCursor {
         };
         let asked = i64::from(asked.max(1));
         let claimed = i64::try_from(claimed).unwrap_or(i64::MAX);
-        if claimed >= asked {
-            state.after = state.after.max(highest);
-            if !start.is_head() {
-                state.record_span(highest.saturating_sub(lowest).saturating_add(1));
-                if highest < start.end && state.handed_out == start.end {
-                    state.handed_out = highest;
-                }
-            }
-        } else if start.is_bounded() && !start.is_head() && claimed > 0 {
-            state.after = state.after.max(highest);
+        let full = claimed >= asked;
+        // Short without a stretch: the backlog it was skipping to is gone. Short from a
+        // stretch: the stretch held no more.
+        let moves_on = full || (start.is_bounded() && claimed > 0);
+        if !moves_on {
+            state.reset();
+            return;
+        }
+        state.after = state.after.max(highest);
+        if start.is_head() {
+            return;
+        }
+        let span = if full {
+            highest.saturating_sub(lowest).saturating_add(1)
+        } else {
             // `claimed` deliveries up to `highest`: a batch needs that many values times
             // `asked / claimed`. Only the part up to `highest` counts, where the backlog may
             // end inside the stretch.
             let covered = highest.saturating_sub(start.after);
             let scaled = i128::from(covered) * i128::from(asked) / i128::from(claimed);
-            state.record_span(i64::try_from(scaled).unwrap_or(i64::MAX));
-            // Deliveries appended after the claim's snapshot may lie in the rest of the
-            // stretch: the next claim starts there unless a later stretch was handed out.
-            if state.handed_out == start.end {
-                state.handed_out = highest;
-            }
-        } else {
-            state.reset();
+            i64::try_from(scaled).unwrap_or(i64::MAX)
+        };
+        state.record_span(span);
+        // The rest of the stretch goes to the next claim unless a later stretch was handed
+        // out: deliveries appended after this claim's snapshot may lie there.
+        if highest < start.end && state.handed_out == start.end {
+            state.handed_out = highest;
         }
     }
 }
@@ -346,6 +350,7 @@ mod tests {
         );
         for _ in 0..SPANS {
             let start = cursor.start_at(now);
+            // A later stretch handed out meanwhile: nothing is given back.
             let _later = cursor.start_at(now);
             cursor.claimed(start, 100, 40, Some((start.after + 1, start.end)));
         }
