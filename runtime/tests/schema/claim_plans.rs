@@ -132,6 +132,74 @@ async fn claims_and_acks_read_their_rows(admin: &PgPool, store: &PgStore) -> Tes
     Ok(())
 }
 
+/// Claims from stretches of `event_seq`, as a dispatcher's claim cursor hands them out, batch
+/// after batch on one connection, leased and held: PostgreSQL keeps each claim statement's
+/// generic plan from the sixth execution on. With the bounds bound as plain parameters every
+/// custom plan estimated less than the generic one, and every claim was planned anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_from_stretches_keep_their_generic_plan() -> TestResult {
+    support::with_database(|pool| async move {
+        const STRETCH: i64 = 110;
+        const ROUNDS: i64 = 10;
+        // Enough backlog that the generic plan's default share of it for the range (about
+        // 0.4%) is more than a batch; below that the generic plan looked cheaper anyway.
+        const BACKLOG: u64 = 60_000;
+        let options = (*pool.connect_options()).clone();
+        let single = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await?;
+        let store = PgStore::new(single.clone(), DISPATCH_REGISTRY)?;
+        support::append_notes(&store, BACKLOG, BACKLOG).await?;
+        sqlx::query("ANALYZE evc_deliveries")
+            .execute(&single)
+            .await?;
+        let lease = Duration::from_secs(30);
+        for held in [false, true] {
+            for round in 0..ROUNDS {
+                let request = if held {
+                    ClaimRequest::held("d.unordered", "w", 100)
+                } else {
+                    ClaimRequest::leased("d.unordered", "w", 100, lease)
+                };
+                let after = round * STRETCH;
+                let request = request.after_seq(after).until_seq(after + STRETCH);
+                let mut tx = store.begin().await?;
+                let claimed = store.claim(&mut tx, &request).await?;
+                tx.rollback().await?;
+                assert_eq!(claimed.len(), 100, "held {held}, round {round}");
+                assert!(
+                    claimed
+                        .iter()
+                        .all(|c| c.event_seq > after && c.event_seq <= after + STRETCH),
+                    "held {held}, round {round}: a claim left its stretch"
+                );
+            }
+        }
+        let plans: Vec<(String, i64, i64)> = sqlx::query_as(
+            "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements \
+             WHERE statement LIKE 'WITH every_tenant AS%'",
+        )
+        .fetch_all(&single)
+        .await?;
+        assert_eq!(plans.len(), 2, "one leased and one held claim statement");
+        for (statement, generic, custom) in plans {
+            let what = if statement.contains("UPDATE evc_deliveries") {
+                "leased"
+            } else {
+                "held"
+            };
+            assert_eq!(
+                (generic, custom),
+                (ROUNDS - 5, 5),
+                "{what} claim: generic and custom plans of {ROUNDS} executions"
+            );
+        }
+        Ok(())
+    })
+    .await
+}
+
 /// Rows of `evc_deliveries`, `evc_events` and `evc_acked_batches` that sequential scans of the
 /// whole database read so far, as reported: `pool`'s one session is made to report first; any
 /// other session reports on its own schedule.
