@@ -133,67 +133,89 @@ async fn claims_and_acks_read_their_rows(admin: &PgPool, store: &PgStore) -> Tes
 }
 
 /// Claims from stretches of `event_seq`, as a dispatcher's claim cursor hands them out, batch
-/// after batch on one connection, leased and held: PostgreSQL keeps each claim statement's
-/// generic plan from the sixth execution on. With the bounds bound as plain parameters every
-/// custom plan estimated less than the generic one, and every claim was planned anew.
+/// after batch on one connection, leased and held, for a consumer with a third of the
+/// deliveries and for one with a hundredth: PostgreSQL keeps each claim statement's generic
+/// plan from the sixth execution on. Where a custom plan sees the consumer or the stretch's
+/// bounds, it is estimated cheaper than the generic plan, and every claim is planned anew.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_from_stretches_keep_their_generic_plan() -> TestResult {
     support::with_database(|pool| async move {
         const STRETCH: i64 = 110;
         const ROUNDS: i64 = 10;
         // Enough backlog that the generic plan's default share of it for the range (about
-        // 0.4%) is more than a batch; below that the generic plan looked cheaper anyway.
+        // 0.4%) is more than a batch: below that the generic plan is cheaper anyway.
         const BACKLOG: u64 = 60_000;
-        let options = (*pool.connect_options()).clone();
-        let single = PgPoolOptions::new()
-            .max_connections(1)
-            .connect_with(options)
-            .await?;
-        let store = PgStore::new(single.clone(), DISPATCH_REGISTRY)?;
+        // `d.leased` keeps one delivery in this many: a hundredth of the table.
+        const SPARSE: i64 = 50;
+        let store = PgStore::new(pool.clone(), DISPATCH_REGISTRY)?;
         support::append_notes(&store, BACKLOG, BACKLOG).await?;
-        sqlx::query("ANALYZE evc_deliveries")
-            .execute(&single)
-            .await?;
+        sqlx::query(
+            "DELETE FROM evc_deliveries WHERE consumer = 'd.leased' AND event_seq % $1 <> 0",
+        )
+        .bind(SPARSE)
+        .execute(&pool)
+        .await?;
+        sqlx::query("ANALYZE evc_deliveries").execute(&pool).await?;
         let lease = Duration::from_secs(30);
-        for held in [false, true] {
-            for round in 0..ROUNDS {
-                let request = if held {
-                    ClaimRequest::held("d.unordered", "w", 100)
+        // `d.unordered` has a delivery at every `event_seq`, `d.leased` at every multiple of
+        // `SPARSE`; a claim of 100 takes those of its stretch, at most 100.
+        for (consumer, every) in [("d.unordered", 1), ("d.leased", SPARSE)] {
+            // A connection of its own: the plan counts are per prepared statement.
+            let single = PgPoolOptions::new()
+                .max_connections(1)
+                .connect_with((*pool.connect_options()).clone())
+                .await?;
+            let store = PgStore::new(single.clone(), DISPATCH_REGISTRY)?;
+            for held in [false, true] {
+                for round in 0..ROUNDS {
+                    let request = if held {
+                        ClaimRequest::held(consumer, "w", 100)
+                    } else {
+                        ClaimRequest::leased(consumer, "w", 100, lease)
+                    };
+                    let after = round * STRETCH;
+                    let request = request.after_seq(after).until_seq(after + STRETCH);
+                    let mut tx = store.begin().await?;
+                    let claimed = store.claim(&mut tx, &request).await?;
+                    tx.rollback().await?;
+                    let what = format!("{consumer}, held {held}, round {round}");
+                    let in_stretch = ((after + STRETCH) / every - after / every).min(100);
+                    assert_eq!(claimed.len() as i64, in_stretch, "{what}");
+                    assert!(
+                        claimed
+                            .iter()
+                            .all(|c| c.event_seq > after && c.event_seq <= after + STRETCH),
+                        "{what}: a claim left its stretch"
+                    );
+                }
+            }
+            let plans: Vec<(String, i64, i64)> = sqlx::query_as(
+                "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements \
+                 WHERE statement LIKE 'WITH every_tenant AS%'",
+            )
+            .fetch_all(&single)
+            .await?;
+            let mut kinds: Vec<&str> = Vec::new();
+            for (statement, generic, custom) in &plans {
+                let kind = if statement.contains("UPDATE evc_deliveries") {
+                    "leased"
                 } else {
-                    ClaimRequest::leased("d.unordered", "w", 100, lease)
+                    "held"
                 };
-                let after = round * STRETCH;
-                let request = request.after_seq(after).until_seq(after + STRETCH);
-                let mut tx = store.begin().await?;
-                let claimed = store.claim(&mut tx, &request).await?;
-                tx.rollback().await?;
-                assert_eq!(claimed.len(), 100, "held {held}, round {round}");
-                assert!(
-                    claimed
-                        .iter()
-                        .all(|c| c.event_seq > after && c.event_seq <= after + STRETCH),
-                    "held {held}, round {round}: a claim left its stretch"
+                kinds.push(kind);
+                assert_eq!(
+                    (*generic, *custom),
+                    (ROUNDS - 5, 5),
+                    "{consumer}, {kind} claim: generic and custom plans of {ROUNDS} executions"
                 );
             }
-        }
-        let plans: Vec<(String, i64, i64)> = sqlx::query_as(
-            "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements \
-             WHERE statement LIKE 'WITH every_tenant AS%'",
-        )
-        .fetch_all(&single)
-        .await?;
-        assert_eq!(plans.len(), 2, "one leased and one held claim statement");
-        for (statement, generic, custom) in plans {
-            let what = if statement.contains("UPDATE evc_deliveries") {
-                "leased"
-            } else {
-                "held"
-            };
+            kinds.sort_unstable();
             assert_eq!(
-                (generic, custom),
-                (ROUNDS - 5, 5),
-                "{what} claim: generic and custom plans of {ROUNDS} executions"
+                kinds,
+                ["held", "leased"],
+                "{consumer}: the claim statements prepared"
             );
+            single.close().await;
         }
         Ok(())
     })

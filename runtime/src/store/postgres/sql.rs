@@ -695,20 +695,21 @@ pub(crate) fn with_batch(statement: &str, batch: u32) -> String {
 /// attempt and raises the fencing token. Returns the leases joined with their events, in
 /// `event_seq` order.
 ///
-/// The stretch's bounds are read as `(SELECT $n::int8)`, not `$n`. A custom plan sees the
-/// bounds and estimates a stretch of a batch at about a batch of rows; the generic plan
-/// estimates the range at PostgreSQL's default share of the backlog, so its `LIMIT` looks
-/// cheaper, and the custom plans never cost more than it plus their planning: with `$n`,
-/// every claim is planned anew, about 0.4 ms of server time per claim of 100 (docs/design.md,
-/// "Claim statements"). A sub-select is an init plan whose value no plan knows, so the custom plans
-/// estimate as the generic one does, and from the sixth execution on PostgreSQL keeps the
-/// generic plan: the same index range scan.
+/// The scans read the consumer and the stretch's bounds as sub-selects (`(SELECT $1::text)`,
+/// `(SELECT $4::int8)`), not as `$n`. A custom plan sees the values, the generic plan
+/// estimates them at PostgreSQL's defaults, and for a stretch, for the whole backlog and for
+/// a consumer with a small share of the table alike the custom plans, their planning
+/// included, are estimated cheaper: with `$n`, PostgreSQL plans every claim anew, about
+/// 0.4 ms of server time per claim of 100 (docs/design.md, "Claim statements"). A sub-select
+/// is an init plan whose value no plan knows, so the custom plans estimate as the generic one
+/// does, and from the sixth execution on PostgreSQL keeps the generic plan: the same index
+/// range scan.
 pub(crate) const CLAIM_BATCH: &str = concat!(
     "\
 WITH ",
     scoped_scans!(
         "d.ctid",
-        "d.consumer = $1 AND d.status = 'pending' AND d.next_attempt_at <= now()
+        "d.consumer = (SELECT $1::text) AND d.status = 'pending' AND d.next_attempt_at <= now()
         AND d.event_seq > (SELECT $4::int8) AND d.event_seq <= (SELECT $5::int8)",
         "
     FOR UPDATE SKIP LOCKED"
@@ -865,14 +866,14 @@ GROUP BY d.event_id";
 /// joined with their events. Nothing is written: the rows stay `pending`, and the row locks,
 /// held until the transaction ends, keep every other claimer, recovery and renewal off them.
 /// `attempt` and `fencing_token` are returned raised by one: the values [`ACK_HELD`] writes.
-/// Its stretch's bounds are sub-selects, as in [`CLAIM_BATCH`].
+/// Its scans read the consumer and the stretch's bounds as sub-selects, as in [`CLAIM_BATCH`].
 pub(crate) const CLAIM_HELD: &str = concat!(
     "\
 WITH ",
     scoped_scans!(
         "d.event_id, d.consumer, d.generation, d.attempt + 1 AS attempt,
         d.fencing_token + 1 AS fencing_token, d.event_seq",
-        "d.consumer = $1 AND d.status = 'pending' AND d.next_attempt_at <= now()
+        "d.consumer = (SELECT $1::text) AND d.status = 'pending' AND d.next_attempt_at <= now()
         AND d.event_seq > (SELECT $2::int8) AND d.event_seq <= (SELECT $3::int8)",
         "
     FOR UPDATE SKIP LOCKED"
