@@ -272,6 +272,15 @@ mod tests {
         ClaimStart { after, end }
     }
 
+    /// A cursor after 200 whose one claim from it took a batch of 100 from 100 values: the
+    /// next stretches are 88 long.
+    fn dense_cursor() -> ClaimCursor {
+        let cursor = ClaimCursor::new();
+        cursor.claimed(ClaimStart::HEAD, 100, 100, Some((1, 100)));
+        cursor.claimed(from(100), 100, 100, Some((101, 200)));
+        cursor
+    }
+
     #[test]
     fn full_batches_move_the_cursor_and_a_short_one_resets_it() {
         let cursor = ClaimCursor::new();
@@ -335,10 +344,8 @@ mod tests {
 
     #[test]
     fn a_stretch_that_held_less_than_a_batch_moves_on_and_lengthens_the_stretch() {
-        let cursor = ClaimCursor::new();
+        let cursor = dense_cursor();
         let now = Instant::now();
-        cursor.claimed(ClaimStart::HEAD, 100, 100, Some((1, 100)));
-        cursor.claimed(from(100), 100, 100, Some((101, 200)));
         let [a, b] = [(); 2].map(|()| cursor.start_at(now));
         assert_eq!([a, b], [stretch(200, 288), stretch(288, 376)]);
         // The stretch held 40 up to 288: a batch needs 220 values there.
@@ -364,10 +371,8 @@ mod tests {
 
     #[test]
     fn a_claim_where_the_backlog_ends_gives_the_rest_back_and_counts_what_it_covered() {
-        let cursor = ClaimCursor::new();
+        let cursor = dense_cursor();
         let now = Instant::now();
-        cursor.claimed(ClaimStart::HEAD, 100, 100, Some((1, 100)));
-        cursor.claimed(from(100), 100, 100, Some((101, 200)));
         let tail = cursor.start_at(now);
         assert_eq!(tail, stretch(200, 288));
         // The backlog ends at 210: ten deliveries, as dense as before.
