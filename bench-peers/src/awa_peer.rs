@@ -57,6 +57,15 @@ impl fmt::Display for Setting {
     }
 }
 
+/// [`crate::open_connections`] for awa's pool, which is sqlx 0.8's.
+async fn open_connections(pool: &sqlx08::PgPool) -> BenchResult<()> {
+    let mut open = Vec::new();
+    for _ in 0..pool.options().get_max_connections() {
+        open.push(pool.acquire().await?);
+    }
+    Ok(())
+}
+
 /// awa.
 pub(crate) struct Awa;
 
@@ -158,6 +167,7 @@ impl System for Awa {
                 async { Ok::<_, JobError>(JobResult::Completed) }
             })
             .build()?;
+        open_connections(&pool).await?;
         meter.draining().await?;
         let started = Instant::now();
         client.start().await?;

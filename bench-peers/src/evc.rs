@@ -17,7 +17,7 @@ use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use crate::writes::Meter;
-use crate::{BenchResult, Run, System, drain_cap, wait_until};
+use crate::{BenchResult, Run, System, drain_cap, open_connections, wait_until};
 
 const SCHEMA: &str = r#"{"additionalProperties":false,"properties":{"iu_unit_id":{"format":"uuid","type":"string"}},"required":["iu_unit_id"],"type":"object"}"#;
 const DIGEST: &str = "0000000000000000000000000000000000000000000000000000000000000001";
@@ -247,6 +247,7 @@ impl System for Evc {
             .batch(setting.batch)
             .poll_interval(POLL)
             .held_batches(setting.mode == Mode::Held);
+        open_connections(store.pool()).await?;
         meter.draining().await?;
         let started = Instant::now();
         let handle = Dispatcher::new(store.clone(), config)

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgPoolOptions;
 
 use crate::writes::Meter;
-use crate::{BenchResult, Run, System, drain_cap, wait_until};
+use crate::{BenchResult, Run, System, drain_cap, open_connections, wait_until};
 
 const SCHEMA: &str = "graphile_worker";
 const IDENTIFIER: &str = "peer_noop";
@@ -153,6 +153,7 @@ impl System for Graphile {
         .await?;
 
         // Drain: completed jobs are deleted, so the drain ends when the table is empty.
+        open_connections(&pool).await?;
         meter.draining().await?;
         let started = Instant::now();
         let running = Arc::clone(&worker);

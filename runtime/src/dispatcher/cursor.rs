@@ -13,8 +13,9 @@
 //! one was claimed. So the cursor is only a hint: a claim starts from the head again when the
 //! last claim without a stretch came back short of its batch (the backlog behind the cursor is
 //! gone) and at least every [`HEAD_SCAN_EVERY`], and a claim from the cursor that finds
-//! nothing is tried again from the head at once (one whose stretch held nothing first from its
-//! start without the stretch's end: a head scan may have taken the stretch's rows).
+//! nothing is tried again from the head at once, or after the sibling claim opening the cursor
+//! (one whose stretch held nothing first from its start without the stretch's end: a head scan
+//! may have taken the stretch's rows).
 //!
 //! Sibling workers whose claims are under way at the same time would all start after the same
 //! cursor, and each would walk past the rows the others are locking (`SKIP LOCKED`): every row
@@ -31,6 +32,14 @@
 //! delete them, commit), claims in stretches of exactly a batch drained 1.5x to 1.7x as fast
 //! as claims after a shared cursor with 16 clients, and as fast with 4.
 //!
+//! Claims that start together on a cursor at the head (a dispatcher starting on a backlog, or
+//! waking to a burst after it ran dry) would all claim from the head, and the n-th would walk
+//! past the n - 1 batches the others lock: with 64 workers and batches of 500, a million tuple
+//! locks tried before the first stretch is known. So one claim at a time opens the cursor:
+//! while it is under way the sibling claims wait for it ([`ClaimCursor::start`]), for
+//! [`HEAD_SCAN_EVERY`] or twice the last head scan, at most [`OPENING_WAIT_MAX`], and its full
+//! batch, claimed while they wait, is the one claim from the head that counts for the stretch.
+//!
 //! A head scan costs what lies at the head, and while a long transaction holds back vacuum
 //! that region only grows, and a head scan every 100 ms would take most of the claims' time.
 //! So the interval is also at least [`HEAD_SCAN_COST_FACTOR`] times the last head scan's
@@ -39,11 +48,15 @@
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use tokio::sync::Notify;
 use tokio::time::{Duration, Instant};
 
 /// The longest a consumer's claims go without one from the head: how late, at most, a
 /// delivery that became due behind the cursor is seen while a backlog lasts.
 pub(super) const HEAD_SCAN_EVERY: Duration = Duration::from_millis(100);
+
+/// The longest a claim waits for the one opening the cursor, however slow the last head scan.
+const OPENING_WAIT_MAX: Duration = Duration::from_secs(1);
 
 /// The periodic head scan waits at least this many times as long as the last one took.
 pub(super) const HEAD_SCAN_COST_FACTOR: u32 = 10;
@@ -65,6 +78,8 @@ pub(super) struct ClaimStart {
     pub(super) after: i64,
     /// And none with a higher `event_seq` than this ([`i64::MAX`] when no stretch was handed).
     pub(super) end: i64,
+    /// Which opening of the cursor this claim is (they are numbered from 1); 0 for any other.
+    opening: u64,
 }
 
 impl ClaimStart {
@@ -72,6 +87,7 @@ impl ClaimStart {
     pub(super) const HEAD: Self = Self {
         after: HEAD,
         end: UNBOUNDED,
+        opening: 0,
     };
 
     /// Whether the claim starts at the head.
@@ -93,10 +109,21 @@ impl ClaimStart {
     }
 }
 
+/// What a claim does next ([`ClaimCursor::start_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// Claim from this start.
+    Claim(ClaimStart),
+    /// Wait, at most this long, for the claim that opens the cursor, then ask again.
+    Wait(Duration),
+}
+
 /// One consumer's claim cursor, shared by its workers in one dispatcher.
 #[derive(Debug)]
 pub(super) struct ClaimCursor {
     state: Mutex<State>,
+    /// Told when the claim that opens the cursor is done.
+    opened: Notify,
 }
 
 #[derive(Debug)]
@@ -113,6 +140,11 @@ struct State {
     /// When the last claim from the head started, and how long it took.
     head_scan_started: Instant,
     head_scan_took: Duration,
+    /// When the claim that opens the cursor (from the head, while it is at the head) started,
+    /// and its number, while it is under way.
+    opening: Option<(Instant, u64)>,
+    /// How many claims have opened the cursor.
+    openings: u64,
 }
 
 impl State {
@@ -145,7 +177,10 @@ impl ClaimCursor {
                 next_span: 0,
                 head_scan_started: Instant::now(),
                 head_scan_took: Duration::ZERO,
+                opening: None,
+                openings: 0,
             }),
+            opened: Notify::new(),
         }
     }
 
@@ -153,42 +188,74 @@ impl ClaimCursor {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Where the next claim starts: at the head when the cursor is reset or a head scan is
-    /// due, else where the stretch handed to the previous claim from the cursor ends (or after
-    /// the cursor, when that is further), handing this claim the stretch after it (none before
-    /// a claim from the cursor measured one).
-    pub(super) fn start(&self) -> ClaimStart {
-        self.start_at(Instant::now())
+    /// Whether a claim is opening the cursor: a claim starting now would wait for it.
+    pub(super) fn is_opening(&self) -> bool {
+        let state = self.state();
+        state.after == HEAD && state.opening.is_some()
     }
 
-    /// [`ClaimCursor::start`] at `now`.
-    fn start_at(&self, now: Instant) -> ClaimStart {
+    /// Where the next claim starts ([`ClaimCursor::start_at`]), after waiting for the claim
+    /// that opens the cursor when one is under way.
+    pub(super) async fn start(&self) -> ClaimStart {
+        loop {
+            // Enabled before the cursor is read, so an opening that ends in between wakes it.
+            let opened = self.opened.notified();
+            tokio::pin!(opened);
+            opened.as_mut().enable();
+            match self.start_at(Instant::now()) {
+                Next::Claim(start) => return start,
+                Next::Wait(most) => {
+                    // Past `most` the opening claim is taken for failed: this one opens.
+                    let _ = tokio::time::timeout(most, opened).await;
+                }
+            }
+        }
+    }
+
+    /// What the claim starting at `now` does: at the head, the cursor is reset, it opens the
+    /// cursor, unless another claim is opening it (then it waits for that one, see the module
+    /// docs); at the head too when a head scan is due; else from where the stretch handed to
+    /// the previous claim from the cursor ends (or after the cursor, when that is further),
+    /// handed the stretch after it (none before a claim measured one).
+    fn start_at(&self, now: Instant) -> Next {
         let mut state = self.state();
-        let every = HEAD_SCAN_EVERY.max(state.head_scan_took * HEAD_SCAN_COST_FACTOR);
-        if state.after == HEAD || now.saturating_duration_since(state.head_scan_started) >= every {
+        if state.after == HEAD {
+            if let Some((began, _)) = state.opening {
+                let most = (state.head_scan_took * 2).clamp(HEAD_SCAN_EVERY, OPENING_WAIT_MAX);
+                let waited = now.saturating_duration_since(began);
+                if waited < most {
+                    return Next::Wait(most - waited);
+                }
+            }
+            state.openings += 1;
+            state.opening = Some((now, state.openings));
             state.head_scan_started = now;
-            return ClaimStart::HEAD;
+            return Next::Claim(ClaimStart {
+                opening: state.openings,
+                ..ClaimStart::HEAD
+            });
+        }
+        let every = HEAD_SCAN_EVERY.max(state.head_scan_took * HEAD_SCAN_COST_FACTOR);
+        if now.saturating_duration_since(state.head_scan_started) >= every {
+            state.head_scan_started = now;
+            return Next::Claim(ClaimStart::HEAD);
         }
         let after = state.handed_out.max(state.after);
         let stretch = state.stretch();
         if stretch == 0 {
-            return ClaimStart {
+            return Next::Claim(ClaimStart {
                 after,
                 end: UNBOUNDED,
-            };
+                opening: 0,
+            });
         }
         // Below `UNBOUNDED`, which marks a claim without a stretch.
         state.handed_out = after.saturating_add(stretch).min(UNBOUNDED - 1);
-        ClaimStart {
+        Next::Claim(ClaimStart {
             after,
             end: state.handed_out,
-        }
-    }
-
-    /// Back to the head: the next claim starts there, and the stretches handed out are
-    /// forgotten (their length is not).
-    pub(super) fn reset(&self) {
-        self.state().reset();
+            opening: 0,
+        })
     }
 
     /// Records how long a claim from the head took: the next periodic head scan waits
@@ -200,9 +267,10 @@ impl ClaimCursor {
     /// Moves the cursor after a claim from `start` that asked for `asked` deliveries and got
     /// `claimed`, spanning `seqs` (lowest and highest `event_seq`): past a full batch, and past
     /// a short one from a stretch (the stretch held no more); back to the head after a short
-    /// one without a stretch. A claim from the cursor also counts for the stretch, and a full
-    /// batch that ended before its stretch did gives the rest of the stretch to the next claim,
-    /// unless a later stretch was handed out meanwhile.
+    /// one without a stretch. A claim from the cursor, or the one that opened it, also counts
+    /// for the stretch, and a full batch that ended before its stretch did gives the rest of
+    /// the stretch to the next claim, unless a later stretch was handed out meanwhile. The
+    /// claims waiting for the opening one go on.
     pub(super) fn claimed(
         &self,
         start: ClaimStart,
@@ -210,10 +278,34 @@ impl ClaimCursor {
         claimed: usize,
         seqs: Option<(i64, i64)>,
     ) {
+        let opened = self.moved(start, asked, claimed, seqs);
+        if opened {
+            self.opened.notify_waiters();
+        }
+    }
+
+    /// [`ClaimCursor::claimed`] without waking anyone; returns whether the claim opened the
+    /// cursor.
+    fn moved(
+        &self,
+        start: ClaimStart,
+        asked: u32,
+        claimed: usize,
+        seqs: Option<(i64, i64)>,
+    ) -> bool {
         let mut state = self.state();
+        // Only the opening under way: a head scan, or an opening whose wait ran out and was
+        // taken over, reports without ending it.
+        let opened = start.opening != 0
+            && state
+                .opening
+                .is_some_and(|(_, opening)| opening == start.opening);
+        if opened {
+            state.opening = None;
+        }
         let Some((lowest, highest)) = seqs else {
             state.reset();
-            return;
+            return opened;
         };
         let asked = i64::from(asked.max(1));
         let claimed = i64::try_from(claimed).unwrap_or(i64::MAX);
@@ -223,11 +315,13 @@ impl ClaimCursor {
         let moves_on = full || (start.is_bounded() && claimed > 0);
         if !moves_on {
             state.reset();
-            return;
+            return opened;
         }
         state.after = state.after.max(highest);
-        if start.is_head() {
-            return;
+        // A claim from the head walks past what the others hold, so its span says little;
+        // the opening one ran alone.
+        if start.is_head() && !opened {
+            return false;
         }
         let span = if full {
             highest.saturating_sub(lowest).saturating_add(1)
@@ -245,6 +339,7 @@ impl ClaimCursor {
         if highest < start.end && state.handed_out == start.end {
             state.handed_out = highest;
         }
+        opened
     }
 }
 
@@ -254,9 +349,17 @@ mod tests {
 
     use super::*;
 
+    /// The start of the next claim at `now`, which must not have to wait.
+    fn begin(cursor: &ClaimCursor, now: Instant) -> ClaimStart {
+        match cursor.start_at(now) {
+            Next::Claim(start) => start,
+            Next::Wait(most) => panic!("the claim waits up to {most:?} for the opening one"),
+        }
+    }
+
     /// The `after` of the next claim at `now`.
     fn next(cursor: &ClaimCursor, now: Instant) -> i64 {
-        cursor.start_at(now).after
+        begin(cursor, now).after
     }
 
     /// A claim from `after` without a stretch.
@@ -264,12 +367,17 @@ mod tests {
         ClaimStart {
             after,
             end: UNBOUNDED,
+            opening: 0,
         }
     }
 
     /// A claim from `after` handed the stretch up to `end`.
     fn stretch(after: i64, end: i64) -> ClaimStart {
-        ClaimStart { after, end }
+        ClaimStart {
+            after,
+            end,
+            opening: 0,
+        }
     }
 
     /// A cursor after 200 whose one claim from it took a batch of 100 from 100 values: the
@@ -285,22 +393,26 @@ mod tests {
     fn full_batches_move_the_cursor_and_a_short_one_resets_it() {
         let cursor = ClaimCursor::new();
         let now = Instant::now();
-        assert!(
-            cursor.start_at(now).is_head(),
-            "a new cursor starts at the head"
+        let opening = begin(&cursor, now);
+        assert!(opening.is_head(), "a new cursor starts at the head");
+        cursor.claimed(opening, 50, 50, Some((71, 120)));
+        assert_eq!(
+            begin(&cursor, now),
+            stretch(120, 164),
+            "the batch that opened the cursor measured the stretch: 7/8 of 50"
         );
-        cursor.claimed(ClaimStart::HEAD, 50, 50, Some((71, 120)));
-        assert_eq!(next(&cursor, now), 120);
         // A sibling's full batch that ended lower does not move it back.
         cursor.claimed(ClaimStart::HEAD, 50, 50, Some((31, 80)));
-        assert_eq!(next(&cursor, now), 120);
+        assert_eq!(cursor.state().after, 120);
+        assert_eq!(begin(&cursor, now), stretch(164, 208));
         cursor.claimed(ClaimStart::HEAD, 50, 49, Some((200, 300)));
+        let opening = begin(&cursor, now);
         assert!(
-            cursor.start_at(now).is_head(),
+            opening.is_head(),
             "a short batch means no backlog behind it"
         );
-        cursor.claimed(ClaimStart::HEAD, 50, 0, None);
-        assert!(cursor.start_at(now).is_head());
+        cursor.claimed(opening, 50, 0, None);
+        assert!(begin(&cursor, now).is_head());
     }
 
     #[test]
@@ -309,12 +421,12 @@ mod tests {
         let now = Instant::now();
         cursor.claimed(ClaimStart::HEAD, 100, 100, Some((1, 100)));
         // No full batch from the cursor yet: every claim starts after the cursor.
-        assert_eq!(cursor.start_at(now), from(100));
-        assert_eq!(cursor.start_at(now), from(100));
+        assert_eq!(begin(&cursor, now), from(100));
+        assert_eq!(begin(&cursor, now), from(100));
         cursor.claimed(from(100), 100, 100, Some((101, 260)));
         // A span of 160: stretches of 140 (7/8 of it), one after the other while the claims
         // are under way.
-        let [a, b, c] = [(); 3].map(|()| cursor.start_at(now));
+        let [a, b, c] = [(); 3].map(|()| begin(&cursor, now));
         assert_eq!(
             [a, b, c],
             [stretch(260, 400), stretch(400, 540), stretch(540, 680)]
@@ -323,13 +435,15 @@ mod tests {
         cursor.claimed(a, 100, 100, Some((261, 340)));
         cursor.claimed(ClaimStart::HEAD, 100, 100, Some((7, 100)));
         assert_eq!(
-            cursor.start_at(now),
+            begin(&cursor, now),
             stretch(680, 750),
             "7/8 of the fewest, 80"
         );
-        cursor.reset();
-        assert!(cursor.start_at(now).is_head(), "a reset starts at the head");
-        cursor.claimed(ClaimStart::HEAD, 100, 100, Some((11, 110)));
+        // A claim from the cursor that found nothing resets it.
+        cursor.claimed(b, 100, 0, None);
+        let opening = begin(&cursor, now);
+        assert!(opening.is_head(), "a reset starts at the head");
+        cursor.claimed(opening, 100, 100, Some((11, 110)));
         assert_eq!(
             next(&cursor, now),
             110,
@@ -337,7 +451,7 @@ mod tests {
         );
         cursor.claimed(from(110), 100, 99, Some((111, 300)));
         assert!(
-            cursor.start_at(now).is_head(),
+            begin(&cursor, now).is_head(),
             "a short batch without a stretch resets it too"
         );
     }
@@ -346,22 +460,22 @@ mod tests {
     fn a_stretch_that_held_less_than_a_batch_moves_on_and_lengthens_the_stretch() {
         let cursor = dense_cursor();
         let now = Instant::now();
-        let [a, b] = [(); 2].map(|()| cursor.start_at(now));
+        let [a, b] = [(); 2].map(|()| begin(&cursor, now));
         assert_eq!([a, b], [stretch(200, 288), stretch(288, 376)]);
         // The stretch held 40 up to 288: a batch needs 220 values there.
         cursor.claimed(a, 100, 40, Some((203, 288)));
         assert_eq!(
-            cursor.start_at(now),
+            begin(&cursor, now),
             stretch(376, 464),
             "the next starts after the stretches handed out, the fewest span still 100"
         );
         for _ in 0..SPANS {
-            let start = cursor.start_at(now);
+            let start = begin(&cursor, now);
             // A later stretch handed out meanwhile: nothing is given back.
-            let _later = cursor.start_at(now);
+            let _later = begin(&cursor, now);
             cursor.claimed(start, 100, 40, Some((start.after + 1, start.end)));
         }
-        let longer = cursor.start_at(now);
+        let longer = begin(&cursor, now);
         assert_eq!(
             longer.end - longer.after,
             193,
@@ -373,20 +487,20 @@ mod tests {
     fn a_claim_where_the_backlog_ends_gives_the_rest_back_and_counts_what_it_covered() {
         let cursor = dense_cursor();
         let now = Instant::now();
-        let tail = cursor.start_at(now);
+        let tail = begin(&cursor, now);
         assert_eq!(tail, stretch(200, 288));
         // The backlog ends at 210: ten deliveries, as dense as before.
         cursor.claimed(tail, 100, 10, Some((201, 210)));
         assert_eq!(
-            cursor.start_at(now),
+            begin(&cursor, now),
             stretch(210, 298),
             "events appended since may lie after 210: the next claim starts there"
         );
         for _ in 0..SPANS {
-            let start = cursor.start_at(now);
+            let start = begin(&cursor, now);
             cursor.claimed(start, 100, 10, Some((start.after + 1, start.after + 10)));
         }
-        let next = cursor.start_at(now);
+        let next = begin(&cursor, now);
         assert_eq!(
             next.end - next.after,
             88,
@@ -399,23 +513,17 @@ mod tests {
         let cursor = ClaimCursor::new();
         let now = Instant::now();
         cursor.claimed(ClaimStart::HEAD, 10, 10, Some((1, 10)));
-        let first = cursor.start_at(now);
+        let first = begin(&cursor, now);
         cursor.claimed(first, 10, 10, Some((11, 90)));
-        let lone = cursor.start_at(now);
-        assert_eq!(
-            lone,
-            ClaimStart {
-                after: 90,
-                end: 160
-            }
-        );
+        let lone = begin(&cursor, now);
+        assert_eq!(lone, stretch(90, 160));
         cursor.claimed(lone, 10, 10, Some((91, 120)));
         assert_eq!(
-            cursor.start_at(now),
+            begin(&cursor, now),
             stretch(120, 147),
             "nothing handed out since: the rest comes back"
         );
-        let [a, b] = [(); 2].map(|()| cursor.start_at(now));
+        let [a, b] = [(); 2].map(|()| begin(&cursor, now));
         cursor.claimed(a, 10, 10, Some((a.after + 1, a.after + 10)));
         assert_eq!(
             next(&cursor, now),
@@ -490,20 +598,24 @@ mod tests {
     fn drain(backlog: &mut Backlog, claims: usize, batch: usize) -> usize {
         let cursor = ClaimCursor::new();
         let now = Instant::now();
-        let first = backlog.claim(ClaimStart::HEAD, batch);
+        // The claims start together on a new cursor: one opens it, the others wait for it.
+        let opening = begin(&cursor, now);
+        assert!(opening.is_head());
+        for _ in 1..claims {
+            assert!(
+                matches!(cursor.start_at(now), Next::Wait(_)),
+                "a sibling waits for the claim that opens the cursor"
+            );
+        }
+        let first = backlog.claim(opening, batch);
         backlog.settle(&first);
-        let last = first.last().copied();
-        cursor.claimed(
-            ClaimStart::HEAD,
-            batch as u32,
-            first.len(),
-            last.map(|l| (1, l)),
-        );
+        let seqs = first.first().copied().zip(first.last().copied());
+        cursor.claimed(opening, batch as u32, first.len(), seqs);
         let mut most_behind = 0;
         loop {
             let round: Vec<(ClaimStart, Vec<i64>)> = (0..claims)
                 .map(|_| {
-                    let start = cursor.start_at(now);
+                    let start = begin(&cursor, now);
                     assert!(!start.is_head(), "no head scan is due");
                     most_behind = most_behind.max(backlog.behind(start.after));
                     (start, backlog.claim(start, batch))
@@ -536,19 +648,19 @@ mod tests {
     }
 
     #[test]
-    fn claims_under_way_walk_past_each_other_only_before_a_stretch_is_known() {
+    fn claims_under_way_never_walk_past_each_other() {
         for gaps in [1..=1, 1..=9] {
             let mut backlog = Backlog::new(100_000, gaps.clone(), 7);
             let behind = drain(&mut backlog, 8, 100);
-            // The first round starts after one cursor, with no span measured yet: the n-th
-            // claim walks past the n - 1 batches before it, 2,800 rows in all.
-            assert_eq!(backlog.walked_past, 2_800, "gaps {gaps:?}");
+            // The batch that opened the cursor, claimed alone, measured the first stretch.
+            assert_eq!(backlog.walked_past, 0, "gaps {gaps:?}");
             if gaps == (1..=1) {
                 assert_eq!(behind, 0, "dense: nothing behind");
                 assert!(backlog.pending.is_empty(), "dense: drained to the end");
             }
         }
-        // The same rounds after one shared cursor walk past that in every round.
+        // The same rounds after one shared cursor: the n-th claim of a round walks past the
+        // n - 1 batches before it, 2,800 rows a round.
         let mut shared = Backlog::new(100_000, 1..=1, 7);
         let mut after = HEAD;
         while !shared.pending.is_empty() {
@@ -574,15 +686,16 @@ mod tests {
     fn the_head_is_scanned_again_after_the_interval() {
         let cursor = ClaimCursor::new();
         let now = Instant::now();
-        assert!(cursor.start_at(now).is_head());
-        cursor.claimed(ClaimStart::HEAD, 10, 10, Some((31, 40)));
+        let opening = begin(&cursor, now);
+        assert!(opening.is_head());
+        cursor.claimed(opening, 10, 10, Some((31, 40)));
         assert_eq!(next(&cursor, now + HEAD_SCAN_EVERY / 2), 40);
         let later = now + HEAD_SCAN_EVERY;
-        assert!(cursor.start_at(later).is_head(), "a head scan is due");
+        assert!(begin(&cursor, later).is_head(), "a head scan is due");
         assert_eq!(
             next(&cursor, later),
-            40,
-            "and the next claim starts after the cursor again"
+            49,
+            "and the next claim starts after the stretch handed out before it"
         );
     }
 
@@ -590,7 +703,7 @@ mod tests {
     fn a_costly_head_scan_spaces_out_the_next() {
         let cursor = ClaimCursor::new();
         let now = Instant::now();
-        assert!(cursor.start_at(now).is_head());
+        assert!(begin(&cursor, now).is_head());
         cursor.head_scanned(Duration::from_millis(50));
         cursor.claimed(ClaimStart::HEAD, 10, 10, Some((31, 40)));
         let waited = Duration::from_millis(50) * HEAD_SCAN_COST_FACTOR;
@@ -600,11 +713,93 @@ mod tests {
             40,
             "the usual interval is not enough after a slow head scan"
         );
-        assert!(cursor.start_at(now + waited).is_head());
+        assert!(begin(&cursor, now + waited).is_head());
         cursor.head_scanned(Duration::from_millis(1));
         assert!(
-            cursor.start_at(now + waited + HEAD_SCAN_EVERY).is_head(),
+            begin(&cursor, now + waited + HEAD_SCAN_EVERY).is_head(),
             "a cheap head scan brings the usual interval back"
         );
+    }
+
+    #[test]
+    fn claims_wait_for_the_one_that_opens_the_cursor() {
+        let cursor = ClaimCursor::new();
+        let now = Instant::now();
+        let opening = begin(&cursor, now);
+        assert!(opening.is_head());
+        assert_eq!(cursor.start_at(now), Next::Wait(HEAD_SCAN_EVERY));
+        let later = now + HEAD_SCAN_EVERY / 4;
+        assert_eq!(
+            cursor.start_at(later),
+            Next::Wait(HEAD_SCAN_EVERY - HEAD_SCAN_EVERY / 4)
+        );
+        cursor.claimed(opening, 100, 100, Some((11, 110)));
+        assert_eq!(
+            begin(&cursor, later),
+            stretch(110, 198),
+            "then stretches, 7/8 of the opening batch's span"
+        );
+
+        // An opening claim that found nothing leaves the cursor at the head: the next opens it.
+        let cursor = ClaimCursor::new();
+        let opening = begin(&cursor, now);
+        cursor.claimed(opening, 100, 0, None);
+        assert!(begin(&cursor, now).is_head());
+
+        // One that never reports (its claim failed) holds the others up for a while only.
+        let cursor = ClaimCursor::new();
+        let failed = begin(&cursor, now);
+        assert!(matches!(cursor.start_at(now), Next::Wait(_)));
+        let taken_over = begin(&cursor, now + HEAD_SCAN_EVERY);
+        assert!(
+            taken_over.is_head(),
+            "after the wait a sibling opens the cursor itself"
+        );
+        // Reports of other claims from the head do not end the opening under way.
+        cursor.claimed(failed, 100, 100, Some((1, 100)));
+        cursor.claimed(ClaimStart::HEAD, 100, 100, Some((201, 300)));
+        assert!(cursor.state().opening.is_some());
+        assert_eq!(cursor.state().stretch(), 0, "nor count for the stretch");
+        cursor.claimed(taken_over, 100, 100, Some((101, 200)));
+        assert!(cursor.state().opening.is_none());
+        assert_eq!(cursor.state().stretch(), 88);
+    }
+
+    #[test]
+    fn the_wait_for_the_opening_claim_follows_the_last_head_scan() {
+        let cursor = ClaimCursor::new();
+        let now = Instant::now();
+        cursor.head_scanned(Duration::from_millis(300));
+        begin(&cursor, now);
+        assert_eq!(cursor.start_at(now), Next::Wait(Duration::from_millis(600)));
+        cursor.head_scanned(Duration::from_secs(5));
+        assert_eq!(cursor.start_at(now), Next::Wait(OPENING_WAIT_MAX));
+        cursor.head_scanned(Duration::ZERO);
+        assert_eq!(cursor.start_at(now), Next::Wait(HEAD_SCAN_EVERY));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_claim_goes_on_when_the_opening_one_reports() {
+        let cursor = ClaimCursor::new();
+        let opening = cursor.start().await;
+        assert!(opening.is_head());
+        let began = Instant::now();
+        let waiting = async {
+            let start = cursor.start().await;
+            (start, began.elapsed())
+        };
+        let reporting = async {
+            tokio::time::sleep(HEAD_SCAN_EVERY / 4).await;
+            cursor.claimed(opening, 100, 100, Some((1, 100)));
+        };
+        let ((start, waited), ()) = tokio::join!(waiting, reporting);
+        assert_eq!(start, stretch(100, 188));
+        assert_eq!(waited, HEAD_SCAN_EVERY / 4, "woken by the report");
+
+        let cursor = ClaimCursor::new();
+        assert!(cursor.start().await.is_head());
+        let began = Instant::now();
+        assert!(cursor.start().await.is_head(), "no report: it opens");
+        assert_eq!(began.elapsed(), HEAD_SCAN_EVERY);
     }
 }

@@ -20,11 +20,20 @@ impl<S: Store> Worker<S> {
     pub(super) async fn run_held_batch(
         &mut self,
     ) -> Result<(usize, Option<Instant>), DispatchError> {
+        let start = self.claim_start().await;
         // Taken out for the batch: an error or a failed handler returns it to the pool (where a
         // connection left inside a transaction is rolled back), a claim that finds nothing too.
         let mut connection = self.take_connection().await?;
         let mut tx = self.store.begin_on(&mut *connection).await?;
-        let mut batch = self.claim_from_cursor(&mut tx, true).await?;
+        let mut batch = self.claim_from_cursor(&mut tx, true, start).await?;
+        if Self::retries_from_head(start, &batch) {
+            tx.rollback().await?;
+            self.connection = Some(connection);
+            let start = self.claim_start().await;
+            connection = self.take_connection().await?;
+            tx = self.store.begin_on(&mut *connection).await?;
+            batch = self.claim_from_cursor(&mut tx, true, start).await?;
+        }
         if batch.is_empty() {
             tx.rollback().await?;
             return Ok((0, None));

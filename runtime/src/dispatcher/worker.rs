@@ -177,25 +177,32 @@ impl<S: Store> Worker<S> {
     }
 
     /// Where this worker's next claim starts: after the consumer's claim cursor, or the head.
-    fn claim_start(&self) -> ClaimStart {
-        if self.uses_cursor() {
-            self.consumer.cursor.start()
-        } else {
-            ClaimStart::HEAD
+    /// Asked before the claim's transaction begins: it may wait for the sibling's claim that
+    /// opens the cursor, which must not wait for this one's transaction (SQLite's writer
+    /// lock), nor for its connection: a worker about to wait gives its kept one back.
+    pub(super) async fn claim_start(&mut self) -> ClaimStart {
+        if !self.uses_cursor() {
+            return ClaimStart::HEAD;
         }
+        if self.consumer.cursor.is_opening() {
+            self.connection = None;
+        }
+        self.consumer.cursor.start().await
     }
 
-    /// Claims a batch on `connection` from where the claim cursor says, held (in the
-    /// transaction open on `connection`) or leased, and moves the cursor. A claim from the
-    /// cursor that finds nothing runs once more from the head, so a worker never sleeps with
-    /// due work behind the cursor; one handed a stretch that held nothing first runs from the
-    /// same start without the stretch's end.
+    /// Claims a batch on `connection` from `start` ([`Worker::claim_start`]), held (in the
+    /// transaction open on `connection`) or leased, and moves the cursor. A claim handed a
+    /// stretch that held nothing runs once more from the same start without the stretch's
+    /// end. A claim from the cursor that still finds nothing resets the cursor: the caller
+    /// then claims once more from a new start ([`Worker::retries_from_head`]), so before a
+    /// worker sleeps a claim from the head (its own, or the one that opened the cursor) has
+    /// looked behind the cursor.
     pub(super) async fn claim_from_cursor(
         &self,
         connection: &mut Connection<S>,
         held: bool,
+        start: ClaimStart,
     ) -> Result<Vec<Claimed>, DispatchError> {
-        let start = self.claim_start();
         // Timed for the cursor: a slow head scan spaces out the next (`cursor.rs`).
         let began = std::time::Instant::now();
         let mut batch = self.claim_once(connection, held, start).await?;
@@ -208,14 +215,17 @@ impl<S: Store> Worker<S> {
             from = start.unbounded();
             batch = self.claim_once(connection, held, from).await?;
         }
-        if batch.is_empty() && !start.is_head() {
-            // The stretches handed out lie past the backlog's end.
-            self.consumer.cursor.reset();
-            from = ClaimStart::HEAD;
-            batch = self.claim_once(connection, held, from).await?;
-        }
         self.claimed(from, &batch);
         Ok(batch)
+    }
+
+    /// Whether a claim from `start` that got `batch` is to be tried once more from a new
+    /// start: it came from the cursor and found nothing, so the stretches handed out lie past
+    /// the backlog's end, and the cursor is back at the head. Asking for the new start opens
+    /// the cursor, or waits for the sibling opening it, outside the claim's transaction;
+    /// claiming from the head at once would walk past every batch the siblings lock.
+    pub(super) fn retries_from_head(start: ClaimStart, batch: &[Claimed]) -> bool {
+        batch.is_empty() && !start.is_head()
     }
 
     /// One claim statement from `start`, held or leased.
@@ -252,10 +262,22 @@ impl<S: Store> Worker<S> {
     }
 
     /// Claims a leased batch on the kept connection; keeps it when the claim found work. A
-    /// claim from the cursor that finds nothing is tried again from the head.
+    /// claim from the cursor that finds nothing is tried again from a new start
+    /// ([`Worker::retries_from_head`]).
     async fn claim(&mut self) -> Result<Vec<Claimed>, DispatchError> {
+        let start = self.claim_start().await;
         let mut connection = self.take_connection().await?;
-        let batch = self.claim_from_cursor(&mut connection, false).await?;
+        let mut batch = self
+            .claim_from_cursor(&mut connection, false, start)
+            .await?;
+        if Self::retries_from_head(start, &batch) {
+            self.connection = Some(connection);
+            let start = self.claim_start().await;
+            connection = self.take_connection().await?;
+            batch = self
+                .claim_from_cursor(&mut connection, false, start)
+                .await?;
+        }
         if !batch.is_empty() {
             self.connection = Some(connection);
         }
