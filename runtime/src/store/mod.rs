@@ -722,6 +722,7 @@ pub struct Lease {
     pub started_at: f64,
     claimed: Instant,
     held: bool,
+    address: Option<String>,
     shadow: Option<ShadowLog>,
     generation: u32,
 }
@@ -784,6 +785,7 @@ impl Lease {
             started_at: claimed_at,
             claimed: Instant::now(),
             held: false,
+            address: None,
             shadow: None,
             generation: 0,
         }
@@ -830,6 +832,19 @@ impl Lease {
     pub(crate) fn held(mut self) -> Self {
         self.held = true;
         self
+    }
+
+    /// A held lease whose row the claiming transaction locked at `address` (PostgreSQL's
+    /// `ctid`, as text): the row cannot move while the lock is held, so the ack reads it there
+    /// instead of probing the primary key.
+    pub(crate) fn at_address(mut self, address: String) -> Self {
+        self.address = Some(address);
+        self
+    }
+
+    /// Where the claiming transaction locked the held delivery's row, when its store says.
+    pub(crate) fn address(&self) -> Option<&str> {
+        self.address.as_deref()
     }
 
     /// Whether the delivery is held by an open transaction (a batched transactional claim)

@@ -265,10 +265,10 @@ impl PgStore {
             .await?;
         rows.iter()
             .map(|row| {
-                self.claimed(row, owner).map(|mut claimed| {
-                    claimed.lease = claimed.lease.held();
-                    claimed
-                })
+                let address: String = row.try_get("address")?;
+                let mut claimed = self.claimed(row, owner)?;
+                claimed.lease = claimed.lease.held().at_address(address);
+                Ok(claimed)
             })
             .collect()
     }
@@ -293,12 +293,14 @@ impl PgStore {
         let ids: Vec<Uuid> = held.iter().map(|lease| lease.event_id).collect();
         let tokens: Vec<i64> = held.iter().map(|lease| lease.token).collect();
         let started: Vec<f64> = held.iter().map(|lease| lease.started_at).collect();
+        let addresses: Vec<Option<&str>> = held.iter().map(|lease| lease.address()).collect();
         let rows = sqlx::query(sql::ACK_HELD)
             .bind(&ids)
             .bind(&tokens)
             .bind(&first.consumer)
             .bind(&started)
             .bind(&first.owner)
+            .bind(&addresses)
             .fetch_all(&mut *transaction)
             .await?;
         let mut acked: Vec<Uuid> = Vec::with_capacity(rows.len());

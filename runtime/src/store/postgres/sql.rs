@@ -619,8 +619,15 @@ macro_rules! session_scope {
 /// on every claim (docs/design.md, "Claim statements").
 macro_rules! claimed_rows {
     () => {
-        "SELECT d.event_id, d.consumer, d.generation, d.attempt, d.fencing_token, d.event_seq,
-    e.order_key,
+        claimed_rows!("")
+    };
+    // `$more`: further columns of `d`, each followed by a comma.
+    ($more:literal) => {
+        concat!(
+            "SELECT d.event_id, d.consumer, d.generation, d.attempt, d.fencing_token, d.event_seq,
+    ",
+            $more,
+            "e.order_key,
     e.event_type, e.schema_version, e.payload::text AS payload, e.trace_id, e.parent_span_id,
     e.trace_flags, extract(epoch FROM now())::float8 AS claimed_at,
     (SELECT s.mode FROM evc_consumer_state s WHERE s.consumer = $1) AS mode_override,
@@ -639,6 +646,7 @@ LEFT JOIN LATERAL (
     OFFSET 0
 ) AS r ON true
 ORDER BY d.event_seq"
+        )
     };
 }
 
@@ -872,7 +880,7 @@ pub(crate) const CLAIM_HELD: &str = concat!(
 WITH ",
     scoped_scans!(
         "d.event_id, d.consumer, d.generation, d.attempt + 1 AS attempt,
-        d.fencing_token + 1 AS fencing_token, d.event_seq",
+        d.fencing_token + 1 AS fencing_token, d.event_seq, d.ctid::text AS address",
         "d.consumer = (SELECT $1::text) AND d.status = 'pending' AND d.next_attempt_at <= now()
         AND d.event_seq > (SELECT $2::int8) AND d.event_seq <= (SELECT $3::int8)",
         "
@@ -882,38 +890,34 @@ WITH ",
     SELECT * FROM every_tenant UNION ALL SELECT * FROM one_tenant
 )
 ",
-    claimed_rows!()
+    claimed_rows!("d.address, ")
 );
 
 /// Acks held deliveries in the transaction that claimed them ([`CLAIM_HELD`]): parallel
-/// arrays `$1` event ids, `$2` their held tokens and `$4` handler start times (epoch seconds),
-/// all of consumer `$3`, worker `$5`. Each delivery still `pending` with the token below the
-/// held one is deleted, and its `acked` attempt (the held attempt number, token and owner, in
-/// a batch row) is its record from then on (the data-modifying `a` runs whether or not it is
-/// read). A
+/// arrays `$1` event ids, `$2` their held tokens, `$4` handler start times (epoch seconds) and
+/// `$6` the addresses (`ctid`, as text) at which the claim locked their rows, all of consumer
+/// `$3`, worker `$5`. Each delivery still `pending` with the token below the held one is
+/// deleted, and its `acked` attempt (the held attempt number, token and owner, in a batch row)
+/// is its record from then on (the data-modifying `a` runs whether or not it is read). A
 /// `DELETE` leaves no new row version and no index entry behind, where setting `acked` wrote
 /// both (docs/design.md, "Held batches"). Returns the acked event ids, each with the replay that
 /// made its delivery (NULL: none).
 ///
-/// Rows are found and deleted as in [`ACK_BATCH_FENCED`] (one primary-key probe per entry,
-/// the delete by address with the fence repeated as a hashed filter): written as
-/// `DELETE ... USING UNNEST(..)`, the custom plan for 200 entries or more hash-joins a
-/// sequential scan of every delivery row (docs/design.md, "Claim statements").
+/// The rows are read at their addresses (a TID scan), not found by a primary-key probe each:
+/// the claim's row lock keeps every other writer off them, and no statement of the holding
+/// transaction updates them, so each locked version stays where the claim saw it. The delete
+/// repeats the fence (consumer, `pending`, the entry's event and token) as a hashed filter: an
+/// address that holds no such row (a version this transaction replaced, a lease it does not
+/// hold) deletes nothing, and the entry counts as stale.
 pub(crate) const ACK_HELD: &str = concat!(
     "\
 WITH r AS (
-    SELECT DISTINCT ON (event_id, fencing_token) event_id, fencing_token, started
-    FROM UNNEST($1::uuid[], $2::int8[], $4::float8[]) AS r (event_id, fencing_token, started)
+    SELECT DISTINCT ON (event_id, fencing_token) event_id, fencing_token, started, address
+    FROM UNNEST($1::uuid[], $2::int8[], $4::float8[], $6::text[]::tid[])
+        AS r (event_id, fencing_token, started, address)
 ), k AS (
     DELETE FROM evc_deliveries d
-    WHERE d.ctid = ANY (ARRAY(
-        SELECT f.ctid FROM r CROSS JOIN LATERAL (
-            SELECT l.ctid FROM evc_deliveries l
-            WHERE l.event_id = r.event_id AND l.consumer = $3 AND l.status = 'pending'
-                AND l.fencing_token = r.fencing_token - 1
-            OFFSET 0
-        ) AS f
-    ))
+    WHERE d.ctid = ANY (ARRAY(SELECT address FROM r))
         AND d.consumer = $3 AND d.status = 'pending'
         AND coalesce((d.event_id, d.fencing_token + 1)
             IN (SELECT event_id, fencing_token FROM r), false)
@@ -2551,7 +2555,9 @@ mod tests {
         for statement in [RECORD_EFFECT, RECORD_EFFECT_HELD, EFFECT_RECORDED] {
             assert!(!statement.contains("idempotency_namespace"));
         }
-        assert!(ACK_HELD.contains("l.fencing_token = r.fencing_token - 1"));
+        // Held rows are read where the claim locked them, the fence repeated on the delete.
+        assert!(ACK_HELD.contains("d.ctid = ANY (ARRAY(SELECT address FROM r))"));
+        assert!(!ACK_HELD.contains("LATERAL"));
         assert!(ACK_HELD.contains(
             "(d.event_id, d.fencing_token + 1)
             IN (SELECT event_id, fencing_token FROM r)"
