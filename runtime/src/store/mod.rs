@@ -835,8 +835,8 @@ impl Lease {
     }
 
     /// A held lease whose row the claiming transaction locked at `address` (PostgreSQL's
-    /// `ctid`, as text): the row cannot move while the lock is held, so the ack reads it there
-    /// instead of probing the primary key.
+    /// `ctid`, as text): no other session can move the row while the lock is held, so the
+    /// ack reads it there instead of probing the primary key.
     pub(crate) fn at_address(mut self, address: String) -> Self {
         self.address = Some(address);
         self

@@ -293,7 +293,12 @@ impl PgStore {
         let ids: Vec<Uuid> = held.iter().map(|lease| lease.event_id).collect();
         let tokens: Vec<i64> = held.iter().map(|lease| lease.token).collect();
         let started: Vec<f64> = held.iter().map(|lease| lease.started_at).collect();
+        // Every held lease of this store has one (`claim_held`); one without is acked by none.
         let addresses: Vec<Option<&str>> = held.iter().map(|lease| lease.address()).collect();
+        debug_assert!(
+            addresses.iter().all(Option::is_some),
+            "a held lease without address"
+        );
         let rows = sqlx::query(sql::ACK_HELD)
             .bind(&ids)
             .bind(&tokens)

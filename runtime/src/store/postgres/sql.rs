@@ -904,20 +904,20 @@ WITH ",
 /// made its delivery (NULL: none).
 ///
 /// The rows are read at their addresses (a TID scan), not found by a primary-key probe each:
-/// the claim's row lock keeps every other writer off them, and no statement of the holding
-/// transaction updates them, so each locked version stays where the claim saw it. The delete
-/// repeats the fence (consumer, `pending`, the entry's event and token) as a hashed filter: an
-/// address that holds no such row (a version this transaction replaced, a lease it does not
-/// hold) deletes nothing, and the entry counts as stale.
+/// the claim's row lock keeps every other session off them, and the runtime's own statements
+/// on the holding transaction only lock them again, so each locked version stays where the
+/// claim saw it. The delete repeats the fence (consumer, `pending`, the entry's event and
+/// token) as a hashed filter: an address that holds no such row (a version a handler's own
+/// update replaced, a lease this transaction does not hold) deletes nothing, and the entry
+/// counts as stale; its delivery runs again.
 pub(crate) const ACK_HELD: &str = concat!(
     "\
 WITH r AS (
-    SELECT DISTINCT ON (event_id, fencing_token) event_id, fencing_token, started, address
-    FROM UNNEST($1::uuid[], $2::int8[], $4::float8[], $6::text[]::tid[])
-        AS r (event_id, fencing_token, started, address)
+    SELECT DISTINCT ON (event_id, fencing_token) event_id, fencing_token, started
+    FROM UNNEST($1::uuid[], $2::int8[], $4::float8[]) AS r (event_id, fencing_token, started)
 ), k AS (
     DELETE FROM evc_deliveries d
-    WHERE d.ctid = ANY (ARRAY(SELECT address FROM r))
+    WHERE d.ctid = ANY ($6::text[]::tid[])
         AND d.consumer = $3 AND d.status = 'pending'
         AND coalesce((d.event_id, d.fencing_token + 1)
             IN (SELECT event_id, fencing_token FROM r), false)
@@ -2556,7 +2556,7 @@ mod tests {
             assert!(!statement.contains("idempotency_namespace"));
         }
         // Held rows are read where the claim locked them, the fence repeated on the delete.
-        assert!(ACK_HELD.contains("d.ctid = ANY (ARRAY(SELECT address FROM r))"));
+        assert!(ACK_HELD.contains("d.ctid = ANY ($6::text[]::tid[])"));
         assert!(!ACK_HELD.contains("LATERAL"));
         assert!(ACK_HELD.contains(
             "(d.event_id, d.fencing_token + 1)
