@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// SHA-256 of each shipped file under `generated/migrations`.
-const SHIPPED: [(&str, &str); 43] = [
+const SHIPPED: [(&str, &str); 44] = [
     (
         "0001_evc_runtime.sql",
         "4658ac6aa7993a9d0e3e80c237bb3b71a495f293072a05d3719553112fa3cfab",
@@ -179,6 +179,10 @@ const SHIPPED: [(&str, &str); 43] = [
     (
         "0043_evc_runtime_v31.sql",
         "3da3b9fa7f739758bf7500d7a3249cad38b8498836c3b4698de9b010c69f37a6",
+    ),
+    (
+        "0044_evc_runtime_v32.sql",
+        "c79638b00f7143b2dd6d916ec844a1ce57291077902b9ad64e0264d333cadb32",
     ),
 ];
 

@@ -1094,10 +1094,23 @@ struct SteadyRun {
 /// (batch 100, claim cursor on) while a producer tops the backlog up by batches of
 /// [`ENDURANCE_BATCH`] whenever it falls under [`ENDURANCE_LOW`]. Once without, then once with
 /// a repeatable-read transaction holding back vacuum from the first to the last second. The
-/// figure is the held run's rate, its ratio the one to the free run; each minute's rate and
-/// the tables' dead rows and sizes at the end are printed.
+/// figure is the held run's rate, its ratio the one to the free run. Printed: the server's
+/// `autovacuum` setting (with a warning when it is off, as neither run is vacuumed then), each
+/// minute's rate and the tables' dead rows, sizes and autovacuum passes at the end.
 async fn endurance(server: &mut Server) -> BenchResult<Figure> {
     let seconds = env_number("EVC_BENCH_ENDURANCE_SECONDS", 600).max(10);
+    let (autovacuum,): (String,) = sqlx::query_as("SHOW autovacuum")
+        .fetch_one(&mut server.admin)
+        .await?;
+    println!("  the server's autovacuum: {autovacuum}");
+    if autovacuum != "on" {
+        // Then nothing removes dead rows in either run: the free run is not what a deployment
+        // with autovacuum sees.
+        println!(
+            "  warning: autovacuum is off on this server, so the run without a held horizon \
+             is not vacuumed either; point DATABASE_URL at a server with it on"
+        );
+    }
     let free = steady(server, seconds, false).await?;
     let held = steady(server, seconds, true).await?;
     for (label, run) in [("without", &free), ("held", &held)] {
@@ -1111,13 +1124,14 @@ async fn endurance(server: &mut Server) -> BenchResult<Figure> {
         for table in &run.space {
             // Per acked delivery: what bounds the table's growth while vacuum cannot run.
             println!(
-                "    {}: {} live, {} dead rows ({:.2} per acked delivery); table {} MiB, indexes {} MiB",
+                "    {}: {} live, {} dead rows ({:.2} per acked delivery); table {} MiB, indexes {} MiB; {} autovacuum passes",
                 table.table,
                 table.live_rows,
                 table.dead_rows,
                 table.dead_rows as f64 / run.acked.max(1) as f64,
                 table.table_bytes / (1 << 20),
-                table.index_bytes / (1 << 20)
+                table.index_bytes / (1 << 20),
+                table.autovacuums
             );
         }
     }
@@ -1129,7 +1143,7 @@ async fn endurance(server: &mut Server) -> BenchResult<Figure> {
     );
     Ok(Figure {
         name: format!(
-            "evc claim+ack steady {seconds} s, vacuum held back (ratio: to the same run without)"
+            "evc claim+ack steady {seconds} s, vacuum held back (autovacuum {autovacuum}; ratio: to the same run without)"
         ),
         value: held.rate,
         ceiling: Some(free.rate),

@@ -73,6 +73,8 @@
 //!   insert, so that `COPY` writes events in batches), named the same way.
 //! - `NNNN_evc_runtime_v31.sql`: the thirty-first step (one audit row per acked batch),
 //!   named the same way.
+//! - `NNNN_evc_runtime_v32.sql`: the thirty-second step (autovacuum on the deliveries
+//!   unthrottled), named the same way.
 //! - `NNNN_evc_registry_<digest12>.sql`: idempotent upserts of the registry rows, where
 //!   `<digest12>` starts the registry digest ([`manifest::registry_digest`]). Its rows are
 //!   rendered from [`manifest::registry`], the very data the digest covers, so one digest always
@@ -190,6 +192,9 @@ pub const RUNTIME_V30_SUFFIX: &str = "_evc_runtime_v30.sql";
 
 /// The file name of the runtime tables' thirty-first step, after its version.
 pub const RUNTIME_V31_SUFFIX: &str = "_evc_runtime_v31.sql";
+
+/// The file name of the runtime tables' thirty-second step, after its version.
+pub const RUNTIME_V32_SUFFIX: &str = "_evc_runtime_v32.sql";
 
 /// What registry migration file names contain before the digest prefix.
 const REGISTRY_INFIX: &str = "_evc_registry_";
@@ -385,6 +390,11 @@ const STEPS: &[Step] = &[
     Step {
         name: Name::Step(RUNTIME_V31_SUFFIX),
         template: template!("evc_runtime_v31.sql"),
+        with: With::Notice,
+    },
+    Step {
+        name: Name::Step(RUNTIME_V32_SUFFIX),
+        template: template!("evc_runtime_v32.sql"),
         with: With::Notice,
     },
     Step {
@@ -1186,9 +1196,10 @@ mod tests {
                 format!("0029{RUNTIME_V29_SUFFIX}"),
                 format!("0030{RUNTIME_V30_SUFFIX}"),
                 format!("0031{RUNTIME_V31_SUFFIX}"),
-                format!("0032_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
+                format!("0032{RUNTIME_V32_SUFFIX}"),
+                format!("0033_evc_registry_{}.sql", &digest[..DIGEST_PREFIX_LEN]),
                 format!(
-                    "0033_evc_settings_{}.sql",
+                    "0034_evc_settings_{}.sql",
                     &settings_digest(&set)?[..DIGEST_PREFIX_LEN]
                 ),
             ]
@@ -1313,7 +1324,7 @@ mod tests {
         let after = settings_of(&changed).ok_or("no settings file")?;
         assert_eq!(
             after.path.file_name().and_then(|n| n.to_str()),
-            Some(format!("0034_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
+            Some(format!("0035_evc_settings_{}.sql", &settings_digest(&set)?[..12]).as_str()),
             "the next number after the checked-in files"
         );
         // batch_size, lease_ms in column order.

@@ -66,6 +66,7 @@ fn is_runtime_step(name: &str) -> bool {
         sql::RUNTIME_V29_SUFFIX,
         sql::RUNTIME_V30_SUFFIX,
         sql::RUNTIME_V31_SUFFIX,
+        sql::RUNTIME_V32_SUFFIX,
     ]
     .iter()
     .any(|suffix| name.ends_with(suffix))
@@ -105,7 +106,7 @@ async fn runtime_step_keeps_rows(options: PgConnectOptions) -> TestResult {
         is_runtime_step(name) || name.contains("_evc_registry_")
     })
     .await?;
-    assert_eq!(steps.len(), 31);
+    assert_eq!(steps.len(), 32);
     sqlx::raw_sql(
         "INSERT INTO evc_events (event_id, event_type, schema_version, order_key, producer_class, \
              idempotency_key, trace_id, parent_span_id, trace_flags, payload, payload_bytes, \
@@ -625,9 +626,10 @@ async fn check(options: PgConnectOptions) -> TestResult {
             "0029_evc_runtime_v29.sql".to_owned(),
             "0030_evc_runtime_v30.sql".to_owned(),
             "0031_evc_runtime_v31.sql".to_owned(),
-            format!("0032_evc_registry_{}.sql", &digest[..12]),
+            "0032_evc_runtime_v32.sql".to_owned(),
+            format!("0033_evc_registry_{}.sql", &digest[..12]),
             format!(
-                "0033_evc_settings_{}.sql",
+                "0034_evc_settings_{}.sql",
                 &sql::settings_digest(&set)?[..12]
             ),
         ]
@@ -793,6 +795,29 @@ async fn check(options: PgConnectOptions) -> TestResult {
 
     runtime_constraints(&pool).await?;
     fenced_lookups_use_the_primary_key(&pool).await?;
+
+    // Autovacuum passes over the deliveries run unthrottled (the thirty-second step); the
+    // insert-only tables keep the server's settings.
+    let options: Vec<(String, Option<Vec<String>>)> = sqlx::query_as(
+        "SELECT relname::text, reloptions FROM pg_class \
+         WHERE oid IN ('evc_deliveries'::regclass, 'evc_events'::regclass, \
+             'evc_acked_batches'::regclass, 'evc_delivery_attempts'::regclass) \
+         ORDER BY relname",
+    )
+    .fetch_all(&pool)
+    .await?;
+    assert_eq!(
+        options,
+        [
+            ("evc_acked_batches".to_owned(), None),
+            (
+                "evc_deliveries".to_owned(),
+                Some(vec!["autovacuum_vacuum_cost_delay=0".to_owned()])
+            ),
+            ("evc_delivery_attempts".to_owned(), None),
+            ("evc_events".to_owned(), None),
+        ]
+    );
     pool.close().await;
     Ok(())
 }

@@ -37,26 +37,28 @@ impl PgStore {
         Ok(())
     }
 
-    /// The space the tables a delivery churns take now: deliveries, attempts and events, each
-    /// with its live and dead rows (the statistics' estimates, which autovacuum reads) and its
-    /// heap and index bytes. What to watch while a long transaction holds back vacuum: the
-    /// dead rows and index bytes then grow with every ack (docs/runtime.md, "Benchmark").
+    /// The space the tables a delivery churns take now: deliveries, acked batches, attempts and
+    /// events, each with its live and dead rows (the statistics' estimates, which autovacuum
+    /// reads), its heap and index bytes and autovacuum's passes over it. What to watch while a
+    /// long transaction holds back vacuum: the dead rows and index bytes then grow with every
+    /// ack (docs/runtime.md, "Benchmark").
     ///
     /// # Errors
     /// [`DispatchError::Database`].
     pub async fn table_space(&self) -> Result<Vec<TableSpace>, DispatchError> {
-        let rows: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(sql::TABLE_SPACE)
+        let rows: Vec<(String, i64, i64, i64, i64, i64)> = sqlx::query_as(sql::TABLE_SPACE)
             .fetch_all(self.pool())
             .await?;
         Ok(rows
             .into_iter()
             .map(
-                |(table, live_rows, dead_rows, table_bytes, index_bytes)| TableSpace {
+                |(table, live_rows, dead_rows, table_bytes, index_bytes, autovacuums)| TableSpace {
                     table,
                     live_rows,
                     dead_rows,
                     table_bytes,
                     index_bytes,
+                    autovacuums,
                 },
             )
             .collect())
@@ -77,4 +79,8 @@ pub struct TableSpace {
     pub table_bytes: i64,
     /// Bytes of all its indexes.
     pub index_bytes: i64,
+    /// Autovacuum's finished passes over the table since the statistics were reset: none while
+    /// dead rows pile up says autovacuum never got through (or is off), not that a held
+    /// horizon kept it from removing them.
+    pub autovacuums: i64,
 }

@@ -2213,10 +2213,11 @@ SELECT r.oid IS NOT NULL AS exists,
 FROM (SELECT 1) AS one LEFT JOIN pg_roles r ON r.rolname = $1";
 
 /// The space of the tables a delivery churns: name, live and dead rows (the cumulative
-/// statistics' estimates), heap and index bytes.
+/// statistics' estimates), heap and index bytes, and autovacuum's finished passes.
 pub(crate) const TABLE_SPACE: &str = "\
 SELECT c.relname::text, COALESCE(s.n_live_tup, 0), COALESCE(s.n_dead_tup, 0),
-    pg_table_size(c.oid), pg_indexes_size(c.oid)
+    pg_table_size(c.oid), pg_indexes_size(c.oid),
+    COALESCE(s.autovacuum_count, 0)
 FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
 WHERE c.oid IN ('evc_deliveries'::regclass, 'evc_delivery_attempts'::regclass,
     'evc_acked_batches'::regclass, 'evc_events'::regclass)

@@ -1,0 +1,13 @@
+-- {{ notice }}
+--
+-- evc runtime tables, thirty-second step: autovacuum on evc_deliveries unthrottled (docs/
+-- runtime.md, "Runtime schema"). It follows `NNNN_evc_runtime_v31.sql`.
+--
+-- Every delivery leaves two dead versions in evc_deliveries (the claim's update and the ack's
+-- delete), so the table is mostly dead rows between two autovacuum passes. At the server's
+-- default cost delay a pass over it sleeps most of its time, and the table grows for as long
+-- as the pass takes: in the outbox benchmark's five-minute steady drain (about 24,000
+-- deliveries a second), passes took 71 to 98 s and the heap reached 1,168 MiB; unthrottled,
+-- 8 to 15 s and 491 MiB, at the same drain rate (docs/bench/2026-12-07-endurance-autovacuum.md).
+-- Settings of the server (autovacuum itself, its naptime and workers) are left to the operator.
+ALTER TABLE evc_deliveries SET (autovacuum_vacuum_cost_delay = 0);
