@@ -84,6 +84,7 @@ conformance!(
     record_effect_is_recorded_once,
     an_effect_key_is_scoped_per_tenant,
     ack_batch_reports_stale_entries,
+    ack_batch_acks_leases_renewed_since_their_claim,
     held_batch_commits_with_its_transaction_or_leaves_nothing,
     concurrent_per_key_workers_keep_one_in_flight_per_key,
     shadow_savepoint_undoes_the_handlers_writes,
@@ -1694,6 +1695,49 @@ async fn record_effect_is_recorded_once<S: Conformance>(store: S) -> TestResult 
     assert!(effect("effect-2").await?.is_some());
     assert_eq!(effect("effect-4").await?, None);
     assert_eq!(store.effect(SHADOW, "effect-1", None).await?, None);
+    Ok(())
+}
+
+/// A renewal writes a new version of the leased row: the batched ack still acks the renewed
+/// leases beside the untouched ones, each with its attempt, and refuses a copy of a current
+/// lease presented by another owner, which carries the claim's own row address.
+async fn ack_batch_acks_leases_renewed_since_their_claim<S: Conformance>(store: S) -> TestResult {
+    committed(&store, vec![note(1), note(2), note(3), note(4)]).await?;
+    let claimed = claim(&store, PLAIN, "w1", 10, LEASE, false).await?;
+    let leases: Vec<&Lease> = claimed.iter().map(|c| &c.lease).collect();
+    assert_eq!(leases.len(), 4);
+    let mut connection = store.pool().acquire().await?;
+    let renewed = store
+        .renew(&mut connection, &[leases[1], leases[3]], LEASE)
+        .await?;
+    drop(connection);
+    assert_eq!(renewed.len(), 2);
+
+    let mut intruder = leases[0].clone();
+    intruder.owner = "intruder".to_owned();
+    let before = store.stale_tokens();
+    let outcome = ack_leases(&store, &[&intruder, leases[1]]).await?;
+    assert_eq!(outcome.acked, 1);
+    assert_eq!(
+        outcome.stale,
+        vec![(intruder.event_id, PLAIN.to_owned(), intruder.token)]
+    );
+    assert_eq!(store.stale_tokens(), before + 1);
+    let delivery = store
+        .delivery(leases[0].event_id, PLAIN)
+        .await?
+        .ok_or("missing")?;
+    assert_eq!(delivery.status, DeliveryStatus::Leased);
+
+    let outcome = ack_leases(&store, &[leases[0], leases[2], leases[3]]).await?;
+    assert_eq!((outcome.acked, outcome.stale), (3, Vec::new()));
+    for lease in leases {
+        assert_eq!(store.delivery(lease.event_id, PLAIN).await?, None);
+        assert_eq!(
+            attempt_rows(&store, lease.event_id, PLAIN).await?,
+            vec![row(1, "acked", None, 1, "w1")]
+        );
+    }
     Ok(())
 }
 

@@ -834,15 +834,16 @@ impl Lease {
         self
     }
 
-    /// A held lease whose row the claiming transaction locked at `address` (PostgreSQL's
-    /// `ctid`, as text): no other session can move the row while the lock is held, so the
-    /// ack reads it there instead of probing the primary key.
+    /// A lease whose claim left its delivery's row at `address` (PostgreSQL's `ctid`, as
+    /// text): the version a leased claim wrote, or the one a held claim locked. The ack reads
+    /// the row there instead of probing the primary key. A held row cannot move while its lock
+    /// is held; a leased one moves when its lease is renewed, and the ack then finds it by key.
     pub(crate) fn at_address(mut self, address: String) -> Self {
         self.address = Some(address);
         self
     }
 
-    /// Where the claiming transaction locked the held delivery's row, when its store says.
+    /// Where the claim left the delivery's row, when its store says.
     pub(crate) fn address(&self) -> Option<&str> {
         self.address.as_deref()
     }

@@ -33,6 +33,18 @@ async fn sequential_reads(connection: &mut PgConnection) -> Result<i64, sqlx::Er
         .await
 }
 
+/// Index scans of `evc_deliveries` in `connection`'s transaction so far: an ack that finds its
+/// rows at their claim's addresses starts none, one that probes the primary key starts one per
+/// entry.
+async fn delivery_index_scans(connection: &mut PgConnection) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT coalesce(sum(idx_scan), 0)::int8 FROM pg_stat_xact_user_tables \
+         WHERE relname = 'evc_deliveries'",
+    )
+    .fetch_one(connection)
+    .await
+}
+
 // Ten times the batch: the hash join set in at 200 rows of 20,000 on this machine's
 // PostgreSQL 15; at 500 of 5,000 the plan does not depend on a fine cost margin.
 const EVENTS: u64 = 5_000;
@@ -86,7 +98,7 @@ async fn a_large_claim_and_its_ack_read_their_rows_under_a_consumer_scope() -> T
 
 /// Claims [`BATCH`] of [`EVENTS`] due deliveries through `store` (leased, per key, held), six
 /// times each, and acks them in the claim's transaction, rolled back: none of the statements
-/// reads rows by a sequential scan.
+/// reads rows by a sequential scan, and the ack reads its rows at their addresses.
 async fn claims_and_acks_read_their_rows(admin: &PgPool, store: &PgStore) -> TestResult {
     // As autovacuum does once a table has grown: the planner then knows the backlog.
     sqlx::query("ANALYZE evc_deliveries").execute(admin).await?;
@@ -119,13 +131,20 @@ async fn claims_and_acks_read_their_rows(admin: &PgPool, store: &PgStore) -> Tes
             // And their ack, one statement for the batch.
             let leases: Vec<_> = claimed.iter().map(|c| &c.lease).collect();
             let before = sequential_reads(&mut tx).await?;
+            let probes_before = delivery_index_scans(&mut tx).await?;
             let acked = store.ack(&mut tx, &leases).await?;
             let read = sequential_reads(&mut tx).await? - before;
+            let probes = delivery_index_scans(&mut tx).await? - probes_before;
             tx.rollback().await?;
             assert_eq!(acked.acked, BATCH as usize, "{what}: {acked:?}");
             assert_eq!(
                 read, 0,
                 "{what}: an ack of {BATCH} read {read} rows by sequential scans"
+            );
+            // Every row is where its claim left it: the ack reads it there.
+            assert_eq!(
+                probes, 0,
+                "{what}: an ack of {BATCH} probed the deliveries' indexes {probes} times"
             );
         }
     }

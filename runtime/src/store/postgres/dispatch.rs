@@ -84,6 +84,8 @@ impl PgStore {
     /// A claimed row, shadowed when its consumer runs in shadow mode.
     fn claimed(&self, row: &PgRow, owner: &str) -> Result<Claimed, DispatchError> {
         let mut claimed = claimed(row, owner)?;
+        let address: String = row.try_get("address")?;
+        claimed.lease = claimed.lease.at_address(address);
         crate::store::inventory::conform_claimed(
             self.registry(),
             &mut claimed,
@@ -265,9 +267,8 @@ impl PgStore {
             .await?;
         rows.iter()
             .map(|row| {
-                let address: String = row.try_get("address")?;
                 let mut claimed = self.claimed(row, owner)?;
-                claimed.lease = claimed.lease.held().at_address(address);
+                claimed.lease = claimed.lease.held();
                 Ok(claimed)
             })
             .collect()
@@ -388,8 +389,9 @@ impl PgStore {
         Ok(outcome)
     }
 
-    /// The statement of [`PgStore::ack_many`]: what it acked, and the replays that made
-    /// the acked deliveries.
+    /// The statement of [`PgStore::ack_many`] ([`sql::ACK_BATCH_FENCED`]): what it acked, and
+    /// the replays that made the acked deliveries. Each lease is looked for at the address its
+    /// claim returned, and by key when it is not there (renewed since) or has none.
     async fn ack_batch_statement(
         &self,
         connection: &mut PgConnection,
@@ -400,15 +402,17 @@ impl PgStore {
         let tokens: Vec<i64> = leases.iter().map(|lease| lease.token).collect();
         let owners: Vec<&str> = leases.iter().map(|lease| lease.owner.as_str()).collect();
         let started: Vec<f64> = leases.iter().map(|lease| lease.started_at).collect();
+        let addresses: Vec<Option<&str>> = leases.iter().map(|lease| lease.address()).collect();
         let rows = sqlx::query(sql::ACK_BATCH_FENCED)
             .bind(&ids)
             .bind(&consumers)
             .bind(&tokens)
             .bind(&owners)
             .bind(&started)
+            .bind(&addresses)
             .fetch_all(&mut *connection)
             .await?;
-        let mut acked = std::collections::HashSet::with_capacity(rows.len());
+        let mut acked = HashSet::with_capacity(rows.len());
         let mut replays: Vec<i64> = Vec::new();
         for row in &rows {
             let event_id: Uuid = row.try_get("event_id")?;

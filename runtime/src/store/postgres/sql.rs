@@ -612,22 +612,17 @@ macro_rules! session_scope {
 }
 
 /// The end every claim statement shares: its claimed rows `d` joined with their events, in
-/// `event_seq` order (what `dispatch::claimed` reads), with the target version and digest of
+/// `event_seq` order (what `dispatch::claimed` reads), with the address (`ctid`, as text) of
+/// each row's claimed version for the ack (`address` in `d`), the target version and digest of
 /// an inventory's repair of the delivery (NULL for any other; one probe of a partial index). Each event is one probe of its primary
 /// key (`OFFSET 0` keeps the lateral sub-select a subplan): joined plainly, a claim of 200 or
 /// more rows made PostgreSQL hash the whole events table, read from the first row to the last
 /// on every claim (docs/design.md, "Claim statements").
 macro_rules! claimed_rows {
     () => {
-        claimed_rows!("")
-    };
-    // `$more`: further columns of `d`, each followed by a comma.
-    ($more:literal) => {
         concat!(
             "SELECT d.event_id, d.consumer, d.generation, d.attempt, d.fencing_token, d.event_seq,
-    ",
-            $more,
-            "e.order_key,
+    d.address, e.order_key,
     e.event_type, e.schema_version, e.payload::text AS payload, e.trace_id, e.parent_span_id,
     e.trace_flags, extract(epoch FROM now())::float8 AS claimed_at,
     (SELECT s.mode FROM evc_consumer_state s WHERE s.consumer = $1) AS mode_override,
@@ -734,7 +729,8 @@ WITH ",
         lease_until = now() + $3::int8 * interval '1 millisecond',
         attempt = d.attempt + 1, fencing_token = d.fencing_token + 1, updated_at = now()
     WHERE d.ctid = ANY (ARRAY(SELECT ctid FROM c))
-    RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.fencing_token, d.event_seq
+    RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.fencing_token, d.event_seq,
+        d.ctid::text AS address
 )
 ",
     claimed_rows!()
@@ -815,7 +811,8 @@ WITH d AS (
         AND ",
     heads_its_key!(),
     "
-    RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.fencing_token, d.event_seq
+    RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.fencing_token, d.event_seq,
+        d.ctid::text AS address
 )
 ",
     claimed_rows!()
@@ -846,7 +843,8 @@ WITH d AS (
         AND ",
     heads_its_key!(),
     "
-    RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.fencing_token, d.event_seq
+    RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.fencing_token, d.event_seq,
+        d.ctid::text AS address
 )
 ",
     claimed_rows!()
@@ -890,7 +888,7 @@ WITH ",
     SELECT * FROM every_tenant UNION ALL SELECT * FROM one_tenant
 )
 ",
-    claimed_rows!("d.address, ")
+    claimed_rows!()
 );
 
 /// Acks held deliveries in the transaction that claimed them ([`CLAIM_HELD`]): parallel
@@ -909,7 +907,9 @@ WITH ",
 /// claim saw it. The delete repeats the fence (consumer, `pending`, the entry's event and
 /// token) as a hashed filter: an address that holds no such row (a version a handler's own
 /// update replaced, a lease this transaction does not hold) deletes nothing, and the entry
-/// counts as stale; its delivery runs again.
+/// counts as stale; its delivery runs again. The addresses are a sub-select, as in
+/// [`ACK_BATCH_FENCED`]: a custom plan that sees 500 of them reads the consumer's whole due
+/// index instead.
 pub(crate) const ACK_HELD: &str = concat!(
     "\
 WITH r AS (
@@ -917,7 +917,7 @@ WITH r AS (
     FROM UNNEST($1::uuid[], $2::int8[], $4::float8[]) AS r (event_id, fencing_token, started)
 ), k AS (
     DELETE FROM evc_deliveries d
-    WHERE d.ctid = ANY ($6::text[]::tid[])
+    WHERE d.ctid = ANY ((SELECT $6::text[]::tid[])::tid[])
         AND d.consumer = $3 AND d.status = 'pending'
         AND coalesce((d.event_id, d.fencing_token + 1)
             IN (SELECT event_id, fencing_token FROM r), false)
@@ -953,28 +953,38 @@ SELECT (SELECT coalesce(sum(n), 0) FROM a) AS attempts, x.replay_id FROM x"
 );
 
 /// Acks many leases in one statement, each fenced on its own: parallel arrays `$1` event ids,
-/// `$2` consumers, `$3` tokens, `$4` owners and `$5` handler start times (epoch seconds). A
+/// `$2` consumers, `$3` tokens, `$4` owners, `$5` handler start times (epoch seconds) and `$6`
+/// the addresses (`ctid`, as text; NULL for none) of the row versions their claims wrote. A
 /// delivery still leased to its owner with its token is deleted and gets its `acked` attempt
-/// row (started at `$5`, finished now); any other entry (stale token, settled, released, another
-/// owner) writes nothing. Returns the acked `(event_id, consumer)` pairs, each with the replay
-/// that made its delivery (`replay_id`, NULL for none).
+/// row (started at `$5`, finished now); any other entry (stale token, settled, released,
+/// another owner) writes nothing. Returns the acked `(event_id, consumer)` pairs, each with the
+/// replay that made its delivery (`replay_id`, NULL for none).
+///
+/// Two deletes, one statement: `at_address` takes the rows at the claims' addresses (a TID
+/// scan), and `by_key` finds each entry it did not ack by one probe of the primary key (the
+/// lateral sub-select, kept a subplan by `OFFSET 0`): a lease renewed since its claim, whose
+/// row moved, or one without an address. Usually every entry is acked at its address and no
+/// probe runs. Both repeat the fence (status, and the entry's event, consumer, token and
+/// owner) as a hashed filter: when another writer changed a row after the statement's
+/// snapshot, PostgreSQL re-evaluates the filter on the row's newest version, which then fails
+/// unless the lease is still the entry's (a renewal keeps owner and token). The address alone
+/// is not a fence: TID scans re-checked it on the newest version only from a 2025 minor
+/// release on, and a vacuumed address may hold another row. Written as `DELETE ... USING r`,
+/// the custom plan PostgreSQL made for a batch of 200 or more scanned the whole table for
+/// `status = 'leased'` on every ack (docs/design.md, "Claim statements").
+///
+/// The addresses are a sub-select, as the claims' bounds are: a custom plan that sees 500
+/// addresses prices a TID scan at a random page read each and chooses a sequential scan of a
+/// small table (`runtime/tests/schema/claim_plans.rs`), where an unknown array is priced at a
+/// few addresses.
 ///
 /// No `FOR UPDATE` first: a row lock is a heap write and a WAL record of its own, and no order
 /// of locks is needed to rule out deadlocks. An ack waits only for a row whose lease it held
-/// when the statement began and another writer has moved on since (recovery, a reclaim), and
-/// those writers never wait for an ack: recovery and claims take their rows `SKIP LOCKED`, and
-/// renewals and fails touch only their own owner's leases, which one worker never acks and
-/// renews at once. `r` is sorted by `DISTINCT ON`, so the deletes go in key order all the same.
-///
-/// Each entry finds its row by one probe of the primary key (the lateral sub-select, kept a
-/// subplan by `OFFSET 0`), and the delete takes those rows by address: written as `DELETE ...
-/// USING r`, the custom plan PostgreSQL makes for a batch of 200 or more scanned the whole
-/// table for `status = 'leased'` on every ack, which held the leased dispatcher to a few
-/// thousand deliveries a second (docs/design.md, "Claim statements"). The delete repeats the
-/// fence (status, and the entry's event, consumer, token and owner) as a filter: when another
-/// writer changed a row after the probe, PostgreSQL re-evaluates the filter on the row's newest
-/// version, which then fails, so the entry is stale. The address alone is not a fence: TID
-/// scans re-checked it on the newest version only from a 2025 minor release on.
+/// when the statement began and another writer has moved on since (recovery, a reclaim, a
+/// renewal), and those writers never wait for an ack: recovery and claims take their rows
+/// `SKIP LOCKED`, and renewals and fails touch only their own owner's leases, which one worker
+/// never acks and renews at once. `r` is sorted by `DISTINCT ON`, so the deletes go in key
+/// order all the same.
 pub(crate) const ACK_BATCH_FENCED: &str = concat!(
     "\
 WITH r AS (
@@ -982,7 +992,16 @@ WITH r AS (
         event_id, consumer, fencing_token, owner, started
     FROM UNNEST($1::uuid[], $2::text[], $3::int8[], $4::text[], $5::float8[])
         AS r (event_id, consumer, fencing_token, owner, started)
-), k AS (
+), at_address AS (
+    DELETE FROM evc_deliveries d
+    WHERE d.ctid = ANY ((SELECT $6::text[]::tid[])::tid[])
+        AND d.status = 'leased'
+        -- A hashed filter, not a join: a semi-join would compare every row with every entry.
+        AND coalesce((d.event_id, d.consumer, d.fencing_token, d.lease_owner)
+            IN (SELECT event_id, consumer, fencing_token, owner FROM r), false)
+    RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.lease_owner,
+        d.fencing_token, d.replay_id, d.tenant_scope, d.event_seq
+), by_key AS (
     DELETE FROM evc_deliveries d
     WHERE d.ctid = ANY (ARRAY(
         SELECT f.ctid FROM r CROSS JOIN LATERAL (
@@ -992,13 +1011,16 @@ WITH r AS (
                 AND l.status = 'leased'
             OFFSET 0
         ) AS f
+        WHERE NOT coalesce((r.event_id, r.consumer)
+            IN (SELECT event_id, consumer FROM at_address), false)
     ))
         AND d.status = 'leased'
-        -- A hashed filter, not a join: a semi-join would compare every row with every entry.
         AND coalesce((d.event_id, d.consumer, d.fencing_token, d.lease_owner)
             IN (SELECT event_id, consumer, fencing_token, owner FROM r), false)
     RETURNING d.event_id, d.consumer, d.generation, d.attempt, d.lease_owner,
         d.fencing_token, d.replay_id, d.tenant_scope, d.event_seq
+), k AS (
+    SELECT * FROM at_address UNION ALL SELECT * FROM by_key
 ), x AS (
     SELECT k.event_id, k.consumer, k.generation, k.attempt, k.lease_owner, k.fencing_token,
         to_timestamp(r.started) AS started, k.replay_id, k.tenant_scope, k.event_seq
@@ -2556,8 +2578,11 @@ mod tests {
         for statement in [RECORD_EFFECT, RECORD_EFFECT_HELD, EFFECT_RECORDED] {
             assert!(!statement.contains("idempotency_namespace"));
         }
-        // Held rows are read where the claim locked them, the fence repeated on the delete.
-        assert!(ACK_HELD.contains("d.ctid = ANY ($6::text[]::tid[])"));
+        // Rows are read where the claim left them (as a sub-select: no plan knows how many),
+        // the fence repeated on the delete.
+        for ack in [ACK_HELD, ACK_BATCH_FENCED] {
+            assert!(ack.contains("d.ctid = ANY ((SELECT $6::text[]::tid[])::tid[])"));
+        }
         assert!(!ACK_HELD.contains("LATERAL"));
         assert!(ACK_HELD.contains(
             "(d.event_id, d.fencing_token + 1)
