@@ -908,8 +908,7 @@ WITH ",
 /// token) as a hashed filter: an address that holds no such row (a version a handler's own
 /// update replaced, a lease this transaction does not hold) deletes nothing, and the entry
 /// counts as stale; its delivery runs again. The addresses are a sub-select, as in
-/// [`ACK_BATCH_FENCED`]: a custom plan that sees 500 of them reads the consumer's whole due
-/// index instead.
+/// [`ACK_BATCH_FENCED`]: a custom plan that sees 500 of them chooses an index scan instead.
 pub(crate) const ACK_HELD: &str = concat!(
     "\
 WITH r AS (
